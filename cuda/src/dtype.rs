@@ -1,0 +1,95 @@
+//! Element types and the arithmetic reductions understood by every backend.
+//!
+//! Values match `ncclDataType_t` so the C ABI converts with [`DataType::from_raw`].
+
+/// An element type. Discriminants are `ncclDataType_t` values.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataType {
+    Int8 = 0,
+    Uint8 = 1,
+    Int32 = 2,
+    Uint32 = 3,
+    Int64 = 4,
+    Uint64 = 5,
+    Float16 = 6,
+    Float32 = 7,
+    Float64 = 8,
+    Bfloat16 = 9,
+    Float8E4M3 = 10,
+    Float8E5M2 = 11,
+}
+
+impl DataType {
+    /// Every type, in `ncclDataType_t` order.
+    pub const ALL: [DataType; 12] = [
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Bfloat16,
+        DataType::Float8E4M3,
+        DataType::Float8E5M2,
+    ];
+
+    /// The type for an `ncclDataType_t` value, `None` when out of range.
+    pub fn from_raw(v: i32) -> Option<Self> {
+        usize::try_from(v).ok().and_then(|i| Self::ALL.get(i).copied())
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::Int8 | DataType::Uint8 | DataType::Float8E4M3 | DataType::Float8E5M2 => 1,
+            DataType::Float16 | DataType::Bfloat16 => 2,
+            DataType::Int32 | DataType::Uint32 | DataType::Float32 => 4,
+            DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
+        }
+    }
+
+    /// Floating-point types (Avg pre-multiplies by 1/n for these, post-divides otherwise).
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float16
+                | DataType::Float32
+                | DataType::Float64
+                | DataType::Bfloat16
+                | DataType::Float8E4M3
+                | DataType::Float8E5M2
+        )
+    }
+
+    /// The name nccl-tests prints for this type.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::Int8 => "int8",
+            DataType::Uint8 => "uint8",
+            DataType::Int32 => "int32",
+            DataType::Uint32 => "uint32",
+            DataType::Int64 => "int64",
+            DataType::Uint64 => "uint64",
+            DataType::Float16 => "half",
+            DataType::Float32 => "float",
+            DataType::Float64 => "double",
+            DataType::Bfloat16 => "bfloat16",
+            DataType::Float8E4M3 => "f8e4m3",
+            DataType::Float8E5M2 => "f8e5m2",
+        }
+    }
+}
+
+/// The elementwise arithmetic a reduction step applies. `Avg` and `PreMulSum` are built from
+/// `Sum` plus a pre-multiplication or post-division (see [`crate::host::reduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceKind {
+    Sum,
+    Prod,
+    Max,
+    Min,
+}

@@ -1,0 +1,4 @@
+//! The host backend: device memory is host memory, a stream is the calling thread, copies are
+//! `memcpy` and reductions are Rust code.
+
+pub mod reduce;

@@ -1,0 +1,1 @@
+//! The NCCL C ABI: `libnccl.so.2`.
