@@ -23,6 +23,20 @@
 //!   Reduce, AlltoAll: send == recv; AllGather: send == recv + rank*count; ReduceScatter: recv
 //!   == send + rank*count; Gather: send == recv + root*count at the root; Scatter: recv == send
 //!   + root*count at the root). Every schedule is correct for both in-place and out-of-place.
+//!
+//! # Guarantees of the schedules built here (beyond the contract)
+//!
+//! * No operation has a zero `count`, and no step is empty.
+//! * Nothing writes to [`BufId::Send`]: the caller's input is never modified (in-place calls
+//!   only see writes through the aliasing `Recv` slices).
+//! * Every rank's schedule is a pure function of `(coll, algo, rank, nranks, count, pipeline)`,
+//!   so all ranks agree on message sizes and order without talking.
+//! * Deadlock freedom under rendezvous: each schedule is the projection of one global timetable
+//!   in which both ends of every message sit in the same global step (empty steps dropped), and
+//!   operations on one ordered pair appear in the same relative order at both ends.
+//!
+//! [`reference`](mod@reference) holds a reference reducer and an all-ranks simulator that checks all of the
+//! above; the property tests run every schedule through it.
 
 /// Which buffer a [`Slice`] refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,7 +62,11 @@ pub enum Op {
     /// Receive from `peer` into `dst` (overwrite).
     Recv { peer: usize, dst: Slice },
     /// Receive from `peer` and store `incoming (op) local` into `dst` (`local` may equal `dst`).
-    RecvReduce { peer: usize, local: Slice, dst: Slice },
+    RecvReduce {
+        peer: usize,
+        local: Slice,
+        dst: Slice,
+    },
     /// Local copy (skipped by executors when `src` and `dst` are the same memory).
     Copy { src: Slice, dst: Slice },
 }
@@ -101,7 +119,120 @@ pub enum Error {
     Overflow,
 }
 
-/// Builds `rank`'s schedule for `coll` over `nranks` ranks with `count` as the API's count.
+mod cost;
+mod direct;
+mod plan;
+pub mod reference;
+mod ring;
+mod tree;
+
+pub use cost::{estimate_us, CostModel};
+pub use tree::{btree_children, btree_parent};
+
+/// How Broadcast / Reduce / tree AllReduce split their data into pieces that travel through a
+/// chain or tree one behind the other. Every rank of one collective must use the same value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pipeline {
+    /// No piece is smaller than this many elements (unless the whole range is smaller).
+    pub min_piece: usize,
+    /// At most this many pieces per pipelined range.
+    pub max_pieces: usize,
+}
+
+impl Pipeline {
+    /// Default: pieces of at least 4096 elements, at most 16 of them. Small pieces only add
+    /// per-step latency; more than 16 pieces gains little once the pipeline is full.
+    pub const DEFAULT: Pipeline = Pipeline {
+        min_piece: 4096,
+        max_pieces: 16,
+    };
+
+    /// Number of pieces a range of `count` elements is cut into (0 for an empty range).
+    pub fn pieces(&self, count: usize) -> usize {
+        if count == 0 {
+            return 0;
+        }
+        (count / self.min_piece.max(1)).clamp(1, self.max_pieces.max(1))
+    }
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Element range `(offset, len)` of part `i` when `count` elements are split into `parts`
+/// nearly equal parts: the first `count % parts` parts get one element more, so nothing is lost
+/// when `count` does not divide (parts may be empty when `count < parts`).
+pub fn split(count: usize, parts: usize, i: usize) -> (usize, usize) {
+    if parts == 0 {
+        return (0, 0);
+    }
+    let base = count / parts;
+    let extra = count % parts;
+    let len = base + usize::from(i < extra);
+    let offset = base * i + i.min(extra);
+    (offset, len)
+}
+
+/// Sizes in elements of a rank's send and receive buffers as the execution contract defines
+/// them (0 where a buffer is only meaningful at the root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferSizes {
+    pub send: usize,
+    pub recv: usize,
+}
+
+/// Buffer sizes of `rank` for `coll`; validates rank and root and checks for overflow.
+pub fn buffer_sizes(
+    coll: Collective,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+) -> Result<BufferSizes, Error> {
+    if rank >= nranks {
+        return Err(Error::BadRank { rank, nranks });
+    }
+    if let Collective::Broadcast { root }
+    | Collective::Reduce { root }
+    | Collective::Gather { root }
+    | Collective::Scatter { root } = coll
+    {
+        if root >= nranks {
+            return Err(Error::BadRoot { root, nranks });
+        }
+    }
+    let all = nranks.checked_mul(count).ok_or(Error::Overflow)?;
+    let at_root = |root: usize, v: usize| if rank == root { v } else { 0 };
+    let (send, recv) = match coll {
+        Collective::AllReduce => (count, count),
+        Collective::Broadcast { root } => (at_root(root, count), count),
+        Collective::Reduce { root } => (count, at_root(root, count)),
+        Collective::AllGather => (count, all),
+        Collective::ReduceScatter => (all, count),
+        Collective::AlltoAll => (all, all),
+        Collective::Gather { root } => (count, at_root(root, all)),
+        Collective::Scatter { root } => (at_root(root, all), count),
+    };
+    Ok(BufferSizes { send, recv })
+}
+
+/// Whether `algo` implements `coll`.
+pub fn supports(coll: Collective, algo: Algorithm) -> bool {
+    use Collective as C;
+    match algo {
+        Algorithm::Ring => matches!(
+            coll,
+            C::AllReduce | C::Broadcast { .. } | C::Reduce { .. } | C::AllGather | C::ReduceScatter
+        ),
+        Algorithm::Tree => matches!(coll, C::AllReduce | C::Broadcast { .. } | C::Reduce { .. }),
+        Algorithm::Direct => true,
+    }
+}
+
+/// Builds `rank`'s schedule for `coll` over `nranks` ranks with `count` as the API's count,
+/// pipelining with [`Pipeline::DEFAULT`].
 pub fn schedule(
     coll: Collective,
     algo: Algorithm,
@@ -109,21 +240,81 @@ pub fn schedule(
     nranks: usize,
     count: usize,
 ) -> Result<Schedule, Error> {
-    let _ = (rank, nranks, count);
-    Err(Error::Unsupported { coll, algo })
+    schedule_with(coll, algo, rank, nranks, count, Pipeline::DEFAULT)
 }
 
-/// The algorithm a communicator uses by default for `coll` with `bytes` per rank.
+/// [`schedule`] with an explicit pipelining choice (identical on every rank).
+pub fn schedule_with(
+    coll: Collective,
+    algo: Algorithm,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+    pipeline: Pipeline,
+) -> Result<Schedule, Error> {
+    let sizes = buffer_sizes(coll, rank, nranks, count)?;
+    if !supports(coll, algo) {
+        return Err(Error::Unsupported { coll, algo });
+    }
+    if count == 0 {
+        return Ok(Schedule::default());
+    }
+    if nranks == 1 {
+        // Every collective degenerates to "my input is my output".
+        let len = sizes.send.min(sizes.recv);
+        let mut t = plan::Table::new();
+        t.push(0, plan::copy(plan::send(0, len), plan::recv(0, len)));
+        return Ok(t.finish(0));
+    }
+    let ctx = Ctx {
+        rank,
+        n: nranks,
+        count,
+        pipeline,
+    };
+    Ok(match (algo, coll) {
+        (Algorithm::Ring, Collective::AllReduce) => ring::all_reduce(&ctx),
+        (Algorithm::Ring, Collective::AllGather) => ring::all_gather(&ctx),
+        (Algorithm::Ring, Collective::ReduceScatter) => ring::reduce_scatter(&ctx),
+        (Algorithm::Ring, Collective::Broadcast { root }) => ring::broadcast(&ctx, root),
+        (Algorithm::Ring, Collective::Reduce { root }) => ring::reduce(&ctx, root),
+        (Algorithm::Tree, Collective::AllReduce) => tree::all_reduce(&ctx),
+        (Algorithm::Tree, Collective::Broadcast { root }) => tree::broadcast(&ctx, root),
+        (Algorithm::Tree, Collective::Reduce { root }) => tree::reduce(&ctx, root),
+        (Algorithm::Direct, Collective::AllReduce) => direct::all_reduce(&ctx),
+        (Algorithm::Direct, Collective::AllGather) => direct::all_gather(&ctx),
+        (Algorithm::Direct, Collective::ReduceScatter) => direct::reduce_scatter(&ctx),
+        (Algorithm::Direct, Collective::Broadcast { root }) => direct::broadcast(&ctx, root),
+        (Algorithm::Direct, Collective::Reduce { root }) => direct::reduce(&ctx, root),
+        (Algorithm::Direct, Collective::AlltoAll) => direct::all_to_all(&ctx),
+        (Algorithm::Direct, Collective::Gather { root }) => direct::gather(&ctx, root),
+        (Algorithm::Direct, Collective::Scatter { root }) => direct::scatter(&ctx, root),
+        (algo, coll) => return Err(Error::Unsupported { coll, algo }),
+    })
+}
+
+/// The algorithm a communicator uses by default for `coll` with `bytes` per rank: the cheapest
+/// supported algorithm under [`CostModel::DEFAULT`] (see [`estimate_us`]).
 pub fn default_algorithm(coll: Collective, nranks: usize, bytes: usize) -> Algorithm {
-    let _ = (nranks, bytes);
-    match coll {
-        Collective::AllReduce
-        | Collective::Broadcast { .. }
-        | Collective::Reduce { .. }
-        | Collective::AllGather
-        | Collective::ReduceScatter => Algorithm::Ring,
-        Collective::AlltoAll | Collective::Gather { .. } | Collective::Scatter { .. } => {
-            Algorithm::Direct
-        }
+    CostModel::DEFAULT.choose(coll, nranks, bytes)
+}
+
+/// What every algorithm builder gets: who am I, how many, how much, how to pipeline.
+/// `n >= 2` and `count >= 1` always hold here; products like `n * count` were checked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctx {
+    pub rank: usize,
+    pub n: usize,
+    pub count: usize,
+    pub pipeline: Pipeline,
+}
+
+impl Ctx {
+    /// Rank `k` hops after `rank` around the ring (negative hops via `back`).
+    pub fn fwd(&self, k: usize) -> usize {
+        (self.rank + k % self.n) % self.n
+    }
+    pub fn back(&self, k: usize) -> usize {
+        (self.rank + self.n - k % self.n) % self.n
     }
 }

@@ -39,7 +39,9 @@ impl DataType {
 
     /// The type for an `ncclDataType_t` value, `None` when out of range.
     pub fn from_raw(v: i32) -> Option<Self> {
-        usize::try_from(v).ok().and_then(|i| Self::ALL.get(i).copied())
+        usize::try_from(v)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
     }
 
     /// Bytes per element.

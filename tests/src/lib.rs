@@ -1,1 +1,2 @@
-//! Integration tests live in `tests/tests/`; this crate only hosts them.
+//! Integration tests live in `tests/tests/`; `src/bin/ccl-testrank.rs` is the per-rank driver
+//! they launch as separate processes.

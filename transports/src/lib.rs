@@ -1,2 +1,57 @@
 //! Transports between ranks: `shm` (host shared memory between ranks of one host), `socket`
 //! (TCP between hosts) and, growing in `mpt`, the multipath engine.
+//!
+//! The shm and socket transports expose one shape, [`Link`]: a bidirectional, framed, bounded
+//! channel to one peer, driven by polling. Executors push whole frames (`try_send`), look at
+//! the oldest arrived frame in place (`peek`) so a reduction can read it without another copy,
+//! then release it (`pop`). Nothing here blocks: a full or empty link answers at once, which
+//! lets one thread progress many operations on many links without deadlock.
+
+pub mod mpt;
+pub mod shm;
+pub mod socket;
+
+use std::io;
+
+/// Errors of the shm and socket transports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("peer closed the connection ({what})")]
+    PeerClosed { what: String },
+    #[error("transport protocol violation: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            what: what.into(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A framed, bounded, non-blocking channel to one peer, both directions.
+pub trait Link: Send {
+    /// Largest frame `try_send` accepts.
+    fn max_frame(&self) -> usize;
+    /// Queues `frame` whole if there is room now; `Ok(false)` when the link is full.
+    fn try_send(&mut self, frame: &[u8]) -> Result<bool>;
+    /// The oldest frame that has fully arrived, left in place until [`Link::pop`].
+    fn peek(&mut self) -> Result<Option<&[u8]>>;
+    /// Releases the frame returned by the last successful [`Link::peek`].
+    fn pop(&mut self);
+    /// Moves bytes that a previous `try_send` queued but could not hand to the OS yet.
+    /// Returns whether anything moved.
+    fn flush(&mut self) -> Result<bool>;
+    /// Short name for logs ("shm", "socket").
+    fn kind(&self) -> &'static str;
+}

@@ -1,9 +1,27 @@
-//! Host reductions for every element type (INTERFACE PLACEHOLDER: being implemented).
+//! Host reductions for every element type.
 //!
 //! All functions work on raw pointers because the buffers are user memory that may alias:
 //! `dst` may be the very same pointer as an input, never a partial overlap.
+//!
+//! The results match what NCCL computes on NVIDIA GPUs:
+//! * integers wrap (two's complement) on Sum/Prod; Max/Min compare signed or unsigned;
+//! * `f32`/`f64` use native IEEE arithmetic; Max/Min follow CUDA `fmaxf`/`fminf` (a NaN
+//!   operand yields the other operand; `max(-0, +0) = +0`, `min(-0, +0) = -0`); `f32` NaN
+//!   results are the canonical `0x7fffffff` that NVIDIA GPUs produce (payloads are not
+//!   propagated), `f64` NaN results keep whatever the host FPU gives;
+//! * fp16, bf16 and fp8 compute each operation exactly in `f64` and round once to the type
+//!   with round-to-nearest-even (what `__hadd`/`__hmul` do natively); fp8 results saturate to
+//!   the largest finite value (CUDA `__NV_SATFINITE`, which NCCL's fp8 conversions use), so an
+//!   e5m2 infinity becomes ±57344 after any operation; every NaN result is the canonical
+//!   positive NaN of the type (0x7fff / 0x7f).
+//!
+//! Sum of `f32`/`f64`/`i32`/`i64` (and the other native types) runs over typed slices so the
+//! compiler vectorises it; the shared-memory allreduce spends its time here.
+
+use std::mem::{align_of, size_of};
 
 use crate::dtype::{DataType, ReduceKind};
+use crate::host::minifloat::{BF16, E4M3, E5M2, F16};
 
 /// `dst[i] = a[i] (op) b[i]` for `count` elements of `dt`.
 ///
@@ -11,13 +29,34 @@ use crate::dtype::{DataType, ReduceKind};
 /// `a` and `b` are valid for `count` reads of `dt`, `dst` for `count` writes; `dst` is either
 /// disjoint from an input or exactly equal to it.
 pub unsafe fn reduce(
-    _dt: DataType,
-    _op: ReduceKind,
-    _dst: *mut u8,
-    _a: *const u8,
-    _b: *const u8,
-    _count: usize,
+    dt: DataType,
+    op: ReduceKind,
+    dst: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    count: usize,
 ) {
+    if count == 0 {
+        return;
+    }
+    // SAFETY: (all arms) the caller's contract is exactly the contract of `reduce_native` /
+    // `reduce_mini` for the element type matching `dt`.
+    unsafe {
+        match dt {
+            DataType::Int8 => reduce_native::<i8>(op, dst, a, b, count),
+            DataType::Uint8 => reduce_native::<u8>(op, dst, a, b, count),
+            DataType::Int32 => reduce_native::<i32>(op, dst, a, b, count),
+            DataType::Uint32 => reduce_native::<u32>(op, dst, a, b, count),
+            DataType::Int64 => reduce_native::<i64>(op, dst, a, b, count),
+            DataType::Uint64 => reduce_native::<u64>(op, dst, a, b, count),
+            DataType::Float32 => reduce_native::<f32>(op, dst, a, b, count),
+            DataType::Float64 => reduce_native::<f64>(op, dst, a, b, count),
+            DataType::Float16 => reduce_mini::<Half>(op, dst, a, b, count),
+            DataType::Bfloat16 => reduce_mini::<Bf16>(op, dst, a, b, count),
+            DataType::Float8E4M3 => reduce_mini::<Fp8E4M3>(op, dst, a, b, count),
+            DataType::Float8E5M2 => reduce_mini::<Fp8E5M2>(op, dst, a, b, count),
+        }
+    }
 }
 
 /// `dst[i] = src[i] * scalar` where `scalar` points at one element of `dt` (PreMulSum, and Avg
@@ -25,28 +64,511 @@ pub unsafe fn reduce(
 ///
 /// # Safety
 /// As [`reduce`]; `scalar` is valid for one read of `dt`.
-pub unsafe fn premul(
-    _dt: DataType,
-    _dst: *mut u8,
-    _src: *const u8,
-    _count: usize,
-    _scalar: *const u8,
-) {
+pub unsafe fn premul(dt: DataType, dst: *mut u8, src: *const u8, count: usize, scalar: *const u8) {
+    if count == 0 {
+        return;
+    }
+    // SAFETY: (all arms) `scalar` is valid for one read of `dt`, which is one `T` of the arm;
+    // `read_unaligned` because the scalar is a user pointer. The buffer contract is the
+    // caller's, passed on unchanged.
+    unsafe {
+        match dt {
+            DataType::Int8 => premul_native::<i8>(dst, src, count, scalar),
+            DataType::Uint8 => premul_native::<u8>(dst, src, count, scalar),
+            DataType::Int32 => premul_native::<i32>(dst, src, count, scalar),
+            DataType::Uint32 => premul_native::<u32>(dst, src, count, scalar),
+            DataType::Int64 => premul_native::<i64>(dst, src, count, scalar),
+            DataType::Uint64 => premul_native::<u64>(dst, src, count, scalar),
+            DataType::Float32 => premul_native::<f32>(dst, src, count, scalar),
+            DataType::Float64 => premul_native::<f64>(dst, src, count, scalar),
+            DataType::Float16 => premul_mini::<Half>(dst, src, count, scalar),
+            DataType::Bfloat16 => premul_mini::<Bf16>(dst, src, count, scalar),
+            DataType::Float8E4M3 => premul_mini::<Fp8E4M3>(dst, src, count, scalar),
+            DataType::Float8E5M2 => premul_mini::<Fp8E5M2>(dst, src, count, scalar),
+        }
+    }
 }
 
 /// `dst[i] = dst[i] / n` with integer division truncating toward zero (Avg on integer types).
 ///
+/// Signed types divide as signed (`-7 / 2 = -3`). Floating types, which NCCL averages by
+/// pre-multiplying instead, are divided with one rounding so a stray call still averages.
+/// `n == 0` leaves `dst` unchanged rather than faulting: there is no result to give.
+///
 /// # Safety
 /// `dst` is valid for `count` reads and writes of `dt`.
-pub unsafe fn div_int(_dt: DataType, _dst: *mut u8, _count: usize, _n: u64) {}
+pub unsafe fn div_int(dt: DataType, dst: *mut u8, count: usize, n: u64) {
+    if count == 0 || n == 0 {
+        return;
+    }
+    // A divisor beyond the signed range exceeds every magnitude except i64::MIN's, which
+    // only n == 2^63 divides (to -1); i128 covers both without a special case.
+    let signed_divisor = i128::from(n);
+    let src = dst as *const u8;
+    // SAFETY: (all arms) `dst` is valid for `count` reads and writes of the arm's `T`, and
+    // `map_elems` with `src == dst` is the in-place case it supports.
+    unsafe {
+        match dt {
+            DataType::Int8 => {
+                map_elems::<i8>(dst, src, count, |x| (i128::from(x) / signed_divisor) as i8)
+            }
+            DataType::Uint8 => map_elems::<u8>(dst, src, count, |x| (u64::from(x) / n) as u8),
+            DataType::Int32 => {
+                if let Ok(d) = i32::try_from(n) {
+                    map_elems::<i32>(dst, src, count, |x| x / d);
+                } else {
+                    // |x| <= 2^31 <= n: every quotient truncates to zero except i32::MIN / 2^31.
+                    map_elems::<i32>(dst, src, count, |x| (i128::from(x) / signed_divisor) as i32);
+                }
+            }
+            DataType::Uint32 => map_elems::<u32>(dst, src, count, |x| (u64::from(x) / n) as u32),
+            DataType::Int64 => {
+                if let Ok(d) = i64::try_from(n) {
+                    // d >= 1, so i64::MIN / d cannot overflow.
+                    map_elems::<i64>(dst, src, count, |x| x / d);
+                } else {
+                    map_elems::<i64>(dst, src, count, |x| (i128::from(x) / signed_divisor) as i64);
+                }
+            }
+            DataType::Uint64 => map_elems::<u64>(dst, src, count, |x| x / n),
+            DataType::Float32 => {
+                let d = n as f64;
+                map_elems::<f32>(dst, src, count, |x| (f64::from(x) / d) as f32);
+            }
+            DataType::Float64 => {
+                let d = n as f64;
+                map_elems::<f64>(dst, src, count, |x| x / d);
+            }
+            DataType::Float16 => div_mini::<Half>(dst, count, n),
+            DataType::Bfloat16 => div_mini::<Bf16>(dst, count, n),
+            DataType::Float8E4M3 => div_mini::<Fp8E4M3>(dst, count, n),
+            DataType::Float8E5M2 => div_mini::<Fp8E5M2>(dst, count, n),
+        }
+    }
+}
 
 /// The element of `dt` nearest to `v` (round to nearest even; fp8 saturates to the largest
 /// finite value), as little-endian bytes in the first `dt.size()` bytes.
-pub fn from_f64(_dt: DataType, _v: f64) -> [u8; 8] {
-    [0; 8]
+///
+/// Integers: nearest integer (ties to even), clamped to the type's range; NaN gives 0.
+/// Floating types: NaN gives the type's canonical NaN (positive, all payload bits set) except
+/// for f64, which keeps `v`'s bits; an infinite `v` gives inf except for fp8,
+/// which saturates.
+pub fn from_f64(dt: DataType, v: f64) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    let int = v.round_ties_even();
+    // `as` from f64 to an integer saturates at the type's bounds and maps NaN to 0.
+    let bytes: &[u8] = match dt {
+        DataType::Int8 => &(int as i8).to_le_bytes(),
+        DataType::Uint8 => &(int as u8).to_le_bytes(),
+        DataType::Int32 => &(int as i32).to_le_bytes(),
+        DataType::Uint32 => &(int as u32).to_le_bytes(),
+        DataType::Int64 => &(int as i64).to_le_bytes(),
+        DataType::Uint64 => &(int as u64).to_le_bytes(),
+        DataType::Float32 => &canonical_f32(v as f32).to_le_bytes(),
+        DataType::Float64 => &v.to_le_bytes(),
+        DataType::Float16 => &F16.encode(v).to_le_bytes(),
+        DataType::Bfloat16 => &BF16.encode(v).to_le_bytes(),
+        DataType::Float8E4M3 => &[E4M3.encode(v) as u8],
+        DataType::Float8E5M2 => &[E5M2.encode(v) as u8],
+    };
+    out[..bytes.len()].copy_from_slice(bytes);
+    out
 }
 
 /// The value of the element of `dt` held in the first `dt.size()` bytes of `bytes`.
-pub fn to_f64(_dt: DataType, _bytes: &[u8]) -> f64 {
-    0.0
+///
+/// Returns NaN when `bytes` is shorter than one element. 64-bit integers beyond 2^53 round
+/// to the nearest `f64`.
+pub fn to_f64(dt: DataType, bytes: &[u8]) -> f64 {
+    let Some(raw) = bytes.get(..dt.size()) else {
+        return f64::NAN;
+    };
+    let mut b = [0u8; 8];
+    b[..raw.len()].copy_from_slice(raw);
+    let [b0, b1, b2, b3, ..] = b;
+    let b2x = [b0, b1];
+    let b4x = [b0, b1, b2, b3];
+    match dt {
+        DataType::Int8 => f64::from(b0 as i8),
+        DataType::Uint8 => f64::from(b0),
+        DataType::Int32 => f64::from(i32::from_le_bytes(b4x)),
+        DataType::Uint32 => f64::from(u32::from_le_bytes(b4x)),
+        DataType::Int64 => i64::from_le_bytes(b) as f64,
+        DataType::Uint64 => u64::from_le_bytes(b) as f64,
+        DataType::Float32 => f64::from(f32::from_le_bytes(b4x)),
+        DataType::Float64 => f64::from_le_bytes(b),
+        DataType::Float16 => F16.decode(u16::from_le_bytes(b2x)),
+        DataType::Bfloat16 => BF16.decode(u16::from_le_bytes(b2x)),
+        DataType::Float8E4M3 => E4M3.decode(u16::from(b0)),
+        DataType::Float8E5M2 => E5M2.decode(u16::from(b0)),
+    }
+}
+
+/// The NaN NVIDIA GPUs produce for every single-precision operation with a NaN result.
+const CANONICAL_NAN_F32: u32 = 0x7fff_ffff;
+
+#[inline(always)]
+fn canonical_f32(x: f32) -> f32 {
+    if x.is_nan() {
+        f32::from_bits(CANONICAL_NAN_F32)
+    } else {
+        x
+    }
+}
+
+/// A type the host adds and multiplies natively.
+trait NativeElem: Copy {
+    fn sum(a: Self, b: Self) -> Self;
+    fn prod(a: Self, b: Self) -> Self;
+    fn max(a: Self, b: Self) -> Self;
+    fn min(a: Self, b: Self) -> Self;
+}
+
+macro_rules! native_int {
+    ($($t:ty),*) => {$(
+        impl NativeElem for $t {
+            #[inline(always)]
+            fn sum(a: Self, b: Self) -> Self {
+                a.wrapping_add(b)
+            }
+            #[inline(always)]
+            fn prod(a: Self, b: Self) -> Self {
+                a.wrapping_mul(b)
+            }
+            #[inline(always)]
+            fn max(a: Self, b: Self) -> Self {
+                Ord::max(a, b)
+            }
+            #[inline(always)]
+            fn min(a: Self, b: Self) -> Self {
+                Ord::min(a, b)
+            }
+        }
+    )*};
+}
+
+native_int!(i8, u8, i32, u32, i64, u64);
+
+// Max/Min spell out the zero-sign rule because Rust's `f32::max` leaves `max(-0, +0)`
+// unspecified; for equal operands the sign bits are combined (AND for max, OR for min),
+// which is a no-op unless they are zeros of opposite sign.
+impl NativeElem for f32 {
+    #[inline(always)]
+    fn sum(a: Self, b: Self) -> Self {
+        canonical_f32(a + b)
+    }
+    #[inline(always)]
+    fn prod(a: Self, b: Self) -> Self {
+        canonical_f32(a * b)
+    }
+    #[inline(always)]
+    fn max(a: Self, b: Self) -> Self {
+        if a > b || b.is_nan() {
+            canonical_f32(a)
+        } else if b > a || a.is_nan() {
+            b
+        } else {
+            f32::from_bits(a.to_bits() & b.to_bits())
+        }
+    }
+    #[inline(always)]
+    fn min(a: Self, b: Self) -> Self {
+        if a < b || b.is_nan() {
+            canonical_f32(a)
+        } else if b < a || a.is_nan() {
+            b
+        } else {
+            f32::from_bits(a.to_bits() | b.to_bits())
+        }
+    }
+}
+
+impl NativeElem for f64 {
+    #[inline(always)]
+    fn sum(a: Self, b: Self) -> Self {
+        a + b
+    }
+    #[inline(always)]
+    fn prod(a: Self, b: Self) -> Self {
+        a * b
+    }
+    #[inline(always)]
+    fn max(a: Self, b: Self) -> Self {
+        fmax_f64(a, b)
+    }
+    #[inline(always)]
+    fn min(a: Self, b: Self) -> Self {
+        fmin_f64(a, b)
+    }
+}
+
+/// CUDA `fmax` on doubles: NaN loses to a number, `+0` beats `-0`.
+#[inline(always)]
+fn fmax_f64(a: f64, b: f64) -> f64 {
+    if a > b || b.is_nan() {
+        a
+    } else if b > a || a.is_nan() {
+        b
+    } else {
+        f64::from_bits(a.to_bits() & b.to_bits())
+    }
+}
+
+/// CUDA `fmin` on doubles: NaN loses to a number, `-0` beats `+0`.
+#[inline(always)]
+fn fmin_f64(a: f64, b: f64) -> f64 {
+    if a < b || b.is_nan() {
+        a
+    } else if b < a || a.is_nan() {
+        b
+    } else {
+        f64::from_bits(a.to_bits() | b.to_bits())
+    }
+}
+
+/// # Safety
+/// As [`reduce`], with `T` the element type of `dt`.
+#[inline(always)]
+unsafe fn reduce_native<T: NativeElem>(
+    op: ReduceKind,
+    dst: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    count: usize,
+) {
+    // SAFETY: (all arms) the caller's contract for `T`, passed on.
+    unsafe {
+        match op {
+            ReduceKind::Sum => zip_elems::<T>(dst, a, b, count, T::sum),
+            ReduceKind::Prod => zip_elems::<T>(dst, a, b, count, T::prod),
+            ReduceKind::Max => zip_elems::<T>(dst, a, b, count, T::max),
+            ReduceKind::Min => zip_elems::<T>(dst, a, b, count, T::min),
+        }
+    }
+}
+
+/// A narrow float format as a type, so that each format's loop is compiled with its layout
+/// as constants (a runtime `MiniFloat` value left every shift and mask unfolded).
+trait MiniFormat {
+    /// The storage of one element.
+    type Bits: Copy;
+    fn decode(bits: Self::Bits) -> f64;
+    fn encode(v: f64) -> Self::Bits;
+}
+
+macro_rules! mini_format {
+    ($name:ident, $bits:ty, $fmt:expr) => {
+        struct $name;
+        impl MiniFormat for $name {
+            type Bits = $bits;
+            #[inline(always)]
+            fn decode(bits: $bits) -> f64 {
+                $fmt.decode(u16::from(bits))
+            }
+            #[inline(always)]
+            fn encode(v: f64) -> $bits {
+                // Encodings of a format never exceed its storage width.
+                $fmt.encode(v) as $bits
+            }
+        }
+    };
+}
+
+mini_format!(Half, u16, F16);
+mini_format!(Bf16, u16, BF16);
+mini_format!(Fp8E4M3, u8, E4M3);
+mini_format!(Fp8E5M2, u8, E5M2);
+
+// Each operation is a named `#[inline(always)]` function rather than a closure: LLVM kept the
+// closures out of line, a call per element.
+
+#[inline(always)]
+fn mini_sum<M: MiniFormat>(x: M::Bits, y: M::Bits) -> M::Bits {
+    M::encode(M::decode(x) + M::decode(y))
+}
+
+#[inline(always)]
+fn mini_prod<M: MiniFormat>(x: M::Bits, y: M::Bits) -> M::Bits {
+    M::encode(M::decode(x) * M::decode(y))
+}
+
+#[inline(always)]
+fn mini_max<M: MiniFormat>(x: M::Bits, y: M::Bits) -> M::Bits {
+    M::encode(fmax_f64(M::decode(x), M::decode(y)))
+}
+
+#[inline(always)]
+fn mini_min<M: MiniFormat>(x: M::Bits, y: M::Bits) -> M::Bits {
+    M::encode(fmin_f64(M::decode(x), M::decode(y)))
+}
+
+/// # Safety
+/// As [`reduce`], with `M` the format of `dt`.
+#[inline(always)]
+unsafe fn reduce_mini<M: MiniFormat>(
+    op: ReduceKind,
+    dst: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    count: usize,
+) {
+    // SAFETY: (all arms) the caller's contract for `M::Bits`, passed on.
+    unsafe {
+        match op {
+            ReduceKind::Sum => zip_elems(dst, a, b, count, mini_sum::<M>),
+            ReduceKind::Prod => zip_elems(dst, a, b, count, mini_prod::<M>),
+            ReduceKind::Max => zip_elems(dst, a, b, count, mini_max::<M>),
+            ReduceKind::Min => zip_elems(dst, a, b, count, mini_min::<M>),
+        }
+    }
+}
+
+/// # Safety
+/// As [`premul`], with `M` the format of `dt`.
+unsafe fn premul_mini<M: MiniFormat>(
+    dst: *mut u8,
+    src: *const u8,
+    count: usize,
+    scalar: *const u8,
+) {
+    // SAFETY: `scalar` is valid for one (possibly unaligned) element; the buffers follow the
+    // caller's contract.
+    unsafe {
+        let s = M::decode((scalar as *const M::Bits).read_unaligned());
+        map_elems::<M::Bits>(dst, src, count, move |x| M::encode(M::decode(x) * s));
+    }
+}
+
+/// # Safety
+/// `dst` is valid for `count` reads and writes of `M::Bits`.
+unsafe fn div_mini<M: MiniFormat>(dst: *mut u8, count: usize, n: u64) {
+    let d = n as f64;
+    // SAFETY: in place over memory the caller vouches for.
+    unsafe { map_elems::<M::Bits>(dst, dst, count, |x| M::encode(M::decode(x) / d)) };
+}
+
+/// # Safety
+/// As [`premul`], with `T` the element type.
+unsafe fn premul_native<T: NativeElem>(
+    dst: *mut u8,
+    src: *const u8,
+    count: usize,
+    scalar: *const u8,
+) {
+    // SAFETY: `scalar` is valid for one (possibly unaligned) read of `T`; the buffers follow
+    // the caller's contract.
+    unsafe {
+        let s = (scalar as *const T).read_unaligned();
+        map_elems::<T>(dst, src, count, move |x| T::prod(x, s));
+    }
+}
+
+fn is_aligned<T>(p: *const u8) -> bool {
+    (p as usize) % align_of::<T>() == 0
+}
+
+/// `dst[i] = f(a[i], b[i])`.
+///
+/// When all pointers are aligned for `T` the loop runs over slices, which is what lets the
+/// compiler vectorise it; the in-place cases build exactly one `&mut` slice (over `dst`) and a
+/// shared slice over the other input only, so no shared and mutable borrow cover the same
+/// memory. Misaligned buffers take an element-by-element unaligned path.
+///
+/// # Safety
+/// `a` and `b` are valid for `count` reads of `T`, `dst` for `count` writes; `dst` is disjoint
+/// from each input or exactly equal to it. `T` is a plain number type (every bit pattern is a
+/// valid value).
+#[inline(always)]
+unsafe fn zip_elems<T: Copy>(
+    dst: *mut u8,
+    a: *const u8,
+    b: *const u8,
+    count: usize,
+    f: impl Fn(T, T) -> T,
+) {
+    debug_assert!(count.checked_mul(size_of::<T>()).is_some());
+    if !(is_aligned::<T>(dst) && is_aligned::<T>(a) && is_aligned::<T>(b)) {
+        for i in 0..count {
+            // SAFETY: i < count, so each access is inside the caller-vouched ranges; the
+            // unaligned forms make no alignment assumption. Element i of the inputs is read
+            // before element i of dst is written, so exact aliasing is harmless.
+            unsafe {
+                let x = (a as *const T).add(i).read_unaligned();
+                let y = (b as *const T).add(i).read_unaligned();
+                (dst as *mut T).add(i).write_unaligned(f(x, y));
+            }
+        }
+        return;
+    }
+    let (d, pa, pb) = (dst as *mut T, a as *const T, b as *const T);
+    let dst_is_a = std::ptr::eq(d, pa);
+    let dst_is_b = std::ptr::eq(d, pb);
+    // SAFETY: (all branches) the pointers are aligned and valid for `count` elements. In each
+    // branch the only mutable slice is over `dst`, and every shared slice is over an input
+    // that, by the caller's contract, is disjoint from `dst` in that branch (an input equal to
+    // `dst` is read through the mutable slice instead).
+    unsafe {
+        if dst_is_a && dst_is_b {
+            let out = std::slice::from_raw_parts_mut(d, count);
+            for x in out.iter_mut() {
+                *x = f(*x, *x);
+            }
+        } else if dst_is_a {
+            let out = std::slice::from_raw_parts_mut(d, count);
+            let ys = std::slice::from_raw_parts(pb, count);
+            for (x, &y) in out.iter_mut().zip(ys) {
+                *x = f(*x, y);
+            }
+        } else if dst_is_b {
+            let out = std::slice::from_raw_parts_mut(d, count);
+            let xs = std::slice::from_raw_parts(pa, count);
+            for (y, &x) in out.iter_mut().zip(xs) {
+                *y = f(x, *y);
+            }
+        } else {
+            let out = std::slice::from_raw_parts_mut(d, count);
+            let xs = std::slice::from_raw_parts(pa, count);
+            let ys = std::slice::from_raw_parts(pb, count);
+            for ((o, &x), &y) in out.iter_mut().zip(xs).zip(ys) {
+                *o = f(x, y);
+            }
+        }
+    }
+}
+
+/// `dst[i] = f(src[i])`; `dst` may equal `src`. Same structure as [`zip_elems`].
+///
+/// # Safety
+/// `src` is valid for `count` reads of `T`, `dst` for `count` writes; they are disjoint or
+/// equal. `T` is a plain number type.
+#[inline(always)]
+unsafe fn map_elems<T: Copy>(dst: *mut u8, src: *const u8, count: usize, f: impl Fn(T) -> T) {
+    if !(is_aligned::<T>(dst) && is_aligned::<T>(src)) {
+        for i in 0..count {
+            // SAFETY: i < count stays inside the vouched ranges; unaligned accesses; element
+            // i is read before it is written.
+            unsafe {
+                let x = (src as *const T).add(i).read_unaligned();
+                (dst as *mut T).add(i).write_unaligned(f(x));
+            }
+        }
+        return;
+    }
+    let (d, s) = (dst as *mut T, src as *const T);
+    // SAFETY: aligned and valid for `count` elements; when `dst == src` only the mutable
+    // slice exists, otherwise the two ranges are disjoint by contract.
+    unsafe {
+        let out = std::slice::from_raw_parts_mut(d, count);
+        if std::ptr::eq(d, s) {
+            for x in out.iter_mut() {
+                *x = f(*x);
+            }
+        } else {
+            let xs = std::slice::from_raw_parts(s, count);
+            for (o, &x) in out.iter_mut().zip(xs) {
+                *o = f(x);
+            }
+        }
+    }
 }

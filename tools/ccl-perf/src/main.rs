@@ -1,1 +1,90 @@
-fn main() {}
+//! ccl-perf: an nccl-tests style benchmark that drives any `libnccl.so.2` (libccl or NVIDIA's
+//! NCCL) through the nccl.h API only, loaded at run time. See `ccl-perf --help`.
+
+mod bench;
+mod cli;
+mod coll;
+mod dtype;
+mod gen;
+mod mem;
+mod mpi;
+mod nccl;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// An error with its message ready to print.
+#[derive(Debug)]
+pub struct Error(pub String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Exit status: wrong results.
+const EXIT_WRONG: u8 = 1;
+/// Exit status: an nccl / MPI / CUDA error or bad arguments.
+const EXIT_ERROR: u8 = 2;
+
+fn run(cli: &cli::Cli, mpi: Option<&mpi::Mpi>, kind: bench::LaunchKind) -> Result<u64> {
+    let settings = cli.settings()?;
+    let mut b = bench::Bench::setup(cli, settings, kind, mpi)?;
+    let (doc, wrong) = b.run()?;
+    if let (Some(path), true) = (&cli.json, b.is_printer()) {
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| Error(format!("cannot encode JSON: {e}")))?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| Error(format!("cannot write {}: {e}", path.display())))?;
+    }
+    b.teardown()?;
+    Ok(wrong)
+}
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let kind = match bench::detect_launch() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("ccl-perf: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    let mpi = if kind == bench::LaunchKind::Mpi {
+        match mpi::Mpi::init(&cli.mpi_lib) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("ccl-perf: {e}");
+                return ExitCode::from(EXIT_ERROR);
+            }
+        }
+    } else {
+        None
+    };
+    let code = match run(&cli, mpi.as_ref(), kind) {
+        Ok(0) => 0,
+        Ok(wrong) => {
+            eprintln!("ccl-perf: {wrong} wrong elements");
+            EXIT_WRONG
+        }
+        Err(e) => {
+            eprintln!("ccl-perf: {e}");
+            if let Some(m) = &mpi {
+                // Peers may be blocked in a collective: end the whole job.
+                m.abort(i32::from(EXIT_ERROR));
+            }
+            EXIT_ERROR
+        }
+    };
+    if let Some(m) = &mpi {
+        if let Err(e) = m.finalize() {
+            eprintln!("ccl-perf: {e}");
+        }
+    }
+    ExitCode::from(code)
+}

@@ -1,0 +1,706 @@
+//! Reference semantics of every collective, and a simulator that runs all ranks' schedules
+//! together under the execution contract of the crate docs.
+//!
+//! The simulator works on `u64` elements. Each rank has one backing array holding its send,
+//! receive and scratch buffers; in-place calls place send and receive at the aliasing offsets
+//! the contract lists, so a schedule that overwrites input it still has to send produces wrong
+//! output. Receive and scratch memory start as garbage, so reading before writing shows too.
+//!
+//! It reports, as [`SimError`]s: bad peers, zero-count operations, out-of-bounds slices,
+//! writes into `Send` (the caller's input is read-only), count mismatches between the two ends
+//! of a message (FIFO per ordered pair), data hazards inside one step (two operations writing
+//! overlapping memory, or one reading what another writes; a `Copy` onto identical memory is a
+//! no-op, as executors skip it), and deadlock under rendezvous semantics: a `Send` completes
+//! only while the matching receive belongs to the receiver's *current* step.
+
+use std::collections::HashMap;
+
+use crate::{
+    buffer_sizes, schedule_with, Algorithm, BufId, Collective, Error, Op, Pipeline, Schedule, Slice,
+};
+
+/// Elementwise reduction used by the reference and the simulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Wrapping add: with random inputs a lost or doubled contribution changes the result.
+    Sum,
+    Max,
+}
+
+impl ReduceOp {
+    pub fn apply(self, a: u64, b: u64) -> u64 {
+        match self {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Max => a.max(b),
+        }
+    }
+}
+
+/// Where an operation sits: rank, step index in that rank's schedule, index in the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpRef {
+    pub rank: usize,
+    pub step: usize,
+    pub op: usize,
+}
+
+impl std::fmt::Display for OpRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} step {} op {}", self.rank, self.step, self.op)
+    }
+}
+
+/// What went wrong in a simulation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    #[error("building a schedule: {0}")]
+    Schedule(#[from] Error),
+    #[error("expected {expected} per-rank entries, got {got}")]
+    RankCount { expected: usize, got: usize },
+    #[error("rank {rank}: input has {got} elements, expected {expected}")]
+    InputSize {
+        rank: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{0}: peer out of range or self")]
+    BadPeer(OpRef),
+    #[error("{0}: zero-count operation")]
+    ZeroCount(OpRef),
+    #[error("{0}: slices of one operation differ in count")]
+    SizeMismatch(OpRef),
+    #[error("{0}: slice out of bounds")]
+    OutOfBounds(OpRef),
+    #[error("{0}: writes into the send buffer")]
+    WritesSend(OpRef),
+    #[error("rank {rank} step {step}: ops {a} and {b} conflict on memory")]
+    Hazard {
+        rank: usize,
+        step: usize,
+        a: usize,
+        b: usize,
+    },
+    #[error("{from} -> {to}: {sends} sends but {recvs} receives")]
+    Unmatched {
+        from: usize,
+        to: usize,
+        sends: usize,
+        recvs: usize,
+    },
+    #[error("{from} -> {to}: message {index} sends {sent} elements, receive expects {received}")]
+    MessageSize {
+        from: usize,
+        to: usize,
+        index: usize,
+        sent: usize,
+        received: usize,
+    },
+    #[error("deadlock; (rank, step) of unfinished ranks: {stuck:?}")]
+    Deadlock { stuck: Vec<(usize, usize)> },
+    #[error("rank {rank}: output has {got} elements, expected {expected}")]
+    OutputSize {
+        rank: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("rank {rank} element {index}: got {got:#x}, expected {expected:#x}")]
+    Mismatch {
+        rank: usize,
+        index: usize,
+        got: u64,
+        expected: u64,
+    },
+}
+
+/// The receive buffers every rank must end with, from every rank's send buffer. Ranks without
+/// a receive buffer (non-roots of Reduce and Gather) get an empty vector.
+pub fn expected(
+    coll: Collective,
+    nranks: usize,
+    count: usize,
+    inputs: &[Vec<u64>],
+    op: ReduceOp,
+) -> Result<Vec<Vec<u64>>, SimError> {
+    check_inputs(coll, nranks, count, inputs)?;
+    let input = |r: usize| inputs.get(r).map(Vec::as_slice).unwrap_or(&[]);
+    // Reduce block `[off, off+len)` over all ranks' inputs.
+    let reduce = |off: usize, len: usize| -> Vec<u64> {
+        (0..len)
+            .map(|i| {
+                (0..nranks)
+                    .filter_map(|r| input(r).get(off + i).copied())
+                    .reduce(|a, b| op.apply(a, b))
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let block = |r: usize, b: usize| -> Vec<u64> {
+        input(r)
+            .get(b * count..(b + 1) * count)
+            .map(<[u64]>::to_vec)
+            .unwrap_or_default()
+    };
+    let out = (0..nranks)
+        .map(|r| match coll {
+            Collective::AllReduce => reduce(0, count),
+            Collective::Broadcast { root } => input(root).to_vec(),
+            Collective::Reduce { root } if r == root => reduce(0, count),
+            Collective::Gather { root } if r == root => {
+                (0..nranks).flat_map(|q| block(q, 0)).collect()
+            }
+            Collective::Reduce { .. } | Collective::Gather { .. } => Vec::new(),
+            Collective::AllGather => (0..nranks).flat_map(|q| block(q, 0)).collect(),
+            Collective::ReduceScatter => reduce(r * count, count),
+            Collective::AlltoAll => (0..nranks).flat_map(|q| block(q, r)).collect(),
+            Collective::Scatter { root } => block(root, r),
+        })
+        .collect();
+    Ok(out)
+}
+
+fn check_inputs(
+    coll: Collective,
+    nranks: usize,
+    count: usize,
+    inputs: &[Vec<u64>],
+) -> Result<(), SimError> {
+    if inputs.len() != nranks {
+        return Err(SimError::RankCount {
+            expected: nranks,
+            got: inputs.len(),
+        });
+    }
+    for (rank, inp) in inputs.iter().enumerate() {
+        let want = buffer_sizes(coll, rank, nranks, count)?.send;
+        if inp.len() != want {
+            return Err(SimError::InputSize {
+                rank,
+                expected: want,
+                got: inp.len(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A range of a rank's backing array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Where a rank's buffers live in its backing array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub send: Region,
+    pub recv: Region,
+    pub scratch: Region,
+    pub total: usize,
+}
+
+impl Layout {
+    fn region(&self, buf: BufId) -> Region {
+        match buf {
+            BufId::Send => self.send,
+            BufId::Recv => self.recv,
+            BufId::Scratch => self.scratch,
+        }
+    }
+}
+
+/// Backing-array layout of `rank`: out of place the buffers are disjoint; in place they alias
+/// exactly as the contract lists (buffers that exist only at the root stay separate elsewhere).
+pub fn layout(
+    coll: Collective,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+    scratch: usize,
+    in_place: bool,
+) -> Result<Layout, Error> {
+    let s = buffer_sizes(coll, rank, nranks, count)?;
+    let region = |offset, len| Region { offset, len };
+    let (send, recv) = match coll {
+        _ if !in_place => (region(0, s.send), region(s.send, s.recv)),
+        Collective::AllReduce
+        | Collective::Broadcast { .. }
+        | Collective::Reduce { .. }
+        | Collective::AlltoAll => (region(0, s.send), region(0, s.recv)),
+        Collective::AllGather => (region(rank * count, s.send), region(0, s.recv)),
+        Collective::ReduceScatter => (region(0, s.send), region(rank * count, s.recv)),
+        Collective::Gather { root } if rank == root => {
+            (region(root * count, s.send), region(0, s.recv))
+        }
+        Collective::Scatter { root } if rank == root => {
+            (region(0, s.send), region(root * count, s.recv))
+        }
+        Collective::Gather { .. } | Collective::Scatter { .. } => {
+            (region(0, s.send), region(s.send, s.recv))
+        }
+    };
+    let end = (send.offset + send.len).max(recv.offset + recv.len);
+    let total = end.checked_add(scratch).ok_or(Error::Overflow)?;
+    Ok(Layout {
+        send,
+        recv,
+        scratch: region(end, scratch),
+        total,
+    })
+}
+
+/// Options of one simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    pub in_place: bool,
+    pub op: ReduceOp,
+}
+
+/// What a successful simulation produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimReport {
+    /// Every rank's receive buffer at the end.
+    pub recv: Vec<Vec<u64>>,
+    /// Rounds of the lock-step execution: in a round every send whose receive is current on
+    /// both sides completes, then every finished step is left. A latency measure.
+    pub rounds: usize,
+    /// Messages delivered.
+    pub messages: usize,
+    /// Elements each rank sent.
+    pub sent: Vec<usize>,
+}
+
+type Range = (usize, usize);
+/// Per ordered pair (from, to): (step, op, count) of each message end, in FIFO order.
+type Ends = HashMap<(usize, usize), Vec<(usize, usize, usize)>>;
+
+#[derive(Debug, Clone, Copy)]
+enum Res {
+    Send {
+        peer: usize,
+        src: Range,
+    },
+    Recv {
+        peer: usize,
+        dst: Range,
+    },
+    Reduce {
+        peer: usize,
+        local: Range,
+        dst: Range,
+    },
+    /// `None` when source and destination are the same memory (skipped).
+    Copy(Option<(Range, Range)>),
+}
+
+fn overlap(a: Range, b: Range) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+/// A deterministic 64-bit mix (SplitMix64 finaliser).
+pub fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimError> {
+    let addr = |s: &Slice| -> Result<Range, SimError> {
+        let r = lay.region(s.buf);
+        match s.offset.checked_add(s.count) {
+            Some(end) if end <= r.len => Ok((r.offset + s.offset, s.count)),
+            _ => Err(SimError::OutOfBounds(at)),
+        }
+    };
+    let peer_ok = |p: usize| -> Result<usize, SimError> {
+        if p < nranks && p != at.rank {
+            Ok(p)
+        } else {
+            Err(SimError::BadPeer(at))
+        }
+    };
+    let writable = |s: &Slice| -> Result<(), SimError> {
+        if s.buf == BufId::Send {
+            Err(SimError::WritesSend(at))
+        } else {
+            Ok(())
+        }
+    };
+    if crate::plan::op_count(op) == 0 {
+        return Err(SimError::ZeroCount(at));
+    }
+    Ok(match op {
+        Op::Send { peer, src } => Res::Send {
+            peer: peer_ok(*peer)?,
+            src: addr(src)?,
+        },
+        Op::Recv { peer, dst } => {
+            writable(dst)?;
+            Res::Recv {
+                peer: peer_ok(*peer)?,
+                dst: addr(dst)?,
+            }
+        }
+        Op::RecvReduce { peer, local, dst } => {
+            writable(dst)?;
+            if local.count != dst.count {
+                return Err(SimError::SizeMismatch(at));
+            }
+            Res::Reduce {
+                peer: peer_ok(*peer)?,
+                local: addr(local)?,
+                dst: addr(dst)?,
+            }
+        }
+        Op::Copy { src, dst } => {
+            writable(dst)?;
+            if src.count != dst.count {
+                return Err(SimError::SizeMismatch(at));
+            }
+            let (s, d) = (addr(src)?, addr(dst)?);
+            Res::Copy(if s == d { None } else { Some((s, d)) })
+        }
+    })
+}
+
+/// Checks one step for hazards between (and inside) its operations.
+fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> {
+    let mut acc: Vec<(usize, Range, bool)> = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Res::Send { src, .. } => acc.push((i, src, false)),
+            Res::Recv { dst, .. } => acc.push((i, dst, true)),
+            Res::Reduce { local, dst, .. } => {
+                // Elementwise in place is fine; a shifted overlap is not.
+                if local != dst && overlap(local, dst) {
+                    return Err(SimError::Hazard {
+                        rank,
+                        step,
+                        a: i,
+                        b: i,
+                    });
+                }
+                acc.push((i, local, false));
+                acc.push((i, dst, true));
+            }
+            Res::Copy(Some((s, d))) => {
+                if overlap(s, d) {
+                    return Err(SimError::Hazard {
+                        rank,
+                        step,
+                        a: i,
+                        b: i,
+                    });
+                }
+                acc.push((i, s, false));
+                acc.push((i, d, true));
+            }
+            Res::Copy(None) => {}
+        }
+    }
+    for (x, &(i, ri, wi)) in acc.iter().enumerate() {
+        for &(j, rj, wj) in acc.iter().skip(x + 1) {
+            if i != j && (wi || wj) && overlap(ri, rj) {
+                return Err(SimError::Hazard {
+                    rank,
+                    step,
+                    a: i,
+                    b: j,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs every rank's schedule together and returns every rank's receive buffer.
+pub fn simulate(
+    coll: Collective,
+    nranks: usize,
+    count: usize,
+    schedules: &[Schedule],
+    inputs: &[Vec<u64>],
+    opts: SimOptions,
+) -> Result<SimReport, SimError> {
+    check_inputs(coll, nranks, count, inputs)?;
+    if schedules.len() != nranks {
+        return Err(SimError::RankCount {
+            expected: nranks,
+            got: schedules.len(),
+        });
+    }
+    let mut mem: Vec<Vec<u64>> = Vec::with_capacity(nranks);
+    let mut layouts = Vec::with_capacity(nranks);
+    // Resolved operations, per rank, step, op.
+    let mut res: Vec<Vec<Vec<Res>>> = Vec::with_capacity(nranks);
+    for (rank, (sched, input)) in schedules.iter().zip(inputs).enumerate() {
+        let lay = layout(coll, rank, nranks, count, sched.scratch, opts.in_place)?;
+        let mut m: Vec<u64> = (0..lay.total)
+            .map(|a| mix(((rank as u64) << 40) ^ a as u64 ^ 0x5eed))
+            .collect();
+        if let Some(dst) = m.get_mut(lay.send.offset..lay.send.offset + lay.send.len) {
+            dst.copy_from_slice(input);
+        }
+        let mut steps = Vec::with_capacity(sched.steps.len());
+        for (si, step) in sched.steps.iter().enumerate() {
+            let ops = step
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(oi, op)| {
+                    resolve(
+                        &lay,
+                        nranks,
+                        OpRef {
+                            rank,
+                            step: si,
+                            op: oi,
+                        },
+                        op,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            check_hazards(rank, si, &ops)?;
+            steps.push(ops);
+        }
+        mem.push(m);
+        layouts.push(lay);
+        res.push(steps);
+    }
+
+    // FIFO matching: the k-th send a->b pairs with the k-th receive on b from a.
+    let mut sends: Ends = HashMap::new();
+    let mut recvs: Ends = HashMap::new();
+    for (rank, steps) in res.iter().enumerate() {
+        for (si, ops) in steps.iter().enumerate() {
+            for (oi, op) in ops.iter().enumerate() {
+                match *op {
+                    Res::Send { peer, src } => {
+                        sends.entry((rank, peer)).or_default().push((si, oi, src.1))
+                    }
+                    Res::Recv { peer, dst } | Res::Reduce { peer, dst, .. } => {
+                        recvs.entry((peer, rank)).or_default().push((si, oi, dst.1))
+                    }
+                    Res::Copy(_) => {}
+                }
+            }
+        }
+    }
+    let mut partner: HashMap<(usize, usize, usize), (usize, usize)> = HashMap::new();
+    let mut pairs: Vec<(usize, usize)> = sends.keys().chain(recvs.keys()).copied().collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    for (from, to) in pairs {
+        let s = sends.get(&(from, to)).map(Vec::as_slice).unwrap_or(&[]);
+        let r = recvs.get(&(from, to)).map(Vec::as_slice).unwrap_or(&[]);
+        if s.len() != r.len() {
+            return Err(SimError::Unmatched {
+                from,
+                to,
+                sends: s.len(),
+                recvs: r.len(),
+            });
+        }
+        for (index, (&(ss, so, sc), &(rs, ro, rc))) in s.iter().zip(r).enumerate() {
+            if sc != rc {
+                return Err(SimError::MessageSize {
+                    from,
+                    to,
+                    index,
+                    sent: sc,
+                    received: rc,
+                });
+            }
+            partner.insert((from, ss, so), (rs, ro));
+        }
+    }
+
+    // Lock-step execution.
+    let nsteps = |r: usize| res.get(r).map(Vec::len).unwrap_or(0);
+    let mut cur = vec![0usize; nranks];
+    let mut done: Vec<Vec<bool>> = vec![Vec::new(); nranks];
+    let mut report = SimReport {
+        recv: Vec::new(),
+        rounds: 0,
+        messages: 0,
+        sent: vec![0; nranks],
+    };
+    for r in 0..nranks {
+        settle(r, &res, &mut cur, &mut done, &mut mem);
+    }
+    loop {
+        if (0..nranks).all(|r| cur.get(r).copied().unwrap_or(0) >= nsteps(r)) {
+            break;
+        }
+        let mut matches = Vec::new();
+        for a in 0..nranks {
+            let sa = cur.get(a).copied().unwrap_or(0);
+            let Some(ops) = res.get(a).and_then(|s| s.get(sa)) else {
+                continue;
+            };
+            for (oi, op) in ops.iter().enumerate() {
+                let Res::Send { peer: b, src } = *op else {
+                    continue;
+                };
+                if done.get(a).and_then(|d| d.get(oi)).copied().unwrap_or(true) {
+                    continue;
+                }
+                let Some(&(sb, ob)) = partner.get(&(a, sa, oi)) else {
+                    continue;
+                };
+                let ready = cur.get(b) == Some(&sb)
+                    && !done.get(b).and_then(|d| d.get(ob)).copied().unwrap_or(true);
+                if ready {
+                    matches.push((a, oi, src, b, ob));
+                }
+            }
+        }
+        if matches.is_empty() {
+            let stuck = (0..nranks)
+                .filter(|&r| cur.get(r).copied().unwrap_or(0) < nsteps(r))
+                .map(|r| (r, cur.get(r).copied().unwrap_or(0)))
+                .collect();
+            return Err(SimError::Deadlock { stuck });
+        }
+        for &(a, oi, src, b, ob) in &matches {
+            let data = read(&mem, a, src);
+            let sb = cur.get(b).copied().unwrap_or(0);
+            match res.get(b).and_then(|s| s.get(sb)).and_then(|o| o.get(ob)) {
+                Some(Res::Recv { dst, .. }) => write(&mut mem, b, *dst, &data),
+                Some(Res::Reduce { local, dst, .. }) => {
+                    let l = read(&mem, b, *local);
+                    let v: Vec<u64> = data
+                        .iter()
+                        .zip(&l)
+                        .map(|(&x, &y)| opts.op.apply(x, y))
+                        .collect();
+                    write(&mut mem, b, *dst, &v);
+                }
+                _ => {}
+            }
+            for (r, o) in [(a, oi), (b, ob)] {
+                if let Some(f) = done.get_mut(r).and_then(|d| d.get_mut(o)) {
+                    *f = true;
+                }
+            }
+            report.messages += 1;
+            if let Some(s) = report.sent.get_mut(a) {
+                *s += src.1;
+            }
+        }
+        report.rounds += 1;
+        for r in 0..nranks {
+            settle(r, &res, &mut cur, &mut done, &mut mem);
+        }
+    }
+    report.recv = mem
+        .iter()
+        .zip(&layouts)
+        .map(|(m, l)| {
+            m.get(l.recv.offset..l.recv.offset + l.recv.len)
+                .map(<[u64]>::to_vec)
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok(report)
+}
+
+fn read(mem: &[Vec<u64>], rank: usize, (off, len): Range) -> Vec<u64> {
+    mem.get(rank)
+        .and_then(|m| m.get(off..off + len))
+        .map(<[u64]>::to_vec)
+        .unwrap_or_default()
+}
+
+fn write(mem: &mut [Vec<u64>], rank: usize, (off, len): Range, data: &[u64]) {
+    if let Some(d) = mem.get_mut(rank).and_then(|m| m.get_mut(off..off + len)) {
+        d.copy_from_slice(data);
+    }
+}
+
+/// Enters `r`'s current step if needed (running its copies) and leaves every finished step.
+fn settle(
+    r: usize,
+    res: &[Vec<Vec<Res>>],
+    cur: &mut [usize],
+    done: &mut [Vec<bool>],
+    mem: &mut [Vec<u64>],
+) {
+    let Some(steps) = res.get(r) else { return };
+    loop {
+        let Some(c) = cur.get(r).copied() else { return };
+        let Some(ops) = steps.get(c) else { return };
+        let Some(d) = done.get_mut(r) else { return };
+        if d.len() != ops.len() {
+            // Entering the step: copies complete at once (no hazard lets them race with
+            // anything else in the step, so when they run inside it does not matter).
+            *d = ops.iter().map(|o| matches!(o, Res::Copy(_))).collect();
+            for o in ops {
+                if let Res::Copy(Some((s, dst))) = *o {
+                    let data = read(mem, r, s);
+                    write(mem, r, dst, &data);
+                }
+            }
+        }
+        if d.iter().all(|&f| f) {
+            d.clear();
+            if let Some(cr) = cur.get_mut(r) {
+                *cr += 1;
+            }
+        } else {
+            return;
+        }
+    }
+}
+
+/// One end-to-end check of an algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Case {
+    pub coll: Collective,
+    pub algo: Algorithm,
+    pub nranks: usize,
+    pub count: usize,
+    pub pipeline: Pipeline,
+    pub opts: SimOptions,
+    /// Seeds the random inputs.
+    pub seed: u64,
+}
+
+/// Builds every rank's schedule for `case`, feeds random inputs, simulates and compares every
+/// rank's output with [`expected`] exactly.
+pub fn check(case: &Case) -> Result<SimReport, SimError> {
+    let n = case.nranks;
+    let schedules = (0..n)
+        .map(|r| schedule_with(case.coll, case.algo, r, n, case.count, case.pipeline))
+        .collect::<Result<Vec<_>, _>>()?;
+    let inputs = (0..n)
+        .map(|r| {
+            let len = buffer_sizes(case.coll, r, n, case.count)?.send;
+            Ok((0..len)
+                .map(|i| mix(case.seed ^ ((r as u64) << 48) ^ i as u64))
+                .collect())
+        })
+        .collect::<Result<Vec<Vec<u64>>, Error>>()?;
+    let want = expected(case.coll, n, case.count, &inputs, case.opts.op)?;
+    let report = simulate(case.coll, n, case.count, &schedules, &inputs, case.opts)?;
+    for (rank, (got, exp)) in report.recv.iter().zip(&want).enumerate() {
+        if got.len() != exp.len() {
+            return Err(SimError::OutputSize {
+                rank,
+                expected: exp.len(),
+                got: got.len(),
+            });
+        }
+        if let Some((index, (&g, &e))) = got.iter().zip(exp).enumerate().find(|(_, (g, e))| g != e)
+        {
+            return Err(SimError::Mismatch {
+                rank,
+                index,
+                got: g,
+                expected: e,
+            });
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,948 @@
+//! Targeted tests: hand-checked step lists, step counts, chunk boundaries, tree shapes,
+//! the cost model, errors, and the simulator's own error detection.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
+use ccl_collectives::reference::{check, expected, simulate, Case, ReduceOp, SimError, SimOptions};
+use ccl_collectives::{
+    btree_children, btree_parent, default_algorithm, estimate_us, schedule, schedule_with, split,
+    supports, Algorithm, BufId, Collective, Error, Op, Pipeline, Schedule, Slice, Step,
+};
+
+fn s(buf: BufId, offset: usize, count: usize) -> Slice {
+    Slice { buf, offset, count }
+}
+fn snd(o: usize, c: usize) -> Slice {
+    s(BufId::Send, o, c)
+}
+fn rcv(o: usize, c: usize) -> Slice {
+    s(BufId::Recv, o, c)
+}
+fn steps(ops: Vec<Vec<Op>>) -> Vec<Step> {
+    ops.into_iter().map(|ops| Step { ops }).collect()
+}
+fn all(coll: Collective, algo: Algorithm, n: usize, count: usize, pipe: Pipeline) -> Vec<Schedule> {
+    (0..n)
+        .map(|r| schedule_with(coll, algo, r, n, count, pipe).unwrap())
+        .collect()
+}
+fn run(
+    coll: Collective,
+    algo: Algorithm,
+    n: usize,
+    count: usize,
+    pipe: Pipeline,
+) -> ccl_collectives::reference::SimReport {
+    let case = Case {
+        coll,
+        algo,
+        nranks: n,
+        count,
+        pipeline: pipe,
+        opts: SimOptions {
+            in_place: false,
+            op: ReduceOp::Sum,
+        },
+        seed: 1,
+    };
+    check(&case).unwrap_or_else(|e| panic!("{case:?}: {e}"))
+}
+const P1: Pipeline = Pipeline {
+    min_piece: 1,
+    max_pieces: 1,
+};
+
+#[test]
+fn ring_allreduce_two_ranks_by_hand() {
+    let r0 = schedule(Collective::AllReduce, Algorithm::Ring, 0, 2, 4).unwrap();
+    assert_eq!(r0.scratch, 0);
+    assert_eq!(
+        r0.steps,
+        steps(vec![
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: snd(0, 2)
+                },
+                Op::RecvReduce {
+                    peer: 1,
+                    local: snd(2, 2),
+                    dst: rcv(2, 2)
+                },
+            ],
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: rcv(2, 2)
+                },
+                Op::Recv {
+                    peer: 1,
+                    dst: rcv(0, 2)
+                }
+            ],
+        ])
+    );
+    let r1 = schedule(Collective::AllReduce, Algorithm::Ring, 1, 2, 4).unwrap();
+    assert_eq!(
+        r1.steps,
+        steps(vec![
+            vec![
+                Op::Send {
+                    peer: 0,
+                    src: snd(2, 2)
+                },
+                Op::RecvReduce {
+                    peer: 0,
+                    local: snd(0, 2),
+                    dst: rcv(0, 2)
+                },
+            ],
+            vec![
+                Op::Send {
+                    peer: 0,
+                    src: rcv(0, 2)
+                },
+                Op::Recv {
+                    peer: 0,
+                    dst: rcv(2, 2)
+                }
+            ],
+        ])
+    );
+}
+
+#[test]
+fn ring_allreduce_three_ranks_by_hand() {
+    let r0 = schedule(Collective::AllReduce, Algorithm::Ring, 0, 3, 3).unwrap();
+    assert_eq!(
+        r0.steps,
+        steps(vec![
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: snd(0, 1)
+                },
+                Op::RecvReduce {
+                    peer: 2,
+                    local: snd(2, 1),
+                    dst: rcv(2, 1)
+                },
+            ],
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: rcv(2, 1)
+                },
+                Op::RecvReduce {
+                    peer: 2,
+                    local: snd(1, 1),
+                    dst: rcv(1, 1)
+                },
+            ],
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: rcv(1, 1)
+                },
+                Op::Recv {
+                    peer: 2,
+                    dst: rcv(0, 1)
+                }
+            ],
+            vec![
+                Op::Send {
+                    peer: 1,
+                    src: rcv(0, 1)
+                },
+                Op::Recv {
+                    peer: 2,
+                    dst: rcv(2, 1)
+                }
+            ],
+        ])
+    );
+}
+
+#[test]
+fn ring_broadcast_three_ranks_by_hand() {
+    let pipe = Pipeline {
+        min_piece: 1,
+        max_pieces: 2,
+    };
+    let coll = Collective::Broadcast { root: 1 };
+    let [r0, r1, r2] =
+        [0, 1, 2].map(|r| schedule_with(coll, Algorithm::Ring, r, 3, 2, pipe).unwrap());
+    assert_eq!(
+        r1.steps,
+        steps(vec![
+            vec![
+                Op::Copy {
+                    src: snd(0, 2),
+                    dst: rcv(0, 2)
+                },
+                Op::Send {
+                    peer: 2,
+                    src: snd(0, 1)
+                }
+            ],
+            vec![Op::Send {
+                peer: 2,
+                src: snd(1, 1)
+            }],
+        ])
+    );
+    assert_eq!(
+        r2.steps,
+        steps(vec![
+            vec![Op::Recv {
+                peer: 1,
+                dst: rcv(0, 1)
+            }],
+            vec![
+                Op::Send {
+                    peer: 0,
+                    src: rcv(0, 1)
+                },
+                Op::Recv {
+                    peer: 1,
+                    dst: rcv(1, 1)
+                }
+            ],
+            vec![Op::Send {
+                peer: 0,
+                src: rcv(1, 1)
+            }],
+        ])
+    );
+    assert_eq!(
+        r0.steps,
+        steps(vec![
+            vec![Op::Recv {
+                peer: 2,
+                dst: rcv(0, 1)
+            }],
+            vec![Op::Recv {
+                peer: 2,
+                dst: rcv(1, 1)
+            }]
+        ])
+    );
+}
+
+#[test]
+fn ring_reduce_scatter_two_ranks_by_hand() {
+    let r0 = schedule(Collective::ReduceScatter, Algorithm::Ring, 0, 2, 3).unwrap();
+    assert_eq!(r0.scratch, 0);
+    assert_eq!(
+        r0.steps,
+        steps(vec![vec![
+            Op::Send {
+                peer: 1,
+                src: snd(3, 3)
+            },
+            Op::RecvReduce {
+                peer: 1,
+                local: snd(0, 3),
+                dst: rcv(0, 3)
+            },
+        ]])
+    );
+}
+
+#[test]
+fn split_is_exact_and_uneven() {
+    for count in 0..40 {
+        for parts in 1..15 {
+            let mut next = 0;
+            for i in 0..parts {
+                let (o, l) = split(count, parts, i);
+                assert_eq!(o, next);
+                assert!(l == count / parts || l == count / parts + 1);
+                next += l;
+            }
+            assert_eq!(next, count);
+        }
+    }
+    // count < parts: leading parts get one element, the rest are empty.
+    assert_eq!(split(2, 5, 0), (0, 1));
+    assert_eq!(split(2, 5, 1), (1, 1));
+    assert_eq!(split(2, 5, 2), (2, 0));
+    assert_eq!(split(2, 5, 4), (2, 0));
+}
+
+#[test]
+fn count_below_nranks_drops_empty_chunks() {
+    // 7 ranks, 3 elements: chunks 3..7 are empty, so their messages are never emitted.
+    for r in 0..7 {
+        let sch = schedule(Collective::AllReduce, Algorithm::Ring, r, 7, 3).unwrap();
+        for st in &sch.steps {
+            assert!(!st.ops.is_empty());
+            for op in &st.ops {
+                let n = match op {
+                    Op::Send { src, .. } => src.count,
+                    Op::Recv { dst, .. } | Op::RecvReduce { dst, .. } | Op::Copy { dst, .. } => {
+                        dst.count
+                    }
+                };
+                assert_eq!(n, 1);
+            }
+        }
+    }
+    for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct] {
+        run(Collective::AllReduce, algo, 7, 3, P1);
+        run(
+            Collective::AllReduce,
+            algo,
+            7,
+            1,
+            Pipeline {
+                min_piece: 1,
+                max_pieces: 4,
+            },
+        );
+    }
+}
+
+#[test]
+fn ring_step_counts() {
+    for n in 2..=12 {
+        for count in [n, 3 * n + 1, 100] {
+            for r in 0..n {
+                let ar = schedule(Collective::AllReduce, Algorithm::Ring, r, n, count).unwrap();
+                assert_eq!(ar.steps.len(), 2 * (n - 1), "n={n} count={count}");
+                let ag = schedule(Collective::AllGather, Algorithm::Ring, r, n, count).unwrap();
+                assert_eq!(ag.steps.len(), n - 1);
+                let rs = schedule(Collective::ReduceScatter, Algorithm::Ring, r, n, count).unwrap();
+                assert_eq!(rs.steps.len(), n - 1);
+                assert_eq!(rs.scratch, (n - 2).min(2) * count);
+            }
+            assert_eq!(
+                run(Collective::AllReduce, Algorithm::Ring, n, count, P1).rounds,
+                2 * (n - 1)
+            );
+            // Every rank sends 2(n-1)/n of the data (exact when n divides count).
+            if count % n == 0 {
+                let rep = run(Collective::AllReduce, Algorithm::Ring, n, count, P1);
+                assert!(rep.sent.iter().all(|&x| x == 2 * (n - 1) * count / n));
+            }
+        }
+    }
+}
+
+#[test]
+fn chain_pipelines() {
+    for n in 2..=9 {
+        for p in 1..=8 {
+            let pipe = Pipeline {
+                min_piece: 1,
+                max_pieces: p,
+            };
+            let count = 10 * p + 3;
+            let root = n / 2;
+            let b = run(
+                Collective::Broadcast { root },
+                Algorithm::Ring,
+                n,
+                count,
+                pipe,
+            );
+            assert_eq!(b.rounds, p + n - 2, "broadcast n={n} p={p}");
+            let r = run(Collective::Reduce { root }, Algorithm::Ring, n, count, pipe);
+            assert_eq!(r.rounds, p + n - 2, "reduce n={n} p={p}");
+            // Chain nodes keep at most two pieces of partial sums.
+            for rank in 0..n {
+                let sch = schedule_with(
+                    Collective::Reduce { root },
+                    Algorithm::Ring,
+                    rank,
+                    n,
+                    count,
+                    pipe,
+                )
+                .unwrap();
+                assert!(sch.scratch <= 2 * count.div_ceil(p));
+            }
+        }
+    }
+}
+
+fn height(n: usize) -> usize {
+    (0..n)
+        .map(|mut i| {
+            let mut d = 0;
+            while let Some(p) = btree_parent(n, i) {
+                i = p;
+                d += 1;
+            }
+            d
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn bit_tree_shape() {
+    for m in 1..=300usize {
+        assert_eq!(btree_parent(m, 0), None);
+        for i in 0..m {
+            for c in btree_children(m, i).into_iter().flatten() {
+                assert!(c < m);
+                assert_eq!(btree_parent(m, c), Some(i), "m={m} i={i} c={c}");
+            }
+            if let Some(p) = btree_parent(m, i) {
+                assert!(btree_children(m, p).contains(&Some(i)), "m={m} i={i} p={p}");
+            }
+            if i % 2 == 1 {
+                assert_eq!(
+                    btree_children(m, i),
+                    [None, None],
+                    "odd positions are leaves"
+                );
+            }
+        }
+        for i in 1..m {
+            let mut j = i;
+            let mut hops = 0;
+            while let Some(p) = btree_parent(m, j) {
+                j = p;
+                hops += 1;
+                assert!(hops <= m);
+            }
+            assert_eq!(j, 0);
+        }
+        let h = if m < 2 {
+            0
+        } else {
+            1 + (m - 1).ilog2() as usize
+        };
+        assert_eq!(height(m), h, "m={m}");
+    }
+}
+
+#[test]
+fn double_tree_odd_shift() {
+    // Odd n: tree 1 is shifted by one; only rank 0 is interior in both trees.
+    for n in (3..=63).step_by(2) {
+        for r in 1..n {
+            let interior_a = btree_children(n, r) != [None, None];
+            let interior_b = btree_children(n, (r + n - 1) % n) != [None, None];
+            assert!(!(interior_a && interior_b), "n={n} r={r}");
+        }
+    }
+}
+
+#[test]
+fn double_tree_interior_in_one_tree() {
+    for n in (2..=64).step_by(2) {
+        for r in 0..n {
+            let interior_a = btree_children(n, r) != [None, None];
+            let interior_b = btree_children(n, n - 1 - r) != [None, None];
+            assert!(!(interior_a && interior_b), "n={n} r={r}");
+        }
+    }
+}
+
+#[test]
+fn tree_latency_is_logarithmic() {
+    for n in 2..=64 {
+        let h = height(n);
+        for p in [1, 4] {
+            let pipe = Pipeline {
+                min_piece: 1,
+                max_pieces: p,
+            };
+            let count = 2 * p * 8;
+            let ar = run(Collective::AllReduce, Algorithm::Tree, n, count, pipe);
+            assert!(
+                ar.rounds <= 3 * h + p - 2,
+                "allreduce n={n} p={p} rounds={} h={h}",
+                ar.rounds
+            );
+            let b = run(
+                Collective::Broadcast { root: n - 1 },
+                Algorithm::Tree,
+                n,
+                count,
+                pipe,
+            );
+            assert_eq!(b.rounds, h + p - 1, "broadcast n={n} p={p}");
+            let r = run(
+                Collective::Reduce { root: 0 },
+                Algorithm::Tree,
+                n,
+                count,
+                pipe,
+            );
+            assert!(
+                r.rounds < 2 * h + p,
+                "reduce n={n} p={p} rounds={}",
+                r.rounds
+            );
+            for rank in 0..n {
+                let sch =
+                    schedule_with(Collective::AllReduce, Algorithm::Tree, rank, n, count, pipe)
+                        .unwrap();
+                assert!(sch.steps.len() <= 3 * h + p - 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn direct_step_counts() {
+    for n in 2..=8 {
+        let c = 5;
+        for r in 0..n {
+            let st = |coll| {
+                schedule(coll, Algorithm::Direct, r, n, c)
+                    .unwrap()
+                    .steps
+                    .len()
+            };
+            assert_eq!(st(Collective::AlltoAll), 2);
+            assert_eq!(st(Collective::Gather { root: 0 }), 1);
+            assert_eq!(st(Collective::Scatter { root: n - 1 }), 1);
+            assert_eq!(st(Collective::AllGather), 1);
+            assert_eq!(st(Collective::Broadcast { root: 1 }), 1);
+            assert_eq!(st(Collective::ReduceScatter), n - 1);
+        }
+        assert_eq!(
+            run(Collective::AlltoAll, Algorithm::Direct, n, c, P1).rounds,
+            1
+        );
+    }
+}
+
+#[test]
+fn degenerate_sizes() {
+    for coll in [
+        Collective::AllReduce,
+        Collective::Broadcast { root: 0 },
+        Collective::AllGather,
+        Collective::AlltoAll,
+        Collective::Scatter { root: 0 },
+    ] {
+        for algo in [Algorithm::Ring, Algorithm::Tree, Algorithm::Direct] {
+            if !supports(coll, algo) {
+                continue;
+            }
+            let one = schedule(coll, algo, 0, 1, 9).unwrap();
+            assert_eq!(
+                one.steps,
+                steps(vec![vec![Op::Copy {
+                    src: snd(0, 9),
+                    dst: rcv(0, 9)
+                }]])
+            );
+            assert_eq!(one.scratch, 0);
+            for n in 1..5 {
+                for r in 0..n {
+                    assert_eq!(schedule(coll, algo, r, n, 0).unwrap(), Schedule::default());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn errors() {
+    let ar = Collective::AllReduce;
+    assert_eq!(
+        schedule(ar, Algorithm::Ring, 4, 4, 1),
+        Err(Error::BadRank { rank: 4, nranks: 4 })
+    );
+    assert_eq!(
+        schedule(ar, Algorithm::Ring, 0, 0, 1),
+        Err(Error::BadRank { rank: 0, nranks: 0 })
+    );
+    let b = Collective::Broadcast { root: 3 };
+    assert_eq!(
+        schedule(b, Algorithm::Tree, 0, 3, 1),
+        Err(Error::BadRoot { root: 3, nranks: 3 })
+    );
+    let a2a = Collective::AlltoAll;
+    assert_eq!(
+        schedule(a2a, Algorithm::Ring, 0, 3, 1),
+        Err(Error::Unsupported {
+            coll: a2a,
+            algo: Algorithm::Ring
+        })
+    );
+    assert_eq!(
+        schedule(Collective::AllGather, Algorithm::Tree, 0, 3, 1),
+        Err(Error::Unsupported {
+            coll: Collective::AllGather,
+            algo: Algorithm::Tree
+        })
+    );
+    assert_eq!(
+        schedule(Collective::AllGather, Algorithm::Ring, 0, 3, usize::MAX / 2),
+        Err(Error::Overflow)
+    );
+}
+
+#[test]
+fn default_algorithm_choices() {
+    let ar = Collective::AllReduce;
+    assert_eq!(default_algorithm(ar, 32, 1024), Algorithm::Tree);
+    assert_eq!(default_algorithm(ar, 32, 1 << 30), Algorithm::Ring);
+    assert_eq!(default_algorithm(ar, 2, 1024), Algorithm::Ring);
+    assert_eq!(
+        default_algorithm(Collective::Broadcast { root: 0 }, 64, 4096),
+        Algorithm::Tree
+    );
+    assert_eq!(
+        default_algorithm(Collective::Broadcast { root: 0 }, 8, 1 << 28),
+        Algorithm::Ring
+    );
+    assert_eq!(
+        default_algorithm(Collective::Reduce { root: 0 }, 64, 4096),
+        Algorithm::Tree
+    );
+    assert_eq!(
+        default_algorithm(Collective::AllGather, 64, 4096),
+        Algorithm::Ring
+    );
+    assert_eq!(
+        default_algorithm(Collective::AlltoAll, 8, 1 << 20),
+        Algorithm::Direct
+    );
+    assert_eq!(
+        default_algorithm(Collective::Gather { root: 1 }, 8, 16),
+        Algorithm::Direct
+    );
+    assert_eq!(
+        default_algorithm(Collective::Scatter { root: 1 }, 8, 16),
+        Algorithm::Direct
+    );
+    for n in [1, 2, 3, 8, 100, 4096] {
+        for bytes in [0, 1, 1 << 10, 1 << 20, 1 << 30] {
+            for coll in [
+                ar,
+                Collective::Broadcast { root: 0 },
+                Collective::ReduceScatter,
+                Collective::AlltoAll,
+            ] {
+                let chosen = default_algorithm(coll, n, bytes);
+                assert!(supports(coll, chosen));
+                let c = estimate_us(coll, chosen, n, bytes).unwrap();
+                for other in [Algorithm::Ring, Algorithm::Tree] {
+                    if let Some(o) = estimate_us(coll, other, n, bytes) {
+                        assert!(
+                            c <= o,
+                            "{coll:?} n={n} bytes={bytes}: {chosen:?} {c} vs {other:?} {o}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reference_max_and_roots() {
+    let inputs = vec![vec![1, 9], vec![5, 2], vec![3, 3]];
+    let out = expected(Collective::Reduce { root: 2 }, 3, 2, &inputs, ReduceOp::Max).unwrap();
+    assert_eq!(out, vec![vec![], vec![], vec![5, 9]]);
+    let out = expected(Collective::AllReduce, 3, 2, &inputs, ReduceOp::Sum).unwrap();
+    assert_eq!(out, vec![vec![9, 14]; 3]);
+    let out = expected(
+        Collective::AlltoAll,
+        2,
+        1,
+        &[vec![1, 2], vec![3, 4]],
+        ReduceOp::Sum,
+    )
+    .unwrap();
+    assert_eq!(out, vec![vec![1, 3], vec![2, 4]]);
+}
+
+// ----- the simulator catches broken schedules -----
+
+fn sim(
+    coll: Collective,
+    n: usize,
+    count: usize,
+    scheds: &[Schedule],
+    in_place: bool,
+) -> Result<(), SimError> {
+    let inputs: Vec<Vec<u64>> = (0..n)
+        .map(|r| {
+            let len = ccl_collectives::buffer_sizes(coll, r, n, count)
+                .unwrap()
+                .send;
+            (0..len as u64).map(|i| 1000 * r as u64 + i + 1).collect()
+        })
+        .collect();
+    let rep = simulate(
+        coll,
+        n,
+        count,
+        scheds,
+        &inputs,
+        SimOptions {
+            in_place,
+            op: ReduceOp::Sum,
+        },
+    )?;
+    let want = expected(coll, n, count, &inputs, ReduceOp::Sum)?;
+    if rep.recv != want {
+        return Err(SimError::Mismatch {
+            rank: 0,
+            index: 0,
+            got: 0,
+            expected: 0,
+        });
+    }
+    Ok(())
+}
+
+fn sched(steps_: Vec<Vec<Op>>) -> Schedule {
+    Schedule {
+        steps: steps(steps_),
+        scratch: 0,
+    }
+}
+
+#[test]
+fn sim_detects_deadlock() {
+    // Both ranks send in their first step and receive in their second: rendezvous deadlock.
+    let ag = Collective::AllGather;
+    let mk = |me: usize, peer: usize| {
+        sched(vec![
+            vec![
+                Op::Copy {
+                    src: snd(0, 1),
+                    dst: rcv(me, 1),
+                },
+                Op::Send {
+                    peer,
+                    src: snd(0, 1),
+                },
+            ],
+            vec![Op::Recv {
+                peer,
+                dst: rcv(peer, 1),
+            }],
+        ])
+    };
+    let err = sim(ag, 2, 1, &[mk(0, 1), mk(1, 0)], false).unwrap_err();
+    assert!(matches!(err, SimError::Deadlock { .. }), "{err}");
+    // Same ops with the receive moved into the sending step: fine.
+    let ok = |me: usize, peer: usize| {
+        sched(vec![vec![
+            Op::Copy {
+                src: snd(0, 1),
+                dst: rcv(me, 1),
+            },
+            Op::Send {
+                peer,
+                src: snd(0, 1),
+            },
+            Op::Recv {
+                peer,
+                dst: rcv(peer, 1),
+            },
+        ]])
+    };
+    sim(ag, 2, 1, &[ok(0, 1), ok(1, 0)], false).unwrap();
+    // In place the same schedule is fine too (the copy is onto itself).
+    sim(ag, 2, 1, &[ok(0, 1), ok(1, 0)], true).unwrap();
+}
+
+#[test]
+fn sim_detects_hazards_and_bad_ops() {
+    let ar = Collective::AllReduce;
+    let good = all(ar, Algorithm::Ring, 2, 4, P1);
+    sim(ar, 2, 4, &good, false).unwrap();
+
+    // Receiving into the chunk being sent in the same step.
+    let mut bad = good.clone();
+    bad[0].steps[1].ops[1] = Op::Recv {
+        peer: 1,
+        dst: rcv(2, 2),
+    };
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::Hazard {
+            rank: 0,
+            step: 1,
+            ..
+        })
+    ));
+
+    // Writing the send buffer.
+    let mut bad = good.clone();
+    bad[0].steps[0].ops[1] = Op::RecvReduce {
+        peer: 1,
+        local: snd(2, 2),
+        dst: snd(2, 2),
+    };
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::WritesSend(_))
+    ));
+
+    // Out of bounds.
+    let mut bad = good.clone();
+    bad[1].steps[1].ops[0] = Op::Send {
+        peer: 0,
+        src: rcv(3, 2),
+    };
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::OutOfBounds(_))
+    ));
+
+    // Message sizes differ between the ends.
+    let mut bad = good.clone();
+    bad[1].steps[1].ops[0] = Op::Send {
+        peer: 0,
+        src: rcv(0, 1),
+    };
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::MessageSize { .. })
+    ));
+
+    // A send without a receive.
+    let mut bad = good.clone();
+    bad[1].steps[1].ops.pop();
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::Unmatched { .. })
+    ));
+
+    // Peer is self.
+    let mut bad = good.clone();
+    bad[1].steps[1].ops[0] = Op::Send {
+        peer: 1,
+        src: rcv(0, 2),
+    };
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::BadPeer(_))
+    ));
+
+    // Zero-count op.
+    let mut bad = good.clone();
+    bad[1].steps[1].ops.push(Op::Copy {
+        src: snd(0, 0),
+        dst: rcv(0, 0),
+    });
+    assert!(matches!(
+        sim(ar, 2, 4, &bad, false),
+        Err(SimError::ZeroCount(_))
+    ));
+
+    // Two receives into overlapping memory in one step.
+    let two = vec![
+        sched(vec![vec![
+            Op::Send {
+                peer: 1,
+                src: snd(0, 2),
+            },
+            Op::Send {
+                peer: 1,
+                src: snd(0, 2),
+            },
+        ]]),
+        sched(vec![vec![
+            Op::Recv {
+                peer: 0,
+                dst: rcv(0, 2),
+            },
+            Op::Recv {
+                peer: 0,
+                dst: rcv(1, 2),
+            },
+        ]]),
+    ];
+    let b = Collective::Broadcast { root: 0 };
+    assert!(matches!(
+        sim(b, 2, 3, &two, false),
+        Err(SimError::Hazard {
+            rank: 1,
+            step: 0,
+            a: 0,
+            b: 1
+        })
+    ));
+}
+
+#[test]
+fn sim_detects_lost_and_double_contributions() {
+    let ar = Collective::AllReduce;
+    let good = all(ar, Algorithm::Ring, 3, 3, P1);
+    sim(ar, 3, 3, &good, false).unwrap();
+    // Forwarding the raw input instead of the partial sum loses a contribution.
+    let mut bad = good.clone();
+    bad[0].steps[1].ops[0] = Op::Send {
+        peer: 1,
+        src: snd(2, 1),
+    };
+    assert!(matches!(
+        sim(ar, 3, 3, &bad, false),
+        Err(SimError::Mismatch { .. })
+    ));
+    // Folding the partial sum into itself double-counts.
+    let mut bad = good.clone();
+    bad[0].steps[1].ops[1] = Op::RecvReduce {
+        peer: 2,
+        local: rcv(2, 1),
+        dst: rcv(1, 1),
+    };
+    assert!(sim(ar, 3, 3, &bad, false).is_err());
+}
+
+#[test]
+fn sim_checks_in_place_aliasing() {
+    // An AllGather that forwards block r from Recv in step 0 is fine out of place only if the
+    // copy happened; in place a schedule that writes its own block before sending it breaks.
+    let ag = Collective::AllGather;
+    let mk = |me: usize, peer: usize| {
+        sched(vec![
+            vec![
+                Op::Send {
+                    peer,
+                    src: snd(0, 1),
+                },
+                Op::Recv {
+                    peer,
+                    dst: rcv(peer, 1),
+                },
+            ],
+            // Overwrites Recv[me], which in place is the input: harmless here because the
+            // input was already sent, and the result there must be the input anyway.
+            vec![Op::Copy {
+                src: snd(0, 1),
+                dst: rcv(me, 1),
+            }],
+        ])
+    };
+    sim(ag, 2, 1, &[mk(0, 1), mk(1, 0)], false).unwrap();
+    sim(ag, 2, 1, &[mk(0, 1), mk(1, 0)], true).unwrap();
+    // An AlltoAll receiving straight into Recv is right out of place, wrong in place (it
+    // overwrites blocks it still has to send: here a same-step hazard).
+    let a2a = Collective::AlltoAll;
+    let mk = |me: usize, peer: usize| {
+        sched(vec![vec![
+            Op::Copy {
+                src: snd(me, 1),
+                dst: rcv(me, 1),
+            },
+            Op::Send {
+                peer,
+                src: snd(peer, 1),
+            },
+            Op::Recv {
+                peer,
+                dst: rcv(peer, 1),
+            },
+        ]])
+    };
+    sim(a2a, 2, 1, &[mk(0, 1), mk(1, 0)], false).unwrap();
+    assert!(matches!(
+        sim(a2a, 2, 1, &[mk(0, 1), mk(1, 0)], true),
+        Err(SimError::Hazard { .. })
+    ));
+}

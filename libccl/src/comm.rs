@@ -1,0 +1,441 @@
+//! Communicators: init (blocking and not), split, finalize, destroy, abort, async errors.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ccl_cuda::DataType;
+use ccl_transports::shm::{ShmLink, ShmRing, DEFAULT_SLOTS};
+use ccl_transports::socket::SocketLink;
+use ccl_transports::Link;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::bootstrap::{self, Ctrl, RankInfo, UniqueId};
+use crate::error::{Error, ErrorKind, Result};
+use crate::params;
+use crate::task::{Scalar, Task};
+
+/// `NCCL_SPLIT_NOCOLOR`.
+pub const SPLIT_NOCOLOR: i32 = -1;
+
+/// The parts of `ncclConfig_t` libccl acts on.
+#[derive(Debug, Clone, Default)]
+pub struct CommConfig {
+    pub blocking: bool,
+    pub comm_name: Option<String>,
+    pub split_share: bool,
+}
+
+impl CommConfig {
+    pub fn blocking() -> Self {
+        CommConfig { blocking: true, ..Default::default() }
+    }
+}
+
+/// Lifecycle of a communicator.
+#[derive(Debug, Clone, PartialEq)]
+enum Life {
+    Initializing,
+    Ready,
+    Finalized,
+    Gone,
+}
+
+/// The state the data path needs, behind the communicator's lock.
+pub struct CommState {
+    pub ctrl: Ctrl,
+    pub links: Vec<Option<Box<dyn Link>>>,
+    pub table: Vec<RankInfo>,
+    /// Collectives issued so far (all ranks count alike; carried in operation headers).
+    pub coll_seq: u64,
+    /// Per peer: sends and receives issued so far.
+    pub p2p_seqs: Vec<(u64, u64)>,
+    pub staging: Vec<u8>,
+}
+
+/// Shared part of a communicator.
+pub struct CommInner {
+    pub rank: usize,
+    pub nranks: usize,
+    pub cuda_dev: i32,
+    pub config: CommConfig,
+    pub abort: Arc<AtomicBool>,
+    nonce: AtomicU64,
+    life: Mutex<Life>,
+    async_error: Mutex<Option<Error>>,
+    pub state: Mutex<Option<CommState>>,
+    splits: AtomicU64,
+    redops: Mutex<Vec<Option<(Scalar, DataType)>>>,
+}
+
+/// A communicator handle (what `ncclComm_t` points at).
+#[derive(Clone)]
+pub struct Comm(pub Arc<CommInner>);
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Comm(rank {} of {})", self.0.rank, self.0.nranks)
+    }
+}
+
+/// First PreMulSum op handle, as NCCL numbers them.
+pub const FIRST_USER_REDOP: i32 = 5;
+
+impl Comm {
+    fn new_inner(rank: usize, nranks: usize, config: CommConfig) -> Comm {
+        Comm(Arc::new(CommInner {
+            rank,
+            nranks,
+            cuda_dev: 0,
+            config,
+            abort: Arc::new(AtomicBool::new(false)),
+            nonce: AtomicU64::new(0),
+            life: Mutex::new(Life::Initializing),
+            async_error: Mutex::new(None),
+            state: Mutex::new(None),
+            splits: AtomicU64::new(0),
+            redops: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub fn rank(&self) -> usize {
+        self.0.rank
+    }
+
+    pub fn nranks(&self) -> usize {
+        self.0.nranks
+    }
+
+    /// Checks the arguments of `ncclCommInitRank*` and makes the handle; [`Comm::run_init`]
+    /// then does the work (now, in a group's end, or on a thread for non-blocking configs).
+    pub fn prepare(nranks: i32, id: &UniqueId, rank: i32, config: CommConfig) -> Result<(Comm, UniqueId)> {
+        crate::log::init();
+        if nranks < 1 {
+            return Err(Error::invalid_argument(format!("nranks {nranks} must be at least 1")));
+        }
+        if rank < 0 || rank >= nranks {
+            return Err(Error::invalid_argument(format!("rank {rank} out of range for {nranks} ranks")));
+        }
+        id.decode()?;
+        Ok((Comm::new_inner(rank as usize, nranks as usize, config), *id))
+    }
+
+    /// Runs init to the end and records the outcome as the async error.
+    pub fn run_init(&self, id: UniqueId) -> Result<()> {
+        let r = self.init_body(id);
+        self.finish_init(r.clone());
+        r
+    }
+
+    fn finish_init(&self, r: Result<()>) {
+        match r {
+            Ok(()) => *self.0.life.lock() = Life::Ready,
+            Err(e) => {
+                tracing::warn!("rank {}: init failed: {e}", self.0.rank);
+                *self.0.async_error.lock() = Some(e);
+                *self.0.life.lock() = Life::Ready;
+            }
+        }
+    }
+
+    fn init_body(&self, id: UniqueId) -> Result<()> {
+        let (root, nonce) = id.decode()?;
+        self.0.nonce.store(nonce, Ordering::Relaxed);
+        if self.0.rank == 0 {
+            if let Some(spec) = params::NCCL_COMM_ID.raw() {
+                if bootstrap::resolve(&spec)? == root {
+                    let l = TcpListener::bind(root).map_err(|e| {
+                        Error::system(format!("NCCL_COMM_ID={spec}: cannot listen there: {e}"))
+                    })?;
+                    bootstrap::spawn_root(l, nonce)?;
+                }
+            }
+        }
+        let listener = bootstrap::listen()?;
+        let info = my_info(self.0.rank, &listener)?;
+        let table = bootstrap::rendezvous(root, nonce, self.0.nranks, &info, &self.0.abort)?;
+        let state = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
+        tracing::info!(
+            "rank {} of {} ready ({})",
+            self.0.rank,
+            self.0.nranks,
+            describe_links(&state)
+        );
+        *self.0.state.lock() = Some(state);
+        Ok(())
+    }
+
+    /// `ncclCommInitRank` in one call (blocking).
+    pub fn init_rank(nranks: i32, id: &UniqueId, rank: i32, config: CommConfig) -> Result<Comm> {
+        let (c, id) = Comm::prepare(nranks, id, rank, config)?;
+        c.run_init(id)?;
+        Ok(c)
+    }
+
+    /// Starts init on a thread (non-blocking configs): the handle answers `InProgress` until
+    /// it is done.
+    pub fn spawn_init(&self, id: UniqueId) -> Result<()> {
+        let c = self.clone();
+        std::thread::Builder::new()
+            .name("ccl-init".into())
+            .spawn(move || {
+                let _ = c.run_init(id);
+            })
+            .map(|_| ())
+            .map_err(|e| Error::system(format!("spawn init thread: {e}")))
+    }
+
+    /// `ncclCommGetAsyncError`: `InProgress` while initializing, the first error otherwise.
+    pub fn async_error(&self) -> Result<()> {
+        if *self.0.life.lock() == Life::Initializing {
+            return Err(Error::new(ErrorKind::InProgress, "communicator is still initializing"));
+        }
+        match &*self.0.async_error.lock() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Records an error that makes the communicator unusable.
+    pub fn set_async_error(&self, e: &Error) {
+        let mut a = self.0.async_error.lock();
+        if a.is_none() {
+            *a = Some(e.clone());
+        }
+    }
+
+    /// Fails unless the communicator can take operations.
+    pub fn check_usable(&self) -> Result<()> {
+        match *self.0.life.lock() {
+            Life::Initializing => {
+                return Err(Error::invalid_usage("communicator is still initializing (poll ncclCommGetAsyncError)"))
+            }
+            Life::Finalized => return Err(Error::invalid_usage("communicator was finalized")),
+            Life::Gone => return Err(Error::invalid_usage("communicator was destroyed or aborted")),
+            Life::Ready => {}
+        }
+        if let Some(e) = &*self.0.async_error.lock() {
+            return Err(Error::new(e.kind, format!("communicator failed earlier: {}", e.message)));
+        }
+        Ok(())
+    }
+
+    /// Validates `task` and hands it to the current group (or runs it now).
+    pub fn enqueue(&self, task: Task) -> Result<()> {
+        self.check_usable()?;
+        crate::task::validate(&task, self.0.rank, self.0.nranks)?;
+        crate::group::submit(self, task)
+    }
+
+    /// `ncclCommSplit`: ranks with the same color form a communicator, ordered by key then
+    /// parent rank; `SPLIT_NOCOLOR` ranks get `None`.
+    pub fn split(&self, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
+        self.check_usable()?;
+        if color < 0 && color != SPLIT_NOCOLOR {
+            return Err(Error::invalid_argument(format!("split color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR")));
+        }
+        let n = self.0.splits.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.0.state.lock();
+        let state = guard.as_mut().ok_or_else(|| Error::invalid_usage("communicator has no state"))?;
+        let listener = if color == SPLIT_NOCOLOR { None } else { Some(bootstrap::listen()?) };
+        let info = match &listener {
+            Some(l) => Some(my_info(0, l)?),
+            None => None,
+        };
+        #[derive(Serialize, Deserialize)]
+        struct SplitInfo {
+            color: i32,
+            key: i32,
+            info: Option<RankInfo>,
+        }
+        let mine = serde_json::to_vec(&SplitInfo { color, key, info })
+            .map_err(|e| Error::internal(format!("encode split info: {e}")))?;
+        let all = state.ctrl.allgather(&mine, &self.0.abort).inspect_err(|e| self.set_async_error(e))?;
+        drop(guard);
+        let Some(listener) = listener else { return Ok(None) };
+        let mut members: Vec<(i32, usize, RankInfo)> = Vec::new();
+        for (r, b) in all.iter().enumerate() {
+            let s: SplitInfo = serde_json::from_slice(b)
+                .map_err(|e| Error::remote(format!("rank {r} sent a malformed split request: {e}")))?;
+            if s.color == color {
+                let info = s.info.ok_or_else(|| Error::remote(format!("rank {r} has no address")))?;
+                members.push((s.key, r, info));
+            }
+        }
+        members.sort_by_key(|(k, r, _)| (*k, *r));
+        let new_rank = members
+            .iter()
+            .position(|(_, r, _)| *r == self.0.rank)
+            .ok_or_else(|| Error::internal("this rank is missing from its own split"))?;
+        let table: Vec<RankInfo> = members
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, _, mut info))| {
+                info.rank = i;
+                info
+            })
+            .collect();
+        let nonce = bootstrap::fnv1a(
+            format!("{}|split{}|{}", self.0.nonce.load(Ordering::Relaxed), n, color).as_bytes(),
+        );
+        let child = Comm::new_inner(new_rank, table.len(), config);
+        child.0.nonce.store(nonce, Ordering::Relaxed);
+        let r = build_state(new_rank, table, &listener, nonce, &child.0.abort).map(|st| {
+            *child.0.state.lock() = Some(st);
+        });
+        child.finish_init(r.clone());
+        r.map(|()| Some(child))
+    }
+
+    /// `ncclCommFinalize`: operations complete before calls return on this backend, so there
+    /// is nothing left to flush; later operations are refused.
+    pub fn finalize(&self) -> Result<()> {
+        let mut life = self.0.life.lock();
+        match *life {
+            Life::Ready => {
+                *life = Life::Finalized;
+                Ok(())
+            }
+            Life::Initializing => Err(Error::invalid_usage("finalize while the communicator is initializing")),
+            Life::Finalized => Err(Error::invalid_usage("communicator already finalized")),
+            Life::Gone => Err(Error::invalid_usage("communicator was destroyed")),
+        }
+    }
+
+    /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
+    /// and frees everything.
+    pub fn destroy(&self) {
+        let mut guard = self.0.state.lock();
+        if let Some(mut st) = guard.take() {
+            st.ctrl.say_bye();
+        }
+        *self.0.life.lock() = Life::Gone;
+    }
+
+    /// `ncclCommAbort`: stops any operation in flight (from any thread) and drops every
+    /// connection without goodbye, so peers blocked on us fail at once.
+    pub fn abort(&self) {
+        self.0.abort.store(true, Ordering::SeqCst);
+        let mut guard = self.0.state.lock();
+        guard.take();
+        *self.0.life.lock() = Life::Gone;
+    }
+
+    /// Registers a PreMulSum op and returns its `ncclRedOp_t` value.
+    pub fn create_premul(&self, scalar: Scalar, dtype: DataType) -> Result<i32> {
+        let mut ops = self.0.redops.lock();
+        let slot = match ops.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                ops.push(None);
+                ops.len() - 1
+            }
+        };
+        ops[slot] = Some((scalar, dtype));
+        i32::try_from(slot)
+            .ok()
+            .and_then(|s| s.checked_add(FIRST_USER_REDOP))
+            .ok_or_else(|| Error::invalid_usage("too many PreMulSum ops"))
+    }
+
+    pub fn destroy_premul(&self, op: i32) -> Result<()> {
+        let mut ops = self.0.redops.lock();
+        let slot = usize::try_from(op - FIRST_USER_REDOP)
+            .ok()
+            .filter(|&s| ops.get(s).is_some_and(Option::is_some))
+            .ok_or_else(|| Error::invalid_argument(format!("reduction op {op} was not created on this communicator")))?;
+        ops[slot] = None;
+        Ok(())
+    }
+
+    /// The PreMulSum op `op`, if it exists, with the dtype it was created for.
+    pub fn premul(&self, op: i32) -> Option<(Scalar, DataType)> {
+        let slot = usize::try_from(op.checked_sub(FIRST_USER_REDOP)?).ok()?;
+        self.0.redops.lock().get(slot).copied().flatten()
+    }
+}
+
+fn my_info(rank: usize, listener: &TcpListener) -> Result<RankInfo> {
+    Ok(RankInfo {
+        rank,
+        addr: listener
+            .local_addr()
+            .map_err(|e| Error::system(format!("listener address: {e}")))?,
+        host_id: bootstrap::host_id(),
+        hostname: bootstrap::hostname(),
+        pid: std::process::id(),
+        cuda_dev: -1,
+    })
+}
+
+fn describe_links(st: &CommState) -> String {
+    let shm = st.links.iter().flatten().filter(|l| l.kind() == "shm").count();
+    let sock = st.links.iter().flatten().filter(|l| l.kind() == "socket").count();
+    format!("{shm} shm links, {sock} socket links")
+}
+
+/// Connects the mesh and the data links of a new communicator.
+fn build_state(
+    rank: usize,
+    table: Vec<RankInfo>,
+    listener: &TcpListener,
+    nonce: u64,
+    abort: &AtomicBool,
+) -> Result<CommState> {
+    let n = table.len();
+    let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
+    let my_host = table[rank].host_id;
+    let use_shm = |j: usize| shm_ok && j != rank && table[j].host_id == my_host;
+    let (mut ctrl, data) = bootstrap::connect_mesh(rank, &table, listener, nonce, &|j| !use_shm(j), abort)?;
+    let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
+    let frame = params::CCL_SOCKET_FRAME_BYTES.get_i64().clamp(4096, 64 << 20) as usize & !63;
+    for (j, s) in data.into_iter().enumerate() {
+        if let Some(s) = s {
+            links[j] = Some(Box::new(SocketLink::new(s, frame)?));
+        }
+    }
+    // Shared memory: each rank creates its incoming ring per local peer, sends the name,
+    // maps the peer's ring, acknowledges, and unlinks its own once the peer has mapped it.
+    let slot = params::CCL_SHM_SLOT_BYTES.get_i64().clamp(4096, 64 << 20) as usize & !63;
+    let nslots = (params::NCCL_BUFFSIZE.get_i64().max(0) as usize / slot).clamp(2, 64).max(DEFAULT_SLOTS.min(2));
+    let local: Vec<usize> = (0..n).filter(|&j| use_shm(j)).collect();
+    let mut rx: Vec<Option<ShmRing>> = (0..n).map(|_| None).collect();
+    let mut own_paths = Vec::new();
+    for &j in &local {
+        let ring = ShmRing::create(nslots, slot)?;
+        ctrl.send(j, ring.path().as_bytes())?;
+        own_paths.push(ring.path().to_string());
+        rx[j] = Some(ring);
+    }
+    let result = (|| -> Result<()> {
+        for &j in &local {
+            let path = String::from_utf8(ctrl.recv(j, abort)?)
+                .map_err(|_| Error::remote(format!("rank {j} sent a non-UTF-8 shm name")))?;
+            let tx = ShmRing::open(&path)?;
+            let rx_ring = rx[j].take().ok_or_else(|| Error::internal("shm ring missing"))?;
+            links[j] = Some(Box::new(ShmLink::new(rx_ring, tx)));
+            ctrl.send(j, b"mapped")?;
+        }
+        for &j in &local {
+            if ctrl.recv(j, abort)? != b"mapped" {
+                return Err(Error::remote(format!("rank {j} did not map its shm ring")));
+            }
+        }
+        Ok(())
+    })();
+    // Both sides have mapped every ring (or init failed): the names can go, the mappings stay,
+    // so nothing is left in /dev/shm even if a process dies later.
+    for p in &own_paths {
+        let _ = std::fs::remove_file(p);
+    }
+    result?;
+    Ok(CommState {
+        ctrl,
+        links,
+        table,
+        coll_seq: 0,
+        p2p_seqs: vec![(0, 0); n],
+        staging: Vec::new(),
+    })
+}

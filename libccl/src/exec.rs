@@ -1,0 +1,516 @@
+//! The host executor: turns schedules and point-to-point tasks into raw operations on links
+//! and runs them to completion without blocking, so one thread can drive many communicators
+//! of one group at once (the `-g N` case) without deadlock.
+//!
+//! Every operation's first frame starts with a 48-byte header describing the API call that
+//! produced it (kind, dtype, reduction, count, root, sequence number). The receiver checks it
+//! against its own call, so ranks that issue different collectives get `ncclInvalidUsage`
+//! naming both calls instead of silently corrupting memory or hanging.
+
+use ccl_collectives::{BufId, Op, Schedule};
+use ccl_cuda::host::reduce;
+use ccl_cuda::{DataType, ReduceKind};
+use ccl_transports::Link;
+
+use crate::error::{Error, Result};
+use crate::task::{Reduction, Scalar, Task, TaskKind};
+
+pub const HDR_BYTES: usize = 48;
+const HDR_MAGIC: u32 = 0x4343_4f50; // "CCOP"
+
+/// The identity of an operation on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpHeader {
+    pub kind: u8,
+    pub dtype: u8,
+    pub red: u8,
+    pub root: i32,
+    pub seq: u64,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+impl OpHeader {
+    fn encode(&self, out: &mut [u8]) {
+        out[..HDR_BYTES].fill(0);
+        out[0..4].copy_from_slice(&HDR_MAGIC.to_le_bytes());
+        out[4] = self.kind;
+        out[5] = self.dtype;
+        out[6] = self.red;
+        out[8..12].copy_from_slice(&self.root.to_le_bytes());
+        out[16..24].copy_from_slice(&self.seq.to_le_bytes());
+        out[24..32].copy_from_slice(&self.count.to_le_bytes());
+        out[32..40].copy_from_slice(&self.bytes.to_le_bytes());
+    }
+
+    fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < HDR_BYTES {
+            return None;
+        }
+        let u32at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        if u32at(0) != HDR_MAGIC {
+            return None;
+        }
+        Some(OpHeader {
+            kind: b[4],
+            dtype: b[5],
+            red: b[6],
+            root: u32at(8) as i32,
+            seq: u64at(16),
+            count: u64at(24),
+            bytes: u64at(32),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let kind = match self.kind {
+            1 => "AllReduce",
+            2 => "Broadcast",
+            3 => "Reduce",
+            4 => "AllGather",
+            5 => "ReduceScatter",
+            6 => "AlltoAll",
+            7 => "Gather",
+            8 => "Scatter",
+            9 => "Send/Recv",
+            _ => "?",
+        };
+        let dt = DataType::from_raw(i32::from(self.dtype)).map(|d| d.name()).unwrap_or("?");
+        format!(
+            "{kind}(#{}, count={}, {dt}, op={}, root={}, {} bytes on this link)",
+            self.seq, self.count, self.red, self.root, self.bytes
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum XKind {
+    Send { src: *const u8 },
+    Recv { dst: *mut u8 },
+    RecvReduce { local: *const u8, dst: *mut u8 },
+    Copy { src: *const u8, dst: *mut u8 },
+}
+
+#[derive(Debug)]
+struct XOp {
+    kind: XKind,
+    peer: usize,
+    bytes: usize,
+    done: usize,
+    header_done: bool,
+    finished: bool,
+    hdr: OpHeader,
+}
+
+struct Prescale {
+    src: *const u8,
+    buf: Vec<u8>,
+    scalar: [u8; 8],
+    elems: usize,
+}
+
+/// A plan for one communicator: steps of raw operations, plus pre/post processing.
+pub struct Plan {
+    steps: Vec<Vec<XOp>>,
+    cur: usize,
+    dtype: DataType,
+    arith: ReduceKind,
+    /// Float Avg and PreMulSum scale the input into a private copy before the first step.
+    prescale: Option<Prescale>,
+    /// Integer Avg divides the output by nranks after the last step.
+    postdiv: Option<(*mut u8, usize, u64)>,
+    _scratch: Vec<u8>,
+    /// What the plan is, for error messages.
+    pub desc: String,
+    started: bool,
+    /// Per-peer generation stamps that keep each (peer, direction) FIFO inside a step.
+    busy_send: Vec<u64>,
+    busy_recv: Vec<u64>,
+    gen: u64,
+}
+
+// SAFETY: the raw pointers are user buffers handed to us for the duration of the operation
+// (NCCL's contract) and plan-owned vectors; a plan is executed by one thread at a time.
+unsafe impl Send for Plan {}
+
+fn elem_ptr(base: usize, off_elems: usize, size: usize) -> usize {
+    base.wrapping_add(off_elems.wrapping_mul(size))
+}
+
+impl Plan {
+    fn new(steps: Vec<Vec<XOp>>, dtype: DataType, arith: ReduceKind, nranks: usize, desc: String) -> Plan {
+        Plan {
+            steps,
+            cur: 0,
+            dtype,
+            arith,
+            prescale: None,
+            postdiv: None,
+            _scratch: Vec::new(),
+            desc,
+            started: false,
+            busy_send: vec![0; nranks],
+            busy_recv: vec![0; nranks],
+            gen: 0,
+        }
+    }
+
+    /// Builds the plan of one collective from its schedule.
+    pub fn collective(task: &Task, schedule: &Schedule, rank: usize, nranks: usize, seq: u64) -> Result<Plan> {
+        let size = task.dtype.size();
+        let scratch_bytes = schedule
+            .scratch
+            .checked_mul(size)
+            .ok_or_else(|| Error::invalid_argument("scratch size overflows"))?;
+        let mut scratch = vec![0u8; scratch_bytes];
+        let (send_elems, recv_elems) = crate::task::buffer_counts(task.kind, rank, nranks, task.count)
+            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let scalar = match task.red {
+            Reduction::PreMulSum(Scalar::Immediate(b)) => Some(b),
+            Reduction::PreMulSum(Scalar::Device(p)) => {
+                let mut b = [0u8; 8];
+                // SAFETY: the caller gave a pointer to one element of `dtype` that stays valid
+                // while operations using the op run (NCCL's contract); it was checked non-NULL.
+                unsafe { std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), size) };
+                Some(b)
+            }
+            Reduction::Avg if task.dtype.is_float() => Some(reduce::from_f64(task.dtype, 1.0 / nranks as f64)),
+            _ => None,
+        };
+        let mut prescale = None;
+        let mut send_base = task.send;
+        if let (Some(scalar), true) = (scalar, send_elems > 0) {
+            let mut buf = vec![0u8; send_elems * size];
+            send_base = buf.as_mut_ptr() as usize;
+            prescale = Some(Prescale { src: task.send as *const u8, buf, scalar, elems: send_elems });
+        }
+        let scratch_base = scratch.as_mut_ptr() as usize;
+        let base = |b: BufId| match b {
+            BufId::Send => send_base,
+            BufId::Recv => task.recv,
+            BufId::Scratch => scratch_base,
+        };
+        let hdr = OpHeader {
+            kind: task.kind.code(),
+            dtype: task.dtype as u8,
+            red: task.red.code(),
+            root: task.kind.root().map(|r| r as i32).unwrap_or(-1),
+            seq,
+            count: task.count as u64,
+            bytes: 0,
+        };
+        let mut steps = Vec::with_capacity(schedule.steps.len());
+        for step in &schedule.steps {
+            let mut ops = Vec::with_capacity(step.ops.len());
+            for op in &step.ops {
+                let (kind, peer, count) = match *op {
+                    Op::Send { peer, src } => (
+                        XKind::Send { src: elem_ptr(base(src.buf), src.offset, size) as *const u8 },
+                        peer,
+                        src.count,
+                    ),
+                    Op::Recv { peer, dst } => (
+                        XKind::Recv { dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8 },
+                        peer,
+                        dst.count,
+                    ),
+                    Op::RecvReduce { peer, local, dst } => (
+                        XKind::RecvReduce {
+                            local: elem_ptr(base(local.buf), local.offset, size) as *const u8,
+                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                        },
+                        peer,
+                        dst.count,
+                    ),
+                    Op::Copy { src, dst } => (
+                        XKind::Copy {
+                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
+                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                        },
+                        rank,
+                        src.count,
+                    ),
+                };
+                if peer >= nranks {
+                    return Err(Error::internal(format!("schedule names peer {peer} of {nranks}")));
+                }
+                let bytes = count * size;
+                ops.push(XOp {
+                    kind,
+                    peer,
+                    bytes,
+                    done: 0,
+                    header_done: false,
+                    finished: false,
+                    hdr: OpHeader { bytes: bytes as u64, ..hdr },
+                });
+            }
+            steps.push(ops);
+        }
+        let desc = format!("{}(#{seq}, count={}, {})", task.kind.name(), task.count, task.dtype.name());
+        let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, desc);
+        plan.prescale = prescale;
+        plan.postdiv = match task.red {
+            Reduction::Avg if !task.dtype.is_float() && recv_elems > 0 => {
+                Some((task.recv as *mut u8, recv_elems, nranks as u64))
+            }
+            _ => None,
+        };
+        plan._scratch = scratch;
+        Ok(plan)
+    }
+
+    /// Builds one plan from a group's sends and receives on one communicator: all of them
+    /// progress at once (any order across peers is fine), FIFO per peer. `seqs[peer]` counts
+    /// the sends (`.0`) and receives (`.1`) already matched with that peer.
+    pub fn p2p(tasks: &[Task], rank: usize, nranks: usize, seqs: &mut [(u64, u64)]) -> Result<Plan> {
+        let mut ops = Vec::new();
+        let mut self_sends = std::collections::VecDeque::new();
+        let mut self_recvs = std::collections::VecDeque::new();
+        let dtype = tasks.first().map(|t| t.dtype).unwrap_or(DataType::Uint8);
+        for t in tasks {
+            let bytes = t.count * t.dtype.size();
+            let (kind, peer, seq) = match t.kind {
+                TaskKind::Send { peer } if peer == rank => {
+                    self_sends.push_back((t.send, bytes));
+                    continue;
+                }
+                TaskKind::Recv { peer } if peer == rank => {
+                    self_recvs.push_back((t.recv, bytes));
+                    continue;
+                }
+                TaskKind::Send { peer } => {
+                    let s = &mut seqs[peer].0;
+                    *s += 1;
+                    (XKind::Send { src: t.send as *const u8 }, peer, *s)
+                }
+                TaskKind::Recv { peer } => {
+                    let s = &mut seqs[peer].1;
+                    *s += 1;
+                    (XKind::Recv { dst: t.recv as *mut u8 }, peer, *s)
+                }
+                TaskKind::Coll(_) => return Err(Error::internal("collective in a p2p plan")),
+            };
+            ops.push(XOp {
+                kind,
+                peer,
+                bytes,
+                done: 0,
+                header_done: false,
+                finished: false,
+                hdr: OpHeader { kind: 9, dtype: 0, red: 0, root: -1, seq, count: bytes as u64, bytes: bytes as u64 },
+            });
+        }
+        if self_sends.len() != self_recvs.len() {
+            return Err(Error::invalid_usage(format!(
+                "rank {rank} posted {} sends to itself but {} receives from itself in one group",
+                self_sends.len(),
+                self_recvs.len()
+            )));
+        }
+        for ((src, sb), (dst, rb)) in self_sends.into_iter().zip(self_recvs) {
+            if sb != rb {
+                return Err(Error::invalid_usage(format!(
+                    "rank {rank} sends {sb} bytes to itself but receives {rb}"
+                )));
+            }
+            ops.push(XOp {
+                kind: XKind::Copy { src: src as *const u8, dst: dst as *mut u8 },
+                peer: rank,
+                bytes: sb,
+                done: 0,
+                header_done: true,
+                finished: false,
+                hdr: OpHeader { kind: 9, dtype: 0, red: 0, root: -1, seq: 0, count: 0, bytes: 0 },
+            });
+        }
+        let desc = format!("Send/Recv group of {} operations", tasks.len());
+        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, nranks, desc))
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.cur >= self.steps.len() && self.postdiv.is_none()
+    }
+
+    /// Peers the current step still waits for.
+    pub fn waiting_on(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .steps
+            .get(self.cur)
+            .map(|ops| {
+                ops.iter()
+                    .filter(|o| !o.finished && !matches!(o.kind, XKind::Copy { .. }))
+                    .map(|o| o.peer)
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Moves the plan as far as the links allow without waiting. Returns whether anything
+    /// moved.
+    pub fn progress(&mut self, links: &mut [Option<Box<dyn Link>>], staging: &mut Vec<u8>) -> Result<bool> {
+        let mut progressed = false;
+        if !self.started {
+            self.started = true;
+            if let Some(p) = &mut self.prescale {
+                // SAFETY: `src` is the user's send buffer, valid for `elems` elements
+                // (validated at enqueue); `buf` is our own allocation of the same size.
+                unsafe { reduce::premul(self.dtype, p.buf.as_mut_ptr(), p.src, p.elems, p.scalar.as_ptr()) };
+            }
+        }
+        while self.cur < self.steps.len() {
+            self.gen += 1;
+            let gen = self.gen;
+            let mut all_done = true;
+            let size = self.dtype.size();
+            let (dtype, arith) = (self.dtype, self.arith);
+            for op in self.steps[self.cur].iter_mut() {
+                if op.finished {
+                    continue;
+                }
+                let busy = match op.kind {
+                    XKind::Send { .. } => &mut self.busy_send[op.peer],
+                    XKind::Recv { .. } | XKind::RecvReduce { .. } => &mut self.busy_recv[op.peer],
+                    XKind::Copy { .. } => {
+                        if let XKind::Copy { src, dst } = op.kind {
+                            if src != dst.cast_const() && op.bytes > 0 {
+                                // SAFETY: both ranges are inside buffers validated at enqueue
+                                // (or plan-owned); `copy` tolerates overlap.
+                                unsafe { std::ptr::copy(src, dst, op.bytes) };
+                            }
+                        }
+                        op.finished = true;
+                        progressed = true;
+                        continue;
+                    }
+                };
+                if *busy == gen {
+                    all_done = false;
+                    continue;
+                }
+                let link = links
+                    .get_mut(op.peer)
+                    .and_then(Option::as_mut)
+                    .ok_or_else(|| Error::internal(format!("no link to rank {}", op.peer)))?;
+                progressed |= match op.kind {
+                    XKind::Send { src } => send_op(op, src, link.as_mut(), staging)?,
+                    _ => recv_op(op, link.as_mut(), dtype, arith, size)?,
+                };
+                if !op.finished {
+                    *busy = gen;
+                    all_done = false;
+                }
+            }
+            if !all_done {
+                break;
+            }
+            self.cur += 1;
+            progressed = true;
+        }
+        if self.cur >= self.steps.len() {
+            if let Some((dst, elems, n)) = self.postdiv.take() {
+                // SAFETY: `dst` is the user's receive buffer of `elems` elements (validated).
+                unsafe { reduce::div_int(self.dtype, dst, elems, n) };
+            }
+        }
+        Ok(progressed)
+    }
+}
+
+fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<u8>) -> Result<bool> {
+    let mut progressed = false;
+    let max = link.max_frame();
+    while !op.finished {
+        let left = op.bytes - op.done;
+        if !op.header_done {
+            let data = left.min(max.saturating_sub(HDR_BYTES) & !15);
+            staging.clear();
+            staging.resize(HDR_BYTES + data, 0);
+            op.hdr.encode(staging);
+            if data > 0 {
+                // SAFETY: `src` is valid for `bytes` reads (validated at enqueue) and data <=
+                // bytes; `staging` has room for it after the header.
+                unsafe { std::ptr::copy_nonoverlapping(src, staging.as_mut_ptr().add(HDR_BYTES), data) };
+            }
+            if !link.try_send(staging)? {
+                break;
+            }
+            op.header_done = true;
+            op.done = data;
+        } else {
+            let data = left.min(max);
+            // SAFETY: done + data <= bytes, inside the validated source range.
+            let s = unsafe { std::slice::from_raw_parts(src.add(op.done), data) };
+            if !link.try_send(s)? {
+                break;
+            }
+            op.done += data;
+        }
+        progressed = true;
+        if op.done == op.bytes {
+            op.finished = true;
+        }
+    }
+    Ok(progressed)
+}
+
+fn recv_op(op: &mut XOp, link: &mut dyn Link, dtype: DataType, arith: ReduceKind, size: usize) -> Result<bool> {
+    let mut progressed = false;
+    while !op.finished {
+        let Some(frame) = link.peek()? else { break };
+        let data = if op.header_done {
+            frame
+        } else {
+            let theirs = OpHeader::decode(frame).ok_or_else(|| {
+                Error::invalid_usage(format!(
+                    "rank {} sent data this rank did not expect (no operation header)",
+                    op.peer
+                ))
+            })?;
+            if theirs != op.hdr {
+                return Err(Error::invalid_usage(format!(
+                    "mismatched operations: rank {} issued {} while this rank expects {}",
+                    op.peer,
+                    theirs.describe(),
+                    op.hdr.describe()
+                )));
+            }
+            &frame[HDR_BYTES..]
+        };
+        let n = data.len();
+        if n > op.bytes - op.done || n % size != 0 {
+            return Err(Error::invalid_usage(format!(
+                "rank {} sent {n} bytes where {} remained of this operation",
+                op.peer,
+                op.bytes - op.done
+            )));
+        }
+        if n > 0 {
+            match op.kind {
+                // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at
+                // enqueue; `data` is the link's frame, disjoint from user memory.
+                XKind::Recv { dst } => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n) },
+                XKind::RecvReduce { local, dst } => unsafe {
+                    reduce::reduce(dtype, arith, dst.add(op.done), data.as_ptr(), local.add(op.done), n / size)
+                },
+                _ => {}
+            }
+        }
+        op.done += n;
+        op.header_done = true;
+        link.pop();
+        progressed = true;
+        if op.done == op.bytes {
+            op.finished = true;
+        }
+    }
+    Ok(progressed)
+}

@@ -1,0 +1,345 @@
+//! Groups: `ncclGroupStart`/`ncclGroupEnd` nesting, and the loop that runs a group's plans.
+//!
+//! Outside a group an operation is a group of one. At the outermost `ncclGroupEnd` the
+//! operations are turned into plans, per communicator: its collectives in call order, then
+//! one plan holding all its sends and receives (which therefore may be posted in any order).
+//! One loop then moves every plan of every communicator forward without blocking, so a thread
+//! driving several ranks (`ncclCommInitAll`, `-g N`) cannot deadlock against itself.
+//!
+//! On the host backend an operation has completed when the call (or the enclosing group end)
+//! returns: user "streams" are host threads, and there is nothing else to synchronise with.
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use ccl_collectives::{default_algorithm, schedule, Algorithm};
+
+use crate::bootstrap::UniqueId;
+use crate::comm::{Comm, CommState};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::Plan;
+use crate::params;
+use crate::task::{Task, TaskKind};
+
+#[derive(Default)]
+struct GroupState {
+    depth: usize,
+    tasks: Vec<(Comm, Task)>,
+    inits: Vec<(Comm, UniqueId)>,
+    error: Option<Error>,
+}
+
+thread_local! {
+    static GROUP: RefCell<GroupState> = RefCell::new(GroupState::default());
+}
+
+/// `ncclGroupStart`.
+pub fn start() {
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+}
+
+/// Whether the calling thread is inside a group.
+pub fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+/// `ncclGroupEnd`: at the outermost level, runs pending inits then every queued operation.
+pub fn end() -> Result<()> {
+    let (tasks, inits, error) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::invalid_usage("ncclGroupEnd without ncclGroupStart"));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok((Vec::new(), Vec::new(), None));
+        }
+        Ok((std::mem::take(&mut g.tasks), std::mem::take(&mut g.inits), g.error.take()))
+    })?;
+    if let Some(e) = error {
+        return Err(e.context("an earlier call in this group failed; the group was not run"));
+    }
+    run_inits(inits)?;
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    run(tasks)
+}
+
+/// `ncclGroupSimulateEnd`: closes the group without running it and returns an estimate of
+/// its time in microseconds (a latency term per operation plus bytes over host memory
+/// bandwidth).
+pub fn simulate_end() -> Result<f64> {
+    let tasks = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::invalid_usage("ncclGroupSimulateEnd without ncclGroupStart"));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(Vec::new());
+        }
+        g.error = None;
+        g.inits.clear();
+        Ok(std::mem::take(&mut g.tasks))
+    })?;
+    Ok(tasks
+        .iter()
+        .map(|(c, t)| {
+            let bytes = t.count.saturating_mul(t.dtype.size()) as f64;
+            let n = c.nranks().max(1) as f64;
+            10.0 + 2.0 * (n - 1.0) / n * bytes / 5.0e3
+        })
+        .sum())
+}
+
+/// Records an error raised by a call inside a group, so `ncclGroupEnd` reports it.
+pub fn record_error(e: &Error) {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 && g.error.is_none() {
+            g.error = Some(e.clone());
+        }
+    });
+}
+
+/// Queues `task` in the current group, or runs it now outside one.
+pub fn submit(comm: &Comm, task: Task) -> Result<()> {
+    let queued = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.tasks.push((comm.clone(), task));
+            true
+        } else {
+            false
+        }
+    });
+    if queued {
+        Ok(())
+    } else {
+        run(vec![(comm.clone(), task)])
+    }
+}
+
+/// Defers a communicator's init to the group's end (several ranks initialised by one thread
+/// must rendezvous concurrently). Returns false outside a group.
+pub fn defer_init(comm: &Comm, id: UniqueId) -> bool {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.inits.push((comm.clone(), id));
+            true
+        } else {
+            false
+        }
+    })
+}
+
+/// Runs inits concurrently, one thread each, and waits for all of them.
+pub fn run_inits(inits: Vec<(Comm, UniqueId)>) -> Result<()> {
+    if inits.is_empty() {
+        return Ok(());
+    }
+    let handles: Vec<_> = inits
+        .into_iter()
+        .map(|(c, id)| std::thread::spawn(move || c.run_init(id)))
+        .collect();
+    let mut first = None;
+    for h in handles {
+        let r = h
+            .join()
+            .unwrap_or_else(|_| Err(Error::internal("init thread panicked")));
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+struct CommRun<'a> {
+    comm: Comm,
+    state: &'a mut CommState,
+    plans: Vec<Plan>,
+    cur: usize,
+    failed: Option<Error>,
+    /// When a needed peer was seen leaving: fail if still stuck at the next check.
+    left_grace: bool,
+}
+
+fn build_plans(comm: &Comm, state: &mut CommState, tasks: &[Task]) -> Result<Vec<Plan>> {
+    let rank = comm.rank();
+    let n = comm.nranks();
+    let allowed = params::list_filter(&params::NCCL_ALGO.get_str());
+    let mut plans = Vec::new();
+    let mut p2p = Vec::new();
+    for t in tasks {
+        match t.kind {
+            TaskKind::Coll(coll) => {
+                let bytes = t.count.saturating_mul(t.dtype.size());
+                let mut algo = default_algorithm(coll, n, bytes);
+                if algo == Algorithm::Tree && !allowed("tree") {
+                    algo = Algorithm::Ring;
+                } else if algo == Algorithm::Ring && !allowed("ring") && allowed("tree") {
+                    algo = Algorithm::Tree;
+                }
+                let sched = match schedule(coll, algo, rank, n, t.count) {
+                    Ok(s) => s,
+                    Err(ccl_collectives::Error::Unsupported { .. }) if algo != Algorithm::Ring => {
+                        schedule(coll, Algorithm::Ring, rank, n, t.count)
+                            .or_else(|_| schedule(coll, Algorithm::Direct, rank, n, t.count))?
+                    }
+                    Err(ccl_collectives::Error::Unsupported { .. }) => {
+                        schedule(coll, Algorithm::Direct, rank, n, t.count)?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                state.coll_seq += 1;
+                plans.push(Plan::collective(t, &sched, rank, n, state.coll_seq)?);
+            }
+            TaskKind::Send { .. } | TaskKind::Recv { .. } => p2p.push(*t),
+        }
+    }
+    if !p2p.is_empty() {
+        plans.push(Plan::p2p(&p2p, rank, n, &mut state.p2p_seqs)?);
+    }
+    Ok(plans)
+}
+
+/// Runs a group's operations to completion.
+fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
+    // Group by communicator, keeping call order, and lock communicators in address order so
+    // two threads running groups over the same communicators cannot deadlock.
+    let mut comms: Vec<(Comm, Vec<Task>)> = Vec::new();
+    for (c, t) in tasks {
+        match comms.iter_mut().find(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0)) {
+            Some((_, v)) => v.push(t),
+            None => comms.push((c, vec![t])),
+        }
+    }
+    comms.sort_by_key(|(c, _)| std::sync::Arc::as_ptr(&c.0) as usize);
+    let mut guards: Vec<_> = comms.iter().map(|(c, _)| c.0.state.lock()).collect();
+    let mut runs = Vec::with_capacity(comms.len());
+    for ((comm, tasks), guard) in comms.iter().zip(guards.iter_mut()) {
+        let state = guard
+            .as_mut()
+            .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
+        let plans = build_plans(comm, state, tasks)?;
+        runs.push(CommRun { comm: comm.clone(), state, plans, cur: 0, failed: None, left_grace: false });
+    }
+    drive(&mut runs);
+    let mut first = None;
+    for r in &mut runs {
+        if let Some(e) = r.failed.take() {
+            r.comm.set_async_error(&e);
+            r.state.ctrl.notify_error(&e);
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn drive(runs: &mut [CommRun<'_>]) {
+    let timeout = params::CCL_TIMEOUT_S.get_i64();
+    let timeout = (timeout > 0).then(|| Duration::from_secs(timeout as u64));
+    let warn_after = Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64);
+    let mut last_progress = Instant::now();
+    let mut last_check = Instant::now();
+    let mut warned = false;
+    let mut idle_rounds: u32 = 0;
+    loop {
+        let mut progressed = false;
+        let mut pending = false;
+        for r in runs.iter_mut() {
+            while r.failed.is_none() && r.cur < r.plans.len() {
+                let CommRun { state, plans, cur, .. } = r;
+                let plan = &mut plans[*cur];
+                match plan.progress(&mut state.links, &mut state.staging) {
+                    Ok(p) => progressed |= p,
+                    Err(e) => {
+                        r.failed = Some(e.context(format!("rank {}: {}", r.comm.rank(), r.plans[r.cur].desc)));
+                        break;
+                    }
+                }
+                if r.plans[r.cur].is_done() {
+                    r.cur += 1;
+                    progressed = true;
+                } else {
+                    break;
+                }
+            }
+            pending |= r.failed.is_none() && r.cur < r.plans.len();
+        }
+        if !pending {
+            return;
+        }
+        let now = Instant::now();
+        if progressed {
+            last_progress = now;
+            idle_rounds = 0;
+            warned = false;
+            continue;
+        }
+        idle_rounds = idle_rounds.saturating_add(1);
+        if idle_rounds < 64 {
+            std::hint::spin_loop();
+        } else if idle_rounds < 2048 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        if now.duration_since(last_check) < Duration::from_millis(2) {
+            continue;
+        }
+        last_check = now;
+        let stuck = now.duration_since(last_progress);
+        for r in runs.iter_mut() {
+            if r.failed.is_some() || r.cur >= r.plans.len() {
+                continue;
+            }
+            let waiting = r.plans[r.cur].waiting_on();
+            let desc = r.plans[r.cur].desc.clone();
+            if r.comm.0.abort.load(std::sync::atomic::Ordering::Relaxed) {
+                r.failed = Some(Error::system(format!("communicator aborted during {desc}")));
+                continue;
+            }
+            let saw_left = std::cell::Cell::new(false);
+            let health = r.state.ctrl.poll_health(&|j| {
+                let needed = waiting.contains(&j);
+                saw_left.set(saw_left.get() | needed);
+                needed
+            });
+            let saw_left = saw_left.get();
+            match health {
+                Ok(()) => r.left_grace = false,
+                Err(e) if saw_left && !r.left_grace && e.kind == ErrorKind::Remote && e.message.contains("destroyed") => {
+                    // The peer left; frames it sent before leaving may still be arriving.
+                    r.left_grace = true;
+                }
+                Err(e) => {
+                    r.failed = Some(e.context(format!("rank {} during {desc} waiting on ranks {waiting:?}", r.comm.rank())));
+                    continue;
+                }
+            }
+            if let Some(t) = timeout {
+                if stuck > t {
+                    r.failed = Some(Error::system(format!(
+                        "rank {}: {desc} made no progress for {:?} (CCL_TIMEOUT_S) waiting on ranks {waiting:?}",
+                        r.comm.rank(),
+                        t
+                    )));
+                    continue;
+                }
+            }
+            if stuck > warn_after && !warned {
+                tracing::warn!(
+                    "rank {}: {desc} has made no progress for {:?}, waiting on ranks {waiting:?}",
+                    r.comm.rank(),
+                    stuck
+                );
+            }
+        }
+        if stuck > warn_after {
+            warned = true;
+        }
+    }
+}

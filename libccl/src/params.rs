@@ -1,0 +1,189 @@
+//! Every environment parameter libccl reads, in one typed, documented registry.
+//!
+//! NCCL's own variables keep NCCL's meaning; libccl's additions are `CCL_*`. Values come from
+//! the environment first, then from `NCCL_CONF_FILE` (or `~/.nccl.conf`, then
+//! `/etc/nccl.conf`), as `KEY=VALUE` lines. Each value is read once and cached, as NCCL does,
+//! so a long-running job sees one configuration.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// One parameter: its name, its default as text, and what it does.
+#[derive(Debug, Clone, Copy)]
+pub struct Param {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+macro_rules! params {
+    ($($id:ident = ($name:literal, $default:literal, $doc:literal);)*) => {
+        $(pub const $id: Param = Param { name: $name, default: $default, doc: $doc };)*
+        /// Every parameter, for `ccl-perf --env` and `ncclParamGetAllParameterKeys`.
+        pub const ALL: &[Param] = &[$($id),*];
+    };
+}
+
+params! {
+    NCCL_DEBUG = ("NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO, TRACE (empty: errors only).");
+    NCCL_DEBUG_SUBSYS = ("NCCL_DEBUG_SUBSYS", "", "Comma list of subsystems to log (INIT, COLL, P2P, NET, ...); accepted, all are logged.");
+    NCCL_DEBUG_FILE = ("NCCL_DEBUG_FILE", "", "Write logs to this file (%h host, %p pid are expanded) instead of stderr.");
+    NCCL_COMM_ID = ("NCCL_COMM_ID", "", "host:port of the bootstrap root; rank 0 listens there, ncclGetUniqueId returns it.");
+    NCCL_SOCKET_IFNAME = ("NCCL_SOCKET_IFNAME", "", "Interfaces for bootstrap and sockets: prefix list, ^ excludes, = exact match.");
+    NCCL_SOCKET_FAMILY = ("NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family.");
+    NCCL_SHM_DISABLE = ("NCCL_SHM_DISABLE", "0", "1: never use shared memory between ranks of one host (use sockets).");
+    NCCL_P2P_DISABLE = ("NCCL_P2P_DISABLE", "0", "1: no GPU peer-to-peer; traffic goes through host shared memory.");
+    NCCL_NET = ("NCCL_NET", "", "Network transport between hosts: Socket (default here) or the multipath engine.");
+    NCCL_ALGO = ("NCCL_ALGO", "", "Algorithms allowed: list of Ring, Tree (^ excludes); unknown names are ignored.");
+    NCCL_PROTO = ("NCCL_PROTO", "", "Protocols allowed (LL, LL128, Simple; ^ excludes): parsed, one protocol on the host backend.");
+    NCCL_BUFFSIZE = ("NCCL_BUFFSIZE", "4194304", "Bytes of buffering per peer connection and direction.");
+    NCCL_CONF_FILE = ("NCCL_CONF_FILE", "", "File of KEY=VALUE defaults (else ~/.nccl.conf, /etc/nccl.conf).");
+    CCL_TIMEOUT_S = ("CCL_TIMEOUT_S", "0", "Seconds without progress before a collective fails with a system error (0: never).");
+    CCL_WARN_STUCK_S = ("CCL_WARN_STUCK_S", "300", "Seconds without progress before a warning names the stuck operation and peer.");
+    CCL_BOOTSTRAP_TIMEOUT_S = ("CCL_BOOTSTRAP_TIMEOUT_S", "300", "Seconds init may wait for all ranks to arrive.");
+    CCL_HOSTID = ("CCL_HOSTID", "", "Overrides the host identity (hostname + boot id + network namespace).");
+    CCL_DEVICE = ("CCL_DEVICE", "", "Backend: host (no GPU) or cuda; default: host on this build.");
+    CCL_SHM_SLOT_BYTES = ("CCL_SHM_SLOT_BYTES", "262144", "Bytes per shared-memory ring slot (largest frame).");
+    CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "524288", "Largest frame on a TCP link.");
+    CCL_RANK = ("CCL_RANK", "", "Rank of this process for manually launched ccl-perf.");
+    CCL_NRANKS = ("CCL_NRANKS", "", "Number of ranks for manually launched ccl-perf.");
+}
+
+fn conf_file() -> &'static HashMap<String, String> {
+    static CONF: OnceLock<HashMap<String, String>> = OnceLock::new();
+    CONF.get_or_init(|| {
+        let mut paths = Vec::new();
+        if let Ok(p) = std::env::var(NCCL_CONF_FILE.name) {
+            paths.push(p);
+        } else {
+            if let Ok(home) = std::env::var("HOME") {
+                paths.push(format!("{home}/.nccl.conf"));
+            }
+            paths.push("/etc/nccl.conf".into());
+        }
+        paths
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .map(|text| parse_conf(&text))
+            .unwrap_or_default()
+    })
+}
+
+/// Parses `KEY=VALUE` lines; `#` starts a comment.
+pub fn parse_conf(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.split('#').next().unwrap_or("").trim();
+            let (k, v) = line.split_once('=')?;
+            Some((k.trim().to_string(), v.trim().to_string()))
+        })
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+fn cache() -> &'static parking_lot::Mutex<HashMap<&'static str, Option<String>>> {
+    static CACHE: OnceLock<parking_lot::Mutex<HashMap<&'static str, Option<String>>>> =
+        OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+impl Param {
+    /// The value set by the user (environment, then conf file), if any; cached on first read.
+    pub fn raw(&self) -> Option<String> {
+        let mut c = cache().lock();
+        c.entry(self.name)
+            .or_insert_with(|| {
+                std::env::var(self.name)
+                    .ok()
+                    .or_else(|| conf_file().get(self.name).cloned())
+                    .filter(|v| !v.is_empty())
+            })
+            .clone()
+    }
+
+    /// The value as text, the default when unset.
+    pub fn get_str(&self) -> String {
+        self.raw().unwrap_or_else(|| self.default.to_string())
+    }
+
+    /// The value as an integer; an unparsable value falls back to the default with a warning.
+    pub fn get_i64(&self) -> i64 {
+        let s = self.get_str();
+        match s.trim().parse::<i64>() {
+            Ok(v) => v,
+            Err(_) => {
+                tracing::warn!("{}={s:?} is not an integer; using {}", self.name, self.default);
+                self.default.parse().unwrap_or(0)
+            }
+        }
+    }
+
+    pub fn get_bool(&self) -> bool {
+        self.get_i64() != 0
+    }
+}
+
+/// Forgets cached values (tests, `ncclResetDebugInit`).
+pub fn reset_cache() {
+    cache().lock().clear();
+}
+
+/// Looks a parameter up by name.
+pub fn find(name: &str) -> Option<&'static Param> {
+    ALL.iter().find(|p| p.name == name)
+}
+
+/// Parses NCCL's list syntax (`NCCL_ALGO`, `NCCL_PROTO`): `a,b` allows exactly those,
+/// `^a,b` allows all but those. Returns a predicate over lower-cased names.
+pub fn list_filter(spec: &str) -> impl Fn(&str) -> bool {
+    let spec = spec.trim();
+    let (exclude, body) = match spec.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let names: Vec<String> = body
+        .split(',')
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let empty = names.is_empty();
+    move |name: &str| {
+        if empty {
+            return true;
+        }
+        let hit = names.iter().any(|n| n == &name.to_ascii_lowercase());
+        hit != exclude
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conf_lines_parse_with_comments() {
+        let m = parse_conf("# c\nNCCL_DEBUG=INFO\n  CCL_TIMEOUT_S = 5 # five\n=x\nbad\n");
+        assert_eq!(m.get("NCCL_DEBUG").map(String::as_str), Some("INFO"));
+        assert_eq!(m.get("CCL_TIMEOUT_S").map(String::as_str), Some("5"));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn list_filter_handles_include_and_exclude() {
+        let f = list_filter("^NVLS");
+        assert!(f("ring") && f("tree") && !f("nvls"));
+        let f = list_filter("Ring,tree");
+        assert!(f("ring") && f("TREE") && !f("nvls"));
+        let f = list_filter("");
+        assert!(f("anything"));
+    }
+
+    #[test]
+    fn every_param_is_named_and_documented_once() {
+        let mut names: Vec<_> = ALL.iter().map(|p| p.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), ALL.len());
+        assert!(ALL.iter().all(|p| !p.doc.is_empty()));
+    }
+}

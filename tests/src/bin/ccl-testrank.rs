@@ -1,0 +1,114 @@
+//! One rank of a multi-process fault scenario, driven through the C ABI exactly as a C
+//! program would call it. Launched by `tests/tests/faults.rs` with `NCCL_COMM_ID`, `CCL_RANK`
+//! and `CCL_NRANKS` set. Prints `result=<code> async=<code> elapsed_ms=<ms>` and exits 0 when
+//! the scenario reached its end (whatever the result), so the test judges the codes.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
+
+use std::ffi::{c_void, CStr};
+use std::time::Instant;
+
+use nccl::*;
+
+fn env_usize(k: &str) -> usize {
+    std::env::var(k).unwrap().parse().unwrap()
+}
+
+fn last(comm: ncclComm_t) -> String {
+    // SAFETY: ncclGetLastError returns a valid C string.
+    unsafe { CStr::from_ptr(ncclGetLastError(comm)) }.to_string_lossy().into_owned()
+}
+
+fn main() {
+    let scenario = std::env::args().nth(1).unwrap();
+    let rank = env_usize("CCL_RANK");
+    let nranks = env_usize("CCL_NRANKS");
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: plain C ABI calls with valid pointers.
+    unsafe {
+        if scenario == "garbage-id" {
+            for (i, b) in id.internal.iter_mut().enumerate() {
+                *b = (i * 37 + 11) as _;
+            }
+            let mut comm: ncclComm_t = std::ptr::null_mut();
+            let r = ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32);
+            println!("result={r} async=-1 elapsed_ms=0 msg={}", last(std::ptr::null_mut()));
+            return;
+        }
+        assert_eq!(ncclGetUniqueId(&mut id), 0);
+        let mut comm: ncclComm_t = std::ptr::null_mut();
+        let r = ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32);
+        assert_eq!(r, 0, "init: {}", last(std::ptr::null_mut()));
+        let count = 1 << 20;
+        let send = vec![1.0f32; count];
+        let mut recv = vec![0.0f32; count];
+        let sp = send.as_ptr() as *const c_void;
+        let rp = recv.as_mut_ptr() as *mut c_void;
+        let null = std::ptr::null_mut();
+        // One good collective first, so every scenario starts from a working communicator.
+        assert_eq!(ncclAllReduce(sp, rp, count, 7, 0, comm, null), 0, "{}", last(comm));
+        assert_eq!(recv[0], nranks as f32);
+        let start = Instant::now();
+        let r = match scenario.as_str() {
+            // The last rank dies in the middle of a stream of collectives.
+            "kill" => {
+                let mut r = 0;
+                for i in 0..200 {
+                    if rank == nranks - 1 && i == 3 {
+                        println!("dying");
+                        std::process::exit(9);
+                    }
+                    r = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
+                    if r != 0 {
+                        break;
+                    }
+                }
+                r
+            }
+            // Rank 0 calls a different collective than everybody else.
+            "mismatch" => {
+                if rank == 0 {
+                    ncclAllGather(sp, rp, count / nranks, 7, comm, null)
+                } else {
+                    ncclAllReduce(sp, rp, count, 7, 0, comm, null)
+                }
+            }
+            // The last rank goes silent; the others must time out (CCL_TIMEOUT_S).
+            "silent" => {
+                if rank == nranks - 1 {
+                    std::thread::sleep(std::time::Duration::from_secs(30));
+                    0
+                } else {
+                    ncclAllReduce(sp, rp, count, 7, 0, comm, null)
+                }
+            }
+            // Rank 0 is stuck waiting for a peer that never calls; another thread aborts.
+            "abort" => {
+                if rank == 0 {
+                    let c = comm as usize;
+                    let t = std::thread::spawn(move || {
+                        std::thread::sleep(std::time::Duration::from_millis(500));
+                        ncclCommAbort(c as ncclComm_t)
+                    });
+                    let r = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
+                    let a = t.join().unwrap();
+                    println!("abort_result={a}");
+                    println!("result={r} async=-1 elapsed_ms={} msg={}", start.elapsed().as_millis(), last(std::ptr::null_mut()));
+                    return;
+                } else {
+                    std::thread::sleep(std::time::Duration::from_secs(3));
+                    0
+                }
+            }
+            s => panic!("unknown scenario {s}"),
+        };
+        let elapsed = start.elapsed().as_millis();
+        let mut a = -1;
+        ncclCommGetAsyncError(comm, &mut a);
+        println!("result={r} async={a} elapsed_ms={elapsed} msg={}", last(comm));
+        if r == 0 {
+            ncclCommDestroy(comm);
+        } else {
+            ncclCommAbort(comm);
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Multi-process fault scenarios through the C ABI: a rank killed mid-collective, mismatched
+//! collectives, a silent peer with `CCL_TIMEOUT_S`, `ncclCommAbort` from another thread, and a
+//! garbage unique id. Every rank must end with the right `ncclResult_t`, in bounded time.
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SUCCESS: i64 = 0;
+const SYSTEM_ERROR: i64 = 2;
+const INVALID_ARGUMENT: i64 = 4;
+const INVALID_USAGE: i64 = 5;
+const REMOTE_ERROR: i64 = 6;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct RankOut {
+    status: Option<i32>,
+    fields: HashMap<String, String>,
+    stdout: String,
+}
+
+/// Runs `n` ranks of `scenario`; kills everything still running after `limit`.
+fn run(scenario: &str, n: usize, extra_env: &[(&str, &str)], limit: Duration) -> Vec<RankOut> {
+    let port = free_port();
+    let mut children: Vec<_> = (0..n)
+        .map(|r| {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_ccl-testrank"));
+            c.arg(scenario)
+                .env("CCL_RANK", r.to_string())
+                .env("CCL_NRANKS", n.to_string())
+                .env("NCCL_COMM_ID", format!("127.0.0.1:{port}"))
+                .env("NCCL_SOCKET_IFNAME", "lo")
+                .env("CCL_BOOTSTRAP_TIMEOUT_S", "30")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            for (k, v) in extra_env {
+                c.env(k, v);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let start = Instant::now();
+    let mut outs: Vec<Option<RankOut>> = (0..n).map(|_| None).collect();
+    while outs.iter().any(Option::is_none) {
+        for (i, ch) in children.iter_mut().enumerate() {
+            if outs[i].is_none() {
+                if let Some(st) = ch.try_wait().unwrap() {
+                    let mut s = String::new();
+                    use std::io::Read;
+                    ch.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+                    let fields = s
+                        .lines()
+                        .flat_map(|l| l.split_whitespace())
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect();
+                    outs[i] = Some(RankOut { status: st.code(), fields, stdout: s });
+                }
+            }
+        }
+        if start.elapsed() > limit {
+            for ch in children.iter_mut() {
+                let _ = ch.kill();
+            }
+            panic!("scenario {scenario} hung: ranks still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    outs.into_iter().map(Option::unwrap).collect()
+}
+
+fn code(o: &RankOut, k: &str) -> i64 {
+    o.fields.get(k).unwrap_or_else(|| panic!("no {k} in {:?}", o.stdout)).parse().unwrap()
+}
+
+#[test]
+fn killed_rank_turns_into_remote_or_system_error_for_the_others() {
+    let outs = run("kill", 3, &[("CCL_TIMEOUT_S", "20")], Duration::from_secs(60));
+    assert_eq!(outs[2].status, Some(9), "the victim exits with 9");
+    for o in &outs[..2] {
+        let r = code(o, "result");
+        assert!(r == REMOTE_ERROR || r == SYSTEM_ERROR, "survivor got {r}: {}", o.stdout);
+        assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
+        assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
+    }
+}
+
+#[test]
+fn mismatched_collectives_fail_everywhere_without_hanging() {
+    let outs = run("mismatch", 3, &[("CCL_TIMEOUT_S", "20")], Duration::from_secs(60));
+    let codes: Vec<i64> = outs.iter().map(|o| code(o, "result")).collect();
+    assert!(codes.contains(&INVALID_USAGE), "some rank names the mismatch: {codes:?}");
+    for (o, c) in outs.iter().zip(&codes) {
+        assert_ne!(*c, SUCCESS, "{}", o.stdout);
+        assert!(o.stdout.contains("msg=") && !o.stdout.ends_with("msg=\n"), "{}", o.stdout);
+    }
+    assert!(outs.iter().any(|o| o.stdout.contains("mismatched operations")), "{:?}", outs.iter().map(|o| &o.stdout).collect::<Vec<_>>());
+}
+
+#[test]
+fn silent_peer_times_out_with_ccl_timeout_s() {
+    let outs = run("silent", 2, &[("CCL_TIMEOUT_S", "2")], Duration::from_secs(60));
+    let o = &outs[0];
+    assert_eq!(code(o, "result"), SYSTEM_ERROR, "{}", o.stdout);
+    let ms = code(o, "elapsed_ms");
+    assert!((2000..6000).contains(&ms), "timed out after {ms} ms");
+    assert!(o.stdout.contains("CCL_TIMEOUT_S"), "{}", o.stdout);
+}
+
+#[test]
+fn abort_from_another_thread_unblocks_a_stuck_collective() {
+    let outs = run("abort", 2, &[], Duration::from_secs(60));
+    let o = &outs[0];
+    assert_eq!(code(o, "abort_result"), SUCCESS, "{}", o.stdout);
+    assert_ne!(code(o, "result"), SUCCESS, "{}", o.stdout);
+    assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
+}
+
+#[test]
+fn garbage_unique_id_is_an_invalid_argument() {
+    let outs = run("garbage-id", 1, &[], Duration::from_secs(30));
+    assert_eq!(code(&outs[0], "result"), INVALID_ARGUMENT, "{}", outs[0].stdout);
+    assert!(outs[0].stdout.contains("unique id"), "{}", outs[0].stdout);
+}

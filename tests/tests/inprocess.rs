@@ -1,0 +1,199 @@
+//! Several ranks driven by one thread (`ncclCommInitAll` + groups), as `ccl-perf -g N` and
+//! nccl-tests do: every collective, in place and out of place, odd counts, checked exactly.
+
+use std::ffi::c_void;
+
+use nccl::*;
+
+const FLOAT: i32 = 7;
+const INT32: i32 = 2;
+const SUM: i32 = 0;
+const MAX: i32 = 2;
+
+fn comms(n: usize) -> Vec<ncclComm_t> {
+    std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+    let mut c = vec![std::ptr::null_mut(); n];
+    // SAFETY: c has room for n communicators.
+    assert_eq!(unsafe { ncclCommInitAll(c.as_mut_ptr(), n as i32, std::ptr::null()) }, 0);
+    c
+}
+
+fn destroy(c: Vec<ncclComm_t>) {
+    for x in c {
+        // SAFETY: each comm came from ncclCommInitAll.
+        assert_eq!(unsafe { ncclCommDestroy(x) }, 0);
+    }
+}
+
+fn input(rank: usize, i: usize) -> f32 {
+    ((rank * 7 + i * 3) % 13) as f32
+}
+
+/// Runs `f(rank, comm)` for every rank inside one group.
+fn group(comms: &[ncclComm_t], mut f: impl FnMut(usize, ncclComm_t) -> ncclResult_t) {
+    // SAFETY: plain group calls.
+    unsafe {
+        assert_eq!(ncclGroupStart(), 0);
+        for (r, &c) in comms.iter().enumerate() {
+            assert_eq!(f(r, c), 0);
+        }
+        assert_eq!(ncclGroupEnd(), 0);
+    }
+}
+
+#[test]
+fn every_collective_with_one_thread_driving_all_ranks() {
+    for n in [1usize, 2, 3, 4] {
+        let cs = comms(n);
+        for count in [0usize, 1, 5, 1000, 70_001] {
+            let null = std::ptr::null_mut();
+            let sends: Vec<Vec<f32>> = (0..n).map(|r| (0..count * n).map(|i| input(r, i)).collect()).collect();
+            let mut recvs: Vec<Vec<f32>> = (0..n).map(|_| vec![-1.0; count * n]).collect();
+
+            // AllReduce, out of place.
+            group(&cs, |r, c| unsafe {
+                ncclAllReduce(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, SUM, c, null)
+            });
+            for r in 0..n {
+                for i in 0..count {
+                    let want: f32 = (0..n).map(|q| input(q, i)).sum();
+                    assert_eq!(recvs[r][i], want, "allreduce n={n} count={count} rank={r} i={i}");
+                }
+            }
+            // AllGather, in place.
+            for (r, buf) in recvs.iter_mut().enumerate() {
+                for i in 0..count {
+                    buf[r * count + i] = input(r, i);
+                }
+            }
+            group(&cs, |r, c| unsafe {
+                let base = recvs[r].as_mut_ptr();
+                ncclAllGather(base.add(r * count) as *const c_void, base as *mut c_void, count, FLOAT, c, null)
+            });
+            for r in 0..n {
+                for q in 0..n {
+                    for i in 0..count {
+                        assert_eq!(recvs[r][q * count + i], input(q, i), "allgather n={n} count={count}");
+                    }
+                }
+            }
+            // ReduceScatter, out of place, with Max.
+            group(&cs, |r, c| unsafe {
+                ncclReduceScatter(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, MAX, c, null)
+            });
+            for r in 0..n {
+                for i in 0..count {
+                    let want = (0..n).map(|q| sends[q][r * count + i]).fold(f32::MIN, f32::max);
+                    assert_eq!(recvs[r][i], want, "reducescatter n={n} count={count}");
+                }
+            }
+            // Broadcast and Reduce from the last rank, AlltoAll, Gather, Scatter.
+            let root = n - 1;
+            group(&cs, |r, c| unsafe {
+                ncclBroadcast(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+            });
+            for r in 0..n {
+                assert_eq!(&recvs[r][..count], &sends[root][..count], "broadcast n={n}");
+            }
+            group(&cs, |r, c| unsafe {
+                ncclAlltoAll(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, c, null)
+            });
+            for r in 0..n {
+                for q in 0..n {
+                    assert_eq!(&recvs[r][q * count..(q + 1) * count], &sends[q][r * count..(r + 1) * count], "alltoall n={n}");
+                }
+            }
+            group(&cs, |r, c| unsafe {
+                ncclGather(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+            });
+            for q in 0..n {
+                assert_eq!(&recvs[root][q * count..(q + 1) * count], &sends[q][..count], "gather n={n}");
+            }
+            group(&cs, |r, c| unsafe {
+                ncclScatter(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+            });
+            for r in 0..n {
+                assert_eq!(&recvs[r][..count], &sends[root][r * count..(r + 1) * count], "scatter n={n}");
+            }
+            group(&cs, |r, c| unsafe {
+                ncclReduce(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, SUM, root as i32, c, null)
+            });
+            for i in 0..count {
+                let want: f32 = (0..n).map(|q| input(q, i)).sum();
+                assert_eq!(recvs[root][i], want, "reduce n={n}");
+            }
+        }
+        destroy(cs);
+    }
+}
+
+#[test]
+fn sends_and_receives_in_any_order_within_a_group() {
+    let n = 4;
+    let cs = comms(n);
+    let count = 100_003;
+    let sends: Vec<Vec<i32>> = (0..n).map(|r| (0..count).map(|i| (r * 1_000_000 + i) as i32).collect()).collect();
+    let mut recvs: Vec<Vec<Vec<i32>>> = (0..n).map(|_| (0..n).map(|_| vec![0; count]).collect()).collect();
+    let null = std::ptr::null_mut();
+    // Every rank sends to every rank (itself included); receives are posted before sends on
+    // odd ranks and after on even ones.
+    // SAFETY: buffers outlive the group.
+    unsafe {
+        assert_eq!(ncclGroupStart(), 0);
+        for r in 0..n {
+            let post_recvs = |recvs: &mut Vec<Vec<Vec<i32>>>| {
+                for p in (0..n).rev() {
+                    assert_eq!(ncclRecv(recvs[r][p].as_mut_ptr() as *mut c_void, count, INT32, p as i32, cs[r], null), 0);
+                }
+            };
+            if r % 2 == 1 {
+                post_recvs(&mut recvs);
+            }
+            for p in 0..n {
+                assert_eq!(ncclSend(sends[r].as_ptr() as *const c_void, count, INT32, p as i32, cs[r], null), 0);
+            }
+            if r % 2 == 0 {
+                post_recvs(&mut recvs);
+            }
+        }
+        assert_eq!(ncclGroupEnd(), 0);
+    }
+    for r in 0..n {
+        for p in 0..n {
+            assert_eq!(recvs[r][p], sends[p], "rank {r} from {p}");
+        }
+    }
+    destroy(cs);
+}
+
+#[test]
+fn bad_arguments_get_invalid_argument_and_the_comm_still_works() {
+    let cs = comms(1);
+    let c = cs[0];
+    let mut buf = vec![1.0f32; 16];
+    let p = buf.as_mut_ptr() as *mut c_void;
+    let null = std::ptr::null_mut();
+    // SAFETY: each call is given valid or deliberately invalid arguments it must reject.
+    unsafe {
+        assert_eq!(ncclAllReduce(p, p, 16, FLOAT, SUM, std::ptr::null_mut(), null), 4, "NULL comm");
+        assert_eq!(ncclAllReduce(std::ptr::null(), p, 16, FLOAT, SUM, c, null), 4, "NULL sendbuff");
+        assert_eq!(ncclAllReduce(p, p, 16, 12, SUM, c, null), 4, "dtype 12");
+        assert_eq!(ncclAllReduce(p, p, 16, -1, SUM, c, null), 4, "dtype -1");
+        assert_eq!(ncclAllReduce(p, p, 16, FLOAT, 99, c, null), 4, "op 99");
+        assert_eq!(ncclBroadcast(p, p, 16, FLOAT, 1, c, null), 4, "root 1 of 1");
+        assert_eq!(ncclSend(p, 16, FLOAT, -1, c, null), 4, "peer -1");
+        assert_eq!(ncclAllReduce(p, p, usize::MAX / 2, FLOAT, SUM, c, null), 4, "count overflow");
+        let msg = std::ffi::CStr::from_ptr(ncclGetLastError(c)).to_string_lossy().into_owned();
+        assert!(msg.contains("too large") || msg.contains("overflow"), "{msg}");
+        assert_eq!(ncclAllReduce(p, p, 0, FLOAT, SUM, c, null), 0, "count 0 with any pointer");
+        assert_eq!(ncclAllReduce(p, p, 16, FLOAT, SUM, c, null), 0, "still works");
+        let mut a = -1;
+        assert_eq!(ncclCommGetAsyncError(c, &mut a), 0);
+        assert_eq!(a, 0);
+        // An error inside a group fails the group end too.
+        assert_eq!(ncclGroupStart(), 0);
+        assert_eq!(ncclAllReduce(p, p, 16, 42, SUM, c, null), 4);
+        assert_eq!(ncclGroupEnd(), 4);
+    }
+    destroy(cs);
+}

@@ -1,0 +1,5 @@
+//! `ccl-topo`: prints the system topology and the search result.
+
+fn main() {
+    println!("ccl-topo: not yet implemented");
+}

@@ -1,0 +1,220 @@
+//! CUBIC (RFC 8312), in units of chunks.
+//!
+//! * Slow start (`cwnd += acked`) below `ssthresh`.
+//! * Congestion avoidance: `W_cubic(t) = C (t - K)^3 + W_max` with
+//!   `K = cbrt(W_max (1 - beta) / C)` (RFC 8312 eq. 1-2; computed from the window at the
+//!   start of the epoch, as Linux does, which equals eq. 2 right after a reduction). Each
+//!   acknowledged chunk moves the window by `(W_cubic(t + RTT) - cwnd) / cwnd` (section 4.3),
+//!   with the target capped at `1.5 cwnd`.
+//! * TCP-friendly region (section 4.2): `W_est` grows by `3 (1 - beta) / (1 + beta)` chunks per
+//!   window of acknowledged chunks; the window never stays below it.
+//! * On loss (fast retransmit), at most once per round trip: fast convergence (section 4.6)
+//!   `W_max = cwnd (1 + beta) / 2` if the window had not regained the last `W_max`, else
+//!   `W_max = cwnd`; then `ssthresh = cwnd = max(beta cwnd, 2)`.
+//! * On timeout (section 4.7): same `W_max` and `ssthresh`, window to one chunk.
+//!
+//! `t` is in seconds as in the RFC, so on microsecond round trips the cubic term barely moves
+//! and the TCP-friendly region governs growth, the behaviour the RFC specifies for
+//! short-RTT networks.
+
+use std::time::Duration;
+
+use super::{window_admits, AckSample, CongestionControl, LossEvent, LossKind, Pacing, SenderView};
+use crate::mpt::config::CcParams;
+use crate::mpt::time::Instant;
+
+/// CUBIC state.
+#[derive(Debug, Clone)]
+pub struct Cubic {
+    chunk: f64,
+    c: f64,
+    beta: f64,
+    cwnd: f64,
+    ssthresh: f64,
+    w_max: f64,
+    k: f64,
+    origin: f64,
+    w_est: f64,
+    epoch_start: Option<Instant>,
+    last_reduction: Option<Instant>,
+    max_cwnd: f64,
+    reductions: u64,
+}
+
+impl Cubic {
+    /// CUBIC with `chunk`-byte segments and at most `max_cwnd` chunks of window.
+    pub fn new(p: &CcParams, chunk: u64, max_cwnd: f64) -> Self {
+        let max_cwnd = max_cwnd.max(1.0);
+        Cubic {
+            chunk: chunk as f64,
+            c: p.cubic_c,
+            beta: p.cubic_beta,
+            cwnd: p.initial_cwnd_chunks.clamp(1.0, max_cwnd),
+            ssthresh: f64::INFINITY,
+            w_max: 0.0,
+            k: 0.0,
+            origin: 0.0,
+            w_est: 0.0,
+            epoch_start: None,
+            last_reduction: None,
+            max_cwnd,
+            reductions: 0,
+        }
+    }
+
+    /// Window in chunks.
+    pub fn cwnd_chunks(&self) -> f64 {
+        self.cwnd
+    }
+
+    /// Slow-start threshold in chunks (infinite before the first loss).
+    pub fn ssthresh_chunks(&self) -> f64 {
+        self.ssthresh
+    }
+
+    /// Window reductions so far.
+    pub fn reductions(&self) -> u64 {
+        self.reductions
+    }
+
+    fn reduce(&mut self, now: Instant, timeout: bool) {
+        self.epoch_start = None;
+        self.w_max = if self.cwnd < self.w_max { self.cwnd * (1.0 + self.beta) / 2.0 } else { self.cwnd };
+        self.ssthresh = (self.cwnd * self.beta).max(2.0);
+        self.cwnd = if timeout { 1.0 } else { self.ssthresh.min(self.max_cwnd) };
+        self.last_reduction = Some(now);
+        self.reductions += 1;
+    }
+}
+
+impl CongestionControl for Cubic {
+    fn name(&self) -> &'static str {
+        "cubic"
+    }
+
+    fn on_pacing_chunk(&mut self, _now: Instant, len: u32, view: &SenderView) -> Pacing {
+        if window_admits(self.cwnd * self.chunk, view.inflight_bytes, len) {
+            Pacing::Now
+        } else {
+            Pacing::Blocked
+        }
+    }
+
+    fn on_rx_ack(&mut self, now: Instant, s: &AckSample) {
+        if s.acked_chunks == 0 {
+            return;
+        }
+        let acked = f64::from(s.acked_chunks);
+        if self.cwnd < self.ssthresh {
+            self.cwnd = (self.cwnd + acked).min(self.max_cwnd);
+            return;
+        }
+        let rtt = s.srtt.unwrap_or(Duration::ZERO).as_secs_f64();
+        let new_epoch = self.epoch_start.is_none();
+        let start = *self.epoch_start.get_or_insert(now);
+        if new_epoch {
+            // New epoch: anchor the cubic curve on the window it starts from.
+            if self.cwnd < self.w_max {
+                self.k = ((self.w_max - self.cwnd) / self.c).cbrt();
+                self.origin = self.w_max;
+            } else {
+                self.k = 0.0;
+                self.origin = self.cwnd;
+            }
+            self.w_est = self.cwnd;
+        }
+        let t = now.saturating_duration_since(start).as_secs_f64() + rtt;
+        let target = (self.origin + self.c * (t - self.k).powi(3)).min(1.5 * self.cwnd);
+        if target > self.cwnd {
+            self.cwnd += (target - self.cwnd) / self.cwnd * acked;
+        }
+        self.w_est += 3.0 * (1.0 - self.beta) / (1.0 + self.beta) * acked / self.cwnd;
+        if self.w_est > self.cwnd {
+            self.cwnd = self.w_est;
+        }
+        self.cwnd = self.cwnd.clamp(1.0, self.max_cwnd);
+    }
+
+    fn on_loss(&mut self, now: Instant, ev: &LossEvent) {
+        match ev.kind {
+            LossKind::Timeout => self.reduce(now, true),
+            LossKind::FastRetransmit => {
+                // One reduction per round trip: a burst of losses is one congestion event.
+                let rtt = ev.srtt.unwrap_or(Duration::ZERO);
+                let recent = self.last_reduction.is_some_and(|t| now.saturating_duration_since(t) < rtt);
+                if !recent {
+                    self.reduce(now, false);
+                }
+            }
+        }
+    }
+
+    fn cwnd_bytes(&self) -> Option<u64> {
+        Some((self.cwnd * self.chunk) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mpt::path::PathId;
+
+    fn ack(chunks: u32, srtt_us: u64) -> AckSample {
+        AckSample {
+            path: Some(PathId(0)),
+            rtt: Some(Duration::from_micros(srtt_us)),
+            acked_bytes: u64::from(chunks) * 1000,
+            acked_chunks: chunks,
+            inflight_bytes: 0,
+            srtt: Some(Duration::from_micros(srtt_us)),
+        }
+    }
+
+    fn loss(kind: LossKind) -> LossEvent {
+        LossEvent { kind, chunks: 1, srtt: Some(Duration::from_micros(10)) }
+    }
+
+    #[test]
+    fn slow_start_then_multiplicative_decrease() {
+        let mut c = Cubic::new(&CcParams::default(), 1000, 128.0);
+        assert_eq!(c.cwnd_chunks(), 16.0);
+        c.on_rx_ack(Instant::ZERO, &ack(16, 10));
+        assert_eq!(c.cwnd_chunks(), 32.0);
+        c.on_loss(Instant::from_micros(100), &loss(LossKind::FastRetransmit));
+        assert!((c.cwnd_chunks() - 32.0 * 0.7).abs() < 1e-9);
+        assert_eq!(c.cwnd_bytes(), Some(22_400));
+        // A second loss within one round trip is the same congestion event.
+        c.on_loss(Instant::from_micros(105), &loss(LossKind::FastRetransmit));
+        assert!((c.cwnd_chunks() - 22.4).abs() < 1e-9);
+        // After a round trip it counts again, with fast convergence lowering W_max.
+        c.on_loss(Instant::from_micros(120), &loss(LossKind::FastRetransmit));
+        assert!((c.cwnd_chunks() - 22.4 * 0.7).abs() < 1e-9);
+        assert!((c.w_max - 22.4 * 1.7 / 2.0).abs() < 1e-9);
+        c.on_loss(Instant::from_micros(200), &loss(LossKind::Timeout));
+        assert_eq!(c.cwnd_chunks(), 1.0);
+        assert_eq!(c.reductions(), 3);
+    }
+
+    #[test]
+    fn congestion_avoidance_grows_back() {
+        let mut c = Cubic::new(&CcParams::default(), 1000, 128.0);
+        c.on_rx_ack(Instant::ZERO, &ack(16, 10));
+        c.on_loss(Instant::from_micros(10), &loss(LossKind::FastRetransmit));
+        let after_loss = c.cwnd_chunks();
+        let mut now = Instant::from_micros(20);
+        for _ in 0..2000 {
+            now = now + Duration::from_micros(10);
+            c.on_rx_ack(now, &ack(1, 10));
+        }
+        assert!(c.cwnd_chunks() > after_loss, "{} <= {after_loss}", c.cwnd_chunks());
+        assert!(c.cwnd_chunks() <= 128.0);
+    }
+
+    #[test]
+    fn pacing_follows_window() {
+        let mut c = Cubic::new(&CcParams { initial_cwnd_chunks: 2.0, ..CcParams::default() }, 1000, 128.0);
+        let view = |inflight| SenderView { inflight_bytes: inflight, srtt: None, retransmission: false };
+        assert_eq!(c.on_pacing_chunk(Instant::ZERO, 1000, &view(1000)), Pacing::Now);
+        assert_eq!(c.on_pacing_chunk(Instant::ZERO, 1000, &view(1001)), Pacing::Blocked);
+    }
+}
