@@ -13,6 +13,9 @@
 #   a namespace the only interfaces are lo and cclv<i>: NCCL_SOCKET_IFNAME=cclv selects it.
 #   Keeping the bridge in its own namespace keeps host firewall/bridge-netfilter rules of the
 #   root namespace out of the path and leaves the root namespace untouched.
+#   * cclbr0 itself has 10.77.0.254/24: the address of a launcher run inside cclhub. OpenMPI's
+#     mpirun (its PMIx server) must be reachable from ranks that sit in the namespaces, and the
+#     root namespace has no route to them (tests/abi/run.sh runs "ip netns exec cclhub mpirun").
 #
 # Cutting a link (later fault tests):  ip -n cclhub link set cclh1 down   (or ... up)
 # Running something inside:            ip netns exec cclns0 <command>
@@ -53,7 +56,9 @@ ensure_hub() {
   fi
   # No STP, no forwarding delay: ports forward as soon as they are up.
   ip -n "$HUB" link set "$BR" type bridge stp_state 0 forward_delay 0 2>/dev/null || true
+  ip -n "$HUB" addr replace "$SUBNET.254/24" dev "$BR"
   ip -n "$HUB" link set "$BR" up
+  say "bridge $BR up with $SUBNET.254/24 (launcher address)"
 }
 
 ensure_node() {
@@ -102,20 +107,49 @@ cmd_up() {
   for i in $(existing_nodes); do
     if [ "$i" -ge "$n" ]; then remove_ns "$PREFIX$i"; fi
   done
-  # Wait until every namespace can reach the first one (bridge ports come up asynchronously).
-  if [ "$n" -gt 1 ] && command -v ping >/dev/null; then
-    local tries ok
-    for ((i = 1; i < n; i++)); do
+  check_connectivity "$n"
+  say "up: $n namespaces ${PREFIX}0..$PREFIX$((n - 1)), addresses $SUBNET.1..$SUBNET.$n, NCCL_SOCKET_IFNAME=cclv"
+}
+
+# Every namespace must reach the hub address (bridge ports come up asynchronously, so retry).
+# Uses ping when installed, else a TCP connect with python3, else skips the check.
+check_connectivity() {
+  local n=$1 i tries ok
+  if command -v ping >/dev/null; then
+    for ((i = 0; i < n; i++)); do
       ok=0
       for tries in 1 2 3 4 5 6 7 8 9 10; do
-        if ip netns exec "$PREFIX$i" ping -c1 -W1 "$SUBNET.1" >/dev/null 2>&1; then ok=1; break; fi
+        if ip netns exec "$PREFIX$i" ping -c1 -W1 "$SUBNET.254" >/dev/null 2>&1; then ok=1; break; fi
         sleep 0.2
       done
-      [ "$ok" -eq 1 ] || die "$PREFIX$i cannot reach $SUBNET.1"
+      [ "$ok" -eq 1 ] || die "$PREFIX$i cannot reach $SUBNET.254"
     done
-    say "connectivity checked: every namespace reaches $SUBNET.1"
+  elif command -v python3 >/dev/null; then
+    local port=$((20000 + RANDOM % 20000))
+    ip netns exec "$HUB" python3 -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64); s.settimeout(10)
+for _ in range(int(sys.argv[3])): s.accept()[0].close()
+' "$SUBNET.254" "$port" "$n" &
+    local lpid=$!
+    for ((i = 0; i < n; i++)); do
+      ok=0
+      for tries in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+        if ip netns exec "$PREFIX$i" python3 -c '
+import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()
+' "$SUBNET.254" "$port" >/dev/null 2>&1; then ok=1; break; fi
+        sleep 0.2
+      done
+      if [ "$ok" -ne 1 ]; then kill "$lpid" 2>/dev/null || true; die "$PREFIX$i cannot reach $SUBNET.254"; fi
+    done
+    wait "$lpid" 2>/dev/null || true
+  else
+    say "no ping or python3: connectivity not checked"
+    return 0
   fi
-  say "up: $n namespaces ${PREFIX}0..$PREFIX$((n - 1)), addresses $SUBNET.1..$SUBNET.$n, NCCL_SOCKET_IFNAME=cclv"
+  say "connectivity checked: every namespace reaches $SUBNET.254"
 }
 
 cmd_down() {

@@ -92,7 +92,9 @@ impl OpHeader {
 enum XKind {
     Send { src: *const u8 },
     Recv { dst: *mut u8 },
-    RecvReduce { local: *const u8, dst: *mut u8 },
+    /// `fused`: `local` is this rank's raw input of a PreMulSum/float-Avg reduction, folded in
+    /// as `local * scalar + incoming` with one rounding, as NCCL's kernels do.
+    RecvReduce { local: *const u8, dst: *mut u8, fused: bool },
     Copy { src: *const u8, dst: *mut u8 },
 }
 
@@ -120,6 +122,8 @@ pub struct Plan {
     cur: usize,
     dtype: DataType,
     arith: ReduceKind,
+    /// The PreMulSum scalar (also float Avg's 1/n), for fused receive-reduce steps.
+    scalar: [u8; 8],
     /// Float Avg and PreMulSum scale the input into a private copy before the first step.
     prescale: Option<Prescale>,
     /// Integer Avg divides the output by nranks after the last step.
@@ -149,6 +153,7 @@ impl Plan {
             cur: 0,
             dtype,
             arith,
+            scalar: [0; 8],
             prescale: None,
             postdiv: None,
             _scratch: Vec::new(),
@@ -219,14 +224,21 @@ impl Plan {
                         peer,
                         dst.count,
                     ),
-                    Op::RecvReduce { peer, local, dst } => (
+                    Op::RecvReduce { peer, local, dst } => {
+                        // A raw input folded into a scaled partial sum: NCCL computes
+                        // fma(x, s, partial), so read the unscaled input and fuse.
+                        let fused = scalar.is_some() && local.buf == BufId::Send;
+                        let local_base = if fused { task.send } else { base(local.buf) };
+                        (
                         XKind::RecvReduce {
-                            local: elem_ptr(base(local.buf), local.offset, size) as *const u8,
+                            local: elem_ptr(local_base, local.offset, size) as *const u8,
                             dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                            fused,
                         },
                         peer,
                         dst.count,
-                    ),
+                    )
+                    }
                     Op::Copy { src, dst } => (
                         XKind::Copy {
                             src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
@@ -255,6 +267,7 @@ impl Plan {
         let desc = format!("{}(#{seq}, count={}, {})", task.kind.name(), task.count, task.dtype.name());
         let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, desc);
         plan.prescale = prescale;
+        plan.scalar = scalar.unwrap_or([0; 8]);
         plan.postdiv = match task.red {
             Reduction::Avg if !task.dtype.is_float() && recv_elems > 0 => {
                 Some((task.recv as *mut u8, recv_elems, nranks as u64))
@@ -402,7 +415,7 @@ impl Plan {
                     .ok_or_else(|| Error::internal(format!("no link to rank {}", op.peer)))?;
                 progressed |= match op.kind {
                     XKind::Send { src } => send_op(op, src, link.as_mut(), staging)?,
-                    _ => recv_op(op, link.as_mut(), dtype, arith, size)?,
+                    _ => recv_op(op, link.as_mut(), dtype, arith, &self.scalar, size)?,
                 };
                 if !op.finished {
                     *busy = gen;
@@ -462,7 +475,14 @@ fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<
     Ok(progressed)
 }
 
-fn recv_op(op: &mut XOp, link: &mut dyn Link, dtype: DataType, arith: ReduceKind, size: usize) -> Result<bool> {
+fn recv_op(
+    op: &mut XOp,
+    link: &mut dyn Link,
+    dtype: DataType,
+    arith: ReduceKind,
+    scalar: &[u8; 8],
+    size: usize,
+) -> Result<bool> {
     let mut progressed = false;
     while !op.finished {
         let Some(frame) = link.peek()? else { break };
@@ -498,8 +518,12 @@ fn recv_op(op: &mut XOp, link: &mut dyn Link, dtype: DataType, arith: ReduceKind
                 // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at
                 // enqueue; `data` is the link's frame, disjoint from user memory.
                 XKind::Recv { dst } => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n) },
-                XKind::RecvReduce { local, dst } => unsafe {
+                XKind::RecvReduce { local, dst, fused: false } => unsafe {
                     reduce::reduce(dtype, arith, dst.add(op.done), data.as_ptr(), local.add(op.done), n / size)
+                },
+                // SAFETY: as above; `scalar` holds one element of `dtype`.
+                XKind::RecvReduce { local, dst, fused: true } => unsafe {
+                    reduce::premul_add(dtype, dst.add(op.done), local.add(op.done), data.as_ptr(), n / size, scalar.as_ptr())
                 },
                 _ => {}
             }

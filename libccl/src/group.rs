@@ -282,7 +282,7 @@ fn drive(runs: &mut [CommRun<'_>]) {
         idle_rounds = idle_rounds.saturating_add(1);
         if idle_rounds < 64 {
             std::hint::spin_loop();
-        } else if idle_rounds < 2048 {
+        } else if idle_rounds < (1 << 16) {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(50));
