@@ -243,7 +243,10 @@ impl TopoConfig {
 
     /// Clamps a channel count to `[min, max]` and to [`MAX_CHANNELS`].
     pub fn clamp_channels(&self, n: usize) -> usize {
-        let max = self.max_channels.unwrap_or(MAX_CHANNELS).clamp(1, MAX_CHANNELS);
+        let max = self
+            .max_channels
+            .unwrap_or(MAX_CHANNELS)
+            .clamp(1, MAX_CHANNELS);
         let min = self.min_channels.unwrap_or(1).clamp(1, max);
         n.clamp(min, max)
     }

@@ -19,6 +19,8 @@ pub type Extra = Vec<(String, String)>;
 pub struct CpuInfo {
     /// NUMA node id.
     pub numa: u32,
+    /// The file said `numaid="-1"` (no NUMA information); `numa` is then a stand-in id.
+    pub numa_unknown: bool,
     /// CPU mask, as sysfs `cpumap` prints it.
     pub affinity: Option<String>,
     /// `x86_64`, `aarch64`, `ppc64`, ...
@@ -475,9 +477,7 @@ impl System {
 
     /// The NUMA id of a node's CPU.
     pub fn numa_of(&self, id: NodeId) -> Option<u32> {
-        self.local_cpu(id)
-            .and_then(|c| self.cpu(c))
-            .map(|c| c.numa)
+        self.local_cpu(id).and_then(|c| self.cpu(c)).map(|c| c.numa)
     }
 
     /// The NIC node of a port.
@@ -509,11 +509,9 @@ impl System {
                 None => format!("nic{id}"),
             },
             Some(NodeKind::Net(n)) => {
-                let dup = self
-                    .nodes
-                    .iter()
-                    .enumerate()
-                    .any(|(j, m)| j != id && matches!(&m.kind, NodeKind::Net(o) if o.name == n.name));
+                let dup = self.nodes.iter().enumerate().any(|(j, m)| {
+                    j != id && matches!(&m.kind, NodeKind::Net(o) if o.name == n.name)
+                });
                 if dup {
                     format!("{}:{}", n.name, n.port)
                 } else {

@@ -83,7 +83,9 @@ pub fn select_nets(sys: &System, cfg: &TopoConfig) -> NetSelection {
     };
     let why_none = if usable.is_empty() {
         match cfg.net {
-            Some(NetSelect::Ib) => "NCCL_NET=IB and no InfiniBand device passes NCCL_IB_HCA".to_string(),
+            Some(NetSelect::Ib) => {
+                "NCCL_NET=IB and no InfiniBand device passes NCCL_IB_HCA".to_string()
+            }
             _ if nets.is_empty() => "the system has no network ports".to_string(),
             _ => "no port passes NCCL_IB_HCA / NCCL_SOCKET_IFNAME".to_string(),
         }
@@ -98,7 +100,12 @@ pub fn select_nets(sys: &System, cfg: &TopoConfig) -> NetSelection {
 }
 
 /// The closeness key of port `net` seen from `from`: smaller is closer.
-pub fn closeness(sys: &System, paths: &Paths, from: NodeId, net: NodeId) -> (PathType, i64, i64, u32) {
+pub fn closeness(
+    sys: &System,
+    paths: &Paths,
+    from: NodeId,
+    net: NodeId,
+) -> (PathType, i64, i64, u32) {
     let kind = paths.kind(from, net);
     let bw = paths.bw(from, net);
     let info = sys.net(net);
@@ -149,7 +156,26 @@ pub fn backup_net(
     if let Some(&s) = rank_nets(sys, paths, from, &siblings).first() {
         return Some(s);
     }
-    rank_nets(sys, paths, from, usable)
+    // The next closest class; within it prefer the primary's NUMA node, then the device
+    // that follows the primary cyclically, so that backups spread over the NICs.
+    let others: Vec<NodeId> = usable.iter().copied().filter(|&n| n != primary).collect();
+    let ranked = rank_nets(sys, paths, from, &others);
+    let first = *ranked.first()?;
+    let class = |n: NodeId| {
+        let (k, bw, sp, _) = closeness(sys, paths, from, n);
+        (k, bw, sp)
+    };
+    let best = class(first);
+    let pdev = sys.net(primary).map(|i| i.dev).unwrap_or(0);
+    let pnuma = sys.numa_of(primary);
+    ranked
         .into_iter()
-        .find(|&n| n != primary)
+        .filter(|&n| class(n) == best)
+        .min_by_key(|&n| {
+            let dev = sys.net(n).map(|i| i.dev).unwrap_or(0);
+            (
+                sys.numa_of(n) != pnuma,
+                dev.wrapping_sub(pdev).wrapping_sub(1),
+            )
+        })
 }

@@ -109,18 +109,23 @@ impl Paths {
             for &u in &frontier {
                 let Some(lu) = best[u].clone() else { continue };
                 let mid = u != src;
-                let last_kind = lu.links.last().and_then(|&l| sys.links.get(l)).map(|l| l.kind);
+                let last_kind = lu
+                    .links
+                    .last()
+                    .and_then(|&l| sys.links.get(l))
+                    .map(|l| l.kind);
                 for &li in sys.adj.get(u).map(Vec::as_slice).unwrap_or(&[]) {
-                    let Some(link) = sys.links.get(li) else { continue };
+                    let Some(link) = sys.links.get(li) else {
+                        continue;
+                    };
                     if mid {
                         match sys.kind(u) {
-                            Some(NodeKind::Gpu(_)) => {
+                            Some(NodeKind::Gpu(_))
                                 if opts.nvb_disable
                                     || link.kind != LinkType::Nvl
-                                    || last_kind != Some(LinkType::Nvl)
-                                {
-                                    continue;
-                                }
+                                    || last_kind != Some(LinkType::Nvl) =>
+                            {
+                                continue;
                             }
                             Some(NodeKind::Net(_)) => continue,
                             Some(NodeKind::Nic(_)) => {
@@ -179,7 +184,9 @@ impl Paths {
             .collect();
         for &g in &gpus {
             for &nic in &nics {
-                let Some(own) = self.get(g, nic) else { continue };
+                let Some(own) = self.get(g, nic) else {
+                    continue;
+                };
                 if own.kind <= PathType::Pxb {
                     continue;
                 }

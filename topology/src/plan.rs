@@ -395,13 +395,18 @@ pub fn plan(ranks: &[RankInfo], systems: &HostSystems, cfg: &TopoConfig) -> Resu
         ordered.sort_by_key(|&r| {
             let l = locs.get(r);
             let dev = l
-                .and_then(|l| l.gpu.and_then(|g| ctxs.get(l.ctx).and_then(|c| c.sys.gpu(g))))
+                .and_then(|l| {
+                    l.gpu
+                        .and_then(|g| ctxs.get(l.ctx).and_then(|c| c.sys.gpu(g)))
+                })
                 .map(|g| g.dev)
                 .unwrap_or(u32::MAX);
             (dev, r)
         });
         for r in ordered {
-            let Some(l) = locs.get(r).copied() else { continue };
+            let Some(l) = locs.get(r).copied() else {
+                continue;
+            };
             let (Some(ctx), Some(from)) = (ctxs.get(l.ctx), origin(&l)) else {
                 continue;
             };
@@ -455,11 +460,10 @@ pub fn plan(ranks: &[RankInfo], systems: &HostSystems, cfg: &TopoConfig) -> Resu
             .max()
             .unwrap_or(1)
             .max(1);
-        nch = nch.max(nics);
-        let rounded = nch.div_ceil(nics) * nics;
-        if rounded <= MAX_CHANNELS {
-            nch = rounded;
-        }
+        // One or two channels per NIC: enough to use every NIC, no more than the NICs
+        // can feed.
+        let per_nic = ((nch as f64 / nics as f64).round() as usize).clamp(1, 2);
+        nch = (nics * per_nic).min(MAX_CHANNELS);
     }
     let nch = cfg.clamp_channels(nch);
     // Per-channel host segments.
@@ -495,8 +499,10 @@ pub fn plan(ranks: &[RankInfo], systems: &HostSystems, cfg: &TopoConfig) -> Resu
                     .get(c % intra.rings.len().max(1))
                     .cloned()
                     .unwrap_or_default();
-                let mut rranks: Vec<usize> =
-                    ring.iter().filter_map(|g| gpu_rank.get(g).copied()).collect();
+                let mut rranks: Vec<usize> = ring
+                    .iter()
+                    .filter_map(|g| gpu_rank.get(g).copied())
+                    .collect();
                 if nhosts > 1 {
                     // The channel's NIC: the distinct primaries in device order, round robin.
                     let mut prim: Vec<(u32, NodeId)> = rranks
@@ -574,8 +580,12 @@ pub fn plan(ranks: &[RankInfo], systems: &HostSystems, cfg: &TopoConfig) -> Resu
             }
             order.extend(cr);
             if nic_in.is_none() && nhosts > 1 {
-                nic_in = order.first().and_then(|&r| closest[r].get(c % closest[r].len().max(1)).copied());
-                nic_out = order.last().and_then(|&r| closest[r].get(c % closest[r].len().max(1)).copied());
+                nic_in = order
+                    .first()
+                    .and_then(|&r| closest[r].get(c % closest[r].len().max(1)).copied());
+                nic_out = order
+                    .last()
+                    .and_then(|&r| closest[r].get(c % closest[r].len().max(1)).copied());
                 if cfg.cross_nic == CrossNic::Never {
                     nic_out = nic_in;
                 }
@@ -715,7 +725,6 @@ pub fn plan(ranks: &[RankInfo], systems: &HostSystems, cfg: &TopoConfig) -> Resu
                 }
             }
         }
-        let _ = c;
         channels.push(Channel {
             ring,
             ring_pos,

@@ -38,7 +38,13 @@ pub(crate) struct Hop {
 
 /// The hop from GPU `a` to GPU `b`: the direct path when P2P is allowed over it, otherwise
 /// through the memory of `a`'s CPU.
-pub(crate) fn hop(sys: &System, paths: &Paths, a: NodeId, b: NodeId, cfg: &TopoConfig) -> Option<Hop> {
+pub(crate) fn hop(
+    sys: &System,
+    paths: &Paths,
+    a: NodeId,
+    b: NodeId,
+    cfg: &TopoConfig,
+) -> Option<Hop> {
     let p = paths.get(a, b)?;
     let p2p = cfg.effective_p2p_level().is_some_and(|l| p.kind <= l);
     if p2p {
@@ -60,12 +66,30 @@ pub(crate) fn hop(sys: &System, paths: &Paths, a: NodeId, b: NodeId, cfg: &TopoC
     })
 }
 
+/// Per-channel speed ladders, GB/s.
+const SPEEDS: [f64; 13] = [
+    40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+];
+/// Hopper.
+const SM90_SPEEDS: [f64; 11] = [
+    60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0,
+];
+/// Blackwell.
+const SM100_SPEEDS: [f64; 12] = [
+    90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0,
+];
+/// Below every ladder (slow PCIe or CPU paths).
+const LOW_SPEEDS: [f64; 4] = [2.4, 1.2, 0.24, 0.12];
+
+/// How much more total bandwidth a slower per-channel speed must give to be preferred.
+const SLOWER_GAIN: f64 = 1.2;
+
 /// Most rings the search itself produces before duplication.
 const SEARCH_MAX_RINGS: usize = MAX_CHANNELS / 2;
 /// DFS steps allowed per ring attempt.
 const RING_BUDGET: usize = 1 << 14;
 /// DFS steps allowed for a whole search.
-const TOTAL_BUDGET: usize = 1 << 20;
+const TOTAL_BUDGET: usize = 1 << 18;
 /// Channels at or above this speed are split in two (more, narrower channels), GB/s.
 const DUPLICATE_ABOVE: f64 = 25.0;
 
@@ -81,10 +105,11 @@ struct Dfs<'a> {
 impl Dfs<'_> {
     fn fits(&self, h: &Hop) -> bool {
         h.bw + 1e-9 >= self.speed
-            && h
-                .links
-                .iter()
-                .all(|&l| self.remaining.get(l).is_some_and(|r| *r + 1e-9 >= self.speed))
+            && h.links.iter().all(|&l| {
+                self.remaining
+                    .get(l)
+                    .is_some_and(|r| *r + 1e-9 >= self.speed)
+            })
     }
 
     fn take(&mut self, h: &Hop, sign: f64) {
@@ -96,7 +121,10 @@ impl Dfs<'_> {
     }
 
     fn hop(&self, a: usize, b: usize) -> Option<&Hop> {
-        self.hops.get(a).and_then(|r| r.get(b)).and_then(Option::as_ref)
+        self.hops
+            .get(a)
+            .and_then(|r| r.get(b))
+            .and_then(Option::as_ref)
     }
 
     fn ring(&mut self) -> Option<Vec<usize>> {
@@ -178,7 +206,13 @@ pub fn search_rings(sys: &System, paths: &Paths, gpus: &[NodeId], cfg: &TopoConf
         .iter()
         .map(|&a| {
             gpus.iter()
-                .map(|&b| if a == b { None } else { hop(sys, paths, a, b, cfg) })
+                .map(|&b| {
+                    if a == b {
+                        None
+                    } else {
+                        hop(sys, paths, a, b, cfg)
+                    }
+                })
                 .collect()
         })
         .collect();
@@ -187,43 +221,41 @@ pub fn search_rings(sys: &System, paths: &Paths, gpus: &[NodeId], cfg: &TopoConf
         .filter_map(|&g| sys.gpu(g).and_then(|i| i.sm))
         .min()
         .unwrap_or(0);
-    let cap = if min_sm >= 100 {
-        80.0
+    // Per-channel speeds to try, highest first (NCCL's ladders by GPU generation), from
+    // the first one the fastest hop can carry.
+    let ladder: &[f64] = if min_sm >= 100 {
+        &SM100_SPEEDS
     } else if min_sm >= 90 {
-        60.0
+        &SM90_SPEEDS
     } else {
-        40.0
+        &SPEEDS
     };
-    // Candidate speeds: the cap, and every hop or link bandwidth divided by 1..=32.
-    let mut bases: Vec<f64> = vec![cap];
-    for row in &hops {
-        for h in row.iter().flatten() {
-            bases.push(h.bw);
-            for &l in &h.links {
-                if let Some(link) = sys.links.get(l) {
-                    bases.push(link.bw);
-                }
-            }
-        }
-    }
-    let mut cands: Vec<f64> = Vec::new();
-    for b in bases {
-        for d in 1..=SEARCH_MAX_RINGS {
-            let s = b / d as f64;
-            if s <= cap + 1e-9 && s >= 0.01 {
-                cands.push(s);
-            }
-        }
-    }
-    cands.sort_by(|a, b| b.partial_cmp(a).unwrap_or(std::cmp::Ordering::Equal));
-    cands.dedup_by(|a, b| (*a - *b).abs() < 1e-6);
+    let max_hop = hops
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|h| h.bw)
+        .fold(0.0, f64::max);
+    let floor = ladder.last().copied().unwrap_or(0.0);
+    let cands: Vec<f64> = ladder
+        .iter()
+        .copied()
+        .chain(SPEEDS.iter().copied().filter(|&s| s < floor))
+        .chain(LOW_SPEEDS.iter().copied())
+        .filter(|&s| s <= max_hop + 1e-9)
+        .collect();
     // Upper bound on rings at a speed: every GPU sends once per ring.
     let out_bw: f64 = gpus
         .iter()
         .map(|&g| {
             sys.adj
                 .get(g)
-                .map(|ls| ls.iter().filter_map(|&l| sys.links.get(l)).map(|l| l.bw).sum())
+                .map(|ls| {
+                    ls.iter()
+                        .filter_map(|&l| sys.links.get(l))
+                        .map(|l| l.bw)
+                        .sum()
+                })
                 .unwrap_or(0.0)
         })
         .fold(f64::INFINITY, f64::min);
@@ -232,7 +264,7 @@ pub fn search_rings(sys: &System, paths: &Paths, gpus: &[NodeId], cfg: &TopoConf
     let mut total_budget = TOTAL_BUDGET;
     for s in cands {
         let ub = ((out_bw / s + 1e-9).floor() as usize).min(SEARCH_MAX_RINGS);
-        if (ub as f64) * s <= best_total + 1e-9 {
+        if (ub as f64) * s <= best_total * SLOWER_GAIN + 1e-9 {
             continue;
         }
         let mut dfs = Dfs {
@@ -250,8 +282,10 @@ pub fn search_rings(sys: &System, paths: &Paths, gpus: &[NodeId], cfg: &TopoConf
                 None => break,
             }
         }
+        // A slower speed must bring clearly more total bandwidth (many thin channels
+        // cost more than they carry).
         let total = rings.len() as f64 * s;
-        if total > best_total + 1e-9 {
+        if total > best_total * SLOWER_GAIN + 1e-9 {
             best_total = total;
             best = Some((rings, s));
         }
@@ -264,10 +298,17 @@ pub fn search_rings(sys: &System, paths: &Paths, gpus: &[NodeId], cfg: &TopoConf
         // Nothing fits (disconnected GPUs): one ring in index order at the slowest hop.
         _ => {
             let slow = (0..k)
-                .filter_map(|i| hops.get(i).and_then(|r| r.get((i + 1) % k)).and_then(Option::as_ref))
+                .filter_map(|i| {
+                    hops.get(i)
+                        .and_then(|r| r.get((i + 1) % k))
+                        .and_then(Option::as_ref)
+                })
                 .map(|h| h.bw)
                 .fold(f64::INFINITY, f64::min);
-            (vec![(0..k).collect()], if slow.is_finite() { slow } else { 0.0 })
+            (
+                vec![(0..k).collect()],
+                if slow.is_finite() { slow } else { 0.0 },
+            )
         }
     };
     let mut out = IntraRings {
@@ -301,7 +342,11 @@ fn btree_parent(p: usize, n: usize) -> Option<usize> {
     let mut q = p;
     let mut low = p & p.wrapping_neg();
     loop {
-        q = if q & (low << 1) == 0 { q + low } else { q - low };
+        q = if q & (low << 1) == 0 {
+            q + low
+        } else {
+            q - low
+        };
         low <<= 1;
         if q <= n {
             return Some(q);

@@ -91,7 +91,9 @@ impl FromStr for BusId {
         let bus = u8::from_str_radix(bus, 16).map_err(|_| bad())?;
         let device = u8::from_str_radix(dev, 16).map_err(|_| bad())?;
         let function = u8::from_str_radix(func, 16).map_err(|_| bad())?;
-        if device >= 32 || function >= 8 || dom.len() > 8 || dom.is_empty() {
+        // NCCL writes placeholders such as `fffffff:ff:ff.0` for NVSwitches, so the
+        // device number is not limited to 0..32 here.
+        if function >= 16 || dom.len() > 8 || dom.is_empty() {
             return Err(bad());
         }
         Ok(BusId {
@@ -288,7 +290,9 @@ mod tests {
         let f: BusId = "ffff:ff:01.0".parse().unwrap();
         assert_eq!(f.to_string(), "ffff:ff:01.0");
         assert!("zz:00.0".parse::<BusId>().is_err());
-        assert!("0000:00:40.0".parse::<BusId>().is_err());
+        assert!("0000:00:00.g".parse::<BusId>().is_err());
+        let nvs: BusId = "fffffff:ff:ff.0".parse().unwrap();
+        assert_eq!(nvs.to_string(), "fffffff:ff:ff.0");
         assert!("0000:00:00".parse::<BusId>().is_err());
         assert!("".parse::<BusId>().is_err());
     }

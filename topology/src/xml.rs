@@ -102,15 +102,15 @@ const PCI_ATTRS: &[&str] = &[
     "link_speed",
     "link_width",
 ];
-const CPU_ATTRS: &[&str] = &["numaid", "affinity", "arch", "vendor", "familyid", "modelid"];
+const CPU_ATTRS: &[&str] = &[
+    "numaid", "affinity", "arch", "vendor", "familyid", "modelid",
+];
 const GPU_ATTRS: &[&str] = &["dev", "sm", "rank", "gdr"];
 const NET_ATTRS: &[&str] = &[
     "name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr", "coll",
 ];
 
-fn elements<'a, 'i>(
-    n: roxmltree::Node<'a, 'i>,
-) -> impl Iterator<Item = roxmltree::Node<'a, 'i>> {
+fn elements<'a, 'i>(n: roxmltree::Node<'a, 'i>) -> impl Iterator<Item = roxmltree::Node<'a, 'i>> {
     n.children().filter(|c| c.is_element())
 }
 
@@ -153,17 +153,36 @@ pub fn parse_str(text: &str, source: &str) -> Result<System> {
     let mut sys = System::new();
     sys.extra = extra(root, &["version"]);
     let mut numas = HashSet::new();
+    // NUMA ids given; `-1` (unknown) gets the lowest id not given.
+    let mut given: HashSet<u32> = HashSet::new();
+    for c in elements(root).filter(|c| c.tag_name().name() == "cpu") {
+        if let Some(Ok(n)) = c.attribute("numaid").map(|v| v.trim().parse::<u32>()) {
+            given.insert(n);
+        }
+    }
+    let mut standin = 0u32;
     for c in elements(root) {
         match c.tag_name().name() {
             "cpu" => {
-                let numa = cx.num::<u32>(c, "numaid")?.ok_or_else(|| {
-                    cx.err(c, "<cpu> lacks the \"numaid\" attribute")
-                })?;
+                let raw = cx
+                    .num::<i64>(c, "numaid")?
+                    .ok_or_else(|| cx.err(c, "<cpu> lacks the \"numaid\" attribute"))?;
+                let unknown = raw < 0;
+                let numa = if unknown {
+                    while given.contains(&standin) || numas.contains(&standin) {
+                        standin += 1;
+                    }
+                    standin
+                } else {
+                    u32::try_from(raw)
+                        .map_err(|_| cx.err(c, format!("numaid={raw} is out of range")))?
+                };
                 if !numas.insert(numa) {
                     return Err(cx.err(c, format!("a second <cpu> with numaid={numa}")));
                 }
                 let cpu = CpuInfo {
                     numa,
+                    numa_unknown: unknown,
                     affinity: opt(c, "affinity"),
                     arch: opt(c, "arch"),
                     vendor: opt(c, "vendor"),
@@ -354,7 +373,10 @@ fn read_nets(
 ) -> Result<()> {
     for c in elements(el) {
         if c.tag_name().name() != "net" {
-            tracing::debug!(element = c.tag_name().name(), "ignoring element under <nic>");
+            tracing::debug!(
+                element = c.tag_name().name(),
+                "ignoring element under <nic>"
+            );
             continue;
         }
         let name = cx.req(c, "name")?.to_string();
@@ -383,8 +405,12 @@ fn read_nets(
             NetInfo {
                 name,
                 dev: cx.num(c, "dev")?.unwrap_or(u32::MAX),
-                speed_mbps: speed.filter(|s| *s > 0).unwrap_or(crate::types::DEFAULT_NET_SPEED_MBPS),
-                port: cx.num(c, "port")?.unwrap_or(if kind == NetKind::Ib { 1 } else { 0 }),
+                speed_mbps: speed
+                    .filter(|s| *s > 0)
+                    .unwrap_or(crate::types::DEFAULT_NET_SPEED_MBPS),
+                port: cx
+                    .num(c, "port")?
+                    .unwrap_or(if kind == NetKind::Ib { 1 } else { 0 }),
                 kind,
                 guid,
                 latency: opt(c, "latency"),
@@ -401,7 +427,7 @@ fn read_nets(
 
 fn check_unique_busids(cx: &Ctx<'_>, root: roxmltree::Node<'_, '_>, sys: &System) -> Result<()> {
     let mut seen = HashSet::new();
-    for (i, n) in sys.nodes.iter().enumerate() {
+    for n in &sys.nodes {
         let b = match &n.kind {
             NodeKind::Pci(p) => p.busid,
             NodeKind::Gpu(g) => g.pci.busid,
@@ -419,7 +445,6 @@ fn check_unique_busids(cx: &Ctx<'_>, root: roxmltree::Node<'_, '_>, sys: &System
                 .filter(|d| d.attribute("busid").and_then(|v| v.parse::<BusId>().ok()) == Some(b))
                 .nth(1)
                 .unwrap_or(root);
-            let _ = i;
             return Err(cx.err(el, format!("bus id {b} appears twice")));
         }
     }
@@ -467,19 +492,19 @@ pub fn assign_devs_and_names(sys: &mut System) {
     // Ports.
     let mut used: HashSet<u32> = HashSet::new();
     let mut names: HashSet<String> = HashSet::new();
-    let mut missing: Vec<(Option<BusId>, u32, NodeId)> = Vec::new();
+    let mut missing: Vec<(NetKind, Option<BusId>, u32, NodeId)> = Vec::new();
     for i in 0..sys.nodes.len() {
         if let NodeKind::Net(n) = &sys.nodes[i].kind {
             names.insert(n.name.clone());
             if n.dev == u32::MAX || !used.insert(n.dev) {
-                missing.push((sys.busid(i), n.port, i));
+                missing.push((n.kind, sys.busid(i), n.port, i));
             }
         }
     }
-    // PCI ports first (by bus id), ports without PCI last.
-    missing.sort_by_key(|(b, p, i)| (b.is_none(), *b, *p, *i));
+    // Verbs ports before sockets; PCI ports by bus id; ports without PCI last.
+    missing.sort_by_key(|(k, b, p, i)| (*k, b.is_none(), *b, *p, *i));
     let mut next = 0u32;
-    for (_, _, i) in missing {
+    for (_, _, _, i) in missing {
         while used.contains(&next) {
             next += 1;
         }
@@ -642,8 +667,13 @@ fn write_node(sys: &System, id: NodeId, out: &mut String, depth: usize) {
     };
     match &node.kind {
         NodeKind::Cpu(c) => {
+            let numaid = if c.numa_unknown {
+                "-1".to_string()
+            } else {
+                c.numa.to_string()
+            };
             let t = Tag::new("cpu")
-                .a("numaid", c.numa)
+                .a("numaid", numaid)
                 .o("affinity", c.affinity.as_ref())
                 .o("arch", c.arch.as_ref())
                 .o("vendor", c.vendor.as_ref())
@@ -696,7 +726,7 @@ fn write_node(sys: &System, id: NodeId, out: &mut String, depth: usize) {
                 for c in &g.c2c {
                     Tag::new("c2c")
                         .a("count", c.count)
-                        .a("bw", fmt_f64(c.bw))
+                        .a("bw", c.bw)
                         .x(&c.extra)
                         .leaf(out, depth + 2);
                 }
@@ -715,11 +745,6 @@ fn write_node(sys: &System, id: NodeId, out: &mut String, depth: usize) {
         },
         NodeKind::Net(_) | NodeKind::NvSwitch => {}
     }
-}
-
-fn fmt_f64(v: f64) -> String {
-    let s = format!("{v}");
-    s
 }
 
 /// Writes the system as topology XML (what `NCCL_TOPO_DUMP_FILE` receives).
@@ -766,7 +791,10 @@ mod tests {
         let nets = s.nets();
         assert_eq!(nets.len(), 2);
         let n0 = s.net(nets[0]).unwrap();
-        assert_eq!((n0.name.as_str(), n0.dev, n0.kind), ("mlx5_0", 0, NetKind::Ib));
+        assert_eq!(
+            (n0.name.as_str(), n0.dev, n0.kind),
+            ("mlx5_0", 0, NetKind::Ib)
+        );
         assert_eq!(n0.speed_mbps, 200_000);
         let n1 = s.net(nets[1]).unwrap();
         assert_eq!((n1.name.as_str(), n1.dev), ("lo", 5));
@@ -796,11 +824,17 @@ mod tests {
         assert!(msg.contains("nope"), "{msg}");
         let bad = "<system version=\"1\">\n  <cpu>\n  </cpu>\n</system>\n";
         let msg = parse_str(bad, "bad.xml").unwrap_err().to_string();
-        assert!(msg.starts_with("bad.xml:2:") && msg.contains("numaid"), "{msg}");
+        assert!(
+            msg.starts_with("bad.xml:2:") && msg.contains("numaid"),
+            "{msg}"
+        );
         let bad = "<topology/>";
         assert!(parse_str(bad, "x").is_err());
         let bad = "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" link_width=\"x\"/></cpu></system>";
-        assert!(parse_str(bad, "x").unwrap_err().to_string().contains("link_width"));
+        assert!(parse_str(bad, "x")
+            .unwrap_err()
+            .to_string()
+            .contains("link_width"));
         let dup = "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\"/>\n<pci busid=\"0000:01:00.0\"/>\n</cpu></system>";
         let msg = parse_str(dup, "d").unwrap_err().to_string();
         assert!(msg.starts_with("d:4:"), "{msg}");
@@ -808,7 +842,14 @@ mod tests {
 
     #[test]
     fn garbage_never_panics() {
-        for s in ["", "<", "<system", "<system></cpu>", "\u{0}", "<system><cpu numaid='-1'/></system>"] {
+        for s in [
+            "",
+            "<",
+            "<system",
+            "<system></cpu>",
+            "\u{0}",
+            "<system><cpu numaid='-1'/></system>",
+        ] {
             let _ = parse_str(s, "g");
         }
     }
