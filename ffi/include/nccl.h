@@ -141,8 +141,8 @@ typedef enum {
 /* ---------------------------------------------------------------- constants ------------- */
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
 #define NCCL_CONFIG_UNDEF_PTR NULL
-#define NCCL_SPLIT_NOCOLOR -1
-#define NCCL_UNDEF_FLOAT -1.0f
+#define NCCL_SPLIT_NOCOLOR (-1)
+#define NCCL_UNDEF_FLOAT (-1.0f)
 #define NCCL_API_MAGIC 0xcafebeef
 
 /* ncclCommWindowRegister flags. */

@@ -441,6 +441,12 @@ impl Plan {
 fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<u8>) -> Result<bool> {
     let mut progressed = false;
     let max = link.max_frame();
+    if op.header_done && op.done == op.bytes {
+        // Everything was queued; the operation ends when the link has handed it to the OS.
+        progressed |= link.flush()?;
+        op.finished = !link.has_pending();
+        return Ok(progressed);
+    }
     while !op.finished {
         let left = op.bytes - op.done;
         if !op.header_done {
@@ -469,7 +475,9 @@ fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<
         }
         progressed = true;
         if op.done == op.bytes {
-            op.finished = true;
+            progressed |= link.flush()?;
+            op.finished = !link.has_pending();
+            break;
         }
     }
     Ok(progressed)

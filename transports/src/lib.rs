@@ -52,6 +52,9 @@ pub trait Link: Send {
     /// Moves bytes that a previous `try_send` queued but could not hand to the OS yet.
     /// Returns whether anything moved.
     fn flush(&mut self) -> Result<bool>;
+    /// Whether bytes accepted by `try_send` still wait in user space for `flush`. A send is
+    /// complete only once this is false: nothing else would push them out later.
+    fn has_pending(&self) -> bool;
     /// Short name for logs ("shm", "socket").
     fn kind(&self) -> &'static str;
 }

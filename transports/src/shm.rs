@@ -267,6 +267,10 @@ impl Link for ShmLink {
         Ok(false)
     }
 
+    fn has_pending(&self) -> bool {
+        false
+    }
+
     fn kind(&self) -> &'static str {
         "shm"
     }

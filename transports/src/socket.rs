@@ -192,6 +192,10 @@ impl Link for SocketLink {
         Ok(moved)
     }
 
+    fn has_pending(&self) -> bool {
+        self.pending_out() > 0
+    }
+
     fn kind(&self) -> &'static str {
         "socket"
     }

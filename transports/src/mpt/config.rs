@@ -128,13 +128,21 @@ pub struct MptConfig {
     /// before presumed-lost chunks are retransmitted (default 32, UCCL's RoCE value: large
     /// because spraying over paths of different delay reorders chunks).
     pub dup_ack_threshold: u32,
-    /// Retransmission timeout (default 500 us, constant as in UCCL).
+    /// Retransmission timeout floor (default 500 us, UCCL's constant RTO). The timeout in use
+    /// is `max(rto, srtt + 4 rttvar)` (RFC 6298), which on fabrics with round trips well
+    /// below 500 us is exactly this constant.
     pub rto: Duration,
     /// Upper bound of the exponentially backed-off timeout.
     pub rto_max: Duration,
     /// Consecutive timeouts without any acknowledged chunk before the connection fails
     /// (default 50, UCCL's abort threshold).
     pub max_rto_retries: u32,
+    /// For datapaths that carry only the 8-bit CSN (verbs): a new chunk waits until this long
+    /// after the last transmission of the chunk `256 - window` before it, so no stale copy of
+    /// that chunk can still be in flight when its CSN becomes ambiguous (see
+    /// [`header`](super::header)). Set it to the fabric's worst-case datagram lifetime.
+    /// Zero (default) disables the guard: datagram datapaths carry 32 sequence bits.
+    pub csn_reuse_guard: Duration,
     /// Congestion control built for the connection.
     pub cc: CcKind,
     /// Congestion-control tunables.
@@ -155,6 +163,7 @@ impl Default for MptConfig {
             rto: Duration::from_micros(500),
             rto_max: Duration::from_millis(64),
             max_rto_retries: 50,
+            csn_reuse_guard: Duration::ZERO,
             cc: CcKind::Cubic,
             cc_params: CcParams::default(),
             seed: 0x5EED,
@@ -191,7 +200,11 @@ impl MptConfig {
         if !(p.cubic_beta > 0.0 && p.cubic_beta < 1.0 && p.cubic_c > 0.0) {
             return bad("cubic_beta must be in (0, 1) and cubic_c positive");
         }
-        if !(p.swift_max_mdf > 0.0 && p.swift_max_mdf < 1.0 && p.swift_beta > 0.0 && p.swift_ai > 0.0) {
+        if !(p.swift_max_mdf > 0.0
+            && p.swift_max_mdf < 1.0
+            && p.swift_beta > 0.0
+            && p.swift_ai > 0.0)
+        {
             return bad("swift parameters out of range");
         }
         if p.eqds_rate_bytes_per_s == 0 || p.eqds_max_outstanding == 0 {
@@ -211,7 +224,9 @@ mod tests {
         assert_eq!(" Swift\n".parse::<CcKind>().unwrap(), CcKind::Swift);
         assert_eq!("EQDS".parse::<CcKind>().unwrap(), CcKind::Eqds);
         assert_eq!("none".parse::<CcKind>().unwrap(), CcKind::None);
-        assert!(matches!("bbr".parse::<CcKind>(), Err(MptError::UnknownCongestionControl(s)) if s == "bbr"));
+        assert!(
+            matches!("bbr".parse::<CcKind>(), Err(MptError::UnknownCongestionControl(s)) if s == "bbr")
+        );
         for k in [CcKind::Cubic, CcKind::Swift, CcKind::Eqds, CcKind::None] {
             assert_eq!(k.to_string().parse::<CcKind>().unwrap(), k);
         }

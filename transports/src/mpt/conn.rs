@@ -14,8 +14,11 @@
 //! acknowledgement; a probe asks for it if the announcement was lost). Messages are cut in
 //! order into chunks of `chunk_size` bytes (or what `on_chunk_size` says), each with the next
 //! CSN. A chunk of a message shorter than `small_message_threshold` goes on the connection's
-//! dedicated small-message path; others go on the better of two randomly sampled paths.
-//! Each [`Transmit`] names the path, the frame, and the slice of the caller's message to
+//! dedicated small-message path (moved to the best path if it loses chunks to a timeout);
+//! others go on the better of two randomly sampled paths by [`PathView::score`] (or what
+//! `on_select_path` says). A path that lost chunks scores badly until a chunk sent on it
+//! after the loss is acknowledged; it gets one probe chunk per backoff period so a healed
+//! link returns to use. Each [`Transmit`] names the path, the frame, and the slice of the caller's message to
 //! append ([`PayloadRef`]).
 //!
 //! # Reliability
@@ -24,13 +27,17 @@
 //! bitmap and an echo of the chunk (for the round-trip time). The sender:
 //! * counts an acknowledgement that echoes a chunk, selectively acknowledges something, and
 //!   moves nothing cumulatively as a duplicate; at `dup_ack_threshold` duplicates, every
-//!   unacknowledged chunk sent no later than the newest acknowledged chunk is declared lost
-//!   and retransmitted (RACK-style: a chunk retransmitted since is not declared lost again
-//!   until a chunk sent after it is acknowledged);
-//! * declares lost every chunk unacknowledged for one RTO (`rto`, doubled per consecutive
-//!   timeout up to `rto_max`, reset by any acknowledged chunk); after `max_rto_retries`
-//!   consecutive timeouts the connection fails;
-//! * retransmits lost chunks before new ones, on a path other than the one that lost them.
+//!   unacknowledged chunk sent no later than the newest acknowledged chunk and out for more
+//!   than `srtt` plus a reordering window is declared lost and retransmitted; younger ones
+//!   get a reorder timer (RACK, RFC 8985: chunks sprayed over paths with different queues
+//!   arrive out of order). The window starts at `srtt / 4` and widens when the receiver
+//!   reports duplicates (its acknowledgement's `duplicate` flag, like a D-SACK);
+//! * declares lost every chunk unacknowledged for one RTO (`max(rto, srtt + 4 rttvar)`,
+//!   doubled per consecutive timeout up to `rto_max`, reset by any acknowledged chunk);
+//!   after `max_rto_retries` consecutive timeouts the connection fails;
+//! * retransmits lost chunks before new ones, on a path other than the one that lost them;
+//! * credits a path with a delivery only for chunks sent once (Karn: an acknowledged
+//!   retransmission may have arrived by its earlier copy on another path).
 //!
 //! # Receiving
 //!
@@ -46,7 +53,9 @@ use std::time::Duration;
 use super::cc::{self, AckSample, CongestionControl, LossEvent, LossKind, Pacing, SenderView};
 use super::config::MptConfig;
 use super::frame::{AckFrame, DataFrame, Echo, Frame, ProbeFrame};
-use super::header::{unwrap_csn, unwrap_rid, unwrap_u32, ChunkHeader, CsnPosition, MAX_FLOW_ID, RID_SPACE};
+use super::header::{
+    unwrap_csn, unwrap_rid, unwrap_u32, ChunkHeader, CsnPosition, CSN_SPACE, MAX_FLOW_ID, RID_SPACE,
+};
 use super::path::{PathId, PathView, Paths};
 use super::rng::Rng;
 use super::time::{min_deadline, Instant};
@@ -157,6 +166,8 @@ pub struct ConnStats {
     pub small_path_moves: u64,
     /// Round-trip samples taken.
     pub rtt_samples: u64,
+    /// Duplicate reports from the peer that widened the reordering window.
+    pub duplicate_reports: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -211,6 +222,8 @@ struct RecvSlot {
 const ECHO_QUEUE: usize = 128;
 /// Backoff shifts beyond this cannot matter (`rto_max` caps the timeout long before).
 const MAX_BACKOFF_SHIFT: u32 = 20;
+/// Largest reordering window, in quarters of srtt (two round trips).
+const MAX_REO_MULT: u32 = 8;
 
 /// One multipath connection (see the module docs).
 #[derive(Debug)]
@@ -223,6 +236,7 @@ pub struct Connection {
     paths: Paths,
     small_path: PathId,
     srtt: Option<Duration>,
+    rttvar: Duration,
     failed: Option<MptError>,
     events: VecDeque<Event>,
     stats: ConnStats,
@@ -249,6 +263,15 @@ pub struct Connection {
     probe_backoff: u32,
     probe_pending: bool,
     pacing_deadline: Option<Instant>,
+    reorder_deadline: Option<Instant>,
+    /// Reordering window in quarters of `srtt` (RFC 8985 `reo_wnd_mult`): grows by one per
+    /// round trip in which the peer reports duplicates, back to one after 16 recoveries
+    /// without.
+    reo_mult: u32,
+    reo_bumped: Option<Instant>,
+    recoveries_since_bump: u32,
+    /// Last transmission time per CSN value, for `csn_reuse_guard`.
+    csn_tx: Vec<Option<Instant>>,
 
     // Receiver half.
     recv_slots: Vec<RecvSlot>,
@@ -259,6 +282,7 @@ pub struct Connection {
     rcv_highest: u64,
     echoes: VecDeque<Echo>,
     ack_needed: bool,
+    dup_seen: bool,
     last_rx_path: Option<PathId>,
     credit_total: u64,
     credit_next: Option<Instant>,
@@ -292,6 +316,7 @@ impl Connection {
             paths: Paths::new(config.num_paths, config.rto),
             small_path: PathId(0),
             srtt: None,
+            rttvar: Duration::ZERO,
             failed: None,
             events: VecDeque::with_capacity(2 * RID_SPACE as usize + 2),
             stats: ConnStats::default(),
@@ -316,6 +341,11 @@ impl Connection {
             probe_backoff: 0,
             probe_pending: false,
             pacing_deadline: None,
+            reorder_deadline: None,
+            reo_mult: 1,
+            reo_bumped: None,
+            recoveries_since_bump: 0,
+            csn_tx: vec![None; CSN_SPACE as usize],
             recv_slots: vec![RecvSlot::default(); RID_SPACE as usize],
             posted: 0,
             recv_base: 0,
@@ -324,6 +354,7 @@ impl Connection {
             rcv_highest: 0,
             echoes: VecDeque::with_capacity(ECHO_QUEUE),
             ack_needed: false,
+            dup_seen: false,
             last_rx_path: None,
             credit_total: 0,
             credit_next: None,
@@ -360,7 +391,12 @@ impl Connection {
     }
 
     /// Posts a receive of up to `capacity` bytes (receives match sends in order).
-    pub fn post_recv(&mut self, _now: Instant, capacity: u64, tag: u64) -> Result<RecvId, MptError> {
+    pub fn post_recv(
+        &mut self,
+        _now: Instant,
+        capacity: u64,
+        tag: u64,
+    ) -> Result<RecvId, MptError> {
         self.check_open()?;
         if self.posted - self.recv_base >= u64::from(self.cfg.max_messages) {
             return Err(MptError::RecvQueueFull(self.cfg.max_messages));
@@ -407,11 +443,17 @@ impl Connection {
     ) -> Result<Option<Placement<'a>>, MptError> {
         self.check_open()?;
         if !self.paths.contains(path) {
-            return Err(MptError::PathOutOfRange { path: path.0, paths: self.paths.len() });
+            return Err(MptError::PathOutOfRange {
+                path: path.0,
+                paths: self.paths.len(),
+            });
         }
         let flow = frame.destination_flow();
         if flow != self.local_fid {
-            return Err(MptError::WrongFlow { got: flow, expected: self.local_fid });
+            return Err(MptError::WrongFlow {
+                got: flow,
+                expected: self.local_fid,
+            });
         }
         match frame {
             Frame::Data(d) => self.on_data(now, path, d, payload),
@@ -435,6 +477,10 @@ impl Connection {
         }
         if self.rto_deadline.is_some_and(|t| t <= now) {
             self.on_rto(now);
+        }
+        if self.reorder_deadline.is_some_and(|t| t <= now) {
+            self.reorder_deadline = None;
+            self.fast_retransmit(now);
         }
         if self.probe_deadline.is_some_and(|t| t <= now) {
             self.probe_deadline = None;
@@ -477,7 +523,13 @@ impl Connection {
             self.probe_pending = false;
             self.stats.probes_sent += 1;
             let path = PathId(self.rng.below(u64::from(self.paths.len())) as u16);
-            return Some(Transmit { path, frame: Frame::Probe(ProbeFrame { flow: self.remote_fid }), payload: None });
+            return Some(Transmit {
+                path,
+                frame: Frame::Probe(ProbeFrame {
+                    flow: self.remote_fid,
+                }),
+                payload: None,
+            });
         }
         if let Some(t) = self.next_data(now) {
             return Some(t);
@@ -493,6 +545,7 @@ impl Connection {
         }
         let mut t = min_deadline(self.rto_deadline, self.probe_deadline);
         t = min_deadline(t, self.pacing_deadline);
+        t = min_deadline(t, self.reorder_deadline);
         min_deadline(t, self.credit_next)
     }
 
@@ -577,7 +630,8 @@ impl Connection {
     }
 
     fn rx_has(&self, seq: u64) -> bool {
-        seq < self.rcv_nxt || (seq > self.rcv_nxt && (self.sack >> (seq - self.rcv_nxt - 1)) & 1 == 1)
+        seq < self.rcv_nxt
+            || (seq > self.rcv_nxt && (self.sack >> (seq - self.rcv_nxt - 1)) & 1 == 1)
     }
 
     fn mark_received(&mut self, seq: u64) {
@@ -603,15 +657,30 @@ impl Connection {
         payload: &'a [u8],
     ) -> Result<Option<Placement<'a>>, MptError> {
         if !payload.is_empty() && payload.len() != d.len as usize {
-            return Err(MptError::Malformed("payload length differs from frame length"));
+            return Err(MptError::Malformed(
+                "payload length differs from frame length",
+            ));
         }
         self.last_rx_path = Some(path);
-        let seq = match unwrap_csn(self.rcv_nxt, d.header.csn(), self.cfg.window_chunks) {
+        let window = u64::from(self.cfg.window_chunks);
+        let position = match d.seq_hi {
+            Some(hi) => {
+                let seq = unwrap_u32(self.rcv_nxt, (hi << 8) | u32::from(d.header.csn()));
+                if seq >= self.rcv_nxt && seq < self.rcv_nxt + window {
+                    CsnPosition::Ahead(seq)
+                } else {
+                    CsnPosition::Behind
+                }
+            }
+            None => unwrap_csn(self.rcv_nxt, d.header.csn(), self.cfg.window_chunks),
+        };
+        let seq = match position {
             CsnPosition::Ahead(s) if !self.rx_has(s) => s,
             _ => {
                 // Duplicate (fabric copy, spurious retransmission, or our ack was lost):
                 // acknowledge again so the sender learns what we hold, place nothing.
                 self.stats.duplicate_chunks += 1;
+                self.dup_seen = true;
                 self.cc.on_rx_rtx_chunk(now, path, d.len);
                 self.ack_needed = true;
                 return Ok(None);
@@ -620,9 +689,14 @@ impl Connection {
         let msg = unwrap_rid(self.recv_base, d.header.rid());
         let slot = self.recv_slots[slot_of(msg)];
         if msg >= self.posted || !slot.posted || slot.id != msg || slot.complete {
-            return Err(MptError::ProtocolViolation("chunk for a receive that is not posted"));
+            return Err(MptError::ProtocolViolation(
+                "chunk for a receive that is not posted",
+            ));
         }
-        let end = d.offset.checked_add(u64::from(d.len)).ok_or(MptError::Malformed("offset overflow"))?;
+        let end = d
+            .offset
+            .checked_add(u64::from(d.len))
+            .ok_or(MptError::Malformed("offset overflow"))?;
         self.mark_received(seq);
         if seq >= self.rcv_highest {
             self.rcv_highest = seq + 1;
@@ -634,7 +708,10 @@ impl Connection {
         if self.echoes.len() == ECHO_QUEUE {
             self.echoes.pop_front();
         }
-        self.echoes.push_back(Echo { seq: seq as u32, path: path.0 });
+        self.echoes.push_back(Echo {
+            seq: seq as u32,
+            path: path.0,
+        });
 
         let fits = end <= slot.capacity;
         let s = &mut self.recv_slots[slot_of(msg)];
@@ -648,15 +725,45 @@ impl Connection {
         if let Some(total) = s.total {
             if s.received >= total {
                 s.complete = true;
-                let ev = Event::RecvComplete { id: RecvId(msg), tag: s.tag, len: total, truncated: s.truncated };
+                let ev = Event::RecvComplete {
+                    id: RecvId(msg),
+                    tag: s.tag,
+                    len: total,
+                    truncated: s.truncated,
+                };
                 self.events.push_back(ev);
-                while self.recv_base < self.posted && self.recv_slots[slot_of(self.recv_base)].complete {
+                while self.recv_base < self.posted
+                    && self.recv_slots[slot_of(self.recv_base)].complete
+                {
                     self.recv_slots[slot_of(self.recv_base)].posted = false;
                     self.recv_base += 1;
                 }
             }
         }
-        Ok(fits.then_some(Placement { recv: RecvId(msg), offset: d.offset, payload }))
+        if fits {
+            return Ok(Some(Placement {
+                recv: RecvId(msg),
+                offset: d.offset,
+                payload,
+            }));
+        }
+        // A message longer than the receive: place what fits, drop the rest.
+        let room = slot.capacity.saturating_sub(d.offset);
+        if room == 0 {
+            return Ok(None);
+        }
+        let part = payload
+            .get(
+                ..usize::try_from(room)
+                    .unwrap_or(usize::MAX)
+                    .min(payload.len()),
+            )
+            .unwrap_or(&[]);
+        Ok(Some(Placement {
+            recv: RecvId(msg),
+            offset: d.offset,
+            payload: part,
+        }))
     }
 
     /// Posted receive bytes not yet received (the receiver-driven demand).
@@ -681,10 +788,15 @@ impl Connection {
             cum: self.rcv_nxt as u32,
             sack: self.sack,
             echo,
+            duplicate: std::mem::take(&mut self.dup_seen),
             posted: self.posted as u32,
             credit: self.credit_total as u32,
         };
-        Transmit { path, frame: Frame::Ack(frame), payload: None }
+        Transmit {
+            path,
+            frame: Frame::Ack(frame),
+            payload: None,
+        }
     }
 
     // ----- internals: sender half -----
@@ -698,8 +810,17 @@ impl Connection {
         &mut self.ring[(seq % n) as usize]
     }
 
+    /// The timeout for chunks sent now: `max(rto, srtt + 4 rttvar)` (RFC 6298, with the
+    /// configured RTO as the floor), doubled per consecutive timeout, capped at `rto_max`.
+    /// On fast fabrics round trips are far below 500 us and this is UCCL's constant RTO; on
+    /// slow links, where a few queued 32 KiB chunks exceed it, it prevents spurious timeouts.
     fn rto_current(&self) -> Duration {
-        self.cfg.rto.saturating_mul(1 << self.rto_backoff.min(MAX_BACKOFF_SHIFT)).min(self.cfg.rto_max)
+        let estimate = self.srtt.map_or(Duration::ZERO, |s| s + self.rttvar * 4);
+        self.cfg
+            .rto
+            .max(estimate)
+            .saturating_mul(1 << self.rto_backoff.min(MAX_BACKOFF_SHIFT))
+            .min(self.cfg.rto_max)
     }
 
     fn rearm_rto(&mut self) {
@@ -725,6 +846,9 @@ impl Connection {
                 self.stats.credit_received += delta;
                 self.cc.on_rx_credit(now, delta);
             }
+        }
+        if a.duplicate {
+            self.on_duplicate_report(now);
         }
         let cum = unwrap_u32(self.snd_una, a.cum);
         if cum > self.snd_nxt {
@@ -761,10 +885,22 @@ impl Connection {
                 if c.retransmits == 0 {
                     let sample = now.saturating_duration_since(c.tx_time);
                     self.paths.on_rtt(c.path, sample);
-                    self.srtt = Some(match self.srtt {
-                        None => sample,
-                        Some(old) => (old * 7 + sample) / 8,
-                    });
+                    // RFC 6298 estimators (gains 1/8 and 1/4).
+                    match self.srtt {
+                        None => {
+                            self.srtt = Some(sample);
+                            self.rttvar = sample / 2;
+                        }
+                        Some(old) => {
+                            let err = if old > sample {
+                                old - sample
+                            } else {
+                                sample - old
+                            };
+                            self.rttvar = (self.rttvar * 3 + err) / 4;
+                            self.srtt = Some((old * 7 + sample) / 8);
+                        }
+                    }
                     self.stats.rtt_samples += 1;
                     rtt = Some(sample);
                 }
@@ -797,6 +933,23 @@ impl Connection {
         self.cc.on_rx_ack(now, &sample);
     }
 
+    /// The peer received something twice: likely a spurious retransmission, so the
+    /// reordering window was too tight. Widen it by a quarter srtt, at most once per round
+    /// trip, up to two srtt (RFC 8985 caps it at one; spraying over paths with unequal
+    /// queues reorders more).
+    fn on_duplicate_report(&mut self, now: Instant) {
+        let srtt = self.srtt.unwrap_or(Duration::ZERO);
+        if self
+            .reo_bumped
+            .map_or(true, |t| now.saturating_duration_since(t) >= srtt)
+        {
+            self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
+            self.reo_bumped = Some(now);
+            self.recoveries_since_bump = 0;
+            self.stats.duplicate_reports += 1;
+        }
+    }
+
     fn ack_chunk(&mut self, seq: u64, bytes: &mut u64, chunks: &mut u32) {
         let c = *self.chunk(seq);
         if c.seq != seq {
@@ -805,11 +958,12 @@ impl Connection {
         match c.state {
             ChunkState::Outstanding => {
                 self.inflight_bytes -= u64::from(c.len);
-                self.paths.on_acked(c.path);
+                self.paths.on_acked(c.path, c.tx_time, c.retransmits == 0);
             }
             ChunkState::Lost => {
                 self.lost -= 1;
-                self.paths.on_late_ack(c.path);
+                self.paths
+                    .on_late_ack(c.path, c.tx_time, c.retransmits == 0);
             }
             ChunkState::Acked | ChunkState::Free => return,
         }
@@ -823,7 +977,11 @@ impl Connection {
             slot.unacked -= 1;
             if slot.cut_done && slot.unacked == 0 && !slot.done {
                 slot.done = true;
-                let ev = Event::SendComplete { id: SendId(slot.id), tag: slot.tag, len: slot.len };
+                let ev = Event::SendComplete {
+                    id: SendId(slot.id),
+                    tag: slot.tag,
+                    len: slot.len,
+                };
                 self.events.push_back(ev);
             }
         }
@@ -836,28 +994,53 @@ impl Connection {
         }
     }
 
-    fn declare_lost(&mut self, seq: u64) {
+    fn declare_lost(&mut self, seq: u64, now: Instant) {
         let c = *self.chunk(seq);
         self.chunk_mut(seq).state = ChunkState::Lost;
         self.inflight_bytes -= u64::from(c.len);
         self.lost += 1;
-        self.paths.on_lost(c.path);
+        self.paths.on_lost(c.path, now, c.tx_time);
     }
 
+    /// RACK-style loss detection (RFC 8985), armed by the duplicate-ack threshold: a chunk
+    /// is lost if a chunk sent no earlier than it was acknowledged (`rack_tx`) and it has
+    /// been out for `srtt * 5/4` (a round trip plus a quarter for reordering). Chunks that
+    /// are not that old yet get a reorder timer instead of a retransmission: spraying over
+    /// paths with different queues reorders chunks, and a chunk still queued on a slower
+    /// path must not be resent just because faster paths delivered later ones.
     fn fast_retransmit(&mut self, now: Instant) {
         let Some(rack) = self.rack_tx else { return };
+        let srtt = self.srtt.unwrap_or(Duration::ZERO);
+        let wait = srtt + srtt * self.reo_mult / 4;
         let mut n = 0u32;
+        let mut next = None;
         for seq in self.snd_una..self.highest_acked.min(self.snd_nxt) {
-            let c = self.chunk(seq);
-            if c.state == ChunkState::Outstanding && c.tx_time <= rack {
-                self.declare_lost(seq);
+            let c = *self.chunk(seq);
+            if c.state != ChunkState::Outstanding || c.tx_time > rack {
+                continue;
+            }
+            let due = c.tx_time + wait;
+            if due <= now {
+                self.declare_lost(seq, now);
                 n += 1;
+            } else {
+                next = min_deadline(next, Some(due));
             }
         }
+        self.reorder_deadline = next;
         if n > 0 {
+            self.recoveries_since_bump += 1;
+            if self.recoveries_since_bump >= 16 {
+                self.reo_mult = 1;
+                self.recoveries_since_bump = 0;
+            }
             self.stats.fast_retransmits += 1;
             self.stats.fast_retransmit_chunks += u64::from(n);
-            let ev = LossEvent { kind: LossKind::FastRetransmit, chunks: n, srtt: self.srtt };
+            let ev = LossEvent {
+                kind: LossKind::FastRetransmit,
+                chunks: n,
+                srtt: self.srtt,
+            };
             self.cc.on_loss(now, &ev);
         }
     }
@@ -868,7 +1051,7 @@ impl Connection {
         for seq in self.snd_una..self.snd_nxt {
             let c = self.chunk(seq);
             if c.state == ChunkState::Outstanding && c.tx_time + rto <= now {
-                self.declare_lost(seq);
+                self.declare_lost(seq, now);
                 n += 1;
             }
         }
@@ -881,7 +1064,11 @@ impl Connection {
                 return;
             }
             self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
-            let ev = LossEvent { kind: LossKind::Timeout, chunks: n, srtt: self.srtt };
+            let ev = LossEvent {
+                kind: LossKind::Timeout,
+                chunks: n,
+                srtt: self.srtt,
+            };
             self.cc.on_loss(now, &ev);
             if self.paths.view(self.small_path).consecutive_losses > 0 {
                 let best = self.paths.best();
@@ -901,12 +1088,17 @@ impl Connection {
             self.rto_deadline = None;
             self.probe_deadline = None;
             self.pacing_deadline = None;
+            self.reorder_deadline = None;
             self.credit_next = None;
         }
     }
 
     fn pace(&mut self, now: Instant, len: u32, retransmission: bool) -> bool {
-        let view = SenderView { inflight_bytes: self.inflight_bytes, srtt: self.srtt, retransmission };
+        let view = SenderView {
+            inflight_bytes: self.inflight_bytes,
+            srtt: self.srtt,
+            retransmission,
+        };
         match self.cc.on_pacing_chunk(now, len, &view) {
             Pacing::Now => true,
             Pacing::At(t) if t <= now => true,
@@ -931,11 +1123,26 @@ impl Connection {
 
     fn data_transmit(&self, seq: u64) -> Option<Transmit> {
         let c = self.chunk(seq);
-        let header = ChunkHeader::new(c.last, seq as u8, (c.msg % RID_SPACE) as u8, self.remote_fid).ok()?;
+        let header = ChunkHeader::new(
+            c.last,
+            seq as u8,
+            (c.msg % RID_SPACE) as u8,
+            self.remote_fid,
+        )
+        .ok()?;
         Some(Transmit {
             path: c.path,
-            frame: Frame::Data(DataFrame { header, offset: c.offset, len: c.len }),
-            payload: Some(PayloadRef { send: SendId(c.msg), offset: c.offset, len: c.len }),
+            frame: Frame::Data(DataFrame {
+                header,
+                seq_hi: Some(((seq >> 8) & 0xFF_FFFF) as u32),
+                offset: c.offset,
+                len: c.len,
+            }),
+            payload: Some(PayloadRef {
+                send: SendId(c.msg),
+                offset: c.offset,
+                len: c.len,
+            }),
         })
     }
 
@@ -947,13 +1154,18 @@ impl Connection {
     fn next_data(&mut self, now: Instant) -> Option<Transmit> {
         self.pacing_deadline = None;
         if self.lost > 0 {
-            let seq = (self.snd_una..self.snd_nxt).find(|&s| self.chunk(s).state == ChunkState::Lost)?;
+            let seq =
+                (self.snd_una..self.snd_nxt).find(|&s| self.chunk(s).state == ChunkState::Lost)?;
             let c = *self.chunk(seq);
             if !self.pace(now, c.len, true) {
                 return None;
             }
             let small = self.send_slots[slot_of(c.msg)].small;
-            let path = if small { self.small_path } else { self.pick_path(now, Some(c.path)) };
+            let path = if small {
+                self.small_path
+            } else {
+                self.pick_path(now, Some(c.path))
+            };
             let ch = self.chunk_mut(seq);
             ch.path = path;
             ch.tx_time = now;
@@ -965,6 +1177,7 @@ impl Connection {
             self.stats.chunks_retransmitted += 1;
             self.stats.data_bytes_sent += u64::from(c.len);
             self.cc.on_tx_rtx_chunk(now, path, c.len);
+            self.csn_tx[(seq % CSN_SPACE) as usize] = Some(now);
             self.arm_rto_for(now);
             return self.data_transmit(seq);
         }
@@ -975,6 +1188,18 @@ impl Connection {
         {
             return None;
         }
+        if !self.cfg.csn_reuse_guard.is_zero() {
+            // The chunk 256 - W before this one shares the CSN that becomes ambiguous once
+            // this one is sent; wait until none of its copies can still be in flight.
+            let shared = (self.snd_nxt + u64::from(self.cfg.window_chunks)) % CSN_SPACE;
+            if let Some(t) = self.csn_tx[shared as usize] {
+                let ok_at = t + self.cfg.csn_reuse_guard;
+                if ok_at > now {
+                    self.pacing_deadline = Some(ok_at);
+                    return None;
+                }
+            }
+        }
         let msg = self.cut_msg;
         let slot = self.send_slots[slot_of(msg)];
         let remaining = slot.len - slot.next_offset;
@@ -982,12 +1207,23 @@ impl Connection {
             0
         } else {
             let max = u64::from(self.cfg.chunk_size).min(remaining) as u32;
-            self.cc.on_chunk_size(now, self.cfg.chunk_size, remaining).clamp(1, max)
+            self.cc
+                .on_chunk_size(now, self.cfg.chunk_size, remaining)
+                .clamp(1, max)
         };
         if !self.pace(now, len, false) {
             return None;
         }
-        let path = if slot.small { self.small_path } else { self.pick_path(now, None) };
+        let path = if slot.small {
+            self.small_path
+        } else {
+            // A new chunk may probe a path that lost chunks (never a retransmission: those
+            // hold back the cumulative point and must take a good path).
+            match self.paths.take_probe(now) {
+                Some(p) => p,
+                None => self.pick_path(now, None),
+            }
+        };
         let seq = self.snd_nxt;
         self.snd_nxt += 1;
         let last = slot.next_offset + u64::from(len) == slot.len;
@@ -1014,6 +1250,7 @@ impl Connection {
         self.stats.chunks_sent += 1;
         self.stats.data_bytes_sent += u64::from(len);
         self.cc.on_tx_chunk(now, path, len);
+        self.csn_tx[(seq % CSN_SPACE) as usize] = Some(now);
         self.arm_rto_for(now);
         self.data_transmit(seq)
     }
@@ -1029,7 +1266,11 @@ impl Connection {
             self.probe_deadline = None;
             self.probe_backoff = 0;
         } else if self.probe_deadline.is_none() && !self.probe_pending {
-            let wait = self.cfg.rto.saturating_mul(1 << self.probe_backoff).min(self.cfg.rto_max);
+            let wait = self
+                .cfg
+                .rto
+                .saturating_mul(1 << self.probe_backoff)
+                .min(self.cfg.rto_max);
             self.probe_deadline = Some(now + wait);
         }
     }

@@ -7,12 +7,20 @@
 //! probes) are small fixed-size datagrams of their own.
 //!
 //! ```text
-//! data  (16 B + payload): type=1 | 0 0 0 | imm u32 | offset u64 | payload ...
-//! ack   (44 B)          : type=2 | flags | flow u16 | cum u32 | sack u128 | echo_csn u32
+//! data  (16 B + payload): type=1 | seq_hi u24 | imm u32 | offset u64 | payload ...
+//!                         (type=4: same without seq_hi, bytes 1..4 zero)
+//! ack   (44 B)          : type=2 | flags (1 echo, 2 duplicate) | flow u16 | cum u32 | sack u128 | echo_csn u32
 //!                         | echo_path u16 | 0 0 | posted u32 | credit u32 | 0 0 0 0
 //! probe (8 B)           : type=3 | 0 | flow u16 | 0 0 0 0
 //! ```
 //! All integers are big-endian (network order, like RDMA immediate data).
+//!
+//! `seq_hi` is bits 8..31 of the chunk's sequence number, whose low 8 bits are the header's
+//! CSN. Datagram datapaths have room for it, so their receivers disambiguate sequence
+//! numbers over 32 bits and a stale duplicate can never pass for a new chunk. Datapaths that
+//! carry only the 32-bit immediate (verbs) leave it out (`None`); the receiver then falls
+//! back to the 8-bit rule, which the sender protects with `MptConfig::csn_reuse_guard` (see
+//! [`header`](super::header)).
 
 use super::header::ChunkHeader;
 use super::MptError;
@@ -29,13 +37,17 @@ pub const MAX_CONTROL_LEN: usize = ACK_LEN;
 const TYPE_DATA: u8 = 1;
 const TYPE_ACK: u8 = 2;
 const TYPE_PROBE: u8 = 3;
+const TYPE_DATA_NARROW: u8 = 4;
 const ACK_FLAG_ECHO: u8 = 1;
+const ACK_FLAG_DUPLICATE: u8 = 2;
 
 /// One chunk of a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DataFrame {
     /// Control header (immediate data).
     pub header: ChunkHeader,
+    /// Bits 8..31 of the sequence number (24 bits), where the datapath carries them.
+    pub seq_hi: Option<u32>,
     /// Byte offset of this chunk inside its message.
     pub offset: u64,
     /// Payload length in bytes.
@@ -65,6 +77,10 @@ pub struct AckFrame {
     pub sack: u128,
     /// The chunk that triggered this acknowledgement, if any.
     pub echo: Option<Echo>,
+    /// A chunk the receiver already had arrived since its previous acknowledgement (like a
+    /// TCP D-SACK): a retransmission was spurious, or the fabric duplicated a chunk. The
+    /// sender widens its reordering window.
+    pub duplicate: bool,
     /// Low 32 bits of the number of receives posted so far (rendezvous: the sender starts
     /// message `n` only once `posted > n`).
     pub posted: u32,
@@ -113,11 +129,19 @@ impl Frame {
     /// Writes the frame (for data: the 16-byte prefix) into `out`; returns the bytes written.
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, MptError> {
         let n = self.encoded_len();
-        let out = out.get_mut(..n).ok_or(MptError::BufferTooSmall { need: n })?;
+        let out = out
+            .get_mut(..n)
+            .ok_or(MptError::BufferTooSmall { need: n })?;
         out.fill(0);
         match self {
             Frame::Data(d) => {
-                out[0] = TYPE_DATA;
+                match d.seq_hi {
+                    Some(hi) => {
+                        out[0] = TYPE_DATA;
+                        out[1..4].copy_from_slice(&(hi & 0xFF_FFFF).to_be_bytes()[1..4]);
+                    }
+                    None => out[0] = TYPE_DATA_NARROW,
+                }
                 out[4..8].copy_from_slice(&d.header.imm().to_be_bytes());
                 out[8..16].copy_from_slice(&d.offset.to_be_bytes());
             }
@@ -126,8 +150,11 @@ impl Frame {
                 out[2..4].copy_from_slice(&a.flow.to_be_bytes());
                 out[4..8].copy_from_slice(&a.cum.to_be_bytes());
                 out[8..24].copy_from_slice(&a.sack.to_be_bytes());
+                if a.duplicate {
+                    out[1] |= ACK_FLAG_DUPLICATE;
+                }
                 if let Some(e) = a.echo {
-                    out[1] = ACK_FLAG_ECHO;
+                    out[1] |= ACK_FLAG_ECHO;
                     out[24..28].copy_from_slice(&e.seq.to_be_bytes());
                     out[28..30].copy_from_slice(&e.path.to_be_bytes());
                 }
@@ -146,11 +173,17 @@ impl Frame {
     pub fn decode(buf: &[u8]) -> Result<(Frame, &[u8]), MptError> {
         let ty = *buf.first().ok_or(MptError::Malformed("empty datagram"))?;
         match ty {
-            TYPE_DATA => {
-                let payload = buf.get(DATA_HEADER_LEN..).ok_or(MptError::Malformed("short data frame"))?;
-                let len = u32::try_from(payload.len()).map_err(|_| MptError::Malformed("data frame too long"))?;
+            TYPE_DATA | TYPE_DATA_NARROW => {
+                let payload = buf
+                    .get(DATA_HEADER_LEN..)
+                    .ok_or(MptError::Malformed("short data frame"))?;
+                let len = u32::try_from(payload.len())
+                    .map_err(|_| MptError::Malformed("data frame too long"))?;
+                let seq_hi =
+                    (ty == TYPE_DATA).then(|| u32::from_be_bytes([0, buf[1], buf[2], buf[3]]));
                 let frame = DataFrame {
                     header: ChunkHeader::from_imm(be_u32(buf, 4)?),
+                    seq_hi,
                     offset: be_u64(buf, 8)?,
                     len,
                 };
@@ -162,13 +195,17 @@ impl Frame {
                 }
                 let flags = buf[1];
                 let echo = if flags & ACK_FLAG_ECHO != 0 {
-                    Some(Echo { seq: be_u32(buf, 24)?, path: be_u16(buf, 28)? })
+                    Some(Echo {
+                        seq: be_u32(buf, 24)?,
+                        path: be_u16(buf, 28)?,
+                    })
                 } else {
                     None
                 };
                 let mut sack = [0u8; 16];
                 sack.copy_from_slice(&buf[8..24]);
                 let frame = AckFrame {
+                    duplicate: flags & ACK_FLAG_DUPLICATE != 0,
                     flow: be_u16(buf, 2)?,
                     cum: be_u32(buf, 4)?,
                     sack: u128::from_be_bytes(sack),
@@ -182,7 +219,12 @@ impl Frame {
                 if buf.len() != PROBE_LEN {
                     return Err(MptError::Malformed("probe frame length"));
                 }
-                Ok((Frame::Probe(ProbeFrame { flow: be_u16(buf, 2)? }), &[]))
+                Ok((
+                    Frame::Probe(ProbeFrame {
+                        flow: be_u16(buf, 2)?,
+                    }),
+                    &[],
+                ))
             }
             _ => Err(MptError::Malformed("unknown frame type")),
         }
@@ -191,7 +233,10 @@ impl Frame {
 
 fn field<const N: usize>(buf: &[u8], at: usize) -> Result<[u8; N], MptError> {
     let mut out = [0u8; N];
-    out.copy_from_slice(buf.get(at..at + N).ok_or(MptError::Malformed("truncated field"))?);
+    out.copy_from_slice(
+        buf.get(at..at + N)
+            .ok_or(MptError::Malformed("truncated field"))?,
+    );
     Ok(out)
 }
 
@@ -213,24 +258,32 @@ mod tests {
 
     #[test]
     fn data_round_trip() {
-        let f = Frame::Data(DataFrame {
-            header: ChunkHeader::new(true, 200, 3, 17).unwrap(),
-            offset: 0x0102_0304_0506_0708,
-            len: 5,
-        });
-        let mut buf = [0u8; DATA_HEADER_LEN + 5];
-        assert_eq!(f.encode(&mut buf).unwrap(), DATA_HEADER_LEN);
-        buf[DATA_HEADER_LEN..].copy_from_slice(b"hello");
-        let (back, payload) = Frame::decode(&buf).unwrap();
-        assert_eq!(back, f);
-        assert_eq!(payload, b"hello");
-        assert_eq!(back.destination_flow(), 17);
+        for seq_hi in [None, Some(0), Some(0xAB_CDEF)] {
+            let f = Frame::Data(DataFrame {
+                header: ChunkHeader::new(true, 200, 3, 17).unwrap(),
+                seq_hi,
+                offset: 0x0102_0304_0506_0708,
+                len: 5,
+            });
+            let mut buf = [0u8; DATA_HEADER_LEN + 5];
+            assert_eq!(f.encode(&mut buf).unwrap(), DATA_HEADER_LEN);
+            buf[DATA_HEADER_LEN..].copy_from_slice(b"hello");
+            let (back, payload) = Frame::decode(&buf).unwrap();
+            assert_eq!(back, f);
+            assert_eq!(payload, b"hello");
+            assert_eq!(back.destination_flow(), 17);
+        }
     }
 
     #[test]
     fn control_round_trip() {
-        for echo in [None, Some(Echo { seq: 0xDEAD_BEEF, path: 255 })] {
+        let echo = Some(Echo {
+            seq: 0xDEAD_BEEF,
+            path: 255,
+        });
+        for (echo, duplicate) in [(None, false), (echo, true), (echo, false)] {
             let f = Frame::Ack(AckFrame {
+                duplicate,
                 flow: 2047,
                 cum: 77,
                 sack: (1u128 << 127) | 5,
@@ -254,6 +307,8 @@ mod tests {
         assert!(Frame::decode(&[9, 0, 0, 0]).is_err());
         assert!(Frame::decode(&[TYPE_DATA, 0, 0]).is_err());
         assert!(Frame::decode(&[TYPE_ACK; 10]).is_err());
-        assert!(Frame::Probe(ProbeFrame { flow: 1 }).encode(&mut [0u8; 3]).is_err());
+        assert!(Frame::Probe(ProbeFrame { flow: 1 })
+            .encode(&mut [0u8; 3])
+            .is_err());
     }
 }

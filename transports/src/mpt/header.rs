@@ -21,17 +21,27 @@
 //!
 //! # Wrapping and disambiguation
 //!
-//! *CSN.* The sender never has more than `W` (the window, at most 128 = half the CSN space,
-//! as in UCCL) chunks outstanding past its oldest unacknowledged chunk `snd_una`, and
-//! `snd_una <= rcv_nxt` always holds (the receiver's cumulative point is what moves
-//! `snd_una`). So every chunk that is *new* to the receiver lies in `[rcv_nxt, rcv_nxt + W)`:
-//! the receiver reads the 8-bit CSN as the distance `d = (csn - rcv_nxt) mod 256`; `d < W` is
-//! a chunk at `rcv_nxt + d`, anything else is an old chunk (a duplicate or a late
-//! retransmission) at `rcv_nxt - (256 - d)`, which is acknowledged and dropped. As with TCP's
-//! maximum segment lifetime, this relies on the datapath not delivering a datagram after
-//! `256 - W` newer chunks of the same connection have been received (128 with the default
-//! window) — true for any fabric whose worst-case queueing delay is shorter than that many
-//! chunk times; the `sim` fabric's bounded delay and jitter keep it.
+//! *CSN.* Every new chunk takes the next value of a 64-bit per-direction sequence counter;
+//! the CSN is its low 8 bits. The sender never has more than `W` (the window, at most 128 =
+//! half the CSN space, as in UCCL) chunks outstanding past its oldest unacknowledged chunk
+//! `snd_una`, and `snd_una <= rcv_nxt` always holds (the receiver's cumulative point is what
+//! moves `snd_una`). So every chunk that is *new* to the receiver lies in
+//! `[rcv_nxt, rcv_nxt + W)`.
+//!
+//! * Datagram datapaths (`udp`, `sim`) also carry bits 8..31 of the sequence number in the
+//!   frame prefix (see [`frame`](super::frame)); the receiver expands the 32 bits to the
+//!   value nearest `rcv_nxt` ([`unwrap_u32`]): below `rcv_nxt` or already in the SACK bitmap
+//!   is a duplicate, `[rcv_nxt, rcv_nxt + W)` is new. A stale copy would have to be 2^31
+//!   chunks (64 TiB) old to be mistaken.
+//! * With only the 8-bit CSN (verbs immediate data) the receiver reads the distance
+//!   `d = (csn - rcv_nxt) mod 256`: `d < W` is the chunk at `rcv_nxt + d`, anything else an
+//!   old chunk (acknowledged and dropped) — [`unwrap_csn`]. This is ambiguous for a stale copy
+//!   of chunk `s` (a spurious retransmission, a fabric duplicate) that arrives after the
+//!   receiver has moved past `s + 256 - W`: it would pass for chunk `s + 256`. Reaching that
+//!   point needs chunk `s + 256 - W` to have been sent, so the sender holds back a new chunk
+//!   `n` until `csn_reuse_guard` (an upper bound on a datagram's lifetime in the fabric) has
+//!   passed since the last transmission of chunk `n - (256 - W)`, the one sharing CSN
+//!   `(n + W) mod 256`. It is the maximum-segment-lifetime argument of TCP, made explicit.
 //!
 //! *RID.* A sender has at most 16 messages in flight (`[oldest incomplete, +16)`), and the
 //! receiver's oldest incomplete receive `base` is at least the sender's oldest incomplete
@@ -160,9 +170,15 @@ mod tests {
     fn layout_matches_uccl() {
         let h = ChunkHeader::new(true, 0xAB, 0x5, 0x7FF).unwrap();
         assert_eq!(h.imm(), (1 << 31) | (0xAB << 15) | (0x5 << 11) | 0x7FF);
-        assert_eq!((h.last(), h.csn(), h.rid(), h.fid(), h.reserved()), (true, 0xAB, 5, 2047, 0));
+        assert_eq!(
+            (h.last(), h.csn(), h.rid(), h.fid(), h.reserved()),
+            (true, 0xAB, 5, 2047, 0)
+        );
         let h = ChunkHeader::from_imm(0x7F80_0000);
-        assert_eq!((h.last(), h.reserved(), h.csn(), h.rid(), h.fid()), (false, 0xFF, 0, 0, 0));
+        assert_eq!(
+            (h.last(), h.reserved(), h.csn(), h.rid(), h.fid()),
+            (false, 0xFF, 0, 0, 0)
+        );
         assert!(ChunkHeader::new(false, 0, 16, 0).is_err());
         assert!(ChunkHeader::new(false, 0, 0, 2048).is_err());
     }
@@ -175,7 +191,10 @@ mod tests {
                     for fid in [0u16, 1, 1024, 2047] {
                         let h = ChunkHeader::new(last, csn, rid, fid).unwrap();
                         let back = ChunkHeader::from_imm(h.imm());
-                        assert_eq!((back.last(), back.csn(), back.rid(), back.fid()), (last, csn, rid, fid));
+                        assert_eq!(
+                            (back.last(), back.csn(), back.rid(), back.fid()),
+                            (last, csn, rid, fid)
+                        );
                     }
                 }
             }
@@ -208,7 +227,10 @@ mod tests {
     fn u32_unwrap() {
         assert_eq!(unwrap_u32(10, 12), 12);
         assert_eq!(unwrap_u32(10, 5), 5);
-        assert_eq!(unwrap_u32(u64::from(u32::MAX) - 1, 3), u64::from(u32::MAX) + 4);
+        assert_eq!(
+            unwrap_u32(u64::from(u32::MAX) - 1, 3),
+            u64::from(u32::MAX) + 4
+        );
         assert_eq!(unwrap_u32(1 << 40, 7), (1 << 40) + 7);
     }
 }

@@ -15,8 +15,9 @@
 //!   better of two randomly sampled paths by smoothed RTT, messages under 8 KiB stay on one
 //!   dedicated path ([`path`]);
 //! * the receiver acknowledges with a cumulative point and a 128-bit SACK bitmap; the sender
-//!   retransmits on a duplicate-acknowledgement threshold and on a 500 us RTO with
-//!   exponential backoff ([`conn`]);
+//!   retransmits on a duplicate-acknowledgement threshold (with a RACK reordering window)
+//!   and on a 500 us RTO (floor of an RFC 6298 estimate) with exponential backoff
+//!   ([`conn`]);
 //! * congestion control is a trait object built from `CCL_MPT_CC` ([`cc`]): CUBIC, Swift or
 //!   receiver-driven EQDS credits.
 
@@ -88,7 +89,9 @@ pub enum MptError {
     #[error("too many receives posted ({0} max)")]
     RecvQueueFull(u32),
     /// The connection gave up.
-    #[error("connection failed: more than {0} consecutive retransmission timeouts without progress")]
+    #[error(
+        "connection failed: more than {0} consecutive retransmission timeouts without progress"
+    )]
     RetriesExhausted(u32),
     /// The simulator has nothing left to do but transfers are incomplete.
     #[error("simulation stalled at {at_ns} ns with transfers incomplete")]

@@ -3,6 +3,13 @@
 use std::time::Duration;
 
 use super::rng::Rng;
+use super::time::{min_deadline, Instant};
+
+/// A path that lost chunks is retried with one new chunk (a probe) after
+/// `rto << min(consecutive losses, PROBE_MAX_SHIFT)`: 2 ms at most with the default RTO, so a
+/// link that comes back is in use again soon, while a dead one costs one lost (and
+/// retransmitted) chunk per backoff period.
+const PROBE_MAX_SHIFT: u32 = 2;
 
 /// Index of a path of a connection (`0..num_paths`). On UDP: a source port; on verbs: a QP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -25,7 +32,8 @@ pub struct PathView {
     /// The round-trip time used for choosing: `srtt` (zero while unmeasured, so unexplored
     /// paths get tried), raised to at least the RTO and doubled per consecutive loss
     /// attributed to the path, so a blackholed path (whose `srtt` would otherwise stay at its
-    /// last, good value) is avoided until a chunk on it is acknowledged again.
+    /// last, good value) is avoided until a chunk on it is acknowledged again. Such a path
+    /// still gets one probe chunk per backoff period, which brings it back once it heals.
     pub effective_rtt: Duration,
     /// Chunks sent on the path and neither acknowledged nor declared lost.
     pub inflight_chunks: u32,
@@ -33,10 +41,31 @@ pub struct PathView {
     pub consecutive_losses: u32,
     /// Chunks ever sent on the path (including retransmissions).
     pub chunks_sent: u64,
-    /// Chunks sent on the path and acknowledged.
+    /// Chunks whose latest copy was sent on the path, acknowledged.
     pub chunks_acked: u64,
     /// Chunks sent on the path and declared lost.
     pub chunks_lost: u64,
+}
+
+impl PathView {
+    /// The default power-of-two-choices metric: `effective_rtt * (1 + inflight_chunks)`, the
+    /// time a new chunk would take if the chunks already on the path were queued ahead of it.
+    /// Comparing RTT alone herds chunks onto whichever path measured fastest last (its RTT
+    /// samples lag the queue that builds on it); scaling by what is in flight spreads them.
+    /// Unmeasured paths score zero and get explored first.
+    pub fn score(&self) -> Duration {
+        self.effective_rtt
+            .saturating_mul(self.inflight_chunks.saturating_add(1))
+    }
+}
+
+impl PathState {
+    fn credit_delivery(&mut self, tx: Instant) {
+        if self.last_loss_tx.is_none_or_later_than(tx) {
+            self.consecutive_losses = 0;
+            self.probe_at = None;
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,6 +76,12 @@ struct PathState {
     sent: u64,
     acked: u64,
     lost: u64,
+    /// When a path with losses may carry its next probe.
+    probe_at: Option<Instant>,
+    /// Send time of the newest chunk declared lost on the path: only the acknowledgement of
+    /// a chunk sent after it shows the path works again (a late cumulative ack of a chunk
+    /// sent before an outage proves nothing).
+    last_loss_tx: Option<Instant>,
 }
 
 /// All paths of one connection.
@@ -54,11 +89,17 @@ struct PathState {
 pub(crate) struct Paths {
     states: Vec<PathState>,
     rto: Duration,
+    /// Earliest `probe_at` of any path, so the common case checks one value, not all paths.
+    next_probe: Option<Instant>,
 }
 
 impl Paths {
     pub(crate) fn new(n: u16, rto: Duration) -> Self {
-        Paths { states: vec![PathState::default(); usize::from(n)], rto }
+        Paths {
+            states: vec![PathState::default(); usize::from(n)],
+            rto,
+            next_probe: None,
+        }
     }
 
     pub(crate) fn len(&self) -> u16 {
@@ -99,31 +140,69 @@ impl Paths {
         }
     }
 
-    /// A chunk sent on `id` was acknowledged (the path works in the forward direction).
-    pub(crate) fn on_acked(&mut self, id: PathId) {
+    /// A chunk sent on `id` at `tx` was acknowledged. `unambiguous`: the chunk was sent
+    /// once, so this path delivered it (an acknowledged retransmission may have arrived by
+    /// an earlier copy on another path, which says nothing about this one).
+    pub(crate) fn on_acked(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
         if let Some(s) = self.state(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.acked += 1;
-            s.consecutive_losses = 0;
+            if unambiguous {
+                s.credit_delivery(tx);
+            }
         }
     }
 
-    /// A chunk sent on `id` was declared lost.
-    pub(crate) fn on_lost(&mut self, id: PathId) {
+    /// A chunk sent on `id` at `tx` was declared lost at `now`.
+    pub(crate) fn on_lost(&mut self, id: PathId, now: Instant, tx: Instant) {
+        let rto = self.rto;
         if let Some(s) = self.state(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.lost += 1;
+            s.last_loss_tx = Some(s.last_loss_tx.map_or(tx, |t| t.max(tx)));
             s.consecutive_losses = s.consecutive_losses.saturating_add(1);
+            let at = now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
+            s.probe_at = Some(at);
+            self.next_probe = min_deadline(self.next_probe, Some(at));
         }
     }
 
-    /// A chunk declared lost was acknowledged after all (a spurious loss); it is no longer
-    /// in flight, so only the delivery is credited.
-    pub(crate) fn on_late_ack(&mut self, id: PathId) {
+    /// A chunk sent at `tx` and declared lost was acknowledged after all (a spurious loss);
+    /// it is no longer in flight, so only the delivery is credited.
+    pub(crate) fn on_late_ack(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
         if let Some(s) = self.state(id) {
             s.acked += 1;
-            s.consecutive_losses = 0;
+            if unambiguous {
+                s.credit_delivery(tx);
+            }
         }
+    }
+
+    /// A penalised path whose backoff has expired and that has nothing in flight: it gets
+    /// the next new chunk, and its backoff is re-armed until that chunk is resolved.
+    pub(crate) fn take_probe(&mut self, now: Instant) -> Option<PathId> {
+        if self.next_probe.is_none_or_later(now) {
+            return None;
+        }
+        let rto = self.rto;
+        let mut found = None;
+        let mut next = None;
+        for (i, s) in self.states.iter_mut().enumerate() {
+            let Some(at) = s.probe_at else { continue };
+            if found.is_none() && at <= now && s.inflight == 0 && s.consecutive_losses > 0 {
+                found = Some(PathId(i as u16));
+                let again =
+                    now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
+                s.probe_at = Some(again);
+                next = min_deadline(next, Some(again));
+            } else if s.consecutive_losses > 0 {
+                // Still in flight or not yet due: look again at its time (or one RTO on).
+                let at = if at <= now { now + rto } else { at };
+                next = min_deadline(next, Some(at));
+            }
+        }
+        self.next_probe = next;
+        found
     }
 
     pub(crate) fn on_rtt(&mut self, id: PathId, sample: Duration) {
@@ -159,13 +238,30 @@ impl Paths {
         (PathId(skip(i) as u16), PathId(skip(j) as u16))
     }
 
-    /// The path with the lowest effective RTT (ties: fewest in flight, then lowest id).
+    /// The path with the lowest score (ties: lowest id).
     pub(crate) fn best(&self) -> PathId {
         (0..self.len())
             .map(|i| self.view(PathId(i)))
-            .min_by_key(|v| (v.effective_rtt, v.inflight_chunks, v.id))
+            .min_by_key(|v| (v.score(), v.id))
             .map(|v| v.id)
             .unwrap_or_default()
+    }
+}
+
+/// `Option::is_none_or` is newer than the workspace's minimum Rust version.
+trait OptionInstantExt {
+    /// No deadline, or one after `now`.
+    fn is_none_or_later(&self, now: Instant) -> bool;
+    /// No instant, or one before `t`.
+    fn is_none_or_later_than(&self, t: Instant) -> bool;
+}
+
+impl OptionInstantExt for Option<Instant> {
+    fn is_none_or_later(&self, now: Instant) -> bool {
+        self.map_or(true, |t| t > now)
+    }
+    fn is_none_or_later_than(&self, t: Instant) -> bool {
+        self.map_or(true, |x| t > x)
     }
 }
 
@@ -187,9 +283,15 @@ mod tests {
         }
         assert!(seen[0] > 0 && seen[1] > 0 && seen[3] > 0 && seen[2] == 0);
         let one = Paths::new(1, Duration::from_micros(500));
-        assert_eq!(one.sample_two(&mut rng, Some(PathId(0))), (PathId(0), PathId(0)));
+        assert_eq!(
+            one.sample_two(&mut rng, Some(PathId(0))),
+            (PathId(0), PathId(0))
+        );
         let two = Paths::new(2, Duration::from_micros(500));
-        assert_eq!(two.sample_two(&mut rng, Some(PathId(0))), (PathId(1), PathId(1)));
+        assert_eq!(
+            two.sample_two(&mut rng, Some(PathId(0))),
+            (PathId(1), PathId(1))
+        );
     }
 
     #[test]
@@ -200,13 +302,53 @@ mod tests {
         paths.on_rtt(PathId(2), Duration::from_micros(30));
         assert_eq!(paths.best(), PathId(0));
         paths.on_sent(PathId(0));
-        paths.on_lost(PathId(0));
-        assert_eq!(paths.view(PathId(0)).effective_rtt, Duration::from_micros(1000));
+        paths.on_lost(PathId(0), Instant::ZERO, Instant::ZERO);
+        assert_eq!(
+            paths.view(PathId(0)).effective_rtt,
+            Duration::from_micros(1000)
+        );
         assert_eq!(paths.best(), PathId(1));
         paths.on_sent(PathId(0));
-        paths.on_acked(PathId(0));
+        // A late ack of a chunk sent no later than the loss proves nothing...
+        paths.on_acked(PathId(0), Instant::ZERO, true);
+        assert_eq!(paths.best(), PathId(1));
+        // ...one sent after it does.
+        paths.on_sent(PathId(0));
+        paths.on_acked(PathId(0), Instant::from_micros(1), true);
         assert_eq!(paths.best(), PathId(0));
         paths.on_rtt(PathId(0), Duration::from_micros(18));
         assert_eq!(paths.view(PathId(0)).srtt, Some(Duration::from_micros(11)));
+    }
+
+    #[test]
+    fn dead_path_is_probed_with_backoff() {
+        let rto = Duration::from_micros(500);
+        let mut paths = Paths::new(2, rto);
+        paths.on_sent(PathId(1));
+        paths.on_lost(PathId(1), Instant::ZERO, Instant::ZERO);
+        // One loss: probe after 2 RTOs, then not again while the probe is unresolved.
+        assert_eq!(paths.take_probe(Instant::from_micros(999)), None);
+        assert_eq!(
+            paths.take_probe(Instant::from_micros(1000)),
+            Some(PathId(1))
+        );
+        assert_eq!(paths.take_probe(Instant::from_micros(1001)), None);
+        // The probe is lost too: the backoff doubles (capped at 4 RTOs).
+        paths.on_sent(PathId(1));
+        paths.on_lost(
+            PathId(1),
+            Instant::from_micros(1200),
+            Instant::from_micros(1000),
+        );
+        assert_eq!(paths.take_probe(Instant::from_micros(3199)), None);
+        assert_eq!(
+            paths.take_probe(Instant::from_micros(3200)),
+            Some(PathId(1))
+        );
+        // A probe that gets through heals the path.
+        paths.on_sent(PathId(1));
+        paths.on_acked(PathId(1), Instant::from_micros(3200), true);
+        assert_eq!(paths.view(PathId(1)).consecutive_losses, 0);
+        assert_eq!(paths.take_probe(Instant::from_micros(99_999)), None);
     }
 }

@@ -82,6 +82,9 @@ mod tests {
         assert_eq!((t - Duration::from_secs(1)), Instant::ZERO);
         assert_eq!(Instant::ZERO.saturating_duration_since(t), Duration::ZERO);
         assert_eq!(min_deadline(Some(t), None), Some(t));
-        assert_eq!(min_deadline(Some(t), Some(Instant::ZERO)), Some(Instant::ZERO));
+        assert_eq!(
+            min_deadline(Some(t), Some(Instant::ZERO)),
+            Some(Instant::ZERO)
+        );
     }
 }

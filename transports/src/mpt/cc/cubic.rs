@@ -79,9 +79,17 @@ impl Cubic {
 
     fn reduce(&mut self, now: Instant, timeout: bool) {
         self.epoch_start = None;
-        self.w_max = if self.cwnd < self.w_max { self.cwnd * (1.0 + self.beta) / 2.0 } else { self.cwnd };
+        self.w_max = if self.cwnd < self.w_max {
+            self.cwnd * (1.0 + self.beta) / 2.0
+        } else {
+            self.cwnd
+        };
         self.ssthresh = (self.cwnd * self.beta).max(2.0);
-        self.cwnd = if timeout { 1.0 } else { self.ssthresh.min(self.max_cwnd) };
+        self.cwnd = if timeout {
+            1.0
+        } else {
+            self.ssthresh.min(self.max_cwnd)
+        };
         self.last_reduction = Some(now);
         self.reductions += 1;
     }
@@ -141,7 +149,9 @@ impl CongestionControl for Cubic {
             LossKind::FastRetransmit => {
                 // One reduction per round trip: a burst of losses is one congestion event.
                 let rtt = ev.srtt.unwrap_or(Duration::ZERO);
-                let recent = self.last_reduction.is_some_and(|t| now.saturating_duration_since(t) < rtt);
+                let recent = self
+                    .last_reduction
+                    .is_some_and(|t| now.saturating_duration_since(t) < rtt);
                 if !recent {
                     self.reduce(now, false);
                 }
@@ -171,7 +181,11 @@ mod tests {
     }
 
     fn loss(kind: LossKind) -> LossEvent {
-        LossEvent { kind, chunks: 1, srtt: Some(Duration::from_micros(10)) }
+        LossEvent {
+            kind,
+            chunks: 1,
+            srtt: Some(Duration::from_micros(10)),
+        }
     }
 
     #[test]
@@ -206,15 +220,36 @@ mod tests {
             now = now + Duration::from_micros(10);
             c.on_rx_ack(now, &ack(1, 10));
         }
-        assert!(c.cwnd_chunks() > after_loss, "{} <= {after_loss}", c.cwnd_chunks());
+        assert!(
+            c.cwnd_chunks() > after_loss,
+            "{} <= {after_loss}",
+            c.cwnd_chunks()
+        );
         assert!(c.cwnd_chunks() <= 128.0);
     }
 
     #[test]
     fn pacing_follows_window() {
-        let mut c = Cubic::new(&CcParams { initial_cwnd_chunks: 2.0, ..CcParams::default() }, 1000, 128.0);
-        let view = |inflight| SenderView { inflight_bytes: inflight, srtt: None, retransmission: false };
-        assert_eq!(c.on_pacing_chunk(Instant::ZERO, 1000, &view(1000)), Pacing::Now);
-        assert_eq!(c.on_pacing_chunk(Instant::ZERO, 1000, &view(1001)), Pacing::Blocked);
+        let mut c = Cubic::new(
+            &CcParams {
+                initial_cwnd_chunks: 2.0,
+                ..CcParams::default()
+            },
+            1000,
+            128.0,
+        );
+        let view = |inflight| SenderView {
+            inflight_bytes: inflight,
+            srtt: None,
+            retransmission: false,
+        };
+        assert_eq!(
+            c.on_pacing_chunk(Instant::ZERO, 1000, &view(1000)),
+            Pacing::Now
+        );
+        assert_eq!(
+            c.on_pacing_chunk(Instant::ZERO, 1000, &view(1001)),
+            Pacing::Blocked
+        );
     }
 }

@@ -82,7 +82,9 @@ impl Eqds {
     fn consume(&mut self, len: u32) {
         let mut left = u64::from(len);
         while left > 0 {
-            let Some(front) = self.grants.front_mut() else { break };
+            let Some(front) = self.grants.front_mut() else {
+                break;
+            };
             let take = front.1.min(left);
             front.1 -= take;
             left -= take;
@@ -149,10 +151,16 @@ impl CongestionControl for Eqds {
         let want = demand.saturating_sub(self.outstanding);
         let room = self.max_outstanding.saturating_sub(self.outstanding);
         if want == 0 || room == 0 {
-            return CreditPoll { grant: 0, next: expiry };
+            return CreditPoll {
+                grant: 0,
+                next: expiry,
+            };
         }
         if now < self.next_grant {
-            return CreditPoll { grant: 0, next: min_deadline(Some(self.next_grant), expiry) };
+            return CreditPoll {
+                grant: 0,
+                next: min_deadline(Some(self.next_grant), expiry),
+            };
         }
         let grant = self.chunk.min(want).min(room);
         self.outstanding += grant;
@@ -163,10 +171,14 @@ impl CongestionControl for Eqds {
             _ => self.grants.push_back((now, grant)),
         }
         let gap = Duration::from_nanos(
-            u64::try_from(u128::from(grant) * 1_000_000_000 / u128::from(self.rate)).unwrap_or(u64::MAX),
+            u64::try_from(u128::from(grant) * 1_000_000_000 / u128::from(self.rate))
+                .unwrap_or(u64::MAX),
         );
         self.next_grant = now + gap;
-        CreditPoll { grant, next: Some(self.next_grant) }
+        CreditPoll {
+            grant,
+            next: Some(self.next_grant),
+        }
     }
 
     fn credit_bytes(&self) -> Option<u64> {
@@ -191,7 +203,11 @@ mod tests {
     #[test]
     fn sender_needs_credit() {
         let mut e = eqds();
-        let v = SenderView { inflight_bytes: 0, srtt: None, retransmission: false };
+        let v = SenderView {
+            inflight_bytes: 0,
+            srtt: None,
+            retransmission: false,
+        };
         assert_eq!(e.on_pacing_chunk(Instant::ZERO, 1, &v), Pacing::Blocked);
         assert_eq!(e.on_pacing_chunk(Instant::ZERO, 0, &v), Pacing::Now);
         e.on_rx_credit(Instant::ZERO, 1500);
@@ -207,14 +223,28 @@ mod tests {
     fn receiver_paces_and_caps_grants() {
         let mut e = eqds();
         let p = e.poll_credit(Instant::ZERO, 10_000);
-        assert_eq!(p, CreditPoll { grant: 1000, next: Some(Instant::from_micros(1)) });
-        assert_eq!(e.poll_credit(Instant::from_nanos(500), 10_000).grant, 0, "paced");
+        assert_eq!(
+            p,
+            CreditPoll {
+                grant: 1000,
+                next: Some(Instant::from_micros(1))
+            }
+        );
+        assert_eq!(
+            e.poll_credit(Instant::from_nanos(500), 10_000).grant,
+            0,
+            "paced"
+        );
         let mut now = Instant::from_micros(1);
         for _ in 0..3 {
             assert_eq!(e.poll_credit(now, 10_000).grant, 1000);
             now = now + Duration::from_micros(1);
         }
-        assert_eq!(e.poll_credit(now, 10_000).grant, 0, "max outstanding reached");
+        assert_eq!(
+            e.poll_credit(now, 10_000).grant,
+            0,
+            "max outstanding reached"
+        );
         e.on_rx_chunk(now, PathId(0), 1000);
         assert_eq!(e.poll_credit(now, 9_000).grant, 1000);
         // Demand already covered by outstanding credit: nothing more.
@@ -226,7 +256,13 @@ mod tests {
         let mut e = eqds();
         assert_eq!(e.poll_credit(Instant::ZERO, 1000).grant, 1000);
         let p = e.poll_credit(Instant::from_micros(50), 1000);
-        assert_eq!(p, CreditPoll { grant: 0, next: Some(Instant::from_micros(100)) });
+        assert_eq!(
+            p,
+            CreditPoll {
+                grant: 0,
+                next: Some(Instant::from_micros(100))
+            }
+        );
         assert_eq!(e.poll_credit(Instant::from_micros(100), 1000).grant, 1000);
         assert_eq!(e.written_off(), 1000);
         assert_eq!(e.granted_total(), 2000);

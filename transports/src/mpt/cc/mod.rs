@@ -157,10 +157,11 @@ pub trait CongestionControl: Send + fmt::Debug {
         Pacing::Now
     }
 
-    /// `onSelectPath`: choose between two sampled paths. Default: lower effective RTT, then
-    /// fewer chunks in flight, then `a`.
+    /// `onSelectPath`: choose between two sampled paths. Default: the lower
+    /// [`PathView::score`] (smoothed RTT scaled by the chunks already queued on the path),
+    /// ties to `a`.
     fn on_select_path(&mut self, _now: Instant, a: &PathView, b: &PathView) -> PathId {
-        if (b.effective_rtt, b.inflight_chunks) < (a.effective_rtt, a.inflight_chunks) {
+        if b.score() < a.score() {
             b.id
         } else {
             a.id
@@ -252,7 +253,10 @@ mod tests {
             (CcKind::Eqds, "eqds"),
             (CcKind::None, "none"),
         ] {
-            let cfg = MptConfig { cc: kind, ..MptConfig::default() };
+            let cfg = MptConfig {
+                cc: kind,
+                ..MptConfig::default()
+            };
             let cc = build(&cfg);
             assert_eq!(cc.name(), name);
             assert_eq!(cc.receiver_driven(), kind == CcKind::Eqds);

@@ -66,7 +66,8 @@ impl Swift {
     }
 
     fn can_decrease(&self, now: Instant) -> bool {
-        self.last_decrease.is_none_or(|t| now.saturating_duration_since(t) >= self.srtt)
+        self.last_decrease
+            .map_or(true, |t| now.saturating_duration_since(t) >= self.srtt)
     }
 
     fn decrease(&mut self, now: Instant, factor: f64) {
@@ -153,7 +154,10 @@ mod tests {
     }
 
     fn swift() -> Swift {
-        let p = CcParams { swift_target_delay: Duration::from_micros(50), ..CcParams::default() };
+        let p = CcParams {
+            swift_target_delay: Duration::from_micros(50),
+            ..CcParams::default()
+        };
         Swift::new(&p, 1000, 128.0)
     }
 
@@ -170,10 +174,20 @@ mod tests {
         // Only once per round trip.
         s.on_rx_ack(Instant::from_micros(3), &sample(100));
         assert!((s.cwnd_chunks() - w1 * 0.6).abs() < 1e-9);
-        s.on_rx_ack(Instant::from_micros(200), &sample(1000));
-        assert!((s.cwnd_chunks() - w1 * 0.6 * 0.5).abs() < 1e-9, "max_mdf caps the cut");
+        s.on_rx_ack(Instant::from_micros(1100), &sample(1000));
+        assert!(
+            (s.cwnd_chunks() - w1 * 0.6 * 0.5).abs() < 1e-9,
+            "max_mdf caps the cut"
+        );
         assert_eq!(s.decreases(), 2);
-        s.on_loss(Instant::from_micros(2000), &LossEvent { kind: LossKind::Timeout, chunks: 1, srtt: None });
+        s.on_loss(
+            Instant::from_micros(3000),
+            &LossEvent {
+                kind: LossKind::Timeout,
+                chunks: 1,
+                srtt: None,
+            },
+        );
         assert_eq!(s.decreases(), 3);
     }
 
@@ -185,11 +199,21 @@ mod tests {
             ..CcParams::default()
         };
         let mut s = Swift::new(&p, 1000, 128.0);
-        let v = SenderView { inflight_bytes: 1000, srtt: None, retransmission: false };
+        let v = SenderView {
+            inflight_bytes: 1000,
+            srtt: None,
+            retransmission: false,
+        };
         assert_eq!(s.on_pacing_chunk(Instant::ZERO, 1000, &v), Pacing::Now);
         s.on_tx_chunk(Instant::ZERO, PathId(0), 1000);
         // srtt starts at the target: 50 us / 0.5 = 100 us between chunks.
-        assert_eq!(s.on_pacing_chunk(Instant::from_micros(1), 1000, &v), Pacing::At(Instant::from_micros(100)));
-        assert_eq!(s.on_pacing_chunk(Instant::from_micros(100), 1000, &v), Pacing::Now);
+        assert_eq!(
+            s.on_pacing_chunk(Instant::from_micros(1), 1000, &v),
+            Pacing::At(Instant::from_micros(100))
+        );
+        assert_eq!(
+            s.on_pacing_chunk(Instant::from_micros(100), 1000, &v),
+            Pacing::Now
+        );
     }
 }

@@ -160,8 +160,16 @@ impl Fabric {
 
     /// Takes one direction of one path down (a blackhole: datagrams sent on it vanish) or
     /// brings it back. Datagrams already in flight still arrive.
-    pub fn set_link_down(&mut self, src: usize, dst: usize, path: PathId, down: bool) -> Result<(), MptError> {
-        let i = self.link_index(src, dst, path).ok_or(MptError::Sim("no such link"))?;
+    pub fn set_link_down(
+        &mut self,
+        src: usize,
+        dst: usize,
+        path: PathId,
+        down: bool,
+    ) -> Result<(), MptError> {
+        let i = self
+            .link_index(src, dst, path)
+            .ok_or(MptError::Sim("no such link"))?;
         self.links[i].down = down;
         Ok(())
     }
@@ -180,8 +188,17 @@ impl Fabric {
     }
 
     /// Sends `bytes` from `src` to `dst` on `path` at `now`.
-    pub fn send(&mut self, now: Instant, src: usize, dst: usize, path: PathId, bytes: &[u8]) -> Result<(), MptError> {
-        let li = self.link_index(src, dst, path).ok_or(MptError::Sim("no such link"))?;
+    pub fn send(
+        &mut self,
+        now: Instant,
+        src: usize,
+        dst: usize,
+        path: PathId,
+        bytes: &[u8],
+    ) -> Result<(), MptError> {
+        let li = self
+            .link_index(src, dst, path)
+            .ok_or(MptError::Sim("no such link"))?;
         self.stats.sent += 1;
         if self.links[li].down {
             self.stats.lost_blackhole += 1;
@@ -197,7 +214,11 @@ impl Fabric {
             let start = link.busy_until.max(now);
             let backlog_ns = start.saturating_duration_since(now).as_nanos();
             let backlog_bytes = backlog_ns * u128::from(bps) / 8 / 1_000_000_000;
-            if self.cfg.queue_limit_bytes.is_some_and(|lim| backlog_bytes > u128::from(lim)) {
+            if self
+                .cfg
+                .queue_limit_bytes
+                .is_some_and(|lim| backlog_bytes > u128::from(lim))
+            {
                 self.stats.lost_queue += 1;
                 return Ok(());
             }
@@ -220,7 +241,13 @@ impl Fabric {
             let mut buf = self.pool.pop().unwrap_or_default();
             buf.clear();
             buf.extend_from_slice(bytes);
-            let dg = Datagram { src, dst, path, at, bytes: buf };
+            let dg = Datagram {
+                src,
+                dst,
+                path,
+                at,
+                bytes: buf,
+            };
             let slot = match self.free_slots.pop() {
                 Some(i) => {
                     self.slots[i] = Some(dg);
@@ -277,7 +304,14 @@ mod tests {
     fn run(cfg: FabricConfig, seed: u64) -> (Vec<(u64, u8)>, FabricStats) {
         let mut f = Fabric::new(cfg, seed, 2, 4).unwrap();
         for i in 0..200u8 {
-            f.send(Instant::from_micros(u64::from(i)), 0, 1, PathId(u16::from(i % 4)), &[i]).unwrap();
+            f.send(
+                Instant::from_micros(u64::from(i)),
+                0,
+                1,
+                PathId(u16::from(i % 4)),
+                &[i],
+            )
+            .unwrap();
         }
         let mut out = Vec::new();
         while let Some(t) = f.next_arrival() {
@@ -302,7 +336,10 @@ mod tests {
         assert_eq!(a, run(cfg.clone(), 42));
         assert_ne!(a.0, run(cfg, 43).0);
         let s = &a.1;
-        assert!(s.lost_random > 5 && s.duplicated > 5 && s.reordered > 10, "{s:?}");
+        assert!(
+            s.lost_random > 5 && s.duplicated > 5 && s.reordered > 10,
+            "{s:?}"
+        );
         assert_eq!(s.delivered, s.sent - s.lost_random + s.duplicated);
         // Held-back datagrams really overtake: arrival order differs from send order.
         assert!(a.0.windows(2).any(|w| w[0].1 > w[1].1));
@@ -310,15 +347,21 @@ mod tests {
 
     #[test]
     fn blackhole_and_bandwidth() {
-        let cfg = FabricConfig { bandwidth_bps: Some(8_000_000_000), ..FabricConfig::default() };
+        let cfg = FabricConfig {
+            bandwidth_bps: Some(8_000_000_000),
+            ..FabricConfig::default()
+        };
         let mut f = Fabric::new(cfg, 1, 2, 2).unwrap();
         f.set_link_down(0, 1, PathId(1), true).unwrap();
         // 1000 bytes at 8 Gbit/s = 1 us each, back to back on path 0.
         for _ in 0..3 {
-            f.send(Instant::ZERO, 0, 1, PathId(0), &[0u8; 1000]).unwrap();
-            f.send(Instant::ZERO, 0, 1, PathId(1), &[0u8; 1000]).unwrap();
+            f.send(Instant::ZERO, 0, 1, PathId(0), &[0u8; 1000])
+                .unwrap();
+            f.send(Instant::ZERO, 0, 1, PathId(1), &[0u8; 1000])
+                .unwrap();
         }
-        f.send(Instant::ZERO, 1, 0, PathId(1), &[0u8; 1000]).unwrap();
+        f.send(Instant::ZERO, 1, 0, PathId(1), &[0u8; 1000])
+            .unwrap();
         let mut times = Vec::new();
         while let Some(d) = f.pop_arrival(Instant::from_micros(100)) {
             times.push((d.dst, d.at.as_nanos()));

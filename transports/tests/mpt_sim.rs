@@ -1,0 +1,435 @@
+//! Deterministic simulations of the multipath core over the `sim` fabric: every message
+//! arrives exactly once and intact under loss, reordering, duplication and blackholed paths.
+
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use ccl_transports::mpt::sim::{ConnHandle, FabricConfig, Sim, SimAction};
+use ccl_transports::mpt::{CcKind, Instant, MptConfig, PathId};
+
+/// Bytes of message `i` of a test: position- and message-dependent so misplacement shows.
+fn pattern(len: usize, salt: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u64).wrapping_mul(31).wrapping_add(salt * 7919) >> 3) as u8 ^ (i as u8))
+        .collect()
+}
+
+#[allow(dead_code)]
+struct Outcome {
+    sim: Sim,
+    a: ConnHandle,
+    b: ConnHandle,
+}
+
+/// Sends `sizes` from node 0 to node 1 (and, if `both_ways`, the same back), checks every
+/// message arrived exactly once, in full, byte-exact.
+fn transfer(
+    seed: u64,
+    fabric: FabricConfig,
+    cfg: MptConfig,
+    sizes: &[usize],
+    both_ways: bool,
+) -> Outcome {
+    let mut sim = Sim::new(seed, 2, cfg.num_paths, fabric).unwrap();
+    let (a, b) = sim.connect(0, 1, &cfg).unwrap();
+    let mut expect_b = Vec::new();
+    let mut expect_a = Vec::new();
+    let limit = Instant::from_micros(60_000_000);
+    // At most 16 messages in flight per direction: feed in waves.
+    for (wave, sizes) in sizes.chunks(16).enumerate() {
+        for (i, &len) in sizes.iter().enumerate() {
+            let salt = (wave * 16 + i) as u64;
+            sim.post_recv(b, len as u64, salt).unwrap();
+            let data = pattern(len, salt);
+            sim.send(a, data.clone(), salt).unwrap();
+            expect_b.push(data);
+            if both_ways {
+                sim.post_recv(a, len as u64, salt).unwrap();
+                let data = pattern(len, salt + 1000);
+                sim.send(b, data.clone(), salt).unwrap();
+                expect_a.push(data);
+            }
+        }
+        sim.run(limit)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e} at {:?}", sim.now()));
+    }
+    let check = |h: ConnHandle, expect: &[Vec<u8>]| {
+        let got = sim.received(h);
+        assert_eq!(
+            got.len(),
+            expect.len(),
+            "exactly one completion per message"
+        );
+        let mut got: Vec<_> = got.iter().collect();
+        got.sort_by_key(|m| m.id);
+        for (i, (m, e)) in got.iter().zip(expect).enumerate() {
+            assert_eq!(m.id.0, i as u64);
+            assert!(!m.truncated);
+            assert!(m.data == *e, "message {i} ({} bytes) differs", e.len());
+        }
+    };
+    check(b, &expect_b);
+    check(a, &expect_a);
+    assert_eq!(sim.completed_sends(a).len(), expect_b.len());
+    assert_eq!(sim.completed_sends(b).len(), expect_a.len());
+    assert_eq!(sim.handle_errors(a) + sim.handle_errors(b), 0);
+    Outcome { sim, a, b }
+}
+
+const SIZES: &[usize] = &[
+    0,
+    1,
+    8191,
+    8192,
+    32 * 1024,
+    32 * 1024 + 1,
+    100_000,
+    1 << 20,
+    4 << 20,
+];
+
+fn cfg(cc: CcKind) -> MptConfig {
+    MptConfig {
+        cc,
+        ..MptConfig::default()
+    }
+}
+
+#[test]
+fn lossless_all_sizes() {
+    let o = transfer(1, FabricConfig::default(), cfg(CcKind::Cubic), SIZES, true);
+    let s = o.sim.conn(o.a).unwrap().stats();
+    assert_eq!(s.chunks_retransmitted, 0);
+    assert_eq!(s.duplicate_chunks, 0);
+}
+
+fn lossy(loss: f64) -> FabricConfig {
+    FabricConfig {
+        loss,
+        jitter: Duration::from_micros(2),
+        ..FabricConfig::default()
+    }
+}
+
+#[test]
+fn loss_0_01_percent() {
+    for cc in [CcKind::Cubic, CcKind::Swift, CcKind::Eqds] {
+        transfer(11, lossy(0.0001), cfg(cc), SIZES, true);
+    }
+}
+
+#[test]
+fn loss_1_percent() {
+    for (seed, cc) in [
+        (21, CcKind::Cubic),
+        (22, CcKind::Swift),
+        (23, CcKind::Eqds),
+        (24, CcKind::None),
+    ] {
+        let o = transfer(seed, lossy(0.01), cfg(cc), SIZES, true);
+        let rtx = o.sim.conn(o.a).unwrap().stats().chunks_retransmitted
+            + o.sim.conn(o.b).unwrap().stats().chunks_retransmitted;
+        assert!(
+            o.sim.fabric().stats().lost_random > 0 && rtx > 0,
+            "{cc}: losses must have been repaired"
+        );
+    }
+}
+
+#[test]
+fn loss_5_percent() {
+    for (seed, cc) in [
+        (31, CcKind::Cubic),
+        (32, CcKind::Swift),
+        (33, CcKind::Eqds),
+        (34, CcKind::None),
+    ] {
+        let o = transfer(seed, lossy(0.05), cfg(cc), SIZES, true);
+        let s = o.sim.conn(o.a).unwrap().stats();
+        assert!(s.chunks_retransmitted > 0, "{cc}: {s:?}");
+        assert!(s.fast_retransmits + s.rto_events > 0, "{cc}: {s:?}");
+    }
+}
+
+#[test]
+fn reordering_and_duplication() {
+    let fabric = FabricConfig {
+        reorder: 0.2,
+        reorder_delay: Duration::from_micros(30),
+        duplicate: 0.05,
+        jitter: Duration::from_micros(5),
+        ..FabricConfig::default()
+    };
+    for (seed, cc) in [(41, CcKind::Cubic), (42, CcKind::Swift), (43, CcKind::Eqds)] {
+        let o = transfer(seed, fabric.clone(), cfg(cc), SIZES, true);
+        let f = o.sim.fabric().stats();
+        assert!(f.duplicated > 0 && f.reordered > 0, "{f:?}");
+        let rx = o.sim.conn(o.b).unwrap().stats();
+        assert!(
+            rx.duplicate_chunks > 0,
+            "duplicates must have been seen and dropped: {rx:?}"
+        );
+    }
+}
+
+#[test]
+fn everything_at_once() {
+    let fabric = FabricConfig {
+        loss: 0.02,
+        reorder: 0.1,
+        duplicate: 0.02,
+        jitter: Duration::from_micros(4),
+        bandwidth_bps: Some(25_000_000_000),
+        ..FabricConfig::default()
+    };
+    for (seed, cc) in [(51, CcKind::Cubic), (52, CcKind::Swift), (53, CcKind::Eqds)] {
+        transfer(seed, fabric.clone(), cfg(cc), SIZES, true);
+    }
+}
+
+/// Paths blackholed in the middle of a transfer (two for good, one coming back): the
+/// transfer completes byte-exact, the dead paths are penalised and stop carrying chunks.
+#[test]
+fn blackholed_paths_mid_transfer() {
+    for (seed, cc) in [(61, CcKind::Cubic), (62, CcKind::Swift), (63, CcKind::Eqds)] {
+        let mut c = cfg(cc);
+        // EQDS: credit at the aggregate line rate (32 x 25 Gbit/s).
+        c.cc_params.eqds_rate_bytes_per_s = 100_000_000_000;
+        let fabric = FabricConfig {
+            bandwidth_bps: Some(25_000_000_000),
+            ..lossy(0.0)
+        };
+        let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
+        let (a, b) = sim.connect(0, 1, &c).unwrap();
+        let len = 64 << 20;
+        let data = pattern(len, 5);
+        sim.post_recv(b, len as u64, 0).unwrap();
+        sim.send(a, data.clone(), 0).unwrap();
+        let t_down = Instant::from_micros(100);
+        for p in [3u16, 7, 20] {
+            sim.schedule(
+                t_down,
+                SimAction::SetPathDown {
+                    path: PathId(p),
+                    down: true,
+                },
+            );
+        }
+        sim.schedule(
+            Instant::from_micros(400),
+            SimAction::SetPathDown {
+                path: PathId(7),
+                down: false,
+            },
+        );
+        sim.run_until(t_down).unwrap();
+        let before = sim.conn(a).unwrap().path(PathId(20));
+        let healthy_before: Vec<u64> = [0u16, 1, 2, 4, 5]
+            .iter()
+            .map(|&p| sim.conn(a).unwrap().path(PathId(p)).chunks_sent)
+            .collect();
+        sim.run(Instant::from_micros(60_000_000)).unwrap();
+        assert_eq!(sim.received(b).len(), 1);
+        assert!(
+            sim.received(b)[0].at > t_down,
+            "{cc}: the transfer outlasts the outage start"
+        );
+        assert!(sim.received(b)[0].data == data, "{cc}: bytes differ");
+        assert!(
+            sim.fabric().stats().lost_blackhole > 0,
+            "{cc}: the blackhole ate something"
+        );
+        let conn = sim.conn(a).unwrap();
+        let dead = conn.path(PathId(20));
+        assert!(
+            dead.chunks_lost > 0 && dead.consecutive_losses > 0,
+            "{cc}: {dead:?}"
+        );
+        let healthy: Vec<u64> = [0u16, 1, 2, 4, 5]
+            .iter()
+            .map(|&p| conn.path(PathId(p)).chunks_sent)
+            .collect();
+        let avg = healthy
+            .iter()
+            .zip(&healthy_before)
+            .map(|(x, y)| x - y)
+            .sum::<u64>()
+            / healthy.len() as u64;
+        // After the outage starts the dead path stops attracting chunks.
+        let dead_after = dead.chunks_sent - before.chunks_sent;
+        assert!(
+            dead_after * 4 < avg,
+            "{cc}: dead path got {dead_after} chunks, healthy ones {avg}"
+        );
+    }
+}
+
+/// Small messages stay on their dedicated path until it dies, then move.
+#[test]
+fn small_message_path_moves_off_a_blackhole() {
+    let c = cfg(CcKind::Cubic);
+    let mut sim = Sim::new(71, 2, c.num_paths, lossy(0.0)).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    sim.schedule(
+        Instant::ZERO,
+        SimAction::SetPathDown {
+            path: PathId(0),
+            down: true,
+        },
+    );
+    for i in 0..8u64 {
+        sim.post_recv(b, 100, i).unwrap();
+        sim.send(a, pattern(100, i), i).unwrap();
+    }
+    sim.run(Instant::from_micros(10_000_000)).unwrap();
+    assert_eq!(sim.received(b).len(), 8);
+    let conn = sim.conn(a).unwrap();
+    assert_ne!(conn.small_message_path(), PathId(0));
+    assert!(conn.stats().small_path_moves >= 1);
+}
+
+#[test]
+fn same_seed_same_outcome() {
+    let run = |seed| {
+        let o = transfer(
+            seed,
+            lossy(0.03),
+            cfg(CcKind::Cubic),
+            &[1 << 20, 3 << 20],
+            true,
+        );
+        let s = o.sim.conn(o.a).unwrap().stats().clone();
+        (o.sim.now(), s, o.sim.fabric().stats().clone())
+    };
+    let x = run(81);
+    assert_eq!(x, run(81));
+    assert_ne!(x.0, run(82).0);
+}
+
+#[test]
+fn many_messages_wrap_rid_and_csn() {
+    // 200 messages: RIDs wrap 12 times, CSNs (8 bits) wrap many times.
+    let sizes: Vec<usize> = (0..200)
+        .map(|i| [0, 10, 9000, 70_000, 40_000][i % 5])
+        .collect();
+    let c = MptConfig {
+        window_chunks: 16,
+        ..cfg(CcKind::Cubic)
+    };
+    let o = transfer(91, lossy(0.02), c, &sizes, true);
+    assert!(o.sim.conn(o.a).unwrap().stats().chunks_sent > 300);
+}
+
+#[test]
+fn three_nodes_share_the_fabric() {
+    let c = cfg(CcKind::Swift);
+    let mut sim = Sim::new(101, 3, c.num_paths, lossy(0.01)).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    let (b2, c2) = sim.connect(1, 2, &c).unwrap();
+    let (c3, a3) = sim.connect(2, 0, &c).unwrap();
+    let mut want = Vec::new();
+    for (i, (s, r)) in [(a, b), (b2, c2), (c3, a3)].into_iter().enumerate() {
+        let data = pattern(2 << 20, i as u64);
+        sim.post_recv(r, data.len() as u64, 0).unwrap();
+        sim.send(s, data.clone(), 0).unwrap();
+        want.push((r, data));
+    }
+    sim.run(Instant::from_micros(60_000_000)).unwrap();
+    for (r, data) in want {
+        assert!(sim.received(r)[0].data == data);
+    }
+}
+
+/// Verbs-like delivery (only the 32-bit immediate, 8-bit CSN): with the CSN reuse guard
+/// above the fabric's worst-case delay, duplicates and reordering never alias.
+fn imm_only_run(seed: u64, guard: Duration) -> (bool, u64) {
+    let fabric = FabricConfig {
+        reorder: 0.3,
+        reorder_delay: Duration::from_micros(40),
+        duplicate: 0.1,
+        jitter: Duration::from_micros(5),
+        loss: 0.01,
+        ..FabricConfig::default()
+    };
+    let c = MptConfig {
+        csn_reuse_guard: guard,
+        ..cfg(CcKind::None)
+    };
+    let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
+    sim.set_imm_only(true);
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    let mut want = Vec::new();
+    for i in 0..8u64 {
+        let data = pattern(2 << 20, i);
+        sim.post_recv(b, data.len() as u64, i).unwrap();
+        sim.send(a, data.clone(), i).unwrap();
+        want.push(data);
+    }
+    let ok = sim.run(Instant::from_micros(5_000_000)).is_ok()
+        && sim.received(b).len() == want.len()
+        && sim
+            .received(b)
+            .iter()
+            .all(|m| m.data == want[m.id.0 as usize]);
+    (ok, sim.conn(b).unwrap().stats().duplicate_chunks)
+}
+
+#[test]
+fn imm_only_with_reuse_guard_is_exact() {
+    // Worst case in this fabric: 5 us delay + 5 us jitter + 40 us reorder hold-back.
+    for seed in [111, 112, 113] {
+        let (ok, dups) = imm_only_run(seed, Duration::from_micros(60));
+        assert!(ok, "seed {seed}");
+        assert!(dups > 0);
+    }
+}
+
+/// A path that was blackholed and comes back is probed and carries traffic again.
+#[test]
+fn healed_path_is_probed_back_into_use() {
+    let c = cfg(CcKind::Cubic);
+    // 10 Gbit/s per path: 128 MiB take about 4 ms; the outage is 100..500 us.
+    let fabric = FabricConfig {
+        bandwidth_bps: Some(10_000_000_000),
+        ..lossy(0.0)
+    };
+    let mut sim = Sim::new(121, 2, c.num_paths, fabric).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    let data = pattern(128 << 20, 9);
+    sim.post_recv(b, data.len() as u64, 0).unwrap();
+    sim.send(a, data.clone(), 0).unwrap();
+    sim.schedule(
+        Instant::from_micros(100),
+        SimAction::SetPathDown {
+            path: PathId(7),
+            down: true,
+        },
+    );
+    sim.schedule(
+        Instant::from_micros(500),
+        SimAction::SetPathDown {
+            path: PathId(7),
+            down: false,
+        },
+    );
+    sim.run_until(Instant::from_micros(500)).unwrap();
+    let acked_while_down = sim.conn(a).unwrap().path(PathId(7)).chunks_acked;
+    let healthy_before = sim.conn(a).unwrap().path(PathId(1)).chunks_acked;
+    assert!(sim.conn(a).unwrap().path(PathId(7)).consecutive_losses > 0);
+    sim.run(Instant::from_micros(60_000_000)).unwrap();
+    assert!(sim.received(b)[0].data == data);
+    let conn = sim.conn(a).unwrap();
+    let healed = conn.path(PathId(7));
+    let healthy = conn.path(PathId(1));
+    assert_eq!(healed.consecutive_losses, 0);
+    // Back in use within the 2 ms probe backoff, so it carries a good share of the rest.
+    let (h, n) = (
+        healed.chunks_acked - acked_while_down,
+        healthy.chunks_acked - healthy_before,
+    );
+    assert!(
+        h * 2 > n,
+        "healed path carried {h} chunks after healing, a healthy one {n}"
+    );
+}
