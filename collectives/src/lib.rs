@@ -29,8 +29,11 @@
 //! * No operation has a zero `count`, and no step is empty.
 //! * Nothing writes to [`BufId::Send`]: the caller's input is never modified (in-place calls
 //!   only see writes through the aliasing `Recv` slices).
-//! * Every rank's schedule is a pure function of `(coll, algo, rank, nranks, count, pipeline)`,
-//!   so all ranks agree on message sizes and order without talking.
+//! * Every rank's schedule is a pure function of `(coll, algo, rank, nranks, count, pipeline)`
+//!   (and of the ring `order` with [`schedule_ordered`]), so all ranks agree on message sizes
+//!   and order without talking.
+//! * With a ring order (see [`schedule_ordered`]), ring schedules only talk to the two ring
+//!   neighbours; the order never changes where data lands, only who talks to whom.
 //! * Deadlock freedom under rendezvous: each schedule is the projection of one global timetable
 //!   in which both ends of every message sit in the same global step (empty steps dropped), and
 //!   operations on one ordered pair appear in the same relative order at both ends.
@@ -117,6 +120,17 @@ pub enum Error {
     Unsupported { coll: Collective, algo: Algorithm },
     #[error("element count overflows")]
     Overflow,
+    /// The ring order is not a permutation of `0..nranks`: `order[index] == value` is out of
+    /// range or repeats an earlier entry.
+    #[error(
+        "ring order is not a permutation of 0..{nranks}: entry {index} is {value}, which is \
+         out of range or repeated"
+    )]
+    BadOrder {
+        nranks: usize,
+        index: usize,
+        value: usize,
+    },
 }
 
 mod cost;
@@ -243,12 +257,69 @@ pub fn schedule(
     schedule_with(coll, algo, rank, nranks, count, Pipeline::DEFAULT)
 }
 
-/// [`schedule`] with an explicit pipelining choice (identical on every rank).
+/// [`schedule`] with an explicit pipelining choice (identical on every rank). Ring and tree
+/// schedules follow the identity ring order `0, 1, ..., nranks-1`; this equals
+/// [`schedule_ordered`] with that order.
 pub fn schedule_with(
     coll: Collective,
     algo: Algorithm,
     rank: usize,
     nranks: usize,
+    count: usize,
+    pipeline: Pipeline,
+) -> Result<Schedule, Error> {
+    build(coll, algo, rank, nranks, None, count, pipeline)
+}
+
+/// [`schedule_with`] over a given ring order: `order[p]` is the rank at ring position `p`, and
+/// `order.len()` is the number of ranks. Every rank must pass the same order.
+///
+/// * Ring AllReduce / AllGather / ReduceScatter: a rank sends only to the rank after it in
+///   `order` (cyclically) and receives only from the one before it.
+/// * Ring Broadcast / Reduce: a pipelined chain that starts (Broadcast) or ends (Reduce) at
+///   `root` and walks the ring order from there, so its links are ring links too.
+/// * Tree: the double binary tree (and the single tree of Broadcast / Reduce, rooted at `root`)
+///   is built over ring positions instead of ranks, so tree neighbours are close in the ring.
+/// * Direct algorithms do not depend on the order.
+///
+/// Data placement never depends on the order (AllGather still puts rank r's block at
+/// `r * count`, ReduceScatter still leaves block r on rank r, and so on).
+///
+/// Errors: [`Error::BadOrder`] when `order` is not a permutation of `0..order.len()`, and the
+/// errors of [`schedule_with`] (rank or root out of range, unsupported pair, overflow).
+pub fn schedule_ordered(
+    coll: Collective,
+    algo: Algorithm,
+    rank: usize,
+    order: &[usize],
+    count: usize,
+    pipeline: Pipeline,
+) -> Result<Schedule, Error> {
+    let nranks = order.len();
+    let mut seen = vec![false; nranks];
+    for (index, &value) in order.iter().enumerate() {
+        match seen.get_mut(value) {
+            Some(s) if !*s => *s = true,
+            _ => {
+                return Err(Error::BadOrder {
+                    nranks,
+                    index,
+                    value,
+                })
+            }
+        }
+    }
+    build(coll, algo, rank, nranks, Some(order), count, pipeline)
+}
+
+/// Shared body of [`schedule_with`] and [`schedule_ordered`]; `order` (when given) is a
+/// validated permutation of `0..nranks`, `None` meaning the identity.
+fn build(
+    coll: Collective,
+    algo: Algorithm,
+    rank: usize,
+    nranks: usize,
+    order: Option<&[usize]>,
     count: usize,
     pipeline: Pipeline,
 ) -> Result<Schedule, Error> {
@@ -271,6 +342,8 @@ pub fn schedule_with(
         n: nranks,
         count,
         pipeline,
+        order,
+        pos: position(order, rank),
     };
     Ok(match (algo, coll) {
         (Algorithm::Ring, Collective::AllReduce) => ring::all_reduce(&ctx),
@@ -293,28 +366,63 @@ pub fn schedule_with(
     })
 }
 
+/// Ring position of `rank` (`order` is a permutation containing it, or `None` for identity).
+fn position(order: Option<&[usize]>, rank: usize) -> usize {
+    order
+        .and_then(|o| o.iter().position(|&r| r == rank))
+        .unwrap_or(rank)
+}
+
 /// The algorithm a communicator uses by default for `coll` with `bytes` per rank: the cheapest
 /// supported algorithm under [`CostModel::DEFAULT`] (see [`estimate_us`]).
 pub fn default_algorithm(coll: Collective, nranks: usize, bytes: usize) -> Algorithm {
     CostModel::DEFAULT.choose(coll, nranks, bytes)
 }
 
-/// What every algorithm builder gets: who am I, how many, how much, how to pipeline.
-/// `n >= 2` and `count >= 1` always hold here; products like `n * count` were checked.
+/// What every algorithm builder gets: who am I, how many, how much, how to pipeline, and the
+/// ring order. `n >= 2` and `count >= 1` always hold here; products like `n * count` were
+/// checked; `order` (when `Some`) is a permutation of `0..n` and `order[pos] == rank`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Ctx {
+pub(crate) struct Ctx<'a> {
     pub rank: usize,
     pub n: usize,
     pub count: usize,
     pub pipeline: Pipeline,
+    /// `order[p]` is the rank at ring position `p`; `None` is the identity.
+    pub order: Option<&'a [usize]>,
+    /// This rank's ring position.
+    pub pos: usize,
 }
 
-impl Ctx {
-    /// Rank `k` hops after `rank` around the ring (negative hops via `back`).
+impl Ctx<'_> {
+    /// Rank `k` hops after `rank` in rank numbering (negative hops via `back`); for the
+    /// order-independent direct algorithms.
     pub fn fwd(&self, k: usize) -> usize {
         (self.rank + k % self.n) % self.n
     }
     pub fn back(&self, k: usize) -> usize {
         (self.rank + self.n - k % self.n) % self.n
+    }
+
+    /// Rank at ring position `p` (taken mod n).
+    pub fn at(&self, p: usize) -> usize {
+        let p = p % self.n;
+        self.order.and_then(|o| o.get(p).copied()).unwrap_or(p)
+    }
+    /// Ring position of `rank`.
+    pub fn pos_of(&self, rank: usize) -> usize {
+        position(self.order, rank)
+    }
+    /// Ring position `k` hops before this rank's.
+    pub fn pback(&self, k: usize) -> usize {
+        (self.pos + self.n - k % self.n) % self.n
+    }
+    /// Rank `k` hops after this rank around the ring order.
+    pub fn ring_fwd(&self, k: usize) -> usize {
+        self.at(self.pos + k % self.n)
+    }
+    /// Rank `k` hops before this rank around the ring order.
+    pub fn ring_back(&self, k: usize) -> usize {
+        self.at(self.pback(k))
     }
 }

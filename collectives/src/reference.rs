@@ -16,7 +16,8 @@
 use std::collections::HashMap;
 
 use crate::{
-    buffer_sizes, schedule_with, Algorithm, BufId, Collective, Error, Op, Pipeline, Schedule, Slice,
+    buffer_sizes, schedule_ordered, schedule_with, Algorithm, BufId, Collective, Error, Op,
+    Pipeline, Schedule, Slice,
 };
 
 /// Elementwise reduction used by the reference and the simulator.
@@ -674,6 +675,28 @@ pub fn check(case: &Case) -> Result<SimReport, SimError> {
     let schedules = (0..n)
         .map(|r| schedule_with(case.coll, case.algo, r, n, case.count, case.pipeline))
         .collect::<Result<Vec<_>, _>>()?;
+    run_case(case, &schedules)
+}
+
+/// [`check`] with schedules built by [`schedule_ordered`] over the
+/// ring order `order` (whose length must be `case.nranks`).
+pub fn check_ordered(case: &Case, order: &[usize]) -> Result<SimReport, SimError> {
+    let n = case.nranks;
+    if order.len() != n {
+        return Err(SimError::RankCount {
+            expected: n,
+            got: order.len(),
+        });
+    }
+    let schedules = (0..n)
+        .map(|r| schedule_ordered(case.coll, case.algo, r, order, case.count, case.pipeline))
+        .collect::<Result<Vec<_>, _>>()?;
+    run_case(case, &schedules)
+}
+
+/// Random inputs, simulation and exact comparison for `case` with the given schedules.
+fn run_case(case: &Case, schedules: &[Schedule]) -> Result<SimReport, SimError> {
+    let n = case.nranks;
     let inputs = (0..n)
         .map(|r| {
             let len = buffer_sizes(case.coll, r, n, case.count)?.send;
@@ -683,7 +706,7 @@ pub fn check(case: &Case) -> Result<SimReport, SimError> {
         })
         .collect::<Result<Vec<Vec<u64>>, Error>>()?;
     let want = expected(case.coll, n, case.count, &inputs, case.opts.op)?;
-    let report = simulate(case.coll, n, case.count, &schedules, &inputs, case.opts)?;
+    let report = simulate(case.coll, n, case.count, schedules, &inputs, case.opts)?;
     for (rank, (got, exp)) in report.recv.iter().zip(&want).enumerate() {
         if got.len() != exp.len() {
             return Err(SimError::OutputSize {

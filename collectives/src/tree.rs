@@ -92,18 +92,13 @@ impl Shape {
         Shape::timed(rank_of(0), parent, children)
     }
 
-    /// A chain through all ranks starting at `root` and following the ring direction when
-    /// `down` (root -> root+1 -> ...), ending at `root` otherwise (root+1 -> ... -> root).
-    pub fn chain(n: usize, root: usize, down: bool) -> Shape {
+    /// A chain through all ranks: `rank_of(k)` is the rank `k` links from the root
+    /// (`rank_of(0)` is the root, `k < n`), and its parent is `rank_of(k - 1)`.
+    pub fn chain(n: usize, rank_of: impl Fn(usize) -> usize) -> Shape {
         let mut parent = vec![None; n];
         let mut children = vec![Vec::new(); n];
         for k in 1..n {
-            // Rank k hops away from the root along the chain, and its neighbour nearer the root.
-            let (r, p) = if down {
-                ((root + k) % n, (root + k - 1) % n)
-            } else {
-                ((root + n - k) % n, (root + n - k + 1) % n)
-            };
+            let (r, p) = (rank_of(k), rank_of(k - 1));
             if let Some(slot) = parent.get_mut(r) {
                 *slot = Some(p);
             }
@@ -111,7 +106,7 @@ impl Shape {
                 slot.push(r);
             }
         }
-        Shape::timed(root, parent, children)
+        Shape::timed(rank_of(0), parent, children)
     }
 
     fn timed(root: usize, parent: Vec<Option<usize>>, mut children: Vec<Vec<usize>>) -> Shape {
@@ -284,15 +279,17 @@ pub(crate) fn reduce_on(ctx: &Ctx, shape: &Shape) -> Schedule {
     t.finish(slots * width)
 }
 
-/// The two trees of the double binary tree: tree 0 is the bit tree on ranks, tree 1 mirrors it
-/// (even n) or shifts it by one (odd n), so that a rank interior in one tree is a leaf in the
-/// other (for odd n rank 0 is interior in both) and no rank forwards both halves.
-pub(crate) fn double_trees(n: usize) -> [Shape; 2] {
-    let a = Shape::btree(n, |p| p);
+/// The two trees of the double binary tree, over ring positions (`ctx.at`): tree 0 is the bit
+/// tree on positions, tree 1 mirrors it (even n) or shifts it by one (odd n), so that a rank
+/// interior in one tree is a leaf in the other (for odd n position 0 is interior in both) and
+/// no rank forwards both halves.
+pub(crate) fn double_trees(ctx: &Ctx) -> [Shape; 2] {
+    let n = ctx.n;
+    let a = Shape::btree(n, |p| ctx.at(p));
     let b = if n % 2 == 0 {
-        Shape::btree(n, |p| n - 1 - p)
+        Shape::btree(n, |p| ctx.at(n - 1 - p))
     } else {
-        Shape::btree(n, |p| (p + 1) % n)
+        Shape::btree(n, |p| ctx.at(p + 1))
     };
     [a, b]
 }
@@ -301,7 +298,7 @@ pub(crate) fn double_trees(n: usize) -> [Shape; 2] {
 /// `Recv` and broadcast back down, pieces pipelined, both trees and both directions at once.
 pub(crate) fn all_reduce(ctx: &Ctx) -> Schedule {
     let mut t = Table::new();
-    let trees = double_trees(ctx.n);
+    let trees = double_trees(ctx);
     // Operations of tree 0 are pushed before tree 1's, so two messages between one pair in
     // one step keep the same order at both ends.
     for (k, shape) in trees.iter().enumerate() {
@@ -316,13 +313,18 @@ pub(crate) fn all_reduce(ctx: &Ctx) -> Schedule {
     t.finish(0)
 }
 
-/// Single bit tree rooted at `root` (positions relative to the root).
+/// The bit tree over ring positions counted from the root's position, so position 0 is
+/// `root`.
+fn rooted(ctx: &Ctx, root: usize) -> Shape {
+    let rp = ctx.pos_of(root);
+    Shape::btree(ctx.n, |p| ctx.at(p + rp))
+}
+
+/// Single bit tree rooted at `root`.
 pub(crate) fn broadcast(ctx: &Ctx, root: usize) -> Schedule {
-    let n = ctx.n;
-    broadcast_on(ctx, &Shape::btree(n, |p| (p + root) % n))
+    broadcast_on(ctx, &rooted(ctx, root))
 }
 
 pub(crate) fn reduce(ctx: &Ctx, root: usize) -> Schedule {
-    let n = ctx.n;
-    reduce_on(ctx, &Shape::btree(n, |p| (p + root) % n))
+    reduce_on(ctx, &rooted(ctx, root))
 }

@@ -85,12 +85,20 @@ pub unsafe fn read_raw(cfg: *const ncclConfig_t) -> ccl::Result<ncclConfig_t> {
     // SAFETY: the first field is `size`, present in every version of the struct.
     let size = unsafe { std::ptr::read_unaligned(cfg.cast::<usize>()) };
     if size < 16 {
-        return Err(Error::invalid_argument(format!("ncclConfig_t size {size} is too small (not initialised with NCCL_CONFIG_INITIALIZER?)")));
+        return Err(Error::invalid_argument(format!(
+            "ncclConfig_t size {size} is too small (not initialised with NCCL_CONFIG_INITIALIZER?)"
+        )));
     }
     let n = size.min(std::mem::size_of::<ncclConfig_t>());
     // SAFETY: the caller's struct has `size` bytes; we copy at most that many into ours,
     // which is at least `n` bytes and plain old data.
-    unsafe { std::ptr::copy_nonoverlapping(cfg.cast::<u8>(), (&mut c as *mut ncclConfig_t).cast::<u8>(), n) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            cfg.cast::<u8>(),
+            (&mut c as *mut ncclConfig_t).cast::<u8>(),
+            n,
+        )
+    };
     if c.magic != NCCL_API_MAGIC {
         return Err(Error::invalid_argument(format!(
             "ncclConfig_t magic {:#x} is wrong (not initialised with NCCL_CONFIG_INITIALIZER?)",
@@ -148,13 +156,20 @@ pub unsafe fn read(cfg: *const ncclConfig_t) -> ccl::Result<CommConfig> {
     // SAFETY: forwarded.
     let c = unsafe { read_raw(cfg) }?;
     if c.blocking != UNDEF_INT && c.blocking != 0 && c.blocking != 1 {
-        return Err(Error::invalid_argument(format!("ncclConfig_t.blocking = {} (must be 0 or 1)", c.blocking)));
+        return Err(Error::invalid_argument(format!(
+            "ncclConfig_t.blocking = {} (must be 0 or 1)",
+            c.blocking
+        )));
     }
     let comm_name = if c.commName.is_null() {
         None
     } else {
         // SAFETY: non-NULL commName is a C string (caller contract).
-        Some(unsafe { CStr::from_ptr(c.commName) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { CStr::from_ptr(c.commName) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     };
     Ok(CommConfig {
         blocking: c.blocking != 0,
@@ -179,7 +194,9 @@ pub fn sim_info<'a>(p: *mut ncclSimInfo_t) -> ccl::Result<Option<&'a mut ncclSim
         return Ok(None);
     };
     if info.magic != SIM_MAGIC {
-        return Err(Error::invalid_argument("ncclSimInfo_t magic is wrong (use NCCL_SIM_INFO_INITIALIZER)"));
+        return Err(Error::invalid_argument(
+            "ncclSimInfo_t magic is wrong (use NCCL_SIM_INFO_INITIALIZER)",
+        ));
     }
     Ok(Some(info))
 }
@@ -207,7 +224,11 @@ mod tests {
 
     #[test]
     fn old_callers_get_defaults_for_newer_fields() {
-        let mut c = ncclConfig_t { blocking: 0, maxP2pPeers: 7, ..Default::default() };
+        let mut c = ncclConfig_t {
+            blocking: 0,
+            maxP2pPeers: 7,
+            ..Default::default()
+        };
         c.version = version_code(2, 28, 9);
         c.size = 80;
         // SAFETY: `c` is a full struct.

@@ -24,7 +24,11 @@ pub struct ncclMultimemHandle_t {
 fn world(comm: ncclComm_t) -> ncclTeam_t {
     // SAFETY: forwarded caller contract; NULL gives an empty team.
     match unsafe { crate::comm_ref(comm) } {
-        Ok(c) => ncclTeam_t { nRanks: c.nranks() as c_int, rank: c.rank() as c_int, stride: 1 },
+        Ok(c) => ncclTeam_t {
+            nRanks: c.nranks() as c_int,
+            rank: c.rank() as c_int,
+            stride: 1,
+        },
         Err(_) => ncclTeam_t::default(),
     }
 }

@@ -17,7 +17,6 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
 
-
 use ccl::{params, Comm, Error, ErrorKind, Reduction, Scalar, Task, TaskKind, UniqueId};
 use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
@@ -140,7 +139,11 @@ fn reduction(comm: &Comm, op: c_int, dt: DataType) -> ccl::Result<Reduction> {
                     dt.name()
                 )))
             }
-            None => return Err(Error::invalid_argument(format!("invalid reduction op {op}"))),
+            None => {
+                return Err(Error::invalid_argument(format!(
+                    "invalid reduction op {op}"
+                )))
+            }
         },
     })
 }
@@ -150,7 +153,10 @@ fn rank_arg(v: c_int, what: &str, comm: &Comm) -> ccl::Result<usize> {
         .ok()
         .filter(|&r| r < comm.nranks())
         .ok_or_else(|| {
-            Error::invalid_argument(format!("{what} {v} is not a rank of this {}-rank communicator", comm.nranks()))
+            Error::invalid_argument(format!(
+                "{what} {v} is not a rank of this {}-rank communicator",
+                comm.nranks()
+            ))
         })
 }
 
@@ -710,6 +716,18 @@ fn ncclWaitSignal / pncclWaitSignal(n_desc: c_int, descs: *mut c_void, comm: ncc
     let _ = (n_desc, descs, comm, stream);
     unsupported("ncclWaitSignal (one-sided operations)")
 }
+}
+
+/// The ring order and link kinds of a communicator (Rust-side, for tests; not exported).
+///
+/// # Safety
+/// `comm` is a live communicator.
+pub unsafe fn describe_comm(comm: ncclComm_t) -> (String, String) {
+    // SAFETY: forwarded caller contract.
+    match unsafe { comm_ref(comm) } {
+        Ok(c) => c.describe(),
+        Err(_) => (String::new(), String::new()),
+    }
 }
 
 /// A registered buffer or window on the host backend.

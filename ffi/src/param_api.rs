@@ -17,7 +17,11 @@ fn intern(s: &str) -> *const c_char {
     if let Some(c) = m.get(s) {
         return c.as_ptr();
     }
-    let c: &'static CStr = Box::leak(CString::new(s.replace('\0', " ")).unwrap_or_default().into_boxed_c_str());
+    let c: &'static CStr = Box::leak(
+        CString::new(s.replace('\0', " "))
+            .unwrap_or_default()
+            .into_boxed_c_str(),
+    );
     m.insert(s.to_string(), c);
     c.as_ptr()
 }
@@ -38,7 +42,8 @@ fn lookup(key: &str) -> ccl::Result<&'static params::Param> {
 
 fn handle_param<'a>(h: *mut c_void) -> ccl::Result<&'a params::Param> {
     // SAFETY: handles are pointers to entries of the static registry (from ncclParamBind).
-    unsafe { h.cast::<params::Param>().as_ref() }.ok_or_else(|| Error::invalid_argument("parameter handle is NULL"))
+    unsafe { h.cast::<params::Param>().as_ref() }
+        .ok_or_else(|| Error::invalid_argument("parameter handle is NULL"))
 }
 
 fn parsed<T: TryFrom<i128>>(h: *mut c_void) -> ccl::Result<T> {
@@ -48,7 +53,9 @@ fn parsed<T: TryFrom<i128>>(h: *mut c_void) -> ccl::Result<T> {
         .parse::<i128>()
         .ok()
         .and_then(|v| T::try_from(v).ok())
-        .ok_or_else(|| Error::invalid_argument(format!("{}={s:?} does not fit the requested type", p.name)))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!("{}={s:?} does not fit the requested type", p.name))
+        })
 }
 
 macro_rules! getters {

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
 #[cfg(test)]
 use crate::error::ErrorKind;
+use crate::error::{Error, Result};
 use crate::params;
 
 const ID_MAGIC: [u8; 4] = *b"CCL\x01";
@@ -139,7 +139,13 @@ pub fn ifname_matches(spec: &str, name: &str) -> bool {
         .split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .any(|p| if exact { name == p } else { name.starts_with(p) });
+        .any(|p| {
+            if exact {
+                name == p
+            } else {
+                name.starts_with(p)
+            }
+        });
     hit != exclude
 }
 
@@ -148,8 +154,8 @@ pub fn ifname_matches(spec: &str, name: &str) -> bool {
 pub fn local_address() -> Result<(String, IpAddr)> {
     let spec = params::NCCL_SOCKET_IFNAME.raw();
     let family = params::NCCL_SOCKET_FAMILY.raw().unwrap_or_default();
-    let addrs = nix::ifaddrs::getifaddrs()
-        .map_err(|e| Error::system(format!("getifaddrs: {e}")))?;
+    let addrs =
+        nix::ifaddrs::getifaddrs().map_err(|e| Error::system(format!("getifaddrs: {e}")))?;
     let mut candidates: Vec<(String, IpAddr, bool)> = Vec::new();
     for ifa in addrs {
         let Some(addr) = ifa.address else { continue };
@@ -173,13 +179,18 @@ pub fn local_address() -> Result<(String, IpAddr)> {
             "AF_INET6" if !ip.is_ipv6() => continue,
             _ => {}
         }
-        let lo = ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
+        let lo = ifa
+            .flags
+            .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
         candidates.push((ifa.interface_name.clone(), ip, lo));
     }
     let pick = match &spec {
         Some(spec) => candidates
             .iter()
-            .filter(|(n, ip, _)| ifname_matches(spec, n) && (family.is_empty() || ip.is_ipv4() == (family != "AF_INET6")))
+            .filter(|(n, ip, _)| {
+                ifname_matches(spec, n)
+                    && (family.is_empty() || ip.is_ipv4() == (family != "AF_INET6"))
+            })
             .min_by_key(|(_, ip, _)| !ip.is_ipv4()),
         None => candidates
             .iter()
@@ -307,17 +318,28 @@ fn run_root(listener: TcpListener, nonce: u64) -> Result<()> {
             continue;
         };
         if hello.magic != HELLO_MAGIC || hello.nonce != nonce {
-            let _ = write_msg(&mut s, 0, &json(&RootReply::Failed("unique id does not match this root".into()))?);
+            let _ = write_msg(
+                &mut s,
+                0,
+                &json(&RootReply::Failed(
+                    "unique id does not match this root".into(),
+                ))?,
+            );
             continue;
         }
         let n = *nranks.get_or_insert(hello.nranks);
         if hello.nranks != n {
             failure = Some(format!(
                 "rank {} says nranks={} but rank {} said nranks={n}",
-                hello.info.rank, hello.nranks, conns.first().map(|c| c.1.rank).unwrap_or(0)
+                hello.info.rank,
+                hello.nranks,
+                conns.first().map(|c| c.1.rank).unwrap_or(0)
             ));
         } else if hello.info.rank >= n {
-            failure = Some(format!("rank {} out of range for nranks={n}", hello.info.rank));
+            failure = Some(format!(
+                "rank {} out of range for nranks={n}",
+                hello.info.rank
+            ));
         } else if conns.iter().any(|(_, i)| i.rank == hello.info.rank) {
             failure = Some(format!("rank {} joined twice", hello.info.rank));
         }
@@ -350,7 +372,9 @@ pub fn connect_retry(addr: SocketAddr, deadline: Instant, abort: &AtomicBool) ->
             }
             Err(e) => {
                 if Instant::now() > deadline {
-                    return Err(Error::system(format!("connect to {addr}: {e} (gave up after the bootstrap timeout)")));
+                    return Err(Error::system(format!(
+                        "connect to {addr}: {e} (gave up after the bootstrap timeout)"
+                    )));
                 }
                 if abort.load(Ordering::Relaxed) {
                     return Err(Error::system("init aborted"));
@@ -395,11 +419,21 @@ pub fn rendezvous(
             Ok((_, body)) => {
                 return match unjson::<RootReply>(&body, "root reply")? {
                     RootReply::Table(t) if t.len() == nranks => Ok(t),
-                    RootReply::Table(t) => Err(Error::internal(format!("root sent {} ranks, expected {nranks}", t.len()))),
-                    RootReply::Failed(why) => Err(Error::invalid_usage(format!("bootstrap failed: {why}"))),
+                    RootReply::Table(t) => Err(Error::internal(format!(
+                        "root sent {} ranks, expected {nranks}",
+                        t.len()
+                    ))),
+                    RootReply::Failed(why) => {
+                        Err(Error::invalid_usage(format!("bootstrap failed: {why}")))
+                    }
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 if abort.load(Ordering::Relaxed) {
                     return Err(Error::system("init aborted"));
                 }
@@ -418,8 +452,7 @@ pub fn rendezvous(
 /// Creates this rank's listening socket on the chosen interface.
 pub fn listen() -> Result<TcpListener> {
     let (_, ip) = local_address()?;
-    TcpListener::bind(SocketAddr::new(ip, 0))
-        .map_err(|e| Error::system(format!("bind {ip}: {e}")))
+    TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| Error::system(format!("bind {ip}: {e}")))
 }
 
 const TAG_DATA: u8 = 1;
@@ -477,7 +510,12 @@ pub fn connect_mesh(
             }
             let mut s = connect_retry(table[j].addr, deadline, abort)
                 .map_err(|e| e.context(format!("rank {rank} dialling rank {j}")))?;
-            let hello = MeshHello { magic: HELLO_MAGIC, nonce, rank, kind };
+            let hello = MeshHello {
+                magic: HELLO_MAGIC,
+                nonce,
+                rank,
+                kind,
+            };
             write_msg(&mut s, 0, &json(&hello)?)
                 .map_err(|e| Error::system(format!("hello to rank {j}: {e}")))?;
             match kind {
@@ -504,7 +542,11 @@ pub fn connect_mesh(
                     },
                     Err(_) => continue,
                 };
-                if hello.magic != HELLO_MAGIC || hello.nonce != nonce || hello.rank <= rank || hello.rank >= n {
+                if hello.magic != HELLO_MAGIC
+                    || hello.nonce != nonce
+                    || hello.rank <= rank
+                    || hello.rank >= n
+                {
                     tracing::warn!("ignoring unexpected connection from {from}");
                     continue;
                 }
@@ -513,7 +555,10 @@ pub fn connect_mesh(
                     ConnKind::Data => &mut data[hello.rank],
                 };
                 if slot.is_some() {
-                    return Err(Error::internal(format!("rank {} connected twice", hello.rank)));
+                    return Err(Error::internal(format!(
+                        "rank {} connected twice",
+                        hello.rank
+                    )));
                 }
                 *slot = Some(s);
                 got += 1;
@@ -523,7 +568,8 @@ pub fn connect_mesh(
                     return Err(Error::system("init aborted"));
                 }
                 if Instant::now() > deadline {
-                    let missing: Vec<usize> = (rank + 1..n).filter(|&j| ctrl[j].is_none()).collect();
+                    let missing: Vec<usize> =
+                        (rank + 1..n).filter(|&j| ctrl[j].is_none()).collect();
                     return Err(Error::system(format!(
                         "rank {rank}: ranks {missing:?} did not connect within {:?}",
                         bootstrap_timeout()
@@ -539,11 +585,23 @@ pub fn connect_mesh(
         .map(|s| {
             s.map(|stream| {
                 let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-                PeerCtrl { stream, inbox: VecDeque::new(), left: false, failed: None }
+                PeerCtrl {
+                    stream,
+                    inbox: VecDeque::new(),
+                    left: false,
+                    failed: None,
+                }
             })
         })
         .collect();
-    Ok((Ctrl { rank, nranks: n, peers }, data))
+    Ok((
+        Ctrl {
+            rank,
+            nranks: n,
+            peers,
+        },
+        data,
+    ))
 }
 
 impl Ctrl {
@@ -580,7 +638,9 @@ impl Ctrl {
             return Err(Error::remote(f.clone()));
         }
         if p.left {
-            return Err(Error::remote(format!("rank {j} has destroyed its communicator")));
+            return Err(Error::remote(format!(
+                "rank {j} has destroyed its communicator"
+            )));
         }
         Ok(())
     }
@@ -596,12 +656,20 @@ impl Ctrl {
             Self::status(p, j)?;
             match read_msg(&mut p.stream) {
                 Ok((tag, body)) => Self::handle(p, j, tag, body),
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
                     if abort.load(Ordering::Relaxed) {
                         return Err(Error::system("communicator aborted"));
                     }
                     if Instant::now() > deadline {
-                        return Err(Error::system(format!("rank {j} sent nothing for {:?}", bootstrap_timeout())));
+                        return Err(Error::system(format!(
+                            "rank {j} sent nothing for {:?}",
+                            bootstrap_timeout()
+                        )));
                     }
                 }
                 Err(e) => {
@@ -620,7 +688,11 @@ impl Ctrl {
         }
         let mut out = Vec::with_capacity(self.nranks);
         for j in 0..self.nranks {
-            out.push(if j == self.rank { mine.to_vec() } else { self.recv(j, abort)? });
+            out.push(if j == self.rank {
+                mine.to_vec()
+            } else {
+                self.recv(j, abort)?
+            });
         }
         Ok(out)
     }
@@ -637,7 +709,11 @@ impl Ctrl {
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
                 if p.failed.is_none() {
-                    fds.push(libc::pollfd { fd: p.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    fds.push(libc::pollfd {
+                        fd: p.stream.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
                     idx.push(j);
                 }
             }
@@ -653,10 +729,15 @@ impl Ctrl {
                     let Ok(p) = self.peer(j) else { continue };
                     match read_msg(&mut p.stream) {
                         Ok((tag, body)) => Self::handle(p, j, tag, body),
-                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
                         Err(e) => {
                             if !p.left {
-                                p.failed = Some(format!("rank {j} is gone (control connection: {e})"));
+                                p.failed =
+                                    Some(format!("rank {j} is gone (control connection: {e})"));
                             }
                         }
                     }

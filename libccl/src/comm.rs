@@ -29,7 +29,10 @@ pub struct CommConfig {
 
 impl CommConfig {
     pub fn blocking() -> Self {
-        CommConfig { blocking: true, ..Default::default() }
+        CommConfig {
+            blocking: true,
+            ..Default::default()
+        }
     }
 }
 
@@ -47,6 +50,9 @@ pub struct CommState {
     pub ctrl: Ctrl,
     pub links: Vec<Option<Box<dyn Link>>>,
     pub table: Vec<RankInfo>,
+    /// Ring order from the topology search (rank 0's, so every rank agrees): ranks of one
+    /// host are adjacent, so only two ring edges per host cross the network.
+    pub ring: Vec<usize>,
     /// Collectives issued so far (all ranks count alike; carried in operation headers).
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
@@ -109,13 +115,22 @@ impl Comm {
 
     /// Checks the arguments of `ncclCommInitRank*` and makes the handle; [`Comm::run_init`]
     /// then does the work (now, in a group's end, or on a thread for non-blocking configs).
-    pub fn prepare(nranks: i32, id: &UniqueId, rank: i32, config: CommConfig) -> Result<(Comm, UniqueId)> {
+    pub fn prepare(
+        nranks: i32,
+        id: &UniqueId,
+        rank: i32,
+        config: CommConfig,
+    ) -> Result<(Comm, UniqueId)> {
         crate::log::init();
         if nranks < 1 {
-            return Err(Error::invalid_argument(format!("nranks {nranks} must be at least 1")));
+            return Err(Error::invalid_argument(format!(
+                "nranks {nranks} must be at least 1"
+            )));
         }
         if rank < 0 || rank >= nranks {
-            return Err(Error::invalid_argument(format!("rank {rank} out of range for {nranks} ranks")));
+            return Err(Error::invalid_argument(format!(
+                "rank {rank} out of range for {nranks} ranks"
+            )));
         }
         id.decode()?;
         Ok((Comm::new_inner(rank as usize, nranks as usize, config), *id))
@@ -156,13 +171,13 @@ impl Comm {
         let info = my_info(self.0.rank, &listener)?;
         let table = bootstrap::rendezvous(root, nonce, self.0.nranks, &info, &self.0.abort)?;
         let state = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
-        tracing::info!(
-            "rank {} of {} ready ({})",
-            self.0.rank,
-            self.0.nranks,
-            describe_links(&state)
-        );
         *self.0.state.lock() = Some(state);
+        let (ring, links) = self.describe();
+        tracing::info!(
+            "rank {} of {} ready: ring {ring}, links {links}",
+            self.0.rank,
+            self.0.nranks
+        );
         Ok(())
     }
 
@@ -189,7 +204,10 @@ impl Comm {
     /// `ncclCommGetAsyncError`: `InProgress` while initializing, the first error otherwise.
     pub fn async_error(&self) -> Result<()> {
         if *self.0.life.lock() == Life::Initializing {
-            return Err(Error::new(ErrorKind::InProgress, "communicator is still initializing"));
+            return Err(Error::new(
+                ErrorKind::InProgress,
+                "communicator is still initializing",
+            ));
         }
         match &*self.0.async_error.lock() {
             Some(e) => Err(e.clone()),
@@ -209,14 +227,23 @@ impl Comm {
     pub fn check_usable(&self) -> Result<()> {
         match *self.0.life.lock() {
             Life::Initializing => {
-                return Err(Error::invalid_usage("communicator is still initializing (poll ncclCommGetAsyncError)"))
+                return Err(Error::invalid_usage(
+                    "communicator is still initializing (poll ncclCommGetAsyncError)",
+                ))
             }
             Life::Finalized => return Err(Error::invalid_usage("communicator was finalized")),
-            Life::Gone => return Err(Error::invalid_usage("communicator was destroyed or aborted")),
+            Life::Gone => {
+                return Err(Error::invalid_usage(
+                    "communicator was destroyed or aborted",
+                ))
+            }
             Life::Ready => {}
         }
         if let Some(e) = &*self.0.async_error.lock() {
-            return Err(Error::new(e.kind, format!("communicator failed earlier: {}", e.message)));
+            return Err(Error::new(
+                e.kind,
+                format!("communicator failed earlier: {}", e.message),
+            ));
         }
         Ok(())
     }
@@ -233,12 +260,20 @@ impl Comm {
     pub fn split(&self, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
         self.check_usable()?;
         if color < 0 && color != SPLIT_NOCOLOR {
-            return Err(Error::invalid_argument(format!("split color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR")));
+            return Err(Error::invalid_argument(format!(
+                "split color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
+            )));
         }
         let n = self.0.splits.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.0.state.lock();
-        let state = guard.as_mut().ok_or_else(|| Error::invalid_usage("communicator has no state"))?;
-        let listener = if color == SPLIT_NOCOLOR { None } else { Some(bootstrap::listen()?) };
+        let state = guard
+            .as_mut()
+            .ok_or_else(|| Error::invalid_usage("communicator has no state"))?;
+        let listener = if color == SPLIT_NOCOLOR {
+            None
+        } else {
+            Some(bootstrap::listen()?)
+        };
         let info = match &listener {
             Some(l) => Some(my_info(0, l)?),
             None => None,
@@ -251,15 +286,23 @@ impl Comm {
         }
         let mine = serde_json::to_vec(&SplitInfo { color, key, info })
             .map_err(|e| Error::internal(format!("encode split info: {e}")))?;
-        let all = state.ctrl.allgather(&mine, &self.0.abort).inspect_err(|e| self.set_async_error(e))?;
+        let all = state
+            .ctrl
+            .allgather(&mine, &self.0.abort)
+            .inspect_err(|e| self.set_async_error(e))?;
         drop(guard);
-        let Some(listener) = listener else { return Ok(None) };
+        let Some(listener) = listener else {
+            return Ok(None);
+        };
         let mut members: Vec<(i32, usize, RankInfo)> = Vec::new();
         for (r, b) in all.iter().enumerate() {
-            let s: SplitInfo = serde_json::from_slice(b)
-                .map_err(|e| Error::remote(format!("rank {r} sent a malformed split request: {e}")))?;
+            let s: SplitInfo = serde_json::from_slice(b).map_err(|e| {
+                Error::remote(format!("rank {r} sent a malformed split request: {e}"))
+            })?;
             if s.color == color {
-                let info = s.info.ok_or_else(|| Error::remote(format!("rank {r} has no address")))?;
+                let info = s
+                    .info
+                    .ok_or_else(|| Error::remote(format!("rank {r} has no address")))?;
                 members.push((s.key, r, info));
             }
         }
@@ -277,7 +320,13 @@ impl Comm {
             })
             .collect();
         let nonce = bootstrap::fnv1a(
-            format!("{}|split{}|{}", self.0.nonce.load(Ordering::Relaxed), n, color).as_bytes(),
+            format!(
+                "{}|split{}|{}",
+                self.0.nonce.load(Ordering::Relaxed),
+                n,
+                color
+            )
+            .as_bytes(),
         );
         let child = Comm::new_inner(new_rank, table.len(), config);
         child.0.nonce.store(nonce, Ordering::Relaxed);
@@ -297,7 +346,9 @@ impl Comm {
                 *life = Life::Finalized;
                 Ok(())
             }
-            Life::Initializing => Err(Error::invalid_usage("finalize while the communicator is initializing")),
+            Life::Initializing => Err(Error::invalid_usage(
+                "finalize while the communicator is initializing",
+            )),
             Life::Finalized => Err(Error::invalid_usage("communicator already finalized")),
             Life::Gone => Err(Error::invalid_usage("communicator was destroyed")),
         }
@@ -322,6 +373,35 @@ impl Comm {
         *self.0.life.lock() = Life::Gone;
     }
 
+    /// The ring order and link kinds, for tests and logs: ("0,2,1,3", "1shm,2socket").
+    pub fn describe(&self) -> (String, String) {
+        let g = self.0.state.lock();
+        match g.as_ref() {
+            Some(st) => {
+                let ring = st
+                    .ring
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let shm = st
+                    .links
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.kind() == "shm")
+                    .count();
+                let sock = st
+                    .links
+                    .iter()
+                    .flatten()
+                    .filter(|l| l.kind() == "socket")
+                    .count();
+                (ring, format!("{shm}shm,{sock}socket"))
+            }
+            None => (String::new(), String::new()),
+        }
+    }
+
     /// Registers a PreMulSum op and returns its `ncclRedOp_t` value.
     pub fn create_premul(&self, scalar: Scalar, dtype: DataType) -> Result<i32> {
         let mut ops = self.0.redops.lock();
@@ -344,7 +424,11 @@ impl Comm {
         let slot = usize::try_from(op - FIRST_USER_REDOP)
             .ok()
             .filter(|&s| ops.get(s).is_some_and(Option::is_some))
-            .ok_or_else(|| Error::invalid_argument(format!("reduction op {op} was not created on this communicator")))?;
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "reduction op {op} was not created on this communicator"
+                ))
+            })?;
         ops[slot] = None;
         Ok(())
     }
@@ -369,12 +453,6 @@ fn my_info(rank: usize, listener: &TcpListener) -> Result<RankInfo> {
     })
 }
 
-fn describe_links(st: &CommState) -> String {
-    let shm = st.links.iter().flatten().filter(|l| l.kind() == "shm").count();
-    let sock = st.links.iter().flatten().filter(|l| l.kind() == "socket").count();
-    format!("{shm} shm links, {sock} socket links")
-}
-
 /// Connects the mesh and the data links of a new communicator.
 fn build_state(
     rank: usize,
@@ -387,9 +465,13 @@ fn build_state(
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
     let use_shm = |j: usize| shm_ok && j != rank && table[j].host_id == my_host;
-    let (mut ctrl, data) = bootstrap::connect_mesh(rank, &table, listener, nonce, &|j| !use_shm(j), abort)?;
+    let (mut ctrl, data) =
+        bootstrap::connect_mesh(rank, &table, listener, nonce, &|j| !use_shm(j), abort)?;
     let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
-    let frame = params::CCL_SOCKET_FRAME_BYTES.get_i64().clamp(4096, 64 << 20) as usize & !63;
+    let frame = params::CCL_SOCKET_FRAME_BYTES
+        .get_i64()
+        .clamp(4096, 64 << 20) as usize
+        & !63;
     for (j, s) in data.into_iter().enumerate() {
         if let Some(s) = s {
             links[j] = Some(Box::new(SocketLink::new(s, frame)?));
@@ -398,7 +480,9 @@ fn build_state(
     // Shared memory: each rank creates its incoming ring per local peer, sends the name,
     // maps the peer's ring, acknowledges, and unlinks its own once the peer has mapped it.
     let slot = params::CCL_SHM_SLOT_BYTES.get_i64().clamp(4096, 64 << 20) as usize & !63;
-    let nslots = (params::NCCL_BUFFSIZE.get_i64().max(0) as usize / slot).clamp(2, 64).max(DEFAULT_SLOTS.min(2));
+    let nslots = (params::NCCL_BUFFSIZE.get_i64().max(0) as usize / slot)
+        .clamp(2, 64)
+        .max(DEFAULT_SLOTS.min(2));
     let local: Vec<usize> = (0..n).filter(|&j| use_shm(j)).collect();
     let mut rx: Vec<Option<ShmRing>> = (0..n).map(|_| None).collect();
     let mut own_paths = Vec::new();
@@ -413,7 +497,9 @@ fn build_state(
             let path = String::from_utf8(ctrl.recv(j, abort)?)
                 .map_err(|_| Error::remote(format!("rank {j} sent a non-UTF-8 shm name")))?;
             let tx = ShmRing::open(&path)?;
-            let rx_ring = rx[j].take().ok_or_else(|| Error::internal("shm ring missing"))?;
+            let rx_ring = rx[j]
+                .take()
+                .ok_or_else(|| Error::internal("shm ring missing"))?;
             links[j] = Some(Box::new(ShmLink::new(rx_ring, tx)));
             ctrl.send(j, b"mapped")?;
         }
@@ -430,12 +516,97 @@ fn build_state(
         let _ = std::fs::remove_file(p);
     }
     result?;
+    let ring = agree_ring(rank, &table, &mut ctrl, abort)?;
     Ok(CommState {
         ctrl,
         links,
+        ring,
         table,
         coll_seq: 0,
         p2p_seqs: vec![(0, 0); n],
         staging: Vec::new(),
     })
+}
+
+/// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local
+/// discovery differs cannot end up with different rings.
+fn agree_ring(
+    rank: usize,
+    table: &[RankInfo],
+    ctrl: &mut Ctrl,
+    abort: &AtomicBool,
+) -> Result<Vec<usize>> {
+    let n = table.len();
+    if n == 1 {
+        return Ok(vec![0]);
+    }
+    if rank == 0 {
+        let ring = search_ring(table);
+        let bytes =
+            serde_json::to_vec(&ring).map_err(|e| Error::internal(format!("encode ring: {e}")))?;
+        for j in 1..n {
+            ctrl.send(j, &bytes)?;
+        }
+        Ok(ring)
+    } else {
+        let ring: Vec<usize> = serde_json::from_slice(&ctrl.recv(0, abort)?)
+            .map_err(|e| Error::remote(format!("rank 0 sent a malformed ring order: {e}")))?;
+        let mut seen = vec![false; n];
+        if ring.len() != n
+            || !ring
+                .iter()
+                .all(|&r| r < n && !std::mem::replace(&mut seen[r], true))
+        {
+            return Err(Error::remote(format!(
+                "rank 0 sent a ring order that is not a permutation: {ring:?}"
+            )));
+        }
+        Ok(ring)
+    }
+}
+
+/// Channel 0's ring from the topology search over this host's system (discovered once per
+/// process); rank order if the search fails.
+fn search_ring(table: &[RankInfo]) -> Vec<usize> {
+    use ccl_topology::plan::{plan, HostSystems, RankInfo as TopoRank};
+    static SYSTEM: std::sync::OnceLock<Option<ccl_topology::System>> = std::sync::OnceLock::new();
+    let identity: Vec<usize> = (0..table.len()).collect();
+    let cfg = match ccl_topology::TopoConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("topology settings: {e}; using rank order");
+            return identity;
+        }
+    };
+    let Some(sys) = SYSTEM
+        .get_or_init(|| {
+            ccl_topology::discover::system(&cfg)
+                .inspect_err(|e| tracing::warn!("topology discovery failed, using rank order: {e}"))
+                .ok()
+        })
+        .clone()
+    else {
+        return identity;
+    };
+    let ranks: Vec<TopoRank> = table
+        .iter()
+        .map(|i| TopoRank {
+            host: i.host_id,
+            gpu: None,
+            numa: None,
+        })
+        .collect();
+    match plan(&ranks, &HostSystems::uniform(sys), &cfg) {
+        Ok(p) => match p.channels.first() {
+            Some(c) if c.ring.len() == table.len() => {
+                tracing::info!("ring order {:?}", c.ring);
+                c.ring.clone()
+            }
+            _ => identity,
+        },
+        Err(e) => {
+            tracing::warn!("topology search failed, using rank order: {e}");
+            identity
+        }
+    }
 }

@@ -80,7 +80,9 @@ impl OpHeader {
             9 => "Send/Recv",
             _ => "?",
         };
-        let dt = DataType::from_raw(i32::from(self.dtype)).map(|d| d.name()).unwrap_or("?");
+        let dt = DataType::from_raw(i32::from(self.dtype))
+            .map(|d| d.name())
+            .unwrap_or("?");
         format!(
             "{kind}(#{}, count={}, {dt}, op={}, root={}, {} bytes on this link)",
             self.seq, self.count, self.red, self.root, self.bytes
@@ -90,12 +92,23 @@ impl OpHeader {
 
 #[derive(Debug, Clone, Copy)]
 enum XKind {
-    Send { src: *const u8 },
-    Recv { dst: *mut u8 },
+    Send {
+        src: *const u8,
+    },
+    Recv {
+        dst: *mut u8,
+    },
     /// `fused`: `local` is this rank's raw input of a PreMulSum/float-Avg reduction, folded in
     /// as `local * scalar + incoming` with one rounding, as NCCL's kernels do.
-    RecvReduce { local: *const u8, dst: *mut u8, fused: bool },
-    Copy { src: *const u8, dst: *mut u8 },
+    RecvReduce {
+        local: *const u8,
+        dst: *mut u8,
+        fused: bool,
+    },
+    Copy {
+        src: *const u8,
+        dst: *mut u8,
+    },
 }
 
 #[derive(Debug)]
@@ -147,7 +160,13 @@ fn elem_ptr(base: usize, off_elems: usize, size: usize) -> usize {
 }
 
 impl Plan {
-    fn new(steps: Vec<Vec<XOp>>, dtype: DataType, arith: ReduceKind, nranks: usize, desc: String) -> Plan {
+    fn new(
+        steps: Vec<Vec<XOp>>,
+        dtype: DataType,
+        arith: ReduceKind,
+        nranks: usize,
+        desc: String,
+    ) -> Plan {
         Plan {
             steps,
             cur: 0,
@@ -166,15 +185,22 @@ impl Plan {
     }
 
     /// Builds the plan of one collective from its schedule.
-    pub fn collective(task: &Task, schedule: &Schedule, rank: usize, nranks: usize, seq: u64) -> Result<Plan> {
+    pub fn collective(
+        task: &Task,
+        schedule: &Schedule,
+        rank: usize,
+        nranks: usize,
+        seq: u64,
+    ) -> Result<Plan> {
         let size = task.dtype.size();
         let scratch_bytes = schedule
             .scratch
             .checked_mul(size)
             .ok_or_else(|| Error::invalid_argument("scratch size overflows"))?;
         let mut scratch = vec![0u8; scratch_bytes];
-        let (send_elems, recv_elems) = crate::task::buffer_counts(task.kind, rank, nranks, task.count)
-            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let (send_elems, recv_elems) =
+            crate::task::buffer_counts(task.kind, rank, nranks, task.count)
+                .ok_or_else(|| Error::invalid_argument("count overflows"))?;
         let scalar = match task.red {
             Reduction::PreMulSum(Scalar::Immediate(b)) => Some(b),
             Reduction::PreMulSum(Scalar::Device(p)) => {
@@ -184,7 +210,9 @@ impl Plan {
                 unsafe { std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), size) };
                 Some(b)
             }
-            Reduction::Avg if task.dtype.is_float() => Some(reduce::from_f64(task.dtype, 1.0 / nranks as f64)),
+            Reduction::Avg if task.dtype.is_float() => {
+                Some(reduce::from_f64(task.dtype, 1.0 / nranks as f64))
+            }
             _ => None,
         };
         let mut prescale = None;
@@ -192,7 +220,12 @@ impl Plan {
         if let (Some(scalar), true) = (scalar, send_elems > 0) {
             let mut buf = vec![0u8; send_elems * size];
             send_base = buf.as_mut_ptr() as usize;
-            prescale = Some(Prescale { src: task.send as *const u8, buf, scalar, elems: send_elems });
+            prescale = Some(Prescale {
+                src: task.send as *const u8,
+                buf,
+                scalar,
+                elems: send_elems,
+            });
         }
         let scratch_base = scratch.as_mut_ptr() as usize;
         let base = |b: BufId| match b {
@@ -215,12 +248,16 @@ impl Plan {
             for op in &step.ops {
                 let (kind, peer, count) = match *op {
                     Op::Send { peer, src } => (
-                        XKind::Send { src: elem_ptr(base(src.buf), src.offset, size) as *const u8 },
+                        XKind::Send {
+                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
+                        },
                         peer,
                         src.count,
                     ),
                     Op::Recv { peer, dst } => (
-                        XKind::Recv { dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8 },
+                        XKind::Recv {
+                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                        },
                         peer,
                         dst.count,
                     ),
@@ -230,14 +267,14 @@ impl Plan {
                         let fused = scalar.is_some() && local.buf == BufId::Send;
                         let local_base = if fused { task.send } else { base(local.buf) };
                         (
-                        XKind::RecvReduce {
-                            local: elem_ptr(local_base, local.offset, size) as *const u8,
-                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
-                            fused,
-                        },
-                        peer,
-                        dst.count,
-                    )
+                            XKind::RecvReduce {
+                                local: elem_ptr(local_base, local.offset, size) as *const u8,
+                                dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                                fused,
+                            },
+                            peer,
+                            dst.count,
+                        )
                     }
                     Op::Copy { src, dst } => (
                         XKind::Copy {
@@ -249,7 +286,9 @@ impl Plan {
                     ),
                 };
                 if peer >= nranks {
-                    return Err(Error::internal(format!("schedule names peer {peer} of {nranks}")));
+                    return Err(Error::internal(format!(
+                        "schedule names peer {peer} of {nranks}"
+                    )));
                 }
                 let bytes = count * size;
                 ops.push(XOp {
@@ -259,12 +298,20 @@ impl Plan {
                     done: 0,
                     header_done: false,
                     finished: false,
-                    hdr: OpHeader { bytes: bytes as u64, ..hdr },
+                    hdr: OpHeader {
+                        bytes: bytes as u64,
+                        ..hdr
+                    },
                 });
             }
             steps.push(ops);
         }
-        let desc = format!("{}(#{seq}, count={}, {})", task.kind.name(), task.count, task.dtype.name());
+        let desc = format!(
+            "{}(#{seq}, count={}, {})",
+            task.kind.name(),
+            task.count,
+            task.dtype.name()
+        );
         let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, desc);
         plan.prescale = prescale;
         plan.scalar = scalar.unwrap_or([0; 8]);
@@ -281,7 +328,12 @@ impl Plan {
     /// Builds one plan from a group's sends and receives on one communicator: all of them
     /// progress at once (any order across peers is fine), FIFO per peer. `seqs[peer]` counts
     /// the sends (`.0`) and receives (`.1`) already matched with that peer.
-    pub fn p2p(tasks: &[Task], rank: usize, nranks: usize, seqs: &mut [(u64, u64)]) -> Result<Plan> {
+    pub fn p2p(
+        tasks: &[Task],
+        rank: usize,
+        nranks: usize,
+        seqs: &mut [(u64, u64)],
+    ) -> Result<Plan> {
         let mut ops = Vec::new();
         let mut self_sends = std::collections::VecDeque::new();
         let mut self_recvs = std::collections::VecDeque::new();
@@ -300,12 +352,24 @@ impl Plan {
                 TaskKind::Send { peer } => {
                     let s = &mut seqs[peer].0;
                     *s += 1;
-                    (XKind::Send { src: t.send as *const u8 }, peer, *s)
+                    (
+                        XKind::Send {
+                            src: t.send as *const u8,
+                        },
+                        peer,
+                        *s,
+                    )
                 }
                 TaskKind::Recv { peer } => {
                     let s = &mut seqs[peer].1;
                     *s += 1;
-                    (XKind::Recv { dst: t.recv as *mut u8 }, peer, *s)
+                    (
+                        XKind::Recv {
+                            dst: t.recv as *mut u8,
+                        },
+                        peer,
+                        *s,
+                    )
                 }
                 TaskKind::Coll(_) => return Err(Error::internal("collective in a p2p plan")),
             };
@@ -316,7 +380,15 @@ impl Plan {
                 done: 0,
                 header_done: false,
                 finished: false,
-                hdr: OpHeader { kind: 9, dtype: 0, red: 0, root: -1, seq, count: bytes as u64, bytes: bytes as u64 },
+                hdr: OpHeader {
+                    kind: 9,
+                    dtype: 0,
+                    red: 0,
+                    root: -1,
+                    seq,
+                    count: bytes as u64,
+                    bytes: bytes as u64,
+                },
             });
         }
         if self_sends.len() != self_recvs.len() {
@@ -333,13 +405,24 @@ impl Plan {
                 )));
             }
             ops.push(XOp {
-                kind: XKind::Copy { src: src as *const u8, dst: dst as *mut u8 },
+                kind: XKind::Copy {
+                    src: src as *const u8,
+                    dst: dst as *mut u8,
+                },
                 peer: rank,
                 bytes: sb,
                 done: 0,
                 header_done: true,
                 finished: false,
-                hdr: OpHeader { kind: 9, dtype: 0, red: 0, root: -1, seq: 0, count: 0, bytes: 0 },
+                hdr: OpHeader {
+                    kind: 9,
+                    dtype: 0,
+                    red: 0,
+                    root: -1,
+                    seq: 0,
+                    count: 0,
+                    bytes: 0,
+                },
             });
         }
         let desc = format!("Send/Recv group of {} operations", tasks.len());
@@ -369,14 +452,26 @@ impl Plan {
 
     /// Moves the plan as far as the links allow without waiting. Returns whether anything
     /// moved.
-    pub fn progress(&mut self, links: &mut [Option<Box<dyn Link>>], staging: &mut Vec<u8>) -> Result<bool> {
+    pub fn progress(
+        &mut self,
+        links: &mut [Option<Box<dyn Link>>],
+        staging: &mut Vec<u8>,
+    ) -> Result<bool> {
         let mut progressed = false;
         if !self.started {
             self.started = true;
             if let Some(p) = &mut self.prescale {
                 // SAFETY: `src` is the user's send buffer, valid for `elems` elements
                 // (validated at enqueue); `buf` is our own allocation of the same size.
-                unsafe { reduce::premul(self.dtype, p.buf.as_mut_ptr(), p.src, p.elems, p.scalar.as_ptr()) };
+                unsafe {
+                    reduce::premul(
+                        self.dtype,
+                        p.buf.as_mut_ptr(),
+                        p.src,
+                        p.elems,
+                        p.scalar.as_ptr(),
+                    )
+                };
             }
         }
         while self.cur < self.steps.len() {
@@ -438,7 +533,12 @@ impl Plan {
     }
 }
 
-fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<u8>) -> Result<bool> {
+fn send_op(
+    op: &mut XOp,
+    src: *const u8,
+    link: &mut dyn Link,
+    staging: &mut Vec<u8>,
+) -> Result<bool> {
     let mut progressed = false;
     let max = link.max_frame();
     if op.header_done && op.done == op.bytes {
@@ -457,7 +557,9 @@ fn send_op(op: &mut XOp, src: *const u8, link: &mut dyn Link, staging: &mut Vec<
             if data > 0 {
                 // SAFETY: `src` is valid for `bytes` reads (validated at enqueue) and data <=
                 // bytes; `staging` has room for it after the header.
-                unsafe { std::ptr::copy_nonoverlapping(src, staging.as_mut_ptr().add(HDR_BYTES), data) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src, staging.as_mut_ptr().add(HDR_BYTES), data)
+                };
             }
             if !link.try_send(staging)? {
                 break;
@@ -525,13 +627,37 @@ fn recv_op(
             match op.kind {
                 // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at
                 // enqueue; `data` is the link's frame, disjoint from user memory.
-                XKind::Recv { dst } => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n) },
-                XKind::RecvReduce { local, dst, fused: false } => unsafe {
-                    reduce::reduce(dtype, arith, dst.add(op.done), data.as_ptr(), local.add(op.done), n / size)
+                XKind::Recv { dst } => unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n)
+                },
+                XKind::RecvReduce {
+                    local,
+                    dst,
+                    fused: false,
+                } => unsafe {
+                    reduce::reduce(
+                        dtype,
+                        arith,
+                        dst.add(op.done),
+                        data.as_ptr(),
+                        local.add(op.done),
+                        n / size,
+                    )
                 },
                 // SAFETY: as above; `scalar` holds one element of `dtype`.
-                XKind::RecvReduce { local, dst, fused: true } => unsafe {
-                    reduce::premul_add(dtype, dst.add(op.done), local.add(op.done), data.as_ptr(), n / size, scalar.as_ptr())
+                XKind::RecvReduce {
+                    local,
+                    dst,
+                    fused: true,
+                } => unsafe {
+                    reduce::premul_add(
+                        dtype,
+                        dst.add(op.done),
+                        local.add(op.done),
+                        data.as_ptr(),
+                        n / size,
+                        scalar.as_ptr(),
+                    )
                 },
                 _ => {}
             }

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use ccl_collectives::{default_algorithm, schedule, Algorithm};
+use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::UniqueId;
 use crate::comm::{Comm, CommState};
@@ -54,7 +54,11 @@ pub fn end() -> Result<()> {
         if g.depth > 0 {
             return Ok((Vec::new(), Vec::new(), None));
         }
-        Ok((std::mem::take(&mut g.tasks), std::mem::take(&mut g.inits), g.error.take()))
+        Ok((
+            std::mem::take(&mut g.tasks),
+            std::mem::take(&mut g.inits),
+            g.error.take(),
+        ))
     })?;
     if let Some(e) = error {
         return Err(e.context("an earlier call in this group failed; the group was not run"));
@@ -73,7 +77,9 @@ pub fn simulate_end() -> Result<f64> {
     let tasks = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
-            return Err(Error::invalid_usage("ncclGroupSimulateEnd without ncclGroupStart"));
+            return Err(Error::invalid_usage(
+                "ncclGroupSimulateEnd without ncclGroupStart",
+            ));
         }
         g.depth -= 1;
         if g.depth > 0 {
@@ -182,15 +188,15 @@ fn build_plans(comm: &Comm, state: &mut CommState, tasks: &[Task]) -> Result<Vec
                 } else if algo == Algorithm::Ring && !allowed("ring") && allowed("tree") {
                     algo = Algorithm::Tree;
                 }
-                let sched = match schedule(coll, algo, rank, n, t.count) {
+                let pipeline = Pipeline::default();
+                let ring = &state.ring;
+                let build = |a| schedule_ordered(coll, a, rank, ring, t.count, pipeline);
+                let sched = match build(algo) {
                     Ok(s) => s,
                     Err(ccl_collectives::Error::Unsupported { .. }) if algo != Algorithm::Ring => {
-                        schedule(coll, Algorithm::Ring, rank, n, t.count)
-                            .or_else(|_| schedule(coll, Algorithm::Direct, rank, n, t.count))?
+                        build(Algorithm::Ring).or_else(|_| build(Algorithm::Direct))?
                     }
-                    Err(ccl_collectives::Error::Unsupported { .. }) => {
-                        schedule(coll, Algorithm::Direct, rank, n, t.count)?
-                    }
+                    Err(ccl_collectives::Error::Unsupported { .. }) => build(Algorithm::Direct)?,
                     Err(e) => return Err(e.into()),
                 };
                 state.coll_seq += 1;
@@ -211,7 +217,10 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // two threads running groups over the same communicators cannot deadlock.
     let mut comms: Vec<(Comm, Vec<Task>)> = Vec::new();
     for (c, t) in tasks {
-        match comms.iter_mut().find(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0)) {
+        match comms
+            .iter_mut()
+            .find(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0))
+        {
             Some((_, v)) => v.push(t),
             None => comms.push((c, vec![t])),
         }
@@ -224,7 +233,14 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
             .as_mut()
             .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
         let plans = build_plans(comm, state, tasks)?;
-        runs.push(CommRun { comm: comm.clone(), state, plans, cur: 0, failed: None, left_grace: false });
+        runs.push(CommRun {
+            comm: comm.clone(),
+            state,
+            plans,
+            cur: 0,
+            failed: None,
+            left_grace: false,
+        });
     }
     drive(&mut runs);
     let mut first = None;
@@ -251,12 +267,18 @@ fn drive(runs: &mut [CommRun<'_>]) {
         let mut pending = false;
         for r in runs.iter_mut() {
             while r.failed.is_none() && r.cur < r.plans.len() {
-                let CommRun { state, plans, cur, .. } = r;
+                let CommRun {
+                    state, plans, cur, ..
+                } = r;
                 let plan = &mut plans[*cur];
                 match plan.progress(&mut state.links, &mut state.staging) {
                     Ok(p) => progressed |= p,
                     Err(e) => {
-                        r.failed = Some(e.context(format!("rank {}: {}", r.comm.rank(), r.plans[r.cur].desc)));
+                        r.failed = Some(e.context(format!(
+                            "rank {}: {}",
+                            r.comm.rank(),
+                            r.plans[r.cur].desc
+                        )));
                         break;
                     }
                 }
@@ -311,12 +333,20 @@ fn drive(runs: &mut [CommRun<'_>]) {
             let saw_left = saw_left.get();
             match health {
                 Ok(()) => r.left_grace = false,
-                Err(e) if saw_left && !r.left_grace && e.kind == ErrorKind::Remote && e.message.contains("destroyed") => {
+                Err(e)
+                    if saw_left
+                        && !r.left_grace
+                        && e.kind == ErrorKind::Remote
+                        && e.message.contains("destroyed") =>
+                {
                     // The peer left; frames it sent before leaving may still be arriving.
                     r.left_grace = true;
                 }
                 Err(e) => {
-                    r.failed = Some(e.context(format!("rank {} during {desc} waiting on ranks {waiting:?}", r.comm.rank())));
+                    r.failed = Some(e.context(format!(
+                        "rank {} during {desc} waiting on ranks {waiting:?}",
+                        r.comm.rank()
+                    )));
                     continue;
                 }
             }

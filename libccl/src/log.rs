@@ -19,10 +19,16 @@ pub fn init() {
             _ => "warn",
         };
         if level == "VERSION" || level == "INFO" || level == "TRACE" {
-            eprintln!("libccl version {} (NCCL API {})", crate::VERSION_STRING, crate::NCCL_VERSION_CODE);
+            eprintln!(
+                "libccl version {} (NCCL API {})",
+                crate::VERSION_STRING,
+                crate::NCCL_VERSION_CODE
+            );
         }
         let builder = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(format!("ccl={filter},ccl_transports={filter}")))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
+                "ccl={filter},ccl_transports={filter}"
+            )))
             .with_target(false);
         let host = nix::unistd::gethostname()
             .ok()
@@ -32,7 +38,11 @@ pub fn init() {
             let p = p
                 .replace("%h", &host)
                 .replace("%p", &std::process::id().to_string());
-            std::fs::OpenOptions::new().create(true).append(true).open(p).ok()
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .ok()
         });
         // A second subscriber (the host program installed its own) is fine: keep theirs.
         let _ = match file {

@@ -112,7 +112,11 @@ impl Param {
         match s.trim().parse::<i64>() {
             Ok(v) => v,
             Err(_) => {
-                tracing::warn!("{}={s:?} is not an integer; using {}", self.name, self.default);
+                tracing::warn!(
+                    "{}={s:?} is not an integer; using {}",
+                    self.name,
+                    self.default
+                );
                 self.default.parse().unwrap_or(0)
             }
         }

@@ -110,17 +110,30 @@ pub struct Task {
 }
 
 /// Element counts of the send and receive buffers this rank needs, per the NCCL API.
-pub fn buffer_counts(kind: TaskKind, rank: usize, nranks: usize, count: usize) -> Option<(usize, usize)> {
+pub fn buffer_counts(
+    kind: TaskKind,
+    rank: usize,
+    nranks: usize,
+    count: usize,
+) -> Option<(usize, usize)> {
     let n_count = count.checked_mul(nranks)?;
     Some(match kind {
         TaskKind::Coll(Collective::AllReduce) => (count, count),
-        TaskKind::Coll(Collective::Broadcast { root }) => (if rank == root { count } else { 0 }, count),
-        TaskKind::Coll(Collective::Reduce { root }) => (count, if rank == root { count } else { 0 }),
+        TaskKind::Coll(Collective::Broadcast { root }) => {
+            (if rank == root { count } else { 0 }, count)
+        }
+        TaskKind::Coll(Collective::Reduce { root }) => {
+            (count, if rank == root { count } else { 0 })
+        }
         TaskKind::Coll(Collective::AllGather) => (count, n_count),
         TaskKind::Coll(Collective::ReduceScatter) => (n_count, count),
         TaskKind::Coll(Collective::AlltoAll) => (n_count, n_count),
-        TaskKind::Coll(Collective::Gather { root }) => (count, if rank == root { n_count } else { 0 }),
-        TaskKind::Coll(Collective::Scatter { root }) => (if rank == root { n_count } else { 0 }, count),
+        TaskKind::Coll(Collective::Gather { root }) => {
+            (count, if rank == root { n_count } else { 0 })
+        }
+        TaskKind::Coll(Collective::Scatter { root }) => {
+            (if rank == root { n_count } else { 0 }, count)
+        }
         TaskKind::Send { .. } => (count, 0),
         TaskKind::Recv { .. } => (0, count),
     })
@@ -143,22 +156,32 @@ pub fn validate(task: &Task, rank: usize, nranks: usize) -> Result<()> {
             )));
         }
     }
-    let (send_elems, recv_elems) = buffer_counts(task.kind, rank, nranks, task.count)
-        .ok_or_else(|| Error::invalid_argument(format!("{name}: count {} overflows", task.count)))?;
-    let size = task.dtype.size();
-    for (what, elems, ptr) in [("sendbuff", send_elems, task.send), ("recvbuff", recv_elems, task.recv)] {
-        let bytes = elems.checked_mul(size).filter(|b| isize::try_from(*b).is_ok()).ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "{name}: count {} of {} is too large ({what} size overflows)",
-                task.count,
-                task.dtype.name()
-            ))
+    let (send_elems, recv_elems) =
+        buffer_counts(task.kind, rank, nranks, task.count).ok_or_else(|| {
+            Error::invalid_argument(format!("{name}: count {} overflows", task.count))
         })?;
+    let size = task.dtype.size();
+    for (what, elems, ptr) in [
+        ("sendbuff", send_elems, task.send),
+        ("recvbuff", recv_elems, task.recv),
+    ] {
+        let bytes = elems
+            .checked_mul(size)
+            .filter(|b| isize::try_from(*b).is_ok())
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "{name}: count {} of {} is too large ({what} size overflows)",
+                    task.count,
+                    task.dtype.name()
+                ))
+            })?;
         if bytes > 0 && ptr == 0 {
             return Err(Error::invalid_argument(format!("{name}: {what} is NULL")));
         }
         if bytes > 0 && ptr.checked_add(bytes).is_none() {
-            return Err(Error::invalid_argument(format!("{name}: {what} + size wraps the address space")));
+            return Err(Error::invalid_argument(format!(
+                "{name}: {what} + size wraps the address space"
+            )));
         }
     }
     Ok(())

@@ -19,7 +19,10 @@ fn unique_id() -> ncclUniqueId {
 }
 
 /// Runs `f(rank, id)` on `n` threads and returns their results.
-fn ranks<T: Send + 'static>(n: usize, f: impl Fn(usize, ncclUniqueId) -> T + Send + Sync + 'static) -> Vec<T> {
+fn ranks<T: Send + 'static>(
+    n: usize,
+    f: impl Fn(usize, ncclUniqueId) -> T + Send + Sync + 'static,
+) -> Vec<T> {
     let id = unique_id();
     let f = std::sync::Arc::new(f);
     let hs: Vec<_> = (0..n)
@@ -36,7 +39,15 @@ fn allreduce_sum(comm: ncclComm_t, v: f32) -> f32 {
     let mut recv = [0.0f32; 3];
     // SAFETY: buffers of 3 floats.
     let r = unsafe {
-        ncclAllReduce(send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void, 3, FLOAT, SUM, comm, std::ptr::null_mut())
+        ncclAllReduce(
+            send.as_ptr() as *const c_void,
+            recv.as_mut_ptr() as *mut c_void,
+            3,
+            FLOAT,
+            SUM,
+            comm,
+            std::ptr::null_mut(),
+        )
     };
     assert_eq!(r, 0);
     recv[0]
@@ -45,7 +56,10 @@ fn allreduce_sum(comm: ncclComm_t, v: f32) -> f32 {
 #[test]
 fn nonblocking_init_reports_in_progress_then_success() {
     let out = ranks(3, |r, id| unsafe {
-        let mut cfg = ncclConfig_t { blocking: 0, ..Default::default() };
+        let mut cfg = ncclConfig_t {
+            blocking: 0,
+            ..Default::default()
+        };
         let mut comm: ncclComm_t = std::ptr::null_mut();
         let rc = ncclCommInitRankConfig(&mut comm, 3, id, r as i32, &mut cfg);
         assert!(rc == 7 || rc == 0, "InProgress or Success, got {rc}");
@@ -84,7 +98,10 @@ fn init_inside_a_group_for_several_ranks_on_one_thread() {
         assert_eq!(ncclGroupStart(), 0);
         for (r, &c) in comms.iter().enumerate() {
             let p = bufs[r].as_mut_ptr() as *mut c_void;
-            assert_eq!(ncclAllReduce(p, p, 4, FLOAT, SUM, c, std::ptr::null_mut()), 0);
+            assert_eq!(
+                ncclAllReduce(p, p, 4, FLOAT, SUM, c, std::ptr::null_mut()),
+                0
+            );
         }
         assert_eq!(ncclGroupEnd(), 0);
         for b in &bufs {
@@ -105,7 +122,10 @@ fn split_by_color_and_key_with_nocolor_ranks() {
         assert_eq!(ncclCommInitRank(&mut comm, 5, id, r as i32), 0);
         let color = if r == 4 { -1 } else { (r % 2) as i32 };
         let mut child: ncclComm_t = std::ptr::null_mut();
-        assert_eq!(ncclCommSplit(comm, color, 10 - r as i32, &mut child, std::ptr::null_mut()), 0);
+        assert_eq!(
+            ncclCommSplit(comm, color, 10 - r as i32, &mut child, std::ptr::null_mut()),
+            0
+        );
         let res = if child.is_null() {
             None
         } else {
@@ -139,12 +159,27 @@ fn config_is_checked_and_bad_init_arguments_are_rejected() {
     // SAFETY: deliberately bad arguments to entry points that must reject them.
     unsafe {
         let mut comm: ncclComm_t = std::ptr::null_mut();
-        let mut cfg = ncclConfig_t { magic: 0x1234, ..Default::default() };
-        assert_eq!(ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut cfg), 4, "bad magic");
+        let mut cfg = ncclConfig_t {
+            magic: 0x1234,
+            ..Default::default()
+        };
+        assert_eq!(
+            ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut cfg),
+            4,
+            "bad magic"
+        );
         assert!(comm.is_null());
-        assert_eq!(ncclCommInitRank(&mut comm, 2, id, 2), 4, "rank out of range");
+        assert_eq!(
+            ncclCommInitRank(&mut comm, 2, id, 2),
+            4,
+            "rank out of range"
+        );
         assert_eq!(ncclCommInitRank(&mut comm, 0, id, 0), 4, "nranks 0");
-        assert_eq!(ncclCommInitRank(std::ptr::null_mut(), 1, id, 0), 4, "NULL newcomm");
+        assert_eq!(
+            ncclCommInitRank(std::ptr::null_mut(), 1, id, 0),
+            4,
+            "NULL newcomm"
+        );
         let mut v = 0;
         assert_eq!(ncclGetVersion(&mut v), 0);
         assert_eq!(v, 22809);
@@ -161,16 +196,60 @@ fn premulsum_ops_scale_inputs_and_are_per_communicator() {
         assert_eq!(ncclCommInitRank(&mut comm, 2, id, r as i32), 0);
         let mut scalar = 3.0f32;
         let mut op = 0;
-        assert_eq!(ncclRedOpCreatePreMulSum(&mut op, &mut scalar as *mut f32 as *mut c_void, FLOAT, 1, comm), 0);
+        assert_eq!(
+            ncclRedOpCreatePreMulSum(
+                &mut op,
+                &mut scalar as *mut f32 as *mut c_void,
+                FLOAT,
+                1,
+                comm
+            ),
+            0
+        );
         assert!(op >= 5);
         let send = [r as f32 + 1.0; 2];
         let mut recv = [0.0f32; 2];
         scalar = 100.0; // host-immediate: the value at creation counts
-        assert_eq!(ncclAllReduce(send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void, 2, FLOAT, op, comm, std::ptr::null_mut()), 0);
-        assert_eq!(ncclAllReduce(send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void, 2, 8, op, comm, std::ptr::null_mut()), 4, "op made for float used with double");
+        assert_eq!(
+            ncclAllReduce(
+                send.as_ptr() as *const c_void,
+                recv.as_mut_ptr() as *mut c_void,
+                2,
+                FLOAT,
+                op,
+                comm,
+                std::ptr::null_mut()
+            ),
+            0
+        );
+        assert_eq!(
+            ncclAllReduce(
+                send.as_ptr() as *const c_void,
+                recv.as_mut_ptr() as *mut c_void,
+                2,
+                8,
+                op,
+                comm,
+                std::ptr::null_mut()
+            ),
+            4,
+            "op made for float used with double"
+        );
         assert_eq!(ncclRedOpDestroy(op, comm), 0);
         assert_eq!(ncclRedOpDestroy(op, comm), 4, "destroyed twice");
-        assert_eq!(ncclAllReduce(send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void, 2, FLOAT, op, comm, std::ptr::null_mut()), 4, "destroyed op");
+        assert_eq!(
+            ncclAllReduce(
+                send.as_ptr() as *const c_void,
+                recv.as_mut_ptr() as *mut c_void,
+                2,
+                FLOAT,
+                op,
+                comm,
+                std::ptr::null_mut()
+            ),
+            4,
+            "destroyed op"
+        );
         assert_eq!(ncclCommDestroy(comm), 0);
         recv[0]
     });

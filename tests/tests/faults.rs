@@ -13,7 +13,11 @@ const INVALID_USAGE: i64 = 5;
 const REMOTE_ERROR: i64 = 6;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 struct RankOut {
@@ -24,6 +28,17 @@ struct RankOut {
 
 /// Runs `n` ranks of `scenario`; kills everything still running after `limit`.
 fn run(scenario: &str, n: usize, extra_env: &[(&str, &str)], limit: Duration) -> Vec<RankOut> {
+    run_with(scenario, n, extra_env, &|_| Vec::new(), limit)
+}
+
+/// [`run`] with environment variables that differ per rank.
+fn run_with(
+    scenario: &str,
+    n: usize,
+    extra_env: &[(&str, &str)],
+    per_rank: &dyn Fn(usize) -> Vec<(String, String)>,
+    limit: Duration,
+) -> Vec<RankOut> {
     let port = free_port();
     let mut children: Vec<_> = (0..n)
         .map(|r| {
@@ -37,6 +52,9 @@ fn run(scenario: &str, n: usize, extra_env: &[(&str, &str)], limit: Duration) ->
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
             for (k, v) in extra_env {
+                c.env(k, v);
+            }
+            for (k, v) in per_rank(r) {
                 c.env(k, v);
             }
             c.spawn().unwrap()
@@ -57,7 +75,11 @@ fn run(scenario: &str, n: usize, extra_env: &[(&str, &str)], limit: Duration) ->
                         .filter_map(|kv| kv.split_once('='))
                         .map(|(k, v)| (k.to_string(), v.to_string()))
                         .collect();
-                    outs[i] = Some(RankOut { status: st.code(), fields, stdout: s });
+                    outs[i] = Some(RankOut {
+                        status: st.code(),
+                        fields,
+                        stdout: s,
+                    });
                 }
             }
         }
@@ -73,16 +95,29 @@ fn run(scenario: &str, n: usize, extra_env: &[(&str, &str)], limit: Duration) ->
 }
 
 fn code(o: &RankOut, k: &str) -> i64 {
-    o.fields.get(k).unwrap_or_else(|| panic!("no {k} in {:?}", o.stdout)).parse().unwrap()
+    o.fields
+        .get(k)
+        .unwrap_or_else(|| panic!("no {k} in {:?}", o.stdout))
+        .parse()
+        .unwrap()
 }
 
 #[test]
 fn killed_rank_turns_into_remote_or_system_error_for_the_others() {
-    let outs = run("kill", 3, &[("CCL_TIMEOUT_S", "20")], Duration::from_secs(60));
+    let outs = run(
+        "kill",
+        3,
+        &[("CCL_TIMEOUT_S", "20")],
+        Duration::from_secs(60),
+    );
     assert_eq!(outs[2].status, Some(9), "the victim exits with 9");
     for o in &outs[..2] {
         let r = code(o, "result");
-        assert!(r == REMOTE_ERROR || r == SYSTEM_ERROR, "survivor got {r}: {}", o.stdout);
+        assert!(
+            r == REMOTE_ERROR || r == SYSTEM_ERROR,
+            "survivor got {r}: {}",
+            o.stdout
+        );
         assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
         assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
     }
@@ -90,19 +125,41 @@ fn killed_rank_turns_into_remote_or_system_error_for_the_others() {
 
 #[test]
 fn mismatched_collectives_fail_everywhere_without_hanging() {
-    let outs = run("mismatch", 3, &[("CCL_TIMEOUT_S", "20")], Duration::from_secs(60));
+    let outs = run(
+        "mismatch",
+        3,
+        &[("CCL_TIMEOUT_S", "20")],
+        Duration::from_secs(60),
+    );
     let codes: Vec<i64> = outs.iter().map(|o| code(o, "result")).collect();
-    assert!(codes.contains(&INVALID_USAGE), "some rank names the mismatch: {codes:?}");
+    assert!(
+        codes.contains(&INVALID_USAGE),
+        "some rank names the mismatch: {codes:?}"
+    );
     for (o, c) in outs.iter().zip(&codes) {
         assert_ne!(*c, SUCCESS, "{}", o.stdout);
-        assert!(o.stdout.contains("msg=") && !o.stdout.ends_with("msg=\n"), "{}", o.stdout);
+        assert!(
+            o.stdout.contains("msg=") && !o.stdout.ends_with("msg=\n"),
+            "{}",
+            o.stdout
+        );
     }
-    assert!(outs.iter().any(|o| o.stdout.contains("mismatched operations")), "{:?}", outs.iter().map(|o| &o.stdout).collect::<Vec<_>>());
+    assert!(
+        outs.iter()
+            .any(|o| o.stdout.contains("mismatched operations")),
+        "{:?}",
+        outs.iter().map(|o| &o.stdout).collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn silent_peer_times_out_with_ccl_timeout_s() {
-    let outs = run("silent", 2, &[("CCL_TIMEOUT_S", "2")], Duration::from_secs(60));
+    let outs = run(
+        "silent",
+        2,
+        &[("CCL_TIMEOUT_S", "2")],
+        Duration::from_secs(60),
+    );
     let o = &outs[0];
     assert_eq!(code(o, "result"), SYSTEM_ERROR, "{}", o.stdout);
     let ms = code(o, "elapsed_ms");
@@ -122,6 +179,38 @@ fn abort_from_another_thread_unblocks_a_stuck_collective() {
 #[test]
 fn garbage_unique_id_is_an_invalid_argument() {
     let outs = run("garbage-id", 1, &[], Duration::from_secs(30));
-    assert_eq!(code(&outs[0], "result"), INVALID_ARGUMENT, "{}", outs[0].stdout);
+    assert_eq!(
+        code(&outs[0], "result"),
+        INVALID_ARGUMENT,
+        "{}",
+        outs[0].stdout
+    );
     assert!(outs[0].stdout.contains("unique id"), "{}", outs[0].stdout);
+}
+
+#[test]
+fn ranks_on_different_hosts_are_ringed_by_host_and_use_tcp_between_hosts() {
+    // Hosts A B A B: the topology search must put 0,2 and 1,3 next to each other; pairs on one
+    // host use shared memory, the others TCP. The "basic" scenario checks the results.
+    let outs = run_with(
+        "basic",
+        4,
+        &[("NCCL_DEBUG", "INFO")],
+        &|r| {
+            vec![(
+                "CCL_HOSTID".to_string(),
+                if r % 2 == 0 { "hostA" } else { "hostB" }.to_string(),
+            )]
+        },
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}", o.stdout);
+        assert!(o.stdout.contains("links=1shm,2socket"), "{}", o.stdout);
+    }
+    assert!(
+        outs[0].stdout.contains("ring=0,2,1,3") || outs[0].stdout.contains("ring=0,2,3,1"),
+        "{}",
+        outs[0].stdout
+    );
 }

@@ -14,7 +14,10 @@ fn comms(n: usize) -> Vec<ncclComm_t> {
     std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
     let mut c = vec![std::ptr::null_mut(); n];
     // SAFETY: c has room for n communicators.
-    assert_eq!(unsafe { ncclCommInitAll(c.as_mut_ptr(), n as i32, std::ptr::null()) }, 0);
+    assert_eq!(
+        unsafe { ncclCommInitAll(c.as_mut_ptr(), n as i32, std::ptr::null()) },
+        0
+    );
     c
 }
 
@@ -47,17 +50,30 @@ fn every_collective_with_one_thread_driving_all_ranks() {
         let cs = comms(n);
         for count in [0usize, 1, 5, 1000, 70_001] {
             let null = std::ptr::null_mut();
-            let sends: Vec<Vec<f32>> = (0..n).map(|r| (0..count * n).map(|i| input(r, i)).collect()).collect();
+            let sends: Vec<Vec<f32>> = (0..n)
+                .map(|r| (0..count * n).map(|i| input(r, i)).collect())
+                .collect();
             let mut recvs: Vec<Vec<f32>> = (0..n).map(|_| vec![-1.0; count * n]).collect();
 
             // AllReduce, out of place.
             group(&cs, |r, c| unsafe {
-                ncclAllReduce(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, SUM, c, null)
+                ncclAllReduce(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    SUM,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
                 for i in 0..count {
                     let want: f32 = (0..n).map(|q| input(q, i)).sum();
-                    assert_eq!(recvs[r][i], want, "allreduce n={n} count={count} rank={r} i={i}");
+                    assert_eq!(
+                        recvs[r][i], want,
+                        "allreduce n={n} count={count} rank={r} i={i}"
+                    );
                 }
             }
             // AllGather, in place.
@@ -68,55 +84,128 @@ fn every_collective_with_one_thread_driving_all_ranks() {
             }
             group(&cs, |r, c| unsafe {
                 let base = recvs[r].as_mut_ptr();
-                ncclAllGather(base.add(r * count) as *const c_void, base as *mut c_void, count, FLOAT, c, null)
+                ncclAllGather(
+                    base.add(r * count) as *const c_void,
+                    base as *mut c_void,
+                    count,
+                    FLOAT,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
                 for q in 0..n {
                     for i in 0..count {
-                        assert_eq!(recvs[r][q * count + i], input(q, i), "allgather n={n} count={count}");
+                        assert_eq!(
+                            recvs[r][q * count + i],
+                            input(q, i),
+                            "allgather n={n} count={count}"
+                        );
                     }
                 }
             }
             // ReduceScatter, out of place, with Max.
             group(&cs, |r, c| unsafe {
-                ncclReduceScatter(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, MAX, c, null)
+                ncclReduceScatter(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    MAX,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
                 for i in 0..count {
-                    let want = (0..n).map(|q| sends[q][r * count + i]).fold(f32::MIN, f32::max);
+                    let want = (0..n)
+                        .map(|q| sends[q][r * count + i])
+                        .fold(f32::MIN, f32::max);
                     assert_eq!(recvs[r][i], want, "reducescatter n={n} count={count}");
                 }
             }
             // Broadcast and Reduce from the last rank, AlltoAll, Gather, Scatter.
             let root = n - 1;
             group(&cs, |r, c| unsafe {
-                ncclBroadcast(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+                ncclBroadcast(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    root as i32,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
                 assert_eq!(&recvs[r][..count], &sends[root][..count], "broadcast n={n}");
             }
             group(&cs, |r, c| unsafe {
-                ncclAlltoAll(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, c, null)
+                ncclAlltoAll(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
                 for q in 0..n {
-                    assert_eq!(&recvs[r][q * count..(q + 1) * count], &sends[q][r * count..(r + 1) * count], "alltoall n={n}");
+                    assert_eq!(
+                        &recvs[r][q * count..(q + 1) * count],
+                        &sends[q][r * count..(r + 1) * count],
+                        "alltoall n={n}"
+                    );
                 }
             }
             group(&cs, |r, c| unsafe {
-                ncclGather(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+                ncclGather(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    root as i32,
+                    c,
+                    null,
+                )
             });
             for q in 0..n {
-                assert_eq!(&recvs[root][q * count..(q + 1) * count], &sends[q][..count], "gather n={n}");
+                assert_eq!(
+                    &recvs[root][q * count..(q + 1) * count],
+                    &sends[q][..count],
+                    "gather n={n}"
+                );
             }
             group(&cs, |r, c| unsafe {
-                ncclScatter(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, root as i32, c, null)
+                ncclScatter(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    root as i32,
+                    c,
+                    null,
+                )
             });
             for r in 0..n {
-                assert_eq!(&recvs[r][..count], &sends[root][r * count..(r + 1) * count], "scatter n={n}");
+                assert_eq!(
+                    &recvs[r][..count],
+                    &sends[root][r * count..(r + 1) * count],
+                    "scatter n={n}"
+                );
             }
             group(&cs, |r, c| unsafe {
-                ncclReduce(sends[r].as_ptr() as *const c_void, recvs[r].as_mut_ptr() as *mut c_void, count, FLOAT, SUM, root as i32, c, null)
+                ncclReduce(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    SUM,
+                    root as i32,
+                    c,
+                    null,
+                )
             });
             for i in 0..count {
                 let want: f32 = (0..n).map(|q| input(q, i)).sum();
@@ -132,8 +221,12 @@ fn sends_and_receives_in_any_order_within_a_group() {
     let n = 4;
     let cs = comms(n);
     let count = 100_003;
-    let sends: Vec<Vec<i32>> = (0..n).map(|r| (0..count).map(|i| (r * 1_000_000 + i) as i32).collect()).collect();
-    let mut recvs: Vec<Vec<Vec<i32>>> = (0..n).map(|_| (0..n).map(|_| vec![0; count]).collect()).collect();
+    let sends: Vec<Vec<i32>> = (0..n)
+        .map(|r| (0..count).map(|i| (r * 1_000_000 + i) as i32).collect())
+        .collect();
+    let mut recvs: Vec<Vec<Vec<i32>>> = (0..n)
+        .map(|_| (0..n).map(|_| vec![0; count]).collect())
+        .collect();
     let null = std::ptr::null_mut();
     // Every rank sends to every rank (itself included); receives are posted before sends on
     // odd ranks and after on even ones.
@@ -143,14 +236,34 @@ fn sends_and_receives_in_any_order_within_a_group() {
         for r in 0..n {
             let post_recvs = |recvs: &mut Vec<Vec<Vec<i32>>>| {
                 for p in (0..n).rev() {
-                    assert_eq!(ncclRecv(recvs[r][p].as_mut_ptr() as *mut c_void, count, INT32, p as i32, cs[r], null), 0);
+                    assert_eq!(
+                        ncclRecv(
+                            recvs[r][p].as_mut_ptr() as *mut c_void,
+                            count,
+                            INT32,
+                            p as i32,
+                            cs[r],
+                            null
+                        ),
+                        0
+                    );
                 }
             };
             if r % 2 == 1 {
                 post_recvs(&mut recvs);
             }
             for p in 0..n {
-                assert_eq!(ncclSend(sends[r].as_ptr() as *const c_void, count, INT32, p as i32, cs[r], null), 0);
+                assert_eq!(
+                    ncclSend(
+                        sends[r].as_ptr() as *const c_void,
+                        count,
+                        INT32,
+                        p as i32,
+                        cs[r],
+                        null
+                    ),
+                    0
+                );
             }
             if r % 2 == 0 {
                 post_recvs(&mut recvs);
@@ -175,18 +288,43 @@ fn bad_arguments_get_invalid_argument_and_the_comm_still_works() {
     let null = std::ptr::null_mut();
     // SAFETY: each call is given valid or deliberately invalid arguments it must reject.
     unsafe {
-        assert_eq!(ncclAllReduce(p, p, 16, FLOAT, SUM, std::ptr::null_mut(), null), 4, "NULL comm");
-        assert_eq!(ncclAllReduce(std::ptr::null(), p, 16, FLOAT, SUM, c, null), 4, "NULL sendbuff");
+        assert_eq!(
+            ncclAllReduce(p, p, 16, FLOAT, SUM, std::ptr::null_mut(), null),
+            4,
+            "NULL comm"
+        );
+        assert_eq!(
+            ncclAllReduce(std::ptr::null(), p, 16, FLOAT, SUM, c, null),
+            4,
+            "NULL sendbuff"
+        );
         assert_eq!(ncclAllReduce(p, p, 16, 12, SUM, c, null), 4, "dtype 12");
         assert_eq!(ncclAllReduce(p, p, 16, -1, SUM, c, null), 4, "dtype -1");
         assert_eq!(ncclAllReduce(p, p, 16, FLOAT, 99, c, null), 4, "op 99");
         assert_eq!(ncclBroadcast(p, p, 16, FLOAT, 1, c, null), 4, "root 1 of 1");
         assert_eq!(ncclSend(p, 16, FLOAT, -1, c, null), 4, "peer -1");
-        assert_eq!(ncclAllReduce(p, p, usize::MAX / 2, FLOAT, SUM, c, null), 4, "count overflow");
-        let msg = std::ffi::CStr::from_ptr(ncclGetLastError(c)).to_string_lossy().into_owned();
-        assert!(msg.contains("too large") || msg.contains("overflow"), "{msg}");
-        assert_eq!(ncclAllReduce(p, p, 0, FLOAT, SUM, c, null), 0, "count 0 with any pointer");
-        assert_eq!(ncclAllReduce(p, p, 16, FLOAT, SUM, c, null), 0, "still works");
+        assert_eq!(
+            ncclAllReduce(p, p, usize::MAX / 2, FLOAT, SUM, c, null),
+            4,
+            "count overflow"
+        );
+        let msg = std::ffi::CStr::from_ptr(ncclGetLastError(c))
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            msg.contains("too large") || msg.contains("overflow"),
+            "{msg}"
+        );
+        assert_eq!(
+            ncclAllReduce(p, p, 0, FLOAT, SUM, c, null),
+            0,
+            "count 0 with any pointer"
+        );
+        assert_eq!(
+            ncclAllReduce(p, p, 16, FLOAT, SUM, c, null),
+            0,
+            "still works"
+        );
         let mut a = -1;
         assert_eq!(ncclCommGetAsyncError(c, &mut a), 0);
         assert_eq!(a, 0);

@@ -15,7 +15,9 @@ fn env_usize(k: &str) -> usize {
 
 fn last(comm: ncclComm_t) -> String {
     // SAFETY: ncclGetLastError returns a valid C string.
-    unsafe { CStr::from_ptr(ncclGetLastError(comm)) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(ncclGetLastError(comm)) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn main() {
@@ -31,7 +33,10 @@ fn main() {
             }
             let mut comm: ncclComm_t = std::ptr::null_mut();
             let r = ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32);
-            println!("result={r} async=-1 elapsed_ms=0 msg={}", last(std::ptr::null_mut()));
+            println!(
+                "result={r} async=-1 elapsed_ms=0 msg={}",
+                last(std::ptr::null_mut())
+            );
             return;
         }
         assert_eq!(ncclGetUniqueId(&mut id), 0);
@@ -45,7 +50,12 @@ fn main() {
         let rp = recv.as_mut_ptr() as *mut c_void;
         let null = std::ptr::null_mut();
         // One good collective first, so every scenario starts from a working communicator.
-        assert_eq!(ncclAllReduce(sp, rp, count, 7, 0, comm, null), 0, "{}", last(comm));
+        assert_eq!(
+            ncclAllReduce(sp, rp, count, 7, 0, comm, null),
+            0,
+            "{}",
+            last(comm)
+        );
         assert_eq!(recv[0], nranks as f32);
         let start = Instant::now();
         let r = match scenario.as_str() {
@@ -92,19 +102,36 @@ fn main() {
                     let r = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
                     let a = t.join().unwrap();
                     println!("abort_result={a}");
-                    println!("result={r} async=-1 elapsed_ms={} msg={}", start.elapsed().as_millis(), last(std::ptr::null_mut()));
+                    println!(
+                        "result={r} async=-1 elapsed_ms={} msg={}",
+                        start.elapsed().as_millis(),
+                        last(std::ptr::null_mut())
+                    );
                     return;
                 } else {
                     std::thread::sleep(std::time::Duration::from_secs(3));
                     0
                 }
             }
+            // Results of a few collectives, and how the communicator is wired.
+            "basic" => {
+                let mut r = ncclAllGather(sp, rp, count / nranks, 7, comm, null);
+                if r == 0 && recv.iter().any(|&x| x != 1.0) {
+                    r = 99;
+                }
+                let (ring, links) = nccl::describe_comm(comm);
+                println!("ring={ring} links={links}");
+                r
+            }
             s => panic!("unknown scenario {s}"),
         };
         let elapsed = start.elapsed().as_millis();
         let mut a = -1;
         ncclCommGetAsyncError(comm, &mut a);
-        println!("result={r} async={a} elapsed_ms={elapsed} msg={}", last(comm));
+        println!(
+            "result={r} async={a} elapsed_ms={elapsed} msg={}",
+            last(comm)
+        );
         if r == 0 {
             ncclCommDestroy(comm);
         } else {
