@@ -549,7 +549,7 @@ impl<'a> Bench<'a> {
                                 in_place,
                             };
                             let secs = self.time(&job)?;
-                            let wrong = if s.check {
+                            let wrong = if s.check && (!in_place || coll.checks_in_place()) {
                                 let label = format!(
                                     "{} {} {} root {} size {size} {}",
                                     coll.name(),

@@ -32,6 +32,8 @@ IN PLACE
   all_gather / gather: sendbuff = recvbuff + rank*count; reduce_scatter / scatter:
   recvbuff = sendbuff + rank*count; every other op: sendbuff == recvbuff.
   sendrecv: rank r sends to (r+1)%n and receives from (r-1+n)%n in one group.
+  alltoall and sendrecv in place are timed but not checked (#wrong N/A), as in nccl-tests:
+  NCCL does not support aliased buffers for them.
 
 CHECK (-c 1)
   After the timed iterations, one more run on fresh inputs; every output element is

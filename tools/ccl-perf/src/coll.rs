@@ -152,6 +152,13 @@ impl Coll {
         }
     }
 
+    /// Whether the in-place run is checked. NCCL does not support aliased send and receive
+    /// buffers for alltoall and sendrecv (data is overwritten before it is sent; seen with NCCL
+    /// 2.28.9 on H200): as nccl-tests, those are timed in place but reported `N/A`.
+    pub fn checks_in_place(self) -> bool {
+        !matches!(self, Coll::AlltoAll | Coll::SendRecv)
+    }
+
     /// Whether `rank`'s receive buffer is defined after the operation.
     pub fn has_output(self, rank: usize, root: usize) -> bool {
         match self {
@@ -280,6 +287,8 @@ mod tests {
             Source::Reduced(9)
         );
         assert!(!Coll::Reduce.has_output(1, 0));
+        assert!(!Coll::AlltoAll.checks_in_place() && !Coll::SendRecv.checks_in_place());
+        assert!(Coll::AllGather.checks_in_place());
         assert!(Coll::Scatter.has_output(1, 0));
     }
 

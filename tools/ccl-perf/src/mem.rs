@@ -129,15 +129,20 @@ pub enum Device {
 pub struct Mem {
     ptr: *mut u8,
     len: usize,
-    cuda: Option<Rc<Cuda>>,
+    /// The driver and the context that owns the allocation (None: host memory).
+    cuda: Option<(Rc<Cuda>, CuContext)>,
 }
 
 impl Drop for Mem {
     fn drop(&mut self) {
         match &self.cuda {
-            Some(c) => {
-                // SAFETY: allocated by cuMemAlloc and freed once; errors at teardown are moot.
-                unsafe { (c.mem_free)(self.ptr as CuPtr) };
+            Some((c, ctx)) => {
+                // SAFETY: allocated by cuMemAlloc in `ctx` (still retained: buffers drop before
+                // their device) and freed once; errors at teardown are moot.
+                unsafe {
+                    (c.ctx_set_current)(*ctx);
+                    (c.mem_free)(self.ptr as CuPtr);
+                }
             }
             None => {
                 // SAFETY: allocated by posix_memalign and freed once.
@@ -255,7 +260,7 @@ impl Device {
                     cuda: None,
                 })
             }
-            Device::Cuda { cuda, .. } => {
+            Device::Cuda { cuda, ctx, .. } => {
                 self.make_current()?;
                 let mut p: CuPtr = 0;
                 // SAFETY: valid out pointer; the context is current.
@@ -263,7 +268,7 @@ impl Device {
                 Ok(Mem {
                     ptr: p as *mut u8,
                     len,
-                    cuda: Some(cuda.clone()),
+                    cuda: Some((cuda.clone(), *ctx)),
                 })
             }
         }

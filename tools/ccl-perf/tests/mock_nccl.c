@@ -50,6 +50,7 @@ typedef struct {
   char *base;
   size_t slot;
   int nranks;
+  int unlinked;
   char name[96];
 } seg_t;
 
@@ -290,7 +291,7 @@ ncclResult_t ncclCommInitAll(comm_t **comms, int n, const int *devlist) {
 ncclResult_t ncclCommFinalize(comm_t *c) { return c ? OK : INVALID_ARG; }
 ncclResult_t ncclCommDestroy(comm_t *c) {
   if (!c) return INVALID_ARG;
-  if (c->rank == 0) shm_unlink(c->seg->name);
+  if (c->rank == 0 && !c->seg->unlinked) shm_unlink(c->seg->name);
   munmap(c->seg->base, 4096 + (size_t)c->nranks * (meta_bytes() + c->seg->slot));
   free(c->seg);
   free(c);
@@ -385,7 +386,7 @@ static void compute(comm_t *c, qop_t *q, int k, int *recv_seen) {
   case K_RECV: {
     int p = q->peer, want = recv_seen[p]++, seen = 0;
     meta_t *pm = slot_meta(s, p);
-    int np = atomic_load((_Atomic int *)&pm[MAX_META - 1].peer);
+    int np = pm[MAX_META - 1].peer;
     for (int i = 0; i < np; i++) {
       if (pm[i].kind == K_SEND && pm[i].peer == r) {
         if (seen++ == want) { memcpy(q->recv, slot_data(s, p) + pm[i].off, cnt * ts); return; }
@@ -432,6 +433,13 @@ static ncclResult_t run_queue(void) {
     mm[MAX_META - 1].peer = k; /* number of entries this round */
   }
   barrier(comms[0]->seg, ncomms);
+  /* Every rank has attached by now: the name can go (nothing is left behind on a crash). */
+  for (int j = 0; j < ncomms; j++) {
+    if (comms[j]->rank == 0 && !comms[j]->seg->unlinked) {
+      shm_unlink(comms[j]->seg->name);
+      comms[j]->seg->unlinked = 1;
+    }
+  }
   for (int j = 0; j < ncomms; j++) {
     comm_t *c = comms[j];
     int recv_seen[4096] = {0};
@@ -448,8 +456,11 @@ static ncclResult_t run_queue(void) {
 
 static ncclResult_t enqueue(const char *name, comm_t *c, int kind, const void *send, void *recv,
                             size_t count, int dtype, int op, int root, int peer) {
-  if (failing(name)) return INTERNAL;
   if (!c || dtype < 0 || dtype > 11) return INVALID_ARG;
+  if (failing(name)) {
+    shm_unlink(c->seg->name); /* the caller gives up: leave nothing behind */
+    return INTERNAL;
+  }
   if (nqueue == capqueue) {
     capqueue = capqueue ? capqueue * 2 : 64;
     queue = realloc(queue, capqueue * sizeof *queue);
