@@ -5,6 +5,7 @@
 //! at run time, NVRTC kernels). The host backend is what CI runs, so every plan, transport and
 //! fault path is exercised without a GPU.
 
+pub mod cuda;
 pub mod dtype;
 pub mod host;
 

@@ -1,0 +1,343 @@
+//! Launching the reduction kernels: compiled with NVRTC on first use per (type, operation),
+//! cached on disk and in memory, launched on a given stream.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::cache::{cache_key, default_cache_dir, DiskCache};
+use super::context::Context;
+use super::error::{CudaError, Result};
+use super::nvrtc::{Image, Nvrtc, Target};
+use super::source::{kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, UNROLL};
+use super::stream::Stream;
+use super::sys::*;
+use crate::dtype::{DataType, ReduceKind};
+
+#[derive(Debug, Clone, Copy)]
+struct Loaded {
+    module: CUmodule,
+    func: CUfunction,
+}
+
+/// How kernels were obtained so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Compiled by NVRTC.
+    pub compiled: u64,
+    /// Loaded from the disk cache.
+    pub from_disk: u64,
+}
+
+/// The reduction kernels of one device.
+#[derive(Debug)]
+pub struct Kernels {
+    ctx: Arc<Context>,
+    nvrtc: &'static Nvrtc,
+    target: Target,
+    max_blocks: u32,
+    cache: DiskCache,
+    loaded: Mutex<HashMap<(DataType, KernelOp), Loaded>>,
+    compiled: AtomicU64,
+    from_disk: AtomicU64,
+}
+
+// SAFETY: module and function handles are process-wide driver objects usable from any
+// thread; the map of them is behind a mutex.
+unsafe impl Send for Kernels {}
+// SAFETY: as above.
+unsafe impl Sync for Kernels {}
+
+impl Kernels {
+    /// Kernels for `ctx`'s device, cached in the directory the environment selects
+    /// ([`default_cache_dir`]).
+    pub fn new(ctx: &Arc<Context>) -> Result<Kernels> {
+        Self::with_cache_dir(ctx, default_cache_dir())
+    }
+
+    /// Kernels cached in `dir` (`None`: no disk cache).
+    pub fn with_cache_dir(ctx: &Arc<Context>, dir: Option<PathBuf>) -> Result<Kernels> {
+        let nvrtc = Nvrtc::get()?;
+        let target = nvrtc.target(ctx.compute_capability()?);
+        let sms = u32::try_from(ctx.sm_count()?).unwrap_or(1).max(1);
+        Ok(Kernels {
+            ctx: Arc::clone(ctx),
+            nvrtc,
+            target,
+            max_blocks: sms * 8,
+            cache: DiskCache::new(dir),
+            loaded: Mutex::new(HashMap::new()),
+            compiled: AtomicU64::new(0),
+            from_disk: AtomicU64::new(0),
+        })
+    }
+
+    /// What NVRTC compiles for.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The NVRTC in use.
+    pub fn nvrtc(&self) -> &'static Nvrtc {
+        self.nvrtc
+    }
+
+    /// The disk cache.
+    pub fn cache(&self) -> &DiskCache {
+        &self.cache
+    }
+
+    /// How many kernels were compiled and how many came from disk.
+    pub fn stats(&self) -> KernelStats {
+        KernelStats {
+            compiled: self.compiled.load(Ordering::Relaxed),
+            from_disk: self.from_disk.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Compiles (or loads) the kernel for `(dt, op)` now rather than at its first launch.
+    pub fn prepare(&self, dt: DataType, op: KernelOp) -> Result<()> {
+        self.function(dt, op).map(|_| ())
+    }
+
+    fn function(&self, dt: DataType, op: KernelOp) -> Result<CUfunction> {
+        let mut map = self
+            .loaded
+            .lock()
+            .map_err(|_| CudaError::InvalidArgument("kernel table poisoned".into()))?;
+        if let Some(l) = map.get(&(dt, op)) {
+            return Ok(l.func);
+        }
+        let name = kernel_name(dt, op);
+        let source = kernel_source(dt, op);
+        let key = cache_key(
+            &source,
+            &self.target.arch,
+            self.nvrtc.version(),
+            self.target.kind,
+        );
+        let _g = self.ctx.scope()?;
+        let mut loaded = None;
+        if let Some(image) = self.cache.load(&key) {
+            match self.load_module(&image, &name) {
+                Ok(l) => {
+                    self.from_disk.fetch_add(1, Ordering::Relaxed);
+                    loaded = Some(l);
+                }
+                Err(e) => {
+                    tracing::debug!(kernel = %name, error = %e, "cached kernel unusable; recompiling");
+                }
+            }
+        }
+        let l = match loaded {
+            Some(l) => l,
+            None => {
+                let image = self.nvrtc.compile(&source, &name, &self.target)?;
+                self.compiled.fetch_add(1, Ordering::Relaxed);
+                let l = self.load_module(&image, &name)?;
+                self.cache.store(&key, &image);
+                l
+            }
+        };
+        map.insert((dt, op), l);
+        Ok(l.func)
+    }
+
+    /// Loads a module image and finds `name` in it. The context is current.
+    fn load_module(&self, image: &Image, name: &str) -> Result<Loaded> {
+        let drv = self.ctx.driver();
+        let mut module: CUmodule = std::ptr::null_mut();
+        // SAFETY: `image.data` is a CUBIN or NUL-terminated PTX image (checked when read
+        // from disk); the driver copies what it needs.
+        let r = unsafe { (drv.fns.cuModuleLoadData)(&mut module, image.data.as_ptr().cast()) };
+        drv.check("cuModuleLoadData", r)?;
+        let cname = CString::new(name)
+            .map_err(|_| CudaError::InvalidArgument(format!("kernel name {name:?}")))?;
+        let mut func: CUfunction = std::ptr::null_mut();
+        // SAFETY: `module` was just loaded; `cname` is NUL-terminated.
+        let r = unsafe { (drv.fns.cuModuleGetFunction)(&mut func, module, cname.as_ptr()) };
+        if let Err(e) = drv.check("cuModuleGetFunction", r) {
+            // SAFETY: unloading the module loaded above, used by nothing.
+            let _ = unsafe { (drv.fns.cuModuleUnload)(module) };
+            return Err(e);
+        }
+        Ok(Loaded { module, func })
+    }
+
+    /// Launches `(dt, op)` over `n` elements.
+    ///
+    /// # Safety
+    /// As the public wrappers.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: KernelOp,
+        dst: CUdeviceptr,
+        a: CUdeviceptr,
+        b: Option<CUdeviceptr>,
+        n: usize,
+        raw: u64,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if stream.context().device() != self.ctx.device() {
+            return Err(CudaError::InvalidArgument(format!(
+                "stream of device {} used with kernels of device {}",
+                stream.context().ordinal(),
+                self.ctx.ordinal()
+            )));
+        }
+        let size = dt.size() as u64;
+        for (what, p) in [("dst", Some(dst)), ("a", Some(a)), ("b", b)] {
+            if let Some(p) = p {
+                if p % size != 0 {
+                    return Err(CudaError::InvalidArgument(format!(
+                        "{what} = {p:#x} is not aligned to {} ({size} bytes)",
+                        dt.name()
+                    )));
+                }
+            }
+        }
+        let func = self.function(dt, op)?;
+        let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * UNROLL;
+        let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
+        let mut dst = dst;
+        let mut a = a;
+        let mut b = b.unwrap_or(0);
+        let mut n64 = n as u64;
+        let mut raw = raw;
+        let mut params: Vec<*mut c_void> =
+            vec![(&mut dst as *mut u64).cast(), (&mut a as *mut u64).cast()];
+        if op.is_binary() {
+            params.push((&mut b as *mut u64).cast());
+        }
+        params.push((&mut n64 as *mut u64).cast());
+        params.push((&mut raw as *mut u64).cast());
+        let _g = self.ctx.scope()?;
+        let drv = self.ctx.driver();
+        // SAFETY: `func` is a kernel of this context whose parameters are exactly the values
+        // pointed to (pointers as u64, n, raw), which live until the call returns (the driver
+        // copies them). The memory the kernel touches is the caller's contract.
+        let r = unsafe {
+            (drv.fns.cuLaunchKernel)(
+                func,
+                blocks,
+                1,
+                1,
+                BLOCK_THREADS,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        drv.check("cuLaunchKernel", r)
+    }
+
+    /// `dst[i] = a[i] (op) b[i]` for `n` elements of `dt`, queued on `stream`. Numerics are
+    /// those of [`crate::host::reduce::reduce`], bit for bit.
+    ///
+    /// # Safety
+    /// `a`, `b` (readable) and `dst` (writable) are device-accessible ranges of `n` elements
+    /// that stay valid until the stream has run the kernel; `dst` is disjoint from or equal
+    /// to each input.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        a: CUdeviceptr,
+        b: CUdeviceptr,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::reduce(op), dst, a, Some(b), n, 0) }
+    }
+
+    /// `dst[i] = src[i] * scalar` where `scalar` holds one element of `dt` in its first
+    /// bytes (little-endian), as [`crate::host::reduce::premul`].
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce`].
+    pub unsafe fn premul(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        n: usize,
+        scalar: [u8; 8],
+    ) -> Result<()> {
+        let raw = u64::from_le_bytes(scalar);
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::PreMul, dst, src, None, n, raw) }
+    }
+
+    /// `dst[i] = src[i] * scalar + acc[i]` rounded once, as
+    /// [`crate::host::reduce::premul_add`].
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn premul_add(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        acc: CUdeviceptr,
+        n: usize,
+        scalar: [u8; 8],
+    ) -> Result<()> {
+        let raw = u64::from_le_bytes(scalar);
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::PreMulAdd, dst, src, Some(acc), n, raw) }
+    }
+
+    /// `dst[i] /= divisor` in place, as [`crate::host::reduce::div_int`] (`divisor == 0`
+    /// leaves `dst` unchanged).
+    ///
+    /// # Safety
+    /// `dst` is a device-accessible range of `n` elements, valid until the kernel has run.
+    pub unsafe fn div_int(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        n: usize,
+        divisor: u64,
+    ) -> Result<()> {
+        if divisor == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::DivInt, dst, dst, None, n, divisor) }
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        let Ok(map) = self.loaded.get_mut() else {
+            return;
+        };
+        if map.is_empty() {
+            return;
+        }
+        if let Ok(_g) = self.ctx.scope() {
+            for l in map.values() {
+                // SAFETY: each module was loaded here and is unloaded once; launches queued
+                // earlier keep their own reference inside the driver.
+                let _ = unsafe { (self.ctx.driver().fns.cuModuleUnload)(l.module) };
+            }
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The CUDA backend: the driver API and NVRTC loaded at run time, and the reduction kernels.
+//!
+//! Nothing here needs the CUDA toolkit to build, and nothing panics where there is no GPU:
+//! [`Driver::get`] returns [`CudaError::NoDriver`] (see [`CudaError::is_unavailable`]) and
+//! callers use the host backend instead.
+//!
+//! * [`Driver`]: the function table (`cuMemAlloc_v2`, `cuStreamWaitValue32_v2`, ...).
+//! * [`Context`]: a device's primary context, shared with the CUDA runtime (PyTorch).
+//! * [`DeviceBuffer`], [`PinnedBuffer`], [`pointer_info`]: memory.
+//! * [`Stream`] (own or the caller's `cudaStream_t`), [`Event`]: ordering.
+//! * [`Flag`]: a pinned u32 that streams wait on and write (DESIGN.md invariant 2).
+//! * [`IpcHandle`], [`IpcMapping`]: sharing device memory across processes.
+//! * [`Kernels`]: NVRTC-compiled reductions for every type and operation, matching
+//!   [`crate::host::reduce`] bit for bit, cached on disk.
+
+pub mod cache;
+pub mod context;
+pub mod driver;
+pub mod error;
+pub mod flag;
+pub mod ipc;
+pub mod kernels;
+pub mod memory;
+pub mod nvrtc;
+pub mod source;
+pub mod stream;
+pub mod sys;
+
+pub use context::{current_device, Context, CurrentGuard};
+pub use driver::Driver;
+pub use error::{CudaError, Result};
+pub use flag::Flag;
+pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
+pub use kernels::{KernelStats, Kernels};
+pub use memory::{pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
+pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
+pub use source::KernelOp;
+pub use stream::{CaptureStatus, Event, EventFlags, Stream, WaitCond};

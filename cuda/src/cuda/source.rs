@@ -1,0 +1,848 @@
+//! CUDA C++ source of the reduction kernels, generated per (type, operation).
+//!
+//! The source includes no header (NVRTC's header availability varies between installs):
+//! bit casts, conversions and rounding-mode arithmetic are inline PTX, and fp16 / bf16 / fp8
+//! conversions are written out with integer bit manipulation. The numerics reproduce
+//! [`crate::host::reduce`] bit for bit:
+//!
+//! * a single `+`, `*`, max or min of two fp16/bf16/fp8 values is computed in `float` and
+//!   rounded once to the narrow type (ties to even; fp8 saturating; NaN canonical). `float`
+//!   has at least 2p+2 bits for every narrow p, so the float rounding never changes the final
+//!   result: this equals the exactly rounded operation the host computes in `f64`;
+//! * operations whose exact result is wider (the fused `x * s + acc`, division by an integer)
+//!   are done in `double`, rounded to `float` with round-to-odd, then to the narrow type:
+//!   round-to-odd with 2 spare bits makes the second rounding exact;
+//! * `f32` results that are NaN are the canonical `0x7fffffff`; Max/Min follow CUDA
+//!   `fmaxf`/`fminf` with `max(-0, +0) = +0`, spelled out as the host does;
+//! * integers wrap (arithmetic on the unsigned type of the same width).
+//!
+//! Kernels are compiled with `--fmad=false --ftz=false --prec-div=true` (see
+//! [`super::nvrtc::Nvrtc::compile`]).
+
+use std::fmt::Write as _;
+
+use crate::dtype::{DataType, ReduceKind};
+
+/// What a kernel computes, for an element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KernelOp {
+    /// `dst[i] = a[i] (op) b[i]`.
+    Reduce(ReduceKindKey),
+    /// `dst[i] = src[i] * scalar`.
+    PreMul,
+    /// `dst[i] = src[i] * scalar + acc[i]`, rounded once.
+    PreMulAdd,
+    /// `dst[i] = dst[i] / n` (integer division truncating toward zero; floats divide).
+    DivInt,
+}
+
+/// [`ReduceKind`] with an order, so that kernel keys sort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReduceKindKey {
+    Sum,
+    Prod,
+    Max,
+    Min,
+}
+
+impl From<ReduceKind> for ReduceKindKey {
+    fn from(k: ReduceKind) -> Self {
+        match k {
+            ReduceKind::Sum => ReduceKindKey::Sum,
+            ReduceKind::Prod => ReduceKindKey::Prod,
+            ReduceKind::Max => ReduceKindKey::Max,
+            ReduceKind::Min => ReduceKindKey::Min,
+        }
+    }
+}
+
+impl KernelOp {
+    /// Every kernel kind.
+    pub const ALL: [KernelOp; 7] = [
+        KernelOp::Reduce(ReduceKindKey::Sum),
+        KernelOp::Reduce(ReduceKindKey::Prod),
+        KernelOp::Reduce(ReduceKindKey::Max),
+        KernelOp::Reduce(ReduceKindKey::Min),
+        KernelOp::PreMul,
+        KernelOp::PreMulAdd,
+        KernelOp::DivInt,
+    ];
+
+    /// The kernel for a reduction.
+    pub fn reduce(k: ReduceKind) -> Self {
+        KernelOp::Reduce(k.into())
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            KernelOp::Reduce(ReduceKindKey::Sum) => "reduce_sum",
+            KernelOp::Reduce(ReduceKindKey::Prod) => "reduce_prod",
+            KernelOp::Reduce(ReduceKindKey::Max) => "reduce_max",
+            KernelOp::Reduce(ReduceKindKey::Min) => "reduce_min",
+            KernelOp::PreMul => "premul",
+            KernelOp::PreMulAdd => "premul_add",
+            KernelOp::DivInt => "div_int",
+        }
+    }
+
+    /// Two inputs (`a`, `b`) rather than one.
+    pub fn is_binary(self) -> bool {
+        matches!(self, KernelOp::Reduce(_) | KernelOp::PreMulAdd)
+    }
+}
+
+/// Short type tag used in kernel names.
+pub fn dtype_tag(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Int8 => "i8",
+        DataType::Uint8 => "u8",
+        DataType::Int32 => "i32",
+        DataType::Uint32 => "u32",
+        DataType::Int64 => "i64",
+        DataType::Uint64 => "u64",
+        DataType::Float16 => "f16",
+        DataType::Float32 => "f32",
+        DataType::Float64 => "f64",
+        DataType::Bfloat16 => "bf16",
+        DataType::Float8E4M3 => "e4m3",
+        DataType::Float8E5M2 => "e5m2",
+    }
+}
+
+/// The `extern "C"` name of a kernel, e.g. `ccl_reduce_sum_bf16`.
+pub fn kernel_name(dt: DataType, op: KernelOp) -> String {
+    format!("ccl_{}_{}", op.tag(), dtype_tag(dt))
+}
+
+/// Elements per 16-byte vector.
+pub fn vec_elems(dt: DataType) -> usize {
+    16 / dt.size()
+}
+
+/// Independent 16-byte vectors each thread keeps in flight per loop iteration.
+pub const UNROLL: usize = 4;
+
+/// Threads per block of every kernel.
+pub const BLOCK_THREADS: u32 = 256;
+
+// ---------------------------------------------------------------------------------------------
+// Narrow float formats.
+
+/// A narrow binary float format (1 sign bit, `e` exponent bits, `m` mantissa bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Format {
+    pub tag: &'static str,
+    pub e: u32,
+    pub m: u32,
+    /// The all-ones exponent holds inf and NaN (false: e4m3, where only S.1111.111 is NaN).
+    pub ieee: bool,
+    /// Overflow and inf give the largest finite value.
+    pub saturate: bool,
+}
+
+pub(crate) const F16: Format = Format {
+    tag: "f16",
+    e: 5,
+    m: 10,
+    ieee: true,
+    saturate: false,
+};
+pub(crate) const BF16: Format = Format {
+    tag: "bf16",
+    e: 8,
+    m: 7,
+    ieee: true,
+    saturate: false,
+};
+pub(crate) const E4M3: Format = Format {
+    tag: "e4m3",
+    e: 4,
+    m: 3,
+    ieee: false,
+    saturate: true,
+};
+pub(crate) const E5M2: Format = Format {
+    tag: "e5m2",
+    e: 5,
+    m: 2,
+    ieee: true,
+    saturate: true,
+};
+
+/// The `f32` bit pattern of `2^k` (normal range).
+fn pow2_bits(k: i32) -> u32 {
+    ((k + 127) as u32) << 23
+}
+
+impl Format {
+    pub fn bias(self) -> i32 {
+        (1 << (self.e - 1)) - 1
+    }
+    pub fn sign_bit(self) -> u32 {
+        1 << (self.e + self.m)
+    }
+    pub fn exp_mask(self) -> u32 {
+        (1 << self.e) - 1
+    }
+    pub fn man_mask(self) -> u32 {
+        (1 << self.m) - 1
+    }
+    pub fn nan_bits(self) -> u32 {
+        self.sign_bit() - 1
+    }
+    pub fn max_finite_bits(self) -> u32 {
+        if self.ieee {
+            (self.exp_mask() << self.m) - 1
+        } else {
+            self.nan_bits() - 1
+        }
+    }
+    pub fn overflow_bits(self) -> u32 {
+        if self.saturate || !self.ieee {
+            self.max_finite_bits()
+        } else {
+            self.exp_mask() << self.m
+        }
+    }
+    /// `f32` bits of the smallest magnitude that rounds past the largest finite value.
+    pub fn overflow_threshold_bits(self) -> u32 {
+        let max = self.max_finite_bits();
+        let exp_field = (max >> self.m) as i32;
+        let sig = f64::from((max & self.man_mask()) | (1 << self.m));
+        let ulp_exp = exp_field - self.bias() - self.m as i32;
+        let value = sig * 2f64.powi(ulp_exp) + 2f64.powi(ulp_exp - 1);
+        (value as f32).to_bits()
+    }
+    /// `f32` bits of the smallest normal value.
+    pub fn min_normal_bits(self) -> u32 {
+        pow2_bits(1 - self.bias())
+    }
+    /// `f32` bits of `1 / (smallest subnormal)`.
+    pub fn sub_scale_bits(self) -> u32 {
+        pow2_bits(self.m as i32 + self.bias() - 1)
+    }
+    /// `f32` bits of the smallest subnormal.
+    pub fn min_sub_bits(self) -> u32 {
+        pow2_bits(1 - self.bias() - self.m as i32)
+    }
+    /// Exponent rebias of the encoding, pre-shifted: `(127 - bias) << m`.
+    pub fn rebias(self) -> u32 {
+        ((127 - self.bias()) as u32) << self.m
+    }
+    /// The format shares `f32`'s exponent range (bf16): no subnormal special case.
+    pub fn same_range_as_f32(self) -> bool {
+        self.e == 8
+    }
+}
+
+fn format_of(dt: DataType) -> Option<Format> {
+    match dt {
+        DataType::Float16 => Some(F16),
+        DataType::Bfloat16 => Some(BF16),
+        DataType::Float8E4M3 => Some(E4M3),
+        DataType::Float8E5M2 => Some(E5M2),
+        _ => None,
+    }
+}
+
+/// Decoder and encoder of a narrow format: `float dec_<tag>(u32)`, `u32 enc_<tag>(float)`.
+fn format_code(f: Format, out: &mut String) {
+    let t = f.tag;
+    let shift = 23 - f.m;
+    // Decoder.
+    if f.same_range_as_f32() {
+        let _ = writeln!(
+            out,
+            "static __device__ inline float dec_{t}(u32 h) {{ return u2f(h << 16); }}"
+        );
+    } else {
+        let _ = writeln!(out, "static __device__ inline float dec_{t}(u32 h) {{");
+        let _ = writeln!(
+            out,
+            "  const u32 sign = (h & {:#x}u) << {};",
+            f.sign_bit(),
+            31 - f.e - f.m
+        );
+        let _ = writeln!(
+            out,
+            "  const u32 e = (h >> {}) & {:#x}u, m = h & {:#x}u;",
+            f.m,
+            f.exp_mask(),
+            f.man_mask()
+        );
+        if f.ieee {
+            let _ = writeln!(
+                out,
+                "  if (e == {:#x}u) return u2f(sign | 0x7f800000u | (m << {shift}));",
+                f.exp_mask()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  if (e == {:#x}u && m == {:#x}u) return u2f(0x7fffffffu);",
+                f.exp_mask(),
+                f.man_mask()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  if (e == 0u) return u2f(sign | f2u(mul_f((float)m, u2f({:#010x}u))));",
+            f.min_sub_bits()
+        );
+        let _ = writeln!(
+            out,
+            "  return u2f(sign | ((e + {}u) << 23) | (m << {shift}));",
+            127 - f.bias()
+        );
+        let _ = writeln!(out, "}}");
+    }
+    // Encoder: round to nearest even.
+    let _ = writeln!(out, "static __device__ inline u32 enc_{t}(float f) {{");
+    let _ = writeln!(out, "  const u32 u = f2u(f);");
+    let _ = writeln!(out, "  const u32 sign = (u >> 31) << {};", f.e + f.m);
+    let _ = writeln!(out, "  const u32 a = u & 0x7fffffffu;");
+    let _ = writeln!(out, "  if (a > 0x7f800000u) return {:#x}u;", f.nan_bits());
+    let _ = writeln!(
+        out,
+        "  if (a >= {:#010x}u) return sign | {:#x}u;",
+        f.overflow_threshold_bits(),
+        f.overflow_bits()
+    );
+    if !f.same_range_as_f32() {
+        let _ = writeln!(out, "  if (a < {:#010x}u) {{", f.min_normal_bits());
+        let _ = writeln!(
+            out,
+            "    return sign | rni_u32(mul_f(u2f(a), u2f({:#010x}u)));",
+            f.sub_scale_bits()
+        );
+        let _ = writeln!(out, "  }}");
+    }
+    let _ = writeln!(
+        out,
+        "  const u32 r = (a + {:#x}u + ((a >> {shift}) & 1u)) >> {shift};",
+        (1u32 << (shift - 1)) - 1
+    );
+    let _ = writeln!(out, "  return sign | (r - {:#x}u);", f.rebias());
+    let _ = writeln!(out, "}}");
+}
+
+/// Header of every kernel source.
+const HEADER: &str =
+    "// Generated by libccl (ccl_cuda::cuda::source). No headers: see the module docs.\n";
+
+/// The primitive operations, as inline PTX: bit casts and arithmetic with an explicit
+/// rounding mode. [`kernel_source_with`] can replace them (to run the generated code on the
+/// host in tests); everything else in a kernel's source is plain C++.
+pub const DEVICE_PRIMITIVES: &str = r#"typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+static __device__ inline u32 f2u(float f) { u32 u; asm("mov.b32 %0, %1;" : "=r"(u) : "f"(f)); return u; }
+static __device__ inline float u2f(u32 u) { float f; asm("mov.b32 %0, %1;" : "=f"(f) : "r"(u)); return f; }
+static __device__ inline u64 d2u(double d) { u64 u; asm("mov.b64 %0, %1;" : "=l"(u) : "d"(d)); return u; }
+static __device__ inline double u2d(u64 u) { double d; asm("mov.b64 %0, %1;" : "=d"(d) : "l"(u)); return d; }
+static __device__ inline float add_f(float x, float y) { float r; asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y)); return r; }
+static __device__ inline float mul_f(float x, float y) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y)); return r; }
+static __device__ inline float fma_f(float x, float y, float z) { float r; asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(x), "f"(y), "f"(z)); return r; }
+static __device__ inline double add_d(double x, double y) { double r; asm("add.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(x), "d"(y)); return r; }
+static __device__ inline double sub_d(double x, double y) { double r; asm("sub.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(x), "d"(y)); return r; }
+static __device__ inline double mul_d(double x, double y) { double r; asm("mul.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(x), "d"(y)); return r; }
+static __device__ inline double div_d(double x, double y) { double r; asm("div.rn.f64 %0, %1, %2;" : "=d"(r) : "d"(x), "d"(y)); return r; }
+static __device__ inline double fma_d(double x, double y, double z) { double r; asm("fma.rn.f64 %0, %1, %2, %3;" : "=d"(r) : "d"(x), "d"(y), "d"(z)); return r; }
+static __device__ inline double f2d(float x) { double r; asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(x)); return r; }
+static __device__ inline float d2f(double x) { float r; asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(x)); return r; }
+static __device__ inline float d2f_rz(double x) { float r; asm("cvt.rz.f32.f64 %0, %1;" : "=f"(r) : "d"(x)); return r; }
+static __device__ inline double u64_to_d(u64 x) { double r; asm("cvt.rn.f64.u64 %0, %1;" : "=d"(r) : "l"(x)); return r; }
+static __device__ inline u32 rni_u32(float x) { u32 r; asm("cvt.rni.u32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+"#;
+
+/// Helpers built on the primitives (plain C++).
+const COMMON: &str = r#"
+static __device__ inline bool nan_f(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f800000u; }
+static __device__ inline bool nan_d(double x) { return (d2u(x) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+static __device__ inline float canon_f(float x) { return nan_f(x) ? u2f(0x7fffffffu) : x; }
+
+// CUDA fmaxf/fminf as the host spells them: a NaN operand loses, max(-0,+0) = +0.
+static __device__ inline float fmax_f(float a, float b) {
+  if (a > b || nan_f(b)) return canon_f(a);
+  if (b > a || nan_f(a)) return b;
+  return u2f(f2u(a) & f2u(b));
+}
+static __device__ inline float fmin_f(float a, float b) {
+  if (a < b || nan_f(b)) return canon_f(a);
+  if (b < a || nan_f(a)) return b;
+  return u2f(f2u(a) | f2u(b));
+}
+static __device__ inline double fmax_d(double a, double b) {
+  if (a > b || nan_d(b)) return a;
+  if (b > a || nan_d(a)) return b;
+  return u2d(d2u(a) & d2u(b));
+}
+static __device__ inline double fmin_d(double a, double b) {
+  if (a < b || nan_d(b)) return a;
+  if (b < a || nan_d(a)) return b;
+  return u2d(d2u(a) | d2u(b));
+}
+
+// p + q rounded to odd (exact, or the neighbour with an odd last bit): a later rounding to
+// nearest at 2+ fewer bits is then the correctly rounded p + q.
+static __device__ inline double add_odd_d(double p, double q) {
+  const double s = add_d(p, q);
+  if (nan_d(s) || (d2u(s) & 0x7fffffffffffffffull) == 0x7ff0000000000000ull) return s;
+  const double qp = sub_d(s, p);
+  const double err = add_d(sub_d(p, sub_d(s, qp)), sub_d(q, qp));
+  if (err == 0.0 || (d2u(s) & 1ull)) return s;
+  const bool up = (err > 0.0) == (s > 0.0);
+  return u2d(up ? d2u(s) + 1ull : d2u(s) - 1ull);
+}
+
+// double -> float rounded to odd (exact, or truncated with the last bit set).
+static __device__ inline float d2f_odd(double d) {
+  float f = d2f_rz(d);
+  if (!nan_d(d) && f2d(f) != d) f = u2f(f2u(f) | 1u);
+  return f;
+}
+
+struct alignas(16) ccl_u4 { u32 x, y, z, w; };
+"#;
+
+/// C type of an element's storage.
+fn storage(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Int8 => "i8",
+        DataType::Uint8 | DataType::Float8E4M3 | DataType::Float8E5M2 => "u8",
+        DataType::Int32 => "i32",
+        DataType::Uint32 => "u32",
+        DataType::Int64 => "i64",
+        DataType::Uint64 => "u64",
+        DataType::Float16 | DataType::Bfloat16 => "u16",
+        DataType::Float32 => "float",
+        DataType::Float64 => "double",
+    }
+}
+
+/// Unsigned type of the same width (wrapping arithmetic).
+fn unsigned_of(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Int8 | DataType::Uint8 => "u8",
+        DataType::Int32 | DataType::Uint32 => "u32",
+        _ => "u64",
+    }
+}
+
+fn is_signed_int(dt: DataType) -> bool {
+    matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
+}
+
+/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op).
+fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    let bin = op.is_binary();
+    let apply_sig = if bin {
+        "static __device__ inline T ccl_apply(T x, T y, P p)"
+    } else {
+        "static __device__ inline T ccl_apply(T x, P p)"
+    };
+    if let Some(f) = format_of(dt) {
+        let t = f.tag;
+        let (param_ty, param) = match op {
+            KernelOp::DivInt => ("u64", "raw".to_string()),
+            _ => (
+                "float",
+                format!(
+                    "dec_{t}((u32)(raw & {:#x}ull))",
+                    (1u64 << (8 * dt.size())) - 1
+                ),
+            ),
+        };
+        line(format!("typedef {param_ty} P;"));
+        line(format!(
+            "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+        ));
+        let body = match op {
+            KernelOp::Reduce(ReduceKindKey::Sum) => {
+                format!("enc_{t}(add_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Prod) => {
+                format!("enc_{t}(mul_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Max) => {
+                format!("enc_{t}(fmax_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Min) => {
+                format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::PreMul => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
+            KernelOp::PreMulAdd => format!(
+                "enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))"
+            ),
+            KernelOp::DivInt => format!("enc_{t}(d2f_odd(div_d(f2d(dec_{t}(x)), u64_to_d(p))))"),
+        };
+        line(format!("{apply_sig} {{ return (T){body}; }}"));
+        return;
+    }
+    match dt {
+        DataType::Float32 => {
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw"),
+                _ => ("float", "u2f((u32)raw)"),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum) => "return canon_f(add_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
+                KernelOp::PreMul => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
+                // The host converts to double and back: a NaN comes out quieted, payload kept.
+                KernelOp::DivInt => {
+                    "if (nan_f(x)) return u2f(f2u(x) | 0x400000u); return d2f(div_d(f2d(x), u64_to_d(p)));"
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+        DataType::Float64 => {
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw"),
+                _ => ("double", "u2d(raw)"),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum) => "return add_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
+                KernelOp::PreMul => "return mul_d(x, p);",
+                KernelOp::PreMulAdd => "return fma_d(x, p, y);",
+                KernelOp::DivInt => {
+                    "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+        _ => {
+            // Integers.
+            let u = unsigned_of(dt);
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw".to_string()),
+                _ => ("T", "(T)raw".to_string()),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum) => {
+                    format!("return (T)({u})((u64)({u})x + (u64)({u})y);")
+                }
+                KernelOp::Reduce(ReduceKindKey::Prod) => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})y);")
+                }
+                KernelOp::Reduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
+                KernelOp::Reduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
+                KernelOp::PreMul => format!("return (T)({u})((u64)({u})x * (u64)({u})p);"),
+                KernelOp::PreMulAdd => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);")
+                }
+                KernelOp::DivInt => {
+                    if is_signed_int(dt) {
+                        "if (p <= 0x7fffffffffffffffull) return (T)((i64)x / (i64)p); \
+                         return (T)(((i64)x == (-0x7fffffffffffffffll - 1) && p == 0x8000000000000000ull) ? -1 : 0);"
+                            .to_string()
+                    } else {
+                        "return (T)((u64)x / p);".to_string()
+                    }
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+    }
+}
+
+/// The grid-stride kernel body around `ccl_apply`: a scalar head up to 16-byte alignment,
+/// then 16-byte vectors (`UNROLL` in flight per thread), then a scalar tail. Vectors are used
+/// when every pointer has the same offset modulo 16; otherwise the whole range is scalar.
+fn body_code(name: &str, bin: bool, out: &mut String) {
+    let (params, same_align, load_head, load_vec_decl, load_vec, apply_vec, apply_scalar) = if bin {
+        (
+            "T* dst, const T* a, const T* b, u64 n, u64 raw",
+            "((u64)a & 15) == mis && ((u64)b & 15) == mis",
+            "const ccl_u4* va = (const ccl_u4*)(a + head); const ccl_u4* vb = (const ccl_u4*)(b + head);",
+            "ccl_vec x[UNROLL], y[UNROLL];",
+            "x[k].u = va[i]; y[k].u = vb[i];",
+            "r.e[j] = ccl_apply(x[k].e[j], y[k].e[j], p);",
+            "dst[i] = ccl_apply(a[i], b[i], p);",
+        )
+    } else {
+        (
+            "T* dst, const T* a, u64 n, u64 raw",
+            "((u64)a & 15) == mis",
+            "const ccl_u4* va = (const ccl_u4*)(a + head);",
+            "ccl_vec x[UNROLL];",
+            "x[k].u = va[i];",
+            "r.e[j] = ccl_apply(x[k].e[j], p);",
+            "dst[i] = ccl_apply(a[i], p);",
+        )
+    };
+    let _ = write!(
+        out,
+        r#"
+#define UNROLL {UNROLL}
+#define VN (16 / sizeof(T))
+union ccl_vec {{ ccl_u4 u; T e[VN]; }};
+
+extern "C" __global__ void {name}({params}) {{
+  const P p = ccl_param(raw);
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  u64 start = 0;
+  const u64 mis = (u64)dst & 15;
+  if ({same_align}) {{
+    u64 head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    for (u64 i = tid; i < head; i += stride) {{ {apply_scalar} }}
+    const u64 nv = (n - head) / VN;
+    {load_head}
+    ccl_u4* vd = (ccl_u4*)(dst + head);
+    for (u64 base = tid; base < nv; base += stride * UNROLL) {{
+      {load_vec_decl}
+#pragma unroll
+      for (int k = 0; k < UNROLL; ++k) {{
+        const u64 i = base + (u64)k * stride;
+        if (i < nv) {{ {load_vec} }}
+      }}
+#pragma unroll
+      for (int k = 0; k < UNROLL; ++k) {{
+        const u64 i = base + (u64)k * stride;
+        if (i < nv) {{
+          ccl_vec r;
+#pragma unroll
+          for (int j = 0; j < (int)VN; ++j) {{ {apply_vec} }}
+          vd[i] = r.u;
+        }}
+      }}
+    }}
+    start = head + nv * VN;
+  }}
+  for (u64 i = start + tid; i < n; i += stride) {{ {apply_scalar} }}
+}}
+"#
+    );
+}
+
+/// The complete source of one kernel (one NVRTC program).
+pub fn kernel_source(dt: DataType, op: KernelOp) -> String {
+    kernel_source_with(dt, op, DEVICE_PRIMITIVES)
+}
+
+/// [`kernel_source`] with other definitions of the primitives (the typedefs and functions
+/// of [`DEVICE_PRIMITIVES`]); tests use host C++ ones to run the kernels on the CPU.
+pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> String {
+    let mut s = String::with_capacity(8192);
+    s.push_str(HEADER);
+    s.push_str(primitives);
+    s.push_str(COMMON);
+    let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
+    if let Some(f) = format_of(dt) {
+        format_code(f, &mut s);
+    }
+    op_code(dt, op, &mut s);
+    body_code(&kernel_name(dt, op), op.is_binary(), &mut s);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::minifloat;
+
+    #[test]
+    fn source_is_deterministic_and_names_every_kernel() {
+        let mut names = std::collections::HashSet::new();
+        for dt in DataType::ALL {
+            for op in KernelOp::ALL {
+                let a = kernel_source(dt, op);
+                let b = kernel_source(dt, op);
+                assert_eq!(a, b);
+                let name = kernel_name(dt, op);
+                assert!(
+                    a.contains(&format!("extern \"C\" __global__ void {name}(")),
+                    "{name}"
+                );
+                assert!(!a.contains("#include"), "{name}");
+                assert!(names.insert(name));
+                // Braces balance (a cheap syntax sanity check of the generator).
+                let open = a.matches('{').count();
+                let close = a.matches('}').count();
+                assert_eq!(open, close, "{dt:?} {op:?}");
+            }
+        }
+        assert_eq!(names.len(), 12 * 7);
+        assert_eq!(
+            kernel_name(DataType::Bfloat16, KernelOp::reduce(ReduceKind::Sum)),
+            "ccl_reduce_sum_bf16"
+        );
+    }
+
+    fn host_fmt(f: Format) -> minifloat::MiniFloat {
+        match f.tag {
+            "f16" => minifloat::F16,
+            "bf16" => minifloat::BF16,
+            "e4m3" => minifloat::E4M3,
+            _ => minifloat::E5M2,
+        }
+    }
+
+    /// The generated decoder, executed in Rust.
+    fn emulate_decode(f: Format, h: u32) -> f32 {
+        if f.same_range_as_f32() {
+            return f32::from_bits(h << 16);
+        }
+        let sign = (h & f.sign_bit()) << (31 - f.e - f.m);
+        let e = (h >> f.m) & f.exp_mask();
+        let m = h & f.man_mask();
+        let shift = 23 - f.m;
+        if f.ieee && e == f.exp_mask() {
+            return f32::from_bits(sign | 0x7f80_0000 | (m << shift));
+        }
+        if !f.ieee && e == f.exp_mask() && m == f.man_mask() {
+            return f32::from_bits(0x7fff_ffff);
+        }
+        if e == 0 {
+            return f32::from_bits(sign | (m as f32 * f32::from_bits(f.min_sub_bits())).to_bits());
+        }
+        f32::from_bits(sign | ((e + (127 - f.bias()) as u32) << 23) | (m << shift))
+    }
+
+    /// The generated encoder, executed in Rust.
+    fn emulate_encode(f: Format, x: f32) -> u32 {
+        let u = x.to_bits();
+        let sign = (u >> 31) << (f.e + f.m);
+        let a = u & 0x7fff_ffff;
+        if a > 0x7f80_0000 {
+            return f.nan_bits();
+        }
+        if a >= f.overflow_threshold_bits() {
+            return sign | f.overflow_bits();
+        }
+        let shift = 23 - f.m;
+        if !f.same_range_as_f32() && a < f.min_normal_bits() {
+            let s = f32::from_bits(a) * f32::from_bits(f.sub_scale_bits());
+            return sign | s.round_ties_even() as u32;
+        }
+        let r = (a + ((1 << (shift - 1)) - 1) + ((a >> shift) & 1)) >> shift;
+        sign | (r - f.rebias())
+    }
+
+    #[test]
+    fn decoder_matches_host_for_every_encoding() {
+        for f in [F16, BF16, E4M3, E5M2] {
+            let h = host_fmt(f);
+            for bits in 0..(2 * f.sign_bit()) {
+                let mine = f64::from(emulate_decode(f, bits));
+                let host = h.decode(bits as u16);
+                assert!(
+                    mine.to_bits() == host.to_bits() || (mine.is_nan() && host.is_nan()),
+                    "{} {bits:#x}: {mine} vs {host}",
+                    f.tag
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn encoder_matches_host_on_midpoints_and_a_sweep() {
+        for f in [F16, BF16, E4M3, E5M2] {
+            let h = host_fmt(f);
+            let check = |x: f32| {
+                let mine = emulate_encode(f, x);
+                let host = u32::from(h.encode(f64::from(x)));
+                assert_eq!(mine, host, "{} {x:e} ({:#x})", f.tag, x.to_bits());
+            };
+            // Every midpoint between neighbours, and the floats on either side of it.
+            for lo in 0..f.max_finite_bits() + 1 {
+                for sign in [0, f.sign_bit()] {
+                    let a = f64::from(emulate_decode(f, lo | sign));
+                    let b = f64::from(emulate_decode(f, (lo + 1) | sign));
+                    if a.is_nan() || b.is_nan() {
+                        continue;
+                    }
+                    let mid = ((a + b) / 2.0) as f32;
+                    for x in [
+                        mid,
+                        f32::from_bits(mid.to_bits() + 1),
+                        f32::from_bits(mid.to_bits().wrapping_sub(1)),
+                        a as f32,
+                    ] {
+                        check(x);
+                    }
+                }
+            }
+            // A sweep over all f32 bit patterns.
+            let mut bits = 0u32;
+            while let Some(next) = bits.checked_add(65_521) {
+                check(f32::from_bits(bits));
+                bits = next;
+            }
+            for x in [
+                0.0,
+                -0.0,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::NAN,
+                f32::MAX,
+                f32::MIN_POSITIVE,
+                f32::from_bits(1),
+            ] {
+                check(x);
+            }
+        }
+    }
+
+    #[test]
+    fn format_constants() {
+        assert_eq!(f32::from_bits(F16.overflow_threshold_bits()), 65520.0);
+        assert_eq!(f32::from_bits(E4M3.overflow_threshold_bits()), 464.0);
+        assert_eq!(f32::from_bits(E5M2.overflow_threshold_bits()), 61440.0);
+        assert_eq!(BF16.overflow_threshold_bits(), 0x7f7f_8000);
+        assert_eq!(E4M3.overflow_bits(), 0x7e);
+        assert_eq!(E5M2.overflow_bits(), 0x7b);
+        assert_eq!(F16.overflow_bits(), 0x7c00);
+        assert_eq!(BF16.overflow_bits(), 0x7f80);
+    }
+}
+
+#[cfg(test)]
+mod dump {
+    /// `CCL_DUMP_KERNELS=DIR cargo test -p ccl-cuda dump_sources` writes every kernel's
+    /// source to DIR (for inspecting or compiling them offline).
+    #[test]
+    fn dump_sources() {
+        let Some(dir) = std::env::var_os("CCL_DUMP_KERNELS") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for dt in crate::dtype::DataType::ALL {
+            for op in super::KernelOp::ALL {
+                let name = super::kernel_name(dt, op);
+                std::fs::write(dir.join(format!("{name}.cu")), super::kernel_source(dt, op))
+                    .unwrap();
+            }
+        }
+    }
+}

@@ -1,0 +1,419 @@
+//! Streams (owned, or the caller's `cudaStream_t`) and events.
+
+use std::ffi::c_uint;
+use std::sync::Arc;
+
+use super::context::Context;
+use super::error::Result;
+use super::sys::*;
+
+/// A CUDA stream. Either created (and destroyed) here, or a caller's handle wrapped without
+/// ownership: a `cudaStream_t` from the runtime is a `CUstream`, and null is the legacy
+/// default stream.
+///
+/// Every asynchronous method is `unsafe`: the device reads or writes raw addresses after the
+/// call returns, so the caller keeps that memory valid until the stream has passed the work.
+#[derive(Debug)]
+pub struct Stream {
+    ctx: Arc<Context>,
+    raw: CUstream,
+    owned: bool,
+}
+
+// SAFETY: a CUstream may be used from any thread; the driver serialises its own state.
+unsafe impl Send for Stream {}
+// SAFETY: as above; methods take `&self` and only call the thread-safe driver API.
+unsafe impl Sync for Stream {}
+
+/// Condition of [`Stream::wait_value32`], as `CU_STREAM_WAIT_VALUE_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitCond {
+    /// `(int32_t)(*addr - value) >= 0`: a counter that has reached `value` (wraps safely).
+    Geq,
+    /// `*addr == value`.
+    Eq,
+    /// `(*addr & value) != 0`.
+    And,
+    /// `~(*addr | value) != 0`.
+    Nor,
+}
+
+impl WaitCond {
+    fn flags(self) -> c_uint {
+        match self {
+            WaitCond::Geq => CU_STREAM_WAIT_VALUE_GEQ,
+            WaitCond::Eq => CU_STREAM_WAIT_VALUE_EQ,
+            WaitCond::And => CU_STREAM_WAIT_VALUE_AND,
+            WaitCond::Nor => CU_STREAM_WAIT_VALUE_NOR,
+        }
+    }
+}
+
+/// Whether a stream is being captured into a CUDA graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureStatus {
+    None,
+    Active,
+    /// Capture was started and then broken by an illegal operation.
+    Invalidated,
+}
+
+impl Stream {
+    /// A new blocking stream (synchronises with the legacy default stream).
+    pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
+        Self::with_flags(ctx, false)
+    }
+
+    /// A new stream; `non_blocking` streams do not synchronise with the legacy default one.
+    pub fn with_flags(ctx: &Arc<Context>, non_blocking: bool) -> Result<Stream> {
+        let _g = ctx.scope()?;
+        let drv = ctx.driver();
+        let mut raw: CUstream = std::ptr::null_mut();
+        let flags = if non_blocking {
+            CU_STREAM_NON_BLOCKING
+        } else {
+            CU_STREAM_DEFAULT
+        };
+        // SAFETY: writes one CUstream; the context is current.
+        let r = unsafe { (drv.fns.cuStreamCreate)(&mut raw, flags) };
+        drv.check("cuStreamCreate", r)?;
+        Ok(Stream {
+            ctx: Arc::clone(ctx),
+            raw,
+            owned: true,
+        })
+    }
+
+    /// Wraps a caller's stream (a `cudaStream_t` or `CUstream` of `ctx`'s device) without
+    /// taking ownership. Null means the legacy default stream; `CU_STREAM_LEGACY` (1) and
+    /// `CU_STREAM_PER_THREAD` (2) are accepted too.
+    ///
+    /// # Safety
+    /// `raw` is null, one of the two special handles, or a live stream of `ctx`'s device that
+    /// outlives the returned value.
+    pub unsafe fn from_raw(ctx: &Arc<Context>, raw: CUstream) -> Stream {
+        Stream {
+            ctx: Arc::clone(ctx),
+            raw,
+            owned: false,
+        }
+    }
+
+    /// The legacy default stream of `ctx`'s device.
+    pub fn legacy_default(ctx: &Arc<Context>) -> Stream {
+        Stream {
+            ctx: Arc::clone(ctx),
+            raw: std::ptr::null_mut(),
+            owned: false,
+        }
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> CUstream {
+        self.raw
+    }
+
+    /// The context the stream's work runs in.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    fn check(&self, call: &'static str, r: CUresult) -> Result<()> {
+        self.ctx.driver().check(call, r)
+    }
+
+    /// Blocks until all work queued so far has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: `raw` is a live stream (or a special handle) of the current context.
+        let r = unsafe { (self.ctx.driver().fns.cuStreamSynchronize)(self.raw) };
+        self.check("cuStreamSynchronize", r)
+    }
+
+    /// True when all work queued so far has finished.
+    pub fn query(&self) -> Result<bool> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: as in `synchronize`.
+        let r = unsafe { (self.ctx.driver().fns.cuStreamQuery)(self.raw) };
+        if r == CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.check("cuStreamQuery", r).map(|()| true)
+    }
+
+    /// Whether the stream is being captured into a graph (work queued now would be recorded
+    /// into the graph instead of running).
+    pub fn capture_status(&self) -> Result<CaptureStatus> {
+        let _g = self.ctx.scope()?;
+        let mut s: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: writes one status value.
+        let r = unsafe { (self.ctx.driver().fns.cuStreamIsCapturing)(self.raw, &mut s) };
+        self.check("cuStreamIsCapturing", r)?;
+        Ok(match s {
+            CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+            CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
+            _ => CaptureStatus::None,
+        })
+    }
+
+    /// Later work on this stream waits for `event`'s last recorded point.
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: both handles are live; flags must be 0.
+        let r = unsafe { (self.ctx.driver().fns.cuStreamWaitEvent)(self.raw, event.raw, 0) };
+        self.check("cuStreamWaitEvent", r)
+    }
+
+    /// Records `event` at the current end of the stream.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        event.record(self)
+    }
+
+    /// Copies `bytes` from `src` to `dst` (any memory kind, unified addressing).
+    ///
+    /// # Safety
+    /// Both ranges are valid for the whole copy, until the stream has passed it.
+    pub unsafe fn memcpy(&self, dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the ranges.
+        let r = unsafe { (self.ctx.driver().fns.cuMemcpyAsync)(dst, src, bytes, self.raw) };
+        self.check("cuMemcpyAsync", r)
+    }
+
+    /// Device-to-device copy.
+    ///
+    /// # Safety
+    /// As [`Stream::memcpy`].
+    pub unsafe fn memcpy_dtod(
+        &self,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the ranges.
+        let r = unsafe { (self.ctx.driver().fns.cuMemcpyDtoDAsync)(dst, src, bytes, self.raw) };
+        self.check("cuMemcpyDtoDAsync_v2", r)
+    }
+
+    /// Host-to-device copy (asynchronous only when `src` is pinned).
+    ///
+    /// # Safety
+    /// As [`Stream::memcpy`].
+    pub unsafe fn memcpy_htod(&self, dst: CUdeviceptr, src: *const u8, bytes: usize) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the ranges.
+        let r =
+            unsafe { (self.ctx.driver().fns.cuMemcpyHtoDAsync)(dst, src.cast(), bytes, self.raw) };
+        self.check("cuMemcpyHtoDAsync_v2", r)
+    }
+
+    /// Device-to-host copy (asynchronous only when `dst` is pinned).
+    ///
+    /// # Safety
+    /// As [`Stream::memcpy`].
+    pub unsafe fn memcpy_dtoh(&self, dst: *mut u8, src: CUdeviceptr, bytes: usize) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the ranges.
+        let r =
+            unsafe { (self.ctx.driver().fns.cuMemcpyDtoHAsync)(dst.cast(), src, bytes, self.raw) };
+        self.check("cuMemcpyDtoHAsync_v2", r)
+    }
+
+    /// Copy between the memories of two contexts (a copy engine moves it over NVLink/PCIe).
+    ///
+    /// # Safety
+    /// As [`Stream::memcpy`].
+    pub unsafe fn memcpy_peer(
+        &self,
+        dst: CUdeviceptr,
+        dst_ctx: &Context,
+        src: CUdeviceptr,
+        src_ctx: &Context,
+        bytes: usize,
+    ) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the ranges; both contexts are live.
+        let r = unsafe {
+            (self.ctx.driver().fns.cuMemcpyPeerAsync)(
+                dst,
+                dst_ctx.raw(),
+                src,
+                src_ctx.raw(),
+                bytes,
+                self.raw,
+            )
+        };
+        self.check("cuMemcpyPeerAsync", r)
+    }
+
+    /// Sets `bytes` bytes at `dst` to `value`.
+    ///
+    /// # Safety
+    /// The range is valid device memory until the stream has passed the memset.
+    pub unsafe fn memset_d8(&self, dst: CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the range.
+        let r = unsafe { (self.ctx.driver().fns.cuMemsetD8Async)(dst, value, bytes, self.raw) };
+        self.check("cuMemsetD8Async", r)
+    }
+
+    /// Later work waits until the u32 at `addr` satisfies `cond` against `value`
+    /// (`cuStreamWaitValue32`). `addr` may be pinned host memory (its device address),
+    /// local device memory, or a peer's memory.
+    ///
+    /// # Safety
+    /// `addr` is 4-byte aligned and stays valid until the wait has passed. Someone must
+    /// eventually satisfy the condition, or the stream blocks forever.
+    pub unsafe fn wait_value32(&self, addr: CUdeviceptr, value: u32, cond: WaitCond) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the address.
+        let r = unsafe {
+            (self.ctx.driver().fns.cuStreamWaitValue32)(self.raw, addr, value, cond.flags())
+        };
+        self.check("cuStreamWaitValue32_v2", r)
+    }
+
+    /// Writes `value` to the u32 at `addr` once earlier work has finished, with a memory
+    /// barrier so the earlier work's writes are visible first (`cuStreamWriteValue32`).
+    ///
+    /// # Safety
+    /// As [`Stream::wait_value32`].
+    pub unsafe fn write_value32(&self, addr: CUdeviceptr, value: u32) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: the caller vouches for the address.
+        let r = unsafe {
+            (self.ctx.driver().fns.cuStreamWriteValue32)(
+                self.raw,
+                addr,
+                value,
+                CU_STREAM_WRITE_VALUE_DEFAULT,
+            )
+        };
+        self.check("cuStreamWriteValue32_v2", r)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        if let Ok(_g) = self.ctx.scope() {
+            // SAFETY: created by cuStreamCreate here and destroyed once; queued work still
+            // completes (the driver defers the release).
+            let _ = unsafe { (self.ctx.driver().fns.cuStreamDestroy)(self.raw) };
+        }
+    }
+}
+
+/// How an event is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventFlags {
+    /// Record timestamps (for [`Event::elapsed_ms`]); costs a little per record.
+    pub timing: bool,
+    /// Usable from another process through an IPC event handle (implies no timing).
+    pub interprocess: bool,
+    /// `synchronize` sleeps instead of spinning.
+    pub blocking_sync: bool,
+}
+
+/// A CUDA event, destroyed on drop.
+#[derive(Debug)]
+pub struct Event {
+    ctx: Arc<Context>,
+    raw: CUevent,
+}
+
+// SAFETY: a CUevent may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// A new event.
+    pub fn new(ctx: &Arc<Context>, flags: EventFlags) -> Result<Event> {
+        let _g = ctx.scope()?;
+        let drv = ctx.driver();
+        let mut f = CU_EVENT_DEFAULT;
+        if !flags.timing || flags.interprocess {
+            f |= CU_EVENT_DISABLE_TIMING;
+        }
+        if flags.interprocess {
+            f |= CU_EVENT_INTERPROCESS;
+        }
+        if flags.blocking_sync {
+            f |= CU_EVENT_BLOCKING_SYNC;
+        }
+        let mut raw: CUevent = std::ptr::null_mut();
+        // SAFETY: writes one CUevent; the context is current.
+        let r = unsafe { (drv.fns.cuEventCreate)(&mut raw, f) };
+        drv.check("cuEventCreate", r)?;
+        Ok(Event {
+            ctx: Arc::clone(ctx),
+            raw,
+        })
+    }
+
+    /// An event that records timestamps.
+    pub fn timing(ctx: &Arc<Context>) -> Result<Event> {
+        Self::new(
+            ctx,
+            EventFlags {
+                timing: true,
+                ..EventFlags::default()
+            },
+        )
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> CUevent {
+        self.raw
+    }
+
+    /// Records the event at the current end of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: both handles are live.
+        let r = unsafe { (self.ctx.driver().fns.cuEventRecord)(self.raw, stream.raw()) };
+        self.ctx.driver().check("cuEventRecord", r)
+    }
+
+    /// True when the recorded work has finished (or the event was never recorded).
+    pub fn query(&self) -> Result<bool> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: live handle.
+        let r = unsafe { (self.ctx.driver().fns.cuEventQuery)(self.raw) };
+        if r == CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        self.ctx.driver().check("cuEventQuery", r).map(|()| true)
+    }
+
+    /// Blocks until the recorded work has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: live handle.
+        let r = unsafe { (self.ctx.driver().fns.cuEventSynchronize)(self.raw) };
+        self.ctx.driver().check("cuEventSynchronize", r)
+    }
+
+    /// Milliseconds between two completed timing events.
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        let _g = start.ctx.scope()?;
+        let mut ms = 0f32;
+        // SAFETY: writes one float; both handles are live.
+        let r = unsafe { (start.ctx.driver().fns.cuEventElapsedTime)(&mut ms, start.raw, end.raw) };
+        start.ctx.driver().check("cuEventElapsedTime", r)?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Ok(_g) = self.ctx.scope() {
+            // SAFETY: created here, destroyed once.
+            let _ = unsafe { (self.ctx.driver().fns.cuEventDestroy)(self.raw) };
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The generated GPU kernel sources, compiled as host C++ and run on the CPU, against
+//! `ccl_cuda::host::reduce`: CI has no GPU, so this is where it checks the kernels' C++.
+//!
+//! Only the inline-PTX primitives are replaced (by host C++ with the same rounding); the rest
+//! of each kernel (narrow-float codecs, round-to-odd, NaN rules, vector/head/tail loops) is
+//! exactly the source NVRTC compiles. A launch becomes one "thread" covering every element.
+//! Skipped, with a message, where no `g++` is found.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ccl_cuda::cuda::source::{kernel_name, kernel_source_with, KernelOp};
+use ccl_cuda::host::reduce as host;
+use ccl_cuda::{DataType, ReduceKind};
+
+const HOST_INCLUDES: &str = "#include <cstring>\n#include <cmath>\n";
+
+const HOST_PRIMITIVES: &str = r#"
+#define __device__
+#define __global__
+struct ccl_dim3 { unsigned x, y, z; };
+static const ccl_dim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+static inline u32 f2u(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
+static inline float u2f(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
+static inline u64 d2u(double d) { u64 u; std::memcpy(&u, &d, 8); return u; }
+static inline double u2d(u64 u) { double d; std::memcpy(&d, &u, 8); return d; }
+static inline float add_f(float x, float y) { return x + y; }
+static inline float mul_f(float x, float y) { return x * y; }
+static inline float fma_f(float x, float y, float z) { return std::fmaf(x, y, z); }
+static inline double add_d(double x, double y) { return x + y; }
+static inline double sub_d(double x, double y) { return x - y; }
+static inline double mul_d(double x, double y) { return x * y; }
+static inline double div_d(double x, double y) { return x / y; }
+static inline double fma_d(double x, double y, double z) { return std::fma(x, y, z); }
+static inline double f2d(float x) { return (double)x; }
+static inline float d2f(double x) { return (float)x; }
+static inline float d2f_rz(double x) {
+  float f = (float)x;
+  if (std::fabs((double)f) > std::fabs(x)) f = std::nextafterf(f, 0.0f);
+  return f;
+}
+static inline double u64_to_d(u64 x) { return (double)x; }
+static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
+"#;
+
+type Zip = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, u64);
+type Map = unsafe extern "C" fn(*mut u8, *const u8, u64, u64);
+
+fn compile_all(dir: &Path) -> Option<PathBuf> {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: no g++ to compile the kernel sources for the host");
+        return None;
+    }
+    let mut files = Vec::new();
+    for dt in DataType::ALL {
+        for op in KernelOp::ALL {
+            let name = kernel_name(dt, op);
+            let src = format!(
+                "{HOST_INCLUDES}namespace ns_{name} {{\n{}\n}}\n",
+                kernel_source_with(dt, op, HOST_PRIMITIVES)
+            );
+            let path = dir.join(format!("{name}.cpp"));
+            std::fs::write(&path, src).unwrap();
+            files.push(path);
+        }
+    }
+    // Compile in parallel, one object per kernel, then link one shared library.
+    let jobs = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let chunks: Vec<Vec<PathBuf>> = files
+        .chunks(files.len().div_ceil(jobs))
+        .map(|c| c.to_vec())
+        .collect();
+    let handles: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            std::thread::spawn(move || {
+                for f in chunk {
+                    let out = Command::new("g++")
+                        .args([
+                            "-std=c++17",
+                            "-O1",
+                            "-fPIC",
+                            "-ffp-contract=off",
+                            "-fno-fast-math",
+                        ])
+                        .args([
+                            "-Wall",
+                            "-Wno-unknown-pragmas",
+                            "-Wno-unused-function",
+                            "-c",
+                        ])
+                        .arg(&f)
+                        .arg("-o")
+                        .arg(f.with_extension("o"))
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}: {}",
+                        f.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let lib = dir.join("libkernels.so");
+    let out = Command::new("g++")
+        .arg("-shared")
+        .args(files.iter().map(|f| f.with_extension("o")))
+        .arg("-o")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(lib)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Random elements with specials: every fp8 pair, every 16-bit value, and for 32/64-bit
+/// floats random bits mixed with specials, subnormals, and partners half an ulp away.
+fn inputs(dt: DataType, n: usize) -> (Vec<u8>, Vec<u8>) {
+    let size = dt.size();
+    let mut rng = Rng(dt as u64 + 1);
+    let (mut a, mut b) = (vec![0u8; n * size], vec![0u8; n * size]);
+    for i in 0..n {
+        let r = rng.next();
+        let (x, y): (u64, u64) = match size {
+            1 if i < 65536 => ((i & 0xff) as u64, (i >> 8) as u64),
+            2 if i < 65536 => (i as u64, r & 0xffff),
+            4 => {
+                let x = match r % 4 {
+                    0 => rng.next(),
+                    1 => [
+                        0u64,
+                        0x8000_0000,
+                        0x7f80_0000,
+                        0xff80_0000,
+                        0x7fc0_0000,
+                        0x7f80_0001,
+                        1,
+                        0x0080_0000,
+                        0x7f7f_ffff,
+                    ][(r >> 8) as usize % 9],
+                    _ => (rng.next() & 0x807f_ffff) | ((100 + (r >> 8) % 50) << 23),
+                } & 0xffff_ffff;
+                let e = ((x >> 23) & 0xff).saturating_sub(24).max(1);
+                let y = match (r >> 16) % 3 {
+                    0 => rng.next() & 0xffff_ffff,
+                    1 => (e << 23) | (rng.next() & 0x8000_0003),
+                    _ => x ^ (rng.next() & 0xf),
+                };
+                (x, y)
+            }
+            8 => {
+                let x = match r % 4 {
+                    0 => rng.next(),
+                    1 => [
+                        0u64,
+                        1 << 63,
+                        0x7ff0 << 48,
+                        0xfff0 << 48,
+                        0x7ff8 << 48,
+                        1,
+                        0x0010 << 48,
+                    ][(r >> 8) as usize % 7],
+                    _ => (rng.next() & 0x800f_ffff_ffff_ffff) | ((1000 + (r >> 8) % 50) << 52),
+                };
+                let e = ((x >> 52) & 0x7ff).saturating_sub(53).max(1);
+                let y = match (r >> 16) % 3 {
+                    0 => rng.next(),
+                    1 => (e << 52) | (rng.next() & 0x8000_0000_0000_0003),
+                    _ => x ^ (rng.next() & 0xf),
+                };
+                (x, y)
+            }
+            _ => (r, rng.next()),
+        };
+        a[i * size..(i + 1) * size].copy_from_slice(&x.to_le_bytes()[..size]);
+        b[i * size..(i + 1) * size].copy_from_slice(&y.to_le_bytes()[..size]);
+    }
+    (a, b)
+}
+
+fn same(dt: DataType, got: &[u8], want: &[u8]) -> Result<(), String> {
+    let size = dt.size();
+    for (i, (g, w)) in got.chunks(size).zip(want.chunks(size)).enumerate() {
+        if g == w {
+            continue;
+        }
+        if dt == DataType::Float64 {
+            let f = |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap());
+            if f(g).is_nan() && f(w).is_nan() {
+                continue;
+            }
+        }
+        return Err(format!("elem {i}: got {g:02x?} want {w:02x?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn generated_kernels_match_the_host_reference() {
+    let dir = std::env::temp_dir().join(format!("ccl-kernels-on-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(lib_path) = compile_all(&dir) else {
+        return;
+    };
+    // SAFETY: a library just built from our sources; its initialisers do nothing.
+    let lib = unsafe { libloading::Library::new(&lib_path) }.unwrap();
+    let n = 70_003;
+    let mut failures = Vec::new();
+    for dt in DataType::ALL {
+        let size = dt.size();
+        let (a, b) = inputs(dt, n);
+        let scalar = if dt.is_float() {
+            u64::from_le_bytes(host::from_f64(dt, 1.0 / 3.0))
+        } else {
+            0x8000_0003
+        };
+        for op in KernelOp::ALL {
+            let name = kernel_name(dt, op);
+            // Three layouts: aligned, dst one element off (scalar path), all one off (head).
+            for (oa, ob, od) in [(0usize, 0usize, 0usize), (0, 0, 1), (1, 1, 1)] {
+                let mut ab = vec![0u8; (n + 4) * size];
+                let mut bb = vec![0u8; (n + 4) * size];
+                let mut db = vec![0u8; (n + 4) * size];
+                // 16-byte aligned bases: Vec<u8> from the system allocator is; check it.
+                assert_eq!(ab.as_ptr() as usize % 16, 0);
+                ab[oa * size..(oa + n) * size].copy_from_slice(&a);
+                bb[ob * size..(ob + n) * size].copy_from_slice(&b);
+                let (pa, pb) = (ab[oa * size..].as_ptr(), bb[ob * size..].as_ptr());
+                let pd = db[od * size..].as_mut_ptr();
+                let mut want = vec![0u8; n * size];
+                let wp = want.as_mut_ptr();
+                let sc = scalar.to_le_bytes();
+                // SAFETY: every buffer holds n elements past its offset; `want` is disjoint.
+                unsafe {
+                    match op {
+                        KernelOp::Reduce(_) => {
+                            let k = match kernel_name(dt, op).split('_').nth(2) {
+                                Some("sum") => ReduceKind::Sum,
+                                Some("prod") => ReduceKind::Prod,
+                                Some("max") => ReduceKind::Max,
+                                _ => ReduceKind::Min,
+                            };
+                            host::reduce(dt, k, wp, pa, pb, n);
+                            let f: libloading::Symbol<Zip> = lib.get(name.as_bytes()).unwrap();
+                            f(pd, pa, pb, n as u64, 0);
+                        }
+                        KernelOp::PreMul => {
+                            host::premul(dt, wp, pa, n, sc.as_ptr());
+                            let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
+                            f(pd, pa, n as u64, scalar);
+                        }
+                        KernelOp::PreMulAdd => {
+                            host::premul_add(dt, wp, pa, pb, n, sc.as_ptr());
+                            let f: libloading::Symbol<Zip> = lib.get(name.as_bytes()).unwrap();
+                            f(pd, pa, pb, n as u64, scalar);
+                        }
+                        KernelOp::DivInt => {
+                            std::ptr::copy_nonoverlapping(pa, wp, n * size);
+                            host::div_int(dt, wp, n, 7);
+                            std::ptr::copy_nonoverlapping(pa, pd, n * size);
+                            let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
+                            f(pd, pd, n as u64, 7);
+                        }
+                    }
+                }
+                if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
+                    failures.push(format!("{name} offsets ({oa},{ob},{od}): {e}"));
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
