@@ -323,13 +323,18 @@ fn ncclCommInitRankScalable / pncclCommInitRankScalable(newcomm: *mut ncclComm_t
 }
 
 fn ncclCommInitAll / pncclCommInitAll(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_int) -> ncclResult_t {
-    let _ = devlist;
     guard(|| {
         if comms.is_null() {
             return Err(Error::invalid_argument("comms is NULL"));
         }
         let n = usize::try_from(ndev).ok().filter(|&n| n > 0).ok_or_else(|| Error::invalid_argument(format!("ndev {ndev} must be positive")))?;
-        let all = ccl::init_all(n)?;
+        let devs = if devlist.is_null() {
+            None
+        } else {
+            // SAFETY: a non-NULL devlist holds ndev device ordinals (caller contract).
+            Some(unsafe { std::slice::from_raw_parts(devlist, n) })
+        };
+        let all = ccl::init_all(n, devs)?;
         for (i, c) in all.into_iter().enumerate() {
             // SAFETY: the caller provides an array of ndev communicators.
             unsafe { *comms.add(i) = new_handle(c) };

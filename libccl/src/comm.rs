@@ -50,6 +50,14 @@ pub struct CommState {
     pub ctrl: Ctrl,
     pub links: Vec<Option<Box<dyn Link>>>,
     pub table: Vec<RankInfo>,
+
+    pub staging: Vec<u8>,
+}
+
+/// What issuing operations needs, under its own lock so the API thread never waits for the
+/// proxy that holds the links.
+#[derive(Debug, Clone, Default)]
+pub struct IssueState {
     /// Ring order from the topology search (rank 0's, so every rank agrees): ranks of one
     /// host are adjacent, so only two ring edges per host cross the network.
     pub ring: Vec<usize>,
@@ -57,7 +65,6 @@ pub struct CommState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
-    pub staging: Vec<u8>,
 }
 
 /// Shared part of a communicator.
@@ -71,8 +78,11 @@ pub struct CommInner {
     life: Mutex<Life>,
     async_error: Mutex<Option<Error>>,
     pub state: Mutex<Option<CommState>>,
+    pub issue: Mutex<IssueState>,
     splits: AtomicU64,
     redops: Mutex<Vec<Option<(Scalar, DataType)>>>,
+    /// The GPU engine, made at the first operation on device memory.
+    pub gpu: Mutex<Option<std::sync::Arc<crate::gpu::GpuEngine>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -89,19 +99,21 @@ impl std::fmt::Debug for Comm {
 pub const FIRST_USER_REDOP: i32 = 5;
 
 impl Comm {
-    fn new_inner(rank: usize, nranks: usize, config: CommConfig) -> Comm {
+    fn new_inner(rank: usize, nranks: usize, config: CommConfig, cuda_dev: i32) -> Comm {
         Comm(Arc::new(CommInner {
             rank,
             nranks,
-            cuda_dev: 0,
+            cuda_dev,
             config,
             abort: Arc::new(AtomicBool::new(false)),
             nonce: AtomicU64::new(0),
             life: Mutex::new(Life::Initializing),
             async_error: Mutex::new(None),
             state: Mutex::new(None),
+            issue: Mutex::new(IssueState::default()),
             splits: AtomicU64::new(0),
             redops: Mutex::new(Vec::new()),
+            gpu: Mutex::new(None),
         }))
     }
 
@@ -121,6 +133,18 @@ impl Comm {
         rank: i32,
         config: CommConfig,
     ) -> Result<(Comm, UniqueId)> {
+        Self::prepare_on(nranks, id, rank, config, None)
+    }
+
+    /// [`Comm::prepare`] on a given CUDA device (`ncclCommInitAll`'s device list); `None`
+    /// means the calling thread's current device, as NCCL does.
+    pub fn prepare_on(
+        nranks: i32,
+        id: &UniqueId,
+        rank: i32,
+        config: CommConfig,
+        device: Option<i32>,
+    ) -> Result<(Comm, UniqueId)> {
         crate::log::init();
         if nranks < 1 {
             return Err(Error::invalid_argument(format!(
@@ -133,7 +157,14 @@ impl Comm {
             )));
         }
         id.decode()?;
-        Ok((Comm::new_inner(rank as usize, nranks as usize, config), *id))
+        let dev = match device {
+            Some(d) if crate::gpu::available() => d,
+            _ => crate::gpu::current_device(),
+        };
+        Ok((
+            Comm::new_inner(rank as usize, nranks as usize, config, dev),
+            *id,
+        ))
     }
 
     /// Runs init to the end and records the outcome as the async error.
@@ -170,7 +201,8 @@ impl Comm {
         let listener = bootstrap::listen()?;
         let info = my_info(self.0.rank, &listener)?;
         let table = bootstrap::rendezvous(root, nonce, self.0.nranks, &info, &self.0.abort)?;
-        let state = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
+        let (state, issue) = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
+        *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
         let (ring, links) = self.describe();
         tracing::info!(
@@ -328,11 +360,13 @@ impl Comm {
             )
             .as_bytes(),
         );
-        let child = Comm::new_inner(new_rank, table.len(), config);
+        let child = Comm::new_inner(new_rank, table.len(), config, self.0.cuda_dev);
         child.0.nonce.store(nonce, Ordering::Relaxed);
-        let r = build_state(new_rank, table, &listener, nonce, &child.0.abort).map(|st| {
-            *child.0.state.lock() = Some(st);
-        });
+        let r =
+            build_state(new_rank, table, &listener, nonce, &child.0.abort).map(|(st, issue)| {
+                *child.0.issue.lock() = issue;
+                *child.0.state.lock() = Some(st);
+            });
         child.finish_init(r.clone());
         r.map(|()| Some(child))
     }
@@ -340,6 +374,7 @@ impl Comm {
     /// `ncclCommFinalize`: operations complete before calls return on this backend, so there
     /// is nothing left to flush; later operations are refused.
     pub fn finalize(&self) -> Result<()> {
+        crate::gpu::wait_idle(self)?;
         let mut life = self.0.life.lock();
         match *life {
             Life::Ready => {
@@ -357,6 +392,10 @@ impl Comm {
     /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
     /// and frees everything.
     pub fn destroy(&self) {
+        if crate::gpu::wait_idle(self).is_err() {
+            self.0.abort.store(true, Ordering::SeqCst);
+        }
+        crate::gpu::shutdown(self);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
             st.ctrl.say_bye();
@@ -368,6 +407,7 @@ impl Comm {
     /// connection without goodbye, so peers blocked on us fail at once.
     pub fn abort(&self) {
         self.0.abort.store(true, Ordering::SeqCst);
+        crate::gpu::shutdown(self);
         let mut guard = self.0.state.lock();
         guard.take();
         *self.0.life.lock() = Life::Gone;
@@ -375,11 +415,11 @@ impl Comm {
 
     /// The ring order and link kinds, for tests and logs: ("0,2,1,3", "1shm,2socket").
     pub fn describe(&self) -> (String, String) {
+        let ring = self.0.issue.lock().ring.clone();
         let g = self.0.state.lock();
         match g.as_ref() {
             Some(st) => {
-                let ring = st
-                    .ring
+                let ring = ring
                     .iter()
                     .map(|r| r.to_string())
                     .collect::<Vec<_>>()
@@ -460,7 +500,7 @@ fn build_state(
     listener: &TcpListener,
     nonce: u64,
     abort: &AtomicBool,
-) -> Result<CommState> {
+) -> Result<(CommState, IssueState)> {
     let n = table.len();
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
@@ -517,15 +557,19 @@ fn build_state(
     }
     result?;
     let ring = agree_ring(rank, &table, &mut ctrl, abort)?;
-    Ok(CommState {
-        ctrl,
-        links,
-        ring,
-        table,
-        coll_seq: 0,
-        p2p_seqs: vec![(0, 0); n],
-        staging: Vec::new(),
-    })
+    Ok((
+        CommState {
+            ctrl,
+            links,
+            table,
+            staging: Vec::new(),
+        },
+        IssueState {
+            ring,
+            coll_seq: 0,
+            p2p_seqs: vec![(0, 0); n],
+        },
+    ))
 }
 
 /// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local

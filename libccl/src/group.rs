@@ -172,11 +172,48 @@ struct CommRun<'a> {
     left_grace: bool,
 }
 
-fn build_plans(comm: &Comm, state: &mut CommState, tasks: &[Task]) -> Result<Vec<Plan>> {
+/// A plan before its buffers are final: sequence numbers are taken when the operations are
+/// issued (all ranks count alike), plans are built when they run (the GPU path stages device
+/// buffers through host memory first).
+#[derive(Debug, Clone)]
+pub(crate) enum PlanSpec {
+    Coll {
+        task: Task,
+        sched: ccl_collectives::Schedule,
+        seq: u64,
+    },
+    P2p {
+        tasks: Vec<Task>,
+        seqs: Vec<(u64, u64)>,
+    },
+}
+
+impl PlanSpec {
+    /// The operations' buffers, for staging.
+    pub(crate) fn tasks_mut(&mut self) -> &mut [Task] {
+        match self {
+            PlanSpec::Coll { task, .. } => std::slice::from_mut(task),
+            PlanSpec::P2p { tasks, .. } => tasks,
+        }
+    }
+
+    pub(crate) fn build(&self, rank: usize, n: usize) -> Result<Plan> {
+        match self {
+            PlanSpec::Coll { task, sched, seq } => Plan::collective(task, sched, rank, n, *seq),
+            PlanSpec::P2p { tasks, seqs } => Plan::p2p(tasks, rank, n, &mut seqs.clone()),
+        }
+    }
+}
+
+pub(crate) fn plan_specs(
+    comm: &Comm,
+    state: &mut crate::comm::IssueState,
+    tasks: &[Task],
+) -> Result<Vec<PlanSpec>> {
     let rank = comm.rank();
     let n = comm.nranks();
     let allowed = params::list_filter(&params::NCCL_ALGO.get_str());
-    let mut plans = Vec::new();
+    let mut specs = Vec::new();
     let mut p2p = Vec::new();
     for t in tasks {
         match t.kind {
@@ -200,18 +237,52 @@ fn build_plans(comm: &Comm, state: &mut CommState, tasks: &[Task]) -> Result<Vec
                     Err(e) => return Err(e.into()),
                 };
                 state.coll_seq += 1;
-                plans.push(Plan::collective(t, &sched, rank, n, state.coll_seq)?);
+                specs.push(PlanSpec::Coll {
+                    task: *t,
+                    sched,
+                    seq: state.coll_seq,
+                });
             }
             TaskKind::Send { .. } | TaskKind::Recv { .. } => p2p.push(*t),
         }
     }
     if !p2p.is_empty() {
-        plans.push(Plan::p2p(&p2p, rank, n, &mut state.p2p_seqs)?);
+        let seqs = state.p2p_seqs.clone();
+        for t in &p2p {
+            match t.kind {
+                TaskKind::Send { peer } if peer != rank => state.p2p_seqs[peer].0 += 1,
+                TaskKind::Recv { peer } if peer != rank => state.p2p_seqs[peer].1 += 1,
+                _ => {}
+            }
+        }
+        specs.push(PlanSpec::P2p { tasks: p2p, seqs });
     }
-    Ok(plans)
+    Ok(specs)
 }
 
-/// Runs a group's operations to completion.
+/// Runs one communicator's plans to completion on the calling thread (the GPU proxy).
+pub(crate) fn run_plans(comm: &Comm, state: &mut CommState, plans: Vec<Plan>) -> Result<()> {
+    let mut runs = [CommRun {
+        comm: comm.clone(),
+        state,
+        plans,
+        cur: 0,
+        failed: None,
+        left_grace: false,
+    }];
+    drive(&mut runs);
+    match runs[0].failed.take() {
+        Some(e) => {
+            comm.set_async_error(&e);
+            runs[0].state.ctrl.notify_error(&e);
+            Err(e)
+        }
+        None => Ok(()),
+    }
+}
+
+/// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
+/// and ordered on the caller's streams; otherwise they run here to completion.
 fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // Group by communicator, keeping call order, and lock communicators in address order so
     // two threads running groups over the same communicators cannot deadlock.
@@ -226,13 +297,26 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
         }
     }
     comms.sort_by_key(|(c, _)| std::sync::Arc::as_ptr(&c.0) as usize);
-    let mut guards: Vec<_> = comms.iter().map(|(c, _)| c.0.state.lock()).collect();
-    let mut runs = Vec::with_capacity(comms.len());
-    for ((comm, tasks), guard) in comms.iter().zip(guards.iter_mut()) {
+    let mut host = Vec::new();
+    for (comm, tasks) in comms {
+        if crate::gpu::wants_gpu(&comm, &tasks)? {
+            crate::gpu::submit(&comm, tasks)?;
+        } else {
+            crate::gpu::wait_idle(&comm)?;
+            host.push((comm, tasks));
+        }
+    }
+    let mut guards: Vec<_> = host.iter().map(|(c, _)| c.0.state.lock()).collect();
+    let mut runs = Vec::with_capacity(host.len());
+    for ((comm, tasks), guard) in host.iter().zip(guards.iter_mut()) {
         let state = guard
             .as_mut()
             .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
-        let plans = build_plans(comm, state, tasks)?;
+        let (rank, n) = (comm.rank(), comm.nranks());
+        let plans = plan_specs(comm, &mut comm.0.issue.lock(), tasks)?
+            .iter()
+            .map(|s| s.build(rank, n))
+            .collect::<Result<Vec<_>>>()?;
         runs.push(CommRun {
             comm: comm.clone(),
             state,

@@ -5,6 +5,7 @@ pub mod bootstrap;
 pub mod comm;
 pub mod error;
 pub mod exec;
+pub mod gpu;
 pub mod group;
 pub mod log;
 pub mod params;
@@ -41,7 +42,7 @@ pub fn get_unique_id() -> Result<UniqueId> {
 }
 
 /// `ncclCommInitAll`: `ndev` ranks in this process, initialised concurrently.
-pub fn init_all(ndev: usize) -> Result<Vec<Comm>> {
+pub fn init_all(ndev: usize, devices: Option<&[i32]>) -> Result<Vec<Comm>> {
     if ndev == 0 {
         return Err(Error::invalid_argument("ncclCommInitAll with ndev 0"));
     }
@@ -50,7 +51,10 @@ pub fn init_all(ndev: usize) -> Result<Vec<Comm>> {
     let mut comms = Vec::with_capacity(ndev);
     let mut inits = Vec::with_capacity(ndev);
     for r in 0..n {
-        let (c, id) = Comm::prepare(n, &id, r, CommConfig::blocking())?;
+        let dev = devices
+            .and_then(|d| d.get(r as usize).copied())
+            .unwrap_or(r);
+        let (c, id) = Comm::prepare_on(n, &id, r, CommConfig::blocking(), Some(dev))?;
         inits.push((c.clone(), id));
         comms.push(c);
     }
