@@ -296,6 +296,9 @@ impl Comm {
                 "split color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
             )));
         }
+        // Queued GPU operations first: their proxy needs the state lock this allgather holds,
+        // and a peer's proxy may be waiting for ours.
+        crate::gpu::wait_idle(self)?;
         let n = self.0.splits.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.0.state.lock();
         let state = guard

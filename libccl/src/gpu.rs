@@ -130,7 +130,13 @@ fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     if let Some(e) = slot.as_ref() {
         return Ok(e.clone());
     }
+    // Context::new leaves the device's context current; the caller's thread (a `-g N` driver
+    // switching between devices, or PyTorch) must keep the one it had.
+    let prev = cuda::current_device().ok().flatten();
     let ctx = Context::new(comm.0.cuda_dev).map_err(cuda_err)?;
+    if let Some(d) = prev.filter(|&d| d != comm.0.cuda_dev) {
+        Context::new(d).map_err(cuda_err)?;
+    }
     let start = Arc::new(Slots::new(&ctx)?);
     let done = Arc::new(Slots::new(&ctx)?);
     let (tx, rx) = crossbeam::channel::unbounded();
@@ -272,7 +278,7 @@ struct Proxy {
     start: Arc<Slots>,
     done: Arc<Slots>,
     completed: Arc<AtomicU32>,
-    staging: Option<(PinnedBuffer, Stream)>,
+    staging: Option<(Vec<u8>, Stream)>,
 }
 
 // SAFETY: moved once into the proxy thread; pinned memory and CUDA handles may be used from
@@ -329,28 +335,27 @@ impl Proxy {
         Ok(())
     }
 
+    /// Host staging memory, grown as needed. Pageable on purpose: allocating or freeing
+    /// pinned memory can synchronise the device, whose streams may be waiting on this very
+    /// proxy, which would deadlock.
     fn staging(&mut self, bytes: usize) -> Result<(*mut u8, &Stream)> {
         let need = bytes.max(4096);
-        let grow = match &self.staging {
-            Some((b, _)) => b.len() < need,
-            None => true,
-        };
-        if grow {
-            let stream = match self.staging.take() {
-                Some((_, s)) => s,
-                None => Stream::with_flags(&self.ctx, true).map_err(cuda_err)?,
-            };
-            let cap = need.next_power_of_two();
-            let buf = PinnedBuffer::new(&self.ctx, cap).map_err(cuda_err)?;
-            self.staging = Some((buf, stream));
+        if self.staging.is_none() {
+            let stream = Stream::with_flags(&self.ctx, true).map_err(cuda_err)?;
+            self.staging = Some((Vec::new(), stream));
         }
-        match &self.staging {
-            Some((b, s)) => Ok((b.as_ptr(), s)),
+        match &mut self.staging {
+            Some((b, s)) => {
+                if b.len() < need {
+                    b.resize(need.next_power_of_two(), 0);
+                }
+                Ok((b.as_mut_ptr(), &*s))
+            }
             None => Err(Error::internal("staging buffer missing")),
         }
     }
 
-    /// Copies device inputs into pinned host memory and points the tasks at it. Returns the
+    /// Copies device inputs into host memory and points the tasks at it. Returns the
     /// (device, host, bytes) ranges to copy back afterwards.
     fn stage(
         &mut self,

@@ -1,0 +1,124 @@
+"""PyTorch collectives and a small DDP run, for comparing libccl with NVIDIA NCCL bit for bit.
+
+Run under torchrun with 2 ranks, once with NVIDIA's NCCL and once with
+LD_PRELOAD=.../libnccl.so.2 (libccl). Each rank saves every result tensor and the DDP losses to
+$CCL_TORCH_OUT/<tag>_rank<r>.pt; tests/gpu/torch_compare.py compares two tags.
+"""
+import ctypes
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def nccl_version():
+    lib = ctypes.CDLL("libnccl.so.2")
+    v = ctypes.c_int(0)
+    lib.ncclGetVersion(ctypes.byref(v))
+    return v.value
+
+
+def main():
+    tag = sys.argv[1]
+    out_dir = os.environ.get("CCL_TORCH_OUT", "/tmp")
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+    if rank == 0:
+        print(f"[{tag}] ncclGetVersion from the loaded libnccl.so.2: {nccl_version()}", flush=True)
+    res = {}
+    trace = os.environ.get("CCL_TORCH_TRACE") == "1"
+
+    class Traced(dict):
+        def __setitem__(self, k, v):
+            if trace:
+                torch.cuda.synchronize()
+                print(f"[{tag}] rank {rank}: {k} ok", flush=True)
+            super().__setitem__(k, v)
+
+    res = Traced()
+    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+
+    def rnd(n, dt):
+        return torch.randn(n, generator=g).to(dt).to(dev)
+
+    dts = () if os.environ.get("CCL_TORCH_ONLY_DDP") == "1" else (torch.float32, torch.bfloat16, torch.float16)
+    for dt in dts:
+        name = str(dt).split(".")[1]
+        n = 1 << 16
+        x = rnd(n * world, dt)
+        y = x.clone()
+        dist.all_reduce(y)
+        res[f"all_reduce_{name}"] = y
+        y = x.clone()
+        dist.all_reduce(y, op=dist.ReduceOp.MAX)
+        res[f"all_reduce_max_{name}"] = y
+        y = x.clone()
+        dist.all_reduce(y, op=dist.ReduceOp.AVG)
+        res[f"all_reduce_avg_{name}"] = y
+        y = x.clone()
+        dist.broadcast(y, src=1)
+        res[f"broadcast_{name}"] = y
+        y = x.clone()
+        dist.reduce(y, dst=0)
+        res[f"reduce_{name}"] = y if rank == 0 else x
+        y = torch.empty(n * world * world, dtype=dt, device=dev)
+        dist.all_gather_into_tensor(y, x)
+        res[f"all_gather_{name}"] = y
+        y = torch.empty(n, dtype=dt, device=dev)
+        dist.reduce_scatter_tensor(y, x)
+        res[f"reduce_scatter_{name}"] = y
+        y = torch.empty_like(x)
+        dist.all_to_all_single(y, x)
+        res[f"all_to_all_{name}"] = y
+        y = torch.empty_like(x)
+        peer = (rank + 1) % world
+        if rank == 0:
+            dist.send(x, dst=peer)
+            dist.recv(y, src=peer)
+        else:
+            dist.recv(y, src=(rank - 1) % world)
+            dist.send(x, dst=(rank - 1) % world)
+        res[f"send_recv_{name}"] = y
+        y = torch.empty_like(x)
+        ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, (rank - 1) % world)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        res[f"batch_isend_irecv_{name}"] = y
+    dist.barrier()
+    sub = dist.new_group([0, 1])
+    y = torch.full((1000,), float(rank + 1), device=dev)
+    dist.all_reduce(y, group=sub)
+    res["new_group_all_reduce"] = y
+
+    # DDP: a small MLP, 200 steps, fixed seeds and data.
+    torch.manual_seed(7)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    ).to(dev)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    dg = torch.Generator(device="cpu").manual_seed(99 + rank)
+    losses = []
+    for _ in range(200):
+        xb = torch.randn(64, 256, generator=dg).to(dev)
+        yb = torch.randint(0, 10, (64,), generator=dg).to(dev)
+        loss = torch.nn.functional.cross_entropy(ddp(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    res["ddp_losses"] = torch.stack(losses)
+    torch.cuda.synchronize()
+    torch.save({k: v.cpu() for k, v in res.items()}, f"{out_dir}/{tag}_rank{rank}.pt")
+    if rank == 0:
+        print(f"[{tag}] done: {len(res)} results, final DDP loss {losses[-1].item():.6f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
