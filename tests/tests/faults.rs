@@ -12,6 +12,11 @@ const INVALID_ARGUMENT: i64 = 4;
 const INVALID_USAGE: i64 = 5;
 const REMOTE_ERROR: i64 = 6;
 
+/// Where rank `r`'s stderr goes (a file, so a chatty rank can never block on a full pipe).
+fn err_path(port: u16, r: usize) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("ccl-faults-{port}-{r}.err"))
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -24,6 +29,7 @@ struct RankOut {
     status: Option<i32>,
     fields: HashMap<String, String>,
     stdout: String,
+    stderr: String,
 }
 
 /// Runs `n` ranks of `scenario`; kills everything still running after `limit`.
@@ -50,7 +56,9 @@ fn run_with(
                 .env("NCCL_SOCKET_IFNAME", "lo")
                 .env("CCL_BOOTSTRAP_TIMEOUT_S", "30")
                 .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
+                .stderr(Stdio::from(
+                    std::fs::File::create(err_path(port, r)).unwrap(),
+                ));
             for (k, v) in extra_env {
                 c.env(k, v);
             }
@@ -69,6 +77,9 @@ fn run_with(
                     let mut s = String::new();
                     use std::io::Read;
                     ch.stdout.take().unwrap().read_to_string(&mut s).unwrap();
+                    let err = std::fs::read_to_string(err_path(port, i)).unwrap_or_default();
+                    let _ = std::fs::remove_file(err_path(port, i));
+                    eprint!("{err}");
                     let fields = s
                         .lines()
                         .flat_map(|l| l.split_whitespace())
@@ -79,6 +90,7 @@ fn run_with(
                         status: st.code(),
                         fields,
                         stdout: s,
+                        stderr: err,
                     });
                 }
             }
@@ -157,13 +169,26 @@ fn silent_peer_times_out_with_ccl_timeout_s() {
     let outs = run(
         "silent",
         2,
-        &[("CCL_TIMEOUT_S", "2")],
+        &[
+            ("CCL_TIMEOUT_S", "3"),
+            ("CCL_WARN_STUCK_S", "1"),
+            ("NCCL_DEBUG", "WARN"),
+        ],
         Duration::from_secs(60),
     );
     let o = &outs[0];
+    assert!(
+        o.stderr.contains("has made no progress") && o.stderr.contains("waiting on ranks [1]"),
+        "the stuck-operation warning names the operation and the peer: {}",
+        o.stderr
+    );
     assert_eq!(code(o, "result"), SYSTEM_ERROR, "{}", o.stdout);
     let ms = code(o, "elapsed_ms");
-    assert!((2000..6000).contains(&ms), "timed out after {ms} ms");
+    assert!(
+        (3000..7000).contains(&ms),
+        "timed out after {ms} ms: {}",
+        o.stdout
+    );
     assert!(o.stdout.contains("CCL_TIMEOUT_S"), "{}", o.stdout);
 }
 
