@@ -60,27 +60,44 @@ fn large_clusters_hold_the_invariants() {
     }
 }
 
+fn cluster_summary(name: &str, sys: &System) -> String {
+    let mut out = String::new();
+    for hosts in [16, 128] {
+        let plan = plan_cluster(sys, hosts, &TopoConfig::default()).unwrap();
+        let ch = &plan.channels[0];
+        let head: Vec<String> = ch.ring.iter().take(12).map(|r| r.to_string()).collect();
+        out.push_str(&format!(
+            "{name} x{hosts}: {} ranks, {} channels, intra {} GB/s, inter {} GB/s, ring0 {} ..., tree0 root {} tree1 root {}\n",
+            plan.nranks,
+            plan.channels.len(),
+            types::round_bw(ch.bw_intra),
+            types::round_bw(ch.bw_inter.unwrap_or(0.0)),
+            head.join(" "),
+            plan.channels[0].tree.root,
+            plan.channels.get(1).map(|c| c.tree.root).unwrap_or(0),
+        ));
+    }
+    out
+}
+
+/// Synthetic files always; the shared real files in their own snapshot, only where this
+/// checkout has `../shared` (CI does), so a checkout without it still passes.
 #[test]
 fn cluster_summaries() {
-    let mut out = String::new();
+    let mut synthetic = String::new();
+    let mut shared = String::new();
     for (name, sys) in all() {
-        for hosts in [16, 128] {
-            let plan = plan_cluster(&sys, hosts, &TopoConfig::default()).unwrap();
-            let ch = &plan.channels[0];
-            let head: Vec<String> = ch.ring.iter().take(12).map(|r| r.to_string()).collect();
-            out.push_str(&format!(
-                "{name} x{hosts}: {} ranks, {} channels, intra {} GB/s, inter {} GB/s, ring0 {} ..., tree0 root {} tree1 root {}\n",
-                plan.nranks,
-                plan.channels.len(),
-                types::round_bw(ch.bw_intra),
-                types::round_bw(ch.bw_inter.unwrap_or(0.0)),
-                head.join(" "),
-                plan.channels[0].tree.root,
-                plan.channels.get(1).map(|c| c.tree.root).unwrap_or(0),
-            ));
+        let part = cluster_summary(name, &sys);
+        if common::SYNTHETIC.contains(&name) {
+            synthetic.push_str(&part);
+        } else {
+            shared.push_str(&part);
         }
     }
-    insta::assert_snapshot!("cluster-summaries", out);
+    insta::assert_snapshot!("cluster-summaries-synthetic", synthetic);
+    if common::shared_dir().is_some() {
+        insta::assert_snapshot!("cluster-summaries-shared", shared);
+    }
 }
 
 #[test]
