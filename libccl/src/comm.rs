@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ccl_cuda::DataType;
+use ccl_transports::mpt::CcKind;
+use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::shm::{ShmLink, ShmRing, DEFAULT_SLOTS};
 use ccl_transports::socket::SocketLink;
 use ccl_transports::Link;
@@ -505,9 +507,20 @@ fn build_state(
     abort: &AtomicBool,
 ) -> Result<(CommState, IssueState)> {
     let n = table.len();
+    // Transport per peer from the topology search (shared memory on one host unless
+    // NCCL_SHM_DISABLE; the network otherwise); host identity alone if the search fails. Both
+    // sides decide alike: same table, same settings.
+    let plan = topo_plan(&table);
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
-    let use_shm = |j: usize| shm_ok && j != rank && table[j].host_id == my_host;
+    let use_shm = |j: usize| {
+        use ccl_topology::plan::Transport;
+        j != rank
+            && match plan.as_ref().and_then(|p| p.transport(rank, j)) {
+                Some(t) => matches!(t.transport, Transport::Shm | Transport::P2p(_)),
+                None => shm_ok && table[j].host_id == my_host,
+            }
+    };
     let (mut ctrl, data) =
         bootstrap::connect_mesh(rank, &table, listener, nonce, &|j| !use_shm(j), abort)?;
     let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
@@ -515,9 +528,16 @@ fn build_state(
         .get_i64()
         .clamp(4096, 64 << 20) as usize
         & !63;
+    // Between hosts: TCP links, or the multipath transport when CCL_NET / NCCL_NET says
+    // `mpt` (it sets itself up over the data stream, in ascending peer order on every rank,
+    // so the blocking hello exchange cannot deadlock).
+    let mpt = mpt_link_config(frame, rank)?;
     for (j, s) in data.into_iter().enumerate() {
         if let Some(s) = s {
-            links[j] = Some(Box::new(SocketLink::new(s, frame)?));
+            links[j] = Some(match &mpt {
+                Some(cfg) => Box::new(MptLink::over_tcp(s, cfg.clone())?),
+                None => Box::new(SocketLink::new(s, frame)?),
+            });
         }
     }
     // Shared memory: each rank creates its incoming ring per local peer, sends the name,
@@ -575,6 +595,44 @@ fn build_state(
     ))
 }
 
+/// The multipath link settings when `CCL_NET` (else `NCCL_NET`) selects `mpt`; `None` for
+/// the TCP socket transport (the default).
+fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
+    let mut net = params::CCL_NET.get_str();
+    if net.trim().is_empty() {
+        net = params::NCCL_NET.get_str();
+    }
+    match net.trim().to_ascii_lowercase().as_str() {
+        "" | "socket" => return Ok(None),
+        "mpt" => {}
+        other => {
+            return Err(Error::invalid_argument(format!(
+                "CCL_NET/NCCL_NET={other:?}: expected socket or mpt"
+            )))
+        }
+    }
+    let cc = params::CCL_MPT_CC
+        .get_str()
+        .parse::<CcKind>()
+        .map_err(|e| Error::invalid_argument(format!("CCL_MPT_CC: {e}")))?;
+    let drop_rate = params::CCL_MPT_DROP
+        .get_str()
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=1.0).contains(p))
+        .ok_or_else(|| Error::invalid_argument("CCL_MPT_DROP must be a fraction in [0, 1]"))?;
+    Ok(Some(MptLinkConfig {
+        paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
+        max_frame: frame,
+        drop_rate,
+        cc,
+        // Loss injection is seeded per process so ranks drop different datagrams.
+        seed: u64::from(std::process::id()) << 16 ^ rank as u64,
+        ..MptLinkConfig::default()
+    }))
+}
+
 /// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local
 /// discovery differs cannot end up with different rings.
 fn agree_ring(
@@ -612,29 +670,21 @@ fn agree_ring(
     }
 }
 
-/// Channel 0's ring from the topology search over this host's system (discovered once per
-/// process); rank order if the search fails.
-fn search_ring(table: &[RankInfo]) -> Vec<usize> {
+/// The topology search over this host's system (discovered once per process) for the
+/// ranks of `table`; `None` (with a warning) when discovery or the search fails.
+fn topo_plan(table: &[RankInfo]) -> Option<ccl_topology::plan::Plan> {
     use ccl_topology::plan::{plan, HostSystems, RankInfo as TopoRank};
     static SYSTEM: std::sync::OnceLock<Option<ccl_topology::System>> = std::sync::OnceLock::new();
-    let identity: Vec<usize> = (0..table.len()).collect();
-    let cfg = match ccl_topology::TopoConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!("topology settings: {e}; using rank order");
-            return identity;
-        }
-    };
-    let Some(sys) = SYSTEM
+    let cfg = ccl_topology::TopoConfig::from_env()
+        .inspect_err(|e| tracing::warn!("topology settings: {e}"))
+        .ok()?;
+    let sys = SYSTEM
         .get_or_init(|| {
             ccl_topology::discover::system(&cfg)
-                .inspect_err(|e| tracing::warn!("topology discovery failed, using rank order: {e}"))
+                .inspect_err(|e| tracing::warn!("topology discovery failed: {e}"))
                 .ok()
         })
-        .clone()
-    else {
-        return identity;
-    };
+        .clone()?;
     let ranks: Vec<TopoRank> = table
         .iter()
         .map(|i| TopoRank {
@@ -643,17 +693,18 @@ fn search_ring(table: &[RankInfo]) -> Vec<usize> {
             numa: None,
         })
         .collect();
-    match plan(&ranks, &HostSystems::uniform(sys), &cfg) {
-        Ok(p) => match p.channels.first() {
-            Some(c) if c.ring.len() == table.len() => {
-                tracing::info!("ring order {:?}", c.ring);
-                c.ring.clone()
-            }
-            _ => identity,
-        },
-        Err(e) => {
-            tracing::warn!("topology search failed, using rank order: {e}");
-            identity
+    plan(&ranks, &HostSystems::uniform(sys), &cfg)
+        .inspect_err(|e| tracing::warn!("topology search failed: {e}"))
+        .ok()
+}
+
+/// Channel 0's ring from the topology search; rank order if the search fails.
+fn search_ring(table: &[RankInfo]) -> Vec<usize> {
+    match topo_plan(table).as_ref().and_then(|p| p.channels.first()) {
+        Some(c) if c.ring.len() == table.len() => {
+            tracing::info!("ring order {:?}", c.ring);
+            c.ring.clone()
         }
+        _ => (0..table.len()).collect(),
     }
 }

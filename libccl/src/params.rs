@@ -45,6 +45,11 @@ params! {
     CCL_DEVICE = ("CCL_DEVICE", "", "Backend: host (no GPU) or cuda; default: host on this build.");
     CCL_SHM_SLOT_BYTES = ("CCL_SHM_SLOT_BYTES", "262144", "Bytes per shared-memory ring slot (largest frame).");
     CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "524288", "Largest frame on a TCP link.");
+    CCL_NET = ("CCL_NET", "", "Transport between hosts: socket (TCP, default) or mpt (UDP multipath); overrides NCCL_NET.");
+    CCL_MPT_DROP = ("CCL_MPT_DROP", "0", "mpt: fraction of outgoing UDP datagrams dropped at random (loss injection for tests and demos).");
+    CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");
+    CCL_MPT_CC = ("CCL_MPT_CC", "cubic", "mpt: congestion control: cubic, swift, eqds or none.");
+    CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: progress engine threads per link (only 1 is implemented so far).");
     CCL_RANK = ("CCL_RANK", "", "Rank of this process for manually launched ccl-perf.");
     CCL_NRANKS = ("CCL_NRANKS", "", "Number of ranks for manually launched ccl-perf.");
 }
