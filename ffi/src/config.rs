@@ -188,7 +188,10 @@ pub struct ncclSimInfo_t {
 }
 
 /// Checks a `ncclSimInfo_t` pointer.
-pub fn sim_info<'a>(p: *mut ncclSimInfo_t) -> ccl::Result<Option<&'a mut ncclSimInfo_t>> {
+///
+/// # Safety
+/// `p` is NULL or points at a caller's `ncclSimInfo_t`.
+pub unsafe fn sim_info<'a>(p: *mut ncclSimInfo_t) -> ccl::Result<Option<&'a mut ncclSimInfo_t>> {
     // SAFETY: NULL or a caller-provided struct of at least the 2.19 size (24 bytes).
     let Some(info) = (unsafe { p.as_mut() }) else {
         return Ok(None);

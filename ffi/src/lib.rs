@@ -488,7 +488,8 @@ fn ncclGroupEnd / pncclGroupEnd() -> ncclResult_t {
 fn ncclGroupSimulateEnd / pncclGroupSimulateEnd(sim_info: *mut config::ncclSimInfo_t) -> ncclResult_t {
     guard(|| {
         let est = ccl::group::simulate_end()?;
-        if let Some(info) = config::sim_info(sim_info)? {
+        // SAFETY: forwarded caller contract.
+        if let Some(info) = unsafe { config::sim_info(sim_info) }? {
             info.estimatedTime = est as f32;
         }
         Ok(())

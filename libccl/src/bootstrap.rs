@@ -292,7 +292,7 @@ fn run_root(listener: TcpListener, nonce: u64) -> Result<()> {
     let mut nranks: Option<usize> = None;
     let mut conns: Vec<(TcpStream, RankInfo)> = Vec::new();
     let mut failure: Option<String> = None;
-    while nranks.is_none_or(|n| conns.len() < n) && failure.is_none() {
+    while nranks.map_or(true, |n| conns.len() < n) && failure.is_none() {
         if Instant::now() > deadline {
             failure = Some(format!(
                 "only {} of {:?} ranks reached the root in time",

@@ -624,42 +624,40 @@ fn recv_op(
             )));
         }
         if n > 0 {
-            match op.kind {
-                // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at
-                // enqueue; `data` is the link's frame, disjoint from user memory.
-                XKind::Recv { dst } => unsafe {
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n)
-                },
-                XKind::RecvReduce {
-                    local,
-                    dst,
-                    fused: false,
-                } => unsafe {
-                    reduce::reduce(
+            // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at enqueue
+            // (or plan-owned); `data` is the link's frame, disjoint from user memory; `scalar`
+            // holds one element of `dtype`.
+            unsafe {
+                match op.kind {
+                    XKind::Recv { dst } => {
+                        std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n)
+                    }
+                    XKind::RecvReduce {
+                        local,
+                        dst,
+                        fused: false,
+                    } => reduce::reduce(
                         dtype,
                         arith,
                         dst.add(op.done),
                         data.as_ptr(),
                         local.add(op.done),
                         n / size,
-                    )
-                },
-                // SAFETY: as above; `scalar` holds one element of `dtype`.
-                XKind::RecvReduce {
-                    local,
-                    dst,
-                    fused: true,
-                } => unsafe {
-                    reduce::premul_add(
+                    ),
+                    XKind::RecvReduce {
+                        local,
+                        dst,
+                        fused: true,
+                    } => reduce::premul_add(
                         dtype,
                         dst.add(op.done),
                         local.add(op.done),
                         data.as_ptr(),
                         n / size,
                         scalar.as_ptr(),
-                    )
-                },
-                _ => {}
+                    ),
+                    _ => {}
+                }
             }
         }
         op.done += n;

@@ -1,18 +1,21 @@
-//! The GPU path, first version: operations on device buffers are ordered with the caller's
-//! CUDA streams by flags in pinned host memory and carried out by a proxy thread per
-//! communicator (DESIGN.md invariant 2), so API calls return at once.
+//! The GPU path: operations on device buffers are ordered with the caller's CUDA streams by
+//! flags in pinned host memory and carried out by a proxy thread per communicator (DESIGN.md
+//! invariant 2), so API calls return at once.
 //!
-//! For each group the caller's stream gets exactly two stream memory operations: it writes
-//! the operation's start slot (everything queued before it on the stream has finished) and
-//! waits on its done slot. The proxy polls the start slot, stages the device buffers through
-//! pinned host memory, runs the same plans as the host backend over the shm/socket links,
-//! copies the results back and writes the done slot. Slots are per operation (a ring of
-//! `SLOTS`), so operations on different streams of one communicator cannot release each
-//! other early. Host callbacks are never used and nothing waits inside one.
+//! For each group the caller's stream gets, in order: copies of the device inputs into a
+//! pinned staging chunk, a write of the operation's start slot, a wait on its done slot, and
+//! copies of the results back to the device buffers. The proxy polls the start slot, runs the
+//! same plans as the host backend over the shm/socket links on the staged host memory, and
+//! writes the done slot. The proxy makes no CUDA call at all: a proxy-side copy could sit in a
+//! hardware queue behind a stream that is blocked on the proxy itself (streams share a few
+//! hardware queues), which deadlocks. Slots are per operation (a ring of `SLOTS`), so
+//! operations on different streams of one communicator cannot release each other early. Host
+//! callbacks are never used.
 //!
-//! Staging keeps NCCL's in-place aliasing: overlapping device ranges are staged as one host
-//! range. Moving the data on copy engines between GPUs (cuda-ipc) replaces the staging in a
-//! later step; the ordering machinery stays.
+//! Staging keeps NCCL's semantics: overlapping device ranges of a group (in-place calls, or one
+//! operation's output feeding the next) share one host range, so operations see each other's
+//! results in call order. Moving data on copy engines between GPUs (cuda-ipc) replaces the
+//! staging in a later step; the ordering machinery stays.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -108,7 +111,13 @@ struct Job {
     specs: Vec<PlanSpec>,
 }
 
-/// A communicator's GPU state: its device context, flag slots and proxy thread.
+/// A pinned staging chunk and the event after the last stream copy that uses it.
+struct Chunk {
+    buf: PinnedBuffer,
+    busy: Option<Event>,
+}
+
+/// A communicator's GPU state: its device context, flag slots, staging chunks and proxy.
 pub struct GpuEngine {
     ctx: Arc<Context>,
     start: Arc<Slots>,
@@ -117,12 +126,13 @@ pub struct GpuEngine {
     completed: Arc<AtomicU32>,
     tx: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    chunks: Mutex<Vec<Chunk>>,
 }
 
-// SAFETY: the pinned buffers are process-wide memory accessed through atomics; the context is
-// Sync per ccl_cuda.
+// SAFETY: the pinned buffers are process-wide memory accessed through atomics or by the
+// stream/proxy hand-over protocol; CUDA handles may be used from any thread.
 unsafe impl Send for GpuEngine {}
-// SAFETY: as above.
+// SAFETY: as above; mutable state is behind mutexes and atomics.
 unsafe impl Sync for GpuEngine {}
 
 fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
@@ -142,22 +152,20 @@ fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     let (tx, rx) = crossbeam::channel::unbounded();
     let completed = Arc::new(AtomicU32::new(0));
     let e = Arc::new(GpuEngine {
-        ctx: ctx.clone(),
+        ctx,
         start: start.clone(),
         done: done.clone(),
         submitted: AtomicU32::new(0),
         completed: completed.clone(),
         tx: Mutex::new(Some(tx)),
         thread: Mutex::new(None),
+        chunks: Mutex::new(Vec::new()),
     });
-    let c = comm.clone();
     let proxy = Proxy {
-        comm: c,
-        ctx,
+        comm: comm.clone(),
         start,
         done,
         completed,
-        staging: None,
     };
     let h = std::thread::Builder::new()
         .name(format!("ccl-proxy-r{}", comm.rank()))
@@ -168,18 +176,130 @@ fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     Ok(e)
 }
 
+/// Where a group's device buffers live in host memory while the proxy works on them.
+#[derive(Default)]
+struct Staging {
+    /// (device start, device end, host offset) of each merged device range.
+    unions: Vec<(usize, usize, usize)>,
+    bytes: usize,
+    /// Device ranges to copy to the host before the start flag: (device, offset, bytes).
+    inputs: Vec<(usize, usize, usize)>,
+    /// Device ranges to copy back after the done flag: (device, offset, bytes).
+    outputs: Vec<(usize, usize, usize)>,
+}
+
+impl Staging {
+    /// Lays out every device buffer of the group and redirects the tasks to `base + offset`
+    /// once `base` is known (see [`Staging::rebase`]); device-resident PreMulSum scalars get
+    /// an 8-byte slot each.
+    fn plan(specs: &mut [PlanSpec], rank: usize, n: usize) -> Result<Staging> {
+        let mut ranges: Vec<(usize, usize, bool)> = Vec::new();
+        for spec in specs.iter_mut() {
+            for t in spec.tasks_mut() {
+                let (se, re) = buffer_counts(t.kind, rank, n, t.count)
+                    .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+                let sz = t.dtype.size();
+                if se > 0 && is_device_ptr(t.send) {
+                    ranges.push((t.send, t.send + se * sz, true));
+                }
+                if re > 0 && is_device_ptr(t.recv) {
+                    ranges.push((t.recv, t.recv + re * sz, false));
+                }
+                if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
+                    if is_device_ptr(p) {
+                        ranges.push((p, p + t.dtype.size(), true));
+                    }
+                }
+            }
+        }
+        let mut spans: Vec<(usize, usize)> = ranges.iter().map(|r| (r.0, r.1)).collect();
+        spans.sort_unstable();
+        let mut st = Staging::default();
+        for (lo, hi) in spans {
+            match st.unions.last_mut() {
+                Some(u) if lo < u.1 => u.1 = u.1.max(hi),
+                _ => st.unions.push((lo, hi, 0)),
+            }
+        }
+        for u in st.unions.iter_mut() {
+            u.2 = st.bytes;
+            st.bytes += (u.1 - u.0).div_ceil(64) * 64;
+        }
+        for &(lo, hi, input) in &ranges {
+            let off = st
+                .offset(lo)
+                .ok_or_else(|| Error::internal("staging range lost"))?;
+            if input {
+                st.inputs.push((lo, off, hi - lo));
+            } else {
+                st.outputs.push((lo, off, hi - lo));
+            }
+        }
+        Ok(st)
+    }
+
+    fn offset(&self, p: usize) -> Option<usize> {
+        self.unions
+            .iter()
+            .find(|u| p >= u.0 && p < u.1)
+            .map(|u| u.2 + (p - u.0))
+    }
+
+    /// Points every device address of the tasks at its host copy under `base`.
+    fn rebase(&self, specs: &mut [PlanSpec], base: usize) {
+        let host = |p: usize| self.offset(p).map(|o| base + o).unwrap_or(p);
+        for spec in specs.iter_mut() {
+            for t in spec.tasks_mut() {
+                if t.send != 0 {
+                    t.send = host(t.send);
+                }
+                if t.recv != 0 {
+                    t.recv = host(t.recv);
+                }
+                if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
+                    t.red = Reduction::PreMulSum(Scalar::Device(host(p)));
+                }
+            }
+        }
+    }
+}
+
+impl GpuEngine {
+    /// A pinned chunk of at least `bytes` whose previous use has finished on its stream.
+    /// Returns its index; chunks are never freed while the engine lives (freeing pinned memory
+    /// can synchronise the device).
+    fn chunk(&self, bytes: usize) -> Result<(usize, usize)> {
+        let mut chunks = self.chunks.lock();
+        for (i, c) in chunks.iter_mut().enumerate() {
+            let free = match &c.busy {
+                None => true,
+                Some(ev) => ev.query().unwrap_or(false),
+            };
+            if free && c.buf.len() >= bytes {
+                c.busy = None;
+                return Ok((i, c.buf.as_ptr() as usize));
+            }
+        }
+        let cap = bytes.max(1 << 20).next_power_of_two();
+        let buf = PinnedBuffer::new(&self.ctx, cap).map_err(cuda_err)?;
+        let base = buf.as_ptr() as usize;
+        chunks.push(Chunk { buf, busy: None });
+        Ok((chunks.len() - 1, base))
+    }
+}
+
 /// Hands a group's operations on one communicator to its proxy and orders them on the
 /// callers' streams. Returns without waiting for peers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
-    let mut streams: Vec<usize> = Vec::new();
+    let mut raw_streams: Vec<usize> = Vec::new();
     for t in &tasks {
-        if !streams.contains(&t.stream) {
-            streams.push(t.stream);
+        if !raw_streams.contains(&t.stream) {
+            raw_streams.push(t.stream);
         }
     }
     // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
-    let streams: Vec<Stream> = streams
+    let streams: Vec<Stream> = raw_streams
         .iter()
         .map(|&s| unsafe { Stream::from_raw(&eng.ctx, s as cuda::sys::CUstream) })
         .collect();
@@ -201,15 +321,12 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         }
         std::thread::sleep(Duration::from_micros(50));
     }
-    let specs = plan_specs(comm, &mut comm.0.issue.lock(), &tasks)?;
-    let tx = eng
-        .tx
-        .lock()
-        .clone()
-        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
-    tx.send(Job { seq, specs })
-        .map_err(|_| Error::internal("proxy thread is gone"))?;
-    eng.submitted.store(seq, Ordering::Release);
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), &tasks)?;
+    let staging = Staging::plan(&mut specs, rank, n)?;
+    let (chunk, base) = eng.chunk(staging.bytes)?;
+    staging.rebase(&mut specs, base);
+
     let first = &streams[0];
     let flags = EventFlags {
         timing: false,
@@ -221,21 +338,43 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         ev.record(s).map_err(cuda_err)?;
         first.wait_event(&ev).map_err(cuda_err)?;
     }
-    // SAFETY: the slots live as long as the engine, which outlives every queued operation
-    // (destroy waits for them).
+    // SAFETY: device ranges are the caller's validated buffers; host ranges lie in the pinned
+    // chunk sized for them, which is not reused before the event recorded below completes; the
+    // slots live as long as the engine, which outlives every queued operation.
     unsafe {
+        for &(dev, off, bytes) in &staging.inputs {
+            first
+                .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
+                .map_err(cuda_err)?;
+        }
         first
             .write_value32(eng.start.device(seq), seq)
             .map_err(cuda_err)?;
         first
             .wait_value32(eng.done.device(seq), seq, WaitCond::Geq)
             .map_err(cuda_err)?;
+        for &(dev, off, bytes) in &staging.outputs {
+            first
+                .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
+                .map_err(cuda_err)?;
+        }
     }
+    let done_ev = Event::new(&eng.ctx, flags).map_err(cuda_err)?;
+    done_ev.record(first).map_err(cuda_err)?;
     for s in &streams[1..] {
-        let ev = Event::new(&eng.ctx, flags).map_err(cuda_err)?;
-        ev.record(first).map_err(cuda_err)?;
-        s.wait_event(&ev).map_err(cuda_err)?;
+        s.wait_event(&done_ev).map_err(cuda_err)?;
     }
+    if let Some(c) = eng.chunks.lock().get_mut(chunk) {
+        c.busy = Some(done_ev);
+    }
+    let tx = eng
+        .tx
+        .lock()
+        .clone()
+        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
+    tx.send(Job { seq, specs })
+        .map_err(|_| Error::internal("proxy thread is gone"))?;
+    eng.submitted.store(seq, Ordering::Release);
     Ok(())
 }
 
@@ -260,7 +399,8 @@ pub fn wait_idle(comm: &Comm) -> Result<()> {
     Ok(())
 }
 
-/// Stops the proxy (after `wait_idle`, or at abort, when it releases every queued stream).
+/// Stops the proxy (after `wait_idle`, or at abort, when it releases every queued stream),
+/// then waits for the streams' last copies out of the staging chunks before freeing them.
 pub fn shutdown(comm: &Comm) {
     let Some(eng) = comm.0.gpu.lock().take() else {
         return;
@@ -270,25 +410,29 @@ pub fn shutdown(comm: &Comm) {
     if let Some(h) = thread {
         let _ = h.join();
     }
+    for c in eng.chunks.lock().iter() {
+        if let Some(ev) = &c.busy {
+            let _ = ev.synchronize();
+        }
+    }
 }
 
+/// The proxy: polls start slots, runs plans on staged host memory, writes done slots. It
+/// makes no CUDA call (see the module doc).
 struct Proxy {
     comm: Comm,
-    ctx: Arc<Context>,
     start: Arc<Slots>,
     done: Arc<Slots>,
     completed: Arc<AtomicU32>,
-    staging: Option<(Vec<u8>, Stream)>,
 }
 
-// SAFETY: moved once into the proxy thread; pinned memory and CUDA handles may be used from
-// any thread with the context current.
+// SAFETY: moved once into the proxy thread; the slots are pinned host memory accessed with
+// atomics.
 unsafe impl Send for Proxy {}
 
 impl Proxy {
-    fn run(mut self, rx: Receiver<Job>) {
-        let abort: &AtomicBool = &self.comm.0.abort.clone();
-        let _bound = self.ctx.bind();
+    fn run(self, rx: Receiver<Job>) {
+        let abort: Arc<AtomicBool> = self.comm.0.abort.clone();
         while let Ok(job) = rx.recv() {
             let mut rounds = 0u32;
             while !abort.load(Ordering::Relaxed)
@@ -319,129 +463,16 @@ impl Proxy {
         }
     }
 
-    fn execute(&mut self, specs: Vec<PlanSpec>) -> Result<()> {
+    fn execute(&self, specs: Vec<PlanSpec>) -> Result<()> {
         let (rank, n) = (self.comm.rank(), self.comm.nranks());
-        let comm = self.comm.clone();
-        let mut guard = comm.0.state.lock();
+        let mut guard = self.comm.0.state.lock();
         let state = guard
             .as_mut()
             .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
-        for mut spec in specs {
-            let outputs = self.stage(spec.tasks_mut(), rank, n)?;
-            let plan = spec.build(rank, n)?;
-            run_plans(&comm, state, vec![plan])?;
-            self.unstage(&outputs)?;
-        }
-        Ok(())
-    }
-
-    /// Host staging memory, grown as needed. Pageable on purpose: allocating or freeing
-    /// pinned memory can synchronise the device, whose streams may be waiting on this very
-    /// proxy, which would deadlock.
-    fn staging(&mut self, bytes: usize) -> Result<(*mut u8, &Stream)> {
-        let need = bytes.max(4096);
-        if self.staging.is_none() {
-            let stream = Stream::with_flags(&self.ctx, true).map_err(cuda_err)?;
-            self.staging = Some((Vec::new(), stream));
-        }
-        match &mut self.staging {
-            Some((b, s)) => {
-                if b.len() < need {
-                    b.resize(need.next_power_of_two(), 0);
-                }
-                Ok((b.as_mut_ptr(), &*s))
-            }
-            None => Err(Error::internal("staging buffer missing")),
-        }
-    }
-
-    /// Copies device inputs into host memory and points the tasks at it. Returns the
-    /// (device, host, bytes) ranges to copy back afterwards.
-    fn stage(
-        &mut self,
-        tasks: &mut [Task],
-        rank: usize,
-        n: usize,
-    ) -> Result<Vec<(u64, usize, usize)>> {
-        // Device ranges: (start, end, is_input, task index, is_send).
-        let mut ranges: Vec<(usize, usize, bool, usize, bool)> = Vec::new();
-        for (i, t) in tasks.iter().enumerate() {
-            let (se, re) = buffer_counts(t.kind, rank, n, t.count)
-                .ok_or_else(|| Error::invalid_argument("count overflows"))?;
-            let sz = t.dtype.size();
-            if se > 0 && is_device_ptr(t.send) {
-                ranges.push((t.send, t.send + se * sz, true, i, true));
-            }
-            if re > 0 && is_device_ptr(t.recv) {
-                ranges.push((t.recv, t.recv + re * sz, false, i, false));
-            }
-        }
-        // Merge overlapping ranges so aliasing (in-place calls) survives staging.
-        let mut spans: Vec<(usize, usize)> = ranges.iter().map(|r| (r.0, r.1)).collect();
-        spans.sort_unstable();
-        let mut unions: Vec<(usize, usize, usize)> = Vec::new(); // (lo, hi, host offset)
-        let mut total = 0usize;
-        for (lo, hi) in spans {
-            match unions.last_mut() {
-                Some(u) if lo < u.1 => u.1 = u.1.max(hi),
-                _ => unions.push((lo, hi, 0)),
-            }
-        }
-        for u in unions.iter_mut() {
-            u.2 = total;
-            total += (u.1 - u.0).div_ceil(64) * 64;
-        }
-        let (host, stream) = self.staging(total)?;
-        let host = host as usize;
-        let to_host = |p: usize| -> usize {
-            unions
-                .iter()
-                .find(|u| p >= u.0 && p < u.1)
-                .map(|u| host + u.2 + (p - u.0))
-                .unwrap_or(p)
-        };
-        let mut outputs = Vec::new();
-        for &(lo, hi, input, i, is_send) in &ranges {
-            let h = to_host(lo);
-            if input {
-                // SAFETY: `lo..hi` is device memory of the caller's (validated size); `h`
-                // points into our pinned staging buffer with room for it.
-                unsafe { stream.memcpy_dtoh(h as *mut u8, lo as u64, hi - lo) }
-                    .map_err(cuda_err)?;
-            } else {
-                outputs.push((lo as u64, h, hi - lo));
-            }
-            let t = &mut tasks[i];
-            if is_send {
-                t.send = h;
-            } else {
-                t.recv = h;
-            }
-        }
-        for t in tasks.iter_mut() {
-            if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
-                if is_device_ptr(p) {
-                    let mut b = [0u8; 8];
-                    // SAFETY: `p` points at one element of the op's dtype in device memory.
-                    unsafe { stream.memcpy_dtoh(b.as_mut_ptr(), p as u64, t.dtype.size()) }
-                        .map_err(cuda_err)?;
-                    stream.synchronize().map_err(cuda_err)?;
-                    t.red = Reduction::PreMulSum(Scalar::Immediate(b));
-                }
-            }
-        }
-        stream.synchronize().map_err(cuda_err)?;
-        Ok(outputs)
-    }
-
-    fn unstage(&mut self, outputs: &[(u64, usize, usize)]) -> Result<()> {
-        let Some((_, stream)) = &self.staging else {
-            return Ok(());
-        };
-        for &(dev, host, bytes) in outputs {
-            // SAFETY: copies our staged result back into the caller's device buffer range.
-            unsafe { stream.memcpy_htod(dev, host as *const u8, bytes) }.map_err(cuda_err)?;
-        }
-        stream.synchronize().map_err(cuda_err)
+        let plans = specs
+            .iter()
+            .map(|s| s.build(rank, n))
+            .collect::<Result<Vec<_>>>()?;
+        run_plans(&self.comm, state, plans)
     }
 }
