@@ -265,6 +265,29 @@ fn unjson<'a, T: Deserialize<'a>>(b: &'a [u8], what: &str) -> Result<T> {
     serde_json::from_slice(b).map_err(|e| Error::remote(format!("malformed {what}: {e}")))
 }
 
+/// A read that timed out (the socket has a read timeout), as opposed to one that failed.
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Between timed-out reads: gives up on abort or past the deadline.
+fn keep_waiting(
+    abort: &AtomicBool,
+    deadline: Instant,
+    late: impl FnOnce() -> String,
+) -> Result<()> {
+    if abort.load(Ordering::Relaxed) {
+        return Err(Error::system("aborted while waiting for a peer"));
+    }
+    if Instant::now() > deadline {
+        return Err(Error::system(late()));
+    }
+    Ok(())
+}
+
 /// Seconds init may take.
 pub fn bootstrap_timeout() -> Duration {
     Duration::from_secs(params::CCL_BOOTSTRAP_TIMEOUT_S.get_i64().max(1) as u64)
@@ -428,22 +451,12 @@ pub fn rendezvous(
                     }
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if abort.load(Ordering::Relaxed) {
-                    return Err(Error::system("init aborted"));
-                }
-                if Instant::now() > deadline {
-                    return Err(Error::system(format!(
-                        "bootstrap root {root} did not gather all {nranks} ranks within {:?}",
-                        bootstrap_timeout()
-                    )));
-                }
-            }
+            Err(e) if timed_out(&e) => keep_waiting(abort, deadline, || {
+                format!(
+                    "bootstrap root {root} did not gather all {nranks} ranks within {:?}",
+                    bootstrap_timeout()
+                )
+            })?,
             Err(e) => return Err(Error::system(format!("bootstrap root {root}: {e}"))),
         }
     }
@@ -656,22 +669,9 @@ impl Ctrl {
             Self::status(p, j)?;
             match read_msg(&mut p.stream) {
                 Ok((tag, body)) => Self::handle(p, j, tag, body),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    if abort.load(Ordering::Relaxed) {
-                        return Err(Error::system("communicator aborted"));
-                    }
-                    if Instant::now() > deadline {
-                        return Err(Error::system(format!(
-                            "rank {j} sent nothing for {:?}",
-                            bootstrap_timeout()
-                        )));
-                    }
-                }
+                Err(e) if timed_out(&e) => keep_waiting(abort, deadline, || {
+                    format!("rank {j} sent nothing for {:?}", bootstrap_timeout())
+                })?,
                 Err(e) => {
                     p.failed = Some(format!("control connection to rank {j} broke: {e}"));
                 }
@@ -729,11 +729,7 @@ impl Ctrl {
                     let Ok(p) = self.peer(j) else { continue };
                     match read_msg(&mut p.stream) {
                         Ok((tag, body)) => Self::handle(p, j, tag, body),
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) => {}
+                        Err(e) if timed_out(&e) => {}
                         Err(e) => {
                             if !p.left {
                                 p.failed =

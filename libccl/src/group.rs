@@ -172,6 +172,33 @@ struct CommRun<'a> {
     left_grace: bool,
 }
 
+impl<'a> CommRun<'a> {
+    fn new(comm: &Comm, state: &'a mut CommState, plans: Vec<Plan>) -> Self {
+        CommRun {
+            comm: comm.clone(),
+            state,
+            plans,
+            cur: 0,
+            failed: None,
+            left_grace: false,
+        }
+    }
+}
+
+/// After `drive`: a failed communicator gets its async error and tells its peers; the first
+/// error is the call's result.
+fn finish(runs: &mut [CommRun<'_>]) -> Result<()> {
+    let mut first = None;
+    for r in runs.iter_mut() {
+        if let Some(e) = r.failed.take() {
+            r.comm.set_async_error(&e);
+            r.state.ctrl.notify_error(&e);
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// A plan before its buffers are final: sequence numbers are taken when the operations are
 /// issued (all ranks count alike), plans are built when they run (the GPU path stages device
 /// buffers through host memory first).
@@ -262,23 +289,9 @@ pub(crate) fn plan_specs(
 
 /// Runs one communicator's plans to completion on the calling thread (the GPU proxy).
 pub(crate) fn run_plans(comm: &Comm, state: &mut CommState, plans: Vec<Plan>) -> Result<()> {
-    let mut runs = [CommRun {
-        comm: comm.clone(),
-        state,
-        plans,
-        cur: 0,
-        failed: None,
-        left_grace: false,
-    }];
+    let mut runs = [CommRun::new(comm, state, plans)];
     drive(&mut runs);
-    match runs[0].failed.take() {
-        Some(e) => {
-            comm.set_async_error(&e);
-            runs[0].state.ctrl.notify_error(&e);
-            Err(e)
-        }
-        None => Ok(()),
-    }
+    finish(&mut runs)
 }
 
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
@@ -317,25 +330,10 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
             .iter()
             .map(|s| s.build(rank, n))
             .collect::<Result<Vec<_>>>()?;
-        runs.push(CommRun {
-            comm: comm.clone(),
-            state,
-            plans,
-            cur: 0,
-            failed: None,
-            left_grace: false,
-        });
+        runs.push(CommRun::new(comm, state, plans));
     }
     drive(&mut runs);
-    let mut first = None;
-    for r in &mut runs {
-        if let Some(e) = r.failed.take() {
-            r.comm.set_async_error(&e);
-            r.state.ctrl.notify_error(&e);
-            first.get_or_insert(e);
-        }
-    }
-    first.map_or(Ok(()), Err)
+    finish(&mut runs)
 }
 
 fn drive(runs: &mut [CommRun<'_>]) {
