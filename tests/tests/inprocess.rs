@@ -48,9 +48,12 @@ fn group(comms: &[ncclComm_t], mut f: impl FnMut(usize, ncclComm_t) -> ncclResul
 
 #[test]
 fn every_collective_with_one_thread_driving_all_ranks() {
-    for n in [1usize, 2, 3, 4] {
+    // 8 ranks too: more ranks expose ring order, tree depth and many-peer all-to-all bugs
+    // that two hide.
+    for n in [1usize, 2, 3, 4, 8] {
         let cs = comms(n);
-        for count in [0usize, 1, 5, 1000, 70_001] {
+        let counts: &[usize] = if n > 4 { &[0, 1, 5, 1000, 9_001] } else { &[0, 1, 5, 1000, 70_001] };
+        for &count in counts {
             let null = std::ptr::null_mut();
             let sends: Vec<Vec<f32>> = (0..n)
                 .map(|r| (0..count * n).map(|i| input(r, i)).collect())
