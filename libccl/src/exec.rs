@@ -129,6 +129,20 @@ struct Prescale {
     elems: usize,
 }
 
+/// What a plan does, kept as data so the message is formatted only on error.
+#[derive(Debug, Clone, Copy)]
+enum PlanWhat {
+    Coll {
+        name: &'static str,
+        seq: u64,
+        count: usize,
+        dtype: DataType,
+    },
+    P2p {
+        ops: usize,
+    },
+}
+
 /// A plan for one communicator: steps of raw operations, plus pre/post processing.
 pub struct Plan {
     steps: Vec<Vec<XOp>>,
@@ -142,8 +156,8 @@ pub struct Plan {
     /// Integer Avg divides the output by nranks after the last step.
     postdiv: Option<(*mut u8, usize, u64)>,
     _scratch: Vec<u8>,
-    /// What the plan is, for error messages.
-    pub desc: String,
+    /// What the plan is, for error messages (formatted only when one is needed).
+    what: PlanWhat,
     started: bool,
     /// Per-peer generation stamps that keep each (peer, direction) FIFO inside a step.
     busy_send: Vec<u64>,
@@ -165,7 +179,7 @@ impl Plan {
         dtype: DataType,
         arith: ReduceKind,
         nranks: usize,
-        desc: String,
+        what: PlanWhat,
     ) -> Plan {
         Plan {
             steps,
@@ -176,7 +190,7 @@ impl Plan {
             prescale: None,
             postdiv: None,
             _scratch: Vec::new(),
-            desc,
+            what,
             started: false,
             busy_send: vec![0; nranks],
             busy_recv: vec![0; nranks],
@@ -306,13 +320,13 @@ impl Plan {
             }
             steps.push(ops);
         }
-        let desc = format!(
-            "{}(#{seq}, count={}, {})",
-            task.kind.name(),
-            task.count,
-            task.dtype.name()
-        );
-        let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, desc);
+        let what = PlanWhat::Coll {
+            name: task.kind.name(),
+            seq,
+            count: task.count,
+            dtype: task.dtype,
+        };
+        let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, what);
         plan.prescale = prescale;
         plan.scalar = scalar.unwrap_or([0; 8]);
         plan.postdiv = match task.red {
@@ -425,8 +439,23 @@ impl Plan {
                 },
             });
         }
-        let desc = format!("Send/Recv group of {} operations", tasks.len());
-        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, nranks, desc))
+        let what = PlanWhat::P2p { ops: tasks.len() };
+        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, nranks, what))
+    }
+
+    /// What the plan is, for error messages: "AllReduce(#3, count=10, float)".
+    pub fn desc(&self) -> String {
+        match self.what {
+            PlanWhat::Coll {
+                name,
+                seq,
+                count,
+                dtype,
+            } => {
+                format!("{name}(#{seq}, count={count}, {})", dtype.name())
+            }
+            PlanWhat::P2p { ops } => format!("Send/Recv group of {ops} operations"),
+        }
     }
 
     pub fn is_done(&self) -> bool {

@@ -199,6 +199,30 @@ fn finish(runs: &mut [CommRun<'_>]) -> Result<()> {
     first.map_or(Ok(()), Err)
 }
 
+/// The parameters the data path consults on every operation, read once per process (as NCCL
+/// reads its parameters) so no call pays for the parameter registry's lock and parsing.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    timeout: Option<Duration>,
+    warn_after: Duration,
+    tree_allowed: bool,
+    ring_allowed: bool,
+}
+
+fn settings() -> &'static Settings {
+    static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+    SETTINGS.get_or_init(|| {
+        let allowed = params::list_filter(&params::NCCL_ALGO.get_str());
+        let timeout = params::CCL_TIMEOUT_S.get_i64();
+        Settings {
+            timeout: (timeout > 0).then(|| Duration::from_secs(timeout as u64)),
+            warn_after: Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64),
+            tree_allowed: allowed("tree"),
+            ring_allowed: allowed("ring"),
+        }
+    })
+}
+
 /// A plan before its buffers are final: sequence numbers are taken when the operations are
 /// issued (all ranks count alike), plans are built when they run (the GPU path stages device
 /// buffers through host memory first).
@@ -239,7 +263,7 @@ pub(crate) fn plan_specs(
 ) -> Result<Vec<PlanSpec>> {
     let rank = comm.rank();
     let n = comm.nranks();
-    let allowed = params::list_filter(&params::NCCL_ALGO.get_str());
+    let settings = settings();
     let mut specs = Vec::new();
     let mut p2p = Vec::new();
     for t in tasks {
@@ -247,9 +271,10 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let bytes = t.count.saturating_mul(t.dtype.size());
                 let mut algo = default_algorithm(coll, n, bytes);
-                if algo == Algorithm::Tree && !allowed("tree") {
+                if algo == Algorithm::Tree && !settings.tree_allowed {
                     algo = Algorithm::Ring;
-                } else if algo == Algorithm::Ring && !allowed("ring") && allowed("tree") {
+                } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed
+                {
                     algo = Algorithm::Tree;
                 }
                 let pipeline = Pipeline::default();
@@ -337,9 +362,11 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
 }
 
 fn drive(runs: &mut [CommRun<'_>]) {
-    let timeout = params::CCL_TIMEOUT_S.get_i64();
-    let timeout = (timeout > 0).then(|| Duration::from_secs(timeout as u64));
-    let warn_after = Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64);
+    let Settings {
+        timeout,
+        warn_after,
+        ..
+    } = *settings();
     let mut last_progress = Instant::now();
     let mut last_check = Instant::now();
     let mut warned = false;
@@ -359,7 +386,7 @@ fn drive(runs: &mut [CommRun<'_>]) {
                         r.failed = Some(e.context(format!(
                             "rank {}: {}",
                             r.comm.rank(),
-                            r.plans[r.cur].desc
+                            r.plans[r.cur].desc()
                         )));
                         break;
                     }
@@ -376,12 +403,15 @@ fn drive(runs: &mut [CommRun<'_>]) {
         if !pending {
             return;
         }
-        let now = Instant::now();
         if progressed {
-            last_progress = now;
             idle_rounds = 0;
             warned = false;
             continue;
+        }
+        // The clock is read only once idle: on the busy path it cost a tenth of a small
+        // operation. `last_progress` becomes the moment the loop first found nothing to do.
+        if idle_rounds == 0 {
+            last_progress = Instant::now();
         }
         idle_rounds = idle_rounds.saturating_add(1);
         if idle_rounds < 64 {
@@ -391,6 +421,10 @@ fn drive(runs: &mut [CommRun<'_>]) {
         } else {
             std::thread::sleep(Duration::from_micros(50));
         }
+        if idle_rounds % 32 != 0 {
+            continue;
+        }
+        let now = Instant::now();
         if now.duration_since(last_check) < Duration::from_millis(2) {
             continue;
         }
@@ -401,7 +435,7 @@ fn drive(runs: &mut [CommRun<'_>]) {
                 continue;
             }
             let waiting = r.plans[r.cur].waiting_on();
-            let desc = r.plans[r.cur].desc.clone();
+            let desc = r.plans[r.cur].desc();
             if r.comm.0.abort.load(std::sync::atomic::Ordering::Relaxed) {
                 r.failed = Some(Error::system(format!("communicator aborted during {desc}")));
                 continue;
