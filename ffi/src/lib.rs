@@ -583,6 +583,10 @@ fn ncclRedOpDestroy / pncclRedOpDestroy(op: c_int, comm: ncclComm_t) -> ncclResu
 fn ncclMemAlloc / pncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
     guard(|| {
         let slot = out(ptr, "ptr")?;
+        if let Some(dev) = ccl::gpu::mem_alloc(size)? {
+            *slot = dev as *mut c_void;
+            return Ok(());
+        }
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: posix_memalign writes an allocation of `size` bytes (at least 1) into `p`.
         let rc = unsafe { libc::posix_memalign(&mut p, 4096, size.max(1)) };
@@ -599,7 +603,10 @@ fn ncclMemFree / pncclMemFree(ptr: *mut c_void) -> ncclResult_t {
         if ptr.is_null() {
             return Err(Error::invalid_argument("ptr is NULL"));
         }
-        // SAFETY: on the host backend ncclMemAlloc returns posix_memalign memory.
+        if ccl::gpu::mem_free(ptr as usize)? {
+            return Ok(());
+        }
+        // SAFETY: without a GPU ncclMemAlloc returns posix_memalign memory.
         unsafe { libc::free(ptr) };
         Ok(())
     })

@@ -476,3 +476,46 @@ impl Proxy {
         run_plans(&self.comm, state, plans)
     }
 }
+
+/// `ncclMemAlloc` with a GPU: device memory on the calling thread's current device (or
+/// device 0), which CUDA IPC can share. `None` without CUDA: the caller uses host memory.
+pub fn mem_alloc(bytes: usize) -> Result<Option<usize>> {
+    if !available() {
+        return Ok(None);
+    }
+    let drv = cuda::Driver::get().map_err(cuda_err)?;
+    let dev = cuda::current_device().ok().flatten().unwrap_or(0);
+    // The device's primary context stays retained for the life of the process: releasing the
+    // last reference would destroy it, and every allocation with it.
+    static RETAINED: std::sync::OnceLock<Mutex<Vec<Arc<Context>>>> = std::sync::OnceLock::new();
+    let ctx = {
+        let mut held = RETAINED.get_or_init(Default::default).lock();
+        match held.iter().find(|c| c.ordinal() == dev) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Context::new(dev).map_err(cuda_err)?;
+                held.push(c.clone());
+                c
+            }
+        }
+    };
+    let _current = ctx.scope().map_err(cuda_err)?;
+    let mut ptr: cuda::sys::CUdeviceptr = 0;
+    // SAFETY: writes one CUdeviceptr; `ctx` is current on this thread for the call.
+    let r = unsafe { (drv.fns.cuMemAlloc)(&mut ptr, bytes.max(1)) };
+    drv.check("cuMemAlloc_v2", r).map_err(cuda_err)?;
+    Ok(Some(ptr as usize))
+}
+
+/// `ncclMemFree`: frees device memory from [`mem_alloc`]; `Ok(false)` when `ptr` is not
+/// device memory (the caller frees host memory).
+pub fn mem_free(ptr: usize) -> Result<bool> {
+    if !available() || !is_device_ptr(ptr) {
+        return Ok(false);
+    }
+    let drv = cuda::Driver::get().map_err(cuda_err)?;
+    // SAFETY: `ptr` is a device allocation (checked above) the caller gives up.
+    let r = unsafe { (drv.fns.cuMemFree)(ptr as cuda::sys::CUdeviceptr) };
+    drv.check("cuMemFree_v2", r).map_err(cuda_err)?;
+    Ok(true)
+}
