@@ -8,6 +8,7 @@
 //! lets one thread progress many operations on many links without deadlock.
 
 pub mod mpt;
+pub mod mpt_link;
 pub mod shm;
 pub mod socket;
 

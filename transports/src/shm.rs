@@ -88,7 +88,9 @@ impl ShmRing {
             .map_err(|e| Error::io(format!("stat {path}"), e))?
             .len() as usize;
         if len < LENS_OFF {
-            return Err(Error::Protocol(format!("{path} is too small ({len} bytes)")));
+            return Err(Error::Protocol(format!(
+                "{path} is too small ({len} bytes)"
+            )));
         }
         let mut ring = Self::map(&file, len, 0, 0, path.to_string())?;
         if ring.word(16).load(Ordering::Acquire) != MAGIC {
@@ -104,7 +106,13 @@ impl ShmRing {
         Ok(ring)
     }
 
-    fn map(file: &File, len: usize, nslots: usize, slot_bytes: usize, path: String) -> Result<Self> {
+    fn map(
+        file: &File,
+        len: usize,
+        nslots: usize,
+        slot_bytes: usize,
+        path: String,
+    ) -> Result<Self> {
         // SAFETY: mapping a regular file we hold open with a length it has; the result is
         // checked before use and unmapped in Drop.
         let ptr = unsafe {
@@ -231,7 +239,9 @@ impl Link for ShmLink {
             .word(LENS_OFF + idx * 8)
             .store(frame.len() as u64, Ordering::Relaxed);
         self.tx_head += 1;
-        self.tx.word(HEAD_OFF).store(self.tx_head, Ordering::Release);
+        self.tx
+            .word(HEAD_OFF)
+            .store(self.tx_head, Ordering::Release);
         Ok(true)
     }
 
@@ -259,7 +269,9 @@ impl Link for ShmLink {
     fn pop(&mut self) {
         if self.rx_tail < self.rx_head_cache {
             self.rx_tail += 1;
-            self.rx.word(TAIL_OFF).store(self.rx_tail, Ordering::Release);
+            self.rx
+                .word(TAIL_OFF)
+                .store(self.rx_tail, Ordering::Release);
         }
     }
 

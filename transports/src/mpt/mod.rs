@@ -30,6 +30,8 @@ pub mod path;
 pub mod rng;
 pub mod sim;
 pub mod time;
+pub mod udp;
+pub mod verbs;
 
 pub use cc::{AckSample, CongestionControl, CreditPoll, LossEvent, LossKind, Pacing, SenderView};
 pub use config::{CcKind, CcParams, MptConfig, CC_ENV_VAR};
