@@ -2,7 +2,13 @@
 //! and non-blocking init, init inside a group, split with colors/keys/NOCOLOR, finalize,
 //! destroy, config checks, PreMulSum op lifecycle.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::undocumented_unsafe_blocks, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::needless_range_loop
+)]
 
 use std::ffi::c_void;
 

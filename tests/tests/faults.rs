@@ -2,7 +2,13 @@
 //! collectives, a silent peer with `CCL_TIMEOUT_S`, `ncclCommAbort` from another thread, and a
 //! garbage unique id. Every rank must end with the right `ncclResult_t`, in bounded time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::undocumented_unsafe_blocks, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::needless_range_loop
+)]
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};

@@ -1,7 +1,13 @@
 //! Several ranks driven by one thread (`ncclCommInitAll` + groups), as `ccl-perf -g N` and
 //! nccl-tests do: every collective, in place and out of place, odd counts, checked exactly.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::undocumented_unsafe_blocks, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::needless_range_loop
+)]
 
 use std::ffi::c_void;
 
@@ -52,7 +58,11 @@ fn every_collective_with_one_thread_driving_all_ranks() {
     // that two hide.
     for n in [1usize, 2, 3, 4, 8] {
         let cs = comms(n);
-        let counts: &[usize] = if n > 4 { &[0, 1, 5, 1000, 9_001] } else { &[0, 1, 5, 1000, 70_001] };
+        let counts: &[usize] = if n > 4 {
+            &[0, 1, 5, 1000, 9_001]
+        } else {
+            &[0, 1, 5, 1000, 70_001]
+        };
         for &count in counts {
             let null = std::ptr::null_mut();
             let sends: Vec<Vec<f32>> = (0..n)
