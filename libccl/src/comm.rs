@@ -429,19 +429,19 @@ impl Comm {
                     .map(|r| r.to_string())
                     .collect::<Vec<_>>()
                     .join(",");
-                let shm = st
-                    .links
-                    .iter()
-                    .flatten()
-                    .filter(|l| l.kind() == "shm")
-                    .count();
-                let sock = st
-                    .links
-                    .iter()
-                    .flatten()
-                    .filter(|l| l.kind() == "socket")
-                    .count();
-                (ring, format!("{shm}shm,{sock}socket"))
+                let count = |kind: &str| {
+                    st.links
+                        .iter()
+                        .flatten()
+                        .filter(|l| l.kind() == kind)
+                        .count()
+                };
+                let mut links = format!("{}shm,{}socket", count("shm"), count("socket"));
+                let mpt = count("mpt");
+                if mpt > 0 {
+                    links.push_str(&format!(",{mpt}mpt"));
+                }
+                (ring, links)
             }
             None => (String::new(), String::new()),
         }

@@ -61,7 +61,7 @@ fn run(n: usize, env: &[(&str, &str)]) {
                     "rank {i}: {st}\n{out}\n{log}"
                 );
                 // The links are neither shm nor TCP sockets: they are mpt.
-                assert!(log.contains("links 0shm,0socket"), "rank {i} log:\n{log}");
+                assert!(log.contains("links 0shm,0socket,"), "rank {i} log:\n{log}");
                 done[i] = true;
             }
         }
