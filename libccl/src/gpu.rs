@@ -450,7 +450,10 @@ impl Proxy {
             let r = if abort.load(Ordering::Relaxed) {
                 Err(Error::system("communicator aborted"))
             } else {
-                self.execute(job.specs)
+                // A panic must not kill the proxy: the streams would wait on its done slot
+                // forever.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(job.specs)))
+                    .unwrap_or_else(|_| Err(Error::internal("panic in the GPU proxy")))
             };
             if let Err(e) = r {
                 // The streams still move on (their data is not valid); the error is the
