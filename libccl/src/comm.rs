@@ -598,16 +598,25 @@ fn build_state(
 /// The multipath link settings when `CCL_NET` (else `NCCL_NET`) selects `mpt`; `None` for
 /// the TCP socket transport (the default).
 fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
-    let mut net = params::CCL_NET.get_str();
-    if net.trim().is_empty() {
-        net = params::NCCL_NET.get_str();
-    }
+    let ccl_net = params::CCL_NET.get_str();
+    let from_ccl = !ccl_net.trim().is_empty();
+    let net = if from_ccl {
+        ccl_net
+    } else {
+        params::NCCL_NET.get_str()
+    };
     match net.trim().to_ascii_lowercase().as_str() {
         "" | "socket" => return Ok(None),
         "mpt" => {}
+        // NCCL_NET keeps NCCL's meaning: names of NCCL's own plugins ("IB", ...) that libccl
+        // does not have fall back to sockets with a warning rather than failing init.
+        other if !from_ccl => {
+            tracing::warn!("NCCL_NET={other:?}: no such network in libccl; using sockets");
+            return Ok(None);
+        }
         other => {
             return Err(Error::invalid_argument(format!(
-                "CCL_NET/NCCL_NET={other:?}: expected socket or mpt"
+                "CCL_NET={other:?}: expected socket or mpt"
             )))
         }
     }
