@@ -73,9 +73,16 @@ pub fn wants_gpu(comm: &Comm, tasks: &[Task]) -> Result<bool> {
     if comm.0.cuda_dev < 0 || !available() {
         return Ok(false);
     }
-    Ok(tasks
+    if tasks
         .iter()
-        .any(|t| is_device_ptr(t.send) || is_device_ptr(t.recv)))
+        .any(|t| is_device_ptr(t.send) || is_device_ptr(t.recv))
+    {
+        return Ok(true);
+    }
+    // Operations with no buffers at all (count 0, NULL pointers) on a communicator that
+    // already works on the GPU stay in stream order there, instead of making the host wait for
+    // the GPU to catch up.
+    Ok(comm.0.gpu.lock().is_some() && tasks.iter().all(|t| t.send == 0 && t.recv == 0))
 }
 
 /// Per-operation flags in pinned, device-mapped host memory.
