@@ -633,6 +633,7 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
         .ok_or_else(|| Error::invalid_argument("CCL_MPT_DROP must be a fraction in [0, 1]"))?;
     Ok(Some(MptLinkConfig {
         paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
+        chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
         max_frame: frame,
         drop_rate,
         cc,

@@ -47,6 +47,7 @@ params! {
     CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "524288", "Largest frame on a TCP link.");
     CCL_NET = ("CCL_NET", "", "Transport between hosts: socket (TCP, default) or mpt (UDP multipath); overrides NCCL_NET.");
     CCL_MPT_DROP = ("CCL_MPT_DROP", "0", "mpt: fraction of outgoing UDP datagrams dropped at random (loss injection for tests and demos).");
+    CCL_MPT_CHUNK_BYTES = ("CCL_MPT_CHUNK_BYTES", "32768", "mpt: chunk size in bytes (one chunk per UDP datagram; 1456 fits a 1500-byte MTU unfragmented).");
     CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");
     CCL_MPT_CC = ("CCL_MPT_CC", "cubic", "mpt: congestion control: cubic, swift, eqds or none.");
     CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: progress engine threads per link (only 1 is implemented so far).");
