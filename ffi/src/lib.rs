@@ -691,8 +691,36 @@ fn ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, unique_id: *mut 
 }
 
 fn ncclCommShrink / pncclCommShrink(comm: ncclComm_t, exclude: *mut c_int, n_exclude: c_int, newcomm: *mut ncclComm_t, config: *mut config::ncclConfig_t, flags: c_int) -> ncclResult_t {
-    let _ = (comm, exclude, n_exclude, newcomm, config, flags);
-    unsupported("ncclCommShrink")
+    guard(|| {
+        let slot = out(newcomm, "newcomm")?;
+        *slot = std::ptr::null_mut();
+        // SAFETY: forwarded caller contract.
+        let parent = unsafe { comm_ref(comm) }?;
+        let n = usize::try_from(n_exclude)
+            .map_err(|_| Error::invalid_argument(format!("nExclude {n_exclude} is negative")))?;
+        if n > 0 && exclude.is_null() {
+            return Err(Error::invalid_argument("excludeRanksList is NULL"));
+        }
+        let list = if n == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller passes n_exclude ranks.
+            unsafe { std::slice::from_raw_parts(exclude, n) }
+        };
+        let abort_first = match flags {
+            0 => false,
+            1 => true,
+            f => return Err(Error::invalid_argument(format!("invalid shrink flags {f}"))),
+        };
+        let cfg = if config.is_null() {
+            parent.0.config.clone()
+        } else {
+            // SAFETY: forwarded caller contract on `config`.
+            unsafe { config::read(config) }?
+        };
+        *slot = new_handle(parent.shrink(list, abort_first, cfg)?);
+        Ok(())
+    })
 }
 
 fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut config::ncclConfig_t) -> ncclResult_t {

@@ -493,6 +493,22 @@ struct PeerCtrl {
     /// The peer said goodbye (destroyed its communicator): its EOF is not a failure.
     left: bool,
     failed: Option<String>,
+    /// The peer's process is gone (its control connection closed without a goodbye). Only
+    /// operations that still wait for it fail, and only once nothing more arrives from it:
+    /// what it sent before dying is still in our rings and socket buffers.
+    gone: Option<String>,
+    /// The peer reported that one of its operations failed. Operations waiting for it fail;
+    /// the connection itself still works (a shrink among survivors uses it).
+    reported: Option<String>,
+}
+
+/// What [`Ctrl::poll_health`] found short of a hard failure.
+#[derive(Debug)]
+pub enum Health {
+    Ok,
+    /// A peer an operation waits for has left or died. The caller fails the operation only if
+    /// it still cannot progress on its next look (frames sent before leaving may be queued).
+    NeededPeerLeft(Error),
 }
 
 /// Control connections to every other rank.
@@ -603,6 +619,8 @@ pub fn connect_mesh(
                     inbox: VecDeque::new(),
                     left: false,
                     failed: None,
+                    gone: None,
+                    reported: None,
                 }
             })
         })
@@ -636,7 +654,7 @@ impl Ctrl {
         match tag {
             TAG_DATA => p.inbox.push_back(body),
             TAG_ERROR => {
-                p.failed = Some(format!(
+                p.reported = Some(format!(
                     "rank {j} reported an error: {}",
                     String::from_utf8_lossy(&body)
                 ))
@@ -681,13 +699,25 @@ impl Ctrl {
 
     /// Every rank's `mine`, by rank.
     pub fn allgather(&mut self, mine: &[u8], abort: &AtomicBool) -> Result<Vec<Vec<u8>>> {
-        for j in 0..self.nranks {
+        let all: Vec<usize> = (0..self.nranks).collect();
+        self.allgather_among(&all, mine, abort)
+    }
+
+    /// Every member's `mine`, in `members` order; ranks outside `members` (excluded or dead
+    /// ones, for a shrink) are not contacted. `members` includes this rank.
+    pub fn allgather_among(
+        &mut self,
+        members: &[usize],
+        mine: &[u8],
+        abort: &AtomicBool,
+    ) -> Result<Vec<Vec<u8>>> {
+        for &j in members {
             if j != self.rank {
                 self.send(j, mine)?;
             }
         }
-        let mut out = Vec::with_capacity(self.nranks);
-        for j in 0..self.nranks {
+        let mut out = Vec::with_capacity(members.len());
+        for &j in members {
             out.push(if j == self.rank {
                 mine.to_vec()
             } else {
@@ -703,12 +733,12 @@ impl Ctrl {
 
     /// Checks, without blocking, whether any peer died, left, or reported an error; messages
     /// that arrive meanwhile are kept for `recv`. Peers in `ignore_left` may have left.
-    pub fn poll_health(&mut self, needed: &dyn Fn(usize) -> bool) -> Result<()> {
+    pub fn poll_health(&mut self, needed: &dyn Fn(usize) -> bool) -> Result<Health> {
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut idx = Vec::new();
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
-                if p.failed.is_none() {
+                if p.failed.is_none() && p.gone.is_none() {
                     fds.push(libc::pollfd {
                         fd: p.stream.as_raw_fd(),
                         events: libc::POLLIN,
@@ -732,7 +762,7 @@ impl Ctrl {
                         Err(e) if timed_out(&e) => {}
                         Err(e) => {
                             if !p.left {
-                                p.failed =
+                                p.gone =
                                     Some(format!("rank {j} is gone (control connection: {e})"));
                             }
                         }
@@ -740,19 +770,24 @@ impl Ctrl {
                 }
             }
         }
+        let mut health = Health::Ok;
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
-                if let Some(f) = &p.failed {
+                if let Some(f) = p.failed.as_ref().or(p.reported.as_ref()) {
                     return Err(Error::remote(f.clone()));
                 }
-                if p.left && needed(j) {
-                    return Err(Error::remote(format!(
-                        "rank {j} destroyed its communicator while this rank still waits for it"
-                    )));
+                if needed(j) {
+                    if let Some(g) = &p.gone {
+                        health = Health::NeededPeerLeft(Error::remote(g.clone()));
+                    } else if p.left {
+                        health = Health::NeededPeerLeft(Error::remote(format!(
+                            "rank {j} destroyed its communicator while this rank still waits for it"
+                        )));
+                    }
                 }
             }
         }
-        Ok(())
+        Ok(health)
     }
 
     /// Tells every peer this rank failed, so they stop waiting for it at once.

@@ -356,24 +356,89 @@ impl Comm {
                 info
             })
             .collect();
-        let nonce = bootstrap::fnv1a(
-            format!(
-                "{}|split{}|{}",
-                self.0.nonce.load(Ordering::Relaxed),
-                n,
-                color
-            )
-            .as_bytes(),
-        );
+        let tag = format!("split{n}|{color}");
+        self.child(new_rank, table, &listener, &tag, config)
+            .map(Some)
+    }
+
+    /// A new communicator over `table` (this rank is `new_rank`) derived from this one; `tag`
+    /// makes its nonce unique among the parent's children and equal on all its members.
+    fn child(
+        &self,
+        new_rank: usize,
+        table: Vec<RankInfo>,
+        listener: &TcpListener,
+        tag: &str,
+        config: CommConfig,
+    ) -> Result<Comm> {
+        let nonce =
+            bootstrap::fnv1a(format!("{}|{tag}", self.0.nonce.load(Ordering::Relaxed)).as_bytes());
         let child = Comm::new_inner(new_rank, table.len(), config, self.0.cuda_dev);
         child.0.nonce.store(nonce, Ordering::Relaxed);
-        let r =
-            build_state(new_rank, table, &listener, nonce, &child.0.abort).map(|(st, issue)| {
-                *child.0.issue.lock() = issue;
-                *child.0.state.lock() = Some(st);
-            });
+        let r = build_state(new_rank, table, listener, nonce, &child.0.abort).map(|(st, issue)| {
+            *child.0.issue.lock() = issue;
+            *child.0.state.lock() = Some(st);
+        });
         child.finish_init(r.clone());
-        r.map(|()| Some(child))
+        r.map(|()| child)
+    }
+
+    /// `ncclCommShrink`: a communicator of every rank but `exclude`, ranks renumbered in their
+    /// old order. Only the survivors call it, so it works on a communicator that has failed (a
+    /// dead peer); with `abort_first` the parent's outstanding work is abandoned first
+    /// (`NCCL_SHRINK_ABORT`) and the parent is left aborted.
+    pub fn shrink(&self, exclude: &[i32], abort_first: bool, config: CommConfig) -> Result<Comm> {
+        let n = self.0.nranks;
+        let mut excluded = vec![false; n];
+        for &e in exclude {
+            let r = usize::try_from(e).ok().filter(|&r| r < n).ok_or_else(|| {
+                Error::invalid_argument(format!("exclude rank {e} is not a rank of {n}"))
+            })?;
+            if std::mem::replace(&mut excluded[r], true) {
+                return Err(Error::invalid_argument(format!("rank {r} excluded twice")));
+            }
+        }
+        if excluded[self.0.rank] {
+            return Err(Error::invalid_argument(
+                "this rank is in the exclude list: excluded ranks must not call ncclCommShrink",
+            ));
+        }
+        // The exchange below must not be stopped by the parent's own abort flag.
+        let go_on = AtomicBool::new(false);
+        let abort = if abort_first {
+            self.0.abort.store(true, Ordering::SeqCst);
+            crate::gpu::shutdown(self);
+            &go_on
+        } else {
+            crate::gpu::wait_idle(self)?;
+            &*self.0.abort
+        };
+        let survivors: Vec<usize> = (0..n).filter(|&r| !excluded[r]).collect();
+        let k = self.0.splits.fetch_add(1, Ordering::Relaxed);
+        let listener = bootstrap::listen()?;
+        let mine = serde_json::to_vec(&my_info(0, &listener)?)
+            .map_err(|e| Error::internal(format!("encode shrink info: {e}")))?;
+        let all = {
+            let mut guard = self.0.state.lock();
+            let state = guard
+                .as_mut()
+                .ok_or_else(|| Error::invalid_usage("communicator was destroyed"))?;
+            state.ctrl.allgather_among(&survivors, &mine, abort)?
+        };
+        let mut table = Vec::with_capacity(survivors.len());
+        for (i, (b, &old)) in all.iter().zip(&survivors).enumerate() {
+            let mut info: RankInfo = serde_json::from_slice(b).map_err(|e| {
+                Error::remote(format!("rank {old} sent a malformed shrink request: {e}"))
+            })?;
+            info.rank = i;
+            table.push(info);
+        }
+        let new_rank = survivors
+            .iter()
+            .position(|&r| r == self.0.rank)
+            .ok_or_else(|| Error::internal("this rank is missing from its own shrink"))?;
+        let tag = format!("shrink{k}|{survivors:?}");
+        self.child(new_rank, table, &listener, &tag, config)
     }
 
     /// `ncclCommFinalize`: operations complete before calls return on this backend, so there

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
-use crate::bootstrap::UniqueId;
+use crate::bootstrap::{Health, UniqueId};
 use crate::comm::{Comm, CommState};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
 use crate::task::{Task, TaskKind};
@@ -440,25 +440,16 @@ fn drive(runs: &mut [CommRun<'_>]) {
                 r.failed = Some(Error::system(format!("communicator aborted during {desc}")));
                 continue;
             }
-            let saw_left = std::cell::Cell::new(false);
-            let health = r.state.ctrl.poll_health(&|j| {
-                let needed = waiting.contains(&j);
-                saw_left.set(saw_left.get() | needed);
-                needed
-            });
-            let saw_left = saw_left.get();
-            match health {
-                Ok(()) => r.left_grace = false,
-                Err(e)
-                    if saw_left
-                        && !r.left_grace
-                        && e.kind == ErrorKind::Remote
-                        && e.message.contains("destroyed") =>
+            match r.state.ctrl.poll_health(&|j| waiting.contains(&j)) {
+                Ok(Health::Ok) => r.left_grace = false,
+                // The peer left or died; frames it sent before may still be arriving, so fail
+                // only if the next look finds the operation still stuck.
+                Ok(Health::NeededPeerLeft(_))
+                    if !r.left_grace || stuck < Duration::from_millis(2) =>
                 {
-                    // The peer left; frames it sent before leaving may still be arriving.
-                    r.left_grace = true;
+                    r.left_grace = true
                 }
-                Err(e) => {
+                Ok(Health::NeededPeerLeft(e)) | Err(e) => {
                     r.failed = Some(e.context(format!(
                         "rank {} during {desc} waiting on ranks {waiting:?}",
                         r.comm.rank()

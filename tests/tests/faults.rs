@@ -247,3 +247,31 @@ fn ranks_on_different_hosts_are_ringed_by_host_and_use_tcp_between_hosts() {
         outs[0].stdout
     );
 }
+
+#[test]
+fn survivors_shrink_a_dead_rank_away_and_keep_working() {
+    let outs = run(
+        "shrink",
+        3,
+        &[("CCL_TIMEOUT_S", "20")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(outs[2].status, Some(9));
+    for (i, o) in outs[..2].iter().enumerate() {
+        let failed = code(o, "failed");
+        assert!(
+            failed == REMOTE_ERROR || failed == SYSTEM_ERROR,
+            "{}",
+            o.stdout
+        );
+        assert_eq!(code(o, "shrink"), SUCCESS, "{}", o.stdout);
+        assert_eq!(code(o, "newcount"), 2, "{}", o.stdout);
+        assert_eq!(code(o, "newrank"), i as i64, "{}", o.stdout);
+        assert_eq!(
+            code(o, "after"),
+            SUCCESS,
+            "allreduce on the shrunk communicator: {}",
+            o.stdout
+        );
+    }
+}

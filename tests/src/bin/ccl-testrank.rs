@@ -123,6 +123,37 @@ fn main() {
                 println!("ring={ring} links={links}");
                 r
             }
+            // The last rank dies; the survivors see the failure, shrink it away with
+            // NCCL_SHRINK_ABORT and carry on with a working communicator.
+            "shrink" => {
+                if rank == nranks - 1 {
+                    std::process::exit(9);
+                }
+                let failed = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
+                let exclude = [(nranks - 1) as i32];
+                let mut small: ncclComm_t = std::ptr::null_mut();
+                let r = ncclCommShrink(
+                    comm,
+                    exclude.as_ptr() as *mut i32,
+                    1,
+                    &mut small,
+                    std::ptr::null_mut(),
+                    1,
+                );
+                let (mut n, mut me) = (-1, -1);
+                let mut r2 = -1;
+                if r == 0 {
+                    ncclCommCount(small, &mut n);
+                    ncclCommUserRank(small, &mut me);
+                    r2 = ncclAllReduce(sp, rp, count, 7, 0, small, null);
+                    if r2 == 0 && recv.iter().any(|&x| x != (nranks - 1) as f32) {
+                        r2 = 99;
+                    }
+                    ncclCommDestroy(small);
+                }
+                println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
+                r
+            }
             s => panic!("unknown scenario {s}"),
         };
         let elapsed = start.elapsed().as_millis();
