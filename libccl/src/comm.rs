@@ -67,6 +67,11 @@ pub struct IssueState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
+    /// Schedules by (collective, count, element size): they depend on nothing else here.
+    pub schedules: std::collections::HashMap<
+        (ccl_collectives::Collective, usize, usize),
+        std::sync::Arc<ccl_collectives::Schedule>,
+    >,
 }
 
 /// Shared part of a communicator.
@@ -656,6 +661,7 @@ fn build_state(
             ring,
             coll_seq: 0,
             p2p_seqs: vec![(0, 0); n],
+            schedules: Default::default(),
         },
     ))
 }

@@ -41,15 +41,17 @@ fn cuda_err(e: cuda::CudaError) -> Error {
     Error::new(ErrorKind::Cuda, e.to_string())
 }
 
-/// Whether CUDA can be used at all (driver present, a device, not `CCL_DEVICE=host`).
+/// Whether CUDA can be used at all (driver present, a device, not `CCL_DEVICE=host`);
+/// decided once per process, since every operation asks.
 pub fn available() -> bool {
-    if params::CCL_DEVICE.get_str().eq_ignore_ascii_case("host") {
-        return false;
-    }
-    cuda::Driver::get()
-        .and_then(|d| d.device_count())
-        .map(|n| n > 0)
-        .unwrap_or(false)
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        !params::CCL_DEVICE.get_str().eq_ignore_ascii_case("host")
+            && cuda::Driver::get()
+                .and_then(|d| d.device_count())
+                .map(|n| n > 0)
+                .unwrap_or(false)
+    })
 }
 
 /// The device of the calling thread's current context (what `cudaSetDevice` chose), 0 if

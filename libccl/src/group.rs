@@ -230,7 +230,7 @@ fn settings() -> &'static Settings {
 pub(crate) enum PlanSpec {
     Coll {
         task: Task,
-        sched: ccl_collectives::Schedule,
+        sched: std::sync::Arc<ccl_collectives::Schedule>,
         seq: u64,
     },
     P2p {
@@ -256,6 +256,37 @@ impl PlanSpec {
     }
 }
 
+/// Schedules kept per communicator (see [`crate::comm::IssueState::schedules`]).
+const SCHEDULE_CACHE: usize = 64;
+
+/// The schedule of one collective: the cost model's algorithm within `NCCL_ALGO`, falling back
+/// to one that implements the collective.
+fn build_schedule(
+    coll: ccl_collectives::Collective,
+    t: &Task,
+    rank: usize,
+    n: usize,
+    ring: &[usize],
+    settings: &Settings,
+) -> Result<ccl_collectives::Schedule> {
+    let bytes = t.count.saturating_mul(t.dtype.size());
+    let mut algo = default_algorithm(coll, n, bytes);
+    if algo == Algorithm::Tree && !settings.tree_allowed {
+        algo = Algorithm::Ring;
+    } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed {
+        algo = Algorithm::Tree;
+    }
+    let build = |a| schedule_ordered(coll, a, rank, ring, t.count, Pipeline::default());
+    Ok(match build(algo) {
+        Ok(s) => s,
+        Err(ccl_collectives::Error::Unsupported { .. }) if algo != Algorithm::Ring => {
+            build(Algorithm::Ring).or_else(|_| build(Algorithm::Direct))?
+        }
+        Err(ccl_collectives::Error::Unsupported { .. }) => build(Algorithm::Direct)?,
+        Err(e) => return Err(e.into()),
+    })
+}
+
 pub(crate) fn plan_specs(
     comm: &Comm,
     state: &mut crate::comm::IssueState,
@@ -269,24 +300,26 @@ pub(crate) fn plan_specs(
     for t in tasks {
         match t.kind {
             TaskKind::Coll(coll) => {
-                let bytes = t.count.saturating_mul(t.dtype.size());
-                let mut algo = default_algorithm(coll, n, bytes);
-                if algo == Algorithm::Tree && !settings.tree_allowed {
-                    algo = Algorithm::Ring;
-                } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed
-                {
-                    algo = Algorithm::Tree;
-                }
-                let pipeline = Pipeline::default();
-                let ring = &state.ring;
-                let build = |a| schedule_ordered(coll, a, rank, ring, t.count, pipeline);
-                let sched = match build(algo) {
-                    Ok(s) => s,
-                    Err(ccl_collectives::Error::Unsupported { .. }) if algo != Algorithm::Ring => {
-                        build(Algorithm::Ring).or_else(|_| build(Algorithm::Direct))?
+                let key = (coll, t.count, t.dtype.size());
+                let sched = match state.schedules.get(&key) {
+                    Some(s) => s.clone(),
+                    None => {
+                        let s = std::sync::Arc::new(build_schedule(
+                            coll,
+                            t,
+                            rank,
+                            n,
+                            &state.ring,
+                            settings,
+                        )?);
+                        // Training loops repeat a handful of shapes; a bounded cache keeps
+                        // schedule building off their path.
+                        if state.schedules.len() >= SCHEDULE_CACHE {
+                            state.schedules.clear();
+                        }
+                        state.schedules.insert(key, s.clone());
+                        s
                     }
-                    Err(ccl_collectives::Error::Unsupported { .. }) => build(Algorithm::Direct)?,
-                    Err(e) => return Err(e.into()),
                 };
                 state.coll_seq += 1;
                 specs.push(PlanSpec::Coll {
