@@ -56,6 +56,10 @@ LAUNCH
   Buffers are device memory when libcuda.so.1 finds a GPU (device = local rank % count),
   else host memory with a NULL stream (--mem host forces it).
 
+PARAMETERS
+  ccl-perf --env [--nccl-lib PATH] lists every parameter of the loaded library, its value and
+  its meaning (ncclParamDumpAll, the NCCL 2.30 parameter API; libccl implements it).
+
 EXIT STATUS
   0 all good; 1 wrong elements; 2 an nccl / MPI / CUDA error or bad arguments.";
 

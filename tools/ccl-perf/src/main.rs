@@ -46,7 +46,41 @@ fn run(cli: &cli::Cli, mpi: Option<&mpi::Mpi>, kind: bench::LaunchKind) -> Resul
     Ok(wrong)
 }
 
+/// `ccl-perf --env [--nccl-lib PATH]`: every parameter the loaded library knows, with its
+/// value and meaning, through the NCCL 2.30 parameter API (`ncclParamDumpAll`).
+fn print_env() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let lib_name = args
+        .iter()
+        .position(|a| a == "--nccl-lib")
+        .and_then(|i| args.get(i + 1))
+        .map_or("libnccl.so.2", String::as_str);
+    // SAFETY: loading the NCCL library runs its initialisers, trusted like any dependency.
+    let lib = match unsafe { libloading::Library::new(lib_name) } {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ccl-perf: cannot load {lib_name}: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    // SAFETY: `void ncclParamDumpAll(void)` as nccl.h (2.30) declares it.
+    match unsafe { lib.get::<unsafe extern "C" fn()>(b"ncclParamDumpAll\0") } {
+        Ok(dump) => {
+            // SAFETY: no arguments; the library prints to stdout.
+            unsafe { dump() };
+            ExitCode::SUCCESS
+        }
+        Err(_) => {
+            eprintln!("ccl-perf: {lib_name} has no parameter API (ncclParamDumpAll, NCCL >= 2.30)");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--env") {
+        return print_env();
+    }
     let cli = cli::Cli::parse();
     let kind = match bench::detect_launch() {
         Ok(k) => k,
