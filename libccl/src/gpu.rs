@@ -332,11 +332,51 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     }
     let (rank, n) = (comm.rank(), comm.nranks());
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), &tasks)?;
-    let staging = Staging::plan(&mut specs, rank, n)?;
-    let (chunk, base) = eng.chunk(staging.bytes)?;
-    staging.rebase(&mut specs, base);
+    // From here on this rank has taken sequence numbers its peers will match: a failure must
+    // poison the communicator, and the proxy must still run (and release) the operation.
+    let staged = Staging::plan(&mut specs, rank, n).and_then(|st| {
+        let (chunk, base) = eng.chunk(st.bytes)?;
+        st.rebase(&mut specs, base);
+        Ok((st, chunk, base))
+    });
+    let (staging, chunk, base) = match staged {
+        Ok(v) => v,
+        Err(e) => {
+            comm.set_async_error(&e);
+            return Err(e);
+        }
+    };
+    let tx = eng
+        .tx
+        .lock()
+        .clone()
+        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
+    tx.send(Job { seq, specs })
+        .map_err(|_| Error::internal("proxy thread is gone"))?;
+    eng.submitted.store(seq, Ordering::Release);
+    if let Err(e) = order_on_streams(&eng, &streams, seq, &staging, chunk, base) {
+        // The stream may never write the start slot now: write it from here so the proxy runs
+        // the operation with its peers and releases whatever the stream did queue.
+        eng.start.atomic(seq).store(seq, Ordering::Release);
+        comm.set_async_error(&e);
+        return Err(e);
+    }
+    Ok(())
+}
 
-    let first = &streams[0];
+/// The stream side of one group: inputs to the pinned chunk, start slot, wait on the done
+/// slot, results back, and the other streams joined before and after.
+fn order_on_streams(
+    eng: &GpuEngine,
+    streams: &[Stream],
+    seq: u32,
+    staging: &Staging,
+    chunk: usize,
+    base: usize,
+) -> Result<()> {
+    let Some(first) = streams.first() else {
+        return Ok(());
+    };
     let flags = EventFlags {
         timing: false,
         interprocess: false,
@@ -376,14 +416,6 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     if let Some(c) = eng.chunks.lock().get_mut(chunk) {
         c.busy = Some(done_ev);
     }
-    let tx = eng
-        .tx
-        .lock()
-        .clone()
-        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
-    tx.send(Job { seq, specs })
-        .map_err(|_| Error::internal("proxy thread is gone"))?;
-    eng.submitted.store(seq, Ordering::Release);
     Ok(())
 }
 
