@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ccl_cuda::DataType;
 use ccl_transports::mpt::CcKind;
 use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
-use ccl_transports::shm::{ShmLink, ShmRing, DEFAULT_SLOTS};
+use ccl_transports::shm::{ShmLink, ShmRing};
 use ccl_transports::socket::SocketLink;
 use ccl_transports::Link;
 use parking_lot::Mutex;
@@ -613,9 +613,8 @@ fn build_state(
     // Shared memory: each rank creates its incoming ring per local peer, sends the name,
     // maps the peer's ring, acknowledges, and unlinks its own once the peer has mapped it.
     let slot = params::CCL_SHM_SLOT_BYTES.get_i64().clamp(4096, 64 << 20) as usize & !63;
-    let nslots = (params::NCCL_BUFFSIZE.get_i64().max(0) as usize / slot)
-        .clamp(2, 64)
-        .max(DEFAULT_SLOTS.min(2));
+    // NCCL_BUFFSIZE (4 MiB by default) of ring per direction, in slots of CCL_SHM_SLOT_BYTES.
+    let nslots = (params::NCCL_BUFFSIZE.get_i64().max(0) as usize / slot).clamp(2, 64);
     let local: Vec<usize> = (0..n).filter(|&j| use_shm(j)).collect();
     let mut rx: Vec<Option<ShmRing>> = (0..n).map(|_| None).collect();
     let mut own_paths = Vec::new();

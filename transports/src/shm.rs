@@ -20,10 +20,9 @@ const TAIL_OFF: usize = 256;
 const LENS_OFF: usize = 384;
 const DATA_ALIGN: usize = 4096;
 
-/// Default ring geometry: 8 slots of 256 KiB per direction (2 MiB), a few L2-sized frames in
-/// flight, which is what a memcpy pipeline between two cores needs.
-pub const DEFAULT_SLOTS: usize = 8;
-pub const DEFAULT_SLOT_BYTES: usize = 256 * 1024;
+// Ring geometry comes from the communicator: NCCL_BUFFSIZE bytes per direction in slots of
+// CCL_SHM_SLOT_BYTES (4 MiB in 256 KiB slots by default) — a few L2-sized frames in flight,
+// which is what a memcpy pipeline between two cores needs.
 
 fn data_offset(nslots: usize) -> usize {
     (LENS_OFF + nslots * 8).div_ceil(DATA_ALIGN) * DATA_ALIGN
