@@ -159,10 +159,6 @@ pub struct Plan {
     /// What the plan is, for error messages (formatted only when one is needed).
     what: PlanWhat,
     started: bool,
-    /// Per-peer generation stamps that keep each (peer, direction) FIFO inside a step.
-    busy_send: Vec<u64>,
-    busy_recv: Vec<u64>,
-    gen: u64,
 }
 
 // SAFETY: the raw pointers are user buffers handed to us for the duration of the operation
@@ -174,13 +170,7 @@ fn elem_ptr(base: usize, off_elems: usize, size: usize) -> usize {
 }
 
 impl Plan {
-    fn new(
-        steps: Vec<Vec<XOp>>,
-        dtype: DataType,
-        arith: ReduceKind,
-        nranks: usize,
-        what: PlanWhat,
-    ) -> Plan {
+    fn new(steps: Vec<Vec<XOp>>, dtype: DataType, arith: ReduceKind, what: PlanWhat) -> Plan {
         Plan {
             steps,
             cur: 0,
@@ -192,9 +182,6 @@ impl Plan {
             _scratch: Vec::new(),
             what,
             started: false,
-            busy_send: vec![0; nranks],
-            busy_recv: vec![0; nranks],
-            gen: 0,
         }
     }
 
@@ -326,7 +313,7 @@ impl Plan {
             count: task.count,
             dtype: task.dtype,
         };
-        let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), nranks, what);
+        let mut plan = Plan::new(steps, task.dtype, task.red.arithmetic(), what);
         plan.prescale = prescale;
         plan.scalar = scalar.unwrap_or([0; 8]);
         plan.postdiv = match task.red {
@@ -354,6 +341,11 @@ impl Plan {
         let dtype = tasks.first().map(|t| t.dtype).unwrap_or(DataType::Uint8);
         for t in tasks {
             let bytes = t.count * t.dtype.size();
+            if let TaskKind::Send { peer } | TaskKind::Recv { peer } = t.kind {
+                if peer >= nranks || peer >= seqs.len() {
+                    return Err(Error::internal(format!("peer {peer} of {nranks} ranks")));
+                }
+            }
             let (kind, peer, seq) = match t.kind {
                 TaskKind::Send { peer } if peer == rank => {
                     self_sends.push_back((t.send, bytes));
@@ -440,7 +432,7 @@ impl Plan {
             });
         }
         let what = PlanWhat::P2p { ops: tasks.len() };
-        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, nranks, what))
+        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, what))
     }
 
     /// What the plan is, for error messages: "AllReduce(#3, count=10, float)".
@@ -504,32 +496,35 @@ impl Plan {
             }
         }
         while self.cur < self.steps.len() {
-            self.gen += 1;
-            let gen = self.gen;
             let mut all_done = true;
             let size = self.dtype.size();
             let (dtype, arith) = (self.dtype, self.arith);
-            for op in self.steps[self.cur].iter_mut() {
+            let ops = &mut self.steps[self.cur];
+            for i in 0..ops.len() {
+                let (before, rest) = ops.split_at_mut(i);
+                let Some(op) = rest.first_mut() else { break };
                 if op.finished {
                     continue;
                 }
-                let busy = match op.kind {
-                    XKind::Send { .. } => &mut self.busy_send[op.peer],
-                    XKind::Recv { .. } | XKind::RecvReduce { .. } => &mut self.busy_recv[op.peer],
-                    XKind::Copy { .. } => {
-                        if let XKind::Copy { src, dst } = op.kind {
-                            if src != dst.cast_const() && op.bytes > 0 {
-                                // SAFETY: both ranges are inside buffers validated at enqueue
-                                // (or plan-owned); `copy` tolerates overlap.
-                                unsafe { std::ptr::copy(src, dst, op.bytes) };
-                            }
-                        }
-                        op.finished = true;
-                        progressed = true;
-                        continue;
+                if let XKind::Copy { src, dst } = op.kind {
+                    if src != dst.cast_const() && op.bytes > 0 {
+                        // SAFETY: both ranges are inside buffers validated at enqueue (or
+                        // plan-owned); `copy` tolerates overlap.
+                        unsafe { std::ptr::copy(src, dst, op.bytes) };
                     }
-                };
-                if *busy == gen {
+                    op.finished = true;
+                    progressed = true;
+                    continue;
+                }
+                // Messages between one pair of ranks are FIFO: an operation waits for the
+                // earlier unfinished ones of its step with the same peer and direction.
+                let sending = matches!(op.kind, XKind::Send { .. });
+                if before.iter().any(|o| {
+                    !o.finished
+                        && o.peer == op.peer
+                        && matches!(o.kind, XKind::Send { .. }) == sending
+                        && !matches!(o.kind, XKind::Copy { .. })
+                }) {
                     all_done = false;
                     continue;
                 }
@@ -542,7 +537,6 @@ impl Plan {
                     _ => recv_op(op, link.as_mut(), dtype, arith, &self.scalar, size)?,
                 };
                 if !op.finished {
-                    *busy = gen;
                     all_done = false;
                 }
             }
