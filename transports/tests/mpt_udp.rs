@@ -167,33 +167,3 @@ fn mismatched_path_counts_are_refused() {
     assert!(r.is_err());
     assert!(t.join().unwrap());
 }
-
-/// Throughput probe (not a check): `cargo test --release --test mpt_udp -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn throughput_one_way() {
-    let mut c = cfg(0.0, 8);
-    c.max_frame = 512 * 1024;
-    c.slots = 16;
-    let (mut a, mut b) = pair(c);
-    let frame = vec![7u8; 512 * 1024];
-    let total = 256usize;
-    let t0 = Instant::now();
-    let (mut sent, mut got) = (0, 0);
-    while got < total {
-        while sent < total && a.try_send(&frame).unwrap() {
-            sent += 1;
-        }
-        while let Some(f) = b.peek().unwrap() {
-            assert_eq!(f.len(), frame.len());
-            b.pop();
-            got += 1;
-        }
-    }
-    let s = t0.elapsed().as_secs_f64();
-    println!(
-        "{:.2} GB/s one way, {} retransmits",
-        (total * frame.len()) as f64 / s / 1e9,
-        a.retransmits()
-    );
-}
