@@ -31,6 +31,19 @@ pub struct OpHeader {
 }
 
 impl OpHeader {
+    /// The header of the `seq`-th send or receive between two ranks, of `bytes` bytes.
+    fn p2p(seq: u64, bytes: usize) -> OpHeader {
+        OpHeader {
+            kind: 9,
+            dtype: 0,
+            red: 0,
+            root: -1,
+            seq,
+            count: bytes as u64,
+            bytes: bytes as u64,
+        }
+    }
+
     fn encode(&self, out: &mut [u8]) {
         out[..HDR_BYTES].fill(0);
         out[0..4].copy_from_slice(&HDR_MAGIC.to_le_bytes());
@@ -120,6 +133,22 @@ struct XOp {
     header_done: bool,
     finished: bool,
     hdr: OpHeader,
+}
+
+impl XOp {
+    /// An operation on `peer` moving `hdr.bytes` bytes, not started.
+    fn new(kind: XKind, peer: usize, hdr: OpHeader) -> XOp {
+        XOp {
+            kind,
+            peer,
+            bytes: hdr.bytes as usize,
+            done: 0,
+            // Local copies never send a header.
+            header_done: matches!(kind, XKind::Copy { .. }),
+            finished: false,
+            hdr,
+        }
+    }
 }
 
 struct Prescale {
@@ -292,18 +321,14 @@ impl Plan {
                     )));
                 }
                 let bytes = count * size;
-                ops.push(XOp {
+                ops.push(XOp::new(
                     kind,
                     peer,
-                    bytes,
-                    done: 0,
-                    header_done: false,
-                    finished: false,
-                    hdr: OpHeader {
+                    OpHeader {
                         bytes: bytes as u64,
                         ..hdr
                     },
-                });
+                ));
             }
             steps.push(ops);
         }
@@ -379,23 +404,7 @@ impl Plan {
                 }
                 TaskKind::Coll(_) => return Err(Error::internal("collective in a p2p plan")),
             };
-            ops.push(XOp {
-                kind,
-                peer,
-                bytes,
-                done: 0,
-                header_done: false,
-                finished: false,
-                hdr: OpHeader {
-                    kind: 9,
-                    dtype: 0,
-                    red: 0,
-                    root: -1,
-                    seq,
-                    count: bytes as u64,
-                    bytes: bytes as u64,
-                },
-            });
+            ops.push(XOp::new(kind, peer, OpHeader::p2p(seq, bytes)));
         }
         if self_sends.len() != self_recvs.len() {
             return Err(Error::invalid_usage(format!(
@@ -410,26 +419,12 @@ impl Plan {
                     "rank {rank} sends {sb} bytes to itself but receives {rb}"
                 )));
             }
-            ops.push(XOp {
-                kind: XKind::Copy {
-                    src: src as *const u8,
-                    dst: dst as *mut u8,
-                },
-                peer: rank,
-                bytes: sb,
-                done: 0,
-                header_done: true,
-                finished: false,
-                hdr: OpHeader {
-                    kind: 9,
-                    dtype: 0,
-                    red: 0,
-                    root: -1,
-                    seq: 0,
-                    count: 0,
-                    bytes: 0,
-                },
-            });
+            // A local copy carries no header; its byte count is what it copies.
+            let copy = XKind::Copy {
+                src: src as *const u8,
+                dst: dst as *mut u8,
+            };
+            ops.push(XOp::new(copy, rank, OpHeader::p2p(0, sb)));
         }
         let what = PlanWhat::P2p { ops: tasks.len() };
         Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, what))

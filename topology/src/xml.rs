@@ -661,6 +661,19 @@ fn write_nic(sys: &System, id: NodeId, nic: &NicInfo, out: &mut String, depth: u
     t.close(out, depth);
 }
 
+/// `t` as a leaf, or opened around its children's elements.
+fn write_with_children(sys: &System, t: &Tag, children: &[NodeId], out: &mut String, depth: usize) {
+    if children.is_empty() {
+        t.leaf(out, depth);
+    } else {
+        t.open(out, depth);
+        for &ch in children {
+            write_node(sys, ch, out, depth + 1);
+        }
+        t.close(out, depth);
+    }
+}
+
 fn write_node(sys: &System, id: NodeId, out: &mut String, depth: usize) {
     let Some(node) = sys.nodes.get(id) else {
         return;
@@ -680,27 +693,11 @@ fn write_node(sys: &System, id: NodeId, out: &mut String, depth: usize) {
                 .o("familyid", c.family)
                 .o("modelid", c.model)
                 .x(&c.extra);
-            if node.children.is_empty() {
-                t.leaf(out, depth);
-            } else {
-                t.open(out, depth);
-                for &ch in &node.children {
-                    write_node(sys, ch, out, depth + 1);
-                }
-                t.close(out, depth);
-            }
+            write_with_children(sys, &t, &node.children, out, depth);
         }
         NodeKind::Pci(p) => {
             let t = pci_tag(p);
-            if node.children.is_empty() {
-                t.leaf(out, depth);
-            } else {
-                t.open(out, depth);
-                for &ch in &node.children {
-                    write_node(sys, ch, out, depth + 1);
-                }
-                t.close(out, depth);
-            }
+            write_with_children(sys, &t, &node.children, out, depth);
         }
         NodeKind::Gpu(g) => {
             let t = pci_tag(&g.pci);

@@ -180,18 +180,8 @@ pub fn discover(fs_root: &Path, cuda: &[CudaGpu]) -> System {
     }
     // InfiniBand ports.
     let ib_dir = sf.p("sys/class/infiniband");
-    let mut ibdevs: Vec<PathBuf> = fs::read_dir(&ib_dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    ibdevs.sort();
-    for dev in ibdevs {
-        let name = dev
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+    for dev in sorted_entries(&ib_dir) {
+        let name = file_name(&dev);
         let pci = fs::canonicalize(dev.join("device")).ok();
         let guid = read(&dev.join("node_guid")).map(|g| format!("0x{}", g.replace(':', "")));
         let mut ports: Vec<(u32, PathBuf)> = fs::read_dir(dev.join("ports"))
@@ -232,19 +222,11 @@ pub fn discover(fs_root: &Path, cuda: &[CudaGpu]) -> System {
         }
     }
     // Network interfaces.
-    let mut ifs: Vec<PathBuf> = fs::read_dir(sf.p("sys/class/net"))
+    for ifp in sorted_entries(&sf.p("sys/class/net"))
         .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
         .filter(|p| p.is_dir())
-        .collect();
-    ifs.sort();
-    for ifp in ifs {
-        let name = ifp
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default();
+    {
+        let name = file_name(&ifp);
         let state = read(&ifp.join("operstate")).unwrap_or_default();
         if !(state == "up" || state == "unknown") {
             continue;
@@ -461,4 +443,22 @@ fn gpu_info(pci: PciInfo, g: &CudaGpu) -> GpuInfo {
         c2c: Vec::new(),
         extra: Vec::new(),
     }
+}
+
+/// The entries of `dir` (none if it cannot be read), sorted so discovery is deterministic.
+fn sorted_entries(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default()
 }
