@@ -497,8 +497,9 @@ struct PeerCtrl {
     /// operations that still wait for it fail, and only once nothing more arrives from it:
     /// what it sent before dying is still in our rings and socket buffers.
     gone: Option<String>,
-    /// The peer reported that one of its operations failed. Operations waiting for it fail;
-    /// the connection itself still works (a shrink among survivors uses it).
+    /// The peer reported that one of its operations failed. Operations waiting for it fail
+    /// once they stop progressing; the connection itself still works (a shrink among
+    /// survivors uses it).
     reported: Option<String>,
 }
 
@@ -506,8 +507,9 @@ struct PeerCtrl {
 #[derive(Debug)]
 pub enum Health {
     Ok,
-    /// A peer an operation waits for has left or died. The caller fails the operation only if
-    /// it still cannot progress on its next look (frames sent before leaving may be queued).
+    /// A peer an operation waits for has left, died or reported a failure. The caller fails
+    /// the operation only if it still cannot progress on its next look (frames sent before
+    /// may be queued).
     NeededPeerLeft(Error),
 }
 
@@ -773,11 +775,14 @@ impl Ctrl {
         let mut health = Health::Ok;
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
-                if let Some(f) = p.failed.as_ref().or(p.reported.as_ref()) {
+                if let Some(f) = &p.failed {
                     return Err(Error::remote(f.clone()));
                 }
                 if needed(j) {
-                    if let Some(g) = &p.gone {
+                    // A peer that died, left or failed an operation may still have sent all
+                    // this rank needs for the current one (it can be a step ahead): all three
+                    // fail the operation only if it stays stuck.
+                    if let Some(g) = p.reported.as_ref().or(p.gone.as_ref()) {
                         health = Health::NeededPeerLeft(Error::remote(g.clone()));
                     } else if p.left {
                         health = Health::NeededPeerLeft(Error::remote(format!(
