@@ -90,6 +90,8 @@ pub struct CommInner {
     redops: Mutex<Vec<Option<(Scalar, DataType)>>>,
     /// The GPU engine, made at the first operation on device memory.
     pub gpu: Mutex<Option<std::sync::Arc<crate::gpu::GpuEngine>>>,
+    /// Direct GPU peer transfers (cuda-ipc), set up at init when every rank can map its peers.
+    pub ipc: Mutex<Option<std::sync::Arc<crate::cuda_ipc::IpcEngine>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -121,6 +123,7 @@ impl Comm {
             splits: AtomicU64::new(0),
             redops: Mutex::new(Vec::new()),
             gpu: Mutex::new(None),
+            ipc: Mutex::new(None),
         }))
     }
 
@@ -211,6 +214,7 @@ impl Comm {
         let (state, issue) = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
         *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
+        crate::cuda_ipc::attach(self)?;
         let (ring, links) = self.describe();
         tracing::info!(
             "rank {} of {} ready: ring {ring}, links {links}",
@@ -384,6 +388,7 @@ impl Comm {
             *child.0.issue.lock() = issue;
             *child.0.state.lock() = Some(st);
         });
+        let r = r.and_then(|()| crate::cuda_ipc::attach(&child));
         child.finish_init(r.clone());
         r.map(|()| child)
     }
@@ -413,6 +418,7 @@ impl Comm {
         let abort = if abort_first {
             self.0.abort.store(true, Ordering::SeqCst);
             crate::gpu::shutdown(self);
+            crate::cuda_ipc::shutdown(self, true);
             &go_on
         } else {
             crate::gpu::wait_idle(self)?;
@@ -450,6 +456,7 @@ impl Comm {
     /// is nothing left to flush; later operations are refused.
     pub fn finalize(&self) -> Result<()> {
         crate::gpu::wait_idle(self)?;
+        crate::cuda_ipc::wait_idle(self)?;
         let mut life = self.0.life.lock();
         match *life {
             Life::Ready => {
@@ -467,10 +474,12 @@ impl Comm {
     /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
     /// and frees everything.
     pub fn destroy(&self) {
-        if crate::gpu::wait_idle(self).is_err() {
+        let idle = crate::gpu::wait_idle(self).is_ok() && crate::cuda_ipc::wait_idle(self).is_ok();
+        if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
         crate::gpu::shutdown(self);
+        crate::cuda_ipc::shutdown(self, !idle);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
             st.ctrl.say_bye();
@@ -483,6 +492,7 @@ impl Comm {
     pub fn abort(&self) {
         self.0.abort.store(true, Ordering::SeqCst);
         crate::gpu::shutdown(self);
+        crate::cuda_ipc::shutdown(self, true);
         let mut guard = self.0.state.lock();
         guard.take();
         *self.0.life.lock() = Life::Gone;

@@ -369,13 +369,20 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     }
     comms.sort_by_key(|(c, _)| std::sync::Arc::as_ptr(&c.0) as usize);
     let mut host = Vec::new();
+    let mut direct = Vec::new();
     for (comm, tasks) in comms {
         if crate::gpu::wants_gpu(&comm, &tasks)? {
-            crate::gpu::submit(&comm, tasks)?;
+            match crate::cuda_ipc::engine_for(&comm, &tasks) {
+                Some(eng) => direct.push((comm, eng, tasks)),
+                None => crate::gpu::submit(&comm, tasks)?,
+            }
         } else {
             crate::gpu::wait_idle(&comm)?;
             host.push((comm, tasks));
         }
+    }
+    if !direct.is_empty() {
+        crate::cuda_ipc::submit(direct)?;
     }
     let mut guards: Vec<_> = host.iter().map(|(c, _)| c.0.state.lock()).collect();
     let mut runs = Vec::with_capacity(host.len());

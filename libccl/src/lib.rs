@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod comm;
+pub mod cuda_ipc;
 pub mod error;
 pub mod exec;
 pub mod gpu;

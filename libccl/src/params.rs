@@ -51,6 +51,10 @@ params! {
     CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");
     CCL_MPT_CC = ("CCL_MPT_CC", "cubic", "mpt: congestion control: cubic, swift, eqds or none.");
     CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: progress engine threads per link (only 1 is implemented so far).");
+    CCL_IPC_DISABLE = ("CCL_IPC_DISABLE", "0", "1: GPUs of one host do not map each other's memory (operations on device memory are staged through the host).");
+    CCL_IPC_CHUNK_BYTES = ("CCL_IPC_CHUNK_BYTES", "8388608", "cuda-ipc: bytes per pipelined chunk (one copy-engine copy); every rank must use the same value.");
+    CCL_IPC_SLOTS = ("CCL_IPC_SLOTS", "4", "cuda-ipc: chunks in flight per peer and direction (receive slots per peer); every rank must use the same value.");
+    CCL_IPC_SINGLE_STREAM_BYTES = ("CCL_IPC_SINGLE_STREAM_BYTES", "524288", "cuda-ipc: groups moving at most this many bytes run on the caller's stream alone (lowest latency); larger ones pipeline on a copy stream and a receive stream.");
     CCL_RANK = ("CCL_RANK", "", "Rank of this process for manually launched ccl-perf.");
     CCL_NRANKS = ("CCL_NRANKS", "", "Number of ranks for manually launched ccl-perf.");
 }

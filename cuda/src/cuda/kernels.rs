@@ -74,6 +74,11 @@ impl Kernels {
         })
     }
 
+    /// The device ordinal these kernels run on.
+    pub fn ordinal(&self) -> i32 {
+        self.ctx.ordinal()
+    }
+
     /// What NVRTC compiles for.
     pub fn target(&self) -> &Target {
         &self.target
