@@ -293,6 +293,7 @@ fn generated_kernels_match_the_host_reference() {
                             let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
                             f(pd, pd, n as u64, 7);
                         }
+                        KernelOp::LlAllReduce(_) => unreachable!("not in KernelOp::ALL"),
                     }
                 }
                 if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
@@ -308,4 +309,47 @@ fn generated_kernels_match_the_host_reference() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The low-latency all-reduce kernels need a GPU to run (they spin on peers' flags), but
+/// their generated source must at least be valid C++ for every type and reduction: checked
+/// here with g++ and stand-ins for the CUDA built-ins.
+#[test]
+fn low_latency_kernel_sources_compile() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: no g++ to check the kernel sources");
+        return;
+    }
+    let stubs = "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
+                 static inline void __threadfence_system() {}\n";
+    let dir = std::env::temp_dir().join(format!("ccl-ll-src-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    for dt in DataType::ALL {
+        for k in [ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min] {
+            let op = KernelOp::LlAllReduce(k.into());
+            let prims = format!("{HOST_PRIMITIVES}{stubs}");
+            let src = format!(
+                "{HOST_INCLUDES}{}",
+                kernel_source_with(dt, op, &prims).replace("extern \"C\" __global__", "extern \"C\"")
+            );
+            let f = dir.join(format!("{}.cpp", kernel_name(dt, op)));
+            std::fs::write(&f, src).unwrap();
+            let out = Command::new("g++")
+                .args(["-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas"])
+                .args(["-Wno-unused-function", "-Wno-unused-variable"])
+                .arg(&f)
+                .output()
+                .unwrap();
+            if !out.status.success() {
+                failures.push(format!(
+                    "{}: {}",
+                    kernel_name(dt, op),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::{
-    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, Kernels, Stream,
+    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, KernelOp, Kernels, Stream,
     WaitCond, IPC_HANDLE_SIZE,
 };
 use ccl_cuda::host::reduce as host_reduce;
@@ -48,6 +48,7 @@ fn cuda_err(e: cuda::CudaError) -> Error {
 struct Peer {
     flags: u64,
     scratch: u64,
+    ll: u64,
     /// IPC mappings (other processes) keep the peer's memory mapped while we use it.
     _maps: Vec<IpcMapping>,
 }
@@ -61,6 +62,11 @@ struct Counters {
     sent_total: Vec<u64>,
     /// Local "chunk reduced" events, for sends of reduced data.
     local: u32,
+    /// The user stream of the last operation: one that follows on another stream waits for it
+    /// (the counters assume operations of a communicator run in call order).
+    last_stream: Option<usize>,
+    /// Low-latency operations so far.
+    ll_seq: u32,
 }
 
 /// One communicator's cuda-ipc state.
@@ -75,12 +81,19 @@ pub struct IpcEngine {
     flags: DeviceBuffer,
     _scratch: DeviceBuffer,
     scratch_base: u64,
+    /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
+    /// array of every rank's area address as mapped here.
+    ll_max: usize,
+    _ll: DeviceBuffer,
+    ll_areas: DeviceBuffer,
     peers: Vec<Option<Peer>>,
     tx: Stream,
     rx: Stream,
     fork: Event,
     join_tx: Event,
     join_rx: Event,
+    /// Recorded on the user stream at the end of every operation.
+    last_done: Event,
     counters: Mutex<Counters>,
 }
 
@@ -148,13 +161,16 @@ struct Offer {
     chunk: u64,
     slots: u32,
     single_max: u64,
+    ll_max: u64,
     flags_ptr: u64,
     scratch_ptr: u64,
+    ll_ptr: u64,
     flags_handle: [u8; IPC_HANDLE_SIZE],
     scratch_handle: [u8; IPC_HANDLE_SIZE],
+    ll_handle: [u8; IPC_HANDLE_SIZE],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 2 * IPC_HANDLE_SIZE;
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE;
 
 impl Offer {
     fn none() -> Offer {
@@ -164,10 +180,13 @@ impl Offer {
             chunk: 0,
             slots: 0,
             single_max: 0,
+            ll_max: 0,
             flags_ptr: 0,
             scratch_ptr: 0,
+            ll_ptr: 0,
             flags_handle: [0; IPC_HANDLE_SIZE],
             scratch_handle: [0; IPC_HANDLE_SIZE],
+            ll_handle: [0; IPC_HANDLE_SIZE],
         }
     }
 
@@ -178,10 +197,13 @@ impl Offer {
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
         b.extend_from_slice(&self.single_max.to_le_bytes());
+        b.extend_from_slice(&self.ll_max.to_le_bytes());
         b.extend_from_slice(&self.flags_ptr.to_le_bytes());
         b.extend_from_slice(&self.scratch_ptr.to_le_bytes());
+        b.extend_from_slice(&self.ll_ptr.to_le_bytes());
         b.extend_from_slice(&self.flags_handle);
         b.extend_from_slice(&self.scratch_handle);
+        b.extend_from_slice(&self.ll_handle);
         b
     }
 
@@ -197,12 +219,14 @@ impl Offer {
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);
         o.single_max = u64::from_le_bytes(u64_at(17)?);
-        o.flags_ptr = u64::from_le_bytes(u64_at(25)?);
-        o.scratch_ptr = u64::from_le_bytes(u64_at(33)?);
-        o.flags_handle
-            .copy_from_slice(b.get(41..41 + IPC_HANDLE_SIZE)?);
-        o.scratch_handle
-            .copy_from_slice(b.get(41 + IPC_HANDLE_SIZE..41 + 2 * IPC_HANDLE_SIZE)?);
+        o.ll_max = u64::from_le_bytes(u64_at(25)?);
+        o.flags_ptr = u64::from_le_bytes(u64_at(33)?);
+        o.scratch_ptr = u64::from_le_bytes(u64_at(41)?);
+        o.ll_ptr = u64::from_le_bytes(u64_at(49)?);
+        let h = |i: usize| b.get(57 + i * IPC_HANDLE_SIZE..57 + (i + 1) * IPC_HANDLE_SIZE);
+        o.flags_handle.copy_from_slice(h(0)?);
+        o.scratch_handle.copy_from_slice(h(1)?);
+        o.ll_handle.copy_from_slice(h(2)?);
         Some(o)
     }
 }
@@ -213,6 +237,7 @@ struct Local {
     kernels: Arc<Kernels>,
     flags: DeviceBuffer,
     scratch: DeviceBuffer,
+    ll: DeviceBuffer,
 }
 
 fn prepare_local(
@@ -221,6 +246,7 @@ fn prepare_local(
     chunk: usize,
     slots: u32,
     single_max: usize,
+    ll_max: usize,
 ) -> Result<(Local, Offer)> {
     let ctx = device_context(dev)?;
     let kernels = kernels_for(&ctx)?;
@@ -233,16 +259,25 @@ fn prepare_local(
     let scratch = DeviceBuffer::new(&ctx, bytes).map_err(cuda_err)?;
     let flags_handle = IpcHandle::of(&ctx, flags.ptr()).map_err(cuda_err)?.0;
     let scratch_handle = IpcHandle::of(&ctx, scratch.ptr()).map_err(cuda_err)?.0;
+    let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, ll_max.max(256)))
+        .map_err(cuda_err)?;
+    // Flags and acknowledgements start at zero (the data regions need no initial value).
+    let words = cuda::source::ll_data_offset(nranks);
+    ll.write(0, &vec![0u8; words]).map_err(cuda_err)?;
+    let ll_handle = IpcHandle::of(&ctx, ll.ptr()).map_err(cuda_err)?.0;
     let offer = Offer {
         capable: true,
         dev,
         chunk: chunk as u64,
         slots,
         single_max: single_max as u64,
+        ll_max: ll_max as u64,
         flags_ptr: flags.ptr(),
         scratch_ptr: scratch.ptr(),
+        ll_ptr: ll.ptr(),
         flags_handle,
         scratch_handle,
+        ll_handle,
     };
     Ok((
         Local {
@@ -250,6 +285,7 @@ fn prepare_local(
             kernels,
             flags,
             scratch,
+            ll,
         },
         offer,
     ))
@@ -266,6 +302,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let chunk = (params::CCL_IPC_CHUNK_BYTES.get_i64().clamp(4096, 1 << 30) as usize) & !255;
     let slots = params::CCL_IPC_SLOTS.get_i64().clamp(2, 64) as u32;
     let single_max = params::CCL_IPC_SINGLE_STREAM_BYTES.get_i64().max(0) as usize;
+    let ll_max = (params::CCL_IPC_LL_BYTES.get_i64().clamp(0, 1 << 22) as usize) & !15;
     let wanted = n > 1
         && comm.0.cuda_dev >= 0
         && crate::gpu::available()
@@ -276,7 +313,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             .iter()
             .all(|i| i.host_id == state.table[rank].host_id);
     let (local, offer) = if wanted {
-        match prepare_local(comm.0.cuda_dev, n, chunk, slots, single_max) {
+        match prepare_local(comm.0.cuda_dev, n, chunk, slots, single_max, ll_max) {
             Ok((l, o)) => (Some(l), o),
             Err(e) => {
                 tracing::info!("rank {rank}: cuda-ipc unavailable here: {e}");
@@ -324,6 +361,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
                 Peer {
                     flags: o.flags_ptr,
                     scratch: o.scratch_ptr,
+                    ll: o.ll_ptr,
                     _maps: Vec::new(),
                 }
             } else {
@@ -331,10 +369,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
                     IpcMapping::open(&local.ctx, &IpcHandle(o.flags_handle)).map_err(cuda_err)?;
                 let s =
                     IpcMapping::open(&local.ctx, &IpcHandle(o.scratch_handle)).map_err(cuda_err)?;
+                let l = IpcMapping::open(&local.ctx, &IpcHandle(o.ll_handle)).map_err(cuda_err)?;
                 Peer {
                     flags: f.ptr(),
                     scratch: s.ptr(),
-                    _maps: vec![f, s],
+                    ll: l.ptr(),
+                    _maps: vec![f, s, l],
                 }
             });
         }
@@ -349,7 +389,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
-    let streams = || -> Result<(Stream, Stream, Event, Event, Event)> {
+    let streams = || -> Result<(Stream, Stream, Event, Event, Event, Event)> {
         let flags = EventFlags {
             timing: false,
             interprocess: false,
@@ -362,10 +402,20 @@ pub fn attach(comm: &Comm) -> Result<()> {
             ev()?,
             ev()?,
             ev()?,
+            ev()?,
         ))
     };
     // Every rank has mapped every peer: from here a local failure is the communicator's.
-    let (tx, rx, fork, join_tx, join_rx) = streams()?;
+    let (tx, rx, fork, join_tx, join_rx, last_done) = streams()?;
+    let areas: Vec<u8> = (0..n)
+        .map(|j| match &peers[j] {
+            Some(p) => p.ll,
+            None => local.ll.ptr(),
+        })
+        .flat_map(u64::to_le_bytes)
+        .collect();
+    let ll_areas = DeviceBuffer::new(&local.ctx, areas.len()).map_err(cuda_err)?;
+    ll_areas.write(0, &areas).map_err(cuda_err)?;
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -375,6 +425,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
         slots,
         single_stream_max: single_max,
         scratch_base: local.scratch.ptr(),
+        ll_max,
+        _ll: local.ll,
+        ll_areas,
         flags: local.flags,
         _scratch: local.scratch,
         peers,
@@ -383,11 +436,14 @@ pub fn attach(comm: &Comm) -> Result<()> {
         fork,
         join_tx,
         join_rx,
+        last_done,
         counters: Mutex::new(Counters {
             sent: vec![0; n],
             recvd: vec![0; n],
             sent_total: vec![0; n],
             local: 0,
+            last_stream: None,
+            ll_seq: 0,
         }),
     };
     tracing::info!(
@@ -556,11 +612,13 @@ fn lower(
             TaskKind::Coll(Collective::AllReduce)
                 if n == 2
                     && b <= one_shot_max / 2
-                    && matches!(t.red, Reduction::Plain(_) | Reduction::Avg) =>
+                    && matches!(t.red, Reduction::Plain(_)) =>
             {
                 // Small, two ranks: each sends everything and reduces everything (one copy
-                // and one kernel each instead of two of each). `a (op) b` is symmetric and
-                // Avg's 1/2 is exact, so both ranks compute the same bits.
+                // and one kernel each instead of two of each). `a (op) b` is symmetric, so
+                // both ranks compute the same bits; Avg and PreMulSum are not (the local
+                // input is fused, the peer's rounded first), so they keep one owner per
+                // element.
                 p.all_reduce[ti] = true;
                 let g = target(1, false);
                 for q in peers {
@@ -818,6 +876,8 @@ struct Emission {
     next: usize,
     program: Program,
     single: bool,
+    /// A small all-reduce done by one low-latency kernel instead of transfers.
+    ll: Option<Task>,
     contributions: HashMap<(usize, usize), usize>,
     reduced: HashMap<(usize, usize), u32>,
 }
@@ -840,9 +900,13 @@ impl Emission {
     }
 
     /// Joins the user's streams, forks the engine's, queues the local copies.
-    fn begin(&mut self) -> Result<()> {
+    fn begin(&mut self, c: &mut Counters) -> Result<()> {
         let eng = self.eng.clone();
         let first = &self.user[0];
+        let raw = first.raw() as usize;
+        if c.last_stream.is_some_and(|s| s != raw) {
+            first.wait_event(&eng.last_done).map_err(cuda_err)?;
+        }
         for s in &self.user[1..] {
             let ev = plain_event(&eng.ctx)?;
             ev.record(s).map_err(cuda_err)?;
@@ -852,6 +916,28 @@ impl Emission {
             eng.fork.record(first).map_err(cuda_err)?;
             eng.tx.wait_event(&eng.fork).map_err(cuda_err)?;
             eng.rx.wait_event(&eng.fork).map_err(cuda_err)?;
+        }
+        if let Some(t) = self.ll {
+            c.ll_seq = c.ll_seq.wrapping_add(1);
+            // SAFETY: the task's buffers hold `count` elements (validated at enqueue) and fit
+            // the areas (checked when choosing this path); every rank launches the same
+            // operation with the same sequence number.
+            unsafe {
+                eng.kernels.ll_all_reduce(
+                    first,
+                    t.dtype,
+                    t.red.arithmetic(),
+                    t.recv as u64,
+                    t.send as u64,
+                    t.count,
+                    eng.ll_areas.ptr(),
+                    eng.nranks as u32,
+                    eng.rank as u32,
+                    c.ll_seq,
+                    eng.ll_max,
+                )
+            }
+            .map_err(cuda_err)?;
         }
         for &(dst, src, bytes) in &self.program.locals {
             // SAFETY: both ranges belong to the caller's buffers for this operation (NCCL's
@@ -1020,15 +1106,17 @@ impl Emission {
     }
 
     /// Joins the engine's streams back into the user's.
-    fn end(&mut self) -> Result<()> {
+    fn end(&mut self, c: &mut Counters) -> Result<()> {
         let eng = self.eng.clone();
         let first = &self.user[0];
+        c.last_stream = Some(first.raw() as usize);
         if !self.single {
             eng.join_tx.record(&eng.tx).map_err(cuda_err)?;
             eng.join_rx.record(&eng.rx).map_err(cuda_err)?;
             first.wait_event(&eng.join_tx).map_err(cuda_err)?;
             first.wait_event(&eng.join_rx).map_err(cuda_err)?;
         }
+        eng.last_done.record(first).map_err(cuda_err)?;
         if self.user.len() > 1 {
             let ev = plain_event(&eng.ctx)?;
             ev.record(first).map_err(cuda_err)?;
@@ -1050,6 +1138,34 @@ fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
         },
     )
     .map_err(cuda_err)
+}
+
+/// The kernels a lowered group launches.
+fn kernels_needed(p: &Program, ll: Option<&Task>) -> Vec<(DataType, KernelOp)> {
+    let mut v = Vec::new();
+    for tg in &p.targets {
+        match tg.scalar {
+            Some(_) => {
+                v.push((tg.dtype, KernelOp::PreMul));
+                v.push((tg.dtype, KernelOp::PreMulAdd));
+                v.push((tg.dtype, KernelOp::reduce(ReduceKind::Sum)));
+            }
+            None => v.push((tg.dtype, KernelOp::reduce(tg.arith))),
+        }
+        if tg.postdiv.is_some() {
+            v.push((tg.dtype, KernelOp::DivInt));
+        }
+    }
+    if let Some(t) = ll {
+        v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())));
+    }
+    let mut unique = Vec::with_capacity(v.len());
+    for k in v {
+        if !unique.contains(&k) {
+            unique.push(k);
+        }
+    }
+    unique
 }
 
 /// Lowers one communicator's group and prepares its emission.
@@ -1075,14 +1191,31 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Emission>
             ));
         }
     }
+    let ll = match tasks {
+        [t] if matches!(t.kind, TaskKind::Coll(Collective::AllReduce))
+            && matches!(t.red, Reduction::Plain(_))
+            && t.count > 0
+            && t.count.saturating_mul(t.dtype.size()) <= eng.ll_max =>
+        {
+            Some(*t)
+        }
+        _ => None,
+    };
+    let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let program = lower(
-        tasks,
+        lowered,
         comm.rank(),
         comm.nranks(),
         eng.chunk,
         eng.single_stream_max,
     )?;
-    let single = program.bytes() <= eng.single_stream_max || program.aliases();
+    // Load every kernel now: loading a module can wait for the whole device, which must not
+    // happen once this device's streams wait on a peer whose work is queued after ours (one
+    // thread driving several GPUs).
+    for (dt, op) in kernels_needed(&program, ll.as_ref()) {
+        eng.kernels.prepare(dt, op).map_err(cuda_err)?;
+    }
+    let single = ll.is_some() || program.bytes() <= eng.single_stream_max || program.aliases();
     let items = schedule(&program, eng.chunk);
     Ok(Emission {
         eng,
@@ -1091,6 +1224,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Emission>
         next: 0,
         program,
         single,
+        ll,
         contributions: HashMap::new(),
         reduced: HashMap::new(),
     })
@@ -1113,8 +1247,8 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
         comm.set_async_error(&e);
         e
     };
-    for ((comm, em), _) in ems.iter_mut().zip(guards.iter()) {
-        em.begin().map_err(|e| poison(comm, e))?;
+    for ((comm, em), c) in ems.iter_mut().zip(guards.iter_mut()) {
+        em.begin(c).map_err(|e| poison(comm, e))?;
     }
     let horizon = ems
         .iter()
@@ -1131,8 +1265,8 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
             em.emit_until(t, c).map_err(|e| poison(comm, e))?;
         }
     }
-    for (comm, em) in ems.iter_mut() {
-        em.end().map_err(|e| poison(comm, e))?;
+    for ((comm, em), c) in ems.iter_mut().zip(guards.iter_mut()) {
+        em.end(c).map_err(|e| poison(comm, e))?;
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 # summary.md (busbw / latency ratios libccl / NCCL) under $OUT.
 # Needs .dev/libnccl.so.2 and .dev/ccl-perf (scripts/build-lib.sh release; copy; strip).
 # Usage: tests/gpu/device_accept.sh [ops...]   (default: all nine)
+# Env: SIZES, ACCEPT_MPI=0 (skip mpirun runs), ACCEPT_TORCH=0 (skip PyTorch).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
@@ -20,6 +21,7 @@ for op in $OPS; do
       echo "exit $?" >> "$L/g2.$op.$size.$lib.log"
     done
   done
+  [ "${ACCEPT_MPI:-1}" = 1 ] || continue
   for lib in nccl ccl; do
     [ $lib = nccl ] && LP=$NV || LP=$CCL
     LD_LIBRARY_PATH=$LP timeout 120 mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH \
@@ -28,11 +30,13 @@ for op in $OPS; do
     echo "exit $?" >> "$L/mpi.$op.$lib.log"
   done
 done
+if [ "${ACCEPT_TORCH:-1}" = 1 ]; then
 export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
 timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; echo "exit $?" >> "$L/torch_nccl.log"
 LD_PRELOAD=$CCL/libnccl.so.2 timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; echo "exit $?" >> "$L/torch_ccl.log"
 python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl 2 > "$L/torch_compare.log" 2>&1
 rm -rf "$CCL_TORCH_OUT"
+fi
 python3 - "$L" > "$OUT/summary.md" <<'PY'
 import glob, os, re, sys
 d = sys.argv[1]
@@ -53,6 +57,6 @@ for (op, size), v in sorted(rows.items()):
     lr = c[0] / n[0] if n[0] else 0
     print(f"| {op} | {size} | {n[0]} | {c[0]} | {n[1]} | {c[1]} | {br:.2f} | {lr:.2f} | {c[2]} |")
 PY
-tail -1 "$L/torch_compare.log" >> "$OUT/summary.md"
+[ -f "$L/torch_compare.log" ] && tail -1 "$L/torch_compare.log" >> "$OUT/summary.md"
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
 cat "$OUT/summary.md"

@@ -329,6 +329,78 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// The low-latency all-reduce of `n` elements (see [`super::source::ll_area_bytes`] for
+    /// the areas' layout): one block that pushes `src` into every peer's area, waits for
+    /// theirs and writes the reduction in rank order to `dst`.
+    ///
+    /// # Safety
+    /// `src`/`dst` hold `n` elements (`dst` equal to or disjoint from `src`); `areas` is a
+    /// device array of `nranks` area addresses valid in this context, each area laid out for
+    /// `nranks` and `ll_max`, with `n * size <= ll_max`; every rank launches the same
+    /// operation with the same `seq` (one more than its previous one).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn ll_all_reduce(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        n: usize,
+        areas: CUdeviceptr,
+        nranks: u32,
+        rank: u32,
+        seq: u32,
+        ll_max: usize,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        if n.saturating_mul(dt.size()) > ll_max || dst % dt.size() as u64 != 0 {
+            return Err(CudaError::InvalidArgument(format!(
+                "low-latency all-reduce of {n} elements at {dst:#x} does not fit {ll_max} bytes"
+            )));
+        }
+        let func = self.function(dt, KernelOp::LlAllReduce(op.into()))?;
+        let (mut dst, mut src, mut n64, mut areas) = (dst, src, n as u64, areas);
+        let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
+        let mut llmax = ll_max as u64;
+        let mut data_off = super::source::ll_data_offset(nranks as usize) as u64;
+        let mut params: [*mut c_void; 9] = [
+            (&mut dst as *mut u64).cast(),
+            (&mut src as *mut u64).cast(),
+            (&mut n64 as *mut u64).cast(),
+            (&mut areas as *mut u64).cast(),
+            (&mut nranks as *mut u32).cast(),
+            (&mut rank as *mut u32).cast(),
+            (&mut seq as *mut u32).cast(),
+            (&mut llmax as *mut u64).cast(),
+            (&mut data_off as *mut u64).cast(),
+        ];
+        let _g = self.ctx.scope()?;
+        let drv = self.ctx.driver();
+        // SAFETY: the parameters match the kernel's signature in order and size and live
+        // until the call returns; the memory is the caller's contract.
+        let r = unsafe {
+            (drv.fns.cuLaunchKernel)(
+                func,
+                1,
+                1,
+                1,
+                super::source::LL_THREADS,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        drv.check("cuLaunchKernel", r)
+    }
+}
+
 impl Drop for Kernels {
     fn drop(&mut self) {
         let Ok(map) = self.loaded.get_mut() else {

@@ -34,6 +34,9 @@ pub enum KernelOp {
     PreMulAdd,
     /// `dst[i] = dst[i] / n` (integer division truncating toward zero; floats divide).
     DivInt,
+    /// One-shot all-reduce of a small message over the ranks' low-latency areas (one block;
+    /// see [`ll_body_code`]). Not in [`KernelOp::ALL`]: it has its own launcher.
+    LlAllReduce(ReduceKindKey),
 }
 
 /// [`ReduceKind`] with an order, so that kernel keys sort.
@@ -82,6 +85,18 @@ impl KernelOp {
             KernelOp::PreMul => "premul",
             KernelOp::PreMulAdd => "premul_add",
             KernelOp::DivInt => "div_int",
+            KernelOp::LlAllReduce(ReduceKindKey::Sum) => "ll_allreduce_sum",
+            KernelOp::LlAllReduce(ReduceKindKey::Prod) => "ll_allreduce_prod",
+            KernelOp::LlAllReduce(ReduceKindKey::Max) => "ll_allreduce_max",
+            KernelOp::LlAllReduce(ReduceKindKey::Min) => "ll_allreduce_min",
+        }
+    }
+
+    /// The element-wise operation the kernel applies.
+    fn element_op(self) -> KernelOp {
+        match self {
+            KernelOp::LlAllReduce(k) => KernelOp::Reduce(k),
+            op => op,
         }
     }
 
@@ -467,16 +482,16 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
         ));
         let body = match op {
-            KernelOp::Reduce(ReduceKindKey::Sum) => {
+            KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
                 format!("enc_{t}(add_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::Reduce(ReduceKindKey::Prod) => {
+            KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
                 format!("enc_{t}(mul_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::Reduce(ReduceKindKey::Max) => {
+            KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => {
                 format!("enc_{t}(fmax_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::Reduce(ReduceKindKey::Min) => {
+            KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
                 format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
             }
             KernelOp::PreMul => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
@@ -499,10 +514,10 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
             ));
             let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) => "return canon_f(add_f(x, y));",
-                KernelOp::Reduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
-                KernelOp::Reduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return canon_f(add_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
                 KernelOp::PreMul => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
@@ -522,10 +537,10 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
             ));
             let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) => "return add_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return add_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
                 KernelOp::PreMul => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
@@ -546,14 +561,14 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
             ));
             let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) => {
+                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
                     format!("return (T)({u})((u64)({u})x + (u64)({u})y);")
                 }
-                KernelOp::Reduce(ReduceKindKey::Prod) => {
+                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})y);")
                 }
-                KernelOp::Reduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
-                KernelOp::Reduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
+                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
+                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
                 KernelOp::PreMul => format!("return (T)({u})((u64)({u})x * (u64)({u})p);"),
                 KernelOp::PreMulAdd => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);")
@@ -660,9 +675,89 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     if let Some(f) = format_of(dt) {
         format_code(f, &mut s);
     }
-    op_code(dt, op, &mut s);
-    body_code(&kernel_name(dt, op), op.is_binary(), &mut s);
+    op_code(dt, op.element_op(), &mut s);
+    match op {
+        KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), &mut s),
+        _ => body_code(&kernel_name(dt, op), op.is_binary(), &mut s),
+    }
     s
+}
+
+/// Threads of the one block of a low-latency kernel.
+pub const LL_THREADS: u32 = 512;
+
+/// Byte offset of the data regions in a low-latency area: first a flag word per sender, then
+/// an acknowledgement word per peer, each on its own 64-byte line.
+pub fn ll_data_offset(nranks: usize) -> usize {
+    (2 * nranks * 64).div_ceil(256) * 256
+}
+
+/// Bytes of one rank's low-latency area: the words, then two buffers (by operation parity)
+/// of `ll_max` bytes per sender.
+pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
+    ll_data_offset(nranks) + nranks * 2 * ll_max
+}
+
+/// The low-latency all-reduce: every rank pushes its input into every peer's area with
+/// plain stores, fences, raises its flag there, waits for all peers' flags in its own area,
+/// and reduces all inputs in rank order (so every rank computes the same bits). Before
+/// overwriting a peer's buffer it waits for that peer's acknowledgement of the operation
+/// two back (the one that used the same buffer), so a rank running ahead never clobbers
+/// data a slower peer still reads.
+fn ll_body_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
+
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
+  const P p = ccl_param(0);
+  const u32 par = seq & 1u;
+  const u64 bytes = n * sizeof(T);
+  u8* mine = (u8*)areas[rank];
+  const u32 tid = threadIdx.x;
+  if (tid < nranks && tid != rank) {{
+    volatile u32* ack = (volatile u32*)(mine + 64ull * (nranks + tid));
+    while ((int)(*ack - (seq - 2u)) < 0) {{ }}
+  }}
+  __syncthreads();
+  const bool vec = (((u64)src) & 15) == 0;
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) continue;
+    u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+    if (vec) {{
+      const u64 nv = bytes / 16;
+      for (u64 i = tid; i < nv; i += blockDim.x) ((ccl_u4*)to)[i] = ((const ccl_u4*)src)[i];
+      for (u64 i = nv * 16 + tid; i < bytes; i += blockDim.x) to[i] = ((const u8*)src)[i];
+    }} else {{
+      for (u64 i = tid; i < bytes; i += blockDim.x) to[i] = ((const u8*)src)[i];
+    }}
+  }}
+  __threadfence_system();
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    *(volatile u32*)((u8*)areas[tid] + 64ull * rank) = seq;
+    volatile u32* flag = (volatile u32*)(mine + 64ull * tid);
+    while ((int)(*flag - seq) < 0) {{ }}
+  }}
+  __syncthreads();
+  __threadfence();
+  for (u64 i = tid; i < n; i += blockDim.x) {{
+    T acc = rank == 0 ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
+    for (u32 q = 1; q < nranks; ++q) {{
+      const T x = q == rank ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
+      acc = ccl_apply(acc, x, p);
+    }}
+    dst[i] = acc;
+  }}
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    __threadfence_system();
+    *(volatile u32*)((u8*)areas[tid] + 64ull * (nranks + rank)) = seq;
+  }}
+}}
+"#
+    );
 }
 
 #[cfg(test)]
