@@ -16,7 +16,7 @@ for op in $OPS; do
   for size in $SIZES; do
     for lib in nccl ccl; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
-      LD_LIBRARY_PATH=$LP timeout 120 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 1 -g 2 \
+      LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 1 -g 2 \
         --json "$L/g2.$op.$size.$lib.json" > "$L/g2.$op.$size.$lib.log" 2>&1
       echo "exit $?" >> "$L/g2.$op.$size.$lib.log"
     done
@@ -24,7 +24,7 @@ for op in $OPS; do
   [ "${ACCEPT_MPI:-1}" = 1 ] || continue
   for lib in nccl ccl; do
     [ $lib = nccl ] && LP=$NV || LP=$CCL
-    LD_LIBRARY_PATH=$LP timeout 120 mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH \
+    LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH \
       -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b 8 -e 128M -f 16384 -n 20 -w 5 -c 1 \
       > "$L/mpi.$op.$lib.log" 2>&1
     echo "exit $?" >> "$L/mpi.$op.$lib.log"
