@@ -293,7 +293,9 @@ fn generated_kernels_match_the_host_reference() {
                             let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
                             f(pd, pd, n as u64, 7);
                         }
-                        KernelOp::LlAllReduce(_) => unreachable!("not in KernelOp::ALL"),
+                        KernelOp::LlAllReduce(_) | KernelOp::LlExchange => {
+                            unreachable!("not in KernelOp::ALL")
+                        }
                     }
                 }
                 if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
@@ -325,18 +327,30 @@ fn low_latency_kernel_sources_compile() {
     let dir = std::env::temp_dir().join(format!("ccl-ll-src-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
+    let ops = [
+        ReduceKind::Sum,
+        ReduceKind::Prod,
+        ReduceKind::Max,
+        ReduceKind::Min,
+    ]
+    .map(|k| KernelOp::LlAllReduce(k.into()));
     for dt in DataType::ALL {
-        for k in [ReduceKind::Sum, ReduceKind::Prod, ReduceKind::Max, ReduceKind::Min] {
-            let op = KernelOp::LlAllReduce(k.into());
+        for op in ops.into_iter().chain([KernelOp::LlExchange]) {
             let prims = format!("{HOST_PRIMITIVES}{stubs}");
             let src = format!(
                 "{HOST_INCLUDES}{}",
-                kernel_source_with(dt, op, &prims).replace("extern \"C\" __global__", "extern \"C\"")
+                kernel_source_with(dt, op, &prims)
+                    .replace("extern \"C\" __global__", "extern \"C\"")
             );
             let f = dir.join(format!("{}.cpp", kernel_name(dt, op)));
             std::fs::write(&f, src).unwrap();
             let out = Command::new("g++")
-                .args(["-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas"])
+                .args([
+                    "-std=c++17",
+                    "-fsyntax-only",
+                    "-Wall",
+                    "-Wno-unknown-pragmas",
+                ])
                 .args(["-Wno-unused-function", "-Wno-unused-variable"])
                 .arg(&f)
                 .output()

@@ -24,9 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
 use ccl_cuda::cuda::{
-    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, KernelOp, Kernels, Stream,
-    WaitCond, IPC_HANDLE_SIZE,
+    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, KernelOp, Kernels,
+    LlTransfers, Stream, WaitCond, IPC_HANDLE_SIZE,
 };
 use ccl_cuda::host::reduce as host_reduce;
 use ccl_cuda::{DataType, ReduceKind};
@@ -39,6 +40,25 @@ use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
 
 /// Bytes between flag words (one word per cache line: peers write them over NVLink).
 const FLAG_STRIDE: u64 = 64;
+
+/// Copy streams per communicator. Chunk `seq` of a pair goes on lane `seq % LANES`, so one
+/// lane's stream memory operations and copy launch overlap the other lane's copy and the
+/// copy engines never idle between chunks; each lane has its own `ready` flag per sender,
+/// since the lanes' chunks may complete out of order.
+const LANES: usize = 2;
+
+/// Smallest chunk a piece is cut into, unless the piece itself is smaller.
+const MIN_CHUNK: usize = 256 << 10;
+
+/// Chunk size for a piece of `bytes`: about a quarter of the piece (so even a mid-sized piece
+/// pipelines), between [`MIN_CHUNK`] and the slot size. Both sides compute it from the piece
+/// alone, which they agree on.
+fn piece_chunk(bytes: usize, slot: usize) -> usize {
+    (bytes / 4)
+        .clamp(MIN_CHUNK.min(slot), slot)
+        .next_multiple_of(4096)
+        .min(slot)
+}
 
 fn cuda_err(e: cuda::CudaError) -> Error {
     Error::new(ErrorKind::Cuda, e.to_string())
@@ -87,10 +107,10 @@ pub struct IpcEngine {
     _ll: DeviceBuffer,
     ll_areas: DeviceBuffer,
     peers: Vec<Option<Peer>>,
-    tx: Stream,
+    tx: [Stream; LANES],
     rx: Stream,
     fork: Event,
-    join_tx: Event,
+    join_tx: [Event; LANES],
     join_rx: Event,
     /// Recorded on the user stream at the end of every operation.
     last_done: Event,
@@ -104,20 +124,22 @@ unsafe impl Send for IpcEngine {}
 unsafe impl Sync for IpcEngine {}
 
 impl IpcEngine {
-    fn ready_flag(base: u64, from: usize) -> u64 {
-        base + 2 * from as u64 * FLAG_STRIDE
+    /// Per sender: a `ready` word per lane, then the `credit` word.
+    fn ready_flag(base: u64, from: usize, seq: u32) -> u64 {
+        let lane = (seq as usize % LANES) as u64;
+        base + ((from * (LANES + 1)) as u64 + lane) * FLAG_STRIDE
     }
 
     fn credit_flag(base: u64, from: usize) -> u64 {
-        base + (2 * from as u64 + 1) * FLAG_STRIDE
+        base + ((from * (LANES + 1) + LANES) as u64) * FLAG_STRIDE
     }
 
     fn local_flag(&self) -> u64 {
-        self.flags.ptr() + 2 * self.nranks as u64 * FLAG_STRIDE
+        self.flags.ptr() + (self.nranks * (LANES + 1)) as u64 * FLAG_STRIDE
     }
 
     fn flag_bytes(nranks: usize) -> usize {
-        (2 * nranks + 1) * FLAG_STRIDE as usize
+        (nranks * (LANES + 1) + 1) * FLAG_STRIDE as usize
     }
 
     /// Where chunk slot `slot` from `sender` lives in the receive area based at `base`
@@ -389,18 +411,20 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
-    let streams = || -> Result<(Stream, Stream, Event, Event, Event, Event)> {
+    type Made = ([Stream; LANES], Stream, Event, [Event; LANES], Event, Event);
+    let streams = || -> Result<Made> {
         let flags = EventFlags {
             timing: false,
             interprocess: false,
             blocking_sync: false,
         };
         let ev = || Event::new(&local.ctx, flags).map_err(cuda_err);
+        let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
         Ok((
-            Stream::with_flags(&local.ctx, true).map_err(cuda_err)?,
-            Stream::with_flags(&local.ctx, true).map_err(cuda_err)?,
+            [stream()?, stream()?],
+            stream()?,
             ev()?,
-            ev()?,
+            [ev()?, ev()?],
             ev()?,
             ev()?,
         ))
@@ -610,9 +634,7 @@ fn lower(
         let peers = (0..n).filter(|&q| q != rank);
         match t.kind {
             TaskKind::Coll(Collective::AllReduce)
-                if n == 2
-                    && b <= one_shot_max / 2
-                    && matches!(t.red, Reduction::Plain(_)) =>
+                if n == 2 && b <= one_shot_max / 2 && matches!(t.red, Reduction::Plain(_)) =>
             {
                 // Small, two ranks: each sends everything and reduces everything (one copy
                 // and one kernel each instead of two of each). `a (op) b` is symmetric, so
@@ -635,7 +657,10 @@ fn lower(
                 p.all_reduce[ti] = true;
                 let (lo_r, len_r) = slice(t.count, n, rank);
                 let max_chunks = (0..n)
-                    .map(|i| (slice(t.count, n, i).1 * sz).div_ceil(chunk) as u64)
+                    .map(|i| {
+                        let bytes = slice(t.count, n, i).1 * sz;
+                        bytes.div_ceil(piece_chunk(bytes, chunk)) as u64
+                    })
                     .max()
                     .unwrap_or(0);
                 let g = target(n - 1, true);
@@ -828,16 +853,17 @@ fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
     for (peer, pieces) in p.tx.iter().enumerate() {
         let mut last: Option<u64> = None;
         for s in pieces {
-            for k in 0..s.bytes.div_ceil(chunk) {
+            let pc = piece_chunk(s.bytes, chunk);
+            for k in 0..s.bytes.div_ceil(pc) {
                 let t = (s.base_t + k as u64).max(last.map_or(0, |l| l + 1));
                 last = Some(t);
-                let off = k * chunk;
+                let off = k * pc;
                 items.push(Item {
                     t,
                     peer,
                     kind: ItemKind::Tx {
                         src: s.src + off as u64,
-                        bytes: (s.bytes - off).min(chunk),
+                        bytes: (s.bytes - off).min(pc),
                         after: s.after.map(|g| (g, k)),
                     },
                 });
@@ -847,15 +873,16 @@ fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
     for (peer, pieces) in p.rx.iter().enumerate() {
         let mut last: Option<u64> = None;
         for r in pieces {
-            for k in 0..r.bytes.div_ceil(chunk) {
+            let pc = piece_chunk(r.bytes, chunk);
+            for k in 0..r.bytes.div_ceil(pc) {
                 let t = (r.base_t + k as u64).max(last.map_or(0, |l| l + 1));
                 last = Some(t);
-                let off = k * chunk;
+                let off = k * pc;
                 items.push(Item {
                     t,
                     peer,
                     kind: ItemKind::Rx {
-                        bytes: (r.bytes - off).min(chunk),
+                        bytes: (r.bytes - off).min(pc),
                         act: r.act,
                         chunk: k,
                         off: off as u64,
@@ -877,17 +904,17 @@ struct Emission {
     program: Program,
     single: bool,
     /// A small all-reduce done by one low-latency kernel instead of transfers.
-    ll: Option<Task>,
+    ll: Option<LowLatency>,
     contributions: HashMap<(usize, usize), usize>,
     reduced: HashMap<(usize, usize), u32>,
 }
 
 impl Emission {
-    fn tx_stream(&self) -> &Stream {
+    fn tx_stream(&self, seq: u32) -> &Stream {
         if self.single {
             &self.user[0]
         } else {
-            &self.eng.tx
+            &self.eng.tx[seq as usize % LANES]
         }
     }
 
@@ -914,28 +941,36 @@ impl Emission {
         }
         if !self.single {
             eng.fork.record(first).map_err(cuda_err)?;
-            eng.tx.wait_event(&eng.fork).map_err(cuda_err)?;
+            for tx in &eng.tx {
+                tx.wait_event(&eng.fork).map_err(cuda_err)?;
+            }
             eng.rx.wait_event(&eng.fork).map_err(cuda_err)?;
         }
-        if let Some(t) = self.ll {
+        if let Some(ll) = &self.ll {
             c.ll_seq = c.ll_seq.wrapping_add(1);
-            // SAFETY: the task's buffers hold `count` elements (validated at enqueue) and fit
-            // the areas (checked when choosing this path); every rank launches the same
-            // operation with the same sequence number.
+            let (areas, n, me) = (eng.ll_areas.ptr(), eng.nranks as u32, eng.rank as u32);
+            // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
+            // areas (checked when choosing this path); every rank launches the same operation
+            // with the same sequence number.
             unsafe {
-                eng.kernels.ll_all_reduce(
-                    first,
-                    t.dtype,
-                    t.red.arithmetic(),
-                    t.recv as u64,
-                    t.send as u64,
-                    t.count,
-                    eng.ll_areas.ptr(),
-                    eng.nranks as u32,
-                    eng.rank as u32,
-                    c.ll_seq,
-                    eng.ll_max,
-                )
+                match ll {
+                    LowLatency::AllReduce(t) => eng.kernels.ll_all_reduce(
+                        first,
+                        t.dtype,
+                        t.red.arithmetic(),
+                        t.recv as u64,
+                        t.send as u64,
+                        t.count,
+                        areas,
+                        n,
+                        me,
+                        c.ll_seq,
+                        eng.ll_max,
+                    ),
+                    LowLatency::Exchange(x) => eng
+                        .kernels
+                        .ll_exchange(first, x, areas, n, me, c.ll_seq, eng.ll_max),
+                }
             }
             .map_err(cuda_err)?;
         }
@@ -967,10 +1002,10 @@ impl Emission {
             .ok_or_else(|| Error::internal(format!("cuda-ipc: rank {p} is not mapped")))?;
         match it.kind {
             ItemKind::Tx { src, bytes, after } => {
-                let s = self.tx_stream();
                 c.sent[p] = c.sent[p].wrapping_add(1);
                 c.sent_total[p] += 1;
                 let seq = c.sent[p];
+                let s = self.tx_stream(seq);
                 let slot = seq % eng.slots;
                 // SAFETY: flag words and slots lie inside allocations that live as long as the
                 // engine (ours) or its mappings (the peer's); `src` is the caller's buffer.
@@ -993,7 +1028,7 @@ impl Emission {
                     }
                     let dst = eng.slot_addr(peer.scratch, p, me, slot);
                     s.memcpy(dst, src, bytes).map_err(cuda_err)?;
-                    s.write_value32(IpcEngine::ready_flag(peer.flags, me), seq)
+                    s.write_value32(IpcEngine::ready_flag(peer.flags, me, seq), seq)
                         .map_err(cuda_err)?;
                 }
             }
@@ -1012,7 +1047,7 @@ impl Emission {
                 // passes, and stays ours until the credit below is written.
                 unsafe {
                     s.wait_value32(
-                        IpcEngine::ready_flag(eng.flags.ptr(), p),
+                        IpcEngine::ready_flag(eng.flags.ptr(), p, seq),
                         seq,
                         WaitCond::Geq,
                     )
@@ -1111,9 +1146,11 @@ impl Emission {
         let first = &self.user[0];
         c.last_stream = Some(first.raw() as usize);
         if !self.single {
-            eng.join_tx.record(&eng.tx).map_err(cuda_err)?;
+            for (ev, tx) in eng.join_tx.iter().zip(&eng.tx) {
+                ev.record(tx).map_err(cuda_err)?;
+                first.wait_event(ev).map_err(cuda_err)?;
+            }
             eng.join_rx.record(&eng.rx).map_err(cuda_err)?;
-            first.wait_event(&eng.join_tx).map_err(cuda_err)?;
             first.wait_event(&eng.join_rx).map_err(cuda_err)?;
         }
         eng.last_done.record(first).map_err(cuda_err)?;
@@ -1140,8 +1177,60 @@ fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
     .map_err(cuda_err)
 }
 
+/// A small collective done by one low-latency kernel per rank instead of transfers.
+#[derive(Debug, Clone, Copy)]
+enum LowLatency {
+    AllReduce(Task),
+    Exchange(LlTransfers),
+}
+
+/// Chooses the low-latency kernel for a group of one small collective. The choice depends
+/// only on what every rank sees alike (kind, count, type, reduction, ranks, settings).
+fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
+    let [t] = tasks else { return Ok(None) };
+    let bytes = t.count.saturating_mul(t.dtype.size());
+    if t.count == 0 || bytes > ll_max {
+        return Ok(None);
+    }
+    match t.kind {
+        TaskKind::Coll(Collective::AllReduce) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::AllReduce(*t)))
+        }
+        TaskKind::Coll(
+            Collective::AllGather
+            | Collective::AlltoAll
+            | Collective::Broadcast { .. }
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. },
+        ) if n <= LL_EXCHANGE_MAX_RANKS => {
+            let p = lower(tasks, rank, n, usize::MAX, 0)?;
+            let mut x = LlTransfers::default();
+            for q in 0..n {
+                if let [s] = p.tx[q].as_slice() {
+                    x.src[q] = s.src;
+                    x.sbytes[q] = s.bytes as u64;
+                }
+                if let [r] = p.rx[q].as_slice() {
+                    let Act::Copy { dst } = r.act else {
+                        return Ok(None);
+                    };
+                    x.dst[q] = dst;
+                    x.rbytes[q] = r.bytes as u64;
+                }
+            }
+            if let [(dst, src, b)] = p.locals.as_slice() {
+                x.src[rank] = *src;
+                x.dst[rank] = *dst;
+                x.sbytes[rank] = *b as u64;
+            }
+            Ok(Some(LowLatency::Exchange(x)))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// The kernels a lowered group launches.
-fn kernels_needed(p: &Program, ll: Option<&Task>) -> Vec<(DataType, KernelOp)> {
+fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
     for tg in &p.targets {
         match tg.scalar {
@@ -1156,8 +1245,12 @@ fn kernels_needed(p: &Program, ll: Option<&Task>) -> Vec<(DataType, KernelOp)> {
             v.push((tg.dtype, KernelOp::DivInt));
         }
     }
-    if let Some(t) = ll {
-        v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())));
+    match ll {
+        Some(LowLatency::AllReduce(t)) => {
+            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
+        }
+        Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
+        None => {}
     }
     let mut unique = Vec::with_capacity(v.len());
     for k in v {
@@ -1191,16 +1284,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Emission>
             ));
         }
     }
-    let ll = match tasks {
-        [t] if matches!(t.kind, TaskKind::Coll(Collective::AllReduce))
-            && matches!(t.red, Reduction::Plain(_))
-            && t.count > 0
-            && t.count.saturating_mul(t.dtype.size()) <= eng.ll_max =>
-        {
-            Some(*t)
-        }
-        _ => None,
-    };
+    let ll = low_latency(tasks, comm.rank(), comm.nranks(), eng.ll_max)?;
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let program = lower(
         lowered,
@@ -1277,7 +1361,7 @@ pub fn wait_idle(comm: &Comm) -> Result<()> {
     let Some(eng) = comm.0.ipc.lock().clone() else {
         return Ok(());
     };
-    for s in [&eng.tx, &eng.rx] {
+    for s in eng.tx.iter().chain([&eng.rx]) {
         while !s.query().map_err(cuda_err)? {
             if comm.0.abort.load(std::sync::atomic::Ordering::Relaxed) {
                 return Err(Error::system("communicator aborted"));
@@ -1501,6 +1585,73 @@ mod tests {
             1000,
         );
         assert!(!lower(&[ag], 1, 2, 4096, 0).unwrap().aliases());
+    }
+
+    #[test]
+    fn pieces_are_cut_into_quarters_within_bounds() {
+        let slot = 8 << 20;
+        assert_eq!(piece_chunk(8, slot), MIN_CHUNK);
+        assert_eq!(piece_chunk(4 << 20, slot), 1 << 20);
+        assert_eq!(piece_chunk(256 << 20, slot), slot);
+        assert_eq!(piece_chunk(1 << 20, 4096), 4096);
+        // Every chunk boundary is 4 KiB aligned, so elements of any type stay whole.
+        assert_eq!(piece_chunk(3_000_001, slot) % 4096, 0);
+        // Sender and receiver pair up with the mixed sizes of a real sweep.
+        for count in [1usize, 1 << 18, 3_000_001, 50 << 20] {
+            check_pairing(
+                &|_| {
+                    vec![task(
+                        TaskKind::Coll(Collective::AllReduce),
+                        0x1000_0000,
+                        0x9000_0000,
+                        count,
+                    )]
+                },
+                2,
+                slot,
+            );
+        }
+    }
+
+    #[test]
+    fn small_collectives_become_one_low_latency_kernel() {
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("all-gather of 16 bytes should be low-latency");
+        };
+        assert_eq!((x.src[0], x.sbytes[0]), (0x1000, 16));
+        assert_eq!((x.dst[0], x.rbytes[0]), (0x8000, 16));
+        assert_eq!((x.src[1], x.dst[1], x.sbytes[1]), (0x1000, 0x8010, 16));
+        // In place: no local copy.
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x8010, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("in-place all-gather should be low-latency");
+        };
+        assert_eq!(x.sbytes[1], 0);
+        // Broadcast: the root only sends, the others only receive.
+        let bc = task(
+            TaskKind::Coll(Collective::Broadcast { root: 0 }),
+            0x1000,
+            0x2000,
+            4,
+        );
+        let Some(LowLatency::Exchange(x)) = low_latency(&[bc], 1, 3, 1 << 20).unwrap() else {
+            panic!("broadcast should be low-latency");
+        };
+        assert_eq!(x.sbytes, [0; 8]);
+        assert_eq!((x.dst[0], x.rbytes[0], x.rbytes[2]), (0x2000, 16, 0));
+        // Too big, reductions other than all-reduce, and groups stay on the copy engines.
+        assert!(low_latency(&[ag], 1, 2, 8).unwrap().is_none());
+        let rs = task(TaskKind::Coll(Collective::ReduceScatter), 0x1000, 0x8000, 4);
+        assert!(low_latency(&[rs], 0, 2, 1 << 20).unwrap().is_none());
+        assert!(low_latency(&[ag, ag], 1, 2, 1 << 20).unwrap().is_none());
+        let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 4);
+        assert!(matches!(
+            low_latency(&[ar], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::AllReduce(_))
+        ));
+        // More ranks than the exchange table holds.
+        assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
     }
 
     #[test]

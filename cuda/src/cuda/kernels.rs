@@ -11,7 +11,9 @@ use super::cache::{cache_key, default_cache_dir, DiskCache};
 use super::context::Context;
 use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
-use super::source::{kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, UNROLL};
+use super::source::{
+    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS, UNROLL,
+};
 use super::stream::Stream;
 use super::sys::*;
 use crate::dtype::{DataType, ReduceKind};
@@ -331,8 +333,8 @@ impl Kernels {
 
 impl Kernels {
     /// The low-latency all-reduce of `n` elements (see [`super::source::ll_area_bytes`] for
-    /// the areas' layout): one block that pushes `src` into every peer's area, waits for
-    /// theirs and writes the reduction in rank order to `dst`.
+    /// the areas' layout): blocks that each push their part of `src` into every peer's area,
+    /// wait for the peers' same part and write the reduction in rank order to `dst`.
     ///
     /// # Safety
     /// `src`/`dst` hold `n` elements (`dst` equal to or disjoint from `src`); `areas` is a
@@ -367,7 +369,9 @@ impl Kernels {
         let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
         let mut llmax = ll_max as u64;
         let mut data_off = super::source::ll_data_offset(nranks as usize) as u64;
-        let mut params: [*mut c_void; 9] = [
+        let (blocks, per) = super::source::ll_blocks(n * dt.size());
+        let mut per = per as u64;
+        let mut params: [*mut c_void; 10] = [
             (&mut dst as *mut u64).cast(),
             (&mut src as *mut u64).cast(),
             (&mut n64 as *mut u64).cast(),
@@ -377,6 +381,7 @@ impl Kernels {
             (&mut seq as *mut u32).cast(),
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
+            (&mut per as *mut u64).cast(),
         ];
         let _g = self.ctx.scope()?;
         let drv = self.ctx.driver();
@@ -385,7 +390,88 @@ impl Kernels {
         let r = unsafe {
             (drv.fns.cuLaunchKernel)(
                 func,
+                blocks,
                 1,
+                1,
+                super::source::LL_THREADS,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        drv.check("cuLaunchKernel", r)
+    }
+}
+
+/// The transfer table of a low-latency exchange (the kernel's `ccl_xfer`, passed by value):
+/// per rank `q`, what goes to `q` (`src`, `sbytes`) and where what comes from `q` lands
+/// (`dst`, `rbytes`); entry `rank` is a local copy of `sbytes` bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LlTransfers {
+    pub src: [u64; LL_EXCHANGE_MAX_RANKS],
+    pub dst: [u64; LL_EXCHANGE_MAX_RANKS],
+    pub sbytes: [u64; LL_EXCHANGE_MAX_RANKS],
+    pub rbytes: [u64; LL_EXCHANGE_MAX_RANKS],
+}
+
+impl Kernels {
+    /// Queues the low-latency exchange of `xfer` (see [`LlTransfers`]).
+    ///
+    /// # Safety
+    /// Every range in `xfer` is device-accessible and valid until the stream has run the
+    /// kernel, each `sbytes`/`rbytes` at most `ll_max`; `areas` as for
+    /// [`Kernels::ll_all_reduce`]; every rank launches its side of the same exchange with
+    /// the same `seq`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn ll_exchange(
+        &self,
+        stream: &Stream,
+        xfer: &LlTransfers,
+        areas: CUdeviceptr,
+        nranks: u32,
+        rank: u32,
+        seq: u32,
+        ll_max: usize,
+    ) -> Result<()> {
+        if nranks as usize > LL_EXCHANGE_MAX_RANKS
+            || xfer
+                .sbytes
+                .iter()
+                .chain(&xfer.rbytes)
+                .any(|&b| b > ll_max as u64)
+        {
+            return Err(CudaError::InvalidArgument(format!(
+                "low-latency exchange of {nranks} ranks does not fit (at most \
+                 {LL_EXCHANGE_MAX_RANKS} ranks and {ll_max} bytes per peer)"
+            )));
+        }
+        let func = self.function(DataType::Uint8, KernelOp::LlExchange)?;
+        let mut x = *xfer;
+        let mut areas = areas;
+        let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
+        let mut llmax = ll_max as u64;
+        let mut data_off = super::source::ll_data_offset(nranks as usize) as u64;
+        let mut params: [*mut c_void; 7] = [
+            (&mut x as *mut LlTransfers).cast(),
+            (&mut areas as *mut u64).cast(),
+            (&mut nranks as *mut u32).cast(),
+            (&mut rank as *mut u32).cast(),
+            (&mut seq as *mut u32).cast(),
+            (&mut llmax as *mut u64).cast(),
+            (&mut data_off as *mut u64).cast(),
+        ];
+        let _g = self.ctx.scope()?;
+        let drv = self.ctx.driver();
+        // SAFETY: the parameters match the kernel's signature (`ccl_xfer` has this struct's
+        // C layout) and live until the call returns; the memory is the caller's contract.
+        let r = unsafe {
+            (drv.fns.cuLaunchKernel)(
+                func,
+                super::source::LL_MAX_BLOCKS as u32,
                 1,
                 1,
                 super::source::LL_THREADS,

@@ -37,6 +37,9 @@ pub enum KernelOp {
     /// One-shot all-reduce of a small message over the ranks' low-latency areas (one block;
     /// see [`ll_body_code`]). Not in [`KernelOp::ALL`]: it has its own launcher.
     LlAllReduce(ReduceKindKey),
+    /// Small transfers between all ranks over the low-latency areas, no arithmetic (see
+    /// [`ll_exchange_code`]); one kernel for every type (compiled under `Uint8`).
+    LlExchange,
 }
 
 /// [`ReduceKind`] with an order, so that kernel keys sort.
@@ -89,6 +92,7 @@ impl KernelOp {
             KernelOp::LlAllReduce(ReduceKindKey::Prod) => "ll_allreduce_prod",
             KernelOp::LlAllReduce(ReduceKindKey::Max) => "ll_allreduce_max",
             KernelOp::LlAllReduce(ReduceKindKey::Min) => "ll_allreduce_min",
+            KernelOp::LlExchange => "ll_exchange",
         }
     }
 
@@ -494,7 +498,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
                 format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::PreMul => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
+            KernelOp::PreMul | KernelOp::LlExchange => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
             KernelOp::PreMulAdd => format!(
                 "enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))"
             ),
@@ -518,7 +522,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -541,7 +545,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -561,15 +565,21 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
             ));
             let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
+                KernelOp::Reduce(ReduceKindKey::Sum)
+                | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
                     format!("return (T)({u})((u64)({u})x + (u64)({u})y);")
                 }
-                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
+                KernelOp::Reduce(ReduceKindKey::Prod)
+                | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})y);")
                 }
-                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
-                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
-                KernelOp::PreMul => format!("return (T)({u})((u64)({u})x * (u64)({u})p);"),
+                KernelOp::Reduce(ReduceKindKey::Max)
+                | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
+                KernelOp::Reduce(ReduceKindKey::Min)
+                | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
+                KernelOp::PreMul | KernelOp::LlExchange => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
+                }
                 KernelOp::PreMulAdd => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);")
                 }
@@ -670,6 +680,11 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     let mut s = String::with_capacity(8192);
     s.push_str(HEADER);
     s.push_str(primitives);
+    if op == KernelOp::LlExchange {
+        s.push_str("struct alignas(16) ccl_u4 { u32 x, y, z, w; };\n");
+        ll_exchange_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
     s.push_str(COMMON);
     let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
     if let Some(f) = format_of(dt) {
@@ -683,13 +698,17 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     s
 }
 
-/// Threads of the one block of a low-latency kernel.
+/// Threads per block of a low-latency kernel.
 pub const LL_THREADS: u32 = 512;
 
-/// Byte offset of the data regions in a low-latency area: first a flag word per sender, then
-/// an acknowledgement word per peer, each on its own 64-byte line.
+/// Most blocks of a low-latency kernel; each block owns a contiguous part of the message and
+/// its own flag and acknowledgement words, so blocks never wait for each other.
+pub const LL_MAX_BLOCKS: usize = 32;
+
+/// Byte offset of the data regions in a low-latency area: first a flag word per (sender,
+/// block), then an acknowledgement word per (peer, block), each on its own 64-byte line.
 pub fn ll_data_offset(nranks: usize) -> usize {
-    (2 * nranks * 64).div_ceil(256) * 256
+    (2 * nranks * LL_MAX_BLOCKS * 64).div_ceil(256) * 256
 }
 
 /// Bytes of one rank's low-latency area: the words, then two buffers (by operation parity)
@@ -698,51 +717,137 @@ pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
     ll_data_offset(nranks) + nranks * 2 * ll_max
 }
 
-/// The low-latency all-reduce: every rank pushes its input into every peer's area with
-/// plain stores, fences, raises its flag there, waits for all peers' flags in its own area,
-/// and reduces all inputs in rank order (so every rank computes the same bits). Before
-/// overwriting a peer's buffer it waits for that peer's acknowledgement of the operation
-/// two back (the one that used the same buffer), so a rank running ahead never clobbers
-/// data a slower peer still reads.
-fn ll_body_code(name: &str, out: &mut String) {
+/// Blocks and bytes per block for a low-latency message of `bytes` (each block's share a
+/// multiple of 16 bytes, so vector copies and element boundaries line up). Every launch has
+/// all [`LL_MAX_BLOCKS`] blocks, idle ones included: each block waits for the acknowledgement
+/// its own block index got two operations back, so a block index must take part every time.
+pub fn ll_blocks(bytes: usize) -> (u32, usize) {
+    let per = bytes.div_ceil(LL_MAX_BLOCKS).max(1).next_multiple_of(16);
+    (LL_MAX_BLOCKS as u32, per)
+}
+
+/// Most ranks a low-latency exchange serves (its transfer table is a kernel parameter).
+pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
+
+/// The low-latency exchange: per peer `q`, push `sbytes[q]` from `src[q]` into `q`'s area and
+/// copy the `rbytes[q]` that `q` pushed here to `dst[q]`; `q == rank` is a local copy. Same
+/// flag, acknowledgement and buffer discipline as the all-reduce (every block of every rank
+/// signals every peer each time, data or not), so the two kernels share one sequence.
+fn ll_exchange_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
         r#"
-static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
+#define LL_MAXB {LL_MAX_BLOCKS}
+#define LL_MAXR {LL_EXCHANGE_MAX_RANKS}
+struct ccl_xfer {{ u64 src[LL_MAXR]; u64 dst[LL_MAXR]; u64 sbytes[LL_MAXR]; u64 rbytes[LL_MAXR]; }};
 
-extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
-  const P p = ccl_param(0);
+static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u32 blk, u32 tid, u32 nthreads) {{
+  u64 per = (bytes + LL_MAXB - 1) / LL_MAXB;
+  per = (per + 15) & ~15ull;
+  const u64 b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
+  const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
+  if (((((u64)to) | ((u64)from)) & 15) == 0) {{
+    const u64 v0 = b0 / 16, v1 = b1 / 16;
+    for (u64 i = v0 + tid; i < v1; i += nthreads) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
+    for (u64 i = v1 * 16 + tid; i < b1; i += nthreads) to[i] = from[i];
+  }} else {{
+    for (u64 i = b0 + tid; i < b1; i += nthreads) to[i] = from[i];
+  }}
+}}
+
+extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
   const u32 par = seq & 1u;
-  const u64 bytes = n * sizeof(T);
-  u8* mine = (u8*)areas[rank];
+  const u32 blk = blockIdx.x;
   const u32 tid = threadIdx.x;
+  u8* mine = (u8*)areas[rank];
   if (tid < nranks && tid != rank) {{
-    volatile u32* ack = (volatile u32*)(mine + 64ull * (nranks + tid));
+    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
     while ((int)(*ack - (seq - 2u)) < 0) {{ }}
   }}
   __syncthreads();
-  const bool vec = (((u64)src) & 15) == 0;
   for (u32 q = 0; q < nranks; ++q) {{
-    if (q == rank) continue;
-    u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
-    if (vec) {{
-      const u64 nv = bytes / 16;
-      for (u64 i = tid; i < nv; i += blockDim.x) ((ccl_u4*)to)[i] = ((const ccl_u4*)src)[i];
-      for (u64 i = nv * 16 + tid; i < bytes; i += blockDim.x) to[i] = ((const u8*)src)[i];
-    }} else {{
-      for (u64 i = tid; i < bytes; i += blockDim.x) to[i] = ((const u8*)src)[i];
+    if (q == rank) {{
+      if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+    }} else if (x.sbytes[q] > 0) {{
+      u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+      ccl_copy_part(to, (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
     }}
   }}
   __threadfence_system();
   __syncthreads();
   if (tid < nranks && tid != rank) {{
-    *(volatile u32*)((u8*)areas[tid] + 64ull * rank) = seq;
-    volatile u32* flag = (volatile u32*)(mine + 64ull * tid);
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
+    volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
     while ((int)(*flag - seq) < 0) {{ }}
   }}
   __syncthreads();
   __threadfence();
-  for (u64 i = tid; i < n; i += blockDim.x) {{
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank || x.rbytes[q] == 0) continue;
+    const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
+    ccl_copy_part((u8*)x.dst[q], from, x.rbytes[q], blk, tid, blockDim.x);
+  }}
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    __threadfence_system();
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + blk)) = seq;
+  }}
+}}
+"#
+    );
+}
+
+/// The low-latency all-reduce: each block pushes its part of the input into every peer's area
+/// with plain stores, fences, raises its flag there, waits for the same block's flag of every
+/// peer in its own area, and reduces all inputs in rank order (so every rank computes the
+/// same bits). Before overwriting a peer's buffer it waits for that peer's acknowledgement of
+/// the operation two back (the one that used the same buffer), so a rank running ahead never
+/// clobbers data a slower peer still reads.
+fn ll_body_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+#define LL_MAXB {LL_MAX_BLOCKS}
+static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
+
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 per) {{
+  const P p = ccl_param(0);
+  const u32 par = seq & 1u;
+  const u64 bytes = n * sizeof(T);
+  const u32 blk = blockIdx.x;
+  const u64 b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
+  const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
+  u8* mine = (u8*)areas[rank];
+  const u32 tid = threadIdx.x;
+  if (tid < nranks && tid != rank) {{
+    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
+    while ((int)(*ack - (seq - 2u)) < 0) {{ }}
+  }}
+  __syncthreads();
+  const u8* from = (const u8*)src;
+  const bool vec = ((((u64)src) + b0) & 15) == 0;
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) continue;
+    u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+    if (vec) {{
+      const u64 v0 = b0 / 16, v1 = b1 / 16;
+      for (u64 i = v0 + tid; i < v1; i += blockDim.x) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
+      for (u64 i = v1 * 16 + tid; i < b1; i += blockDim.x) to[i] = from[i];
+    }} else {{
+      for (u64 i = b0 + tid; i < b1; i += blockDim.x) to[i] = from[i];
+    }}
+  }}
+  __threadfence_system();
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
+    volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
+    while ((int)(*flag - seq) < 0) {{ }}
+  }}
+  __syncthreads();
+  __threadfence();
+  const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
+  for (u64 i = e0 + tid; i < e1; i += blockDim.x) {{
     T acc = rank == 0 ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
     for (u32 q = 1; q < nranks; ++q) {{
       const T x = q == rank ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
@@ -753,7 +858,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
   __syncthreads();
   if (tid < nranks && tid != rank) {{
     __threadfence_system();
-    *(volatile u32*)((u8*)areas[tid] + 64ull * (nranks + rank)) = seq;
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + blk)) = seq;
   }}
 }}
 "#

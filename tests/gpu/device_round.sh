@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One compact device call after a change to the GPU path: stream-order stress (two_comms.c),
+# a correctness sweep of the nine ops (-g 2, and mpirun for three), PyTorch with non-blocking
+# init compared bit for bit with NVIDIA NCCL, then busbw/latency beside NCCL. Everything under
+# $OUT; summary.md at the end. Env: PERF_OPS, PERF_SIZES.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
+S=$OUT/summary.md; : > "$S"
+say() { echo "$*" | tee -a "$S"; }
+
+gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -lpthread -o /tmp/two_comms > "$L/two_comms.build.log" 2>&1 || say "two_comms: build failed"
+[ -x /tmp/two_comms ] && { TWO_COMMS_TIMEOUT_S=90 timeout -s KILL 100 /tmp/two_comms 10000 > "$L/two_comms.log" 2>&1; echo "exit $?" >> "$L/two_comms.log"; grep -E "PASS|FAIL|SKIP|exit" "$L/two_comms.log" | tee -a "$S"; }
+
+CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
+CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
+CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g2 bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
+
+export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
+timeout -s KILL 100 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; say "torch nccl exit $?"
+TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
+python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl 2 2>&1 | tail -n 3 | tee -a "$S"
+rm -rf "$CCL_TORCH_OUT"
+
+NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio |"
+say "|---|---|---:|---:|---:|---:|---:|---:|"
+for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast sendrecv}; do
+  for size in ${PERF_SIZES:-8 1M 512M}; do
+    for lib in nccl ccl; do
+      [ $lib = nccl ] && LP=$NV || LP=$CCL
+      LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g 2 \
+        > "$L/perf.$op.$size.$lib.log" 2>&1
+    done
+    python3 - "$L/perf.$op.$size.nccl.log" "$L/perf.$op.$size.ccl.log" "$op" "$size" <<'PY' | tee -a "$S"
+import re, sys
+def row(f):
+    for line in open(f):
+        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
+        if m: return float(m.group(2)), float(m.group(3))
+n, c = row(sys.argv[1]), row(sys.argv[2])
+if not n or not c: print(f"| {sys.argv[3]} | {sys.argv[4]} | {n} | {c} | | | | |")
+else: print(f"| {sys.argv[3]} | {sys.argv[4]} | {n[0]} | {c[0]} | {n[1]} | {c[1]} | {c[1]/n[1] if n[1] else 0:.2f} | {c[0]/n[0]:.2f} |")
+PY
+  done
+done
+cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
