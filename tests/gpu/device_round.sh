@@ -12,17 +12,11 @@ say() { echo "$*" | tee -a "$S"; }
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -lpthread -o /tmp/two_comms > "$L/two_comms.build.log" 2>&1 || say "two_comms: build failed"
-[ -x /tmp/two_comms ] && { TWO_COMMS_TIMEOUT_S=90 timeout -s KILL 100 /tmp/two_comms 10000 > "$L/two_comms.log" 2>&1; echo "exit $?" >> "$L/two_comms.log"; grep -E "PASS|FAIL|SKIP|exit" "$L/two_comms.log" | tee -a "$S"; }
+[ -x /tmp/two_comms ] && { TWO_COMMS_TIMEOUT_S=60 timeout -s KILL 70 /tmp/two_comms 10000 > "$L/two_comms.log" 2>&1; echo "exit $?" >> "$L/two_comms.log"; grep -E "PASS|FAIL|SKIP|exit" "$L/two_comms.log" | tee -a "$S"; }
 
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
 CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g2 bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
-
-export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
-timeout -s KILL 100 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; say "torch nccl exit $?"
-TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
-python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl 2 2>&1 | tail -n 3 | tee -a "$S"
-rm -rf "$CCL_TORCH_OUT"
 
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio |"
@@ -46,4 +40,10 @@ else: print(f"| {sys.argv[3]} | {sys.argv[4]} | {n[0]} | {c[0]} | {n[1]} | {c[1]
 PY
   done
 done
+export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
+timeout -s KILL 100 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; say "torch nccl exit $?"
+TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
+python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl 2 2>&1 | tail -n 3 | tee -a "$S"
+rm -rf "$CCL_TORCH_OUT"
+
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
