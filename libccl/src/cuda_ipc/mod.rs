@@ -1,0 +1,926 @@
+//! cuda-ipc: GPUs of one host move each other's data directly, with no host thread in the
+//! data path (DESIGN.md invariants 2-4).
+//!
+//! At init every rank allocates a receive area in its own device memory (`CCL_IPC_SLOTS` slots
+//! of `CCL_IPC_CHUNK_BYTES` per peer) and a few flag words, and maps every peer's (CUDA IPC
+//! handles across processes, peer access inside one). An operation is lowered into chunk
+//! transfers per peer: the sender's copy engine copies a chunk from the user's buffer into the
+//! receiver's slot (`cuMemcpyAsync`), then writes the receiver's `ready` flag
+//! (`cuStreamWriteValue32` into peer memory); the receiver's stream waits on that flag
+//! (`cuStreamWaitValue32`), copies the chunk out or reduces it into the user's buffer with a
+//! kernel, and writes the sender's `credit` flag, which frees the slot. Everything is queued on
+//! streams when the API call is made: the call never waits for a peer, and nothing runs in a
+//! host callback.
+//!
+//! Deadlock freedom: streams may share hardware queues (and do, with
+//! `CUDA_DEVICE_MAX_CONNECTIONS=1`), so a queued wait can hold up unrelated work queued after
+//! it. Every transfer gets a logical time `t`, computed alike on both sides; each rank queues
+//! its work in `(t, sends before receives)` order, and every wait depends only on work that
+//! comes earlier in that order on some rank. The earliest unfinished piece of work is then
+//! never stuck behind a later one, whatever the queue merging. The protocol itself lives in
+//! [`protocol`], over a [`protocol::Device`]; this module sets it up and drives CUDA streams.
+
+mod protocol;
+#[cfg(test)]
+mod sim;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
+use ccl_cuda::cuda::{
+    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, KernelOp, Kernels,
+    LlTransfers, Stream, WaitCond, IPC_HANDLE_SIZE,
+};
+use ccl_cuda::{DataType, ReduceKind};
+use parking_lot::Mutex;
+
+use crate::comm::Comm;
+use crate::error::{Error, ErrorKind, Result};
+use crate::params;
+use crate::task::{Reduction, Scalar, Task, TaskKind};
+use protocol::{lower, Act, Counters, Device, Emission, Kernel, Lane, Layout, Program};
+
+/// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
+/// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
+/// engines never idle between chunks.
+const TX_LANES: usize = 2;
+
+/// Most receive lanes (`CCL_IPC_RX_LANES`).
+const MAX_RX_LANES: usize = 4;
+
+fn cuda_err(e: cuda::CudaError) -> Error {
+    Error::new(ErrorKind::Cuda, e.to_string())
+}
+
+/// A peer's memory as this rank's device sees it.
+struct Peer {
+    flags: u64,
+    scratch: u64,
+    ll: u64,
+    /// IPC mappings (other processes) keep the peer's memory mapped while we use it.
+    _maps: Vec<IpcMapping>,
+}
+
+/// What one communicator has queued so far.
+struct Queued {
+    counters: Counters,
+    /// The user stream of the last operation: one that follows on another stream waits for it
+    /// (the counters assume operations of a communicator run in call order).
+    last_stream: Option<usize>,
+    /// Low-latency operations so far.
+    ll_seq: u32,
+}
+
+/// One communicator's cuda-ipc state.
+pub struct IpcEngine {
+    ctx: Arc<Context>,
+    kernels: Arc<Kernels>,
+    layout: Layout,
+    single_stream_max: usize,
+    _flags: DeviceBuffer,
+    _scratch: DeviceBuffer,
+    /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
+    /// array of every rank's area address as mapped here.
+    ll_max: usize,
+    _ll: DeviceBuffer,
+    ll_areas: DeviceBuffer,
+    _peers: Vec<Option<Peer>>,
+    tx: Vec<Stream>,
+    rx: Vec<Stream>,
+    fork: Event,
+    /// One per lane, tx lanes first.
+    joins: Vec<Event>,
+    /// Recorded on the user stream at the end of every operation.
+    last_done: Event,
+    queued: Mutex<Queued>,
+}
+
+// SAFETY: CUDA handles (streams, events, device pointers, module functions) are process-wide
+// driver objects usable from any thread; mutable state is behind the counters' mutex.
+unsafe impl Send for IpcEngine {}
+// SAFETY: as above.
+unsafe impl Sync for IpcEngine {}
+
+/// The device's primary context, leaving the calling thread's current context as it was.
+pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
+    let prev = cuda::current_device().ok().flatten();
+    let ctx = Context::new(dev).map_err(cuda_err)?;
+    if let Some(d) = prev.filter(|&d| d != dev) {
+        Context::new(d).map_err(cuda_err)?;
+    }
+    Ok(ctx)
+}
+
+/// The reduction kernels of a device, shared by its communicators (compiled once).
+fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
+    static ALL: std::sync::OnceLock<Mutex<Vec<Arc<Kernels>>>> = std::sync::OnceLock::new();
+    let mut all = ALL.get_or_init(Default::default).lock();
+    if let Some(k) = all.iter().find(|k| k.ordinal() == ctx.ordinal()) {
+        return Ok(k.clone());
+    }
+    let k = Arc::new(Kernels::new(ctx).map_err(cuda_err)?);
+    all.push(k.clone());
+    Ok(k)
+}
+
+/// What a rank offers its peers at setup.
+struct Offer {
+    capable: bool,
+    dev: i32,
+    chunk: u64,
+    slots: u32,
+    single_max: u64,
+    ll_max: u64,
+    flags_ptr: u64,
+    scratch_ptr: u64,
+    ll_ptr: u64,
+    flags_handle: [u8; IPC_HANDLE_SIZE],
+    scratch_handle: [u8; IPC_HANDLE_SIZE],
+    ll_handle: [u8; IPC_HANDLE_SIZE],
+}
+
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE;
+
+impl Offer {
+    fn none() -> Offer {
+        Offer {
+            capable: false,
+            dev: -1,
+            chunk: 0,
+            slots: 0,
+            single_max: 0,
+            ll_max: 0,
+            flags_ptr: 0,
+            scratch_ptr: 0,
+            ll_ptr: 0,
+            flags_handle: [0; IPC_HANDLE_SIZE],
+            scratch_handle: [0; IPC_HANDLE_SIZE],
+            ll_handle: [0; IPC_HANDLE_SIZE],
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(OFFER_BYTES);
+        b.push(self.capable as u8);
+        b.extend_from_slice(&self.dev.to_le_bytes());
+        b.extend_from_slice(&self.chunk.to_le_bytes());
+        b.extend_from_slice(&self.slots.to_le_bytes());
+        b.extend_from_slice(&self.single_max.to_le_bytes());
+        b.extend_from_slice(&self.ll_max.to_le_bytes());
+        b.extend_from_slice(&self.flags_ptr.to_le_bytes());
+        b.extend_from_slice(&self.scratch_ptr.to_le_bytes());
+        b.extend_from_slice(&self.ll_ptr.to_le_bytes());
+        b.extend_from_slice(&self.flags_handle);
+        b.extend_from_slice(&self.scratch_handle);
+        b.extend_from_slice(&self.ll_handle);
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Offer> {
+        if b.len() != OFFER_BYTES {
+            return None;
+        }
+        let u32_at = |o: usize| b.get(o..o + 4).and_then(|s| s.try_into().ok());
+        let u64_at = |o: usize| b.get(o..o + 8).and_then(|s| s.try_into().ok());
+        let mut o = Offer::none();
+        o.capable = b[0] == 1;
+        o.dev = i32::from_le_bytes(u32_at(1)?);
+        o.chunk = u64::from_le_bytes(u64_at(5)?);
+        o.slots = u32::from_le_bytes(u32_at(13)?);
+        o.single_max = u64::from_le_bytes(u64_at(17)?);
+        o.ll_max = u64::from_le_bytes(u64_at(25)?);
+        o.flags_ptr = u64::from_le_bytes(u64_at(33)?);
+        o.scratch_ptr = u64::from_le_bytes(u64_at(41)?);
+        o.ll_ptr = u64::from_le_bytes(u64_at(49)?);
+        let h = |i: usize| b.get(57 + i * IPC_HANDLE_SIZE..57 + (i + 1) * IPC_HANDLE_SIZE);
+        o.flags_handle.copy_from_slice(h(0)?);
+        o.scratch_handle.copy_from_slice(h(1)?);
+        o.ll_handle.copy_from_slice(h(2)?);
+        Some(o)
+    }
+}
+
+/// This rank's own allocations, made before the offer.
+struct Local {
+    ctx: Arc<Context>,
+    kernels: Arc<Kernels>,
+    flags: DeviceBuffer,
+    scratch: DeviceBuffer,
+    ll: DeviceBuffer,
+}
+
+fn prepare_local(
+    dev: i32,
+    nranks: usize,
+    chunk: usize,
+    slots: u32,
+    single_max: usize,
+    ll_max: usize,
+    rx_lanes: usize,
+) -> Result<(Local, Offer)> {
+    let ctx = device_context(dev)?;
+    let kernels = kernels_for(&ctx)?;
+    let flags =
+        DeviceBuffer::new(&ctx, Layout::flag_bytes(nranks, slots, rx_lanes)).map_err(cuda_err)?;
+    flags.write(0, &vec![0u8; flags.len()]).map_err(cuda_err)?;
+    let bytes = Layout::scratch_bytes(nranks, slots, chunk)
+        .ok_or_else(|| Error::invalid_argument("cuda-ipc receive area size overflows"))?;
+    let scratch = DeviceBuffer::new(&ctx, bytes).map_err(cuda_err)?;
+    let flags_handle = IpcHandle::of(&ctx, flags.ptr()).map_err(cuda_err)?.0;
+    let scratch_handle = IpcHandle::of(&ctx, scratch.ptr()).map_err(cuda_err)?.0;
+    let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, ll_max.max(256)))
+        .map_err(cuda_err)?;
+    // Flags and acknowledgements start at zero (the data regions need no initial value).
+    let words = cuda::source::ll_data_offset(nranks);
+    ll.write(0, &vec![0u8; words]).map_err(cuda_err)?;
+    let ll_handle = IpcHandle::of(&ctx, ll.ptr()).map_err(cuda_err)?.0;
+    let offer = Offer {
+        capable: true,
+        dev,
+        chunk: chunk as u64,
+        slots,
+        single_max: single_max as u64,
+        ll_max: ll_max as u64,
+        flags_ptr: flags.ptr(),
+        scratch_ptr: scratch.ptr(),
+        ll_ptr: ll.ptr(),
+        flags_handle,
+        scratch_handle,
+        ll_handle,
+    };
+    Ok((
+        Local {
+            ctx,
+            kernels,
+            flags,
+            scratch,
+            ll,
+        },
+        offer,
+    ))
+}
+
+/// Sets up cuda-ipc for a freshly connected communicator. Collective: every rank calls it,
+/// GPU or not, and all reach the same decision (an engine on every rank or on none).
+pub fn attach(comm: &Comm) -> Result<()> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let mut guard = comm.0.state.lock();
+    let state = guard
+        .as_mut()
+        .ok_or_else(|| Error::internal("cuda-ipc setup without communicator state"))?;
+    let chunk = (params::CCL_IPC_CHUNK_BYTES.get_i64().clamp(4096, 1 << 30) as usize) & !255;
+    let slots = params::CCL_IPC_SLOTS.get_i64().clamp(2, 64) as u32;
+    let single_max = params::CCL_IPC_SINGLE_STREAM_BYTES.get_i64().max(0) as usize;
+    let ll_max = (params::CCL_IPC_LL_BYTES.get_i64().clamp(0, 1 << 22) as usize) & !15;
+    let rx_lanes = params::CCL_IPC_RX_LANES
+        .get_i64()
+        .clamp(1, MAX_RX_LANES as i64) as usize;
+    let wanted = n > 1
+        && comm.0.cuda_dev >= 0
+        && crate::gpu::available()
+        && !params::NCCL_P2P_DISABLE.get_bool()
+        && !params::CCL_IPC_DISABLE.get_bool()
+        && state
+            .table
+            .iter()
+            .all(|i| i.host_id == state.table[rank].host_id);
+    let (local, offer) = if wanted {
+        match prepare_local(
+            comm.0.cuda_dev,
+            n,
+            chunk,
+            slots,
+            single_max,
+            ll_max,
+            rx_lanes,
+        ) {
+            Ok((l, o)) => (Some(l), o),
+            Err(e) => {
+                tracing::info!("rank {rank}: cuda-ipc unavailable here: {e}");
+                (None, Offer::none())
+            }
+        }
+    } else {
+        (None, Offer::none())
+    };
+    let all = state.ctrl.allgather(&offer.encode(), &comm.0.abort)?;
+    let offers: Vec<Offer> = all
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            Offer::decode(b)
+                .ok_or_else(|| Error::remote(format!("rank {r} sent a malformed cuda-ipc offer")))
+        })
+        .collect::<Result<_>>()?;
+    let agreed = offers.iter().all(|o| {
+        o.capable
+            && o.chunk == chunk as u64
+            && o.slots == slots
+            && o.single_max == single_max as u64
+    });
+    let Some(local) = local.filter(|_| agreed) else {
+        if wanted && offers.iter().any(|o| o.capable) {
+            tracing::info!(
+                "rank {rank}: cuda-ipc off for this communicator (not every rank can map its \
+                 peers, or the CCL_IPC_* settings differ between ranks)"
+            );
+        }
+        return Ok(());
+    };
+    let my_pid = state.table[rank].pid;
+    let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
+    let opened = (|| -> Result<()> {
+        for (j, o) in offers.iter().enumerate() {
+            if j == rank {
+                continue;
+            }
+            peers[j] = Some(if state.table[j].pid == my_pid {
+                // The same process: plain pointers, once this device may access the peer's.
+                let pctx = device_context(o.dev)?;
+                local.ctx.enable_peer_access(&pctx).map_err(cuda_err)?;
+                Peer {
+                    flags: o.flags_ptr,
+                    scratch: o.scratch_ptr,
+                    ll: o.ll_ptr,
+                    _maps: Vec::new(),
+                }
+            } else {
+                let f =
+                    IpcMapping::open(&local.ctx, &IpcHandle(o.flags_handle)).map_err(cuda_err)?;
+                let s =
+                    IpcMapping::open(&local.ctx, &IpcHandle(o.scratch_handle)).map_err(cuda_err)?;
+                let l = IpcMapping::open(&local.ctx, &IpcHandle(o.ll_handle)).map_err(cuda_err)?;
+                Peer {
+                    flags: f.ptr(),
+                    scratch: s.ptr(),
+                    ll: l.ptr(),
+                    _maps: vec![f, s, l],
+                }
+            });
+        }
+        Ok(())
+    })();
+    if let Err(e) = &opened {
+        tracing::info!("rank {rank}: cannot map a peer's memory: {e}");
+    }
+    let oks = state
+        .ctrl
+        .allgather(&[opened.is_ok() as u8], &comm.0.abort)?;
+    if oks.iter().any(|b| b.first() != Some(&1)) {
+        return Ok(());
+    }
+    let flags = EventFlags {
+        timing: false,
+        interprocess: false,
+        blocking_sync: false,
+    };
+    let ev = || Event::new(&local.ctx, flags).map_err(cuda_err);
+    let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
+    // Every rank has mapped every peer: from here a local failure is the communicator's.
+    let tx = (0..TX_LANES)
+        .map(|_| stream())
+        .collect::<Result<Vec<_>>>()?;
+    let rx = (0..rx_lanes)
+        .map(|_| stream())
+        .collect::<Result<Vec<_>>>()?;
+    let joins = (0..TX_LANES + rx_lanes)
+        .map(|_| ev())
+        .collect::<Result<Vec<_>>>()?;
+    let (fork, last_done) = (ev()?, ev()?);
+    let own = |f: fn(&Peer) -> u64, mine: u64| -> Vec<u64> {
+        peers.iter().map(|p| p.as_ref().map_or(mine, f)).collect()
+    };
+    let areas: Vec<u8> = own(|p| p.ll, local.ll.ptr())
+        .into_iter()
+        .flat_map(u64::to_le_bytes)
+        .collect();
+    let ll_areas = DeviceBuffer::new(&local.ctx, areas.len()).map_err(cuda_err)?;
+    ll_areas.write(0, &areas).map_err(cuda_err)?;
+    let layout = Layout {
+        rank,
+        nranks: n,
+        chunk,
+        slots,
+        tx_lanes: TX_LANES,
+        rx_lanes,
+        flags: own(|p| p.flags, local.flags.ptr()),
+        scratch: own(|p| p.scratch, local.scratch.ptr()),
+    };
+    let engine = IpcEngine {
+        ctx: local.ctx,
+        kernels: local.kernels,
+        layout,
+        single_stream_max: single_max,
+        ll_max,
+        _ll: local.ll,
+        ll_areas,
+        _flags: local.flags,
+        _scratch: local.scratch,
+        _peers: peers,
+        tx,
+        rx,
+        fork,
+        joins,
+        last_done,
+        queued: Mutex::new(Queued {
+            counters: Counters::new(n, rx_lanes),
+            last_stream: None,
+            ll_seq: 0,
+        }),
+    };
+    tracing::info!(
+        "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy and {} receive lanes",
+        n - 1,
+        slots,
+        chunk >> 10,
+        TX_LANES,
+        rx_lanes
+    );
+    *comm.0.ipc.lock() = Some(Arc::new(engine));
+    Ok(())
+}
+
+/// Can this group go through cuda-ipc? Decided from what every rank sees alike (the
+/// communicator and the kind of reduction), never from local buffer properties.
+pub fn engine_for(comm: &Comm, tasks: &[Task]) -> Option<Arc<IpcEngine>> {
+    let eng = comm.0.ipc.lock().clone()?;
+    // A device-resident PreMulSum scalar must be read in stream order: the staged path does.
+    let device_scalar = tasks
+        .iter()
+        .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))));
+    (!device_scalar).then_some(eng)
+}
+
+/// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream.
+struct CudaDevice<'a> {
+    eng: &'a IpcEngine,
+    user: &'a Stream,
+}
+
+impl CudaDevice<'_> {
+    fn stream(&self, lane: Lane) -> Result<&Stream> {
+        let s = match lane {
+            Lane::User => Some(self.user),
+            Lane::Tx(i) => self.eng.tx.get(i),
+            Lane::Rx(i) => self.eng.rx.get(i),
+        };
+        s.ok_or_else(|| Error::internal(format!("cuda-ipc: no stream for {lane:?}")))
+    }
+
+    fn join_event(&self, lane: Lane) -> Result<&Event> {
+        let i = match lane {
+            Lane::Tx(i) => Some(i),
+            Lane::Rx(i) => Some(TX_LANES + i),
+            Lane::User => None,
+        };
+        i.and_then(|i| self.eng.joins.get(i))
+            .ok_or_else(|| Error::internal(format!("cuda-ipc: no join event for {lane:?}")))
+    }
+}
+
+// SAFETY (for every method below): the addresses come from the protocol's `Layout` (flag words
+// and slots inside allocations that live as long as the engine, ours or mapped) or from the
+// caller's buffers of the operation being queued, valid until the stream has passed it (NCCL's
+// contract); kernels get ranges of exactly `n` elements, `dst` equal to or disjoint from each
+// input.
+impl Device for CudaDevice<'_> {
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.wait_value32(addr, value, WaitCond::Geq) }.map_err(cuda_err)
+    }
+
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.write_value32(addr, value) }.map_err(cuda_err)
+    }
+
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)
+    }
+
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
+        let s = self.stream(lane)?;
+        let kn = &self.eng.kernels;
+        // SAFETY: see the impl.
+        unsafe {
+            match k {
+                Kernel::Reduce {
+                    dtype,
+                    op,
+                    dst,
+                    a,
+                    b,
+                    n,
+                } => kn.reduce(s, dtype, op, dst, a, b, n),
+                Kernel::PreMul {
+                    dtype,
+                    dst,
+                    src,
+                    n,
+                    scalar,
+                } => kn.premul(s, dtype, dst, src, n, scalar),
+                Kernel::PreMulAdd {
+                    dtype,
+                    dst,
+                    src,
+                    acc,
+                    n,
+                    scalar,
+                } => kn.premul_add(s, dtype, dst, src, acc, n, scalar),
+                Kernel::DivInt {
+                    dtype,
+                    dst,
+                    n,
+                    divisor,
+                } => kn.div_int(s, dtype, dst, n, divisor),
+            }
+        }
+        .map_err(cuda_err)
+    }
+
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.eng.fork.record(self.user).map_err(cuda_err)?;
+        for &l in lanes {
+            self.stream(l)?
+                .wait_event(&self.eng.fork)
+                .map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        for &l in lanes {
+            let ev = self.join_event(l)?;
+            ev.record(self.stream(l)?).map_err(cuda_err)?;
+            self.user.wait_event(ev).map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// A group being queued on one communicator's streams.
+struct Queueing {
+    comm: Comm,
+    eng: Arc<IpcEngine>,
+    user: Vec<Stream>,
+    em: Emission,
+    ll: Option<LowLatency>,
+}
+
+impl Queueing {
+    /// Orders the user's streams, then the low-latency kernel or the fork and local copies.
+    fn begin(&mut self, q: &mut Queued) -> Result<()> {
+        let eng = &*self.eng;
+        let first = &self.user[0];
+        let raw = first.raw() as usize;
+        if q.last_stream.is_some_and(|s| s != raw) {
+            first.wait_event(&eng.last_done).map_err(cuda_err)?;
+        }
+        for s in &self.user[1..] {
+            let ev = plain_event(&eng.ctx)?;
+            ev.record(s).map_err(cuda_err)?;
+            first.wait_event(&ev).map_err(cuda_err)?;
+        }
+        if let Some(ll) = &self.ll {
+            q.ll_seq = q.ll_seq.wrapping_add(1);
+            let l = &eng.layout;
+            let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
+            // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
+            // areas (checked when choosing this path); every rank launches the same operation
+            // with the same sequence number.
+            unsafe {
+                match ll {
+                    LowLatency::AllReduce(t) => eng.kernels.ll_all_reduce(
+                        first,
+                        t.dtype,
+                        t.red.arithmetic(),
+                        t.recv as u64,
+                        t.send as u64,
+                        t.count,
+                        areas,
+                        n,
+                        me,
+                        q.ll_seq,
+                        eng.ll_max,
+                    ),
+                    LowLatency::Exchange(x) => eng
+                        .kernels
+                        .ll_exchange(first, x, areas, n, me, q.ll_seq, eng.ll_max),
+                }
+            }
+            .map_err(cuda_err)?;
+        }
+        let mut dev = CudaDevice { eng, user: first };
+        self.em.begin(&eng.layout, &mut dev)
+    }
+
+    fn emit_until(&mut self, until: u64, q: &mut Queued) -> Result<()> {
+        let eng = &*self.eng;
+        let mut dev = CudaDevice {
+            eng,
+            user: &self.user[0],
+        };
+        self.em
+            .emit_until(until, &eng.layout, &mut q.counters, &mut dev)
+    }
+
+    /// Joins the lanes and the user's other streams back.
+    fn end(&mut self, q: &mut Queued) -> Result<()> {
+        let eng = &*self.eng;
+        let first = &self.user[0];
+        let mut dev = CudaDevice { eng, user: first };
+        self.em.end(&eng.layout, &mut dev)?;
+        q.last_stream = Some(first.raw() as usize);
+        eng.last_done.record(first).map_err(cuda_err)?;
+        if self.user.len() > 1 {
+            let ev = plain_event(&eng.ctx)?;
+            ev.record(first).map_err(cuda_err)?;
+            for s in &self.user[1..] {
+                s.wait_event(&ev).map_err(cuda_err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
+    Event::new(
+        ctx,
+        EventFlags {
+            timing: false,
+            interprocess: false,
+            blocking_sync: false,
+        },
+    )
+    .map_err(cuda_err)
+}
+
+/// A small collective done by one low-latency kernel per rank instead of transfers.
+#[derive(Debug, Clone, Copy)]
+enum LowLatency {
+    AllReduce(Task),
+    Exchange(LlTransfers),
+}
+
+/// Chooses the low-latency kernel for a group of one small collective. The choice depends
+/// only on what every rank sees alike (kind, count, type, reduction, ranks, settings).
+fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
+    let [t] = tasks else { return Ok(None) };
+    let bytes = t.count.saturating_mul(t.dtype.size());
+    if t.count == 0 || bytes > ll_max {
+        return Ok(None);
+    }
+    match t.kind {
+        TaskKind::Coll(Collective::AllReduce) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::AllReduce(*t)))
+        }
+        TaskKind::Coll(
+            Collective::AllGather
+            | Collective::AlltoAll
+            | Collective::Broadcast { .. }
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. },
+        ) if n <= LL_EXCHANGE_MAX_RANKS => {
+            let p = lower(tasks, rank, n, usize::MAX, 0)?;
+            let mut x = LlTransfers::default();
+            for q in 0..n {
+                if let [s] = p.tx[q].as_slice() {
+                    x.src[q] = s.src;
+                    x.sbytes[q] = s.bytes as u64;
+                }
+                if let [r] = p.rx[q].as_slice() {
+                    let Act::Copy { dst } = r.act else {
+                        return Ok(None);
+                    };
+                    x.dst[q] = dst;
+                    x.rbytes[q] = r.bytes as u64;
+                }
+            }
+            if let [(dst, src, b)] = p.locals.as_slice() {
+                x.src[rank] = *src;
+                x.dst[rank] = *dst;
+                x.sbytes[rank] = *b as u64;
+            }
+            Ok(Some(LowLatency::Exchange(x)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The kernels a lowered group launches.
+fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, KernelOp)> {
+    let mut v = Vec::new();
+    for tg in &p.targets {
+        match tg.scalar {
+            Some(_) => {
+                v.push((tg.dtype, KernelOp::PreMul));
+                v.push((tg.dtype, KernelOp::PreMulAdd));
+                v.push((tg.dtype, KernelOp::reduce(ReduceKind::Sum)));
+            }
+            None => v.push((tg.dtype, KernelOp::reduce(tg.arith))),
+        }
+        if tg.postdiv.is_some() {
+            v.push((tg.dtype, KernelOp::DivInt));
+        }
+    }
+    match ll {
+        Some(LowLatency::AllReduce(t)) => {
+            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
+        }
+        Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
+        None => {}
+    }
+    let mut unique = Vec::with_capacity(v.len());
+    for k in v {
+        if !unique.contains(&k) {
+            unique.push(k);
+        }
+    }
+    unique
+}
+
+/// Lowers one communicator's group and prepares its emission.
+fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing> {
+    let mut raw: Vec<usize> = Vec::new();
+    for t in tasks {
+        if !raw.contains(&t.stream) {
+            raw.push(t.stream);
+        }
+    }
+    // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
+    let user: Vec<Stream> = raw
+        .iter()
+        .map(|&s| unsafe { Stream::from_raw(&eng.ctx, s as cuda::sys::CUstream) })
+        .collect();
+    if user.is_empty() {
+        return Err(Error::internal("cuda-ipc: a group without operations"));
+    }
+    for s in &user {
+        if !matches!(
+            s.capture_status().map_err(cuda_err)?,
+            cuda::CaptureStatus::None
+        ) {
+            return Err(Error::invalid_usage(
+                "capturing libccl operations in a CUDA graph is not supported yet",
+            ));
+        }
+    }
+    let l = &eng.layout;
+    let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
+    let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
+    let program = lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
+    // Load every kernel now: loading a module can wait for the whole device, which must not
+    // happen once this device's streams wait on a peer whose work is queued after ours (one
+    // thread driving several GPUs).
+    for (dt, op) in kernels_needed(&program, ll.as_ref()) {
+        eng.kernels.prepare(dt, op).map_err(cuda_err)?;
+    }
+    let single = ll.is_some() || program.bytes() <= eng.single_stream_max || program.aliases();
+    let em = Emission::new(program, l.chunk, single);
+    Ok(Queueing {
+        comm: comm.clone(),
+        eng,
+        user,
+        em,
+        ll,
+    })
+}
+
+/// Queues the groups of several communicators (one per GPU of a `-g N` process, say)
+/// interleaved by logical time, so no stream runs far ahead of the peers that release it and
+/// the host never blocks on a full stream queue that only a later call would drain.
+pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
+    let mut qs: Vec<Queueing> = Vec::with_capacity(groups.len());
+    for (comm, eng, tasks) in groups {
+        qs.push(prepare(&comm, eng, &tasks)?);
+    }
+    // From here on sequence numbers are taken: a failure leaves peers waiting on chunks that
+    // will not come, so it poisons the communicator.
+    let engines: Vec<Arc<IpcEngine>> = qs.iter().map(|q| q.eng.clone()).collect();
+    let mut guards: Vec<_> = engines.iter().map(|e| e.queued.lock()).collect();
+    let poison = |comm: &Comm, e: Error| {
+        comm.set_async_error(&e);
+        e
+    };
+    for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
+        q.begin(g).map_err(|e| poison(&q.comm, e))?;
+    }
+    let horizon = qs.iter().map(|q| q.em.horizon()).max().unwrap_or(0);
+    // Interleave in steps of a few logical times: small enough to bound each stream's queue,
+    // large enough to keep the per-step overhead negligible.
+    const STEP: u64 = 4;
+    let mut t = 0;
+    while t < horizon {
+        t = (t + STEP).min(horizon);
+        for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
+            q.emit_until(t, g).map_err(|e| poison(&q.comm, e))?;
+        }
+    }
+    for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
+        q.end(g).map_err(|e| poison(&q.comm, e))?;
+    }
+    Ok(())
+}
+
+/// Waits until the engine's streams have run everything queued (finalize), giving up when the
+/// communicator is aborted.
+pub fn wait_idle(comm: &Comm) -> Result<()> {
+    let Some(eng) = comm.0.ipc.lock().clone() else {
+        return Ok(());
+    };
+    for s in eng.tx.iter().chain(&eng.rx) {
+        while !s.query().map_err(cuda_err)? {
+            if comm.0.abort.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::system("communicator aborted"));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    Ok(())
+}
+
+/// Releases the engine. After an abort its streams may wait forever on peers that are gone,
+/// and peers may still write into its memory: then it is leaked rather than freed.
+pub fn shutdown(comm: &Comm, aborted: bool) {
+    let Some(eng) = comm.0.ipc.lock().take() else {
+        return;
+    };
+    if aborted {
+        std::mem::forget(eng);
+    }
+}
+
+impl std::fmt::Debug for IpcEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "IpcEngine(rank {} of {}, {} slots of {} bytes)",
+            self.layout.rank, self.layout.nranks, self.layout.slots, self.layout.chunk
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccl_cuda::ReduceKind;
+
+    fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        Task {
+            kind,
+            send,
+            recv,
+            count,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn small_collectives_become_one_low_latency_kernel() {
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("all-gather of 16 bytes should be low-latency");
+        };
+        assert_eq!((x.src[0], x.sbytes[0]), (0x1000, 16));
+        assert_eq!((x.dst[0], x.rbytes[0]), (0x8000, 16));
+        assert_eq!((x.src[1], x.dst[1], x.sbytes[1]), (0x1000, 0x8010, 16));
+        // In place: no local copy.
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x8010, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("in-place all-gather should be low-latency");
+        };
+        assert_eq!(x.sbytes[1], 0);
+        // Broadcast: the root only sends, the others only receive.
+        let bc = task(
+            TaskKind::Coll(Collective::Broadcast { root: 0 }),
+            0x1000,
+            0x2000,
+            4,
+        );
+        let Some(LowLatency::Exchange(x)) = low_latency(&[bc], 1, 3, 1 << 20).unwrap() else {
+            panic!("broadcast should be low-latency");
+        };
+        assert_eq!(x.sbytes, [0; 8]);
+        assert_eq!((x.dst[0], x.rbytes[0], x.rbytes[2]), (0x2000, 16, 0));
+        // Too big, reductions other than all-reduce, and groups stay on the copy engines.
+        assert!(low_latency(&[ag], 1, 2, 8).unwrap().is_none());
+        let rs = task(TaskKind::Coll(Collective::ReduceScatter), 0x1000, 0x8000, 4);
+        assert!(low_latency(&[rs], 0, 2, 1 << 20).unwrap().is_none());
+        assert!(low_latency(&[ag, ag], 1, 2, 1 << 20).unwrap().is_none());
+        let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 4);
+        assert!(matches!(
+            low_latency(&[ar], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::AllReduce(_))
+        ));
+        // More ranks than the exchange table holds.
+        assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+}

@@ -1,0 +1,1054 @@
+//! The cuda-ipc protocol without CUDA: lowering a group into chunk transfers, ordering them
+//! by logical time, and queueing the flag waits, flag writes, copies and kernels on a
+//! [`Device`] — CUDA streams in production ([`super::CudaDevice`]), a simulator in the tests
+//! (`sim.rs`), which runs every collective with arbitrary stream interleavings and with all
+//! streams merged into one hardware queue.
+//!
+//! Flags (one 32-bit word per 64-byte line in each rank's device memory): per sender and per
+//! receive slot a `ready` word (the sender writes the chunk's sequence number after its copy
+//! into the slot) and a `credit` word in the sender's memory (the receiver writes it once the
+//! slot is consumed); per receive lane a `local` word (a reduction finished, for sends of
+//! reduced data). Every word only grows: a slot is reused only after its credit, so its
+//! `ready` and `credit` values come in order whatever lanes carry them.
+
+use std::collections::HashMap;
+
+use ccl_collectives::Collective;
+use ccl_cuda::host::reduce as host_reduce;
+use ccl_cuda::{DataType, ReduceKind};
+
+use crate::error::{Error, Result};
+use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
+
+/// Bytes between flag words (one word per cache line: peers write them over NVLink).
+pub(crate) const FLAG_STRIDE: u64 = 64;
+
+/// Smallest chunk a piece is cut into, unless the piece itself is smaller.
+pub(crate) const MIN_CHUNK: usize = 256 << 10;
+
+/// Chunk size for a piece of `bytes`: about a quarter of the piece (so even a mid-sized piece
+/// pipelines), between [`MIN_CHUNK`] and the slot size. Both sides compute it from the piece
+/// alone, which they agree on.
+pub(crate) fn piece_chunk(bytes: usize, slot: usize) -> usize {
+    (bytes / 4)
+        .clamp(MIN_CHUNK.min(slot), slot)
+        .next_multiple_of(4096)
+        .min(slot)
+}
+
+/// Which queue of a communicator an operation goes on: the caller's stream, a copy lane or a
+/// receive lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    User,
+    Tx(usize),
+    Rx(usize),
+}
+
+/// A kernel launch, with the numerics of [`ccl_cuda::host::reduce`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Kernel {
+    /// `dst = a (op) b`.
+    Reduce {
+        dtype: DataType,
+        op: ReduceKind,
+        dst: u64,
+        a: u64,
+        b: u64,
+        n: usize,
+    },
+    /// `dst = src * scalar`.
+    PreMul {
+        dtype: DataType,
+        dst: u64,
+        src: u64,
+        n: usize,
+        scalar: [u8; 8],
+    },
+    /// `dst = src * scalar + acc`, rounded once.
+    PreMulAdd {
+        dtype: DataType,
+        dst: u64,
+        src: u64,
+        acc: u64,
+        n: usize,
+        scalar: [u8; 8],
+    },
+    /// `dst /= divisor`.
+    DivInt {
+        dtype: DataType,
+        dst: u64,
+        n: usize,
+        divisor: u64,
+    },
+}
+
+/// What the protocol queues. Each call appends to one lane; lanes run concurrently, in order
+/// within a lane.
+pub(crate) trait Device {
+    /// Later work on `lane` waits until the word at `addr` reaches `value` (cyclic `>=`).
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
+    /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
+    /// visible first.
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()>;
+    /// Later work on each of `lanes` waits for what [`Lane::User`] has queued so far.
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()>;
+    /// Later work on [`Lane::User`] waits for what each of `lanes` has queued so far.
+    fn join(&mut self, lanes: &[Lane]) -> Result<()>;
+}
+
+/// Where one rank's protocol state lives, as that rank's device sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub rank: usize,
+    pub nranks: usize,
+    /// Bytes per receive slot.
+    pub chunk: usize,
+    /// Receive slots per sender.
+    pub slots: u32,
+    pub tx_lanes: usize,
+    pub rx_lanes: usize,
+    /// Every rank's flags and receive area (this rank's own at `rank`).
+    pub flags: Vec<u64>,
+    pub scratch: Vec<u64>,
+}
+
+impl Layout {
+    pub fn flag_bytes(nranks: usize, slots: u32, rx_lanes: usize) -> usize {
+        (nranks * 2 * slots as usize + rx_lanes) * FLAG_STRIDE as usize
+    }
+
+    /// `to`'s word that `from`'s chunk in `slot` is there.
+    fn ready(&self, to: usize, from: usize, slot: u32) -> u64 {
+        self.flags[to] + (from * 2 * self.slots as usize + slot as usize) as u64 * FLAG_STRIDE
+    }
+
+    /// `sender`'s word that `receiver` has consumed slot `slot`.
+    fn credit(&self, sender: usize, receiver: usize, slot: u32) -> u64 {
+        let i = receiver * 2 * self.slots as usize + self.slots as usize + slot as usize;
+        self.flags[sender] + i as u64 * FLAG_STRIDE
+    }
+
+    fn local(&self, lane: usize) -> u64 {
+        self.flags[self.rank] + (self.nranks * 2 * self.slots as usize + lane) as u64 * FLAG_STRIDE
+    }
+
+    /// Slot `slot` for `sender` in `receiver`'s area: one region per peer in rank order, the
+    /// receiver's own skipped.
+    fn slot_addr(&self, receiver: usize, sender: usize, slot: u32) -> u64 {
+        let region = if sender < receiver {
+            sender
+        } else {
+            sender - 1
+        };
+        self.scratch[receiver]
+            + (region as u64 * self.slots as u64 + slot as u64) * self.chunk as u64
+    }
+
+    pub fn scratch_bytes(nranks: usize, slots: u32, chunk: usize) -> Option<usize> {
+        (nranks.checked_sub(1)?)
+            .checked_mul(slots as usize)?
+            .checked_mul(chunk)
+    }
+}
+
+/// Sequence numbers one rank has queued (every rank counts alike).
+#[derive(Debug, Clone)]
+pub(crate) struct Counters {
+    /// Chunks sent to / received from each peer (wrapping, as the flags).
+    pub sent: Vec<u32>,
+    pub recvd: Vec<u32>,
+    /// Chunks sent to each peer, never wrapping: the first `slots` need no credit.
+    pub sent_total: Vec<u64>,
+    /// Reductions finished, per receive lane.
+    pub local: Vec<u32>,
+}
+
+impl Counters {
+    pub fn new(nranks: usize, rx_lanes: usize) -> Counters {
+        Counters {
+            sent: vec![0; nranks],
+            recvd: vec![0; nranks],
+            sent_total: vec![0; nranks],
+            local: vec![0; rx_lanes],
+        }
+    }
+}
+
+/// How a received chunk is used.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Act {
+    Copy {
+        dst: u64,
+    },
+    /// `dst = local (op) incoming` for the first contribution, `dst (op)= incoming` after.
+    Reduce {
+        target: usize,
+        dst: u64,
+        local: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxPiece {
+    pub task: usize,
+    pub src: u64,
+    pub bytes: usize,
+    pub base_t: u64,
+    /// Sends reduced data of this target: each chunk waits for its reduction.
+    pub after: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RxPiece {
+    pub task: usize,
+    pub bytes: usize,
+    pub base_t: u64,
+    pub act: Act,
+}
+
+/// A buffer that receives a reduction from several peers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target {
+    pub dtype: DataType,
+    pub arith: ReduceKind,
+    /// Float Avg (1/n) or PreMulSum: every contribution is scaled, the local one fused.
+    pub scalar: Option<[u8; 8]>,
+    /// Integer Avg: divide by this once complete.
+    pub postdiv: Option<u64>,
+    pub contributions: usize,
+    /// Some send waits for its chunks (all-reduce's second half).
+    pub signals: bool,
+}
+
+/// One group lowered to per-peer transfers.
+pub(crate) struct Program {
+    pub tx: Vec<Vec<TxPiece>>,
+    pub rx: Vec<Vec<RxPiece>>,
+    /// Copies within this rank: (dst, src, bytes).
+    pub locals: Vec<(u64, u64, usize)>,
+    pub targets: Vec<Target>,
+    pub all_reduce: Vec<bool>,
+}
+
+fn slice(count: usize, n: usize, i: usize) -> (usize, usize) {
+    let lo = (count as u128 * i as u128 / n as u128) as usize;
+    let hi = (count as u128 * (i as u128 + 1) / n as u128) as usize;
+    (lo, hi - lo)
+}
+
+fn addr(base: usize, off_elems: usize, size: usize) -> u64 {
+    (base as u64).wrapping_add((off_elems as u64).wrapping_mul(size as u64))
+}
+
+/// Lowers a group for `rank` of `n`. All-reduces of two ranks moving at most `one_shot_max`
+/// bytes in all go one-shot (the caller runs those on one stream: their send and receive
+/// ranges alias in place).
+pub(crate) fn lower(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    chunk: usize,
+    one_shot_max: usize,
+) -> Result<Program> {
+    let mut p = Program {
+        tx: vec![Vec::new(); n],
+        rx: vec![Vec::new(); n],
+        locals: Vec::new(),
+        targets: Vec::new(),
+        all_reduce: vec![false; tasks.len()],
+    };
+    let mut self_sends: Vec<(u64, usize)> = Vec::new();
+    let mut self_recvs: Vec<(u64, usize)> = Vec::new();
+    for (ti, t) in tasks.iter().enumerate() {
+        buffer_counts(t.kind, rank, n, t.count)
+            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let sz = t.dtype.size();
+        let b = t
+            .count
+            .checked_mul(sz)
+            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let (send, recv) = (t.send, t.recv);
+        let mut target = |contributions: usize, signals: bool| {
+            let scalar = match t.red {
+                Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
+                Reduction::Avg if t.dtype.is_float() => {
+                    Some(host_reduce::from_f64(t.dtype, 1.0 / n as f64))
+                }
+                _ => None,
+            };
+            let postdiv =
+                (matches!(t.red, Reduction::Avg) && !t.dtype.is_float()).then_some(n as u64);
+            p.targets.push(Target {
+                dtype: t.dtype,
+                arith: t.red.arithmetic(),
+                scalar,
+                postdiv,
+                contributions,
+                signals,
+            });
+            p.targets.len() - 1
+        };
+        let tx = |p: &mut Program, peer: usize, src: u64, bytes: usize, base_t: u64, after| {
+            if bytes > 0 {
+                p.tx[peer].push(TxPiece {
+                    task: ti,
+                    src,
+                    bytes,
+                    base_t,
+                    after,
+                });
+            }
+        };
+        let rx = |p: &mut Program, peer: usize, bytes: usize, base_t: u64, act: Act| {
+            if bytes > 0 {
+                p.rx[peer].push(RxPiece {
+                    task: ti,
+                    bytes,
+                    base_t,
+                    act,
+                });
+            }
+        };
+        let local = |p: &mut Program, dst: u64, src: u64, bytes: usize| {
+            if bytes > 0 && dst != src {
+                p.locals.push((dst, src, bytes));
+            }
+        };
+        let peers = (0..n).filter(|&q| q != rank);
+        match t.kind {
+            TaskKind::Coll(Collective::AllReduce)
+                if n == 2 && b <= one_shot_max / 2 && matches!(t.red, Reduction::Plain(_)) =>
+            {
+                // Small, two ranks: each sends everything and reduces everything (one copy
+                // and one kernel each instead of two of each). `a (op) b` is symmetric, so
+                // both ranks compute the same bits; Avg and PreMulSum are not (the local
+                // input is fused, the peer's rounded first), so they keep one owner per
+                // element.
+                p.all_reduce[ti] = true;
+                let g = target(1, false);
+                for q in peers {
+                    tx(&mut p, q, send as u64, b, 0, None);
+                    let act = Act::Reduce {
+                        target: g,
+                        dst: recv as u64,
+                        local: send as u64,
+                    };
+                    rx(&mut p, q, b, 0, act);
+                }
+            }
+            TaskKind::Coll(Collective::AllReduce) => {
+                p.all_reduce[ti] = true;
+                let (lo_r, len_r) = slice(t.count, n, rank);
+                let max_chunks = (0..n)
+                    .map(|i| {
+                        let bytes = slice(t.count, n, i).1 * sz;
+                        bytes.div_ceil(piece_chunk(bytes, chunk)) as u64
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let g = target(n - 1, true);
+                for q in peers.clone() {
+                    let (lo_q, len_q) = slice(t.count, n, q);
+                    tx(&mut p, q, addr(send, lo_q, sz), len_q * sz, 0, None);
+                    let act = Act::Reduce {
+                        target: g,
+                        dst: addr(recv, lo_r, sz),
+                        local: addr(send, lo_r, sz),
+                    };
+                    rx(&mut p, q, len_r * sz, 0, act);
+                }
+                for q in peers {
+                    let (lo_q, len_q) = slice(t.count, n, q);
+                    tx(
+                        &mut p,
+                        q,
+                        addr(recv, lo_r, sz),
+                        len_r * sz,
+                        max_chunks,
+                        Some(g),
+                    );
+                    let dst = addr(recv, lo_q, sz);
+                    rx(&mut p, q, len_q * sz, max_chunks, Act::Copy { dst });
+                }
+            }
+            TaskKind::Coll(Collective::ReduceScatter) => {
+                let g = target(n - 1, false);
+                for q in peers {
+                    tx(&mut p, q, addr(send, q * t.count, sz), b, 0, None);
+                    let act = Act::Reduce {
+                        target: g,
+                        dst: recv as u64,
+                        local: addr(send, rank * t.count, sz),
+                    };
+                    rx(&mut p, q, b, 0, act);
+                }
+            }
+            TaskKind::Coll(Collective::Reduce { root }) => {
+                if rank == root {
+                    let g = target(n - 1, false);
+                    for q in peers {
+                        let act = Act::Reduce {
+                            target: g,
+                            dst: recv as u64,
+                            local: send as u64,
+                        };
+                        rx(&mut p, q, b, 0, act);
+                    }
+                } else {
+                    tx(&mut p, root, send as u64, b, 0, None);
+                }
+            }
+            TaskKind::Coll(Collective::Broadcast { root }) => {
+                if rank == root {
+                    for q in peers {
+                        tx(&mut p, q, send as u64, b, 0, None);
+                    }
+                    local(&mut p, recv as u64, send as u64, b);
+                } else {
+                    rx(&mut p, root, b, 0, Act::Copy { dst: recv as u64 });
+                }
+            }
+            TaskKind::Coll(Collective::AllGather) => {
+                for q in peers {
+                    tx(&mut p, q, send as u64, b, 0, None);
+                    let dst = addr(recv, q * t.count, sz);
+                    rx(&mut p, q, b, 0, Act::Copy { dst });
+                }
+                local(&mut p, addr(recv, rank * t.count, sz), send as u64, b);
+            }
+            TaskKind::Coll(Collective::AlltoAll) => {
+                for q in peers {
+                    tx(&mut p, q, addr(send, q * t.count, sz), b, 0, None);
+                    let dst = addr(recv, q * t.count, sz);
+                    rx(&mut p, q, b, 0, Act::Copy { dst });
+                }
+                let at = rank * t.count;
+                local(&mut p, addr(recv, at, sz), addr(send, at, sz), b);
+            }
+            TaskKind::Coll(Collective::Gather { root }) => {
+                if rank == root {
+                    for q in peers {
+                        let dst = addr(recv, q * t.count, sz);
+                        rx(&mut p, q, b, 0, Act::Copy { dst });
+                    }
+                    local(&mut p, addr(recv, rank * t.count, sz), send as u64, b);
+                } else {
+                    tx(&mut p, root, send as u64, b, 0, None);
+                }
+            }
+            TaskKind::Coll(Collective::Scatter { root }) => {
+                if rank == root {
+                    for q in peers {
+                        tx(&mut p, q, addr(send, q * t.count, sz), b, 0, None);
+                    }
+                    local(&mut p, recv as u64, addr(send, rank * t.count, sz), b);
+                } else {
+                    rx(&mut p, root, b, 0, Act::Copy { dst: recv as u64 });
+                }
+            }
+            TaskKind::Send { peer } if peer == rank => self_sends.push((send as u64, b)),
+            TaskKind::Recv { peer } if peer == rank => self_recvs.push((recv as u64, b)),
+            TaskKind::Send { peer } => tx(&mut p, peer, send as u64, b, 0, None),
+            TaskKind::Recv { peer } => rx(&mut p, peer, b, 0, Act::Copy { dst: recv as u64 }),
+        }
+    }
+    if self_sends.len() != self_recvs.len() {
+        return Err(Error::invalid_usage(format!(
+            "{} sends to self but {} receives from self in one group",
+            self_sends.len(),
+            self_recvs.len()
+        )));
+    }
+    for ((src, sb), (dst, rb)) in self_sends.into_iter().zip(self_recvs) {
+        if sb != rb {
+            return Err(Error::invalid_usage(format!(
+                "a send to self of {sb} bytes meets a receive from self of {rb} bytes"
+            )));
+        }
+        if dst != src && sb > 0 {
+            p.locals.push((dst, src, sb));
+        }
+    }
+    Ok(p)
+}
+
+impl Program {
+    pub fn bytes(&self) -> usize {
+        let tx: usize = self.tx.iter().flatten().map(|x| x.bytes).sum();
+        let rx: usize = self.rx.iter().flatten().map(|x| x.bytes).sum();
+        tx + rx
+    }
+
+    /// Whether a receive may overwrite memory a send still has to read. All-reduce's halves
+    /// are causally ordered (the peer's second-half chunk exists only after it received ours),
+    /// so only other combinations count.
+    pub fn aliases(&self) -> bool {
+        let overlap = |a: u64, al: usize, b: u64, bl: usize| {
+            a < b.saturating_add(bl as u64) && b < a.saturating_add(al as u64)
+        };
+        let writes: Vec<(usize, u64, usize)> = self
+            .rx
+            .iter()
+            .flatten()
+            .map(|r| {
+                let dst = match r.act {
+                    Act::Copy { dst } | Act::Reduce { dst, .. } => dst,
+                };
+                (r.task, dst, r.bytes)
+            })
+            .chain(self.locals.iter().map(|&(d, _, b)| (usize::MAX, d, b)))
+            .collect();
+        self.tx.iter().flatten().any(|s| {
+            writes.iter().any(|&(task, dst, bytes)| {
+                !(task == s.task && self.all_reduce.get(task).copied().unwrap_or(false))
+                    && overlap(s.src, s.bytes, dst, bytes)
+            })
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ItemKind {
+    Tx {
+        src: u64,
+        bytes: usize,
+        after: Option<(usize, usize)>,
+    },
+    Rx {
+        bytes: usize,
+        act: Act,
+        chunk: usize,
+        off: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Item {
+    pub t: u64,
+    pub peer: usize,
+    pub kind: ItemKind,
+}
+
+/// Chunks the program and orders it by logical time: per peer and direction, chunk k of a
+/// piece gets `max(base_t + k, previous + 1)`, computed alike by the sender and the receiver.
+pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
+    let mut items = Vec::new();
+    for (peer, pieces) in p.tx.iter().enumerate() {
+        let mut last: Option<u64> = None;
+        for s in pieces {
+            let pc = piece_chunk(s.bytes, chunk);
+            for k in 0..s.bytes.div_ceil(pc) {
+                let t = (s.base_t + k as u64).max(last.map_or(0, |l| l + 1));
+                last = Some(t);
+                let off = k * pc;
+                items.push(Item {
+                    t,
+                    peer,
+                    kind: ItemKind::Tx {
+                        src: s.src + off as u64,
+                        bytes: (s.bytes - off).min(pc),
+                        after: s.after.map(|g| (g, k)),
+                    },
+                });
+            }
+        }
+    }
+    for (peer, pieces) in p.rx.iter().enumerate() {
+        let mut last: Option<u64> = None;
+        for r in pieces {
+            let pc = piece_chunk(r.bytes, chunk);
+            for k in 0..r.bytes.div_ceil(pc) {
+                let t = (r.base_t + k as u64).max(last.map_or(0, |l| l + 1));
+                last = Some(t);
+                let off = k * pc;
+                items.push(Item {
+                    t,
+                    peer,
+                    kind: ItemKind::Rx {
+                        bytes: (r.bytes - off).min(pc),
+                        act: r.act,
+                        chunk: k,
+                        off: off as u64,
+                    },
+                });
+            }
+        }
+    }
+    items.sort_by_key(|i| (i.t, matches!(i.kind, ItemKind::Rx { .. }), i.peer));
+    items
+}
+
+/// One lowered group being queued.
+pub(crate) struct Emission {
+    pub items: Vec<Item>,
+    next: usize,
+    pub program: Program,
+    /// Everything on the caller's stream (small groups, aliasing buffers).
+    pub single: bool,
+    contributions: HashMap<(usize, usize), usize>,
+    /// (receive lane, value of its `local` word) once a chunk of a target is reduced.
+    reduced: HashMap<(usize, usize), (usize, u32)>,
+}
+
+impl Emission {
+    pub fn new(program: Program, chunk: usize, single: bool) -> Emission {
+        let items = schedule(&program, chunk);
+        Emission {
+            items,
+            next: 0,
+            program,
+            single,
+            contributions: HashMap::new(),
+            reduced: HashMap::new(),
+        }
+    }
+
+    /// The last logical time plus one (0 when there is nothing to move).
+    pub fn horizon(&self) -> u64 {
+        self.items.last().map_or(0, |i| i.t + 1)
+    }
+
+    fn lanes(&self, l: &Layout) -> Vec<Lane> {
+        (0..l.tx_lanes)
+            .map(Lane::Tx)
+            .chain((0..l.rx_lanes).map(Lane::Rx))
+            .collect()
+    }
+
+    fn tx_lane(&self, l: &Layout, seq: u32) -> Lane {
+        if self.single {
+            Lane::User
+        } else {
+            Lane::Tx(seq as usize % l.tx_lanes)
+        }
+    }
+
+    /// Receives of one reduction chunk stay on one lane (they accumulate into the same
+    /// output); copies spread by sequence number.
+    fn rx_lane(&self, l: &Layout, seq: u32, act: Act, chunk: usize) -> (Lane, usize) {
+        let i = match act {
+            Act::Reduce { target, .. } => (target + chunk) % l.rx_lanes,
+            Act::Copy { .. } => seq as usize % l.rx_lanes,
+        };
+        if self.single {
+            (Lane::User, i)
+        } else {
+            (Lane::Rx(i), i)
+        }
+    }
+
+    /// Forks the lanes off the caller's stream and queues the local copies.
+    pub fn begin(&mut self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        if !self.single {
+            dev.fork(&self.lanes(l))?;
+        }
+        let lane = if self.single { Lane::User } else { Lane::Rx(0) };
+        for &(dst, src, bytes) in &self.program.locals {
+            dev.copy(lane, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Joins the lanes back into the caller's stream.
+    pub fn end(&mut self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        if !self.single {
+            dev.join(&self.lanes(l))?;
+        }
+        Ok(())
+    }
+
+    /// Queues every item with logical time below `until`.
+    pub fn emit_until(
+        &mut self,
+        until: u64,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut dyn Device,
+    ) -> Result<()> {
+        while let Some(&it) = self.items.get(self.next) {
+            if it.t >= until {
+                break;
+            }
+            self.emit(it, l, c, dev)?;
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, it: Item, l: &Layout, c: &mut Counters, dev: &mut dyn Device) -> Result<()> {
+        let (me, p) = (l.rank, it.peer);
+        match it.kind {
+            ItemKind::Tx { src, bytes, after } => {
+                c.sent[p] = c.sent[p].wrapping_add(1);
+                c.sent_total[p] += 1;
+                let seq = c.sent[p];
+                let slot = seq % l.slots;
+                let lane = self.tx_lane(l, seq);
+                if c.sent_total[p] > l.slots as u64 {
+                    dev.wait(lane, l.credit(me, p, slot), seq.wrapping_sub(l.slots))?;
+                }
+                // On one stream the reduction is already ahead of this send.
+                if let Some(key) = after.filter(|_| !self.single) {
+                    let (rx, v) = *self.reduced.get(&key).ok_or_else(|| {
+                        Error::internal("cuda-ipc: a send is ordered before its reduction")
+                    })?;
+                    dev.wait(lane, l.local(rx), v)?;
+                }
+                dev.copy(lane, l.slot_addr(p, me, slot), src, bytes)?;
+                dev.write(lane, l.ready(p, me, slot), seq)?;
+            }
+            ItemKind::Rx {
+                bytes,
+                act,
+                chunk,
+                off,
+            } => {
+                c.recvd[p] = c.recvd[p].wrapping_add(1);
+                let seq = c.recvd[p];
+                let slot = seq % l.slots;
+                let incoming = l.slot_addr(me, p, slot);
+                let (lane, idx) = self.rx_lane(l, seq, act, chunk);
+                dev.wait(lane, l.ready(me, p, slot), seq)?;
+                match act {
+                    Act::Copy { dst } => dev.copy(lane, dst + off, incoming, bytes)?,
+                    Act::Reduce { target, dst, local } => self.reduce_chunk(
+                        l,
+                        c,
+                        dev,
+                        (lane, idx),
+                        (target, chunk),
+                        (dst + off, local + off, incoming),
+                        bytes,
+                    )?,
+                }
+                dev.write(lane, l.credit(p, me, slot), seq)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_chunk(
+        &mut self,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut dyn Device,
+        (lane, idx): (Lane, usize),
+        (target, chunk): (usize, usize),
+        (dst, local, incoming): (u64, u64, u64),
+        bytes: usize,
+    ) -> Result<()> {
+        let tg = *self
+            .program
+            .targets
+            .get(target)
+            .ok_or_else(|| Error::internal("cuda-ipc: unknown reduction target"))?;
+        let (dtype, n) = (tg.dtype, bytes / tg.dtype.size());
+        let done = self.contributions.entry((target, chunk)).or_insert(0);
+        let first = *done == 0;
+        *done += 1;
+        let complete = *done == tg.contributions;
+        match tg.scalar {
+            Some(scalar) => {
+                let (dst_in, src) = (incoming, incoming);
+                dev.kernel(
+                    lane,
+                    Kernel::PreMul {
+                        dtype,
+                        dst: dst_in,
+                        src,
+                        n,
+                        scalar,
+                    },
+                )?;
+                if first {
+                    let k = Kernel::PreMulAdd {
+                        dtype,
+                        dst,
+                        src: local,
+                        acc: incoming,
+                        n,
+                        scalar,
+                    };
+                    dev.kernel(lane, k)?;
+                } else {
+                    let k = Kernel::Reduce {
+                        dtype,
+                        op: ReduceKind::Sum,
+                        dst,
+                        a: incoming,
+                        b: dst,
+                        n,
+                    };
+                    dev.kernel(lane, k)?;
+                }
+            }
+            None => {
+                let b = if first { local } else { dst };
+                dev.kernel(
+                    lane,
+                    Kernel::Reduce {
+                        dtype,
+                        op: tg.arith,
+                        dst,
+                        a: incoming,
+                        b,
+                        n,
+                    },
+                )?;
+            }
+        }
+        if complete {
+            if let Some(divisor) = tg.postdiv {
+                dev.kernel(
+                    lane,
+                    Kernel::DivInt {
+                        dtype,
+                        dst,
+                        n,
+                        divisor,
+                    },
+                )?;
+            }
+            if tg.signals {
+                c.local[idx] = c.local[idx].wrapping_add(1);
+                dev.write(lane, l.local(idx), c.local[idx])?;
+                self.reduced.insert((target, chunk), (idx, c.local[idx]));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        Task {
+            kind,
+            send,
+            recv,
+            count,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    /// Sender and receiver must agree on every chunk's logical time and size, pair by pair.
+    fn check_pairing(tasks_of: &dyn Fn(usize) -> Vec<Task>, n: usize, chunk: usize) {
+        let items: Vec<Vec<Item>> = (0..n)
+            .map(|r| schedule(&lower(&tasks_of(r), r, n, chunk, 0).unwrap(), chunk))
+            .collect();
+        for a in 0..n {
+            for b in 0..n {
+                if a == b {
+                    continue;
+                }
+                let sent: Vec<(u64, usize)> = items[a]
+                    .iter()
+                    .filter(|i| i.peer == b)
+                    .filter_map(|i| match i.kind {
+                        ItemKind::Tx { bytes, .. } => Some((i.t, bytes)),
+                        _ => None,
+                    })
+                    .collect();
+                let got: Vec<(u64, usize)> = items[b]
+                    .iter()
+                    .filter(|i| i.peer == a)
+                    .filter_map(|i| match i.kind {
+                        ItemKind::Rx { bytes, .. } => Some((i.t, bytes)),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(sent, got, "ranks {a} -> {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_collective_pairs_up_chunk_for_chunk() {
+        for n in [2usize, 3, 4, 8] {
+            for count in [0usize, 1, 3, 1000, 70_001] {
+                for chunk in [4096usize, 65536] {
+                    let colls = [
+                        Collective::AllReduce,
+                        Collective::ReduceScatter,
+                        Collective::AllGather,
+                        Collective::AlltoAll,
+                        Collective::Broadcast { root: 1 },
+                        Collective::Reduce { root: n - 1 },
+                        Collective::Gather { root: 0 },
+                        Collective::Scatter { root: 1 },
+                    ];
+                    for c in colls {
+                        check_pairing(
+                            &|_| vec![task(TaskKind::Coll(c), 0x1000_0000, 0x8000_0000, count)],
+                            n,
+                            chunk,
+                        );
+                    }
+                    // A ring of sends and receives plus an exchange, in one group.
+                    check_pairing(
+                        &|r| {
+                            vec![
+                                task(TaskKind::Send { peer: (r + 1) % n }, 0x1000_0000, 0, count),
+                                task(
+                                    TaskKind::Recv {
+                                        peer: (r + n - 1) % n,
+                                    },
+                                    0,
+                                    0x8000_0000,
+                                    count,
+                                ),
+                                task(
+                                    TaskKind::Send { peer: (r + 2) % n },
+                                    0x2000_0000,
+                                    0,
+                                    count + 5,
+                                ),
+                                task(
+                                    TaskKind::Recv {
+                                        peer: (r + n - 2) % n,
+                                    },
+                                    0,
+                                    0x9000_0000,
+                                    count + 5,
+                                ),
+                            ]
+                        },
+                        n,
+                        chunk,
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_shot_all_reduce_pairs_up_and_runs_on_one_stream() {
+        let t = task(
+            TaskKind::Coll(Collective::AllReduce),
+            0x1000_0000,
+            0x1000_0000,
+            100,
+        );
+        for r in 0..2 {
+            let p = lower(&[t], r, 2, 4096, 1 << 20).unwrap();
+            assert_eq!(p.tx[1 - r].len(), 1);
+            assert_eq!(p.tx[1 - r][0].bytes, 400);
+            assert!(p.bytes() <= 1 << 20);
+        }
+        // Three ranks never go one-shot (each rank would sum in its own order).
+        let p = lower(&[t], 0, 3, 4096, 1 << 20).unwrap();
+        assert!(p.tx[1].len() == 2);
+    }
+
+    /// All-reduce's second half is sent only after the reduction it carries was queued: each
+    /// dependent send comes later in the queue order than the receive that completes it.
+    #[test]
+    fn all_reduce_sends_follow_their_reductions() {
+        for n in [2usize, 3, 4, 8] {
+            for count in [1usize, 5, 1000, 123_457] {
+                let t = task(
+                    TaskKind::Coll(Collective::AllReduce),
+                    0x1000_0000,
+                    0x1000_0000,
+                    count,
+                );
+                for r in 0..n {
+                    let p = lower(&[t], r, n, 4096, 0).unwrap();
+                    let items = schedule(&p, 4096);
+                    let mut seen: HashMap<usize, usize> = HashMap::new();
+                    for it in &items {
+                        match it.kind {
+                            ItemKind::Rx {
+                                act: Act::Reduce { .. },
+                                chunk,
+                                ..
+                            } => *seen.entry(chunk).or_default() += 1,
+                            ItemKind::Tx {
+                                after: Some((_, k)),
+                                ..
+                            } => assert_eq!(
+                                seen.get(&k).copied(),
+                                Some(n - 1),
+                                "n {n} count {count} rank {r} chunk {k}"
+                            ),
+                            _ => {}
+                        }
+                    }
+                    // In-place all-reduce still pipelines on two streams.
+                    assert!(!p.aliases());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn in_place_alltoall_and_overlapping_p2p_run_on_one_stream() {
+        let a2a = task(
+            TaskKind::Coll(Collective::AlltoAll),
+            0x1000_0000,
+            0x1000_0000,
+            1000,
+        );
+        assert!(lower(&[a2a], 0, 2, 4096, 0).unwrap().aliases());
+        let oop = task(
+            TaskKind::Coll(Collective::AlltoAll),
+            0x1000_0000,
+            0x2000_0000,
+            1000,
+        );
+        assert!(!lower(&[oop], 0, 2, 4096, 0).unwrap().aliases());
+        let send = task(TaskKind::Send { peer: 1 }, 0x1000_0000, 0, 1000);
+        let recv = task(TaskKind::Recv { peer: 1 }, 0, 0x1000_0100, 1000);
+        assert!(lower(&[send, recv], 0, 2, 4096, 0).unwrap().aliases());
+        let ag = task(
+            TaskKind::Coll(Collective::AllGather),
+            0x1000_0000 + 4000,
+            0x1000_0000,
+            1000,
+        );
+        assert!(!lower(&[ag], 1, 2, 4096, 0).unwrap().aliases());
+    }
+
+    #[test]
+    fn pieces_are_cut_into_quarters_within_bounds() {
+        let slot = 8 << 20;
+        assert_eq!(piece_chunk(8, slot), MIN_CHUNK);
+        assert_eq!(piece_chunk(4 << 20, slot), 1 << 20);
+        assert_eq!(piece_chunk(256 << 20, slot), slot);
+        assert_eq!(piece_chunk(1 << 20, 4096), 4096);
+        // Every chunk boundary is 4 KiB aligned, so elements of any type stay whole.
+        assert_eq!(piece_chunk(3_000_001, slot) % 4096, 0);
+        // Sender and receiver pair up with the mixed sizes of a real sweep.
+        for count in [1usize, 1 << 18, 3_000_001, 50 << 20] {
+            check_pairing(
+                &|_| {
+                    vec![task(
+                        TaskKind::Coll(Collective::AllReduce),
+                        0x1000_0000,
+                        0x9000_0000,
+                        count,
+                    )]
+                },
+                2,
+                slot,
+            );
+        }
+    }
+
+    #[test]
+    fn self_sends_must_meet_self_receives() {
+        let send = task(TaskKind::Send { peer: 0 }, 0x1000, 0, 10);
+        assert!(lower(&[send], 0, 2, 4096, 0).is_err());
+        let recv = task(TaskKind::Recv { peer: 0 }, 0, 0x2000, 10);
+        let p = lower(&[send, recv], 0, 2, 4096, 0).unwrap();
+        assert_eq!(p.locals, vec![(0x2000, 0x1000, 40)]);
+    }
+}

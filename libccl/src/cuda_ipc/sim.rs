@@ -1,0 +1,603 @@
+//! A simulated GPU for the cuda-ipc protocol (tests only, labelled simulation): every rank's
+//! queued operations run against a shared memory of flags, receive slots and user buffers,
+//! in random orders of the lanes (each lane in order), or with all lanes of a device merged
+//! into one queue in the order they were queued (what `CUDA_DEVICE_MAX_CONNECTIONS=1` does to
+//! streams). A run must finish (no wait left unsatisfiable) and every result must be exact.
+
+use std::collections::{HashMap, HashSet};
+
+use ccl_collectives::Collective;
+use ccl_cuda::host::reduce as host;
+use ccl_cuda::{DataType, ReduceKind};
+
+use super::protocol::{lower, Counters, Device, Emission, Kernel, Lane, Layout};
+use crate::error::Result;
+use crate::task::{Reduction, Task, TaskKind};
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Wait(u64, u32),
+    Write(u64, u32),
+    Copy(u64, u64, usize),
+    Kernel(Kernel),
+    Record(usize),
+    WaitEvent(usize),
+}
+
+/// One rank's queues.
+struct SimDevice {
+    lanes: HashMap<Lane, Vec<Op>>,
+    /// Every operation in the order it was queued, for the merged mode.
+    order: Vec<(Lane, usize)>,
+    events: usize,
+}
+
+impl SimDevice {
+    fn new() -> SimDevice {
+        SimDevice {
+            lanes: HashMap::new(),
+            order: Vec::new(),
+            events: 0,
+        }
+    }
+
+    fn push(&mut self, lane: Lane, op: Op) {
+        let q = self.lanes.entry(lane).or_default();
+        q.push(op);
+        self.order.push((lane, q.len() - 1));
+    }
+}
+
+impl Device for SimDevice {
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.push(lane, Op::Wait(addr, value));
+        Ok(())
+    }
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.push(lane, Op::Write(addr, value));
+        Ok(())
+    }
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.push(lane, Op::Copy(dst, src, bytes));
+        Ok(())
+    }
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
+        self.push(lane, Op::Kernel(k));
+        Ok(())
+    }
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.events += 1;
+        let id = self.events;
+        self.push(Lane::User, Op::Record(id));
+        for &l in lanes {
+            self.push(l, Op::WaitEvent(id));
+        }
+        Ok(())
+    }
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        for &l in lanes {
+            self.events += 1;
+            let id = self.events;
+            self.push(l, Op::Record(id));
+            self.push(Lane::User, Op::WaitEvent(id));
+        }
+        Ok(())
+    }
+}
+
+/// Byte-addressed memory made of disjoint regions.
+#[derive(Default)]
+struct Mem {
+    regions: Vec<(u64, Vec<u8>)>,
+}
+
+impl Mem {
+    fn alloc(&mut self, base: u64, len: usize) {
+        self.regions.push((base, vec![0; len]));
+    }
+
+    fn range(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        for (base, v) in self.regions.iter_mut() {
+            if addr >= *base && addr + len as u64 <= *base + v.len() as u64 {
+                let o = (addr - *base) as usize;
+                return &mut v[o..o + len];
+            }
+        }
+        panic!("simulated access outside memory: {addr:#x}+{len}");
+    }
+
+    fn read(&mut self, addr: u64, len: usize) -> Vec<u8> {
+        self.range(addr, len).to_vec()
+    }
+
+    fn word(&mut self, addr: u64) -> u32 {
+        u32::from_le_bytes(self.read(addr, 4).try_into().unwrap())
+    }
+
+    fn kernel(&mut self, k: Kernel) {
+        match k {
+            Kernel::Reduce {
+                dtype,
+                op,
+                dst,
+                a,
+                b,
+                n,
+            } => {
+                let (x, y) = (
+                    self.read(a, n * dtype.size()),
+                    self.read(b, n * dtype.size()),
+                );
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: three buffers of n elements each.
+                unsafe { host::reduce(dtype, op, out.as_mut_ptr(), x.as_ptr(), y.as_ptr(), n) };
+            }
+            Kernel::PreMul {
+                dtype,
+                dst,
+                src,
+                n,
+                scalar,
+            } => {
+                let x = self.read(src, n * dtype.size());
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: as above.
+                unsafe { host::premul(dtype, out.as_mut_ptr(), x.as_ptr(), n, scalar.as_ptr()) };
+            }
+            Kernel::PreMulAdd {
+                dtype,
+                dst,
+                src,
+                acc,
+                n,
+                scalar,
+            } => {
+                let (x, y) = (
+                    self.read(src, n * dtype.size()),
+                    self.read(acc, n * dtype.size()),
+                );
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: as above.
+                unsafe {
+                    host::premul_add(
+                        dtype,
+                        out.as_mut_ptr(),
+                        x.as_ptr(),
+                        y.as_ptr(),
+                        n,
+                        scalar.as_ptr(),
+                    )
+                };
+            }
+            Kernel::DivInt {
+                dtype,
+                dst,
+                n,
+                divisor,
+            } => {
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: n elements.
+                unsafe { host::div_int(dtype, out.as_mut_ptr(), n, divisor) };
+            }
+        }
+    }
+}
+
+/// Runs every device's queues to the end; `Err` names the stuck heads on a deadlock.
+fn run(
+    devs: &[SimDevice],
+    mem: &mut Mem,
+    merged: bool,
+    seed: u64,
+) -> std::result::Result<(), String> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // Cursor per (device, lane), or per device in merged mode (into `order`).
+    let mut lane_pos: Vec<HashMap<Lane, usize>> = devs.iter().map(|_| HashMap::new()).collect();
+    let mut merged_pos = vec![0usize; devs.len()];
+    let mut recorded: HashSet<(usize, usize)> = HashSet::new();
+    loop {
+        let mut ready: Vec<(usize, Lane)> = Vec::new();
+        let mut stuck: Vec<String> = Vec::new();
+        for (d, dev) in devs.iter().enumerate() {
+            let heads: Vec<(Lane, usize)> = if merged {
+                dev.order.get(merged_pos[d]).copied().into_iter().collect()
+            } else {
+                dev.lanes
+                    .iter()
+                    .filter_map(|(l, q)| {
+                        let p = lane_pos[d].get(l).copied().unwrap_or(0);
+                        (p < q.len()).then_some((*l, p))
+                    })
+                    .collect()
+            };
+            for (lane, i) in heads {
+                let op = dev.lanes[&lane][i];
+                let ok = match op {
+                    Op::Wait(a, v) => (mem.word(a).wrapping_sub(v) as i32) >= 0,
+                    Op::WaitEvent(id) => recorded.contains(&(d, id)),
+                    _ => true,
+                };
+                if ok {
+                    ready.push((d, lane));
+                } else {
+                    stuck.push(format!("rank {d} {lane:?}: {op:?}"));
+                }
+            }
+        }
+        if ready.is_empty() {
+            return if stuck.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("deadlock: {}", stuck.join("; ")))
+            };
+        }
+        let (d, lane) = ready[(next() % ready.len() as u64) as usize];
+        let i = if merged {
+            merged_pos[d] += 1;
+            devs[d].order[merged_pos[d] - 1].1
+        } else {
+            let p = lane_pos[d].entry(lane).or_insert(0);
+            *p += 1;
+            *p - 1
+        };
+        match devs[d].lanes[&lane][i] {
+            Op::Write(a, v) => mem.range(a, 4).copy_from_slice(&v.to_le_bytes()),
+            Op::Copy(dst, src, n) => {
+                let b = mem.read(src, n);
+                mem.range(dst, n).copy_from_slice(&b);
+            }
+            Op::Kernel(k) => mem.kernel(k),
+            Op::Record(id) => {
+                recorded.insert((d, id));
+            }
+            Op::Wait(..) | Op::WaitEvent(_) => {}
+        }
+    }
+}
+
+/// One collective (or p2p ring) with every rank's buffers, for [`simulate`].
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    kind: Kind,
+    count: usize,
+    dtype: DataType,
+    red: Reduction,
+    in_place: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Coll(Collective),
+    /// Each rank sends to rank + 1 and receives from rank - 1, in one group.
+    Ring,
+}
+
+const BUF: u64 = 0x0100_0000;
+
+fn base(rank: usize) -> u64 {
+    0x1_0000_0000 * (rank as u64 + 1)
+}
+
+/// Send and receive addresses of `case` number `k` on `rank`, and the sizes in elements.
+fn buffers(case: &Case, k: usize, rank: usize, n: usize) -> (u64, u64, usize, usize) {
+    let sz = case.dtype.size() as u64;
+    let c = case.count;
+    let (se, re) = match case.kind {
+        Kind::Ring => (c, c),
+        Kind::Coll(coll) => crate::task::buffer_counts(TaskKind::Coll(coll), rank, n, c).unwrap(),
+    };
+    let send = base(rank) + 0x1000_0000 + k as u64 * BUF * 2;
+    let mut recv = send + BUF;
+    let mut s = send;
+    if case.in_place {
+        match case.kind {
+            Kind::Coll(Collective::AllGather) => s = recv + rank as u64 * c as u64 * sz,
+            Kind::Coll(Collective::ReduceScatter) => recv = s + rank as u64 * c as u64 * sz,
+            _ => recv = s,
+        }
+    }
+    (s, recv, se, re)
+}
+
+fn tasks(case: &Case, k: usize, rank: usize, n: usize) -> Vec<Task> {
+    let (send, recv, _, _) = buffers(case, k, rank, n);
+    let t = |kind| Task {
+        kind,
+        send: send as usize,
+        recv: recv as usize,
+        count: case.count,
+        dtype: case.dtype,
+        red: case.red,
+        stream: 0,
+    };
+    match case.kind {
+        Kind::Coll(c) => vec![t(TaskKind::Coll(c))],
+        Kind::Ring => vec![
+            t(TaskKind::Send {
+                peer: (rank + 1) % n,
+            }),
+            t(TaskKind::Recv {
+                peer: (rank + n - 1) % n,
+            }),
+        ],
+    }
+}
+
+/// Input element `i` of `rank`: small integers, so sums in any order are exact in f32 too.
+fn input(rank: usize, i: usize) -> i64 {
+    ((rank * 7 + i * 3) % 23) as i64 - 5
+}
+
+fn encode(dt: DataType, v: f64) -> Vec<u8> {
+    match dt {
+        DataType::Int32 => (v as i32).to_le_bytes().to_vec(),
+        DataType::Float32 => (v as f32).to_le_bytes().to_vec(),
+        _ => unreachable!("the simulation uses int32 and float32"),
+    }
+}
+
+/// What `rank`'s receive buffer must hold afterwards (`None`: not written).
+fn expected(case: &Case, rank: usize, n: usize) -> Option<Vec<f64>> {
+    let c = case.count;
+    let red = |vals: Vec<i64>| -> f64 {
+        match case.red {
+            Reduction::Plain(ReduceKind::Max) => *vals.iter().max().unwrap() as f64,
+            Reduction::Avg if case.dtype == DataType::Int32 => {
+                (vals.iter().sum::<i64>() / n as i64) as f64
+            }
+            Reduction::Avg => vals.iter().sum::<i64>() as f64 / n as f64,
+            _ => vals.iter().sum::<i64>() as f64,
+        }
+    };
+    let all = |i: usize| (0..n).map(|q| input(q, i)).collect::<Vec<_>>();
+    Some(match case.kind {
+        Kind::Ring => (0..c)
+            .map(|i| input((rank + n - 1) % n, i) as f64)
+            .collect(),
+        Kind::Coll(Collective::AllReduce) => (0..c).map(|i| red(all(i))).collect(),
+        Kind::Coll(Collective::ReduceScatter) => (0..c).map(|i| red(all(rank * c + i))).collect(),
+        Kind::Coll(Collective::Reduce { root }) if root == rank => {
+            (0..c).map(|i| red(all(i))).collect()
+        }
+        Kind::Coll(Collective::Broadcast { root }) => {
+            (0..c).map(|i| input(root, i) as f64).collect()
+        }
+        Kind::Coll(Collective::AllGather) => {
+            (0..n * c).map(|j| input(j / c, j % c) as f64).collect()
+        }
+        Kind::Coll(Collective::AlltoAll) => (0..n * c)
+            .map(|j| input(j / c, rank * c + j % c) as f64)
+            .collect(),
+        Kind::Coll(Collective::Gather { root }) if root == rank => {
+            (0..n * c).map(|j| input(j / c, j % c) as f64).collect()
+        }
+        Kind::Coll(Collective::Scatter { root }) => {
+            (0..c).map(|i| input(root, rank * c + i) as f64).collect()
+        }
+        _ => return None,
+    })
+}
+
+struct Setup {
+    n: usize,
+    chunk: usize,
+    slots: u32,
+    rx_lanes: usize,
+    single_max: usize,
+}
+
+/// Queues `cases` one after another on every rank, runs them, checks every output.
+type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
+
+fn simulate(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(), String> {
+    let n = s.n;
+    let mut mem = Mem::default();
+    let layouts: Vec<Layout> = (0..n)
+        .map(|r| Layout {
+            rank: r,
+            nranks: n,
+            chunk: s.chunk,
+            slots: s.slots,
+            tx_lanes: 2,
+            rx_lanes: s.rx_lanes,
+            flags: (0..n).map(base).collect(),
+            scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
+        })
+        .collect();
+    for r in 0..n {
+        mem.alloc(base(r), Layout::flag_bytes(n, s.slots, s.rx_lanes));
+        mem.alloc(
+            base(r) + 0x0800_0000,
+            Layout::scratch_bytes(n, s.slots, s.chunk).unwrap(),
+        );
+    }
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let (send, recv, se, re) = buffers(case, k, r, n);
+            let sz = case.dtype.size();
+            let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
+            mem.alloc(base_send, BUF as usize);
+            mem.alloc(base_send + BUF, BUF as usize);
+            // Inputs; an in-place receive buffer starts as the input where they overlap.
+            let bytes: Vec<u8> = (0..se)
+                .flat_map(|i| encode(case.dtype, input(r, i) as f64))
+                .collect();
+            if se > 0 {
+                mem.range(send, se * sz).copy_from_slice(&bytes);
+            }
+            let _ = (recv, re);
+        }
+    }
+    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let l = &layouts[r];
+            let p = lower(&tasks(case, k, r, n), r, n, s.chunk, s.single_max)
+                .map_err(|e| e.to_string())?;
+            let single = p.bytes() <= s.single_max || p.aliases();
+            let mut em = Emission::new(p, s.chunk, single);
+            let dev = &mut devs[r];
+            em.begin(l, dev).map_err(|e| e.to_string())?;
+            em.emit_until(em.horizon(), l, &mut counters[r], dev)
+                .map_err(|e| e.to_string())?;
+            em.end(l, dev).map_err(|e| e.to_string())?;
+        }
+    }
+    if let Some(t) = tamper {
+        for (r, d) in devs.iter_mut().enumerate() {
+            t(d, r);
+        }
+    }
+    run(&devs, &mut mem, merged, seed)?;
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let Some(want) = expected(case, r, n) else {
+                continue;
+            };
+            let (_, recv, _, _) = buffers(case, k, r, n);
+            let want: Vec<u8> = want.iter().flat_map(|&v| encode(case.dtype, v)).collect();
+            let got = mem.read(recv, want.len());
+            if got != want {
+                return Err(format!("case {k} {case:?}: rank {r} wrong result"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn every_case(n: usize, count: usize) -> Vec<Case> {
+    let plain = |kind, in_place| Case {
+        kind,
+        count,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place,
+    };
+    let mut v = vec![
+        plain(Kind::Coll(Collective::AllReduce), false),
+        plain(Kind::Coll(Collective::AllReduce), true),
+        plain(Kind::Coll(Collective::ReduceScatter), false),
+        plain(Kind::Coll(Collective::ReduceScatter), true),
+        plain(Kind::Coll(Collective::AllGather), false),
+        plain(Kind::Coll(Collective::AllGather), true),
+        plain(Kind::Coll(Collective::AlltoAll), false),
+        plain(Kind::Coll(Collective::AlltoAll), true),
+        plain(Kind::Coll(Collective::Broadcast { root: 1 }), false),
+        plain(Kind::Coll(Collective::Reduce { root: n - 1 }), false),
+        plain(Kind::Coll(Collective::Gather { root: 0 }), false),
+        plain(Kind::Coll(Collective::Scatter { root: n - 1 }), false),
+        plain(Kind::Ring, false),
+    ];
+    v.push(Case {
+        red: Reduction::Plain(ReduceKind::Max),
+        ..plain(Kind::Coll(Collective::AllReduce), false)
+    });
+    v.push(Case {
+        red: Reduction::Avg,
+        ..plain(Kind::Coll(Collective::AllReduce), true)
+    });
+    if n.is_power_of_two() {
+        // Float Avg scales by 1/n: exact for powers of two with these inputs.
+        v.push(Case {
+            dtype: DataType::Float32,
+            red: Reduction::Avg,
+            ..plain(Kind::Coll(Collective::AllReduce), false)
+        });
+        v.push(Case {
+            dtype: DataType::Float32,
+            red: Reduction::Avg,
+            ..plain(Kind::Coll(Collective::ReduceScatter), false)
+        });
+    }
+    v
+}
+
+/// Every collective, in and out of place, several chunks per piece and few slots (credits
+/// cycle), one and two receive lanes, random lane orders and the merged single queue: all
+/// finish, all exact.
+#[test]
+fn every_collective_finishes_exact_under_any_stream_order() {
+    for n in [2usize, 3, 4] {
+        for (count, chunk, slots) in [(3000usize, 4096usize, 2u32), (1000, 4096, 4), (5, 4096, 2)] {
+            for rx_lanes in [1usize, 2] {
+                for single_max in [0usize, 1 << 20] {
+                    let s = Setup {
+                        n,
+                        chunk,
+                        slots,
+                        rx_lanes,
+                        single_max,
+                    };
+                    let cases = every_case(n, count);
+                    for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
+                        for seed in seeds {
+                            if let Err(e) = simulate(&s, &cases, merged, seed * 7919 + 1, None) {
+                                panic!(
+                                    "n {n} count {count} chunk {chunk} slots {slots} rx lanes {rx_lanes} \
+                                     single {single_max} merged {merged} seed {seed}: {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The checker itself must catch a broken protocol: with the senders' credit waits removed,
+/// a sender overwrites slots the receiver has not read yet, and some stream order shows it.
+#[test]
+fn the_simulation_catches_a_missing_credit_wait() {
+    let s = Setup {
+        n: 2,
+        chunk: 4096,
+        slots: 2,
+        rx_lanes: 1,
+        single_max: 0,
+    };
+    let case = Case {
+        kind: Kind::Ring,
+        count: 8192,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place: false,
+    };
+    for seed in 0..5 {
+        simulate(&s, &[case], false, seed, None).unwrap();
+    }
+    // Credit words of sender r (from receiver q, slot k) sit at index q*2*slots + slots + k.
+    let drop_credit_waits = |d: &mut SimDevice, r: usize| {
+        let lo = base(r) + (2 * 2 * 2) as u64 * 64;
+        for q in d.lanes.values_mut() {
+            for op in q.iter_mut() {
+                if let Op::Wait(a, _) = *op {
+                    let slot_index = (a - base(r)) / 64;
+                    if a >= base(r) && a < lo && slot_index % 4 >= 2 {
+                        *op = Op::Record(usize::MAX);
+                    }
+                }
+            }
+        }
+    };
+    let failures = (0..40)
+        .filter(|&seed| simulate(&s, &[case], false, seed, Some(&drop_credit_waits)).is_err())
+        .count();
+    assert!(
+        failures > 0,
+        "40 random orders never exposed the missing credit waits"
+    );
+}
