@@ -334,7 +334,9 @@ impl Kernels {
 impl Kernels {
     /// The low-latency all-reduce of `n` elements (see [`super::source::ll_area_bytes`] for
     /// the areas' layout): blocks that each push their part of `src` into every peer's area,
-    /// wait for the peers' same part and write the reduction in rank order to `dst`.
+    /// wait for the peers' same part and write the reduction in rank order to `dst`. With
+    /// `scatter`, a reduce-scatter: `src` holds `nranks * n` elements, part `q` goes to rank
+    /// `q`, and `dst` gets the reduction of this rank's part.
     ///
     /// # Safety
     /// `src`/`dst` hold `n` elements (`dst` equal to or disjoint from `src`); `areas` is a
@@ -355,6 +357,7 @@ impl Kernels {
         rank: u32,
         seq: u32,
         ll_max: usize,
+        scatter: bool,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
@@ -371,7 +374,11 @@ impl Kernels {
         let mut data_off = super::source::ll_data_offset(nranks as usize) as u64;
         let (blocks, per) = super::source::ll_blocks(n * dt.size());
         let mut per = per as u64;
-        let mut params: [*mut c_void; 10] = [
+        // Reduce-scatter: peer q's part of the input is at q * n elements, ours at rank * n.
+        let part = (n * dt.size()) as u64;
+        let mut push_stride = if scatter { part } else { 0 };
+        let mut own_off = if scatter { rank as u64 * part } else { 0 };
+        let mut params: [*mut c_void; 12] = [
             (&mut dst as *mut u64).cast(),
             (&mut src as *mut u64).cast(),
             (&mut n64 as *mut u64).cast(),
@@ -382,6 +389,8 @@ impl Kernels {
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
             (&mut per as *mut u64).cast(),
+            (&mut push_stride as *mut u64).cast(),
+            (&mut own_off as *mut u64).cast(),
         ];
         let _g = self.ctx.scope()?;
         let drv = self.ctx.driver();

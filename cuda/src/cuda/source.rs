@@ -797,8 +797,9 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
     );
 }
 
-/// The low-latency all-reduce: each block pushes its part of the input into every peer's area
-/// with plain stores, fences, raises its flag there, waits for the same block's flag of every
+/// The low-latency all-reduce (and reduce-scatter: peer `q` gets the input at
+/// `q * push_stride`, this rank's own part is at `own_off`; both 0 for all-reduce): each block
+/// pushes its part of the input into every peer's area with plain stores, fences, raises its flag there, waits for the same block's flag of every
 /// peer in its own area, and reduces all inputs in rank order (so every rank computes the
 /// same bits). Before overwriting a peer's buffer it waits for that peer's acknowledgement of
 /// the operation two back (the one that used the same buffer), so a rank running ahead never
@@ -810,7 +811,7 @@ fn ll_body_code(name: &str, out: &mut String) {
 #define LL_MAXB {LL_MAX_BLOCKS}
 static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
 
-extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 per) {{
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 per, u64 push_stride, u64 own_off) {{
   const P p = ccl_param(0);
   const u32 par = seq & 1u;
   const u64 bytes = n * sizeof(T);
@@ -824,10 +825,11 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     while ((int)(*ack - (seq - 2u)) < 0) {{ }}
   }}
   __syncthreads();
-  const u8* from = (const u8*)src;
-  const bool vec = ((((u64)src) + b0) & 15) == 0;
+  const T* own = (const T*)((const u8*)src + own_off);
   for (u32 q = 0; q < nranks; ++q) {{
     if (q == rank) continue;
+    const u8* from = (const u8*)src + (u64)q * push_stride;
+    const bool vec = (((u64)from) & 15) == 0;
     u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
     if (vec) {{
       const u64 v0 = b0 / 16, v1 = b1 / 16;
@@ -848,9 +850,9 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
   __threadfence();
   const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
   for (u64 i = e0 + tid; i < e1; i += blockDim.x) {{
-    T acc = rank == 0 ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
+    T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
     for (u32 q = 1; q < nranks; ++q) {{
-      const T x = q == rank ? src[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
+      const T x = q == rank ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
       acc = ccl_apply(acc, x, p);
     }}
     dst[i] = acc;

@@ -596,19 +596,22 @@ impl Queueing {
             // with the same sequence number.
             unsafe {
                 match ll {
-                    LowLatency::AllReduce(t) => eng.kernels.ll_all_reduce(
-                        first,
-                        t.dtype,
-                        t.red.arithmetic(),
-                        t.recv as u64,
-                        t.send as u64,
-                        t.count,
-                        areas,
-                        n,
-                        me,
-                        q.ll_seq,
-                        eng.ll_max,
-                    ),
+                    LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => {
+                        eng.kernels.ll_all_reduce(
+                            first,
+                            t.dtype,
+                            t.red.arithmetic(),
+                            t.recv as u64,
+                            t.send as u64,
+                            t.count,
+                            areas,
+                            n,
+                            me,
+                            q.ll_seq,
+                            eng.ll_max,
+                            matches!(ll, LowLatency::ReduceScatter(_)),
+                        )
+                    }
                     LowLatency::Exchange(x) => eng
                         .kernels
                         .ll_exchange(first, x, areas, n, me, q.ll_seq, eng.ll_max),
@@ -665,6 +668,7 @@ fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
 #[derive(Debug, Clone, Copy)]
 enum LowLatency {
     AllReduce(Task),
+    ReduceScatter(Task),
     Exchange(LlTransfers),
 }
 
@@ -679,6 +683,9 @@ fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<O
     match t.kind {
         TaskKind::Coll(Collective::AllReduce) if matches!(t.red, Reduction::Plain(_)) => {
             Ok(Some(LowLatency::AllReduce(*t)))
+        }
+        TaskKind::Coll(Collective::ReduceScatter) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::ReduceScatter(*t)))
         }
         TaskKind::Coll(
             Collective::AllGather
@@ -730,7 +737,7 @@ fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, Kernel
         }
     }
     match ll {
-        Some(LowLatency::AllReduce(t)) => {
+        Some(LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t)) => {
             v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
         }
         Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
@@ -913,7 +920,13 @@ mod tests {
         // Too big, reductions other than all-reduce, and groups stay on the copy engines.
         assert!(low_latency(&[ag], 1, 2, 8).unwrap().is_none());
         let rs = task(TaskKind::Coll(Collective::ReduceScatter), 0x1000, 0x8000, 4);
-        assert!(low_latency(&[rs], 0, 2, 1 << 20).unwrap().is_none());
+        assert!(matches!(
+            low_latency(&[rs], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::ReduceScatter(_))
+        ));
+        let mut avg = rs;
+        avg.red = Reduction::Avg;
+        assert!(low_latency(&[avg], 0, 2, 1 << 20).unwrap().is_none());
         assert!(low_latency(&[ag, ag], 1, 2, 1 << 20).unwrap().is_none());
         let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 4);
         assert!(matches!(

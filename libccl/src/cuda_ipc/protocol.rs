@@ -24,7 +24,7 @@ use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
 pub(crate) const FLAG_STRIDE: u64 = 64;
 
 /// Smallest chunk a piece is cut into, unless the piece itself is smaller.
-pub(crate) const MIN_CHUNK: usize = 256 << 10;
+pub(crate) const MIN_CHUNK: usize = 1 << 20;
 
 /// Chunk size for a piece of `bytes`: about a quarter of the piece (so even a mid-sized piece
 /// pipelines), between [`MIN_CHUNK`] and the slot size. Both sides compute it from the piece
@@ -1022,6 +1022,7 @@ mod tests {
         let slot = 8 << 20;
         assert_eq!(piece_chunk(8, slot), MIN_CHUNK);
         assert_eq!(piece_chunk(4 << 20, slot), 1 << 20);
+        assert_eq!(piece_chunk(16 << 20, slot), 4 << 20);
         assert_eq!(piece_chunk(256 << 20, slot), slot);
         assert_eq!(piece_chunk(1 << 20, 4096), 4096);
         // Every chunk boundary is 4 KiB aligned, so elements of any type stay whole.
