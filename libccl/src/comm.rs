@@ -131,6 +131,11 @@ impl Comm {
         self.0.rank
     }
 
+    /// The communicator's bootstrap nonce (equal on all its ranks, unique per communicator).
+    pub fn nonce(&self) -> u64 {
+        self.0.nonce.load(Ordering::Relaxed)
+    }
+
     pub fn nranks(&self) -> usize {
         self.0.nranks
     }
@@ -252,6 +257,7 @@ impl Comm {
                 "communicator is still initializing",
             ));
         }
+        crate::cuda_ipc::check_calls(self);
         match &*self.0.async_error.lock() {
             Some(e) => Err(e.clone()),
             None => Ok(()),

@@ -15,6 +15,9 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms
   -lcudart -lpthread -o /tmp/two_comms > "$L/two_comms.build.log" 2>&1 || say "two_comms: build failed"
 [ -x /tmp/two_comms ] && { TWO_COMMS_TIMEOUT_S=60 timeout -s KILL 70 /tmp/two_comms 10000 > "$L/two_comms.log" 2>&1; echo "exit $?" >> "$L/two_comms.log"; grep -E "PASS|FAIL|SKIP|exit" "$L/two_comms.log" | tee -a "$S"; }
 
+gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -o /tmp/mismatch >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
 CCL_IPC_RX_LANES=2 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | sed 's/^check/check rx2/' | tee -a "$S"

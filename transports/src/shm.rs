@@ -28,6 +28,146 @@ fn data_offset(nslots: usize) -> usize {
     (LENS_OFF + nslots * 8).div_ceil(DATA_ALIGN) * DATA_ALIGN
 }
 
+/// Maps `len` bytes of `file` shared; the caller unmaps them.
+fn map_shared(file: &File, len: usize, path: &str) -> Result<NonNull<u8>> {
+    // SAFETY: mapping a regular file we hold open with a length it has; the result is checked
+    // before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(Error::io(
+            format!("mmap {path}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    NonNull::new(ptr.cast::<u8>())
+        .ok_or_else(|| Error::Protocol(format!("mmap {path} returned NULL")))
+}
+
+/// Creates `path` (which must not exist) with `len` bytes.
+fn create_file(path: &str, len: usize) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::io(format!("create {path}"), e))?;
+    file.set_len(len as u64)
+        .map_err(|e| Error::io(format!("size {path} to {len} bytes"), e))?;
+    Ok(file)
+}
+
+/// A small array of 64-bit words in `/dev/shm` that one process writes and others on the host
+/// read (a notice board: e.g. what each rank last called, for mismatch checks off the data
+/// path).
+pub struct ShmBoard {
+    base: NonNull<u8>,
+    words: usize,
+    path: String,
+}
+
+// SAFETY: the mapping is process-wide memory accessed only through atomics.
+unsafe impl Send for ShmBoard {}
+// SAFETY: as above.
+unsafe impl Sync for ShmBoard {}
+
+const BOARD_MAGIC: u64 = 0x6363_6c2d_6272_6431; // "ccl-brd1"
+
+impl ShmBoard {
+    /// Creates the board `name` (a file name under `/dev/shm`, made of letters, digits, '-'
+    /// and '_') with `words` zeroed words after a header.
+    pub fn create(name: &str, words: usize) -> Result<Self> {
+        let path = Self::path_of(name)?;
+        let len = (words + 2) * 8;
+        let file = create_file(&path, len)?;
+        let b = ShmBoard {
+            base: map_shared(&file, len, &path)?,
+            words,
+            path,
+        };
+        b.raw(1).store(words as u64, Ordering::Relaxed);
+        b.raw(0).store(BOARD_MAGIC, Ordering::Release);
+        Ok(b)
+    }
+
+    /// Maps another process's board.
+    pub fn open(name: &str) -> Result<Self> {
+        let path = Self::path_of(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open {path}"), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {path}"), e))?
+            .len() as usize;
+        if len < 16 || len % 8 != 0 {
+            return Err(Error::Protocol(format!("{path} is not a libccl board")));
+        }
+        let b = ShmBoard {
+            base: map_shared(&file, len, &path)?,
+            words: len / 8 - 2,
+            path,
+        };
+        if b.raw(0).load(Ordering::Acquire) != BOARD_MAGIC
+            || b.raw(1).load(Ordering::Relaxed) != b.words as u64
+        {
+            return Err(Error::Protocol(format!("{} is not a libccl board", b.path)));
+        }
+        Ok(b)
+    }
+
+    fn path_of(name: &str) -> Result<String> {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+        if !ok {
+            return Err(Error::Protocol(format!("refusing shm board name {name:?}")));
+        }
+        Ok(format!("/dev/shm/ccl-{name}"))
+    }
+
+    /// Word `i` (`None` past the end).
+    pub fn word(&self, i: usize) -> Option<&AtomicU64> {
+        (i < self.words).then(|| self.raw(i + 2))
+    }
+
+    pub fn words(&self) -> usize {
+        self.words
+    }
+
+    fn raw(&self, i: usize) -> &AtomicU64 {
+        // SAFETY: callers pass i < words + 2, inside the mapping; 8-aligned (page-aligned
+        // base); accessed only atomically.
+        unsafe { &*self.base.as_ptr().add(i * 8).cast::<AtomicU64>() }
+    }
+
+    /// Removes the file; mappings stay valid.
+    pub fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for ShmBoard {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the region mapped at creation; no references outlive self.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), (self.words + 2) * 8);
+        }
+    }
+}
+
 /// One mapped ring (one direction).
 pub struct ShmRing {
     base: NonNull<u8>,
@@ -56,15 +196,7 @@ impl ShmRing {
             std::process::id(),
             rand::random::<u64>()
         );
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io(format!("create {path}"), e))?;
-        file.set_len(len as u64)
-            .map_err(|e| Error::io(format!("size {path} to {len} bytes"), e))?;
+        let file = create_file(&path, len)?;
         let ring = Self::map(&file, len, nslots, slot_bytes, path)?;
         ring.word(0).store(nslots as u64, Ordering::Relaxed);
         ring.word(8).store(slot_bytes as u64, Ordering::Relaxed);
@@ -112,26 +244,7 @@ impl ShmRing {
         slot_bytes: usize,
         path: String,
     ) -> Result<Self> {
-        // SAFETY: mapping a regular file we hold open with a length it has; the result is
-        // checked before use and unmapped in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(Error::io(
-                format!("mmap {path}"),
-                std::io::Error::last_os_error(),
-            ));
-        }
-        let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| Error::Protocol(format!("mmap {path} returned NULL")))?;
+        let base = map_shared(file, len, &path)?;
         Ok(ShmRing {
             base,
             len,
@@ -322,6 +435,20 @@ mod tests {
     fn oversized_frame_is_an_error() {
         let (mut a, _b) = pair(2, 64);
         assert!(a.try_send(&[0; 65]).is_err());
+    }
+
+    #[test]
+    fn a_board_written_here_is_read_there() {
+        let name = format!("test-board-{}", std::process::id());
+        let w = ShmBoard::create(&name, 16).unwrap();
+        let r = ShmBoard::open(&name).unwrap();
+        w.unlink();
+        assert_eq!(r.words(), 16);
+        w.word(3).unwrap().store(42, Ordering::Release);
+        assert_eq!(r.word(3).unwrap().load(Ordering::Acquire), 42);
+        assert!(r.word(16).is_none());
+        assert!(ShmBoard::open(&name).is_err(), "unlinked");
+        assert!(ShmBoard::create("../etc", 1).is_err());
     }
 
     #[test]

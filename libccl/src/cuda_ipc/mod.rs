@@ -20,6 +20,7 @@
 //! never stuck behind a later one, whatever the queue merging. The protocol itself lives in
 //! [`protocol`], over a [`protocol::Device`]; this module sets it up and drives CUDA streams.
 
+mod calls;
 mod protocol;
 #[cfg(test)]
 mod sim;
@@ -40,6 +41,7 @@ use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
 use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
+use calls::{CallBoard, CallSig, History};
 use protocol::{lower, Act, Counters, Device, Emission, Kernel, Lane, Layout, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
@@ -71,6 +73,8 @@ struct Queued {
     last_stream: Option<usize>,
     /// Low-latency operations so far.
     ll_seq: u32,
+    /// Collectives called so far, for the mismatch check.
+    calls: History,
 }
 
 /// One communicator's cuda-ipc state.
@@ -95,6 +99,7 @@ pub struct IpcEngine {
     /// Recorded on the user stream at the end of every operation.
     last_done: Event,
     queued: Mutex<Queued>,
+    board: CallBoard,
 }
 
 // SAFETY: CUDA handles (streams, events, device pointers, module functions) are process-wide
@@ -296,7 +301,13 @@ pub fn attach(comm: &Comm) -> Result<()> {
             ll_max,
             rx_lanes,
         ) {
-            Ok((l, o)) => (Some(l), o),
+            Ok((l, o)) => match CallBoard::create(comm.nonce(), rank, n) {
+                Ok(b) => (Some((l, b)), o),
+                Err(e) => {
+                    tracing::info!("rank {rank}: cuda-ipc unavailable here: {e}");
+                    (None, Offer::none())
+                }
+            },
             Err(e) => {
                 tracing::info!("rank {rank}: cuda-ipc unavailable here: {e}");
                 (None, Offer::none())
@@ -320,7 +331,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             && o.slots == slots
             && o.single_max == single_max as u64
     });
-    let Some(local) = local.filter(|_| agreed) else {
+    let Some((local, mut board)) = local.filter(|_| agreed) else {
         if wanted && offers.iter().any(|o| o.capable) {
             tracing::info!(
                 "rank {rank}: cuda-ipc off for this communicator (not every rank can map its \
@@ -332,6 +343,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let my_pid = state.table[rank].pid;
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
     let opened = (|| -> Result<()> {
+        board.open_peers(comm.nonce())?;
         for (j, o) in offers.iter().enumerate() {
             if j == rank {
                 continue;
@@ -371,6 +383,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
+    // Every peer has mapped this rank's board.
+    board.unlink();
     let flags = EventFlags {
         timing: false,
         interprocess: false,
@@ -428,7 +442,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
             counters: Counters::new(n, rx_lanes),
             last_stream: None,
             ll_seq: 0,
+            calls: History::default(),
         }),
+        board,
     };
     tracing::info!(
         "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy and {} receive lanes",
@@ -571,6 +587,7 @@ struct Queueing {
     user: Vec<Stream>,
     em: Emission,
     ll: Option<LowLatency>,
+    sig: Option<CallSig>,
 }
 
 impl Queueing {
@@ -796,6 +813,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         user,
         em,
         ll,
+        sig: CallSig::of(tasks),
     })
 }
 
@@ -815,6 +833,23 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
         comm.set_async_error(&e);
         e
     };
+    // Post and compare the collectives before anything is queued: a mismatch fails the group
+    // with nothing queued (every communicator of it, since their counts moved on), and the
+    // peers see it through their async error.
+    let mut mismatch = None;
+    for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
+        if let Some(sig) = q.sig {
+            let seq = g.calls.push(sig);
+            q.eng.board.post(seq, sig);
+            mismatch = mismatch.or_else(|| q.eng.board.check(&g.calls.recent));
+        }
+    }
+    if let Some(e) = mismatch {
+        for q in &qs {
+            q.comm.set_async_error(&e);
+        }
+        return Err(e);
+    }
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.begin(g).map_err(|e| poison(&q.comm, e))?;
     }
@@ -833,6 +868,22 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
         q.end(g).map_err(|e| poison(&q.comm, e))?;
     }
     Ok(())
+}
+
+/// Compares this rank's recent collectives with what its peers posted (for
+/// `ncclCommGetAsyncError`); a mismatch becomes the communicator's async error. Skipped while
+/// another thread is queueing on the communicator.
+pub fn check_calls(comm: &Comm) {
+    let Some(eng) = comm.0.ipc.lock().clone() else {
+        return;
+    };
+    let Some(q) = eng.queued.try_lock() else {
+        return;
+    };
+    if let Some(e) = eng.board.check(&q.calls.recent) {
+        drop(q);
+        comm.set_async_error(&e);
+    }
 }
 
 /// Waits until the engine's streams have run everything queued (finalize), giving up when the

@@ -1,0 +1,319 @@
+//! Mismatched collectives on the cuda-ipc path: the data path carries no operation headers
+//! (chunks go straight into receive slots), so each rank posts what it called on a small
+//! board in host shared memory, and compares its own recent calls with its peers' boards when
+//! it enqueues and when it is asked for its async error (PyTorch's watchdog asks every few
+//! milliseconds). A mismatch becomes `ncclInvalidUsage` naming both calls, instead of a silent
+//! hang or corrupt results. Only collectives are compared: every rank calls them in the same
+//! order, while point-to-point groups legitimately differ between ranks.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use ccl_cuda::DataType;
+use ccl_transports::shm::ShmBoard;
+
+use crate::error::{Error, Result};
+use crate::task::{Task, TaskKind};
+
+/// Collectives remembered (and posted) per rank.
+pub(crate) const ENTRIES: usize = 64;
+const ENTRY_WORDS: usize = 4;
+
+/// What a group of collectives asked for: its first operation, how many there were, and a hash
+/// of all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallSig {
+    kind: u8,
+    dtype: u8,
+    red: u8,
+    ntasks: u8,
+    root: u32,
+    count: u64,
+    hash: u64,
+}
+
+impl CallSig {
+    /// The signature of a group, `None` when it holds point-to-point operations.
+    pub fn of(tasks: &[Task]) -> Option<CallSig> {
+        let first = tasks.first()?;
+        if tasks.iter().any(|t| !matches!(t.kind, TaskKind::Coll(_))) {
+            return None;
+        }
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for t in tasks {
+            for v in [
+                t.kind.code() as u64,
+                t.dtype as u64,
+                t.red.code() as u64,
+                t.kind.root().map_or(u64::MAX, |r| r as u64),
+                t.count as u64,
+            ] {
+                hash = (hash ^ v).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        Some(CallSig {
+            kind: first.kind.code(),
+            dtype: first.dtype as u8,
+            red: first.red.code(),
+            ntasks: tasks.len().min(255) as u8,
+            root: first.kind.root().map_or(u32::MAX, |r| r as u32),
+            count: first.count as u64,
+            hash,
+        })
+    }
+
+    fn words(&self) -> [u64; 3] {
+        let a = self.kind as u64
+            | (self.dtype as u64) << 8
+            | (self.red as u64) << 16
+            | (self.ntasks as u64) << 24
+            | (self.root as u64) << 32;
+        [a, self.count, self.hash]
+    }
+
+    fn from_words(w: [u64; 3]) -> CallSig {
+        CallSig {
+            kind: w[0] as u8,
+            dtype: (w[0] >> 8) as u8,
+            red: (w[0] >> 16) as u8,
+            ntasks: (w[0] >> 24) as u8,
+            root: (w[0] >> 32) as u32,
+            count: w[1],
+            hash: w[2],
+        }
+    }
+
+    /// E.g. `AllReduce(count=100, Float32, op 0)`, with the group size when above one.
+    pub fn describe(&self) -> String {
+        const KINDS: [&str; 10] = [
+            "?",
+            "AllReduce",
+            "Broadcast",
+            "Reduce",
+            "AllGather",
+            "ReduceScatter",
+            "AlltoAll",
+            "Gather",
+            "Scatter",
+            "Send/Recv",
+        ];
+        let kind = KINDS.get(self.kind as usize).copied().unwrap_or("?");
+        let dtype = DataType::from_raw(self.dtype as i32)
+            .map_or_else(|| format!("type {}", self.dtype), |d| format!("{d:?}"));
+        let root = if self.root == u32::MAX {
+            String::new()
+        } else {
+            format!(", root {}", self.root)
+        };
+        let group = if self.ntasks > 1 {
+            format!(" (first of {} in a group)", self.ntasks)
+        } else {
+            String::new()
+        };
+        format!(
+            "{kind}(count={}, {dtype}, op {}{root}){group}",
+            self.count, self.red
+        )
+    }
+}
+
+/// This rank's board (written here) and its peers' (read here).
+pub(crate) struct CallBoard {
+    rank: usize,
+    own: ShmBoard,
+    peers: Vec<Option<ShmBoard>>,
+}
+
+/// The board name of `rank` in the communicator with `nonce`.
+pub(crate) fn board_name(nonce: u64, rank: usize) -> String {
+    format!("calls-{nonce:016x}-{rank}")
+}
+
+impl CallBoard {
+    /// Creates this rank's board (before the peers open it).
+    pub fn create(nonce: u64, rank: usize, nranks: usize) -> Result<CallBoard> {
+        let own = ShmBoard::create(&board_name(nonce, rank), ENTRIES * ENTRY_WORDS)
+            .map_err(|e| Error::system(format!("cuda-ipc call board: {e}")))?;
+        Ok(CallBoard {
+            rank,
+            own,
+            peers: (0..nranks).map(|_| None).collect(),
+        })
+    }
+
+    /// Opens every peer's board (each has created its own by now).
+    pub fn open_peers(&mut self, nonce: u64) -> Result<()> {
+        for (j, slot) in self.peers.iter_mut().enumerate() {
+            if j != self.rank {
+                *slot = Some(
+                    ShmBoard::open(&board_name(nonce, j))
+                        .map_err(|e| Error::system(format!("rank {j}'s call board: {e}")))?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes this rank's file once every peer has mapped it.
+    pub fn unlink(&self) {
+        self.own.unlink();
+    }
+
+    /// Posts collective number `seq` (from 1). The entry's sequence word goes last, so a
+    /// reader that sees it before and after the other words saw a whole entry.
+    pub fn post(&self, seq: u64, sig: CallSig) {
+        let base = (seq as usize % ENTRIES) * ENTRY_WORDS;
+        let w = |i: usize| self.own.word(base + i);
+        if let Some(s) = w(0) {
+            s.store(0, Ordering::Release);
+        }
+        for (i, v) in sig.words().into_iter().enumerate() {
+            if let Some(x) = w(i + 1) {
+                x.store(v, Ordering::Release);
+            }
+        }
+        if let Some(s) = w(0) {
+            s.store(seq, Ordering::Release);
+        }
+    }
+
+    fn read(board: &ShmBoard, seq: u64) -> Option<CallSig> {
+        let base = (seq as usize % ENTRIES) * ENTRY_WORDS;
+        let s1 = board.word(base)?.load(Ordering::Acquire);
+        if s1 != seq {
+            return None;
+        }
+        let mut w = [0u64; 3];
+        for (i, x) in w.iter_mut().enumerate() {
+            *x = board.word(base + 1 + i)?.load(Ordering::Acquire);
+        }
+        (board.word(base)?.load(Ordering::Acquire) == s1).then(|| CallSig::from_words(w))
+    }
+
+    /// The first disagreement between `mine` (recent calls of this rank, by sequence number)
+    /// and what the peers posted for the same numbers.
+    pub fn check(&self, mine: &VecDeque<(u64, CallSig)>) -> Option<Error> {
+        for (j, b) in self.peers.iter().enumerate() {
+            let Some(b) = b else { continue };
+            for &(seq, sig) in mine {
+                match Self::read(b, seq) {
+                    Some(theirs) if theirs != sig => {
+                        return Some(Error::invalid_usage(format!(
+                            "mismatched collectives on a communicator: collective #{seq} is \
+                             {} on rank {} but {} on rank {j}",
+                            sig.describe(),
+                            self.rank,
+                            theirs.describe()
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+}
+
+impl Drop for CallBoard {
+    /// Unlinking is idempotent; a board dropped before the end of setup (every rank bails
+    /// out alike) must not stay behind in `/dev/shm`.
+    fn drop(&mut self) {
+        self.own.unlink();
+    }
+}
+
+/// The recent calls of one rank and their count.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pub seq: u64,
+    pub recent: VecDeque<(u64, CallSig)>,
+}
+
+impl History {
+    /// Records the next collective; returns its sequence number.
+    pub fn push(&mut self, sig: CallSig) -> u64 {
+        self.seq += 1;
+        if self.recent.len() == ENTRIES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((self.seq, sig));
+        self.seq
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccl_collectives::Collective;
+    use ccl_cuda::ReduceKind;
+
+    use crate::task::Reduction;
+
+    fn coll(c: Collective, count: usize) -> Task {
+        Task {
+            kind: TaskKind::Coll(c),
+            send: 0x1000,
+            recv: 0x2000,
+            count,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn peers_see_a_mismatch_by_sequence_number() {
+        let nonce = 0x5eed_0000 ^ std::process::id() as u64;
+        let mut a = CallBoard::create(nonce, 0, 2).unwrap();
+        let mut b = CallBoard::create(nonce, 1, 2).unwrap();
+        a.open_peers(nonce).unwrap();
+        b.open_peers(nonce).unwrap();
+        a.unlink();
+        b.unlink();
+        let (mut ha, mut hb) = (History::default(), History::default());
+        // 100 matching collectives (the board wraps), then a different count.
+        for i in 0..100 {
+            let s = CallSig::of(&[coll(Collective::AllReduce, i)]).unwrap();
+            a.post(ha.push(s), s);
+            b.post(hb.push(s), s);
+            assert!(a.check(&ha.recent).is_none() && b.check(&hb.recent).is_none());
+        }
+        let sa = CallSig::of(&[coll(Collective::AllReduce, 100)]).unwrap();
+        let sb = CallSig::of(&[coll(Collective::Broadcast { root: 1 }, 200)]).unwrap();
+        a.post(ha.push(sa), sa);
+        // Rank 1 has not called yet: nothing to compare.
+        assert!(a.check(&ha.recent).is_none());
+        b.post(hb.push(sb), sb);
+        let e = b.check(&hb.recent).expect("rank 1 sees the mismatch");
+        let msg = e.to_string();
+        assert!(msg.contains("collective #101"), "{msg}");
+        assert!(
+            msg.contains("Broadcast(count=200, Float32, op 0, root 1) on rank 1"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("AllReduce(count=100, Float32, op 0) on rank 0"),
+            "{msg}"
+        );
+        assert!(a.check(&ha.recent).is_some(), "rank 0 sees it too");
+    }
+
+    #[test]
+    fn point_to_point_groups_are_not_compared() {
+        let mut t = coll(Collective::AllReduce, 1);
+        t.kind = TaskKind::Send { peer: 1 };
+        assert!(CallSig::of(&[t]).is_none());
+        assert!(CallSig::of(&[]).is_none());
+        // Groups differ by any member, not only the first.
+        let g1 = CallSig::of(&[
+            coll(Collective::AllReduce, 1),
+            coll(Collective::AllGather, 2),
+        ]);
+        let g2 = CallSig::of(&[
+            coll(Collective::AllReduce, 1),
+            coll(Collective::AllGather, 3),
+        ]);
+        assert_ne!(g1, g2);
+        assert!(g1.unwrap().describe().contains("first of 2 in a group"));
+    }
+}
