@@ -297,20 +297,20 @@ impl GpuEngine {
     }
 }
 
-/// Hands a group's operations on one communicator to its proxy and orders them on the
-/// callers' streams. Returns without waiting for peers.
-pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
-    let eng = engine(comm)?;
-    let mut raw_streams: Vec<usize> = Vec::new();
-    for t in &tasks {
-        if !raw_streams.contains(&t.stream) {
-            raw_streams.push(t.stream);
+/// The distinct streams of a group's operations, in call order, as streams of `ctx`. Refuses a
+/// stream that is being captured into a CUDA graph: the flags and counters queued at call
+/// time would be replayed stale.
+pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Stream>> {
+    let mut raw: Vec<usize> = Vec::new();
+    for t in tasks {
+        if !raw.contains(&t.stream) {
+            raw.push(t.stream);
         }
     }
     // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
-    let streams: Vec<Stream> = raw_streams
+    let streams: Vec<Stream> = raw
         .iter()
-        .map(|&s| unsafe { Stream::from_raw(&eng.ctx, s as cuda::sys::CUstream) })
+        .map(|&s| unsafe { Stream::from_raw(ctx, s as cuda::sys::CUstream) })
         .collect();
     for s in &streams {
         if !matches!(
@@ -322,6 +322,14 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             ));
         }
     }
+    Ok(streams)
+}
+
+/// Hands a group's operations on one communicator to its proxy and orders them on the
+/// callers' streams. Returns without waiting for peers.
+pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
+    let eng = engine(comm)?;
+    let streams = user_streams(&eng.ctx, &tasks)?;
     let seq = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
     // Bounded enqueue: never more than SLOTS operations outstanding on one communicator.
     while seq.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {

@@ -771,29 +771,9 @@ fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, Kernel
 
 /// Lowers one communicator's group and prepares its emission.
 fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing> {
-    let mut raw: Vec<usize> = Vec::new();
-    for t in tasks {
-        if !raw.contains(&t.stream) {
-            raw.push(t.stream);
-        }
-    }
-    // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
-    let user: Vec<Stream> = raw
-        .iter()
-        .map(|&s| unsafe { Stream::from_raw(&eng.ctx, s as cuda::sys::CUstream) })
-        .collect();
+    let user = crate::gpu::user_streams(&eng.ctx, tasks)?;
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
-    }
-    for s in &user {
-        if !matches!(
-            s.capture_status().map_err(cuda_err)?,
-            cuda::CaptureStatus::None
-        ) {
-            return Err(Error::invalid_usage(
-                "capturing libccl operations in a CUDA graph is not supported yet",
-            ));
-        }
     }
     let l = &eng.layout;
     let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
@@ -926,20 +906,8 @@ impl std::fmt::Debug for IpcEngine {
 
 #[cfg(test)]
 mod tests {
+    use super::protocol::tests::task;
     use super::*;
-    use ccl_cuda::ReduceKind;
-
-    fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
-        Task {
-            kind,
-            send,
-            recv,
-            count,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-        }
-    }
 
     #[test]
     fn small_collectives_become_one_low_latency_kernel() {

@@ -532,49 +532,52 @@ pub(crate) struct Item {
     pub kind: ItemKind,
 }
 
+/// Cuts one peer's pieces, given as (bytes, base time), into chunks: (piece index, chunk index,
+/// logical time, offset, bytes).
+fn chunk_times(
+    pieces: impl Iterator<Item = (usize, u64)>,
+    chunk: usize,
+) -> Vec<(usize, usize, u64, usize, usize)> {
+    let mut out = Vec::new();
+    let mut last: Option<u64> = None;
+    for (i, (bytes, base_t)) in pieces.enumerate() {
+        let pc = piece_chunk(bytes, chunk);
+        for k in 0..bytes.div_ceil(pc) {
+            let t = (base_t + k as u64).max(last.map_or(0, |l| l + 1));
+            last = Some(t);
+            let off = k * pc;
+            out.push((i, k, t, off, (bytes - off).min(pc)));
+        }
+    }
+    out
+}
+
 /// Chunks the program and orders it by logical time: per peer and direction, chunk k of a
 /// piece gets `max(base_t + k, previous + 1)`, computed alike by the sender and the receiver.
 pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
     let mut items = Vec::new();
     for (peer, pieces) in p.tx.iter().enumerate() {
-        let mut last: Option<u64> = None;
-        for s in pieces {
-            let pc = piece_chunk(s.bytes, chunk);
-            for k in 0..s.bytes.div_ceil(pc) {
-                let t = (s.base_t + k as u64).max(last.map_or(0, |l| l + 1));
-                last = Some(t);
-                let off = k * pc;
-                items.push(Item {
-                    t,
-                    peer,
-                    kind: ItemKind::Tx {
-                        src: s.src + off as u64,
-                        bytes: (s.bytes - off).min(pc),
-                        after: s.after.map(|g| (g, k)),
-                    },
-                });
-            }
+        let spans = pieces.iter().map(|s| (s.bytes, s.base_t));
+        for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
+            let s = &pieces[i];
+            let kind = ItemKind::Tx {
+                src: s.src + off as u64,
+                bytes,
+                after: s.after.map(|g| (g, k)),
+            };
+            items.push(Item { t, peer, kind });
         }
     }
     for (peer, pieces) in p.rx.iter().enumerate() {
-        let mut last: Option<u64> = None;
-        for r in pieces {
-            let pc = piece_chunk(r.bytes, chunk);
-            for k in 0..r.bytes.div_ceil(pc) {
-                let t = (r.base_t + k as u64).max(last.map_or(0, |l| l + 1));
-                last = Some(t);
-                let off = k * pc;
-                items.push(Item {
-                    t,
-                    peer,
-                    kind: ItemKind::Rx {
-                        bytes: (r.bytes - off).min(pc),
-                        act: r.act,
-                        chunk: k,
-                        off: off as u64,
-                    },
-                });
-            }
+        let spans = pieces.iter().map(|r| (r.bytes, r.base_t));
+        for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
+            let kind = ItemKind::Rx {
+                bytes,
+                act: pieces[i].act,
+                chunk: k,
+                off: off as u64,
+            };
+            items.push(Item { t, peer, kind });
         }
     }
     items.sort_by_key(|i| (i.t, matches!(i.kind, ItemKind::Rx { .. }), i.peer));
@@ -824,10 +827,11 @@ impl Emission {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+    /// A float sum operation on fake addresses, for lowering tests.
+    pub(crate) fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
         Task {
             kind,
             send,
