@@ -717,6 +717,18 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
         .ok()
         .filter(|p| (0.0..=1.0).contains(p))
         .ok_or_else(|| Error::invalid_argument("CCL_MPT_DROP must be a fraction in [0, 1]"))?;
+    // Both ends of a link must run the same count; the hello checks it. Out of range is an
+    // error rather than a clamp, so that ranks cannot silently end up with different counts.
+    let engines = params::CCL_MPT_ENGINES.get_i64();
+    let max_engines = ccl_transports::mpt_link::MAX_ENGINES;
+    let engines = usize::try_from(engines)
+        .ok()
+        .filter(|e| (1..=max_engines).contains(e))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "CCL_MPT_ENGINES={engines}: expected 1..={max_engines}"
+            ))
+        })?;
     Ok(Some(MptLinkConfig {
         paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
         chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
@@ -725,6 +737,7 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
         cc,
         // Loss injection is seeded per process so ranks drop different datagrams.
         seed: u64::from(std::process::id()) << 16 ^ rank as u64,
+        engines,
         ..MptLinkConfig::default()
     }))
 }

@@ -50,7 +50,7 @@ params! {
     CCL_MPT_CHUNK_BYTES = ("CCL_MPT_CHUNK_BYTES", "32768", "mpt: chunk size in bytes (one chunk per UDP datagram; 1456 fits a 1500-byte MTU unfragmented).");
     CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");
     CCL_MPT_CC = ("CCL_MPT_CC", "cubic", "mpt: congestion control: cubic, swift, eqds or none.");
-    CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: progress engine threads per link (only 1 is implemented so far).");
+    CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: engines per link, 1..8; both sides must agree. Each engine is an independent sub-link (its own connection, CCL_MPT_PATHS UDP paths and progress thread); frames go to the least-loaded engine, frames over 256 KiB are split into one part per engine, and the receiver delivers them in order. 1 keeps the single-engine wire format.");
     CCL_IPC_DISABLE = ("CCL_IPC_DISABLE", "0", "1: GPUs of one host do not map each other's memory (operations on device memory are staged through the host).");
     CCL_IPC_CHUNK_BYTES = ("CCL_IPC_CHUNK_BYTES", "8388608", "cuda-ipc: bytes per pipelined chunk (one copy-engine copy); every rank must use the same value.");
     CCL_IPC_SLOTS = ("CCL_IPC_SLOTS", "4", "cuda-ipc: chunks in flight per peer and direction (receive slots per peer); every rank must use the same value.");

@@ -1,5 +1,15 @@
 //! One-way throughput of two `MptLink`s over loopback UDP, printed (a measurement, not a
-//! check): `cargo run --release -p ccl-transports --example mpt_udp_throughput [paths]`.
+//! check):
+//!
+//! ```text
+//! cargo run --release -p ccl-transports --example mpt_udp_throughput -- \
+//!     [paths] [--engines 1,2,4] [--frame BYTES] [--mib TOTAL] [--split BYTES]
+//! ```
+//!
+//! `paths` is per engine (default 8); `--engines` lists the engine counts to compare, one
+//! run each (default: `CCL_MPT_ENGINES` if set, else 1); `--frame` is the frame size
+//! (default 512 KiB, which several engines split); `--mib` the data sent per run (default
+//! 512 MiB).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -9,7 +19,9 @@ use ccl_transports::Link;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn pair(cfg: MptLinkConfig) -> Result<(MptLink, MptLink), Box<dyn std::error::Error>> {
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn pair(cfg: MptLinkConfig) -> Res<(MptLink, MptLink)> {
     let mut ca = cfg.clone();
     ca.seed ^= 1;
     let a = MptEndpoint::bind(LO, ca)?;
@@ -18,20 +30,57 @@ fn pair(cfg: MptLinkConfig) -> Result<(MptLink, MptLink), Box<dyn std::error::Er
     Ok((a.connect(LO, &hb, None)?, b.connect(LO, &ha, None)?))
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let paths: u16 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(8);
+struct Opts {
+    paths: u16,
+    engines: Vec<usize>,
+    frame: usize,
+    total: usize,
+    split: usize,
+}
+
+fn parse() -> Res<Opts> {
+    let default_engines = std::env::var("CCL_MPT_ENGINES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1);
+    let mut o = Opts {
+        paths: 8,
+        engines: vec![default_engines],
+        frame: 512 * 1024,
+        total: 512 << 20,
+        split: MptLinkConfig::default().split_bytes,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--engines" => {
+                o.engines = val()?
+                    .split(',')
+                    .map(|s| s.trim().parse())
+                    .collect::<Result<_, _>>()?
+            }
+            "--frame" => o.frame = val()?.parse()?,
+            "--mib" => o.total = val()?.parse::<usize>()? << 20,
+            "--split" => o.split = val()?.parse()?,
+            p => o.paths = p.parse().map_err(|e| format!("paths {p:?}: {e}"))?,
+        }
+    }
+    Ok(o)
+}
+
+fn run(o: &Opts, engines: usize) -> Res<()> {
     let cfg = MptLinkConfig {
-        paths,
-        max_frame: 512 * 1024,
+        paths: o.paths,
+        max_frame: o.frame,
         slots: 16,
+        engines,
+        split_bytes: o.split,
         ..MptLinkConfig::default()
     };
     let (mut a, mut b) = pair(cfg)?;
-    let frame = vec![7u8; 512 * 1024];
-    let total = 256usize;
+    let frame = vec![7u8; o.frame];
+    let total = (o.total / o.frame.max(1)).max(1);
     let t0 = Instant::now();
     let (mut sent, mut got) = (0, 0);
     while got < total {
@@ -45,12 +94,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             b.pop();
             got += 1;
         }
+        // With several engines the threads move the bytes; do not starve them of a core.
+        if engines > 1 {
+            std::thread::yield_now();
+        }
     }
     let s = t0.elapsed().as_secs_f64();
     println!(
-        "{paths} paths: {:.2} GB/s one way, {} retransmits",
+        "{engines} engine(s) x {} paths, {} KiB frames: {:.2} GB/s one way, {} retransmits, \
+         messages per engine {:?}",
+        o.paths,
+        o.frame / 1024,
         (total * frame.len()) as f64 / s / 1e9,
-        a.retransmits()
+        a.retransmits(),
+        a.messages_per_engine()
     );
+    Ok(())
+}
+
+fn main() -> Res<()> {
+    let o = parse()?;
+    for &e in &o.engines {
+        run(&o, e)?;
+    }
     Ok(())
 }

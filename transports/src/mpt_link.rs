@@ -1,25 +1,44 @@
-//! [`MptLink`]: a [`Link`] over one multipath [`Connection`] on the UDP datapath.
+//! [`MptLink`]: a [`Link`] over multipath [`Connection`]s on the UDP datapath.
 //!
-//! One link frame is one mpt message. The link owns two preallocated slabs of `slots`
-//! frames of `max_frame` bytes each:
-//! * `try_send` copies the frame into the next send slot and queues a message; at most
-//!   `slots` messages are unacknowledged, beyond that the link is full (`Ok(false)`);
+//! A link runs `engines` (1..=8) independent sub-links, each with its own connection, set
+//! of UDP paths and engine thread ("a progress thread per NIC/engine").
+//!
+//! Each engine owns two preallocated slabs of `slots` messages of its largest message each
+//! (with several engines the largest message is a whole frame up to `split_bytes` or one
+//! engine's part of a longer frame, so N engines do not take N times the memory):
+//! * sending copies a message into the next send slot and queues it; at most `slots`
+//!   messages are unacknowledged per engine, beyond that the engine is full;
 //! * every receive slot is posted to the connection up front; arriving chunks are copied to
-//!   their offset in the slot; `peek` shows the oldest completed message in place and `pop`
-//!   posts its slot again.
+//!   their offset in the slot; a completed slot is read in place and then posted again.
 //!
-//! Progress (receive datagrams, fire timers, transmit) runs under a mutex both from the link
-//! methods and from a small engine thread. The thread is what makes the transport reliable
-//! when the executor stops polling: acknowledgements and retransmissions for the last
-//! message of an operation must still flow while the executor waits elsewhere.
+//! With one engine (the default) one link frame is one mpt message, exactly as before
+//! engines existed: no extra header, the same hello, the same wire bytes.
 //!
-//! Setup: [`MptLink::over_tcp`] exchanges a hello (magic, flow id, path count, ports) over
-//! an already connected TCP stream and keeps the stream open with the link.
+//! With several engines every message starts with a 16-byte part header (frame sequence
+//! number, frame length, part index and count). A frame longer than `split_bytes` is cut
+//! into one near-equal part per engine (part `i` on engine `i`); a shorter frame goes whole
+//! to the least-loaded engine (fewest unacknowledged bytes, then messages). Each engine is
+//! FIFO and the sender numbers frames in order, so the next frame is always at the head of
+//! the engine(s) carrying it: the receiver finds it there, shows a whole frame in place,
+//! and copies the parts of a split frame once into a preallocated reassembly buffer.
+//!
+//! Progress (receive datagrams, fire timers, transmit) runs under a per-engine mutex. With
+//! one engine the link's user runs it inline and the engine thread covers for it when the
+//! user stops polling (acknowledgements and retransmissions for the last message of an
+//! operation must still flow while the executor waits elsewhere). With several engines the
+//! engine threads do all of it, in parallel, and the user only queues and takes messages,
+//! waking a sleeping engine through a socket pair.
+//!
+//! Setup: [`MptLink::over_tcp`] exchanges a hello (magic; with several engines the engine
+//! count, largest frame and split size; per engine a flow id, path count and ports) over an
+//! already connected TCP stream and keeps the stream open with the link. Both sides must
+//! agree on all of them: a difference fails setup on both sides with an error naming it.
 
 use std::cell::UnsafeCell;
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -29,7 +48,20 @@ use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths, MAX_DATAGRAM};
 use crate::mpt::{frame::DATA_HEADER_LEN, CcKind, Connection, Event, Instant, MptConfig, PathId};
 use crate::{Error, Link, Result};
 
+/// Hello of a one-engine link (unchanged since before engines, so old peers still match).
 const HELLO_MAGIC: &[u8; 4] = b"MPT1";
+/// Hello of a link of several engines: magic, engine count, largest frame, split size,
+/// then one `MPT1` body (flow id, path count, ports) per engine.
+const HELLO_MAGIC_ENGINES: &[u8; 4] = b"MPTE";
+/// Most engines per link.
+pub const MAX_ENGINES: usize = 8;
+/// Longest hello: magic, engine count, frame layout, and per engine flow id, path count
+/// and 256 ports.
+const MAX_HELLO: usize = 22 + MAX_ENGINES * (4 + 2 * 256);
+/// Part header in front of every message of a link of several engines.
+const PART_HEADER: usize = 16;
+/// Last two bytes of a part header: catches a peer that speaks another framing.
+const PART_MAGIC: u16 = 0x4D45;
 /// Longest the engine sleeps without traffic (bounds timer latency if a deadline is lost).
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 /// The engine leaves progress to the link's user while the user ran it this recently.
@@ -38,13 +70,13 @@ const USER_ACTIVE: Duration = Duration::from_micros(200);
 /// Settings of one link.
 #[derive(Clone, Debug)]
 pub struct MptLinkConfig {
-    /// Paths (UDP sockets) per link, 1..=256; both sides must agree.
+    /// Paths (UDP sockets) per engine, 1..=256; both sides must agree.
     pub paths: u16,
     /// Largest frame.
     pub max_frame: usize,
-    /// Messages in flight per direction, 1..=16 (the header's request-id space).
+    /// Messages in flight per direction and engine, 1..=16 (the header's request-id space).
     pub slots: u32,
-    /// Injected loss of outgoing datagrams, `[0, 1]`.
+    /// Injected loss of outgoing datagrams, `[0, 1]`, on every engine.
     pub drop_rate: f64,
     /// Congestion control.
     pub cc: CcKind,
@@ -52,6 +84,11 @@ pub struct MptLinkConfig {
     pub chunk_size: u32,
     /// Seed of loss injection and path sampling.
     pub seed: u64,
+    /// Engines (sub-links, each with its own connection, paths and thread), 1..=8; both
+    /// sides must agree.
+    pub engines: usize,
+    /// With several engines, frames longer than this are split into one part per engine.
+    pub split_bytes: usize,
 }
 
 impl Default for MptLinkConfig {
@@ -64,6 +101,8 @@ impl Default for MptLinkConfig {
             cc: CcKind::Cubic,
             chunk_size: 32 * 1024,
             seed: 0x5EED,
+            engines: 1,
+            split_bytes: 256 * 1024,
         }
     }
 }
@@ -72,7 +111,7 @@ impl Default for MptLinkConfig {
 ///
 /// Ownership of slot `s` is handed over by the state in `Inner::recv_done` (guarded by the
 /// mutex): while the slot's receive is posted and incomplete only progress writes it; once
-/// complete only the consumer reads it, until `pop` posts it again.
+/// complete only the consumer reads it, until it is posted again.
 struct RecvSlab {
     buf: Box<[UnsafeCell<u8>]>,
 }
@@ -100,10 +139,14 @@ struct Inner {
     conn: Connection,
     udp: UdpPaths,
     base: std::time::Instant,
+    /// Largest message, which is also the stride of both slabs.
     max_frame: usize,
     slots: u64,
     send_slab: Vec<u8>,
     send_done: Vec<bool>,
+    /// Length of the message in each send slot, to keep `unacked_bytes`.
+    send_len: Vec<u64>,
+    unacked_bytes: u64,
     next_send: u64,
     oldest_unacked: u64,
     /// Per receive slot: `Some(len)` once complete.
@@ -116,6 +159,9 @@ struct Inner {
     error: Option<String>,
     bad_datagrams: u64,
     peer: String,
+    /// The engine thread found nothing to do and is (about to be) parked in `poll`: a user
+    /// who queues work must wake it.
+    sleeping: bool,
 }
 
 impl Inner {
@@ -135,6 +181,10 @@ impl Inner {
             tracing::warn!("mpt link to {}: {what}", self.peer);
             self.error = Some(what);
         }
+    }
+
+    fn full(&self) -> bool {
+        self.next_send - self.oldest_unacked >= self.slots
     }
 
     /// One round of receive, timers and transmit; returns whether anything moved.
@@ -266,6 +316,7 @@ impl Inner {
                             break;
                         }
                         self.send_done[s] = false;
+                        self.unacked_bytes = self.unacked_bytes.saturating_sub(self.send_len[s]);
                         self.oldest_unacked += 1;
                     }
                 }
@@ -285,6 +336,34 @@ impl Inner {
     }
 }
 
+/// Wakes an engine thread parked in `poll`: a datagram on a socket pair whose receiving end
+/// is polled with the paths. A socket pair rather than an eventfd keeps this free of
+/// `unsafe`.
+struct Wake {
+    rx: UnixDatagram,
+    tx: UnixDatagram,
+}
+
+impl Wake {
+    fn new() -> Result<Self> {
+        let io = |e| Error::io("mpt engine wake-up socket pair", e);
+        let (rx, tx) = UnixDatagram::pair().map_err(io)?;
+        rx.set_nonblocking(true).map_err(io)?;
+        tx.set_nonblocking(true).map_err(io)?;
+        Ok(Wake { rx, tx })
+    }
+
+    fn notify(&self) {
+        // A full pair already holds a pending wake-up, which is all that is needed.
+        let _ = self.tx.send(&[1]);
+    }
+
+    fn drain(&self) {
+        let mut b = [0u8; 16];
+        while self.rx.recv(&mut b).is_ok() {}
+    }
+}
+
 struct Shared {
     inner: Mutex<Inner>,
     slab: RecvSlab,
@@ -292,9 +371,20 @@ struct Shared {
     fds: Vec<RawFd>,
     /// When the link's user last ran progress (ns since `epoch`): while the user polls, the
     /// engine stays out of its way (on few cores a second poller only steals time slices and
-    /// fights for the lock); it takes over when the user stops polling.
+    /// fights for the lock); it takes over when the user stops polling. Only a one-engine
+    /// link's user runs progress.
     user_progress: AtomicU64,
     epoch: std::time::Instant,
+    /// Present with several engines, where the user never runs progress itself.
+    wake: Option<Wake>,
+    /// Mirrors of `Inner`'s send load, so the user can pick the least-loaded engine and
+    /// answer `has_pending` without taking every engine's lock.
+    unacked_msgs: AtomicU64,
+    unacked_bytes: AtomicU64,
+    failed: AtomicBool,
+    /// The oldest receive is complete (a hint: the lock confirms it).
+    head_ready: AtomicBool,
+    slots: u64,
 }
 
 impl Shared {
@@ -302,140 +392,462 @@ impl Shared {
         self.user_progress
             .store(nanos_since(self.epoch), Ordering::Relaxed);
     }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic in another holder cannot leave the state half-updated in a way that
+        // matters more than stopping; keep going with what is there.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, g: &Inner) {
+        self.unacked_msgs
+            .store(g.next_send - g.oldest_unacked, Ordering::Relaxed);
+        self.unacked_bytes.store(g.unacked_bytes, Ordering::Relaxed);
+        let s = (g.next_pop % g.slots) as usize;
+        self.head_ready
+            .store(g.recv_done[s].is_some(), Ordering::Relaxed);
+        if g.error.is_some() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn run(&self, g: &mut Inner) -> bool {
+        let moved = g.progress(&self.slab);
+        self.publish(g);
+        moved
+    }
+
+    /// Wakes the engine thread if it is parked; called with the lock held after queueing
+    /// work, which closes the race with the thread deciding to park (it decides under the
+    /// same lock).
+    fn kick(&self, g: &mut Inner) {
+        if let Some(w) = &self.wake {
+            if std::mem::take(&mut g.sleeping) {
+                w.notify();
+            }
+        }
+    }
+
+    /// Whether the engine can take one more message now.
+    ///
+    /// Reads the published load, not the state: it can only lag towards "full" (only the
+    /// user adds messages and publishes right away), so no lock is needed.
+    fn room(&self) -> bool {
+        self.unacked_msgs.load(Ordering::Relaxed) < self.slots
+    }
+
+    /// Queues one message made of `hdr` then `payload`. `drive`: run progress inline (the
+    /// one-engine link) rather than leave it to the engine thread.
+    fn send(&self, hdr: &[u8], payload: &[u8], drive: bool) -> Result<bool> {
+        let mut g = self.lock();
+        g.check()?;
+        if g.full() {
+            if !drive {
+                return Ok(false);
+            }
+            self.touch();
+            self.run(&mut g);
+            g.check()?;
+            if g.full() {
+                return Ok(false);
+            }
+        }
+        let len = hdr.len() + payload.len();
+        if len > g.max_frame {
+            return Err(Error::Protocol(format!(
+                "mpt message of {len} bytes over the engine's {}",
+                g.max_frame
+            )));
+        }
+        let slot = (g.next_send % g.slots) as usize;
+        let start = slot * g.max_frame;
+        g.send_slab[start..start + hdr.len()].copy_from_slice(hdr);
+        g.send_slab[start + hdr.len()..start + len].copy_from_slice(payload);
+        let now = g.now();
+        match g.conn.send(now, len as u64, 0) {
+            Ok(id) if id.0 == g.next_send => {}
+            Ok(_) => return Err(Error::Protocol("mpt send ids out of step".into())),
+            // The core still holds an acknowledged-but-unretired message: full for now.
+            Err(crate::mpt::MptError::SendQueueFull(_)) => return Ok(false),
+            Err(e) => return Err(Error::Protocol(format!("mpt send: {e}"))),
+        }
+        g.send_len[slot] = len as u64;
+        g.unacked_bytes += len as u64;
+        g.next_send += 1;
+        if drive {
+            self.touch();
+            self.run(&mut g);
+        } else {
+            self.publish(&g);
+            self.kick(&mut g);
+        }
+        Ok(true)
+    }
+
+    /// The slot and length of the oldest completed receive, if any.
+    fn head(&self, drive: bool) -> Result<Option<(usize, usize)>> {
+        // Without driving, a poll of an engine with nothing complete takes no lock, so a
+        // spinning consumer does not contend with the engine thread.
+        if !drive
+            && !self.head_ready.load(Ordering::Relaxed)
+            && !self.failed.load(Ordering::Relaxed)
+        {
+            return Ok(None);
+        }
+        let mut g = self.lock();
+        g.check()?;
+        let mut s = (g.next_pop % g.slots) as usize;
+        if g.recv_done[s].is_none() && drive {
+            self.touch();
+            self.run(&mut g);
+            g.check()?;
+            s = (g.next_pop % g.slots) as usize;
+        }
+        Ok(g.recv_done[s].map(|len| (s, len)))
+    }
+
+    /// # Safety
+    ///
+    /// Receive slot `slot` must be complete and not yet released (it then belongs to the
+    /// consumer, see `RecvSlab`), `off + len` must not exceed its message length, and the
+    /// slice must be dropped before the slot is released.
+    unsafe fn recv_bytes(&self, stride: usize, slot: usize, off: usize, len: usize) -> &[u8] {
+        // SAFETY: per the caller's contract the range lies inside a completed slot that
+        // nothing writes until it is released.
+        unsafe { std::slice::from_raw_parts(self.slab.ptr().add(slot * stride + off), len) }
+    }
+
+    /// Posts the oldest completed receive slot again.
+    fn release(&self) {
+        let mut g = self.lock();
+        let s = (g.next_pop % g.slots) as usize;
+        g.recv_done[s] = None;
+        g.next_pop += 1;
+        let now = g.now();
+        let cap = g.max_frame as u64;
+        if let Err(e) = g.conn.post_recv(now, cap, 0) {
+            g.fail(format!("repost receive: {e}"));
+        }
+        self.publish(&g);
+        // The new receive is announced to the peer (its sender may be waiting for room):
+        // with several engines nobody else would run progress before the next timer.
+        self.kick(&mut g);
+    }
+
+    fn flush(&self) -> Result<bool> {
+        let mut g = self.lock();
+        g.check()?;
+        self.touch();
+        let moved = self.run(&mut g);
+        g.check()?;
+        Ok(moved)
+    }
+
+    fn pending(&self) -> bool {
+        let g = self.lock();
+        g.error.is_none() && g.next_send != g.oldest_unacked
+    }
 }
 
 fn nanos_since(epoch: std::time::Instant) -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic in another holder cannot leave the state half-updated in a way that
-        // matters more than stopping; keep going with what is there.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// One end of a link before the peer is known: bound sockets and a flow id.
-pub struct MptEndpoint {
+/// One engine's side of the endpoint: its paths and flow id.
+struct SubEndpoint {
     udp: UdpPaths,
     fid: u16,
+    seed: u64,
+}
+
+/// One end of a link before the peer is known: bound sockets and flow ids.
+pub struct MptEndpoint {
+    subs: Vec<SubEndpoint>,
     cfg: MptLinkConfig,
 }
 
+/// Seed of engine `e`: engine 0 keeps the link's own, so a one-engine link draws the same
+/// losses and path samples as before engines existed.
+fn engine_seed(seed: u64, e: usize) -> u64 {
+    if e == 0 {
+        seed
+    } else {
+        mix(seed ^ (e as u64).wrapping_mul(0xA24B_AED4_963E_E407))
+    }
+}
+
 impl MptEndpoint {
-    /// Binds the path sockets on `ip`.
+    /// Binds the path sockets of every engine on `ip`.
     pub fn bind(ip: IpAddr, cfg: MptLinkConfig) -> Result<Self> {
         if cfg.slots == 0 || cfg.slots > 16 {
             return Err(Error::Protocol("mpt slots must be in 1..=16".into()));
         }
-        let udp = UdpPaths::bind(ip, cfg.paths, cfg.drop_rate, cfg.seed)
-            .map_err(|e| Error::io("bind mpt udp paths", e))?;
-        // The flow id doubles as a connection id: datagrams of an older connection that
-        // reach a reused port are rejected by the core.
-        let fid = (mix(cfg.seed ^ u64::from(std::process::id()) ^ nanos_now()) & 0x7FF) as u16;
-        Ok(MptEndpoint { udp, fid, cfg })
+        if cfg.engines == 0 || cfg.engines > MAX_ENGINES {
+            return Err(Error::Protocol(format!(
+                "mpt engines must be in 1..={MAX_ENGINES}, not {}",
+                cfg.engines
+            )));
+        }
+        if cfg.engines > 1 && u32::try_from(cfg.max_frame).is_err() {
+            return Err(Error::Protocol(
+                "mpt frames over 4 GiB cannot be split across engines".into(),
+            ));
+        }
+        let mut subs = Vec::with_capacity(cfg.engines);
+        for e in 0..cfg.engines {
+            let seed = engine_seed(cfg.seed, e);
+            let udp = UdpPaths::bind(ip, cfg.paths, cfg.drop_rate, seed)
+                .map_err(|e| Error::io("bind mpt udp paths", e))?;
+            // The flow id doubles as a connection id: datagrams of an older connection that
+            // reach a reused port are rejected by the core.
+            let fid = (mix(seed ^ u64::from(std::process::id()) ^ nanos_now()) & 0x7FF) as u16;
+            subs.push(SubEndpoint { udp, fid, seed });
+        }
+        Ok(MptEndpoint { subs, cfg })
     }
 
-    /// The hello to send to the peer: magic, flow id, path count, ports.
+    /// The hello to send to the peer. One engine: magic `MPT1`, flow id, path count,
+    /// ports. Several: magic `MPTE`, engine count, largest frame, split size, then flow id,
+    /// path count and ports of each engine.
     pub fn hello(&self) -> Result<Vec<u8>> {
-        let ports = self
-            .udp
-            .local_ports()
-            .map_err(|e| Error::io("udp local ports", e))?;
-        let mut h = Vec::with_capacity(8 + 2 * ports.len());
-        h.extend_from_slice(HELLO_MAGIC);
-        h.extend_from_slice(&self.fid.to_be_bytes());
-        h.extend_from_slice(&(ports.len() as u16).to_be_bytes());
-        for p in ports {
-            h.extend_from_slice(&p.to_be_bytes());
+        let mut h = Vec::with_capacity(MAX_HELLO);
+        if self.subs.len() == 1 {
+            h.extend_from_slice(HELLO_MAGIC);
+        } else {
+            let (max_frame, split) = layout(&self.cfg);
+            h.extend_from_slice(HELLO_MAGIC_ENGINES);
+            h.extend_from_slice(&(self.subs.len() as u16).to_be_bytes());
+            h.extend_from_slice(&(max_frame as u64).to_be_bytes());
+            h.extend_from_slice(&(split as u64).to_be_bytes());
+        }
+        for s in &self.subs {
+            let ports = s
+                .udp
+                .local_ports()
+                .map_err(|e| Error::io("udp local ports", e))?;
+            h.extend_from_slice(&s.fid.to_be_bytes());
+            h.extend_from_slice(&(ports.len() as u16).to_be_bytes());
+            for p in ports {
+                h.extend_from_slice(&p.to_be_bytes());
+            }
         }
         Ok(h)
     }
 
     /// Connects to the peer at `peer_ip` that sent `hello`.
-    pub fn connect(
-        mut self,
-        peer_ip: IpAddr,
-        hello: &[u8],
-        tcp: Option<TcpStream>,
-    ) -> Result<MptLink> {
+    pub fn connect(self, peer_ip: IpAddr, hello: &[u8], tcp: Option<TcpStream>) -> Result<MptLink> {
         let bad = |m: &str| Error::Protocol(format!("mpt hello from {peer_ip}: {m}"));
-        if hello.len() < 8 || &hello[..4] != HELLO_MAGIC {
-            return Err(bad("bad magic"));
+        let theirs = parse_hello(hello).map_err(bad)?;
+        let n = self.subs.len();
+        if theirs.engines.len() != n {
+            return Err(bad(&format!(
+                "the peer runs {} engine(s) per link, this side {n}; \
+                 CCL_MPT_ENGINES must be the same on every rank",
+                theirs.engines.len()
+            )));
         }
-        let fid = u16::from_be_bytes([hello[4], hello[5]]);
-        let n = usize::from(u16::from_be_bytes([hello[6], hello[7]]));
-        if hello.len() != 8 + 2 * n {
-            return Err(bad("bad length"));
-        }
-        let ports: Vec<u16> = hello[8..]
-            .chunks_exact(2)
-            .map(|c| u16::from_be_bytes([c[0], c[1]]))
-            .collect();
-        self.udp
-            .connect(peer_ip, &ports)
-            .map_err(|e| Error::io(format!("connect mpt paths to {peer_ip}"), e))?;
         let cfg = self.cfg;
-        let mcfg = MptConfig {
-            chunk_size: cfg
-                .chunk_size
-                .clamp(1, (MAX_DATAGRAM - DATA_HEADER_LEN) as u32),
-            num_paths: cfg.paths,
-            max_messages: cfg.slots,
-            cc: cfg.cc,
-            seed: cfg.seed,
-            ..MptConfig::default()
-        };
-        let mut conn = Connection::new(mcfg, self.fid, fid)
-            .map_err(|e| Error::Protocol(format!("mpt connection: {e}")))?;
-        let slots = u64::from(cfg.slots);
-        let base = std::time::Instant::now();
-        for _ in 0..slots {
-            conn.post_recv(Instant::ZERO, cfg.max_frame as u64, 0)
-                .map_err(|e| Error::Protocol(format!("mpt post_recv: {e}")))?;
+        let (max_frame, split) = layout(&cfg);
+        if let Some((their_max, their_split)) = theirs.layout {
+            // Receive slots are sized for this side's messages: the peer's must fit them.
+            if (their_max, their_split) != (max_frame as u64, split as u64) {
+                return Err(bad(&format!(
+                    "the peer frames up to {their_max} bytes and splits above {their_split}, \
+                     this side {max_frame} and {split}; both must be equal"
+                )));
+            }
         }
-        let fds = self.udp.fds();
-        let inner = Inner {
-            conn,
-            udp: self.udp,
-            base,
-            max_frame: cfg.max_frame,
-            slots,
-            send_slab: vec![0; cfg.max_frame * cfg.slots as usize],
-            send_done: vec![false; cfg.slots as usize],
-            next_send: 0,
-            oldest_unacked: 0,
-            recv_done: vec![None; cfg.slots as usize],
-            next_pop: 0,
-            rx: RxBatch::new(),
-            tx: TxBatch::new(),
-            ready: vec![0; usize::from(cfg.paths)],
-            error: None,
-            bad_datagrams: 0,
-            peer: peer_ip.to_string(),
+        // Several engines put a part header in front of every message; a message holds a
+        // whole frame up to `split` bytes or one engine's part of a longer one.
+        let max_msg = if n == 1 {
+            max_frame
+        } else {
+            PART_HEADER + split.max(max_frame.div_ceil(n))
         };
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(inner),
-            slab: RecvSlab::new(cfg.max_frame * cfg.slots as usize),
-            stop: AtomicBool::new(false),
-            fds,
-            user_progress: AtomicU64::new(0),
-            epoch: base,
-        });
-        let sh = shared.clone();
-        let engine = std::thread::Builder::new()
-            .name("ccl-mpt".into())
-            .spawn(move || engine(&sh))
-            .map_err(|e| Error::io("spawn mpt engine", e))?;
+        let mut engines = Vec::with_capacity(n);
+        for (e, (sub, (fid, ports))) in self.subs.into_iter().zip(theirs.engines).enumerate() {
+            let peer = if n == 1 {
+                peer_ip.to_string()
+            } else {
+                format!("{peer_ip} (engine {e})")
+            };
+            engines.push(start_engine(
+                &cfg,
+                sub,
+                peer_ip,
+                (fid, &ports),
+                peer,
+                max_msg,
+                n > 1,
+            )?);
+        }
         Ok(MptLink {
-            shared,
-            engine: Some(engine),
-            max_frame: cfg.max_frame,
+            engines,
+            max_frame,
+            split_bytes: split,
             peeked: false,
+            next_seq: 0,
+            next_frame: 0,
+            last_engine: n - 1,
+            heads: vec![None; n],
+            ready: None,
+            reasm: if n > 1 && split < max_frame {
+                vec![0; max_frame]
+            } else {
+                Vec::new()
+            },
             _tcp: tcp,
         })
     }
+}
+
+/// The largest frame and the size above which several engines split a frame (never above
+/// the largest frame, so `split == max_frame` means "never split").
+fn layout(cfg: &MptLinkConfig) -> (usize, usize) {
+    (
+        cfg.max_frame,
+        cfg.split_bytes.clamp(1, cfg.max_frame.max(1)),
+    )
+}
+
+/// What a hello says.
+struct PeerHello {
+    /// Per engine: the peer's flow id and path ports.
+    engines: Vec<(u16, Vec<u16>)>,
+    /// With several engines: the peer's largest frame and split size.
+    layout: Option<(u64, u64)>,
+}
+
+fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
+    let be64 = |b: &[u8]| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(b);
+        u64::from_be_bytes(x)
+    };
+    if h.len() < 4 {
+        return Err("bad magic");
+    }
+    let (engines, layout, mut rest) = if &h[..4] == HELLO_MAGIC {
+        (1, None, &h[4..])
+    } else if &h[..4] == HELLO_MAGIC_ENGINES {
+        if h.len() < 22 {
+            return Err("bad length");
+        }
+        let n = usize::from(u16::from_be_bytes([h[4], h[5]]));
+        (n, Some((be64(&h[6..14]), be64(&h[14..22]))), &h[22..])
+    } else {
+        return Err("bad magic");
+    };
+    if engines == 0 || engines > MAX_ENGINES {
+        return Err("engine count outside 1..=8");
+    }
+    let mut out = Vec::with_capacity(engines);
+    for _ in 0..engines {
+        if rest.len() < 4 {
+            return Err("bad length");
+        }
+        let fid = u16::from_be_bytes([rest[0], rest[1]]);
+        let n = usize::from(u16::from_be_bytes([rest[2], rest[3]]));
+        let body = rest.get(4..4 + 2 * n).ok_or("bad length")?;
+        let ports = body
+            .chunks_exact(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+            .collect();
+        out.push((fid, ports));
+        rest = &rest[4 + 2 * n..];
+    }
+    if !rest.is_empty() {
+        return Err("bad length");
+    }
+    Ok(PeerHello {
+        engines: out,
+        layout,
+    })
+}
+
+/// Connects one engine's paths and connection and starts its thread.
+fn start_engine(
+    cfg: &MptLinkConfig,
+    mut sub: SubEndpoint,
+    peer_ip: IpAddr,
+    (peer_fid, ports): (u16, &[u16]),
+    peer: String,
+    max_msg: usize,
+    wake: bool,
+) -> Result<Engine> {
+    sub.udp
+        .connect(peer_ip, ports)
+        .map_err(|e| Error::io(format!("connect mpt paths to {peer}"), e))?;
+    let mcfg = MptConfig {
+        chunk_size: cfg
+            .chunk_size
+            .clamp(1, (MAX_DATAGRAM - DATA_HEADER_LEN) as u32),
+        num_paths: cfg.paths,
+        max_messages: cfg.slots,
+        cc: cfg.cc,
+        seed: sub.seed,
+        ..MptConfig::default()
+    };
+    let mut conn = Connection::new(mcfg, sub.fid, peer_fid)
+        .map_err(|e| Error::Protocol(format!("mpt connection: {e}")))?;
+    let slots = u64::from(cfg.slots);
+    let base = std::time::Instant::now();
+    for _ in 0..slots {
+        conn.post_recv(Instant::ZERO, max_msg as u64, 0)
+            .map_err(|e| Error::Protocol(format!("mpt post_recv: {e}")))?;
+    }
+    let wake = if wake { Some(Wake::new()?) } else { None };
+    let mut fds = sub.udp.fds();
+    if let Some(w) = &wake {
+        fds.push(w.rx.as_raw_fd());
+    }
+    let n = cfg.slots as usize;
+    let inner = Inner {
+        conn,
+        udp: sub.udp,
+        base,
+        max_frame: max_msg,
+        slots,
+        send_slab: vec![0; max_msg * n],
+        send_done: vec![false; n],
+        send_len: vec![0; n],
+        unacked_bytes: 0,
+        next_send: 0,
+        oldest_unacked: 0,
+        recv_done: vec![None; n],
+        next_pop: 0,
+        rx: RxBatch::new(),
+        tx: TxBatch::new(),
+        ready: vec![0; usize::from(cfg.paths)],
+        error: None,
+        bad_datagrams: 0,
+        peer,
+        sleeping: false,
+    };
+    let shared = Arc::new(Shared {
+        inner: Mutex::new(inner),
+        slab: RecvSlab::new(max_msg * n),
+        stop: AtomicBool::new(false),
+        fds,
+        user_progress: AtomicU64::new(0),
+        epoch: base,
+        wake,
+        unacked_msgs: AtomicU64::new(0),
+        unacked_bytes: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        head_ready: AtomicBool::new(false),
+        slots,
+    });
+    let sh = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("ccl-mpt".into())
+        .spawn(move || engine(&sh))
+        .map_err(|e| Error::io("spawn mpt engine", e))?;
+    Ok(Engine {
+        shared,
+        thread: Some(thread),
+        stride: max_msg,
+    })
 }
 
 fn nanos_now() -> u64 {
@@ -463,7 +875,8 @@ fn engine(sh: &Shared) {
         }
         let (moved, wait) = {
             let mut g = sh.lock();
-            let moved = g.progress(&sh.slab);
+            g.sleeping = false;
+            let moved = sh.run(&mut g);
             let now = g.now();
             let wait = g
                 .conn
@@ -471,27 +884,119 @@ fn engine(sh: &Shared) {
                 .map(|t| t.saturating_duration_since(now))
                 .unwrap_or(IDLE_WAIT)
                 .min(IDLE_WAIT);
+            // Decided under the lock, so a user queueing work after this sees the flag and
+            // wakes us (see `Shared::kick`). Parking at once rather than spinning a while
+            // measured better on a small, shared machine, where a spinning engine takes the
+            // core its peer engines and the user need.
+            g.sleeping = !moved;
             (moved, wait)
         };
         if !moved {
             udp::wait_readable(&sh.fds, wait);
+            if let Some(w) = &sh.wake {
+                w.drain();
+            }
         }
     }
 }
 
-/// A framed link over one multipath connection (see the module docs).
-pub struct MptLink {
+/// One sub-link: its state, shared with its thread.
+struct Engine {
     shared: Arc<Shared>,
-    engine: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// Bytes per slab slot (the largest message).
+    stride: usize,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(w) = &self.shared.wake {
+            w.notify();
+        }
+        if let Some(h) = self.thread.take() {
+            let _ = h.join();
+        }
+        let g = self.shared.lock();
+        tracing::info!(
+            "mpt link to {} closed: {:?}, {:?}, {} bad datagrams",
+            g.peer,
+            g.conn.stats(),
+            g.udp.stats(),
+            g.bad_datagrams
+        );
+    }
+}
+
+/// A completed message at the head of an engine, with its part header decoded.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    slot: usize,
+    /// Message length, part header included.
+    len: usize,
+    seq: u64,
+    total: usize,
+    part: usize,
+    parts: usize,
+}
+
+/// The frame `peek` shows until `pop`.
+#[derive(Clone, Copy, Debug)]
+enum Ready {
+    /// In place in `engine`'s receive slot, after the part header.
+    Whole {
+        engine: usize,
+        slot: usize,
+        len: usize,
+    },
+    /// Reassembled in `reasm` (the parts' slots are already posted again).
+    Joined { len: usize },
+}
+
+fn part_header(seq: u64, total: usize, part: usize, parts: usize) -> [u8; PART_HEADER] {
+    let mut h = [0u8; PART_HEADER];
+    h[..8].copy_from_slice(&seq.to_le_bytes());
+    // `bind` refuses frames over 4 GiB with several engines.
+    h[8..12].copy_from_slice(&(total as u32).to_le_bytes());
+    h[12] = part as u8;
+    h[13] = parts as u8;
+    h[14..].copy_from_slice(&PART_MAGIC.to_le_bytes());
+    h
+}
+
+/// Byte range of part `i` of a `total`-byte frame cut into `parts` near-equal parts.
+fn part_range(total: usize, i: usize, parts: usize) -> (usize, usize) {
+    // total < 2^32 and i <= 8: the product cannot overflow.
+    let at = |k: usize| (total as u64 * k as u64 / parts.max(1) as u64) as usize;
+    (at(i), at(i + 1))
+}
+
+/// A framed link over one or more multipath connections (see the module docs).
+pub struct MptLink {
+    engines: Vec<Engine>,
     max_frame: usize,
+    split_bytes: usize,
+    /// One engine: `peek` returned the head frame, which `pop` releases.
     peeked: bool,
+    /// Several engines: sequence number of the next frame to send.
+    next_seq: u64,
+    /// Several engines: sequence number of the next frame to deliver.
+    next_frame: u64,
+    /// Engine of the last whole frame sent: equal loads go round-robin from there.
+    last_engine: usize,
+    /// Per engine: its completed head message (stays until this side releases it).
+    heads: Vec<Option<Head>>,
+    ready: Option<Ready>,
+    /// Split frames are joined here: one copy, into memory allocated once.
+    reasm: Vec<u8>,
     _tcp: Option<TcpStream>,
 }
 
 impl MptLink {
     /// Sets up a link over a connected TCP stream: both sides bind their paths on the
     /// stream's local address, exchange hellos over it, and connect to each other. The
-    /// stream stays open with the link.
+    /// stream stays open with the link. Both sides must use the same engine and path
+    /// counts; otherwise both fail with an error naming the difference.
     pub fn over_tcp(mut tcp: TcpStream, cfg: MptLinkConfig) -> Result<Self> {
         let local = tcp
             .local_addr()
@@ -511,7 +1016,7 @@ impl MptLink {
         let mut len = [0u8; 4];
         tcp.read_exact(&mut len).map_err(io)?;
         let len = u32::from_be_bytes(len) as usize;
-        if len > 8 + 2 * 256 {
+        if len > MAX_HELLO {
             return Err(Error::Protocol(format!("mpt hello from {peer} too long")));
         }
         let mut theirs = vec![0u8; len];
@@ -519,31 +1024,237 @@ impl MptLink {
         ep.connect(peer.ip(), &theirs, Some(tcp))
     }
 
-    /// Datagrams dropped by loss injection so far.
-    pub fn injected_drops(&self) -> u64 {
-        self.shared.lock().udp.stats().injected_drops
+    /// Number of engines.
+    pub fn engines(&self) -> usize {
+        self.engines.len()
     }
 
-    /// Chunks retransmitted so far.
+    /// Datagrams dropped by loss injection so far, over all engines.
+    pub fn injected_drops(&self) -> u64 {
+        self.engines
+            .iter()
+            .map(|e| e.shared.lock().udp.stats().injected_drops)
+            .sum()
+    }
+
+    /// Datagrams dropped by loss injection so far, per engine (each draws its own).
+    pub fn injected_drops_per_engine(&self) -> Vec<u64> {
+        self.engines
+            .iter()
+            .map(|e| e.shared.lock().udp.stats().injected_drops)
+            .collect()
+    }
+
+    /// Chunks retransmitted so far, over all engines.
     pub fn retransmits(&self) -> u64 {
-        self.shared.lock().conn.stats().chunks_retransmitted
+        self.engines
+            .iter()
+            .map(|e| e.shared.lock().conn.stats().chunks_retransmitted)
+            .sum()
+    }
+
+    /// Messages sent so far on each engine (how the load was spread).
+    pub fn messages_per_engine(&self) -> Vec<u64> {
+        self.engines
+            .iter()
+            .map(|e| e.shared.lock().next_send)
+            .collect()
+    }
+
+    /// The error of a failed engine, if any; the flag is read first so that a healthy link
+    /// takes no lock.
+    fn check_failed(&self) -> Result<()> {
+        for e in &self.engines {
+            if e.shared.failed.load(Ordering::Relaxed) {
+                e.shared.lock().check()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn try_send_multi(&mut self, frame: &[u8]) -> Result<bool> {
+        self.check_failed()?;
+        let n = self.engines.len();
+        let seq = self.next_seq;
+        if frame.len() > self.split_bytes {
+            // Only this thread queues messages, so room seen now is still there below: a
+            // frame is queued on every engine or on none.
+            if !self.engines.iter().all(|e| e.shared.room()) {
+                return Ok(false);
+            }
+            for (i, e) in self.engines.iter().enumerate() {
+                let (lo, hi) = part_range(frame.len(), i, n);
+                let part = frame.get(lo..hi).ok_or_else(|| {
+                    Error::Protocol(format!("mpt part {lo}..{hi} outside the frame"))
+                })?;
+                if !e
+                    .shared
+                    .send(&part_header(seq, frame.len(), i, n), part, false)?
+                {
+                    return Err(Error::Protocol(format!(
+                        "mpt engine {i} refused part {i} of frame {seq} after showing room"
+                    )));
+                }
+            }
+        } else {
+            // Least-loaded engine with room: fewest unacknowledged bytes, then messages,
+            // ties round-robin after the last choice so idle engines all get used.
+            let mut best: Option<(usize, u64, u64)> = None;
+            for k in 1..=n {
+                let e = (self.last_engine + k) % n;
+                let sh = &self.engines[e].shared;
+                if !sh.room() {
+                    continue;
+                }
+                let msgs = sh.unacked_msgs.load(Ordering::Relaxed);
+                let bytes = sh.unacked_bytes.load(Ordering::Relaxed);
+                if best.map_or(true, |(_, b, m)| (bytes, msgs) < (b, m)) {
+                    best = Some((e, bytes, msgs));
+                }
+            }
+            let Some((e, _, _)) = best else {
+                return Ok(false);
+            };
+            let hdr = part_header(seq, frame.len(), 0, 1);
+            if !self.engines[e].shared.send(&hdr, frame, false)? {
+                return Ok(false);
+            }
+            self.last_engine = e;
+        }
+        self.next_seq += 1;
+        Ok(true)
+    }
+
+    /// The completed head message of engine `e`, decoded and checked.
+    fn head(&mut self, e: usize) -> Result<Option<Head>> {
+        if let Some(h) = self.heads[e] {
+            return Ok(Some(h));
+        }
+        let eng = &self.engines[e];
+        let Some((slot, len)) = eng.shared.head(false)? else {
+            return Ok(None);
+        };
+        let bad = |m: String| Error::Protocol(format!("mpt link engine {e}: {m}"));
+        if len < PART_HEADER {
+            return Err(bad(format!(
+                "{len}-byte message, shorter than a part header"
+            )));
+        }
+        let mut b = [0u8; PART_HEADER];
+        // SAFETY: `slot` is engine `e`'s oldest completed receive and is released only by
+        // `pop` or `join_parts`, which clear `heads[e]` first; `len >= PART_HEADER`.
+        b.copy_from_slice(unsafe { eng.shared.recv_bytes(eng.stride, slot, 0, PART_HEADER) });
+        let mut s = [0u8; 8];
+        s.copy_from_slice(&b[..8]);
+        let seq = u64::from_le_bytes(s);
+        let total = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+        let (part, parts) = (usize::from(b[12]), usize::from(b[13]));
+        if u16::from_le_bytes([b[14], b[15]]) != PART_MAGIC {
+            return Err(bad(
+                "bad part header magic (does the peer run one engine?)".into()
+            ));
+        }
+        if parts == 0 || parts > self.engines.len() || part >= parts || total > self.max_frame {
+            return Err(bad(format!(
+                "bad part header: part {part} of {parts}, frame of {total} bytes"
+            )));
+        }
+        let (lo, hi) = part_range(total, part, parts);
+        if hi - lo != len - PART_HEADER {
+            return Err(bad(format!(
+                "part {part} of {parts} of a {total}-byte frame carries {} bytes, not {}",
+                len - PART_HEADER,
+                hi - lo
+            )));
+        }
+        let h = Head {
+            slot,
+            len,
+            seq,
+            total,
+            part,
+            parts,
+        };
+        self.heads[e] = Some(h);
+        Ok(Some(h))
+    }
+
+    /// Finds frame `next_frame` at the engines' heads; joins it if it was split.
+    fn find_next(&mut self) -> Result<Option<Ready>> {
+        let mut found = None;
+        for e in 0..self.engines.len() {
+            let Some(h) = self.head(e)? else { continue };
+            if h.seq < self.next_frame {
+                return Err(Error::Protocol(format!(
+                    "mpt link engine {e}: frame {} again (expected {})",
+                    h.seq, self.next_frame
+                )));
+            }
+            if h.seq == self.next_frame {
+                found = Some((e, h));
+                break;
+            }
+        }
+        let Some((e, h)) = found else {
+            return Ok(None);
+        };
+        if h.parts == 1 {
+            return Ok(Some(Ready::Whole {
+                engine: e,
+                slot: h.slot,
+                len: h.len - PART_HEADER,
+            }));
+        }
+        // Part `i` travels on engine `i`, which carries nothing of a later frame before it.
+        for i in 0..h.parts {
+            let Some(p) = self.head(i)? else {
+                return Ok(None);
+            };
+            if p.seq != h.seq || p.part != i || p.parts != h.parts || p.total != h.total {
+                return Err(Error::Protocol(format!(
+                    "mpt link engine {i}: expected part {i}/{} of frame {}, found part {}/{} \
+                     of frame {}",
+                    h.parts, h.seq, p.part, p.parts, p.seq
+                )));
+            }
+        }
+        self.join_parts(h.total, h.parts)?;
+        Ok(Some(Ready::Joined { len: h.total }))
+    }
+
+    /// Copies the `parts` head messages into `reasm` and posts their slots again.
+    fn join_parts(&mut self, total: usize, parts: usize) -> Result<()> {
+        for i in 0..parts {
+            let Some(p) = self.heads[i].take() else {
+                return Err(Error::Protocol("mpt link: joining a missing part".into()));
+            };
+            let (lo, hi) = part_range(total, i, parts);
+            let eng = &self.engines[i];
+            let dst = self.reasm.get_mut(lo..hi).ok_or_else(|| {
+                Error::Protocol(format!("mpt link: part {lo}..{hi} over max_frame"))
+            })?;
+            // SAFETY: `p.slot` is engine `i`'s completed, unreleased head receive, whose
+            // length `head` checked to be the header plus `hi - lo`; it is released only
+            // after this copy.
+            dst.copy_from_slice(unsafe {
+                eng.shared
+                    .recv_bytes(eng.stride, p.slot, PART_HEADER, hi - lo)
+            });
+            eng.shared.release();
+        }
+        Ok(())
     }
 }
 
 impl Drop for MptLink {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(h) = self.engine.take() {
-            let _ = h.join();
+        // Stop every engine before joining any, so they wind down together.
+        for e in &self.engines {
+            e.shared.stop.store(true, Ordering::Release);
+            if let Some(w) = &e.shared.wake {
+                w.notify();
+            }
         }
-        let g = self.shared.lock();
-        tracing::info!(
-            "mpt link to {} closed: {:?}, {:?}, {} bad datagrams",
-            g.peer,
-            g.conn.stats(),
-            g.udp.stats(),
-            g.bad_datagrams
-        );
     }
 }
 
@@ -560,87 +1271,79 @@ impl Link for MptLink {
                 self.max_frame
             )));
         }
-        let sh = &*self.shared;
-        let mut g = sh.lock();
-        g.check()?;
-        if g.next_send - g.oldest_unacked >= g.slots {
-            sh.touch();
-            g.progress(&sh.slab);
-            g.check()?;
-            if g.next_send - g.oldest_unacked >= g.slots {
-                return Ok(false);
-            }
+        match &self.engines[..] {
+            [one] => one.shared.send(&[], frame, true),
+            _ => self.try_send_multi(frame),
         }
-        let slot = (g.next_send % g.slots) as usize;
-        let start = slot * g.max_frame;
-        g.send_slab[start..start + frame.len()].copy_from_slice(frame);
-        let now = g.now();
-        match g.conn.send(now, frame.len() as u64, 0) {
-            Ok(id) if id.0 == g.next_send => {}
-            Ok(_) => return Err(Error::Protocol("mpt send ids out of step".into())),
-            // The core still holds an acknowledged-but-unretired message: full for now.
-            Err(crate::mpt::MptError::SendQueueFull(_)) => return Ok(false),
-            Err(e) => return Err(Error::Protocol(format!("mpt send: {e}"))),
-        }
-        g.next_send += 1;
-        sh.touch();
-        g.progress(&sh.slab);
-        Ok(true)
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {
-        let sh = &*self.shared;
-        let (slot, len, max) = {
-            let mut g = sh.lock();
-            g.check()?;
-            let mut s = (g.next_pop % g.slots) as usize;
-            if g.recv_done[s].is_none() {
-                sh.touch();
-                g.progress(&sh.slab);
-                g.check()?;
-                s = (g.next_pop % g.slots) as usize;
+        if self.engines.len() == 1 {
+            let one = &self.engines[0];
+            let Some((slot, len)) = one.shared.head(true)? else {
+                return Ok(None);
+            };
+            self.peeked = true;
+            // SAFETY: slot `slot` holds a completed receive: until `pop` reposts it (which
+            // needs `&mut self`, so not while this borrow lives) nothing writes it (see
+            // `RecvSlab`). `len <= max_frame` (truncated messages fail the link), so the
+            // range is in bounds.
+            return Ok(Some(unsafe {
+                one.shared.recv_bytes(one.stride, slot, 0, len)
+            }));
+        }
+        if self.ready.is_none() {
+            self.ready = self.find_next()?;
+        }
+        match self.ready {
+            None => Ok(None),
+            Some(Ready::Whole { engine, slot, len }) => {
+                let eng = &self.engines[engine];
+                // SAFETY: the slot is the engine's completed head receive, released only by
+                // `pop` (which needs `&mut self`, so not while this borrow lives); `head`
+                // checked that it holds the part header plus `len` bytes.
+                Ok(Some(unsafe {
+                    eng.shared.recv_bytes(eng.stride, slot, PART_HEADER, len)
+                }))
             }
-            match g.recv_done[s] {
-                Some(len) => (s, len, g.max_frame),
-                None => return Ok(None),
-            }
-        };
-        self.peeked = true;
-        // SAFETY: slot `slot` holds a completed receive: until `pop` reposts it (which needs
-        // `&mut self`, so not while this borrow lives) nothing writes it (see `RecvSlab`).
-        // `len <= max_frame` (truncated messages fail the link), so the range is in bounds.
-        let s = unsafe { std::slice::from_raw_parts(sh.slab.ptr().add(slot * max), len) };
-        Ok(Some(s))
+            Some(Ready::Joined { len }) => Ok(self.reasm.get(..len)),
+        }
     }
 
     fn pop(&mut self) {
-        if !std::mem::take(&mut self.peeked) {
+        if self.engines.len() == 1 {
+            if std::mem::take(&mut self.peeked) {
+                self.engines[0].shared.release();
+            }
             return;
         }
-        let mut g = self.shared.lock();
-        let s = (g.next_pop % g.slots) as usize;
-        g.recv_done[s] = None;
-        g.next_pop += 1;
-        let now = g.now();
-        let cap = g.max_frame as u64;
-        if let Err(e) = g.conn.post_recv(now, cap, 0) {
-            g.fail(format!("repost receive: {e}"));
+        match self.ready.take() {
+            Some(Ready::Whole { engine, .. }) => {
+                self.heads[engine] = None;
+                self.engines[engine].shared.release();
+                self.next_frame += 1;
+            }
+            Some(Ready::Joined { .. }) => self.next_frame += 1,
+            None => {}
         }
     }
 
     fn flush(&mut self) -> Result<bool> {
-        let sh = &*self.shared;
-        let mut g = sh.lock();
-        g.check()?;
-        sh.touch();
-        let moved = g.progress(&sh.slab);
-        g.check()?;
-        Ok(moved)
+        match &self.engines[..] {
+            [one] => one.shared.flush(),
+            // The engine threads move the bytes; here only report their failures.
+            _ => self.check_failed().map(|()| false),
+        }
     }
 
     fn has_pending(&self) -> bool {
-        let g = self.shared.lock();
-        g.error.is_none() && g.next_send != g.oldest_unacked
+        match &self.engines[..] {
+            [one] => one.shared.pending(),
+            engines => engines.iter().any(|e| {
+                !e.shared.failed.load(Ordering::Relaxed)
+                    && e.shared.unacked_msgs.load(Ordering::Relaxed) > 0
+            }),
+        }
     }
 
     fn kind(&self) -> &'static str {

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Megatron-core GPT training, NVIDIA NCCL vs libccl, on the 2-GPU device machine. ONE command:
+#
+#     bash tests/megatron/run.sh
+#
+# run from the repository root on the device (shared/DEVICE.md), with `.dev` (libnccl.so.2 from
+# scripts/build-lib.sh release) and `.whl` (the megatron-core 0.19.2 wheel, see README.md) carried.
+# For each configuration it trains a GPT (8 layers, hidden 2048, seq 1024, micro-batch 2,
+# 8 micro-batches, bf16, mock data) for ITERS iterations, first with NVIDIA's NCCL (torch's own),
+# then with LD_PRELOAD=$LIBCCL, and prints tests/megatron/compare.py's table: losses bitwise equal
+# iteration by iteration, final parameters equal, median iteration time and the ratio ccl/nccl.
+#
+#   pp2-1f1b         pipeline parallel 2, 1F1B schedule, batch_isend_irecv   (--pp 2 --batch-p2p)
+#   pp2-interleaved  pipeline parallel 2, 2 virtual stages, overlap_p2p_comm (--pp 2 --vpp 2 --overlap-p2p)
+#   tp2-sp           tensor parallel 2, sequence parallel                    (--tp 2 --sequence-parallel)
+#
+# Environment (all optional):
+#   ITERS=100            iterations per run (shrink it when device time is short)
+#   CONFIGS="pp2-1f1b pp2-interleaved tp2-sp"   which configurations, in order
+#   LIBS="nccl ccl"      which libraries per configuration, in order ("nccl2": NVIDIA NCCL again,
+#                        a determinism check of the baseline itself)
+#   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
+#   LIBCCL=$PWD/.dev/libnccl.so.2
+#   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
+#   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS)
+#   EXTRA_ARGS=""        appended to every train_gpt.py command line
+#   CUDA_DEVICE_MAX_CONNECTIONS=1  as Megatron-LM's launch scripts; set 8 to see whether a hang
+#                        comes from one hardware queue serializing the streams
+#   OUT                  set by the device tool; logs go to $OUT/megatron/
+# Exit status: compare.py's (0 = every check passed), 2 when the setup itself failed.
+
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 2
+ROOT=$PWD
+T0=$SECONDS
+
+OUT=${OUT:-/tmp/megatron-out}
+LOGDIR=$OUT/megatron
+mkdir -p "$LOGDIR"
+ITERS=${ITERS:-100}
+CONFIGS=${CONFIGS:-"pp2-1f1b pp2-interleaved tp2-sp"}
+LIBS=${LIBS:-"nccl ccl"}
+REPEAT_NCCL=${REPEAT_NCCL:-}
+LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
+DEADLINE=${DEADLINE:-500}
+RUN_TIMEOUT=${RUN_TIMEOUT:-$((60 + ITERS * 3 / 2))}
+EXTRA_ARGS=${EXTRA_ARGS:-}
+
+# NVLink multicast stays off (shared/DEVICE.md); one hardware queue as Megatron-LM runs it;
+# reproducible cuBLAS; unbuffered output so a killed run still shows its last lines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-1}
+export CUBLAS_WORKSPACE_CONFIG=${CUBLAS_WORKSPACE_CONFIG:-:4096:8}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+export PYTHONUNBUFFERED=1
+
+log() { echo "[megatron $((SECONDS - T0))s] $*"; }
+
+# megatron-core from the carried wheel, into a private target (no index, no dependencies:
+# it needs only torch, numpy and packaging, which the image has).
+shopt -s nullglob
+wheels=("$ROOT"/.whl/megatron_core-*.whl)
+shopt -u nullglob
+if ((${#wheels[@]} == 0)); then
+    log "no megatron_core wheel in .whl/ (see tests/megatron/README.md); carry .whl"
+    exit 2
+fi
+rm -rf /tmp/site
+if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}"; then
+    log "pip could not install ${wheels[*]}"
+    exit 2
+fi
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+if ! python3 -c "import megatron.core as m; print('megatron-core', m.__version__)"; then
+    log "megatron.core does not import"
+    exit 2
+fi
+if [[ " $LIBS " == *" ccl "* && ! -f $LIBCCL ]]; then
+    log "libccl not found at $LIBCCL (build with scripts/build-lib.sh release, copy to .dev/, carry .dev)"
+    exit 2
+fi
+{
+    echo "date: $(date -u +%FT%TZ)"
+    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+    echo "libccl: $LIBCCL ($(stat -c %s "$LIBCCL" 2>/dev/null || echo missing) bytes)"
+    echo "ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+} | tee "$LOGDIR/summary.txt"
+
+cfg_args() {
+    case $1 in
+        pp2-1f1b) echo "--pp 2 --batch-p2p" ;;
+        pp2-interleaved) echo "--pp 2 --vpp 2 --overlap-p2p" ;;
+        tp2-sp) echo "--tp 2 --sequence-parallel" ;;
+        *) return 1 ;;
+    esac
+}
+MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq 1024 --micro-batch 2 --num-micro 8 --vocab 32000"
+
+run_one() { # config library
+    local cfg=$1 lib=$2 log=$LOGDIR/$1.$2.log args rc t0 left t
+    args=$(cfg_args "$cfg") || { log "unknown configuration $cfg"; return; }
+    left=$((DEADLINE - (SECONDS - T0) - 20))
+    t=$RUN_TIMEOUT
+    ((left < t)) && t=$left
+    if ((t < 40)); then
+        log "$cfg/$lib skipped: DEADLINE=${DEADLINE}s reached"
+        echo "{\"tag\": \"$cfg/$lib\", \"event\": \"skipped\", \"reason\": \"deadline\"}" >"$log"
+        return
+    fi
+    log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
+    t0=$SECONDS
+    # timeout signals its whole process group: torchrun and both workers.
+    if [[ $lib == ccl ]]; then
+        LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
+            --nproc-per-node 2 tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
+            --tag "$cfg/$lib" >"$log" 2>&1
+    else
+        timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
+            --nproc-per-node 2 tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
+            --tag "$cfg/$lib" >"$log" 2>&1
+    fi
+    rc=$?
+    echo "{\"tag\": \"$cfg/$lib\", \"event\": \"exit\", \"rc\": $rc, \"wall_s\": $((SECONDS - t0))}" >>"$log"
+    local summary
+    summary=$(grep -o '{"tag": "[^"]*", "event": "summary"[^}]*}' "$log" | tail -1)
+    if [[ -n $summary ]]; then
+        log "$cfg/$lib: rc=$rc in $((SECONDS - t0))s; $(python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print("median %s ms, loss %.4f -> %.4f, %s" % (s["median_ms"], s["first_loss"], s["last_loss"], s["nccl_path"]))' "$summary")"
+    else
+        log "$cfg/$lib: rc=$rc in $((SECONDS - t0))s, no summary; last lines:"
+        grep -v '^{"tag"' "$log" | grep -v -i warn | tail -8 | sed 's/^/    /'
+    fi
+}
+
+for cfg in $CONFIGS; do
+    libs=$LIBS
+    [[ " $REPEAT_NCCL " == *" $cfg "* ]] && libs="$libs nccl2"
+    for lib in $libs; do
+        run_one "$cfg" "$lib"
+    done
+done
+
+log "compare"
+python3 tests/megatron/compare.py --dir "$LOGDIR" | tee -a "$LOGDIR/summary.txt"
+rc=${PIPESTATUS[0]}
+
+# At most 8 files come back from the device: pack the logs when there are more.
+shopt -s nullglob
+logs=("$LOGDIR"/*.log)
+shopt -u nullglob
+if ((${#logs[@]} > 7)); then
+    tar -C "$LOGDIR" -czf "$LOGDIR/logs.tar.gz" "${logs[@]##*/}" && rm -f "${logs[@]}"
+fi
+log "done in $((SECONDS - T0))s; logs in $LOGDIR"
+exit "$rc"
