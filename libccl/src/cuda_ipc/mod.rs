@@ -234,7 +234,12 @@ fn prepare_local(
         .ok_or_else(|| Error::invalid_argument("cuda-ipc receive area size overflows"))?;
     let scratch = DeviceBuffer::new(&ctx, bytes).map_err(cuda_err)?;
     let flags_handle = IpcHandle::of(&ctx, flags.ptr()).map_err(cuda_err)?.0;
-    let scratch_handle = IpcHandle::of(&ctx, scratch.ptr()).map_err(cuda_err)?.0;
+    // One rank has no peers and no receive area.
+    let scratch_handle = if scratch.is_empty() {
+        [0; IPC_HANDLE_SIZE]
+    } else {
+        IpcHandle::of(&ctx, scratch.ptr()).map_err(cuda_err)?.0
+    };
     let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, ll_max.max(256)))
         .map_err(cuda_err)?;
     // Flags and acknowledgements start at zero (the data regions need no initial value).
@@ -282,8 +287,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let rx_lanes = params::CCL_IPC_RX_LANES
         .get_i64()
         .clamp(1, MAX_RX_LANES as i64) as usize;
-    let wanted = n > 1
-        && comm.0.cuda_dev >= 0
+    let wanted = comm.0.cuda_dev >= 0
         && crate::gpu::available()
         && !params::NCCL_P2P_DISABLE.get_bool()
         && !params::CCL_IPC_DISABLE.get_bool()
@@ -694,7 +698,7 @@ enum LowLatency {
 fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
     let [t] = tasks else { return Ok(None) };
     let bytes = t.count.saturating_mul(t.dtype.size());
-    if t.count == 0 || bytes > ll_max {
+    if n < 2 || t.count == 0 || bytes > ll_max {
         return Ok(None);
     }
     match t.kind {
@@ -740,6 +744,11 @@ fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<O
 /// The kernels a lowered group launches.
 fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
+    for k in &p.local_kernels {
+        if let Kernel::PreMul { dtype, .. } = k {
+            v.push((*dtype, KernelOp::PreMul));
+        }
+    }
     for tg in &p.targets {
         match tg.scalar {
             Some(_) => {

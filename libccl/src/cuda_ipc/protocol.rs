@@ -229,6 +229,8 @@ pub(crate) struct Program {
     pub rx: Vec<Vec<RxPiece>>,
     /// Copies within this rank: (dst, src, bytes).
     pub locals: Vec<(u64, u64, usize)>,
+    /// Kernels within this rank, after the copies (a one-rank PreMulSum).
+    pub local_kernels: Vec<Kernel>,
     pub targets: Vec<Target>,
     pub all_reduce: Vec<bool>,
 }
@@ -257,6 +259,7 @@ pub(crate) fn lower(
         tx: vec![Vec::new(); n],
         rx: vec![Vec::new(); n],
         locals: Vec::new(),
+        local_kernels: Vec::new(),
         targets: Vec::new(),
         all_reduce: vec![false; tasks.len()],
     };
@@ -318,6 +321,28 @@ pub(crate) fn lower(
             }
         };
         let peers = (0..n).filter(|&q| q != rank);
+        let reduces = matches!(
+            t.kind,
+            TaskKind::Coll(
+                Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+            )
+        );
+        if n == 1 && reduces {
+            // One rank: the result is the input, scaled for PreMulSum (and float Avg by 1/1,
+            // which the kernel keeps exact); integer Avg divides by one.
+            let g = target(0, false);
+            match p.targets[g].scalar {
+                Some(scalar) if b > 0 => p.local_kernels.push(Kernel::PreMul {
+                    dtype: t.dtype,
+                    dst: recv as u64,
+                    src: send as u64,
+                    n: t.count,
+                    scalar,
+                }),
+                _ => local(&mut p, recv as u64, send as u64, b),
+            }
+            continue;
+        }
         match t.kind {
             TaskKind::Coll(Collective::AllReduce)
                 if n == 2 && b <= one_shot_max / 2 && matches!(t.red, Reduction::Plain(_)) =>
@@ -651,6 +676,9 @@ impl Emission {
         let lane = if self.single { Lane::User } else { Lane::Rx(0) };
         for &(dst, src, bytes) in &self.program.locals {
             dev.copy(lane, dst, src, bytes)?;
+        }
+        for &k in &self.program.local_kernels {
+            dev.kernel(lane, k)?;
         }
         Ok(())
     }

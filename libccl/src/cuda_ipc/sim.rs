@@ -352,6 +352,8 @@ fn expected(case: &Case, rank: usize, n: usize) -> Option<Vec<f64>> {
                 (vals.iter().sum::<i64>() / n as i64) as f64
             }
             Reduction::Avg => vals.iter().sum::<i64>() as f64 / n as f64,
+            // The simulation's PreMulSum scalar is 3 (int32).
+            Reduction::PreMulSum(_) => vals.iter().map(|v| v * 3).sum::<i64>() as f64,
             _ => vals.iter().sum::<i64>() as f64,
         }
     };
@@ -495,7 +497,7 @@ fn every_case(n: usize, count: usize) -> Vec<Case> {
         plain(Kind::Coll(Collective::AllGather), true),
         plain(Kind::Coll(Collective::AlltoAll), false),
         plain(Kind::Coll(Collective::AlltoAll), true),
-        plain(Kind::Coll(Collective::Broadcast { root: 1 }), false),
+        plain(Kind::Coll(Collective::Broadcast { root: 1 % n }), false),
         plain(Kind::Coll(Collective::Reduce { root: n - 1 }), false),
         plain(Kind::Coll(Collective::Gather { root: 0 }), false),
         plain(Kind::Coll(Collective::Scatter { root: n - 1 }), false),
@@ -509,6 +511,18 @@ fn every_case(n: usize, count: usize) -> Vec<Case> {
         red: Reduction::Avg,
         ..plain(Kind::Coll(Collective::AllReduce), true)
     });
+    let mut three = [0u8; 8];
+    three[..4].copy_from_slice(&3i32.to_le_bytes());
+    for kind in [
+        Kind::Coll(Collective::AllReduce),
+        Kind::Coll(Collective::ReduceScatter),
+        Kind::Coll(Collective::Reduce { root: 0 }),
+    ] {
+        v.push(Case {
+            red: Reduction::PreMulSum(crate::task::Scalar::Immediate(three)),
+            ..plain(kind, false)
+        });
+    }
     if n.is_power_of_two() {
         // Float Avg scales by 1/n: exact for powers of two with these inputs.
         v.push(Case {
@@ -530,7 +544,7 @@ fn every_case(n: usize, count: usize) -> Vec<Case> {
 /// finish, all exact.
 #[test]
 fn every_collective_finishes_exact_under_any_stream_order() {
-    for n in [2usize, 3, 4] {
+    for n in [1usize, 2, 3, 4] {
         for (count, chunk, slots) in [(3000usize, 4096usize, 2u32), (1000, 4096, 4), (5, 4096, 2)] {
             for rx_lanes in [1usize, 2] {
                 for single_max in [0usize, 1 << 20] {
