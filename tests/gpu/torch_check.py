@@ -89,6 +89,41 @@ def main():
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         res[f"batch_isend_irecv_{name}"] = y
+    # Large tensors (copy-engine pipeline rather than the low-latency kernels), list-based
+    # collectives (PyTorch turns several into grouped send/recv), and the other reductions.
+    for dt in dts:
+        name = str(dt).split(".")[1]
+        big = rnd(8 << 20, dt)
+        y = big.clone()
+        dist.all_reduce(y)
+        res[f"big_all_reduce_{name}"] = y
+        y = torch.empty((8 << 20) // world, dtype=dt, device=dev)
+        dist.reduce_scatter_tensor(y, big)
+        res[f"big_reduce_scatter_{name}"] = y
+        y = torch.empty((8 << 20) * world, dtype=dt, device=dev)
+        dist.all_gather_into_tensor(y, big)
+        res[f"big_all_gather_{name}"] = y
+    if dts:
+        x = rnd(4096 * world, torch.float32)
+        for opname in ("PRODUCT", "MIN", "MAX"):
+            y = x.clone()
+            dist.all_reduce(y, op=getattr(dist.ReduceOp, opname))
+            res[f"all_reduce_{opname.lower()}"] = y
+        outs = [torch.empty(4096, device=dev) for _ in range(world)]
+        dist.all_gather(outs, x[:4096])
+        res["all_gather_list"] = torch.cat(outs)
+        y = torch.empty(4096, device=dev)
+        dist.reduce_scatter(y, list(x.chunk(world)))
+        res["reduce_scatter_list"] = y
+        outs = [torch.empty(4096 * world // world, device=dev) for _ in range(world)]
+        dist.all_to_all(outs, list(x.chunk(world)))
+        res["all_to_all_list"] = torch.cat(outs)
+        gl = [torch.empty(4096, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(x[:4096], gather_list=gl, dst=0)
+        res["gather"] = torch.cat(gl) if rank == 0 else x[:4096]
+        y = torch.empty(4096, device=dev)
+        dist.scatter(y, scatter_list=list(x.chunk(world)) if rank == 0 else None, src=0)
+        res["scatter"] = y
     dist.barrier()
     sub = dist.new_group([0, 1])
     y = torch.full((1000,), float(rank + 1), device=dev)
