@@ -216,9 +216,9 @@ impl Gen {
     pub fn input(&self, rank: usize, count: usize) -> Vec<u8> {
         let ts = self.dtype.size();
         let mut out = vec![0u8; count * ts];
-        for (i, chunk) in out.chunks_exact_mut(ts).enumerate() {
-            self.dtype.encode(self.value(rank, i), chunk);
-        }
+        par_elements(&mut out, ts, |i, chunk| {
+            self.dtype.encode(self.value(rank, i), chunk)
+        });
         out
     }
 
@@ -226,9 +226,9 @@ impl Gen {
     pub fn reduced_vec(&self, len: usize) -> Vec<u8> {
         let ts = self.dtype.size();
         let mut out = vec![0u8; len * ts];
-        for (i, chunk) in out.chunks_exact_mut(ts).enumerate() {
-            self.dtype.encode(self.reduced(i), chunk);
-        }
+        par_elements(&mut out, ts, |i, chunk| {
+            self.dtype.encode(self.reduced(i), chunk)
+        });
         out
     }
 }
@@ -255,19 +255,48 @@ pub fn expected(
     }
     let ts = g.dtype.size();
     let mut out = vec![0u8; c.recv * ts];
-    for (k, chunk) in out.chunks_exact_mut(ts).enumerate() {
+    let missing = std::sync::atomic::AtomicBool::new(false);
+    par_elements(&mut out, ts, |k, chunk| {
         match coll.source(rank, g.nranks, root, c.param, k) {
-            Source::Reduced(i) => {
-                let src = reduced.get(i * ts..(i + 1) * ts);
-                match src {
-                    Some(s) => chunk.copy_from_slice(s),
-                    None => return None,
-                }
-            }
+            Source::Reduced(i) => match reduced.get(i * ts..(i + 1) * ts) {
+                Some(s) => chunk.copy_from_slice(s),
+                None => missing.store(true, std::sync::atomic::Ordering::Relaxed),
+            },
             Source::Input { rank: r, idx } => g.dtype.encode(g.value(r, idx), chunk),
         }
+    });
+    (!missing.into_inner()).then_some(out)
+}
+
+/// Elements per thread below which one thread does all the work.
+const PAR_MIN: usize = 1 << 16;
+
+/// Calls `f(index, element bytes)` for every `ts`-byte element of `out`, on all cores for
+/// large buffers: checking a 1 GiB result element by element on one core takes seconds.
+fn par_elements(out: &mut [u8], ts: usize, f: impl Fn(usize, &mut [u8]) + Sync) {
+    let n = out.len() / ts.max(1);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(n / PAR_MIN)
+        .max(1);
+    let per = n.div_ceil(threads) * ts;
+    if threads == 1 || per == 0 {
+        for (i, chunk) in out.chunks_exact_mut(ts).enumerate() {
+            f(i, chunk);
+        }
+        return;
     }
-    Some(out)
+    std::thread::scope(|s| {
+        for (t, part) in out.chunks_mut(per).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                let base = t * per / ts;
+                for (i, chunk) in part.chunks_exact_mut(ts).enumerate() {
+                    f(base + i, chunk);
+                }
+            });
+        }
+    });
 }
 
 /// Counts the elements of `got` that differ from `want`.
