@@ -257,7 +257,7 @@ impl Comm {
                 "communicator is still initializing",
             ));
         }
-        crate::cuda_ipc::check_calls(self);
+        crate::cuda_ipc::check_health(self);
         match &*self.0.async_error.lock() {
             Some(e) => Err(e.clone()),
             None => Ok(()),

@@ -75,6 +75,8 @@ struct Queued {
     ll_seq: u32,
     /// Collectives called so far, for the mismatch check.
     calls: History,
+    /// Groups queued so far.
+    ops: u64,
 }
 
 /// One communicator's cuda-ipc state.
@@ -100,7 +102,20 @@ pub struct IpcEngine {
     last_done: Event,
     queued: Mutex<Queued>,
     board: CallBoard,
+    watch: Mutex<Watch>,
 }
+
+/// What the stuck-work check has seen.
+#[derive(Debug, Default)]
+struct Watch {
+    /// Since when the last queued operation has been pending, and how many were queued then.
+    pending: Option<(std::time::Instant, u64)>,
+    /// When a peer was first seen gone while work was queued.
+    peer_left: Option<std::time::Instant>,
+}
+
+/// How long queued work may outlive a peer's departure before it counts as stuck.
+const PEER_LEFT_GRACE: Duration = Duration::from_secs(1);
 
 // SAFETY: CUDA handles (streams, events, device pointers, module functions) are process-wide
 // driver objects usable from any thread; mutable state is behind the counters' mutex.
@@ -447,8 +462,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
             last_stream: None,
             ll_seq: 0,
             calls: History::default(),
+            ops: 0,
         }),
         board,
+        watch: Mutex::new(Watch::default()),
     };
     tracing::info!(
         "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy and {} receive lanes",
@@ -661,6 +678,7 @@ impl Queueing {
         let mut dev = CudaDevice { eng, user: first };
         self.em.end(&eng.layout, &mut dev)?;
         q.last_stream = Some(first.raw() as usize);
+        q.ops += 1;
         eng.last_done.record(first).map_err(cuda_err)?;
         if self.user.len() > 1 {
             let ev = plain_event(&eng.ctx)?;
@@ -859,19 +877,73 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     Ok(())
 }
 
-/// Compares this rank's recent collectives with what its peers posted (for
-/// `ncclCommGetAsyncError`); a mismatch becomes the communicator's async error. Skipped while
-/// another thread is queueing on the communicator.
-pub fn check_calls(comm: &Comm) {
+/// For `ncclCommGetAsyncError`: compares this rank's recent collectives with what its peers
+/// posted, and looks for queued GPU work that cannot finish; either becomes the communicator's
+/// async error. Skipped while another thread is queueing on the communicator.
+pub fn check_health(comm: &Comm) {
     let Some(eng) = comm.0.ipc.lock().clone() else {
         return;
     };
     let Some(q) = eng.queued.try_lock() else {
         return;
     };
+    let ops = q.ops;
     if let Some(e) = eng.board.check(&q.calls.recent) {
         drop(q);
         comm.set_async_error(&e);
+        return;
+    }
+    drop(q);
+    check_stuck(comm, &eng, ops);
+}
+
+/// With GPU work still queued: a peer that died, left or failed means that work may never
+/// finish, and `CCL_TIMEOUT_S` without any operation finishing is a failure too. Both become
+/// the async error (PyTorch's watchdog then aborts), instead of a hang with no word.
+fn check_stuck(comm: &Comm, eng: &IpcEngine, ops: u64) {
+    let pending = !eng.last_done.query().unwrap_or(true);
+    let mut watch = eng.watch.lock();
+    if !pending {
+        *watch = Watch::default();
+        return;
+    }
+    let now = std::time::Instant::now();
+    if let Some(mut g) = comm.0.state.try_lock() {
+        if let Some(st) = g.as_mut() {
+            let failed = match st.ctrl.poll_health(&|_| true) {
+                Ok(crate::bootstrap::Health::Ok) => None,
+                // A peer that left in order (or died) may have delivered all this rank still
+                // needs: fail only if the work stays queued a while after.
+                Ok(crate::bootstrap::Health::NeededPeerLeft(e)) => {
+                    let first = *watch.peer_left.get_or_insert(now);
+                    (now.duration_since(first) > PEER_LEFT_GRACE).then_some(e)
+                }
+                Err(e) => Some(e),
+            };
+            if let Some(e) = failed {
+                drop(g);
+                comm.set_async_error(&e.context(format!(
+                    "rank {}: GPU operations are still queued",
+                    comm.rank()
+                )));
+                return;
+            }
+        }
+    }
+    let since = match watch.pending {
+        Some((t, seen)) if seen == ops => t,
+        _ => {
+            watch.pending = Some((now, ops));
+            now
+        }
+    };
+    let limit = params::CCL_TIMEOUT_S.get_i64();
+    if limit > 0 && now.duration_since(since) > Duration::from_secs(limit as u64) {
+        comm.set_async_error(&Error::system(format!(
+            "rank {}: GPU operations queued on this communicator made no progress for {limit} s \
+             (CCL_TIMEOUT_S); {ops} queued so far",
+            comm.rank()
+        )));
     }
 }
 
