@@ -15,6 +15,9 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms
   -lcudart -lpthread -o /tmp/two_comms > "$L/two_comms.build.log" 2>&1 || say "two_comms: build failed"
 [ -x /tmp/two_comms ] && { TWO_COMMS_TIMEOUT_S=60 timeout -s KILL 70 /tmp/two_comms 10000 > "$L/two_comms.log" 2>&1; echo "exit $?" >> "$L/two_comms.log"; grep -E "PASS|FAIL|SKIP|exit" "$L/two_comms.log" | tee -a "$S"; }
 
+gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/peer_dies.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -o /tmp/peer_dies >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/peer_dies 2>&1 | tail -n 3 | tee -a "$S"
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/mismatch >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"

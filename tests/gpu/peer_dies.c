@@ -1,0 +1,61 @@
+/*
+ * peer_dies.c -- on the GPU path, a peer that dies while an operation waits for it must turn
+ * into an async error promptly (PyTorch's watchdog polls ncclCommGetAsyncError and aborts),
+ * not a silent hang. Two processes (fork before any CUDA call), GPU 0 and GPU 1: both do one
+ * all-reduce; then the child exits without destroying its communicator while the parent
+ * queues a 64 MiB all-reduce that can never finish. The parent polls ncclCommGetAsyncError
+ * for up to 20 s and expects an error, then aborts the communicator. Build like two_comms.c.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nccl.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(void) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
+  pid_t pid = fork();
+  int rank = pid == 0 ? 1 : 0;
+  if (cudaSetDevice(rank) != cudaSuccess) {
+    printf("SKIP peer_dies: no GPU %d\n", rank);
+    return 0;
+  }
+  ncclComm_t comm;
+  if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
+    printf("FAIL peer_dies: rank %d init: %s\n", rank, ncclGetLastError(NULL));
+    return 1;
+  }
+  size_t n = 16 << 20;
+  float *buf;
+  cudaStream_t st;
+  cudaMalloc((void **)&buf, n * sizeof(float));
+  cudaStreamCreate(&st);
+  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, st);
+  cudaStreamSynchronize(st);
+  if (rank == 1) _exit(0); /* dies: no destroy, no goodbye */
+  int status;
+  waitpid(pid, &status, 0);
+  ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, st);
+  double t0 = now();
+  ncclResult_t a = ncclSuccess;
+  while (now() - t0 < 20) {
+    ncclCommGetAsyncError(comm, &a);
+    if (a != ncclSuccess && a != ncclInProgress) break;
+    usleep(10000);
+  }
+  int pass = a == ncclRemoteError || a == ncclSystemError;
+  printf("%s peer_dies: async error %d after %.2f s: %s\n", pass ? "PASS" : "FAIL", a, now() - t0,
+         ncclGetLastError(comm));
+  ncclCommAbort(comm);
+  return !pass;
+}
