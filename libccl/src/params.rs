@@ -47,7 +47,7 @@ params! {
     CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "524288", "Largest frame on a TCP link.");
     CCL_NET = ("CCL_NET", "", "Transport between hosts: socket (TCP, default) or mpt (UDP multipath); overrides NCCL_NET.");
     CCL_MPT_DROP = ("CCL_MPT_DROP", "0", "mpt: fraction of outgoing UDP datagrams dropped at random (loss injection for tests and demos).");
-    CCL_MPT_CHUNK_BYTES = ("CCL_MPT_CHUNK_BYTES", "32768", "mpt: chunk size in bytes (one chunk per UDP datagram; 1456 fits a 1500-byte MTU unfragmented).");
+    CCL_MPT_CHUNK_BYTES = ("CCL_MPT_CHUNK_BYTES", "60000", "mpt: chunk size in bytes (one chunk per UDP datagram; a datagram over the path MTU leaves as one GSO send of MTU-sized datapath fragments, joined again by the receiver).");
     CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");
     CCL_MPT_CC = ("CCL_MPT_CC", "cubic", "mpt: congestion control: cubic, swift, eqds or none.");
     CCL_MPT_ENGINES = ("CCL_MPT_ENGINES", "1", "mpt: engines per link, 1..8; both sides must agree. Each engine is an independent sub-link (its own connection, CCL_MPT_PATHS UDP paths and progress thread); frames go to the least-loaded engine, frames over 256 KiB are split into one part per engine, and the receiver delivers them in order. 1 keeps the single-engine wire format.");

@@ -207,7 +207,7 @@ impl Inner {
                         return false;
                     }
                 };
-                for i in 0..n {
+                for i in 0..self.rx.len() {
                     let dg = self.rx.get(i);
                     match self.conn.handle_datagram(now, PathId(p as u16), dg) {
                         Ok(Some(pl)) => {
