@@ -989,6 +989,50 @@ impl std::fmt::Debug for IpcEngine {
 mod tests {
     use super::protocol::tests::task;
     use super::*;
+    use ccl_collectives::Collective;
+
+    /// Every rank's exchange table pairs up with its peers': what rank a sends to b is what b
+    /// expects from a, and every rank's local copy is its own part.
+    #[test]
+    fn low_latency_exchange_tables_pair_up() {
+        let colls = |n: usize| {
+            [
+                Collective::AllGather,
+                Collective::AlltoAll,
+                Collective::Broadcast { root: n - 1 },
+                Collective::Gather { root: 0 },
+                Collective::Scatter { root: n / 2 },
+            ]
+        };
+        for n in 2..=LL_EXCHANGE_MAX_RANKS {
+            for c in colls(n) {
+                for count in [1usize, 5, 1000] {
+                    let tables: Vec<LlTransfers> = (0..n)
+                        .map(|r| {
+                            let t = task(TaskKind::Coll(c), 0x1000_0000, 0x2000_0000, count);
+                            match low_latency(&[t], r, n, 1 << 20).unwrap() {
+                                Some(LowLatency::Exchange(x)) => x,
+                                other => panic!("{c:?} n {n}: {other:?}"),
+                            }
+                        })
+                        .collect();
+                    for a in 0..n {
+                        for b in 0..n {
+                            if a != b {
+                                assert_eq!(
+                                    tables[a].sbytes[b], tables[b].rbytes[a],
+                                    "{c:?} n {n} count {count}: {a} -> {b}"
+                                );
+                            }
+                        }
+                        for q in n..LL_EXCHANGE_MAX_RANKS {
+                            assert_eq!((tables[a].sbytes[q], tables[a].rbytes[q]), (0, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn small_collectives_become_one_low_latency_kernel() {
