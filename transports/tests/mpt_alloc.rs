@@ -3,43 +3,9 @@
 
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use ccl_transports::mpt::{CcKind, Connection, Instant, MptConfig, Transmit};
 
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; only counts calls made on this thread while
-// counting is switched on.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+mod support;
 
 /// Moves one message of `len` bytes from `a` to `b` over a lossless in-test wire with
 /// pre-sized buffers (every 7th data frame is dropped when `lossy`, to exercise recovery).
@@ -112,10 +78,9 @@ fn steady_state_allocates_nothing() {
         // Warm-up transfer: fills every queue to its working size.
         transfer(&mut a, &mut b, &mut now, &mut wire, &send, &mut recv, true);
         recv.fill(0);
-        COUNTING.with(|c| c.set(true));
-        transfer(&mut a, &mut b, &mut now, &mut wire, &send, &mut recv, true);
-        COUNTING.with(|c| c.set(false));
-        let allocs = COUNT.with(Cell::get);
+        let ((), allocs) = support::allocations(true, || {
+            transfer(&mut a, &mut b, &mut now, &mut wire, &send, &mut recv, true)
+        });
         assert_eq!(allocs, 0, "{cc}: {allocs} allocations for 256 chunks");
         assert!(recv == send);
         assert!(a.stats().chunks_retransmitted > 0);
@@ -124,9 +89,8 @@ fn steady_state_allocates_nothing() {
 
 #[test]
 fn the_counter_counts() {
-    COUNTING.with(|c| c.set(true));
-    let v: Vec<u64> = Vec::with_capacity(std::hint::black_box(16));
-    COUNTING.with(|c| c.set(false));
+    let (v, allocs) =
+        support::allocations(true, || Vec::<u64>::with_capacity(std::hint::black_box(16)));
     drop(v);
-    assert!(COUNT.with(Cell::get) >= 1);
+    assert!(allocs >= 1);
 }

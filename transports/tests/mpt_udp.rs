@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -15,39 +13,7 @@ use ccl_transports::Link;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// Counts allocations made on a thread while that thread switched counting on.
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; only counts calls made on this thread while
-// counting is switched on.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
+mod support;
 
 fn pair(cfg: MptLinkConfig) -> (MptLink, MptLink) {
     let mut ca = cfg.clone();
@@ -422,26 +388,25 @@ fn engines_user_side_allocates_nothing_per_frame() {
         .map(|(i, &n)| pattern(n, i as u64))
         .collect();
     let mut run = |rounds: usize, count: bool| {
-        COUNT.with(|c| c.set(0));
-        COUNTING.with(|c| c.set(count));
-        let total = rounds * frames.len();
-        let (mut sent, mut got) = (0, 0);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while got < total && Instant::now() < deadline {
-            while sent < total && a.try_send(&frames[sent % frames.len()]).unwrap() {
-                sent += 1;
-            }
-            while let Some(f) = b.peek().unwrap() {
-                let ok = f == &frames[got % frames.len()][..];
-                b.pop();
-                if !ok {
-                    break;
+        support::allocations(count, || {
+            let total = rounds * frames.len();
+            let (mut sent, mut got) = (0, 0);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while got < total && Instant::now() < deadline {
+                while sent < total && a.try_send(&frames[sent % frames.len()]).unwrap() {
+                    sent += 1;
                 }
-                got += 1;
+                while let Some(f) = b.peek().unwrap() {
+                    let ok = f == &frames[got % frames.len()][..];
+                    b.pop();
+                    if !ok {
+                        break;
+                    }
+                    got += 1;
+                }
             }
-        }
-        COUNTING.with(|c| c.set(false));
-        (got == total, COUNT.with(Cell::get))
+            got == total
+        })
     };
     assert!(run(3, false).0, "warm-up frames lost or corrupted");
     let (ok, allocs) = run(20, true);
