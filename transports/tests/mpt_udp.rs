@@ -155,31 +155,38 @@ fn many_small_frames_and_full_link_backpressure() {
     exchange(&mut a, &mut b, &s);
 }
 
-#[test]
-fn over_tcp_hello() {
+/// Sets up a link over a loopback TCP connection, the connecting side with `ca`, the
+/// accepting side with `cb`; returns both sides' outcomes.
+fn tcp_pair(
+    ca: MptLinkConfig,
+    cb: MptLinkConfig,
+) -> (
+    ccl_transports::Result<MptLink>,
+    ccl_transports::Result<MptLink>,
+) {
     let l = TcpListener::bind((LO, 0)).unwrap();
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        MptLink::over_tcp(s, cfg(0.0, 3)).unwrap()
+        MptLink::over_tcp(s, cb)
     });
-    let mut a = MptLink::over_tcp(TcpStream::connect(addr).unwrap(), cfg(0.0, 3)).unwrap();
-    let mut b = t.join().unwrap();
+    let a = MptLink::over_tcp(TcpStream::connect(addr).unwrap(), ca);
+    (a, t.join().unwrap())
+}
+
+#[test]
+fn over_tcp_hello() {
+    let (a, b) = tcp_pair(cfg(0.0, 3), cfg(0.0, 3));
+    let (mut a, mut b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.kind(), "mpt");
     exchange(&mut a, &mut b, &[0, 5, 70_000, 1 << 20]);
 }
 
 #[test]
 fn mismatched_path_counts_are_refused() {
-    let l = TcpListener::bind((LO, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        MptLink::over_tcp(s, cfg(0.0, 2)).is_err()
-    });
-    let r = MptLink::over_tcp(TcpStream::connect(addr).unwrap(), cfg(0.0, 3));
-    assert!(r.is_err());
-    assert!(t.join().unwrap());
+    let (a, b) = tcp_pair(cfg(0.0, 3), cfg(0.0, 2));
+    assert!(a.is_err());
+    assert!(b.is_err());
 }
 
 fn engines_cfg(engines: usize, drop_rate: f64) -> MptLinkConfig {
@@ -309,14 +316,8 @@ fn engines_backpressure_in_order() {
 
 #[test]
 fn engines_over_tcp_hello() {
-    let l = TcpListener::bind((LO, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        MptLink::over_tcp(s, engines_cfg(3, 0.0)).unwrap()
-    });
-    let mut a = MptLink::over_tcp(TcpStream::connect(addr).unwrap(), engines_cfg(3, 0.0)).unwrap();
-    let mut b = t.join().unwrap();
+    let (a, b) = tcp_pair(engines_cfg(3, 0.0), engines_cfg(3, 0.0));
+    let (mut a, mut b) = (a.unwrap(), b.unwrap());
     assert_eq!((a.engines(), b.engines()), (3, 3));
     exchange(&mut a, &mut b, &[1, 5, 70_000, 300_000, 1 << 20, 0]);
 }
@@ -324,17 +325,8 @@ fn engines_over_tcp_hello() {
 /// Sets up a link over TCP with `ea` engines on one side and `eb` on the other; returns
 /// both sides' errors.
 fn engine_mismatch(ea: usize, eb: usize) -> (String, String) {
-    let l = TcpListener::bind((LO, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        MptLink::over_tcp(s, engines_cfg(eb, 0.0))
-            .err()
-            .unwrap()
-            .to_string()
-    });
-    let r = MptLink::over_tcp(TcpStream::connect(addr).unwrap(), engines_cfg(ea, 0.0));
-    (r.err().unwrap().to_string(), t.join().unwrap())
+    let (a, b) = tcp_pair(engines_cfg(ea, 0.0), engines_cfg(eb, 0.0));
+    (a.err().unwrap().to_string(), b.err().unwrap().to_string())
 }
 
 #[test]
