@@ -12,7 +12,8 @@ use super::context::Context;
 use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
-    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS, UNROLL,
+    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS,
+    LL_MAX_BLOCKS, LL_THREADS, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -225,18 +226,35 @@ impl Kernels {
         }
         params.push((&mut n64 as *mut u64).cast());
         params.push((&mut raw as *mut u64).cast());
+        // SAFETY: the parameters are exactly the kernel's (pointers as u64, n, raw) and live
+        // until the call returns; the memory the kernel touches is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
+    }
+
+    /// `cuLaunchKernel` of `func` on `stream` with a 1-D grid.
+    ///
+    /// # Safety
+    /// `func` is a kernel of this context and `params` point, in order, at values of exactly
+    /// its parameter types that live until this returns (the driver copies them); the memory
+    /// the kernel touches is valid until the stream has run it.
+    unsafe fn launch_raw(
+        &self,
+        func: CUfunction,
+        stream: &Stream,
+        blocks: u32,
+        threads: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         let _g = self.ctx.scope()?;
         let drv = self.ctx.driver();
-        // SAFETY: `func` is a kernel of this context whose parameters are exactly the values
-        // pointed to (pointers as u64, n, raw), which live until the call returns (the driver
-        // copies them). The memory the kernel touches is the caller's contract.
+        // SAFETY: the caller's contract.
         let r = unsafe {
             (drv.fns.cuLaunchKernel)(
                 func,
                 blocks,
                 1,
                 1,
-                BLOCK_THREADS,
+                threads,
                 1,
                 1,
                 0,
@@ -392,26 +410,9 @@ impl Kernels {
             (&mut push_stride as *mut u64).cast(),
             (&mut own_off as *mut u64).cast(),
         ];
-        let _g = self.ctx.scope()?;
-        let drv = self.ctx.driver();
-        // SAFETY: the parameters match the kernel's signature in order and size and live
-        // until the call returns; the memory is the caller's contract.
-        let r = unsafe {
-            (drv.fns.cuLaunchKernel)(
-                func,
-                blocks,
-                1,
-                1,
-                super::source::LL_THREADS,
-                1,
-                1,
-                0,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        drv.check("cuLaunchKernel", r)
+        // SAFETY: the parameters match the kernel's signature in order and size; the memory
+        // is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }
     }
 }
 
@@ -473,26 +474,10 @@ impl Kernels {
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
         ];
-        let _g = self.ctx.scope()?;
-        let drv = self.ctx.driver();
+        let blocks = LL_MAX_BLOCKS as u32;
         // SAFETY: the parameters match the kernel's signature (`ccl_xfer` has this struct's
-        // C layout) and live until the call returns; the memory is the caller's contract.
-        let r = unsafe {
-            (drv.fns.cuLaunchKernel)(
-                func,
-                super::source::LL_MAX_BLOCKS as u32,
-                1,
-                1,
-                super::source::LL_THREADS,
-                1,
-                1,
-                0,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        drv.check("cuLaunchKernel", r)
+        // C layout); the memory is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }
     }
 }
 
