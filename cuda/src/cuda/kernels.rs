@@ -390,13 +390,11 @@ impl Kernels {
         let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
         let mut llmax = ll_max as u64;
         let mut data_off = super::source::ll_data_offset(nranks as usize) as u64;
-        let (blocks, per) = super::source::ll_blocks(n * dt.size());
-        let mut per = per as u64;
         // Reduce-scatter: peer q's part of the input is at q * n elements, ours at rank * n.
         let part = (n * dt.size()) as u64;
         let mut push_stride = if scatter { part } else { 0 };
         let mut own_off = if scatter { rank as u64 * part } else { 0 };
-        let mut params: [*mut c_void; 12] = [
+        let mut params: [*mut c_void; 11] = [
             (&mut dst as *mut u64).cast(),
             (&mut src as *mut u64).cast(),
             (&mut n64 as *mut u64).cast(),
@@ -406,10 +404,10 @@ impl Kernels {
             (&mut seq as *mut u32).cast(),
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
-            (&mut per as *mut u64).cast(),
             (&mut push_stride as *mut u64).cast(),
             (&mut own_off as *mut u64).cast(),
         ];
+        let blocks = LL_MAX_BLOCKS as u32;
         // SAFETY: the parameters match the kernel's signature in order and size; the memory
         // is the caller's contract.
         unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }

@@ -717,35 +717,30 @@ pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
     ll_data_offset(nranks) + nranks * 2 * ll_max
 }
 
-/// Blocks and bytes per block for a low-latency message of `bytes` (each block's share a
-/// multiple of 16 bytes, so vector copies and element boundaries line up). Every launch has
-/// all [`LL_MAX_BLOCKS`] blocks, idle ones included: each block waits for the acknowledgement
-/// its own block index got two operations back, so a block index must take part every time.
-pub fn ll_blocks(bytes: usize) -> (u32, usize) {
-    let per = bytes.div_ceil(LL_MAX_BLOCKS).max(1).next_multiple_of(16);
-    (LL_MAX_BLOCKS as u32, per)
-}
-
 /// Most ranks a low-latency exchange serves (its transfer table is a kernel parameter).
 pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
 
-/// The low-latency exchange: per peer `q`, push `sbytes[q]` from `src[q]` into `q`'s area and
-/// copy the `rbytes[q]` that `q` pushed here to `dst[q]`; `q == rank` is a local copy. Same
-/// flag, acknowledgement and buffer discipline as the all-reduce (every block of every rank
-/// signals every peer each time, data or not), so the two kernels share one sequence.
-fn ll_exchange_code(name: &str, out: &mut String) {
+/// The flag, acknowledgement and buffer discipline both low-latency kernels share (launched
+/// with [`LL_MAX_BLOCKS`] blocks every time, idle ones included: each block waits for the
+/// acknowledgement its own block index got two operations back, so every index must take part
+/// every time). Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes so
+/// vector copies and element boundaries line up.
+fn ll_protocol_code(out: &mut String) {
     let _ = write!(
         out,
         r#"
 #define LL_MAXB {LL_MAX_BLOCKS}
-#define LL_MAXR {LL_EXCHANGE_MAX_RANKS}
-struct ccl_xfer {{ u64 src[LL_MAXR]; u64 dst[LL_MAXR]; u64 sbytes[LL_MAXR]; u64 rbytes[LL_MAXR]; }};
 
-static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u32 blk, u32 tid, u32 nthreads) {{
+static __device__ inline void ccl_ll_range(u64 bytes, u32 blk, u64* b0, u64* b1) {{
   u64 per = (bytes + LL_MAXB - 1) / LL_MAXB;
   per = (per + 15) & ~15ull;
-  const u64 b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
-  const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
+  *b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
+  *b1 = *b0 + per < bytes ? *b0 + per : bytes;
+}}
+
+/* Copies bytes [b0, b1) of `from` to the same offsets of `to`, 16 bytes at a time when both
+   are aligned. */
+static __device__ inline void ccl_ll_copy(u8* to, const u8* from, u64 b0, u64 b1, u32 tid, u32 nthreads) {{
   if (((((u64)to) | ((u64)from)) & 15) == 0) {{
     const u64 v0 = b0 / 16, v1 = b1 / 16;
     for (u64 i = v0 + tid; i < v1; i += nthreads) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
@@ -755,24 +750,19 @@ static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u
   }}
 }}
 
-extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
-  const u32 par = seq & 1u;
-  const u32 blk = blockIdx.x;
-  const u32 tid = threadIdx.x;
-  u8* mine = (u8*)areas[rank];
+/* Before overwriting a peer's buffer (parity of seq): wait for its acknowledgement of the
+   operation two back, which used the same buffer. */
+static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
   if (tid < nranks && tid != rank) {{
     volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
     while ((int)(*ack - (seq - 2u)) < 0) {{ }}
   }}
   __syncthreads();
-  for (u32 q = 0; q < nranks; ++q) {{
-    if (q == rank) {{
-      if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
-    }} else if (x.sbytes[q] > 0) {{
-      u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
-      ccl_copy_part(to, (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
-    }}
-  }}
+}}
+
+/* After this block's pushes: make them visible, raise its flag at every peer, wait for every
+   peer's flag of the same block here. */
+static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
   __threadfence_system();
   __syncthreads();
   if (tid < nranks && tid != rank) {{
@@ -782,11 +772,10 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
   }}
   __syncthreads();
   __threadfence();
-  for (u32 q = 0; q < nranks; ++q) {{
-    if (q == rank || x.rbytes[q] == 0) continue;
-    const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
-    ccl_copy_part((u8*)x.dst[q], from, x.rbytes[q], blk, tid, blockDim.x);
-  }}
+}}
+
+/* After this block has read what the peers pushed: tell them their buffer is free. */
+static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
   __syncthreads();
   if (tid < nranks && tid != rank) {{
     __threadfence_system();
@@ -797,57 +786,78 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
     );
 }
 
-/// The low-latency all-reduce (and reduce-scatter: peer `q` gets the input at
-/// `q * push_stride`, this rank's own part is at `own_off`; both 0 for all-reduce): each block
-/// pushes its part of the input into every peer's area with plain stores, fences, raises its flag there, waits for the same block's flag of every
-/// peer in its own area, and reduces all inputs in rank order (so every rank computes the
-/// same bits). Before overwriting a peer's buffer it waits for that peer's acknowledgement of
-/// the operation two back (the one that used the same buffer), so a rank running ahead never
-/// clobbers data a slower peer still reads.
-fn ll_body_code(name: &str, out: &mut String) {
+/// The low-latency exchange: per peer `q`, push `sbytes[q]` from `src[q]` into `q`'s area and
+/// copy the `rbytes[q]` that `q` pushed here to `dst[q]`; `q == rank` is a local copy. Same
+/// flag, acknowledgement and buffer discipline as the all-reduce (every block of every rank
+/// signals every peer each time, data or not), so the two kernels share one sequence.
+fn ll_exchange_code(name: &str, out: &mut String) {
+    ll_protocol_code(out);
     let _ = write!(
         out,
         r#"
-#define LL_MAXB {LL_MAX_BLOCKS}
+#define LL_MAXR {LL_EXCHANGE_MAX_RANKS}
+struct ccl_xfer {{ u64 src[LL_MAXR]; u64 dst[LL_MAXR]; u64 sbytes[LL_MAXR]; u64 rbytes[LL_MAXR]; }};
+
+static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u32 blk, u32 tid, u32 nthreads) {{
+  u64 b0, b1;
+  ccl_ll_range(bytes, blk, &b0, &b1);
+  ccl_ll_copy(to, from, b0, b1, tid, nthreads);
+}}
+
+extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
+  const u32 par = seq & 1u;
+  const u32 blk = blockIdx.x;
+  const u32 tid = threadIdx.x;
+  u8* mine = (u8*)areas[rank];
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) {{
+      if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+    }} else if (x.sbytes[q] > 0) {{
+      u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+      ccl_copy_part(to, (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+    }}
+  }}
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank || x.rbytes[q] == 0) continue;
+    const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
+    ccl_copy_part((u8*)x.dst[q], from, x.rbytes[q], blk, tid, blockDim.x);
+  }}
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+}}
+"#
+    );
+}
+
+/// The low-latency all-reduce (and reduce-scatter: peer `q` gets the input at
+/// `q * push_stride`, this rank's own part is at `own_off`; both 0 for all-reduce): each block
+/// pushes its part of the input into every peer's area with plain stores, fences, raises its
+/// flag there, waits for the same block's flag of every peer in its own area, and reduces all
+/// inputs in rank order (so every rank computes the same bits); see [`ll_protocol_code`].
+fn ll_body_code(name: &str, out: &mut String) {
+    ll_protocol_code(out);
+    let _ = write!(
+        out,
+        r#"
 static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
 
-extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 per, u64 push_stride, u64 own_off) {{
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 push_stride, u64 own_off) {{
   const P p = ccl_param(0);
   const u32 par = seq & 1u;
-  const u64 bytes = n * sizeof(T);
   const u32 blk = blockIdx.x;
-  const u64 b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
-  const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
-  u8* mine = (u8*)areas[rank];
   const u32 tid = threadIdx.x;
-  if (tid < nranks && tid != rank) {{
-    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
-    while ((int)(*ack - (seq - 2u)) < 0) {{ }}
-  }}
-  __syncthreads();
+  u64 b0, b1;
+  ccl_ll_range(n * sizeof(T), blk, &b0, &b1);
+  u8* mine = (u8*)areas[rank];
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
   const T* own = (const T*)((const u8*)src + own_off);
   for (u32 q = 0; q < nranks; ++q) {{
     if (q == rank) continue;
-    const u8* from = (const u8*)src + (u64)q * push_stride;
-    const bool vec = (((u64)from) & 15) == 0;
     u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
-    if (vec) {{
-      const u64 v0 = b0 / 16, v1 = b1 / 16;
-      for (u64 i = v0 + tid; i < v1; i += blockDim.x) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
-      for (u64 i = v1 * 16 + tid; i < b1; i += blockDim.x) to[i] = from[i];
-    }} else {{
-      for (u64 i = b0 + tid; i < b1; i += blockDim.x) to[i] = from[i];
-    }}
+    ccl_ll_copy(to, (const u8*)src + (u64)q * push_stride, b0, b1, tid, blockDim.x);
   }}
-  __threadfence_system();
-  __syncthreads();
-  if (tid < nranks && tid != rank) {{
-    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
-    volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
-    while ((int)(*flag - seq) < 0) {{ }}
-  }}
-  __syncthreads();
-  __threadfence();
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
   const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
   for (u64 i = e0 + tid; i < e1; i += blockDim.x) {{
     T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
@@ -857,11 +867,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     }}
     dst[i] = acc;
   }}
-  __syncthreads();
-  if (tid < nranks && tid != rank) {{
-    __threadfence_system();
-    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + blk)) = seq;
-  }}
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
 }}
 "#
     );
