@@ -394,9 +394,62 @@ struct Setup {
     single_max: usize,
 }
 
-/// Queues `cases` one after another on every rank, runs them, checks every output.
+impl Setup {
+    /// Every rank's flags and receive area: rank r's at base(r) and base(r) + 128 MiB.
+    fn layouts(&self) -> Vec<Layout> {
+        let n = self.n;
+        (0..n)
+            .map(|r| Layout {
+                rank: r,
+                nranks: n,
+                chunk: self.chunk,
+                slots: self.slots,
+                tx_lanes: 2,
+                rx_lanes: self.rx_lanes,
+                flags: (0..n).map(base).collect(),
+                scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
+            })
+            .collect()
+    }
+
+    /// Memory holding every rank's (zeroed) flags and receive area.
+    fn protocol_mem(&self) -> Mem {
+        let mut mem = Mem::default();
+        for r in 0..self.n {
+            mem.alloc(
+                base(r),
+                Layout::flag_bytes(self.n, self.slots, self.rx_lanes),
+            );
+            mem.alloc(
+                base(r) + 0x0800_0000,
+                Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
+            );
+        }
+        mem
+    }
+
+    /// Lowers `tasks` for `l`'s rank and queues them on `dev`, as `submit` does.
+    fn queue(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut SimDevice,
+        tasks: &[Task],
+    ) -> std::result::Result<(), String> {
+        let p =
+            lower(tasks, l.rank, self.n, self.chunk, self.single_max).map_err(|e| e.to_string())?;
+        let single = p.bytes() <= self.single_max || p.aliases();
+        let mut em = Emission::new(p, self.chunk, single);
+        em.begin(l, dev).map_err(|e| e.to_string())?;
+        em.emit_until(em.horizon(), l, c, dev)
+            .map_err(|e| e.to_string())?;
+        em.end(l, dev).map_err(|e| e.to_string())
+    }
+}
+
 type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
 
+/// Queues `cases` one after another on every rank, runs them, checks every output.
 fn simulate(
     s: &Setup,
     cases: &[Case],
@@ -405,30 +458,11 @@ fn simulate(
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
     let n = s.n;
-    let mut mem = Mem::default();
-    let layouts: Vec<Layout> = (0..n)
-        .map(|r| Layout {
-            rank: r,
-            nranks: n,
-            chunk: s.chunk,
-            slots: s.slots,
-            tx_lanes: 2,
-            rx_lanes: s.rx_lanes,
-            flags: (0..n).map(base).collect(),
-            scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
-        })
-        .collect();
-    for r in 0..n {
-        mem.alloc(base(r), Layout::flag_bytes(n, s.slots, s.rx_lanes));
-        mem.alloc(
-            base(r) + 0x0800_0000,
-            Layout::scratch_bytes(n, s.slots, s.chunk).unwrap(),
-        );
-    }
+    let mut mem = s.protocol_mem();
+    let layouts = s.layouts();
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
-            let (send, recv, se, re) = buffers(case, k, r, n);
-            let sz = case.dtype.size();
+            let (send, _, se, _) = buffers(case, k, r, n);
             let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
             mem.alloc(base_send, BUF as usize);
             mem.alloc(base_send + BUF, BUF as usize);
@@ -436,26 +470,19 @@ fn simulate(
             let bytes: Vec<u8> = (0..se)
                 .flat_map(|i| encode(case.dtype, input(r, i) as f64))
                 .collect();
-            if se > 0 {
-                mem.range(send, se * sz).copy_from_slice(&bytes);
-            }
-            let _ = (recv, re);
+            mem.range(send, bytes.len()).copy_from_slice(&bytes);
         }
     }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
-            let l = &layouts[r];
-            let p = lower(&tasks(case, k, r, n), r, n, s.chunk, s.single_max)
-                .map_err(|e| e.to_string())?;
-            let single = p.bytes() <= s.single_max || p.aliases();
-            let mut em = Emission::new(p, s.chunk, single);
-            let dev = &mut devs[r];
-            em.begin(l, dev).map_err(|e| e.to_string())?;
-            em.emit_until(em.horizon(), l, &mut counters[r], dev)
-                .map_err(|e| e.to_string())?;
-            em.end(l, dev).map_err(|e| e.to_string())?;
+            s.queue(
+                &layouts[r],
+                &mut counters[r],
+                &mut devs[r],
+                &tasks(case, k, r, n),
+            )?;
         }
     }
     if let Some(t) = tamper {
@@ -646,29 +673,11 @@ fn random_point_to_point_groups_deliver_every_byte() {
                 (a, b, [1usize, 7, 1000, 2500][next(4) as usize])
             })
             .collect();
-        let layouts: Vec<Layout> = (0..n)
-            .map(|r| Layout {
-                rank: r,
-                nranks: n,
-                chunk: s.chunk,
-                slots: s.slots,
-                tx_lanes: 2,
-                rx_lanes: s.rx_lanes,
-                flags: (0..n).map(base).collect(),
-                scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
-            })
-            .collect();
+        let layouts = s.layouts();
         // Transfer i: send buffer at base(from)+0x1000_0000+i*BUF, receive buffer at
         // base(to)+0x2000_0000+i*BUF, int32 elements; fresh memory for every run.
         let fresh_mem = || {
-            let mut mem = Mem::default();
-            for r in 0..n {
-                mem.alloc(base(r), Layout::flag_bytes(n, s.slots, s.rx_lanes));
-                mem.alloc(
-                    base(r) + 0x0800_0000,
-                    Layout::scratch_bytes(n, s.slots, s.chunk).unwrap(),
-                );
-            }
+            let mut mem = s.protocol_mem();
             for (i, &(a, b, count)) in transfers.iter().enumerate() {
                 let send = base(a) + 0x1000_0000 + i as u64 * BUF;
                 mem.alloc(send, count * 4);
@@ -724,14 +733,9 @@ fn random_point_to_point_groups_deliver_every_byte() {
         for merged in [false, true] {
             let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
             for r in 0..n {
-                let p = lower(&groups[r], r, n, s.chunk, s.single_max).unwrap();
-                let single = p.bytes() <= s.single_max || p.aliases();
-                let mut em = Emission::new(p, s.chunk, single);
                 let mut c = Counters::new(n, s.rx_lanes);
-                em.begin(&layouts[r], &mut devs[r]).unwrap();
-                em.emit_until(em.horizon(), &layouts[r], &mut c, &mut devs[r])
+                s.queue(&layouts[r], &mut c, &mut devs[r], &groups[r])
                     .unwrap();
-                em.end(&layouts[r], &mut devs[r]).unwrap();
             }
             let mut mem = fresh_mem();
             if let Err(e) = run(&devs, &mut mem, merged, round * 31 + 7) {
