@@ -37,7 +37,7 @@ use crate::task::{buffer_counts, Reduction, Scalar, Task};
 const SLOTS: u32 = 1024;
 const SLOT_STRIDE: usize = 64;
 
-fn cuda_err(e: cuda::CudaError) -> Error {
+pub(crate) fn cuda_err(e: cuda::CudaError) -> Error {
     Error::new(ErrorKind::Cuda, e.to_string())
 }
 
@@ -61,6 +61,18 @@ pub fn current_device() -> i32 {
         return -1;
     }
     cuda::current_device().ok().flatten().unwrap_or(0)
+}
+
+/// The device's primary context, leaving the calling thread's current context as it was:
+/// `Context::new` makes the device's context current, and the caller's thread (a `-g N`
+/// driver switching between devices, or PyTorch) must keep the one it had.
+pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
+    let prev = cuda::current_device().ok().flatten();
+    let ctx = Context::new(dev).map_err(cuda_err)?;
+    if let Some(d) = prev.filter(|&d| d != dev) {
+        Context::new(d).map_err(cuda_err)?;
+    }
+    Ok(ctx)
 }
 
 fn is_device_ptr(p: usize) -> bool {
@@ -149,13 +161,7 @@ fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     if let Some(e) = slot.as_ref() {
         return Ok(e.clone());
     }
-    // Context::new leaves the device's context current; the caller's thread (a `-g N` driver
-    // switching between devices, or PyTorch) must keep the one it had.
-    let prev = cuda::current_device().ok().flatten();
-    let ctx = Context::new(comm.0.cuda_dev).map_err(cuda_err)?;
-    if let Some(d) = prev.filter(|&d| d != comm.0.cuda_dev) {
-        Context::new(d).map_err(cuda_err)?;
-    }
+    let ctx = device_context(comm.0.cuda_dev)?;
     let start = Arc::new(Slots::new(&ctx)?);
     let done = Arc::new(Slots::new(&ctx)?);
     let (tx, rx) = crossbeam::channel::unbounded();

@@ -38,7 +38,8 @@ use ccl_cuda::{DataType, ReduceKind};
 use parking_lot::Mutex;
 
 use crate::comm::Comm;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
+use crate::gpu::cuda_err;
 use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
 use calls::{CallBoard, CallSig, History};
@@ -51,10 +52,6 @@ const TX_LANES: usize = 2;
 
 /// Most receive lanes (`CCL_IPC_RX_LANES`).
 const MAX_RX_LANES: usize = 4;
-
-fn cuda_err(e: cuda::CudaError) -> Error {
-    Error::new(ErrorKind::Cuda, e.to_string())
-}
 
 /// A peer's memory as this rank's device sees it.
 struct Peer {
@@ -122,16 +119,6 @@ const PEER_LEFT_GRACE: Duration = Duration::from_secs(1);
 unsafe impl Send for IpcEngine {}
 // SAFETY: as above.
 unsafe impl Sync for IpcEngine {}
-
-/// The device's primary context, leaving the calling thread's current context as it was.
-pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
-    let prev = cuda::current_device().ok().flatten();
-    let ctx = Context::new(dev).map_err(cuda_err)?;
-    if let Some(d) = prev.filter(|&d| d != dev) {
-        Context::new(d).map_err(cuda_err)?;
-    }
-    Ok(ctx)
-}
 
 /// The reduction kernels of a device, shared by its communicators (compiled once).
 fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
@@ -240,7 +227,7 @@ fn prepare_local(
     ll_max: usize,
     rx_lanes: usize,
 ) -> Result<(Local, Offer)> {
-    let ctx = device_context(dev)?;
+    let ctx = crate::gpu::device_context(dev)?;
     let kernels = kernels_for(&ctx)?;
     let flags =
         DeviceBuffer::new(&ctx, Layout::flag_bytes(nranks, slots, rx_lanes)).map_err(cuda_err)?;
@@ -369,7 +356,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             }
             peers[j] = Some(if state.table[j].pid == my_pid {
                 // The same process: plain pointers, once this device may access the peer's.
-                let pctx = device_context(o.dev)?;
+                let pctx = crate::gpu::device_context(o.dev)?;
                 local.ctx.enable_peer_access(&pctx).map_err(cuda_err)?;
                 Peer {
                     flags: o.flags_ptr,
