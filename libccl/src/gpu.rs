@@ -66,6 +66,16 @@ pub fn current_device() -> i32 {
 /// The device's primary context, leaving the calling thread's current context as it was:
 /// `Context::new` makes the device's context current, and the caller's thread (a `-g N`
 /// driver switching between devices, or PyTorch) must keep the one it had.
+/// An event for ordering streams only (no timing, no blocking sync, not shared).
+pub(crate) fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
+    let flags = EventFlags {
+        timing: false,
+        interprocess: false,
+        blocking_sync: false,
+    };
+    Event::new(ctx, flags).map_err(cuda_err)
+}
+
 pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
     let prev = cuda::current_device().ok().flatten();
     let ctx = Context::new(dev).map_err(cuda_err)?;
@@ -391,13 +401,8 @@ fn order_on_streams(
     let Some(first) = streams.first() else {
         return Ok(());
     };
-    let flags = EventFlags {
-        timing: false,
-        interprocess: false,
-        blocking_sync: false,
-    };
     for s in &streams[1..] {
-        let ev = Event::new(&eng.ctx, flags).map_err(cuda_err)?;
+        let ev = plain_event(&eng.ctx)?;
         ev.record(s).map_err(cuda_err)?;
         first.wait_event(&ev).map_err(cuda_err)?;
     }
@@ -422,7 +427,7 @@ fn order_on_streams(
                 .map_err(cuda_err)?;
         }
     }
-    let done_ev = Event::new(&eng.ctx, flags).map_err(cuda_err)?;
+    let done_ev = plain_event(&eng.ctx)?;
     done_ev.record(first).map_err(cuda_err)?;
     for s in &streams[1..] {
         s.wait_event(&done_ev).map_err(cuda_err)?;

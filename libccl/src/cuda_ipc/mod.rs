@@ -31,8 +31,8 @@ use std::time::Duration;
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
 use ccl_cuda::cuda::{
-    self, Context, DeviceBuffer, Event, EventFlags, IpcHandle, IpcMapping, KernelOp, Kernels,
-    LlTransfers, Stream, WaitCond, IPC_HANDLE_SIZE,
+    self, Context, DeviceBuffer, Event, IpcHandle, IpcMapping, KernelOp, Kernels, LlTransfers,
+    Stream, WaitCond, IPC_HANDLE_SIZE,
 };
 use ccl_cuda::{DataType, ReduceKind};
 use parking_lot::Mutex;
@@ -391,12 +391,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     }
     // Every peer has mapped this rank's board.
     board.unlink();
-    let flags = EventFlags {
-        timing: false,
-        interprocess: false,
-        blocking_sync: false,
-    };
-    let ev = || Event::new(&local.ctx, flags).map_err(cuda_err);
+    let ev = || crate::gpu::plain_event(&local.ctx);
     let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
     // Every rank has mapped every peer: from here a local failure is the communicator's.
     let tx = (0..TX_LANES)
@@ -608,7 +603,7 @@ impl Queueing {
             first.wait_event(&eng.last_done).map_err(cuda_err)?;
         }
         for s in &self.user[1..] {
-            let ev = plain_event(&eng.ctx)?;
+            let ev = crate::gpu::plain_event(&eng.ctx)?;
             ev.record(s).map_err(cuda_err)?;
             first.wait_event(&ev).map_err(cuda_err)?;
         }
@@ -668,7 +663,7 @@ impl Queueing {
         q.ops += 1;
         eng.last_done.record(first).map_err(cuda_err)?;
         if self.user.len() > 1 {
-            let ev = plain_event(&eng.ctx)?;
+            let ev = crate::gpu::plain_event(&eng.ctx)?;
             ev.record(first).map_err(cuda_err)?;
             for s in &self.user[1..] {
                 s.wait_event(&ev).map_err(cuda_err)?;
@@ -676,18 +671,6 @@ impl Queueing {
         }
         Ok(())
     }
-}
-
-fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
-    Event::new(
-        ctx,
-        EventFlags {
-            timing: false,
-            interprocess: false,
-            blocking_sync: false,
-        },
-    )
-    .map_err(cuda_err)
 }
 
 /// A small collective done by one low-latency kernel per rank instead of transfers.
