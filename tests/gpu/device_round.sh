@@ -2,7 +2,7 @@
 # One compact device call after a change to the GPU path: stream-order stress (two_comms.c),
 # a correctness sweep of the nine ops (-g 2, and mpirun for three), PyTorch with non-blocking
 # init compared bit for bit with NVIDIA NCCL, then busbw/latency beside NCCL. Everything under
-# $OUT; summary.md at the end (libccl measured with CCL_IPC_RX_LANES=1 and 2). Env: PERF_OPS,
+# $OUT; summary.md at the end (libccl measured with direct transfers on and off). Env: PERF_OPS,
 # PERF_SIZES.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -23,21 +23,22 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.
   -lcudart -o /tmp/mismatch >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
-CCL_IPC_RX_LANES=2 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | sed 's/^check/check rx2/' | tee -a "$S"
+CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_gather broadcast gather scatter | tee -a "$S"
+CCL_IPC_DIRECT=0 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh sendrecv alltoall all_gather | sed 's/^check/check staged/' | tee -a "$S"
 CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g2 bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
 
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
-say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio | rx2 busbw ratio | rx2 latency ratio |"
+say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio | CCL_IPC_DIRECT=0 busbw ratio | CCL_IPC_DIRECT=0 latency ratio |"
 say "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast sendrecv}; do
-  for size in ${PERF_SIZES:-8 1M 512M}; do
-    for lib in nccl ccl rx2; do
+for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast sendrecv gather scatter}; do
+  for size in ${PERF_SIZES:-8 1M 128M 512M}; do
+    for lib in nccl ccl staged; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
-      [ $lib = rx2 ] && RX=2 || RX=1
-      CCL_IPC_RX_LANES=$RX LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g 2 \
+      [ $lib = staged ] && DIRECT=0 || DIRECT=1
+      CCL_IPC_DIRECT=$DIRECT LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g 2 \
         > "$L/perf.$op.$size.$lib.log" 2>&1
     done
-    python3 - "$L/perf.$op.$size.nccl.log" "$L/perf.$op.$size.ccl.log" "$L/perf.$op.$size.rx2.log" "$op" "$size" <<'PY' | tee -a "$S"
+    python3 - "$L/perf.$op.$size.nccl.log" "$L/perf.$op.$size.ccl.log" "$L/perf.$op.$size.staged.log" "$op" "$size" <<'PY' | tee -a "$S"
 import re, sys
 def row(f):
     for line in open(f):
@@ -46,6 +47,30 @@ def row(f):
 n, c, x = row(sys.argv[1]), row(sys.argv[2]), row(sys.argv[3])
 def r(a, b, i): return f"{a[i]/b[i]:.2f}" if a and b and b[i] else "-"
 print(f"| {sys.argv[4]} | {sys.argv[5]} | {n and n[0]} | {c and c[0]} | {n and n[1]} | {c and c[1]} | {r(c, n, 1)} | {r(c, n, 0)} | {r(x, n, 1)} | {r(x, n, 0)} |")
+PY
+  done
+done
+# One process per GPU (as under torchrun), where either rank may be the one that copies.
+say "| mpirun op | size | NCCL busbw | libccl busbw | ratio |"
+say "|---|---|---:|---:|---:|"
+for op in ${MPI_PERF_OPS:-sendrecv alltoall all_gather all_reduce}; do
+  for size in 8 512M; do
+    for lib in nccl ccl; do
+      [ $lib = nccl ] && LP=$NV || LP=$CCL
+      LD_LIBRARY_PATH=$LP timeout -s KILL 40 mpirun --allow-run-as-root --bind-to none -np 2 \
+        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 \
+        > "$L/mpiperf.$op.$size.$lib.log" 2>&1
+    done
+    python3 - "$L/mpiperf.$op.$size.nccl.log" "$L/mpiperf.$op.$size.ccl.log" "$op" "$size" <<'PY' | tee -a "$S"
+import re, sys
+def row(f):
+    for line in open(f):
+        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
+        if m: return float(m.group(2)), float(m.group(3))
+n, c = row(sys.argv[1]), row(sys.argv[2])
+i = 0 if sys.argv[4] == "8" else 1
+r = f"{c[i]/n[i]:.2f}" if n and c and n[i] else "-"
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {n and n[i]} | {c and c[i]} | {r}{' (time)' if i == 0 else ''} |")
 PY
   done
 done

@@ -298,3 +298,10 @@ pub fn pointer_info(ptr: u64) -> Result<PointerInfo> {
         size,
     })
 }
+
+/// CUDA's identifier of the allocation containing `ptr`: unique within the process for its
+/// lifetime, so a new allocation at a freed one's address gets a new id (mapping caches key on
+/// it).
+pub fn buffer_id(ptr: u64) -> Result<u64> {
+    attribute::<u64>(Driver::get()?, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr)
+}

@@ -32,7 +32,7 @@ pub use error::{CudaError, Result};
 pub use flag::Flag;
 pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
 pub use kernels::{KernelStats, Kernels, LlTransfers};
-pub use memory::{pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
+pub use memory::{buffer_id, pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
 pub use stream::{CaptureStatus, Event, EventFlags, Stream, WaitCond};

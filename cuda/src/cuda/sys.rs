@@ -39,6 +39,7 @@ pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
 
 pub const CU_POINTER_ATTRIBUTE_CONTEXT: CUpointer_attribute = 1;
 pub const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: CUpointer_attribute = 2;
+pub const CU_POINTER_ATTRIBUTE_BUFFER_ID: CUpointer_attribute = 7;
 pub const CU_POINTER_ATTRIBUTE_IS_MANAGED: CUpointer_attribute = 8;
 pub const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: CUpointer_attribute = 9;
 pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: CUpointer_attribute = 11;

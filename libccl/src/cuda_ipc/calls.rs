@@ -117,25 +117,34 @@ impl CallSig {
     }
 }
 
-/// This rank's board (written here) and its peers' (read here).
-pub(crate) struct CallBoard {
+/// One `/dev/shm` board per rank of a communicator: this rank's own (created here) and its
+/// peers' (mapped once every rank has created its own).
+pub(crate) struct RankBoards {
     rank: usize,
-    own: ShmBoard,
-    peers: Vec<Option<ShmBoard>>,
+    kind: &'static str,
+    pub own: ShmBoard,
+    pub peers: Vec<Option<ShmBoard>>,
 }
 
-/// The board name of `rank` in the communicator with `nonce`.
-pub(crate) fn board_name(nonce: u64, rank: usize) -> String {
-    format!("calls-{nonce:016x}-{rank}")
+/// The name of `rank`'s board of `kind` in the communicator with `nonce`.
+pub(crate) fn board_name(kind: &str, nonce: u64, rank: usize) -> String {
+    format!("{kind}-{nonce:016x}-{rank}")
 }
 
-impl CallBoard {
-    /// Creates this rank's board (before the peers open it).
-    pub fn create(nonce: u64, rank: usize, nranks: usize) -> Result<CallBoard> {
-        let own = ShmBoard::create(&board_name(nonce, rank), ENTRIES * ENTRY_WORDS)
-            .map_err(|e| Error::system(format!("cuda-ipc call board: {e}")))?;
-        Ok(CallBoard {
+impl RankBoards {
+    /// Creates this rank's board of `words` words (before the peers open it).
+    pub fn create(
+        kind: &'static str,
+        nonce: u64,
+        rank: usize,
+        nranks: usize,
+        words: usize,
+    ) -> Result<RankBoards> {
+        let own = ShmBoard::create(&board_name(kind, nonce, rank), words)
+            .map_err(|e| Error::system(format!("cuda-ipc {kind} board: {e}")))?;
+        Ok(RankBoards {
             rank,
+            kind,
             own,
             peers: (0..nranks).map(|_| None).collect(),
         })
@@ -146,8 +155,9 @@ impl CallBoard {
         for (j, slot) in self.peers.iter_mut().enumerate() {
             if j != self.rank {
                 *slot = Some(
-                    ShmBoard::open(&board_name(nonce, j))
-                        .map_err(|e| Error::system(format!("rank {j}'s call board: {e}")))?,
+                    ShmBoard::open(&board_name(self.kind, nonce, j)).map_err(|e| {
+                        Error::system(format!("rank {j}'s cuda-ipc {} board: {e}", self.kind))
+                    })?,
                 );
             }
         }
@@ -159,11 +169,42 @@ impl CallBoard {
         self.own.unlink();
     }
 
+    /// Rank `r`'s board (this rank's own at its rank).
+    pub fn of(&self, r: usize) -> Option<&ShmBoard> {
+        if r == self.rank {
+            Some(&self.own)
+        } else {
+            self.peers.get(r)?.as_ref()
+        }
+    }
+}
+
+impl Drop for RankBoards {
+    /// Unlinking is idempotent; a board dropped before the end of setup (every rank bails
+    /// out alike) must not stay behind in `/dev/shm`.
+    fn drop(&mut self) {
+        self.own.unlink();
+    }
+}
+
+/// This rank's call board (written here) and its peers' (read here).
+pub(crate) struct CallBoard {
+    pub boards: RankBoards,
+}
+
+impl CallBoard {
+    /// Creates this rank's board (before the peers open it).
+    pub fn create(nonce: u64, rank: usize, nranks: usize) -> Result<CallBoard> {
+        Ok(CallBoard {
+            boards: RankBoards::create("calls", nonce, rank, nranks, ENTRIES * ENTRY_WORDS)?,
+        })
+    }
+
     /// Posts collective number `seq` (from 1). The entry's sequence word goes last, so a
     /// reader that sees it before and after the other words saw a whole entry.
     pub fn post(&self, seq: u64, sig: CallSig) {
         let base = (seq as usize % ENTRIES) * ENTRY_WORDS;
-        let w = |i: usize| self.own.word(base + i);
+        let w = |i: usize| self.boards.own.word(base + i);
         if let Some(s) = w(0) {
             s.store(0, Ordering::Release);
         }
@@ -193,7 +234,7 @@ impl CallBoard {
     /// The first disagreement between `mine` (recent calls of this rank, by sequence number)
     /// and what the peers posted for the same numbers.
     pub fn check(&self, mine: &VecDeque<(u64, CallSig)>) -> Option<Error> {
-        for (j, b) in self.peers.iter().enumerate() {
+        for (j, b) in self.boards.peers.iter().enumerate() {
             let Some(b) = b else { continue };
             for &(seq, sig) in mine {
                 match Self::read(b, seq) {
@@ -202,7 +243,7 @@ impl CallBoard {
                             "mismatched collectives on a communicator: collective #{seq} is \
                              {} on rank {} but {} on rank {j}",
                             sig.describe(),
-                            self.rank,
+                            self.boards.rank,
                             theirs.describe()
                         )))
                     }
@@ -211,14 +252,6 @@ impl CallBoard {
             }
         }
         None
-    }
-}
-
-impl Drop for CallBoard {
-    /// Unlinking is idempotent; a board dropped before the end of setup (every rank bails
-    /// out alike) must not stay behind in `/dev/shm`.
-    fn drop(&mut self) {
-        self.own.unlink();
     }
 }
 
@@ -266,10 +299,10 @@ mod tests {
         let nonce = 0x5eed_0000 ^ std::process::id() as u64;
         let mut a = CallBoard::create(nonce, 0, 2).unwrap();
         let mut b = CallBoard::create(nonce, 1, 2).unwrap();
-        a.open_peers(nonce).unwrap();
-        b.open_peers(nonce).unwrap();
-        a.unlink();
-        b.unlink();
+        a.boards.open_peers(nonce).unwrap();
+        b.boards.open_peers(nonce).unwrap();
+        a.boards.unlink();
+        b.boards.unlink();
         let (mut ha, mut hb) = (History::default(), History::default());
         // 100 matching collectives (the board wraps), then a different count.
         for i in 0..100 {

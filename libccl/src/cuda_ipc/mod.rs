@@ -20,7 +20,9 @@
 //! never stuck behind a later one, whatever the queue merging. The protocol itself lives in
 //! [`protocol`], over a [`protocol::Device`]; this module sets it up and drives CUDA streams.
 
+mod buffers;
 mod calls;
+mod direct;
 mod protocol;
 #[cfg(test)]
 mod sim;
@@ -42,7 +44,8 @@ use crate::error::{Error, Result};
 use crate::gpu::cuda_err;
 use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
-use calls::{CallBoard, CallSig, History};
+use buffers::Buffers;
+use calls::{CallBoard, CallSig, History, RankBoards};
 use protocol::{lower, Act, Counters, Device, Emission, Kernel, Lane, Layout, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
@@ -74,6 +77,8 @@ struct Queued {
     calls: History,
     /// Groups queued so far.
     ops: u64,
+    /// Our buffers as peers reach them, and theirs as we do.
+    bufs: Buffers,
 }
 
 /// One communicator's cuda-ipc state.
@@ -99,6 +104,9 @@ pub struct IpcEngine {
     last_done: Event,
     queued: Mutex<Queued>,
     board: CallBoard,
+    /// Direct transfers on (every rank asked for them), and every rank's rendezvous inbox.
+    direct: bool,
+    inbox: RankBoards,
     watch: Mutex<Watch>,
 }
 
@@ -110,6 +118,10 @@ struct Watch {
     /// When a peer was first seen gone while work was queued.
     peer_left: Option<std::time::Instant>,
 }
+
+/// How long posting a direct transfer may wait for a peer that is a whole ring of transfers
+/// behind, when `CCL_TIMEOUT_S` does not say.
+const DIRECT_POST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How long queued work may outlive a peer's departure before it counts as stuck.
 const PEER_LEFT_GRACE: Duration = Duration::from_secs(1);
@@ -135,6 +147,8 @@ fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
 /// What a rank offers its peers at setup.
 struct Offer {
     capable: bool,
+    /// Wants direct transfers (`CCL_IPC_DIRECT`): used only if every rank does.
+    direct: bool,
     dev: i32,
     chunk: u64,
     slots: u32,
@@ -154,6 +168,7 @@ impl Offer {
     fn none() -> Offer {
         Offer {
             capable: false,
+            direct: false,
             dev: -1,
             chunk: 0,
             slots: 0,
@@ -170,7 +185,7 @@ impl Offer {
 
     fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(OFFER_BYTES);
-        b.push(self.capable as u8);
+        b.push(self.capable as u8 | (self.direct as u8) << 1);
         b.extend_from_slice(&self.dev.to_le_bytes());
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
@@ -192,7 +207,8 @@ impl Offer {
         let u32_at = |o: usize| b.get(o..o + 4).and_then(|s| s.try_into().ok());
         let u64_at = |o: usize| b.get(o..o + 8).and_then(|s| s.try_into().ok());
         let mut o = Offer::none();
-        o.capable = b[0] == 1;
+        o.capable = b[0] & 1 == 1;
+        o.direct = b[0] & 2 == 2;
         o.dev = i32::from_le_bytes(u32_at(1)?);
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);
@@ -250,6 +266,7 @@ fn prepare_local(
     let ll_handle = IpcHandle::of(&ctx, ll.ptr()).map_err(cuda_err)?.0;
     let offer = Offer {
         capable: true,
+        direct: params::CCL_IPC_DIRECT.get_bool(),
         dev,
         chunk: chunk as u64,
         slots,
@@ -307,8 +324,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
             ll_max,
             rx_lanes,
         ) {
-            Ok((l, o)) => match CallBoard::create(comm.nonce(), rank, n) {
-                Ok(b) => (Some((l, b)), o),
+            Ok((l, o)) => match CallBoard::create(comm.nonce(), rank, n).and_then(|b| {
+                let inbox =
+                    RankBoards::create("dx", comm.nonce(), rank, n, direct::inbox_words(n))?;
+                Ok((b, inbox))
+            }) {
+                Ok((b, inbox)) => (Some((l, b, inbox)), o),
                 Err(e) => {
                     tracing::info!("rank {rank}: cuda-ipc unavailable here: {e}");
                     (None, Offer::none())
@@ -337,7 +358,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
             && o.slots == slots
             && o.single_max == single_max as u64
     });
-    let Some((local, mut board)) = local.filter(|_| agreed) else {
+    let direct_on = offers.iter().all(|o| o.direct);
+    let Some((local, mut board, mut inbox)) = local.filter(|_| agreed) else {
         if wanted && offers.iter().any(|o| o.capable) {
             tracing::info!(
                 "rank {rank}: cuda-ipc off for this communicator (not every rank can map its \
@@ -349,7 +371,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let my_pid = state.table[rank].pid;
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
     let opened = (|| -> Result<()> {
-        board.open_peers(comm.nonce())?;
+        board.boards.open_peers(comm.nonce())?;
+        inbox.open_peers(comm.nonce())?;
         for (j, o) in offers.iter().enumerate() {
             if j == rank {
                 continue;
@@ -389,8 +412,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
-    // Every peer has mapped this rank's board.
-    board.unlink();
+    // Every peer has mapped this rank's boards.
+    board.boards.unlink();
+    inbox.unlink();
     let ev = || crate::gpu::plain_event(&local.ctx);
     let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
     // Every rank has mapped every peer: from here a local failure is the communicator's.
@@ -423,6 +447,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         flags: own(|p| p.flags, local.flags.ptr()),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
     };
+    let bufs = Buffers::new(local.ctx.clone());
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -445,8 +470,11 @@ pub fn attach(comm: &Comm) -> Result<()> {
             ll_seq: 0,
             calls: History::default(),
             ops: 0,
+            bufs,
         }),
         board,
+        direct: direct_on,
+        inbox,
         watch: Mutex::new(Watch::default()),
     };
     tracing::info!(
@@ -591,11 +619,42 @@ struct Queueing {
     em: Emission,
     ll: Option<LowLatency>,
     sig: Option<CallSig>,
+    /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
+    direct: Option<Program>,
+    posting: Option<direct::Posting>,
+    plan: direct::Plan,
+    /// A peer disagreed on a transfer's size (reported once everything is queued).
+    direct_err: Option<Error>,
 }
 
 impl Queueing {
-    /// Orders the user's streams, then the low-latency kernel or the fork and local copies.
-    fn begin(&mut self, q: &mut Queued) -> Result<()> {
+    /// Posts the group's direct transfers (host only: no stream work, no wait for a peer's
+    /// call, so every communicator of a `-g N` group posts before any settles).
+    fn post_direct(&mut self, q: &mut Queued) -> Result<()> {
+        let Some(p) = self.direct.take() else {
+            return Ok(());
+        };
+        let eng = &*self.eng;
+        let timeout = match params::CCL_TIMEOUT_S.get_i64() {
+            s if s > 0 => Duration::from_secs(s as u64),
+            _ => DIRECT_POST_TIMEOUT,
+        };
+        let abort = self.comm.0.abort.clone();
+        self.posting = Some(direct::post_group(
+            &mut q.bufs,
+            &p,
+            eng.layout.rank,
+            &mut q.counters,
+            &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
+            Some(std::time::Instant::now() + timeout),
+            &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+        )?);
+        Ok(())
+    }
+
+    /// Orders the user's streams, then the direct transfers' local copies and flags, then the
+    /// low-latency kernel or the fork and local copies.
+    fn begin(&mut self, q: &mut Queued, push_by: std::time::Instant) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
         let raw = first.raw() as usize;
@@ -606,6 +665,21 @@ impl Queueing {
             let ev = crate::gpu::plain_event(&eng.ctx)?;
             ev.record(s).map_err(cuda_err)?;
             first.wait_event(&ev).map_err(cuda_err)?;
+        }
+        if let Some(posting) = self.posting.take() {
+            let abort = self.comm.0.abort.clone();
+            let (plan, err) = posting.settle(
+                &mut q.bufs,
+                eng.layout.rank,
+                &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
+                push_by,
+                eng.single_stream_max,
+                &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+            )?;
+            self.plan = plan;
+            self.direct_err = err;
+            let mut dev = CudaDevice { eng, user: first };
+            self.plan.begin(&eng.layout, &mut dev)?;
         }
         if let Some(ll) = &self.ll {
             q.ll_seq = q.ll_seq.wrapping_add(1);
@@ -659,6 +733,7 @@ impl Queueing {
         let first = &self.user[0];
         let mut dev = CudaDevice { eng, user: first };
         self.em.end(&eng.layout, &mut dev)?;
+        self.plan.end(&eng.layout, &mut dev)?;
         q.last_stream = Some(first.raw() as usize);
         q.ops += 1;
         eng.last_done.record(first).map_err(cuda_err)?;
@@ -768,11 +843,21 @@ fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, Kernel
 
 /// Lowers one communicator's group and prepares its emission.
 fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing> {
+    let all = tasks;
     let user = crate::gpu::user_streams(&eng.ctx, tasks)?;
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
     }
     let l = &eng.layout;
+    let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
+        .iter()
+        .partition(|t| eng.direct && direct::goes_direct(t.kind));
+    let direct = if direct_tasks.is_empty() {
+        None
+    } else {
+        Some(lower(&direct_tasks, l.rank, l.nranks, usize::MAX, 0)?)
+    };
+    let tasks = &staged[..];
     let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let program = lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
@@ -790,7 +875,11 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         user,
         em,
         ll,
-        sig: CallSig::of(tasks),
+        sig: CallSig::of(all),
+        direct,
+        posting: None,
+        plan: direct::Plan::default(),
+        direct_err: None,
     })
 }
 
@@ -828,7 +917,12 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
         return Err(e);
     }
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
-        q.begin(g).map_err(|e| poison(&q.comm, e))?;
+        q.post_direct(g).map_err(|e| poison(&q.comm, e))?;
+    }
+    let push_wait = params::CCL_IPC_PUSH_WAIT_US.get_i64().clamp(0, 1_000_000) as u64;
+    let push_by = std::time::Instant::now() + Duration::from_micros(push_wait);
+    for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
+        q.begin(g, push_by).map_err(|e| poison(&q.comm, e))?;
     }
     let horizon = qs.iter().map(|q| q.em.horizon()).max().unwrap_or(0);
     // Interleave in steps of a few logical times: small enough to bound each stream's queue,
@@ -844,7 +938,13 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.end(g).map_err(|e| poison(&q.comm, e))?;
     }
-    Ok(())
+    match qs
+        .iter_mut()
+        .find_map(|q| q.direct_err.take().map(|e| (q, e)))
+    {
+        Some((q, e)) => Err(poison(&q.comm, e)),
+        None => Ok(()),
+    }
 }
 
 /// For `ncclCommGetAsyncError`: compares this rank's recent collectives with what its peers

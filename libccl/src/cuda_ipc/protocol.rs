@@ -116,8 +116,16 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// The flag area: ready and credit words per peer and slot, the direct transfers' words,
+    /// then one word per receive lane (last: the lane count may differ between ranks).
     pub fn flag_bytes(nranks: usize, slots: u32, rx_lanes: usize) -> usize {
-        (nranks * 2 * slots as usize + rx_lanes) * FLAG_STRIDE as usize
+        (nranks * 2 * slots as usize + super::direct::flag_words(nranks) + rx_lanes)
+            * FLAG_STRIDE as usize
+    }
+
+    /// Index of the first direct-transfer word in a flag area.
+    pub(crate) fn direct_base(&self) -> usize {
+        self.nranks * 2 * self.slots as usize
     }
 
     /// `to`'s word that `from`'s chunk in `slot` is there.
@@ -132,7 +140,8 @@ impl Layout {
     }
 
     fn local(&self, lane: usize) -> u64 {
-        self.flags[self.rank] + (self.nranks * 2 * self.slots as usize + lane) as u64 * FLAG_STRIDE
+        let i = self.direct_base() + super::direct::flag_words(self.nranks) + lane;
+        self.flags[self.rank] + i as u64 * FLAG_STRIDE
     }
 
     /// Slot `slot` for `sender` in `receiver`'s area: one region per peer in rank order, the
@@ -164,6 +173,9 @@ pub(crate) struct Counters {
     pub sent_total: Vec<u64>,
     /// Reductions finished, per receive lane.
     pub local: Vec<u32>,
+    /// Direct transfers to / from each peer.
+    pub direct_out: Vec<u64>,
+    pub direct_in: Vec<u64>,
 }
 
 impl Counters {
@@ -173,6 +185,8 @@ impl Counters {
             recvd: vec![0; nranks],
             sent_total: vec![0; nranks],
             local: vec![0; rx_lanes],
+            direct_out: vec![0; nranks],
+            direct_in: vec![0; nranks],
         }
     }
 }

@@ -10,6 +10,9 @@ use ccl_collectives::Collective;
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
 
+use std::sync::atomic::AtomicU64;
+
+use super::direct::{self, Exported, Post, Reach, Words};
 use super::protocol::{lower, Counters, Device, Emission, Kernel, Lane, Layout};
 use crate::error::Result;
 use crate::task::{Reduction, Task, TaskKind};
@@ -392,6 +395,74 @@ struct Setup {
     slots: u32,
     rx_lanes: usize,
     single_max: usize,
+    /// Data-only operations go as direct transfers (the rendezvous in `DirectSim`).
+    direct: bool,
+}
+
+/// Where a rank's bounce buffer sits in the simulated memory, and its size.
+fn bounce_base(rank: usize) -> u64 {
+    base(rank) + 0x0C00_0000
+}
+const BOUNCE: usize = 1 << 20;
+
+/// The host side of direct transfers in the simulation: every rank's rendezvous inbox, and
+/// address ranges a peer may not map (they go through the bounce buffer).
+struct DirectSim {
+    boards: Vec<Vec<AtomicU64>>,
+    unmappable: Vec<(u64, u64)>,
+}
+
+impl DirectSim {
+    fn new(n: usize) -> DirectSim {
+        DirectSim {
+            boards: (0..n)
+                .map(|_| {
+                    (0..direct::inbox_words(n))
+                        .map(|_| AtomicU64::new(0))
+                        .collect()
+                })
+                .collect(),
+            unmappable: Vec::new(),
+        }
+    }
+}
+
+/// One rank's view of buffers: one address space for all, so a post's address is the peer's.
+struct SimReach<'a> {
+    rank: usize,
+    unmappable: &'a [(u64, u64)],
+}
+
+impl Reach for SimReach<'_> {
+    fn pid(&self) -> u64 {
+        1
+    }
+    fn export(&mut self, ptr: u64) -> Result<direct::Export> {
+        let blocked = self.unmappable.iter().any(|&(a, b)| ptr >= a && ptr < b);
+        Ok((!blocked).then_some(Exported {
+            base: ptr,
+            buffer_id: ptr,
+            handle: [0; 64],
+        }))
+    }
+    fn bounce(&mut self, bytes: usize) -> Result<(u64, Exported)> {
+        assert!(
+            bytes <= BOUNCE,
+            "simulated bounce buffer too small for {bytes} bytes"
+        );
+        let b = bounce_base(self.rank);
+        Ok((
+            b,
+            Exported {
+                base: b,
+                buffer_id: b,
+                handle: [0; 64],
+            },
+        ))
+    }
+    fn resolve(&mut self, p: &Post) -> Result<u64> {
+        Ok(p.addr)
+    }
 }
 
 impl Setup {
@@ -424,26 +495,54 @@ impl Setup {
                 base(r) + 0x0800_0000,
                 Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
             );
+            mem.alloc(bounce_base(r), BOUNCE);
         }
         mem
     }
 
-    /// Lowers `tasks` for `l`'s rank and queues them on `dev`, as `submit` does.
+    /// Lowers `tasks` for `l`'s rank and queues them on `dev`, as `submit` does: direct
+    /// transfers posted and their flags first, the staged program, then the direct copies.
     fn queue(
         &self,
         l: &Layout,
         c: &mut Counters,
         dev: &mut SimDevice,
         tasks: &[Task],
+        dx: &DirectSim,
     ) -> std::result::Result<(), String> {
-        let p =
-            lower(tasks, l.rank, self.n, self.chunk, self.single_max).map_err(|e| e.to_string())?;
+        let e = |e: crate::error::Error| e.to_string();
+        let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
+            .iter()
+            .partition(|t| self.direct && direct::goes_direct(t.kind));
+        let plan = if direct_tasks.is_empty() {
+            direct::Plan::default()
+        } else {
+            let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
+            let mut reach = SimReach {
+                rank: l.rank,
+                unmappable: &dx.unmappable,
+            };
+            let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+            let posting = direct::post_group(&mut reach, &p, l.rank, c, &boards, None, &|| false)
+                .map_err(e)?;
+            // One thread queues every rank: a pending send cannot wait for a later rank.
+            let now = std::time::Instant::now();
+            let (plan, mismatch) = posting
+                .settle(&mut reach, l.rank, &boards, now, self.single_max, &|| false)
+                .map_err(e)?;
+            if let Some(m) = mismatch {
+                return Err(m.to_string());
+            }
+            plan
+        };
+        plan.begin(l, dev).map_err(e)?;
+        let p = lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
         let single = p.bytes() <= self.single_max || p.aliases();
         let mut em = Emission::new(p, self.chunk, single);
-        em.begin(l, dev).map_err(|e| e.to_string())?;
-        em.emit_until(em.horizon(), l, c, dev)
-            .map_err(|e| e.to_string())?;
-        em.end(l, dev).map_err(|e| e.to_string())
+        em.begin(l, dev).map_err(e)?;
+        em.emit_until(em.horizon(), l, c, dev).map_err(e)?;
+        em.end(l, dev).map_err(e)?;
+        plan.end(l, dev).map_err(e)
     }
 }
 
@@ -458,6 +557,17 @@ fn simulate(
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
     let n = s.n;
+    let mut dx = DirectSim::new(n);
+    // With direct transfers, every third seed makes one rank's buffers unmappable per case
+    // (they go through its bounce buffer).
+    if s.direct && seed % 3 == 2 {
+        for (k, _) in cases.iter().enumerate() {
+            let r = k % n;
+            let b = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
+            dx.unmappable.push((b, b + 2 * BUF));
+        }
+    }
+    let mut order_rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
     for (k, case) in cases.iter().enumerate() {
@@ -476,13 +586,23 @@ fn simulate(
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     for (k, case) in cases.iter().enumerate() {
-        for r in 0..n {
+        // Ranks call in a random order: it decides which side of each transfer copies.
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            order_rng ^= order_rng << 13;
+            order_rng ^= order_rng >> 7;
+            order_rng ^= order_rng << 17;
+            order.swap(i, (order_rng % (i as u64 + 1)) as usize);
+        }
+        for r in order {
             s.queue(
                 &layouts[r],
                 &mut counters[r],
                 &mut devs[r],
                 &tasks(case, k, r, n),
-            )?;
+                &dx,
+            )
+            .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
         }
     }
     if let Some(t) = tamper {
@@ -574,13 +694,19 @@ fn every_collective_finishes_exact_under_any_stream_order() {
     for n in [1usize, 2, 3, 4] {
         for (count, chunk, slots) in [(3000usize, 4096usize, 2u32), (1000, 4096, 4), (5, 4096, 2)] {
             for rx_lanes in [1usize, 2] {
-                for single_max in [0usize, 1 << 20] {
+                for (single_max, direct) in [
+                    (0usize, false),
+                    (1 << 20, false),
+                    (0, true),
+                    (1 << 20, true),
+                ] {
                     let s = Setup {
                         n,
                         chunk,
                         slots,
                         rx_lanes,
                         single_max,
+                        direct,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -588,7 +714,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                             if let Err(e) = simulate(&s, &cases, merged, seed * 7919 + 1, None) {
                                 panic!(
                                     "n {n} count {count} chunk {chunk} slots {slots} rx lanes {rx_lanes} \
-                                     single {single_max} merged {merged} seed {seed}: {e}"
+                                     single {single_max} direct {direct} merged {merged} seed {seed}: {e}"
                                 );
                             }
                         }
@@ -609,6 +735,7 @@ fn the_simulation_catches_a_missing_credit_wait() {
         slots: 2,
         rx_lanes: 1,
         single_max: 0,
+        direct: false,
     };
     let case = Case {
         kind: Kind::Ring,
@@ -664,6 +791,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
             slots: 2 + next(3) as u32,
             rx_lanes: 1 + next(2) as usize,
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
+            direct: next(2) == 0,
         };
         // (from, to, count) in the order the sender issues them.
         let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
@@ -732,14 +860,20 @@ fn random_point_to_point_groups_deliver_every_byte() {
         }
         for merged in [false, true] {
             let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
-            for r in 0..n {
+            let dx = DirectSim::new(n);
+            // Ranks call in a random order (which side of a direct transfer copies).
+            let first = next(n as u64) as usize;
+            for r in (0..n).map(|i| (first + i) % n) {
                 let mut c = Counters::new(n, s.rx_lanes);
-                s.queue(&layouts[r], &mut c, &mut devs[r], &groups[r])
+                s.queue(&layouts[r], &mut c, &mut devs[r], &groups[r], &dx)
                     .unwrap();
             }
             let mut mem = fresh_mem();
             if let Err(e) = run(&devs, &mut mem, merged, round * 31 + 7) {
-                panic!("round {round} n {n} merged {merged}: {e}; transfers {transfers:?}");
+                panic!(
+                    "round {round} n {n} direct {} merged {merged}: {e}; transfers {transfers:?}",
+                    s.direct
+                );
             }
             for (i, &(a, b, count)) in transfers.iter().enumerate() {
                 let got = mem.read(base(b) + 0x2000_0000 + i as u64 * BUF, count * 4);

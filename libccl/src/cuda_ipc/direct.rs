@@ -1,0 +1,799 @@
+//! Zero-copy transfers between user buffers on copy engines (ICCL's SM-free P2P), with no
+//! host thread and nothing queued after the call returns.
+//!
+//! Every transfer (a send/receive pair, or one block of an all-gather, all-to-all, broadcast,
+//! gather or scatter) is a rendezvous of its two ranks in host shared memory: each side posts
+//! how to reach its buffer, and an atomic compare-and-swap on the entry decides the order. The
+//! side that posts *first* knows nothing of the other's buffer, so it only queues "my stream
+//! is here" (a flag written into the peer's memory) and "wait until the copy is done". The
+//! side that posts *second* knows both buffers, so it queues the whole copy: wait for the
+//! first side's flag, one `cuMemcpyAsync` straight from the source to the destination user
+//! buffer (pushing or pulling over NVLink), then the first side's done flag. Both sides queue
+//! everything during their own call, so a stream never waits on work someone queues later
+//! (which would deadlock when `CUDA_DEVICE_MAX_CONNECTIONS=1` merges streams into one queue).
+//!
+//! Deadlock freedom: in a group every "here" flag is written before any wait, copies wait only
+//! for those flags, and "done" waits come last; ranks process groups in the same order.
+//! Flags of one (peer, direction) are written in transfer order: all copies of one direction
+//! to one peer go on one lane, and a wait passes on any value at or beyond its own
+//! (wrap-safe), so a later transfer's flag implies the earlier's.
+//!
+//! A buffer the peer cannot map (not device memory of a `cuMemAlloc` allocation, or a
+//! receive that overlaps a send of the same group) goes through this rank's bounce buffer,
+//! which the peer can map: copied in before the "here" flag, copied out after the transfer.
+//! This module is CUDA-free (posts and plans); `mod.rs` resolves buffers and runs the plan.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::protocol::{Act, Counters, Device, Lane, Layout, Program, FLAG_STRIDE};
+use ccl_collectives::Collective;
+
+use crate::error::{Error, Result};
+use crate::task::TaskKind;
+
+/// Transfers a rank may post to one peer ahead of that peer's matching post.
+pub(crate) const RING: usize = 256;
+
+/// Words per rendezvous entry: the state word, then each side's post.
+pub(crate) const ENTRY_WORDS: usize = 32;
+
+const POST_WORDS: usize = 13;
+
+/// Words of a rank's inbox (the entries of transfers into it, one ring per source).
+pub(crate) fn inbox_words(nranks: usize) -> usize {
+    nranks * RING * ENTRY_WORDS
+}
+
+/// How the other side reaches one side's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Post {
+    /// Process of the poster: in the same process `addr` is usable as it is.
+    pub pid: u64,
+    pub addr: u64,
+    pub bytes: u64,
+    /// The allocation (CUDA's process-unique buffer id) and the offset in it, for mapping
+    /// from another process through `handle`.
+    pub buffer_id: u64,
+    pub offset: u64,
+    pub handle: [u8; 64],
+}
+
+impl Post {
+    fn to_words(self) -> [u64; POST_WORDS] {
+        let mut w = [0u64; POST_WORDS];
+        w[..5].copy_from_slice(&[self.pid, self.addr, self.bytes, self.buffer_id, self.offset]);
+        for (i, c) in self.handle.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            w[5 + i] = u64::from_le_bytes(b);
+        }
+        w
+    }
+
+    fn from_words(w: &[u64; POST_WORDS]) -> Post {
+        let mut handle = [0u8; 64];
+        for (i, c) in handle.chunks_exact_mut(8).enumerate() {
+            c.copy_from_slice(&w[5 + i].to_le_bytes());
+        }
+        Post {
+            pid: w[0],
+            addr: w[1],
+            bytes: w[2],
+            buffer_id: w[3],
+            offset: w[4],
+            handle,
+        }
+    }
+}
+
+/// Shared words a rendezvous lives in (a `/dev/shm` board, or memory in tests).
+pub(crate) trait Words {
+    fn word(&self, i: usize) -> Option<&AtomicU64>;
+}
+
+impl Words for ccl_transports::shm::ShmBoard {
+    fn word(&self, i: usize) -> Option<&AtomicU64> {
+        ccl_transports::shm::ShmBoard::word(self, i)
+    }
+}
+
+impl Words for Vec<AtomicU64> {
+    fn word(&self, i: usize) -> Option<&AtomicU64> {
+        self.get(i)
+    }
+}
+
+/// Entry state bits (above them, the entry's generation: transfer number / `RING`).
+const SRC: u64 = 1;
+const DST: u64 = 2;
+/// The source stopped waiting for the destination's post: the destination copies (pulls).
+const FINAL: u64 = 4;
+const GEN_SHIFT: u32 = 3;
+
+/// What a post found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The peer copies; this side flags "here" and waits for "done".
+    First,
+    /// This side copies, from or to the peer's posted buffer.
+    Second(Post),
+    /// A source posted before its destination: it waits (briefly, [`resolve`]) for the
+    /// destination's post so it can push, the faster way across processes.
+    Pending,
+}
+
+/// One rendezvous entry: transfer `seq` from `src`, in the destination's inbox.
+struct Entry<'a> {
+    board: &'a dyn Words,
+    base: usize,
+    gen: u64,
+}
+
+impl<'a> Entry<'a> {
+    fn new(board: &'a dyn Words, src: usize, seq: u64) -> Entry<'a> {
+        Entry {
+            board,
+            base: (src * RING + (seq % RING as u64) as usize) * ENTRY_WORDS,
+            gen: seq / RING as u64,
+        }
+    }
+
+    fn word(&self, i: usize) -> Result<&'a AtomicU64> {
+        self.board
+            .word(self.base + i)
+            .ok_or_else(|| Error::internal("cuda-ipc: rendezvous entry outside the board"))
+    }
+
+    fn side_at(src_side: bool) -> usize {
+        if src_side {
+            1
+        } else {
+            1 + POST_WORDS
+        }
+    }
+
+    fn write(&self, src_side: bool, p: &Post) -> Result<()> {
+        for (i, v) in p.to_words().into_iter().enumerate() {
+            self.word(Self::side_at(src_side) + i)?
+                .store(v, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Reads the other side's post and frees the entry for the transfer `RING` later (the
+    /// reader is the last to touch it).
+    fn take(&self, src_side: bool) -> Result<Post> {
+        let mut w = [0u64; POST_WORDS];
+        for (i, v) in w.iter_mut().enumerate() {
+            *v = self
+                .word(Self::side_at(src_side) + i)?
+                .load(Ordering::Relaxed);
+        }
+        self.word(0)?
+            .store((self.gen + 1) << GEN_SHIFT, Ordering::Release);
+        Ok(Post::from_words(&w))
+    }
+}
+
+/// Sleeps a little between polls of a shared word once spinning has not paid off.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else if *spins < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(20));
+    }
+}
+
+/// Posts this side of transfer `seq` from `src` (the entry sits in the destination's inbox
+/// `board`). A destination never waits: it copies (pulls) only if the source already gave up
+/// waiting for it, else the source will push. Waits only while the entry still holds the
+/// transfer `RING` earlier (a peer that far behind) until `deadline`, or until `stop` says
+/// the communicator is going away.
+pub(crate) fn post(
+    board: &dyn Words,
+    src: usize,
+    seq: u64,
+    i_am_src: bool,
+    mine: &Post,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<Outcome> {
+    let e = Entry::new(board, src, seq);
+    let state = e.word(0)?;
+    let mut spins = 0u32;
+    loop {
+        let w = state.load(Ordering::Acquire);
+        let (g, bits) = (w >> GEN_SHIFT, w & (SRC | DST | FINAL));
+        if g == e.gen {
+            let mine_bit = if i_am_src { SRC } else { DST };
+            if bits & mine_bit != 0 {
+                return Err(Error::internal(format!(
+                    "cuda-ipc: transfer {seq} from rank {src} posted twice by one side"
+                )));
+            }
+            if i_am_src && bits & DST != 0 {
+                return Ok(Outcome::Second(e.take(false)?));
+            }
+            if !i_am_src && bits & FINAL != 0 {
+                return Ok(Outcome::Second(e.take(true)?));
+            }
+            e.write(i_am_src, mine)?;
+            if state
+                .compare_exchange(w, w | mine_bit, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(if i_am_src {
+                    Outcome::Pending
+                } else {
+                    Outcome::First
+                });
+            }
+            continue;
+        }
+        if g > e.gen {
+            return Err(Error::internal(format!(
+                "cuda-ipc: rendezvous entry of transfer {seq} from rank {src} is at generation \
+                 {g}, ahead of this side"
+            )));
+        }
+        if stop() {
+            return Err(Error::system(
+                "cuda-ipc: communicator aborted while waiting for a peer",
+            ));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::system(format!(
+                "cuda-ipc: a peer stayed more than {RING} transfers behind rank {src} \
+                 (CCL_TIMEOUT_S)"
+            )));
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// Settles a source's [`Outcome::Pending`] post: `Second` (push) once the destination has
+/// posted, or at `push_by` `First` (the destination will pull when it posts).
+pub(crate) fn resolve(
+    board: &dyn Words,
+    src: usize,
+    seq: u64,
+    push_by: Instant,
+    stop: &dyn Fn() -> bool,
+) -> Result<Outcome> {
+    let e = Entry::new(board, src, seq);
+    let state = e.word(0)?;
+    let mut spins = 0u32;
+    loop {
+        let w = state.load(Ordering::Acquire);
+        if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & FINAL != 0 {
+            return Err(Error::internal(format!(
+                "cuda-ipc: transfer {seq} from rank {src} is not pending (entry {w:#x})"
+            )));
+        }
+        if w & DST != 0 {
+            return Ok(Outcome::Second(e.take(false)?));
+        }
+        if stop() || Instant::now() >= push_by {
+            if state
+                .compare_exchange(w, w | FINAL, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(Outcome::First);
+            }
+            continue;
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// Moves data without arithmetic: goes straight between user buffers when direct transfers
+/// are on (every rank classifies alike).
+pub(crate) fn goes_direct(kind: TaskKind) -> bool {
+    matches!(
+        kind,
+        TaskKind::Send { .. }
+            | TaskKind::Recv { .. }
+            | TaskKind::Coll(
+                Collective::AllGather
+                    | Collective::AlltoAll
+                    | Collective::Broadcast { .. }
+                    | Collective::Gather { .. }
+                    | Collective::Scatter { .. }
+            )
+    )
+}
+
+/// Flag words of the direct transfers, after the staged protocol's in each rank's flag area:
+/// per peer and per direction, one "here" and one "done" word.
+pub(crate) fn flag_words(nranks: usize) -> usize {
+    nranks * 4
+}
+
+const ARRIVE: usize = 0;
+const DONE: usize = 1;
+
+impl Layout {
+    /// `at`'s word about transfers between `at` and `other`, `at` being their source or not.
+    fn direct_word(&self, at: usize, other: usize, at_is_src: bool, kind: usize) -> u64 {
+        let i = self.direct_base() + (other * 2 + at_is_src as usize) * 2 + kind;
+        self.flags[at] + i as u64 * FLAG_STRIDE
+    }
+}
+
+/// What this rank does in one transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Posted first: flag "here", wait "done".
+    First,
+    /// Posted second: copy, from or to the peer's buffer at this address.
+    Second { peer_addr: u64 },
+}
+
+/// One transfer as this rank takes part in it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transfer {
+    pub peer: usize,
+    /// This rank is the source.
+    pub outgoing: bool,
+    /// This rank's buffer (the bounce copy of it, where it goes through the bounce buffer).
+    pub mine: u64,
+    pub bytes: usize,
+    pub seq: u64,
+    pub role: Role,
+}
+
+/// The direct part of one group on one rank, ready to queue.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Plan {
+    pub transfers: Vec<Transfer>,
+    /// Copies within this rank (dst, src, bytes) before the transfers: into the bounce
+    /// buffer, or a self-transfer reading what a transfer overwrites.
+    pub before: Vec<(u64, u64, usize)>,
+    /// Self-transfers independent of the transfers: beside them, on a lane of their own.
+    pub beside: Vec<(u64, u64, usize)>,
+    /// Copies out of the bounce buffer once every transfer is done.
+    pub after: Vec<(u64, u64, usize)>,
+    /// Everything on the caller's stream (small groups: no lane fork).
+    pub single: bool,
+}
+
+impl Plan {
+    fn lane(&self, l: &Layout, t: &Transfer) -> Lane {
+        match (self.single, t.outgoing) {
+            (true, _) => Lane::User,
+            (false, true) => Lane::Tx(t.peer % l.tx_lanes.max(1)),
+            (false, false) => Lane::Rx(t.peer % l.rx_lanes.max(1)),
+        }
+    }
+
+    /// For two ranks, the copy lane this rank's pushes do not use.
+    fn beside_lane(&self, l: &Layout) -> Lane {
+        if self.single {
+            Lane::User
+        } else {
+            Lane::Tx(l.rank % l.tx_lanes.max(1))
+        }
+    }
+
+    fn flag(t: &Transfer) -> u32 {
+        (t.seq as u32).wrapping_add(1)
+    }
+
+    /// Local copies in, then every "here" flag: nothing here waits.
+    pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        for &(dst, src, bytes) in &self.before {
+            dev.copy(Lane::User, dst, src, bytes)?;
+        }
+        for t in self.transfers.iter().filter(|t| t.role == Role::First) {
+            let at = l.direct_word(t.peer, l.rank, !t.outgoing, ARRIVE);
+            dev.write(Lane::User, at, Self::flag(t))?;
+        }
+        Ok(())
+    }
+
+    /// The copies this rank does, then the waits for the peer's copies, then bounce copies out.
+    pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        let mut lanes: Vec<Lane> = Vec::new();
+        for t in &self.transfers {
+            let lane = self.lane(l, t);
+            if matches!(t.role, Role::Second { .. }) && lane != Lane::User && !lanes.contains(&lane)
+            {
+                lanes.push(lane);
+            }
+        }
+        let beside = self.beside_lane(l);
+        if !self.beside.is_empty() && beside != Lane::User && !lanes.contains(&beside) {
+            lanes.push(beside);
+        }
+        if !lanes.is_empty() {
+            dev.fork(&lanes)?;
+        }
+        for &(dst, src, bytes) in &self.beside {
+            dev.copy(beside, dst, src, bytes)?;
+        }
+        for t in &self.transfers {
+            let Role::Second { peer_addr } = t.role else {
+                continue;
+            };
+            let lane = self.lane(l, t);
+            let v = Self::flag(t);
+            dev.wait(lane, l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v)?;
+            let (dst, src) = if t.outgoing {
+                (peer_addr, t.mine)
+            } else {
+                (t.mine, peer_addr)
+            };
+            dev.copy(lane, dst, src, t.bytes)?;
+            dev.write(lane, l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v)?;
+        }
+        if !lanes.is_empty() {
+            dev.join(&lanes)?;
+        }
+        for t in self.transfers.iter().filter(|t| t.role == Role::First) {
+            let at = l.direct_word(l.rank, t.peer, t.outgoing, DONE);
+            dev.wait(Lane::User, at, Self::flag(t))?;
+        }
+        for &(dst, src, bytes) in &self.after {
+            dev.copy(Lane::User, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// An allocation a peer can map: its base, CUDA's buffer id and IPC handle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exported {
+    pub base: u64,
+    pub buffer_id: u64,
+    pub handle: [u8; 64],
+}
+
+impl Exported {
+    fn post(&self, pid: u64, ptr: u64, bytes: usize) -> Post {
+        Post {
+            pid,
+            addr: ptr,
+            bytes: bytes as u64,
+            buffer_id: self.buffer_id,
+            offset: ptr - self.base,
+            handle: self.handle,
+        }
+    }
+}
+
+/// How a peer maps a pointer of ours (`None`: it cannot).
+pub(crate) type Export = Option<Exported>;
+
+/// Buffers as the device sees them: what a peer can map, the bounce buffer, and peers'
+/// posted buffers mapped here.
+pub(crate) trait Reach {
+    fn pid(&self) -> u64;
+    fn export(&mut self, ptr: u64) -> Result<Export>;
+    /// A bounce buffer of at least `bytes` (its address, and how peers map it).
+    fn bounce(&mut self, bytes: usize) -> Result<(u64, Exported)>;
+    /// The address of a peer's posted buffer as this device sees it.
+    fn resolve(&mut self, p: &Post) -> Result<u64>;
+}
+
+/// Does `[a, a+al)` overlap `[b, b+bl)`?
+fn overlap(a: u64, al: usize, b: u64, bl: usize) -> bool {
+    a < b.saturating_add(bl as u64) && b < a.saturating_add(al as u64)
+}
+
+/// One transfer of a group between posting and settling.
+#[derive(Debug, Clone, Copy)]
+struct Posted {
+    peer: usize,
+    outgoing: bool,
+    ptr: u64,
+    bytes: usize,
+    seq: u64,
+    /// Where our side sits in the bounce buffer, if the peer cannot map `ptr` or (a receive
+    /// over one of our sends) `forced` to wait for our sends.
+    bounce: Option<u64>,
+    forced: bool,
+    outcome: Outcome,
+}
+
+/// A group's transfers, posted; [`Posting::settle`] turns them into the plan.
+#[derive(Debug, Default)]
+pub(crate) struct Posting {
+    posted: Vec<Posted>,
+    locals: Vec<(u64, u64, usize)>,
+    sends: Vec<(u64, usize)>,
+    bytes: usize,
+}
+
+/// Posts every transfer of one lowered group (sends and receives per peer, in order).
+/// `boards(r)` is rank `r`'s inbox. Nothing here waits for a peer's call.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn post_group<'b>(
+    bufs: &mut dyn Reach,
+    p: &Program,
+    rank: usize,
+    c: &mut Counters,
+    boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
+    ring_deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<Posting> {
+    let sends: Vec<(u64, usize)> = p.tx.iter().flatten().map(|s| (s.src, s.bytes)).collect();
+    // (peer, outgoing, ptr, bytes, forced)
+    let mut wants = Vec::new();
+    for (q, (tx, rx)) in p.tx.iter().zip(&p.rx).enumerate() {
+        for s in tx {
+            wants.push((q, true, s.src, s.bytes, false));
+        }
+        for r in rx {
+            let Act::Copy { dst } = r.act else {
+                return Err(Error::internal("cuda-ipc: a direct receive that reduces"));
+            };
+            let forced = sends.iter().any(|&(a, al)| overlap(a, al, dst, r.bytes));
+            wants.push((q, false, dst, r.bytes, forced));
+        }
+    }
+    let mut exports = Vec::with_capacity(wants.len());
+    // Bounce space for every buffer that may need it, 256-byte aligned.
+    let mut need = 0usize;
+    for &(_, _, ptr, bytes, forced) in &wants {
+        let ex = bufs.export(ptr)?;
+        let off = (forced || ex.is_none()).then_some(need);
+        if off.is_some() {
+            need = need
+                .checked_add(bytes.next_multiple_of(256))
+                .ok_or_else(|| Error::invalid_argument("transfer sizes overflow"))?;
+        }
+        exports.push((ex, off));
+    }
+    let bounce = if need > 0 {
+        Some(bufs.bounce(need)?)
+    } else {
+        None
+    };
+    let mut posting = Posting {
+        posted: Vec::with_capacity(wants.len()),
+        locals: p.locals.clone(),
+        sends,
+        bytes: p.bytes(),
+    };
+    for (&(peer, outgoing, ptr, bytes, forced), (ex, off)) in wants.iter().zip(exports) {
+        let (mine, bounce_at) = match (off, bounce, ex) {
+            (None, _, Some(ex)) => (ex.post(bufs.pid(), ptr, bytes), None),
+            (Some(off), Some((b, bex)), _) => {
+                let at = b + off as u64;
+                (bex.post(bufs.pid(), at, bytes), Some(at))
+            }
+            _ => return Err(Error::internal("cuda-ipc: no bounce space")),
+        };
+        let (src, dst) = if outgoing { (rank, peer) } else { (peer, rank) };
+        let counter = if outgoing {
+            &mut c.direct_out[peer]
+        } else {
+            &mut c.direct_in[peer]
+        };
+        let seq = *counter;
+        *counter += 1;
+        let board = boards(dst)
+            .ok_or_else(|| Error::internal(format!("cuda-ipc: no inbox of rank {dst}")))?;
+        let outcome = post(board, src, seq, outgoing, &mine, ring_deadline, stop)?;
+        posting.posted.push(Posted {
+            peer,
+            outgoing,
+            ptr,
+            bytes,
+            seq,
+            bounce: bounce_at,
+            forced,
+            outcome,
+        });
+    }
+    Ok(posting)
+}
+
+impl Posting {
+    /// Waits until `push_by` for the destinations of our pending sends (then we push),
+    /// and returns this rank's plan. A size disagreement with a peer is returned beside the
+    /// plan (the transfers still pair up, so nobody waits forever).
+    pub(crate) fn settle<'b>(
+        self,
+        bufs: &mut dyn Reach,
+        rank: usize,
+        boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
+        push_by: Instant,
+        single_max: usize,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(Plan, Option<Error>)> {
+        let mut plan = Plan {
+            single: self.bytes <= single_max,
+            ..Plan::default()
+        };
+        let mut mismatch = None;
+        for w in &self.posted {
+            let (src, dst) = if w.outgoing {
+                (rank, w.peer)
+            } else {
+                (w.peer, rank)
+            };
+            let outcome = match w.outcome {
+                Outcome::Pending => {
+                    let board = boards(dst).ok_or_else(|| {
+                        Error::internal(format!("cuda-ipc: no inbox of rank {dst}"))
+                    })?;
+                    resolve(board, src, w.seq, push_by, stop)?
+                }
+                o => o,
+            };
+            let (role, bytes) = match outcome {
+                Outcome::Second(t) => {
+                    if t.bytes != w.bytes as u64 && mismatch.is_none() {
+                        let (sb, rb) = if w.outgoing {
+                            (w.bytes as u64, t.bytes)
+                        } else {
+                            (t.bytes, w.bytes as u64)
+                        };
+                        mismatch = Some(Error::invalid_usage(format!(
+                            "rank {src} sends {sb} bytes to rank {dst}, which receives {rb} \
+                             bytes (transfer {} between them)",
+                            w.seq
+                        )));
+                    }
+                    let peer_addr = bufs.resolve(&t)?;
+                    (Role::Second { peer_addr }, w.bytes.min(t.bytes as usize))
+                }
+                _ => (Role::First, w.bytes),
+            };
+            // Our own buffer: the bounce copy where the peer reads or writes it, or where a
+            // receive must wait for our sends; as the copier we use unmappable memory directly.
+            let mine = match (w.bounce, role, w.forced) {
+                (Some(b), Role::First, _) | (Some(b), _, true) => {
+                    if w.outgoing {
+                        plan.before.push((b, w.ptr, bytes));
+                    } else {
+                        plan.after.push((w.ptr, b, bytes));
+                    }
+                    b
+                }
+                _ => w.ptr,
+            };
+            plan.transfers.push(Transfer {
+                peer: w.peer,
+                outgoing: w.outgoing,
+                mine,
+                bytes,
+                seq: w.seq,
+                role,
+            });
+        }
+        // Copies within this rank run beside the transfers, unless they overwrite what a
+        // send still reads (after) or read what a receive overwrites (before).
+        let recvs: Vec<(u64, usize)> = self
+            .posted
+            .iter()
+            .filter(|w| !w.outgoing)
+            .map(|w| (w.ptr, w.bytes))
+            .collect();
+        for &(dst, src, bytes) in &self.locals {
+            if self.sends.iter().any(|&(a, al)| overlap(a, al, dst, bytes)) {
+                plan.after.push((dst, src, bytes));
+            } else if recvs.iter().any(|&(a, al)| overlap(a, al, src, bytes)) {
+                plan.before.push((dst, src, bytes));
+            } else {
+                plan.beside.push((dst, src, bytes));
+            }
+        }
+        Ok((plan, mismatch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post_at(addr: u64) -> Post {
+        Post {
+            pid: 7,
+            addr,
+            bytes: 64,
+            buffer_id: 3,
+            offset: 16,
+            handle: [0xab; 64],
+        }
+    }
+
+    fn board(n: usize) -> Vec<AtomicU64> {
+        (0..inbox_words(n)).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn first(b: &dyn Words, seq: u64, src_side: bool, addr: u64) -> Outcome {
+        post(b, 1, seq, src_side, &post_at(addr), None, &|| false).unwrap()
+    }
+
+    #[test]
+    fn a_destination_never_waits_and_the_source_pushes_when_it_can() {
+        let b = board(2);
+        // Destination first: the source, posting later, pushes at once.
+        assert_eq!(first(&b, 5, false, 100), Outcome::First);
+        assert_eq!(first(&b, 5, true, 200), Outcome::Second(post_at(100)));
+        // Source first: pending; the destination's post settles it as a push.
+        let seq = 5 + RING as u64;
+        assert_eq!(first(&b, seq, true, 300), Outcome::Pending);
+        assert_eq!(first(&b, seq, false, 400), Outcome::First);
+        let far = Instant::now() + Duration::from_secs(60);
+        assert_eq!(
+            resolve(&b, 1, seq, far, &|| false).unwrap(),
+            Outcome::Second(post_at(400))
+        );
+        // Source first and the destination late: just past the wait the source gives up
+        // and the destination pulls.
+        let seq = 5 + 2 * RING as u64;
+        assert_eq!(first(&b, seq, true, 500), Outcome::Pending);
+        let now = Instant::now();
+        assert_eq!(resolve(&b, 1, seq, now, &|| false).unwrap(), Outcome::First);
+        assert_eq!(first(&b, seq, false, 600), Outcome::Second(post_at(500)));
+        // The entry is free again for the next round.
+        assert_eq!(first(&b, 5 + 3 * RING as u64, false, 700), Outcome::First);
+    }
+
+    #[test]
+    fn a_side_ring_ahead_waits_until_the_deadline() {
+        let b = board(2);
+        let never = || false;
+        assert_eq!(first(&b, 0, false, 1), Outcome::First);
+        // Transfer RING needs entry 0, still held by transfer 0: just fails at the deadline...
+        let soon = Some(Instant::now() + Duration::from_millis(20));
+        let e = post(&b, 1, RING as u64, false, &post_at(2), soon, &never).unwrap_err();
+        assert!(e.to_string().contains("behind"), "{e}");
+        // ...and just succeeds once the peer has caught up.
+        assert_eq!(first(&b, 0, true, 3), Outcome::Second(post_at(1)));
+        let soon = Some(Instant::now() + Duration::from_millis(20));
+        assert_eq!(
+            post(&b, 1, RING as u64, false, &post_at(2), soon, &never).unwrap(),
+            Outcome::First
+        );
+        // An aborted communicator stops the wait at once.
+        let stop = || true;
+        let e = post(&b, 1, 2 * RING as u64, false, &post_at(2), None, &stop).unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+    }
+
+    #[test]
+    fn racing_posters_always_pair_up_one_copier_per_transfer() {
+        let b = std::sync::Arc::new(board(2));
+        let run = |i_am_src: bool, b: std::sync::Arc<Vec<AtomicU64>>| {
+            std::thread::spawn(move || {
+                (0..4 * RING as u64)
+                    .map(|seq| {
+                        let me = post_at(seq * 2 + i_am_src as u64);
+                        let o = post(&*b, 1, seq, i_am_src, &me, None, &|| false).unwrap();
+                        if o == Outcome::Pending {
+                            // Alternate between giving up at once and waiting.
+                            let by = Instant::now() + Duration::from_micros(seq % 2 * 50);
+                            resolve(&*b, 1, seq, by, &|| false).unwrap()
+                        } else {
+                            o
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+        };
+        let (s, d) = (run(true, b.clone()), run(false, b.clone()));
+        let (s, d) = (s.join().unwrap(), d.join().unwrap());
+        for (seq, (a, c)) in s.iter().zip(&d).enumerate() {
+            let seq = seq as u64;
+            match (a, c) {
+                (Outcome::First, Outcome::Second(p)) => assert_eq!(p.addr, seq * 2 + 1),
+                (Outcome::Second(p), Outcome::First) => assert_eq!(p.addr, seq * 2),
+                other => panic!("transfer {seq}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn posts_round_trip_through_words() {
+        let p = post_at(0xdead_beef);
+        assert_eq!(Post::from_words(&p.to_words()), p);
+    }
+}
