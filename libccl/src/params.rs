@@ -57,7 +57,8 @@ params! {
     CCL_IPC_SINGLE_STREAM_BYTES = ("CCL_IPC_SINGLE_STREAM_BYTES", "524288", "cuda-ipc: groups moving at most this many bytes run on the caller's stream alone (lowest latency); larger ones pipeline on a copy stream and a receive stream.");
     CCL_IPC_RX_LANES = ("CCL_IPC_RX_LANES", "1", "cuda-ipc: receive streams per communicator (1-4); more let chunks be copied out or reduced concurrently.");
     CCL_IPC_DIRECT = ("CCL_IPC_DIRECT", "1", "cuda-ipc: send/receive, all-gather, all-to-all, broadcast, gather and scatter copy straight between user buffers on copy engines (0: through the receive slots and kernels); every rank must use the same value.");
-    CCL_IPC_PUSH_WAIT_US = ("CCL_IPC_PUSH_WAIT_US", "2000", "cuda-ipc: how long a direct send waits (host) for the receiver's call so that it can push the data (copy engines of two processes each pushing are faster than one pulling and pushing); then the receiver pulls.");
+    CCL_IPC_PUSH_WAIT_US = ("CCL_IPC_PUSH_WAIT_US", "500", "cuda-ipc: how long a direct send waits (host) for the receiver's call so that it can push the data (two processes each pushing use the copy engines best; one process pushing and pulling halves the bandwidth); then the receiver pulls.");
+    CCL_IPC_PUSH_WAIT_BUSY_US = ("CCL_IPC_PUSH_WAIT_BUSY_US", "5000", "cuda-ipc: how long that wait may last while this GPU is still busy with the communicator's earlier work (waiting then idles nothing).");
     CCL_IPC_LL_BYTES = ("CCL_IPC_LL_BYTES", "1048576", "cuda-ipc: all-reduces of at most this many bytes run as one low-latency kernel per rank (0: never); every rank must use the same value.");
     CCL_RANK = ("CCL_RANK", "", "Rank of this process for manually launched ccl-perf.");
     CCL_NRANKS = ("CCL_NRANKS", "", "Number of ranks for manually launched ccl-perf.");

@@ -21,6 +21,11 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/peer_dies
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/mismatch >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
+mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/reuse.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -o /tmp/reuse >> "$L/two_comms.build.log" 2>&1 && NCCL_DEBUG=INFO timeout -s KILL 90 \
+  mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_DEBUG /tmp/reuse > "$L/reuse.log" 2>&1
+grep -E "PASS|FAIL" "$L/reuse.log" | tee -a "$S"; grep -h "straight between user buffers" "$L/reuse.log" | sed 's/.*rank/reuse: rank/' | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_gather broadcast gather scatter | tee -a "$S"

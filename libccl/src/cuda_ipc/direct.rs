@@ -255,13 +255,26 @@ pub(crate) fn post(
     }
 }
 
+/// How long a pending send waits for its destination's post.
+#[derive(Clone, Copy)]
+pub(crate) struct PushWait<'a> {
+    /// Give up from here on if this rank's GPU has caught up (waiting would idle it)...
+    pub soft: Instant,
+    /// ...and from here on regardless.
+    pub hard: Instant,
+    /// Whether this rank's GPU still has earlier work of the communicator queued.
+    pub busy: &'a dyn Fn() -> bool,
+    /// Waiting cannot succeed (checked all along).
+    pub futile: &'a dyn Fn() -> bool,
+}
+
 /// Settles a source's [`Outcome::Pending`] post: `Second` (push) once the destination has
-/// posted, or at `push_by` `First` (the destination will pull when it posts).
+/// posted, or `First` (the destination will pull when it posts) when `wait` runs out.
 pub(crate) fn resolve(
     board: &dyn Words,
     src: usize,
     seq: u64,
-    push_by: Instant,
+    wait: PushWait<'_>,
     stop: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
     let e = Entry::new(board, src, seq);
@@ -277,7 +290,8 @@ pub(crate) fn resolve(
         if w & DST != 0 {
             return Ok(Outcome::Second(e.take(false)?));
         }
-        if stop() || Instant::now() >= push_by {
+        let now = Instant::now();
+        if stop() || now >= wait.hard || (now >= wait.soft && !(wait.busy)()) || (wait.futile)() {
             if state
                 .compare_exchange(w, w | FINAL, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -359,6 +373,8 @@ pub(crate) struct Plan {
     pub after: Vec<(u64, u64, usize)>,
     /// Everything on the caller's stream (small groups: no lane fork).
     pub single: bool,
+    /// Bytes of our sends and receives that go through the bounce buffer.
+    pub bounced: usize,
 }
 
 impl Plan {
@@ -503,6 +519,8 @@ struct Posted {
 #[derive(Debug, Default)]
 pub(crate) struct Posting {
     posted: Vec<Posted>,
+    /// The next transfer number from each peer (past this group's receives).
+    next_in: Vec<u64>,
     locals: Vec<(u64, u64, usize)>,
     sends: Vec<(u64, usize)>,
     bytes: usize,
@@ -555,6 +573,7 @@ pub(crate) fn post_group<'b>(
     };
     let mut posting = Posting {
         posted: Vec::with_capacity(wants.len()),
+        next_in: Vec::new(),
         locals: p.locals.clone(),
         sends,
         bytes: p.bytes(),
@@ -590,11 +609,23 @@ pub(crate) fn post_group<'b>(
             outcome,
         });
     }
+    posting.next_in = c.direct_in.clone();
     Ok(posting)
 }
 
+/// Has `peer` posted (and so is waiting on, or gave up waiting on) a send to this rank that
+/// this rank has not posted the receive of yet? Then both ranks sit in a send waiting for the
+/// other's receive (two sends called before the two receives): waiting is futile.
+fn peer_sends_first(inbox: &dyn Words, peer: usize, next_in: u64) -> bool {
+    let e = Entry::new(inbox, peer, next_in);
+    e.word(0).is_ok_and(|w| {
+        let w = w.load(Ordering::Acquire);
+        w >> GEN_SHIFT == e.gen && w & SRC != 0 && w & DST == 0
+    })
+}
+
 impl Posting {
-    /// Waits until `push_by` for the destinations of our pending sends (then we push),
+    /// Waits (`wait`) for the destinations of our pending sends (then we push),
     /// and returns this rank's plan. A size disagreement with a peer is returned beside the
     /// plan (the transfers still pair up, so nobody waits forever).
     pub(crate) fn settle<'b>(
@@ -602,7 +633,7 @@ impl Posting {
         bufs: &mut dyn Reach,
         rank: usize,
         boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
-        push_by: Instant,
+        wait: PushWait<'_>,
         single_max: usize,
         stop: &dyn Fn() -> bool,
     ) -> Result<(Plan, Option<Error>)> {
@@ -611,6 +642,7 @@ impl Posting {
             ..Plan::default()
         };
         let mut mismatch = None;
+        let started = Instant::now();
         for w in &self.posted {
             let (src, dst) = if w.outgoing {
                 (rank, w.peer)
@@ -622,7 +654,16 @@ impl Posting {
                     let board = boards(dst).ok_or_else(|| {
                         Error::internal(format!("cuda-ipc: no inbox of rank {dst}"))
                     })?;
-                    resolve(board, src, w.seq, push_by, stop)?
+                    // Both sending first: both give up and both pull (a process that pushes
+                    // and pulls at once halves its bandwidth; two that pull do not).
+                    let next = self.next_in.get(w.peer).copied().unwrap_or(0);
+                    let crossed =
+                        || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
+                    let wait = PushWait {
+                        futile: &crossed,
+                        ..wait
+                    };
+                    resolve(board, src, w.seq, wait, stop)?
                 }
                 o => o,
             };
@@ -649,6 +690,7 @@ impl Posting {
             // receive must wait for our sends; as the copier we use unmappable memory directly.
             let mine = match (w.bounce, role, w.forced) {
                 (Some(b), Role::First, _) | (Some(b), _, true) => {
+                    plan.bounced += bytes;
                     if w.outgoing {
                         plan.before.push((b, w.ptr, bytes));
                     } else {
@@ -666,6 +708,27 @@ impl Posting {
                 seq: w.seq,
                 role,
             });
+        }
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let roles: Vec<String> = plan
+                .transfers
+                .iter()
+                .map(|t| {
+                    let dir = if t.outgoing { "to" } else { "from" };
+                    let how = match t.role {
+                        Role::First => "peer copies",
+                        Role::Second { .. } if t.outgoing => "push",
+                        Role::Second { .. } => "pull",
+                    };
+                    format!("#{} {dir} {} {} B: {how}", t.seq, t.peer, t.bytes)
+                })
+                .collect();
+            tracing::trace!(
+                "rank {rank}: direct transfers {} (settled in {} us, {} bounce copies)",
+                roles.join(", "),
+                started.elapsed().as_micros(),
+                plan.before.len() + plan.after.len()
+            );
         }
         // Copies within this rank run beside the transfers, unless they overwrite what a
         // send still reads (after) or read what a receive overwrites (before).
@@ -722,16 +785,32 @@ mod tests {
         assert_eq!(first(&b, seq, true, 300), Outcome::Pending);
         assert_eq!(first(&b, seq, false, 400), Outcome::First);
         let far = Instant::now() + Duration::from_secs(60);
+        let patient = PushWait {
+            soft: far,
+            hard: far,
+            busy: &|| true,
+            futile: &|| false,
+        };
         assert_eq!(
-            resolve(&b, 1, seq, far, &|| false).unwrap(),
+            resolve(&b, 1, seq, patient, &|| false).unwrap(),
             Outcome::Second(post_at(400))
         );
         // Source first and the destination late: just past the wait the source gives up
         // and the destination pulls.
         let seq = 5 + 2 * RING as u64;
         assert_eq!(first(&b, seq, true, 500), Outcome::Pending);
+        // Past the soft limit a busy GPU keeps it waiting, an idle one does not.
         let now = Instant::now();
-        assert_eq!(resolve(&b, 1, seq, now, &|| false).unwrap(), Outcome::First);
+        let idle = PushWait {
+            soft: now,
+            hard: far,
+            busy: &|| false,
+            futile: &|| false,
+        };
+        assert_eq!(
+            resolve(&b, 1, seq, idle, &|| false).unwrap(),
+            Outcome::First
+        );
         assert_eq!(first(&b, seq, false, 600), Outcome::Second(post_at(500)));
         // The entry is free again for the next round.
         assert_eq!(first(&b, 5 + 3 * RING as u64, false, 700), Outcome::First);
@@ -771,7 +850,13 @@ mod tests {
                         if o == Outcome::Pending {
                             // Alternate between giving up at once and waiting.
                             let by = Instant::now() + Duration::from_micros(seq % 2 * 50);
-                            resolve(&*b, 1, seq, by, &|| false).unwrap()
+                            let wait = PushWait {
+                                soft: by,
+                                hard: by,
+                                busy: &|| true,
+                                futile: &|| false,
+                            };
+                            resolve(&*b, 1, seq, wait, &|| false).unwrap()
                         } else {
                             o
                         }
@@ -789,6 +874,42 @@ mod tests {
                 other => panic!("transfer {seq}: {other:?}"),
             }
         }
+    }
+
+    /// Two ranks each call a send before their receive (Megatron's overlapped p2p): neither
+    /// waits out its push window; both give up at once and both pull.
+    #[test]
+    fn sends_crossing_give_up_at_once_and_both_pull() {
+        let (inbox0, inbox1) = (board(2), board(2));
+        let far = Instant::now() + Duration::from_secs(60);
+        let never = || false;
+        let post_as = |b: &Vec<AtomicU64>, src, src_side, addr| {
+            post(b, src, 0, src_side, &post_at(addr), None, &never).unwrap()
+        };
+        assert_eq!(post_as(&inbox1, 0, true, 10), Outcome::Pending);
+        assert_eq!(post_as(&inbox0, 1, true, 20), Outcome::Pending);
+        let settle = |to: &Vec<AtomicU64>, mine: &Vec<AtomicU64>, src, peer| {
+            let crossed = || peer_sends_first(mine, peer, 0);
+            let wait = PushWait {
+                soft: far,
+                hard: far,
+                busy: &|| true,
+                futile: &crossed,
+            };
+            let t = Instant::now();
+            let o = resolve(to, src, 0, wait, &never).unwrap();
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "waited out the window"
+            );
+            o
+        };
+        assert_eq!(settle(&inbox1, &inbox0, 0, 1), Outcome::First);
+        assert_eq!(settle(&inbox0, &inbox1, 1, 0), Outcome::First);
+        assert_eq!(post_as(&inbox0, 1, false, 30), Outcome::Second(post_at(20)));
+        assert_eq!(post_as(&inbox1, 0, false, 40), Outcome::Second(post_at(10)));
+        // Once the receive is posted the entry no longer counts as a crossing send.
+        assert!(!peer_sends_first(&inbox0, 1, 0));
     }
 
     #[test]

@@ -79,6 +79,11 @@ struct Queued {
     ops: u64,
     /// Our buffers as peers reach them, and theirs as we do.
     bufs: Buffers,
+    /// Bytes this rank sent: straight between user buffers, through its bounce buffer, and
+    /// through the receive slots (logged when the communicator goes).
+    sent_direct: u64,
+    sent_bounced: u64,
+    sent_staged: u64,
 }
 
 /// One communicator's cuda-ipc state.
@@ -471,6 +476,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
             calls: History::default(),
             ops: 0,
             bufs,
+            sent_direct: 0,
+            sent_bounced: 0,
+            sent_staged: 0,
         }),
         board,
         direct: direct_on,
@@ -621,6 +629,8 @@ struct Queueing {
     sig: Option<CallSig>,
     /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
     direct: Option<Program>,
+    /// Bytes the staged program sends through receive slots.
+    staged_tx: usize,
     posting: Option<direct::Posting>,
     plan: direct::Plan,
     /// A peer disagreed on a transfer's size (reported once everything is queued).
@@ -654,7 +664,11 @@ impl Queueing {
 
     /// Orders the user's streams, then the direct transfers' local copies and flags, then the
     /// low-latency kernel or the fork and local copies.
-    fn begin(&mut self, q: &mut Queued, push_by: std::time::Instant) -> Result<()> {
+    fn begin(
+        &mut self,
+        q: &mut Queued,
+        wait: (std::time::Instant, std::time::Instant),
+    ) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
         let raw = first.raw() as usize;
@@ -672,10 +686,22 @@ impl Queueing {
                 &mut q.bufs,
                 eng.layout.rank,
                 &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
-                push_by,
+                direct::PushWait {
+                    soft: wait.0,
+                    hard: wait.1,
+                    busy: &|| !eng.last_done.query().unwrap_or(true),
+                    futile: &|| false,
+                },
                 eng.single_stream_max,
                 &|| abort.load(std::sync::atomic::Ordering::Relaxed),
             )?;
+            q.sent_direct += plan
+                .transfers
+                .iter()
+                .filter(|t| t.outgoing)
+                .map(|t| t.bytes as u64)
+                .sum::<u64>();
+            q.sent_bounced += plan.bounced as u64;
             self.plan = plan;
             self.direct_err = err;
             let mut dev = CudaDevice { eng, user: first };
@@ -736,6 +762,7 @@ impl Queueing {
         self.plan.end(&eng.layout, &mut dev)?;
         q.last_stream = Some(first.raw() as usize);
         q.ops += 1;
+        q.sent_staged += self.staged_tx as u64;
         eng.last_done.record(first).map_err(cuda_err)?;
         if self.user.len() > 1 {
             let ev = crate::gpu::plain_event(&eng.ctx)?;
@@ -867,6 +894,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
     for (dt, op) in kernels_needed(&program, ll.as_ref()) {
         eng.kernels.prepare(dt, op).map_err(cuda_err)?;
     }
+    let staged_tx: usize = program.tx.iter().flatten().map(|x| x.bytes).sum();
     let single = ll.is_some() || program.bytes() <= eng.single_stream_max || program.aliases();
     let em = Emission::new(program, l.chunk, single);
     Ok(Queueing {
@@ -877,6 +905,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         ll,
         sig: CallSig::of(all),
         direct,
+        staged_tx,
         posting: None,
         plan: direct::Plan::default(),
         direct_err: None,
@@ -919,10 +948,14 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.post_direct(g).map_err(|e| poison(&q.comm, e))?;
     }
-    let push_wait = params::CCL_IPC_PUSH_WAIT_US.get_i64().clamp(0, 1_000_000) as u64;
-    let push_by = std::time::Instant::now() + Duration::from_micros(push_wait);
+    let us = |p: &params::Param| Duration::from_micros(p.get_i64().clamp(0, 10_000_000) as u64);
+    let now = std::time::Instant::now();
+    let wait = (
+        now + us(&params::CCL_IPC_PUSH_WAIT_US),
+        now + us(&params::CCL_IPC_PUSH_WAIT_BUSY_US),
+    );
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
-        q.begin(g, push_by).map_err(|e| poison(&q.comm, e))?;
+        q.begin(g, wait).map_err(|e| poison(&q.comm, e))?;
     }
     let horizon = qs.iter().map(|q| q.em.horizon()).max().unwrap_or(0);
     // Interleave in steps of a few logical times: small enough to bound each stream's queue,
@@ -1040,6 +1073,16 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
     let Some(eng) = comm.0.ipc.lock().take() else {
         return;
     };
+    if let Some(q) = eng.queued.try_lock() {
+        tracing::info!(
+            "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
+             the bounce buffer, and {} bytes through receive slots",
+            eng.layout.rank,
+            q.sent_direct,
+            q.sent_bounced,
+            q.sent_staged
+        );
+    }
     if aborted {
         std::mem::forget(eng);
     }

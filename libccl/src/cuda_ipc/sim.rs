@@ -528,7 +528,19 @@ impl Setup {
             // One thread queues every rank: a pending send cannot wait for a later rank.
             let now = std::time::Instant::now();
             let (plan, mismatch) = posting
-                .settle(&mut reach, l.rank, &boards, now, self.single_max, &|| false)
+                .settle(
+                    &mut reach,
+                    l.rank,
+                    &boards,
+                    direct::PushWait {
+                        soft: now,
+                        hard: now,
+                        busy: &|| false,
+                        futile: &|| false,
+                    },
+                    self.single_max,
+                    &|| false,
+                )
                 .map_err(e)?;
             if let Some(m) = mismatch {
                 return Err(m.to_string());
