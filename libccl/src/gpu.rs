@@ -541,7 +541,10 @@ impl Proxy {
 }
 
 /// `ncclMemAlloc` with a GPU: device memory on the calling thread's current device (or
-/// device 0), which CUDA IPC can share. `None` without CUDA: the caller uses host memory.
+/// device 0). As NCCL does, CUDA VMM memory ([`cuda::VmmAllocation`], registered in
+/// [`cuda::vmm`] so that peers can map it through its file descriptor) readable and writable by
+/// every GPU of the process that has P2P to it; `cuMemAlloc` memory (legacy CUDA IPC) with
+/// `NCCL_CUMEM_ENABLE=0` or where VMM fails. `None` without CUDA: the caller uses host memory.
 pub fn mem_alloc(bytes: usize) -> Result<Option<usize>> {
     if !available() {
         return Ok(None);
@@ -562,6 +565,24 @@ pub fn mem_alloc(bytes: usize) -> Result<Option<usize>> {
             }
         }
     };
+    if params::NCCL_CUMEM_ENABLE.get_bool() {
+        match vmm_alloc(&ctx, bytes) {
+            Ok(ptr) => return Ok(Some(ptr)),
+            Err(e) => {
+                // Once at info: a device or driver without VMM fails every time.
+                static TOLD: AtomicBool = AtomicBool::new(false);
+                let msg = format!(
+                    "ncclMemAlloc: no CUDA VMM memory for {bytes} bytes on device {dev} ({e}); \
+                     using cuMemAlloc"
+                );
+                if TOLD.swap(true, Ordering::Relaxed) {
+                    tracing::debug!("{msg}");
+                } else {
+                    tracing::info!("{msg}");
+                }
+            }
+        }
+    }
     let _current = ctx.scope().map_err(cuda_err)?;
     let mut ptr: cuda::sys::CUdeviceptr = 0;
     // SAFETY: writes one CUdeviceptr; `ctx` is current on this thread for the call.
@@ -570,10 +591,33 @@ pub fn mem_alloc(bytes: usize) -> Result<Option<usize>> {
     Ok(Some(ptr as usize))
 }
 
+fn vmm_alloc(ctx: &Arc<Context>, bytes: usize) -> cuda::Result<usize> {
+    let alloc = cuda::VmmAllocation::new(ctx, bytes)?;
+    // Other GPUs of this process (one process driving several devices) reach the memory only
+    // once granted; cuCtxEnablePeerAccess does not cover VMM memory.
+    alloc.grant_peers()?;
+    let info = cuda::vmm::register(alloc)?;
+    tracing::debug!(
+        "ncclMemAlloc: VMM {:#x}+{} on device {} (id {})",
+        info.base,
+        info.len,
+        info.device,
+        info.alloc_id
+    );
+    Ok(info.base as usize)
+}
+
 /// `ncclMemFree`: frees device memory from [`mem_alloc`]; `Ok(false)` when `ptr` is not
 /// device memory (the caller frees host memory).
 pub fn mem_free(ptr: usize) -> Result<bool> {
-    if !available() || !is_device_ptr(ptr) {
+    if !available() {
+        return Ok(false);
+    }
+    if let Some(alloc) = cuda::vmm::take(ptr as cuda::sys::CUdeviceptr) {
+        alloc.free().map_err(cuda_err)?;
+        return Ok(true);
+    }
+    if !is_device_ptr(ptr) {
         return Ok(false);
     }
     let drv = cuda::Driver::get().map_err(cuda_err)?;
@@ -581,4 +625,30 @@ pub fn mem_free(ptr: usize) -> Result<bool> {
     let r = unsafe { (drv.fns.cuMemFree)(ptr as cuda::sys::CUdeviceptr) };
     drv.check("cuMemFree_v2", r).map_err(cuda_err)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_alloc_is_vmm_memory_and_mem_free_releases_it() {
+        if !available() {
+            assert_eq!(mem_alloc(1000).ok().flatten(), None);
+            assert!(!mem_free(0x1000).unwrap_or(true));
+            return;
+        }
+        let p = mem_alloc(1000).unwrap().unwrap();
+        match cuda::vmm::lookup(p as u64 + 999) {
+            Some(info) => {
+                assert_eq!(info.base, p as u64);
+                assert!(info.len >= 1000);
+            }
+            // NCCL_CUMEM_ENABLE=0, or a device without VMM: cuMemAlloc memory.
+            None => eprintln!("ncclMemAlloc fell back to cuMemAlloc"),
+        }
+        assert!(is_device_ptr(p));
+        assert!(mem_free(p).unwrap());
+        assert_eq!(cuda::vmm::lookup(p as u64), None);
+    }
 }

@@ -18,15 +18,14 @@ use super::sys::*;
 pub const DRIVER_LIBRARIES: [&str; 2] = ["libcuda.so.1", "libcuda.so"];
 
 macro_rules! driver_table {
-    ($( $field:ident [$($sym:literal),+] ($($arg:ty),*); )*) => {
-        /// Function pointers of the driver API. Field names are the CUDA names without the
-        /// `_v2` suffix; the symbol actually bound is the newest listed one the library has.
+    ($(#[$meta:meta])* $name:ident { $( $field:ident [$($sym:literal),+] ($($arg:ty),*); )* }) => {
+        $(#[$meta])*
         #[derive(Clone, Copy)]
-        pub struct DriverFns {
+        pub struct $name {
             $( pub $field: unsafe extern "C" fn($($arg),*) -> CUresult, )*
         }
 
-        impl DriverFns {
+        impl $name {
             /// # Safety
             /// `lib` is a CUDA driver library: each named symbol, where present, has the
             /// signature declared in this table.
@@ -41,6 +40,10 @@ macro_rules! driver_table {
 }
 
 driver_table! {
+    /// Function pointers of the driver API. Field names are the CUDA names without the
+    /// `_v2` suffix; the symbol actually bound is the newest listed one the library has.
+    /// Every entry is required: a library lacking one is not used at all.
+    DriverFns {
     cuInit ["cuInit"] (c_uint);
     cuDriverGetVersion ["cuDriverGetVersion"] (*mut c_int);
     cuDeviceGet ["cuDeviceGet"] (*mut CUdevice, c_int);
@@ -92,6 +95,27 @@ driver_table! {
     cuLaunchKernel ["cuLaunchKernel"] (CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, CUstream, *mut *mut c_void, *mut *mut c_void);
     cuGetErrorName ["cuGetErrorName"] (CUresult, *mut *const c_char);
     cuGetErrorString ["cuGetErrorString"] (CUresult, *mut *const c_char);
+    }
+}
+
+driver_table! {
+    /// The virtual memory management entry points ([`super::vmm`]), bound separately from
+    /// [`DriverFns`]: every driver since CUDA 10.2 has them, but a library (or an interposer,
+    /// or a stub used in tests) without them must still serve everything else, so their
+    /// absence only disables VMM ([`Driver::vmm`] returns the error).
+    VmmFns {
+    cuMemCreate ["cuMemCreate"] (*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, u64);
+    cuMemRelease ["cuMemRelease"] (CUmemGenericAllocationHandle);
+    cuMemAddressReserve ["cuMemAddressReserve"] (*mut CUdeviceptr, usize, usize, CUdeviceptr, u64);
+    cuMemAddressFree ["cuMemAddressFree"] (CUdeviceptr, usize);
+    cuMemMap ["cuMemMap"] (CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, u64);
+    cuMemUnmap ["cuMemUnmap"] (CUdeviceptr, usize);
+    cuMemSetAccess ["cuMemSetAccess"] (CUdeviceptr, usize, *const CUmemAccessDesc, usize);
+    cuMemGetAllocationGranularity ["cuMemGetAllocationGranularity"] (*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags);
+    cuMemExportToShareableHandle ["cuMemExportToShareableHandle"] (*mut c_void, CUmemGenericAllocationHandle, CUmemAllocationHandleType, u64);
+    cuMemImportFromShareableHandle ["cuMemImportFromShareableHandle"] (*mut CUmemGenericAllocationHandle, *mut c_void, CUmemAllocationHandleType);
+    cuMemRetainAllocationHandle ["cuMemRetainAllocationHandle"] (*mut CUmemGenericAllocationHandle, *mut c_void);
+    }
 }
 
 /// Binds the first of `names` that `lib` exports.
@@ -116,6 +140,7 @@ unsafe fn lookup<T: Copy>(lib: &Library, library: &str, names: &[&str]) -> Resul
 pub struct Driver {
     /// The function table; calling any entry is `unsafe` (raw C API).
     pub fns: DriverFns,
+    vmm: Result<VmmFns>,
     path: String,
     version: c_int,
     // Keeps the library mapped; the function pointers above point into it.
@@ -127,6 +152,7 @@ impl std::fmt::Debug for Driver {
         f.debug_struct("Driver")
             .field("path", &self.path)
             .field("version", &self.version)
+            .field("vmm", &self.vmm.is_ok())
             .finish()
     }
 }
@@ -173,11 +199,17 @@ impl Driver {
             };
             // SAFETY: `lib` is a CUDA driver library, whose symbols have the table's types.
             let fns = unsafe { DriverFns::load(&lib, name)? };
+            // SAFETY: as above, for the VMM entry points.
+            let vmm = unsafe { VmmFns::load(&lib, name) };
+            if let Err(e) = &vmm {
+                tracing::debug!("CUDA virtual memory management unavailable: {e}");
+            }
             let mut version: c_int = 0;
             // SAFETY: cuDriverGetVersion writes one int (works before cuInit).
             let r = unsafe { (fns.cuDriverGetVersion)(&mut version) };
             let drv = Driver {
                 fns,
+                vmm,
                 path: name.to_string(),
                 version,
                 _lib: lib,
@@ -193,6 +225,12 @@ impl Driver {
                 reasons.join("; ")
             },
         })
+    }
+
+    /// The virtual memory management entry points, or the [`CudaError::MissingSymbol`] that
+    /// kept them from binding.
+    pub fn vmm(&self) -> Result<&VmmFns> {
+        self.vmm.as_ref().map_err(Clone::clone)
     }
 
     /// The library that was loaded.
@@ -347,6 +385,20 @@ mod tests {
                 assert_eq!(symbol, "cuInit");
             }
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn vmm_entry_points_bind_on_their_own() {
+        // A library without the VMM symbols yields an error for that table alone, which
+        // `Driver::load` keeps (see `Driver::vmm`) instead of rejecting the library.
+        // SAFETY: loading libc runs no initialiser with preconditions.
+        let lib = unsafe { Library::new("libc.so.6") }.unwrap();
+        // SAFETY: no symbol is found, so none is ever called.
+        match unsafe { VmmFns::load(&lib, "libc.so.6") } {
+            Err(CudaError::MissingSymbol { symbol, .. }) => assert_eq!(symbol, "cuMemCreate"),
+            Err(e) => panic!("unexpected {e}"),
+            Ok(_) => panic!("libc has cuMemCreate?"),
         }
     }
 }

@@ -40,6 +40,10 @@ pub enum CudaError {
     /// An argument the backend cannot use (wrong size, misaligned pointer, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The device or driver lacks a feature (CUDA VMM, shareable handles, ...); callers
+    /// fall back to an older mechanism.
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// A wait on the host (for a flag, a child, ...) ran past its deadline.
     #[error("timed out: {0}")]
     Timeout(String),

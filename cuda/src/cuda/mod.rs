@@ -9,7 +9,9 @@
 //! * [`DeviceBuffer`], [`PinnedBuffer`], [`pointer_info`]: memory.
 //! * [`Stream`] (own or the caller's `cudaStream_t`), [`Event`]: ordering.
 //! * [`Flag`]: a pinned u32 that streams wait on and write (DESIGN.md invariant 2).
-//! * [`IpcHandle`], [`IpcMapping`]: sharing device memory across processes.
+//! * [`IpcHandle`], [`IpcMapping`]: sharing `cuMemAlloc` memory across processes.
+//! * [`VmmAllocation`], [`VmmMapping`], [`vmm::register`] / [`vmm::lookup`],
+//!   [`vmm::fd_from_process`]: CUDA VMM memory (`ncclMemAlloc`), shared as file descriptors.
 //! * [`Kernels`]: NVRTC-compiled reductions for every type and operation, matching
 //!   [`crate::host::reduce`] bit for bit, cached on disk.
 
@@ -25,6 +27,7 @@ pub mod nvrtc;
 pub mod source;
 pub mod stream;
 pub mod sys;
+pub mod vmm;
 
 pub use context::{current_device, Context, CurrentGuard};
 pub use driver::Driver;
@@ -36,3 +39,4 @@ pub use memory::{buffer_id, pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
 pub use stream::{CaptureStatus, Event, EventFlags, Stream, WaitCond};
+pub use vmm::{VmmAllocation, VmmInfo, VmmMapping};

@@ -81,3 +81,107 @@ pub const CU_STREAM_PER_THREAD: CUstream = 0x2 as CUstream;
 
 /// Opaque pointer to a `c_void`, used for argument arrays of `cuLaunchKernel`.
 pub type VoidPtr = *mut c_void;
+
+// CUDA virtual memory management (cuMemCreate and friends, driver API since CUDA 10.2).
+
+/// `CUmemGenericAllocationHandle`: `unsigned long long`.
+pub type CUmemGenericAllocationHandle = u64;
+/// `CUmemAllocationType` (a C enum, int-sized).
+pub type CUmemAllocationType = c_int;
+/// `CUmemAllocationHandleType` (a C enum, int-sized; a bit set in `requestedHandleTypes`).
+pub type CUmemAllocationHandleType = c_int;
+/// `CUmemLocationType` (a C enum, int-sized).
+pub type CUmemLocationType = c_int;
+/// `CUmemAccess_flags` (a C enum, int-sized).
+pub type CUmemAccess_flags = c_int;
+/// `CUmemAllocationGranularity_flags` (a C enum, int-sized).
+pub type CUmemAllocationGranularity_flags = c_int;
+
+pub const CU_MEM_ALLOCATION_TYPE_PINNED: CUmemAllocationType = 0x1;
+pub const CU_MEM_HANDLE_TYPE_NONE: CUmemAllocationHandleType = 0x0;
+pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: CUmemAllocationHandleType = 0x1;
+pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType = 0x1;
+pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: CUmemAccess_flags = 0x0;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READ: CUmemAccess_flags = 0x1;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: CUmemAccess_flags = 0x3;
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: CUmemAllocationGranularity_flags = 0x0;
+pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: CUmemAllocationGranularity_flags = 0x1;
+
+pub const CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: CUdevice_attribute = 102;
+pub const CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: CUdevice_attribute = 103;
+pub const CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: CUdevice_attribute = 110;
+
+/// `CUmemLocation`: where memory lives; for `CU_MEM_LOCATION_TYPE_DEVICE`, `id` is the device
+/// ordinal.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemLocation {
+    pub type_: CUmemLocationType,
+    pub id: c_int,
+}
+
+/// The anonymous `allocFlags` struct inside `CUmemAllocationProp` (8 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemAllocFlags {
+    pub compression_type: u8,
+    pub gpu_direct_rdma_capable: u8,
+    pub usage: u16,
+    pub reserved: [u8; 4],
+}
+
+/// `CUmemAllocationProp` (32 bytes on 64-bit Linux). Unused fields must be zero, which
+/// `Default` gives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CUmemAllocationProp {
+    pub type_: CUmemAllocationType,
+    pub requested_handle_types: CUmemAllocationHandleType,
+    pub location: CUmemLocation,
+    pub win32_handle_meta_data: *mut c_void,
+    pub alloc_flags: CUmemAllocFlags,
+}
+
+impl Default for CUmemAllocationProp {
+    fn default() -> Self {
+        CUmemAllocationProp {
+            type_: 0,
+            requested_handle_types: CU_MEM_HANDLE_TYPE_NONE,
+            location: CUmemLocation::default(),
+            win32_handle_meta_data: std::ptr::null_mut(),
+            alloc_flags: CUmemAllocFlags::default(),
+        }
+    }
+}
+
+/// `CUmemAccessDesc`: the access one location gets to a mapped range.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemAccessDesc {
+    pub location: CUmemLocation,
+    pub flags: CUmemAccess_flags,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{align_of, offset_of, size_of};
+
+    #[test]
+    fn vmm_structs_match_cuda_h() {
+        // Layouts from cuda.h (CUDA 11.x - 13.x, 64-bit): the driver reads these by offset.
+        assert_eq!(size_of::<CUmemLocation>(), 8);
+        assert_eq!(size_of::<CUmemAllocFlags>(), 8);
+        assert_eq!(size_of::<CUmemAllocationProp>(), 32);
+        assert_eq!(align_of::<CUmemAllocationProp>(), 8);
+        assert_eq!(offset_of!(CUmemAllocationProp, requested_handle_types), 4);
+        assert_eq!(offset_of!(CUmemAllocationProp, location), 8);
+        assert_eq!(offset_of!(CUmemAllocationProp, win32_handle_meta_data), 16);
+        assert_eq!(offset_of!(CUmemAllocationProp, alloc_flags), 24);
+        assert_eq!(offset_of!(CUmemAllocFlags, gpu_direct_rdma_capable), 1);
+        assert_eq!(offset_of!(CUmemAllocFlags, usage), 2);
+        assert_eq!(size_of::<CUmemAccessDesc>(), 12);
+        assert_eq!(offset_of!(CUmemAccessDesc, flags), 8);
+        assert_eq!(size_of::<CUmemGenericAllocationHandle>(), 8);
+    }
+}

@@ -38,11 +38,12 @@ pub(crate) const RING: usize = 256;
 /// Words per rendezvous entry: the state word, then each side's post.
 pub(crate) const ENTRY_WORDS: usize = 32;
 
-const POST_WORDS: usize = 13;
+pub(super) const POST_WORDS: usize = 13;
 
-/// Words of a rank's inbox (the entries of transfers into it, one ring per source).
+/// Words of a rank's inbox: the entries of transfers into it (one ring per source), then the
+/// communicator's collective rendezvous ring (used in rank 0's inbox only).
 pub(crate) fn inbox_words(nranks: usize) -> usize {
-    nranks * RING * ENTRY_WORDS
+    nranks * RING * ENTRY_WORDS + super::direct_reduce::ring_words(nranks)
 }
 
 /// How the other side reaches one side's buffer.
@@ -60,7 +61,7 @@ pub(crate) struct Post {
 }
 
 impl Post {
-    fn to_words(self) -> [u64; POST_WORDS] {
+    pub(super) fn to_words(self) -> [u64; POST_WORDS] {
         let mut w = [0u64; POST_WORDS];
         w[..5].copy_from_slice(&[self.pid, self.addr, self.bytes, self.buffer_id, self.offset]);
         for (i, c) in self.handle.chunks_exact(8).enumerate() {
@@ -71,7 +72,7 @@ impl Post {
         w
     }
 
-    fn from_words(w: &[u64; POST_WORDS]) -> Post {
+    pub(super) fn from_words(w: &[u64; POST_WORDS]) -> Post {
         let mut handle = [0u8; 64];
         for (i, c) in handle.chunks_exact_mut(8).enumerate() {
             c.copy_from_slice(&w[5 + i].to_le_bytes());
@@ -177,7 +178,7 @@ impl<'a> Entry<'a> {
 }
 
 /// Sleeps a little between polls of a shared word once spinning has not paid off.
-fn backoff(spins: &mut u32) {
+pub(super) fn backoff(spins: &mut u32) {
     *spins += 1;
     if *spins < 64 {
         std::hint::spin_loop();
@@ -324,13 +325,19 @@ pub(crate) fn goes_direct(kind: TaskKind) -> bool {
 /// Flag words of the direct transfers, after the staged protocol's in each rank's flag area:
 /// per peer and per direction, one "here" and one "done" word.
 pub(crate) fn flag_words(nranks: usize) -> usize {
-    nranks * 4
+    nranks * 6
 }
 
 const ARRIVE: usize = 0;
 const DONE: usize = 1;
 
 impl Layout {
+    /// `at`'s word about direct reductions with `other`: "here" or "done".
+    pub(super) fn sym_word(&self, at: usize, other: usize, done: bool) -> u64 {
+        let i = self.direct_base() + self.nranks * 4 + other * 2 + done as usize;
+        self.flags[at] + i as u64 * FLAG_STRIDE
+    }
+
     /// `at`'s word about transfers between `at` and `other`, `at` being their source or not.
     fn direct_word(&self, at: usize, other: usize, at_is_src: bool, kind: usize) -> u64 {
         let i = self.direct_base() + (other * 2 + at_is_src as usize) * 2 + kind;
@@ -469,7 +476,7 @@ pub(crate) struct Exported {
 }
 
 impl Exported {
-    fn post(&self, pid: u64, ptr: u64, bytes: usize) -> Post {
+    pub(super) fn post(&self, pid: u64, ptr: u64, bytes: usize) -> Post {
         Post {
             pid,
             addr: ptr,

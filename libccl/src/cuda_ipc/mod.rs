@@ -23,6 +23,7 @@
 mod buffers;
 mod calls;
 mod direct;
+mod direct_reduce;
 mod protocol;
 #[cfg(test)]
 mod sim;
@@ -635,12 +636,66 @@ struct Queueing {
     plan: direct::Plan,
     /// A peer disagreed on a transfer's size (reported once everything is queued).
     direct_err: Option<Error>,
+    /// An all-reduce or reduce-scatter that may run directly, its rendezvous, and the plan
+    /// if every rank posted in time (then the staged emission is dropped).
+    sym: Option<Task>,
+    sym_post: Option<(u64, direct_reduce::SymOutcome)>,
+    sym_plan: Option<direct_reduce::SymPlan>,
 }
 
+/// Pieces of a direct all-reduce slice: each is reduced, then pushed while the next reduces.
+const SYM_PIECE_BYTES: usize = 16 << 20;
+
 impl Queueing {
+    /// Posts this rank's buffers for a direct reduction: its input and output as peers map
+    /// them, or nothing (then everyone goes staged) if they cannot, or overlap partly.
+    fn post_sym(&mut self, q: &mut Queued) -> Result<()> {
+        let Some(t) = self.sym else {
+            return Ok(());
+        };
+        let eng = &*self.eng;
+        let l = &eng.layout;
+        let Some(board) = eng.inbox.of(0) else {
+            return Err(Error::internal("cuda-ipc: no inbox of rank 0"));
+        };
+        let (sb, rb) = crate::task::buffer_counts(t.kind, l.rank, l.nranks, t.count)
+            .map(|(s, r)| (s * t.dtype.size(), r * t.dtype.size()))
+            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let (s, r) = (t.send as u64, t.recv as u64);
+        let disjoint = s + sb as u64 <= r || r + rb as u64 <= s;
+        let in_place = match t.kind {
+            TaskKind::Coll(Collective::ReduceScatter) => r == s + (l.rank * rb) as u64,
+            _ => s == r,
+        };
+        let mine = if disjoint || in_place {
+            let pid = direct::Reach::pid(&q.bufs);
+            let si = direct::Reach::export(&mut q.bufs, s)?;
+            let ri = direct::Reach::export(&mut q.bufs, r)?;
+            si.zip(ri)
+                .map(|(si, ri)| (si.post(pid, s, sb), ri.post(pid, r, rb)))
+        } else {
+            None
+        };
+        let seq = q.counters.sym;
+        q.counters.sym += 1;
+        let abort = self.comm.0.abort.clone();
+        let o = direct_reduce::sym_post(
+            board,
+            l.nranks,
+            l.rank,
+            seq,
+            mine,
+            Some(std::time::Instant::now() + DIRECT_POST_TIMEOUT),
+            &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        self.sym_post = Some((seq, o));
+        Ok(())
+    }
+
     /// Posts the group's direct transfers (host only: no stream work, no wait for a peer's
     /// call, so every communicator of a `-g N` group posts before any settles).
     fn post_direct(&mut self, q: &mut Queued) -> Result<()> {
+        self.post_sym(q)?;
         let Some(p) = self.direct.take() else {
             return Ok(());
         };
@@ -707,6 +762,48 @@ impl Queueing {
             let mut dev = CudaDevice { eng, user: first };
             self.plan.begin(&eng.layout, &mut dev)?;
         }
+        if let Some((seq, o)) = self.sym_post.take() {
+            let l = &eng.layout;
+            let o = match o {
+                direct_reduce::SymOutcome::Pending => {
+                    let abort = self.comm.0.abort.clone();
+                    direct_reduce::sym_settle(
+                        eng.inbox
+                            .of(0)
+                            .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
+                        l.nranks,
+                        seq,
+                        direct::PushWait {
+                            soft: wait.0,
+                            hard: wait.1,
+                            busy: &|| !eng.last_done.query().unwrap_or(true),
+                            futile: &|| false,
+                        },
+                        &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+                    )?
+                }
+                o => o,
+            };
+            if let (direct_reduce::SymOutcome::Direct(posts), Some(t)) = (o, self.sym) {
+                let bufs = &mut q.bufs;
+                let plan = direct_reduce::SymPlan::new(
+                    &t,
+                    l.rank,
+                    l.nranks,
+                    seq,
+                    &posts,
+                    &mut |_, p| direct::Reach::resolve(bufs, p),
+                    SYM_PIECE_BYTES,
+                )?;
+                q.sent_direct += (plan.count * t.dtype.size() * (l.nranks - 1)) as u64;
+                // Nothing goes through the slots: drop the staged program.
+                self.em = Emission::new(lower(&[], l.rank, l.nranks, l.chunk, 0)?, l.chunk, true);
+                self.staged_tx = 0;
+                let mut dev = CudaDevice { eng, user: first };
+                plan.begin(l, &mut dev)?;
+                self.sym_plan = Some(plan);
+            }
+        }
         if let Some(ll) = &self.ll {
             q.ll_seq = q.ll_seq.wrapping_add(1);
             let l = &eng.layout;
@@ -760,6 +857,9 @@ impl Queueing {
         let mut dev = CudaDevice { eng, user: first };
         self.em.end(&eng.layout, &mut dev)?;
         self.plan.end(&eng.layout, &mut dev)?;
+        if let Some(p) = &self.sym_plan {
+            p.end(&eng.layout, &mut dev)?;
+        }
         q.last_stream = Some(first.raw() as usize);
         q.ops += 1;
         q.sent_staged += self.staged_tx as u64;
@@ -885,6 +985,12 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         Some(lower(&direct_tasks, l.rank, l.nranks, usize::MAX, 0)?)
     };
     let tasks = &staged[..];
+    let sym_min = params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64();
+    let sym = if eng.direct && direct.is_none() && sym_min > 0 {
+        direct_reduce::candidate(tasks, l.nranks, (sym_min as usize).max(eng.ll_max + 1))
+    } else {
+        None
+    };
     let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let program = lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
@@ -909,6 +1015,9 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         posting: None,
         plan: direct::Plan::default(),
         direct_err: None,
+        sym,
+        sym_post: None,
+        sym_plan: None,
     })
 }
 

@@ -176,6 +176,8 @@ pub(crate) struct Counters {
     /// Direct transfers to / from each peer.
     pub direct_out: Vec<u64>,
     pub direct_in: Vec<u64>,
+    /// Collectives offered to run directly (every rank counts alike).
+    pub sym: u64,
 }
 
 impl Counters {
@@ -187,6 +189,7 @@ impl Counters {
             local: vec![0; rx_lanes],
             direct_out: vec![0; nranks],
             direct_in: vec![0; nranks],
+            sym: 0,
         }
     }
 }

@@ -13,6 +13,7 @@ use ccl_cuda::{DataType, ReduceKind};
 use std::sync::atomic::AtomicU64;
 
 use super::direct::{self, Exported, Post, Reach, Words};
+use super::direct_reduce;
 use super::protocol::{lower, Counters, Device, Emission, Kernel, Lane, Layout};
 use crate::error::Result;
 use crate::task::{Reduction, Task, TaskKind};
@@ -410,6 +411,8 @@ const BOUNCE: usize = 1 << 20;
 struct DirectSim {
     boards: Vec<Vec<AtomicU64>>,
     unmappable: Vec<(u64, u64)>,
+    /// Reductions that ran directly (every rank posted in time).
+    sym_direct: std::cell::Cell<usize>,
 }
 
 impl DirectSim {
@@ -423,6 +426,7 @@ impl DirectSim {
                 })
                 .collect(),
             unmappable: Vec::new(),
+            sym_direct: std::cell::Cell::new(0),
         }
     }
 }
@@ -500,8 +504,156 @@ impl Setup {
         mem
     }
 
-    /// Lowers `tasks` for `l`'s rank and queues them on `dev`, as `submit` does: direct
-    /// transfers posted and their flags first, the staged program, then the direct copies.
+    /// Posts `tasks`' direct transfers and direct reduction for `l`'s rank (host only), as
+    /// `submit` does for every communicator before queuing any.
+    fn post(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        tasks: &[Task],
+        dx: &DirectSim,
+    ) -> std::result::Result<Posted, String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
+            .iter()
+            .partition(|t| self.direct && direct::goes_direct(t.kind));
+        let mut reach = SimReach {
+            rank: l.rank,
+            unmappable: &dx.unmappable,
+        };
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let posting = if direct_tasks.is_empty() {
+            None
+        } else {
+            let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
+            Some(
+                direct::post_group(&mut reach, &p, l.rank, c, &boards, None, &|| false)
+                    .map_err(e)?,
+            )
+        };
+        let sym = if self.direct && direct_tasks.is_empty() {
+            direct_reduce::candidate(&staged, self.n, 1)
+        } else {
+            None
+        };
+        let sym = match sym {
+            Some(t) => {
+                let sz = t.dtype.size();
+                let (sb, rb) = crate::task::buffer_counts(t.kind, l.rank, self.n, t.count).unwrap();
+                let (es, er) = (
+                    reach.export(t.send as u64).map_err(e)?,
+                    reach.export(t.recv as u64).map_err(e)?,
+                );
+                let mine = es.zip(er).map(|(a, b)| {
+                    (
+                        a.post(1, t.send as u64, sb * sz),
+                        b.post(1, t.recv as u64, rb * sz),
+                    )
+                });
+                let seq = c.sym;
+                c.sym += 1;
+                let o = direct_reduce::sym_post(
+                    &dx.boards[0],
+                    self.n,
+                    l.rank,
+                    seq,
+                    mine,
+                    None,
+                    &|| false,
+                )
+                .map_err(e)?;
+                Some((t, seq, o))
+            }
+            None => None,
+        };
+        Ok(Posted {
+            posting,
+            sym,
+            staged,
+        })
+    }
+
+    /// Settles what `post` posted (nobody waits: every rank that will post has, or never
+    /// will) and queues it on `dev`: direct flags, the staged program or the direct
+    /// reduction, then the direct copies.
+    fn emit(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut SimDevice,
+        posted: Posted,
+        dx: &DirectSim,
+    ) -> std::result::Result<(), String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let mut reach = SimReach {
+            rank: l.rank,
+            unmappable: &dx.unmappable,
+        };
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let now = std::time::Instant::now();
+        let wait = direct::PushWait {
+            soft: now,
+            hard: now,
+            busy: &|| false,
+            futile: &|| false,
+        };
+        let plan = match posted.posting {
+            None => direct::Plan::default(),
+            Some(posting) => {
+                let (plan, mismatch) = posting
+                    .settle(&mut reach, l.rank, &boards, wait, self.single_max, &|| {
+                        false
+                    })
+                    .map_err(e)?;
+                if let Some(m) = mismatch {
+                    return Err(m.to_string());
+                }
+                plan
+            }
+        };
+        plan.begin(l, dev).map_err(e)?;
+        let mut staged = posted.staged;
+        let mut sym_plan = None;
+        if let Some((t, seq, o)) = posted.sym {
+            let o = match o {
+                direct_reduce::SymOutcome::Pending => {
+                    direct_reduce::sym_settle(&dx.boards[0], self.n, seq, wait, &|| false)
+                        .map_err(e)?
+                }
+                o => o,
+            };
+            if let direct_reduce::SymOutcome::Direct(posts) = o {
+                // Small pieces, so the simulation pipelines several per slice.
+                let p = direct_reduce::SymPlan::new(
+                    &t,
+                    l.rank,
+                    self.n,
+                    seq,
+                    &posts,
+                    &mut |_, p| Ok(p.addr),
+                    1024,
+                )
+                .map_err(e)?;
+                p.begin(l, dev).map_err(e)?;
+                dx.sym_direct.set(dx.sym_direct.get() + 1);
+                sym_plan = Some(p);
+                staged.clear();
+            }
+        }
+        let p = lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
+        let single = p.bytes() <= self.single_max || p.aliases();
+        let mut em = Emission::new(p, self.chunk, single);
+        em.begin(l, dev).map_err(e)?;
+        em.emit_until(em.horizon(), l, c, dev).map_err(e)?;
+        em.end(l, dev).map_err(e)?;
+        plan.end(l, dev).map_err(e)?;
+        if let Some(p) = sym_plan {
+            p.end(l, dev).map_err(e)?;
+        }
+        Ok(())
+    }
+
+    /// `post` then `emit` for one rank alone (peers that call later find it settled).
     fn queue(
         &self,
         l: &Layout,
@@ -510,52 +662,16 @@ impl Setup {
         tasks: &[Task],
         dx: &DirectSim,
     ) -> std::result::Result<(), String> {
-        let e = |e: crate::error::Error| e.to_string();
-        let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
-            .iter()
-            .partition(|t| self.direct && direct::goes_direct(t.kind));
-        let plan = if direct_tasks.is_empty() {
-            direct::Plan::default()
-        } else {
-            let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
-            let mut reach = SimReach {
-                rank: l.rank,
-                unmappable: &dx.unmappable,
-            };
-            let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
-            let posting = direct::post_group(&mut reach, &p, l.rank, c, &boards, None, &|| false)
-                .map_err(e)?;
-            // One thread queues every rank: a pending send cannot wait for a later rank.
-            let now = std::time::Instant::now();
-            let (plan, mismatch) = posting
-                .settle(
-                    &mut reach,
-                    l.rank,
-                    &boards,
-                    direct::PushWait {
-                        soft: now,
-                        hard: now,
-                        busy: &|| false,
-                        futile: &|| false,
-                    },
-                    self.single_max,
-                    &|| false,
-                )
-                .map_err(e)?;
-            if let Some(m) = mismatch {
-                return Err(m.to_string());
-            }
-            plan
-        };
-        plan.begin(l, dev).map_err(e)?;
-        let p = lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
-        let single = p.bytes() <= self.single_max || p.aliases();
-        let mut em = Emission::new(p, self.chunk, single);
-        em.begin(l, dev).map_err(e)?;
-        em.emit_until(em.horizon(), l, c, dev).map_err(e)?;
-        em.end(l, dev).map_err(e)?;
-        plan.end(l, dev).map_err(e)
+        let posted = self.post(l, c, tasks, dx)?;
+        self.emit(l, c, dev, posted, dx)
     }
+}
+
+/// One rank's group between posting and queueing.
+struct Posted {
+    posting: Option<direct::Posting>,
+    sym: Option<(Task, u64, direct_reduce::SymOutcome)>,
+    staged: Vec<Task>,
 }
 
 type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
@@ -567,7 +683,7 @@ fn simulate(
     merged: bool,
     seed: u64,
     tamper: Option<Tamper<'_>>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<usize, String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
     // With direct transfers, every third seed makes one rank's buffers unmappable per case
@@ -606,15 +722,31 @@ fn simulate(
             order_rng ^= order_rng << 17;
             order.swap(i, (order_rng % (i as u64 + 1)) as usize);
         }
-        for r in order {
-            s.queue(
-                &layouts[r],
-                &mut counters[r],
-                &mut devs[r],
-                &tasks(case, k, r, n),
-                &dx,
-            )
-            .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+        if seed % 2 == 0 {
+            // Every rank posts before any queues (as one thread driving all GPUs does): the
+            // direct paths find their peers.
+            let mut posted = Vec::new();
+            for &r in &order {
+                let p = s
+                    .post(&layouts[r], &mut counters[r], &tasks(case, k, r, n), &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+                posted.push((r, p));
+            }
+            for (r, p) in posted {
+                s.emit(&layouts[r], &mut counters[r], &mut devs[r], p, &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+            }
+        } else {
+            for r in order {
+                s.queue(
+                    &layouts[r],
+                    &mut counters[r],
+                    &mut devs[r],
+                    &tasks(case, k, r, n),
+                    &dx,
+                )
+                .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+            }
         }
     }
     if let Some(t) = tamper {
@@ -636,7 +768,7 @@ fn simulate(
             }
         }
     }
-    Ok(())
+    Ok(dx.sym_direct.get())
 }
 
 fn every_case(n: usize, count: usize) -> Vec<Case> {
@@ -892,6 +1024,49 @@ fn random_point_to_point_groups_deliver_every_byte() {
                 let want = mem.read(base(a) + 0x1000_0000 + i as u64 * BUF, count * 4);
                 assert!(got == want, "round {round} transfer {i} {a}->{b} ({count} elements) merged {merged}: wrong bytes");
             }
+        }
+    }
+}
+
+/// All-reduces and reduce-scatters (in and out of place, 2-4 ranks) read their peers directly
+/// when every rank posts before any queues, fall back to the staged protocol alike on every
+/// rank when one rank's buffers cannot be mapped or ranks come one by one, and are exact
+/// either way under any stream order.
+#[test]
+fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
+    for n in [2usize, 3, 4] {
+        let s = Setup {
+            n,
+            chunk: 4096,
+            slots: 2,
+            rx_lanes: 1,
+            single_max: 0,
+            direct: true,
+        };
+        let plain = |kind, in_place| Case {
+            kind,
+            count: 3001,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place,
+        };
+        let cases = [
+            plain(Kind::Coll(Collective::AllReduce), false),
+            plain(Kind::Coll(Collective::AllReduce), true),
+            plain(Kind::Coll(Collective::ReduceScatter), false),
+            plain(Kind::Coll(Collective::ReduceScatter), true),
+        ];
+        for (merged, seed) in [(false, 0u64), (true, 4), (false, 1), (false, 2), (true, 6)] {
+            let direct = simulate(&s, &cases, merged, seed, None)
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+            // Even seeds post all ranks first, odd ones queue rank by rank; seeds 2 mod 3
+            // make one rank's buffers unmappable per case (staged for everyone).
+            let want = if seed % 3 == 2 || seed % 2 == 1 {
+                0
+            } else {
+                cases.len() * n
+            };
+            assert_eq!(direct, want, "n {n} seed {seed}: direct reductions");
         }
     }
 }

@@ -1,0 +1,552 @@
+//! Direct all-reduce and reduce-scatter: every rank reads its peers' input buffers over NVLink
+//! in one reduction kernel (its own slice of the result), and for all-reduce pushes the
+//! reduced slice straight into every peer's output buffer on a copy engine, chunk by chunk
+//! behind the kernel. No receive slots, no staging copies: each byte crosses NVLink once per
+//! direction, as in a ring, with the reduction reading the peer instead of a staged copy.
+//!
+//! Both sides need both sides' buffers, so unlike point-to-point transfers (one side copies,
+//! [`super::direct`]) this takes a symmetric rendezvous: every rank posts its buffers on one
+//! entry (in rank 0's inbox) and waits, briefly, until all have. If one is late (or cannot
+//! export its buffers) the entry is marked failed with a compare-and-swap, and every rank then
+//! runs the staged protocol instead; the swap makes the choice the same everywhere.
+//!
+//! Ordering, per operation: each rank flags "here" to every peer (its input is ready and its
+//! output may be written), waits for every peer's "here", reduces, pushes, then flags "done"
+//! (it has read the peer's input and written into the peer's output) and waits for every
+//! peer's "done". Only "here" flags precede the waits, so no cycle; a rank's output is written
+//! by a peer only after this rank's own kernel has read what sits there (in place: a peer
+//! pushes slice q only after reading it).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use ccl_collectives::Collective;
+use ccl_cuda::{DataType, ReduceKind};
+
+use super::direct::{backoff, Post, PushWait, Words, POST_WORDS, RING};
+use super::protocol::{Device, Kernel, Lane, Layout};
+use crate::error::{Error, Result};
+use crate::task::{Reduction, Task, TaskKind};
+
+/// Collectives a rank may post ahead of the slowest rank.
+const SYM_RING: usize = 64;
+
+/// Largest communicator the rendezvous word can hold (one bit per rank).
+pub(crate) const MAX_RANKS: usize = 32;
+const FAILED: u64 = 1 << 32;
+const GEN_SHIFT: u32 = 33;
+const ALL_BITS: u64 = FAILED - 1;
+
+fn entry_words(n: usize) -> usize {
+    2 + n * 2 * POST_WORDS
+}
+
+/// Words of the collective rendezvous ring.
+pub(crate) fn ring_words(n: usize) -> usize {
+    SYM_RING * entry_words(n)
+}
+
+/// Where the ring starts in an inbox.
+fn ring_base(n: usize) -> usize {
+    n * RING * super::direct::ENTRY_WORDS
+}
+
+/// A collective that may run directly: one plain all-reduce or reduce-scatter of at least
+/// `min_bytes` (smaller ones do better with the one-kernel low-latency path), input and output
+/// either the same buffer or disjoint. Every rank decides alike (kind, count, type, settings);
+/// the buffers' own properties come into it only through the rendezvous.
+pub(crate) fn candidate(tasks: &[Task], n: usize, min_bytes: usize) -> Option<Task> {
+    let [t] = tasks else { return None };
+    if !(2..=MAX_RANKS).contains(&n) || !matches!(t.red, Reduction::Plain(_)) || t.count == 0 {
+        return None;
+    }
+    let total = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => t.count,
+        TaskKind::Coll(Collective::ReduceScatter) => t.count.checked_mul(n)?,
+        _ => return None,
+    };
+    (total.checked_mul(t.dtype.size())? >= min_bytes).then_some(*t)
+}
+
+/// What the symmetric rendezvous decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SymOutcome {
+    /// Every rank posted: (input, output) of every rank, this rank's included.
+    Direct(Vec<(Post, Post)>),
+    /// Someone was late or could not export: everybody runs the staged protocol.
+    Staged,
+    /// Posted; the others have not all posted yet ([`sym_settle`]).
+    Pending,
+}
+
+struct SymEntry<'a> {
+    board: &'a dyn Words,
+    base: usize,
+    gen: u64,
+    n: usize,
+}
+
+impl<'a> SymEntry<'a> {
+    fn new(board: &'a dyn Words, n: usize, seq: u64) -> SymEntry<'a> {
+        SymEntry {
+            board,
+            base: ring_base(n) + (seq % SYM_RING as u64) as usize * entry_words(n),
+            gen: seq / SYM_RING as u64,
+            n,
+        }
+    }
+
+    fn word(&self, i: usize) -> Result<&'a AtomicU64> {
+        self.board
+            .word(self.base + i)
+            .ok_or_else(|| Error::internal("cuda-ipc: collective rendezvous outside the board"))
+    }
+
+    fn write(&self, rank: usize, posts: &(Post, Post)) -> Result<()> {
+        let at = 2 + rank * 2 * POST_WORDS;
+        for (k, p) in [posts.0, posts.1].iter().enumerate() {
+            for (i, v) in p.to_words().into_iter().enumerate() {
+                self.word(at + k * POST_WORDS + i)?
+                    .store(v, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn read_all(&self) -> Result<Vec<(Post, Post)>> {
+        (0..self.n)
+            .map(|r| {
+                let at = 2 + r * 2 * POST_WORDS;
+                let mut two = [[0u64; POST_WORDS]; 2];
+                for (k, w) in two.iter_mut().enumerate() {
+                    for (i, v) in w.iter_mut().enumerate() {
+                        *v = self.word(at + k * POST_WORDS + i)?.load(Ordering::Relaxed);
+                    }
+                }
+                Ok((Post::from_words(&two[0]), Post::from_words(&two[1])))
+            })
+            .collect()
+    }
+
+    /// This rank is done with the entry; the last of all frees it for `seq + SYM_RING`.
+    fn leave(&self) -> Result<()> {
+        let count = self.word(1)?;
+        if count.fetch_add(1, Ordering::AcqRel) + 1 == self.n as u64 {
+            count.store(0, Ordering::Relaxed);
+            self.word(0)?
+                .store((self.gen + 1) << GEN_SHIFT, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn finish(&self, w: u64) -> Result<SymOutcome> {
+        let all = (1u64 << self.n) - 1;
+        if w & FAILED != 0 {
+            self.leave()?;
+            return Ok(SymOutcome::Staged);
+        }
+        if w & ALL_BITS == all {
+            let posts = self.read_all()?;
+            self.leave()?;
+            return Ok(SymOutcome::Direct(posts));
+        }
+        Ok(SymOutcome::Pending)
+    }
+}
+
+/// Posts this rank's buffers for collective `seq` (`None`: they cannot be exported, so the
+/// collective goes staged for everyone). `board` is rank 0's inbox. Waits only while the entry
+/// still serves the collective `SYM_RING` earlier.
+pub(crate) fn sym_post(
+    board: &dyn Words,
+    n: usize,
+    rank: usize,
+    seq: u64,
+    mine: Option<(Post, Post)>,
+    ring_deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<SymOutcome> {
+    let e = SymEntry::new(board, n, seq);
+    let state = e.word(0)?;
+    let mut spins = 0u32;
+    loop {
+        let w = state.load(Ordering::Acquire);
+        let g = w >> GEN_SHIFT;
+        if g == e.gen {
+            if w & (1 << rank) != 0 {
+                return Err(Error::internal(format!(
+                    "cuda-ipc: collective {seq} posted twice by rank {rank}"
+                )));
+            }
+            if w & FAILED != 0 {
+                return e.finish(w);
+            }
+            let next = match &mine {
+                Some(p) => {
+                    e.write(rank, p)?;
+                    w | 1 << rank
+                }
+                None => w | FAILED,
+            };
+            if state
+                .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return e.finish(next);
+            }
+            continue;
+        }
+        if g > e.gen {
+            return Err(Error::internal(format!(
+                "cuda-ipc: collective rendezvous {seq} is at generation {g}, ahead of rank {rank}"
+            )));
+        }
+        if stop() {
+            return Err(Error::system(
+                "cuda-ipc: communicator aborted while waiting for a peer",
+            ));
+        }
+        if ring_deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::system(format!(
+                "cuda-ipc: a peer stayed more than {SYM_RING} collectives behind rank {rank} \
+                 (CCL_TIMEOUT_S)"
+            )));
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// Settles a [`SymOutcome::Pending`] post: `Direct` once everybody has posted, `Staged` if
+/// someone marked it failed or `wait` ran out first (then this rank marks it).
+pub(crate) fn sym_settle(
+    board: &dyn Words,
+    n: usize,
+    seq: u64,
+    wait: PushWait<'_>,
+    stop: &dyn Fn() -> bool,
+) -> Result<SymOutcome> {
+    let e = SymEntry::new(board, n, seq);
+    let state = e.word(0)?;
+    let mut spins = 0u32;
+    loop {
+        let w = state.load(Ordering::Acquire);
+        if w >> GEN_SHIFT != e.gen {
+            return Err(Error::internal(format!(
+                "cuda-ipc: collective rendezvous {seq} moved on while pending"
+            )));
+        }
+        let o = e.finish(w)?;
+        if o != SymOutcome::Pending {
+            return Ok(o);
+        }
+        let now = Instant::now();
+        if stop() || now >= wait.hard || (now >= wait.soft && !(wait.busy)()) {
+            if state
+                .compare_exchange(w, w | FAILED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return e.finish(w | FAILED);
+            }
+            continue;
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// One direct all-reduce or reduce-scatter on this rank, with every rank's buffers as this
+/// device sees them.
+#[derive(Debug, Clone)]
+pub(crate) struct SymPlan {
+    pub seq: u64,
+    pub dtype: DataType,
+    pub op: ReduceKind,
+    /// Elements of this rank's result slice, where it starts in every input (elements), and
+    /// where it lands in every output.
+    pub count: usize,
+    pub in_off: usize,
+    pub out_off: usize,
+    /// Every rank's input and output (this rank's at its index).
+    pub inputs: Vec<u64>,
+    pub outputs: Vec<u64>,
+    /// All-reduce: push the reduced slice into every peer's output.
+    pub push: bool,
+    /// Pieces the slice is reduced and pushed in (so pushes overlap the next reduction).
+    pub pieces: usize,
+}
+
+impl SymPlan {
+    /// Builds the plan from the rendezvous (`addr` maps a post to an address here).
+    pub fn new(
+        t: &Task,
+        rank: usize,
+        n: usize,
+        seq: u64,
+        posts: &[(Post, Post)],
+        addr: &mut dyn FnMut(usize, &Post) -> Result<u64>,
+        piece_bytes: usize,
+    ) -> Result<SymPlan> {
+        let op = match t.red {
+            Reduction::Plain(k) => k,
+            _ => {
+                return Err(Error::internal(
+                    "cuda-ipc: a direct reduction needs a plain op",
+                ))
+            }
+        };
+        let (mut inputs, mut outputs) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (r, (i, o)) in posts.iter().enumerate() {
+            if r == rank {
+                inputs.push(t.send as u64);
+                outputs.push(t.recv as u64);
+            } else {
+                inputs.push(addr(r, i)?);
+                outputs.push(addr(r, o)?);
+            }
+        }
+        let (count, in_off, out_off, push) = match t.kind {
+            TaskKind::Coll(Collective::AllReduce) => {
+                let lo = (t.count as u128 * rank as u128 / n as u128) as usize;
+                let hi = (t.count as u128 * (rank as u128 + 1) / n as u128) as usize;
+                (hi - lo, lo, lo, true)
+            }
+            TaskKind::Coll(Collective::ReduceScatter) => (t.count, rank * t.count, 0, false),
+            _ => return Err(Error::internal("cuda-ipc: not a direct reduction")),
+        };
+        let bytes = count * t.dtype.size();
+        let pieces = if push {
+            bytes.div_ceil(piece_bytes.max(1)).clamp(1, 16)
+        } else {
+            1
+        };
+        Ok(SymPlan {
+            seq,
+            dtype: t.dtype,
+            op,
+            count,
+            in_off,
+            out_off,
+            inputs,
+            outputs,
+            push,
+            pieces,
+        })
+    }
+
+    fn flag(&self) -> u32 {
+        (self.seq as u32).wrapping_add(1)
+    }
+
+    /// "Here" to every peer, then wait for theirs.
+    pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        let peers = (0..l.nranks).filter(|&q| q != l.rank);
+        for q in peers.clone() {
+            dev.write(Lane::User, l.sym_word(q, l.rank, false), self.flag())?;
+        }
+        for q in peers {
+            dev.wait(Lane::User, l.sym_word(l.rank, q, false), self.flag())?;
+        }
+        Ok(())
+    }
+
+    /// Reduce piece by piece on the caller's stream, push each piece on a copy lane behind
+    /// it, then "done" to every peer and wait for theirs.
+    pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        let (me, n, sz) = (l.rank, l.nranks, self.dtype.size());
+        let at = |base: u64, elems: usize| base + (elems * sz) as u64;
+        let lane = Lane::Tx(0);
+        for p in 0..self.pieces {
+            let lo = self.count * p / self.pieces;
+            let hi = self.count * (p + 1) / self.pieces;
+            if hi == lo {
+                continue;
+            }
+            let dst = at(self.outputs[me], self.out_off + lo);
+            let mut a = at(self.inputs[me], self.in_off + lo);
+            for q in (0..n).filter(|&q| q != me) {
+                dev.kernel(
+                    Lane::User,
+                    Kernel::Reduce {
+                        dtype: self.dtype,
+                        op: self.op,
+                        dst,
+                        a,
+                        b: at(self.inputs[q], self.in_off + lo),
+                        n: hi - lo,
+                    },
+                )?;
+                a = dst;
+            }
+            if self.push {
+                dev.fork(&[lane])?;
+                for q in (0..n).filter(|&q| q != me) {
+                    let to = at(self.outputs[q], self.out_off + lo);
+                    dev.copy(lane, to, dst, (hi - lo) * sz)?;
+                }
+            }
+        }
+        let done_lane = if self.push { lane } else { Lane::User };
+        if self.push && self.count == 0 {
+            dev.fork(&[lane])?;
+        }
+        for q in (0..n).filter(|&q| q != me) {
+            dev.write(done_lane, l.sym_word(q, me, true), self.flag())?;
+        }
+        if self.push {
+            dev.join(&[lane])?;
+        }
+        for q in (0..n).filter(|&q| q != me) {
+            dev.wait(Lane::User, l.sym_word(me, q, true), self.flag())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn post(addr: u64) -> Post {
+        Post {
+            pid: 1,
+            addr,
+            bytes: 8,
+            buffer_id: addr,
+            offset: 0,
+            handle: [0; 64],
+        }
+    }
+
+    fn board(n: usize) -> Vec<AtomicU64> {
+        (0..super::super::direct::inbox_words(n))
+            .map(|_| AtomicU64::new(0))
+            .collect()
+    }
+
+    fn patient() -> PushWait<'static> {
+        let far = Instant::now() + Duration::from_secs(60);
+        PushWait {
+            soft: far,
+            hard: far,
+            busy: &|| true,
+            futile: &|| false,
+        }
+    }
+
+    #[test]
+    fn every_rank_posting_makes_it_direct_for_all() {
+        let (n, b) = (3, board(3));
+        let never = || false;
+        for seq in [
+            0u64,
+            1,
+            SYM_RING as u64,
+            SYM_RING as u64 + 1,
+            2 * SYM_RING as u64,
+        ] {
+            let mut outcomes = Vec::new();
+            for r in 0..n {
+                let mine = Some((post(100 * r as u64), post(100 * r as u64 + 1)));
+                outcomes.push(sym_post(&b, n, r, seq, mine, None, &never).unwrap());
+            }
+            assert_eq!(outcomes[0], SymOutcome::Pending);
+            assert_eq!(outcomes[1], SymOutcome::Pending);
+            let SymOutcome::Direct(posts) = &outcomes[2] else {
+                panic!("{outcomes:?}");
+            };
+            assert_eq!(posts[1], (post(100), post(101)));
+            for r in 0..2 {
+                let o = sym_settle(&b, n, seq, patient(), &never).unwrap();
+                assert_eq!(o, outcomes[2].clone(), "rank {r}");
+            }
+            // Reusable only once all three have left; the next round proves it.
+        }
+    }
+
+    #[test]
+    fn a_late_rank_or_an_unexportable_buffer_makes_it_staged_for_all() {
+        let (n, b) = (2, board(2));
+        let never = || false;
+        // Rank 0 posts and gives up at once (idle GPU); rank 1 arrives after: staged both.
+        assert_eq!(
+            sym_post(&b, n, 0, 0, Some((post(1), post(2))), None, &never).unwrap(),
+            SymOutcome::Pending
+        );
+        let now = Instant::now();
+        let idle = PushWait {
+            soft: now,
+            hard: now + Duration::from_secs(60),
+            busy: &|| false,
+            futile: &|| false,
+        };
+        assert_eq!(
+            sym_settle(&b, n, 0, idle, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        assert_eq!(
+            sym_post(&b, n, 1, 0, Some((post(3), post(4))), None, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        // Rank 1 cannot export: staged for both, whoever comes first.
+        assert_eq!(
+            sym_post(&b, n, 1, 1, None, None, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        assert_eq!(
+            sym_post(&b, n, 0, 1, Some((post(1), post(2))), None, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        // The entries were freed: collective SYM_RING + 1 (same entry as 1) goes direct.
+        let seq = SYM_RING as u64 + 1;
+        assert_eq!(
+            sym_post(&b, n, 0, seq, Some((post(1), post(2))), None, &never).unwrap(),
+            SymOutcome::Pending
+        );
+        assert!(matches!(
+            sym_post(&b, n, 1, seq, Some((post(3), post(4))), None, &never).unwrap(),
+            SymOutcome::Direct(_)
+        ));
+    }
+
+    #[test]
+    fn racing_ranks_agree_on_direct_or_staged() {
+        let n = 4;
+        let b = std::sync::Arc::new(board(n));
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    (0..4 * SYM_RING as u64)
+                        .map(|seq| {
+                            let mine = Some((post(r as u64), post(r as u64 + 10)));
+                            match sym_post(&*b, n, r, seq, mine, None, &|| false).unwrap() {
+                                SymOutcome::Pending => {
+                                    // Some ranks give up quickly, others wait.
+                                    let by = Instant::now()
+                                        + Duration::from_micros((seq + r as u64) % 3 * 40);
+                                    let w = PushWait {
+                                        soft: by,
+                                        hard: by,
+                                        busy: &|| true,
+                                        futile: &|| false,
+                                    };
+                                    sym_settle(&*b, n, seq, w, &|| false).unwrap()
+                                }
+                                o => o,
+                            }
+                        })
+                        .map(|o| matches!(o, SymOutcome::Direct(_)))
+                        .collect::<Vec<bool>>()
+                })
+            })
+            .collect();
+        let all: Vec<Vec<bool>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for seq in 0..all[0].len() {
+            let first = all[0][seq];
+            assert!(
+                all.iter().all(|v| v[seq] == first),
+                "collective {seq} disagrees"
+            );
+        }
+    }
+}
