@@ -241,19 +241,33 @@ pub(crate) fn post(
                  {g}, ahead of this side"
             )));
         }
-        if stop() {
-            return Err(Error::system(
-                "cuda-ipc: communicator aborted while waiting for a peer",
-            ));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::system(format!(
-                "cuda-ipc: a peer stayed more than {RING} transfers behind rank {src} \
-                 (CCL_TIMEOUT_S)"
-            )));
-        }
-        backoff(&mut spins);
+        wait_for_ring(&mut spins, stop, deadline, || {
+            format!("{RING} transfers behind rank {src}")
+        })?;
     }
+}
+
+/// One poll of a rendezvous entry that still serves an earlier round (a peer that far
+/// behind): fails when the communicator is aborted or at `deadline`, else backs off.
+pub(super) fn wait_for_ring(
+    spins: &mut u32,
+    stop: &dyn Fn() -> bool,
+    deadline: Option<Instant>,
+    behind: impl FnOnce() -> String,
+) -> Result<()> {
+    if stop() {
+        return Err(Error::system(
+            "cuda-ipc: communicator aborted while waiting for a peer",
+        ));
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(Error::system(format!(
+            "cuda-ipc: a peer stayed more than {} (CCL_TIMEOUT_S)",
+            behind()
+        )));
+    }
+    backoff(spins);
+    Ok(())
 }
 
 /// How long a pending send waits for its destination's post.
@@ -267,6 +281,14 @@ pub(crate) struct PushWait<'a> {
     pub busy: &'a dyn Fn() -> bool,
     /// Waiting cannot succeed (checked all along).
     pub futile: &'a dyn Fn() -> bool,
+}
+
+impl PushWait<'_> {
+    /// Time to give up waiting.
+    pub(super) fn over(&self, stop: &dyn Fn() -> bool) -> bool {
+        let now = Instant::now();
+        stop() || now >= self.hard || (now >= self.soft && !(self.busy)()) || (self.futile)()
+    }
 }
 
 /// Settles a source's [`Outcome::Pending`] post: `Second` (push) once the destination has
@@ -291,8 +313,7 @@ pub(crate) fn resolve(
         if w & DST != 0 {
             return Ok(Outcome::Second(e.take(false)?));
         }
-        let now = Instant::now();
-        if stop() || now >= wait.hard || (now >= wait.soft && !(wait.busy)()) || (wait.futile)() {
+        if wait.over(stop) {
             if state
                 .compare_exchange(w, w | FINAL, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()

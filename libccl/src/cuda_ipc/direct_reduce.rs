@@ -23,7 +23,7 @@ use std::time::Instant;
 use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::direct::{backoff, Post, PushWait, Words, POST_WORDS, RING};
+use super::direct::{backoff, wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
 use super::protocol::{Device, Kernel, Lane, Layout};
 use crate::error::{Error, Result};
 use crate::task::{Reduction, Task, TaskKind};
@@ -201,18 +201,9 @@ pub(crate) fn sym_post(
                 "cuda-ipc: collective rendezvous {seq} is at generation {g}, ahead of rank {rank}"
             )));
         }
-        if stop() {
-            return Err(Error::system(
-                "cuda-ipc: communicator aborted while waiting for a peer",
-            ));
-        }
-        if ring_deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::system(format!(
-                "cuda-ipc: a peer stayed more than {SYM_RING} collectives behind rank {rank} \
-                 (CCL_TIMEOUT_S)"
-            )));
-        }
-        backoff(&mut spins);
+        wait_for_ring(&mut spins, stop, ring_deadline, || {
+            format!("{SYM_RING} collectives behind rank {rank}")
+        })?;
     }
 }
 
@@ -239,8 +230,7 @@ pub(crate) fn sym_settle(
         if o != SymOutcome::Pending {
             return Ok(o);
         }
-        let now = Instant::now();
-        if stop() || now >= wait.hard || (now >= wait.soft && !(wait.busy)()) {
+        if wait.over(stop) {
             if state
                 .compare_exchange(w, w | FAILED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
