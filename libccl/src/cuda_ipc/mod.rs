@@ -98,6 +98,8 @@ pub struct IpcEngine {
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
     /// array of every rank's area address as mapped here.
     ll_max: usize,
+    /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
+    direct_reduce: usize,
     _ll: DeviceBuffer,
     ll_areas: DeviceBuffer,
     _peers: Vec<Option<Peer>>,
@@ -160,6 +162,8 @@ struct Offer {
     slots: u32,
     single_max: u64,
     ll_max: u64,
+    /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
+    direct_reduce: u64,
     flags_ptr: u64,
     scratch_ptr: u64,
     ll_ptr: u64,
@@ -168,7 +172,7 @@ struct Offer {
     ll_handle: [u8; IPC_HANDLE_SIZE],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE;
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8;
 
 impl Offer {
     fn none() -> Offer {
@@ -180,6 +184,7 @@ impl Offer {
             slots: 0,
             single_max: 0,
             ll_max: 0,
+            direct_reduce: 0,
             flags_ptr: 0,
             scratch_ptr: 0,
             ll_ptr: 0,
@@ -203,6 +208,7 @@ impl Offer {
         b.extend_from_slice(&self.flags_handle);
         b.extend_from_slice(&self.scratch_handle);
         b.extend_from_slice(&self.ll_handle);
+        b.extend_from_slice(&self.direct_reduce.to_le_bytes());
         b
     }
 
@@ -227,6 +233,7 @@ impl Offer {
         o.flags_handle.copy_from_slice(h(0)?);
         o.scratch_handle.copy_from_slice(h(1)?);
         o.ll_handle.copy_from_slice(h(2)?);
+        o.direct_reduce = u64::from_le_bytes(u64_at(57 + 3 * IPC_HANDLE_SIZE)?);
         Some(o)
     }
 }
@@ -278,6 +285,7 @@ fn prepare_local(
         slots,
         single_max: single_max as u64,
         ll_max: ll_max as u64,
+        direct_reduce: params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64().max(0) as u64,
         flags_ptr: flags.ptr(),
         scratch_ptr: scratch.ptr(),
         ll_ptr: ll.ptr(),
@@ -365,6 +373,19 @@ pub fn attach(comm: &Comm) -> Result<()> {
             && o.single_max == single_max as u64
     });
     let direct_on = offers.iter().all(|o| o.direct);
+    // Paths every rank must choose alike: the smallest low-latency limit (every rank's area
+    // holds that much), direct reductions only if every rank has them on, from the largest
+    // threshold.
+    let ll_max = offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0);
+    let direct_reduce = if offers.iter().any(|o| o.direct_reduce == 0) {
+        0
+    } else {
+        offers
+            .iter()
+            .map(|o| o.direct_reduce as usize)
+            .max()
+            .unwrap_or(0)
+    };
     let Some((local, mut board, mut inbox)) = local.filter(|_| agreed) else {
         if wanted && offers.iter().any(|o| o.capable) {
             tracing::info!(
@@ -460,6 +481,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         layout,
         single_stream_max: single_max,
         ll_max,
+        direct_reduce,
         _ll: local.ll,
         ll_areas,
         _flags: local.flags,
@@ -985,9 +1007,8 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         Some(lower(&direct_tasks, l.rank, l.nranks, usize::MAX, 0)?)
     };
     let tasks = &staged[..];
-    let sym_min = params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64();
-    let sym = if eng.direct && direct.is_none() && sym_min > 0 {
-        direct_reduce::candidate(tasks, l.nranks, (sym_min as usize).max(eng.ll_max + 1))
+    let sym = if eng.direct && direct.is_none() && eng.direct_reduce > 0 {
+        direct_reduce::candidate(tasks, l.nranks, eng.direct_reduce.max(eng.ll_max + 1))
     } else {
         None
     };
@@ -1215,6 +1236,39 @@ mod tests {
 
     /// Every rank's exchange table pairs up with its peers': what rank a sends to b is what b
     /// expects from a, and every rank's local copy is its own part.
+    #[test]
+    fn offers_round_trip_and_reject_other_lengths() {
+        let mut o = Offer::none();
+        o.capable = true;
+        o.direct = true;
+        o.dev = 3;
+        o.chunk = 8 << 20;
+        o.slots = 4;
+        o.single_max = 1 << 19;
+        o.ll_max = 1 << 20;
+        o.direct_reduce = 2 << 20;
+        o.flags_ptr = 0x7000_0000_1000;
+        o.ll_handle = [7; IPC_HANDLE_SIZE];
+        let b = o.encode();
+        assert_eq!(b.len(), OFFER_BYTES);
+        let d = Offer::decode(&b).unwrap();
+        assert!(d.capable && d.direct);
+        assert_eq!(
+            (
+                d.dev,
+                d.chunk,
+                d.slots,
+                d.single_max,
+                d.ll_max,
+                d.direct_reduce,
+                d.flags_ptr
+            ),
+            (3, 8 << 20, 4, 1 << 19, 1 << 20, 2 << 20, 0x7000_0000_1000)
+        );
+        assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
+        assert!(Offer::decode(&b[..b.len() - 1]).is_none());
+    }
+
     #[test]
     fn low_latency_exchange_tables_pair_up() {
         let colls = |n: usize| {
