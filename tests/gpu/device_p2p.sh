@@ -6,13 +6,16 @@
 # and ncu present, `ncu --print-summary per-kernel` over .dev/ccl-perf (libccl) for six ops
 # lists every kernel launched (libccl's NVRTC kernels are named ccl_*).
 # Writes $OUT/p2p_summary.md and $OUT/logs.tgz (logs/ and the JSON results; KEEP_LOGS=1 keeps
-# the folders as they are). Env: SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on).
+# the folders as they are). Env: NGPU (ranks, default 2: overlap.py runs its sendrecv round a
+# ring and pp_1f1b.py makes one pipeline stage per rank, so both take any N; the ncu pass uses
+# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
 export CCL_BENCH_OUT=$OUT/bench; mkdir -p "$CCL_BENCH_OUT"
 S=$OUT/p2p_summary.md; : > "$S"
+NGPU=${NGPU:-2}
 say() { echo "$*" | tee -a "$S"; }
 
 say "# P2P / overlap run $(date -u +%FT%TZ)"
@@ -39,10 +42,10 @@ torch_step() {
   local log=$L/$tag.log
   if [ "$lib" = ccl ]; then
     CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
-      --nproc-per-node 2 --master-port "$port" "$script" "$label" > "$log" 2>&1
+      --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
   else
     CCL_P2P_STEP=$tag timeout -s KILL 120 python3 -m torch.distributed.run \
-      --nproc-per-node 2 --master-port "$port" "$script" "$label" > "$log" 2>&1
+      --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
   fi
   rc=$?
   echo "exit $rc" >> "$log"
@@ -66,9 +69,9 @@ if [ "${SKIP_PP:-0}" != 1 ]; then
   echo "exit $?" >> "$L/pp_compare.log"
 fi
 
-python3 - "$CCL_BENCH_OUT" "${SKIP_OVERLAP:-0}" "${SKIP_PP:-0}" <<'PY' 2>&1 | tee -a "$S"
+python3 - "$CCL_BENCH_OUT" "${SKIP_OVERLAP:-0}" "${SKIP_PP:-0}" "$NGPU" <<'PY' 2>&1 | tee -a "$S"
 import json, math, os, sys
-d, skip_ov, skip_pp = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
+d, skip_ov, skip_pp, nstages = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4]
 def load(name):
     try:
         with open(os.path.join(d, name)) as f:
@@ -115,7 +118,7 @@ if not skip_ov:
 if not skip_pp:
     n, c = load("pp_nccl.json"), load("pp_ccl.json")
     print()
-    print("## 1F1B pipeline, 2 stages (batch_isend_irecv)")
+    print(f"## 1F1B pipeline, {nstages} stages (batch_isend_irecv)")
     print()
     print("| lib | median ms | mean ms |")
     print("|---|---:|---:|")
@@ -152,14 +155,14 @@ if [ "${NCU:-0}" = 1 ]; then
     say "ncu: .dev/ccl-perf missing, kernel count skipped"
   else
     say ""
-    say "## Kernels launched under libccl (ncu --print-summary per-kernel, ccl-perf -b 8 -e 128M -f 32 -g 2)"
+    say "## Kernels launched under libccl (ncu --print-summary per-kernel, ccl-perf -b 8 -e 128M -f 32 -g $NGPU)"
     say ""
     say "| op | ncu exit | kernel names | libccl (ccl_) kernels | names seen |"
     say "|---|---:|---:|---:|---|"
     for op in sendrecv alltoall all_gather broadcast gather scatter; do
       log=$L/ncu.$op.log
       CCL_P2P_STEP=ncu_$op LD_LIBRARY_PATH=$CCL timeout -s KILL 60 "$NCU_BIN" --print-summary per-kernel \
-        --target-processes all .dev/ccl-perf $op -b 8 -e 128M -f 32 -n 2 -w 1 -c 0 -g 2 > "$log" 2>&1
+        --target-processes all .dev/ccl-perf $op -b 8 -e 128M -f 32 -n 2 -w 1 -c 0 -g $NGPU > "$log" 2>&1
       rc=$?
       echo "exit $rc" >> "$log"
       reap "ncu_$op"

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # One compact device call after a change to the GPU path: stream-order stress (two_comms.c),
-# a correctness sweep of the nine ops (-g 2, and mpirun for three), PyTorch with non-blocking
-# init compared bit for bit with NVIDIA NCCL, then busbw/latency beside NCCL. Everything under
-# $OUT; summary.md at the end (libccl measured with direct transfers on and off). Env: PERF_OPS,
-# PERF_SIZES.
+# a correctness sweep of the nine ops (-g N, and mpirun for seven), PyTorch with non-blocking
+# init compared with NVIDIA NCCL (bit for bit with 2 ranks; sums within tolerance with more,
+# see torch_compare.py), then busbw/latency beside NCCL. Everything under $OUT; summary.md at
+# the end (libccl measured with direct transfers on and off). Env: NGPU (N, default 2),
+# PERF_OPS, PERF_SIZES, MPI_PERF_OPS. two_comms.c, peer_dies.c, mismatch.c and reuse.c are
+# two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
 S=$OUT/summary.md; : > "$S"
+export NGPU=${NGPU:-2}
+TX=$((30 * (NGPU - 2)))  # more time for PyTorch with more ranks (0 with 2)
 say() { echo "$*" | tee -a "$S"; }
 
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms.c -L "$CCL" \
@@ -24,13 +28,13 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.
 mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/reuse.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/reuse >> "$L/two_comms.build.log" 2>&1 && NCCL_DEBUG=INFO timeout -s KILL 90 \
-  mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_DEBUG /tmp/reuse > "$L/reuse.log" 2>&1
+  mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_DEBUG /tmp/reuse > "$L/reuse.log" 2>&1  # 2 ranks by design
 grep -E "PASS|FAIL" "$L/reuse.log" | tee -a "$S"; grep -h "straight between user buffers" "$L/reuse.log" | sed 's/.*rank/reuse: rank/' | tee -a "$S"
-CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh | tee -a "$S"
+CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_gather broadcast gather scatter | tee -a "$S"
-CCL_IPC_DIRECT=0 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g2 bash tests/gpu/device_check.sh sendrecv alltoall all_gather | sed 's/^check/check staged/' | tee -a "$S"
-CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g2 bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
+CCL_IPC_DIRECT=0 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh sendrecv alltoall all_gather | sed 's/^check/check staged/' | tee -a "$S"
+CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
 
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio | CCL_IPC_DIRECT=0 busbw ratio | CCL_IPC_DIRECT=0 latency ratio |"
@@ -40,7 +44,7 @@ for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast se
     for lib in nccl ccl staged; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
       [ $lib = staged ] && DIRECT=0 || DIRECT=1
-      CCL_IPC_DIRECT=$DIRECT LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g 2 \
+      CCL_IPC_DIRECT=$DIRECT LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g $NGPU \
         > "$L/perf.$op.$size.$lib.log" 2>&1
     done
     python3 - "$L/perf.$op.$size.nccl.log" "$L/perf.$op.$size.ccl.log" "$L/perf.$op.$size.staged.log" "$op" "$size" <<'PY' | tee -a "$S"
@@ -62,7 +66,7 @@ for op in ${MPI_PERF_OPS:-sendrecv alltoall all_gather all_reduce}; do
   for size in 8 512M; do
     for lib in nccl ccl; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
-      LD_LIBRARY_PATH=$LP timeout -s KILL 40 mpirun --allow-run-as-root --bind-to none -np 2 \
+      LD_LIBRARY_PATH=$LP timeout -s KILL 40 mpirun --allow-run-as-root --bind-to none -np $NGPU \
         -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 \
         > "$L/mpiperf.$op.$size.$lib.log" 2>&1
     done
@@ -80,9 +84,9 @@ PY
   done
 done
 export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
-timeout -s KILL 100 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; say "torch nccl exit $?"
-TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
-python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl 2 2>&1 | tail -n 3 | tee -a "$S"
+timeout -s KILL $((100 + TX)) python3 -m torch.distributed.run --nproc-per-node $NGPU tests/gpu/torch_check.py nccl > "$L/torch_nccl.log" 2>&1; say "torch nccl exit $?"
+TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL $((120 + TX)) python3 -m torch.distributed.run --nproc-per-node $NGPU tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
+python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl $NGPU 2>&1 | tail -n 3 | tee -a "$S"
 rm -rf "$CCL_TORCH_OUT"
 
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs

@@ -1,8 +1,14 @@
 """PyTorch collectives and a small DDP run, for comparing libccl with NVIDIA NCCL bit for bit.
 
-Run under torchrun with 2 ranks, once with NVIDIA's NCCL and once with
+Run under torchrun with N >= 2 ranks (--nproc-per-node N), once with NVIDIA's NCCL and once with
 LD_PRELOAD=.../libnccl.so.2 (libccl). Each rank saves every result tensor and the DDP losses to
-$CCL_TORCH_OUT/<tag>_rank<r>.pt; tests/gpu/torch_compare.py compares two tags.
+$CCL_TORCH_OUT/<tag>_rank<r>.pt; tests/gpu/torch_compare.py DIR TAG_A TAG_B N compares two tags
+(bit for bit with 2 ranks; with more, sums may differ by reduction order: see that script).
+
+Point-to-point goes round a ring (rank r sends to r+1 and receives from r-1), which for 2 ranks
+is the same exchange as before; new_group([0, 1]) is a 2-rank group whatever N is (ranks >= 2
+are not members and keep their input). The big all-gather saves 8 Mi elements x N per dtype
+and rank: about 0.5 GiB per rank file with 8 ranks, so keep CCL_TORCH_OUT on a local disk.
 """
 import ctypes
 import os
@@ -75,17 +81,20 @@ def main():
         y = torch.empty_like(x)
         dist.all_to_all_single(y, x)
         res[f"all_to_all_{name}"] = y
+        # Blocking send/recv round the ring: rank 0 sends first, every other rank receives from
+        # its predecessor before it sends on, so the chain 0 -> 1 -> ... -> N-1 -> 0 cannot
+        # deadlock. With 2 ranks this is the old exchange (0 sends to 1, then receives from 1).
         y = torch.empty_like(x)
-        peer = (rank + 1) % world
+        peer, prev = (rank + 1) % world, (rank - 1) % world
         if rank == 0:
             dist.send(x, dst=peer)
-            dist.recv(y, src=peer)
+            dist.recv(y, src=prev)
         else:
-            dist.recv(y, src=(rank - 1) % world)
-            dist.send(x, dst=(rank - 1) % world)
+            dist.recv(y, src=prev)
+            dist.send(x, dst=peer)
         res[f"send_recv_{name}"] = y
         y = torch.empty_like(x)
-        ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, (rank - 1) % world)]
+        ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, prev)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         res[f"batch_isend_irecv_{name}"] = y

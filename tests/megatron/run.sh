@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Megatron-core GPT training, NVIDIA NCCL vs libccl, on the 2-GPU device machine. ONE command:
+# Megatron-core GPT training, NVIDIA NCCL vs libccl, on the device machine (2 GPUs by default,
+# NPROC=4 or 8 for the larger ones). ONE command:
 #
 #     bash tests/megatron/run.sh
 #
@@ -13,20 +14,29 @@
 #   pp2-1f1b         pipeline parallel 2, 1F1B schedule, batch_isend_irecv   (--pp 2 --batch-p2p)
 #   pp2-interleaved  pipeline parallel 2, 2 virtual stages, overlap_p2p_comm (--pp 2 --vpp 2 --overlap-p2p)
 #   tp2-sp           tensor parallel 2, sequence parallel                    (--tp 2 --sequence-parallel)
+#   pp2-tp           pipeline parallel 2 x tensor parallel NPROC/2, sequence parallel, batch_isend_irecv
+#                    (--pp 2 --tp $((NPROC/2)) --sequence-parallel --batch-p2p; needs NPROC >= 4, even)
+#
+# The first three need NPROC=2 (world = tp x pp, no data parallelism); pp2-tp needs NPROC >= 4.
 #
 # Environment (all optional):
+#   NPROC=2              ranks (GPUs) per run: torchrun --nproc-per-node NPROC
 #   ITERS=100            iterations per run (shrink it when device time is short)
-#   CONFIGS="pp2-1f1b pp2-interleaved tp2-sp"   which configurations, in order
+#   CONFIGS="pp2-1f1b pp2-interleaved tp2-sp"   which configurations, in order (default with
+#                        NPROC > 2: "pp2-tp")
 #   LIBS="nccl ccl"      which libraries per configuration, in order ("nccl2": NVIDIA NCCL again,
 #                        a determinism check of the baseline itself)
 #   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
 #   LIBCCL=$PWD/.dev/libnccl.so.2
 #   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
-#   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS)
+#   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
 #   CUDA_DEVICE_MAX_CONNECTIONS=1  as Megatron-LM's launch scripts; set 8 to see whether a hang
 #                        comes from one hardware queue serializing the streams
 #   OUT                  set by the device tool; logs go to $OUT/megatron/
+#   COMPARE_ARGS=""      passed to compare.py (e.g. "--mode tolerance --rtol 1e-3"); by default
+#                        losses must be bitwise equal while every reduction group has <= 2 ranks
+#                        (all of NPROC=2, pp2-tp at NPROC=4), within 1e-3 relative otherwise
 # Exit status: compare.py's (0 = every check passed), 2 when the setup itself failed.
 
 set -uo pipefail
@@ -37,14 +47,20 @@ T0=$SECONDS
 OUT=${OUT:-/tmp/megatron-out}
 LOGDIR=$OUT/megatron
 mkdir -p "$LOGDIR"
+NPROC=${NPROC:-2}
 ITERS=${ITERS:-100}
-CONFIGS=${CONFIGS:-"pp2-1f1b pp2-interleaved tp2-sp"}
+if ((NPROC == 2)); then
+    CONFIGS=${CONFIGS:-"pp2-1f1b pp2-interleaved tp2-sp"}
+else
+    CONFIGS=${CONFIGS:-"pp2-tp"}
+fi
 LIBS=${LIBS:-"nccl ccl"}
 REPEAT_NCCL=${REPEAT_NCCL:-}
 LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
 DEADLINE=${DEADLINE:-500}
-RUN_TIMEOUT=${RUN_TIMEOUT:-$((60 + ITERS * 3 / 2))}
+RUN_TIMEOUT=${RUN_TIMEOUT:-$((60 + ITERS * 3 / 2 + 10 * (NPROC - 2)))}
 EXTRA_ARGS=${EXTRA_ARGS:-}
+COMPARE_ARGS=${COMPARE_ARGS:-}
 
 # NVLink multicast stays off (shared/DEVICE.md); one hardware queue as Megatron-LM runs it;
 # reproducible cuBLAS; unbuffered output so a killed run still shows its last lines.
@@ -84,7 +100,7 @@ fi
     nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     echo "libccl: $LIBCCL ($(stat -c %s "$LIBCCL" 2>/dev/null || echo missing) bytes)"
-    echo "ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
 } | tee "$LOGDIR/summary.txt"
 
 cfg_args() {
@@ -92,6 +108,10 @@ cfg_args() {
         pp2-1f1b) echo "--pp 2 --batch-p2p" ;;
         pp2-interleaved) echo "--pp 2 --vpp 2 --overlap-p2p" ;;
         tp2-sp) echo "--tp 2 --sequence-parallel" ;;
+        pp2-tp)
+            ((NPROC >= 4 && NPROC % 2 == 0)) || return 1
+            echo "--pp 2 --tp $((NPROC / 2)) --sequence-parallel --batch-p2p"
+            ;;
         *) return 1 ;;
     esac
 }
@@ -99,7 +119,7 @@ MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq 1024 --micro-bat
 
 run_one() { # config library
     local cfg=$1 lib=$2 log=$LOGDIR/$1.$2.log args rc t0 left t
-    args=$(cfg_args "$cfg") || { log "unknown configuration $cfg"; return; }
+    args=$(cfg_args "$cfg") || { log "unknown configuration $cfg (or not for NPROC=$NPROC)"; return; }
     left=$((DEADLINE - (SECONDS - T0) - 20))
     t=$RUN_TIMEOUT
     ((left < t)) && t=$left
@@ -110,14 +130,14 @@ run_one() { # config library
     fi
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
-    # timeout signals its whole process group: torchrun and both workers.
+    # timeout signals its whole process group: torchrun and every worker.
     if [[ $lib == ccl ]]; then
         LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
-            --nproc-per-node 2 tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
+            --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
             --tag "$cfg/$lib" >"$log" 2>&1
     else
         timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
-            --nproc-per-node 2 tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
+            --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
             --tag "$cfg/$lib" >"$log" 2>&1
     fi
     rc=$?
@@ -141,7 +161,7 @@ for cfg in $CONFIGS; do
 done
 
 log "compare"
-python3 tests/megatron/compare.py --dir "$LOGDIR" | tee -a "$LOGDIR/summary.txt"
+python3 tests/megatron/compare.py --dir "$LOGDIR" $COMPARE_ARGS | tee -a "$LOGDIR/summary.txt"
 rc=${PIPESTATUS[0]}
 
 # At most 8 files come back from the device: pack the logs when there are more.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Deterministic megatron-core GPT training on 2 GPUs, to compare NVIDIA NCCL with libccl.
+"""Deterministic megatron-core GPT training on 2 or more GPUs, to compare NVIDIA NCCL with libccl.
 
-Run under torchrun, once per library (tests/megatron/run.sh does both):
+Run under torchrun, once per library (tests/megatron/run.sh does both; NPROC=N there runs N
+ranks, and its config pp2-tp is --pp 2 --tp N/2 --sequence-parallel --batch-p2p):
 
     python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
         tests/megatron/train_gpt.py --pp 2 --batch-p2p --tag pp2-1f1b/nccl
@@ -23,10 +24,11 @@ torch.nn.LayerNorm whose parameters carry megatron's `sequence_parallel` attribu
 megatron's finalize_model_grads all-reduces their gradients across the tensor-parallel group,
 exactly as it does for apex's FusedLayerNorm.
 
-There is no data parallelism (world size == tp * pp), so no DistributedDataParallel wrapper:
-gradients stay in param.grad and finalize_model_grads (megatron's own, installed as
-config.finalize_model_grads_func) runs the reductions megatron needs: layer-norm grads across TP
-for sequence parallelism, the tied word-embedding grad across the first and last pipeline stage.
+There is no data parallelism (world size == tp * pp, e.g. --tp 4 --pp 2 on 8 ranks), so no
+DistributedDataParallel wrapper: gradients stay in param.grad and finalize_model_grads
+(megatron's own, installed as config.finalize_model_grads_func) runs the reductions megatron
+needs: layer-norm grads across TP for sequence parallelism, the tied word-embedding grad across
+the first and last pipeline stage.
 The optimizer is torch.optim.AdamW on fp32 master copies of the bf16 parameters.
 """
 

@@ -23,13 +23,14 @@
 //! which the peer can map: copied in before the "here" flag, copied out after the transfer.
 //! This module is CUDA-free (posts and plans); `mod.rs` resolves buffers and runs the plan.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicU64;
+use std::time::Instant;
 
 use super::protocol::{Act, Counters, Device, Lane, Layout, Program, FLAG_STRIDE};
 use ccl_collectives::Collective;
 
 use crate::error::{Error, Result};
+use crate::sync::{Atomic64, Ordering};
 use crate::task::TaskKind;
 
 /// Transfers a rank may post to one peer ahead of that peer's matching post.
@@ -90,18 +91,18 @@ impl Post {
 
 /// Shared words a rendezvous lives in (a `/dev/shm` board, or memory in tests).
 pub(crate) trait Words {
-    fn word(&self, i: usize) -> Option<&AtomicU64>;
+    fn word(&self, i: usize) -> Option<&dyn Atomic64>;
 }
 
 impl Words for ccl_transports::shm::ShmBoard {
-    fn word(&self, i: usize) -> Option<&AtomicU64> {
-        ccl_transports::shm::ShmBoard::word(self, i)
+    fn word(&self, i: usize) -> Option<&dyn Atomic64> {
+        ccl_transports::shm::ShmBoard::word(self, i).map(|w| w as &dyn Atomic64)
     }
 }
 
 impl Words for Vec<AtomicU64> {
-    fn word(&self, i: usize) -> Option<&AtomicU64> {
-        self.get(i)
+    fn word(&self, i: usize) -> Option<&dyn Atomic64> {
+        self.get(i).map(|w| w as &dyn Atomic64)
     }
 }
 
@@ -140,7 +141,7 @@ impl<'a> Entry<'a> {
         }
     }
 
-    fn word(&self, i: usize) -> Result<&'a AtomicU64> {
+    fn word(&self, i: usize) -> Result<&'a dyn Atomic64> {
         self.board
             .word(self.base + i)
             .ok_or_else(|| Error::internal("cuda-ipc: rendezvous entry outside the board"))
@@ -174,18 +175,6 @@ impl<'a> Entry<'a> {
         self.word(0)?
             .store((self.gen + 1) << GEN_SHIFT, Ordering::Release);
         Ok(Post::from_words(&w))
-    }
-}
-
-/// Sleeps a little between polls of a shared word once spinning has not paid off.
-pub(super) fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else if *spins < 256 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(Duration::from_micros(20));
     }
 }
 
@@ -241,7 +230,7 @@ pub(crate) fn post(
                  {g}, ahead of this side"
             )));
         }
-        wait_for_ring(&mut spins, stop, deadline, || {
+        wait_for_ring(state, &mut spins, stop, deadline, || {
             format!("{RING} transfers behind rank {src}")
         })?;
     }
@@ -250,6 +239,7 @@ pub(crate) fn post(
 /// One poll of a rendezvous entry that still serves an earlier round (a peer that far
 /// behind): fails when the communicator is aborted or at `deadline`, else backs off.
 pub(super) fn wait_for_ring(
+    word: &dyn Atomic64,
     spins: &mut u32,
     stop: &dyn Fn() -> bool,
     deadline: Option<Instant>,
@@ -266,7 +256,7 @@ pub(super) fn wait_for_ring(
             behind()
         )));
     }
-    backoff(spins);
+    word.pause(spins);
     Ok(())
 }
 
@@ -322,7 +312,7 @@ pub(crate) fn resolve(
             }
             continue;
         }
-        backoff(&mut spins);
+        state.pause(&mut spins);
     }
 }
 
@@ -779,9 +769,36 @@ impl Posting {
     }
 }
 
+/// Only the words a loom model touches (loom tracks every atomic it creates), for the model
+/// checks of this module and of the collective rendezvous.
+#[cfg(test)]
+pub(crate) struct LoomWords(std::collections::HashMap<usize, loom::sync::atomic::AtomicU64>);
+
+#[cfg(test)]
+impl LoomWords {
+    /// Zeroed words at each `(start, len)`.
+    pub(crate) fn new(ranges: &[(usize, usize)]) -> LoomWords {
+        let mut m = std::collections::HashMap::new();
+        for &(at, len) in ranges {
+            for i in at..at + len {
+                m.insert(i, loom::sync::atomic::AtomicU64::new(0));
+            }
+        }
+        LoomWords(m)
+    }
+}
+
+#[cfg(test)]
+impl Words for LoomWords {
+    fn word(&self, i: usize) -> Option<&dyn Atomic64> {
+        self.0.get(&i).map(|w| w as &dyn Atomic64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn post_at(addr: u64) -> Post {
         Post {
@@ -944,5 +961,115 @@ mod tests {
     fn posts_round_trip_through_words() {
         let p = post_at(0xdead_beef);
         assert_eq!(Post::from_words(&p.to_words()), p);
+    }
+
+    /// Model checks (loom): every interleaving of two ranks posting one transfer, and every
+    /// reordering the memory orderings allow, with the source giving up at once or waiting.
+    mod loom_model {
+        use super::super::LoomWords as Sparse;
+        use super::*;
+        use loom::sync::Arc;
+
+        fn entry_of(src: usize) -> (usize, usize) {
+            (src * RING * ENTRY_WORDS, ENTRY_WORDS)
+        }
+
+        fn wait(patient: bool) -> PushWait<'static> {
+            // Deterministic (the model reruns every execution): give up at the first look,
+            // or never on time (only when the destination posts).
+            let (soft, hard) = if patient {
+                let far = Instant::now() + Duration::from_secs(3600);
+                (far, far)
+            } else {
+                let past = Instant::now();
+                (past, past)
+            };
+            PushWait {
+                soft,
+                hard,
+                busy: &|| true,
+                futile: &|| false,
+            }
+        }
+
+        fn one_transfer(patient: bool) {
+            loom::model(move || {
+                let b = Arc::new(Sparse::new(&[entry_of(0)]));
+                let b2 = b.clone();
+                let src = loom::thread::spawn(move || {
+                    match post(&*b2, 0, 0, true, &post_at(10), None, &|| false).unwrap() {
+                        Outcome::Pending => resolve(&*b2, 0, 0, wait(patient), &|| false).unwrap(),
+                        o => o,
+                    }
+                });
+                let dst = post(&*b, 0, 0, false, &post_at(20), None, &|| false).unwrap();
+                let src = src.join().unwrap();
+                match (src, dst) {
+                    (Outcome::Second(p), Outcome::First) => assert_eq!(p, post_at(20)),
+                    (Outcome::First, Outcome::Second(p)) => {
+                        assert!(!patient, "a patient source must push");
+                        assert_eq!(p, post_at(10))
+                    }
+                    other => panic!("{other:?}"),
+                }
+                // Freed for the transfer RING later.
+                let w = b.word(0).unwrap().load(Ordering::Acquire);
+                assert_eq!(w, 1 << GEN_SHIFT);
+            });
+        }
+
+        #[test]
+        fn one_transfer_pairs_up_when_the_source_gives_up_at_once() {
+            one_transfer(false);
+        }
+
+        #[test]
+        fn one_transfer_pairs_up_when_the_source_waits() {
+            one_transfer(true);
+        }
+
+        /// Two ranks each send before they receive: the crossing is seen, nobody waits for
+        /// ever, and both end up pulling.
+        #[test]
+        fn crossing_sends_never_hang() {
+            loom::model(|| {
+                // Transfer 0 -> 1 sits in rank 1's inbox, 1 -> 0 in rank 0's.
+                let inbox0 = Arc::new(Sparse::new(&[entry_of(1)]));
+                let inbox1 = Arc::new(Sparse::new(&[entry_of(0)]));
+                let rank = |me: usize, mine: Arc<Sparse>, theirs: Arc<Sparse>| {
+                    move || {
+                        let peer = 1 - me;
+                        let addr = 10 * me as u64;
+                        let out = match post(&*theirs, me, 0, true, &post_at(addr), None, &|| false)
+                            .unwrap()
+                        {
+                            Outcome::Pending => {
+                                let crossed = || peer_sends_first(&*mine, peer, 0);
+                                let w = PushWait {
+                                    futile: &crossed,
+                                    ..wait(true)
+                                };
+                                resolve(&*theirs, me, 0, w, &|| false).unwrap()
+                            }
+                            o => o,
+                        };
+                        let inc = post(&*mine, peer, 0, false, &post_at(addr + 1), None, &|| false)
+                            .unwrap();
+                        (out, inc)
+                    }
+                };
+                let t = loom::thread::spawn(rank(1, inbox1.clone(), inbox0.clone()));
+                let r0 = rank(0, inbox0.clone(), inbox1.clone())();
+                let r1 = t.join().unwrap();
+                // Every transfer has exactly one copier.
+                for (out, inc) in [(r0.0, r1.1), (r1.0, r0.1)] {
+                    let seconds = [out, inc]
+                        .iter()
+                        .filter(|o| matches!(o, Outcome::Second(_)))
+                        .count();
+                    assert_eq!(seconds, 1, "{out:?} / {inc:?}");
+                }
+            });
+        }
     }
 }

@@ -17,15 +17,17 @@
 //! by a peer only after this rank's own kernel has read what sits there (in place: a peer
 //! pushes slice q only after reading it).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(test)]
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::direct::{backoff, wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
+use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
 use super::protocol::{Device, Kernel, Lane, Layout};
 use crate::error::{Error, Result};
+use crate::sync::{Atomic64, Ordering};
 use crate::task::{Reduction, Task, TaskKind};
 
 /// Collectives a rank may post ahead of the slowest rank.
@@ -96,7 +98,7 @@ impl<'a> SymEntry<'a> {
         }
     }
 
-    fn word(&self, i: usize) -> Result<&'a AtomicU64> {
+    fn word(&self, i: usize) -> Result<&'a dyn Atomic64> {
         self.board
             .word(self.base + i)
             .ok_or_else(|| Error::internal("cuda-ipc: collective rendezvous outside the board"))
@@ -201,7 +203,7 @@ pub(crate) fn sym_post(
                 "cuda-ipc: collective rendezvous {seq} is at generation {g}, ahead of rank {rank}"
             )));
         }
-        wait_for_ring(&mut spins, stop, ring_deadline, || {
+        wait_for_ring(state, &mut spins, stop, ring_deadline, || {
             format!("{SYM_RING} collectives behind rank {rank}")
         })?;
     }
@@ -239,7 +241,7 @@ pub(crate) fn sym_settle(
             }
             continue;
         }
-        backoff(&mut spins);
+        state.pause(&mut spins);
     }
 }
 
@@ -537,6 +539,76 @@ mod tests {
                 all.iter().all(|v| v[seq] == first),
                 "collective {seq} disagrees"
             );
+        }
+    }
+
+    /// Model checks (loom): two ranks posting one collective, one of them giving up at its
+    /// first look or waiting, in every interleaving: both choose the same path, the direct one
+    /// sees both posts intact, and the entry ends free.
+    mod loom_model {
+        use super::*;
+        use crate::cuda_ipc::direct::LoomWords;
+        use loom::sync::Arc;
+
+        fn two_ranks(patient: bool) {
+            loom::model(move || {
+                let n = 2;
+                let b = Arc::new(LoomWords::new(&[(ring_base(n), entry_words(n))]));
+                let b2 = b.clone();
+                let never = || false;
+                let other = loom::thread::spawn(move || {
+                    sym_post(&*b2, n, 1, 0, Some((post(10), post(11))), None, &|| false).unwrap()
+                });
+                let at = if patient {
+                    Instant::now() + Duration::from_secs(3600)
+                } else {
+                    Instant::now()
+                };
+                let w = PushWait {
+                    soft: at,
+                    hard: at,
+                    busy: &|| true,
+                    futile: &|| false,
+                };
+                let mine =
+                    match sym_post(&*b, n, 0, 0, Some((post(0), post(1))), None, &never).unwrap() {
+                        SymOutcome::Pending => sym_settle(&*b, n, 0, w, &never).unwrap(),
+                        o => o,
+                    };
+                let theirs = match other.join().unwrap() {
+                    SymOutcome::Pending => {
+                        let patient = PushWait {
+                            soft: Instant::now() + Duration::from_secs(3600),
+                            hard: Instant::now() + Duration::from_secs(3600),
+                            busy: &|| true,
+                            futile: &|| false,
+                        };
+                        sym_settle(&*b, n, 0, patient, &never).unwrap()
+                    }
+                    o => o,
+                };
+                assert_eq!(mine, theirs);
+                match mine {
+                    SymOutcome::Direct(p) => {
+                        assert_eq!(p, vec![(post(0), post(1)), (post(10), post(11))])
+                    }
+                    SymOutcome::Staged => assert!(!patient, "nobody gave up"),
+                    SymOutcome::Pending => panic!("still pending"),
+                }
+                let e = SymEntry::new(&*b, n, 0);
+                assert_eq!(e.word(0).unwrap().load(Ordering::Acquire), 1 << GEN_SHIFT);
+                assert_eq!(e.word(1).unwrap().load(Ordering::Acquire), 0);
+            });
+        }
+
+        #[test]
+        fn two_ranks_agree_when_one_gives_up_at_once() {
+            two_ranks(false);
+        }
+
+        #[test]
+        fn two_ranks_go_direct_when_both_wait() {
+            two_ranks(true);
         }
     }
 }
