@@ -1,12 +1,14 @@
-//! User buffers for the direct transfers: how a peer reaches ours (exported IPC handles,
-//! cached per allocation), how we reach a peer's (mappings, cached per allocation and shared by
-//! the communicators of the process), the bounce buffer for what cannot be mapped, and the
-//! rendezvous of one group's transfers ([`plan`]).
+//! User buffers for the direct transfers: how a peer reaches ours (legacy IPC handles of
+//! `cuMemAlloc` memory, or the file descriptor of a VMM allocation from `ncclMemAlloc`, cached
+//! per allocation), how we reach a peer's (mappings, cached per allocation and shared by the
+//! communicators of the process), and the bounce buffer for what cannot be mapped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
-use ccl_cuda::cuda::{self, Context, DeviceBuffer, IpcHandle, IpcMapping, MemoryKind};
+use std::os::fd::{AsFd, RawFd};
+
+use ccl_cuda::cuda::{self, Context, DeviceBuffer, IpcHandle, IpcMapping, MemoryKind, VmmMapping};
 use parking_lot::Mutex;
 
 use super::direct::{Export, Exported, Post, Reach};
@@ -15,6 +17,25 @@ use crate::gpu::cuda_err;
 
 /// Most exported handles remembered per communicator (forgotten all at once past this).
 const EXPORTS_MAX: usize = 4096;
+
+/// Marks a post's buffer id as a VMM allocation id (CUDA's buffer ids are small counters):
+/// its "handle" then carries the owner's file descriptor and the allocation's length.
+const VMM_ID: u64 = 1 << 63;
+
+fn vmm_handle(fd: RawFd, len: usize) -> [u8; 64] {
+    let mut h = [0u8; 64];
+    h[..4].copy_from_slice(&fd.to_le_bytes());
+    h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+    h
+}
+
+fn vmm_of_handle(h: &[u8; 64]) -> (RawFd, usize) {
+    let mut fd = [0u8; 4];
+    fd.copy_from_slice(&h[..4]);
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&h[8..16]);
+    (RawFd::from_le_bytes(fd), u64::from_le_bytes(len) as usize)
+}
 
 /// This rank's side of the direct transfers of one communicator.
 pub(crate) struct Buffers {
@@ -27,24 +48,45 @@ pub(crate) struct Buffers {
     /// Bounce buffers, the last the current one; earlier ones stay allocated (queued work may
     /// still use them) until the communicator goes.
     bounce: Vec<DeviceBuffer>,
+    /// Every peer in another process can take a file descriptor of ours (probed at setup),
+    /// so `ncclMemAlloc`'s VMM memory can be exported.
+    vmm: bool,
 }
 
 impl Buffers {
-    pub fn new(ctx: Arc<Context>) -> Buffers {
+    pub fn new(ctx: Arc<Context>, vmm: bool) -> Buffers {
         Buffers {
             ctx,
             pid: std::process::id() as u64,
             exports: HashMap::new(),
             bounce: Vec::new(),
+            vmm,
         }
+    }
+}
+
+impl Buffers {
+    /// How a peer maps our `ncclMemAlloc` VMM allocation around `ptr`, where peers can take
+    /// our descriptors.
+    fn vmm_export(&self, ptr: u64) -> Export {
+        if !self.vmm {
+            return None;
+        }
+        let v = cuda::vmm::lookup(ptr)?;
+        Some(Exported {
+            base: v.base,
+            buffer_id: VMM_ID | v.alloc_id,
+            handle: vmm_handle(v.fd, v.len),
+        })
     }
 }
 
 impl Reach for Buffers {
     fn export(&mut self, ptr: u64) -> Result<Export> {
-        // Memory CUDA does not know has no buffer id: not mappable.
+        // Memory CUDA does not know has no buffer id: not mappable, unless it is one of our
+        // VMM allocations (should the driver not give those an id).
         let Ok(buffer_id) = cuda::buffer_id(ptr) else {
-            return Ok(None);
+            return Ok(self.vmm_export(ptr));
         };
         if let Some(&ex) = self.exports.get(&buffer_id) {
             return Ok(ex);
@@ -57,7 +99,9 @@ impl Reach for Buffers {
                 base: info.base,
                 buffer_id,
                 handle: h.0,
-            });
+            })
+            // VMM memory has no legacy handle; ours (ncclMemAlloc) has a file descriptor.
+            .or_else(|| self.vmm_export(ptr));
         if self.exports.len() >= EXPORTS_MAX {
             self.exports.clear();
         }
@@ -86,7 +130,11 @@ impl Reach for Buffers {
         if p.pid == self.pid {
             return Ok(p.addr);
         }
-        let base = mapping(&self.ctx, p)?;
+        let base = if p.buffer_id & VMM_ID != 0 {
+            vmm_mapping(&self.ctx, p)?
+        } else {
+            mapping(&self.ctx, p)?
+        };
         Ok(base + p.offset)
     }
 }
@@ -105,4 +153,62 @@ fn mapping(ctx: &Arc<Context>, p: &Post) -> Result<u64> {
     let ptr = m.ptr();
     maps.insert(key, Arc::new(m));
     Ok(ptr)
+}
+
+/// Imports of peers' VMM allocations, like [`mapping`]: the owner's file descriptor is taken
+/// from its process (pidfd), imported and mapped once per (process, allocation id, device).
+/// The import keeps the memory alive after the owner frees it, so a key never goes stale.
+fn vmm_mapping(ctx: &Arc<Context>, p: &Post) -> Result<u64> {
+    type Key = (u64, u64, i32);
+    static MAPS: OnceLock<Mutex<HashMap<Key, Arc<VmmMapping>>>> = OnceLock::new();
+    let key = (p.pid, p.buffer_id, ctx.ordinal());
+    let mut maps = MAPS.get_or_init(Default::default).lock();
+    if let Some(m) = maps.get(&key) {
+        return Ok(m.ptr());
+    }
+    let (fd, len) = vmm_of_handle(&p.handle);
+    let pid = u32::try_from(p.pid)
+        .map_err(|_| Error::internal(format!("cuda-ipc: bad peer pid {}", p.pid)))?;
+    let own = cuda::vmm::fd_from_process(pid, fd).map_err(|e| {
+        Error::system(format!(
+            "cuda-ipc: cannot take file descriptor {fd} of process {pid} (VMM buffer): {e}"
+        ))
+    })?;
+    let m = VmmMapping::import(ctx, own.as_fd(), len).map_err(cuda_err)?;
+    let ptr = m.ptr();
+    maps.insert(key, Arc::new(m));
+    Ok(ptr)
+}
+
+/// Can this process take a file descriptor from process `pid` (the kernel's ptrace rules)?
+/// Setup probes every peer with a descriptor it keeps open for the purpose.
+pub(crate) fn can_take_fd(pid: u32, fd: RawFd) -> bool {
+    cuda::vmm::fd_from_process(pid, fd).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmm_handles_round_trip() {
+        assert_eq!(vmm_of_handle(&vmm_handle(37, 2 << 20)), (37, 2 << 20));
+        assert_eq!(vmm_of_handle(&vmm_handle(-1, 0)), (-1, 0));
+    }
+
+    /// The setup probe: a descriptor of this very process can be taken back (pidfd_getfd);
+    /// one that is not open cannot (a number far above any open descriptor: a closed one's
+    /// number may be reused at once by another test's thread).
+    #[test]
+    fn fd_probe_sees_open_and_missing_descriptors() {
+        use std::os::fd::AsRawFd;
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let pid = std::process::id();
+        if !can_take_fd(pid, r.as_raw_fd()) {
+            eprintln!("pidfd_getfd not permitted here; skipping");
+            return;
+        }
+        assert!(!can_take_fd(pid, 1 << 20));
+        assert!(!can_take_fd(u32::MAX - 7, r.as_raw_fd()));
+    }
 }

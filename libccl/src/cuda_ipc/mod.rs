@@ -164,6 +164,9 @@ struct Offer {
     ll_max: u64,
     /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
     direct_reduce: u64,
+    /// A descriptor kept open during setup: peers in other processes try to take it, to learn
+    /// whether VMM memory (shared by descriptor) can travel between the ranks (-1: none).
+    probe_fd: i32,
     flags_ptr: u64,
     scratch_ptr: u64,
     ll_ptr: u64,
@@ -172,7 +175,7 @@ struct Offer {
     ll_handle: [u8; IPC_HANDLE_SIZE],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8;
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4;
 
 impl Offer {
     fn none() -> Offer {
@@ -185,6 +188,7 @@ impl Offer {
             single_max: 0,
             ll_max: 0,
             direct_reduce: 0,
+            probe_fd: -1,
             flags_ptr: 0,
             scratch_ptr: 0,
             ll_ptr: 0,
@@ -209,6 +213,7 @@ impl Offer {
         b.extend_from_slice(&self.scratch_handle);
         b.extend_from_slice(&self.ll_handle);
         b.extend_from_slice(&self.direct_reduce.to_le_bytes());
+        b.extend_from_slice(&self.probe_fd.to_le_bytes());
         b
     }
 
@@ -234,6 +239,7 @@ impl Offer {
         o.scratch_handle.copy_from_slice(h(1)?);
         o.ll_handle.copy_from_slice(h(2)?);
         o.direct_reduce = u64::from_le_bytes(u64_at(57 + 3 * IPC_HANDLE_SIZE)?);
+        o.probe_fd = i32::from_le_bytes(u32_at(65 + 3 * IPC_HANDLE_SIZE)?);
         Some(o)
     }
 }
@@ -286,6 +292,7 @@ fn prepare_local(
         single_max: single_max as u64,
         ll_max: ll_max as u64,
         direct_reduce: params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64().max(0) as u64,
+        probe_fd: -1,
         flags_ptr: flags.ptr(),
         scratch_ptr: scratch.ptr(),
         ll_ptr: ll.ptr(),
@@ -328,7 +335,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
             .table
             .iter()
             .all(|i| i.host_id == state.table[rank].host_id);
-    let (local, offer) = if wanted {
+    // Kept open until every peer has tried to take it (the second allgather below).
+    let probe = nix::unistd::pipe().ok();
+    let (local, mut offer) = if wanted {
         match prepare_local(
             comm.0.cuda_dev,
             n,
@@ -357,6 +366,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
     } else {
         (None, Offer::none())
     };
+    if let Some((r, _)) = &probe {
+        use std::os::fd::AsRawFd;
+        offer.probe_fd = r.as_raw_fd();
+    }
     let all = state.ctrl.allgather(&offer.encode(), &comm.0.abort)?;
     let offers: Vec<Offer> = all
         .iter()
@@ -433,12 +446,20 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if let Err(e) = &opened {
         tracing::info!("rank {rank}: cannot map a peer's memory: {e}");
     }
+    // Can this rank take descriptors from every peer in another process?
+    let takes_fds = offers.iter().enumerate().all(|(j, o)| {
+        j == rank
+            || state.table[j].pid == my_pid
+            || (o.probe_fd >= 0 && buffers::can_take_fd(state.table[j].pid, o.probe_fd))
+    });
     let oks = state
         .ctrl
-        .allgather(&[opened.is_ok() as u8], &comm.0.abort)?;
+        .allgather(&[opened.is_ok() as u8, takes_fds as u8], &comm.0.abort)?;
+    drop(probe);
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
+    let vmm_ok = oks.iter().all(|b| b.get(1) == Some(&1));
     // Every peer has mapped this rank's boards.
     board.boards.unlink();
     inbox.unlink();
@@ -474,7 +495,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         flags: own(|p| p.flags, local.flags.ptr()),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
     };
-    let bufs = Buffers::new(local.ctx.clone());
+    let bufs = Buffers::new(local.ctx.clone(), vmm_ok);
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -1247,6 +1268,7 @@ mod tests {
         o.single_max = 1 << 19;
         o.ll_max = 1 << 20;
         o.direct_reduce = 2 << 20;
+        o.probe_fd = 17;
         o.flags_ptr = 0x7000_0000_1000;
         o.ll_handle = [7; IPC_HANDLE_SIZE];
         let b = o.encode();
@@ -1266,6 +1288,7 @@ mod tests {
             (3, 8 << 20, 4, 1 << 19, 1 << 20, 2 << 20, 0x7000_0000_1000)
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
+        assert_eq!(d.probe_fd, 17);
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());
     }
 
