@@ -30,6 +30,11 @@ mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/reuse.c
   -lcudart -o /tmp/reuse >> "$L/two_comms.build.log" 2>&1 && NCCL_DEBUG=INFO timeout -s KILL 90 \
   mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_DEBUG /tmp/reuse > "$L/reuse.log" 2>&1  # 2 ranks by design
 grep -E "PASS|FAIL" "$L/reuse.log" | tee -a "$S"; grep -h "straight between user buffers" "$L/reuse.log" | sed 's/.*rank/reuse: rank/' | tee -a "$S"
+# The same with ncclMemAlloc returning VMM memory (shared by file descriptor).
+[ -x /tmp/reuse ] && NCCL_CUMEM_ENABLE=1 NCCL_DEBUG=INFO timeout -s KILL 90 mpirun --allow-run-as-root --bind-to none \
+  -np 2 -x NCCL_DEBUG -x NCCL_CUMEM_ENABLE /tmp/reuse > "$L/reuse_vmm.log" 2>&1
+grep -E "PASS|FAIL" "$L/reuse_vmm.log" | sed 's/^/NCCL_CUMEM_ENABLE=1 /' | tee -a "$S"
+grep -h "straight between user buffers\|no CUDA VMM\|take file descriptor" "$L/reuse_vmm.log" | sed 's/.*rank/reuse vmm: rank/' | head -n 4 | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_reduce alltoall sendrecv | tee -a "$S"
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=mpi bash tests/gpu/device_check.sh all_gather broadcast gather scatter | tee -a "$S"
