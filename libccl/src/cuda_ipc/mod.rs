@@ -790,7 +790,9 @@ impl Queueing {
                     busy: &|| !eng.last_done.query().unwrap_or(true),
                     futile: &|| false,
                 },
-                eng.single_stream_max,
+                // Lanes only pay off when copies can overlap; a local setting (each rank
+                // orders its own streams).
+                params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
                 &|| abort.load(std::sync::atomic::Ordering::Relaxed),
             )?;
             q.sent_direct += plan
