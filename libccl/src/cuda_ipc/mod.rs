@@ -47,7 +47,7 @@ use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
 use buffers::Buffers;
 use calls::{CallBoard, CallSig, History, RankBoards};
-use protocol::{lower, Act, Counters, Device, Emission, Kernel, Lane, Layout, Program};
+use protocol::{lower, Act, Chain, Counters, Device, Kernel, Lane, Layout, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
@@ -668,7 +668,7 @@ struct Queueing {
     comm: Comm,
     eng: Arc<IpcEngine>,
     user: Vec<Stream>,
-    em: Emission,
+    em: Chain,
     ll: Option<LowLatency>,
     sig: Option<CallSig>,
     /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
@@ -842,7 +842,7 @@ impl Queueing {
                 )?;
                 q.sent_direct += (plan.count * t.dtype.size() * (l.nranks - 1)) as u64;
                 // Nothing goes through the slots: drop the staged program.
-                self.em = Emission::new(lower(&[], l.rank, l.nranks, l.chunk, 0)?, l.chunk, true);
+                self.em = Chain::new(Vec::new());
                 self.staged_tx = 0;
                 let mut dev = CudaDevice { eng, user: first };
                 plan.begin(l, &mut dev)?;
@@ -900,7 +900,7 @@ impl Queueing {
         let eng = &*self.eng;
         let first = &self.user[0];
         let mut dev = CudaDevice { eng, user: first };
-        self.em.end(&eng.layout, &mut dev)?;
+        self.em.end(&eng.layout, &mut dev, &mut q.counters)?;
         self.plan.end(&eng.layout, &mut dev)?;
         if let Some(p) = &self.sym_plan {
             p.end(&eng.layout, &mut dev)?;
@@ -977,8 +977,32 @@ fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<O
 }
 
 /// The kernels a lowered group launches.
-fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, KernelOp)> {
+fn kernels_needed<'a>(
+    programs: impl Iterator<Item = &'a Program>,
+    ll: Option<&LowLatency>,
+) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
+    for p in programs {
+        kernels_of(p, &mut v);
+    }
+    match ll {
+        Some(LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t)) => {
+            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
+        }
+        Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
+        None => {}
+    }
+    let mut unique = Vec::with_capacity(v.len());
+    for k in v {
+        if !unique.contains(&k) {
+            unique.push(k);
+        }
+    }
+    unique
+}
+
+/// The reduction kernels one lowered program launches.
+fn kernels_of(p: &Program, v: &mut Vec<(DataType, KernelOp)>) {
     for k in &p.local_kernels {
         if let Kernel::PreMul { dtype, .. } = k {
             v.push((*dtype, KernelOp::PreMul));
@@ -997,20 +1021,6 @@ fn kernels_needed(p: &Program, ll: Option<&LowLatency>) -> Vec<(DataType, Kernel
             v.push((tg.dtype, KernelOp::DivInt));
         }
     }
-    match ll {
-        Some(LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t)) => {
-            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
-        }
-        Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
-        None => {}
-    }
-    let mut unique = Vec::with_capacity(v.len());
-    for k in v {
-        if !unique.contains(&k) {
-            unique.push(k);
-        }
-    }
-    unique
 }
 
 /// Lowers one communicator's group and prepares its emission.
@@ -1037,16 +1047,14 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
     };
     let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
-    let program = lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
+    let em = Chain::lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
     // Load every kernel now: loading a module can wait for the whole device, which must not
     // happen once this device's streams wait on a peer whose work is queued after ours (one
     // thread driving several GPUs).
-    for (dt, op) in kernels_needed(&program, ll.as_ref()) {
+    for (dt, op) in kernels_needed(em.programs(), ll.as_ref()) {
         eng.kernels.prepare(dt, op).map_err(cuda_err)?;
     }
-    let staged_tx: usize = program.tx.iter().flatten().map(|x| x.bytes).sum();
-    let single = ll.is_some() || program.bytes() <= eng.single_stream_max || program.aliases();
-    let em = Emission::new(program, l.chunk, single);
+    let staged_tx = em.sent_bytes();
     Ok(Queueing {
         comm: comm.clone(),
         eng,

@@ -871,6 +871,120 @@ impl Emission {
     }
 }
 
+/// A group's staged work as emissions one after another in logical time: its collectives,
+/// then its point-to-point transfers. Each schedule alone is the same on every rank that takes
+/// part; mixed into one, a rank's own point-to-point pieces would shift its reduction chunks
+/// behind the sends of their results (which on one stream means sending unreduced data).
+pub(crate) struct Chain {
+    parts: Vec<Emission>,
+    /// Logical time at which each part starts.
+    starts: Vec<u64>,
+    cur: usize,
+}
+
+impl Chain {
+    /// Lowers `tasks` for `rank` of `n`, collectives and point-to-point apart.
+    pub fn lower(
+        tasks: &[Task],
+        rank: usize,
+        n: usize,
+        chunk: usize,
+        single_max: usize,
+    ) -> Result<Chain> {
+        let (p2p, colls): (Vec<Task>, Vec<Task>) = tasks
+            .iter()
+            .partition(|t| matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. }));
+        let groups: Vec<&[Task]> = if p2p.is_empty() || colls.is_empty() {
+            vec![tasks]
+        } else {
+            vec![&colls, &p2p]
+        };
+        let mut parts = Vec::with_capacity(groups.len());
+        for g in groups {
+            let p = lower(g, rank, n, chunk, single_max)?;
+            let single = p.bytes() <= single_max || p.aliases();
+            parts.push(Emission::new(p, chunk, single));
+        }
+        Ok(Chain::new(parts))
+    }
+
+    pub fn new(parts: Vec<Emission>) -> Chain {
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut t = 0;
+        for p in &parts {
+            starts.push(t);
+            t += p.horizon();
+        }
+        Chain {
+            parts,
+            starts,
+            cur: 0,
+        }
+    }
+
+    pub fn programs(&self) -> impl Iterator<Item = &Program> {
+        self.parts.iter().map(|p| &p.program)
+    }
+
+    /// Bytes sent through receive slots.
+    pub fn sent_bytes(&self) -> usize {
+        self.programs()
+            .flat_map(|p| p.tx.iter().flatten())
+            .map(|x| x.bytes)
+            .sum()
+    }
+
+    pub fn horizon(&self) -> u64 {
+        match (self.starts.last(), self.parts.last()) {
+            (Some(s), Some(p)) => s + p.horizon(),
+            _ => 0,
+        }
+    }
+
+    pub fn begin(&mut self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        match self.parts.first_mut() {
+            Some(p) => p.begin(l, dev),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues every item with logical time below `until`, ending a part and beginning the
+    /// next when the time passes between them.
+    pub fn emit_until(
+        &mut self,
+        until: u64,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut dyn Device,
+    ) -> Result<()> {
+        while let Some(p) = self.parts.get_mut(self.cur) {
+            let start = self.starts.get(self.cur).copied().unwrap_or(0);
+            p.emit_until(until.saturating_sub(start), l, c, dev)?;
+            let next = self.starts.get(self.cur + 1).copied();
+            match next {
+                Some(s) if until >= s => {
+                    p.end(l, dev)?;
+                    self.cur += 1;
+                    if let Some(q) = self.parts.get_mut(self.cur) {
+                        q.begin(l, dev)?;
+                    }
+                }
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues what is left and joins the lanes back.
+    pub fn end(&mut self, l: &Layout, dev: &mut dyn Device, c: &mut Counters) -> Result<()> {
+        self.emit_until(self.horizon(), l, c, dev)?;
+        match self.parts.get_mut(self.cur) {
+            Some(p) => p.end(l, dev),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::direct::{self, Exported, Post, Reach, Words};
 use super::direct_reduce;
-use super::protocol::{lower, Counters, Device, Emission, Kernel, Lane, Layout};
+use super::protocol::{lower, Chain, Counters, Device, Kernel, Lane, Layout};
 use crate::error::Result;
 use crate::task::{Reduction, Task, TaskKind};
 
@@ -640,12 +640,16 @@ impl Setup {
                 staged.clear();
             }
         }
-        let p = lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
-        let single = p.bytes() <= self.single_max || p.aliases();
-        let mut em = Emission::new(p, self.chunk, single);
+        let mut em =
+            Chain::lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
         em.begin(l, dev).map_err(e)?;
-        em.emit_until(em.horizon(), l, c, dev).map_err(e)?;
-        em.end(l, dev).map_err(e)?;
+        // In steps, as `submit` interleaves communicators (parts end and begin in between).
+        let mut t = 0;
+        while t < em.horizon() {
+            t += 3;
+            em.emit_until(t, l, c, dev).map_err(e)?;
+        }
+        em.end(l, dev, c).map_err(e)?;
         plan.end(l, dev).map_err(e)?;
         if let Some(p) = sym_plan {
             p.end(l, dev).map_err(e)?;
@@ -1002,6 +1006,24 @@ fn random_point_to_point_groups_deliver_every_byte() {
                 }
             }
         }
+        // Odd rounds add an all-reduce to every rank's group (NCCL allows collectives and
+        // point-to-point in one group): staged beside the direct transfers.
+        let ar_count = 700usize;
+        let ar = |r: usize| (base(r) + 0x3000_0000, base(r) + 0x3000_0000 + BUF);
+        if round % 2 == 1 {
+            for (r, g) in groups.iter_mut().enumerate() {
+                let (send, recv) = ar(r);
+                g.push(Task {
+                    kind: TaskKind::Coll(Collective::AllReduce),
+                    send: send as usize,
+                    recv: recv as usize,
+                    count: ar_count,
+                    dtype: DataType::Int32,
+                    red: Reduction::Plain(ReduceKind::Sum),
+                    stream: 0,
+                });
+            }
+        }
         for merged in [false, true] {
             let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
             let dx = DirectSim::new(n);
@@ -1013,6 +1035,15 @@ fn random_point_to_point_groups_deliver_every_byte() {
                     .unwrap();
             }
             let mut mem = fresh_mem();
+            for r in 0..n {
+                let (send, recv) = ar(r);
+                mem.alloc(send, ar_count * 4);
+                mem.alloc(recv, ar_count * 4);
+                let data: Vec<u8> = (0..ar_count)
+                    .flat_map(|i| (input(r, i) as i32).to_le_bytes())
+                    .collect();
+                mem.range(send, ar_count * 4).copy_from_slice(&data);
+            }
             if let Err(e) = run(&devs, &mut mem, merged, round * 31 + 7) {
                 panic!(
                     "round {round} n {n} direct {} merged {merged}: {e}; transfers {transfers:?}",
@@ -1023,6 +1054,23 @@ fn random_point_to_point_groups_deliver_every_byte() {
                 let got = mem.read(base(b) + 0x2000_0000 + i as u64 * BUF, count * 4);
                 let want = mem.read(base(a) + 0x1000_0000 + i as u64 * BUF, count * 4);
                 assert!(got == want, "round {round} transfer {i} {a}->{b} ({count} elements) merged {merged}: wrong bytes");
+            }
+            if round % 2 == 1 {
+                let want: Vec<u8> = (0..ar_count)
+                    .flat_map(|i| ((0..n).map(|q| input(q, i)).sum::<i64>() as i32).to_le_bytes())
+                    .collect();
+                for r in 0..n {
+                    let got = mem.read(ar(r).1, ar_count * 4);
+                    assert!(
+                        got == want,
+                        "round {round} rank {r} n {n} direct {} single {} merged {merged}: all-reduce \
+                         in the group wrong; got {:?} want {:?}",
+                        s.direct,
+                        s.single_max,
+                        got.chunks(4).zip(want.chunks(4)).position(|(a, b)| a != b),
+                        (got.len(), transfers.clone())
+                    );
+                }
             }
         }
     }
