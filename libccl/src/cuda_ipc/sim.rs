@@ -797,6 +797,7 @@ fn every_case(n: usize, count: usize) -> Vec<Case> {
         plain(Kind::Coll(Collective::Gather { root: 0 }), false),
         plain(Kind::Coll(Collective::Scatter { root: n - 1 }), false),
         plain(Kind::Ring, false),
+        plain(Kind::Ring, true),
     ];
     v.push(Case {
         red: Reduction::Plain(ReduceKind::Max),
