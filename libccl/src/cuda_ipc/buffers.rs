@@ -130,42 +130,51 @@ impl Reach for Buffers {
         if p.pid == self.pid {
             return Ok(p.addr);
         }
-        let base = if p.buffer_id & VMM_ID != 0 {
-            vmm_mapping(&self.ctx, p)?
-        } else {
-            mapping(&self.ctx, p)?
-        };
-        Ok(base + p.offset)
+        Ok(mapping(&self.ctx, p)? + p.offset)
+    }
+}
+
+/// A peer's allocation mapped here: a legacy IPC mapping, or an imported VMM allocation
+/// (which keeps the memory alive after its owner frees it). Never unmapped: keys cannot go
+/// stale, since neither buffer ids nor allocation ids are reused within a process.
+enum Mapped {
+    Ipc(IpcMapping),
+    Vmm(VmmMapping),
+}
+
+impl Mapped {
+    fn ptr(&self) -> u64 {
+        match self {
+            Mapped::Ipc(m) => m.ptr(),
+            Mapped::Vmm(m) => m.ptr(),
+        }
     }
 }
 
 /// Mappings of peers' allocations, shared by every communicator of the process (a process
-/// may map an allocation once), keyed by (peer process, its buffer id, our device).
+/// may map an allocation once), keyed by (peer process, its buffer or VMM allocation id, our
+/// device).
 fn mapping(ctx: &Arc<Context>, p: &Post) -> Result<u64> {
     type Key = (u64, u64, i32);
-    static MAPS: OnceLock<Mutex<HashMap<Key, Arc<IpcMapping>>>> = OnceLock::new();
+    static MAPS: OnceLock<Mutex<HashMap<Key, Mapped>>> = OnceLock::new();
     let key = (p.pid, p.buffer_id, ctx.ordinal());
     let mut maps = MAPS.get_or_init(Default::default).lock();
     if let Some(m) = maps.get(&key) {
         return Ok(m.ptr());
     }
-    let m = IpcMapping::open(ctx, &IpcHandle(p.handle)).map_err(cuda_err)?;
+    let m = if p.buffer_id & VMM_ID != 0 {
+        Mapped::Vmm(import_vmm(ctx, p)?)
+    } else {
+        Mapped::Ipc(IpcMapping::open(ctx, &IpcHandle(p.handle)).map_err(cuda_err)?)
+    };
     let ptr = m.ptr();
-    maps.insert(key, Arc::new(m));
+    maps.insert(key, m);
     Ok(ptr)
 }
 
-/// Imports of peers' VMM allocations, like [`mapping`]: the owner's file descriptor is taken
-/// from its process (pidfd), imported and mapped once per (process, allocation id, device).
-/// The import keeps the memory alive after the owner frees it, so a key never goes stale.
-fn vmm_mapping(ctx: &Arc<Context>, p: &Post) -> Result<u64> {
-    type Key = (u64, u64, i32);
-    static MAPS: OnceLock<Mutex<HashMap<Key, Arc<VmmMapping>>>> = OnceLock::new();
-    let key = (p.pid, p.buffer_id, ctx.ordinal());
-    let mut maps = MAPS.get_or_init(Default::default).lock();
-    if let Some(m) = maps.get(&key) {
-        return Ok(m.ptr());
-    }
+/// Imports a peer's VMM allocation: its file descriptor is taken from the owner's process
+/// (pidfd) and imported here.
+fn import_vmm(ctx: &Arc<Context>, p: &Post) -> Result<VmmMapping> {
     let (fd, len) = vmm_of_handle(&p.handle);
     let pid = u32::try_from(p.pid)
         .map_err(|_| Error::internal(format!("cuda-ipc: bad peer pid {}", p.pid)))?;
@@ -174,10 +183,7 @@ fn vmm_mapping(ctx: &Arc<Context>, p: &Post) -> Result<u64> {
             "cuda-ipc: cannot take file descriptor {fd} of process {pid} (VMM buffer): {e}"
         ))
     })?;
-    let m = VmmMapping::import(ctx, own.as_fd(), len).map_err(cuda_err)?;
-    let ptr = m.ptr();
-    maps.insert(key, Arc::new(m));
-    Ok(ptr)
+    VmmMapping::import(ctx, own.as_fd(), len).map_err(cuda_err)
 }
 
 /// Can this process take a file descriptor from process `pid` (the kernel's ptrace rules)?

@@ -778,22 +778,26 @@ impl Queueing {
             ev.record(s).map_err(cuda_err)?;
             first.wait_event(&ev).map_err(cuda_err)?;
         }
+        // How long the direct paths wait for peers' posts: longer while this GPU is busy.
+        let busy = || !eng.last_done.query().unwrap_or(true);
+        let push_wait = direct::PushWait {
+            soft: wait.0,
+            hard: wait.1,
+            busy: &busy,
+            futile: &|| false,
+        };
+        let abort = self.comm.0.abort.clone();
+        let stop = || abort.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(posting) = self.posting.take() {
-            let abort = self.comm.0.abort.clone();
             let (plan, err) = posting.settle(
                 &mut q.bufs,
                 eng.layout.rank,
                 &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
-                direct::PushWait {
-                    soft: wait.0,
-                    hard: wait.1,
-                    busy: &|| !eng.last_done.query().unwrap_or(true),
-                    futile: &|| false,
-                },
+                push_wait,
                 // Lanes only pay off when copies can overlap; a local setting (each rank
                 // orders its own streams).
                 params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
-                &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+                &stop,
             )?;
             q.sent_direct += plan
                 .transfers
@@ -810,23 +814,15 @@ impl Queueing {
         if let Some((seq, o)) = self.sym_post.take() {
             let l = &eng.layout;
             let o = match o {
-                direct_reduce::SymOutcome::Pending => {
-                    let abort = self.comm.0.abort.clone();
-                    direct_reduce::sym_settle(
-                        eng.inbox
-                            .of(0)
-                            .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
-                        l.nranks,
-                        seq,
-                        direct::PushWait {
-                            soft: wait.0,
-                            hard: wait.1,
-                            busy: &|| !eng.last_done.query().unwrap_or(true),
-                            futile: &|| false,
-                        },
-                        &|| abort.load(std::sync::atomic::Ordering::Relaxed),
-                    )?
-                }
+                direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
+                    eng.inbox
+                        .of(0)
+                        .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
+                    l.nranks,
+                    seq,
+                    push_wait,
+                    &stop,
+                )?,
                 o => o,
             };
             if let (direct_reduce::SymOutcome::Direct(posts), Some(t)) = (o, self.sym) {
