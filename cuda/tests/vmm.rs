@@ -176,7 +176,8 @@ fn vmm_child_process() {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "done");
-    assert_eq!(read(&ctx, a.ptr(), 20), b"written by the parent");
+    let note = b"written by the parent";
+    assert_eq!(read(&ctx, a.ptr(), note.len()), note);
     drop(fd);
 }
 
@@ -197,15 +198,35 @@ fn import_in_another_process() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // A child stuck in the driver must fail the test, not hang it: killed after a minute.
+    let pid = child.id();
+    let (finished, finish) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        // Told, or the sender dropped by a test that returned early (and reaped the child).
+        let timed_out = matches!(
+            finish.recv_timeout(std::time::Duration::from_secs(60)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        );
+        if timed_out {
+            eprintln!("vmm child {pid} still running after 60 s: killing it");
+            // SAFETY: kill(2) on our child, not yet reaped (the parent waits for it only after
+            // the watchdog is told), so the pid is still the child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let step = |s: &str| eprintln!("import_in_another_process: {s}");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let header = loop {
         let l = lines.next().expect("child exited early").unwrap();
-        if let Some(rest) = l.strip_prefix("VMM_CHILD ") {
-            break rest.to_string();
+        // libtest writes "test vmm_child_process ... " before the child's own output, on the
+        // same line.
+        if let Some(at) = l.find("VMM_CHILD ") {
+            break l[at + "VMM_CHILD ".len()..].to_string();
         }
     };
     let v: Vec<u64> = header.split(' ').map(|x| x.parse().unwrap()).collect();
     let (pid, fd, len) = (v[0] as u32, v[1] as i32, v[2] as usize);
+    step(&format!("child {pid} exported fd {fd} for {len} bytes"));
 
     let got: OwnedFd = match vmm::fd_from_process(pid, fd) {
         Ok(f) => f,
@@ -219,12 +240,15 @@ fn import_in_another_process() {
             panic!("fd_from_process: {e}");
         }
     };
+    step("took the descriptor");
     let ctx = Context::new(0).unwrap();
     let m = VmmMapping::import(&ctx, got.as_fd(), len).unwrap();
     drop(got);
+    step("imported and mapped");
     assert_eq!(read(&ctx, m.ptr(), len), pattern(len, 11));
     write(&ctx, m.ptr(), b"written by the parent");
     drop(m);
+    step("read the child's pattern, wrote the note, unmapped");
 
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"done\n").unwrap();
@@ -232,5 +256,9 @@ fn import_in_another_process() {
     for l in lines {
         eprintln!("child: {}", l.unwrap());
     }
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    let _ = finished.send(());
+    let _ = watchdog.join();
+    assert!(status.success());
+    step("child checked the note and exited");
 }

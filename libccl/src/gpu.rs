@@ -567,7 +567,15 @@ pub fn mem_alloc(bytes: usize) -> Result<Option<usize>> {
     };
     if params::NCCL_CUMEM_ENABLE.get_bool() {
         match vmm_alloc(&ctx, bytes) {
-            Ok(ptr) => return Ok(Some(ptr)),
+            Ok(ptr) => {
+                static TOLD: AtomicBool = AtomicBool::new(false);
+                if !TOLD.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        "ncclMemAlloc: CUDA VMM memory on device {dev}, shared with peers by file descriptor"
+                    );
+                }
+                return Ok(Some(ptr));
+            }
             Err(e) => {
                 // Once at info: a device or driver without VMM fails every time.
                 static TOLD: AtomicBool = AtomicBool::new(false);

@@ -924,6 +924,25 @@ enum LowLatency {
     Exchange(LlTransfers),
 }
 
+/// The low-latency kernel, or else a direct reduction (`direct_reduce` bytes and up, 0: never),
+/// for a staged group. Never both: the low-latency kernel writes the result itself, and a
+/// direct reduction over it would reduce an in-place result a second time.
+fn reduction_paths(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    ll_max: usize,
+    direct_reduce: usize,
+) -> Result<(Option<LowLatency>, Option<Task>)> {
+    let ll = low_latency(tasks, rank, n, ll_max)?;
+    let sym = if ll.is_none() && direct_reduce > 0 {
+        direct_reduce::candidate(tasks, n, direct_reduce)
+    } else {
+        None
+    };
+    Ok((ll, sym))
+}
+
 /// Chooses the low-latency kernel for a group of one small collective. The choice depends
 /// only on what every rank sees alike (kind, count, type, reduction, ranks, settings).
 fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
@@ -1036,12 +1055,17 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         Some(lower(&direct_tasks, l.rank, l.nranks, usize::MAX, 0)?)
     };
     let tasks = &staged[..];
-    let sym = if eng.direct && direct.is_none() && eng.direct_reduce > 0 {
-        direct_reduce::candidate(tasks, l.nranks, eng.direct_reduce.max(eng.ll_max + 1))
-    } else {
-        None
-    };
-    let ll = low_latency(tasks, l.rank, l.nranks, eng.ll_max)?;
+    let (ll, sym) = reduction_paths(
+        tasks,
+        l.rank,
+        l.nranks,
+        eng.ll_max,
+        if eng.direct && direct.is_none() {
+            eng.direct_reduce
+        } else {
+            0
+        },
+    )?;
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let em = Chain::lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
     // Load every kernel now: loading a module can wait for the whole device, which must not
@@ -1384,5 +1408,37 @@ mod tests {
         ));
         // More ranks than the exchange table holds.
         assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    /// A reduce-scatter whose slice fits the low-latency kernel while the whole input reaches
+    /// the direct-reduction threshold (1 MiB slices of 2 ranks at 2 MiB) takes the kernel
+    /// alone: both at once reduced an in-place result twice (found on the GPU machine).
+    #[test]
+    fn low_latency_and_direct_reduction_never_both() {
+        let (ll_max, dr) = (1 << 20, 2 << 20);
+        let rs = |count| {
+            task(
+                TaskKind::Coll(Collective::ReduceScatter),
+                0x1000,
+                0x1000,
+                count,
+            )
+        };
+        // float slices of 1 MiB (just the kernel), then 1 MiB + 4 B (just direct).
+        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        assert!(matches!(ll, Some(LowLatency::ReduceScatter(_))) && sym.is_none());
+        let (ll, sym) = reduction_paths(&[rs((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_some());
+        // All-reduce: the kernel up to ll_max, direct from the threshold, staged between.
+        let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
+        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_some() && sym.is_none());
+        let (ll, sym) = reduction_paths(&[ar((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_none());
+        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_some());
+        // Switched off.
+        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, 0).unwrap();
+        assert!(sym.is_none());
     }
 }
