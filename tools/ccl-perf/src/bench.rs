@@ -1,5 +1,6 @@
 //! Setting up ranks (MPI, manual or single process), the size sweep, timing and checking.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -122,6 +123,8 @@ pub struct Bench<'a> {
     nprocs: usize,
     version: i32,
     device_lines: Vec<String>,
+    /// Inputs and results built once per generator for the sweep's largest size.
+    prefixes: RefCell<gen::Prefixes>,
 }
 
 impl<'a> Bench<'a> {
@@ -262,6 +265,7 @@ impl<'a> Bench<'a> {
             nprocs,
             version,
             device_lines,
+            prefixes: RefCell::default(),
         })
     }
 
@@ -401,13 +405,24 @@ impl<'a> Bench<'a> {
         Ok(())
     }
 
+    /// Counts at the sweep's largest size: what the cached inputs and results are built for.
+    fn largest(&self, j: &Job) -> Counts {
+        let size = self.s.sizes.iter().copied().max().unwrap_or(0);
+        j.coll.counts(size, self.nranks, j.g.dtype.size())
+    }
+
     /// Writes the inputs of the job's generator at every local rank's send location.
     fn write_inputs(&self, j: &Job) -> Result<()> {
         let ts = j.g.dtype.size();
+        let mut p = self.prefixes.borrow_mut();
+        let big = self.largest(j).send;
+        p.prepare_inputs(&j.g, self.ranks.iter().map(|r| r.rank), j.c.send, big);
         for r in &self.ranks {
             let (sl, _) = locs(&j.c, r.rank, ts, j.in_place);
-            r.dev
-                .write(r.mem(sl), sl.off, &j.g.input(r.rank, j.c.send))?;
+            let input = p
+                .input(&j.g, r.rank, j.c.send)
+                .ok_or_else(|| Error("ccl-perf: inputs were not prepared".into()))?;
+            r.dev.write(r.mem(sl), sl.off, input)?;
         }
         Ok(())
     }
@@ -452,11 +467,20 @@ impl<'a> Bench<'a> {
         self.write_inputs(j)?;
         self.issue_all(j)?;
         self.sync_all()?;
-        let reduced = g.reduced_vec(j.coll.reduced_len(c));
+        let big = self.largest(j);
+        let mut p = self.prefixes.borrow_mut();
+        let len = j.coll.reduced_len(c);
+        p.prepare_reduced(g, len, j.coll.reduced_len(&big));
+        if len == 0 {
+            // Outputs copy inputs: every rank's, also those of other processes.
+            p.prepare_inputs(g, 0..self.nranks, c.send, big.send);
+        }
+        let reduced = p.reduced(g, len).unwrap_or(&[]);
+        let inputs = p.inputs(g, c.send);
         let tol = g.tolerance();
         let mut wrong = 0;
         for r in &self.ranks {
-            let Some(want) = gen::expected(j.coll, g, r.rank, j.root, c, &reduced) else {
+            let Some(want) = gen::expected(j.coll, g, r.rank, j.root, c, reduced, &inputs) else {
                 continue;
             };
             let (_, rl) = locs(c, r.rank, ts, j.in_place);

@@ -120,7 +120,7 @@ fn spread(t: Dtype) -> u64 {
 pub const FILL_BYTE: u8 = 0x7b;
 
 /// The input generator of one (type, operator, size) run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gen {
     pub dtype: Dtype,
     pub op: Option<RedOp>,
@@ -233,6 +233,91 @@ impl Gen {
     }
 }
 
+/// Encoded inputs and reduction results, built once at the largest count a sweep asks for and
+/// served as prefixes (an element depends on its rank and index, never on the count). A
+/// `-d all -o all` sweep up to 1 GiB otherwise spends most of its time on the host building the
+/// same values again for every size, placement and rank.
+#[derive(Debug, Default)]
+pub struct Prefixes {
+    /// Most recently used last; a sweep alternates two generators (timing and checking seeds).
+    entries: Vec<(Gen, Prefix)>,
+}
+
+#[derive(Debug, Default)]
+struct Prefix {
+    inputs: Vec<Vec<u8>>,
+    reduced: Vec<u8>,
+}
+
+impl Prefixes {
+    const KEEP: usize = 2;
+
+    fn entry(&mut self, g: &Gen) -> &mut Prefix {
+        match self.entries.iter().position(|(k, _)| k == g) {
+            Some(i) => {
+                let e = self.entries.remove(i);
+                self.entries.push(e);
+            }
+            None => {
+                if self.entries.len() >= Self::KEEP {
+                    self.entries.remove(0);
+                }
+                self.entries.push((*g, Prefix::default()));
+            }
+        }
+        let last = self.entries.len() - 1;
+        &mut self.entries[last].1
+    }
+
+    /// Makes sure the inputs of `ranks` hold at least `count` elements (built for `at_least`
+    /// when they must be built).
+    pub fn prepare_inputs(
+        &mut self,
+        g: &Gen,
+        ranks: impl IntoIterator<Item = usize>,
+        count: usize,
+        at_least: usize,
+    ) {
+        let ts = g.dtype.size();
+        let e = self.entry(g);
+        for r in ranks {
+            if e.inputs.len() <= r {
+                e.inputs.resize_with(r + 1, Vec::new);
+            }
+            if e.inputs[r].len() < count * ts {
+                e.inputs[r] = g.input(r, count.max(at_least));
+            }
+        }
+    }
+
+    /// The first `count` encoded inputs of `rank` ([`Self::prepare_inputs`] first).
+    pub fn input(&self, g: &Gen, rank: usize, count: usize) -> Option<&[u8]> {
+        let (_, e) = self.entries.iter().find(|(k, _)| k == g)?;
+        e.inputs.get(rank)?.get(..count * g.dtype.size())
+    }
+
+    /// Every rank's inputs, each `count` elements long (empty where not prepared).
+    pub fn inputs(&self, g: &Gen, count: usize) -> Vec<&[u8]> {
+        (0..g.nranks)
+            .map(|r| self.input(g, r, count).unwrap_or(&[]))
+            .collect()
+    }
+
+    /// Makes sure the reduction results hold at least `len` elements (built for `at_least`).
+    pub fn prepare_reduced(&mut self, g: &Gen, len: usize, at_least: usize) {
+        let e = self.entry(g);
+        if e.reduced.len() < len * g.dtype.size() {
+            e.reduced = g.reduced_vec(len.max(at_least));
+        }
+    }
+
+    /// The first `len` encoded reduction results ([`Self::prepare_reduced`] first).
+    pub fn reduced(&self, g: &Gen, len: usize) -> Option<&[u8]> {
+        let (_, e) = self.entries.iter().find(|(k, _)| k == g)?;
+        e.reduced.get(..len * g.dtype.size())
+    }
+}
+
 /// What one check of one rank's output found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CheckResult {
@@ -241,7 +326,9 @@ pub struct CheckResult {
     pub first: Option<(usize, u64, u64)>,
 }
 
-/// Expected output bytes of `rank` (None when the rank has no defined output).
+/// Expected output bytes of `rank` (None when the rank has no defined output). `inputs`: every
+/// rank's encoded send buffer where the output copies inputs (elements beyond them are
+/// generated), `reduced`: the encoded reduction results.
 pub fn expected(
     coll: Coll,
     g: &Gen,
@@ -249,23 +336,48 @@ pub fn expected(
     root: usize,
     c: &Counts,
     reduced: &[u8],
+    inputs: &[&[u8]],
 ) -> Option<Vec<u8>> {
     if !coll.has_output(rank, root) {
         return None;
     }
     let ts = g.dtype.size();
     let mut out = vec![0u8; c.recv * ts];
-    let missing = std::sync::atomic::AtomicBool::new(false);
-    par_elements(&mut out, ts, |k, chunk| {
-        match coll.source(rank, g.nranks, root, c.param, k) {
-            Source::Reduced(i) => match reduced.get(i * ts..(i + 1) * ts) {
-                Some(s) => chunk.copy_from_slice(s),
-                None => missing.store(true, std::sync::atomic::Ordering::Relaxed),
+    // Within a block of `param` elements every source is contiguous (see `Coll::source`):
+    // copy whole blocks from what is at hand, build the rest element by element.
+    let block = c.param.max(1);
+    let mut built = Vec::new();
+    for (b, part) in out.chunks_mut(block * ts).enumerate() {
+        let k0 = b * block;
+        let len = part.len();
+        let from = match coll.source(rank, g.nranks, root, c.param, k0) {
+            Source::Reduced(i) => match reduced.get(i * ts..i * ts + len) {
+                Some(s) => s,
+                None => return None,
             },
-            Source::Input { rank: r, idx } => g.dtype.encode(g.value(r, idx), chunk),
-        }
-    });
-    (!missing.into_inner()).then_some(out)
+            Source::Input { rank: r, idx } => {
+                match inputs.get(r).and_then(|v| v.get(idx * ts..idx * ts + len)) {
+                    Some(s) => s,
+                    None => {
+                        built.push(k0);
+                        continue;
+                    }
+                }
+            }
+        };
+        part.copy_from_slice(from);
+    }
+    for k0 in built {
+        let end = ((k0 + block) * ts).min(out.len());
+        par_elements(&mut out[k0 * ts..end], ts, |k, chunk| {
+            if let Source::Input { rank: r, idx } =
+                coll.source(rank, g.nranks, root, c.param, k0 + k)
+            {
+                g.dtype.encode(g.value(r, idx), chunk)
+            }
+        });
+    }
+    Some(out)
 }
 
 /// Elements per thread below which one thread does all the work.
@@ -456,7 +568,7 @@ mod tests {
             seed: 1,
         };
         let c = Coll::AllGather.counts(48, 3, 4);
-        let want = expected(Coll::AllGather, &g, 1, 0, &c, &[]).unwrap_or_default();
+        let want = expected(Coll::AllGather, &g, 1, 0, &c, &[], &[]).unwrap_or_default();
         let mut cat = Vec::new();
         for r in 0..3 {
             cat.extend(g.input(r, c.param));
@@ -469,6 +581,50 @@ mod tests {
         assert_eq!(res.wrong, 2);
         assert_eq!(res.first.map(|f| f.0), Some(1));
         assert_eq!(compare(Dtype::Float, &want, &want, 0.0).wrong, 0);
-        assert!(expected(Coll::Reduce, &g, 1, 0, &c, &[]).is_none());
+        assert!(expected(Coll::Reduce, &g, 1, 0, &c, &[], &[]).is_none());
+    }
+
+    /// Cached prefixes (built at a larger count) give exactly what building at each size gives,
+    /// for every operation, rank and root, with and without the inputs at hand.
+    #[test]
+    fn cached_prefixes_give_the_same_expected_outputs() {
+        let n = 3;
+        for coll in Coll::ALL {
+            for (dtype, op) in [
+                (Dtype::Float, Some(RedOp::Sum)),
+                (Dtype::Bfloat16, Some(RedOp::Prod)),
+                (Dtype::Int8, None),
+            ] {
+                let g = Gen {
+                    dtype,
+                    op: if coll.has_redop() { op } else { None },
+                    nranks: n,
+                    seed: 7,
+                };
+                let big = coll.counts(3000 * dtype.size() * n, n, dtype.size());
+                let mut p = Prefixes::default();
+                for size in [0usize, 24, 96, 1200] {
+                    let c = coll.counts(size * dtype.size(), n, dtype.size());
+                    let len = coll.reduced_len(&c);
+                    p.prepare_reduced(&g, len, coll.reduced_len(&big));
+                    p.prepare_inputs(&g, 0..n, c.send, big.send);
+                    let fresh_reduced = g.reduced_vec(len);
+                    assert_eq!(p.reduced(&g, len), Some(&fresh_reduced[..]));
+                    for r in 0..n {
+                        assert_eq!(p.input(&g, r, c.send), Some(&g.input(r, c.send)[..]));
+                        let root = (r + 1) % n;
+                        let fresh = expected(coll, &g, r, root, &c, &fresh_reduced, &[]);
+                        let inputs = p.inputs(&g, c.send);
+                        let cached = expected(coll, &g, r, root, &c, &fresh_reduced, &inputs);
+                        assert_eq!(
+                            fresh,
+                            cached,
+                            "{} {dtype:?} rank {r} size {size}",
+                            coll.name()
+                        );
+                    }
+                }
+            }
+        }
     }
 }
