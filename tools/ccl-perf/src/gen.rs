@@ -351,10 +351,7 @@ pub fn expected(
         let k0 = b * block;
         let len = part.len();
         let from = match coll.source(rank, g.nranks, root, c.param, k0) {
-            Source::Reduced(i) => match reduced.get(i * ts..i * ts + len) {
-                Some(s) => s,
-                None => return None,
-            },
+            Source::Reduced(i) => reduced.get(i * ts..i * ts + len)?,
             Source::Input { rank: r, idx } => {
                 match inputs.get(r).and_then(|v| v.get(idx * ts..idx * ts + len)) {
                     Some(s) => s,
