@@ -393,6 +393,31 @@ pub(crate) struct Plan {
     pub single: bool,
     /// Bytes of our sends and receives that go through the bounce buffer.
     pub bounced: usize,
+    /// Sends posted before their receives, and what waiting for those receives cost the host.
+    pub waits: PushWaits,
+}
+
+/// What the push wait did for sends posted before their receives: a pipeline whose receiver
+/// calls late pays the wait on the sender's host thread, so it is counted (and logged when
+/// the communicator goes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PushWaits {
+    /// The receive came within the wait: this rank pushed.
+    pub pushed: u64,
+    /// The wait ran out, or the sends crossed: the receiver pulls.
+    pub left_to_pull: u64,
+    /// Host time spent waiting, in total and the longest once.
+    pub waited: std::time::Duration,
+    pub longest: std::time::Duration,
+}
+
+impl PushWaits {
+    pub(crate) fn add(&mut self, o: &PushWaits) {
+        self.pushed += o.pushed;
+        self.left_to_pull += o.left_to_pull;
+        self.waited += o.waited;
+        self.longest = self.longest.max(o.longest);
+    }
 }
 
 impl Plan {
@@ -681,7 +706,17 @@ impl Posting {
                         futile: &crossed,
                         ..wait
                     };
-                    resolve(board, src, w.seq, wait, stop)?
+                    let t0 = Instant::now();
+                    let o = resolve(board, src, w.seq, wait, stop)?;
+                    let took = t0.elapsed();
+                    let ws = &mut plan.waits;
+                    match o {
+                        Outcome::Second(_) => ws.pushed += 1,
+                        _ => ws.left_to_pull += 1,
+                    }
+                    ws.waited += took;
+                    ws.longest = ws.longest.max(took);
+                    o
                 }
                 o => o,
             };

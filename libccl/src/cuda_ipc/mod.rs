@@ -85,6 +85,7 @@ struct Queued {
     sent_direct: u64,
     sent_bounced: u64,
     sent_staged: u64,
+    push_waits: direct::PushWaits,
 }
 
 /// One communicator's cuda-ipc state.
@@ -522,6 +523,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             bufs,
             sent_direct: 0,
             sent_bounced: 0,
+            push_waits: direct::PushWaits::default(),
             sent_staged: 0,
         }),
         board,
@@ -806,6 +808,7 @@ impl Queueing {
                 .map(|t| t.bytes as u64)
                 .sum::<u64>();
             q.sent_bounced += plan.bounced as u64;
+            q.push_waits.add(&plan.waits);
             self.plan = plan;
             self.direct_err = err;
             let mut dev = CudaDevice { eng, user: first };
@@ -1263,6 +1266,20 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
             q.sent_bounced,
             q.sent_staged
         );
+        let w = &q.push_waits;
+        if w.pushed + w.left_to_pull > 0 {
+            tracing::info!(
+                "rank {}: {} sends posted before their receives: {} pushed after waiting, {} \
+                 left to the receiver to pull; the host waited {:.3} ms in all, {} us at most \
+                 (CCL_IPC_PUSH_WAIT_US, CCL_IPC_PUSH_WAIT_BUSY_US)",
+                eng.layout.rank,
+                w.pushed + w.left_to_pull,
+                w.pushed,
+                w.left_to_pull,
+                w.waited.as_secs_f64() * 1e3,
+                w.longest.as_micros()
+            );
+        }
     }
     if aborted {
         std::mem::forget(eng);
