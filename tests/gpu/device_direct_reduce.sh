@@ -25,8 +25,7 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
   done
 fi
 if [ "${SKIP_PERF:-0}" != 1 ]; then
-  say "| mode | op | size | NCCL busbw | direct busbw | staged busbw | direct/NCCL | staged/NCCL |"
-  say "|---|---|---|---:|---:|---:|---:|---:|"
+  python3 tests/gpu/perf_rows.py --header mode,op,size NCCL,direct,staged | tee -a "$S"
   for mode in g2 mpi; do
     for op in all_reduce reduce_scatter; do
       for size in 8M 128M 512M; do
@@ -41,16 +40,7 @@ if [ "${SKIP_PERF:-0}" != 1 ]; then
               -x LD_LIBRARY_PATH -x CCL_IPC_DIRECT_REDUCE_BYTES -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 > "$log" 2>&1
           fi
         done
-        python3 - "$L/perf.$mode.$op.$size".{nccl,direct,staged}.log "$mode" "$op" "$size" <<'PY' | tee -a "$S"
-import re, sys
-def bw(f):
-    for line in open(f):
-        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
-        if m: return float(m.group(3))
-n, d, s = (bw(f) for f in sys.argv[1:4])
-r = lambda a: f"{a/n:.2f}" if a and n else "-"
-print(f"| {sys.argv[4]} | {sys.argv[5]} | {sys.argv[6]} | {n} | {d} | {s} | {r(d)} | {r(s)} |")
-PY
+        python3 tests/gpu/perf_rows.py "$mode,$op,$size" "$L/perf.$mode.$op.$size".{nccl,direct,staged}.log | tee -a "$S"
       done
     done
   done

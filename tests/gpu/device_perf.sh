@@ -9,8 +9,7 @@ NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 NGPU=${NGPU:-2}
 S=$OUT/perf.md; : > "$S"
 say() { echo "$*" | tee -a "$S"; }
-say "| mode | op | size | NCCL us | libccl us | NCCL busbw | libccl busbw | busbw ratio | latency ratio |"
-say "|---|---|---|---:|---:|---:|---:|---:|---:|"
+python3 tests/gpu/perf_rows.py --header mode,op,size NCCL,libccl | tee -a "$S"
 for mode in ${MODES:-g$NGPU mpi}; do
   for op in ${OPS:-sendrecv alltoall all_gather broadcast}; do
     for size in ${SIZES:-8 1M 128M 512M}; do
@@ -25,16 +24,7 @@ for mode in ${MODES:-g$NGPU mpi}; do
             .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 > "$log" 2>&1
         fi
       done
-      python3 - "$L/$mode.$op.$size.nccl.log" "$L/$mode.$op.$size.ccl.log" "$mode" "$op" "$size" <<'PY' | tee -a "$S"
-import re, sys
-def row(f):
-    for line in open(f):
-        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
-        if m: return float(m.group(2)), float(m.group(3))
-n, c = row(sys.argv[1]), row(sys.argv[2])
-def r(i): return f"{c[i]/n[i]:.2f}" if n and c and n[i] else "-"
-print(f"| {sys.argv[3]} | {sys.argv[4]} | {sys.argv[5]} | {n and n[0]} | {c and c[0]} | {n and n[1]} | {c and c[1]} | {r(1)} | {r(0)} |")
-PY
+      python3 tests/gpu/perf_rows.py "$mode,$op,$size" "$L/$mode.$op.$size.nccl.log" "$L/$mode.$op.$size.ccl.log" | tee -a "$S"
     done
   done
 done

@@ -42,8 +42,7 @@ CCL_IPC_DIRECT=0 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=4
 CHECK_ARGS='-b 8 -e 1M -f 16 -n 2 -w 1 -c 1 -d all -o sum,max' CHECK_TIMEOUT=90 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh all_reduce | sed 's/^check/check all-types/' | tee -a "$S"
 
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
-say "| op | size | NCCL time us | libccl time us | NCCL busbw | libccl busbw | busbw ratio | latency ratio | CCL_IPC_DIRECT=0 busbw ratio | CCL_IPC_DIRECT=0 latency ratio |"
-say "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+python3 tests/gpu/perf_rows.py --header op,size NCCL,libccl,CCL_IPC_DIRECT=0 | tee -a "$S"
 for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast sendrecv gather scatter}; do
   for size in ${PERF_SIZES:-8 1M 128M 512M}; do
     for lib in nccl ccl staged; do
@@ -52,21 +51,11 @@ for op in ${PERF_OPS:-all_reduce reduce_scatter all_gather alltoall broadcast se
       CCL_IPC_DIRECT=$DIRECT LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g $NGPU \
         > "$L/perf.$op.$size.$lib.log" 2>&1
     done
-    python3 - "$L/perf.$op.$size.nccl.log" "$L/perf.$op.$size.ccl.log" "$L/perf.$op.$size.staged.log" "$op" "$size" <<'PY' | tee -a "$S"
-import re, sys
-def row(f):
-    for line in open(f):
-        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
-        if m: return float(m.group(2)), float(m.group(3))
-n, c, x = row(sys.argv[1]), row(sys.argv[2]), row(sys.argv[3])
-def r(a, b, i): return f"{a[i]/b[i]:.2f}" if a and b and b[i] else "-"
-print(f"| {sys.argv[4]} | {sys.argv[5]} | {n and n[0]} | {c and c[0]} | {n and n[1]} | {c and c[1]} | {r(c, n, 1)} | {r(c, n, 0)} | {r(x, n, 1)} | {r(x, n, 0)} |")
-PY
+    python3 tests/gpu/perf_rows.py "$op,$size" "$L/perf.$op.$size".{nccl,ccl,staged}.log | tee -a "$S"
   done
 done
 # One process per GPU (as under torchrun), where either rank may be the one that copies.
-say "| mpirun op | size | NCCL busbw | libccl busbw | ratio |"
-say "|---|---|---:|---:|---:|"
+python3 tests/gpu/perf_rows.py --header "mpirun op,size" NCCL,libccl | tee -a "$S"
 for op in ${MPI_PERF_OPS:-sendrecv alltoall all_gather all_reduce}; do
   for size in 8 512M; do
     for lib in nccl ccl; do
@@ -75,17 +64,7 @@ for op in ${MPI_PERF_OPS:-sendrecv alltoall all_gather all_reduce}; do
         -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 \
         > "$L/mpiperf.$op.$size.$lib.log" 2>&1
     done
-    python3 - "$L/mpiperf.$op.$size.nccl.log" "$L/mpiperf.$op.$size.ccl.log" "$op" "$size" <<'PY' | tee -a "$S"
-import re, sys
-def row(f):
-    for line in open(f):
-        m = re.match(r"\s+(\d+)\s+\d+\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+[\d.]+\s+([\d.]+)", line)
-        if m: return float(m.group(2)), float(m.group(3))
-n, c = row(sys.argv[1]), row(sys.argv[2])
-i = 0 if sys.argv[4] == "8" else 1
-r = f"{c[i]/n[i]:.2f}" if n and c and n[i] else "-"
-print(f"| {sys.argv[3]} | {sys.argv[4]} | {n and n[i]} | {c and c[i]} | {r}{' (time)' if i == 0 else ''} |")
-PY
+    python3 tests/gpu/perf_rows.py "$op,$size" "$L/mpiperf.$op.$size".{nccl,ccl}.log | tee -a "$S"
   done
 done
 export CCL_TORCH_OUT=$OUT/torch; mkdir -p "$CCL_TORCH_OUT"
