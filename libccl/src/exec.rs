@@ -7,6 +7,8 @@
 //! against its own call, so ranks that issue different collectives get `ncclInvalidUsage`
 //! naming both calls instead of silently corrupting memory or hanging.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use ccl_collectives::{BufId, Op, Schedule};
 use ccl_cuda::host::reduce;
 use ccl_cuda::{DataType, ReduceKind};
@@ -133,6 +135,57 @@ struct XOp {
     header_done: bool,
     finished: bool,
     hdr: OpHeader,
+    /// The piece of a gated point-to-point group this operation belongs to.
+    piece: Option<usize>,
+}
+
+/// A 32-bit word in memory another agent shares (pinned host memory a GPU stream writes and
+/// waits on) holding a sequence number.
+#[derive(Debug, Clone, Copy)]
+pub struct Flag {
+    word: *const AtomicU32,
+    value: u32,
+}
+
+// SAFETY: the word is process memory that outlives every plan using the flag (the GPU
+// engine's flag slots), accessed only atomically.
+unsafe impl Send for Flag {}
+// SAFETY: as above.
+unsafe impl Sync for Flag {}
+
+impl Flag {
+    /// # Safety
+    /// `word` must stay valid, and be accessed only atomically, while any plan holds the flag.
+    pub unsafe fn new(word: *const AtomicU32, value: u32) -> Flag {
+        Flag { word, value }
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: valid for the flag's life (see `new`).
+        unsafe { &*self.word }
+    }
+
+    /// Reached `value` (wrap-safe: a later sequence number counts too).
+    fn is_set(&self) -> bool {
+        (self.word().load(Ordering::Acquire).wrapping_sub(self.value) as i32) >= 0
+    }
+
+    fn set(&self) {
+        self.word().store(self.value, Ordering::Release);
+    }
+}
+
+/// A point-to-point group staged in pieces ([`crate::pieces`]): sends of piece k start once
+/// `start[k]` is set (its bytes reached host memory), and once every receive of piece k has
+/// landed, `landed[k]` is set (its bytes may go back to the GPU) -- all in one plan, so pieces
+/// of different operations never wait on each other's order across ranks.
+#[derive(Debug, Clone)]
+pub struct PieceGates {
+    /// The piece of each task, in task order.
+    pub of_task: Vec<usize>,
+    pub start: Vec<Flag>,
+    /// One per piece but the last (whose end is the plan's end).
+    pub landed: Vec<Flag>,
 }
 
 impl XOp {
@@ -147,6 +200,7 @@ impl XOp {
             header_done: matches!(kind, XKind::Copy { .. }),
             finished: false,
             hdr,
+            piece: None,
         }
     }
 }
@@ -188,6 +242,10 @@ pub struct Plan {
     /// What the plan is, for error messages (formatted only when one is needed).
     what: PlanWhat,
     started: bool,
+    /// Pieces of a gated point-to-point group, and receives (and local copies) still to land
+    /// per piece.
+    gates: Option<PieceGates>,
+    landing: Vec<usize>,
 }
 
 // SAFETY: the raw pointers are user buffers handed to us for the duration of the operation
@@ -211,6 +269,8 @@ impl Plan {
             _scratch: Vec::new(),
             what,
             started: false,
+            gates: None,
+            landing: Vec::new(),
         }
     }
 
@@ -359,12 +419,22 @@ impl Plan {
         rank: usize,
         nranks: usize,
         seqs: &mut [(u64, u64)],
+        gates: Option<&PieceGates>,
     ) -> Result<Plan> {
         let mut ops = Vec::new();
         let mut self_sends = std::collections::VecDeque::new();
         let mut self_recvs = std::collections::VecDeque::new();
         let dtype = tasks.first().map(|t| t.dtype).unwrap_or(DataType::Uint8);
-        for t in tasks {
+        if let Some(g) = gates {
+            if g.of_task.len() != tasks.len()
+                || g.of_task.iter().any(|&k| k >= g.start.len())
+                || g.landed.len() + 1 != g.start.len()
+            {
+                return Err(Error::internal("piece gates do not fit the group"));
+            }
+        }
+        let piece_of = |i: usize| gates.map(|g| g.of_task[i]);
+        for (i, t) in tasks.iter().enumerate() {
             let bytes = t.count * t.dtype.size();
             if let TaskKind::Send { peer } | TaskKind::Recv { peer } = t.kind {
                 if peer >= nranks || peer >= seqs.len() {
@@ -373,11 +443,11 @@ impl Plan {
             }
             let (kind, peer, seq) = match t.kind {
                 TaskKind::Send { peer } if peer == rank => {
-                    self_sends.push_back((t.send, bytes));
+                    self_sends.push_back((t.send, bytes, piece_of(i)));
                     continue;
                 }
                 TaskKind::Recv { peer } if peer == rank => {
-                    self_recvs.push_back((t.recv, bytes));
+                    self_recvs.push_back((t.recv, bytes, piece_of(i)));
                     continue;
                 }
                 TaskKind::Send { peer } => {
@@ -404,7 +474,9 @@ impl Plan {
                 }
                 TaskKind::Coll(_) => return Err(Error::internal("collective in a p2p plan")),
             };
-            ops.push(XOp::new(kind, peer, OpHeader::p2p(seq, bytes)));
+            let mut op = XOp::new(kind, peer, OpHeader::p2p(seq, bytes));
+            op.piece = piece_of(i);
+            ops.push(op);
         }
         if self_sends.len() != self_recvs.len() {
             return Err(Error::invalid_usage(format!(
@@ -413,7 +485,7 @@ impl Plan {
                 self_recvs.len()
             )));
         }
-        for ((src, sb), (dst, rb)) in self_sends.into_iter().zip(self_recvs) {
+        for ((src, sb, sp), (dst, rb, rp)) in self_sends.into_iter().zip(self_recvs) {
             if sb != rb {
                 return Err(Error::invalid_usage(format!(
                     "rank {rank} sends {sb} bytes to itself but receives {rb}"
@@ -424,10 +496,41 @@ impl Plan {
                 src: src as *const u8,
                 dst: dst as *mut u8,
             };
-            ops.push(XOp::new(copy, rank, OpHeader::p2p(0, sb)));
+            let mut op = XOp::new(copy, rank, OpHeader::p2p(0, sb));
+            // Reads the send's piece, lands in the receive's: both must be in host memory.
+            op.piece = match (sp, rp) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            ops.push(op);
         }
         let what = PlanWhat::P2p { ops: tasks.len() };
-        Ok(Plan::new(vec![ops], dtype, ReduceKind::Sum, what))
+        let mut plan = Plan::new(vec![ops], dtype, ReduceKind::Sum, what);
+        if let Some(g) = gates {
+            let mut landing = vec![0usize; g.start.len()];
+            for op in plan.steps.iter().flatten() {
+                if let (Some(k), XKind::Recv { .. } | XKind::Copy { .. }) = (op.piece, op.kind) {
+                    landing[k] += 1;
+                }
+            }
+            plan.landing = landing;
+            plan.gates = Some(g.clone());
+        }
+        Ok(plan)
+    }
+
+    /// Gated pieces: a receive or local copy of piece `k` finished; once all of the piece's
+    /// have, the GPU stream may copy its bytes back.
+    fn landed(&mut self, k: usize) {
+        let Some(g) = &self.gates else { return };
+        if let Some(left) = self.landing.get_mut(k) {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                if let Some(f) = g.landed.get(k) {
+                    f.set();
+                }
+            }
+        }
     }
 
     /// What the plan is, for error messages: "AllReduce(#3, count=10, float)".
@@ -476,6 +579,12 @@ impl Plan {
         let mut progressed = false;
         if !self.started {
             self.started = true;
+            if let Some(g) = &self.gates {
+                // Pieces with nothing to receive have landed already.
+                for (f, _) in g.landed.iter().zip(&self.landing).filter(|(_, &n)| n == 0) {
+                    f.set();
+                }
+            }
             if let Some(p) = &mut self.prescale {
                 // SAFETY: `src` is the user's send buffer, valid for `elems` elements
                 // (validated at enqueue); `buf` is our own allocation of the same size.
@@ -494,12 +603,24 @@ impl Plan {
             let mut all_done = true;
             let size = self.dtype.size();
             let (dtype, arith) = (self.dtype, self.arith);
+            let gates = &self.gates;
+            let mut landed = Vec::new();
             let ops = &mut self.steps[self.cur];
             for i in 0..ops.len() {
                 let (before, rest) = ops.split_at_mut(i);
                 let Some(op) = rest.first_mut() else { break };
                 if op.finished {
                     continue;
+                }
+                // A gated piece's sends and local copies wait until its bytes are in host
+                // memory.
+                if let (Some(g), Some(k), XKind::Send { .. } | XKind::Copy { .. }) =
+                    (gates, op.piece, op.kind)
+                {
+                    if g.start.get(k).is_some_and(|f| !f.is_set()) {
+                        all_done = false;
+                        continue;
+                    }
                 }
                 if let XKind::Copy { src, dst } = op.kind {
                     if src != dst.cast_const() && op.bytes > 0 {
@@ -509,6 +630,7 @@ impl Plan {
                     }
                     op.finished = true;
                     progressed = true;
+                    landed.extend(op.piece);
                     continue;
                 }
                 // Messages between one pair of ranks are FIFO: an operation waits for the
@@ -533,7 +655,12 @@ impl Plan {
                 };
                 if !op.finished {
                     all_done = false;
+                } else if matches!(op.kind, XKind::Recv { .. }) {
+                    landed.extend(op.piece);
                 }
+            }
+            for k in landed {
+                self.landed(k);
             }
             if !all_done {
                 break;

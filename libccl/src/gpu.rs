@@ -29,9 +29,11 @@ use parking_lot::Mutex;
 
 use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{Flag, PieceGates};
 use crate::group::{plan_specs, run_plans, PlanSpec};
 use crate::params;
-use crate::task::{buffer_counts, Reduction, Scalar, Task};
+use crate::pieces::Split;
+use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
 
 /// Operations that may be outstanding on one communicator's streams.
 const SLOTS: u32 = 1024;
@@ -137,8 +139,10 @@ impl Slots {
     }
 }
 
+/// One proxy job: its plans, and the flag slots it owns (several for a gated group).
 struct Job {
-    seq: u32,
+    first: u32,
+    last: u32,
     specs: Vec<PlanSpec>,
 }
 
@@ -207,36 +211,49 @@ struct Staging {
     /// (device start, device end, host offset) of each merged device range.
     unions: Vec<(usize, usize, usize)>,
     bytes: usize,
-    /// Device ranges to copy to the host before the start flag: (device, offset, bytes).
+}
+
+/// A device range a group reads (`true`) or writes: (start, end, input).
+type DevRange = (usize, usize, bool);
+
+/// The device ranges of `tasks`' buffers; device-resident PreMulSum scalars are read too.
+fn device_ranges<'a>(
+    tasks: impl IntoIterator<Item = &'a Task>,
+    rank: usize,
+    n: usize,
+) -> Result<Vec<DevRange>> {
+    let mut ranges = Vec::new();
+    for t in tasks {
+        let (se, re) = buffer_counts(t.kind, rank, n, t.count)
+            .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+        let sz = t.dtype.size();
+        if se > 0 && is_device_ptr(t.send) {
+            ranges.push((t.send, t.send + se * sz, true));
+        }
+        if re > 0 && is_device_ptr(t.recv) {
+            ranges.push((t.recv, t.recv + re * sz, false));
+        }
+        if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
+            if is_device_ptr(p) {
+                ranges.push((p, p + t.dtype.size(), true));
+            }
+        }
+    }
+    Ok(ranges)
+}
+
+/// Copies of one piece of a group: device ranges to the host before its start flag, and back
+/// after its done flag, as (device, host offset, bytes).
+#[derive(Default)]
+struct PieceIo {
     inputs: Vec<(usize, usize, usize)>,
-    /// Device ranges to copy back after the done flag: (device, offset, bytes).
     outputs: Vec<(usize, usize, usize)>,
 }
 
 impl Staging {
-    /// Lays out every device buffer of the group and redirects the tasks to `base + offset`
-    /// once `base` is known (see [`Staging::rebase`]); device-resident PreMulSum scalars get
-    /// an 8-byte slot each.
-    fn plan(specs: &mut [PlanSpec], rank: usize, n: usize) -> Result<Staging> {
-        let mut ranges: Vec<(usize, usize, bool)> = Vec::new();
-        for spec in specs.iter_mut() {
-            for t in spec.tasks_mut() {
-                let (se, re) = buffer_counts(t.kind, rank, n, t.count)
-                    .ok_or_else(|| Error::invalid_argument("count overflows"))?;
-                let sz = t.dtype.size();
-                if se > 0 && is_device_ptr(t.send) {
-                    ranges.push((t.send, t.send + se * sz, true));
-                }
-                if re > 0 && is_device_ptr(t.recv) {
-                    ranges.push((t.recv, t.recv + re * sz, false));
-                }
-                if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
-                    if is_device_ptr(p) {
-                        ranges.push((p, p + t.dtype.size(), true));
-                    }
-                }
-            }
-        }
+    /// Lays out every device range of the group in host memory: overlapping ranges share one
+    /// host range, so operations of the group see each other's results in call order.
+    fn plan(ranges: &[DevRange]) -> Staging {
         let mut spans: Vec<(usize, usize)> = ranges.iter().map(|r| (r.0, r.1)).collect();
         spans.sort_unstable();
         let mut st = Staging::default();
@@ -250,17 +267,23 @@ impl Staging {
             u.2 = st.bytes;
             st.bytes += (u.1 - u.0).div_ceil(64) * 64;
         }
-        for &(lo, hi, input) in &ranges {
-            let off = st
+        st
+    }
+
+    /// The copies of a piece whose device ranges are `ranges` (within the group's).
+    fn io(&self, ranges: &[DevRange]) -> Result<PieceIo> {
+        let mut io = PieceIo::default();
+        for &(lo, hi, input) in ranges {
+            let off = self
                 .offset(lo)
                 .ok_or_else(|| Error::internal("staging range lost"))?;
             if input {
-                st.inputs.push((lo, off, hi - lo));
+                io.inputs.push((lo, off, hi - lo));
             } else {
-                st.outputs.push((lo, off, hi - lo));
+                io.outputs.push((lo, off, hi - lo));
             }
         }
-        Ok(st)
+        Ok(io)
     }
 
     fn offset(&self, p: usize) -> Option<usize> {
@@ -342,28 +365,93 @@ pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Str
 }
 
 /// Hands a group's operations on one communicator to its proxy and orders them on the
-/// callers' streams. Returns without waiting for peers.
+/// callers' streams. Returns without waiting for peers. A large group goes in pieces
+/// ([`crate::pieces`]), each its own proxy job, so the stream's copies to and from pinned
+/// memory overlap the proxy's transfers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
     let streams = user_streams(&eng.ctx, &tasks)?;
-    let seq = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
+    // Jobs for the proxy, each the tasks of one plan list; each task's input and output gate.
+    let (jobs, gated) = match crate::pieces::split(&tasks, rank, n, piece_bytes) {
+        Split::Whole => (vec![tasks], None),
+        Split::Sequential(pieces) => (pieces.into_iter().map(|t| vec![t]).collect(), None),
+        Split::Gated {
+            tasks,
+            input,
+            output,
+            gates,
+        } => (vec![tasks], Some((input, output, gates))),
+    };
+    let gates = match &gated {
+        Some((_, _, g)) => *g,
+        None => jobs.len(),
+    };
+    let count = u32::try_from(gates)
+        .ok()
+        .filter(|k| (1..SLOTS).contains(k))
+        .ok_or_else(|| Error::internal("a group split into too many pieces"))?;
+    let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let last = first.wrapping_add(count - 1);
+    let seq = |k: usize| first.wrapping_add(k as u32);
     // Bounded enqueue: never more than SLOTS operations outstanding on one communicator.
-    while seq.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {
+    while last.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {
         if comm.0.abort.load(Ordering::Relaxed) {
             return Err(Error::system("communicator aborted"));
         }
         std::thread::sleep(Duration::from_micros(50));
     }
-    let (rank, n) = (comm.rank(), comm.nranks());
-    let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), &tasks)?;
+    let mut specs = Vec::with_capacity(jobs.len());
+    {
+        let mut issue = comm.0.issue.lock();
+        for (k, p) in jobs.iter().enumerate() {
+            match plan_specs(comm, &mut issue, p) {
+                Ok(s) => specs.push(s),
+                // Before any job took sequence numbers nothing is lost; after, the peers wait
+                // for pieces this rank will never send.
+                Err(e) if k == 0 => return Err(e),
+                Err(e) => {
+                    comm.set_async_error(&e);
+                    return Err(e);
+                }
+            }
+        }
+    }
     // From here on this rank has taken sequence numbers its peers will match: a failure must
-    // poison the communicator, and the proxy must still run (and release) the operation.
-    let staged = Staging::plan(&mut specs, rank, n).and_then(|st| {
+    // poison the communicator, and the proxy must still run (and release) the operations.
+    let staged = (|| {
+        let st = Staging::plan(&device_ranges(jobs.iter().flatten(), rank, n)?);
+        let ios = match &gated {
+            None => jobs
+                .iter()
+                .map(|p| st.io(&device_ranges(p, rank, n)?))
+                .collect::<Result<Vec<_>>>()?,
+            Some((input, output, gates)) => {
+                let mut ios: Vec<PieceIo> = (0..*gates).map(|_| PieceIo::default()).collect();
+                for (i, t) in jobs.iter().flatten().enumerate() {
+                    let io = st.io(&device_ranges([t], rank, n)?)?;
+                    let (gi, go) = (input[i], output[i]);
+                    if let Some(x) = ios.get_mut(gi) {
+                        x.inputs.extend(io.inputs);
+                    }
+                    if let Some(x) = ios.get_mut(go) {
+                        x.outputs.extend(io.outputs);
+                    }
+                }
+                ios
+            }
+        };
         let (chunk, base) = eng.chunk(st.bytes)?;
-        st.rebase(&mut specs, base);
-        Ok((st, chunk, base))
-    });
-    let (staging, chunk, base) = match staged {
+        for s in specs.iter_mut() {
+            st.rebase(s, base);
+        }
+        if let Some((input, _, gates)) = &gated {
+            attach_gates(&eng, &mut specs, &jobs, input, *gates, first);
+        }
+        Ok((ios, chunk, base))
+    })();
+    let (ios, chunk, base) = match staged {
         Ok(v) => v,
         Err(e) => {
             comm.set_async_error(&e);
@@ -375,26 +463,70 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         .lock()
         .clone()
         .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
-    tx.send(Job { seq, specs })
+    let per_job = if gated.is_some() { count } else { 1 };
+    for (k, s) in specs.into_iter().enumerate() {
+        tx.send(Job {
+            first: seq(k),
+            last: seq(k).wrapping_add(per_job - 1),
+            specs: s,
+        })
         .map_err(|_| Error::internal("proxy thread is gone"))?;
-    eng.submitted.store(seq, Ordering::Release);
-    if let Err(e) = order_on_streams(&eng, &streams, seq, &staging, chunk, base) {
-        // The stream may never write the start slot now: write it from here so the proxy runs
-        // the operation with its peers and releases whatever the stream did queue.
-        eng.start.atomic(seq).store(seq, Ordering::Release);
+    }
+    eng.submitted.store(last, Ordering::Release);
+    if let Err(e) = order_on_streams(&eng, &streams, first, &ios, chunk, base) {
+        // The stream may never write the start slots now: write them from here so the proxy
+        // runs the operations with its peers and releases whatever the stream did queue.
+        for k in 0..count as usize {
+            eng.start.atomic(seq(k)).store(seq(k), Ordering::Release);
+        }
         comm.set_async_error(&e);
         return Err(e);
     }
     Ok(())
 }
 
-/// The stream side of one group: inputs to the pinned chunk, start slot, wait on the done
-/// slot, results back, and the other streams joined before and after.
+/// Gates of a gated group's point-to-point plan: its sends of piece k wait for start slot
+/// `first + k`, its receives of piece k report on done slot `first + k` (the last piece's is
+/// the job's end).
+fn attach_gates(
+    eng: &GpuEngine,
+    specs: &mut [Vec<PlanSpec>],
+    jobs: &[Vec<Task>],
+    input: &[usize],
+    gates: usize,
+    first: u32,
+) {
+    let seq = |k: usize| first.wrapping_add(k as u32);
+    // The point-to-point tasks' gates, in the order plan_specs keeps them.
+    let of_task: Vec<usize> = jobs
+        .iter()
+        .flatten()
+        .zip(input)
+        .filter(|(t, _)| matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. }))
+        .map(|(_, &g)| g)
+        .collect();
+    // SAFETY: the slots are pinned memory of the engine, which outlives every job; they are
+    // accessed only atomically.
+    let flag = |slots: &Slots, k: usize| unsafe { Flag::new(slots.atomic(seq(k)), seq(k)) };
+    for spec in specs.iter_mut().flatten() {
+        if let PlanSpec::P2p { gates: g, .. } = spec {
+            *g = Some(PieceGates {
+                of_task: of_task.clone(),
+                start: (0..gates).map(|k| flag(&eng.start, k)).collect(),
+                landed: (0..gates - 1).map(|k| flag(&eng.done, k)).collect(),
+            });
+        }
+    }
+}
+
+/// The stream side of one group: every piece's inputs to the pinned chunk and its start slot,
+/// then every piece's wait on its done slot and results back (so piece k's copies overlap the
+/// proxy's work on its neighbours), the other streams joined before and after.
 fn order_on_streams(
     eng: &GpuEngine,
     streams: &[Stream],
-    seq: u32,
-    staging: &Staging,
+    first_seq: u32,
+    pieces: &[PieceIo],
     chunk: usize,
     base: usize,
 ) -> Result<()> {
@@ -406,25 +538,30 @@ fn order_on_streams(
         ev.record(s).map_err(cuda_err)?;
         first.wait_event(&ev).map_err(cuda_err)?;
     }
+    let seq = |k: usize| first_seq.wrapping_add(k as u32);
     // SAFETY: device ranges are the caller's validated buffers; host ranges lie in the pinned
     // chunk sized for them, which is not reused before the event recorded below completes; the
     // slots live as long as the engine, which outlives every queued operation.
     unsafe {
-        for &(dev, off, bytes) in &staging.inputs {
+        for (k, p) in pieces.iter().enumerate() {
+            for &(dev, off, bytes) in &p.inputs {
+                first
+                    .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
+                    .map_err(cuda_err)?;
+            }
             first
-                .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
+                .write_value32(eng.start.device(seq(k)), seq(k))
                 .map_err(cuda_err)?;
         }
-        first
-            .write_value32(eng.start.device(seq), seq)
-            .map_err(cuda_err)?;
-        first
-            .wait_value32(eng.done.device(seq), seq, WaitCond::Geq)
-            .map_err(cuda_err)?;
-        for &(dev, off, bytes) in &staging.outputs {
+        for (k, p) in pieces.iter().enumerate() {
             first
-                .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
+                .wait_value32(eng.done.device(seq(k)), seq(k), WaitCond::Geq)
                 .map_err(cuda_err)?;
+            for &(dev, off, bytes) in &p.outputs {
+                first
+                    .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
+                    .map_err(cuda_err)?;
+            }
         }
     }
     let done_ev = plain_event(&eng.ctx)?;
@@ -496,7 +633,7 @@ impl Proxy {
         while let Ok(job) = rx.recv() {
             let mut rounds = 0u32;
             while !abort.load(Ordering::Relaxed)
-                && self.start.atomic(job.seq).load(Ordering::Acquire) != job.seq
+                && self.start.atomic(job.first).load(Ordering::Acquire) != job.first
             {
                 rounds = rounds.saturating_add(1);
                 if rounds < 256 {
@@ -521,8 +658,17 @@ impl Proxy {
                 tracing::warn!("rank {}: GPU operation failed: {e}", self.comm.rank());
                 self.comm.set_async_error(&e);
             }
-            self.done.atomic(job.seq).store(job.seq, Ordering::Release);
-            self.completed.store(job.seq, Ordering::Release);
+            // Every slot of the job, pieces that landed early included (idempotent), so no
+            // stream wait is left behind after an error.
+            let mut s = job.first;
+            loop {
+                self.done.atomic(s).store(s, Ordering::Release);
+                if s == job.last {
+                    break;
+                }
+                s = s.wrapping_add(1);
+            }
+            self.completed.store(job.last, Ordering::Release);
         }
     }
 

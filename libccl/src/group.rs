@@ -236,6 +236,8 @@ pub(crate) enum PlanSpec {
     P2p {
         tasks: Vec<Task>,
         seqs: Vec<(u64, u64)>,
+        /// Staged in pieces on the GPU path ([`crate::pieces`]).
+        gates: Option<crate::exec::PieceGates>,
     },
 }
 
@@ -251,7 +253,9 @@ impl PlanSpec {
     pub(crate) fn build(&self, rank: usize, n: usize) -> Result<Plan> {
         match self {
             PlanSpec::Coll { task, sched, seq } => Plan::collective(task, sched, rank, n, *seq),
-            PlanSpec::P2p { tasks, seqs } => Plan::p2p(tasks, rank, n, &mut seqs.clone()),
+            PlanSpec::P2p { tasks, seqs, gates } => {
+                Plan::p2p(tasks, rank, n, &mut seqs.clone(), gates.as_ref())
+            }
         }
     }
 }
@@ -340,7 +344,11 @@ pub(crate) fn plan_specs(
                 _ => {}
             }
         }
-        specs.push(PlanSpec::P2p { tasks: p2p, seqs });
+        specs.push(PlanSpec::P2p {
+            tasks: p2p,
+            seqs,
+            gates: None,
+        });
     }
     Ok(specs)
 }

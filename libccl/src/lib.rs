@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod group;
 pub mod log;
 pub mod params;
+mod pieces;
 mod sync;
 pub mod task;
 

@@ -1,0 +1,684 @@
+//! Splitting staged GPU groups into pieces, so the copies to and from pinned host memory
+//! overlap the network: the stream copies piece k+1 down while the proxy sends piece k, and
+//! copies piece k back up while the proxy sends piece k+1. Unsplit, a 128 MiB operation over
+//! the network path paid device-to-host, network and host-to-device one after the other.
+//!
+//! What a peer sees must not depend on how this rank grouped its calls, so every operation is
+//! cut by its own size alone: an all-reduce, broadcast or reduce (elementwise: a piece of the
+//! input gives the same piece of the output, in place too) into that many smaller collectives,
+//! a send or receive into that many messages (both ends share the byte count), an all-gather
+//! or all-to-all into sends and receives per peer, cut likewise. Reduce-scatter, gather and
+//! scatter stay whole.
+//!
+//! How the pieces run is this rank's own business. A lone elementwise collective runs as one
+//! proxy job per piece, in order (every rank runs the same collectives in the same order).
+//! Anything else runs as ONE proxy job whose sends wait for their piece's bytes to reach host
+//! memory and whose receives report when their piece has landed ([`crate::exec::PieceGates`]):
+//! running pieces of point-to-point groups as jobs one after another could deadlock, a piece
+//! of one rank waiting for a message the peer sends only in a later job.
+
+use ccl_collectives::Collective;
+
+use crate::task::{Task, TaskKind};
+
+/// Most gates (flag slots) of one group: longer groups share gates between neighbouring
+/// pieces; larger operations get larger pieces, so no operation is cut more often than this.
+pub(crate) const MAX_PIECES: usize = 256;
+
+/// How a staged group runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Split {
+    /// As it is: one proxy job.
+    Whole,
+    /// A lone all-reduce, broadcast or reduce: one collective per piece, each a proxy job,
+    /// in order.
+    Sequential(Vec<Task>),
+    /// One proxy job over `tasks`. Gate `input[i]` opens when task i's input bytes are in host
+    /// memory; its output may go back to the GPU once gate `output[i]` has landed. Gates run
+    /// in order; the last lands when the job ends.
+    Gated {
+        tasks: Vec<Task>,
+        input: Vec<usize>,
+        output: Vec<usize>,
+        gates: usize,
+    },
+}
+
+/// Pieces of `t` (at least one): `piece_bytes` each, or more for very large operations.
+fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
+    let sz = t.dtype.size();
+    let bytes = t.count.saturating_mul(sz);
+    let per = (piece_bytes.max(bytes.div_ceil(MAX_PIECES)) / sz).max(1);
+    let k = t.count.div_ceil(per).max(1);
+    (0..k)
+        .map(|i| {
+            let lo = i * per;
+            let at = |p: usize| if p == 0 { 0 } else { p + lo * sz };
+            Task {
+                send: at(t.send),
+                recv: at(t.recv),
+                count: per.min(t.count - lo.min(t.count)),
+                ..*t
+            }
+        })
+        .collect()
+}
+
+fn elementwise(t: &Task) -> bool {
+    matches!(
+        t.kind,
+        TaskKind::Coll(
+            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. }
+        )
+    )
+}
+
+/// How the group runs (`piece_bytes` 0: whole).
+pub(crate) fn split(tasks: &[Task], rank: usize, nranks: usize, piece_bytes: usize) -> Split {
+    if piece_bytes == 0 || tasks.is_empty() {
+        return Split::Whole;
+    }
+    if let [t] = tasks {
+        if elementwise(t) {
+            let p = cut(t, piece_bytes);
+            return if p.len() > 1 {
+                Split::Sequential(p)
+            } else {
+                Split::Whole
+            };
+        }
+    }
+    // Cut every operation; point-to-point pieces take consecutive positions on their
+    // (peer, direction) lane, so a later operation's pieces follow an earlier one's.
+    let mut lanes: std::collections::HashMap<(usize, bool), usize> = Default::default();
+    let mut out = Vec::new();
+    let mut pos = Vec::new();
+    let mut cut_any = false;
+    for t in tasks {
+        let parts = match t.kind {
+            // Worth cutting only when a block is (what every rank sees alike).
+            TaskKind::Coll(Collective::AllGather | Collective::AlltoAll)
+                if t.count.saturating_mul(t.dtype.size()) > piece_bytes =>
+            {
+                match as_p2p(t, rank, nranks) {
+                    Some(v) => v,
+                    None => vec![*t],
+                }
+            }
+            _ => vec![*t],
+        };
+        for p in parts {
+            let lane = match p.kind {
+                TaskKind::Send { peer } => Some((peer, true)),
+                TaskKind::Recv { peer } => Some((peer, false)),
+                TaskKind::Coll(_) => None,
+            };
+            let pieces = match p.kind {
+                TaskKind::Coll(_) if !elementwise(&p) => vec![p],
+                _ => cut(&p, piece_bytes),
+            };
+            cut_any |= pieces.len() > 1 || p.kind != t.kind;
+            let first = lane.map_or(0, |l| *lanes.get(&l).unwrap_or(&0));
+            if let Some(l) = lane {
+                lanes.insert(l, first + pieces.len());
+            }
+            for (i, q) in pieces.into_iter().enumerate() {
+                // Collectives need all their input at the start and give output at the end.
+                pos.push(lane.map(|_| first + i));
+                out.push(q);
+            }
+        }
+    }
+    if !cut_any {
+        return Split::Whole;
+    }
+    let positions = pos.iter().flatten().map(|&p| p + 1).max().unwrap_or(1);
+    let gates = positions.min(MAX_PIECES);
+    let gate = |p: usize| p * gates / positions;
+    let input = pos.iter().map(|p| p.map_or(0, gate)).collect();
+    let output = pos.iter().map(|p| p.map_or(gates - 1, gate)).collect();
+    Split::Gated {
+        tasks: out,
+        input,
+        output,
+        gates,
+    }
+}
+
+/// An all-gather or all-to-all as the sends and receives it amounts to, peer by peer; this
+/// rank's own block is a send to itself and a receive from itself (none when in place).
+fn as_p2p(t: &Task, rank: usize, nranks: usize) -> Option<Vec<Task>> {
+    let bytes = t.count.checked_mul(t.dtype.size())?;
+    t.recv.checked_add(bytes.checked_mul(nranks)?)?;
+    let mut v = Vec::with_capacity(2 * nranks);
+    for q in 0..nranks {
+        // What goes to q, and where what comes from q lands (block q of the output).
+        let send = match t.kind {
+            TaskKind::Coll(Collective::AllGather) => t.send,
+            TaskKind::Coll(Collective::AlltoAll) => t.send.checked_add(q * bytes)?,
+            _ => return None,
+        };
+        let recv = t.recv + q * bytes;
+        if q == rank && send == recv {
+            continue;
+        }
+        let base = Task {
+            send: 0,
+            recv: 0,
+            ..*t
+        };
+        v.push(Task {
+            kind: TaskKind::Send { peer: q },
+            send,
+            ..base
+        });
+        v.push(Task {
+            kind: TaskKind::Recv { peer: q },
+            recv,
+            ..base
+        });
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::Reduction;
+    use ccl_cuda::{DataType, ReduceKind};
+    use std::collections::{HashMap, VecDeque};
+
+    /// Each rank's memory: addresses BASE.. index a byte vector.
+    const BASE: usize = 0x1000;
+    const MEM: usize = 4096;
+
+    fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        Task {
+            kind,
+            send: if send == usize::MAX { 0 } else { BASE + send },
+            recv: if recv == usize::MAX { 0 } else { BASE + recv },
+            count,
+            dtype: DataType::Uint8,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    fn memories(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|r| (0..MEM).map(|i| (i * 7 + r * 31 + 1) as u8).collect())
+            .collect()
+    }
+
+    /// Runs groups (`groups[rank]`, in order) the way the proxies would: collectives of all
+    /// ranks together, in order; sends and receives matched per (source, destination) in
+    /// order, sizes checked. Returns the memories after.
+    fn run(groups: &[Vec<Vec<Task>>], n: usize) -> Vec<Vec<u8>> {
+        let mut mem = memories(n);
+        let before = mem.clone();
+        let colls: Vec<Vec<Task>> = (0..n)
+            .map(|r| {
+                groups[r]
+                    .iter()
+                    .flatten()
+                    .filter(|t| matches!(t.kind, TaskKind::Coll(_)))
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        let rounds = colls[0].len();
+        assert!(
+            colls.iter().all(|c| c.len() == rounds),
+            "ranks run different collectives"
+        );
+        for k in 0..rounds {
+            let ts: Vec<Task> = colls.iter().map(|c| c[k]).collect();
+            let c = ts[0].count;
+            assert!(
+                ts.iter().all(|x| x.count == c && x.kind == ts[0].kind),
+                "{ts:?}"
+            );
+            let rd = |m: &Vec<Vec<u8>>, r: usize, a: usize, i: usize| m[r][a - BASE + i];
+            let snap = mem.clone();
+            for i in 0..c {
+                match ts[0].kind {
+                    TaskKind::Coll(Collective::AllReduce) => {
+                        let v =
+                            (0..n).fold(0u8, |a, r| a.wrapping_add(rd(&snap, r, ts[r].send, i)));
+                        for r in 0..n {
+                            mem[r][ts[r].recv - BASE + i] = v;
+                        }
+                    }
+                    TaskKind::Coll(Collective::Reduce { root }) => {
+                        let v =
+                            (0..n).fold(0u8, |a, r| a.wrapping_add(rd(&snap, r, ts[r].send, i)));
+                        mem[root][ts[root].recv - BASE + i] = v;
+                    }
+                    TaskKind::Coll(Collective::Broadcast { root }) => {
+                        let v = rd(&snap, root, ts[root].send, i);
+                        for r in 0..n {
+                            mem[r][ts[r].recv - BASE + i] = v;
+                        }
+                    }
+                    TaskKind::Coll(Collective::AllGather) => {
+                        for r in 0..n {
+                            for q in 0..n {
+                                mem[r][ts[r].recv - BASE + q * c + i] = rd(&snap, q, ts[q].send, i);
+                            }
+                        }
+                    }
+                    TaskKind::Coll(Collective::AlltoAll) => {
+                        for r in 0..n {
+                            for q in 0..n {
+                                mem[r][ts[r].recv - BASE + q * c + i] =
+                                    rd(&snap, q, ts[q].send, r * c + i);
+                            }
+                        }
+                    }
+                    k => panic!("not modelled: {k:?}"),
+                }
+            }
+        }
+        let mut sends: HashMap<(usize, usize), VecDeque<Task>> = HashMap::new();
+        for (r, g) in groups.iter().enumerate() {
+            for x in g.iter().flatten() {
+                if let TaskKind::Send { peer } = x.kind {
+                    sends.entry((r, peer)).or_default().push_back(*x);
+                }
+            }
+        }
+        for (r, g) in groups.iter().enumerate() {
+            for x in g.iter().flatten() {
+                if let TaskKind::Recv { peer } = x.kind {
+                    let s = sends
+                        .get_mut(&(peer, r))
+                        .and_then(|q| q.pop_front())
+                        .unwrap_or_else(|| panic!("receive {x:?} of rank {r} has no send"));
+                    assert_eq!(s.count, x.count, "rank {peer} -> {r}: piece sizes differ");
+                    for i in 0..x.count {
+                        mem[r][x.recv - BASE + i] = before[peer][s.send - BASE + i];
+                    }
+                }
+            }
+        }
+        assert!(sends.values().all(|q| q.is_empty()), "unmatched sends");
+        mem
+    }
+
+    /// The proxy jobs a split makes of a group, after checking its gates.
+    fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
+        match split(g, r, n, piece) {
+            Split::Whole => (vec![g.to_vec()], false),
+            Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
+            Split::Gated {
+                tasks,
+                input,
+                output,
+                gates,
+            } => {
+                assert!((1..=MAX_PIECES).contains(&gates));
+                assert_eq!((input.len(), output.len()), (tasks.len(), tasks.len()));
+                let mut lane_gate: HashMap<(usize, bool), usize> = HashMap::new();
+                for (i, t) in tasks.iter().enumerate() {
+                    assert!(input[i] < gates && output[i] < gates);
+                    match t.kind {
+                        TaskKind::Send { peer } | TaskKind::Recv { peer } => {
+                            assert_eq!(input[i], output[i]);
+                            let l = (peer, matches!(t.kind, TaskKind::Send { .. }));
+                            let last = lane_gate.insert(l, input[i]).unwrap_or(0);
+                            assert!(input[i] >= last, "gates go back on a lane");
+                        }
+                        TaskKind::Coll(_) => assert_eq!((input[i], output[i]), (0, gates - 1)),
+                    }
+                }
+                (vec![tasks], true)
+            }
+        }
+    }
+
+    /// Splits every rank's groups and checks: the same outcome as unsplit, and whether it split.
+    fn same_outcome(
+        groups: &dyn Fn(usize) -> Vec<Vec<Task>>,
+        n: usize,
+        piece: usize,
+        splits: bool,
+    ) {
+        let whole: Vec<Vec<Vec<Task>>> = (0..n).map(groups).collect();
+        let mut did = false;
+        let split_up: Vec<Vec<Vec<Task>>> = (0..n)
+            .map(|r| {
+                whole[r]
+                    .iter()
+                    .flat_map(|g| {
+                        let (j, d) = jobs(g, r, n, piece);
+                        did |= d;
+                        j
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(did, splits, "split {split_up:?}");
+        assert_eq!(run(&split_up, n), run(&whole, n));
+    }
+
+    #[test]
+    fn elementwise_collectives_split_in_and_out_of_place() {
+        for n in [2, 3] {
+            for (s, r) in [(0, 1024), (0, 0)] {
+                let ar = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), s, r, 1000)]];
+                same_outcome(&ar, n, 64, true);
+                let bc = |_| {
+                    vec![vec![t(
+                        TaskKind::Coll(Collective::Broadcast { root: 1 }),
+                        s,
+                        r,
+                        999,
+                    )]]
+                };
+                same_outcome(&bc, n, 100, true);
+                let rd = |_| {
+                    vec![vec![t(
+                        TaskKind::Coll(Collective::Reduce { root: n - 1 }),
+                        s,
+                        r,
+                        777,
+                    )]]
+                };
+                same_outcome(&rd, n, 256, true);
+            }
+        }
+    }
+
+    #[test]
+    fn all_gather_and_alltoall_become_pieces_of_sends_and_receives() {
+        for n in [2, 3, 4] {
+            let c = 200;
+            let ag = |_| vec![vec![t(TaskKind::Coll(Collective::AllGather), 0, 1024, c)]];
+            same_outcome(&ag, n, 48, true);
+            // In place: the rank's own block is the input.
+            let ag_in = |r: usize| {
+                vec![vec![t(
+                    TaskKind::Coll(Collective::AllGather),
+                    1024 + r * c,
+                    1024,
+                    c,
+                )]]
+            };
+            same_outcome(&ag_in, n, 48, true);
+            let a2a = |_| vec![vec![t(TaskKind::Coll(Collective::AlltoAll), 0, 2048, c)]];
+            same_outcome(&a2a, n, 64, true);
+        }
+    }
+
+    /// Rank 0 sends A then B to rank 1 in two groups; rank 1 receives both in one group, and
+    /// sends back in between: pieces still pair in call order per peer.
+    #[test]
+    fn sends_and_receives_pair_up_whatever_the_groups() {
+        let groups = |r: usize| {
+            if r == 0 {
+                vec![
+                    vec![t(TaskKind::Send { peer: 1 }, 0, usize::MAX, 700)],
+                    vec![
+                        t(TaskKind::Send { peer: 1 }, 800, usize::MAX, 90),
+                        t(TaskKind::Recv { peer: 1 }, usize::MAX, 2000, 300),
+                    ],
+                ]
+            } else {
+                vec![vec![
+                    t(TaskKind::Recv { peer: 0 }, usize::MAX, 1000, 700),
+                    t(TaskKind::Send { peer: 0 }, 3000, usize::MAX, 300),
+                    t(TaskKind::Recv { peer: 0 }, usize::MAX, 1800, 90),
+                ]]
+            }
+        };
+        same_outcome(&groups, 2, 128, true);
+        // Self send/receive in a group with others.
+        let selfish = |r: usize| {
+            vec![vec![
+                t(TaskKind::Send { peer: r }, 0, usize::MAX, 500),
+                t(TaskKind::Recv { peer: r }, usize::MAX, 1000, 500),
+                t(TaskKind::Send { peer: 1 - r }, 1600, usize::MAX, 300),
+                t(TaskKind::Recv { peer: 1 - r }, usize::MAX, 2400, 300),
+            ]]
+        };
+        same_outcome(&selfish, 2, 100, true);
+    }
+
+    #[test]
+    fn what_cannot_be_split_stays_whole_and_mixed_groups_cut_alike() {
+        let n = 2;
+        // Small: one piece anyway.
+        let small = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 50)]];
+        same_outcome(&small, n, 64, false);
+        // Off.
+        let off = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 500)]];
+        same_outcome(&off, n, 0, false);
+        let rs = t(TaskKind::Coll(Collective::ReduceScatter), 0, 2048, 500);
+        assert!(matches!(split(&[rs], 0, 2, 64), Split::Whole));
+        // A collective beside point-to-point on one rank, alone on the other (and the
+        // receive in a group of its own): every operation is cut alike.
+        let mixed = |r: usize| {
+            if r == 0 {
+                vec![vec![
+                    t(TaskKind::Coll(Collective::AllReduce), 0, 0, 500),
+                    t(TaskKind::Send { peer: 1 }, 1000, usize::MAX, 500),
+                    t(TaskKind::Recv { peer: 1 }, usize::MAX, 2000, 300),
+                ]]
+            } else {
+                vec![
+                    vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 500)],
+                    vec![t(TaskKind::Send { peer: 0 }, 600, usize::MAX, 300)],
+                    vec![t(TaskKind::Recv { peer: 0 }, usize::MAX, 1000, 500)],
+                ]
+            }
+        };
+        same_outcome(&mixed, n, 64, true);
+        // Tiny pieces of a large operation: at most MAX_PIECES, still exact.
+        let big = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000)]];
+        same_outcome(&big, n, 1, true);
+        let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000);
+        let Split::Sequential(p) = split(&[ar], 0, 2, 1) else {
+            panic!("not cut");
+        };
+        assert!(
+            (MAX_PIECES / 2..=MAX_PIECES).contains(&p.len()),
+            "{} pieces",
+            p.len()
+        );
+        // Many sends to one peer, each cut: more positions than gates, gates shared.
+        let many = |r: usize| {
+            let kind = |_| {
+                if r == 0 {
+                    TaskKind::Send { peer: 1 }
+                } else {
+                    TaskKind::Recv { peer: 0 }
+                }
+            };
+            vec![(0..300)
+                .map(|i| t(kind(i), i * 10, i * 10, 10))
+                .collect::<Vec<_>>()]
+        };
+        same_outcome(&many, n, 4, true);
+    }
+
+    /// A bounded in-memory link (a few small frames), so senders stall as on a real one.
+    struct MemLink {
+        out: std::sync::Arc<std::sync::Mutex<VecDeque<Vec<u8>>>>,
+        inp: std::sync::Arc<std::sync::Mutex<VecDeque<Vec<u8>>>>,
+        head: Option<Vec<u8>>,
+    }
+
+    impl ccl_transports::Link for MemLink {
+        fn max_frame(&self) -> usize {
+            96
+        }
+        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
+            let mut q = self.out.lock().unwrap();
+            if q.len() >= 3 {
+                return Ok(false);
+            }
+            q.push_back(frame.to_vec());
+            Ok(true)
+        }
+        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
+            if self.head.is_none() {
+                self.head = self.inp.lock().unwrap().pop_front();
+            }
+            Ok(self.head.as_deref())
+        }
+        fn pop(&mut self) {
+            self.head = None;
+        }
+        fn flush(&mut self) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn has_pending(&self) -> bool {
+            false
+        }
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+    }
+
+    /// Rank 0 sends X in one group and receives Y in the next; rank 1 receives X and sends Y
+    /// in one group. Cut into pieces run as jobs one after another, rank 1's first job would
+    /// wait on Y's first piece, which rank 0 receives only after all of X: deadlock. Gated in
+    /// one plan per group, it completes, each piece's landed flag is set once its bytes are
+    /// in, and sends wait for their start flag.
+    #[test]
+    fn gated_pieces_run_asymmetric_groups_to_completion() {
+        use crate::exec::{Flag, PieceGates, Plan};
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::{Arc, Mutex};
+        let (x, y) = (1000usize, 600usize);
+        let src_x: Vec<u8> = (0..x).map(|i| (i * 3 + 1) as u8).collect();
+        let src_y: Vec<u8> = (0..y).map(|i| (i * 5 + 2) as u8).collect();
+        let mut dst_x = vec![0u8; x];
+        let mut dst_y = vec![0u8; y];
+        let task = |kind, send: &[u8], recv: &mut [u8], count| Task {
+            kind,
+            send: send.as_ptr() as usize,
+            recv: recv.as_mut_ptr() as usize,
+            count,
+            dtype: DataType::Uint8,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        };
+        let none: &mut [u8] = &mut [];
+        let r0 = vec![
+            vec![task(TaskKind::Send { peer: 1 }, &src_x, none, x)],
+            vec![Task {
+                send: 0,
+                ..task(TaskKind::Recv { peer: 1 }, &[], &mut dst_y, y)
+            }],
+        ];
+        let r1 = vec![vec![
+            Task {
+                send: 0,
+                ..task(TaskKind::Recv { peer: 0 }, &[], &mut dst_x, x)
+            },
+            task(TaskKind::Send { peer: 0 }, &src_y, none, y),
+        ]];
+        // Flag words: 64 per rank and group, start and landed.
+        let words: Vec<AtomicU32> = (0..4 * 2 * 64).map(|_| AtomicU32::new(0)).collect();
+        // SAFETY: `words` outlives every plan of the test and is only used atomically.
+        let flag = |i: usize, v: u32| unsafe { Flag::new(&words[i] as *const AtomicU32, v) };
+        let mut plans: Vec<VecDeque<Plan>> = Vec::new();
+        let mut starts: Vec<Vec<(usize, u32)>> = Vec::new();
+        let mut landed_of_r1 = Vec::new();
+        for (r, groups) in [r0, r1].into_iter().enumerate() {
+            let mut seqs = vec![(0u64, 0u64); 2];
+            let mut q = VecDeque::new();
+            let mut st = Vec::new();
+            for (gi, g) in groups.iter().enumerate() {
+                let Split::Gated {
+                    tasks,
+                    input,
+                    gates,
+                    ..
+                } = split(g, r, 2, 256)
+                else {
+                    panic!("rank {r} group {gi} not gated");
+                };
+                let base = (r * 2 + gi) * 128;
+                let gates_of = PieceGates {
+                    of_task: input.clone(),
+                    start: (0..gates).map(|k| flag(base + k, k as u32 + 1)).collect(),
+                    landed: (0..gates - 1)
+                        .map(|k| flag(base + 64 + k, k as u32 + 1))
+                        .collect(),
+                };
+                if r == 1 {
+                    landed_of_r1 = (0..gates - 1).map(|k| base + 64 + k).collect();
+                }
+                st.extend((0..gates).map(|k| (base + k, k as u32 + 1)));
+                q.push_back(Plan::p2p(&tasks, r, 2, &mut seqs, Some(&gates_of)).unwrap());
+            }
+            plans.push(q);
+            starts.push(st);
+        }
+        let (a, b) = (
+            Arc::new(Mutex::new(VecDeque::new())),
+            Arc::new(Mutex::new(VecDeque::new())),
+        );
+        let mut links: Vec<Vec<Option<Box<dyn ccl_transports::Link>>>> = vec![
+            vec![
+                None,
+                Some(Box::new(MemLink {
+                    out: a.clone(),
+                    inp: b.clone(),
+                    head: None,
+                })),
+            ],
+            vec![
+                Some(Box::new(MemLink {
+                    out: b,
+                    inp: a,
+                    head: None,
+                })),
+                None,
+            ],
+        ];
+        let mut staging = Vec::new();
+        // Nothing moves while no start flag is set: the sends wait for their bytes.
+        for r in 0..2 {
+            let p = plans[r].front_mut().unwrap();
+            p.progress(&mut links[r], &mut staging).unwrap();
+        }
+        assert!(dst_x.iter().all(|&v| v == 0) && dst_y.iter().all(|&v| v == 0));
+        // Open the gates one at a time per rank (a stream copying piece after piece down),
+        // driving both ranks between.
+        let mut opened = [0usize; 2];
+        for round in 0..100_000 {
+            for r in 0..2 {
+                if let Some(&(i, v)) = starts[r].get(opened[r]) {
+                    if round % 3 == 0 {
+                        words[i].store(v, Ordering::Release);
+                        opened[r] += 1;
+                    }
+                }
+                while let Some(p) = plans[r].front_mut() {
+                    p.progress(&mut links[r], &mut staging).unwrap();
+                    if !p.is_done() {
+                        break;
+                    }
+                    plans[r].pop_front();
+                }
+            }
+            if plans.iter().all(|q| q.is_empty()) {
+                break;
+            }
+        }
+        assert!(plans.iter().all(|q| q.is_empty()), "stuck");
+        assert_eq!(dst_x, src_x);
+        assert_eq!(dst_y, src_y);
+        assert!(!landed_of_r1.is_empty());
+        for (k, &i) in landed_of_r1.iter().enumerate() {
+            assert_eq!(
+                words[i].load(Ordering::Acquire),
+                k as u32 + 1,
+                "piece {k} not landed"
+            );
+        }
+    }
+}
