@@ -411,6 +411,51 @@ pub(crate) struct PushWaits {
     pub longest: std::time::Duration,
 }
 
+/// Per peer, whether its receives have been coming late: a sender whose push wait ran out
+/// stops waiting for that peer's next sends (2, 4, 8 ... up to 64 of them, probing again in
+/// between), so a pipeline whose receiver calls late does not block the sender's host thread
+/// -- and with it the compute it launches -- on every send. A push resets it.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Lateness {
+    streak: Vec<u8>,
+    skip: Vec<u32>,
+}
+
+impl Lateness {
+    const MAX_STREAK: u8 = 6;
+
+    fn ensure(&mut self, peer: usize) {
+        if self.streak.len() <= peer {
+            self.streak.resize(peer + 1, 0);
+            self.skip.resize(peer + 1, 0);
+        }
+    }
+
+    /// Whether to give up on this send's push at once (and count it against the skip).
+    fn skip_wait(&mut self, peer: usize) -> bool {
+        self.ensure(peer);
+        match &mut self.skip[peer] {
+            0 => false,
+            s => {
+                *s -= 1;
+                true
+            }
+        }
+    }
+
+    /// A wait for `peer` ended: `pushed`, or ran out without the sends crossing.
+    fn waited(&mut self, peer: usize, pushed: bool) {
+        self.ensure(peer);
+        if pushed {
+            self.streak[peer] = 0;
+        } else {
+            let s = (self.streak[peer] + 1).min(Self::MAX_STREAK);
+            self.streak[peer] = s;
+            self.skip[peer] = 1 << s;
+        }
+    }
+}
+
 impl PushWaits {
     pub(crate) fn add(&mut self, o: &PushWaits) {
         self.pushed += o.pushed;
@@ -667,8 +712,18 @@ fn peer_sends_first(inbox: &dyn Words, peer: usize, next_in: u64) -> bool {
     })
 }
 
+/// How a rank settles its posted transfers.
+pub(crate) struct SettleHow<'a> {
+    /// How long pending sends wait for their receivers.
+    pub wait: PushWait<'a>,
+    /// Groups up to this many bytes stay on the caller's stream.
+    pub single_max: usize,
+    /// Late receivers seen so far (None: always wait).
+    pub late: Option<&'a mut Lateness>,
+}
+
 impl Posting {
-    /// Waits (`wait`) for the destinations of our pending sends (then we push),
+    /// Waits (`how.wait`) for the destinations of our pending sends (then we push),
     /// and returns this rank's plan. A size disagreement with a peer is returned beside the
     /// plan (the transfers still pair up, so nobody waits forever).
     pub(crate) fn settle<'b>(
@@ -676,10 +731,14 @@ impl Posting {
         bufs: &mut dyn Reach,
         rank: usize,
         boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
-        wait: PushWait<'_>,
-        single_max: usize,
+        how: SettleHow<'_>,
         stop: &dyn Fn() -> bool,
     ) -> Result<(Plan, Option<Error>)> {
+        let SettleHow {
+            wait,
+            single_max,
+            mut late,
+        } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
             ..Plan::default()
@@ -702,13 +761,22 @@ impl Posting {
                     let next = self.next_in.get(w.peer).copied().unwrap_or(0);
                     let crossed =
                         || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
+                    let skip = late.as_mut().is_some_and(|l| l.skip_wait(w.peer));
+                    let give_up = || skip || crossed();
                     let wait = PushWait {
-                        futile: &crossed,
+                        futile: &give_up,
                         ..wait
                     };
                     let t0 = Instant::now();
                     let o = resolve(board, src, w.seq, wait, stop)?;
                     let took = t0.elapsed();
+                    if let Some(l) = late.as_mut().filter(|_| !skip) {
+                        match o {
+                            Outcome::Second(_) => l.waited(w.peer, true),
+                            _ if !crossed() => l.waited(w.peer, false),
+                            _ => {}
+                        }
+                    }
                     let ws = &mut plan.waits;
                     match o {
                         Outcome::Second(_) => ws.pushed += 1,
@@ -990,6 +1058,39 @@ mod tests {
         assert_eq!(post_as(&inbox1, 0, false, 40), Outcome::Second(post_at(10)));
         // Once the receive is posted the entry no longer counts as a crossing send.
         assert!(!peer_sends_first(&inbox0, 1, 0));
+    }
+
+    /// A late receiver: after each wait that runs out, twice as many sends skip the wait
+    /// (up to 64); a push resets it; peers are counted apart.
+    #[test]
+    fn late_receivers_make_later_sends_skip_the_wait_for_a_while() {
+        let mut l = Lateness::default();
+        assert!(!l.skip_wait(1));
+        let mut skipped = Vec::new();
+        for _ in 0..8 {
+            l.waited(1, false);
+            let mut n = 0;
+            while l.skip_wait(1) {
+                n += 1;
+            }
+            skipped.push(n);
+        }
+        assert_eq!(skipped, [2, 4, 8, 16, 32, 64, 64, 64]);
+        assert!(!l.skip_wait(0), "another peer");
+        l.waited(1, false);
+        l.waited(1, true);
+        // A push resets the streak, not the skips already granted.
+        let mut n = 0;
+        while l.skip_wait(1) {
+            n += 1;
+        }
+        assert_eq!(n, 64);
+        l.waited(1, false);
+        let mut n = 0;
+        while l.skip_wait(1) {
+            n += 1;
+        }
+        assert_eq!(n, 2);
     }
 
     #[test]

@@ -86,6 +86,8 @@ struct Queued {
     sent_bounced: u64,
     sent_staged: u64,
     push_waits: direct::PushWaits,
+    /// Peers whose receives came late (the push wait is skipped for a while).
+    push_late: direct::Lateness,
 }
 
 /// One communicator's cuda-ipc state.
@@ -524,6 +526,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             sent_direct: 0,
             sent_bounced: 0,
             push_waits: direct::PushWaits::default(),
+            push_late: direct::Lateness::default(),
             sent_staged: 0,
         }),
         board,
@@ -795,10 +798,15 @@ impl Queueing {
                 &mut q.bufs,
                 eng.layout.rank,
                 &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
-                push_wait,
-                // Lanes only pay off when copies can overlap; a local setting (each rank
-                // orders its own streams).
-                params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
+                direct::SettleHow {
+                    wait: push_wait,
+                    // Lanes only pay off when copies can overlap; a local setting (each rank
+                    // orders its own streams).
+                    single_max: params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
+                    late: params::CCL_IPC_PUSH_WAIT_ADAPT
+                        .get_bool()
+                        .then_some(&mut q.push_late),
+                },
                 &stop,
             )?;
             q.sent_direct += plan

@@ -601,9 +601,17 @@ impl Setup {
             None => direct::Plan::default(),
             Some(posting) => {
                 let (plan, mismatch) = posting
-                    .settle(&mut reach, l.rank, &boards, wait, self.single_max, &|| {
-                        false
-                    })
+                    .settle(
+                        &mut reach,
+                        l.rank,
+                        &boards,
+                        direct::SettleHow {
+                            wait,
+                            single_max: self.single_max,
+                            late: None,
+                        },
+                        &|| false,
+                    )
                     .map_err(e)?;
                 if let Some(m) = mismatch {
                     return Err(m.to_string());
