@@ -24,6 +24,10 @@
 #   ITERS=100            iterations per run (shrink it when device time is short)
 #   CONFIGS="pp2-1f1b pp2-interleaved tp2-sp"   which configurations, in order (default with
 #                        NPROC > 2: "pp2-tp")
+#   CCL_ENV=""           VAR=value words for the libccl runs only (e.g. "NCCL_DEBUG=INFO": its
+#                        push-wait and byte counts are then printed after each run)
+#   CCL_ENV_B=""         the same for a second libccl run "ccl-b" (add it to LIBS), to compare
+#                        settings in one call, e.g. CCL_ENV_B="CCL_IPC_PUSH_WAIT_ADAPT=0"
 #   LIBS="nccl ccl"      which libraries per configuration, in order ("nccl2": NVIDIA NCCL again,
 #                        a determinism check of the baseline itself)
 #   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
@@ -55,6 +59,8 @@ else
     CONFIGS=${CONFIGS:-"pp2-tp"}
 fi
 LIBS=${LIBS:-"nccl ccl"}
+CCL_ENV=${CCL_ENV:-}
+CCL_ENV_B=${CCL_ENV_B:-}
 REPEAT_NCCL=${REPEAT_NCCL:-}
 LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
 DEADLINE=${DEADLINE:-500}
@@ -131,10 +137,16 @@ run_one() { # config library
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
     # timeout signals its whole process group: torchrun and every worker.
-    if [[ $lib == ccl ]]; then
-        LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
-            --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
-            --tag "$cfg/$lib" >"$log" 2>&1
+    if [[ $lib == ccl || $lib == ccl-b ]]; then
+        local extra=$CCL_ENV
+        [[ $lib == ccl-b ]] && extra=$CCL_ENV_B
+        # shellcheck disable=SC2086 # word splitting of VAR=value lists is intended
+        env $extra LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run \
+            --standalone --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL \
+            $EXTRA_ARGS --tag "$cfg/$lib" >"$log" 2>&1
+        # libccl's own account of the run (NCCL_DEBUG=INFO in CCL_ENV): push waits, bytes.
+        grep -ho "rank [0-9]*: [0-9]* sends posted before their receives.*\|rank [0-9]*: cuda-ipc sent.*" \
+            "$log" | sort | uniq -c | sort -rn | head -n 8 | sed "s|^|[megatron] $cfg/$lib: |"
     else
         timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
             --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \
