@@ -1091,7 +1091,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
 /// either way under any stream order.
 #[test]
 fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
-    for n in [2usize, 3, 4] {
+    for n in [2usize, 3, 4, 8] {
         let s = Setup {
             n,
             chunk: 4096,
@@ -1134,7 +1134,7 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
 /// exact.
 #[test]
 fn coalesced_collectives_in_one_group_are_exact() {
-    for n in [2usize, 3, 4] {
+    for n in [2usize, 3, 4, 8] {
         for (single_max, direct) in [
             (0usize, false),
             (1 << 20, false),
@@ -1223,6 +1223,30 @@ fn coalesced_collectives_in_one_group_are_exact() {
                              {coll:?} #{k} wrong"
                         );
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Eight ranks (an 8-GPU NVSwitch machine) and five (not a power of two): every collective,
+/// staged and direct, under a random lane order and the merged queue, exact.
+#[test]
+fn every_collective_is_exact_with_five_and_eight_ranks() {
+    for n in [5usize, 8] {
+        for direct in [false, true] {
+            let s = Setup {
+                n,
+                chunk: 4096,
+                slots: 2,
+                rx_lanes: 1,
+                single_max: 0,
+                direct,
+            };
+            let cases = every_case(n, 3000);
+            for merged in [true, false] {
+                if let Err(e) = simulate(&s, &cases, merged, 17, None) {
+                    panic!("n {n} direct {direct} merged {merged}: {e}");
                 }
             }
         }
