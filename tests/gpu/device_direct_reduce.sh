@@ -3,14 +3,15 @@
 # correctness with checking (-g 2 and mpirun -np 2, float up to 512 MiB, all types x all ops
 # 2..32 MiB), then busbw beside NVIDIA's NCCL and beside libccl's staged path at 8, 128 and
 # 512 MiB. Writes $OUT/direct_reduce.md; logs packed into $OUT/dr_logs.tgz.
-# Env: DR_BYTES (threshold, default 2097152), SKIP_CHECK=1, SKIP_PERF=1.
+# Env: DR_BYTES (threshold, default 1: every size the low-latency kernel leaves), DR_SIZES
+# (busbw sizes, default "2M 8M 128M 512M"), SKIP_CHECK=1, SKIP_PERF=1.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/dr_logs; mkdir -p "$L"
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 S=$OUT/direct_reduce.md; : > "$S"
 say() { echo "$*" | tee -a "$S"; }
-DR=${DR_BYTES:-2097152}
+DR=${DR_BYTES:-1}
 wrong() { awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$1"; }
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   for op in all_reduce reduce_scatter; do
@@ -28,7 +29,7 @@ if [ "${SKIP_PERF:-0}" != 1 ]; then
   python3 tests/gpu/perf_rows.py --header mode,op,size NCCL,direct,staged | tee -a "$S"
   for mode in g2 mpi; do
     for op in all_reduce reduce_scatter; do
-      for size in 8M 128M 512M; do
+      for size in ${DR_SIZES:-2M 8M 128M 512M}; do
         for lib in nccl direct staged; do
           [ $lib = nccl ] && LP=$NV || LP=$CCL
           [ $lib = direct ] && B=$DR || B=0
