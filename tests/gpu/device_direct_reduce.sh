@@ -4,7 +4,8 @@
 # 2..32 MiB), then busbw beside NVIDIA's NCCL and beside libccl's staged path at 8, 128 and
 # 512 MiB. Writes $OUT/direct_reduce.md; logs packed into $OUT/dr_logs.tgz.
 # Env: DR_BYTES (threshold, default 1: every size the low-latency kernel leaves), DR_SIZES
-# (busbw sizes, default "2M 8M 128M 512M"), SKIP_CHECK=1, SKIP_PERF=1.
+# (busbw sizes, default "2M 8M 128M 512M"), CCL_IPC_DIRECT_REDUCE_PIECE_BYTES, SKIP_CHECK=1,
+# SKIP_PERF=1.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/dr_logs; mkdir -p "$L"
@@ -12,6 +13,8 @@ NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 S=$OUT/direct_reduce.md; : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 DR=${DR_BYTES:-1}
+# Pieces a direct all-reduce slice is reduced and pushed in (libccl default 16 MiB).
+export CCL_IPC_DIRECT_REDUCE_PIECE_BYTES=${CCL_IPC_DIRECT_REDUCE_PIECE_BYTES:-16777216}
 wrong() { awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$1"; }
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
   for op in all_reduce reduce_scatter; do
@@ -20,7 +23,7 @@ if [ "${SKIP_CHECK:-0}" != 1 ]; then
       CCL_IPC_DIRECT_REDUCE_BYTES=$DR LD_LIBRARY_PATH=$CCL timeout -s KILL 90 .dev/ccl-perf $op $args -g 2 > "$L/g2.$op.$tag.log" 2>&1
       say "check g2 $op ($args): exit $?, rows $(grep -c '^ *[0-9]' "$L/g2.$op.$tag.log"), wrong $(wrong "$L/g2.$op.$tag.log")"
       CCL_IPC_DIRECT_REDUCE_BYTES=$DR LD_LIBRARY_PATH=$CCL timeout -s KILL 90 mpirun --allow-run-as-root --bind-to none -np 2 \
-        -x LD_LIBRARY_PATH -x CCL_IPC_DIRECT_REDUCE_BYTES -x NCCL_DEBUG .dev/ccl-perf $op $args > "$L/mpi.$op.$tag.log" 2>&1
+        -x LD_LIBRARY_PATH -x CCL_IPC_DIRECT_REDUCE_BYTES -x CCL_IPC_DIRECT_REDUCE_PIECE_BYTES -x NCCL_DEBUG .dev/ccl-perf $op $args > "$L/mpi.$op.$tag.log" 2>&1
       say "check mpi $op ($args): exit $?, rows $(grep -c '^ *[0-9]' "$L/mpi.$op.$tag.log"), wrong $(wrong "$L/mpi.$op.$tag.log")"
     done
   done
@@ -38,7 +41,7 @@ if [ "${SKIP_PERF:-0}" != 1 ]; then
             CCL_IPC_DIRECT_REDUCE_BYTES=$B LD_LIBRARY_PATH=$LP timeout -s KILL 40 .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 -g 2 > "$log" 2>&1
           else
             CCL_IPC_DIRECT_REDUCE_BYTES=$B LD_LIBRARY_PATH=$LP timeout -s KILL 40 mpirun --allow-run-as-root --bind-to none -np 2 \
-              -x LD_LIBRARY_PATH -x CCL_IPC_DIRECT_REDUCE_BYTES -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 > "$log" 2>&1
+              -x LD_LIBRARY_PATH -x CCL_IPC_DIRECT_REDUCE_BYTES -x CCL_IPC_DIRECT_REDUCE_PIECE_BYTES -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 0 > "$log" 2>&1
           fi
         done
         python3 tests/gpu/perf_rows.py "$mode,$op,$size" "$L/perf.$mode.$op.$size".{nccl,direct,staged}.log | tee -a "$S"

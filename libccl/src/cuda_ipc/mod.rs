@@ -691,9 +691,6 @@ struct Queueing {
     sym_plan: Option<direct_reduce::SymPlan>,
 }
 
-/// Pieces of a direct all-reduce slice: each is reduced, then pushed while the next reduces.
-const SYM_PIECE_BYTES: usize = 16 << 20;
-
 impl Queueing {
     /// Posts this rank's buffers for a direct reduction: its input and output as peers map
     /// them, or nothing (then everyone goes staged) if they cannot, or overlap partly.
@@ -845,7 +842,9 @@ impl Queueing {
                     seq,
                     &posts,
                     &mut |_, p| direct::Reach::resolve(bufs, p),
-                    SYM_PIECE_BYTES,
+                    // Pieces of the slice: each is reduced, then pushed while the next reduces
+                    // (a local setting: pushes and kernels are this rank's own).
+                    params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize,
                 )?;
                 q.sent_direct += (plan.count * t.dtype.size() * (l.nranks - 1)) as u64;
                 // Nothing goes through the slots: drop the staged program.
