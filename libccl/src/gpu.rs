@@ -216,30 +216,67 @@ struct Staging {
 /// A device range a group reads (`true`) or writes: (start, end, input).
 type DevRange = (usize, usize, bool);
 
-/// The device ranges of `tasks`' buffers; device-resident PreMulSum scalars are read too.
+/// The device ranges of `tasks`' buffers (`is_dev` tells device memory); device-resident
+/// PreMulSum scalars are read too.
 fn device_ranges<'a>(
     tasks: impl IntoIterator<Item = &'a Task>,
     rank: usize,
     n: usize,
+    is_dev: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<DevRange>> {
     let mut ranges = Vec::new();
     for t in tasks {
         let (se, re) = buffer_counts(t.kind, rank, n, t.count)
             .ok_or_else(|| Error::invalid_argument("count overflows"))?;
         let sz = t.dtype.size();
-        if se > 0 && is_device_ptr(t.send) {
+        if se > 0 && is_dev(t.send) {
             ranges.push((t.send, t.send + se * sz, true));
         }
-        if re > 0 && is_device_ptr(t.recv) {
+        if re > 0 && is_dev(t.recv) {
             ranges.push((t.recv, t.recv + re * sz, false));
         }
         if let Reduction::PreMulSum(Scalar::Device(p)) = t.red {
-            if is_device_ptr(p) {
+            if is_dev(p) {
                 ranges.push((p, p + t.dtype.size(), true));
             }
         }
     }
     Ok(ranges)
+}
+
+/// The staging layout of a group's jobs and the copies of each piece: per job (`gated`
+/// None), or per gate, a task's inputs going down before its input gate opens and its outputs
+/// coming back once its output gate has landed.
+fn stage_pieces(
+    jobs: &[Vec<Task>],
+    gated: Option<(&[usize], &[usize], usize)>,
+    rank: usize,
+    n: usize,
+    is_dev: &dyn Fn(usize) -> bool,
+) -> Result<(Staging, Vec<PieceIo>)> {
+    let st = Staging::plan(&device_ranges(jobs.iter().flatten(), rank, n, is_dev)?);
+    let ios = match gated {
+        None => jobs
+            .iter()
+            .map(|p| st.io(&device_ranges(p, rank, n, is_dev)?))
+            .collect::<Result<Vec<_>>>()?,
+        Some((input, output, gates)) => {
+            let mut ios: Vec<PieceIo> = (0..gates).map(|_| PieceIo::default()).collect();
+            for (i, t) in jobs.iter().flatten().enumerate() {
+                let io = st.io(&device_ranges([t], rank, n, is_dev)?)?;
+                let at = |g: Option<&usize>| {
+                    g.copied()
+                        .filter(|&g| g < gates)
+                        .ok_or_else(|| Error::internal("a task without a gate"))
+                };
+                let (gi, go) = (at(input.get(i))?, at(output.get(i))?);
+                ios[gi].inputs.extend(io.inputs);
+                ios[go].outputs.extend(io.outputs);
+            }
+            ios
+        }
+    };
+    Ok((st, ios))
 }
 
 /// Copies of one piece of a group: device ranges to the host before its start flag, and back
@@ -421,27 +458,15 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     // From here on this rank has taken sequence numbers its peers will match: a failure must
     // poison the communicator, and the proxy must still run (and release) the operations.
     let staged = (|| {
-        let st = Staging::plan(&device_ranges(jobs.iter().flatten(), rank, n)?);
-        let ios = match &gated {
-            None => jobs
-                .iter()
-                .map(|p| st.io(&device_ranges(p, rank, n)?))
-                .collect::<Result<Vec<_>>>()?,
-            Some((input, output, gates)) => {
-                let mut ios: Vec<PieceIo> = (0..*gates).map(|_| PieceIo::default()).collect();
-                for (i, t) in jobs.iter().flatten().enumerate() {
-                    let io = st.io(&device_ranges([t], rank, n)?)?;
-                    let (gi, go) = (input[i], output[i]);
-                    if let Some(x) = ios.get_mut(gi) {
-                        x.inputs.extend(io.inputs);
-                    }
-                    if let Some(x) = ios.get_mut(go) {
-                        x.outputs.extend(io.outputs);
-                    }
-                }
-                ios
-            }
-        };
+        let (st, ios) = stage_pieces(
+            &jobs,
+            gated
+                .as_ref()
+                .map(|(i, o, g)| (i.as_slice(), o.as_slice(), *g)),
+            rank,
+            n,
+            &is_device_ptr,
+        )?;
         let (chunk, base) = eng.chunk(st.bytes)?;
         for s in specs.iter_mut() {
             st.rebase(s, base);
@@ -784,6 +809,146 @@ pub fn mem_free(ptr: usize) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ccl_collectives::Collective;
+    use ccl_cuda::{DataType, ReduceKind};
+
+    fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        Task {
+            kind,
+            send,
+            recv,
+            count,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    /// Device bytes a list of copies covers, as a sorted list of byte addresses' ranges merged.
+    fn covered(copies: impl Iterator<Item = (usize, usize, usize)>) -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = copies.map(|(d, _, b)| (d, d + b)).collect();
+        v.sort_unstable();
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for (lo, hi) in v {
+            match out.last_mut() {
+                Some(l) if lo <= l.1 => l.1 = l.1.max(hi),
+                _ => out.push((lo, hi)),
+            }
+        }
+        out
+    }
+
+    /// Pieces copy exactly what the whole group copies, each range once, at the host offsets
+    /// of the one staging layout; a gated group's receives come back at their own piece.
+    #[test]
+    fn pieces_copy_what_the_whole_group_copies() {
+        let dev = |p: usize| p != 0;
+        let (rank, n) = (0, 2);
+        let groups = [
+            vec![
+                t(TaskKind::Send { peer: 1 }, 0x10_0000, 0, 3 << 20),
+                t(TaskKind::Recv { peer: 1 }, 0, 0x400_0000, 3 << 20),
+            ],
+            vec![t(
+                TaskKind::Coll(Collective::AllReduce),
+                0x10_0000,
+                0x10_0000,
+                5 << 20,
+            )],
+            vec![t(
+                TaskKind::Coll(Collective::AlltoAll),
+                0x10_0000,
+                0x800_0000,
+                2 << 20,
+            )],
+            vec![t(
+                TaskKind::Coll(Collective::AllGather),
+                0x800_0000 + (1 << 23) * rank,
+                0x800_0000,
+                2 << 20,
+            )],
+        ];
+        for g in &groups {
+            let (whole_st, whole) =
+                stage_pieces(std::slice::from_ref(g), None, rank, n, &dev).unwrap();
+            let (jobs, gated) = match crate::pieces::split(g, rank, n, 4 << 20) {
+                Split::Whole => panic!("{g:?} not cut"),
+                Split::Sequential(p) => (p.into_iter().map(|t| vec![t]).collect::<Vec<_>>(), None),
+                Split::Gated {
+                    tasks,
+                    input,
+                    output,
+                    gates,
+                } => (vec![tasks], Some((input, output, gates))),
+            };
+            let (st, ios) = stage_pieces(
+                &jobs,
+                gated
+                    .as_ref()
+                    .map(|(i, o, k)| (i.as_slice(), o.as_slice(), *k)),
+                rank,
+                n,
+                &dev,
+            )
+            .unwrap();
+            assert!(ios.len() > 1, "{g:?}");
+            assert_eq!(st.bytes, whole_st.bytes);
+            let all_in = || ios.iter().flat_map(|p| p.inputs.iter().copied());
+            let all_out = || ios.iter().flat_map(|p| p.outputs.iter().copied());
+            let bytes = |v: &[(usize, usize, usize)]| v.iter().map(|c| c.2).sum::<usize>();
+            assert_eq!(
+                covered(all_in()),
+                covered(whole[0].inputs.iter().copied()),
+                "{g:?}"
+            );
+            // Outputs: the whole group's, less what no piece writes because it is the input
+            // itself (an in-place all-gather's own block).
+            let out = covered(all_out());
+            let whole_out = covered(whole[0].outputs.iter().copied());
+            let ins = covered(whole[0].inputs.iter().copied());
+            let inside = |a: (usize, usize), v: &[(usize, usize)]| {
+                v.iter().any(|b| b.0 <= a.0 && a.1 <= b.1)
+            };
+            assert!(out.iter().all(|&o| inside(o, &whole_out)), "{g:?}");
+            let mut gaps = Vec::new();
+            for w in &whole_out {
+                let mut at = w.0;
+                for o in out.iter().filter(|o| o.0 < w.1 && w.0 < o.1) {
+                    if o.0 > at {
+                        gaps.push((at, o.0));
+                    }
+                    at = at.max(o.1);
+                }
+                if at < w.1 {
+                    gaps.push((at, w.1));
+                }
+            }
+            assert!(
+                gaps.iter().all(|&gap| inside(gap, &ins)),
+                "{g:?}: {gaps:x?} lost"
+            );
+            // No byte copied twice in one direction (in place, a range is both, once each).
+            assert_eq!(
+                all_in().map(|c| c.2).sum::<usize>(),
+                bytes(&whole[0].inputs),
+                "{g:?}"
+            );
+            let out_bytes: usize = out.iter().map(|o| o.1 - o.0).sum();
+            assert_eq!(all_out().map(|c| c.2).sum::<usize>(), out_bytes, "{g:?}");
+            for (d, off, b) in all_in().chain(all_out()) {
+                assert_eq!(st.offset(d), Some(off));
+                assert!(off + b <= st.bytes);
+            }
+            if let Some((input, output, gates)) = &gated {
+                // Every gate but possibly the first has something to bring down or back, and
+                // a receive returns at its own gate, not at the end.
+                assert_eq!(ios.len(), *gates);
+                let early = output.iter().filter(|&&o| o + 1 < *gates).count();
+                assert!(early > 0, "receives all wait for the end: {output:?}");
+                assert!(input.iter().all(|&i| i < *gates));
+            }
+        }
+    }
 
     #[test]
     fn mem_alloc_is_vmm_memory_and_mem_free_releases_it() {
