@@ -32,7 +32,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{Flag, PieceGates};
 use crate::group::{plan_specs, run_plans, PlanSpec};
 use crate::params;
-use crate::pieces::Split;
+use crate::pieces::Gating;
 use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
 
 /// Operations that may be outstanding on one communicator's streams.
@@ -249,7 +249,7 @@ fn device_ranges<'a>(
 /// coming back once its output gate has landed.
 fn stage_pieces(
     jobs: &[Vec<Task>],
-    gated: Option<(&[usize], &[usize], usize)>,
+    gated: Option<&Gating>,
     rank: usize,
     n: usize,
     is_dev: &dyn Fn(usize) -> bool,
@@ -260,7 +260,12 @@ fn stage_pieces(
             .iter()
             .map(|p| st.io(&device_ranges(p, rank, n, is_dev)?))
             .collect::<Result<Vec<_>>>()?,
-        Some((input, output, gates)) => {
+        Some(Gating {
+            input,
+            output,
+            gates,
+        }) => {
+            let gates = *gates;
             let mut ios: Vec<PieceIo> = (0..gates).map(|_| PieceIo::default()).collect();
             for (i, t) in jobs.iter().flatten().enumerate() {
                 let io = st.io(&device_ranges([t], rank, n, is_dev)?)?;
@@ -410,21 +415,8 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let streams = user_streams(&eng.ctx, &tasks)?;
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
-    // Jobs for the proxy, each the tasks of one plan list; each task's input and output gate.
-    let (jobs, gated) = match crate::pieces::split(&tasks, rank, n, piece_bytes) {
-        Split::Whole => (vec![tasks], None),
-        Split::Sequential(pieces) => (pieces.into_iter().map(|t| vec![t]).collect(), None),
-        Split::Gated {
-            tasks,
-            input,
-            output,
-            gates,
-        } => (vec![tasks], Some((input, output, gates))),
-    };
-    let gates = match &gated {
-        Some((_, _, g)) => *g,
-        None => jobs.len(),
-    };
+    let (jobs, gated) = crate::pieces::split(&tasks, rank, n, piece_bytes).into_jobs(tasks);
+    let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
     let count = u32::try_from(gates)
         .ok()
         .filter(|k| (1..SLOTS).contains(k))
@@ -458,21 +450,13 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     // From here on this rank has taken sequence numbers its peers will match: a failure must
     // poison the communicator, and the proxy must still run (and release) the operations.
     let staged = (|| {
-        let (st, ios) = stage_pieces(
-            &jobs,
-            gated
-                .as_ref()
-                .map(|(i, o, g)| (i.as_slice(), o.as_slice(), *g)),
-            rank,
-            n,
-            &is_device_ptr,
-        )?;
+        let (st, ios) = stage_pieces(&jobs, gated.as_ref(), rank, n, &is_device_ptr)?;
         let (chunk, base) = eng.chunk(st.bytes)?;
         for s in specs.iter_mut() {
             st.rebase(s, base);
         }
-        if let Some((input, _, gates)) = &gated {
-            attach_gates(&eng, &mut specs, &jobs, input, *gates, first);
+        if let Some(g) = &gated {
+            attach_gates(&eng, &mut specs, &jobs, &g.input, g.gates, first);
         }
         Ok((ios, chunk, base))
     })();
@@ -810,19 +794,8 @@ pub fn mem_free(ptr: usize) -> Result<bool> {
 mod tests {
     use super::*;
     use ccl_collectives::Collective;
-    use ccl_cuda::{DataType, ReduceKind};
 
-    fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
-        Task {
-            kind,
-            send,
-            recv,
-            count,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-        }
-    }
+    use crate::task::float_sum as t;
 
     /// Device bytes a list of copies covers, as a sorted list of byte addresses' ranges merged.
     fn covered(copies: impl Iterator<Item = (usize, usize, usize)>) -> Vec<(usize, usize)> {
@@ -871,26 +844,13 @@ mod tests {
         for g in &groups {
             let (whole_st, whole) =
                 stage_pieces(std::slice::from_ref(g), None, rank, n, &dev).unwrap();
-            let (jobs, gated) = match crate::pieces::split(g, rank, n, 4 << 20) {
-                Split::Whole => panic!("{g:?} not cut"),
-                Split::Sequential(p) => (p.into_iter().map(|t| vec![t]).collect::<Vec<_>>(), None),
-                Split::Gated {
-                    tasks,
-                    input,
-                    output,
-                    gates,
-                } => (vec![tasks], Some((input, output, gates))),
-            };
-            let (st, ios) = stage_pieces(
-                &jobs,
-                gated
-                    .as_ref()
-                    .map(|(i, o, k)| (i.as_slice(), o.as_slice(), *k)),
-                rank,
-                n,
-                &dev,
-            )
-            .unwrap();
+            let split = crate::pieces::split(g, rank, n, 4 << 20);
+            assert!(
+                !matches!(split, crate::pieces::Split::Whole),
+                "{g:?} not cut"
+            );
+            let (jobs, gated) = split.into_jobs(g.clone());
+            let (st, ios) = stage_pieces(&jobs, gated.as_ref(), rank, n, &dev).unwrap();
             assert!(ios.len() > 1, "{g:?}");
             assert_eq!(st.bytes, whole_st.bytes);
             let all_in = || ios.iter().flat_map(|p| p.inputs.iter().copied());
@@ -939,9 +899,13 @@ mod tests {
                 assert_eq!(st.offset(d), Some(off));
                 assert!(off + b <= st.bytes);
             }
-            if let Some((input, output, gates)) = &gated {
-                // Every gate but possibly the first has something to bring down or back, and
-                // a receive returns at its own gate, not at the end.
+            if let Some(Gating {
+                input,
+                output,
+                gates,
+            }) = &gated
+            {
+                // A receive returns at its own gate, not at the end.
                 assert_eq!(ios.len(), *gates);
                 let early = output.iter().filter(|&&o| o + 1 < *gates).count();
                 assert!(early > 0, "receives all wait for the end: {output:?}");

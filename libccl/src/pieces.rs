@@ -44,6 +44,38 @@ pub(crate) enum Split {
     },
 }
 
+/// Gates of a gated group's tasks (see [`Split::Gated`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Gating {
+    pub input: Vec<usize>,
+    pub output: Vec<usize>,
+    pub gates: usize,
+}
+
+impl Split {
+    /// The proxy jobs (each the tasks of one plan list) of the group `whole`, and the gates
+    /// of a gated one.
+    pub(crate) fn into_jobs(self, whole: Vec<Task>) -> (Vec<Vec<Task>>, Option<Gating>) {
+        match self {
+            Split::Whole => (vec![whole], None),
+            Split::Sequential(pieces) => (pieces.into_iter().map(|t| vec![t]).collect(), None),
+            Split::Gated {
+                tasks,
+                input,
+                output,
+                gates,
+            } => (
+                vec![tasks],
+                Some(Gating {
+                    input,
+                    output,
+                    gates,
+                }),
+            ),
+        }
+    }
+}
+
 /// Pieces of `t` (at least one): `piece_bytes` each, or more for very large operations.
 fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
     let sz = t.dtype.size();

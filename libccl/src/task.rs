@@ -186,3 +186,17 @@ pub fn validate(task: &Task, rank: usize, nranks: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// A float sum operation on fake addresses, for tests.
+#[cfg(test)]
+pub(crate) fn float_sum(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+    Task {
+        kind,
+        send,
+        recv,
+        count,
+        dtype: ccl_cuda::DataType::Float32,
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        stream: 0,
+    }
+}

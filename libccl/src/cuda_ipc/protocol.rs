@@ -989,18 +989,7 @@ impl Chain {
 pub(crate) mod tests {
     use super::*;
 
-    /// A float sum operation on fake addresses, for lowering tests.
-    pub(crate) fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
-        Task {
-            kind,
-            send,
-            recv,
-            count,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-        }
-    }
+    pub(crate) use crate::task::float_sum as task;
 
     /// Sender and receiver must agree on every chunk's logical time and size, pair by pair.
     fn check_pairing(tasks_of: &dyn Fn(usize) -> Vec<Task>, n: usize, chunk: usize) {
