@@ -293,7 +293,7 @@ fn run_case(
             KernelOp::PreMul => host::premul(dt, dp, dp, n, scalar.as_ptr()),
             KernelOp::PreMulAdd => host::premul_add(dt, dp, dp, b.as_ptr(), n, scalar.as_ptr()),
             KernelOp::DivInt => host::div_int(dt, dp, n, param),
-            KernelOp::LlAllReduce(_) | KernelOp::LlExchange => {
+            KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
                 return Err("not an element-wise kernel".into())
             }
         }
@@ -312,7 +312,7 @@ fn run_case(
                 }
                 k.div_int(s, dt, pd, n, param)?
             }
-            KernelOp::LlAllReduce(_) | KernelOp::LlExchange => {
+            KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
                 return Err("not an element-wise kernel".into())
             }
         }

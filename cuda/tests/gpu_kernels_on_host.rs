@@ -293,7 +293,7 @@ fn generated_kernels_match_the_host_reference() {
                             let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
                             f(pd, pd, n as u64, 7);
                         }
-                        KernelOp::LlAllReduce(_) | KernelOp::LlExchange => {
+                        KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
                             unreachable!("not in KernelOp::ALL")
                         }
                     }
@@ -335,7 +335,10 @@ fn low_latency_kernel_sources_compile() {
     ]
     .map(|k| KernelOp::LlAllReduce(k.into()));
     for dt in DataType::ALL {
-        for op in ops.into_iter().chain([KernelOp::LlExchange]) {
+        for op in ops
+            .into_iter()
+            .chain([KernelOp::LlExchange, KernelOp::WaitFlag])
+        {
             let prims = format!("{HOST_PRIMITIVES}{stubs}");
             let src = format!(
                 "{HOST_INCLUDES}{}",

@@ -479,6 +479,27 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// Queues a one-thread kernel on `stream` that returns once the word at `flag` reaches
+    /// `value` (cyclic `>=`): the stream waits as with a stream wait operation, other
+    /// streams sharing its hardware queue do not ([`KernelOp::WaitFlag`]).
+    ///
+    /// # Safety
+    /// `flag` is a 4-byte aligned device-accessible word valid until the kernel has run, and
+    /// something will write `value` (or later) to it, or the kernel never ends.
+    pub unsafe fn wait_flag(&self, stream: &Stream, flag: CUdeviceptr, value: u32) -> Result<()> {
+        let func = self.function(DataType::Uint8, KernelOp::WaitFlag)?;
+        let (mut flag, mut value) = (flag, value);
+        let mut params: [*mut c_void; 2] = [
+            (&mut flag as *mut CUdeviceptr).cast(),
+            (&mut value as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters match the kernel's signature; the word is the caller's
+        // contract.
+        unsafe { self.launch_raw(func, stream, 1, 1, &mut params) }
+    }
+}
+
 impl Drop for Kernels {
     fn drop(&mut self) {
         let Ok(map) = self.loaded.get_mut() else {

@@ -40,6 +40,12 @@ pub enum KernelOp {
     /// Small transfers between all ranks over the low-latency areas, no arithmetic (see
     /// [`ll_exchange_code`]); one kernel for every type (compiled under `Uint8`).
     LlExchange,
+    /// One thread waiting until a flag word reaches a value (cyclic `>=`), as a stream wait
+    /// would, but without holding the hardware queue: where streams share one queue
+    /// (`CUDA_DEVICE_MAX_CONNECTIONS=1`) a waiting stream operation stops every stream's
+    /// work behind it, a running kernel does not (see [`wait_flag_code`]; compiled under
+    /// `Uint8`).
+    WaitFlag,
 }
 
 /// [`ReduceKind`] with an order, so that kernel keys sort.
@@ -93,6 +99,7 @@ impl KernelOp {
             KernelOp::LlAllReduce(ReduceKindKey::Max) => "ll_allreduce_max",
             KernelOp::LlAllReduce(ReduceKindKey::Min) => "ll_allreduce_min",
             KernelOp::LlExchange => "ll_exchange",
+            KernelOp::WaitFlag => "wait_flag",
         }
     }
 
@@ -498,7 +505,9 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
                 format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::PreMul | KernelOp::LlExchange => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
+            KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => {
+                format!("enc_{t}(mul_f(dec_{t}(x), p))")
+            }
             KernelOp::PreMulAdd => format!(
                 "enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))"
             ),
@@ -522,7 +531,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -545,7 +554,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -577,7 +586,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
                 KernelOp::Reduce(ReduceKindKey::Min)
                 | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
-                KernelOp::PreMul | KernelOp::LlExchange => {
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -685,6 +694,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
         ll_exchange_code(&kernel_name(dt, op), &mut s);
         return s;
     }
+    if op == KernelOp::WaitFlag {
+        wait_flag_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
     s.push_str(COMMON);
     let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
     if let Some(f) = format_of(dt) {
@@ -790,6 +803,26 @@ static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank,
 /// copy the `rbytes[q]` that `q` pushed here to `dst[q]`; `q == rank` is a local copy. Same
 /// flag, acknowledgement and buffer discipline as the all-reduce (every block of every rank
 /// signals every peer each time, data or not), so the two kernels share one sequence.
+/// The flag wait: one thread polls the word (volatile: it is written over NVLink by a peer's
+/// stream, or by the host) and sleeps between looks; a system-wide fence on the way out keeps
+/// this stream's later reads behind the writes the flag announces.
+fn wait_flag_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+extern "C" __global__ void {name}(const u32* flag, u32 value) {{
+  const volatile u32* f = (const volatile u32*)flag;
+  while ((int)(*f - value) < 0) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    __nanosleep(128);
+#endif
+  }}
+  __threadfence_system();
+}}
+"#
+    );
+}
+
 fn ll_exchange_code(name: &str, out: &mut String) {
     ll_protocol_code(out);
     let _ = write!(

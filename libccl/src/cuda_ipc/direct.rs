@@ -539,7 +539,7 @@ impl Plan {
         }
         for t in self.transfers.iter().filter(|t| t.role == Role::First) {
             let at = l.direct_word(l.rank, t.peer, t.outgoing, DONE);
-            dev.wait(Lane::User, at, Self::flag(t))?;
+            dev.wait_long(Lane::User, at, Self::flag(t))?;
         }
         for &(dst, src, bytes) in &self.after {
             dev.copy(Lane::User, dst, src, bytes)?;

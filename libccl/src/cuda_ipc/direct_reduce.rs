@@ -387,7 +387,7 @@ impl SymPlan {
             dev.join(&[lane])?;
         }
         for q in (0..n).filter(|&q| q != me) {
-            dev.wait(Lane::User, l.sym_word(me, q, true), self.flag())?;
+            dev.wait_long(Lane::User, l.sym_word(me, q, true), self.flag())?;
         }
         Ok(())
     }

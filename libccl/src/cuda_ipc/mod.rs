@@ -96,6 +96,9 @@ pub struct IpcEngine {
     kernels: Arc<Kernels>,
     layout: Layout,
     single_stream_max: usize,
+    /// Waits that last as long as a peer takes (a transfer's "done") run as a one-thread
+    /// kernel instead of a stream wait (`CCL_IPC_WAIT_KERNEL`).
+    wait_kernel: bool,
     _flags: DeviceBuffer,
     _scratch: DeviceBuffer,
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
@@ -499,11 +502,21 @@ pub fn attach(comm: &Comm) -> Result<()> {
         scratch: own(|p| p.scratch, local.scratch.ptr()),
     };
     let bufs = Buffers::new(local.ctx.clone(), vmm_ok);
+    // A local setting (each rank orders its own streams); the kernel is loaded now, never
+    // while streams wait on peers.
+    let wait_kernel = params::CCL_IPC_WAIT_KERNEL.get_bool();
+    if wait_kernel {
+        local
+            .kernels
+            .prepare(DataType::Uint8, KernelOp::WaitFlag)
+            .map_err(cuda_err)?;
+    }
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
         layout,
         single_stream_max: single_max,
+        wait_kernel,
         ll_max,
         direct_reduce,
         _ll: local.ll,
@@ -594,6 +607,16 @@ impl Device for CudaDevice<'_> {
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
         unsafe { s.wait_value32(addr, value, WaitCond::Geq) }.map_err(cuda_err)
+    }
+
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        if !self.eng.wait_kernel {
+            return self.wait(lane, addr, value);
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl; the word is a flag of the layout, which a peer's stream (or
+        // an abort) writes.
+        unsafe { self.eng.kernels.wait_flag(s, addr, value) }.map_err(cuda_err)
     }
 
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {

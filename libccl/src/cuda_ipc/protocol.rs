@@ -88,6 +88,12 @@ pub(crate) enum Kernel {
 pub(crate) trait Device {
     /// Later work on `lane` waits until the word at `addr` reaches `value` (cyclic `>=`).
     fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
+    /// [`Device::wait`] for a wait that lasts as long as a peer takes, with nothing of this
+    /// operation queued behind it on `lane`: a device may run it so that other streams'
+    /// work is not held up meanwhile.
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.wait(lane, addr, value)
+    }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
