@@ -504,7 +504,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let bufs = Buffers::new(local.ctx.clone(), vmm_ok);
     // A local setting (each rank orders its own streams); the kernel is loaded now, never
     // while streams wait on peers.
-    let wait_kernel = params::CCL_IPC_WAIT_KERNEL.get_bool();
+    let wait_kernel = wants_wait_kernel(
+        &params::CCL_IPC_WAIT_KERNEL.get_str(),
+        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+    );
     if wait_kernel {
         local
             .kernels
@@ -974,6 +977,15 @@ fn reduction_paths(
         None
     };
     Ok((ll, sym))
+}
+
+/// `CCL_IPC_WAIT_KERNEL`: "1" on, "auto" on where every stream shares one hardware queue
+/// (`CUDA_DEVICE_MAX_CONNECTIONS=1`), anything else off.
+fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) -> bool {
+    match setting.trim() {
+        "auto" => max_connections.is_some_and(|v| v.trim() == "1"),
+        s => s.parse::<i64>().is_ok_and(|v| v != 0),
+    }
 }
 
 /// Chooses the low-latency kernel for a group of one small collective. The choice depends
@@ -1455,6 +1467,16 @@ mod tests {
         ));
         // More ranks than the exchange table holds.
         assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_wait_kernel_follows_its_setting_and_the_hardware_queues() {
+        assert!(wants_wait_kernel("1", None));
+        assert!(!wants_wait_kernel("0", Some("1")));
+        assert!(wants_wait_kernel("auto", Some("1")));
+        assert!(!wants_wait_kernel("auto", Some("8")));
+        assert!(!wants_wait_kernel("auto", None));
+        assert!(!wants_wait_kernel("yes", Some("1")));
     }
 
     /// A reduce-scatter whose slice fits the low-latency kernel while the whole input reaches
