@@ -100,3 +100,49 @@ fn flag_round_trip() {
     }
     stream.synchronize().unwrap();
 }
+
+/// The wait kernel holds its stream until the flag reaches the value (wrap-safe), and lets a
+/// second stream's work through meanwhile: the second stream's flag write lands while the
+/// first still waits.
+#[test]
+fn wait_flag_kernel_holds_its_stream_only() {
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let (waiting, other) = (
+        Stream::with_flags(&ctx, true).unwrap(),
+        Stream::with_flags(&ctx, true).unwrap(),
+    );
+    let (go, after, beside) = (
+        Flag::new(&ctx).unwrap(),
+        Flag::new(&ctx).unwrap(),
+        Flag::new(&ctx).unwrap(),
+    );
+    for (i, start) in [
+        (1u32, 0u32),
+        (2, 1),
+        (u32::MAX, u32::MAX - 1),
+        (0, u32::MAX),
+    ] {
+        go.store(start);
+        // SAFETY: the flags outlive the stream work (synchronised below); the wait is released
+        // by the store below.
+        unsafe {
+            kernels.wait_flag(&waiting, go.device_ptr(), i).unwrap();
+            after.stream_write(&waiting, i).unwrap();
+            beside.stream_write(&other, i).unwrap();
+        }
+        beside
+            .wait_host(Duration::from_secs(5), |v| v == i)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_ne!(
+            after.load(),
+            i,
+            "the wait kernel let its stream go before the flag"
+        );
+        go.store(i);
+        after.wait_host(Duration::from_secs(5), |v| v == i).unwrap();
+    }
+    waiting.synchronize().unwrap();
+    other.synchronize().unwrap();
+}
