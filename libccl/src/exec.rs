@@ -135,8 +135,10 @@ struct XOp {
     header_done: bool,
     finished: bool,
     hdr: OpHeader,
-    /// The piece of a gated point-to-point group this operation belongs to.
+    /// Gated point-to-point groups: the piece whose bytes this operation reads (sends and
+    /// local copies wait for it) and the piece its output lands in.
     piece: Option<usize>,
+    lands_in: Option<usize>,
 }
 
 /// A 32-bit word in memory another agent shares (pinned host memory a GPU stream writes and
@@ -201,6 +203,7 @@ impl XOp {
             finished: false,
             hdr,
             piece: None,
+            lands_in: None,
         }
     }
 }
@@ -476,6 +479,7 @@ impl Plan {
             };
             let mut op = XOp::new(kind, peer, OpHeader::p2p(seq, bytes));
             op.piece = piece_of(i);
+            op.lands_in = op.piece.filter(|_| matches!(kind, XKind::Recv { .. }));
             ops.push(op);
         }
         if self_sends.len() != self_recvs.len() {
@@ -497,11 +501,9 @@ impl Plan {
                 dst: dst as *mut u8,
             };
             let mut op = XOp::new(copy, rank, OpHeader::p2p(0, sb));
-            // Reads the send's piece, lands in the receive's: both must be in host memory.
-            op.piece = match (sp, rp) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            };
+            // Reads the send's piece, lands in the receive's.
+            op.piece = sp;
+            op.lands_in = rp;
             ops.push(op);
         }
         let what = PlanWhat::P2p { ops: tasks.len() };
@@ -509,7 +511,7 @@ impl Plan {
         if let Some(g) = gates {
             let mut landing = vec![0usize; g.start.len()];
             for op in plan.steps.iter().flatten() {
-                if let (Some(k), XKind::Recv { .. } | XKind::Copy { .. }) = (op.piece, op.kind) {
+                if let Some(k) = op.lands_in {
                     landing[k] += 1;
                 }
             }
@@ -630,7 +632,7 @@ impl Plan {
                     }
                     op.finished = true;
                     progressed = true;
-                    landed.extend(op.piece);
+                    landed.extend(op.lands_in);
                     continue;
                 }
                 // Messages between one pair of ranks are FIFO: an operation waits for the
@@ -655,8 +657,8 @@ impl Plan {
                 };
                 if !op.finished {
                     all_done = false;
-                } else if matches!(op.kind, XKind::Recv { .. }) {
-                    landed.extend(op.piece);
+                } else {
+                    landed.extend(op.lands_in);
                 }
             }
             for k in landed {

@@ -408,8 +408,8 @@ pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Str
 
 /// Hands a group's operations on one communicator to its proxy and orders them on the
 /// callers' streams. Returns without waiting for peers. A large group goes in pieces
-/// ([`crate::pieces`]), each its own proxy job, so the stream's copies to and from pinned
-/// memory overlap the proxy's transfers.
+/// ([`crate::pieces`]: a job per piece of a lone collective, else one gated job), so the
+/// stream's copies to and from pinned memory overlap the proxy's transfers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
     let streams = user_streams(&eng.ctx, &tasks)?;
