@@ -119,8 +119,11 @@ impl MiniFloat {
         // Binary exponent of a: a = 1.f * 2^e (f64 subnormals are far below every format here).
         let e_raw = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
         let e = e_raw.max(min_exp);
-        // Units of the last place at exponent e; the scaling is exact in f64.
-        let q = a * 2f64.powi(m - e);
+        // Units of the last place at exponent e; the scaling is exact in f64. 2^(m - e) is
+        // built from its bits (m - e stays within f64's normal exponents for every format
+        // here): `powi` took a seventh of a `-d all` check's time.
+        let scale = f64::from_bits(((m - e + 1023) as u64) << 52);
+        let q = a * scale;
         if q >= (1u64 << 62) as f64 {
             return overflow();
         }
