@@ -108,6 +108,9 @@ pub struct IpcEngine {
     direct_reduce: usize,
     _ll: DeviceBuffer,
     ll_areas: DeviceBuffer,
+    /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
+    /// kernel instead of the zero-SM direct transfers (0: never).
+    ll_exchange_max: usize,
     _peers: Vec<Option<Peer>>,
     tx: Vec<Stream>,
     rx: Vec<Stream>,
@@ -170,6 +173,8 @@ struct Offer {
     ll_max: u64,
     /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
     direct_reduce: u64,
+    /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
+    ll_exchange_max: u64,
     /// A descriptor kept open during setup: peers in other processes try to take it, to learn
     /// whether VMM memory (shared by descriptor) can travel between the ranks (-1: none).
     probe_fd: i32,
@@ -181,7 +186,7 @@ struct Offer {
     ll_handle: [u8; IPC_HANDLE_SIZE],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4;
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8;
 
 impl Offer {
     fn none() -> Offer {
@@ -194,6 +199,7 @@ impl Offer {
             single_max: 0,
             ll_max: 0,
             direct_reduce: 0,
+            ll_exchange_max: 0,
             probe_fd: -1,
             flags_ptr: 0,
             scratch_ptr: 0,
@@ -220,6 +226,7 @@ impl Offer {
         b.extend_from_slice(&self.ll_handle);
         b.extend_from_slice(&self.direct_reduce.to_le_bytes());
         b.extend_from_slice(&self.probe_fd.to_le_bytes());
+        b.extend_from_slice(&self.ll_exchange_max.to_le_bytes());
         b
     }
 
@@ -246,6 +253,7 @@ impl Offer {
         o.ll_handle.copy_from_slice(h(2)?);
         o.direct_reduce = u64::from_le_bytes(u64_at(57 + 3 * IPC_HANDLE_SIZE)?);
         o.probe_fd = i32::from_le_bytes(u32_at(65 + 3 * IPC_HANDLE_SIZE)?);
+        o.ll_exchange_max = u64::from_le_bytes(u64_at(69 + 3 * IPC_HANDLE_SIZE)?);
         Some(o)
     }
 }
@@ -298,6 +306,7 @@ fn prepare_local(
         single_max: single_max as u64,
         ll_max: ll_max as u64,
         direct_reduce: params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64().max(0) as u64,
+        ll_exchange_max: params::CCL_IPC_LL_EXCHANGE_BYTES.get_i64().max(0) as u64,
         probe_fd: -1,
         flags_ptr: flags.ptr(),
         scratch_ptr: scratch.ptr(),
@@ -396,6 +405,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // holds that much), direct reductions only if every rank has them on, from the largest
     // threshold.
     let ll_max = offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0);
+    let ll_exchange_max = offers
+        .iter()
+        .map(|o| o.ll_exchange_max as usize)
+        .min()
+        .unwrap_or(0)
+        .min(ll_max);
     let direct_reduce = if offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
@@ -521,6 +536,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         single_stream_max: single_max,
         wait_kernel,
         ll_max,
+        ll_exchange_max,
         direct_reduce,
         _ll: local.ll,
         ll_areas,
@@ -988,6 +1004,24 @@ fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) -> bool {
     }
 }
 
+/// Whether a group is one data collective small enough (`max` bytes, 0: never) for the
+/// low-latency kernel rather than copy engines: at 8 B the copy engines' driver calls cost 2-3x
+/// NCCL's one kernel. Depends only on what every rank sees alike.
+fn small_exchange(tasks: &[Task], n: usize, max: usize) -> bool {
+    let [t] = tasks else { return false };
+    matches!(
+        t.kind,
+        TaskKind::Coll(
+            Collective::AllGather
+                | Collective::AlltoAll
+                | Collective::Broadcast { .. }
+                | Collective::Gather { .. }
+                | Collective::Scatter { .. }
+        )
+    ) && (2..=LL_EXCHANGE_MAX_RANKS).contains(&n)
+        && t.count.saturating_mul(t.dtype.size()) <= max
+}
+
 /// Chooses the low-latency kernel for a group of one small collective. The choice depends
 /// only on what every rank sees alike (kind, count, type, reduction, ranks, settings).
 fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
@@ -1091,9 +1125,10 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         return Err(Error::internal("cuda-ipc: a group without operations"));
     }
     let l = &eng.layout;
+    let tiny = small_exchange(tasks, l.nranks, eng.ll_exchange_max);
     let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
         .iter()
-        .partition(|t| eng.direct && direct::goes_direct(t.kind));
+        .partition(|t| eng.direct && !tiny && direct::goes_direct(t.kind));
     let direct = if direct_tasks.is_empty() {
         None
     } else {
@@ -1358,6 +1393,7 @@ mod tests {
         o.ll_max = 1 << 20;
         o.direct_reduce = 2 << 20;
         o.probe_fd = 17;
+        o.ll_exchange_max = 4096;
         o.flags_ptr = 0x7000_0000_1000;
         o.ll_handle = [7; IPC_HANDLE_SIZE];
         let b = o.encode();
@@ -1377,7 +1413,7 @@ mod tests {
             (3, 8 << 20, 4, 1 << 19, 1 << 20, 2 << 20, 0x7000_0000_1000)
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
-        assert_eq!(d.probe_fd, 17);
+        assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());
     }
 
@@ -1509,5 +1545,28 @@ mod tests {
         // Switched off.
         let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, 0).unwrap();
         assert!(sym.is_none());
+    }
+
+    /// Boundary pair of the small-exchange route: exactly the limit takes the kernel, one
+    /// element more goes to the copy engines; never with the limit 0, a group of two, an
+    /// operation with arithmetic, or more ranks than the kernel serves.
+    #[test]
+    fn small_data_collectives_take_the_kernel_up_to_the_limit() {
+        let ag = |count| task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x9000, count);
+        assert!(small_exchange(&[ag(1024)], 2, 4096));
+        assert!(!small_exchange(&[ag(1025)], 2, 4096));
+        assert!(!small_exchange(&[ag(1)], 2, 0));
+        assert!(!small_exchange(&[ag(1), ag(1)], 2, 4096));
+        assert!(!small_exchange(&[ag(1)], LL_EXCHANGE_MAX_RANKS + 1, 4096));
+        assert!(!small_exchange(&[ag(1)], 1, 4096));
+        let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 1);
+        assert!(!small_exchange(&[ar], 2, 4096));
+        let a2a = task(TaskKind::Coll(Collective::AlltoAll), 0x1000, 0x9000, 2);
+        assert!(small_exchange(&[a2a], 2, 4096));
+        // What the kernel then does with it: the exchange (the same limit as its area).
+        assert!(matches!(
+            low_latency(&[ag(1024)], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::Exchange(_))
+        ));
     }
 }
