@@ -5,7 +5,10 @@
 # alltoall at 128 MiB with checking. Prints a table of busbw and ratios; logs under $OUT.
 # Env: ENGINES (libccl CCL_MPT_ENGINES values to try, default "1 4"), PIECES
 # (CCL_GPU_PIECE_BYTES values: 0 = whole, else the staged copies overlap the network in pieces
-# of that many bytes; default "0 4194304"), SIZE (128M).
+# of that many bytes; default "0 4194304"), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
+# `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
+# correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
+# PIECES; logs net/check.*.log).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -32,3 +35,28 @@ for op in all_reduce sendrecv alltoall; do
     done
   done
 done
+if [ "${HOSTMEM:-0}" = 1 ]; then
+  printf '\n| op | libccl mpt, host memory GB/s | engines | #wrong |\n|---|---:|---:|---:|\n'
+  for op in all_reduce sendrecv alltoall; do
+    for e in ${ENGINES:-1 4}; do
+      log=$L/$op.host.e$e.log
+      LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e timeout -s KILL 120 \
+        mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
+        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES \
+        .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 --mem host > "$log" 2>&1
+      read -r hb hw < <(busbw "$log")
+      printf '| %s | %s | %s | %s |\n' $op "$hb" $e "$hw"
+    done
+  done
+fi
+if [ "${NET_CHECK:-0}" = 1 ]; then
+  p=${PIECES:-0 4194304}; p=${p##* }
+  for op in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
+    log=$L/check.$op.log
+    LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_GPU_PIECE_BYTES=$p timeout -s KILL 120 \
+      mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
+      -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES \
+      .dev/ccl-perf $op -b 8 -e 64M -f 8 -n 2 -w 1 -c 1 > "$log" 2>&1
+    echo "net check $op (pieces $p): exit $?, wrong $(awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$log"), rows $(grep -c '^ *[0-9]' "$log")"
+  done
+fi
