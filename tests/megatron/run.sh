@@ -41,6 +41,10 @@
 #   COMPARE_ARGS=""      passed to compare.py (e.g. "--mode tolerance --rtol 1e-3"); by default
 #                        losses must be bitwise equal while every reduction group has <= 2 ranks
 #                        (all of NPROC=2, pp2-tp at NPROC=4), within 1e-3 relative otherwise
+#   MEGATRON_TRACE_DIR   (train_gpt.py) a torch.profiler timeline of iterations
+#                        MEGATRON_TRACE_FROM (20) .. +2 per run and rank, gzipped Chrome
+#                        traces named <config>.<library>.rank<r>.json.gz; summarize with
+#                        tests/megatron/trace_gaps.py
 # Exit status: compare.py's (0 = every check passed), 2 when the setup itself failed.
 
 set -uo pipefail

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Where the GPU time of a traced Megatron run goes (train_gpt.py with MEGATRON_TRACE_DIR).
+
+    python3 tests/megatron/trace_gaps.py TRACE.json.gz [MORE ...]
+
+For each trace (one rank of one run): the traced span, the time the GPU ran anything
+(kernels, copies, memsets on any stream), the idle time and its longest gaps, and per stream
+its busy time and what filled it (top kernel names). Comparing NVIDIA NCCL's trace with
+libccl's for the same config and rank shows whether libccl's slower iteration is idle GPU time
+(a stream held waiting) or longer work (slower copies, a contended SM).
+"""
+import gzip
+import json
+import sys
+from collections import defaultdict
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def union(intervals):
+    """Merged, sorted intervals."""
+    out = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def covered(intervals):
+    return sum(e - s for s, e in union(intervals))
+
+
+def summarize(events, top=5):
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS and "dur" in e]
+    if not gpu:
+        return None
+    spans = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu]
+    start = min(s for s, _ in spans)
+    end = max(e for _, e in spans)
+    merged = union(spans)
+    busy = sum(e - s for s, e in merged)
+    gaps = sorted((b[0] - a[1] for a, b in zip(merged, merged[1:])), reverse=True)
+    streams = defaultdict(list)
+    names = defaultdict(lambda: defaultdict(float))
+    for e, (s, t) in zip(gpu, spans):
+        sid = (e.get("args") or {}).get("stream", "?")
+        streams[sid].append((s, t))
+        names[sid][e.get("name", "?")[:60]] += t - s
+    per_stream = []
+    for sid, iv in streams.items():
+        tops = sorted(names[sid].items(), key=lambda kv: -kv[1])[:top]
+        per_stream.append((covered(iv), sid, len(iv), tops))
+    per_stream.sort(key=lambda x: -x[0])
+    return {
+        "span_us": end - start,
+        "busy_us": busy,
+        "idle_us": end - start - busy,
+        "gaps_us": gaps[:top],
+        "gaps_over_100us": sum(g for g in gaps if g > 100),
+        "streams": per_stream,
+    }
+
+
+def main(paths):
+    if not paths:
+        print(__doc__)
+        return 2
+    for p in paths:
+        s = summarize(load(p))
+        print(f"== {p}")
+        if s is None:
+            print("   no GPU activity in this trace")
+            continue
+        print(f"   span {s['span_us'] / 1e3:.2f} ms, GPU busy {s['busy_us'] / 1e3:.2f} ms, "
+              f"idle {s['idle_us'] / 1e3:.2f} ms (gaps over 100 us: {s['gaps_over_100us'] / 1e3:.2f} ms; "
+              f"longest {', '.join(f'{g / 1e3:.2f}' for g in s['gaps_us'])} ms)")
+        for busy, sid, n, tops in s["streams"]:
+            print(f"   stream {sid}: busy {busy / 1e3:.2f} ms in {n} activities")
+            for name, us in tops:
+                print(f"      {us / 1e3:8.2f} ms  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
