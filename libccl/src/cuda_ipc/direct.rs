@@ -391,10 +391,43 @@ pub(crate) struct Plan {
     pub after: Vec<(u64, u64, usize)>,
     /// Everything on the caller's stream (small groups: no lane fork).
     pub single: bool,
+    /// Local copies of at least two parts are cut over this many lanes (the beside lane,
+    /// then lanes no transfer of this plan uses), parts of at least `min_part` bytes.
+    pub local_split: LocalSplit,
     /// Bytes of our sends and receives that go through the bounce buffer.
     pub bounced: usize,
     /// Sends posted before their receives, and what waiting for those receives cost the host.
     pub waits: PushWaits,
+}
+
+/// How a large local copy may be cut over idle lanes, so several copy engines move it
+/// (`CCL_IPC_LOCAL_COPY_LANES`): a local copy is the slow part of an all-gather or all-to-all
+/// beside a GEMM (75% of its bandwidth lost, against 40% for transfers between GPUs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LocalSplit {
+    pub lanes: usize,
+    pub min_part: usize,
+}
+
+impl Default for LocalSplit {
+    fn default() -> LocalSplit {
+        LocalSplit {
+            lanes: 1,
+            min_part: 1 << 20,
+        }
+    }
+}
+
+impl LocalSplit {
+    /// `bytes` cut into near-equal 4 KiB-aligned parts, one per lane at most: (offset, len).
+    pub fn parts(&self, bytes: usize) -> Vec<(usize, usize)> {
+        let k = self.lanes.min(bytes / self.min_part.max(1)).max(1);
+        let per = bytes.div_ceil(k).next_multiple_of(4096).max(1);
+        (0..bytes)
+            .step_by(per)
+            .map(|off| (off, per.min(bytes - off)))
+            .collect()
+    }
 }
 
 /// What the push wait did for sends posted before their receives: a pipeline whose receiver
@@ -483,6 +516,28 @@ impl Plan {
         }
     }
 
+    /// The lanes local copies are cut over: the beside lane, then (up to the split's count)
+    /// copy and receive lanes that none of this plan's own copies uses.
+    fn local_lanes(&self, l: &Layout) -> Vec<Lane> {
+        let first = self.beside_lane(l);
+        let mut v = vec![first];
+        if self.single {
+            return v;
+        }
+        let busy: Vec<Lane> = self
+            .transfers
+            .iter()
+            .filter(|t| matches!(t.role, Role::Second { .. }))
+            .map(|t| self.lane(l, t))
+            .collect();
+        let idle = (0..l.tx_lanes)
+            .map(Lane::Tx)
+            .chain((0..l.rx_lanes).map(Lane::Rx))
+            .filter(|c| *c != first && !busy.contains(c));
+        v.extend(idle.take(self.local_split.lanes.saturating_sub(1)));
+        v
+    }
+
     fn flag(t: &Transfer) -> u32 {
         (t.seq as u32).wrapping_add(1)
     }
@@ -509,15 +564,31 @@ impl Plan {
                 lanes.push(lane);
             }
         }
-        let beside = self.beside_lane(l);
-        if !self.beside.is_empty() && beside != Lane::User && !lanes.contains(&beside) {
-            lanes.push(beside);
+        let local = self.local_lanes(l);
+        // As many parts as there are lanes for them (every part must land on one).
+        let split = LocalSplit {
+            lanes: local.len(),
+            ..self.local_split
+        };
+        // Only the lanes the local copies' parts land on join in.
+        let most_parts = self
+            .beside
+            .iter()
+            .map(|&(_, _, b)| split.parts(b).len())
+            .max()
+            .unwrap_or(0);
+        for &lane in local.iter().take(most_parts) {
+            if lane != Lane::User && !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
         }
         if !lanes.is_empty() {
             dev.fork(&lanes)?;
         }
         for &(dst, src, bytes) in &self.beside {
-            dev.copy(beside, dst, src, bytes)?;
+            for ((off, len), &lane) in split.parts(bytes).into_iter().zip(&local) {
+                dev.copy(lane, dst + off as u64, src + off as u64, len)?;
+            }
         }
         for t in &self.transfers {
             let Role::Second { peer_addr } = t.role else {
@@ -720,6 +791,8 @@ pub(crate) struct SettleHow<'a> {
     pub single_max: usize,
     /// Late receivers seen so far (None: always wait).
     pub late: Option<&'a mut Lateness>,
+    /// How large local copies are cut over idle lanes.
+    pub local_split: LocalSplit,
 }
 
 impl Posting {
@@ -738,9 +811,11 @@ impl Posting {
             wait,
             single_max,
             mut late,
+            local_split,
         } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
+            local_split,
             ..Plan::default()
         };
         let mut mismatch = None;
@@ -901,6 +976,35 @@ impl Words for LoomWords {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local copy's parts cover it exactly, in order, 4 KiB-aligned, one per lane at most,
+    /// none under the minimum unless the copy itself is.
+    #[test]
+    fn local_copy_parts_cover_the_copy_once() {
+        let split = |lanes, min_part| LocalSplit { lanes, min_part };
+        assert_eq!(split(1, 1 << 20).parts(64 << 20), vec![(0, 64 << 20)]);
+        assert_eq!(split(4, 1 << 20).parts(1 << 20), vec![(0, 1 << 20)]);
+        assert_eq!(
+            split(4, 1 << 20).parts(2 << 20),
+            vec![(0, 1 << 20), (1 << 20, 1 << 20)]
+        );
+        for (lanes, bytes) in [
+            (3usize, 10_000_000usize),
+            (4, 4096 * 3 + 1),
+            (8, 1 << 27),
+            (2, 5),
+        ] {
+            let p = split(lanes, 4096).parts(bytes);
+            assert!(p.len() <= lanes && !p.is_empty(), "{lanes} {bytes}: {p:?}");
+            let mut at = 0;
+            for &(off, len) in &p {
+                assert_eq!(off, at);
+                assert!(len > 0 && off % 4096 == 0);
+                at += len;
+            }
+            assert_eq!(at, bytes);
+        }
+    }
     use std::time::Duration;
 
     fn post_at(addr: u64) -> Post {

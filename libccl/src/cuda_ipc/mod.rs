@@ -845,6 +845,10 @@ impl Queueing {
                     late: params::CCL_IPC_PUSH_WAIT_ADAPT
                         .get_bool()
                         .then_some(&mut q.push_late),
+                    local_split: direct::LocalSplit {
+                        lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
+                        ..direct::LocalSplit::default()
+                    },
                 },
                 &stop,
             )?;

@@ -398,6 +398,8 @@ struct Setup {
     single_max: usize,
     /// Data-only operations go as direct transfers (the rendezvous in `DirectSim`).
     direct: bool,
+    /// How direct groups cut their local copies over idle lanes.
+    local_split: direct::LocalSplit,
 }
 
 /// Where a rank's bounce buffer sits in the simulated memory, and its size.
@@ -609,6 +611,7 @@ impl Setup {
                             wait,
                             single_max: self.single_max,
                             late: None,
+                            local_split: self.local_split,
                         },
                         &|| false,
                     )
@@ -851,12 +854,14 @@ fn every_collective_finishes_exact_under_any_stream_order() {
     for n in [1usize, 2, 3, 4] {
         for (count, chunk, slots) in [(3000usize, 4096usize, 2u32), (1000, 4096, 4), (5, 4096, 2)] {
             for rx_lanes in [1usize, 2] {
-                for (single_max, direct) in [
-                    (0usize, false),
-                    (1 << 20, false),
-                    (0, true),
-                    (1 << 20, true),
+                for (single_max, direct, lanes) in [
+                    (0usize, false, 1usize),
+                    (1 << 20, false, 1),
+                    (0, true, 1),
+                    (0, true, 4),
+                    (1 << 20, true, 1),
                 ] {
+                    // Local copies cut into parts of at least 1 KiB over up to 4 lanes.
                     let s = Setup {
                         n,
                         chunk,
@@ -864,6 +869,10 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         rx_lanes,
                         single_max,
                         direct,
+                        local_split: direct::LocalSplit {
+                            lanes,
+                            min_part: 1024,
+                        },
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -871,7 +880,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                             if let Err(e) = simulate(&s, &cases, merged, seed * 7919 + 1, None) {
                                 panic!(
                                     "n {n} count {count} chunk {chunk} slots {slots} rx lanes {rx_lanes} \
-                                     single {single_max} direct {direct} merged {merged} seed {seed}: {e}"
+                                     single {single_max} direct {direct} local lanes {lanes} merged {merged} seed {seed}: {e}"
                                 );
                             }
                         }
@@ -893,6 +902,7 @@ fn the_simulation_catches_a_missing_credit_wait() {
         rx_lanes: 1,
         single_max: 0,
         direct: false,
+        local_split: direct::LocalSplit::default(),
     };
     let case = Case {
         kind: Kind::Ring,
@@ -949,6 +959,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
             rx_lanes: 1 + next(2) as usize,
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
             direct: next(2) == 0,
+            local_split: direct::LocalSplit::default(),
         };
         // (from, to, count) in the order the sender issues them.
         let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
@@ -1099,6 +1110,7 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
             rx_lanes: 1,
             single_max: 0,
             direct: true,
+            local_split: direct::LocalSplit::default(),
         };
         let plain = |kind, in_place| Case {
             kind,
@@ -1148,6 +1160,7 @@ fn coalesced_collectives_in_one_group_are_exact() {
                 rx_lanes: 2,
                 single_max,
                 direct,
+                local_split: direct::LocalSplit::default(),
             };
             let layouts = s.layouts();
             // (collective, count, input base, output base) for rank r.
@@ -1242,6 +1255,7 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
                 rx_lanes: 1,
                 single_max: 0,
                 direct,
+                local_split: direct::LocalSplit::default(),
             };
             let cases = every_case(n, 3000);
             for merged in [true, false] {
@@ -1251,4 +1265,54 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
             }
         }
     }
+}
+
+/// With `CCL_IPC_LOCAL_COPY_LANES` above 1 an all-gather's own block is copied in parts on
+/// several lanes that its transfers leave idle (so several copy engines move it), and the
+/// result stays exact under any lane order.
+#[test]
+fn local_copies_split_over_idle_lanes_stay_exact() {
+    let s = Setup {
+        n: 2,
+        chunk: 4096,
+        slots: 2,
+        rx_lanes: 4,
+        single_max: 0,
+        direct: true,
+        local_split: direct::LocalSplit {
+            lanes: 4,
+            min_part: 1024,
+        },
+    };
+    let case = Case {
+        kind: Kind::Coll(Collective::AllGather),
+        count: 3000,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place: false,
+    };
+    // Lanes holding a copy of exactly one part of the 12000-byte own block (4096 or 3808).
+    let lanes_used = std::cell::RefCell::new(Vec::new());
+    let look = |d: &mut SimDevice, r: usize| {
+        let mut v: Vec<Lane> = d
+            .lanes
+            .iter()
+            .filter(|(_, ops)| {
+                ops.iter()
+                    .any(|op| matches!(op, Op::Copy(_, _, b) if *b == 4096 || *b == 3808))
+            })
+            .map(|(l, _)| *l)
+            .collect();
+        v.sort_by_key(|l| format!("{l:?}"));
+        lanes_used.borrow_mut().push((r, v));
+    };
+    for seed in 0..6 {
+        // Seeds 2 and 5 make a rank's buffers unmappable (bounce path): exact all the same.
+        simulate(&s, &[case], seed % 2 == 0, seed * 31 + 3, Some(&look)).unwrap();
+    }
+    let used = lanes_used.into_inner();
+    assert!(
+        used.iter().any(|(_, v)| v.len() >= 2),
+        "no rank cut its local copy over several lanes: {used:?}"
+    );
 }
