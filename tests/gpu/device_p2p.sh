@@ -8,7 +8,9 @@
 # Writes $OUT/p2p_summary.md and $OUT/logs.tgz (logs/ and the JSON results; KEEP_LOGS=1 keeps
 # the folders as they are). Env: NGPU (ranks, default 2: overlap.py runs its sendrecv round a
 # ring and pp_1f1b.py makes one pipeline stage per rank, so both take any N; the ncu pass uses
-# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on).
+# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on), CCL_ENV_B="VAR=value ..."
+# (a second libccl run, label cclb, with those settings, e.g. CCL_IPC_LOCAL_COPY_LANES=4
+# CCL_IPC_RX_LANES=4 or CCL_IPC_WAIT_KERNEL=1; its figures follow the table).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
@@ -40,7 +42,10 @@ reap() {
 torch_step() {
   local tag=$1 port=$2 lib=$3 script=$4 label=$5 rc
   local log=$L/$tag.log
-  if [ "$lib" = ccl ]; then
+  if [ "$lib" = cclb ]; then
+    env $CCL_ENV_B CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
+      --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
+  elif [ "$lib" = ccl ]; then
     CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
       --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
   else
@@ -61,10 +66,12 @@ torch_step() {
 if [ "${SKIP_OVERLAP:-0}" != 1 ]; then
   torch_step overlap_nccl 29531 nccl tests/gpu/overlap.py nccl
   torch_step overlap_ccl 29532 ccl tests/gpu/overlap.py ccl
+  [ -n "${CCL_ENV_B:-}" ] && torch_step overlap_cclb 29535 cclb tests/gpu/overlap.py cclb
 fi
 if [ "${SKIP_PP:-0}" != 1 ]; then
   torch_step pp_nccl 29533 nccl tests/gpu/pp_1f1b.py nccl
   torch_step pp_ccl 29534 ccl tests/gpu/pp_1f1b.py ccl
+  [ -n "${CCL_ENV_B:-}" ] && torch_step pp_cclb 29536 cclb tests/gpu/pp_1f1b.py cclb
   python3 tests/gpu/pp_1f1b.py --compare "$CCL_BENCH_OUT" nccl ccl > "$L/pp_compare.log" 2>&1
   echo "exit $?" >> "$L/pp_compare.log"
 fi
@@ -134,6 +141,25 @@ if not skip_pp:
         print("losses bitwise equal: unknown (a run left no JSON)")
 PY
 
+if [ -n "${CCL_ENV_B:-}" ]; then
+  say ""
+  say "## libccl with $CCL_ENV_B (label cclb)"
+  python3 - "$CCL_BENCH_OUT" <<'PY' 2>&1 | tee -a "$S"
+import json, os, sys
+d = sys.argv[1]
+for name in ("overlap_cclb.json", "pp_cclb.json"):
+    try:
+        doc = json.load(open(os.path.join(d, name)))
+    except (OSError, ValueError) as e:
+        print(f"(no {name}: {e})"); continue
+    if "results" in doc:
+        for k, r in doc["results"].items():
+            print(f"{k}: GEMM slowdown {r.get('gemm_slowdown_pct', float('nan')):.1f} %, busbw alone "
+                  f"{r.get('coll_alone_busbw', float('nan')):.1f}, beside the GEMM {r.get('coll_overlap_busbw', float('nan')):.1f}")
+    if "median_ms" in doc:
+        print(f"1F1B median {doc['median_ms']:.2f} ms, mean {doc.get('mean_ms', float('nan')):.2f} ms")
+PY
+fi
 if [ -s "$L/pp_compare.log" ]; then
   say ""
   grep -v '^exit ' "$L/pp_compare.log" | tee -a "$S"
