@@ -40,13 +40,21 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Pieces of a frame (see [`Link::peek`]) other than its last are multiples of this many
+/// bytes: whole elements of every data type, and room for an executor's operation header.
+pub const PIECE_ALIGN: usize = 64;
+
 /// A framed, bounded, non-blocking channel to one peer, both directions.
 pub trait Link: Send {
     /// Largest frame `try_send` accepts.
     fn max_frame(&self) -> usize;
     /// Queues `frame` whole if there is room now; `Ok(false)` when the link is full.
     fn try_send(&mut self, frame: &[u8]) -> Result<bool>;
-    /// The oldest frame that has fully arrived, left in place until [`Link::pop`].
+    /// The oldest frame that has fully arrived, left in place until [`Link::pop`] -- or the
+    /// next piece of it: a link may deliver a frame as consecutive pieces (its bytes in
+    /// order, each piece one peek and pop), every piece but a frame's last a multiple of
+    /// [`PIECE_ALIGN`] bytes long, so a frame of at least that many bytes starts with at
+    /// least that many. Readers that count bytes, as executors do, see no difference.
     fn peek(&mut self) -> Result<Option<&[u8]>>;
     /// Releases the frame returned by the last successful [`Link::peek`].
     fn pop(&mut self);

@@ -16,11 +16,13 @@
 //!
 //! With several engines every message starts with a 16-byte part header (frame sequence
 //! number, frame length, part index and count). A frame longer than `split_bytes` is cut
-//! into one near-equal part per engine (part `i` on engine `i`); a shorter frame goes whole
-//! to the least-loaded engine (fewest unacknowledged bytes, then messages). Each engine is
-//! FIFO and the sender numbers frames in order, so the next frame is always at the head of
-//! the engine(s) carrying it: the receiver finds it there, shows a whole frame in place,
-//! and copies the parts of a split frame once into a preallocated reassembly buffer.
+//! into one near-equal part per engine (part `i` on engine `i`, cut at multiples of
+//! [`PIECE_ALIGN`]); a shorter frame goes whole to the least-loaded engine (fewest
+//! unacknowledged bytes, then messages). Each engine is FIFO and the sender numbers frames
+//! in order, so the next frame is always at the head of the engine(s) carrying it: the
+//! receiver finds it there and shows it in place, a split frame part by part as pieces
+//! (see [`Link::peek`]): joining the parts cost the receiving thread one more copy of every
+//! byte, and that thread's copies are what limits a link of several engines.
 //!
 //! Progress (receive datagrams, fire timers, transmit) runs under a per-engine mutex. With
 //! one engine the link's user runs it inline and the engine thread covers for it when the
@@ -46,7 +48,7 @@ use std::time::Duration;
 
 use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths, MAX_DATAGRAM};
 use crate::mpt::{frame::DATA_HEADER_LEN, CcKind, Connection, Event, Instant, MptConfig, PathId};
-use crate::{Error, Link, Result};
+use crate::{Error, Link, Result, PIECE_ALIGN};
 
 /// Hello of a one-engine link (unchanged since before engines, so old peers still match).
 const HELLO_MAGIC: &[u8; 4] = b"MPT1";
@@ -185,6 +187,34 @@ impl Inner {
 
     fn full(&self) -> bool {
         self.next_send - self.oldest_unacked >= self.slots
+    }
+
+    /// Copies one message (`hdr` then `payload`) into the next send slot and hands it to the
+    /// connection; `Ok(false)` when the connection has no room for it yet.
+    fn queue(&mut self, hdr: &[u8], payload: &[u8]) -> Result<bool> {
+        let len = hdr.len() + payload.len();
+        if len > self.max_frame {
+            return Err(Error::Protocol(format!(
+                "mpt message of {len} bytes over the engine's {}",
+                self.max_frame
+            )));
+        }
+        let slot = (self.next_send % self.slots) as usize;
+        let start = slot * self.max_frame;
+        self.send_slab[start..start + hdr.len()].copy_from_slice(hdr);
+        self.send_slab[start + hdr.len()..start + len].copy_from_slice(payload);
+        let now = self.now();
+        match self.conn.send(now, len as u64, 0) {
+            Ok(id) if id.0 == self.next_send => {}
+            Ok(_) => return Err(Error::Protocol("mpt send ids out of step".into())),
+            // The core still holds an acknowledged-but-unretired message: full for now.
+            Err(crate::mpt::MptError::SendQueueFull(_)) => return Ok(false),
+            Err(e) => return Err(Error::Protocol(format!("mpt send: {e}"))),
+        }
+        self.send_len[slot] = len as u64;
+        self.unacked_bytes += len as u64;
+        self.next_send += 1;
+        Ok(true)
     }
 
     /// One round of receive, timers and transmit; returns whether anything moved.
@@ -452,28 +482,9 @@ impl Shared {
                 return Ok(false);
             }
         }
-        let len = hdr.len() + payload.len();
-        if len > g.max_frame {
-            return Err(Error::Protocol(format!(
-                "mpt message of {len} bytes over the engine's {}",
-                g.max_frame
-            )));
+        if !g.queue(hdr, payload)? {
+            return Ok(false);
         }
-        let slot = (g.next_send % g.slots) as usize;
-        let start = slot * g.max_frame;
-        g.send_slab[start..start + hdr.len()].copy_from_slice(hdr);
-        g.send_slab[start + hdr.len()..start + len].copy_from_slice(payload);
-        let now = g.now();
-        match g.conn.send(now, len as u64, 0) {
-            Ok(id) if id.0 == g.next_send => {}
-            Ok(_) => return Err(Error::Protocol("mpt send ids out of step".into())),
-            // The core still holds an acknowledged-but-unretired message: full for now.
-            Err(crate::mpt::MptError::SendQueueFull(_)) => return Ok(false),
-            Err(e) => return Err(Error::Protocol(format!("mpt send: {e}"))),
-        }
-        g.send_len[slot] = len as u64;
-        g.unacked_bytes += len as u64;
-        g.next_send += 1;
         if drive {
             self.touch();
             self.run(&mut g);
@@ -658,11 +669,17 @@ impl MptEndpoint {
             }
         }
         // Several engines put a part header in front of every message; a message holds a
-        // whole frame up to `split` bytes or one engine's part of a longer one.
+        // whole frame up to `split` bytes (or too short to cut at PIECE_ALIGN: under
+        // `n * PIECE_ALIGN`), or one engine's part of a longer one (cuts rounded down to
+        // PIECE_ALIGN make a part up to that much longer than an n-th).
         let max_msg = if n == 1 {
             max_frame
         } else {
-            PART_HEADER + split.max(max_frame.div_ceil(n))
+            PART_HEADER
+                + split
+                    .max(max_frame.div_ceil(n) + PIECE_ALIGN)
+                    .max(n * PIECE_ALIGN)
+                    .min(max_frame)
         };
         let mut engines = Vec::with_capacity(n);
         for (e, (sub, (fid, ports))) in self.subs.into_iter().zip(theirs.engines).enumerate() {
@@ -691,11 +708,8 @@ impl MptEndpoint {
             last_engine: n - 1,
             heads: vec![None; n],
             ready: None,
-            reasm: if n > 1 && split < max_frame {
-                vec![0; max_frame]
-            } else {
-                Vec::new()
-            },
+            next_part: 0,
+            shape: (1, 0),
             _tcp: tcp,
         })
     }
@@ -949,8 +963,6 @@ enum Ready {
         slot: usize,
         len: usize,
     },
-    /// Reassembled in `reasm` (the parts' slots are already posted again).
-    Joined { len: usize },
 }
 
 fn part_header(seq: u64, total: usize, part: usize, parts: usize) -> [u8; PART_HEADER] {
@@ -964,10 +976,24 @@ fn part_header(seq: u64, total: usize, part: usize, parts: usize) -> [u8; PART_H
     h
 }
 
-/// Byte range of part `i` of a `total`-byte frame cut into `parts` near-equal parts.
+/// Whether a `total`-byte frame is cut into one part per engine: over the split size, and
+/// long enough that every cut at a multiple of [`PIECE_ALIGN`] leaves no part empty.
+fn splits(total: usize, split_bytes: usize, engines: usize) -> bool {
+    engines > 1 && total > split_bytes && total >= engines * PIECE_ALIGN
+}
+
+/// Byte range of part `i` of a `total`-byte frame cut into `parts` near-equal parts, every
+/// cut at a multiple of [`PIECE_ALIGN`] (the receiver shows parts as pieces of the frame).
 fn part_range(total: usize, i: usize, parts: usize) -> (usize, usize) {
+    let parts = parts.max(1);
     // total < 2^32 and i <= 8: the product cannot overflow.
-    let at = |k: usize| (total as u64 * k as u64 / parts.max(1) as u64) as usize;
+    let at = |k: usize| {
+        if k >= parts {
+            total
+        } else {
+            (total as u64 * k as u64 / parts as u64) as usize / PIECE_ALIGN * PIECE_ALIGN
+        }
+    };
     (at(i), at(i + 1))
 }
 
@@ -980,15 +1006,16 @@ pub struct MptLink {
     peeked: bool,
     /// Several engines: sequence number of the next frame to send.
     next_seq: u64,
-    /// Several engines: sequence number of the next frame to deliver.
+    /// Several engines: sequence number of the next frame to deliver, and while a split
+    /// frame is being delivered, its next part and its (parts, length).
     next_frame: u64,
+    next_part: usize,
+    shape: (usize, usize),
     /// Engine of the last whole frame sent: equal loads go round-robin from there.
     last_engine: usize,
     /// Per engine: its completed head message (stays until this side releases it).
     heads: Vec<Option<Head>>,
     ready: Option<Ready>,
-    /// Split frames are joined here: one copy, into memory allocated once.
-    reasm: Vec<u8>,
     _tcp: Option<TcpStream>,
 }
 
@@ -1076,7 +1103,7 @@ impl MptLink {
         self.check_failed()?;
         let n = self.engines.len();
         let seq = self.next_seq;
-        if frame.len() > self.split_bytes {
+        if splits(frame.len(), self.split_bytes, n) {
             // Only this thread queues messages, so room seen now is still there below: a
             // frame is queued on every engine or on none.
             if !self.engines.iter().all(|e| e.shared.room()) {
@@ -1179,8 +1206,27 @@ impl MptLink {
         Ok(Some(h))
     }
 
-    /// Finds frame `next_frame` at the engines' heads; joins it if it was split.
+    /// Finds the next piece to deliver: frame `next_frame` at an engine's head, or while a
+    /// split frame is being delivered, its part `next_part` at the head of engine `next_part`.
     fn find_next(&mut self) -> Result<Option<Ready>> {
+        if self.next_part > 0 {
+            let i = self.next_part;
+            let Some(p) = self.head(i)? else {
+                return Ok(None);
+            };
+            if p.seq != self.next_frame || p.part != i || (p.parts, p.total) != self.shape {
+                return Err(Error::Protocol(format!(
+                    "mpt link engine {i}: expected part {i}/{} of {}-byte frame {}, found part \
+                     {}/{} of {}-byte frame {}",
+                    self.shape.0, self.shape.1, self.next_frame, p.part, p.parts, p.total, p.seq
+                )));
+            }
+            return Ok(Some(Ready::Whole {
+                engine: i,
+                slot: p.slot,
+                len: p.len - PART_HEADER,
+            }));
+        }
         let mut found = None;
         for e in 0..self.engines.len() {
             let Some(h) = self.head(e)? else { continue };
@@ -1198,51 +1244,22 @@ impl MptLink {
         let Some((e, h)) = found else {
             return Ok(None);
         };
-        if h.parts == 1 {
-            return Ok(Some(Ready::Whole {
-                engine: e,
-                slot: h.slot,
-                len: h.len - PART_HEADER,
-            }));
+        // Part `i` travels on engine `i`; the frame starts once part 0 is in.
+        if h.part != e && h.parts > 1 {
+            return Err(Error::Protocol(format!(
+                "mpt link engine {e}: part {}/{} of frame {} on the wrong engine",
+                h.part, h.parts, h.seq
+            )));
         }
-        // Part `i` travels on engine `i`, which carries nothing of a later frame before it.
-        for i in 0..h.parts {
-            let Some(p) = self.head(i)? else {
-                return Ok(None);
-            };
-            if p.seq != h.seq || p.part != i || p.parts != h.parts || p.total != h.total {
-                return Err(Error::Protocol(format!(
-                    "mpt link engine {i}: expected part {i}/{} of frame {}, found part {}/{} \
-                     of frame {}",
-                    h.parts, h.seq, p.part, p.parts, p.seq
-                )));
-            }
+        if h.part != 0 {
+            return Ok(None);
         }
-        self.join_parts(h.total, h.parts)?;
-        Ok(Some(Ready::Joined { len: h.total }))
-    }
-
-    /// Copies the `parts` head messages into `reasm` and posts their slots again.
-    fn join_parts(&mut self, total: usize, parts: usize) -> Result<()> {
-        for i in 0..parts {
-            let Some(p) = self.heads[i].take() else {
-                return Err(Error::Protocol("mpt link: joining a missing part".into()));
-            };
-            let (lo, hi) = part_range(total, i, parts);
-            let eng = &self.engines[i];
-            let dst = self.reasm.get_mut(lo..hi).ok_or_else(|| {
-                Error::Protocol(format!("mpt link: part {lo}..{hi} over max_frame"))
-            })?;
-            // SAFETY: `p.slot` is engine `i`'s completed, unreleased head receive, whose
-            // length `head` checked to be the header plus `hi - lo`; it is released only
-            // after this copy.
-            dst.copy_from_slice(unsafe {
-                eng.shared
-                    .recv_bytes(eng.stride, p.slot, PART_HEADER, hi - lo)
-            });
-            eng.shared.release();
-        }
-        Ok(())
+        self.shape = (h.parts, h.total);
+        Ok(Some(Ready::Whole {
+            engine: e,
+            slot: h.slot,
+            len: h.len - PART_HEADER,
+        }))
     }
 }
 
@@ -1306,7 +1323,6 @@ impl Link for MptLink {
                     eng.shared.recv_bytes(eng.stride, slot, PART_HEADER, len)
                 }))
             }
-            Some(Ready::Joined { len }) => Ok(self.reasm.get(..len)),
         }
     }
 
@@ -1321,9 +1337,12 @@ impl Link for MptLink {
             Some(Ready::Whole { engine, .. }) => {
                 self.heads[engine] = None;
                 self.engines[engine].shared.release();
-                self.next_frame += 1;
+                self.next_part += 1;
+                if self.next_part >= self.shape.0 {
+                    self.next_part = 0;
+                    self.next_frame += 1;
+                }
             }
-            Some(Ready::Joined { .. }) => self.next_frame += 1,
             None => {}
         }
     }
@@ -1348,5 +1367,47 @@ impl Link for MptLink {
 
     fn kind(&self) -> &'static str {
         "mpt"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parts cover the frame exactly, in order, every cut at a multiple of PIECE_ALIGN, no
+    /// part empty and none longer than an n-th plus PIECE_ALIGN (the slot size allows that);
+    /// frames too short for such cuts go whole.
+    #[test]
+    fn parts_cut_at_piece_alignment() {
+        for n in 2..=MAX_ENGINES {
+            for total in [
+                n * PIECE_ALIGN,
+                n * PIECE_ALIGN + 1,
+                1000,
+                65_537,
+                (4 << 20) - 3,
+            ] {
+                if total < n * PIECE_ALIGN {
+                    continue;
+                }
+                assert!(splits(total, 0, n));
+                let mut at = 0;
+                for i in 0..n {
+                    let (lo, hi) = part_range(total, i, n);
+                    assert_eq!(lo, at, "n {n} total {total} part {i}");
+                    assert!(hi > lo, "n {n} total {total} part {i} empty");
+                    assert!(hi - lo <= total.div_ceil(n) + PIECE_ALIGN);
+                    if i + 1 < n {
+                        assert_eq!(hi % PIECE_ALIGN, 0);
+                    }
+                    at = hi;
+                }
+                assert_eq!(at, total);
+            }
+        }
+        assert!(!splits(4 * PIECE_ALIGN - 1, 0, 4));
+        assert!(!splits(1 << 20, 1 << 20, 4));
+        assert!(splits((1 << 20) + 1, 1 << 20, 4));
+        assert!(!splits(1 << 20, 0, 1));
     }
 }

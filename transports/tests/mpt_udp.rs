@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ccl_transports::mpt::CcKind;
 use ccl_transports::mpt_link::{MptEndpoint, MptLink, MptLinkConfig};
-use ccl_transports::Link;
+use ccl_transports::{Link, PIECE_ALIGN};
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
@@ -39,7 +39,8 @@ fn pattern(len: usize, salt: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Sends `sizes` from each side to the other at once, checking every frame on arrival.
+/// Sends `sizes` from each side to the other at once, checking every frame on arrival (a
+/// frame may arrive in pieces: every piece but its last a multiple of `PIECE_ALIGN`).
 fn exchange(a: &mut MptLink, b: &mut MptLink, sizes: &[usize]) {
     let frames: Vec<Vec<u8>> = sizes
         .iter()
@@ -48,6 +49,7 @@ fn exchange(a: &mut MptLink, b: &mut MptLink, sizes: &[usize]) {
         .collect();
     let mut sent = [0usize; 2];
     let mut got = [0usize; 2];
+    let mut partial: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     let deadline = Instant::now() + Duration::from_secs(120);
     while got != [frames.len(); 2] || a.has_pending() || b.has_pending() {
         assert!(
@@ -70,9 +72,17 @@ fn exchange(a: &mut MptLink, b: &mut MptLink, sizes: &[usize]) {
                     "side {side}: a frame beyond the last"
                 );
                 let want = &frames[got[side]];
-                assert_eq!(f.len(), want.len(), "frame {} length", got[side]);
-                assert!(f == &want[..], "frame {} content", got[side]);
+                let part = &mut partial[side];
+                let piece = f.len();
+                part.extend_from_slice(f);
+                assert!(part.len() <= want.len(), "frame {} too long", got[side]);
                 rx.pop();
+                if part.len() < want.len() {
+                    assert_eq!(piece % PIECE_ALIGN, 0, "frame {} piece length", got[side]);
+                    continue;
+                }
+                assert!(part[..] == want[..], "frame {} content", got[side]);
+                part.clear();
                 got[side] += 1;
             }
         }
@@ -266,21 +276,34 @@ fn engines_spread_small_frames_and_split_large_ones() {
     assert_eq!(a.messages_per_engine(), vec![2, 2, 2, 2]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut got = 0;
+    let (mut big_got, mut big_pieces) = (Vec::new(), 0);
     while got < 5 {
         assert!(Instant::now() < deadline, "stalled at {got}");
         if let Some(f) = b.peek().unwrap() {
+            let len = f.len();
             if got < 4 {
                 assert_eq!(f, &[got as u8; 1000][..]);
             } else {
-                assert!(f == &big[..]);
+                // The split frame arrives as its four parts, in order, in place.
+                let at = big_got.len();
+                assert!(f == &big[at..at + len]);
+                big_got.extend_from_slice(f);
             }
-            // A frame stays put until popped.
+            // A piece stays put until popped.
             let again = b.peek().unwrap().unwrap().len();
-            assert_eq!(again, if got < 4 { 1000 } else { big.len() });
+            assert_eq!(again, len);
             b.pop();
-            got += 1;
+            if got < 4 {
+                got += 1;
+            } else {
+                big_pieces += 1;
+                if big_got.len() == big.len() {
+                    got += 1;
+                }
+            }
         }
     }
+    assert_eq!(big_pieces, 4, "the split frame's parts");
     assert!(b.peek().unwrap().is_none());
 }
 
@@ -368,7 +391,7 @@ fn mismatched_split_sizes_are_refused() {
 }
 
 /// The user side of a link of several engines (choosing engines, part headers, finding the
-/// next frame, joining split frames, releasing slots) allocates nothing per frame.
+/// next frame or piece, releasing slots) allocates nothing per frame.
 #[test]
 fn engines_user_side_allocates_nothing_per_frame() {
     let mut c = engines_cfg(4, 0.0);
@@ -382,19 +405,25 @@ fn engines_user_side_allocates_nothing_per_frame() {
     let mut run = |rounds: usize, count: bool| {
         support::allocations(count, || {
             let total = rounds * frames.len();
-            let (mut sent, mut got) = (0, 0);
+            // `at`: bytes of the current frame seen so far (a split frame comes in pieces).
+            let (mut sent, mut got, mut at) = (0, 0, 0);
             let deadline = Instant::now() + Duration::from_secs(60);
             while got < total && Instant::now() < deadline {
                 while sent < total && a.try_send(&frames[sent % frames.len()]).unwrap() {
                     sent += 1;
                 }
                 while let Some(f) = b.peek().unwrap() {
-                    let ok = f == &frames[got % frames.len()][..];
+                    let want = &frames[got % frames.len()];
+                    let ok = want.get(at..at + f.len()).is_some_and(|w| w == f);
+                    at += f.len();
                     b.pop();
                     if !ok {
                         break;
                     }
-                    got += 1;
+                    if at == want.len() {
+                        got += 1;
+                        at = 0;
+                    }
                 }
             }
             got == total
