@@ -5,7 +5,8 @@
 # alltoall at 128 MiB with checking. Prints a table of busbw and ratios; logs under $OUT.
 # Env: ENGINES (libccl CCL_MPT_ENGINES values to try, default "1 4"), PIECES
 # (CCL_GPU_PIECE_BYTES values: 0 = whole, else the staged copies overlap the network in pieces
-# of that many bytes; default "0 4194304"), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
+# of that many bytes; default "0 4194304"), FRAMES (CCL_SOCKET_FRAME_BYTES values, the largest frame
+# on a link; default 524288), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
 # `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
 # PIECES; logs net/check.*.log).
@@ -16,7 +17,7 @@ NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}
 busbw() { grep -E '^ +[0-9]' "$1" | tail -n 1 | awk '{print $8, $9}'; }
-printf '| op | NCCL socket GB/s | libccl mpt GB/s | engines | piece bytes | ratio | libccl #wrong |\n|---|---:|---:|---:|---:|---:|---:|\n'
+printf '| op | NCCL socket GB/s | libccl mpt GB/s | engines | piece bytes | frame bytes | ratio | libccl #wrong |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
 for op in all_reduce sendrecv alltoall; do
   LD_LIBRARY_PATH=$NV NCCL_NET=Socket timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np 2 \
     -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x NCCL_NET -x NCCL_NVLS_ENABLE \
@@ -24,14 +25,17 @@ for op in all_reduce sendrecv alltoall; do
   read -r nb nw < <(busbw "$L/$op.nccl.log")
   for e in ${ENGINES:-1 4}; do
     for p in ${PIECES:-0 4194304}; do
-      log=$L/$op.ccl.e$e.p$p.log
-      LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p timeout -s KILL 180 \
+      for f in ${FRAMES:-524288}; do
+      log=$L/$op.ccl.e$e.p$p.f$f.log
+      LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
+        timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
-        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES \
+        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
-      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v w="$cw" \
-        'BEGIN { printf "| %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, (n>0?c/n:0), w }'
+      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f=$f -v w="$cw" \
+        'BEGIN { printf "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, f, (n>0?c/n:0), w }'
+      done
     done
   done
 done
