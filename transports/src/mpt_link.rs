@@ -109,24 +109,29 @@ impl Default for MptLinkConfig {
     }
 }
 
-/// Receive slab, written by whichever thread runs progress and read by the consumer.
+/// A slab of message slots shared between the link's user and whoever runs progress.
 ///
-/// Ownership of slot `s` is handed over by the state in `Inner::recv_done` (guarded by the
-/// mutex): while the slot's receive is posted and incomplete only progress writes it; once
-/// complete only the consumer reads it, until it is posted again.
-struct RecvSlab {
+/// Receive slab: ownership of slot `s` is handed over by the state in `Inner::recv_done`
+/// (guarded by the mutex): while the slot's receive is posted and incomplete only progress
+/// writes it; once complete only the consumer reads it, until it is posted again.
+///
+/// Send slab: the user writes slot `next_send % slots` while it holds no message (the
+/// engine is not full, so the slot's previous message is acknowledged and retired) and
+/// without the lock, then hands the message to the connection under the lock; from then on
+/// only progress reads it (under the lock) until it is retired.
+struct Slab {
     buf: Box<[UnsafeCell<u8>]>,
 }
 
-// SAFETY: access to each slot is partitioned in time by the protocol above, with the
+// SAFETY: access to each slot is partitioned in time by the protocols above, with the
 // mutex providing the happens-before edges at every handover.
-unsafe impl Sync for RecvSlab {}
+unsafe impl Sync for Slab {}
 // SAFETY: as above; the slab is plain bytes.
-unsafe impl Send for RecvSlab {}
+unsafe impl Send for Slab {}
 
-impl RecvSlab {
+impl Slab {
     fn new(len: usize) -> Self {
-        RecvSlab {
+        Slab {
             buf: (0..len).map(|_| UnsafeCell::new(0)).collect(),
         }
     }
@@ -144,7 +149,6 @@ struct Inner {
     /// Largest message, which is also the stride of both slabs.
     max_frame: usize,
     slots: u64,
-    send_slab: Vec<u8>,
     send_done: Vec<bool>,
     /// Length of the message in each send slot, to keep `unacked_bytes`.
     send_len: Vec<u64>,
@@ -189,20 +193,10 @@ impl Inner {
         self.next_send - self.oldest_unacked >= self.slots
     }
 
-    /// Copies one message (`hdr` then `payload`) into the next send slot and hands it to the
-    /// connection; `Ok(false)` when the connection has no room for it yet.
-    fn queue(&mut self, hdr: &[u8], payload: &[u8]) -> Result<bool> {
-        let len = hdr.len() + payload.len();
-        if len > self.max_frame {
-            return Err(Error::Protocol(format!(
-                "mpt message of {len} bytes over the engine's {}",
-                self.max_frame
-            )));
-        }
+    /// Hands the `len`-byte message written into the next send slot to the connection;
+    /// `Ok(false)` when the connection has no room for it yet.
+    fn register(&mut self, len: usize) -> Result<bool> {
         let slot = (self.next_send % self.slots) as usize;
-        let start = slot * self.max_frame;
-        self.send_slab[start..start + hdr.len()].copy_from_slice(hdr);
-        self.send_slab[start + hdr.len()..start + len].copy_from_slice(payload);
         let now = self.now();
         match self.conn.send(now, len as u64, 0) {
             Ok(id) if id.0 == self.next_send => {}
@@ -218,7 +212,7 @@ impl Inner {
     }
 
     /// One round of receive, timers and transmit; returns whether anything moved.
-    fn progress(&mut self, slab: &RecvSlab) -> bool {
+    fn progress(&mut self, slab: &Slab, send_slab: &Slab) -> bool {
         if self.error.is_some() {
             return false;
         }
@@ -247,7 +241,7 @@ impl Inner {
                             if off.checked_add(len).is_some_and(|e| e <= self.max_frame) {
                                 // SAFETY: the range lies inside slot `slot` of the slab
                                 // (checked above), whose receive is posted and incomplete,
-                                // so no consumer reads it (see `RecvSlab`); the source is
+                                // so no consumer reads it (see `Slab`); the source is
                                 // our own receive buffer, disjoint from the slab.
                                 unsafe {
                                     std::ptr::copy_nonoverlapping(
@@ -275,12 +269,12 @@ impl Inner {
         if self.conn.poll_timeout().is_some_and(|t| t <= now) {
             self.conn.handle_timeout(now);
         }
-        moved |= self.transmit(now);
+        moved |= self.transmit(now, send_slab);
         self.drain_events();
         moved
     }
 
-    fn transmit(&mut self, now: Instant) -> bool {
+    fn transmit(&mut self, now: Instant, send_slab: &Slab) -> bool {
         let mut moved = false;
         loop {
             while !self.tx.is_full() {
@@ -296,16 +290,23 @@ impl Inner {
                     let slot = (p.send.0 % self.slots) as usize;
                     let off = usize::try_from(p.offset).unwrap_or(usize::MAX);
                     let plen = p.len as usize;
-                    let src = off
+                    let inside = off
                         .checked_add(plen)
-                        .filter(|&e| e <= self.max_frame)
-                        .and_then(|e| {
-                            self.send_slab
-                                .get(slot * self.max_frame + off..slot * self.max_frame + e)
-                        });
+                        .is_some_and(|e| e <= self.max_frame && slot < self.slots as usize);
                     let dst = out.get_mut(len..len + plen);
-                    match (src, dst) {
-                        (Some(s), Some(d)) => d.copy_from_slice(s),
+                    match (inside, dst) {
+                        (true, Some(d)) => {
+                            // SAFETY: the range lies inside slot `slot` (checked above), which
+                            // holds a message handed to the connection and not yet retired:
+                            // nothing writes it now (see `Slab`); `d` is our own batch buffer.
+                            let s = unsafe {
+                                std::slice::from_raw_parts(
+                                    send_slab.ptr().add(slot * self.max_frame + off),
+                                    plen,
+                                )
+                            };
+                            d.copy_from_slice(s)
+                        }
                         _ => {
                             self.fail("payload outside the send slab".into());
                             return moved;
@@ -396,7 +397,8 @@ impl Wake {
 
 struct Shared {
     inner: Mutex<Inner>,
-    slab: RecvSlab,
+    slab: Slab,
+    send_slab: Slab,
     stop: AtomicBool,
     fds: Vec<RawFd>,
     /// When the link's user last ran progress (ns since `epoch`): while the user polls, the
@@ -442,7 +444,7 @@ impl Shared {
     }
 
     fn run(&self, g: &mut Inner) -> bool {
-        let moved = g.progress(&self.slab);
+        let moved = g.progress(&self.slab, &self.send_slab);
         self.publish(g);
         moved
     }
@@ -469,20 +471,42 @@ impl Shared {
     /// Queues one message made of `hdr` then `payload`. `drive`: run progress inline (the
     /// one-engine link) rather than leave it to the engine thread.
     fn send(&self, hdr: &[u8], payload: &[u8], drive: bool) -> Result<bool> {
-        let mut g = self.lock();
-        g.check()?;
-        if g.full() {
-            if !drive {
-                return Ok(false);
-            }
-            self.touch();
-            self.run(&mut g);
+        let len = hdr.len() + payload.len();
+        let (slot, stride) = {
+            let mut g = self.lock();
             g.check()?;
             if g.full() {
-                return Ok(false);
+                if !drive {
+                    return Ok(false);
+                }
+                self.touch();
+                self.run(&mut g);
+                g.check()?;
+                if g.full() {
+                    return Ok(false);
+                }
             }
+            if len > g.max_frame {
+                return Err(Error::Protocol(format!(
+                    "mpt message of {len} bytes over the engine's {}",
+                    g.max_frame
+                )));
+            }
+            ((g.next_send % g.slots) as usize, g.max_frame)
+        };
+        // The copy runs without the lock, so the engine thread keeps receiving and
+        // acknowledging meanwhile (a 1 MiB copy under the lock stalled it ~100 us).
+        // SAFETY: slot `slot` holds no message (the engine was not full and only this
+        // thread adds messages, see `Slab`); `len <= stride`, so the writes stay inside it;
+        // `hdr` and `payload` are the caller's, disjoint from the slab.
+        unsafe {
+            let dst = self.send_slab.ptr().add(slot * stride);
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, hdr.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(hdr.len()), payload.len());
         }
-        if !g.queue(hdr, payload)? {
+        let mut g = self.lock();
+        g.check()?;
+        if !g.register(len)? {
             return Ok(false);
         }
         if drive {
@@ -520,7 +544,7 @@ impl Shared {
     /// # Safety
     ///
     /// Receive slot `slot` must be complete and not yet released (it then belongs to the
-    /// consumer, see `RecvSlab`), `off + len` must not exceed its message length, and the
+    /// consumer, see `Slab`), `off + len` must not exceed its message length, and the
     /// slice must be dropped before the slot is released.
     unsafe fn recv_bytes(&self, stride: usize, slot: usize, off: usize, len: usize) -> &[u8] {
         // SAFETY: per the caller's contract the range lies inside a completed slot that
@@ -822,7 +846,6 @@ fn start_engine(
         base,
         max_frame: max_msg,
         slots,
-        send_slab: vec![0; max_msg * n],
         send_done: vec![false; n],
         send_len: vec![0; n],
         unacked_bytes: 0,
@@ -840,7 +863,8 @@ fn start_engine(
     };
     let shared = Arc::new(Shared {
         inner: Mutex::new(inner),
-        slab: RecvSlab::new(max_msg * n),
+        slab: Slab::new(max_msg * n),
+        send_slab: Slab::new(max_msg * n),
         stop: AtomicBool::new(false),
         fds,
         user_progress: AtomicU64::new(0),
@@ -1303,7 +1327,7 @@ impl Link for MptLink {
             self.peeked = true;
             // SAFETY: slot `slot` holds a completed receive: until `pop` reposts it (which
             // needs `&mut self`, so not while this borrow lives) nothing writes it (see
-            // `RecvSlab`). `len <= max_frame` (truncated messages fail the link), so the
+            // `Slab`). `len <= max_frame` (truncated messages fail the link), so the
             // range is in bounds.
             return Ok(Some(unsafe {
                 one.shared.recv_bytes(one.stride, slot, 0, len)
