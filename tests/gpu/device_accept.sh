@@ -6,7 +6,9 @@
 # ratios libccl / NCCL, of the -g N runs) under $OUT.
 # Needs .dev/libnccl.so.2 and .dev/ccl-perf (scripts/build-lib.sh release; copy; strip).
 # Usage: tests/gpu/device_accept.sh [ops...]   (default: all nine)
-# Env: NGPU, SIZES, ACCEPT_MPI=0 (skip mpirun runs), ACCEPT_TORCH=0 (skip PyTorch).
+# Env: NGPU, SIZES, ACCEPT_MPI=0 (skip mpirun runs), ACCEPT_TORCH=0 (skip PyTorch),
+# CCL_ENV_B="VAR=value ..." (the -g N runs once more with these libccl settings, library
+# "cclb", e.g. CCL_IPC_LL_EXCHANGE_BYTES=4096; its latency ratio gets a column).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
@@ -17,9 +19,10 @@ OPS=${*:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv
 SIZES=${SIZES:-8 1M 128M 512M}
 for op in $OPS; do
   for size in $SIZES; do
-    for lib in nccl ccl; do
+    for lib in nccl ccl ${CCL_ENV_B:+cclb}; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
-      LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 1 -g $NGPU \
+      [ $lib = cclb ] && B=$CCL_ENV_B || B=
+      env $B LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 1 -g $NGPU \
         --json "$L/$G.$op.$size.$lib.json" > "$L/$G.$op.$size.$lib.log" 2>&1
       echo "exit $?" >> "$L/$G.$op.$size.$lib.log"
     done
@@ -58,7 +61,9 @@ for (op, size), v in sorted(rows.items()):
         print(f"| {op} | {size} | {n} | {c} | | | | | |"); continue
     br = c[1] / n[1] if n[1] else 0
     lr = c[0] / n[0] if n[0] else 0
-    print(f"| {op} | {size} | {n[0]} | {c[0]} | {n[1]} | {c[1]} | {br:.2f} | {lr:.2f} | {c[2]} |")
+    b = v.get("cclb")
+    extra = f" cclb: {b[0]} us, latency ratio {b[0] / n[0]:.2f}, busbw ratio {b[1] / n[1] if n[1] else 0:.2f}, #wrong {b[2]}" if b and n[0] else ""
+    print(f"| {op} | {size} | {n[0]} | {c[0]} | {n[1]} | {c[1]} | {br:.2f} | {lr:.2f} | {c[2]} |{extra}")
 PY
 [ -f "$L/torch_compare.log" ] && tail -1 "$L/torch_compare.log" >> "$OUT/summary.md"
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
