@@ -26,7 +26,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-use super::protocol::{Act, Counters, Device, Lane, Layout, Program, FLAG_STRIDE};
+use super::protocol::{Act, Counters, Device, Lane, Layout, LongWait, Program, FLAG_STRIDE};
 use ccl_collectives::Collective;
 
 use crate::error::{Error, Result};
@@ -610,7 +610,7 @@ impl Plan {
         }
         for t in self.transfers.iter().filter(|t| t.role == Role::First) {
             let at = l.direct_word(l.rank, t.peer, t.outgoing, DONE);
-            dev.wait_long(Lane::User, at, Self::flag(t))?;
+            dev.wait_long(Lane::User, at, Self::flag(t), LongWait::Transfer)?;
         }
         for &(dst, src, bytes) in &self.after {
             dev.copy(Lane::User, dst, src, bytes)?;

@@ -25,7 +25,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
 
 use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
-use super::protocol::{Device, Kernel, Lane, Layout};
+use super::protocol::{Device, Kernel, Lane, Layout, LongWait};
 use crate::error::{Error, Result};
 use crate::sync::{Atomic64, Ordering};
 use crate::task::{Reduction, Task, TaskKind};
@@ -387,7 +387,12 @@ impl SymPlan {
             dev.join(&[lane])?;
         }
         for q in (0..n).filter(|&q| q != me) {
-            dev.wait_long(Lane::User, l.sym_word(me, q, true), self.flag())?;
+            dev.wait_long(
+                Lane::User,
+                l.sym_word(me, q, true),
+                self.flag(),
+                LongWait::Reduction,
+            )?;
         }
         Ok(())
     }

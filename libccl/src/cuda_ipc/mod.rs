@@ -47,7 +47,7 @@ use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
 use buffers::Buffers;
 use calls::{CallBoard, CallSig, History, RankBoards};
-use protocol::{lower, Act, Chain, Counters, Device, Kernel, Lane, Layout, Program};
+use protocol::{lower, Act, Chain, Counters, Device, Kernel, Lane, Layout, LongWait, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
@@ -98,7 +98,7 @@ pub struct IpcEngine {
     single_stream_max: usize,
     /// Waits that last as long as a peer takes (a transfer's "done") run as a one-thread
     /// kernel instead of a stream wait (`CCL_IPC_WAIT_KERNEL`).
-    wait_kernel: bool,
+    wait_kernel: WaitKernel,
     _flags: DeviceBuffer,
     _scratch: DeviceBuffer,
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
@@ -523,7 +523,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         &params::CCL_IPC_WAIT_KERNEL.get_str(),
         std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
     );
-    if wait_kernel {
+    if wait_kernel.any() {
         local
             .kernels
             .prepare(DataType::Uint8, KernelOp::WaitFlag)
@@ -628,8 +628,8 @@ impl Device for CudaDevice<'_> {
         unsafe { s.wait_value32(addr, value, WaitCond::Geq) }.map_err(cuda_err)
     }
 
-    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
-        if !self.eng.wait_kernel {
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32, of: LongWait) -> Result<()> {
+        if !self.eng.wait_kernel.covers(of) {
             return self.wait(lane, addr, value);
         }
         let s = self.stream(lane)?;
@@ -999,12 +999,52 @@ fn reduction_paths(
     Ok((ll, sym))
 }
 
-/// `CCL_IPC_WAIT_KERNEL`: "1" on, "auto" on where every stream shares one hardware queue
-/// (`CUDA_DEVICE_MAX_CONNECTIONS=1`), anything else off.
-fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) -> bool {
-    match setting.trim() {
-        "auto" => max_connections.is_some_and(|v| v.trim() == "1"),
-        s => s.parse::<i64>().is_ok_and(|v| v != 0),
+/// Which long waits run as the wait kernel (`CCL_IPC_WAIT_KERNEL`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct WaitKernel {
+    transfers: bool,
+    reductions: bool,
+}
+
+impl WaitKernel {
+    fn covers(self, of: LongWait) -> bool {
+        match of {
+            LongWait::Transfer => self.transfers,
+            LongWait::Reduction => self.reductions,
+        }
+    }
+
+    fn any(self) -> bool {
+        self.transfers || self.reductions
+    }
+}
+
+/// `CCL_IPC_WAIT_KERNEL`: "1" both kinds of long wait, "transfers" only direct transfers';
+/// with an "auto" prefix ("auto", "auto-transfers") only where every stream shares one
+/// hardware queue (`CUDA_DEVICE_MAX_CONNECTIONS=1`); anything else off.
+fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) -> WaitKernel {
+    let s = setting.trim();
+    let (auto, what) = match s.strip_prefix("auto") {
+        Some(rest) => (true, rest.trim_start_matches('-')),
+        None => (false, s),
+    };
+    if auto && !max_connections.is_some_and(|v| v.trim() == "1") {
+        return WaitKernel::default();
+    }
+    match what {
+        "" if auto => WaitKernel {
+            transfers: true,
+            reductions: true,
+        },
+        "transfers" => WaitKernel {
+            transfers: true,
+            reductions: false,
+        },
+        w if w.parse::<i64>().is_ok_and(|v| v != 0) => WaitKernel {
+            transfers: true,
+            reductions: true,
+        },
+        _ => WaitKernel::default(),
     }
 }
 
@@ -1511,12 +1551,25 @@ mod tests {
 
     #[test]
     fn the_wait_kernel_follows_its_setting_and_the_hardware_queues() {
-        assert!(wants_wait_kernel("1", None));
-        assert!(!wants_wait_kernel("0", Some("1")));
-        assert!(wants_wait_kernel("auto", Some("1")));
-        assert!(!wants_wait_kernel("auto", Some("8")));
-        assert!(!wants_wait_kernel("auto", None));
-        assert!(!wants_wait_kernel("yes", Some("1")));
+        let both = WaitKernel {
+            transfers: true,
+            reductions: true,
+        };
+        let transfers = WaitKernel {
+            transfers: true,
+            reductions: false,
+        };
+        let off = WaitKernel::default();
+        assert_eq!(wants_wait_kernel("1", None), both);
+        assert_eq!(wants_wait_kernel("0", Some("1")), off);
+        assert_eq!(wants_wait_kernel("auto", Some("1")), both);
+        assert_eq!(wants_wait_kernel("auto", Some("8")), off);
+        assert_eq!(wants_wait_kernel("auto", None), off);
+        assert_eq!(wants_wait_kernel("yes", Some("1")), off);
+        assert_eq!(wants_wait_kernel("transfers", None), transfers);
+        assert_eq!(wants_wait_kernel("auto-transfers", Some("1")), transfers);
+        assert_eq!(wants_wait_kernel("auto-transfers", Some("8")), off);
+        assert!(transfers.covers(LongWait::Transfer) && !transfers.covers(LongWait::Reduction));
     }
 
     /// A reduce-scatter whose slice fits the low-latency kernel while the whole input reaches

@@ -83,6 +83,15 @@ pub(crate) enum Kernel {
     },
 }
 
+/// What a [`Device::wait_long`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LongWait {
+    /// A direct transfer's first side, for the peer's copy.
+    Transfer,
+    /// A direct reduction, for its peers' pushes.
+    Reduction,
+}
+
 /// What the protocol queues. Each call appends to one lane; lanes run concurrently, in order
 /// within a lane.
 pub(crate) trait Device {
@@ -90,8 +99,10 @@ pub(crate) trait Device {
     fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
     /// [`Device::wait`] for a wait that lasts as long as a peer takes, with nothing of this
     /// operation queued behind it on `lane`: a device may run it so that other streams'
-    /// work is not held up meanwhile.
-    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+    /// work is not held up meanwhile. `of`: what it waits for (devices may treat the two
+    /// kinds differently).
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32, of: LongWait) -> Result<()> {
+        let _ = of;
         self.wait(lane, addr, value)
     }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
