@@ -60,7 +60,20 @@ def summarize(events, top=5):
         tops = sorted(names[sid].items(), key=lambda kv: -kv[1])[:top]
         per_stream.append((covered(iv), sid, len(iv), tops))
     per_stream.sort(key=lambda x: -x[0])
+    # The longest idle stretches of the whole GPU, with what ran just before and just after
+    # (name, stream): a stream held by a wait shows as idle time ended by that stream's work.
+    acts = sorted(zip(spans, gpu), key=lambda x: x[0][0])
+    idle = []
+    last_end, last_ev = None, None
+    for (s0, s1), e in acts:
+        if last_end is not None and s0 > last_end:
+            idle.append((s0 - last_end, last_ev, e))
+        if last_end is None or s1 > last_end:
+            last_end, last_ev = s1, e
+    idle.sort(key=lambda x: -x[0])
+    label = lambda e: f"{e.get('name', '?')[:50]} (stream {(e.get('args') or {}).get('stream', '?')})"
     return {
+        "longest_idle": [(g, label(a), label(b)) for g, a, b in idle[:top]],
         "span_us": end - start,
         "busy_us": busy,
         "idle_us": end - start - busy,
@@ -83,6 +96,8 @@ def main(paths):
         print(f"   span {s['span_us'] / 1e3:.2f} ms, GPU busy {s['busy_us'] / 1e3:.2f} ms, "
               f"idle {s['idle_us'] / 1e3:.2f} ms (gaps over 100 us: {s['gaps_over_100us'] / 1e3:.2f} ms; "
               f"longest {', '.join(f'{g / 1e3:.2f}' for g in s['gaps_us'])} ms)")
+        for g, before, after in s["longest_idle"]:
+            print(f"   idle {g / 1e3:.3f} ms after {before} until {after}")
         for busy, sid, n, tops in s["streams"]:
             print(f"   stream {sid}: busy {busy / 1e3:.2f} ms in {n} activities")
             for name, us in tops:
