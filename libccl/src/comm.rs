@@ -738,6 +738,7 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
         // Loss injection is seeded per process so ranks drop different datagrams.
         seed: u64::from(std::process::id()) << 16 ^ rank as u64,
         engines,
+        engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
         ..MptLinkConfig::default()
     }))
 }

@@ -6,7 +6,7 @@
 # Env: ENGINES (libccl CCL_MPT_ENGINES values to try, default "1 4"), PIECES
 # (CCL_GPU_PIECE_BYTES values: 0 = whole, else the staged copies overlap the network in pieces
 # of that many bytes; default "0 4194304"), FRAMES (CCL_SOCKET_FRAME_BYTES values, the largest frame
-# on a link; default 524288), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
+# on a link; default 524288), ENGINE_COPY=1 (CCL_MPT_ENGINE_COPY), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
 # `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
 # PIECES; logs net/check.*.log).
@@ -28,9 +28,10 @@ for op in all_reduce sendrecv alltoall; do
       for f in ${FRAMES:-524288}; do
       log=$L/$op.ccl.e$e.p$p.f$f.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
-        timeout -s KILL 180 \
+        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
+        -x CCL_MPT_ENGINE_COPY \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f=$f -v w="$cw" \

@@ -91,6 +91,10 @@ pub struct MptLinkConfig {
     pub engines: usize,
     /// With several engines, frames longer than this are split into one part per engine.
     pub split_bytes: usize,
+    /// With several engines, each engine's thread copies its own part of a split frame into
+    /// its send slot while `try_send` waits, instead of the sender copying every part: pays
+    /// where parts are large (MiB frames) and cores many; a local choice.
+    pub engine_copy: bool,
 }
 
 impl Default for MptLinkConfig {
@@ -105,6 +109,7 @@ impl Default for MptLinkConfig {
             seed: 0x5EED,
             engines: 1,
             split_bytes: 256 * 1024,
+            engine_copy: false,
         }
     }
 }
@@ -168,7 +173,22 @@ struct Inner {
     /// The engine thread found nothing to do and is (about to be) parked in `poll`: a user
     /// who queues work must wake it.
     sleeping: bool,
+    /// A part of a split frame for the engine thread to copy and queue (`engine_copy`).
+    copy_job: Option<CopyJob>,
 }
+
+/// One part of a split frame, handed to the engine thread that carries it
+/// (`MptLinkConfig::engine_copy`).
+struct CopyJob {
+    src: *const u8,
+    len: usize,
+    hdr: [u8; PART_HEADER],
+}
+
+// SAFETY: `src` points into the frame passed to `MptLink::try_send`, which does not return
+// (so the frame stays borrowed and unchanged) until every job it handed out is done
+// (`Shared::copies_done`); the engine thread only reads through it, under the engine's lock.
+unsafe impl Send for CopyJob {}
 
 impl Inner {
     fn now(&self) -> Instant {
@@ -417,6 +437,8 @@ struct Shared {
     /// The oldest receive is complete (a hint: the lock confirms it).
     head_ready: AtomicBool,
     slots: u64,
+    /// Copy jobs this engine has finished (`engine_copy`).
+    copies_done: AtomicU64,
 }
 
 impl Shared {
@@ -517,6 +539,56 @@ impl Shared {
             self.kick(&mut g);
         }
         Ok(true)
+    }
+
+    /// Hands one part of a split frame to the engine thread, which copies and queues it; the
+    /// caller waits for `copies_done` to count it before the frame may change.
+    fn hand_over(&self, hdr: [u8; PART_HEADER], part: &[u8]) -> Result<()> {
+        let mut g = self.lock();
+        g.check()?;
+        if g.full() || g.copy_job.is_some() || hdr.len() + part.len() > g.max_frame {
+            return Err(Error::Protocol(
+                "mpt engine refused a part after showing room".into(),
+            ));
+        }
+        g.copy_job = Some(CopyJob {
+            src: part.as_ptr(),
+            len: part.len(),
+            hdr,
+        });
+        // Woken whether or not it parked: it may be about to.
+        if let Some(w) = &self.wake {
+            g.sleeping = false;
+            w.notify();
+        }
+        Ok(())
+    }
+
+    /// Runs the pending copy job, if any (engine thread, lock held); a job that cannot be
+    /// queued fails the link (the user saw room for it, and only the user adds messages).
+    fn run_copy_job(&self, g: &mut Inner) -> bool {
+        let Some(job) = g.copy_job.take() else {
+            return false;
+        };
+        if g.error.is_none() {
+            let slot = (g.next_send % g.slots) as usize;
+            let len = PART_HEADER + job.len;
+            // SAFETY: slot `slot` holds no message (the user checked room and adds nothing
+            // while the job is pending); `hand_over` checked `len <= max_frame`; `job.src`
+            // is valid for `job.len` reads (see `CopyJob`) and disjoint from the slab.
+            unsafe {
+                let dst = self.send_slab.ptr().add(slot * g.max_frame);
+                std::ptr::copy_nonoverlapping(job.hdr.as_ptr(), dst, PART_HEADER);
+                std::ptr::copy_nonoverlapping(job.src, dst.add(PART_HEADER), job.len);
+            }
+            match g.register(len) {
+                Ok(true) => {}
+                Ok(false) => g.fail("no room for a part the link showed room for".into()),
+                Err(e) => g.fail(e.to_string()),
+            }
+        }
+        self.copies_done.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// The slot and length of the oldest completed receive, if any.
@@ -728,6 +800,7 @@ impl MptEndpoint {
             split_bytes: split,
             peeked: false,
             next_seq: 0,
+            engine_copy: cfg.engine_copy,
             next_frame: 0,
             last_engine: n - 1,
             heads: vec![None; n],
@@ -860,6 +933,7 @@ fn start_engine(
         bad_datagrams: 0,
         peer,
         sleeping: false,
+        copy_job: None,
     };
     let shared = Arc::new(Shared {
         inner: Mutex::new(inner),
@@ -875,6 +949,7 @@ fn start_engine(
         failed: AtomicBool::new(false),
         head_ready: AtomicBool::new(false),
         slots,
+        copies_done: AtomicU64::new(0),
     });
     let sh = shared.clone();
     let thread = std::thread::Builder::new()
@@ -914,7 +989,8 @@ fn engine(sh: &Shared) {
         let (moved, wait) = {
             let mut g = sh.lock();
             g.sleeping = false;
-            let moved = sh.run(&mut g);
+            let copied = sh.run_copy_job(&mut g);
+            let moved = sh.run(&mut g) || copied;
             let now = g.now();
             let wait = g
                 .conn
@@ -1030,6 +1106,8 @@ pub struct MptLink {
     peeked: bool,
     /// Several engines: sequence number of the next frame to send.
     next_seq: u64,
+    /// Several engines: their threads copy the parts of split frames.
+    engine_copy: bool,
     /// Several engines: sequence number of the next frame to deliver, and while a split
     /// frame is being delivered, its next part and its (parts, length).
     next_frame: u64,
@@ -1133,6 +1211,21 @@ impl MptLink {
             if !self.engines.iter().all(|e| e.shared.room()) {
                 return Ok(false);
             }
+            if self.engine_copy {
+                let mut want = [0u64; MAX_ENGINES];
+                for (i, e) in self.engines.iter().enumerate() {
+                    let (lo, hi) = part_range(frame.len(), i, n);
+                    let part = frame.get(lo..hi).ok_or_else(|| {
+                        Error::Protocol(format!("mpt part {lo}..{hi} outside the frame"))
+                    })?;
+                    want[i] = e.shared.copies_done.load(Ordering::Acquire) + 1;
+                    e.shared
+                        .hand_over(part_header(seq, frame.len(), i, n), part)?;
+                }
+                self.wait_copies(&want[..n])?;
+                self.next_seq += 1;
+                return Ok(true);
+            }
             for (i, e) in self.engines.iter().enumerate() {
                 let (lo, hi) = part_range(frame.len(), i, n);
                 let part = frame.get(lo..hi).ok_or_else(|| {
@@ -1174,6 +1267,25 @@ impl MptLink {
         }
         self.next_seq += 1;
         Ok(true)
+    }
+
+    /// Waits until every engine `i` has finished `want[i]` copy jobs (they copy while this
+    /// thread yields); a failed or stuck engine ends the wait with an error.
+    fn wait_copies(&self, want: &[u64]) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut spins = 0u32;
+        for (e, &w) in self.engines.iter().zip(want) {
+            while e.shared.copies_done.load(Ordering::Acquire) < w {
+                spins = spins.wrapping_add(1);
+                if spins % 64 == 0 && std::time::Instant::now() > deadline {
+                    return Err(Error::Protocol(
+                        "mpt engine did not copy its part within 30 s".into(),
+                    ));
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.check_failed()
     }
 
     /// The completed head message of engine `e`, decoded and checked.

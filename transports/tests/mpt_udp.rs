@@ -233,6 +233,22 @@ fn engines_exchange(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
     (a, b)
 }
 
+/// With `engine_copy` the engines' threads copy the parts of split frames: the same frames
+/// arrive, once and in order, with and without loss (and a side without it talks to a side
+/// with it: the choice is local).
+#[test]
+fn engines_copying_their_own_parts_deliver_the_same_frames() {
+    for (engines, drop_rate) in [(2, 0.0), (4, 0.0), (3, 0.01)] {
+        let mut ca = engines_cfg(engines, drop_rate);
+        ca.engine_copy = true;
+        let mut cb = engines_cfg(engines, drop_rate);
+        cb.engine_copy = engines != 3;
+        let (mut a, mut b) = tcp_pair(ca, cb);
+        let (a, b) = (a.as_mut().unwrap(), b.as_mut().unwrap());
+        exchange(a, b, &mixed_sizes());
+    }
+}
+
 #[test]
 fn two_engines_frames_cross_once_in_order() {
     let (a, b) = engines_exchange(2, 0.0);
