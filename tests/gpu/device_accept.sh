@@ -28,9 +28,11 @@ for op in $OPS; do
     done
   done
   [ "${ACCEPT_MPI:-1}" = 1 ] || continue
-  for lib in nccl ccl; do
+  for lib in nccl ccl ${CCL_ENV_B:+cclb}; do
     [ $lib = nccl ] && LP=$NV || LP=$CCL
-    LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} mpirun --allow-run-as-root --bind-to none -np $NGPU -x LD_LIBRARY_PATH \
+    [ $lib = cclb ] && B=$CCL_ENV_B || B=
+    env $B LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} mpirun --allow-run-as-root --bind-to none -np $NGPU -x LD_LIBRARY_PATH \
+      $(for kv in $B; do echo "-x ${kv%%=*}"; done) \
       -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b 8 -e 128M -f 16384 -n 20 -w 5 -c 1 \
       > "$L/mpi.$op.$lib.log" 2>&1
     echo "exit $?" >> "$L/mpi.$op.$lib.log"
