@@ -587,6 +587,9 @@ impl Shared {
                 Err(e) => g.fail(e.to_string()),
             }
         }
+        // The new load is published before the job counts as done: the user reads `room`
+        // (the published load) right after, and must not see room this message took.
+        self.publish(g);
         self.copies_done.fetch_add(1, Ordering::Release);
         true
     }
