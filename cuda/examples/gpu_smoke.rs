@@ -293,9 +293,10 @@ fn run_case(
             KernelOp::PreMul => host::premul(dt, dp, dp, n, scalar.as_ptr()),
             KernelOp::PreMulAdd => host::premul_add(dt, dp, dp, b.as_ptr(), n, scalar.as_ptr()),
             KernelOp::DivInt => host::div_int(dt, dp, n, param),
-            KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
-                return Err("not an element-wise kernel".into())
-            }
+            KernelOp::LlAllReduce(_)
+            | KernelOp::LlExchange
+            | KernelOp::WaitFlag
+            | KernelOp::WaitCopy => return Err("not an element-wise kernel".into()),
         }
     }
     // GPU.
@@ -312,9 +313,10 @@ fn run_case(
                 }
                 k.div_int(s, dt, pd, n, param)?
             }
-            KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
-                return Err("not an element-wise kernel".into())
-            }
+            KernelOp::LlAllReduce(_)
+            | KernelOp::LlExchange
+            | KernelOp::WaitFlag
+            | KernelOp::WaitCopy => return Err("not an element-wise kernel".into()),
         }
     }
     s.synchronize()?;

@@ -146,3 +146,51 @@ fn wait_flag_kernel_holds_its_stream_only() {
     waiting.synchronize().unwrap();
     other.synchronize().unwrap();
 }
+
+/// The wait-copy-signal kernel copies nothing and signals nothing before its flag, then
+/// copies exactly its bytes (a 16-byte-aligned run and an odd one) and writes the done word.
+#[test]
+fn wait_copy_kernel_copies_after_its_flag_then_signals() {
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let stream = Stream::with_flags(&ctx, true).unwrap();
+    let (go, done) = (Flag::new(&ctx).unwrap(), Flag::new(&ctx).unwrap());
+    let bytes = (8 << 20) + 3;
+    let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + 3) as u8).collect();
+    let (ds, dd) = (
+        DeviceBuffer::new(&ctx, bytes + 64).unwrap(),
+        DeviceBuffer::new(&ctx, bytes + 64).unwrap(),
+    );
+    ds.write(0, &src).unwrap();
+    for (round, (off, len)) in [(0usize, bytes), (1, 1000)].into_iter().enumerate() {
+        let v = round as u32 + 1;
+        dd.write(0, &vec![0xEE; bytes + 64]).unwrap();
+        go.store(v - 1);
+        // SAFETY: both buffers hold `off + len` bytes and outlive the work (synchronised
+        // below); the flags are released by the store below.
+        unsafe {
+            kernels
+                .wait_copy(
+                    &stream,
+                    go.device_ptr(),
+                    v,
+                    dd.ptr() + off as u64,
+                    ds.ptr(),
+                    len as u64,
+                    done.device_ptr(),
+                    v,
+                )
+                .unwrap()
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert_ne!(done.load(), v, "signalled before its flag");
+        go.store(v);
+        done.wait_host(Duration::from_secs(5), |x| x == v).unwrap();
+        stream.synchronize().unwrap();
+        let mut got = vec![0u8; bytes + 64];
+        dd.read(0, &mut got).unwrap();
+        assert!(got[..off].iter().all(|&b| b == 0xEE));
+        assert_eq!(&got[off..off + len], &src[..len], "round {round}");
+        assert!(got[off + len..].iter().all(|&b| b == 0xEE));
+    }
+}

@@ -293,7 +293,10 @@ fn generated_kernels_match_the_host_reference() {
                             let f: libloading::Symbol<Map> = lib.get(name.as_bytes()).unwrap();
                             f(pd, pd, n as u64, 7);
                         }
-                        KernelOp::LlAllReduce(_) | KernelOp::LlExchange | KernelOp::WaitFlag => {
+                        KernelOp::LlAllReduce(_)
+                        | KernelOp::LlExchange
+                        | KernelOp::WaitFlag
+                        | KernelOp::WaitCopy => {
                             unreachable!("not in KernelOp::ALL")
                         }
                     }
@@ -335,9 +338,9 @@ fn low_latency_kernel_sources_compile() {
     ]
     .map(|k| KernelOp::LlAllReduce(k.into()));
     for dt in DataType::ALL {
-        for op in ops
-            .into_iter()
-            .chain([KernelOp::LlExchange, KernelOp::WaitFlag])
+        for op in
+            ops.into_iter()
+                .chain([KernelOp::LlExchange, KernelOp::WaitFlag, KernelOp::WaitCopy])
         {
             let prims = format!("{HOST_PRIMITIVES}{stubs}");
             let src = format!(
@@ -369,4 +372,95 @@ fn low_latency_kernel_sources_compile() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64, *mut u32, u32);
+
+/// The wait-copy-signal kernel's C++, run on the host as one thread (the flag already set):
+/// copies exactly the bytes asked for, aligned (16-byte vectors and a tail) or not, touches
+/// nothing around them, then writes the done word.
+#[test]
+fn wait_copy_kernel_copies_then_signals() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: no g++ to compile the kernel source for the host");
+        return;
+    }
+    let stubs = "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
+                 static inline void __threadfence_system() {}\n";
+    let name = kernel_name(DataType::Uint8, KernelOp::WaitCopy);
+    let src = format!(
+        "{HOST_INCLUDES}{}",
+        kernel_source_with(
+            DataType::Uint8,
+            KernelOp::WaitCopy,
+            &format!("{HOST_PRIMITIVES}{stubs}")
+        )
+        .replace("extern \"C\" __global__", "extern \"C\"")
+    );
+    let dir = std::env::temp_dir().join(format!("ccl-wait-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cpp, so) = (dir.join("wait_copy.cpp"), dir.join("libwait_copy.so"));
+    std::fs::write(&cpp, src).unwrap();
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-O1", "-fPIC", "-shared", "-Wall"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SAFETY: the library was just built from the kernel source, with no initialisers.
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    // SAFETY: the symbol is the kernel, whose parameters are those of `WaitCopyFn`.
+    let f: libloading::Symbol<WaitCopyFn> = unsafe { lib.get(name.as_bytes()) }.unwrap();
+    for (src_off, dst_off, bytes) in [
+        (0usize, 0usize, 4096usize),
+        (0, 0, 4099),
+        (16, 32, 100),
+        (1, 0, 77),
+        (3, 5, 1000),
+        (0, 0, 0),
+    ] {
+        let mut src = vec![0u8; 8192];
+        for (i, b) in src.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let mut dst = vec![0xEEu8; 8192];
+        let (arrive, mut done) = (5u32, 0u32);
+        // Align the buffers' starts so the offsets decide the alignment.
+        let sa = src.as_ptr().align_offset(16);
+        let da = dst.as_ptr().align_offset(16);
+        // SAFETY: the ranges lie inside the vectors (offsets and sizes above are small); the
+        // flag is already at the value, so the call returns.
+        unsafe {
+            f(
+                &arrive,
+                5,
+                dst.as_mut_ptr().add(da + dst_off),
+                src.as_ptr().add(sa + src_off),
+                bytes as u64,
+                &mut done,
+                9,
+            )
+        };
+        assert_eq!(done, 9, "done word for {bytes} bytes");
+        let d0 = da + dst_off;
+        assert!(
+            dst[..d0].iter().all(|&b| b == 0xEE),
+            "written before the range"
+        );
+        assert!(
+            dst[d0 + bytes..].iter().all(|&b| b == 0xEE),
+            "written after the range"
+        );
+        assert_eq!(
+            &dst[d0..d0 + bytes],
+            &src[sa + src_off..sa + src_off + bytes]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -500,6 +500,45 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// Queues [`KernelOp::WaitCopy`] on `stream`: once the word at `arrive` reaches `value`
+    /// (cyclic `>=`), one block copies `bytes` from `src` to `dst` and then writes
+    /// `done_value` to the word at `done`, all inside the kernel.
+    ///
+    /// # Safety
+    /// `arrive` and `done` are 4-byte aligned device-accessible words and `src` / `dst`
+    /// device-accessible ranges of `bytes` that do not overlap, all valid until the kernel
+    /// has run; something will write `value` (or later) to `arrive`, or the kernel never ends.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn wait_copy(
+        &self,
+        stream: &Stream,
+        arrive: CUdeviceptr,
+        value: u32,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: u64,
+        done: CUdeviceptr,
+        done_value: u32,
+    ) -> Result<()> {
+        let func = self.function(DataType::Uint8, KernelOp::WaitCopy)?;
+        let (mut arrive, mut value, mut dst, mut src, mut bytes, mut done, mut done_value) =
+            (arrive, value, dst, src, bytes, done, done_value);
+        let mut params: [*mut c_void; 7] = [
+            (&mut arrive as *mut CUdeviceptr).cast(),
+            (&mut value as *mut u32).cast(),
+            (&mut dst as *mut CUdeviceptr).cast(),
+            (&mut src as *mut CUdeviceptr).cast(),
+            (&mut bytes as *mut u64).cast(),
+            (&mut done as *mut CUdeviceptr).cast(),
+            (&mut done_value as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters match the kernel's signature; the ranges and words are the
+        // caller's contract.
+        unsafe { self.launch_raw(func, stream, 1, 512, &mut params) }
+    }
+}
+
 impl Drop for Kernels {
     fn drop(&mut self) {
         let Ok(map) = self.loaded.get_mut() else {

@@ -46,6 +46,11 @@ pub enum KernelOp {
     /// work behind it, a running kernel does not (see [`wait_flag_code`]; compiled under
     /// `Uint8`).
     WaitFlag,
+    /// A direct transfer's copy as one kernel: wait until a flag reaches a value, copy the
+    /// bytes, then set another flag -- the wait, the copy and the signal never leave a
+    /// command queued behind a waiting one on the hardware queue (see [`wait_copy_code`];
+    /// one block; compiled under `Uint8`).
+    WaitCopy,
 }
 
 /// [`ReduceKind`] with an order, so that kernel keys sort.
@@ -100,6 +105,7 @@ impl KernelOp {
             KernelOp::LlAllReduce(ReduceKindKey::Min) => "ll_allreduce_min",
             KernelOp::LlExchange => "ll_exchange",
             KernelOp::WaitFlag => "wait_flag",
+            KernelOp::WaitCopy => "wait_copy",
         }
     }
 
@@ -505,7 +511,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
                 format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => {
+            KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -531,7 +537,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -554,7 +560,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -586,7 +592,10 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
                 KernelOp::Reduce(ReduceKindKey::Min)
                 | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag => {
+                KernelOp::PreMul
+                | KernelOp::LlExchange
+                | KernelOp::WaitFlag
+                | KernelOp::WaitCopy => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -696,6 +705,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     }
     if op == KernelOp::WaitFlag {
         wait_flag_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
+    if op == KernelOp::WaitCopy {
+        wait_copy_code(&kernel_name(dt, op), &mut s);
         return s;
     }
     s.push_str(COMMON);
@@ -818,6 +831,48 @@ extern "C" __global__ void {name}(const u32* flag, u32 value) {{
 #endif
   }}
   __threadfence_system();
+}}
+"#
+    );
+}
+
+/// Wait, copy, signal in one block: thread 0 polls `arrive` as [`wait_flag_code`] does, the
+/// block copies `bytes` from `src` to `dst` (16 bytes a thread a step when both are 16-byte
+/// aligned, else byte by byte), every thread fences its stores system-wide, and after the
+/// barrier thread 0 writes `done_value` to `done` (a peer's stream waits on it).
+fn wait_copy_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
+
+extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u8* src, u64 bytes, u32* done, u32 done_value) {{
+  if (threadIdx.x == 0) {{
+    const volatile u32* f = (const volatile u32*)arrive;
+    while ((int)(*f - value) < 0) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(128);
+#endif
+    }}
+    __threadfence_system();
+  }}
+  __syncthreads();
+  const u64 tid = threadIdx.x, step = blockDim.x;
+  u64 head = 0;
+  if ((((u64)dst | (u64)src) & 15) == 0) {{
+    const u64 nv = bytes / 16;
+    const ccl_v16* s16 = (const ccl_v16*)src;
+    ccl_v16* d16 = (ccl_v16*)dst;
+    for (u64 i = tid; i < nv; i += step) d16[i] = s16[i];
+    head = nv * 16;
+  }}
+  for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+  // Every thread's stores reach the system before the flag that announces them.
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    *(volatile u32*)done = done_value;
+  }}
 }}
 "#
     );

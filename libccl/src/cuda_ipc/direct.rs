@@ -596,14 +596,17 @@ impl Plan {
             };
             let lane = self.lane(l, t);
             let v = Self::flag(t);
-            dev.wait(lane, l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v)?;
             let (dst, src) = if t.outgoing {
                 (peer_addr, t.mine)
             } else {
                 (t.mine, peer_addr)
             };
-            dev.copy(lane, dst, src, t.bytes)?;
-            dev.write(lane, l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v)?;
+            dev.wait_copy_signal(
+                lane,
+                (l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v),
+                (dst, src, t.bytes),
+                (l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v),
+            )?;
         }
         if !lanes.is_empty() {
             dev.join(&lanes)?;

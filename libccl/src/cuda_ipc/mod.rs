@@ -99,6 +99,9 @@ pub struct IpcEngine {
     /// Waits that last as long as a peer takes (a transfer's "done") run as a one-thread
     /// kernel instead of a stream wait (`CCL_IPC_WAIT_KERNEL`).
     wait_kernel: WaitKernel,
+    /// A direct transfer's second side as one wait-copy-signal kernel
+    /// (`CCL_IPC_COPY_KERNEL`).
+    copy_kernel: bool,
     _flags: DeviceBuffer,
     _scratch: DeviceBuffer,
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
@@ -523,6 +526,17 @@ pub fn attach(comm: &Comm) -> Result<()> {
         &params::CCL_IPC_WAIT_KERNEL.get_str(),
         std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
     );
+    let copy_kernel = wants_wait_kernel(
+        &params::CCL_IPC_COPY_KERNEL.get_str(),
+        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+    )
+    .any();
+    if copy_kernel {
+        local
+            .kernels
+            .prepare(DataType::Uint8, KernelOp::WaitCopy)
+            .map_err(cuda_err)?;
+    }
     if wait_kernel.any() {
         local
             .kernels
@@ -535,6 +549,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         layout,
         single_stream_max: single_max,
         wait_kernel,
+        copy_kernel,
         ll_max,
         ll_exchange_max,
         direct_reduce,
@@ -636,6 +651,37 @@ impl Device for CudaDevice<'_> {
         // SAFETY: see the impl; the word is a flag of the layout, which a peer's stream (or
         // an abort) writes.
         unsafe { self.eng.kernels.wait_flag(s, addr, value) }.map_err(cuda_err)
+    }
+
+    fn wait_copy_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        if !self.eng.copy_kernel {
+            self.wait(lane, arrive.0, arrive.1)?;
+            self.copy(lane, dst, src, bytes)?;
+            return self.write(lane, done.0, done.1);
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes
+        // `arrive`; `done` is a peer's flag mapped here), the ranges are the transfer's two
+        // buffers (ours and the peer's, mapped), disjoint, valid until the stream passes.
+        unsafe {
+            self.eng.kernels.wait_copy(
+                s,
+                arrive.0,
+                arrive.1,
+                dst,
+                src,
+                bytes as u64,
+                done.0,
+                done.1,
+            )
+        }
+        .map_err(cuda_err)
     }
 
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {

@@ -105,6 +105,21 @@ pub(crate) trait Device {
         let _ = of;
         self.wait(lane, addr, value)
     }
+    /// A direct transfer's second side: wait until the word at `arrive.0` reaches
+    /// `arrive.1`, copy `bytes` from `src` to `dst`, then write `done.1` to the word at
+    /// `done.0` (the copy visible first). A device may run all three as one kernel, so that
+    /// no command of ours waits queued behind the wait.
+    fn wait_copy_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        self.wait(lane, arrive.0, arrive.1)?;
+        self.copy(lane, dst, src, bytes)?;
+        self.write(lane, done.0, done.1)
+    }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
