@@ -8,7 +8,8 @@
 //! * `f32`/`f64` use native IEEE arithmetic; Max/Min follow CUDA `fmaxf`/`fminf` (a NaN
 //!   operand yields the other operand; `max(-0, +0) = +0`, `min(-0, +0) = -0`); `f32` NaN
 //!   results are the canonical `0x7fffffff` that NVIDIA GPUs produce (payloads are not
-//!   propagated), `f64` NaN results keep whatever the host FPU gives;
+//!   propagated), `f64` NaN results are the first NaN operand's, quieted (x86's scalar rule, fixed so that
+//!   no operand order the compiler picks changes them);
 //! * fp16, bf16 and fp8 compute each operation exactly in `f64` and round once to the type
 //!   with round-to-nearest-even (what `__hadd`/`__hmul` do natively); fp8 results saturate to
 //!   the largest finite value (CUDA `__NV_SATFINITE`, which NCCL's fp8 conversions use), so an
@@ -352,11 +353,11 @@ impl NativeElem for f32 {
 impl NativeElem for f64 {
     #[inline(always)]
     fn sum(a: Self, b: Self) -> Self {
-        a + b
+        nan_of_first(a, b, a + b)
     }
     #[inline(always)]
     fn prod(a: Self, b: Self) -> Self {
-        a * b
+        nan_of_first(a, b, a * b)
     }
     #[inline(always)]
     fn max(a: Self, b: Self) -> Self {
@@ -399,6 +400,25 @@ fn sum_round_to_odd(p: f64, q: f64) -> f64 {
     } else {
         bits - 1
     })
+}
+
+/// `r` (= `a` op `b`), except that a NaN result is `a`'s NaN (quieted) when `a` is one, else
+/// `b`'s: what x86's scalar `addsd`/`mulsd` give, made explicit because the compiler may
+/// swap the operands of a commutative operation (it did, in release builds, once `dst` was
+/// the same buffer as `a`), and then in-place and out-of-place reductions disagreed on the
+/// payload. A NaN from two numbers (inf - inf) stays the FPU's default NaN.
+#[inline(always)]
+fn nan_of_first(a: f64, b: f64, r: f64) -> f64 {
+    const QUIET: u64 = 1 << 51;
+    if !r.is_nan() {
+        r
+    } else if a.is_nan() {
+        f64::from_bits(a.to_bits() | QUIET)
+    } else if b.is_nan() {
+        f64::from_bits(b.to_bits() | QUIET)
+    } else {
+        r
+    }
 }
 
 /// CUDA `fmax` on doubles: NaN loses to a number, `+0` beats `-0`.
