@@ -52,6 +52,11 @@ static inline double u64_to_d(u64 x) { return (double)x; }
 static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
 "#;
 
+/// Block-level CUDA built-ins as no-ops, for kernels run as one host thread.
+const BLOCK_STUBS: &str =
+    "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
+                           static inline void __threadfence_system() {}\n";
+
 type Zip = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, u64);
 type Map = unsafe extern "C" fn(*mut u8, *const u8, u64, u64);
 
@@ -325,8 +330,6 @@ fn low_latency_kernel_sources_compile() {
         eprintln!("skipping: no g++ to check the kernel sources");
         return;
     }
-    let stubs = "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
-                 static inline void __threadfence_system() {}\n";
     let dir = std::env::temp_dir().join(format!("ccl-ll-src-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut failures = Vec::new();
@@ -342,7 +345,7 @@ fn low_latency_kernel_sources_compile() {
             ops.into_iter()
                 .chain([KernelOp::LlExchange, KernelOp::WaitFlag, KernelOp::WaitCopy])
         {
-            let prims = format!("{HOST_PRIMITIVES}{stubs}");
+            let prims = format!("{HOST_PRIMITIVES}{BLOCK_STUBS}");
             let src = format!(
                 "{HOST_INCLUDES}{}",
                 kernel_source_with(dt, op, &prims)
@@ -385,15 +388,13 @@ fn wait_copy_kernel_copies_then_signals() {
         eprintln!("skipping: no g++ to compile the kernel source for the host");
         return;
     }
-    let stubs = "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
-                 static inline void __threadfence_system() {}\n";
     let name = kernel_name(DataType::Uint8, KernelOp::WaitCopy);
     let src = format!(
         "{HOST_INCLUDES}{}",
         kernel_source_with(
             DataType::Uint8,
             KernelOp::WaitCopy,
-            &format!("{HOST_PRIMITIVES}{stubs}")
+            &format!("{HOST_PRIMITIVES}{BLOCK_STUBS}")
         )
         .replace("extern \"C\" __global__", "extern \"C\"")
     );

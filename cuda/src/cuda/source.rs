@@ -823,18 +823,28 @@ fn wait_flag_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
         r#"
+{SPIN}
 extern "C" __global__ void {name}(const u32* flag, u32 value) {{
-  const volatile u32* f = (const volatile u32*)flag;
-  while ((int)(*f - value) < 0) {{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    __nanosleep(128);
-#endif
-  }}
-  __threadfence_system();
+  ccl_spin_until(flag, value);
 }}
 "#
     );
 }
+
+/// The flag poll both wait kernels use: volatile reads (a peer's stream writes the word over
+/// NVLink, or the host does), a short sleep between looks, then a system-wide fence so the
+/// caller's later reads come after the writes the flag announces.
+const SPIN: &str = r#"
+static __device__ inline void ccl_spin_until(const u32* flag, u32 value) {
+  const volatile u32* f = (const volatile u32*)flag;
+  while ((int)(*f - value) < 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    __nanosleep(128);
+#endif
+  }
+  __threadfence_system();
+}
+"#;
 
 /// Wait, copy, signal in one block: thread 0 polls `arrive` as [`wait_flag_code`] does, the
 /// block copies `bytes` from `src` to `dst` (16 bytes a thread a step when both are 16-byte
@@ -846,16 +856,9 @@ fn wait_copy_code(name: &str, out: &mut String) {
         r#"
 struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
 
+{SPIN}
 extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u8* src, u64 bytes, u32* done, u32 done_value) {{
-  if (threadIdx.x == 0) {{
-    const volatile u32* f = (const volatile u32*)arrive;
-    while ((int)(*f - value) < 0) {{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-      __nanosleep(128);
-#endif
-    }}
-    __threadfence_system();
-  }}
+  if (threadIdx.x == 0) ccl_spin_until(arrive, value);
   __syncthreads();
   const u64 tid = threadIdx.x, step = blockDim.x;
   u64 head = 0;

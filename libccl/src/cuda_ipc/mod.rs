@@ -661,9 +661,13 @@ impl Device for CudaDevice<'_> {
         done: (u64, u32),
     ) -> Result<()> {
         if !self.eng.copy_kernel {
-            self.wait(lane, arrive.0, arrive.1)?;
-            self.copy(lane, dst, src, bytes)?;
-            return self.write(lane, done.0, done.1);
+            return protocol::wait_copy_signal_in_three(
+                self,
+                lane,
+                arrive,
+                (dst, src, bytes),
+                done,
+            );
         }
         let s = self.stream(lane)?;
         // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes

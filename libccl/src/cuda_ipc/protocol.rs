@@ -83,6 +83,19 @@ pub(crate) enum Kernel {
     },
 }
 
+/// [`Device::wait_copy_signal`] as a stream wait, a copy and a stream write.
+pub(crate) fn wait_copy_signal_in_three<D: Device + ?Sized>(
+    dev: &mut D,
+    lane: Lane,
+    arrive: (u64, u32),
+    (dst, src, bytes): (u64, u64, usize),
+    done: (u64, u32),
+) -> Result<()> {
+    dev.wait(lane, arrive.0, arrive.1)?;
+    dev.copy(lane, dst, src, bytes)?;
+    dev.write(lane, done.0, done.1)
+}
+
 /// What a [`Device::wait_long`] waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LongWait {
@@ -113,12 +126,10 @@ pub(crate) trait Device {
         &mut self,
         lane: Lane,
         arrive: (u64, u32),
-        (dst, src, bytes): (u64, u64, usize),
+        copy: (u64, u64, usize),
         done: (u64, u32),
     ) -> Result<()> {
-        self.wait(lane, arrive.0, arrive.1)?;
-        self.copy(lane, dst, src, bytes)?;
-        self.write(lane, done.0, done.1)
+        wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.
