@@ -1214,34 +1214,36 @@ impl MptLink {
             if !self.engines.iter().all(|e| e.shared.room()) {
                 return Ok(false);
             }
-            if self.engine_copy {
-                let mut want = [0u64; MAX_ENGINES];
-                for (i, e) in self.engines.iter().enumerate() {
-                    let (lo, hi) = part_range(frame.len(), i, n);
-                    let part = frame.get(lo..hi).ok_or_else(|| {
-                        Error::Protocol(format!("mpt part {lo}..{hi} outside the frame"))
-                    })?;
-                    want[i] = e.shared.copies_done.load(Ordering::Acquire) + 1;
-                    e.shared
-                        .hand_over(part_header(seq, frame.len(), i, n), part)?;
-                }
-                self.wait_copies(&want[..n])?;
-                self.next_seq += 1;
-                return Ok(true);
-            }
-            for (i, e) in self.engines.iter().enumerate() {
+            // Every part is cut before any is handed over, so no error below leaves an
+            // engine holding a part of a frame this call gives up on.
+            let mut parts: [&[u8]; MAX_ENGINES] = [&[]; MAX_ENGINES];
+            for (i, part) in parts.iter_mut().enumerate().take(n) {
                 let (lo, hi) = part_range(frame.len(), i, n);
-                let part = frame.get(lo..hi).ok_or_else(|| {
+                *part = frame.get(lo..hi).ok_or_else(|| {
                     Error::Protocol(format!("mpt part {lo}..{hi} outside the frame"))
                 })?;
-                if !e
-                    .shared
-                    .send(&part_header(seq, frame.len(), i, n), part, false)?
-                {
+            }
+            // With engine copies each engine copies its own part (the frame must not change
+            // until all have); otherwise this thread copies every part.
+            let mut want = [0u64; MAX_ENGINES];
+            for (i, (e, &part)) in self.engines.iter().zip(&parts).enumerate() {
+                let hdr = part_header(seq, frame.len(), i, n);
+                if self.engine_copy {
+                    want[i] = e.shared.copies_done.load(Ordering::Acquire) + 1;
+                    if let Err(err) = e.shared.hand_over(hdr, part) {
+                        // The engines already holding parts still read `frame`: it must
+                        // outlive their copies even though this send fails.
+                        let _ = self.wait_copies(&want[..i]);
+                        return Err(err);
+                    }
+                } else if !e.shared.send(&hdr, part, false)? {
                     return Err(Error::Protocol(format!(
                         "mpt engine {i} refused part {i} of frame {seq} after showing room"
                     )));
                 }
+            }
+            if self.engine_copy {
+                self.wait_copies(&want[..n])?;
             }
         } else {
             // Least-loaded engine with room: fewest unacknowledged bytes, then messages,

@@ -401,8 +401,9 @@ pub(crate) struct Plan {
 }
 
 /// How a large local copy may be cut over idle lanes, so several copy engines move it
-/// (`CCL_IPC_LOCAL_COPY_LANES`): a local copy is the slow part of an all-gather or all-to-all
-/// beside a GEMM (75% of its bandwidth lost, against 40% for transfers between GPUs).
+/// (`CCL_IPC_LOCAL_COPY_LANES`): beside a GEMM, all-gather and all-to-all (which copy locally)
+/// kept 22-24% of their bandwidth and send/receive (which does not) 60%, so the local copy
+/// is the likely bottleneck there (not yet measured with the split).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LocalSplit {
     pub lanes: usize,
@@ -570,13 +571,13 @@ impl Plan {
             lanes: local.len(),
             ..self.local_split
         };
-        // Only the lanes the local copies' parts land on join in.
-        let most_parts = self
+        let cuts: Vec<_> = self
             .beside
             .iter()
-            .map(|&(_, _, b)| split.parts(b).len())
-            .max()
-            .unwrap_or(0);
+            .map(|&(dst, src, bytes)| (dst, src, split.parts(bytes)))
+            .collect();
+        // Only the lanes the local copies' parts land on join in.
+        let most_parts = cuts.iter().map(|(_, _, p)| p.len()).max().unwrap_or(0);
         for &lane in local.iter().take(most_parts) {
             if lane != Lane::User && !lanes.contains(&lane) {
                 lanes.push(lane);
@@ -585,8 +586,8 @@ impl Plan {
         if !lanes.is_empty() {
             dev.fork(&lanes)?;
         }
-        for &(dst, src, bytes) in &self.beside {
-            for ((off, len), &lane) in split.parts(bytes).into_iter().zip(&local) {
+        for (dst, src, parts) in cuts {
+            for ((off, len), &lane) in parts.into_iter().zip(&local) {
                 dev.copy(lane, dst + off as u64, src + off as u64, len)?;
             }
         }

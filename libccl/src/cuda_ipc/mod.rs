@@ -522,13 +522,14 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let bufs = Buffers::new(local.ctx.clone(), vmm_ok);
     // A local setting (each rank orders its own streams); the kernel is loaded now, never
     // while streams wait on peers.
+    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
     let wait_kernel = wants_wait_kernel(
         &params::CCL_IPC_WAIT_KERNEL.get_str(),
-        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+        max_connections.as_deref(),
     );
     let copy_kernel = wants_wait_kernel(
         &params::CCL_IPC_COPY_KERNEL.get_str(),
-        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+        max_connections.as_deref(),
     )
     .any();
     if copy_kernel {
