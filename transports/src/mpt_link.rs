@@ -1057,15 +1057,13 @@ struct Head {
     parts: usize,
 }
 
-/// The frame `peek` shows until `pop`.
+/// The frame or piece `peek` shows until `pop`: in place in `engine`'s receive slot, after
+/// the part header.
 #[derive(Clone, Copy, Debug)]
-enum Ready {
-    /// In place in `engine`'s receive slot, after the part header.
-    Whole {
-        engine: usize,
-        slot: usize,
-        len: usize,
-    },
+struct Ready {
+    engine: usize,
+    slot: usize,
+    len: usize,
 }
 
 fn part_header(seq: u64, total: usize, part: usize, parts: usize) -> [u8; PART_HEADER] {
@@ -1362,7 +1360,7 @@ impl MptLink {
                     self.shape.0, self.shape.1, self.next_frame, p.part, p.parts, p.total, p.seq
                 )));
             }
-            return Ok(Some(Ready::Whole {
+            return Ok(Some(Ready {
                 engine: i,
                 slot: p.slot,
                 len: p.len - PART_HEADER,
@@ -1396,7 +1394,7 @@ impl MptLink {
             return Ok(None);
         }
         self.shape = (h.parts, h.total);
-        Ok(Some(Ready::Whole {
+        Ok(Some(Ready {
             engine: e,
             slot: h.slot,
             len: h.len - PART_HEADER,
@@ -1455,7 +1453,7 @@ impl Link for MptLink {
         }
         match self.ready {
             None => Ok(None),
-            Some(Ready::Whole { engine, slot, len }) => {
+            Some(Ready { engine, slot, len }) => {
                 let eng = &self.engines[engine];
                 // SAFETY: the slot is the engine's completed head receive, released only by
                 // `pop` (which needs `&mut self`, so not while this borrow lives); `head`
@@ -1474,17 +1472,14 @@ impl Link for MptLink {
             }
             return;
         }
-        match self.ready.take() {
-            Some(Ready::Whole { engine, .. }) => {
-                self.heads[engine] = None;
-                self.engines[engine].shared.release();
-                self.next_part += 1;
-                if self.next_part >= self.shape.0 {
-                    self.next_part = 0;
-                    self.next_frame += 1;
-                }
+        if let Some(Ready { engine, .. }) = self.ready.take() {
+            self.heads[engine] = None;
+            self.engines[engine].shared.release();
+            self.next_part += 1;
+            if self.next_part >= self.shape.0 {
+                self.next_part = 0;
+                self.next_frame += 1;
             }
-            None => {}
         }
     }
 
