@@ -245,7 +245,9 @@ impl Gen {
 /// same values again for every size, placement and rank.
 #[derive(Debug, Default)]
 pub struct Prefixes {
-    /// Most recently used last; two kept so a sweep over operators never rebuilds on a revisit.
+    /// Most recently used last. A sweep now uses one generator per type and operator (the
+    /// timed runs write zeros), so one entry would do; two are kept so a caller alternating
+    /// two generators does not rebuild 512 MiB on every call.
     entries: Vec<(Gen, Prefix)>,
 }
 
