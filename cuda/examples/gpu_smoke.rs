@@ -296,7 +296,8 @@ fn run_case(
             KernelOp::LlAllReduce(_)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
-            | KernelOp::WaitCopy => return Err("not an element-wise kernel".into()),
+            | KernelOp::WaitCopy
+            | KernelOp::LlP2p => return Err("not an element-wise kernel".into()),
         }
     }
     // GPU.
@@ -316,7 +317,8 @@ fn run_case(
             KernelOp::LlAllReduce(_)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
-            | KernelOp::WaitCopy => return Err("not an element-wise kernel".into()),
+            | KernelOp::WaitCopy
+            | KernelOp::LlP2p => return Err("not an element-wise kernel".into()),
         }
     }
     s.synchronize()?;

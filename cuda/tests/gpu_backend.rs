@@ -9,6 +9,15 @@ use ccl_cuda::cuda::{Context, DeviceBuffer, Driver, Flag, Kernels, Nvrtc, Stream
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
 
+/// One test on the GPU at a time: a kernel that waits for a launch this process makes next
+/// (two ranks on one GPU) would wait forever if another test's module load, which can wait
+/// for the whole device, took the driver in between.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn gpu() -> Option<std::sync::Arc<Context>> {
     match Driver::get().and_then(|d| d.device_count()) {
         Ok(n) if n > 0 => {}
@@ -30,6 +39,7 @@ fn gpu() -> Option<std::sync::Arc<Context>> {
 
 #[test]
 fn reduce_matches_host() {
+    let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let kernels = Kernels::new(&ctx).unwrap();
     let stream = Stream::new(&ctx).unwrap();
@@ -85,6 +95,7 @@ fn reduce_matches_host() {
 
 #[test]
 fn flag_round_trip() {
+    let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let stream = Stream::with_flags(&ctx, true).unwrap();
     let (go, ack) = (Flag::new(&ctx).unwrap(), Flag::new(&ctx).unwrap());
@@ -106,6 +117,7 @@ fn flag_round_trip() {
 /// first still waits.
 #[test]
 fn wait_flag_kernel_holds_its_stream_only() {
+    let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let kernels = Kernels::new(&ctx).unwrap();
     let (waiting, other) = (
@@ -151,6 +163,7 @@ fn wait_flag_kernel_holds_its_stream_only() {
 /// copies exactly its bytes (a 16-byte-aligned run and an odd one) and writes the done word.
 #[test]
 fn wait_copy_kernel_copies_after_its_flag_then_signals() {
+    let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let kernels = Kernels::new(&ctx).unwrap();
     let stream = Stream::with_flags(&ctx, true).unwrap();
@@ -192,5 +205,143 @@ fn wait_copy_kernel_copies_after_its_flag_then_signals() {
         assert!(got[..off].iter().all(|&b| b == 0xEE));
         assert_eq!(&got[off..off + len], &src[..len], "round {round}");
         assert!(got[off + len..].iter().all(|&b| b == 0xEE));
+    }
+}
+
+/// Waits for a stream with a deadline, so a kernel that never ends fails the test instead of
+/// hanging it.
+fn finish(stream: &Stream, what: &str) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !stream.query().unwrap() {
+        assert!(
+            std::time::Instant::now() < end,
+            "{what}: still running after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Two ranks on one GPU (two areas, two streams): an in-place exchange reads each buffer
+/// before the peer's data lands in it, and a sender that runs several launches of sends
+/// (more than the slots) ahead of a receiver that starts late delivers every message, each
+/// size exact (1, 17, 4096 bytes), on ring slots recycled by credits.
+#[test]
+fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
+    let _serial = serial();
+    use ccl_cuda::cuda::source::{ll_data_offset, LL_P2P_SLOTS};
+    use ccl_cuda::cuda::LlP2p;
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let streams = [
+        Stream::with_flags(&ctx, true).unwrap(),
+        Stream::with_flags(&ctx, true).unwrap(),
+    ];
+    let area_bytes = ll_data_offset(2) + 4096;
+    let areas = [
+        DeviceBuffer::new(&ctx, area_bytes).unwrap(),
+        DeviceBuffer::new(&ctx, area_bytes).unwrap(),
+    ];
+    for a in &areas {
+        a.write(0, &vec![0u8; area_bytes]).unwrap();
+    }
+    let table: Vec<u8> = areas.iter().flat_map(|a| a.ptr().to_le_bytes()).collect();
+    let dev_table = DeviceBuffer::new(&ctx, table.len()).unwrap();
+    dev_table.write(0, &table).unwrap();
+
+    // In place: each rank sends its 8 bytes and receives the peer's into the same buffer.
+    let bufs = [
+        DeviceBuffer::new(&ctx, 8).unwrap(),
+        DeviceBuffer::new(&ctx, 8).unwrap(),
+    ];
+    let vals = [
+        [1u8, 2, 3, 4, 5, 6, 7, 8],
+        [11u8, 12, 13, 14, 15, 16, 17, 18],
+    ];
+    for r in 0..2 {
+        bufs[r].write(0, &vals[r]).unwrap();
+        let mut x = LlP2p::default();
+        (x.nsend, x.nrecv) = (1, 1);
+        (x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) = (bufs[r].ptr(), 8, 1 - r as u32, 1);
+        (x.dst[0], x.rbytes[0], x.rpeer[0], x.rseq[0], x.rafter[0]) =
+            (bufs[r].ptr(), 8, 1 - r as u32, 1, 1);
+        // SAFETY: the buffers and areas outlive the work (waited for below); the areas'
+        // words are zeroed; rank 1 - r launches the matching side.
+        unsafe {
+            kernels
+                .ll_p2p(&streams[r], &x, dev_table.ptr(), r as u32, 2, 0)
+                .unwrap()
+        };
+    }
+    for (r, s) in streams.iter().enumerate() {
+        finish(s, "in-place exchange");
+        let mut got = [0u8; 8];
+        bufs[r].read(0, &mut got).unwrap();
+        assert_eq!(got, vals[1 - r], "rank {r} after the in-place exchange");
+    }
+
+    // Rank 0 sends 3 messages a launch for several launches (more than the slots) before
+    // rank 1 receives anything; sequence numbers go on from the exchange above (1).
+    let sizes = [1usize, 17, 4096];
+    let launches = 2 * LL_P2P_SLOTS / sizes.len() + 1;
+    let msgs = launches * sizes.len();
+    let src = DeviceBuffer::new(&ctx, msgs * 4096).unwrap();
+    let dst = DeviceBuffer::new(&ctx, msgs * 4096).unwrap();
+    let data: Vec<u8> = (0..msgs * 4096).map(|i| (i * 31 + 7) as u8).collect();
+    src.write(0, &data).unwrap();
+    dst.write(0, &vec![0xEE; msgs * 4096]).unwrap();
+    let mut ticket = 1; // rank 0 made one send above
+    for l in 0..launches {
+        let mut x = LlP2p {
+            nsend: sizes.len() as u32,
+            ..LlP2p::default()
+        };
+        for (i, &b) in sizes.iter().enumerate() {
+            let m = l * sizes.len() + i;
+            (x.src[i], x.sbytes[i], x.speer[i], x.sseq[i]) =
+                (src.ptr() + (m * 4096) as u64, b as u64, 1, 2 + m as u32);
+        }
+        // SAFETY: as above; rank 1's receives are launched below (the sends block on
+        // credits until then, on their own stream).
+        unsafe {
+            kernels
+                .ll_p2p(&streams[0], &x, dev_table.ptr(), 0, 2, ticket)
+                .unwrap()
+        };
+        ticket += x.nsend;
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !streams[0].query().unwrap(),
+        "the sender ran more than {LL_P2P_SLOTS} sends ahead of its receiver"
+    );
+    for l in 0..launches {
+        let mut x = LlP2p {
+            nrecv: sizes.len() as u32,
+            ..LlP2p::default()
+        };
+        for (j, &b) in sizes.iter().enumerate() {
+            let m = l * sizes.len() + j;
+            (x.dst[j], x.rbytes[j], x.rpeer[j], x.rseq[j]) =
+                (dst.ptr() + (m * 4096) as u64, b as u64, 0, 2 + m as u32);
+        }
+        // SAFETY: as above.
+        unsafe {
+            kernels
+                .ll_p2p(&streams[1], &x, dev_table.ptr(), 1, 2, 1)
+                .unwrap()
+        };
+    }
+    finish(&streams[1], "receiver");
+    finish(&streams[0], "sender");
+    let mut got = vec![0u8; msgs * 4096];
+    dst.read(0, &mut got).unwrap();
+    for m in 0..msgs {
+        let b = sizes[m % sizes.len()];
+        let at = m * 4096;
+        assert_eq!(&got[at..at + b], &data[at..at + b], "message {m}");
+        assert!(
+            got[at + b..at + 4096].iter().all(|&v| v == 0xEE),
+            "message {m} overran"
+        );
     }
 }

@@ -301,7 +301,8 @@ fn generated_kernels_match_the_host_reference() {
                         KernelOp::LlAllReduce(_)
                         | KernelOp::LlExchange
                         | KernelOp::WaitFlag
-                        | KernelOp::WaitCopy => {
+                        | KernelOp::WaitCopy
+                        | KernelOp::LlP2p => {
                             unreachable!("not in KernelOp::ALL")
                         }
                     }

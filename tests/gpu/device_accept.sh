@@ -6,7 +6,7 @@
 # ratios libccl / NCCL, of the -g N runs) under $OUT.
 # Needs .dev/libnccl.so.2 and .dev/ccl-perf (scripts/build-lib.sh release; copy; strip).
 # Usage: tests/gpu/device_accept.sh [ops...]   (default: all nine)
-# Env: NGPU, SIZES, ACCEPT_MPI=0 (skip mpirun runs), ACCEPT_TORCH=0 (skip PyTorch),
+# Env: NGPU, SIZES, ACCEPT_N / ACCEPT_W (iterations / warm-up, default 20 / 5), ACCEPT_MPI=0 (skip mpirun runs), ACCEPT_TORCH=0 (skip PyTorch),
 # CCL_ENV_B="VAR=value ..." (the -g N runs once more with these libccl settings, library
 # "cclb", e.g. CCL_IPC_LL_EXCHANGE_BYTES=4096; its latency ratio gets a column).
 set -uo pipefail
@@ -22,7 +22,7 @@ for op in $OPS; do
     for lib in nccl ccl ${CCL_ENV_B:+cclb}; do
       [ $lib = nccl ] && LP=$NV || LP=$CCL
       [ $lib = cclb ] && B=$CCL_ENV_B || B=
-      env $B LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} .dev/ccl-perf $op -b $size -e $size -n 20 -w 5 -c 1 -g $NGPU \
+      env $B LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} .dev/ccl-perf $op -b $size -e $size -n ${ACCEPT_N:-20} -w ${ACCEPT_W:-5} -c 1 -g $NGPU \
         --json "$L/$G.$op.$size.$lib.json" > "$L/$G.$op.$size.$lib.log" 2>&1
       echo "exit $?" >> "$L/$G.$op.$size.$lib.log"
     done
@@ -33,7 +33,7 @@ for op in $OPS; do
     [ $lib = cclb ] && B=$CCL_ENV_B || B=
     env $B LD_LIBRARY_PATH=$LP timeout -s KILL ${ACCEPT_TIMEOUT:-40} mpirun --allow-run-as-root --bind-to none -np $NGPU -x LD_LIBRARY_PATH \
       $(for kv in $B; do echo "-x ${kv%%=*}"; done) \
-      -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b 8 -e 128M -f 16384 -n 20 -w 5 -c 1 \
+      -x NCCL_NVLS_ENABLE .dev/ccl-perf $op -b 8 -e 128M -f 16384 -n ${ACCEPT_N:-20} -w ${ACCEPT_W:-5} -c 1 \
       > "$L/mpi.$op.$lib.log" 2>&1
     echo "exit $?" >> "$L/mpi.$op.$lib.log"
   done

@@ -13,7 +13,7 @@ use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
     kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS,
-    LL_MAX_BLOCKS, LL_THREADS, UNROLL,
+    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_THREADS, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -554,5 +554,101 @@ impl Drop for Kernels {
                 let _ = unsafe { (self.ctx.driver().fns.cuModuleUnload)(l.module) };
             }
         }
+    }
+}
+
+/// One launch of the point-to-point kernel (its `ccl_p2p`, passed by value): `nsend` sends
+/// (to `speer[i]`, that pair's sequence number `sseq[i]`, counted from 1, of `sbytes[i]` from
+/// `src[i]`) and `nrecv` receives (from `rpeer[j]`, sequence `rseq[j]`, at most `rbytes[j]`
+/// into `dst[j]`, after the first `rafter[j]` sends of this launch when non-zero).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlP2p {
+    pub src: [u64; LL_P2P_MAX_OPS],
+    pub sbytes: [u64; LL_P2P_MAX_OPS],
+    pub dst: [u64; LL_P2P_MAX_OPS],
+    pub rbytes: [u64; LL_P2P_MAX_OPS],
+    pub speer: [u32; LL_P2P_MAX_OPS],
+    pub sseq: [u32; LL_P2P_MAX_OPS],
+    pub rpeer: [u32; LL_P2P_MAX_OPS],
+    pub rseq: [u32; LL_P2P_MAX_OPS],
+    pub rafter: [u32; LL_P2P_MAX_OPS],
+    pub nsend: u32,
+    pub nrecv: u32,
+}
+
+impl Default for LlP2p {
+    fn default() -> Self {
+        LlP2p {
+            src: [0; LL_P2P_MAX_OPS],
+            sbytes: [0; LL_P2P_MAX_OPS],
+            dst: [0; LL_P2P_MAX_OPS],
+            rbytes: [0; LL_P2P_MAX_OPS],
+            speer: [0; LL_P2P_MAX_OPS],
+            sseq: [0; LL_P2P_MAX_OPS],
+            rpeer: [0; LL_P2P_MAX_OPS],
+            rseq: [0; LL_P2P_MAX_OPS],
+            rafter: [0; LL_P2P_MAX_OPS],
+            nsend: 0,
+            nrecv: 0,
+        }
+    }
+}
+
+impl Kernels {
+    /// Queues one launch of the point-to-point kernel (see [`LlP2p`]); `ticket_base` is the
+    /// number of sends this rank's earlier launches made (the ticket word counts on from it).
+    ///
+    /// # Safety
+    /// Every range in `x` is device-accessible and valid until the stream has run the kernel;
+    /// `areas` is a device array of `nranks` low-latency area addresses as this device maps
+    /// them, each laid out by [`super::source::ll_data_offset`] with its point-to-point words
+    /// zeroed before first use; each pair's sequence numbers and this rank's ticket base count
+    /// on from the previous launch on the same stream order; the peers launch the matching
+    /// receives and sends, or the kernel never ends.
+    pub unsafe fn ll_p2p(
+        &self,
+        stream: &Stream,
+        x: &LlP2p,
+        areas: CUdeviceptr,
+        rank: u32,
+        nranks: u32,
+        ticket_base: u32,
+    ) -> Result<()> {
+        let n = |k: u32| k as usize;
+        let bad_peer = |p: &u32| *p >= nranks || *p == rank;
+        if n(x.nsend) > LL_P2P_MAX_OPS
+            || n(x.nrecv) > LL_P2P_MAX_OPS
+            || rank >= nranks
+            || x.speer[..n(x.nsend)].iter().any(bad_peer)
+            || x.rpeer[..n(x.nrecv)].iter().any(bad_peer)
+            || x.sbytes[..n(x.nsend)]
+                .iter()
+                .chain(&x.rbytes[..n(x.nrecv)])
+                .any(|&b| b > LL_P2P_BYTES as u64)
+            || x.rafter[..n(x.nrecv)].iter().any(|&a| a > x.nsend)
+        {
+            return Err(CudaError::InvalidArgument(format!(
+                "point-to-point kernel launch out of bounds ({} sends, {} receives of at most \
+                 {LL_P2P_MAX_OPS}, {LL_P2P_BYTES} bytes each, to other ranks of {nranks})",
+                x.nsend, x.nrecv
+            )));
+        }
+        let func = self.function(DataType::Uint8, KernelOp::LlP2p)?;
+        let mut x = *x;
+        let (mut areas, mut rank, mut nranks, mut base) = (areas, rank, nranks, ticket_base);
+        let mut off = super::source::ll_p2p_offset(nranks as usize) as u64;
+        let mut params: [*mut c_void; 6] = [
+            (&mut x as *mut LlP2p).cast(),
+            (&mut areas as *mut u64).cast(),
+            (&mut rank as *mut u32).cast(),
+            (&mut nranks as *mut u32).cast(),
+            (&mut off as *mut u64).cast(),
+            (&mut base as *mut u32).cast(),
+        ];
+        // Two blocks: sends and receives side by side (see the kernel's source).
+        // SAFETY: the parameters match the kernel's signature (`ccl_p2p` has this struct's C
+        // layout); the memory is the caller's contract.
+        unsafe { self.launch_raw(func, stream, 2, 256, &mut params) }
     }
 }

@@ -34,7 +34,7 @@ pub use driver::Driver;
 pub use error::{CudaError, Result};
 pub use flag::Flag;
 pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
-pub use kernels::{KernelStats, Kernels, LlTransfers};
+pub use kernels::{KernelStats, Kernels, LlP2p, LlTransfers};
 pub use memory::{buffer_id, pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;

@@ -51,6 +51,11 @@ pub enum KernelOp {
     /// command queued behind a waiting one on the hardware queue (see [`wait_copy_code`];
     /// one block; compiled under `Uint8`).
     WaitCopy,
+    /// A group's small sends and receives as one kernel of two blocks over the ranks'
+    /// low-latency areas: per (sender, receiver) pair a ring of [`LL_P2P_SLOTS`] slots with a
+    /// flag each and a credit word back, so a send needs no rendezvous with its receive (see
+    /// [`ll_p2p_code`]; compiled under `Uint8`).
+    LlP2p,
 }
 
 /// [`ReduceKind`] with an order, so that kernel keys sort.
@@ -106,6 +111,7 @@ impl KernelOp {
             KernelOp::LlExchange => "ll_exchange",
             KernelOp::WaitFlag => "wait_flag",
             KernelOp::WaitCopy => "wait_copy",
+            KernelOp::LlP2p => "ll_p2p",
         }
     }
 
@@ -511,7 +517,11 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
                 format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
             }
-            KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => {
+            KernelOp::PreMul
+            | KernelOp::LlExchange
+            | KernelOp::WaitFlag
+            | KernelOp::WaitCopy
+            | KernelOp::LlP2p => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -537,7 +547,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -560,7 +570,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -595,7 +605,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::PreMul
                 | KernelOp::LlExchange
                 | KernelOp::WaitFlag
-                | KernelOp::WaitCopy => {
+                | KernelOp::WaitCopy
+                | KernelOp::LlP2p => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -711,6 +722,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
         wait_copy_code(&kernel_name(dt, op), &mut s);
         return s;
     }
+    if op == KernelOp::LlP2p {
+        ll_p2p_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
     s.push_str(COMMON);
     let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
     if let Some(f) = format_of(dt) {
@@ -731,10 +746,36 @@ pub const LL_THREADS: u32 = 512;
 /// its own flag and acknowledgement words, so blocks never wait for each other.
 pub const LL_MAX_BLOCKS: usize = 32;
 
-/// Byte offset of the data regions in a low-latency area: first a flag word per (sender,
-/// block), then an acknowledgement word per (peer, block), each on its own 64-byte line.
-pub fn ll_data_offset(nranks: usize) -> usize {
+/// Slots per (sender, receiver) pair of the point-to-point region: a sender runs at most this
+/// many small sends ahead of its receiver's receives.
+pub const LL_P2P_SLOTS: usize = 8;
+
+/// Largest send or receive the point-to-point kernel carries (one slot).
+pub const LL_P2P_BYTES: usize = 4096;
+
+/// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
+pub const LL_P2P_MAX_OPS: usize = 32;
+
+/// Byte offset of the point-to-point region in a low-latency area: after a flag word per
+/// (sender, block) and an acknowledgement word per (peer, block), each on its own 64-byte
+/// line. The region is fixed-size, so every rank finds it at the same offset whatever its
+/// `ll_max`.
+pub fn ll_p2p_offset(nranks: usize) -> usize {
     (2 * nranks * LL_MAX_BLOCKS * 64).div_ceil(256) * 256
+}
+
+/// Bytes of the point-to-point region's words, from [`ll_p2p_offset`]: a line per (sender,
+/// slot) holding the slot's sequence number and byte count, a credit line per receiver (the
+/// last sequence number it consumed from this rank), and this rank's ticket line (how many
+/// of its sends have read their source, for in-place receives).
+pub fn ll_p2p_words_bytes(nranks: usize) -> usize {
+    (64 * (nranks * LL_P2P_SLOTS + nranks + 1)).div_ceil(256) * 256
+}
+
+/// Byte offset of the data regions in a low-latency area: after the words and the
+/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)).
+pub fn ll_data_offset(nranks: usize) -> usize {
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
 }
 
 /// Bytes of one rank's low-latency area: the words, then two buffers (by operation parity)
@@ -875,6 +916,105 @@ extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u
   __syncthreads();
   if (threadIdx.x == 0) {{
     *(volatile u32*)done = done_value;
+  }}
+}}
+"#
+    );
+}
+
+/// The point-to-point kernel: block 0 runs the sends in order, block 1 the receives in order,
+/// side by side so that neither waits behind the other (a send waits only for a credit, which
+/// the peer's receive block returns whatever its send block is doing). A send waits until its
+/// slot's previous use was consumed, copies into the receiver's slot, fences, writes the byte
+/// count and then the sequence number, and advances this rank's ticket. A receive waits for
+/// its slot's sequence number (and, where its buffer overlaps sends of the same launch, for
+/// the ticket of the last of them: an in-place exchange reads before it writes), copies out
+/// with loads that skip L1 (the peer wrote the slot over NVLink), and returns the credit.
+/// Bytes received are the sender's count clipped to the receive (a mismatch truncates; both
+/// sides' sizes are the caller's contract, as with NCCL).
+fn ll_p2p_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+#define P2P_SLOTS {LL_P2P_SLOTS}u
+#define P2P_BYTES {LL_P2P_BYTES}ull
+#define P2P_OPS {LL_P2P_MAX_OPS}
+struct ccl_p2p {{
+  u64 src[P2P_OPS]; u64 sbytes[P2P_OPS]; u64 dst[P2P_OPS]; u64 rbytes[P2P_OPS];
+  u32 speer[P2P_OPS]; u32 sseq[P2P_OPS]; u32 rpeer[P2P_OPS]; u32 rseq[P2P_OPS]; u32 rafter[P2P_OPS];
+  u32 nsend; u32 nrecv;
+}};
+
+static __device__ inline void ccl_p2p_spin(const volatile u32* w, u32 value) {{
+  while ((int)(*w - value) < 0) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    __nanosleep(64);
+#endif
+  }}
+}}
+
+/* Block-wide copy; loads bypass L1 when `fresh` (memory a peer wrote during this kernel). */
+static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bool fresh) {{
+  const u64 tid = threadIdx.x, step = blockDim.x;
+  u64 head = 0;
+  if (((((u64)to) | ((u64)from)) & 15) == 0) {{
+    const u64 nv = bytes / 16;
+    for (u64 i = tid; i < nv; i += step) {{
+      u32 a, b, c, d;
+      const u8* p = from + 16 * i;
+      if (fresh) {{
+        asm volatile("ld.global.cv.v4.u32 {{%0, %1, %2, %3}}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+      }} else {{
+        asm volatile("ld.global.v4.u32 {{%0, %1, %2, %3}}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+      }}
+      asm volatile("st.global.v4.u32 [%0], {{%1, %2, %3, %4}};" :: "l"(to + 16 * i), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+    }}
+    head = nv * 16;
+  }}
+  for (u64 i = head + tid; i < bytes; i += step) to[i] = fresh ? ((const volatile u8*)from)[i] : from[i];
+}}
+
+extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base) {{
+  u8* mine = (u8*)areas[rank];
+  const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
+  volatile u32* ticket = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
+  __shared__ u32 got;
+  if (blockIdx.x == 0) {{
+    for (u32 i = 0; i < x.nsend; ++i) {{
+      const u32 q = x.speer[i], seq = x.sseq[i], slot = seq % P2P_SLOTS;
+      u8* peer = (u8*)areas[q];
+      if (threadIdx.x == 0) ccl_p2p_spin((const volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + q)), seq - P2P_SLOTS);
+      __syncthreads();
+      ccl_p2p_copy(peer + off + words + ((u64)rank * P2P_SLOTS + slot) * P2P_BYTES, (const u8*)x.src[i], x.sbytes[i], false);
+      __threadfence_system();
+      __syncthreads();
+      if (threadIdx.x == 0) {{
+        volatile u32* line = (volatile u32*)(peer + off + 64ull * ((u64)rank * P2P_SLOTS + slot));
+        line[1] = (u32)x.sbytes[i];
+        __threadfence_system();
+        line[0] = seq;
+        *ticket = ticket_base + i + 1;
+      }}
+    }}
+  }} else {{
+    for (u32 j = 0; j < x.nrecv; ++j) {{
+      const u32 q = x.rpeer[j], seq = x.rseq[j], slot = seq % P2P_SLOTS;
+      if (threadIdx.x == 0) {{
+        volatile u32* line = (volatile u32*)(mine + off + 64ull * ((u64)q * P2P_SLOTS + slot));
+        ccl_p2p_spin(line, seq);
+        if (x.rafter[j] > 0) ccl_p2p_spin(ticket, ticket_base + x.rafter[j]);
+        __threadfence_system();
+        got = line[1];
+      }}
+      __syncthreads();
+      const u64 n = (u64)got < x.rbytes[j] ? (u64)got : x.rbytes[j];
+      ccl_p2p_copy((u8*)x.dst[j], mine + off + words + ((u64)q * P2P_SLOTS + slot) * P2P_BYTES, n, true);
+      __syncthreads();
+      if (threadIdx.x == 0) {{
+        __threadfence_system();
+        *(volatile u32*)((u8*)areas[q] + off + 64ull * (nranks * P2P_SLOTS + rank)) = seq;
+      }}
+    }}
   }}
 }}
 "#

@@ -401,9 +401,10 @@ pub(crate) struct Plan {
 }
 
 /// How a large local copy may be cut over idle lanes, so several copy engines move it
-/// (`CCL_IPC_LOCAL_COPY_LANES`): beside a GEMM, all-gather and all-to-all (which copy locally)
-/// kept 22-24% of their bandwidth and send/receive (which does not) 60%, so the local copy
-/// is the likely bottleneck there (not yet measured with the split).
+/// (`CCL_IPC_LOCAL_COPY_LANES`). Beside a GEMM, all-gather and all-to-all (which copy locally)
+/// keep 22-24% of their bandwidth and send/receive (which does not) 60%; cutting the local
+/// copy over four lanes did not change that (session 6: 81-86 vs 85-92 GB/s), so the
+/// copy engines' share of memory beside the GEMM, not their number, is the likely limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LocalSplit {
     pub lanes: usize,

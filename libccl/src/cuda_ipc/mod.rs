@@ -27,6 +27,7 @@ mod direct_reduce;
 mod protocol;
 #[cfg(test)]
 mod sim;
+mod small_p2p;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,8 @@ struct Queued {
     last_stream: Option<usize>,
     /// Low-latency operations so far.
     ll_seq: u32,
+    /// Small sends and receives so far, per pair (the point-to-point kernel's numbering).
+    small: small_p2p::Seqs,
     /// Collectives called so far, for the mismatch check.
     calls: History,
     /// Groups queued so far.
@@ -85,6 +88,8 @@ struct Queued {
     sent_direct: u64,
     sent_bounced: u64,
     sent_staged: u64,
+    /// Bytes this rank sent as small sends through the point-to-point kernel.
+    sent_small: u64,
     push_waits: direct::PushWaits,
     /// Peers whose receives came late (the push wait is skipped for a while).
     push_late: direct::Lateness,
@@ -568,6 +573,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             counters: Counters::new(n, rx_lanes),
             last_stream: None,
             ll_seq: 0,
+            small: small_p2p::Seqs::new(n),
             calls: History::default(),
             ops: 0,
             bufs,
@@ -576,6 +582,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             push_waits: direct::PushWaits::default(),
             push_late: direct::Lateness::default(),
             sent_staged: 0,
+            sent_small: 0,
         }),
         board,
         direct: direct_on,
@@ -768,6 +775,8 @@ struct Queueing {
     user: Vec<Stream>,
     em: Chain,
     ll: Option<LowLatency>,
+    /// Small sends and receives for the point-to-point kernel, in call order.
+    small: Vec<Task>,
     sig: Option<CallSig>,
     /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
     direct: Option<Program>,
@@ -983,6 +992,28 @@ impl Queueing {
                 }
             }
             .map_err(cuda_err)?;
+        }
+        if !self.small.is_empty() {
+            let l = &eng.layout;
+            for launch in small_p2p::plan(&self.small, &mut q.small) {
+                let x = &launch.x;
+                q.sent_small += x.sbytes[..x.nsend as usize].iter().sum::<u64>();
+                // SAFETY: the buffers hold what the tasks say (validated at enqueue), each at
+                // most a slot; the areas' point-to-point words were zeroed at setup; each
+                // pair's numbers and the ticket go on in this communicator's call order (under
+                // the queue lock), as the peers' do for the matching receives and sends.
+                unsafe {
+                    eng.kernels.ll_p2p(
+                        first,
+                        x,
+                        eng.ll_areas.ptr(),
+                        l.rank as u32,
+                        l.nranks as u32,
+                        launch.ticket_base,
+                    )
+                }
+                .map_err(cuda_err)?;
+            }
         }
         let mut dev = CudaDevice { eng, user: first };
         self.em.begin(&eng.layout, &mut dev)
@@ -1221,6 +1252,9 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
     }
     let l = &eng.layout;
     let tiny = small_exchange(tasks, l.nranks, eng.ll_exchange_max);
+    let (small, tasks): (Vec<Task>, Vec<Task>) = tasks
+        .iter()
+        .partition(|t| small_p2p::is_small(t, l.rank, eng.ll_exchange_max));
     let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
         .iter()
         .partition(|t| eng.direct && !tiny && direct::goes_direct(t.kind));
@@ -1249,6 +1283,11 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
     for (dt, op) in kernels_needed(em.programs(), ll.as_ref()) {
         eng.kernels.prepare(dt, op).map_err(cuda_err)?;
     }
+    if !small.is_empty() {
+        eng.kernels
+            .prepare(DataType::Uint8, KernelOp::LlP2p)
+            .map_err(cuda_err)?;
+    }
     let staged_tx = em.sent_bytes();
     Ok(Queueing {
         comm: comm.clone(),
@@ -1256,6 +1295,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         user,
         em,
         ll,
+        small,
         sig: CallSig::of(all),
         direct,
         staged_tx,
@@ -1432,11 +1472,12 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
     if let Some(q) = eng.queued.try_lock() {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
-             the bounce buffer, and {} bytes through receive slots",
+             the bounce buffer, {} bytes through receive slots and {} bytes as small sends",
             eng.layout.rank,
             q.sent_direct,
             q.sent_bounced,
-            q.sent_staged
+            q.sent_staged,
+            q.sent_small
         );
         let w = &q.push_waits;
         if w.pushed + w.left_to_pull > 0 {
