@@ -98,6 +98,22 @@ def main():
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         res[f"batch_isend_irecv_{name}"] = y
+        # Small point-to-point (a few hundred bytes: libccl's point-to-point kernel rather
+        # than copy engines), blocking and batched.
+        xs = x[:257].clone()
+        ys = torch.empty_like(xs)
+        if rank == 0:
+            dist.send(xs, dst=peer)
+            dist.recv(ys, src=prev)
+        else:
+            dist.recv(ys, src=prev)
+            dist.send(xs, dst=peer)
+        res[f"small_send_recv_{name}"] = ys
+        ys = torch.empty_like(xs)
+        ops = [dist.P2POp(dist.isend, xs, peer), dist.P2POp(dist.irecv, ys, prev)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        res[f"small_batch_isend_irecv_{name}"] = ys
     # Large tensors (copy-engine pipeline rather than the low-latency kernels), list-based
     # collectives (PyTorch turns several into grouped send/recv), and the other reductions.
     for dt in dts:
