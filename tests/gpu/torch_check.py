@@ -52,6 +52,26 @@ def main():
     def rnd(n, dt):
         return torch.randn(n, generator=g).to(dt).to(dev)
 
+    def ring_p2p(x, name):
+        # Blocking send/recv round the ring: rank 0 sends first, every other rank receives from
+        # its predecessor before it sends on, so the chain 0 -> 1 -> ... -> N-1 -> 0 cannot
+        # deadlock. With 2 ranks this is the old exchange (0 sends to 1, then receives from 1).
+        # Then the same as one batch_isend_irecv.
+        y = torch.empty_like(x)
+        peer, prev = (rank + 1) % world, (rank - 1) % world
+        if rank == 0:
+            dist.send(x, dst=peer)
+            dist.recv(y, src=prev)
+        else:
+            dist.recv(y, src=prev)
+            dist.send(x, dst=peer)
+        res[f"send_recv_{name}"] = y
+        y = torch.empty_like(x)
+        ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, prev)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        res[f"batch_isend_irecv_{name}"] = y
+
     dts = () if os.environ.get("CCL_TORCH_ONLY_DDP") == "1" else (torch.float32, torch.bfloat16, torch.float16)
     for dt in dts:
         name = str(dt).split(".")[1]
@@ -81,39 +101,10 @@ def main():
         y = torch.empty_like(x)
         dist.all_to_all_single(y, x)
         res[f"all_to_all_{name}"] = y
-        # Blocking send/recv round the ring: rank 0 sends first, every other rank receives from
-        # its predecessor before it sends on, so the chain 0 -> 1 -> ... -> N-1 -> 0 cannot
-        # deadlock. With 2 ranks this is the old exchange (0 sends to 1, then receives from 1).
-        y = torch.empty_like(x)
-        peer, prev = (rank + 1) % world, (rank - 1) % world
-        if rank == 0:
-            dist.send(x, dst=peer)
-            dist.recv(y, src=prev)
-        else:
-            dist.recv(y, src=prev)
-            dist.send(x, dst=peer)
-        res[f"send_recv_{name}"] = y
-        y = torch.empty_like(x)
-        ops = [dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, y, prev)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        res[f"batch_isend_irecv_{name}"] = y
-        # Small point-to-point (a few hundred bytes: libccl's point-to-point kernel rather
-        # than copy engines), blocking and batched.
-        xs = x[:257].clone()
-        ys = torch.empty_like(xs)
-        if rank == 0:
-            dist.send(xs, dst=peer)
-            dist.recv(ys, src=prev)
-        else:
-            dist.recv(ys, src=prev)
-            dist.send(xs, dst=peer)
-        res[f"small_send_recv_{name}"] = ys
-        ys = torch.empty_like(xs)
-        ops = [dist.P2POp(dist.isend, xs, peer), dist.P2POp(dist.irecv, ys, prev)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        res[f"small_batch_isend_irecv_{name}"] = ys
+        # Point-to-point round the ring, at this size and at a few hundred bytes (libccl's
+        # point-to-point kernel rather than copy engines).
+        ring_p2p(x, name)
+        ring_p2p(x[:257].clone(), f"small_{name}")
     # Large tensors (copy-engine pipeline rather than the low-latency kernels), list-based
     # collectives (PyTorch turns several into grouped send/recv), and the other reductions.
     for dt in dts:
