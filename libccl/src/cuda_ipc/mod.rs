@@ -549,6 +549,17 @@ pub fn attach(comm: &Comm) -> Result<()> {
             .prepare(DataType::Uint8, KernelOp::WaitFlag)
             .map_err(cuda_err)?;
     }
+    // The kernels of small operations too: one of them waits for a launch that another
+    // communicator of this process (the peer GPU's, under `-g N`) makes next, and a module
+    // load, which can wait for the whole device, must not come in between.
+    if ll_exchange_max > 0 {
+        for op in [KernelOp::LlExchange, KernelOp::LlP2p] {
+            local
+                .kernels
+                .prepare(DataType::Uint8, op)
+                .map_err(cuda_err)?;
+        }
+    }
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
