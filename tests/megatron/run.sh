@@ -149,9 +149,10 @@ run_one() { # config library
             --standalone --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL \
             $EXTRA_ARGS --tag "$cfg/$lib" >"$log" 2>&1
         rc=$?
-        # libccl's own account of the run (NCCL_DEBUG=INFO in CCL_ENV): push waits, bytes. The
-        # status is the run's, taken above: under pipefail a grep that finds nothing fails.
-        grep -ho "rank [0-9]*: [0-9]* sends posted before their receives.*\|rank [0-9]*: cuda-ipc sent.*" \
+        # libccl's own account of the run (NCCL_DEBUG=INFO in CCL_ENV): push waits, bytes, host
+        # time spent queueing. The status is the run's, taken above: under pipefail a grep
+        # that finds nothing fails.
+        grep -ho "rank [0-9]*: [0-9]* sends posted before their receives.*\|rank [0-9]*: cuda-ipc sent.*\|rank [0-9]*: cuda-ipc queued.*" \
             "$log" | sort | uniq -c | sort -rn | head -n 8 | sed "s|^|[megatron] $cfg/$lib: |"
     else
         timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \

@@ -91,6 +91,9 @@ struct Queued {
     /// Bytes this rank sent as small sends through the point-to-point kernel.
     sent_small: u64,
     push_waits: direct::PushWaits,
+    /// Host time spent queueing groups (logged when the communicator goes): a host-bound
+    /// training loop pays it directly, as it cannot launch its next kernels meanwhile.
+    queueing: QueueTimes,
     /// Peers whose receives came late (the push wait is skipped for a while).
     push_late: direct::Lateness,
 }
@@ -594,6 +597,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             push_late: direct::Lateness::default(),
             sent_staged: 0,
             sent_small: 0,
+            queueing: QueueTimes::default(),
         }),
         board,
         direct: direct_on,
@@ -1065,6 +1069,26 @@ impl Queueing {
     }
 }
 
+/// Host time spent in [`submit`], per group.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct QueueTimes {
+    groups: u64,
+    total: Duration,
+    longest: Duration,
+    over_100us: u64,
+    over_1ms: u64,
+}
+
+impl QueueTimes {
+    fn add(&mut self, d: Duration) {
+        self.groups += 1;
+        self.total += d;
+        self.longest = self.longest.max(d);
+        self.over_100us += u64::from(d > Duration::from_micros(100));
+        self.over_1ms += u64::from(d > Duration::from_millis(1));
+    }
+}
+
 /// A small collective done by one low-latency kernel per rank instead of transfers.
 #[derive(Debug, Clone, Copy)]
 enum LowLatency {
@@ -1323,6 +1347,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
 /// interleaved by logical time, so no stream runs far ahead of the peers that release it and
 /// the host never blocks on a full stream queue that only a later call would drain.
 pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
+    let started = std::time::Instant::now();
     let mut qs: Vec<Queueing> = Vec::with_capacity(groups.len());
     for (comm, eng, tasks) in groups {
         qs.push(prepare(&comm, eng, &tasks)?);
@@ -1377,6 +1402,10 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     }
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.end(g).map_err(|e| poison(&q.comm, e))?;
+    }
+    let took = started.elapsed();
+    for g in guards.iter_mut() {
+        g.queueing.add(took);
     }
     match qs
         .iter_mut()
@@ -1489,6 +1518,17 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
             q.sent_bounced,
             q.sent_staged,
             q.sent_small
+        );
+        let t = &q.queueing;
+        tracing::info!(
+            "rank {}: cuda-ipc queued {} groups in {:.3} ms of host time ({} over 100 us, {} \
+             over 1 ms, {} us at most)",
+            eng.layout.rank,
+            t.groups,
+            t.total.as_secs_f64() * 1e3,
+            t.over_100us,
+            t.over_1ms,
+            t.longest.as_micros()
         );
         let w = &q.push_waits;
         if w.pushed + w.left_to_pull > 0 {
