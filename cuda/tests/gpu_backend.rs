@@ -247,6 +247,7 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
     let table: Vec<u8> = areas.iter().flat_map(|a| a.ptr().to_le_bytes()).collect();
     let dev_table = DeviceBuffer::new(&ctx, table.len()).unwrap();
     dev_table.write(0, &table).unwrap();
+    let err = Flag::new(&ctx).unwrap();
 
     // In place: each rank sends its 8 bytes and receives the peer's into the same buffer.
     let bufs = [
@@ -268,7 +269,15 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
         // words are zeroed; rank 1 - r launches the matching side.
         unsafe {
             kernels
-                .ll_p2p(&streams[r], &x, dev_table.ptr(), r as u32, 2, 0)
+                .ll_p2p(
+                    &streams[r],
+                    &x,
+                    dev_table.ptr(),
+                    r as u32,
+                    2,
+                    0,
+                    err.device_ptr(),
+                )
                 .unwrap()
         };
     }
@@ -304,7 +313,15 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
         // credits until then, on their own stream).
         unsafe {
             kernels
-                .ll_p2p(&streams[0], &x, dev_table.ptr(), 0, 2, ticket)
+                .ll_p2p(
+                    &streams[0],
+                    &x,
+                    dev_table.ptr(),
+                    0,
+                    2,
+                    ticket,
+                    err.device_ptr(),
+                )
                 .unwrap()
         };
         ticket += x.nsend;
@@ -327,7 +344,7 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
         // SAFETY: as above.
         unsafe {
             kernels
-                .ll_p2p(&streams[1], &x, dev_table.ptr(), 1, 2, 1)
+                .ll_p2p(&streams[1], &x, dev_table.ptr(), 1, 2, 1, err.device_ptr())
                 .unwrap()
         };
     }
@@ -344,4 +361,42 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
             "message {m} overran"
         );
     }
+    assert_eq!(
+        err.load(),
+        0,
+        "a size mismatch reported where sizes matched"
+    );
+
+    // A receive of 16 bytes meets a send of 8: the 8 land, the rest stays, and the mismatch
+    // is reported as 1 + the sender's rank.
+    let seq = 2 + msgs as u32;
+    dst.write(0, &[0xEE; 16]).unwrap();
+    let mut x = LlP2p::default();
+    (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) = (1, src.ptr(), 8, 1, seq);
+    let mut y = LlP2p::default();
+    (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) = (1, dst.ptr(), 16, 0, seq);
+    // SAFETY: as above.
+    unsafe {
+        kernels
+            .ll_p2p(
+                &streams[0],
+                &x,
+                dev_table.ptr(),
+                0,
+                2,
+                ticket,
+                err.device_ptr(),
+            )
+            .unwrap();
+        kernels
+            .ll_p2p(&streams[1], &y, dev_table.ptr(), 1, 2, 1, err.device_ptr())
+            .unwrap();
+    }
+    finish(&streams[1], "mismatched receiver");
+    finish(&streams[0], "mismatched sender");
+    let mut got = [0u8; 16];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(&got[..8], &data[..8]);
+    assert!(got[8..].iter().all(|&v| v == 0xEE));
+    assert_eq!(err.load(), 1, "the mismatch names rank 0 (+1)");
 }

@@ -54,7 +54,7 @@ static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
 
 /// Block-level CUDA built-ins as no-ops, for kernels run as one host thread.
 const BLOCK_STUBS: &str =
-    "static inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
+    "#define __shared__\nstatic inline void __syncthreads() {}\nstatic inline void __threadfence() {}\n\
                            static inline void __threadfence_system() {}\n";
 
 type Zip = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, u64);
@@ -342,10 +342,12 @@ fn low_latency_kernel_sources_compile() {
     ]
     .map(|k| KernelOp::LlAllReduce(k.into()));
     for dt in DataType::ALL {
-        for op in
-            ops.into_iter()
-                .chain([KernelOp::LlExchange, KernelOp::WaitFlag, KernelOp::WaitCopy])
-        {
+        for op in ops.into_iter().chain([
+            KernelOp::LlExchange,
+            KernelOp::WaitFlag,
+            KernelOp::WaitCopy,
+            KernelOp::LlP2p,
+        ]) {
             let prims = format!("{HOST_PRIMITIVES}{BLOCK_STUBS}");
             let src = format!(
                 "{HOST_INCLUDES}{}",

@@ -597,7 +597,9 @@ impl Default for LlP2p {
 
 impl Kernels {
     /// Queues one launch of the point-to-point kernel (see [`LlP2p`]); `ticket_base` is the
-    /// number of sends this rank's earlier launches made (the ticket word counts on from it).
+    /// number of sends this rank's earlier launches made (the ticket word counts on from it);
+    /// a receive whose size differs from its send's writes 1 + the sender's rank to the word
+    /// at `err` if it holds 0.
     ///
     /// # Safety
     /// Every range in `x` is device-accessible and valid until the stream has run the kernel;
@@ -605,7 +607,9 @@ impl Kernels {
     /// them, each laid out by [`super::source::ll_data_offset`] with its point-to-point words
     /// zeroed before first use; each pair's sequence numbers and this rank's ticket base count
     /// on from the previous launch on the same stream order; the peers launch the matching
-    /// receives and sends, or the kernel never ends.
+    /// receives and sends, or the kernel never ends; `err` is a 4-byte-aligned word the device
+    /// can write, valid until the kernel has run.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn ll_p2p(
         &self,
         stream: &Stream,
@@ -614,6 +618,7 @@ impl Kernels {
         rank: u32,
         nranks: u32,
         ticket_base: u32,
+        err: CUdeviceptr,
     ) -> Result<()> {
         let n = |k: u32| k as usize;
         let bad_peer = |p: &u32| *p >= nranks || *p == rank;
@@ -638,13 +643,15 @@ impl Kernels {
         let mut x = *x;
         let (mut areas, mut rank, mut nranks, mut base) = (areas, rank, nranks, ticket_base);
         let mut off = super::source::ll_p2p_offset(nranks as usize) as u64;
-        let mut params: [*mut c_void; 6] = [
+        let mut err = err;
+        let mut params: [*mut c_void; 7] = [
             (&mut x as *mut LlP2p).cast(),
             (&mut areas as *mut u64).cast(),
             (&mut rank as *mut u32).cast(),
             (&mut nranks as *mut u32).cast(),
             (&mut off as *mut u64).cast(),
             (&mut base as *mut u32).cast(),
+            (&mut err as *mut CUdeviceptr).cast(),
         ];
         // Two blocks: sends and receives side by side (see the kernel's source).
         // SAFETY: the parameters match the kernel's signature (`ccl_p2p` has this struct's C

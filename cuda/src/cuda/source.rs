@@ -930,8 +930,9 @@ extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u
 /// its slot's sequence number (and, where its buffer overlaps sends of the same launch, for
 /// the ticket of the last of them: an in-place exchange reads before it writes), copies out
 /// with loads that skip L1 (the peer wrote the slot over NVLink), and returns the credit.
-/// Bytes received are the sender's count clipped to the receive (a mismatch truncates; both
-/// sides' sizes are the caller's contract, as with NCCL).
+/// Bytes received are the sender's count clipped to the receive; a receive whose size differs
+/// from its send's also writes 1 + the sender's rank to `err` (host-mapped memory the host
+/// reports from) if nothing is there yet.
 fn ll_p2p_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
@@ -974,7 +975,7 @@ static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bo
   for (u64 i = head + tid; i < bytes; i += step) to[i] = fresh ? ((const volatile u8*)from)[i] : from[i];
 }}
 
-extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base) {{
+extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base, u32* err) {{
   u8* mine = (u8*)areas[rank];
   const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
   volatile u32* ticket = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
@@ -1008,6 +1009,7 @@ extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nra
       }}
       __syncthreads();
       const u64 n = (u64)got < x.rbytes[j] ? (u64)got : x.rbytes[j];
+      if (threadIdx.x == 0 && (u64)got != x.rbytes[j] && *(volatile u32*)err == 0) *(volatile u32*)err = q + 1;
       ccl_p2p_copy((u8*)x.dst[j], mine + off + words + ((u64)q * P2P_SLOTS + slot) * P2P_BYTES, n, true);
       __syncthreads();
       if (threadIdx.x == 0) {{

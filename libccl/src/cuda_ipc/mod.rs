@@ -35,8 +35,8 @@ use std::time::Duration;
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
 use ccl_cuda::cuda::{
-    self, Context, DeviceBuffer, Event, IpcHandle, IpcMapping, KernelOp, Kernels, LlTransfers,
-    Stream, WaitCond, IPC_HANDLE_SIZE,
+    self, Context, DeviceBuffer, Event, Flag, IpcHandle, IpcMapping, KernelOp, Kernels,
+    LlTransfers, Stream, WaitCond, IPC_HANDLE_SIZE,
 };
 use ccl_cuda::{DataType, ReduceKind};
 use parking_lot::Mutex;
@@ -122,6 +122,9 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     ll_exchange_max: usize,
+    /// Where the point-to-point kernel reports a small receive whose size differed from its
+    /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
+    small_mismatch: Flag,
     _peers: Vec<Option<Peer>>,
     tx: Vec<Stream>,
     rx: Vec<Stream>,
@@ -563,6 +566,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
                 .map_err(cuda_err)?;
         }
     }
+    let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -572,6 +576,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         copy_kernel,
         ll_max,
         ll_exchange_max,
+        small_mismatch,
         direct_reduce,
         _ll: local.ll,
         ll_areas,
@@ -1025,6 +1030,7 @@ impl Queueing {
                         l.rank as u32,
                         l.nranks as u32,
                         launch.ticket_base,
+                        eng.small_mismatch.device_ptr(),
                     )
                 }
                 .map_err(cuda_err)?;
@@ -1427,6 +1433,11 @@ pub fn check_health(comm: &Comm) {
         return;
     };
     let ops = q.ops;
+    if let Some(e) = small_mismatch(&eng) {
+        drop(q);
+        comm.set_async_error(&e);
+        return;
+    }
     if let Some(e) = eng.board.check(&q.calls.recent) {
         drop(q);
         comm.set_async_error(&e);
@@ -1434,6 +1445,20 @@ pub fn check_health(comm: &Comm) {
     }
     drop(q);
     check_stuck(comm, &eng, ops);
+}
+
+/// A small receive whose size differed from its send's, as the point-to-point kernel reported.
+fn small_mismatch(eng: &IpcEngine) -> Option<Error> {
+    let v = eng.small_mismatch.load();
+    (v != 0).then(|| {
+        Error::invalid_usage(format!(
+            "rank {}: a receive of at most {} bytes from rank {} did not match the size of its \
+             send (ncclSend and ncclRecv counts x type sizes must agree)",
+            eng.layout.rank,
+            small_p2p::max_bytes(eng.ll_exchange_max),
+            v - 1
+        ))
+    })
 }
 
 /// With GPU work still queued: a peer that died, left or failed means that work may never

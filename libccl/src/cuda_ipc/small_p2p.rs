@@ -15,10 +15,15 @@ use ccl_cuda::cuda::LlP2p;
 
 use crate::task::{Task, TaskKind};
 
+/// The largest send or receive the kernel takes under `CCL_IPC_LL_EXCHANGE_BYTES` = `max`.
+pub(crate) fn max_bytes(max: usize) -> usize {
+    max.min(LL_P2P_BYTES)
+}
+
 /// Whether `t` is a send or receive small enough for the kernel (`max` bytes, 0: never; at
 /// most one slot), to another rank.
 pub(crate) fn is_small(t: &Task, rank: usize, max: usize) -> bool {
-    let max = max.min(LL_P2P_BYTES);
+    let max = max_bytes(max);
     let peer = match t.kind {
         TaskKind::Send { peer } | TaskKind::Recv { peer } => peer,
         TaskKind::Coll(_) => return false,
