@@ -15,7 +15,7 @@ use ccl_cuda::cuda::source::{kernel_name, kernel_source_with, KernelOp};
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
 
-const HOST_INCLUDES: &str = "#include <cstring>\n#include <cmath>\n";
+const HOST_INCLUDES: &str = "#include <cstring>\n#include <cmath>\n#include <sched.h>\n";
 
 const HOST_PRIMITIVES: &str = r#"
 #define __device__
@@ -50,6 +50,12 @@ static inline float d2f_rz(double x) {
 }
 static inline double u64_to_d(u64 x) { return (double)x; }
 static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
+static inline void ccl_ld16(const void* p, u32* v) { std::memcpy(v, p, 16); }
+static inline void ccl_ld16_fresh(const void* p, u32* v) {
+  for (int i = 0; i < 16; ++i) ((u8*)v)[i] = ((const volatile u8*)p)[i];
+}
+static inline void ccl_st16(void* p, const u32* v) { std::memcpy(p, v, 16); }
+static inline void ccl_backoff() { sched_yield(); }
 "#;
 
 /// Block-level CUDA built-ins as no-ops, for kernels run as one host thread.
@@ -466,5 +472,224 @@ fn wait_copy_kernel_copies_then_signals() {
             &src[sa + src_off..sa + src_off + bytes]
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+type LlP2pFn =
+    unsafe extern "C" fn(ccl_cuda::cuda::LlP2p, *const u64, u32, u32, u64, u32, *mut u32);
+
+/// A tiny deterministic generator (xorshift), so the schedule below is the same every run.
+struct Xs(u64);
+
+impl Xs {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// The point-to-point kernel's C++ run on the host by real threads: two ranks, each launch a
+/// pair of threads (block 0 sends, block 1 receives, as on the GPU), a rank's launches one
+/// after another as on its stream. 300 rounds in which each rank sends 0..12 messages of
+/// 0..4096 bytes to the other (more than the slots in one launch, so sends wait for credits
+/// the peer's receive block returns meanwhile), some rounds in place (a receive into the
+/// buffer a send of the same launch reads, held back by the ticket); every message must
+/// arrive exact and nothing around it may change. A last round sends 8 bytes to a 16-byte
+/// receive: the mismatch word names the sender.
+#[test]
+fn ll_p2p_kernel_runs_on_host_threads_exactly() {
+    use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES};
+    use ccl_cuda::cuda::LlP2p;
+    use std::sync::mpsc;
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: no g++ to compile the kernel source for the host");
+        return;
+    }
+    // Per-thread block index, and fences that order the host's stores as the GPU's do.
+    let prims = HOST_PRIMITIVES.replace(
+        "threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};",
+        "threadIdx = {0, 0, 0};\nstatic thread_local ccl_dim3 blockIdx = {0, 0, 0};\n\
+         extern \"C\" void ccl_host_set_block(unsigned b) { blockIdx.x = b; }",
+    );
+    let stubs = "#define __shared__\nstatic inline void __syncthreads() {}\n\
+                 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n\
+                 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n";
+    let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
+    let src = format!(
+        "{HOST_INCLUDES}{}",
+        kernel_source_with(DataType::Uint8, KernelOp::LlP2p, &format!("{prims}{stubs}"))
+            .replace("extern \"C\" __global__", "extern \"C\"")
+    );
+    let dir = std::env::temp_dir().join(format!("ccl-ll-p2p-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cpp, so) = (dir.join("ll_p2p.cpp"), dir.join("libll_p2p.so"));
+    std::fs::write(&cpp, src).unwrap();
+    let out = Command::new("g++")
+        .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-pthread"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    const ROUNDS: usize = 300;
+    const MAX_MSGS: usize = 12;
+    let area = ll_data_offset(2);
+    // Both ranks' areas, their table, the mismatch word; 64-byte aligned words.
+    let areas: Vec<Vec<u64>> = (0..2).map(|_| vec![0u64; area / 8 + 8]).collect();
+    let table: Vec<u64> = areas.iter().map(|a| a.as_ptr() as u64).collect();
+    let mut err = 0u32;
+    // Per rank: a send buffer and a receive buffer per round, MAX_MSGS slots of 4 KiB each.
+    let slot = LL_P2P_BYTES;
+    let mut rng = Xs(0x9E37_79B9_7F4A_7C15);
+    let mut sizes = vec![vec![Vec::new(); ROUNDS]; 2];
+    let mut in_place = vec![vec![false; ROUNDS]; 2];
+    for r in 0..2 {
+        for k in 0..ROUNDS {
+            let n = rng.below(MAX_MSGS as u64 + 1) as usize;
+            sizes[r][k] = (0..n)
+                .map(|_| rng.below(slot as u64 + 1) as usize)
+                .collect();
+            in_place[r][k] = rng.below(4) == 0;
+        }
+    }
+    let mut sendbuf: Vec<Vec<u8>> = (0..2)
+        .map(|r| {
+            (0..ROUNDS * MAX_MSGS * slot)
+                .map(|i| (i * 31 + r * 7 + 1) as u8)
+                .collect()
+        })
+        .collect();
+    let want: Vec<Vec<u8>> = sendbuf.clone();
+    let mut recvbuf: Vec<Vec<u8>> = (0..2)
+        .map(|_| vec![0xEEu8; ROUNDS * MAX_MSGS * slot])
+        .collect();
+    let at = |k: usize, m: usize| (k * MAX_MSGS + m) * slot;
+    // Build every rank's launches: round k sends sizes[r][k] to the peer and receives the
+    // peer's sizes[1 - r][k]. In place: the receive of message 0 lands in the send buffer of
+    // message 0 (a send of the same launch reads it first).
+    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); 2];
+    let mut seq = [[0u32; 2]; 2]; // [rank][0: sent, 1: received]
+    let mut ticket = [0u32; 2];
+    for k in 0..ROUNDS {
+        for r in 0..2 {
+            let mut x = LlP2p::default();
+            for (m, &b) in sizes[r][k].iter().enumerate() {
+                seq[r][0] += 1;
+                x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
+                (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, 1 - r as u32, seq[r][0]);
+            }
+            x.nsend = sizes[r][k].len() as u32;
+            for (m, &b) in sizes[1 - r][k].iter().enumerate() {
+                seq[r][1] += 1;
+                let into_send = in_place[r][k] && m == 0 && !sizes[r][k].is_empty();
+                x.dst[m] = if into_send {
+                    x.rafter[m] = 1;
+                    sendbuf[r].as_mut_ptr() as u64 + at(k, 0) as u64
+                } else {
+                    recvbuf[r].as_mut_ptr() as u64 + at(k, m) as u64
+                };
+                (x.rbytes[m], x.rpeer[m], x.rseq[m]) = (b as u64, 1 - r as u32, seq[r][1]);
+            }
+            x.nrecv = sizes[1 - r][k].len() as u32;
+            launches[r].push((x, ticket[r]));
+            ticket[r] += x.nsend;
+        }
+    }
+    // The mismatch: rank 0 sends 8 bytes, rank 1 expects 16.
+    let mut probe = [0xEEu8; 16];
+    {
+        let mut x = LlP2p::default();
+        seq[0][0] += 1;
+        (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) =
+            (1, sendbuf[0].as_ptr() as u64, 8, 1, seq[0][0]);
+        launches[0].push((x, ticket[0]));
+        let mut y = LlP2p::default();
+        seq[1][1] += 1;
+        (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) =
+            (1, probe.as_mut_ptr() as u64, 16, 0, seq[1][1]);
+        launches[1].push((y, ticket[1]));
+    }
+
+    // SAFETY: the library was just built from the kernel source, with no initialisers.
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
+    let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
+    // SAFETY: the symbol is the block setter of the primitives above, `void(unsigned)`.
+    let set_block: unsafe extern "C" fn(u32) = unsafe {
+        *lib.get::<unsafe extern "C" fn(u32)>(b"ccl_host_set_block")
+            .unwrap()
+    };
+    let table_at = table.as_ptr() as usize;
+    let err_at = &mut err as *mut u32 as usize;
+    let off = ll_p2p_offset(2) as u64;
+    let (done_tx, done_rx) = mpsc::channel();
+    for (r, mine) in launches.into_iter().enumerate() {
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            for (x, base) in mine {
+                std::thread::scope(|s| {
+                    for b in 0..2u32 {
+                        s.spawn(move || {
+                            // SAFETY: every address in `x` and the table points into buffers
+                            // the test keeps alive until both ranks report done (or leaks on
+                            // timeout); the areas' words start at zero.
+                            unsafe {
+                                set_block(b);
+                                kernel(
+                                    x,
+                                    table_at as *const u64,
+                                    r as u32,
+                                    2,
+                                    off,
+                                    base,
+                                    err_at as *mut u32,
+                                );
+                            }
+                        });
+                    }
+                });
+            }
+            let _ = done.send(r);
+        });
+    }
+    for _ in 0..2 {
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("a rank's launches did not finish (deadlock in the kernel's protocol?)");
+    }
+    // Round by round: every message where it was meant to land, nothing else touched.
+    for r in 0..2 {
+        let p = 1 - r;
+        for k in 0..ROUNDS {
+            for (m, &b) in sizes[p][k].iter().enumerate() {
+                let from = &want[p][at(k, m)..at(k, m) + b];
+                let into_send = in_place[r][k] && m == 0 && !sizes[r][k].is_empty();
+                let (buf, base) = if into_send {
+                    (&sendbuf[r], at(k, 0))
+                } else {
+                    (&recvbuf[r], at(k, m))
+                };
+                assert_eq!(&buf[base..base + b], from, "rank {r} round {k} message {m}");
+                if into_send {
+                    // The rest of the send buffer is the rank's own data, still unsent-over.
+                    assert_eq!(&buf[base + b..base + slot], &want[r][base + b..base + slot]);
+                } else {
+                    assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
+                }
+            }
+        }
+    }
+    assert_eq!(&probe[..8], &want[0][..8]);
+    assert!(probe[8..].iter().all(|&v| v == 0xEE));
+    assert_eq!(err, 1, "the mismatch names rank 0 (+1)");
+    drop(areas);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -396,6 +396,14 @@ static __device__ inline float d2f(double x) { float r; asm("cvt.rn.f32.f64 %0, 
 static __device__ inline float d2f_rz(double x) { float r; asm("cvt.rz.f32.f64 %0, %1;" : "=f"(r) : "d"(x)); return r; }
 static __device__ inline double u64_to_d(u64 x) { double r; asm("cvt.rn.f64.u64 %0, %1;" : "=d"(r) : "l"(x)); return r; }
 static __device__ inline u32 rni_u32(float x) { u32 r; asm("cvt.rni.u32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+static __device__ inline void ccl_ld16(const void* p, u32* v) { asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p)); }
+static __device__ inline void ccl_ld16_fresh(const void* p, u32* v) { asm volatile("ld.global.cv.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p)); }
+static __device__ inline void ccl_st16(void* p, const u32* v) { asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory"); }
+static __device__ inline void ccl_backoff() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(64);
+#endif
+}
 "#;
 
 /// Helpers built on the primitives (plain C++).
@@ -947,11 +955,7 @@ struct ccl_p2p {{
 }};
 
 static __device__ inline void ccl_p2p_spin(const volatile u32* w, u32 value) {{
-  while ((int)(*w - value) < 0) {{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    __nanosleep(64);
-#endif
-  }}
+  while ((int)(*w - value) < 0) ccl_backoff();
 }}
 
 /* Block-wide copy; loads bypass L1 when `fresh` (memory a peer wrote during this kernel). */
@@ -961,14 +965,10 @@ static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bo
   if (((((u64)to) | ((u64)from)) & 15) == 0) {{
     const u64 nv = bytes / 16;
     for (u64 i = tid; i < nv; i += step) {{
-      u32 a, b, c, d;
-      const u8* p = from + 16 * i;
-      if (fresh) {{
-        asm volatile("ld.global.cv.v4.u32 {{%0, %1, %2, %3}}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-      }} else {{
-        asm volatile("ld.global.v4.u32 {{%0, %1, %2, %3}}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-      }}
-      asm volatile("st.global.v4.u32 [%0], {{%1, %2, %3, %4}};" :: "l"(to + 16 * i), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+      u32 v[4];
+      if (fresh) ccl_ld16_fresh(from + 16 * i, v);
+      else ccl_ld16(from + 16 * i, v);
+      ccl_st16(to + 16 * i, v);
     }}
     head = nv * 16;
   }}
