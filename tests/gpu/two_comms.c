@@ -2,7 +2,8 @@
  * two_comms.c -- issue 4's stream-order check on the GPU machine: one process, two GPUs, two
  * communicator sets (ncclCommInitAll twice), each driven by its own thread on its own streams,
  * 10,000 all-reduces each (small and large sizes mixed, so both the low-latency kernel and the
- * copy-engine pipeline run), all at once. It must finish (a watchdog fails it after
+ * copy-engine pipeline run), each followed by a 256-byte send/receive exchange and a 64-byte
+ * all-gather (the point-to-point and exchange kernels), all at once. It must finish (a watchdog fails it after
  * TWO_COMMS_TIMEOUT_S seconds) and every result must be exact. Then a CUDA graph capture of
  * an all-reduce must fail with ncclInvalidUsage and leave the stream and communicator usable.
  *
@@ -40,11 +41,17 @@
 
 static int iters = 10000;
 
+/* Floats of the small send/receive (256 bytes) and of each rank's all-gather block (64). */
+#define SMALL 64
+#define GATHER 16
+static float small_value(int set, int rank) { return (float)(10 * set + rank + 1); }
+
 struct set {
   int id;
   ncclComm_t comms[NDEV];
   cudaStream_t streams[NDEV];
   float *buf[NDEV];
+  float *small_send[NDEV], *small_recv[NDEV], *gathered[NDEV];
   size_t max_count;
   long bad;
 };
@@ -60,6 +67,16 @@ static void *drive(void *arg) {
     for (int d = 0; d < NDEV; d++)
       CHECK_NCCL(ncclAllReduce(s->buf[d], s->buf[d], count, ncclFloat, ncclSum, s->comms[d], s->streams[d]));
     CHECK_NCCL(ncclGroupEnd());
+    CHECK_NCCL(ncclGroupStart());
+    for (int d = 0; d < NDEV; d++) {
+      CHECK_NCCL(ncclSend(s->small_send[d], SMALL, ncclFloat, 1 - d, s->comms[d], s->streams[d]));
+      CHECK_NCCL(ncclRecv(s->small_recv[d], SMALL, ncclFloat, 1 - d, s->comms[d], s->streams[d]));
+    }
+    CHECK_NCCL(ncclGroupEnd());
+    CHECK_NCCL(ncclGroupStart());
+    for (int d = 0; d < NDEV; d++)
+      CHECK_NCCL(ncclAllGather(s->small_send[d], s->gathered[d], GATHER, ncclFloat, s->comms[d], s->streams[d]));
+    CHECK_NCCL(ncclGroupEnd());
     /* Values double each step; reset every 20 steps to stay exact. */
     if (i % 20 == 19) {
       for (int d = 0; d < NDEV; d++) {
@@ -73,6 +90,24 @@ static void *drive(void *arg) {
           s->bad++;
         }
         for (size_t k = 0; k < s->max_count; k++) h[k] = 1.0f;
+        /* The peer's constant came in; the all-gather holds both ranks' in rank order. */
+        float got[SMALL], all[NDEV * GATHER];
+        CHECK_CUDA(cudaMemcpy(got, s->small_recv[d], sizeof got, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(all, s->gathered[d], sizeof all, cudaMemcpyDeviceToHost));
+        for (int k = 0; k < SMALL; k++)
+          if (got[k] != small_value(s->id, 1 - d)) {
+            if (s->bad < 5) fprintf(stderr, "set %d dev %d iter %d: small receive [%d] = %f\n", s->id, d, i, k, got[k]);
+            s->bad++;
+            break;
+          }
+        for (int k = 0; k < NDEV * GATHER; k++)
+          if (all[k] != small_value(s->id, k / GATHER)) {
+            if (s->bad < 5) fprintf(stderr, "set %d dev %d iter %d: small all-gather [%d] = %f\n", s->id, d, i, k, all[k]);
+            s->bad++;
+            break;
+          }
+        CHECK_CUDA(cudaMemset(s->small_recv[d], 0, SMALL * sizeof(float)));
+        CHECK_CUDA(cudaMemset(s->gathered[d], 0, NDEV * GATHER * sizeof(float)));
         CHECK_CUDA(cudaMemcpy(s->buf[d], h, s->max_count * sizeof(float), cudaMemcpyHostToDevice));
         free(h);
       }
@@ -119,13 +154,19 @@ int main(int argc, char **argv) {
       for (size_t i = 0; i < s->max_count; i++) h[i] = 1.0f;
       CHECK_CUDA(cudaMemcpy(s->buf[d], h, s->max_count * sizeof(float), cudaMemcpyHostToDevice));
       free(h);
+      float v[SMALL];
+      for (int k = 0; k < SMALL; k++) v[k] = small_value(s->id, d);
+      CHECK_CUDA(cudaMalloc((void **)&s->small_send[d], sizeof v));
+      CHECK_CUDA(cudaMalloc((void **)&s->small_recv[d], sizeof v));
+      CHECK_CUDA(cudaMalloc((void **)&s->gathered[d], NDEV * GATHER * sizeof(float)));
+      CHECK_CUDA(cudaMemcpy(s->small_send[d], v, sizeof v, cudaMemcpyHostToDevice));
     }
   }
   pthread_t th[2];
   for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, drive, &sets[k]);
   for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
   long bad = sets[0].bad + sets[1].bad;
-  printf("%s two_comms: 2 communicator sets x %d all-reduces on 2 GPUs concurrently, %ld wrong\n",
+  printf("%s two_comms: 2 communicator sets x %d all-reduces, small send/receives and small all-gathers on 2 GPUs concurrently, %ld wrong\n",
          bad ? "FAIL" : "PASS", iters, bad);
 
   /* Graph capture: refused with ncclInvalidUsage, the capture can be ended, the stream and
