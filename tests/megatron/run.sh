@@ -28,6 +28,7 @@
 #                        push-wait and byte counts are then printed after each run)
 #   CCL_ENV_B=""         the same for a second libccl run "ccl-b" (add it to LIBS), to compare
 #                        settings in one call, e.g. CCL_ENV_B="CCL_IPC_PUSH_WAIT_ADAPT=0"
+#   CCL_ENV_C=""         and a third, "ccl-c"
 #   LIBS="nccl ccl"      which libraries per configuration, in order ("nccl2": NVIDIA NCCL again,
 #                        a determinism check of the baseline itself)
 #   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
@@ -65,6 +66,7 @@ fi
 LIBS=${LIBS:-"nccl ccl"}
 CCL_ENV=${CCL_ENV:-}
 CCL_ENV_B=${CCL_ENV_B:-}
+CCL_ENV_C=${CCL_ENV_C:-}
 REPEAT_NCCL=${REPEAT_NCCL:-}
 LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
 DEADLINE=${DEADLINE:-500}
@@ -141,9 +143,10 @@ run_one() { # config library
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
     # timeout signals its whole process group: torchrun and every worker.
-    if [[ $lib == ccl || $lib == ccl-b ]]; then
+    if [[ $lib == ccl || $lib == ccl-b || $lib == ccl-c ]]; then
         local extra=$CCL_ENV
         [[ $lib == ccl-b ]] && extra=$CCL_ENV_B
+        [[ $lib == ccl-c ]] && extra=$CCL_ENV_C
         # shellcheck disable=SC2086 # word splitting of VAR=value lists is intended
         env $extra LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run \
             --standalone --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL \
