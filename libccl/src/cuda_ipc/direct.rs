@@ -796,6 +796,10 @@ pub(crate) struct SettleHow<'a> {
     pub single_max: usize,
     /// Late receivers seen so far (None: always wait).
     pub late: Option<&'a mut Lateness>,
+    /// Sends smaller than this do not wait for their receivers at all (the receiver pulls):
+    /// the wait holds the caller's host thread, which a host-bound training loop pays in
+    /// full, against a copy at half bandwidth (one process pushing and pulling).
+    pub wait_min_bytes: usize,
     /// How large local copies are cut over idle lanes.
     pub local_split: LocalSplit,
 }
@@ -817,6 +821,7 @@ impl Posting {
             single_max,
             mut late,
             local_split,
+            wait_min_bytes,
         } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
@@ -841,8 +846,9 @@ impl Posting {
                     let next = self.next_in.get(w.peer).copied().unwrap_or(0);
                     let crossed =
                         || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
-                    let skip = late.as_mut().is_some_and(|l| l.skip_wait(w.peer));
-                    let give_up = || skip || crossed();
+                    let small = w.bytes < wait_min_bytes;
+                    let skip = !small && late.as_mut().is_some_and(|l| l.skip_wait(w.peer));
+                    let give_up = || small || skip || crossed();
                     let wait = PushWait {
                         futile: &give_up,
                         ..wait
@@ -850,7 +856,7 @@ impl Posting {
                     let t0 = Instant::now();
                     let o = resolve(board, src, w.seq, wait, stop)?;
                     let took = t0.elapsed();
-                    if let Some(l) = late.as_mut().filter(|_| !skip) {
+                    if let Some(l) = late.as_mut().filter(|_| !skip && !small) {
                         match o {
                             Outcome::Second(_) => l.waited(w.peer, true),
                             _ if !crossed() => l.waited(w.peer, false),

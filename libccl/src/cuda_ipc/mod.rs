@@ -925,6 +925,7 @@ impl Queueing {
                     late: params::CCL_IPC_PUSH_WAIT_ADAPT
                         .get_bool()
                         .then_some(&mut q.push_late),
+                    wait_min_bytes: params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize,
                     local_split: direct::LocalSplit {
                         lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
                         ..direct::LocalSplit::default()

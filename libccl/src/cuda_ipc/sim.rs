@@ -612,6 +612,7 @@ impl Setup {
                             single_max: self.single_max,
                             late: None,
                             local_split: self.local_split,
+                            wait_min_bytes: 0,
                         },
                         &|| false,
                     )
@@ -1315,4 +1316,93 @@ fn local_copies_split_over_idle_lanes_stay_exact() {
         used.iter().any(|(_, v)| v.len() >= 2),
         "no rank cut its local copy over several lanes: {used:?}"
     );
+}
+
+/// `CCL_IPC_PUSH_WAIT_MIN_BYTES`: a send below it gives up its push wait at once even with a
+/// minute of wait allowed and the GPU busy, so the receiver, posting later, does both copies
+/// (pulls ours, pushes its own); a send at the threshold still waits its window out.
+#[test]
+fn sends_below_the_wait_threshold_never_hold_the_host() {
+    use std::time::{Duration, Instant};
+    for (min, want_first) in [(1025usize, true), (1024, false)] {
+        let dx = DirectSim::new(2);
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let group = |rank: usize| {
+            let peer = 1 - rank;
+            let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, 256);
+            send.send = base(rank) as usize;
+            let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, 256);
+            recv.recv = base(rank) as usize + 4096;
+            lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap()
+        };
+        let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
+        let post = |rank: usize, c: &mut Counters| {
+            let mut reach = SimReach {
+                rank,
+                unmappable: &[],
+            };
+            direct::post_group(&mut reach, &group(rank), rank, c, &boards, None, &|| false).unwrap()
+        };
+        let (c0, c1) = counters.split_at_mut(1);
+        let posting0 = post(0, &mut c0[0]);
+        // Rank 1 posts only after rank 0 settled (or would wait forever: it is the test).
+        let far = Instant::now() + Duration::from_secs(60);
+        let wait = direct::PushWait {
+            soft: far,
+            hard: if want_first {
+                far
+            } else {
+                Instant::now() + Duration::from_millis(50)
+            },
+            busy: &|| true,
+            futile: &|| false,
+        };
+        let settle = |posting: direct::Posting, rank: usize| {
+            let mut reach = SimReach {
+                rank,
+                unmappable: &[],
+            };
+            posting
+                .settle(
+                    &mut reach,
+                    rank,
+                    &boards,
+                    direct::SettleHow {
+                        wait,
+                        single_max: 0,
+                        late: None,
+                        local_split: direct::LocalSplit::default(),
+                        wait_min_bytes: min,
+                    },
+                    &|| false,
+                )
+                .unwrap()
+                .0
+        };
+        let t = Instant::now();
+        let plan0 = settle(posting0, 0);
+        let took = t.elapsed();
+        let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
+        if want_first {
+            assert!(
+                took < Duration::from_secs(5),
+                "waited {took:?} below the threshold"
+            );
+            assert_eq!(send0.role, direct::Role::First);
+            assert_eq!((plan0.waits.pushed, plan0.waits.left_to_pull), (0, 1));
+        } else {
+            // Nobody posted within the wait: it ran its 50 ms out, then left the pull.
+            assert!(
+                took >= Duration::from_millis(50),
+                "did not wait at the threshold"
+            );
+            assert_eq!(send0.role, direct::Role::First);
+        }
+        let plan1 = settle(post(1, &mut c1[0]), 1);
+        // Rank 1 came second to both transfers: it copies both.
+        assert!(plan1
+            .transfers
+            .iter()
+            .all(|t| matches!(t.role, direct::Role::Second { .. })));
+    }
 }
