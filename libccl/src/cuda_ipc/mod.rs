@@ -948,6 +948,22 @@ impl Queueing {
         }
         if let Some((seq, o)) = self.sym_post.take() {
             let l = &eng.layout;
+            // Below CCL_IPC_PUSH_WAIT_MIN_BYTES the host does not wait for the other ranks'
+            // posts either: all go staged unless every rank had already posted.
+            let bytes = self
+                .sym
+                .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
+            let min = params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize;
+            let now = std::time::Instant::now();
+            let sym_wait = if bytes < min {
+                direct::PushWait {
+                    soft: now,
+                    hard: now,
+                    ..push_wait
+                }
+            } else {
+                push_wait
+            };
             let o = match o {
                 direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
                     eng.inbox
@@ -955,7 +971,7 @@ impl Queueing {
                         .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
                     l.nranks,
                     seq,
-                    push_wait,
+                    sym_wait,
                     &stop,
                 )?,
                 o => o,
