@@ -386,6 +386,31 @@ fn low_latency_kernel_sources_compile() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Builds a kernel's host C++ as a shared library in a fresh temporary folder (returned, for
+/// the caller to remove) and returns the library's path.
+fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ccl-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cpp, so) = (
+        dir.join(format!("{tag}.cpp")),
+        dir.join(format!("lib{tag}.so")),
+    );
+    std::fs::write(&cpp, src).unwrap();
+    let out = Command::new("g++")
+        .args(["-std=c++17", opt, "-fPIC", "-shared", "-Wall", "-pthread"])
+        .arg(&cpp)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (dir, so)
+}
+
 type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64, *mut u32, u32);
 
 /// The wait-copy-signal kernel's C++, run on the host as one thread (the flag already set):
@@ -407,22 +432,7 @@ fn wait_copy_kernel_copies_then_signals() {
         )
         .replace("extern \"C\" __global__", "extern \"C\"")
     );
-    let dir = std::env::temp_dir().join(format!("ccl-wait-copy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cpp, so) = (dir.join("wait_copy.cpp"), dir.join("libwait_copy.so"));
-    std::fs::write(&cpp, src).unwrap();
-    let out = Command::new("g++")
-        .args(["-std=c++17", "-O1", "-fPIC", "-shared", "-Wall"])
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (dir, so) = build_shared("wait_copy", &src, "-O1");
     // SAFETY: the library was just built from the kernel source, with no initialisers.
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
     // SAFETY: the symbol is the kernel, whose parameters are those of `WaitCopyFn`.
@@ -522,22 +532,7 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
         kernel_source_with(DataType::Uint8, KernelOp::LlP2p, &format!("{prims}{stubs}"))
             .replace("extern \"C\" __global__", "extern \"C\"")
     );
-    let dir = std::env::temp_dir().join(format!("ccl-ll-p2p-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cpp, so) = (dir.join("ll_p2p.cpp"), dir.join("libll_p2p.so"));
-    std::fs::write(&cpp, src).unwrap();
-    let out = Command::new("g++")
-        .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-pthread"])
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (dir, so) = build_shared("ll_p2p", &src, "-O2");
 
     const ROUNDS: usize = 300;
     const MAX_MSGS: usize = 12;
