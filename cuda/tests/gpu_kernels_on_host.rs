@@ -500,24 +500,9 @@ impl Xs {
     }
 }
 
-/// The point-to-point kernel's C++ run on the host by real threads: two ranks, each launch a
-/// pair of threads (block 0 sends, block 1 receives, as on the GPU), a rank's launches one
-/// after another as on its stream. 300 rounds in which each rank sends 0..12 messages of
-/// 0..4096 bytes to the other (more than the slots in one launch, so sends wait for credits
-/// the peer's receive block returns meanwhile), some rounds in place (a receive into the
-/// buffer a send of the same launch reads, held back by the ticket); every message must
-/// arrive exact and nothing around it may change. A last round sends 8 bytes to a 16-byte
-/// receive: the mismatch word names the sender.
-#[test]
-fn ll_p2p_kernel_runs_on_host_threads_exactly() {
-    use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES};
-    use ccl_cuda::cuda::LlP2p;
-    use std::sync::mpsc;
-    if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: no g++ to compile the kernel source for the host");
-        return;
-    }
-    // Per-thread block index, and fences that order the host's stores as the GPU's do.
+/// Builds the point-to-point kernel's C++ for the host: a per-thread block index (set through
+/// `ccl_host_set_block`) and fences that order the host's stores as the GPU's do.
+fn ll_p2p_host_library() -> (PathBuf, PathBuf) {
     let prims = HOST_PRIMITIVES.replace(
         "threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};",
         "threadIdx = {0, 0, 0};\nstatic thread_local ccl_dim3 blockIdx = {0, 0, 0};\n\
@@ -526,95 +511,128 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
     let stubs = "#define __shared__\nstatic inline void __syncthreads() {}\n\
                  static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n\
                  static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n";
-    let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
     let src = format!(
         "{HOST_INCLUDES}{}",
         kernel_source_with(DataType::Uint8, KernelOp::LlP2p, &format!("{prims}{stubs}"))
             .replace("extern \"C\" __global__", "extern \"C\"")
     );
-    let (dir, so) = build_shared("ll_p2p", &src, "-O2");
+    build_shared("ll_p2p", &src, "-O2")
+}
 
-    const ROUNDS: usize = 300;
-    const MAX_MSGS: usize = 12;
-    let area = ll_data_offset(2);
-    // Both ranks' areas, their table, the mismatch word; 64-byte aligned words.
-    let areas: Vec<Vec<u64>> = (0..2).map(|_| vec![0u64; area / 8 + 8]).collect();
+/// One run of the host-built kernel: `n` ranks, `rounds` rounds; in each round every rank
+/// sends 0..`per_pair` messages of 0..4096 bytes to every other rank (one launch per rank and
+/// round: its sends, then its receives in source order), and with probability 1/4 its first
+/// receive lands in the buffer its first send reads (in place, held back by the ticket).
+/// Checks every byte where it was meant to land and nothing around it.
+#[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
+fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
+    use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES, LL_P2P_MAX_OPS};
+    use ccl_cuda::cuda::LlP2p;
+    use std::sync::mpsc;
+    let slot = LL_P2P_BYTES;
+    let most = per_pair * (n - 1);
+    assert!(most <= LL_P2P_MAX_OPS);
+    let area = ll_data_offset(n);
+    let areas: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; area / 8 + 8]).collect();
     let table: Vec<u64> = areas.iter().map(|a| a.as_ptr() as u64).collect();
     let mut err = 0u32;
-    // Per rank: a send buffer and a receive buffer per round, MAX_MSGS slots of 4 KiB each.
-    let slot = LL_P2P_BYTES;
-    let mut rng = Xs(0x9E37_79B9_7F4A_7C15);
-    let mut sizes = vec![vec![Vec::new(); ROUNDS]; 2];
-    let mut in_place = vec![vec![false; ROUNDS]; 2];
-    for r in 0..2 {
-        for k in 0..ROUNDS {
-            let n = rng.below(MAX_MSGS as u64 + 1) as usize;
-            sizes[r][k] = (0..n)
-                .map(|_| rng.below(slot as u64 + 1) as usize)
-                .collect();
-            in_place[r][k] = rng.below(4) == 0;
-        }
-    }
-    let mut sendbuf: Vec<Vec<u8>> = (0..2)
+    let mut rng = Xs(seed);
+    // sizes[k][r][p]: the messages r sends p in round k.
+    let sizes: Vec<Vec<Vec<Vec<usize>>>> = (0..rounds)
+        .map(|_| {
+            (0..n)
+                .map(|r| {
+                    (0..n)
+                        .map(|p| {
+                            let c = if p == r {
+                                0
+                            } else {
+                                rng.below(per_pair as u64 + 1)
+                            };
+                            (0..c)
+                                .map(|_| rng.below(slot as u64 + 1) as usize)
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let in_place: Vec<Vec<bool>> = (0..rounds)
+        .map(|_| (0..n).map(|_| rng.below(4) == 0).collect())
+        .collect();
+    let at = |k: usize, m: usize| (k * most + m) * slot;
+    let mut sendbuf: Vec<Vec<u8>> = (0..n)
         .map(|r| {
-            (0..ROUNDS * MAX_MSGS * slot)
+            (0..rounds * most * slot)
                 .map(|i| (i * 31 + r * 7 + 1) as u8)
                 .collect()
         })
         .collect();
-    let want: Vec<Vec<u8>> = sendbuf.clone();
-    let mut recvbuf: Vec<Vec<u8>> = (0..2)
-        .map(|_| vec![0xEEu8; ROUNDS * MAX_MSGS * slot])
-        .collect();
-    let at = |k: usize, m: usize| (k * MAX_MSGS + m) * slot;
-    // Build every rank's launches: round k sends sizes[r][k] to the peer and receives the
-    // peer's sizes[1 - r][k]. In place: the receive of message 0 lands in the send buffer of
-    // message 0 (a send of the same launch reads it first).
-    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); 2];
-    let mut seq = [[0u32; 2]; 2]; // [rank][0: sent, 1: received]
-    let mut ticket = [0u32; 2];
-    for k in 0..ROUNDS {
-        for r in 0..2 {
+    let want = sendbuf.clone();
+    let mut recvbuf: Vec<Vec<u8>> = (0..n).map(|_| vec![0xEEu8; rounds * most * slot]).collect();
+    // Where each receive lands: (in the send buffer?, offset).
+    let land = |k: usize, r: usize, j: usize| {
+        let sends_any = sizes[k][r].iter().any(|v| !v.is_empty());
+        if in_place[k][r] && j == 0 && sends_any {
+            (true, at(k, 0))
+        } else {
+            (false, at(k, j))
+        }
+    };
+    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); n];
+    let mut sent = vec![vec![0u32; n]; n];
+    let mut received = vec![vec![0u32; n]; n];
+    let mut ticket = vec![0u32; n];
+    for k in 0..rounds {
+        for r in 0..n {
             let mut x = LlP2p::default();
-            for (m, &b) in sizes[r][k].iter().enumerate() {
-                seq[r][0] += 1;
-                x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
-                (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, 1 - r as u32, seq[r][0]);
+            for p in 0..n {
+                for &b in &sizes[k][r][p] {
+                    let m = x.nsend as usize;
+                    sent[r][p] += 1;
+                    x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
+                    (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, p as u32, sent[r][p]);
+                    x.nsend += 1;
+                }
             }
-            x.nsend = sizes[r][k].len() as u32;
-            for (m, &b) in sizes[1 - r][k].iter().enumerate() {
-                seq[r][1] += 1;
-                let into_send = in_place[r][k] && m == 0 && !sizes[r][k].is_empty();
-                x.dst[m] = if into_send {
-                    x.rafter[m] = 1;
-                    sendbuf[r].as_mut_ptr() as u64 + at(k, 0) as u64
-                } else {
-                    recvbuf[r].as_mut_ptr() as u64 + at(k, m) as u64
-                };
-                (x.rbytes[m], x.rpeer[m], x.rseq[m]) = (b as u64, 1 - r as u32, seq[r][1]);
+            for p in 0..n {
+                for &b in &sizes[k][p][r] {
+                    let j = x.nrecv as usize;
+                    received[r][p] += 1;
+                    let (into_send, off) = land(k, r, j);
+                    x.dst[j] = if into_send {
+                        x.rafter[j] = 1;
+                        sendbuf[r].as_mut_ptr() as u64 + off as u64
+                    } else {
+                        recvbuf[r].as_mut_ptr() as u64 + off as u64
+                    };
+                    (x.rbytes[j], x.rpeer[j], x.rseq[j]) = (b as u64, p as u32, received[r][p]);
+                    x.nrecv += 1;
+                }
             }
-            x.nrecv = sizes[1 - r][k].len() as u32;
             launches[r].push((x, ticket[r]));
             ticket[r] += x.nsend;
         }
     }
-    // The mismatch: rank 0 sends 8 bytes, rank 1 expects 16.
+    // A last launch pair: rank 0 sends 8 bytes, rank 1 expects 16 (a mismatch).
     let mut probe = [0xEEu8; 16];
     {
         let mut x = LlP2p::default();
-        seq[0][0] += 1;
+        sent[0][1] += 1;
         (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) =
-            (1, sendbuf[0].as_ptr() as u64, 8, 1, seq[0][0]);
+            (1, sendbuf[0].as_ptr() as u64, 8, 1, sent[0][1]);
         launches[0].push((x, ticket[0]));
         let mut y = LlP2p::default();
-        seq[1][1] += 1;
+        received[1][0] += 1;
         (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) =
-            (1, probe.as_mut_ptr() as u64, 16, 0, seq[1][1]);
+            (1, probe.as_mut_ptr() as u64, 16, 0, received[1][0]);
         launches[1].push((y, ticket[1]));
     }
 
     // SAFETY: the library was just built from the kernel source, with no initialisers.
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    let lib = unsafe { libloading::Library::new(so) }.unwrap();
+    let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
     // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
     let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
     // SAFETY: the symbol is the block setter of the primitives above, `void(unsigned)`.
@@ -624,7 +642,7 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
     };
     let table_at = table.as_ptr() as usize;
     let err_at = &mut err as *mut u32 as usize;
-    let off = ll_p2p_offset(2) as u64;
+    let off = ll_p2p_offset(n) as u64;
     let (done_tx, done_rx) = mpsc::channel();
     for (r, mine) in launches.into_iter().enumerate() {
         let done = done_tx.clone();
@@ -634,15 +652,15 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
                     for b in 0..2u32 {
                         s.spawn(move || {
                             // SAFETY: every address in `x` and the table points into buffers
-                            // the test keeps alive until both ranks report done (or leaks on
-                            // timeout); the areas' words start at zero.
+                            // the caller keeps alive until every rank reports done (or leaks
+                            // on timeout); the areas' words start at zero.
                             unsafe {
                                 set_block(b);
                                 kernel(
                                     x,
                                     table_at as *const u64,
                                     r as u32,
-                                    2,
+                                    n as u32,
                                     off,
                                     base,
                                     err_at as *mut u32,
@@ -655,36 +673,64 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
             let _ = done.send(r);
         });
     }
-    for _ in 0..2 {
-        done_rx
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .expect("a rank's launches did not finish (deadlock in the kernel's protocol?)");
+    for _ in 0..n {
+        assert!(
+            done_rx
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .is_ok(),
+            "a rank's launches did not finish (deadlock in the kernel's protocol?)"
+        );
     }
-    // Round by round: every message where it was meant to land, nothing else touched.
-    for r in 0..2 {
-        let p = 1 - r;
-        for k in 0..ROUNDS {
-            for (m, &b) in sizes[p][k].iter().enumerate() {
-                let from = &want[p][at(k, m)..at(k, m) + b];
-                let into_send = in_place[r][k] && m == 0 && !sizes[r][k].is_empty();
-                let (buf, base) = if into_send {
-                    (&sendbuf[r], at(k, 0))
-                } else {
-                    (&recvbuf[r], at(k, m))
-                };
-                assert_eq!(&buf[base..base + b], from, "rank {r} round {k} message {m}");
-                if into_send {
-                    // The rest of the send buffer is the rank's own data, still unsent-over.
-                    assert_eq!(&buf[base + b..base + slot], &want[r][base + b..base + slot]);
-                } else {
-                    assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
+    for k in 0..rounds {
+        for r in 0..n {
+            let mut j = 0;
+            for p in 0..n {
+                // p's send index of its messages to r: after those to lower ranks.
+                let first: usize = sizes[k][p][..r].iter().map(Vec::len).sum();
+                for (i, &b) in sizes[k][p][r].iter().enumerate() {
+                    let from = &want[p][at(k, first + i)..at(k, first + i) + b];
+                    let (into_send, base) = land(k, r, j);
+                    let buf = if into_send { &sendbuf[r] } else { &recvbuf[r] };
+                    // (assert!, not assert_eq!: a failure names the message, not 4 KiB of it)
+                    assert!(
+                        &buf[base..base + b] == from,
+                        "n {n} round {k}: message {i} from {p} to {r} ({b} bytes) differs"
+                    );
+                    if into_send {
+                        assert!(
+                            buf[base + b..base + slot] == want[r][base + b..base + slot],
+                            "n {n} round {k}: {r}'s send buffer changed past the receive"
+                        );
+                    } else {
+                        assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
+                    }
+                    j += 1;
                 }
             }
         }
     }
-    assert_eq!(&probe[..8], &want[0][..8]);
+    // The mismatched send read rank 0's first send buffer as the rounds left it.
+    assert_eq!(&probe[..8], &sendbuf[0][..8]);
     assert!(probe[8..].iter().all(|&v| v == 0xEE));
     assert_eq!(err, 1, "the mismatch names rank 0 (+1)");
-    drop(areas);
+    // The buffers the kernels wrote through raw addresses live to here.
+    drop((sendbuf.as_mut_ptr(), recvbuf.as_mut_ptr(), areas));
+}
+
+/// The point-to-point kernel's C++ run on the host by real threads: a thread per block (block
+/// 0 sends, block 1 receives, side by side as on the GPU), each rank's launches one after
+/// another as on its stream. Two ranks with up to 12 messages a round between them (past the 8
+/// slots, so sends wait for credits the peer's receive block returns meanwhile), and four
+/// ranks with up to 4 messages per pair (every rank's slots and credits per peer); some
+/// receives in place; a size mismatch at the end names its sender.
+#[test]
+fn ll_p2p_kernel_runs_on_host_threads_exactly() {
+    if Command::new("g++").arg("--version").output().is_err() {
+        eprintln!("skipping: no g++ to compile the kernel source for the host");
+        return;
+    }
+    let (dir, so) = ll_p2p_host_library();
+    run_ll_p2p_on_host(&so, 2, 300, 12, 0x9E37_79B9_7F4A_7C15);
+    run_ll_p2p_on_host(&so, 4, 150, 4, 0xD1B5_4A32_D192_ED03);
     let _ = std::fs::remove_dir_all(&dir);
 }
