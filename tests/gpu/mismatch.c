@@ -3,7 +3,8 @@
  * ncclInvalidUsage and a message naming both calls, not hang. One process, two GPUs
  * (ncclCommInitAll): a group with AllReduce(count 100) on GPU 0 and AllReduce(count 200) on
  * GPU 1. Then both communicators report the error through ncclCommGetAsyncError and can be
- * aborted. Build like two_comms.c.
+ * aborted. Then a small send meeting a larger receive: the receiver's async error says so.
+ * Build like two_comms.c.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -47,5 +48,28 @@ int main(void) {
   printf("%s mismatch: matching group %d, mismatched group returned %d, async errors %d/%d, message: %s\n",
          pass ? "PASS" : "FAIL", ok, r, a0, a1, msg);
   for (int d = 0; d < 2; d++) ncclCommAbort(comms[d]);
-  return !pass;
+
+  /* A small send of 8 floats meeting a receive of 16 (both through libccl's point-to-point
+   * kernel): the receiver's ncclCommGetAsyncError reports ncclInvalidUsage naming the sender,
+   * and nothing hangs. */
+  if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) {
+    printf("FAIL mismatch: second init: %s\n", ncclGetLastError(NULL));
+    return 1;
+  }
+  ncclGroupStart();
+  ncclSend(buf[0], 8, ncclFloat, 1, comms[0], st[0]);
+  ncclRecv(buf[1], 16, ncclFloat, 0, comms[1], st[1]);
+  ncclResult_t g = ncclGroupEnd();
+  for (int d = 0; d < 2; d++) {
+    cudaSetDevice(d);
+    cudaStreamSynchronize(st[d]);
+  }
+  ncclResult_t p1 = ncclSuccess;
+  ncclCommGetAsyncError(comms[1], &p1);
+  const char *pmsg = ncclGetLastError(comms[1]);
+  int ppass = g == ncclSuccess && p1 == ncclInvalidUsage && strstr(pmsg, "did not match");
+  printf("%s small p2p mismatch: group returned %d, receiver's async error %d, message: %s\n",
+         ppass ? "PASS" : "FAIL", g, p1, pmsg);
+  for (int d = 0; d < 2; d++) ncclCommAbort(comms[d]);
+  return !(pass && ppass);
 }
