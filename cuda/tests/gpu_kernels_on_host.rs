@@ -66,9 +66,27 @@ const BLOCK_STUBS: &str =
 type Zip = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, u64);
 type Map = unsafe extern "C" fn(*mut u8, *const u8, u64, u64);
 
+/// Whether g++ is here to build the kernel sources for the host; says why a test skips if not.
+fn gxx_here(skip_message: &str) -> bool {
+    let here = Command::new("g++").arg("--version").output().is_ok();
+    if !here {
+        eprintln!("{skip_message}");
+    }
+    here
+}
+
+/// Runs a g++ command that must succeed (its errors are the failure message).
+fn gxx(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn compile_all(dir: &Path) -> Option<PathBuf> {
-    if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: no g++ to compile the kernel sources for the host");
+    if !gxx_here("skipping: no g++ to compile the kernel sources for the host") {
         return None;
     }
     let mut files = Vec::new();
@@ -130,18 +148,11 @@ fn compile_all(dir: &Path) -> Option<PathBuf> {
         h.join().unwrap();
     }
     let lib = dir.join("libkernels.so");
-    let out = Command::new("g++")
+    gxx(Command::new("g++")
         .arg("-shared")
         .args(files.iter().map(|f| f.with_extension("o")))
         .arg("-o")
-        .arg(&lib)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&lib));
     Some(lib)
 }
 
@@ -333,8 +344,7 @@ fn generated_kernels_match_the_host_reference() {
 /// here with g++ and stand-ins for the CUDA built-ins.
 #[test]
 fn low_latency_kernel_sources_compile() {
-    if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: no g++ to check the kernel sources");
+    if !gxx_here("skipping: no g++ to check the kernel sources") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ccl-ll-src-{}", std::process::id()));
@@ -396,18 +406,11 @@ fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
         dir.join(format!("lib{tag}.so")),
     );
     std::fs::write(&cpp, src).unwrap();
-    let out = Command::new("g++")
+    gxx(Command::new("g++")
         .args(["-std=c++17", opt, "-fPIC", "-shared", "-Wall", "-pthread"])
         .arg(&cpp)
         .arg("-o")
-        .arg(&so)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&so));
     (dir, so)
 }
 
@@ -418,8 +421,7 @@ type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64,
 /// nothing around them, then writes the done word.
 #[test]
 fn wait_copy_kernel_copies_then_signals() {
-    if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: no g++ to compile the kernel source for the host");
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
         return;
     }
     let name = kernel_name(DataType::Uint8, KernelOp::WaitCopy);
@@ -725,8 +727,7 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
 /// receives in place; a size mismatch at the end names its sender.
 #[test]
 fn ll_p2p_kernel_runs_on_host_threads_exactly() {
-    if Command::new("g++").arg("--version").output().is_err() {
-        eprintln!("skipping: no g++ to compile the kernel source for the host");
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
         return;
     }
     let (dir, so) = ll_p2p_host_library();
