@@ -905,6 +905,8 @@ impl Queueing {
         }
         // How long the direct paths wait for peers' posts: longer while this GPU is busy.
         let busy = || !eng.last_done.query().unwrap_or(true);
+        // Transfers and direct reductions below this never hold the host for a peer's call.
+        let wait_min_bytes = params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize;
         let push_wait = direct::PushWait {
             soft: wait.0,
             hard: wait.1,
@@ -926,7 +928,7 @@ impl Queueing {
                     late: params::CCL_IPC_PUSH_WAIT_ADAPT
                         .get_bool()
                         .then_some(&mut q.push_late),
-                    wait_min_bytes: params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize,
+                    wait_min_bytes,
                     local_split: direct::LocalSplit {
                         lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
                         ..direct::LocalSplit::default()
@@ -954,9 +956,8 @@ impl Queueing {
             let bytes = self
                 .sym
                 .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
-            let min = params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize;
             let now = std::time::Instant::now();
-            let sym_wait = if bytes < min {
+            let sym_wait = if bytes < wait_min_bytes {
                 direct::PushWait {
                     soft: now,
                     hard: now,
