@@ -36,6 +36,10 @@
 #   PERF_SWEEP    1: one ccl-perf run per (mode, op, library) over -b MIN -e MAX -f 2, the rows at
 #                 SIZES picked out (SIZES must then be MIN * 2^k; otherwise, or with 0, one run per
 #                 size as tests/gpu/device_perf.sh does)
+#                 With "-c 1" in PERF_ARGS (and PERF_SWEEP=1) each libccl sweep is also that
+#                 mode's correctness run (logs/corr.<mode>.<op>.log; report under the perf table):
+#                 the -f 2 sweep holds every size of CORR_ARGS's -f 4 one, so PARTS=perf alone
+#                 covers both points in half the device time
 #   PERF_TIMEOUT  120 s per ccl-perf run      TORCH_TIMEOUT 300 s per torchrun
 #   MEGATRON_CONFIGS "pp2-tp", MEGATRON_ITERS 100, MEGATRON_ARGS "" (COMPARE_ARGS for compare.py)
 #   DEADLINE      540: seconds for the whole script; a step gets at most what is left (less 20 s
@@ -190,6 +194,8 @@ for part in $PARTS; do
     say ""
     sweep=$PERF_SWEEP
     range=$(python3 "$REPORT" sizes "$SIZES") || sweep=0
+    perf_checks=0
+    case " $PERF_ARGS " in *" -c 1 "*) [ "$sweep" = 1 ] && perf_checks=1 ;; esac
     for mode in $MODES; do
       m=$(mlabel "$mode")
       for op in $OPS; do
@@ -197,9 +203,15 @@ for part in $PARTS; do
           [ $lib = nccl ] && LP=$NV || LP=$CCL
           if [ "$sweep" = 1 ]; then
             read -r lo hi <<< "$range"
+            args=$PERF_ARGS
+            # NVIDIA's rows are the baseline only: its check would double the call's time.
+            [ $lib = nccl ] && args=${args/-c 1/-c 0}
             ccl_perf "$LP" "$mode" "$op" "$L/perf.$m.$op.$lib.log" "perf_${m}_${op}_$lib" "$PERF_TIMEOUT" \
-              -b "$lo" -e "$hi" -f 2 $PERF_ARGS
+              -b "$lo" -e "$hi" -f 2 $args
             echo "perf $m $op $lib: exit $? at ${SECONDS}s"
+            # With -c 1 the libccl sweep is also a correctness run: every size of the issue's
+            # -f 4 sweep is in it, each checked after its timed iterations (timing unaffected).
+            [ "$perf_checks" = 1 ] && [ $lib = ccl ] && cp "$L/perf.$m.$op.ccl.log" "$L/corr.$m.$op.log"
           else
             for size in $SIZES; do
               bytes=$(python3 -c "import sys; sys.path.insert(0, '$ROOT/tests/gpu'); import issue8_report as r; print(r.parse_size('$size'))")
@@ -212,6 +224,13 @@ for part in $PARTS; do
       done
     done
     python3 "$REPORT" perf "$L" "$NGPU" "$SIZES" "$sweep" 2>&1 | tee -a "$S"
+    if [ "$perf_checks" = 1 ]; then
+      read -r lo hi <<< "$range"
+      say ""
+      say "## correctness from the perf runs: libccl, ccl-perf <op> -b $lo -e $hi -f 2 $PERF_ARGS, N = $NGPU"
+      say ""
+      python3 "$REPORT" corr "$L" "$NGPU" "-b $lo -e $hi -f 2 $PERF_ARGS" 2>&1 | tee -a "$S"
+    fi
     fails=$(grep -l -E '^exit [1-9]' "$L"/perf.*.log 2>/dev/null | xargs -r -n1 basename | tr '\n' ' ')
     [ -n "$fails" ] && say "perf runs that failed (see logs): $fails"
     ;;
