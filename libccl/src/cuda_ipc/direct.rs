@@ -705,7 +705,12 @@ pub(crate) fn post_group<'b>(
     let sends: Vec<(u64, usize)> = p.tx.iter().flatten().map(|s| (s.src, s.bytes)).collect();
     // (peer, outgoing, ptr, bytes, forced)
     let mut wants = Vec::new();
-    for (q, (tx, rx)) in p.tx.iter().zip(&p.rx).enumerate() {
+    // Peers in rotated order (rank+1, rank+2, ...): the copies each lane queues then go to a
+    // different peer on every rank at each step, instead of every rank pushing into rank 0
+    // first (with more than two ranks that made one rank's NVLink ingress the bottleneck).
+    let n = p.tx.len().min(p.rx.len());
+    for q in (1..=n).map(|k| (rank + k) % n.max(1)) {
+        let (tx, rx) = (&p.tx[q], &p.rx[q]);
         for s in tx {
             wants.push((q, true, s.src, s.bytes, false));
         }

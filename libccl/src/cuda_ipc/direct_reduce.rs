@@ -346,6 +346,11 @@ impl SymPlan {
         let (me, n, sz) = (l.rank, l.nranks, self.dtype.size());
         let at = |base: u64, elems: usize| base + (elems * sz) as u64;
         let lane = Lane::Tx(0);
+        // Peers in rotated order (me+1, me+2, ...): at every step the ranks read from, and
+        // push to, a permutation of each other, so no rank's NVLink ports serve several
+        // readers at once while others idle (in plain order every rank first reads rank 0:
+        // 0.51x NCCL's reduce-scatter on 4 GPUs, session 7).
+        let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
         for p in 0..self.pieces {
             let lo = self.count * p / self.pieces;
             let hi = self.count * (p + 1) / self.pieces;
@@ -354,7 +359,7 @@ impl SymPlan {
             }
             let dst = at(self.outputs[me], self.out_off + lo);
             let mut a = at(self.inputs[me], self.in_off + lo);
-            for q in (0..n).filter(|&q| q != me) {
+            for &q in &peers {
                 dev.kernel(
                     Lane::User,
                     Kernel::Reduce {
@@ -370,7 +375,7 @@ impl SymPlan {
             }
             if self.push {
                 dev.fork(&[lane])?;
-                for q in (0..n).filter(|&q| q != me) {
+                for &q in &peers {
                     let to = at(self.outputs[q], self.out_off + lo);
                     dev.copy(lane, to, dst, (hi - lo) * sz)?;
                 }

@@ -25,6 +25,7 @@ mod calls;
 mod direct;
 mod direct_reduce;
 mod protocol;
+mod relay;
 #[cfg(test)]
 mod sim;
 mod small_p2p;
@@ -122,6 +123,8 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     ll_exchange_max: usize,
+    /// Broadcasts over more than two ranks that go as a pipelined scatter and all-gather.
+    relay: relay::Relay,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     small_mismatch: Flag,
@@ -189,6 +192,9 @@ struct Offer {
     direct_reduce: u64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
     ll_exchange_max: u64,
+    /// `CCL_IPC_BCAST_RELAY_BYTES` (0: off, on any rank) and `_CHUNK_BYTES`.
+    relay_min: u64,
+    relay_chunk: u64,
     /// A descriptor kept open during setup: peers in other processes try to take it, to learn
     /// whether VMM memory (shared by descriptor) can travel between the ranks (-1: none).
     probe_fd: i32,
@@ -200,7 +206,7 @@ struct Offer {
     ll_handle: [u8; IPC_HANDLE_SIZE],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8;
+const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16;
 
 impl Offer {
     fn none() -> Offer {
@@ -214,6 +220,8 @@ impl Offer {
             ll_max: 0,
             direct_reduce: 0,
             ll_exchange_max: 0,
+            relay_min: 0,
+            relay_chunk: 0,
             probe_fd: -1,
             flags_ptr: 0,
             scratch_ptr: 0,
@@ -241,6 +249,8 @@ impl Offer {
         b.extend_from_slice(&self.direct_reduce.to_le_bytes());
         b.extend_from_slice(&self.probe_fd.to_le_bytes());
         b.extend_from_slice(&self.ll_exchange_max.to_le_bytes());
+        b.extend_from_slice(&self.relay_min.to_le_bytes());
+        b.extend_from_slice(&self.relay_chunk.to_le_bytes());
         b
     }
 
@@ -268,6 +278,8 @@ impl Offer {
         o.direct_reduce = u64::from_le_bytes(u64_at(57 + 3 * IPC_HANDLE_SIZE)?);
         o.probe_fd = i32::from_le_bytes(u32_at(65 + 3 * IPC_HANDLE_SIZE)?);
         o.ll_exchange_max = u64::from_le_bytes(u64_at(69 + 3 * IPC_HANDLE_SIZE)?);
+        o.relay_min = u64::from_le_bytes(u64_at(77 + 3 * IPC_HANDLE_SIZE)?);
+        o.relay_chunk = u64::from_le_bytes(u64_at(85 + 3 * IPC_HANDLE_SIZE)?);
         Some(o)
     }
 }
@@ -321,6 +333,10 @@ fn prepare_local(
         ll_max: ll_max as u64,
         direct_reduce: params::CCL_IPC_DIRECT_REDUCE_BYTES.get_i64().max(0) as u64,
         ll_exchange_max: params::CCL_IPC_LL_EXCHANGE_BYTES.get_i64().max(0) as u64,
+        relay_min: params::CCL_IPC_BCAST_RELAY_BYTES.get_i64().max(0) as u64,
+        relay_chunk: params::CCL_IPC_BCAST_RELAY_CHUNK_BYTES
+            .get_i64()
+            .max(1 << 20) as u64,
         probe_fd: -1,
         flags_ptr: flags.ptr(),
         scratch_ptr: scratch.ptr(),
@@ -433,6 +449,23 @@ pub fn attach(comm: &Comm) -> Result<()> {
             .map(|o| o.direct_reduce as usize)
             .max()
             .unwrap_or(0)
+    };
+    // Relayed broadcasts only if every rank has them on, from the largest threshold and chunk.
+    let relay = relay::Relay {
+        min_bytes: if offers.iter().any(|o| o.relay_min == 0) {
+            0
+        } else {
+            offers
+                .iter()
+                .map(|o| o.relay_min as usize)
+                .max()
+                .unwrap_or(0)
+        },
+        chunk_bytes: offers
+            .iter()
+            .map(|o| o.relay_chunk as usize)
+            .max()
+            .unwrap_or(1 << 20),
     };
     let Some((local, mut board, mut inbox)) = local.filter(|_| agreed) else {
         if wanted && offers.iter().any(|o| o.capable) {
@@ -577,6 +610,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         copy_kernel,
         ll_max,
         ll_exchange_max,
+        relay,
         small_mismatch,
         direct_reduce,
         _ll: local.ll,
@@ -1304,8 +1338,12 @@ fn kernels_of(p: &Program, v: &mut Vec<(DataType, KernelOp)>) {
 }
 
 /// Lowers one communicator's group and prepares its emission.
-fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing> {
-    let all = tasks;
+fn prepare(
+    comm: &Comm,
+    eng: Arc<IpcEngine>,
+    tasks: &[Task],
+    sig: Option<CallSig>,
+) -> Result<Queueing> {
     let user = crate::gpu::user_streams(&eng.ctx, tasks)?;
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
@@ -1356,7 +1394,7 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
         em,
         ll,
         small,
-        sig: CallSig::of(all),
+        sig,
         direct,
         staged_tx,
         posting: None,
@@ -1368,14 +1406,52 @@ fn prepare(comm: &Comm, eng: Arc<IpcEngine>, tasks: &[Task]) -> Result<Queueing>
     })
 }
 
-/// Queues the groups of several communicators (one per GPU of a `-g N` process, say)
-/// interleaved by logical time, so no stream runs far ahead of the peers that release it and
-/// the host never blocks on a full stream queue that only a later call would drain.
+/// Queues the groups of several communicators (one per GPU of a `-g N` process, say). A
+/// group with a relayed broadcast ([`relay`]) goes in phases, each queued for every
+/// communicator before the next, so a stream only ever waits on work already queued.
 pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
+    let mut phased = Vec::with_capacity(groups.len());
+    for (comm, eng, tasks) in groups {
+        let (rank, n) = (eng.layout.rank, eng.layout.nranks);
+        let phases = if eng.direct {
+            eng.relay.phases(&tasks, rank, n)
+        } else {
+            vec![tasks.clone()]
+        };
+        // The call as the application made it is what peers compare.
+        let sig = CallSig::of(&tasks);
+        phased.push((comm, eng, sig, phases));
+    }
+    let most = phased.iter().map(|g| g.3.len()).max().unwrap_or(0);
+    for p in 0..most {
+        let mut groups = Vec::with_capacity(phased.len());
+        for (comm, eng, sig, phases) in &mut phased {
+            match phases.get_mut(p).map(std::mem::take) {
+                Some(tasks) if !tasks.is_empty() => {
+                    groups.push((comm.clone(), eng.clone(), tasks, sig.take()))
+                }
+                _ => {}
+            }
+        }
+        if !groups.is_empty() {
+            submit_phase(groups)?;
+        }
+    }
+    Ok(())
+}
+
+/// Queues one phase of the groups, interleaved by logical time, so no stream runs far ahead
+/// of the peers that release it and the host never blocks on a full stream queue that only a
+/// later call would drain.
+/// One communicator's part of a phase: its tasks and, in its first phase, the signature peers
+/// compare.
+type PhaseGroup = (Comm, Arc<IpcEngine>, Vec<Task>, Option<CallSig>);
+
+fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
     let started = std::time::Instant::now();
     let mut qs: Vec<Queueing> = Vec::with_capacity(groups.len());
-    for (comm, eng, tasks) in groups {
-        qs.push(prepare(&comm, eng, &tasks)?);
+    for (comm, eng, tasks, sig) in groups {
+        qs.push(prepare(&comm, eng, &tasks, sig)?);
     }
     // From here on sequence numbers are taken: a failure leaves peers waiting on chunks that
     // will not come, so it poisons the communicator.

@@ -15,6 +15,7 @@ use std::sync::atomic::AtomicU64;
 use super::direct::{self, Exported, Post, Reach, Words};
 use super::direct_reduce;
 use super::protocol::{lower, Chain, Counters, Device, Kernel, Lane, Layout};
+use super::relay::Relay;
 use crate::error::Result;
 use crate::task::{Reduction, Task, TaskKind};
 
@@ -400,6 +401,8 @@ struct Setup {
     direct: bool,
     /// How direct groups cut their local copies over idle lanes.
     local_split: direct::LocalSplit,
+    /// Broadcasts relayed in phases, as `submit` queues them (None: not relayed).
+    relay: Option<Relay>,
 }
 
 /// Where a rank's bounce buffer sits in the simulated memory, and its size.
@@ -729,10 +732,33 @@ fn simulate(
     }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
-    for (k, case) in cases.iter().enumerate() {
+    // Each case's groups per rank: one, or a relayed broadcast's phases (queued by every rank
+    // before the next phase, as `submit` does).
+    let groups: Vec<(usize, usize, Vec<Vec<Task>>)> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(k, case)| {
+            let per_rank: Vec<Vec<Vec<Task>>> = (0..n)
+                .map(|r| {
+                    let t = tasks(case, k, r, n);
+                    match &s.relay {
+                        Some(relay) => relay.phases(&t, r, n),
+                        None => vec![t],
+                    }
+                })
+                .collect();
+            let phases = per_rank[0].len();
+            assert!(per_rank.iter().all(|p| p.len() == phases));
+            (0..phases)
+                .map(|p| (k, p, per_rank.iter().map(|v| v[p].clone()).collect()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (k, _phase, group) in &groups {
+        let (k, case) = (*k, &cases[*k]);
         // Ranks call in a random order: it decides which side of each transfer copies.
-        let mut order: Vec<usize> = (0..n).collect();
-        for i in (1..n).rev() {
+        let mut order: Vec<usize> = (0..n).filter(|&r| !group[r].is_empty()).collect();
+        for i in (1..order.len()).rev() {
             order_rng ^= order_rng << 13;
             order_rng ^= order_rng >> 7;
             order_rng ^= order_rng << 17;
@@ -744,7 +770,7 @@ fn simulate(
             let mut posted = Vec::new();
             for &r in &order {
                 let p = s
-                    .post(&layouts[r], &mut counters[r], &tasks(case, k, r, n), &dx)
+                    .post(&layouts[r], &mut counters[r], &group[r], &dx)
                     .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
                 posted.push((r, p));
             }
@@ -754,14 +780,8 @@ fn simulate(
             }
         } else {
             for r in order {
-                s.queue(
-                    &layouts[r],
-                    &mut counters[r],
-                    &mut devs[r],
-                    &tasks(case, k, r, n),
-                    &dx,
-                )
-                .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+                s.queue(&layouts[r], &mut counters[r], &mut devs[r], &group[r], &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
             }
         }
     }
@@ -874,6 +894,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                             lanes,
                             min_part: 1024,
                         },
+                        relay: None,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -904,6 +925,7 @@ fn the_simulation_catches_a_missing_credit_wait() {
         single_max: 0,
         direct: false,
         local_split: direct::LocalSplit::default(),
+        relay: None,
     };
     let case = Case {
         kind: Kind::Ring,
@@ -961,6 +983,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
             direct: next(2) == 0,
             local_split: direct::LocalSplit::default(),
+            relay: None,
         };
         // (from, to, count) in the order the sender issues them.
         let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
@@ -1112,6 +1135,7 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
             single_max: 0,
             direct: true,
             local_split: direct::LocalSplit::default(),
+            relay: None,
         };
         let plain = |kind, in_place| Case {
             kind,
@@ -1162,6 +1186,7 @@ fn coalesced_collectives_in_one_group_are_exact() {
                 single_max,
                 direct,
                 local_split: direct::LocalSplit::default(),
+                relay: None,
             };
             let layouts = s.layouts();
             // (collective, count, input base, output base) for rank r.
@@ -1257,6 +1282,7 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
                 single_max: 0,
                 direct,
                 local_split: direct::LocalSplit::default(),
+                relay: None,
             };
             let cases = every_case(n, 3000);
             for merged in [true, false] {
@@ -1284,6 +1310,7 @@ fn local_copies_split_over_idle_lanes_stay_exact() {
             lanes: 4,
             min_part: 1024,
         },
+        relay: None,
     };
     let case = Case {
         kind: Kind::Coll(Collective::AllGather),
@@ -1404,5 +1431,47 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             .transfers
             .iter()
             .all(|t| matches!(t.role, direct::Role::Second { .. })));
+    }
+}
+
+/// Broadcasts over more than two ranks relayed as a pipelined scatter and all-gather of
+/// direct transfers (one group per phase): exact under any lane order, merged queues, rank
+/// call orders and unmappable buffers, in place or not, whatever the root.
+#[test]
+fn relayed_broadcasts_are_exact_under_any_stream_order() {
+    for n in [3usize, 4, 5] {
+        let s = Setup {
+            n,
+            chunk: 4096,
+            slots: 2,
+            rx_lanes: 1,
+            single_max: 0,
+            direct: true,
+            local_split: direct::LocalSplit::default(),
+            // Four-byte elements: 3000 of them make three chunks of 1000 bytes and more.
+            relay: Some(Relay {
+                min_bytes: 1,
+                chunk_bytes: 4000,
+            }),
+        };
+        let mut cases = Vec::new();
+        for root in [0, 1, n - 1] {
+            for in_place in [false, true] {
+                cases.push(Case {
+                    kind: Kind::Coll(Collective::Broadcast { root }),
+                    count: 3001,
+                    dtype: DataType::Int32,
+                    red: Reduction::Plain(ReduceKind::Sum),
+                    in_place,
+                });
+            }
+        }
+        for seed in 0..6 {
+            for merged in [true, false] {
+                if let Err(e) = simulate(&s, &cases, merged, seed, None) {
+                    panic!("n {n} seed {seed} merged {merged}: {e}");
+                }
+            }
+        }
     }
 }
