@@ -36,7 +36,10 @@ const SYM_RING: usize = 64;
 /// Largest communicator the rendezvous word can hold (one bit per rank).
 pub(crate) const MAX_RANKS: usize = 32;
 const FAILED: u64 = 1 << 32;
-const GEN_SHIFT: u32 = 33;
+/// Two ranks only: the rank that posted first stopped waiting and leaves the whole reduction
+/// to the other, which does it when it posts (no host waits on either side).
+const PASSIVE: u64 = 1 << 33;
+const GEN_SHIFT: u32 = 34;
 const ALL_BITS: u64 = FAILED - 1;
 
 fn entry_words(n: usize) -> usize {
@@ -79,6 +82,12 @@ pub(crate) enum SymOutcome {
     Staged,
     /// Posted; the others have not all posted yet ([`sym_settle`]).
     Pending,
+    /// Two ranks: this rank stopped waiting; its peer reduces for both (this rank's stream
+    /// flags "here" and waits for "done").
+    Passive,
+    /// Two ranks: the peer stopped waiting; this rank reduces for both, with the peer's
+    /// buffers as posted (this rank's own post is not used).
+    Active(Vec<(Post, Post)>),
 }
 
 struct SymEntry<'a> {
@@ -183,6 +192,19 @@ pub(crate) fn sym_post(
             if w & FAILED != 0 {
                 return e.finish(w);
             }
+            if w & PASSIVE != 0 {
+                // The peer left it to us: we need only its buffers, not our own exported.
+                let next = w | 1 << rank;
+                if state
+                    .compare_exchange(w, next, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let posts = e.read_all()?;
+                    e.leave()?;
+                    return Ok(SymOutcome::Active(posts));
+                }
+                continue;
+            }
             let next = match &mine {
                 Some(p) => {
                     e.write(rank, p)?;
@@ -210,12 +232,14 @@ pub(crate) fn sym_post(
 }
 
 /// Settles a [`SymOutcome::Pending`] post: `Direct` once everybody has posted, `Staged` if
-/// someone marked it failed or `wait` ran out first (then this rank marks it).
+/// someone marked it failed or `wait` ran out first (then this rank marks it) -- or, with
+/// `takeover` on two ranks, `Passive` when the wait runs out: the peer does all of it.
 pub(crate) fn sym_settle(
     board: &dyn Words,
     n: usize,
     seq: u64,
     wait: PushWait<'_>,
+    takeover: bool,
     stop: &dyn Fn() -> bool,
 ) -> Result<SymOutcome> {
     let e = SymEntry::new(board, n, seq);
@@ -233,6 +257,16 @@ pub(crate) fn sym_settle(
             return Ok(o);
         }
         if wait.over(stop) {
+            if takeover && n == 2 {
+                if state
+                    .compare_exchange(w, w | PASSIVE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    e.leave()?;
+                    return Ok(SymOutcome::Passive);
+                }
+                continue;
+            }
             if state
                 .compare_exchange(w, w | FAILED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -264,6 +298,22 @@ pub(crate) struct SymPlan {
     pub push: bool,
     /// Pieces the slice is reduced and pushed in (so pushes overlap the next reduction).
     pub pieces: usize,
+    /// Who reduces: every rank its slice, or (two ranks) one of them all of it.
+    pub role: SymRole,
+    /// The task's count (an all-reduce's whole buffer, a reduce-scatter's output).
+    pub total: usize,
+}
+
+/// How the work of a direct reduction is shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SymRole {
+    /// Every rank reduces its own slice (and pushes it, for all-reduce).
+    Shared,
+    /// Two ranks, this one does everything: both slices of a reduce-scatter, or the whole
+    /// all-reduce and the copy into the peer's output.
+    Active { peer: usize },
+    /// Two ranks, the peer does everything: flag "here", wait for "done".
+    Passive { peer: usize },
 }
 
 impl SymPlan {
@@ -321,15 +371,66 @@ impl SymPlan {
             outputs,
             push,
             pieces,
+            role: SymRole::Shared,
+            total: t.count,
         })
+    }
+
+    /// The plan of a two-rank reduction that one rank does alone: `Active` with the peer's
+    /// posts (this rank's own entry is ignored), or `Passive` (no posts needed).
+    pub fn alone(
+        t: &Task,
+        rank: usize,
+        seq: u64,
+        role: SymRole,
+        posts: &[(Post, Post)],
+        addr: &mut dyn FnMut(usize, &Post) -> Result<u64>,
+        piece_bytes: usize,
+    ) -> Result<SymPlan> {
+        let peer = match role {
+            SymRole::Active { peer } | SymRole::Passive { peer } => peer,
+            SymRole::Shared => return Err(Error::internal("cuda-ipc: a shared plan alone")),
+        };
+        if peer == rank || peer > 1 || rank > 1 {
+            return Err(Error::internal(
+                "cuda-ipc: a reduction alone needs two ranks",
+            ));
+        }
+        let mut p = if let SymRole::Active { .. } = role {
+            // Our own buffers come from the task; only the peer's post is read.
+            SymPlan::new(t, rank, 2, seq, posts, addr, piece_bytes)?
+        } else {
+            let none = Post {
+                pid: 0,
+                addr: 0,
+                bytes: 0,
+                buffer_id: 0,
+                offset: 0,
+                handle: [0; 64],
+            };
+            let posts = [(none, none), (none, none)];
+            SymPlan::new(t, rank, 2, seq, &posts, &mut |_, _| Ok(0), piece_bytes)?
+        };
+        p.role = role;
+        Ok(p)
     }
 
     fn flag(&self) -> u32 {
         (self.seq as u32).wrapping_add(1)
     }
 
-    /// "Here" to every peer, then wait for theirs.
+    /// "Here" to every peer, then wait for theirs (alone: the passive rank flags, the active
+    /// one waits).
     pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        match self.role {
+            SymRole::Shared => {}
+            SymRole::Passive { peer } => {
+                return dev.write(Lane::User, l.sym_word(peer, l.rank, false), self.flag());
+            }
+            SymRole::Active { peer } => {
+                return dev.wait(Lane::User, l.sym_word(l.rank, peer, false), self.flag());
+            }
+        }
         let peers = (0..l.nranks).filter(|&q| q != l.rank);
         for q in peers.clone() {
             dev.write(Lane::User, l.sym_word(q, l.rank, false), self.flag())?;
@@ -343,6 +444,18 @@ impl SymPlan {
     /// Reduce piece by piece on the caller's stream, push each piece on a copy lane behind
     /// it, then "done" to every peer and wait for theirs.
     pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        match self.role {
+            SymRole::Shared => {}
+            SymRole::Passive { peer } => {
+                return dev.wait_long(
+                    Lane::User,
+                    l.sym_word(l.rank, peer, true),
+                    self.flag(),
+                    LongWait::Reduction,
+                );
+            }
+            SymRole::Active { peer } => return self.end_alone(l, peer, dev),
+        }
         let (me, n, sz) = (l.rank, l.nranks, self.dtype.size());
         let at = |base: u64, elems: usize| base + (elems * sz) as u64;
         let lane = Lane::Tx(0);
@@ -403,6 +516,65 @@ impl SymPlan {
     }
 }
 
+impl SymPlan {
+    /// The active rank of a two-rank reduction: a reduce-scatter reduces both slices (the
+    /// peer's straight into the peer's output); an all-reduce reduces everything into this
+    /// rank's output, piece by piece, each piece copied into the peer's output behind it.
+    /// Then "done" to the peer; nothing of the peer's is waited for after its "here".
+    fn end_alone(&self, l: &Layout, peer: usize, dev: &mut dyn Device) -> Result<()> {
+        let (me, sz) = (l.rank, self.dtype.size());
+        let at = |base: u64, elems: usize| base + (elems * sz) as u64;
+        let lane = Lane::Tx(0);
+        if self.push {
+            // All-reduce: the whole buffer (SymPlan::new cut out this rank's slice).
+            let total = self.total;
+            let pieces = (self.pieces * 2).clamp(1, 16);
+            for p in 0..pieces {
+                let lo = total * p / pieces;
+                let hi = total * (p + 1) / pieces;
+                if hi == lo {
+                    continue;
+                }
+                let dst = at(self.outputs[me], lo);
+                dev.kernel(
+                    Lane::User,
+                    Kernel::Reduce {
+                        dtype: self.dtype,
+                        op: self.op,
+                        dst,
+                        a: at(self.inputs[me], lo),
+                        b: at(self.inputs[peer], lo),
+                        n: hi - lo,
+                    },
+                )?;
+                dev.fork(&[lane])?;
+                dev.copy(lane, at(self.outputs[peer], lo), dst, (hi - lo) * sz)?;
+            }
+            if total == 0 {
+                dev.fork(&[lane])?;
+            }
+            dev.write(lane, l.sym_word(peer, me, true), self.flag())?;
+            return dev.join(&[lane]);
+        }
+        // Reduce-scatter: slice r of every input lands in rank r's output (count each).
+        for r in [me, peer] {
+            let (mine, theirs) = if r == me { (me, peer) } else { (peer, me) };
+            dev.kernel(
+                Lane::User,
+                Kernel::Reduce {
+                    dtype: self.dtype,
+                    op: self.op,
+                    dst: self.outputs[r],
+                    a: at(self.inputs[mine], r * self.count),
+                    b: at(self.inputs[theirs], r * self.count),
+                    n: self.count,
+                },
+            )?;
+        }
+        dev.write(Lane::User, l.sym_word(peer, me, true), self.flag())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,7 +630,7 @@ mod tests {
             };
             assert_eq!(posts[1], (post(100), post(101)));
             for r in 0..2 {
-                let o = sym_settle(&b, n, seq, patient(), &never).unwrap();
+                let o = sym_settle(&b, n, seq, patient(), false, &never).unwrap();
                 assert_eq!(o, outcomes[2].clone(), "rank {r}");
             }
             // Reusable only once all three have left; the next round proves it.
@@ -482,7 +654,7 @@ mod tests {
             futile: &|| false,
         };
         assert_eq!(
-            sym_settle(&b, n, 0, idle, &never).unwrap(),
+            sym_settle(&b, n, 0, idle, false, &never).unwrap(),
             SymOutcome::Staged
         );
         assert_eq!(
@@ -511,6 +683,64 @@ mod tests {
     }
 
     #[test]
+    fn with_takeover_the_late_rank_reduces_alone_and_nobody_waits() {
+        let (n, b) = (2, board(2));
+        let never = || false;
+        let now = Instant::now();
+        let at_once = PushWait {
+            soft: now,
+            hard: now,
+            busy: &|| true,
+            futile: &|| false,
+        };
+        // Rank 0 first, gives up at once: passive; rank 1 finds that and reduces alone, even
+        // though its own buffers cannot be exported (it needs only rank 0's).
+        assert_eq!(
+            sym_post(&b, n, 0, 0, Some((post(1), post(2))), None, &never).unwrap(),
+            SymOutcome::Pending
+        );
+        assert_eq!(
+            sym_settle(&b, n, 0, at_once, true, &never).unwrap(),
+            SymOutcome::Passive
+        );
+        let SymOutcome::Active(posts) = sym_post(&b, n, 1, 0, None, None, &never).unwrap() else {
+            panic!("rank 1 should reduce alone");
+        };
+        assert_eq!(posts[0], (post(1), post(2)));
+        // Both arriving before either gives up: shared, as without takeover.
+        assert_eq!(
+            sym_post(&b, n, 1, 1, Some((post(3), post(4))), None, &never).unwrap(),
+            SymOutcome::Pending
+        );
+        assert!(matches!(
+            sym_post(&b, n, 0, 1, Some((post(1), post(2))), None, &never).unwrap(),
+            SymOutcome::Direct(_)
+        ));
+        assert!(matches!(
+            sym_settle(&b, n, 1, at_once, true, &never).unwrap(),
+            SymOutcome::Direct(_)
+        ));
+        // The first poster cannot export: staged for both, takeover or not.
+        assert_eq!(
+            sym_post(&b, n, 0, 2, None, None, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        assert_eq!(
+            sym_post(&b, n, 1, 2, Some((post(3), post(4))), None, &never).unwrap(),
+            SymOutcome::Staged
+        );
+        // Every entry was freed: the same slots serve the next round.
+        for seq in 0..3 {
+            let e = SymEntry::new(&b, n, seq);
+            assert_eq!(
+                e.word(0).unwrap().load(Ordering::Acquire) >> GEN_SHIFT,
+                1,
+                "entry {seq}"
+            );
+        }
+    }
+
+    #[test]
     fn racing_ranks_agree_on_direct_or_staged() {
         let n = 4;
         let b = std::sync::Arc::new(board(n));
@@ -532,7 +762,7 @@ mod tests {
                                         busy: &|| true,
                                         futile: &|| false,
                                     };
-                                    sym_settle(&*b, n, seq, w, &|| false).unwrap()
+                                    sym_settle(&*b, n, seq, w, false, &|| false).unwrap()
                                 }
                                 o => o,
                             }
@@ -553,14 +783,15 @@ mod tests {
     }
 
     /// Model checks (loom): two ranks posting one collective, one of them giving up at its
-    /// first look or waiting, in every interleaving: both choose the same path, the direct one
-    /// sees both posts intact, and the entry ends free.
+    /// first look or waiting (going staged, or with `takeover` leaving it to the other), in
+    /// every interleaving: both choose matching paths, whoever reduces sees the posts intact,
+    /// and the entry ends free.
     mod loom_model {
         use super::*;
         use crate::cuda_ipc::direct::LoomWords;
         use loom::sync::Arc;
 
-        fn two_ranks(patient: bool) {
+        fn two_ranks(patient: bool, takeover: bool) {
             loom::model(move || {
                 let n = 2;
                 let b = Arc::new(LoomWords::new(&[(ring_base(n), entry_words(n))]));
@@ -582,7 +813,7 @@ mod tests {
                 };
                 let mine =
                     match sym_post(&*b, n, 0, 0, Some((post(0), post(1))), None, &never).unwrap() {
-                        SymOutcome::Pending => sym_settle(&*b, n, 0, w, &never).unwrap(),
+                        SymOutcome::Pending => sym_settle(&*b, n, 0, w, takeover, &never).unwrap(),
                         o => o,
                     };
                 let theirs = match other.join().unwrap() {
@@ -593,17 +824,23 @@ mod tests {
                             busy: &|| true,
                             futile: &|| false,
                         };
-                        sym_settle(&*b, n, 0, patient, &never).unwrap()
+                        sym_settle(&*b, n, 0, patient, false, &never).unwrap()
                     }
                     o => o,
                 };
-                assert_eq!(mine, theirs);
-                match mine {
-                    SymOutcome::Direct(p) => {
-                        assert_eq!(p, vec![(post(0), post(1)), (post(10), post(11))])
+                match (mine, theirs) {
+                    (SymOutcome::Direct(p), SymOutcome::Direct(q)) => {
+                        assert_eq!(p, vec![(post(0), post(1)), (post(10), post(11))]);
+                        assert_eq!(p, q);
                     }
-                    SymOutcome::Staged => assert!(!patient, "nobody gave up"),
-                    SymOutcome::Pending => panic!("still pending"),
+                    (SymOutcome::Staged, SymOutcome::Staged) => {
+                        assert!(!patient && !takeover, "nobody gave up")
+                    }
+                    (SymOutcome::Passive, SymOutcome::Active(q)) => {
+                        assert!(!patient && takeover, "nobody gave up");
+                        assert_eq!(q[0], (post(0), post(1)));
+                    }
+                    (m, t) => panic!("rank 0 {m:?}, rank 1 {t:?}"),
                 }
                 let e = SymEntry::new(&*b, n, 0);
                 assert_eq!(e.word(0).unwrap().load(Ordering::Acquire), 1 << GEN_SHIFT);
@@ -613,12 +850,17 @@ mod tests {
 
         #[test]
         fn two_ranks_agree_when_one_gives_up_at_once() {
-            two_ranks(false);
+            two_ranks(false, false);
         }
 
         #[test]
         fn two_ranks_go_direct_when_both_wait() {
-            two_ranks(true);
+            two_ranks(true, false);
+        }
+
+        #[test]
+        fn two_ranks_agree_when_one_leaves_it_to_the_other() {
+            two_ranks(false, true);
         }
     }
 }

@@ -991,7 +991,19 @@ impl Queueing {
                 .sym
                 .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
             let now = std::time::Instant::now();
-            let sym_wait = if bytes < wait_min_bytes {
+            // Two ranks may leave the reduction to whoever posts second instead of waiting
+            // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that.
+            let takeover = (l.nranks == 2)
+                .then(|| params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_US.get_i64())
+                .filter(|&us| us >= 0)
+                .map(|us| Duration::from_micros(us.min(10_000_000) as u64));
+            let sym_wait = if let Some(d) = takeover {
+                direct::PushWait {
+                    soft: now + d,
+                    hard: now + d,
+                    ..push_wait
+                }
+            } else if bytes < wait_min_bytes {
                 direct::PushWait {
                     soft: now,
                     hard: now,
@@ -1008,24 +1020,54 @@ impl Queueing {
                     l.nranks,
                     seq,
                     sym_wait,
+                    takeover.is_some(),
                     &stop,
                 )?,
                 o => o,
             };
-            if let (direct_reduce::SymOutcome::Direct(posts), Some(t)) = (o, self.sym) {
-                let bufs = &mut q.bufs;
-                let plan = direct_reduce::SymPlan::new(
-                    &t,
-                    l.rank,
-                    l.nranks,
-                    seq,
-                    &posts,
-                    &mut |_, p| direct::Reach::resolve(bufs, p),
-                    // Pieces of the slice: each is reduced, then pushed while the next reduces
-                    // (a local setting: pushes and kernels are this rank's own).
-                    params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize,
-                )?;
-                q.sent_direct += (plan.count * t.dtype.size() * (l.nranks - 1)) as u64;
+            // Pieces of the slice: each is reduced, then pushed while the next reduces (a
+            // local setting: pushes and kernels are this rank's own).
+            let piece = params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize;
+            let peer = 1 - l.rank.min(1);
+            let bufs = &mut q.bufs;
+            let mut addr = |_: usize, p: &direct::Post| direct::Reach::resolve(bufs, p);
+            let plan = match (o, self.sym) {
+                (direct_reduce::SymOutcome::Direct(posts), Some(t)) => {
+                    Some(direct_reduce::SymPlan::new(
+                        &t, l.rank, l.nranks, seq, &posts, &mut addr, piece,
+                    )?)
+                }
+                (direct_reduce::SymOutcome::Active(posts), Some(t)) => {
+                    Some(direct_reduce::SymPlan::alone(
+                        &t,
+                        l.rank,
+                        seq,
+                        direct_reduce::SymRole::Active { peer },
+                        &posts,
+                        &mut addr,
+                        piece,
+                    )?)
+                }
+                (direct_reduce::SymOutcome::Passive, Some(t)) => {
+                    Some(direct_reduce::SymPlan::alone(
+                        &t,
+                        l.rank,
+                        seq,
+                        direct_reduce::SymRole::Passive { peer },
+                        &[],
+                        &mut addr,
+                        piece,
+                    )?)
+                }
+                _ => None,
+            };
+            if let (Some(plan), Some(t)) = (plan, self.sym) {
+                q.sent_direct += match plan.role {
+                    direct_reduce::SymRole::Shared => plan.count * (l.nranks - 1),
+                    direct_reduce::SymRole::Active { .. } => plan.total,
+                    direct_reduce::SymRole::Passive { .. } => 0,
+                } as u64
+                    * t.dtype.size() as u64;
                 // Nothing goes through the slots: drop the staged program.
                 self.em = Chain::new(Vec::new());
                 self.staged_tx = 0;

@@ -403,6 +403,8 @@ struct Setup {
     local_split: direct::LocalSplit,
     /// Broadcasts relayed in phases, as `submit` queues them (None: not relayed).
     relay: Option<Relay>,
+    /// Two ranks: a reduction's first poster leaves it to the second instead of going staged.
+    takeover: bool,
 }
 
 /// Where a rank's bounce buffer sits in the simulated memory, and its size.
@@ -416,8 +418,10 @@ const BOUNCE: usize = 1 << 20;
 struct DirectSim {
     boards: Vec<Vec<AtomicU64>>,
     unmappable: Vec<(u64, u64)>,
-    /// Reductions that ran directly (every rank posted in time).
+    /// Reductions that ran directly (every rank posted in time, or one did it alone).
     sym_direct: std::cell::Cell<usize>,
+    /// Of those, two-rank reductions one rank did alone (counted on the active rank).
+    sym_alone: std::cell::Cell<usize>,
 }
 
 impl DirectSim {
@@ -432,6 +436,7 @@ impl DirectSim {
                 .collect(),
             unmappable: Vec::new(),
             sym_direct: std::cell::Cell::new(0),
+            sym_alone: std::cell::Cell::new(0),
         }
     }
 }
@@ -631,15 +636,32 @@ impl Setup {
         let mut sym_plan = None;
         if let Some((t, seq, o)) = posted.sym {
             let o = match o {
-                direct_reduce::SymOutcome::Pending => {
-                    direct_reduce::sym_settle(&dx.boards[0], self.n, seq, wait, &|| false)
-                        .map_err(e)?
-                }
+                direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
+                    &dx.boards[0],
+                    self.n,
+                    seq,
+                    wait,
+                    self.takeover,
+                    &|| false,
+                )
+                .map_err(e)?,
                 o => o,
             };
-            if let direct_reduce::SymOutcome::Direct(posts) = o {
-                // Small pieces, so the simulation pipelines several per slice.
-                let p = direct_reduce::SymPlan::new(
+            // Small pieces, so the simulation pipelines several per slice.
+            let peer = 1 - l.rank.min(1);
+            let alone = |role, posts: &[(Post, Post)]| {
+                direct_reduce::SymPlan::alone(
+                    &t,
+                    l.rank,
+                    seq,
+                    role,
+                    posts,
+                    &mut |_, p| Ok(p.addr),
+                    1024,
+                )
+            };
+            let p = match o {
+                direct_reduce::SymOutcome::Direct(posts) => Some(direct_reduce::SymPlan::new(
                     &t,
                     l.rank,
                     self.n,
@@ -647,8 +669,18 @@ impl Setup {
                     &posts,
                     &mut |_, p| Ok(p.addr),
                     1024,
-                )
-                .map_err(e)?;
+                )),
+                direct_reduce::SymOutcome::Active(posts) => {
+                    dx.sym_alone.set(dx.sym_alone.get() + 1);
+                    Some(alone(direct_reduce::SymRole::Active { peer }, &posts))
+                }
+                direct_reduce::SymOutcome::Passive => {
+                    Some(alone(direct_reduce::SymRole::Passive { peer }, &[]))
+                }
+                _ => None,
+            };
+            if let Some(p) = p {
+                let p = p.map_err(e)?;
                 p.begin(l, dev).map_err(e)?;
                 dx.sym_direct.set(dx.sym_direct.get() + 1);
                 sym_plan = Some(p);
@@ -695,7 +727,8 @@ struct Posted {
 
 type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
 
-/// Queues `cases` one after another on every rank, runs them, checks every output.
+/// Queues `cases` one after another on every rank, runs them, checks every output. Returns
+/// how many reductions ran directly (per rank).
 fn simulate(
     s: &Setup,
     cases: &[Case],
@@ -703,6 +736,17 @@ fn simulate(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<usize, String> {
+    simulate_counts(s, cases, merged, seed, tamper).map(|(direct, _)| direct)
+}
+
+/// [`simulate`], also returning how many two-rank reductions one rank did alone.
+fn simulate_counts(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(usize, usize), String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
     // With direct transfers, every third seed makes one rank's buffers unmappable per case
@@ -804,7 +848,7 @@ fn simulate(
             }
         }
     }
-    Ok(dx.sym_direct.get())
+    Ok((dx.sym_direct.get(), dx.sym_alone.get()))
 }
 
 fn every_case(n: usize, count: usize) -> Vec<Case> {
@@ -895,6 +939,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                             min_part: 1024,
                         },
                         relay: None,
+                        takeover: false,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -926,6 +971,7 @@ fn the_simulation_catches_a_missing_credit_wait() {
         direct: false,
         local_split: direct::LocalSplit::default(),
         relay: None,
+        takeover: false,
     };
     let case = Case {
         kind: Kind::Ring,
@@ -984,6 +1030,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
             direct: next(2) == 0,
             local_split: direct::LocalSplit::default(),
             relay: None,
+            takeover: false,
         };
         // (from, to, count) in the order the sender issues them.
         let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
@@ -1136,6 +1183,7 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
             direct: true,
             local_split: direct::LocalSplit::default(),
             relay: None,
+            takeover: false,
         };
         let plain = |kind, in_place| Case {
             kind,
@@ -1187,6 +1235,7 @@ fn coalesced_collectives_in_one_group_are_exact() {
                 direct,
                 local_split: direct::LocalSplit::default(),
                 relay: None,
+                takeover: false,
             };
             let layouts = s.layouts();
             // (collective, count, input base, output base) for rank r.
@@ -1283,6 +1332,7 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
                 direct,
                 local_split: direct::LocalSplit::default(),
                 relay: None,
+                takeover: false,
             };
             let cases = every_case(n, 3000);
             for merged in [true, false] {
@@ -1311,6 +1361,7 @@ fn local_copies_split_over_idle_lanes_stay_exact() {
             min_part: 1024,
         },
         relay: None,
+        takeover: false,
     };
     let case = Case {
         kind: Kind::Coll(Collective::AllGather),
@@ -1453,6 +1504,7 @@ fn relayed_broadcasts_are_exact_under_any_stream_order() {
                 min_bytes: 1,
                 chunk_bytes: 4000,
             }),
+            takeover: false,
         };
         let mut cases = Vec::new();
         for root in [0, 1, n - 1] {
@@ -1474,4 +1526,52 @@ fn relayed_broadcasts_are_exact_under_any_stream_order() {
             }
         }
     }
+}
+
+/// Two ranks with takeover: a reduction whose first poster gives up waiting is done entirely
+/// by the second (both slices of a reduce-scatter, the whole all-reduce and the copy into the
+/// peer's output), with no host wait on either side. Exact under every stream order and call
+/// order, in place or not, and with the passive rank's partner unable to export its own
+/// buffers (the active rank needs only the passive one's).
+#[test]
+fn two_rank_reductions_done_by_one_rank_are_exact() {
+    let s = Setup {
+        n: 2,
+        chunk: 4096,
+        slots: 2,
+        rx_lanes: 1,
+        single_max: 0,
+        direct: true,
+        local_split: direct::LocalSplit::default(),
+        relay: None,
+        takeover: true,
+    };
+    let mut cases = Vec::new();
+    for kind in [Collective::AllReduce, Collective::ReduceScatter] {
+        for in_place in [false, true] {
+            for red in [ReduceKind::Sum, ReduceKind::Max] {
+                cases.push(Case {
+                    kind: Kind::Coll(kind),
+                    count: 3001,
+                    dtype: DataType::Int32,
+                    red: Reduction::Plain(red),
+                    in_place,
+                });
+            }
+        }
+    }
+    let mut alone_total = 0;
+    for seed in 0..12u64 {
+        for merged in [false, true] {
+            let (direct, alone) = simulate_counts(&s, &cases, merged, seed, None)
+                .unwrap_or_else(|e| panic!("seed {seed} merged {merged}: {e}"));
+            if seed % 2 == 1 && seed % 3 != 2 {
+                // Rank by rank: the first poster never waits, so every case goes alone.
+                assert_eq!(alone, cases.len(), "seed {seed}");
+                assert_eq!(direct, 2 * cases.len(), "seed {seed}");
+            }
+            alone_total += alone;
+        }
+    }
+    assert!(alone_total > 0);
 }
