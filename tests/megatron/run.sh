@@ -155,8 +155,8 @@ run_one() { # config library
         # libccl's own account of the run (NCCL_DEBUG=INFO in CCL_ENV): push waits, bytes, host
         # time spent queueing. The status is the run's, taken above: under pipefail a grep
         # that finds nothing fails.
-        grep -ho "rank [0-9]*: [0-9]* sends posted before their receives.*\|rank [0-9]*: cuda-ipc sent.*\|rank [0-9]*: cuda-ipc queued.*" \
-            "$log" | sort | uniq -c | sort -rn | head -n 8 | sed "s|^|[megatron] $cfg/$lib: |"
+        grep -ho "rank [0-9]*: [0-9]* sends posted before their receives.*\|rank [0-9]*: cuda-ipc sent.*\|rank [0-9]*: cuda-ipc queued.*\|rank [0-9]*: direct reductions:.*" \
+            "$log" | sort | uniq -c | sort -rn | head -n 12 | sed "s|^|[megatron] $cfg/$lib: |"
     else
         timeout -k 10 "$t" python3 -m torch.distributed.run --standalone \
             --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL $EXTRA_ARGS \

@@ -92,6 +92,10 @@ struct Queued {
     /// Bytes this rank sent as small sends through the point-to-point kernel.
     sent_small: u64,
     push_waits: direct::PushWaits,
+    /// Direct reductions by how they went (shared, alone, passive, staged after the
+    /// rendezvous), and the host time spent waiting for the other ranks' posts.
+    sym_outcomes: [u64; 4],
+    sym_waited: Duration,
     /// Host time spent queueing groups (logged when the communicator goes): a host-bound
     /// training loop pays it directly, as it cannot launch its next kernels meanwhile.
     queueing: QueueTimes,
@@ -634,6 +638,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
             sent_direct: 0,
             sent_bounced: 0,
             push_waits: direct::PushWaits::default(),
+            sym_outcomes: [0; 4],
+            sym_waited: Duration::ZERO,
             push_late: direct::Lateness::default(),
             sent_staged: 0,
             sent_small: 0,
@@ -1012,6 +1018,7 @@ impl Queueing {
             } else {
                 push_wait
             };
+            let waited_from = std::time::Instant::now();
             let o = match o {
                 direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
                     eng.inbox
@@ -1025,6 +1032,13 @@ impl Queueing {
                 )?,
                 o => o,
             };
+            q.sym_waited += waited_from.elapsed();
+            q.sym_outcomes[match &o {
+                direct_reduce::SymOutcome::Direct(_) => 0,
+                direct_reduce::SymOutcome::Active(_) => 1,
+                direct_reduce::SymOutcome::Passive => 2,
+                _ => 3,
+            }] += 1;
             // Pieces of the slice: each is reduced, then pushed while the next reduces (a
             // local setting: pushes and kernels are this rank's own).
             let piece = params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize;
@@ -1704,6 +1718,14 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
                 w.left_to_pull,
                 w.waited.as_secs_f64() * 1e3,
                 w.longest.as_micros()
+            );
+        }
+        let [shared, alone, passive, staged] = q.sym_outcomes;
+        if shared + alone + passive + staged > 0 {
+            tracing::info!(
+                "rank {}: direct reductions: {shared} shared, {alone} done alone, {passive} left                  to the peer, {staged} staged after the rendezvous; the host waited {:.3} ms for                  the other ranks' posts (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US)",
+                eng.layout.rank,
+                q.sym_waited.as_secs_f64() * 1e3
             );
         }
     }
