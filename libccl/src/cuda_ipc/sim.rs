@@ -480,6 +480,21 @@ impl Reach for SimReach<'_> {
 }
 
 impl Setup {
+    /// `n` ranks, small chunks and slots, direct paths on, everything else off.
+    fn new(n: usize) -> Setup {
+        Setup {
+            n,
+            chunk: 4096,
+            slots: 2,
+            rx_lanes: 1,
+            single_max: 0,
+            direct: true,
+            local_split: direct::LocalSplit::default(),
+            relay: None,
+            takeover: false,
+        }
+    }
+
     /// Every rank's flags and receive area: rank r's at base(r) and base(r) + 128 MiB.
     fn layouts(&self) -> Vec<Layout> {
         let n = self.n;
@@ -1492,19 +1507,12 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
 fn relayed_broadcasts_are_exact_under_any_stream_order() {
     for n in [3usize, 4, 5] {
         let s = Setup {
-            n,
-            chunk: 4096,
-            slots: 2,
-            rx_lanes: 1,
-            single_max: 0,
-            direct: true,
-            local_split: direct::LocalSplit::default(),
-            // Four-byte elements: 3000 of them make three chunks of 1000 bytes and more.
+            // Four-byte elements: 3001 of them make four chunks of up to 1000.
             relay: Some(Relay {
                 min_bytes: 1,
                 chunk_bytes: 4000,
             }),
-            takeover: false,
+            ..Setup::new(n)
         };
         let mut cases = Vec::new();
         for root in [0, 1, n - 1] {
@@ -1536,15 +1544,8 @@ fn relayed_broadcasts_are_exact_under_any_stream_order() {
 #[test]
 fn two_rank_reductions_done_by_one_rank_are_exact() {
     let s = Setup {
-        n: 2,
-        chunk: 4096,
-        slots: 2,
-        rx_lanes: 1,
-        single_max: 0,
-        direct: true,
-        local_split: direct::LocalSplit::default(),
-        relay: None,
         takeover: true,
+        ..Setup::new(2)
     };
     let mut cases = Vec::new();
     for kind in [Collective::AllReduce, Collective::ReduceScatter] {
