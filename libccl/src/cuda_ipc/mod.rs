@@ -129,6 +129,9 @@ pub struct IpcEngine {
     ll_exchange_max: usize,
     /// Broadcasts over more than two ranks that go as a pipelined scatter and all-gather.
     relay: relay::Relay,
+    /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
+    /// reduction to its peer (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`; None: never).
+    takeover: Option<Duration>,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     small_mismatch: Flag,
@@ -580,6 +583,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
         max_connections.as_deref(),
     )
     .any();
+    // A local setting too: the protocol lets each rank decide whether it stops waiting.
+    let takeover = takeover_wait(
+        &params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_US.get_str(),
+        max_connections.as_deref(),
+    )
+    .filter(|_| n == 2);
     if copy_kernel {
         local
             .kernels
@@ -615,6 +624,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         ll_max,
         ll_exchange_max,
         relay,
+        takeover,
         small_mismatch,
         direct_reduce,
         _ll: local.ll,
@@ -999,10 +1009,7 @@ impl Queueing {
             let now = std::time::Instant::now();
             // Two ranks may leave the reduction to whoever posts second instead of waiting
             // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that.
-            let takeover = (l.nranks == 2)
-                .then(|| params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_US.get_i64())
-                .filter(|&us| us >= 0)
-                .map(|us| Duration::from_micros(us.min(10_000_000) as u64));
+            let takeover = eng.takeover;
             let sym_wait = if let Some(d) = takeover {
                 direct::PushWait {
                     soft: now + d,
@@ -1254,6 +1261,26 @@ impl WaitKernel {
 /// `CCL_IPC_WAIT_KERNEL`: "1" both kinds of long wait, "transfers" only direct transfers';
 /// with an "auto" prefix ("auto", "auto-transfers") only where every stream shares one
 /// hardware queue (`CUDA_DEVICE_MAX_CONNECTIONS=1`); anything else off.
+/// `CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`: a number of microseconds (negative: off), or `auto`
+/// / `auto-US` (on, waiting 0 or US microseconds, when `CUDA_DEVICE_MAX_CONNECTIONS=1`, as
+/// Megatron-LM's host-bound training sets it; off otherwise).
+fn takeover_wait(setting: &str, max_connections: Option<&str>) -> Option<Duration> {
+    let s = setting.trim();
+    let us = match s.strip_prefix("auto") {
+        Some(rest) => {
+            if !max_connections.is_some_and(|v| v.trim() == "1") {
+                return None;
+            }
+            match rest.trim_start_matches('-') {
+                "" => 0,
+                n => n.parse::<i64>().ok()?,
+            }
+        }
+        None => s.parse::<i64>().ok()?,
+    };
+    (us >= 0).then(|| Duration::from_micros(us.min(10_000_000) as u64))
+}
+
 fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) -> WaitKernel {
     let s = setting.trim();
     let (auto, what) = match s.strip_prefix("auto") {
@@ -1874,6 +1901,19 @@ mod tests {
         ));
         // More ranks than the exchange table holds.
         assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_takeover_wait_follows_its_setting_and_the_hardware_queues() {
+        let us = Duration::from_micros;
+        assert_eq!(takeover_wait("-1", Some("1")), None);
+        assert_eq!(takeover_wait("0", None), Some(us(0)));
+        assert_eq!(takeover_wait(" 25 ", Some("8")), Some(us(25)));
+        assert_eq!(takeover_wait("auto", Some("1")), Some(us(0)));
+        assert_eq!(takeover_wait("auto", Some("8")), None);
+        assert_eq!(takeover_wait("auto", None), None);
+        assert_eq!(takeover_wait("auto-40", Some("1")), Some(us(40)));
+        assert_eq!(takeover_wait("soon", Some("1")), None);
     }
 
     #[test]
