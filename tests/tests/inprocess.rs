@@ -350,3 +350,60 @@ fn bad_arguments_get_invalid_argument_and_the_comm_still_works() {
     }
     destroy(cs);
 }
+
+/// Collectives of zero elements succeed with NULL buffers and are dropped, as NCCL drops them
+/// (PyTorch passes NULL data pointers for empty tensors): alone, and inside a group beside a
+/// real all-reduce, whose result stays exact. Three ranks, every kind.
+#[test]
+fn zero_element_collectives_are_dropped_and_the_rest_of_the_group_runs() {
+    let n = 3;
+    let cs = comms(n);
+    let null = std::ptr::null_mut();
+    let nul = std::ptr::null();
+    let count = 1000;
+    let sends: Vec<Vec<f32>> = (0..n)
+        .map(|r| (0..count).map(|i| input(r, i)).collect())
+        .collect();
+    let mut recvs = vec![vec![0f32; count]; n];
+    for alone in [true, false] {
+        group(&cs, |r, c| unsafe {
+            let zero: [ncclResult_t; 8] = [
+                ncclAllReduce(nul, null, 0, FLOAT, SUM, c, null),
+                ncclBroadcast(nul, null, 0, FLOAT, 0, c, null),
+                ncclReduce(nul, null, 0, FLOAT, SUM, 1, c, null),
+                ncclAllGather(nul, null, 0, FLOAT, c, null),
+                ncclReduceScatter(nul, null, 0, FLOAT, SUM, c, null),
+                ncclAlltoAll(nul, null, 0, FLOAT, c, null),
+                ncclGather(nul, null, 0, FLOAT, 2, c, null),
+                ncclScatter(nul, null, 0, FLOAT, 2, c, null),
+            ];
+            assert_eq!(zero, [0; 8], "rank {r}");
+            if alone {
+                0
+            } else {
+                ncclAllReduce(
+                    sends[r].as_ptr() as *const c_void,
+                    recvs[r].as_mut_ptr() as *mut c_void,
+                    count,
+                    FLOAT,
+                    SUM,
+                    c,
+                    null,
+                )
+            }
+        });
+    }
+    for (r, got) in recvs.iter().enumerate() {
+        for (i, &v) in got.iter().enumerate() {
+            let want: f32 = (0..n).map(|q| input(q, i)).sum();
+            assert_eq!(v, want, "rank {r} element {i}");
+        }
+    }
+    for c in &cs {
+        let mut a = -1;
+        // SAFETY: a live communicator and a writable result.
+        assert_eq!(unsafe { ncclCommGetAsyncError(*c, &mut a) }, 0);
+        assert_eq!(a, 0);
+    }
+    destroy(cs);
+}
