@@ -302,42 +302,42 @@ impl Inner {
                     break;
                 };
                 let Some(out) = self.tx.slot() else { break };
-                let Ok(mut len) = t.frame.encode(out) else {
+                let Ok(len) = t.frame.encode(out) else {
+                    // Nothing committed may outlive this call (payloads are borrowed).
+                    self.tx.clear();
                     self.fail("encode frame".into());
                     return moved;
                 };
+                let mut payload: &[u8] = &[];
                 if let Some(p) = t.payload {
                     let slot = (p.send.0 % self.slots) as usize;
                     let off = usize::try_from(p.offset).unwrap_or(usize::MAX);
                     let plen = p.len as usize;
-                    let inside = off
-                        .checked_add(plen)
-                        .is_some_and(|e| e <= self.max_frame && slot < self.slots as usize);
-                    let dst = out.get_mut(len..len + plen);
-                    match (inside, dst) {
-                        (true, Some(d)) => {
-                            // SAFETY: the range lies inside slot `slot` (checked above), which
-                            // holds a message handed to the connection and not yet retired:
-                            // nothing writes it now (see `Slab`); `d` is our own batch buffer.
-                            let s = unsafe {
-                                std::slice::from_raw_parts(
-                                    send_slab.ptr().add(slot * self.max_frame + off),
-                                    plen,
-                                )
-                            };
-                            d.copy_from_slice(s)
-                        }
-                        _ => {
-                            self.fail("payload outside the send slab".into());
-                            return moved;
-                        }
+                    let inside = off.checked_add(plen).is_some_and(|e| {
+                        e <= self.max_frame && slot < self.slots as usize && len + plen <= out.len()
+                    });
+                    if !inside {
+                        self.tx.clear();
+                        self.fail("payload outside the send slab".into());
+                        return moved;
                     }
-                    len += plen;
+                    // SAFETY: the range lies inside slot `slot` (checked above), which holds a
+                    // message handed to the connection and not yet retired: nothing writes it
+                    // now (see `Slab`), and it is retired only by events drained after this
+                    // batch has been sent.
+                    payload = unsafe {
+                        std::slice::from_raw_parts(
+                            send_slab.ptr().add(slot * self.max_frame + off),
+                            plen,
+                        )
+                    };
                 }
                 if self.udp.inject_drop() {
                     continue;
                 }
-                self.tx.commit(t.path.0, len);
+                // SAFETY: `payload` stays put until `send_batch` below (see above); the batch
+                // is sent or cleared within this call.
+                unsafe { self.tx.commit_with(t.path.0, len, payload) };
             }
             if self.tx.is_empty() {
                 return moved;
@@ -345,6 +345,7 @@ impl Inner {
             moved = true;
             let full = self.tx.is_full();
             if let Err(e) = self.udp.send_batch(&mut self.tx) {
+                self.tx.clear();
                 self.fail(format!("send: {e}"));
                 return moved;
             }

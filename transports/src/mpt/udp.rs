@@ -89,6 +89,9 @@ pub struct TxBatch {
     buf: Vec<u8>,
     starts: Vec<usize>,
     lens: Vec<usize>,
+    /// Per datagram: bytes that follow its bytes in `buf`, sent from where they lie (address
+    /// and length; length 0: none), so a chunk's payload is not copied into the batch.
+    ext: Vec<(usize, usize)>,
     paths: Vec<u16>,
     count: usize,
     used: usize,
@@ -108,6 +111,7 @@ impl TxBatch {
             buf: vec![0; SLOT * BATCH],
             starts: vec![0; TX_MAX],
             lens: vec![0; TX_MAX],
+            ext: vec![(0, 0); TX_MAX],
             paths: vec![0; TX_MAX],
             count: 0,
             used: 0,
@@ -146,13 +150,53 @@ impl TxBatch {
 
     /// Commits the slot returned by [`TxBatch::slot`] as a datagram of `len` bytes on `path`.
     pub fn commit(&mut self, path: u16, len: usize) {
-        if !self.is_full() && len <= MAX_DATAGRAM {
+        // SAFETY: an empty payload refers to no memory.
+        unsafe { self.commit_with(path, len, &[]) }
+    }
+
+    /// Commits the slot's first `len` bytes followed by `payload` as one datagram on `path`.
+    /// The payload is not copied: the batch keeps its address.
+    ///
+    /// # Safety
+    /// `payload` stays valid and unchanged until the batch has been sent or cleared.
+    pub unsafe fn commit_with(&mut self, path: u16, len: usize, payload: &[u8]) {
+        if !self.is_full() && len + payload.len() <= MAX_DATAGRAM {
             self.starts[self.count] = self.used;
             self.lens[self.count] = len;
+            self.ext[self.count] = (payload.as_ptr() as usize, payload.len());
             self.paths[self.count] = path;
             self.count += 1;
             self.used += len;
         }
+    }
+
+    /// Length of datagram `i`: its bytes in the buffer and its payload.
+    fn datagram_len(&self, i: usize) -> usize {
+        self.lens[i] + self.ext[i].1
+    }
+
+    /// Bytes `[lo, hi)` of datagram `i` as at most two iovecs (buffer part, payload part),
+    /// written to `out`; returns how many.
+    fn iovecs(&self, i: usize, lo: usize, hi: usize, out: &mut [libc::iovec]) -> usize {
+        let (head, (ext, _)) = (self.lens[i], self.ext[i]);
+        let mut k = 0;
+        if lo < head {
+            let end = hi.min(head);
+            out[k] = libc::iovec {
+                iov_base: self.buf[self.starts[i] + lo..].as_ptr().cast_mut().cast(),
+                iov_len: end - lo,
+            };
+            k += 1;
+        }
+        if hi > head {
+            let from = lo.max(head) - head;
+            out[k] = libc::iovec {
+                iov_base: (ext + from) as *mut libc::c_void,
+                iov_len: hi - head - from,
+            };
+            k += 1;
+        }
+        k
     }
 }
 
@@ -501,15 +545,16 @@ impl UdpPaths {
         let (mut d, mut msgs, mut iv, mut fh) = (0, 0, 0, 0);
         while d < idx.len() && msgs < TX_MAX {
             let i0 = usize::from(idx[d]);
-            let seg = batch.lens[i0];
+            let seg = batch.datagram_len(i0);
+            let iov_first = iv;
             // One message: a fragmented datagram, or a run of whole datagrams.
             let (cnt, nseg, gso_seg) = if let Some((stride, count)) = self.frag_plan(seg) {
-                if iv + 2 * count > IOV_CAP {
+                // A fragment: its header, then up to two pieces of the datagram.
+                if iv + 3 * count > IOV_CAP {
                     break;
                 }
                 let id = self.next_frag_id;
                 self.next_frag_id = id.wrapping_add(1);
-                let base = batch.starts[i0];
                 for k in 0..count {
                     let (lo, hi) = (k * stride, ((k + 1) * stride).min(seg));
                     frag_hdrs[fh] = FragHdr {
@@ -523,19 +568,15 @@ impl UdpPaths {
                         iov_base: frag_hdrs[fh].as_mut_ptr().cast(),
                         iov_len: FRAG_HDR,
                     };
-                    iov[iv + 1] = libc::iovec {
-                        iov_base: batch.buf[base + lo..].as_ptr().cast_mut().cast(),
-                        iov_len: hi - lo,
-                    };
+                    iv += 1 + batch.iovecs(i0, lo, hi, &mut iov[iv + 1..]);
                     fh += 1;
-                    iv += 2;
                 }
                 (1, count, FRAG_HDR + stride)
             } else {
                 let (mut cnt, mut total) = (1, seg);
                 if seg > 0 && seg <= gso_max {
                     while d + cnt < idx.len() && cnt < GSO_MAX_SEGS {
-                        let l = batch.lens[usize::from(idx[d + cnt])];
+                        let l = batch.datagram_len(usize::from(idx[d + cnt]));
                         if l == 0 || l > seg || total + l > GSO_MAX_BYTES {
                             break;
                         }
@@ -546,20 +587,16 @@ impl UdpPaths {
                         }
                     }
                 }
-                if iv + cnt > IOV_CAP {
+                if iv + 2 * cnt > IOV_CAP {
                     break;
                 }
                 for k in 0..cnt {
                     let i = usize::from(idx[d + k]);
-                    iov[iv + k] = libc::iovec {
-                        iov_base: batch.buf[batch.starts[i]..].as_ptr().cast_mut().cast(),
-                        iov_len: batch.lens[i],
-                    };
+                    let len = batch.datagram_len(i);
+                    iv += batch.iovecs(i, 0, len, &mut iov[iv..]);
                 }
-                iv += cnt;
                 (cnt, cnt, seg)
             };
-            let iov_first = iv - if nseg > cnt { 2 * nseg } else { cnt };
             let h = &mut hdr[msgs].msg_hdr;
             h.msg_iov = &mut iov[iov_first];
             h.msg_iovlen = (iv - iov_first) as _;
@@ -587,9 +624,11 @@ impl UdpPaths {
         }
         let mut done = 0;
         while done < msgs {
-            // SAFETY: `hdr[done..msgs]` point at iovecs into `batch.buf` and `frag_hdrs`
-            // and at control bytes in `ctrl`, all of which live and are not touched until
-            // the call returns; the socket is connected, so no address is needed.
+            // SAFETY: `hdr[done..msgs]` point at iovecs into `batch.buf`, `frag_hdrs` and the
+            // payloads committed with the batch (valid until it is sent or cleared: the
+            // contract of `commit_with`) and at control bytes in `ctrl`, all of which live and
+            // are not touched until the call returns; the socket is connected, so no address
+            // is needed.
             let r = unsafe {
                 libc::sendmmsg(
                     fd,
@@ -946,10 +985,23 @@ mod tests {
 
     /// Sends `dgs` in one batch and returns what arrives, in order.
     fn exchange(a: &mut UdpPaths, b: &mut UdpPaths, dgs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        exchange_split(a, b, dgs, |len| len)
+    }
+
+    /// As [`exchange`], with the first `head(len)` bytes of each datagram in the batch and
+    /// the rest committed as a borrowed payload.
+    fn exchange_split(
+        a: &mut UdpPaths,
+        b: &mut UdpPaths,
+        dgs: &[Vec<u8>],
+        head: impl Fn(usize) -> usize,
+    ) -> Vec<Vec<u8>> {
         let mut tx = TxBatch::new();
         for d in dgs {
-            tx.slot().unwrap()[..d.len()].copy_from_slice(d);
-            tx.commit(0, d.len());
+            let h = head(d.len()).min(d.len());
+            tx.slot().unwrap()[..h].copy_from_slice(&d[..h]);
+            // SAFETY: `dgs` outlives the batch, which is sent below.
+            unsafe { tx.commit_with(0, h, &d[h..]) };
         }
         a.send_batch(&mut tx).unwrap();
         let mut rx = RxBatch::new();
@@ -1010,6 +1062,30 @@ mod tests {
     #[test]
     fn fragments_arrive_whole_with_gro() {
         fragments_arrive_whole(true);
+    }
+
+    /// Datagrams whose payload is borrowed rather than copied into the batch (a chunk's bytes
+    /// sent from the send slab) arrive byte for byte, whether a datapath fragment or GSO
+    /// segment boundary falls in the batch part, on the seam, or in the payload.
+    #[test]
+    fn borrowed_payloads_arrive_whole_across_fragment_boundaries() {
+        let (mut a, mut b) = pair(true);
+        let dgs = vec![
+            datagram(32 * 1024 + 16, 1),
+            datagram(44, 2),
+            datagram(44, 3),
+            datagram(1472, 4),
+            datagram(1473, 5),
+            datagram(60_000, 6),
+            datagram(1000, 7),
+            datagram(1000, 8),
+            datagram(1000, 9),
+        ];
+        for head in [0, 1, 12, 13, 1459, 1460, 1461, 3000] {
+            let got = exchange_split(&mut a, &mut b, &dgs, |_| head);
+            assert_eq!(got, dgs, "head {head}");
+        }
+        assert_eq!(b.stats().join_drops, 0);
     }
 
     #[test]
