@@ -95,6 +95,9 @@ pub struct TxBatch {
     paths: Vec<u16>,
     count: usize,
     used: usize,
+    /// Bytes of every datagram, borrowed payloads included: a batch holds no more than the
+    /// buffer could, so one transmit burst stays as long as when payloads were copied.
+    bytes: usize,
 }
 
 impl Default for TxBatch {
@@ -115,6 +118,7 @@ impl TxBatch {
             paths: vec![0; TX_MAX],
             count: 0,
             used: 0,
+            bytes: 0,
         }
     }
 
@@ -130,13 +134,14 @@ impl TxBatch {
 
     /// Whether no more datagrams fit (the next one might be of the largest size).
     pub fn is_full(&self) -> bool {
-        self.count == TX_MAX || self.used + MAX_DATAGRAM > self.buf.len()
+        self.count == TX_MAX || self.bytes + MAX_DATAGRAM > self.buf.len()
     }
 
     /// Forgets every datagram.
     pub fn clear(&mut self) {
         self.count = 0;
         self.used = 0;
+        self.bytes = 0;
     }
 
     /// The next free slot ([`MAX_DATAGRAM`] bytes), to be filled and then committed with
@@ -167,6 +172,7 @@ impl TxBatch {
             self.paths[self.count] = path;
             self.count += 1;
             self.used += len;
+            self.bytes += len + payload.len();
         }
     }
 
