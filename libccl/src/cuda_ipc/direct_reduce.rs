@@ -376,43 +376,56 @@ impl SymPlan {
         })
     }
 
-    /// The plan of a two-rank reduction that one rank does alone: `Active` with the peer's
-    /// posts (this rank's own entry is ignored), or `Passive` (no posts needed).
-    pub fn alone(
+    /// The plan a settled rendezvous calls for on this rank: shared (`Direct`), or on two
+    /// ranks this rank doing it all (`Active`, from the peer's posts; our own entry is not
+    /// read) or leaving it to the peer (`Passive`); `None` when it goes staged.
+    #[allow(clippy::too_many_arguments)]
+    pub fn from_outcome(
+        o: SymOutcome,
         t: &Task,
         rank: usize,
+        n: usize,
         seq: u64,
-        role: SymRole,
-        posts: &[(Post, Post)],
         addr: &mut dyn FnMut(usize, &Post) -> Result<u64>,
         piece_bytes: usize,
-    ) -> Result<SymPlan> {
-        let peer = match role {
-            SymRole::Active { peer } | SymRole::Passive { peer } => peer,
-            SymRole::Shared => return Err(Error::internal("cuda-ipc: a shared plan alone")),
+    ) -> Result<Option<SymPlan>> {
+        let alone = |role| {
+            if n != 2 || rank > 1 {
+                return Err(Error::internal(
+                    "cuda-ipc: a reduction alone needs two ranks",
+                ));
+            }
+            Ok(role)
         };
-        if peer == rank || peer > 1 || rank > 1 {
-            return Err(Error::internal(
-                "cuda-ipc: a reduction alone needs two ranks",
-            ));
-        }
-        let mut p = if let SymRole::Active { .. } = role {
-            // Our own buffers come from the task; only the peer's post is read.
-            SymPlan::new(t, rank, 2, seq, posts, addr, piece_bytes)?
-        } else {
-            let none = Post {
-                pid: 0,
-                addr: 0,
-                bytes: 0,
-                buffer_id: 0,
-                offset: 0,
-                handle: [0; 64],
-            };
-            let posts = [(none, none), (none, none)];
-            SymPlan::new(t, rank, 2, seq, &posts, &mut |_, _| Ok(0), piece_bytes)?
+        let peer = 1 - rank.min(1);
+        let (mut p, role) = match o {
+            SymOutcome::Direct(posts) => (
+                SymPlan::new(t, rank, n, seq, &posts, addr, piece_bytes)?,
+                SymRole::Shared,
+            ),
+            SymOutcome::Active(posts) => (
+                SymPlan::new(t, rank, 2, seq, &posts, addr, piece_bytes)?,
+                alone(SymRole::Active { peer })?,
+            ),
+            SymOutcome::Passive => {
+                let none = Post {
+                    pid: 0,
+                    addr: 0,
+                    bytes: 0,
+                    buffer_id: 0,
+                    offset: 0,
+                    handle: [0; 64],
+                };
+                let posts = [(none, none), (none, none)];
+                (
+                    SymPlan::new(t, rank, 2, seq, &posts, &mut |_, _| Ok(0), piece_bytes)?,
+                    alone(SymRole::Passive { peer })?,
+                )
+            }
+            SymOutcome::Staged | SymOutcome::Pending => return Ok(None),
         };
         p.role = role;
-        Ok(p)
+        Ok(Some(p))
     }
 
     fn flag(&self) -> u32 {

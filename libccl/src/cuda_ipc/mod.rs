@@ -1025,7 +1025,6 @@ impl Queueing {
             } else {
                 push_wait
             };
-            let waited_from = std::time::Instant::now();
             let o = match o {
                 direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
                     eng.inbox
@@ -1039,7 +1038,7 @@ impl Queueing {
                 )?,
                 o => o,
             };
-            q.sym_waited += waited_from.elapsed();
+            q.sym_waited += now.elapsed();
             q.sym_outcomes[match &o {
                 direct_reduce::SymOutcome::Direct(_) => 0,
                 direct_reduce::SymOutcome::Active(_) => 1,
@@ -1049,38 +1048,13 @@ impl Queueing {
             // Pieces of the slice: each is reduced, then pushed while the next reduces (a
             // local setting: pushes and kernels are this rank's own).
             let piece = params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize;
-            let peer = 1 - l.rank.min(1);
             let bufs = &mut q.bufs;
             let mut addr = |_: usize, p: &direct::Post| direct::Reach::resolve(bufs, p);
-            let plan = match (o, self.sym) {
-                (direct_reduce::SymOutcome::Direct(posts), Some(t)) => {
-                    Some(direct_reduce::SymPlan::new(
-                        &t, l.rank, l.nranks, seq, &posts, &mut addr, piece,
-                    )?)
-                }
-                (direct_reduce::SymOutcome::Active(posts), Some(t)) => {
-                    Some(direct_reduce::SymPlan::alone(
-                        &t,
-                        l.rank,
-                        seq,
-                        direct_reduce::SymRole::Active { peer },
-                        &posts,
-                        &mut addr,
-                        piece,
-                    )?)
-                }
-                (direct_reduce::SymOutcome::Passive, Some(t)) => {
-                    Some(direct_reduce::SymPlan::alone(
-                        &t,
-                        l.rank,
-                        seq,
-                        direct_reduce::SymRole::Passive { peer },
-                        &[],
-                        &mut addr,
-                        piece,
-                    )?)
-                }
-                _ => None,
+            let plan = match self.sym {
+                Some(t) => direct_reduce::SymPlan::from_outcome(
+                    o, &t, l.rank, l.nranks, seq, &mut addr, piece,
+                )?,
+                None => None,
             };
             if let (Some(plan), Some(t)) = (plan, self.sym) {
                 q.sent_direct += match plan.role {
@@ -1496,13 +1470,13 @@ pub fn submit(groups: Vec<(Comm, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     let mut phased = Vec::with_capacity(groups.len());
     for (comm, eng, tasks) in groups {
         let (rank, n) = (eng.layout.rank, eng.layout.nranks);
-        let phases = if eng.direct {
-            eng.relay.phases(&tasks, rank, n)
-        } else {
-            vec![tasks.clone()]
-        };
         // The call as the application made it is what peers compare.
         let sig = CallSig::of(&tasks);
+        let phases = if eng.direct {
+            eng.relay.phases(tasks, rank, n)
+        } else {
+            vec![tasks]
+        };
         phased.push((comm, eng, sig, phases));
     }
     let most = phased.iter().map(|g| g.3.len()).max().unwrap_or(0);

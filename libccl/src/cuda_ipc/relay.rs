@@ -46,17 +46,17 @@ impl Relay {
     /// The group `tasks` of `rank` as phases to queue one after the other: a single phase
     /// (the tasks as they are) when no broadcast is relayed; otherwise the other tasks go with
     /// the first phase. Empty phases stay in place, so every rank numbers them alike.
-    pub fn phases(&self, tasks: &[Task], rank: usize, n: usize) -> Vec<Vec<Task>> {
+    pub fn phases(&self, tasks: Vec<Task>, rank: usize, n: usize) -> Vec<Vec<Task>> {
         if !tasks.iter().any(|t| self.takes(t, n)) {
-            return vec![tasks.to_vec()];
+            return vec![tasks];
         }
         let mut phases: Vec<Vec<Task>> = vec![Vec::new()];
         for t in tasks {
-            if !self.takes(t, n) {
-                phases[0].push(*t);
+            if !self.takes(&t, n) {
+                phases[0].push(t);
                 continue;
             }
-            for (p, v) in self.broadcast(t, rank, n).into_iter().enumerate() {
+            for (p, v) in self.broadcast(&t, rank, n).into_iter().enumerate() {
                 if phases.len() <= p {
                     phases.push(Vec::new());
                 }
@@ -169,7 +169,7 @@ mod tests {
         let phases: Vec<Vec<Vec<Task>>> = (0..n)
             .map(|r| {
                 let send = if in_place && r == root { RECV } else { SEND };
-                RELAY.phases(&[bcast(root, send, RECV, count)], r, n)
+                RELAY.phases(vec![bcast(root, send, RECV, count)], r, n)
             })
             .collect();
         let np = phases[0].len();
@@ -244,7 +244,7 @@ mod tests {
     fn each_rank_moves_about_the_buffer_once() {
         let (n, count) = (4, 16 << 20);
         for r in 0..n {
-            let phases = RELAY.phases(&[bcast(0, 1 << 40, 2 << 40, count)], r, n);
+            let phases = RELAY.phases(vec![bcast(0, 1 << 40, 2 << 40, count)], r, n);
             let sent: usize = phases
                 .iter()
                 .flatten()
@@ -274,17 +274,17 @@ mod tests {
     #[test]
     fn small_or_two_rank_broadcasts_and_other_tasks_stay_as_they_are() {
         let small = bcast(0, 1, 2, (1 << 20) / 4 - 1);
-        assert_eq!(RELAY.phases(&[small], 1, 4).len(), 1);
+        assert_eq!(RELAY.phases(vec![small], 1, 4).len(), 1);
         let big = bcast(0, 1, 2, 1 << 20);
-        assert_eq!(RELAY.phases(&[big], 1, 2).len(), 1);
+        assert_eq!(RELAY.phases(vec![big], 1, 2).len(), 1);
         let off = Relay {
             min_bytes: 0,
             ..RELAY
         };
-        assert_eq!(off.phases(&[big], 1, 4).len(), 1);
+        assert_eq!(off.phases(vec![big], 1, 4).len(), 1);
         let mut other = big;
         other.kind = TaskKind::Coll(Collective::AllGather);
-        let phases = RELAY.phases(&[other, big], 1, 4);
+        let phases = RELAY.phases(vec![other, big], 1, 4);
         assert!(phases.len() > 2);
         assert_eq!(phases[0][0].kind, other.kind);
     }

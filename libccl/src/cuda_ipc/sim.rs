@@ -662,40 +662,21 @@ impl Setup {
                 .map_err(e)?,
                 o => o,
             };
+            if matches!(o, direct_reduce::SymOutcome::Active(_)) {
+                dx.sym_alone.set(dx.sym_alone.get() + 1);
+            }
             // Small pieces, so the simulation pipelines several per slice.
-            let peer = 1 - l.rank.min(1);
-            let alone = |role, posts: &[(Post, Post)]| {
-                direct_reduce::SymPlan::alone(
-                    &t,
-                    l.rank,
-                    seq,
-                    role,
-                    posts,
-                    &mut |_, p| Ok(p.addr),
-                    1024,
-                )
-            };
-            let p = match o {
-                direct_reduce::SymOutcome::Direct(posts) => Some(direct_reduce::SymPlan::new(
-                    &t,
-                    l.rank,
-                    self.n,
-                    seq,
-                    &posts,
-                    &mut |_, p| Ok(p.addr),
-                    1024,
-                )),
-                direct_reduce::SymOutcome::Active(posts) => {
-                    dx.sym_alone.set(dx.sym_alone.get() + 1);
-                    Some(alone(direct_reduce::SymRole::Active { peer }, &posts))
-                }
-                direct_reduce::SymOutcome::Passive => {
-                    Some(alone(direct_reduce::SymRole::Passive { peer }, &[]))
-                }
-                _ => None,
-            };
+            let p = direct_reduce::SymPlan::from_outcome(
+                o,
+                &t,
+                l.rank,
+                self.n,
+                seq,
+                &mut |_, p| Ok(p.addr),
+                1024,
+            )
+            .map_err(e)?;
             if let Some(p) = p {
-                let p = p.map_err(e)?;
                 p.begin(l, dev).map_err(e)?;
                 dx.sym_direct.set(dx.sym_direct.get() + 1);
                 sym_plan = Some(p);
@@ -801,7 +782,7 @@ fn simulate_counts(
                 .map(|r| {
                     let t = tasks(case, k, r, n);
                     match &s.relay {
-                        Some(relay) => relay.phases(&t, r, n),
+                        Some(relay) => relay.phases(t, r, n),
                         None => vec![t],
                     }
                 })
@@ -978,15 +959,8 @@ fn every_collective_finishes_exact_under_any_stream_order() {
 #[test]
 fn the_simulation_catches_a_missing_credit_wait() {
     let s = Setup {
-        n: 2,
-        chunk: 4096,
-        slots: 2,
-        rx_lanes: 1,
-        single_max: 0,
         direct: false,
-        local_split: direct::LocalSplit::default(),
-        relay: None,
-        takeover: false,
+        ..Setup::new(2)
     };
     let case = Case {
         kind: Kind::Ring,
@@ -1037,15 +1011,11 @@ fn random_point_to_point_groups_deliver_every_byte() {
     for round in 0..40 {
         let n = 2 + next(4) as usize;
         let s = Setup {
-            n,
-            chunk: 4096,
             slots: 2 + next(3) as u32,
             rx_lanes: 1 + next(2) as usize,
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
             direct: next(2) == 0,
-            local_split: direct::LocalSplit::default(),
-            relay: None,
-            takeover: false,
+            ..Setup::new(n)
         };
         // (from, to, count) in the order the sender issues them.
         let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
@@ -1189,17 +1159,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
 #[test]
 fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
     for n in [2usize, 3, 4, 8] {
-        let s = Setup {
-            n,
-            chunk: 4096,
-            slots: 2,
-            rx_lanes: 1,
-            single_max: 0,
-            direct: true,
-            local_split: direct::LocalSplit::default(),
-            relay: None,
-            takeover: false,
-        };
+        let s = Setup::new(n);
         let plain = |kind, in_place| Case {
             kind,
             count: 3001,
@@ -1242,15 +1202,10 @@ fn coalesced_collectives_in_one_group_are_exact() {
             (1 << 20, true),
         ] {
             let s = Setup {
-                n,
-                chunk: 4096,
-                slots: 2,
                 rx_lanes: 2,
                 single_max,
                 direct,
-                local_split: direct::LocalSplit::default(),
-                relay: None,
-                takeover: false,
+                ..Setup::new(n)
             };
             let layouts = s.layouts();
             // (collective, count, input base, output base) for rank r.
@@ -1339,15 +1294,8 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
     for n in [5usize, 8] {
         for direct in [false, true] {
             let s = Setup {
-                n,
-                chunk: 4096,
-                slots: 2,
-                rx_lanes: 1,
-                single_max: 0,
                 direct,
-                local_split: direct::LocalSplit::default(),
-                relay: None,
-                takeover: false,
+                ..Setup::new(n)
             };
             let cases = every_case(n, 3000);
             for merged in [true, false] {
@@ -1365,18 +1313,12 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
 #[test]
 fn local_copies_split_over_idle_lanes_stay_exact() {
     let s = Setup {
-        n: 2,
-        chunk: 4096,
-        slots: 2,
         rx_lanes: 4,
-        single_max: 0,
-        direct: true,
         local_split: direct::LocalSplit {
             lanes: 4,
             min_part: 1024,
         },
-        relay: None,
-        takeover: false,
+        ..Setup::new(2)
     };
     let case = Case {
         kind: Kind::Coll(Collective::AllGather),
