@@ -31,6 +31,10 @@
 #   CCL_ENV_C=""         and a third, "ccl-c"
 #   LIBS="nccl ccl"      which libraries per configuration, in order ("nccl2": NVIDIA NCCL again,
 #                        a determinism check of the baseline itself)
+#   ROUNDS=1             run every configuration's libraries this many times, interleaved (odd
+#                        rounds in LIBS order, even rounds reversed); round r > 1 of library L is
+#                        tagged L.r<r>, and compare.py takes the time verdict over the pooled
+#                        iterations of all rounds (tp2-sp iterations vary by +-10% run to run)
 #   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
 #   LIBCCL=$PWD/.dev/libnccl.so.2
 #   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
@@ -68,6 +72,7 @@ CCL_ENV=${CCL_ENV:-}
 CCL_ENV_B=${CCL_ENV_B:-}
 CCL_ENV_C=${CCL_ENV_C:-}
 REPEAT_NCCL=${REPEAT_NCCL:-}
+ROUNDS=${ROUNDS:-1}
 LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
 DEADLINE=${DEADLINE:-500}
 RUN_TIMEOUT=${RUN_TIMEOUT:-$((60 + ITERS * 3 / 2 + 10 * (NPROC - 2)))}
@@ -112,7 +117,7 @@ fi
     nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     echo "libccl: $LIBCCL ($(stat -c %s "$LIBCCL" 2>/dev/null || echo missing) bytes)"
-    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS ROUNDS=$ROUNDS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
 } | tee "$LOGDIR/summary.txt"
 
 cfg_args() {
@@ -143,10 +148,11 @@ run_one() { # config library
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
     # timeout signals its whole process group: torchrun and every worker.
-    if [[ $lib == ccl || $lib == ccl-b || $lib == ccl-c ]]; then
+    local kind=${lib%.r[0-9]*}
+    if [[ $kind == ccl || $kind == ccl-b || $kind == ccl-c ]]; then
         local extra=$CCL_ENV
-        [[ $lib == ccl-b ]] && extra=$CCL_ENV_B
-        [[ $lib == ccl-c ]] && extra=$CCL_ENV_C
+        [[ $kind == ccl-b ]] && extra=$CCL_ENV_B
+        [[ $kind == ccl-c ]] && extra=$CCL_ENV_C
         # shellcheck disable=SC2086 # word splitting of VAR=value lists is intended
         env $extra LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run \
             --standalone --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL \
@@ -174,11 +180,15 @@ run_one() { # config library
     fi
 }
 
-for cfg in $CONFIGS; do
-    libs=$LIBS
-    [[ " $REPEAT_NCCL " == *" $cfg "* ]] && libs="$libs nccl2"
-    for lib in $libs; do
-        run_one "$cfg" "$lib"
+for ((round = 1; round <= ROUNDS; round++)); do
+    for cfg in $CONFIGS; do
+        libs=$LIBS
+        [[ " $REPEAT_NCCL " == *" $cfg "* ]] && libs="$libs nccl2"
+        # Even rounds in reverse, so that a drift over the call does not favour one library.
+        ((round % 2 == 0)) && libs=$(echo "$libs" | tr ' ' '\n' | tac | tr '\n' ' ')
+        for lib in $libs; do
+            if ((round == 1)); then run_one "$cfg" "$lib"; else run_one "$cfg" "$lib.r$round"; fi
+        done
     done
 done
 

@@ -83,6 +83,20 @@ def summarize(events, top=5):
     }
 
 
+def host_calls(events, top=8):
+    """Host (CPU) time of the communication calls and launches: name -> (total us, calls,
+    median us). In a host-bound loop every microsecond spent in them lengthens the iteration."""
+    keep = ("c10d::", "nccl", "Launch", "cudaStreamWait", "cudaEventRecord", "cudaMemcpy")
+    per = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and "dur" in e:
+            n = e.get("name", "?")
+            if any(k in n for k in keep):
+                per[n[:60]].append(float(e["dur"]))
+    rows = [(sum(d), len(d), sorted(d)[len(d) // 2], n) for n, d in per.items()]
+    return sorted(rows, reverse=True)[:top]
+
+
 def main(paths):
     if not paths:
         print(__doc__)
@@ -98,6 +112,8 @@ def main(paths):
               f"longest {', '.join(f'{g / 1e3:.2f}' for g in s['gaps_us'])} ms)")
         for g, before, after in s["longest_idle"]:
             print(f"   idle {g / 1e3:.3f} ms after {before} until {after}")
+        for total, n, med, name in host_calls(load(p)):
+            print(f"   host {total / 1e3:8.2f} ms  calls {n:6d}  median {med:8.1f} us  {name}")
         for busy, sid, n, tops in s["streams"]:
             print(f"   stream {sid}: busy {busy / 1e3:.2f} ms in {n} activities")
             for name, us in tops:

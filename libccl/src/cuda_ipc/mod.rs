@@ -132,6 +132,9 @@ pub struct IpcEngine {
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
     /// reduction to its peer (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`; None: never).
     takeover: Option<Duration>,
+    /// Reductions of at least this many bytes never take over (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`):
+    /// there one GPU doing both halves costs more than the host wait it saves.
+    takeover_max_bytes: usize,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     small_mismatch: Flag,
@@ -589,6 +592,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
         max_connections.as_deref(),
     )
     .filter(|_| n == 2);
+    let takeover_max_bytes = params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES
+        .get_i64()
+        .max(0) as usize;
     if copy_kernel {
         local
             .kernels
@@ -625,6 +631,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         ll_exchange_max,
         relay,
         takeover,
+        takeover_max_bytes,
         small_mismatch,
         direct_reduce,
         _ll: local.ll,
@@ -1009,7 +1016,7 @@ impl Queueing {
             let now = std::time::Instant::now();
             // Two ranks may leave the reduction to whoever posts second instead of waiting
             // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that.
-            let takeover = eng.takeover;
+            let takeover = eng.takeover.filter(|_| bytes < eng.takeover_max_bytes);
             let sym_wait = if let Some(d) = takeover {
                 direct::PushWait {
                     soft: now + d,
@@ -1724,7 +1731,9 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
         let [shared, alone, passive, staged] = q.sym_outcomes;
         if shared + alone + passive + staged > 0 {
             tracing::info!(
-                "rank {}: direct reductions: {shared} shared, {alone} done alone, {passive} left                  to the peer, {staged} staged after the rendezvous; the host waited {:.3} ms for                  the other ranks' posts (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US)",
+                "rank {}: direct reductions: {shared} shared, {alone} done alone, {passive} left \
+                 to the peer, {staged} staged after the rendezvous; the host waited {:.3} ms for \
+                 the other ranks' posts (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US)",
                 eng.layout.rank,
                 q.sym_waited.as_secs_f64() * 1e3
             );
