@@ -294,6 +294,7 @@ fn run_case(
             KernelOp::PreMulAdd => host::premul_add(dt, dp, dp, b.as_ptr(), n, scalar.as_ptr()),
             KernelOp::DivInt => host::div_int(dt, dp, n, param),
             KernelOp::LlAllReduce(_)
+            | KernelOp::ReduceN(..)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
@@ -315,6 +316,7 @@ fn run_case(
                 k.div_int(s, dt, pd, n, param)?
             }
             KernelOp::LlAllReduce(_)
+            | KernelOp::ReduceN(..)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy

@@ -93,6 +93,64 @@ fn reduce_matches_host() {
     }
 }
 
+/// One kernel over k sources gives the bits of a chain of two-input kernels (3, 4 and 8
+/// sources; in place on source 0, as a direct reduce-scatter runs, and out of place).
+#[test]
+fn reduce_n_matches_a_chain_of_reduces() {
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    for dt in [DataType::Float32, DataType::Bfloat16, DataType::Int32] {
+        for k in [3usize, 4, 8] {
+            let n = 300_007;
+            let bytes = n * dt.size();
+            let srcs: Vec<Vec<u8>> = (0..k)
+                .map(|m| (0..bytes).map(|i| (i * (7 + 2 * m) + m) as u8).collect())
+                .collect();
+            let bufs: Vec<DeviceBuffer> = (0..k)
+                .map(|_| DeviceBuffer::new(&ctx, bytes).unwrap())
+                .collect();
+            let dd = DeviceBuffer::new(&ctx, bytes).unwrap();
+            for (b, s) in bufs.iter().zip(&srcs) {
+                b.write(0, s).unwrap();
+            }
+            let mut want = srcs[0].clone();
+            for s in &srcs[1..] {
+                let prev = want.clone();
+                // SAFETY: host buffers of n elements.
+                unsafe {
+                    host::reduce(
+                        dt,
+                        ReduceKind::Sum,
+                        want.as_mut_ptr(),
+                        prev.as_ptr(),
+                        s.as_ptr(),
+                        n,
+                    )
+                };
+            }
+            let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
+            for in_place in [false, true] {
+                let dst = if in_place { ptrs[0] } else { dd.ptr() };
+                // SAFETY: k + 1 buffers of n elements, synchronised before they are read or
+                // dropped; dst is the first source exactly or disjoint.
+                unsafe {
+                    kernels
+                        .reduce_n(&stream, dt, ReduceKind::Sum, dst, &ptrs, n)
+                        .unwrap()
+                };
+                stream.synchronize().unwrap();
+                let mut got = vec![0u8; bytes];
+                if in_place { &bufs[0] } else { &dd }
+                    .read(0, &mut got)
+                    .unwrap();
+                assert_eq!(got, want, "{dt:?} k {k} in place {in_place}");
+            }
+        }
+    }
+}
+
 #[test]
 fn flag_round_trip() {
     let _serial = serial();

@@ -86,12 +86,21 @@ fn gxx(cmd: &mut Command) {
 }
 
 fn compile_all(dir: &Path) -> Option<PathBuf> {
+    let all: Vec<(DataType, KernelOp)> = DataType::ALL
+        .into_iter()
+        .flat_map(|dt| KernelOp::ALL.into_iter().map(move |op| (dt, op)))
+        .collect();
+    compile_kernels(dir, &all)
+}
+
+/// Builds one shared library of the given kernels' host versions (None: no g++ here).
+fn compile_kernels(dir: &Path, kernels: &[(DataType, KernelOp)]) -> Option<PathBuf> {
     if !gxx_here("skipping: no g++ to compile the kernel sources for the host") {
         return None;
     }
     let mut files = Vec::new();
-    for dt in DataType::ALL {
-        for op in KernelOp::ALL {
+    {
+        for &(dt, op) in kernels {
             let name = kernel_name(dt, op);
             let src = format!(
                 "{HOST_INCLUDES}namespace ns_{name} {{\n{}\n}}\n",
@@ -316,6 +325,7 @@ fn generated_kernels_match_the_host_reference() {
                             f(pd, pd, n as u64, 7);
                         }
                         KernelOp::LlAllReduce(_)
+                        | KernelOp::ReduceN(..)
                         | KernelOp::LlExchange
                         | KernelOp::WaitFlag
                         | KernelOp::WaitCopy
@@ -327,6 +337,99 @@ fn generated_kernels_match_the_host_reference() {
                 if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
                     failures.push(format!("{name} offsets ({oa},{ob},{od}): {e}"));
                 }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The one-pass reduction of k sources equals a chain of binary reductions in source order,
+/// bit for bit, for every type (sums over 3, 4 and 8 sources; every operation over 4), with
+/// aligned pointers, a misaligned destination, all pointers one element off, and one
+/// misaligned source (the scalar path).
+#[test]
+fn reduce_n_kernels_match_a_chain_of_binary_reductions() {
+    use ccl_cuda::cuda::source::REDUCE_N_MAX;
+    #[repr(C)]
+    struct Srcs([*const u8; REDUCE_N_MAX]);
+    type ReduceN = unsafe extern "C" fn(*mut u8, Srcs, u64, u64);
+    let kinds = [
+        ReduceKind::Sum,
+        ReduceKind::Prod,
+        ReduceKind::Max,
+        ReduceKind::Min,
+    ];
+    let mut cases = Vec::new();
+    for dt in DataType::ALL {
+        for k in [3u8, 4, 8] {
+            cases.push((dt, ReduceKind::Sum, k));
+        }
+        for &op in &kinds[1..] {
+            cases.push((dt, op, 4));
+        }
+    }
+    let kernels: Vec<(DataType, KernelOp)> = cases
+        .iter()
+        .map(|&(dt, op, k)| (dt, KernelOp::ReduceN(op.into(), k)))
+        .collect();
+    let dir = std::env::temp_dir().join(format!("ccl-reduce-n-on-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(lib_path) = compile_kernels(&dir, &kernels) else {
+        return;
+    };
+    // SAFETY: a library just built from our sources; its initialisers do nothing.
+    let lib = unsafe { libloading::Library::new(&lib_path) }.unwrap();
+    let n = 20_011;
+    let mut failures = Vec::new();
+    for (&(dt, op, k), &(_, kop)) in cases.iter().zip(&kernels) {
+        let size = dt.size();
+        let (a, b) = inputs(dt, n + 64);
+        // Source m: a or b, shifted by 7m elements, so every source pairs differently.
+        let src = |m: usize| -> Vec<u8> {
+            let base = if m % 2 == 0 { &a } else { &b };
+            base[7 * m * size..(7 * m + n) * size].to_vec()
+        };
+        let k = k as usize;
+        let srcs: Vec<Vec<u8>> = (0..k).map(src).collect();
+        let mut want = srcs[0].clone();
+        for s in &srcs[1..] {
+            let prev = want.clone();
+            // SAFETY: three buffers of n elements.
+            unsafe { host::reduce(dt, op, want.as_mut_ptr(), prev.as_ptr(), s.as_ptr(), n) };
+        }
+        let name = kernel_name(dt, kop);
+        // (offset of every source, offset of source 1, offset of dst), in elements.
+        for (os, o1, od) in [(0usize, 0usize, 0usize), (0, 0, 1), (1, 1, 1), (0, 1, 0)] {
+            let bufs: Vec<Vec<u8>> = srcs
+                .iter()
+                .enumerate()
+                .map(|(m, s)| {
+                    let off = if m == 1 { o1 } else { os };
+                    let mut v = vec![0u8; (n + 4) * size];
+                    v[off * size..(off + n) * size].copy_from_slice(s);
+                    v
+                })
+                .collect();
+            let mut ptrs = [std::ptr::null::<u8>(); REDUCE_N_MAX];
+            for (m, v) in bufs.iter().enumerate() {
+                let off = if m == 1 { o1 } else { os };
+                ptrs[m] = v[off * size..].as_ptr();
+            }
+            let mut db = vec![0u8; (n + 4) * size];
+            // SAFETY: k sources of n elements past their offsets, dst likewise; the symbol is
+            // the kernel of this signature.
+            unsafe {
+                let f: libloading::Symbol<ReduceN> = lib.get(name.as_bytes()).unwrap();
+                f(db[od * size..].as_mut_ptr(), Srcs(ptrs), n as u64, 0);
+            }
+            if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
+                failures.push(format!("{name} offsets ({os},{o1},{od}): {e}"));
             }
         }
     }

@@ -13,7 +13,7 @@ use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
     kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS,
-    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_THREADS, UNROLL,
+    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_THREADS, REDUCE_N_MAX, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -193,24 +193,13 @@ impl Kernels {
         if n == 0 {
             return Ok(());
         }
-        if stream.context().device() != self.ctx.device() {
-            return Err(CudaError::InvalidArgument(format!(
-                "stream of device {} used with kernels of device {}",
-                stream.context().ordinal(),
-                self.ctx.ordinal()
-            )));
-        }
-        let size = dt.size() as u64;
-        for (what, p) in [("dst", Some(dst)), ("a", Some(a)), ("b", b)] {
-            if let Some(p) = p {
-                if p % size != 0 {
-                    return Err(CudaError::InvalidArgument(format!(
-                        "{what} = {p:#x} is not aligned to {} ({size} bytes)",
-                        dt.name()
-                    )));
-                }
-            }
-        }
+        self.check_args(
+            stream,
+            dt,
+            [("dst", dst), ("a", a)]
+                .into_iter()
+                .chain(b.map(|b| ("b", b))),
+        )?;
         let func = self.function(dt, op)?;
         let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * UNROLL;
         let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
@@ -228,6 +217,86 @@ impl Kernels {
         params.push((&mut raw as *mut u64).cast());
         // SAFETY: the parameters are exactly the kernel's (pointers as u64, n, raw) and live
         // until the call returns; the memory the kernel touches is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
+    }
+
+    /// The stream is of this device and every pointer is aligned to its element.
+    fn check_args<'a>(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        ptrs: impl IntoIterator<Item = (&'a str, CUdeviceptr)>,
+    ) -> Result<()> {
+        if stream.context().device() != self.ctx.device() {
+            return Err(CudaError::InvalidArgument(format!(
+                "stream of device {} used with kernels of device {}",
+                stream.context().ordinal(),
+                self.ctx.ordinal()
+            )));
+        }
+        let size = dt.size() as u64;
+        for (what, p) in ptrs {
+            if p % size != 0 {
+                return Err(CudaError::InvalidArgument(format!(
+                    "{what} = {p:#x} is not aligned to {} ({size} bytes)",
+                    dt.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `dst[i] = ((srcs[0][i] (op) srcs[1][i]) (op) srcs[2][i]) ...` for `n` elements of `dt`
+    /// in one kernel ([`KernelOp::ReduceN`]), bit for bit a chain of [`Kernels::reduce`]
+    /// launches in source order. Three to [`REDUCE_N_MAX`] sources.
+    ///
+    /// # Safety
+    /// Every source (readable) and `dst` (writable) is a device-accessible range of `n`
+    /// elements valid until the stream has run the kernel; `dst` is disjoint from every source
+    /// or equal to it.
+    pub unsafe fn reduce_n(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        srcs: &[CUdeviceptr],
+        n: usize,
+    ) -> Result<()> {
+        let k = srcs.len();
+        if !(3..=REDUCE_N_MAX).contains(&k) {
+            return Err(CudaError::InvalidArgument(format!(
+                "reduce_n takes 3 to {REDUCE_N_MAX} sources, not {k}"
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_args(
+            stream,
+            dt,
+            std::iter::once(("dst", dst)).chain(srcs.iter().map(|&p| ("source", p))),
+        )?;
+        let func = self.function(dt, KernelOp::ReduceN(op.into(), k as u8))?;
+        // The kernel's `ccl_srcs` by value: REDUCE_N_MAX pointers, the first k used.
+        #[repr(C)]
+        struct Srcs([u64; REDUCE_N_MAX]);
+        let mut arr = Srcs([0; REDUCE_N_MAX]);
+        arr.0[..k].copy_from_slice(srcs);
+        let unroll = (2 * UNROLL / k).max(1);
+        let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * unroll;
+        let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
+        let mut dst = dst;
+        let mut n64 = n as u64;
+        let mut raw = 0u64;
+        let mut params: Vec<*mut c_void> = vec![
+            (&mut dst as *mut u64).cast(),
+            (&mut arr as *mut Srcs).cast(),
+            (&mut n64 as *mut u64).cast(),
+            (&mut raw as *mut u64).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (dst, the pointer array by value, n,
+        // raw) and live until the call returns; the memory is the caller's contract.
         unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
     }
 

@@ -28,6 +28,12 @@ use crate::dtype::{DataType, ReduceKind};
 pub enum KernelOp {
     /// `dst[i] = a[i] (op) b[i]`.
     Reduce(ReduceKindKey),
+    /// `dst[i] = ((s0[i] (op) s1[i]) (op) s2[i]) ...` over `k` sources (3..=[`REDUCE_N_MAX`]),
+    /// rounded after every step exactly as a chain of [`KernelOp::Reduce`] launches, but in
+    /// one pass: every source is read at once (over NVLink, from every peer at once) and
+    /// the destination written once. Not in [`KernelOp::ALL`]: one kernel per `k`, compiled
+    /// when a communicator of `k` ranks needs it (see [`reduce_n_body_code`]).
+    ReduceN(ReduceKindKey, u8),
     /// `dst[i] = src[i] * scalar`.
     PreMul,
     /// `dst[i] = src[i] * scalar + acc[i]`, rounded once.
@@ -112,13 +118,17 @@ impl KernelOp {
             KernelOp::WaitFlag => "wait_flag",
             KernelOp::WaitCopy => "wait_copy",
             KernelOp::LlP2p => "ll_p2p",
+            KernelOp::ReduceN(ReduceKindKey::Sum, _) => "reduce_n_sum",
+            KernelOp::ReduceN(ReduceKindKey::Prod, _) => "reduce_n_prod",
+            KernelOp::ReduceN(ReduceKindKey::Max, _) => "reduce_n_max",
+            KernelOp::ReduceN(ReduceKindKey::Min, _) => "reduce_n_min",
         }
     }
 
     /// The element-wise operation the kernel applies.
     fn element_op(self) -> KernelOp {
         match self {
-            KernelOp::LlAllReduce(k) => KernelOp::Reduce(k),
+            KernelOp::LlAllReduce(k) | KernelOp::ReduceN(k, _) => KernelOp::Reduce(k),
             op => op,
         }
     }
@@ -149,7 +159,10 @@ pub fn dtype_tag(dt: DataType) -> &'static str {
 
 /// The `extern "C"` name of a kernel, e.g. `ccl_reduce_sum_bf16`.
 pub fn kernel_name(dt: DataType, op: KernelOp) -> String {
-    format!("ccl_{}_{}", op.tag(), dtype_tag(dt))
+    match op {
+        KernelOp::ReduceN(_, k) => format!("ccl_{}{k}_{}", op.tag(), dtype_tag(dt)),
+        _ => format!("ccl_{}_{}", op.tag(), dtype_tag(dt)),
+    }
 }
 
 /// Elements per 16-byte vector.
@@ -529,7 +542,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
-            | KernelOp::LlP2p => {
+            | KernelOp::LlP2p
+            | KernelOp::ReduceN(..) => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -555,7 +569,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -578,7 +592,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -614,7 +628,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::LlExchange
                 | KernelOp::WaitFlag
                 | KernelOp::WaitCopy
-                | KernelOp::LlP2p => {
+                | KernelOp::LlP2p
+                | KernelOp::ReduceN(..) => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -742,9 +757,87 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     op_code(dt, op.element_op(), &mut s);
     match op {
         KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), &mut s),
+        KernelOp::ReduceN(_, k) => reduce_n_body_code(&kernel_name(dt, op), k, &mut s),
         _ => body_code(&kernel_name(dt, op), op.is_binary(), &mut s),
     }
     s
+}
+
+/// Most sources of a [`KernelOp::ReduceN`] kernel (the pointer array passed by value).
+pub const REDUCE_N_MAX: usize = 8;
+
+/// The body of a [`KernelOp::ReduceN`] kernel over `k` sources: the grid-stride loop of
+/// [`body_code`], but each thread first loads its vectors of every source (so reads from all
+/// of them are in flight together), then folds them in source order. Fewer vectors per source
+/// are kept in flight as `k` grows, so registers stay near the binary kernel's.
+fn reduce_n_body_code(name: &str, k: u8, out: &mut String) {
+    let unroll = (2 * UNROLL / k as usize).max(1);
+    let _ = write!(
+        out,
+        r#"
+#define K {k}
+#define UNROLL_N {unroll}
+#define VN (16 / sizeof(T))
+union ccl_vec {{ ccl_u4 u; T e[VN]; }};
+struct ccl_srcs {{ const T* p[{max}]; }};
+
+extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
+  const P p = ccl_param(raw);
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  u64 start = 0;
+  const u64 mis = (u64)dst & 15;
+  bool same = true;
+#pragma unroll
+  for (int m = 0; m < K; ++m) same = same && (((u64)s.p[m] & 15) == mis);
+  if (same) {{
+    u64 head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    for (u64 i = tid; i < head; i += stride) {{
+      T r = s.p[0][i];
+#pragma unroll
+      for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+      dst[i] = r;
+    }}
+    const u64 nv = (n - head) / VN;
+    ccl_u4* vd = (ccl_u4*)(dst + head);
+    for (u64 base = tid; base < nv; base += stride * UNROLL_N) {{
+      ccl_vec x[K][UNROLL_N];
+#pragma unroll
+      for (int m = 0; m < K; ++m) {{
+        const ccl_u4* vs = (const ccl_u4*)(s.p[m] + head);
+#pragma unroll
+        for (int u = 0; u < UNROLL_N; ++u) {{
+          const u64 i = base + (u64)u * stride;
+          if (i < nv) x[m][u].u = vs[i];
+        }}
+      }}
+#pragma unroll
+      for (int u = 0; u < UNROLL_N; ++u) {{
+        const u64 i = base + (u64)u * stride;
+        if (i < nv) {{
+          ccl_vec r = x[0][u];
+#pragma unroll
+          for (int m = 1; m < K; ++m) {{
+#pragma unroll
+            for (int j = 0; j < (int)VN; ++j) r.e[j] = ccl_apply(r.e[j], x[m][u].e[j], p);
+          }}
+          vd[i] = r.u;
+        }}
+      }}
+    }}
+    start = head + nv * VN;
+  }}
+  for (u64 i = start + tid; i < n; i += stride) {{
+    T r = s.p[0][i];
+#pragma unroll
+    for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+    dst[i] = r;
+  }}
+}}
+"#,
+        max = REDUCE_N_MAX
+    );
 }
 
 /// Threads per block of a low-latency kernel.

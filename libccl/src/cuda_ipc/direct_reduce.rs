@@ -22,6 +22,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
 use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
@@ -302,6 +303,11 @@ pub(crate) struct SymPlan {
     pub role: SymRole,
     /// The task's count (an all-reduce's whole buffer, a reduce-scatter's output).
     pub total: usize,
+    /// More than two ranks: reduce the slice in one kernel over every rank's input
+    /// ([`Kernel::ReduceN`]: all peers read at once, the slice written once) rather than a
+    /// chain of two-input kernels. Bit for bit the same result, so each rank chooses alone
+    /// (`CCL_IPC_DIRECT_REDUCE_MULTI`).
+    pub multi: bool,
 }
 
 /// How the work of a direct reduction is shared.
@@ -373,6 +379,7 @@ impl SymPlan {
             pieces,
             role: SymRole::Shared,
             total: t.count,
+            multi: false,
         })
     }
 
@@ -484,20 +491,39 @@ impl SymPlan {
                 continue;
             }
             let dst = at(self.outputs[me], self.out_off + lo);
-            let mut a = at(self.inputs[me], self.in_off + lo);
-            for &q in &peers {
+            if self.multi && (3..=REDUCE_N_MAX).contains(&n) {
+                let mut srcs = [0u64; REDUCE_N_MAX];
+                srcs[0] = at(self.inputs[me], self.in_off + lo);
+                for (s, &q) in srcs[1..].iter_mut().zip(&peers) {
+                    *s = at(self.inputs[q], self.in_off + lo);
+                }
                 dev.kernel(
                     Lane::User,
-                    Kernel::Reduce {
+                    Kernel::ReduceN {
                         dtype: self.dtype,
                         op: self.op,
                         dst,
-                        a,
-                        b: at(self.inputs[q], self.in_off + lo),
+                        srcs,
+                        k: n,
                         n: hi - lo,
                     },
                 )?;
-                a = dst;
+            } else {
+                let mut a = at(self.inputs[me], self.in_off + lo);
+                for &q in &peers {
+                    dev.kernel(
+                        Lane::User,
+                        Kernel::Reduce {
+                            dtype: self.dtype,
+                            op: self.op,
+                            dst,
+                            a,
+                            b: at(self.inputs[q], self.in_off + lo),
+                            n: hi - lo,
+                        },
+                    )?;
+                    a = dst;
+                }
             }
             if self.push {
                 dev.fork(&[lane])?;

@@ -30,6 +30,7 @@ mod relay;
 mod sim;
 mod small_p2p;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,6 +123,10 @@ pub struct IpcEngine {
     ll_max: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     direct_reduce: usize,
+    /// More than two ranks: a direct reduction reduces its slice in one kernel over every
+    /// rank's input (`CCL_IPC_DIRECT_REDUCE_MULTI`); cleared if that kernel fails to load, so
+    /// the chain of two-input kernels takes over.
+    reduce_n: AtomicBool,
     _ll: DeviceBuffer,
     ll_areas: DeviceBuffer,
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
@@ -634,6 +639,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
         takeover_max_bytes,
         small_mismatch,
         direct_reduce,
+        reduce_n: AtomicBool::new(
+            params::CCL_IPC_DIRECT_REDUCE_MULTI.get_bool()
+                && (3..=ccl_cuda::cuda::source::REDUCE_N_MAX).contains(&n),
+        ),
         _ll: local.ll,
         ll_areas,
         _flags: local.flags,
@@ -800,6 +809,14 @@ impl Device for CudaDevice<'_> {
                     b,
                     n,
                 } => kn.reduce(s, dtype, op, dst, a, b, n),
+                Kernel::ReduceN {
+                    dtype,
+                    op,
+                    dst,
+                    srcs,
+                    k,
+                    n,
+                } => kn.reduce_n(s, dtype, op, dst, srcs.get(..k).unwrap_or(&[]), n),
                 Kernel::PreMul {
                     dtype,
                     dst,
@@ -1062,7 +1079,11 @@ impl Queueing {
                     o, &t, l.rank, l.nranks, seq, &mut addr, piece,
                 )?,
                 None => None,
-            };
+            }
+            .map(|mut p| {
+                p.multi = eng.reduce_n.load(Ordering::Relaxed);
+                p
+            });
             if let (Some(plan), Some(t)) = (plan, self.sym) {
                 q.sent_direct += match plan.role {
                     direct_reduce::SymRole::Shared => plan.count * (l.nranks - 1),
@@ -1444,6 +1465,17 @@ fn prepare(
     // thread driving several GPUs).
     for (dt, op) in kernels_needed(em.programs(), ll.as_ref()) {
         eng.kernels.prepare(dt, op).map_err(cuda_err)?;
+    }
+    if let Some(t) = sym.filter(|_| eng.reduce_n.load(Ordering::Relaxed)) {
+        let op = KernelOp::ReduceN(t.red.arithmetic().into(), l.nranks as u8);
+        if let Err(e) = eng.kernels.prepare(t.dtype, op) {
+            // Not fatal: the chain of two-input kernels computes the same bits.
+            eng.reduce_n.store(false, Ordering::Relaxed);
+            tracing::warn!(
+                "rank {}: cuda-ipc could not load {op:?}; direct reductions use two-input kernels: {e}",
+                l.rank
+            );
+        }
     }
     if !small.is_empty() {
         eng.kernels

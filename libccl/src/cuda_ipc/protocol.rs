@@ -57,6 +57,16 @@ pub(crate) enum Kernel {
         b: u64,
         n: usize,
     },
+    /// `dst = ((srcs[0] (op) srcs[1]) (op) srcs[2]) ...` over the first `k` sources (3..=8),
+    /// in one kernel; bit for bit a chain of [`Kernel::Reduce`] in source order.
+    ReduceN {
+        dtype: DataType,
+        op: ReduceKind,
+        dst: u64,
+        srcs: [u64; ccl_cuda::cuda::source::REDUCE_N_MAX],
+        k: usize,
+        n: usize,
+    },
     /// `dst = src * scalar`.
     PreMul {
         dtype: DataType,

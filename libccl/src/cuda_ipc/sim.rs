@@ -137,6 +137,27 @@ impl Mem {
                 // SAFETY: three buffers of n elements each.
                 unsafe { host::reduce(dtype, op, out.as_mut_ptr(), x.as_ptr(), y.as_ptr(), n) };
             }
+            Kernel::ReduceN {
+                dtype,
+                op,
+                dst,
+                srcs,
+                k,
+                n,
+            } => {
+                assert!((3..=srcs.len()).contains(&k), "a reduction of {k} sources");
+                let bytes = n * dtype.size();
+                let mut acc = self.read(srcs[0], bytes);
+                for &s in &srcs[1..k] {
+                    let y = self.read(s, bytes);
+                    let prev = acc.clone();
+                    // SAFETY: three buffers of n elements each.
+                    unsafe {
+                        host::reduce(dtype, op, acc.as_mut_ptr(), prev.as_ptr(), y.as_ptr(), n)
+                    };
+                }
+                self.range(dst, bytes).copy_from_slice(&acc);
+            }
             Kernel::PreMul {
                 dtype,
                 dst,
@@ -675,7 +696,13 @@ impl Setup {
                 &mut |_, p| Ok(p.addr),
                 1024,
             )
-            .map_err(e)?;
+            .map_err(e)?
+            // Every other reduction in one kernel over all inputs, the rest as the chain of
+            // two-input kernels: both must give the reference's bits, in any mix of ranks.
+            .map(|mut p| {
+                p.multi = (seq + l.rank as u64) % 2 == 1;
+                p
+            });
             if let Some(p) = p {
                 p.begin(l, dev).map_err(e)?;
                 dx.sym_direct.set(dx.sym_direct.get() + 1);
