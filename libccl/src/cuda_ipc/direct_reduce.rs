@@ -1,7 +1,8 @@
-//! Direct all-reduce and reduce-scatter: every rank reads its peers' input buffers over NVLink
-//! in one reduction kernel (its own slice of the result), and for all-reduce pushes the
+//! Direct all-reduce, reduce-scatter and reduce: every rank reads its peers' input buffers over
+//! NVLink in one reduction kernel (its own slice of the result), for all-reduce pushes the
 //! reduced slice straight into every peer's output buffer on a copy engine, chunk by chunk
-//! behind the kernel. No receive slots, no staging copies: each byte crosses NVLink once per
+//! behind the kernel, and for reduce writes its slice straight into the root's output (the
+//! root no longer takes in every byte as the staged star did: 0.34x NCCL on 4 GPUs). No receive slots, no staging copies: each byte crosses NVLink once per
 //! direction, as in a ring, with the reduction reading the peer instead of a staged copy.
 //!
 //! Both sides need both sides' buffers, so unlike point-to-point transfers (one side copies,
@@ -57,22 +58,51 @@ fn ring_base(n: usize) -> usize {
     n * RING * super::direct::ENTRY_WORDS
 }
 
-/// A collective that may run directly: one plain all-reduce or reduce-scatter of at least
-/// `min_bytes` (smaller ones do better with the one-kernel low-latency path), input and output
-/// either the same buffer or disjoint. Every rank decides alike (kind, count, type, settings);
-/// the buffers' own properties come into it only through the rendezvous.
-pub(crate) fn candidate(tasks: &[Task], n: usize, min_bytes: usize) -> Option<Task> {
+/// A collective that may run directly: one plain all-reduce, reduce-scatter or reduce of at
+/// least `min_bytes` (smaller ones do better with the one-kernel low-latency path; a reduce
+/// at least `reduce_min_bytes`, [`REDUCE_MIN_BYTES`] in the engine), input and output either
+/// the same buffer or disjoint.
+/// Every rank decides alike (kind, count, type, settings); the buffers' own properties come
+/// into it only through the rendezvous.
+pub(crate) fn candidate(
+    tasks: &[Task],
+    n: usize,
+    min_bytes: usize,
+    reduce_min_bytes: usize,
+) -> Option<Task> {
     let [t] = tasks else { return None };
     if !(2..=MAX_RANKS).contains(&n) || !matches!(t.red, Reduction::Plain(_)) || t.count == 0 {
         return None;
     }
-    let total = match t.kind {
-        TaskKind::Coll(Collective::AllReduce) => t.count,
-        TaskKind::Coll(Collective::ReduceScatter) => t.count.checked_mul(n)?,
+    let (total, min) = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => (t.count, min_bytes),
+        TaskKind::Coll(Collective::ReduceScatter) => (t.count.checked_mul(n)?, min_bytes),
+        TaskKind::Coll(Collective::Reduce { .. }) => (t.count, reduce_min_bytes),
         _ => return None,
     };
-    (total.checked_mul(t.dtype.size())? >= min_bytes).then_some(*t)
+    (total.checked_mul(t.dtype.size())? >= min).then_some(*t)
 }
+
+/// Smallest reduce (bytes) that runs as a direct reduction: below it the staged protocol's
+/// pipeline through the root is as quick as the rendezvous and two rounds of flags.
+pub(crate) const REDUCE_MIN_BYTES: usize = 1 << 20;
+
+/// Whether this rank's output takes part in a direct reduction: every rank's, except a
+/// reduce's ranks other than the root (their receive buffer is not used and may be NULL).
+pub(crate) fn output_posted(t: &Task, rank: usize) -> bool {
+    !matches!(t.kind, TaskKind::Coll(Collective::Reduce { root }) if root != rank)
+}
+
+/// What a rank posts for a buffer that is not used ([`output_posted`]), and what stands for
+/// the peer's buffers on a rank that left its reduction to the peer.
+pub(crate) const NO_POST: Post = Post {
+    pid: 0,
+    addr: 0,
+    bytes: 0,
+    buffer_id: 0,
+    offset: 0,
+    handle: [0; 64],
+};
 
 /// What the symmetric rendezvous decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,6 +327,8 @@ pub(crate) struct SymPlan {
     pub outputs: Vec<u64>,
     /// All-reduce: push the reduced slice into every peer's output.
     pub push: bool,
+    /// Reduce: the rank whose output every slice lands in (None: each rank's own).
+    pub out_rank: Option<usize>,
     /// Pieces the slice is reduced and pushed in (so pushes overlap the next reduction).
     pub pieces: usize,
     /// Who reduces: every rank its slice, or (two ranks) one of them all of it.
@@ -348,16 +380,25 @@ impl SymPlan {
                 outputs.push(t.recv as u64);
             } else {
                 inputs.push(addr(r, i)?);
-                outputs.push(addr(r, o)?);
+                // A reduce's other ranks posted no output ([`output_posted`]).
+                outputs.push(if output_posted(t, r) { addr(r, o)? } else { 0 });
             }
         }
-        let (count, in_off, out_off, push) = match t.kind {
+        let slice = || {
+            let lo = (t.count as u128 * rank as u128 / n as u128) as usize;
+            let hi = (t.count as u128 * (rank as u128 + 1) / n as u128) as usize;
+            (hi - lo, lo)
+        };
+        let (count, in_off, out_off, push, out_rank) = match t.kind {
             TaskKind::Coll(Collective::AllReduce) => {
-                let lo = (t.count as u128 * rank as u128 / n as u128) as usize;
-                let hi = (t.count as u128 * (rank as u128 + 1) / n as u128) as usize;
-                (hi - lo, lo, lo, true)
+                let (count, lo) = slice();
+                (count, lo, lo, true, None)
             }
-            TaskKind::Coll(Collective::ReduceScatter) => (t.count, rank * t.count, 0, false),
+            TaskKind::Coll(Collective::ReduceScatter) => (t.count, rank * t.count, 0, false, None),
+            TaskKind::Coll(Collective::Reduce { root }) => {
+                let (count, lo) = slice();
+                (count, lo, lo, false, Some(root))
+            }
             _ => return Err(Error::internal("cuda-ipc: not a direct reduction")),
         };
         let bytes = count * t.dtype.size();
@@ -376,6 +417,7 @@ impl SymPlan {
             inputs,
             outputs,
             push,
+            out_rank,
             pieces,
             role: SymRole::Shared,
             total: t.count,
@@ -415,15 +457,7 @@ impl SymPlan {
                 alone(SymRole::Active { peer })?,
             ),
             SymOutcome::Passive => {
-                let none = Post {
-                    pid: 0,
-                    addr: 0,
-                    bytes: 0,
-                    buffer_id: 0,
-                    offset: 0,
-                    handle: [0; 64],
-                };
-                let posts = [(none, none), (none, none)];
+                let posts = [(NO_POST, NO_POST), (NO_POST, NO_POST)];
                 (
                     SymPlan::new(t, rank, 2, seq, &posts, &mut |_, _| Ok(0), piece_bytes)?,
                     alone(SymRole::Passive { peer })?,
@@ -484,17 +518,29 @@ impl SymPlan {
         // readers at once while others idle (in plain order every rank first reads rank 0:
         // 0.51x NCCL's reduce-scatter on 4 GPUs, session 7).
         let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
+        // Inputs in the order they are folded: this rank's first, then the peers; a reduce
+        // starts from the root's, since in place the root's input is the destination, which
+        // the chain of two-input kernels overwrites after its first step.
+        let order: Vec<usize> = match self.out_rank {
+            Some(root) => std::iter::once(root)
+                .chain(
+                    std::iter::once(me)
+                        .chain(peers.iter().copied())
+                        .filter(|&q| q != root),
+                )
+                .collect(),
+            None => std::iter::once(me).chain(peers.iter().copied()).collect(),
+        };
         for p in 0..self.pieces {
             let lo = self.count * p / self.pieces;
             let hi = self.count * (p + 1) / self.pieces;
             if hi == lo {
                 continue;
             }
-            let dst = at(self.outputs[me], self.out_off + lo);
+            let dst = at(self.outputs[self.out_rank.unwrap_or(me)], self.out_off + lo);
             if self.multi && (3..=REDUCE_N_MAX).contains(&n) {
                 let mut srcs = [0u64; REDUCE_N_MAX];
-                srcs[0] = at(self.inputs[me], self.in_off + lo);
-                for (s, &q) in srcs[1..].iter_mut().zip(&peers) {
+                for (s, &q) in srcs.iter_mut().zip(&order) {
                     *s = at(self.inputs[q], self.in_off + lo);
                 }
                 dev.kernel(
@@ -509,8 +555,8 @@ impl SymPlan {
                     },
                 )?;
             } else {
-                let mut a = at(self.inputs[me], self.in_off + lo);
-                for &q in &peers {
+                let mut a = at(self.inputs[order[0]], self.in_off + lo);
+                for &q in &order[1..] {
                     dev.kernel(
                         Lane::User,
                         Kernel::Reduce {
@@ -594,6 +640,21 @@ impl SymPlan {
             }
             dev.write(lane, l.sym_word(peer, me, true), self.flag())?;
             return dev.join(&[lane]);
+        }
+        if let Some(root) = self.out_rank {
+            // Reduce: the whole buffer into the root's output.
+            dev.kernel(
+                Lane::User,
+                Kernel::Reduce {
+                    dtype: self.dtype,
+                    op: self.op,
+                    dst: self.outputs[root],
+                    a: self.inputs[me],
+                    b: self.inputs[peer],
+                    n: self.total,
+                },
+            )?;
+            return dev.write(Lane::User, l.sym_word(peer, me, true), self.flag());
         }
         // Reduce-scatter: slice r of every input lands in rank r's output (count each).
         for r in [me, peer] {

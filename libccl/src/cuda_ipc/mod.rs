@@ -909,12 +909,16 @@ impl Queueing {
             TaskKind::Coll(Collective::ReduceScatter) => r == s + (l.rank * rb) as u64,
             _ => s == r,
         };
-        let mine = if disjoint || in_place {
+        let posts_output = direct_reduce::output_posted(&t, l.rank);
+        let mine = if disjoint || in_place || !posts_output {
             let pid = direct::Reach::pid(&q.bufs);
             let si = direct::Reach::export(&mut q.bufs, s)?;
-            let ri = direct::Reach::export(&mut q.bufs, r)?;
-            si.zip(ri)
-                .map(|(si, ri)| (si.post(pid, s, sb), ri.post(pid, r, rb)))
+            let ro = if posts_output {
+                direct::Reach::export(&mut q.bufs, r)?.map(|ri| ri.post(pid, r, rb))
+            } else {
+                Some(direct_reduce::NO_POST)
+            };
+            si.zip(ro).map(|(si, ro)| (si.post(pid, s, sb), ro))
         } else {
             None
         };
@@ -1233,7 +1237,12 @@ fn reduction_paths(
 ) -> Result<(Option<LowLatency>, Option<Task>)> {
     let ll = low_latency(tasks, rank, n, ll_max)?;
     let sym = if ll.is_none() && direct_reduce > 0 {
-        direct_reduce::candidate(tasks, n, direct_reduce)
+        direct_reduce::candidate(
+            tasks,
+            n,
+            direct_reduce,
+            direct_reduce.max(direct_reduce::REDUCE_MIN_BYTES),
+        )
     } else {
         None
     };

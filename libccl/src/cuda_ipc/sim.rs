@@ -578,7 +578,7 @@ impl Setup {
             )
         };
         let sym = if self.direct && direct_tasks.is_empty() {
-            direct_reduce::candidate(&staged, self.n, 1)
+            direct_reduce::candidate(&staged, self.n, 1, 1)
         } else {
             None
         };
@@ -586,16 +586,18 @@ impl Setup {
             Some(t) => {
                 let sz = t.dtype.size();
                 let (sb, rb) = crate::task::buffer_counts(t.kind, l.rank, self.n, t.count).unwrap();
-                let (es, er) = (
-                    reach.export(t.send as u64).map_err(e)?,
-                    reach.export(t.recv as u64).map_err(e)?,
-                );
-                let mine = es.zip(er).map(|(a, b)| {
-                    (
-                        a.post(1, t.send as u64, sb * sz),
-                        b.post(1, t.recv as u64, rb * sz),
-                    )
-                });
+                let es = reach.export(t.send as u64).map_err(e)?;
+                let ro = if direct_reduce::output_posted(&t, l.rank) {
+                    reach
+                        .export(t.recv as u64)
+                        .map_err(e)?
+                        .map(|b| b.post(1, t.recv as u64, rb * sz))
+                } else {
+                    Some(direct_reduce::NO_POST)
+                };
+                let mine = es
+                    .zip(ro)
+                    .map(|(a, ro)| (a.post(1, t.send as u64, sb * sz), ro));
                 let seq = c.sym;
                 c.sym += 1;
                 let o = direct_reduce::sym_post(
@@ -1179,7 +1181,8 @@ fn random_point_to_point_groups_deliver_every_byte() {
     }
 }
 
-/// All-reduces and reduce-scatters (in and out of place, 2-4 ranks) read their peers directly
+/// All-reduces, reduce-scatters and reduces (in and out of place, 2-8 ranks, several roots)
+/// read their peers directly
 /// when every rank posts before any queues, fall back to the staged protocol alike on every
 /// rank when one rank's buffers cannot be mapped or ranks come one by one, and are exact
 /// either way under any stream order.
@@ -1199,6 +1202,9 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
             plain(Kind::Coll(Collective::AllReduce), true),
             plain(Kind::Coll(Collective::ReduceScatter), false),
             plain(Kind::Coll(Collective::ReduceScatter), true),
+            plain(Kind::Coll(Collective::Reduce { root: 0 }), false),
+            plain(Kind::Coll(Collective::Reduce { root: n - 1 }), true),
+            plain(Kind::Coll(Collective::Reduce { root: n / 2 }), false),
         ];
         for (merged, seed) in [(false, 0u64), (true, 4), (false, 1), (false, 2), (true, 6)] {
             let direct = simulate(&s, &cases, merged, seed, None)
@@ -1507,7 +1513,7 @@ fn relayed_broadcasts_are_exact_under_any_stream_order() {
 
 /// Two ranks with takeover: a reduction whose first poster gives up waiting is done entirely
 /// by the second (both slices of a reduce-scatter, the whole all-reduce and the copy into the
-/// peer's output), with no host wait on either side. Exact under every stream order and call
+/// peer's output, a whole reduce into the root's output, whichever rank is root), with no host wait on either side. Exact under every stream order and call
 /// order, in place or not, and with the passive rank's partner unable to export its own
 /// buffers (the active rank needs only the passive one's).
 #[test]
@@ -1517,7 +1523,12 @@ fn two_rank_reductions_done_by_one_rank_are_exact() {
         ..Setup::new(2)
     };
     let mut cases = Vec::new();
-    for kind in [Collective::AllReduce, Collective::ReduceScatter] {
+    for kind in [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::Reduce { root: 0 },
+        Collective::Reduce { root: 1 },
+    ] {
         for in_place in [false, true] {
             for red in [ReduceKind::Sum, ReduceKind::Max] {
                 cases.push(Case {
