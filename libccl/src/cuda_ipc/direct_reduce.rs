@@ -2,8 +2,9 @@
 //! NVLink in one reduction kernel (its own slice of the result), for all-reduce pushes the
 //! reduced slice straight into every peer's output buffer on a copy engine, chunk by chunk
 //! behind the kernel, and for reduce writes its slice straight into the root's output (the
-//! root no longer takes in every byte as the staged star did: 0.34x NCCL on 4 GPUs). No receive slots, no staging copies: each byte crosses NVLink once per
-//! direction, as in a ring, with the reduction reading the peer instead of a staged copy.
+//! root no longer takes in every byte as the staged star did: 0.34x NCCL on 4 GPUs). No
+//! receive slots, no staging copies: each byte crosses NVLink once per direction, as in a
+//! ring, with the reduction reading the peer instead of a staged copy.
 //!
 //! Both sides need both sides' buffers, so unlike point-to-point transfers (one side copies,
 //! [`super::direct`]) this takes a symmetric rendezvous: every rank posts its buffers on one
