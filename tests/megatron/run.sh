@@ -40,6 +40,9 @@
 #   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
 #   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
+#   MICRO_BATCH=2 SEQ=1024  the model's micro-batch and sequence length; the default GPT is
+#                        host-bound (the GPU idles ~70% of a tp2-sp iteration), MICRO_BATCH=8
+#                        gives the GPU four times the work per launch
 #   CUDA_DEVICE_MAX_CONNECTIONS=1  as Megatron-LM's launch scripts; set 8 to see whether a hang
 #                        comes from one hardware queue serializing the streams
 #   OUT                  set by the device tool; logs go to $OUT/megatron/
@@ -117,7 +120,7 @@ fi
     nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     echo "libccl: $LIBCCL ($(stat -c %s "$LIBCCL" 2>/dev/null || echo missing) bytes)"
-    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS ROUNDS=$ROUNDS REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS ROUNDS=$ROUNDS MICRO_BATCH=${MICRO_BATCH:-2} SEQ=${SEQ:-1024} REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
 } | tee "$LOGDIR/summary.txt"
 
 cfg_args() {
@@ -132,7 +135,7 @@ cfg_args() {
         *) return 1 ;;
     esac
 }
-MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq 1024 --micro-batch 2 --num-micro 8 --vocab 32000"
+MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq ${SEQ:-1024} --micro-batch ${MICRO_BATCH:-2} --num-micro 8 --vocab 32000"
 
 run_one() { # config library
     local cfg=$1 lib=$2 log=$LOGDIR/$1.$2.log args rc t0 left t
