@@ -75,6 +75,17 @@ fn gxx_here(skip_message: &str) -> bool {
     here
 }
 
+/// Removes the build folder, then fails listing every failure if there were any.
+fn finish(dir: &Path, failures: &[String]) {
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Runs a g++ command that must succeed (its errors are the failure message).
 fn gxx(cmd: &mut Command) {
     let out = cmd.output().unwrap();
@@ -340,13 +351,7 @@ fn generated_kernels_match_the_host_reference() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    finish(&dir, &failures);
 }
 
 /// The one-pass reduction of k sources equals a chain of binary reductions in source order,
@@ -433,13 +438,7 @@ fn reduce_n_kernels_match_a_chain_of_binary_reductions() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    finish(&dir, &failures);
 }
 
 /// The low-latency all-reduce kernels need a GPU to run (they spin on peers' flags), but

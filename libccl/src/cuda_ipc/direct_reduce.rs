@@ -470,6 +470,18 @@ impl SymPlan {
         Ok(Some(p))
     }
 
+    /// `dst = a (op) b` over `n` elements of this reduction's type.
+    fn two_input(&self, dst: u64, a: u64, b: u64, n: usize) -> Kernel {
+        Kernel::Reduce {
+            dtype: self.dtype,
+            op: self.op,
+            dst,
+            a,
+            b,
+            n,
+        }
+    }
+
     fn flag(&self) -> u32 {
         (self.seq as u32).wrapping_add(1)
     }
@@ -560,14 +572,7 @@ impl SymPlan {
                 for &q in &order[1..] {
                     dev.kernel(
                         Lane::User,
-                        Kernel::Reduce {
-                            dtype: self.dtype,
-                            op: self.op,
-                            dst,
-                            a,
-                            b: at(self.inputs[q], self.in_off + lo),
-                            n: hi - lo,
-                        },
+                        self.two_input(dst, a, at(self.inputs[q], self.in_off + lo), hi - lo),
                     )?;
                     a = dst;
                 }
@@ -624,14 +629,12 @@ impl SymPlan {
                 let dst = at(self.outputs[me], lo);
                 dev.kernel(
                     Lane::User,
-                    Kernel::Reduce {
-                        dtype: self.dtype,
-                        op: self.op,
+                    self.two_input(
                         dst,
-                        a: at(self.inputs[me], lo),
-                        b: at(self.inputs[peer], lo),
-                        n: hi - lo,
-                    },
+                        at(self.inputs[me], lo),
+                        at(self.inputs[peer], lo),
+                        hi - lo,
+                    ),
                 )?;
                 dev.fork(&[lane])?;
                 dev.copy(lane, at(self.outputs[peer], lo), dst, (hi - lo) * sz)?;
@@ -646,14 +649,12 @@ impl SymPlan {
             // Reduce: the whole buffer into the root's output.
             dev.kernel(
                 Lane::User,
-                Kernel::Reduce {
-                    dtype: self.dtype,
-                    op: self.op,
-                    dst: self.outputs[root],
-                    a: self.inputs[me],
-                    b: self.inputs[peer],
-                    n: self.total,
-                },
+                self.two_input(
+                    self.outputs[root],
+                    self.inputs[me],
+                    self.inputs[peer],
+                    self.total,
+                ),
             )?;
             return dev.write(Lane::User, l.sym_word(peer, me, true), self.flag());
         }
@@ -662,14 +663,12 @@ impl SymPlan {
             let (mine, theirs) = if r == me { (me, peer) } else { (peer, me) };
             dev.kernel(
                 Lane::User,
-                Kernel::Reduce {
-                    dtype: self.dtype,
-                    op: self.op,
-                    dst: self.outputs[r],
-                    a: at(self.inputs[mine], r * self.count),
-                    b: at(self.inputs[theirs], r * self.count),
-                    n: self.count,
-                },
+                self.two_input(
+                    self.outputs[r],
+                    at(self.inputs[mine], r * self.count),
+                    at(self.inputs[theirs], r * self.count),
+                    self.count,
+                ),
             )?;
         }
         dev.write(Lane::User, l.sym_word(peer, me, true), self.flag())
