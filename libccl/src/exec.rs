@@ -771,41 +771,33 @@ fn recv_op(
             )));
         }
         if n > 0 {
-            // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at enqueue
-            // (or plan-owned); `data` is the link's frame, disjoint from user memory; `scalar`
-            // holds one element of `dtype`.
-            unsafe {
-                match op.kind {
-                    XKind::Recv { dst } => {
-                        std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(op.done), n)
-                    }
-                    XKind::RecvReduce {
-                        local,
-                        dst,
-                        fused: false,
-                    } => reduce::reduce(
-                        dtype,
-                        arith,
-                        dst.add(op.done),
-                        data.as_ptr(),
-                        local.add(op.done),
-                        n / size,
-                    ),
-                    XKind::RecvReduce {
-                        local,
-                        dst,
-                        fused: true,
-                    } => reduce::premul_add(
-                        dtype,
-                        dst.add(op.done),
-                        local.add(op.done),
-                        data.as_ptr(),
-                        n / size,
-                        scalar.as_ptr(),
-                    ),
-                    _ => {}
+            // Addresses as integers: the parts may run on the copy threads (crate::par).
+            let (from, done) = (data.as_ptr() as usize, op.done);
+            // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum.
+            let (what, dst, local) = match op.kind {
+                XKind::Recv { dst } => (0u8, dst as usize, 0usize),
+                XKind::RecvReduce { local, dst, fused } => {
+                    (1 + fused as u8, dst as usize, local as usize)
                 }
-            }
+                _ => (3, 0, 0),
+            };
+            let part = |r: std::ops::Range<usize>| {
+                let (src, len, at) = ((from + r.start) as *const u8, r.len(), done + r.start);
+                let (d, l) = ((dst + at) as *mut u8, (local + at) as *const u8);
+                // SAFETY: dst/local ranges [done, done+n) lie inside buffers validated at
+                // enqueue (or plan-owned) and r lies inside [0, n), element-aligned; `data` is
+                // the link's frame, disjoint from user memory and left in place until every
+                // part has run; `scalar` holds one element of `dtype`.
+                unsafe {
+                    match what {
+                        0 => std::ptr::copy_nonoverlapping(src, d, len),
+                        1 => reduce::reduce(dtype, arith, d, src, l, len / size),
+                        2 => reduce::premul_add(dtype, d, l, src, len / size, scalar.as_ptr()),
+                        _ => {}
+                    }
+                }
+            };
+            crate::par::for_parts(n, size, &part);
         }
         op.done += n;
         op.header_done = true;

@@ -9,10 +9,12 @@
 # on a link; default 524288), ENGINE_COPY=1 (CCL_MPT_ENGINE_COPY), SIZE (128M), HOSTMEM=1 (also libccl on host memory,
 # `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
-# PIECES; logs net/check.*.log).
+# PIECES; logs net/check.*.log), COPY_THREADS (CCL_COPY_THREADS for every libccl run: helper
+# threads sharing the executor's copies of received frames; default 0).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+export CCL_COPY_THREADS=${COPY_THREADS:-0}
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}
@@ -31,7 +33,7 @@ for op in all_reduce sendrecv alltoall; do
         CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
-        -x CCL_MPT_ENGINE_COPY \
+        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f=$f -v w="$cw" \
@@ -47,7 +49,7 @@ if [ "${HOSTMEM:-0}" = 1 ]; then
       log=$L/$op.host.e$e.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e timeout -s KILL 120 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
-        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES \
+        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_COPY_THREADS \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 --mem host > "$log" 2>&1
       read -r hb hw < <(busbw "$log")
       printf '| %s | %s | %s | %s |\n' $op "$hb" $e "$hw"
@@ -60,7 +62,7 @@ if [ "${NET_CHECK:-0}" = 1 ]; then
     log=$L/check.$op.log
     LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_GPU_PIECE_BYTES=$p timeout -s KILL 120 \
       mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
-      -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES \
+      -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES -x CCL_COPY_THREADS \
       .dev/ccl-perf $op -b 8 -e 64M -f 8 -n 2 -w 1 -c 1 > "$log" 2>&1
     echo "net check $op (pieces $p): exit $?, wrong $(awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$log"), rows $(grep -c '^ *[0-9]' "$log")"
   done

@@ -16,6 +16,11 @@ fn free_port() -> u16 {
 }
 
 fn run(n: usize, env: &[(&str, &str)]) {
+    run_expecting(n, env, &[]);
+}
+
+/// [`run`], and every rank's log holds each of `expect`.
+fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
     let port = free_port();
     let dir = std::env::temp_dir();
     let mut children: Vec<_> = (0..n)
@@ -62,6 +67,9 @@ fn run(n: usize, env: &[(&str, &str)]) {
                 );
                 // The links are neither shm nor TCP sockets: they are mpt.
                 assert!(log.contains("links 0shm,0socket,"), "rank {i} log:\n{log}");
+                for e in expect {
+                    assert!(log.contains(e), "rank {i} log lacks {e:?}:\n{log}");
+                }
                 done[i] = true;
             }
         }
@@ -77,6 +85,21 @@ fn mpt_two_hosts_exact() {
 #[test]
 fn mpt_two_hosts_exact_with_one_percent_loss() {
     run(2, &[("CCL_MPT_DROP", "0.01")]);
+}
+
+/// Received frames copied and reduced in parts on helper threads (a low threshold, so most
+/// frames split), over two engines: still exact.
+#[test]
+fn mpt_two_hosts_exact_with_copy_threads() {
+    run_expecting(
+        2,
+        &[
+            ("CCL_COPY_THREADS", "2"),
+            ("CCL_COPY_PARALLEL_BYTES", "4096"),
+            ("CCL_MPT_ENGINES", "2"),
+        ],
+        &["2 copy threads for received frames of >= 4096 bytes"],
+    );
 }
 
 #[test]

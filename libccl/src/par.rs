@@ -1,0 +1,232 @@
+//! Large copies and reductions out of received frames, split over helper threads.
+//!
+//! One executor thread moves every byte a communicator receives from its links: it copies
+//! each frame out (or reduces it into the accumulation buffer), one memcpy at a time. Over the
+//! network path that thread, not the wire, bounds a link of several engines (a profile put a
+//! third of its time in those copies), and a single core copies far less than the memory
+//! system allows. With `CCL_COPY_THREADS` = N > 0 a frame of at least
+//! `CCL_COPY_PARALLEL_BYTES` is cut into N + 1 element-aligned parts: N go to a process-wide
+//! pool of helper threads, the executor does the first, and waits for the rest before it
+//! releases the frame. Results are the same bits (each element is computed by the same
+//! function on the same inputs, only by another thread).
+
+use std::ops::Range;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+
+use crate::params;
+
+/// The work of one call, shared with the helpers for the length of the call.
+type PartFn<'a> = dyn Fn(Range<usize>) + Sync + 'a;
+
+/// A part handed to a helper: the caller's function (lifetime erased) and its range.
+struct Job {
+    f: *const PartFn<'static>,
+    range: Range<usize>,
+    latch: Arc<Latch>,
+}
+
+// SAFETY: `f` points at a `Sync` closure that outlives the job: `for_parts` does not return
+// until the latch says every job it sent has finished running it.
+unsafe impl Send for Job {}
+
+/// Counts the helpers' parts still running.
+struct Latch {
+    left: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Latch {
+    fn count_down(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        *left -= 1;
+        if *left == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        while *left > 0 {
+            left = self.done.wait(left).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Helper threads taking parts from one queue.
+pub(crate) struct Pool {
+    jobs: crossbeam::channel::Sender<Job>,
+    threads: usize,
+    min_bytes: usize,
+}
+
+impl Pool {
+    /// `threads` helpers (named `ccl-copy-N`); parts only for calls of at least `min_bytes`.
+    pub(crate) fn new(threads: usize, min_bytes: usize) -> std::io::Result<Pool> {
+        let (tx, rx) = crossbeam::channel::unbounded::<Job>();
+        for i in 0..threads {
+            let rx = rx.clone();
+            std::thread::Builder::new()
+                .name(format!("ccl-copy-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        // SAFETY: see `Job`: the closure is alive until the latch reaches 0,
+                        // which happens only below, after the call.
+                        let f = unsafe { &*job.f };
+                        // A panic must not leave the caller waiting forever; the library's
+                        // part functions (copies, reductions) do not panic.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            f(job.range.clone())
+                        }));
+                        job.latch.count_down();
+                    }
+                })?;
+        }
+        Ok(Pool {
+            jobs: tx,
+            threads,
+            min_bytes,
+        })
+    }
+
+    /// Runs `f` over `[0, n)` cut into parts whose bounds are multiples of `align` (the
+    /// element size), the caller running the first; returns once every part has run. Below
+    /// the pool's size threshold, or when a part could not be queued, the caller runs it.
+    pub(crate) fn for_parts(&self, n: usize, align: usize, f: &PartFn<'_>) {
+        let align = align.max(1);
+        let parts = if n < self.min_bytes {
+            1
+        } else {
+            (self.threads + 1).min(n / align).max(1)
+        };
+        if parts == 1 {
+            f(0..n);
+            return;
+        }
+        let elems = n / align;
+        let bound = |i: usize| {
+            if i == parts {
+                n
+            } else {
+                elems * i / parts * align
+            }
+        };
+        let latch = Arc::new(Latch {
+            left: Mutex::new(parts - 1),
+            done: Condvar::new(),
+        });
+        // SAFETY: only the lifetime is erased; `latch.wait()` below outlives every use.
+        let erased: *const PartFn<'static> =
+            unsafe { std::mem::transmute::<*const PartFn<'_>, *const PartFn<'static>>(f) };
+        for i in 1..parts {
+            let job = Job {
+                f: erased,
+                range: bound(i)..bound(i + 1),
+                latch: Arc::clone(&latch),
+            };
+            if let Err(e) = self.jobs.send(job) {
+                // No helper is left (cannot happen while the pool lives): do it here.
+                let job = e.into_inner();
+                f(job.range.clone());
+                job.latch.count_down();
+            }
+        }
+        f(bound(0)..bound(1));
+        latch.wait();
+    }
+}
+
+/// The process's pool (`CCL_COPY_THREADS` helpers), or None when off (the default) or its
+/// threads could not be started.
+pub(crate) fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = params::CCL_COPY_THREADS.get_i64().clamp(0, 64) as usize;
+        if threads == 0 {
+            return None;
+        }
+        let min = params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize;
+        match Pool::new(threads, min) {
+            Ok(p) => {
+                tracing::info!("{threads} copy threads for received frames of >= {min} bytes (CCL_COPY_THREADS)");
+                Some(p)
+            }
+            Err(e) => {
+                tracing::warn!("CCL_COPY_THREADS={threads}: could not start the copy threads ({e}); copying on the executor thread");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+/// [`Pool::for_parts`] on the process's pool, or `f(0..n)` here when there is none.
+pub(crate) fn for_parts(n: usize, align: usize, f: &PartFn<'_>) {
+    match pool() {
+        Some(p) => p.for_parts(n, align, f),
+        None => f(0..n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Every byte of every size is covered exactly once, in parts aligned to the element,
+    /// with several callers sharing the helpers at once.
+    #[test]
+    fn parts_cover_the_range_once_aligned_from_many_callers() {
+        let pool = Pool::new(3, 64).unwrap();
+        std::thread::scope(|s| {
+            for caller in 0..4usize {
+                let pool = &pool;
+                s.spawn(move || {
+                    for n in [0usize, 1, 8, 63, 64, 65, 4096, 100_003 * 4] {
+                        for align in [1usize, 4, 8] {
+                            let n = n / align * align;
+                            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+                            let parts = AtomicU64::new(0);
+                            pool.for_parts(n, align, &|r: Range<usize>| {
+                                assert_eq!(r.start % align, 0, "caller {caller} n {n}");
+                                parts.fetch_add(1, Ordering::Relaxed);
+                                for h in &hits[r] {
+                                    h.fetch_add(1, Ordering::Relaxed);
+                                }
+                            });
+                            assert!(
+                                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                                "n {n} align {align}"
+                            );
+                            let p = parts.load(Ordering::Relaxed);
+                            if n >= 64 && n / align >= 4 {
+                                assert_eq!(p, 4, "n {n} align {align}: parts");
+                            } else {
+                                assert_eq!(p, 1, "n {n} align {align}: parts");
+                            }
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// A copy split over the helpers gives the same bytes as one memcpy.
+    #[test]
+    fn a_split_copy_is_the_same_copy() {
+        let pool = Pool::new(2, 1).unwrap();
+        let src: Vec<u8> = (0..1_000_003u32).map(|i| (i * 31 + 7) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let d = dst.as_mut_ptr() as usize;
+        pool.for_parts(src.len(), 1, &|r: Range<usize>| {
+            // SAFETY: disjoint ranges of two buffers of src.len() bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr().add(r.start),
+                    (d as *mut u8).add(r.start),
+                    r.len(),
+                )
+            }
+        });
+        assert!(dst == src);
+    }
+}
