@@ -137,8 +137,9 @@ pub struct IpcEngine {
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
     /// reduction to its peer (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`; None: never).
     takeover: Option<Duration>,
-    /// Reductions of at least this many bytes never take over (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`):
-    /// there one GPU doing both halves costs more than the host wait it saves.
+    /// Reductions of at least this many bytes wait as long as any before taking over
+    /// (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`): there one GPU doing both halves costs more
+    /// than a short host wait.
     takeover_max_bytes: usize,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
@@ -1036,9 +1037,14 @@ impl Queueing {
                 .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
             let now = std::time::Instant::now();
             // Two ranks may leave the reduction to whoever posts second instead of waiting
-            // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that.
-            let takeover = eng.takeover.filter(|_| bytes < eng.takeover_max_bytes);
-            let sym_wait = if let Some(d) = takeover {
+            // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that. From
+            // CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES on the first poster waits as long as
+            // any reduction would and only then leaves it to the peer, rather than going
+            // staged (a pipeline's tied-embedding all-reduce of 131 MB: the stages reach it
+            // milliseconds apart, and staged it took 786 us of host time on the late one).
+            let takeover = eng.takeover;
+            let quick = takeover.filter(|_| bytes < eng.takeover_max_bytes);
+            let sym_wait = if let Some(d) = quick {
                 direct::PushWait {
                     soft: now + d,
                     hard: now + d,
