@@ -141,6 +141,8 @@ pub struct IpcEngine {
     /// (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`): there one GPU doing both halves costs more
     /// than a short host wait.
     takeover_max_bytes: usize,
+    /// Settings of the per-operation path, read once.
+    tuning: Tuning,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     small_mismatch: Flag,
@@ -638,6 +640,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         relay,
         takeover,
         takeover_max_bytes,
+        tuning: Tuning::from_params(),
         small_mismatch,
         direct_reduce,
         reduce_n: AtomicBool::new(
@@ -947,10 +950,7 @@ impl Queueing {
             return Ok(());
         };
         let eng = &*self.eng;
-        let timeout = match params::CCL_TIMEOUT_S.get_i64() {
-            s if s > 0 => Duration::from_secs(s as u64),
-            _ => DIRECT_POST_TIMEOUT,
-        };
+        let timeout = eng.tuning.post_timeout;
         let abort = self.comm.0.abort.clone();
         self.posting = Some(direct::post_group(
             &mut q.bufs,
@@ -985,7 +985,7 @@ impl Queueing {
         // How long the direct paths wait for peers' posts: longer while this GPU is busy.
         let busy = || !eng.last_done.query().unwrap_or(true);
         // Transfers and direct reductions below this never hold the host for a peer's call.
-        let wait_min_bytes = params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize;
+        let wait_min_bytes = eng.tuning.wait_min_bytes;
         let push_wait = direct::PushWait {
             soft: wait.0,
             hard: wait.1,
@@ -1003,13 +1003,11 @@ impl Queueing {
                     wait: push_wait,
                     // Lanes only pay off when copies can overlap; a local setting (each rank
                     // orders its own streams).
-                    single_max: params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
-                    late: params::CCL_IPC_PUSH_WAIT_ADAPT
-                        .get_bool()
-                        .then_some(&mut q.push_late),
+                    single_max: eng.tuning.single_max,
+                    late: eng.tuning.push_wait_adapt.then_some(&mut q.push_late),
                     wait_min_bytes,
                     local_split: direct::LocalSplit {
-                        lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
+                        lanes: eng.tuning.local_copy_lanes,
                         ..direct::LocalSplit::default()
                     },
                 },
@@ -1081,7 +1079,7 @@ impl Queueing {
             }] += 1;
             // Pieces of the slice: each is reduced, then pushed while the next reduces (a
             // local setting: pushes and kernels are this rank's own).
-            let piece = params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize;
+            let piece = eng.tuning.reduce_piece;
             let bufs = &mut q.bufs;
             let mut addr = |_: usize, p: &direct::Post| direct::Reach::resolve(bufs, p);
             let plan = match self.sym {
@@ -1253,6 +1251,47 @@ fn reduction_paths(
         None
     };
     Ok((ll, sym))
+}
+
+/// The settings the per-operation path needs, read from the parameters once per engine (a
+/// parameter read takes a lock, a map lookup and a string copy; several per operation added
+/// up in host-bound loops).
+#[derive(Debug, Clone, Copy)]
+struct Tuning {
+    /// How long a direct post waits for ring room (`CCL_TIMEOUT_S`, else a default).
+    post_timeout: Duration,
+    /// `CCL_IPC_PUSH_WAIT_MIN_BYTES`.
+    wait_min_bytes: usize,
+    /// `CCL_IPC_DIRECT_SINGLE_BYTES`.
+    single_max: usize,
+    /// `CCL_IPC_PUSH_WAIT_ADAPT`.
+    push_wait_adapt: bool,
+    /// `CCL_IPC_LOCAL_COPY_LANES` (1..=8).
+    local_copy_lanes: usize,
+    /// `CCL_IPC_DIRECT_REDUCE_PIECE_BYTES`.
+    reduce_piece: usize,
+    /// `CCL_IPC_PUSH_WAIT_US` and `CCL_IPC_PUSH_WAIT_BUSY_US`.
+    push_wait: Duration,
+    push_wait_busy: Duration,
+}
+
+impl Tuning {
+    fn from_params() -> Tuning {
+        let us = |p: &params::Param| Duration::from_micros(p.get_i64().clamp(0, 10_000_000) as u64);
+        Tuning {
+            post_timeout: match params::CCL_TIMEOUT_S.get_i64() {
+                s if s > 0 => Duration::from_secs(s as u64),
+                _ => DIRECT_POST_TIMEOUT,
+            },
+            wait_min_bytes: params::CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64().max(0) as usize,
+            single_max: params::CCL_IPC_DIRECT_SINGLE_BYTES.get_i64().max(0) as usize,
+            push_wait_adapt: params::CCL_IPC_PUSH_WAIT_ADAPT.get_bool(),
+            local_copy_lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
+            reduce_piece: params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize,
+            push_wait: us(&params::CCL_IPC_PUSH_WAIT_US),
+            push_wait_busy: us(&params::CCL_IPC_PUSH_WAIT_BUSY_US),
+        }
+    }
 }
 
 /// Which long waits run as the wait kernel (`CCL_IPC_WAIT_KERNEL`).
@@ -1592,12 +1631,11 @@ fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.post_direct(g).map_err(|e| poison(&q.comm, e))?;
     }
-    let us = |p: &params::Param| Duration::from_micros(p.get_i64().clamp(0, 10_000_000) as u64);
     let now = std::time::Instant::now();
-    let wait = (
-        now + us(&params::CCL_IPC_PUSH_WAIT_US),
-        now + us(&params::CCL_IPC_PUSH_WAIT_BUSY_US),
-    );
+    let t = qs
+        .first()
+        .map_or_else(Tuning::from_params, |q| q.eng.tuning);
+    let wait = (now + t.push_wait, now + t.push_wait_busy);
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.begin(g, wait).map_err(|e| poison(&q.comm, e))?;
     }
