@@ -201,6 +201,11 @@ impl Comm {
     }
 
     fn init_body(&self, id: UniqueId) -> Result<()> {
+        // The process's copy threads, once (CCL_COPY_THREADS; none by default).
+        ccl_transports::par::configure(
+            params::CCL_COPY_THREADS.get_i64().clamp(0, 64) as usize,
+            params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize,
+        );
         let (root, nonce) = id.decode()?;
         self.0.nonce.store(nonce, Ordering::Relaxed);
         if self.0.rank == 0 {

@@ -771,7 +771,7 @@ fn recv_op(
             )));
         }
         if n > 0 {
-            // Addresses as integers: the parts may run on the copy threads (crate::par).
+            // Addresses as integers: the parts may run on the copy threads (ccl_transports::par).
             let (from, done) = (data.as_ptr() as usize, op.done);
             // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum.
             let (what, dst, local) = match op.kind {
@@ -797,7 +797,7 @@ fn recv_op(
                     }
                 }
             };
-            crate::par::for_parts(n, size, &part);
+            ccl_transports::par::for_parts(n, size, &part);
         }
         op.done += n;
         op.header_done = true;

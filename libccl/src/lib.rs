@@ -9,7 +9,6 @@ pub mod exec;
 pub mod gpu;
 pub mod group;
 pub mod log;
-mod par;
 pub mod params;
 mod pieces;
 mod sync;

@@ -98,7 +98,7 @@ fn mpt_two_hosts_exact_with_copy_threads() {
             ("CCL_COPY_PARALLEL_BYTES", "4096"),
             ("CCL_MPT_ENGINES", "2"),
         ],
-        &["2 copy threads for received frames of >= 4096 bytes"],
+        &["2 copy threads for frames of >= 4096 bytes"],
     );
 }
 

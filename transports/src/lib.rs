@@ -9,6 +9,7 @@
 
 pub mod mpt;
 pub mod mpt_link;
+pub mod par;
 pub mod shm;
 pub mod socket;
 

@@ -522,11 +522,23 @@ impl Shared {
         // SAFETY: slot `slot` holds no message (the engine was not full and only this
         // thread adds messages, see `Slab`); `len <= stride`, so the writes stay inside it;
         // `hdr` and `payload` are the caller's, disjoint from the slab.
-        unsafe {
-            let dst = self.send_slab.ptr().add(slot * stride);
-            std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, hdr.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(hdr.len()), payload.len());
-        }
+        let dst = unsafe { self.send_slab.ptr().add(slot * stride) };
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, hdr.len()) };
+        // Large payloads in parts on the copy threads, if any (crate::par); addresses as
+        // integers so the parts may cross threads.
+        let (to, from) = (dst as usize + hdr.len(), payload.as_ptr() as usize);
+        crate::par::for_parts(payload.len(), 1, &|r: std::ops::Range<usize>| {
+            // SAFETY: r lies inside [0, payload.len()): inside the payload and the slot (see
+            // above); the slot and the payload stay put until every part has run.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (from + r.start) as *const u8,
+                    (to + r.start) as *mut u8,
+                    r.len(),
+                )
+            }
+        });
         let mut g = self.lock();
         g.check()?;
         if !g.register(len)? {

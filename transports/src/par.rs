@@ -1,22 +1,21 @@
-//! Large copies and reductions out of received frames, split over helper threads.
+//! Large copies and reductions of frames, split over helper threads.
 //!
-//! One executor thread moves every byte a communicator receives from its links: it copies
-//! each frame out (or reduces it into the accumulation buffer), one memcpy at a time. Over the
-//! network path that thread, not the wire, bounds a link of several engines (a profile put a
-//! third of its time in those copies), and a single core copies far less than the memory
-//! system allows. With `CCL_COPY_THREADS` = N > 0 a frame of at least
-//! `CCL_COPY_PARALLEL_BYTES` is cut into N + 1 element-aligned parts: N go to a process-wide
-//! pool of helper threads, the executor does the first, and waits for the rest before it
-//! releases the frame. Results are the same bits (each element is computed by the same
-//! function on the same inputs, only by another thread).
+//! One executor thread moves every byte a communicator sends to or receives from its links:
+//! it copies each outgoing frame into a send slot and each received frame out (or reduces it
+//! into the accumulation buffer), one memcpy at a time. Over the network path that thread, not
+//! the wire, bounds a link of several engines (a profile put a third of its time in those
+//! copies), and a single core copies far less than the memory system allows. Once
+//! [`configure`]d with N > 0 threads (libccl: `CCL_COPY_THREADS`), work of at least the
+//! configured size is cut into N + 1 element-aligned parts: N go to a process-wide pool of
+//! helper threads, the caller does the first and waits for the rest. Results are the same
+//! bits (each element is computed by the same function on the same inputs, only by another
+//! thread).
 
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crate::params;
-
 /// The work of one call, shared with the helpers for the length of the call.
-type PartFn<'a> = dyn Fn(Range<usize>) + Sync + 'a;
+pub type PartFn<'a> = dyn Fn(Range<usize>) + Sync + 'a;
 
 /// A part handed to a helper: the caller's function (lifetime erased) and its range.
 struct Job {
@@ -53,7 +52,7 @@ impl Latch {
 }
 
 /// Helper threads taking parts from one queue.
-pub(crate) struct Pool {
+pub struct Pool {
     jobs: crossbeam::channel::Sender<Job>,
     threads: usize,
     min_bytes: usize,
@@ -61,7 +60,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// `threads` helpers (named `ccl-copy-N`); parts only for calls of at least `min_bytes`.
-    pub(crate) fn new(threads: usize, min_bytes: usize) -> std::io::Result<Pool> {
+    pub fn new(threads: usize, min_bytes: usize) -> std::io::Result<Pool> {
         let (tx, rx) = crossbeam::channel::unbounded::<Job>();
         for i in 0..threads {
             let rx = rx.clone();
@@ -91,7 +90,7 @@ impl Pool {
     /// Runs `f` over `[0, n)` cut into parts whose bounds are multiples of `align` (the
     /// element size), the caller running the first; returns once every part has run. Below
     /// the pool's size threshold, or when a part could not be queued, the caller runs it.
-    pub(crate) fn for_parts(&self, n: usize, align: usize, f: &PartFn<'_>) {
+    pub fn for_parts(&self, n: usize, align: usize, f: &PartFn<'_>) {
         let align = align.max(1);
         let parts = if n < self.min_bytes {
             1
@@ -135,35 +134,35 @@ impl Pool {
     }
 }
 
-/// The process's pool (`CCL_COPY_THREADS` helpers), or None when off (the default) or its
-/// threads could not be started.
-pub(crate) fn pool() -> Option<&'static Pool> {
-    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+
+/// Starts the process's pool of `threads` helpers (0: none) for work of at least `min_bytes`,
+/// the first time it is called; later calls keep that first configuration.
+pub fn configure(threads: usize, min_bytes: usize) {
     POOL.get_or_init(|| {
-        let threads = params::CCL_COPY_THREADS.get_i64().clamp(0, 64) as usize;
+        let threads = threads.min(64);
         if threads == 0 {
             return None;
         }
-        let min = params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize;
+        let min = min_bytes.max(1);
         match Pool::new(threads, min) {
             Ok(p) => {
-                tracing::info!("{threads} copy threads for received frames of >= {min} bytes (CCL_COPY_THREADS)");
+                tracing::info!("{threads} copy threads for frames of >= {min} bytes (CCL_COPY_THREADS)");
                 Some(p)
             }
             Err(e) => {
-                tracing::warn!("CCL_COPY_THREADS={threads}: could not start the copy threads ({e}); copying on the executor thread");
+                tracing::warn!("CCL_COPY_THREADS={threads}: could not start the copy threads ({e}); copying on the calling thread");
                 None
             }
         }
-    })
-    .as_ref()
+    });
 }
 
 /// [`Pool::for_parts`] on the process's pool, or `f(0..n)` here when there is none.
-pub(crate) fn for_parts(n: usize, align: usize, f: &PartFn<'_>) {
-    match pool() {
-        Some(p) => p.for_parts(n, align, f),
-        None => f(0..n),
+pub fn for_parts(n: usize, align: usize, f: &PartFn<'_>) {
+    match POOL.get() {
+        Some(Some(p)) => p.for_parts(n, align, f),
+        _ => f(0..n),
     }
 }
 
