@@ -504,17 +504,17 @@ impl Plan {
     fn lane(&self, l: &Layout, t: &Transfer) -> Lane {
         match (self.single, t.outgoing) {
             (true, _) => Lane::User,
-            (false, true) => Lane::Tx(t.peer % l.tx_lanes.max(1)),
+            (false, true) => l.push_lane(t.peer),
             (false, false) => Lane::Rx(t.peer % l.rx_lanes.max(1)),
         }
     }
 
-    /// For two ranks, the copy lane this rank's pushes do not use.
+    /// The copy lane this rank's pushes do not use ([`Layout::beside_lane`]).
     fn beside_lane(&self, l: &Layout) -> Lane {
         if self.single {
             Lane::User
         } else {
-            Lane::Tx(l.rank % l.tx_lanes.max(1))
+            l.beside_lane()
         }
     }
 
@@ -532,7 +532,7 @@ impl Plan {
             .filter(|t| matches!(t.role, Role::Second { .. }))
             .map(|t| self.lane(l, t))
             .collect();
-        let idle = (0..l.tx_lanes)
+        let idle = (0..l.direct_tx)
             .map(Lane::Tx)
             .chain((0..l.rx_lanes).map(Lane::Rx))
             .filter(|c| *c != first && !busy.contains(c));

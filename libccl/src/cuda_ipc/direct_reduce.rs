@@ -525,12 +525,20 @@ impl SymPlan {
         }
         let (me, n, sz) = (l.rank, l.nranks, self.dtype.size());
         let at = |base: u64, elems: usize| base + (elems * sz) as u64;
-        let lane = Lane::Tx(0);
         // Peers in rotated order (me+1, me+2, ...): at every step the ranks read from, and
         // push to, a permutation of each other, so no rank's NVLink ports serve several
         // readers at once while others idle (in plain order every rank first reads rank 0:
         // 0.51x NCCL's reduce-scatter on 4 GPUs, session 7).
         let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
+        // Each peer's pushes (and then its "done") on that peer's copy lane, so pushes to
+        // several peers run on several copy engines at once.
+        let mut lanes: Vec<Lane> = Vec::new();
+        for &q in &peers {
+            let lane = l.push_lane(q);
+            if !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
         // Inputs in the order they are folded: this rank's first, then the peers; a reduce
         // starts from the root's, since in place the root's input is the destination, which
         // the chain of two-input kernels overwrites after its first step.
@@ -578,22 +586,28 @@ impl SymPlan {
                 }
             }
             if self.push {
-                dev.fork(&[lane])?;
+                dev.fork(&lanes)?;
                 for &q in &peers {
                     let to = at(self.outputs[q], self.out_off + lo);
-                    dev.copy(lane, to, dst, (hi - lo) * sz)?;
+                    dev.copy(l.push_lane(q), to, dst, (hi - lo) * sz)?;
                 }
             }
         }
-        let done_lane = if self.push { lane } else { Lane::User };
         if self.push && self.count == 0 {
-            dev.fork(&[lane])?;
+            dev.fork(&lanes)?;
         }
-        for q in (0..n).filter(|&q| q != me) {
-            dev.write(done_lane, l.sym_word(q, me, true), self.flag())?;
+        // "Done" to a peer: its input is read (the kernels, before the fork) and everything
+        // for its output pushed (on its lane, before this write).
+        for &q in &peers {
+            let lane = if self.push {
+                l.push_lane(q)
+            } else {
+                Lane::User
+            };
+            dev.write(lane, l.sym_word(q, me, true), self.flag())?;
         }
         if self.push {
-            dev.join(&[lane])?;
+            dev.join(&lanes)?;
         }
         for q in (0..n).filter(|&q| q != me) {
             dev.wait_long(

@@ -552,13 +552,14 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let ev = || crate::gpu::plain_event(&local.ctx);
     let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
     // Every rank has mapped every peer: from here a local failure is the communicator's.
-    let tx = (0..TX_LANES)
+    let direct_tx = protocol::direct_tx_lanes(n, TX_LANES);
+    let tx = (0..direct_tx)
         .map(|_| stream())
         .collect::<Result<Vec<_>>>()?;
     let rx = (0..rx_lanes)
         .map(|_| stream())
         .collect::<Result<Vec<_>>>()?;
-    let joins = (0..TX_LANES + rx_lanes)
+    let joins = (0..direct_tx + rx_lanes)
         .map(|_| ev())
         .collect::<Result<Vec<_>>>()?;
     let (fork, last_done) = (ev()?, ev()?);
@@ -578,6 +579,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         slots,
         tx_lanes: TX_LANES,
         rx_lanes,
+        direct_tx,
         flags: own(|p| p.flags, local.flags.ptr()),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
     };
@@ -681,11 +683,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
         watch: Mutex::new(Watch::default()),
     };
     tracing::info!(
-        "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy and {} receive lanes",
+        "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
         n - 1,
         slots,
         chunk >> 10,
         TX_LANES,
+        direct_tx,
         rx_lanes
     );
     *comm.0.ipc.lock() = Some(Arc::new(engine));
@@ -722,7 +725,7 @@ impl CudaDevice<'_> {
     fn join_event(&self, lane: Lane) -> Result<&Event> {
         let i = match lane {
             Lane::Tx(i) => Some(i),
-            Lane::Rx(i) => Some(TX_LANES + i),
+            Lane::Rx(i) => Some(self.eng.layout.direct_tx + i),
             Lane::User => None,
         };
         i.and_then(|i| self.eng.joins.get(i))

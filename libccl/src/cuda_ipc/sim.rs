@@ -526,6 +526,7 @@ impl Setup {
                 chunk: self.chunk,
                 slots: self.slots,
                 tx_lanes: 2,
+                direct_tx: super::protocol::direct_tx_lanes(self.n, 2),
                 rx_lanes: self.rx_lanes,
                 flags: (0..n).map(base).collect(),
                 scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
