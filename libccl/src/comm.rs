@@ -624,14 +624,32 @@ fn build_state(
         .get_i64()
         .clamp(4096, 64 << 20) as usize
         & !63;
-    // Between hosts: TCP links, or the multipath transport when CCL_NET / NCCL_NET says
-    // `mpt` (it sets itself up over the data stream, in ascending peer order on every rank,
-    // so the blocking hello exchange cannot deadlock).
+    // Between hosts: the multipath transport (by default, or CCL_NET / NCCL_NET `mpt`) or TCP
+    // links (`socket`). The multipath link sets itself up over the data stream, in ascending
+    // peer order on every rank, so the blocking hello exchange cannot deadlock; then a probe
+    // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
+    // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
     let mpt = mpt_link_config(frame, rank)?;
+    let probe = std::time::Duration::from_millis(
+        params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
+    );
     for (j, s) in data.into_iter().enumerate() {
         if let Some(s) = s {
             links[j] = Some(match &mpt {
-                Some(cfg) => Box::new(MptLink::over_tcp(s, cfg.clone())?),
+                Some((cfg, strict)) => match MptLink::over_tcp(s, cfg.clone())?.probe(probe)? {
+                    Ok(link) => Box::new(link),
+                    Err((_, why)) if *strict => {
+                        return Err(Error::system(format!(
+                            "mpt link to rank {j}: {why}; CCL_NET=socket uses TCP instead"
+                        )))
+                    }
+                    Err((tcp, why)) => {
+                        tracing::warn!(
+                            "rank {rank}: mpt link to rank {j}: {why}; using TCP for it"
+                        );
+                        Box::new(SocketLink::new(tcp, frame)?)
+                    }
+                },
                 None => Box::new(SocketLink::new(s, frame)?),
             });
         }
@@ -691,9 +709,10 @@ fn build_state(
     ))
 }
 
-/// The multipath link settings when `CCL_NET` (else `NCCL_NET`) selects `mpt`; `None` for
-/// the TCP socket transport (the default).
-fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
+/// The multipath link settings, and whether it was asked for by name (then a link whose probe
+/// fails is an error, not a fallback to TCP): the default when neither `CCL_NET` nor
+/// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport.
+fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<(MptLinkConfig, bool)>> {
     let ccl_net = params::CCL_NET.get_str();
     let from_ccl = !ccl_net.trim().is_empty();
     let net = if from_ccl {
@@ -701,9 +720,10 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
     } else {
         params::NCCL_NET.get_str()
     };
-    match net.trim().to_ascii_lowercase().as_str() {
-        "" | "socket" => return Ok(None),
-        "mpt" => {}
+    let strict = match net.trim().to_ascii_lowercase().as_str() {
+        "socket" => return Ok(None),
+        "" => false,
+        "mpt" => true,
         // NCCL_NET keeps NCCL's meaning: names of NCCL's own plugins ("IB", ...) that libccl
         // does not have fall back to sockets with a warning rather than failing init.
         other if !from_ccl => {
@@ -715,7 +735,7 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
                 "CCL_NET={other:?}: expected socket or mpt"
             )))
         }
-    }
+    };
     let cc = params::CCL_MPT_CC
         .get_str()
         .parse::<CcKind>()
@@ -739,18 +759,21 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<MptLinkConfig>> {
                 "CCL_MPT_ENGINES={engines}: expected 1..={max_engines}"
             ))
         })?;
-    Ok(Some(MptLinkConfig {
-        paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
-        chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
-        max_frame: frame,
-        drop_rate,
-        cc,
-        // Loss injection is seeded per process so ranks drop different datagrams.
-        seed: u64::from(std::process::id()) << 16 ^ rank as u64,
-        engines,
-        engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
-        ..MptLinkConfig::default()
-    }))
+    Ok(Some((
+        MptLinkConfig {
+            paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
+            chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
+            max_frame: frame,
+            drop_rate,
+            cc,
+            // Loss injection is seeded per process so ranks drop different datagrams.
+            seed: u64::from(std::process::id()) << 16 ^ rank as u64,
+            engines,
+            engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
+            ..MptLinkConfig::default()
+        },
+        strict,
+    )))
 }
 
 /// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local

@@ -33,7 +33,7 @@ params! {
     NCCL_SOCKET_FAMILY = ("NCCL_SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family.");
     NCCL_SHM_DISABLE = ("NCCL_SHM_DISABLE", "0", "1: never use shared memory between ranks of one host (use sockets).");
     NCCL_P2P_DISABLE = ("NCCL_P2P_DISABLE", "0", "1: no GPU peer-to-peer; traffic goes through host shared memory.");
-    NCCL_NET = ("NCCL_NET", "", "Network transport between hosts: Socket (default here) or the multipath engine.");
+    NCCL_NET = ("NCCL_NET", "", "Network transport between hosts: Socket (TCP), or unset for libccl's multipath transport (CCL_NET); other NCCL plugin names fall back to Socket with a warning.");
     NCCL_ALGO = ("NCCL_ALGO", "", "Algorithms allowed: list of Ring, Tree (^ excludes); unknown names are ignored.");
     NCCL_PROTO = ("NCCL_PROTO", "", "Protocols allowed (LL, LL128, Simple; ^ excludes): parsed, one protocol on the host backend.");
     NCCL_BUFFSIZE = ("NCCL_BUFFSIZE", "4194304", "Bytes of buffering per peer connection and direction.");
@@ -45,7 +45,8 @@ params! {
     CCL_DEVICE = ("CCL_DEVICE", "", "Backend: host (no GPU) or cuda; default: host on this build.");
     CCL_SHM_SLOT_BYTES = ("CCL_SHM_SLOT_BYTES", "262144", "Bytes per shared-memory ring slot (largest frame).");
     CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "524288", "Largest frame on a TCP link.");
-    CCL_NET = ("CCL_NET", "", "Transport between hosts: socket (TCP, default) or mpt (UDP multipath); overrides NCCL_NET.");
+    CCL_NET = ("CCL_NET", "", "Transport between hosts: mpt (UDP multipath) or socket (TCP); overrides NCCL_NET. Unset (and NCCL_NET unset): mpt, with a pair whose datagrams do not get through (CCL_MPT_PROBE_MS) falling back to TCP; mpt by name: such a pair fails init.");
+    CCL_MPT_PROBE_MS = ("CCL_MPT_PROBE_MS", "3000", "mpt: how long link setup waits for the peer's probe datagram before the pair falls back to TCP (mpt by default) or fails (CCL_NET=mpt).");
     CCL_MPT_DROP = ("CCL_MPT_DROP", "0", "mpt: fraction of outgoing UDP datagrams dropped at random (loss injection for tests and demos).");
     CCL_MPT_CHUNK_BYTES = ("CCL_MPT_CHUNK_BYTES", "60000", "mpt: chunk size in bytes (one chunk per UDP datagram; a datagram over the path MTU leaves as one GSO send of MTU-sized datapath fragments, joined again by the receiver).");
     CCL_MPT_PATHS = ("CCL_MPT_PATHS", "8", "mpt: UDP paths (sockets, distinct source ports) per peer, 1..256; both sides must agree.");

@@ -222,30 +222,36 @@ fn garbage_unique_id_is_an_invalid_argument() {
 }
 
 #[test]
-fn ranks_on_different_hosts_are_ringed_by_host_and_use_tcp_between_hosts() {
+fn ranks_on_different_hosts_are_ringed_by_host_and_use_the_network_between_hosts() {
     // Hosts A B A B: the topology search must put 0,2 and 1,3 next to each other; pairs on one
-    // host use shared memory, the others TCP. The "basic" scenario checks the results.
-    let outs = run_with(
-        "basic",
-        4,
-        &[("NCCL_DEBUG", "INFO")],
-        &|r| {
-            vec![(
-                "CCL_HOSTID".to_string(),
-                if r % 2 == 0 { "hostA" } else { "hostB" }.to_string(),
-            )]
-        },
-        Duration::from_secs(60),
-    );
-    for o in &outs {
-        assert_eq!(code(o, "result"), SUCCESS, "{}", o.stdout);
-        assert!(o.stdout.contains("links=1shm,2socket"), "{}", o.stdout);
+    // host use shared memory, the others the multipath transport by default, TCP with NCCL's
+    // NCCL_NET=Socket. The "basic" scenario checks the results.
+    for (net, links) in [
+        ("", "links=1shm,0socket,2mpt"),
+        ("Socket", "links=1shm,2socket"),
+    ] {
+        let outs = run_with(
+            "basic",
+            4,
+            &[("NCCL_DEBUG", "INFO"), ("NCCL_NET", net)],
+            &|r| {
+                vec![(
+                    "CCL_HOSTID".to_string(),
+                    if r % 2 == 0 { "hostA" } else { "hostB" }.to_string(),
+                )]
+            },
+            Duration::from_secs(60),
+        );
+        for o in &outs {
+            assert_eq!(code(o, "result"), SUCCESS, "NCCL_NET={net:?}: {}", o.stdout);
+            assert!(o.stdout.contains(links), "NCCL_NET={net:?}: {}", o.stdout);
+        }
+        assert!(
+            outs[0].stdout.contains("ring=0,2,1,3") || outs[0].stdout.contains("ring=0,2,3,1"),
+            "{}",
+            outs[0].stdout
+        );
     }
-    assert!(
-        outs[0].stdout.contains("ring=0,2,1,3") || outs[0].stdout.contains("ring=0,2,3,1"),
-        "{}",
-        outs[0].stdout
-    );
 }
 
 #[test]

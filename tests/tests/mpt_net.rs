@@ -1,6 +1,8 @@
 //! The mpt (UDP multipath) transport between ranks that count as different hosts: 2 rank
 //! processes with distinct `CCL_HOSTID`, `CCL_NET=mpt`, all_reduce and alltoall checked
-//! exactly, without and with 1% injected datagram loss.
+//! exactly, without and with 1% injected datagram loss; mpt as the default between hosts, and
+//! what happens when no datagram gets through (the default falls back to TCP, mpt by name
+//! fails init with a clear error).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
 
@@ -16,11 +18,19 @@ fn free_port() -> u16 {
 }
 
 fn run(n: usize, env: &[(&str, &str)]) {
-    run_expecting(n, env, &[]);
+    run_expecting(n, env, &["links 0shm,0socket,"]);
 }
 
-/// [`run`], and every rank's log holds each of `expect`.
-fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
+/// What one rank process left: its exit status, its standard output and its log.
+struct Outcome {
+    ok: bool,
+    out: String,
+    log: String,
+}
+
+/// Runs `n` rank processes as different hosts (`CCL_NET=mpt` unless `env` says otherwise; an
+/// empty value unsets a variable) and collects how each ended.
+fn ranks(n: usize, env: &[(&str, &str)]) -> Vec<Outcome> {
     let port = free_port();
     let dir = std::env::temp_dir();
     let mut children: Vec<_> = (0..n)
@@ -38,14 +48,18 @@ fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
             for (k, v) in env {
-                c.env(k, v);
+                if v.is_empty() {
+                    c.env_remove(k);
+                } else {
+                    c.env(k, v);
+                }
             }
             (c.spawn().unwrap(), err)
         })
         .collect();
     let start = Instant::now();
-    let mut done = vec![false; n];
-    while done.iter().any(|d| !d) {
+    let mut outcomes: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
+    while outcomes.iter().any(Option::is_none) {
         if start.elapsed() > Duration::from_secs(240) {
             for (c, _) in &mut children {
                 let _ = c.kill();
@@ -53,7 +67,7 @@ fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
             panic!("ranks did not finish in time");
         }
         for (i, (c, err)) in children.iter_mut().enumerate() {
-            if done[i] {
+            if outcomes[i].is_some() {
                 continue;
             }
             if let Some(st) = c.try_wait().unwrap() {
@@ -61,19 +75,30 @@ fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
                 use std::io::Read;
                 c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
                 let log = std::fs::read_to_string(&*err).unwrap_or_default();
-                assert!(
-                    st.success() && out.contains("ok"),
-                    "rank {i}: {st}\n{out}\n{log}"
-                );
-                // The links are neither shm nor TCP sockets: they are mpt.
-                assert!(log.contains("links 0shm,0socket,"), "rank {i} log:\n{log}");
-                for e in expect {
-                    assert!(log.contains(e), "rank {i} log lacks {e:?}:\n{log}");
-                }
-                done[i] = true;
+                outcomes[i] = Some(Outcome {
+                    ok: st.success(),
+                    out,
+                    log,
+                });
             }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    outcomes.into_iter().flatten().collect()
+}
+
+/// [`ranks`]; every rank succeeds (exact results) and its log holds each of `expect`.
+fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
+    for (i, o) in ranks(n, env).iter().enumerate() {
+        assert!(
+            o.ok && o.out.contains("ok"),
+            "rank {i}:\n{}\n{}",
+            o.out,
+            o.log
+        );
+        for e in expect {
+            assert!(o.log.contains(e), "rank {i} log lacks {e:?}:\n{}", o.log);
+        }
     }
 }
 
@@ -98,11 +123,54 @@ fn mpt_two_hosts_exact_with_copy_threads() {
             ("CCL_COPY_PARALLEL_BYTES", "4096"),
             ("CCL_MPT_ENGINES", "2"),
         ],
-        &["2 copy threads for frames of >= 4096 bytes"],
+        &[
+            "links 0shm,0socket,",
+            "2 copy threads for frames of >= 4096 bytes",
+        ],
     );
 }
 
 #[test]
 fn mpt_three_hosts_swift_few_paths() {
     run(3, &[("CCL_MPT_CC", "swift"), ("CCL_MPT_PATHS", "2")]);
+}
+
+/// Neither CCL_NET nor NCCL_NET set: the ranks, on different hosts, link over mpt.
+#[test]
+fn mpt_is_the_default_between_hosts() {
+    run_expecting(2, &[("CCL_NET", "")], &["links 0shm,0socket,1mpt"]);
+}
+
+/// By default, a pair whose datagrams never get through (all of them dropped) falls back to
+/// TCP over the same stream, says so, and computes exactly.
+#[test]
+fn the_default_falls_back_to_tcp_when_no_datagram_gets_through() {
+    run_expecting(
+        2,
+        &[
+            ("CCL_NET", ""),
+            ("CCL_MPT_DROP", "1"),
+            ("CCL_MPT_PROBE_MS", "300"),
+        ],
+        &[
+            "links 0shm,1socket",
+            "using TCP for it",
+            "within 300 ms (UDP blocked?)",
+        ],
+    );
+}
+
+/// Asked for by name, mpt whose datagrams never get through fails init on both ranks with an
+/// error naming the cause and the way out, instead of hanging.
+#[test]
+fn mpt_by_name_fails_init_when_no_datagram_gets_through() {
+    let outs = ranks(2, &[("CCL_MPT_DROP", "1"), ("CCL_MPT_PROBE_MS", "300")]);
+    for (i, o) in outs.iter().enumerate() {
+        assert!(!o.ok, "rank {i} should have failed:\n{}", o.out);
+        assert!(
+            o.log.contains("UDP blocked?") && o.log.contains("CCL_NET=socket"),
+            "rank {i}:\n{}",
+            o.log
+        );
+    }
 }

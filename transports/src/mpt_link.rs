@@ -1167,6 +1167,62 @@ impl MptLink {
         ep.connect(peer.ip(), &theirs, Some(tcp))
     }
 
+    /// Checks that datagrams reach the peer and come back, before any data is trusted to
+    /// the link (a firewall that drops UDP would otherwise show only as a hang): each side
+    /// sends one probe frame and waits up to `within` for the peer's, then both tell each other
+    /// over the TCP stream whether the peer's probe came. `Ok(Ok(link))`: both came (and are
+    /// consumed). `Ok(Err((tcp, why)))`: at least one side saw none; the link is torn down and
+    /// its TCP stream, clean, handed back for a TCP link instead.
+    #[allow(clippy::type_complexity)]
+    pub fn probe(
+        mut self,
+        within: Duration,
+    ) -> Result<std::result::Result<MptLink, (TcpStream, String)>> {
+        const PROBE: &[u8; 16] = b"libccl-mpt-probe";
+        let deadline = std::time::Instant::now() + within;
+        let (mut sent, mut got) = (false, false);
+        while !(sent && got) && std::time::Instant::now() < deadline {
+            if !sent {
+                sent = self.try_send(PROBE)?;
+            }
+            self.flush()?;
+            if !got {
+                if let Some(f) = self.peek()? {
+                    if f != PROBE {
+                        return Err(Error::Protocol(
+                            "mpt probe: the peer sent data before its probe".into(),
+                        ));
+                    }
+                    self.pop();
+                    got = true;
+                }
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let Some(tcp) = self._tcp.as_mut() else {
+            return Err(Error::Protocol(
+                "mpt probe: the link has no TCP stream".into(),
+            ));
+        };
+        let io = |e| Error::io("mpt probe outcome", e);
+        tcp.write_all(&[got as u8]).map_err(io)?;
+        let mut theirs = [0u8; 1];
+        tcp.read_exact(&mut theirs).map_err(io)?;
+        if got && theirs[0] == 1 {
+            return Ok(Ok(self));
+        }
+        let why = match (got, theirs[0] == 1) {
+            (false, false) => "no probe datagram got through in either direction",
+            (false, true) => "the peer's probe datagrams did not reach this side",
+            _ => "this side's probe datagrams did not reach the peer",
+        };
+        let why = format!("{why} within {} ms (UDP blocked?)", within.as_millis());
+        match self._tcp.take() {
+            Some(tcp) => Ok(Err((tcp, why))),
+            None => Err(Error::Protocol(why)),
+        }
+    }
+
     /// Number of engines.
     pub fn engines(&self) -> usize {
         self.engines.len()
