@@ -143,6 +143,30 @@ fn killed_rank_turns_into_remote_or_system_error_for_the_others() {
     }
 }
 
+/// The same over the multipath transport, the default between hosts: every rank its own host.
+#[test]
+fn killed_rank_on_another_host_turns_into_an_error_over_mpt() {
+    let outs = run_with(
+        "kill",
+        3,
+        &[("CCL_TIMEOUT_S", "20"), ("NCCL_DEBUG", "INFO")],
+        &|r| vec![("CCL_HOSTID".to_string(), format!("host{r}"))],
+        Duration::from_secs(60),
+    );
+    assert_eq!(outs[2].status, Some(9), "the victim exits with 9");
+    for o in &outs[..2] {
+        assert!(o.stderr.contains("links 0shm,0socket,2mpt"), "{}", o.stderr);
+        let r = code(o, "result");
+        assert!(
+            r == REMOTE_ERROR || r == SYSTEM_ERROR,
+            "survivor got {r}: {}",
+            o.stdout
+        );
+        assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
+        assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
+    }
+}
+
 #[test]
 fn mismatched_collectives_fail_everywhere_without_hanging() {
     let outs = run(
@@ -256,12 +280,36 @@ fn ranks_on_different_hosts_are_ringed_by_host_and_use_the_network_between_hosts
 
 #[test]
 fn survivors_shrink_a_dead_rank_away_and_keep_working() {
-    let outs = run(
+    survivors_shrink(false);
+}
+
+/// The same with every rank on its own host: the links are the multipath transport.
+#[test]
+fn survivors_on_other_hosts_shrink_a_dead_rank_away_over_mpt() {
+    survivors_shrink(true);
+}
+
+fn survivors_shrink(hosts: bool) {
+    let outs = run_with(
         "shrink",
         3,
-        &[("CCL_TIMEOUT_S", "20")],
+        &[("CCL_TIMEOUT_S", "20"), ("NCCL_DEBUG", "INFO")],
+        &|r| {
+            if hosts {
+                vec![("CCL_HOSTID".to_string(), format!("host{r}"))]
+            } else {
+                Vec::new()
+            }
+        },
         Duration::from_secs(60),
     );
+    if hosts {
+        assert!(
+            outs[0].stderr.contains("links 0shm,0socket,2mpt"),
+            "{}",
+            outs[0].stderr
+        );
+    }
     assert_eq!(outs[2].status, Some(9));
     for (i, o) in outs[..2].iter().enumerate() {
         let failed = code(o, "failed");
