@@ -40,6 +40,7 @@
 #   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
 #   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
+#   MEGATRON_PIN_CPUS=1  (train_gpt.py) each rank keeps to its own block of CPUs
 #   MICRO_BATCH=2 SEQ=1024  the model's micro-batch and sequence length; the default GPT is
 #                        host-bound (the GPU idles ~70% of a tp2-sp iteration), MICRO_BATCH=8
 #                        gives the GPU four times the work per launch

@@ -189,6 +189,16 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     world = int(os.environ["WORLD_SIZE"])
 
+    # MEGATRON_PIN_CPUS=1: each local rank keeps to its own share of the CPUs this process
+    # may use (contiguous blocks), so two host-bound ranks do not trade cores, and caches,
+    # during a run (iteration times of these runs swing 5-15% run to run).
+    if os.environ.get("MEGATRON_PIN_CPUS", "0") == "1":
+        cpus = sorted(os.sched_getaffinity(0))
+        nlocal = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        share = max(1, len(cpus) // max(1, nlocal))
+        mine = cpus[local_rank * share:(local_rank + 1) * share] or cpus
+        os.sched_setaffinity(0, mine)
+
     import numpy as np
     import torch
 
