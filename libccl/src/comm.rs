@@ -747,18 +747,27 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<(MptLinkConfig, b
         .ok()
         .filter(|p| (0.0..=1.0).contains(p))
         .ok_or_else(|| Error::invalid_argument("CCL_MPT_DROP must be a fraction in [0, 1]"))?;
-    // Both ends of a link must run the same count; the hello checks it. Out of range is an
-    // error rather than a clamp, so that ranks cannot silently end up with different counts.
-    let engines = params::CCL_MPT_ENGINES.get_i64();
+    // Both ends of a link run the smaller of their counts (the hello settles it). `auto`: one
+    // engine per 8 CPUs this process may use, 1 to 4 (engines are threads that copy and
+    // move datagrams: on 2 cores four were slower than one, on the GPU machine's 32 faster).
+    // A number out of range is an error, not a clamp.
     let max_engines = ccl_transports::mpt_link::MAX_ENGINES;
-    let engines = usize::try_from(engines)
-        .ok()
-        .filter(|e| (1..=max_engines).contains(e))
-        .ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "CCL_MPT_ENGINES={engines}: expected 1..={max_engines}"
-            ))
-        })?;
+    let setting = params::CCL_MPT_ENGINES.get_str();
+    let engines = if setting.trim().eq_ignore_ascii_case("auto") {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cpus / 8).clamp(1, 4)
+    } else {
+        setting
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|e| (1..=max_engines).contains(e))
+            .ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "CCL_MPT_ENGINES={setting}: expected auto or 1..={max_engines}"
+                ))
+            })?
+    };
     Ok(Some((
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,

@@ -760,14 +760,16 @@ impl MptEndpoint {
     /// Connects to the peer at `peer_ip` that sent `hello`.
     pub fn connect(self, peer_ip: IpAddr, hello: &[u8], tcp: Option<TcpStream>) -> Result<MptLink> {
         let bad = |m: &str| Error::Protocol(format!("mpt hello from {peer_ip}: {m}"));
-        let theirs = parse_hello(hello).map_err(bad)?;
-        let n = self.subs.len();
-        if theirs.engines.len() != n {
-            return Err(bad(&format!(
-                "the peer runs {} engine(s) per link, this side {n}; \
-                 CCL_MPT_ENGINES must be the same on every rank",
-                theirs.engines.len()
-            )));
+        let mut theirs = parse_hello(hello).map_err(bad)?;
+        // Both sides run the smaller engine count (each side's default follows its own core
+        // count): the extra engines' paths close unused. Framing and the layout check below
+        // follow the count both use.
+        let mut subs = self.subs;
+        let n = subs.len().min(theirs.engines.len());
+        subs.truncate(n);
+        theirs.engines.truncate(n);
+        if n == 1 {
+            theirs.layout = None;
         }
         let cfg = self.cfg;
         let (max_frame, split) = layout(&cfg);
@@ -794,7 +796,7 @@ impl MptEndpoint {
                     .min(max_frame)
         };
         let mut engines = Vec::with_capacity(n);
-        for (e, (sub, (fid, ports))) in self.subs.into_iter().zip(theirs.engines).enumerate() {
+        for (e, (sub, (fid, ports))) in subs.into_iter().zip(theirs.engines).enumerate() {
             let peer = if n == 1 {
                 peer_ip.to_string()
             } else {
