@@ -33,8 +33,10 @@
 //!
 //! Setup: [`MptLink::over_tcp`] exchanges a hello (magic; with several engines the engine
 //! count, largest frame and split size; per engine a flow id, path count and ports) over an
-//! already connected TCP stream and keeps the stream open with the link. Both sides must
-//! agree on all of them: a difference fails setup on both sides with an error naming it.
+//! already connected TCP stream and keeps the stream open with the link. Both sides run the
+//! smaller engine count; with several engines the largest frame and split size must agree:
+//! a difference fails setup on both sides with an error naming it. [`MptLink::probe`] then
+//! checks that datagrams get through both ways before the link carries data.
 
 use std::cell::UnsafeCell;
 use std::io::{Read, Write};
@@ -86,8 +88,8 @@ pub struct MptLinkConfig {
     pub chunk_size: u32,
     /// Seed of loss injection and path sampling.
     pub seed: u64,
-    /// Engines (sub-links, each with its own connection, paths and thread), 1..=8; both
-    /// sides must agree.
+    /// Engines (sub-links, each with its own connection, paths and thread), 1..=8; a link
+    /// runs the smaller of its two sides' counts.
     pub engines: usize,
     /// With several engines, frames longer than this are split into one part per engine.
     pub split_bytes: usize,
@@ -1140,8 +1142,8 @@ pub struct MptLink {
 impl MptLink {
     /// Sets up a link over a connected TCP stream: both sides bind their paths on the
     /// stream's local address, exchange hellos over it, and connect to each other. The
-    /// stream stays open with the link. Both sides must use the same engine and path
-    /// counts; otherwise both fail with an error naming the difference.
+    /// stream stays open with the link. Both sides run the smaller engine count; a different
+    /// frame layout fails both with an error naming the difference.
     pub fn over_tcp(mut tcp: TcpStream, cfg: MptLinkConfig) -> Result<Self> {
         let local = tcp
             .local_addr()
