@@ -140,7 +140,7 @@ result "coll_check, $NP ranks, one host" $?
 
 # ----------------------------------------------------------------------------- 5. netns
 if [ "$NETNS" -eq 1 ]; then
-  step "5. coll_check: $NP ranks in 2 network namespaces (2 per namespace: shm inside, TCP across)"
+  step "5. coll_check: $NP ranks in 2 network namespaces (2 per namespace: shm inside, the multipath transport across)"
   if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v unshare >/dev/null; then
     echo "  needs root, iproute2 and unshare: skipped"
     result "coll_check, network namespaces (skipped: not root / no ip)" 1
