@@ -827,7 +827,7 @@ impl MptEndpoint {
             ready: None,
             next_part: 0,
             shape: (1, 0),
-            _tcp: tcp,
+            tcp,
         })
     }
 }
@@ -1136,7 +1136,9 @@ pub struct MptLink {
     /// Per engine: its completed head message (stays until this side releases it).
     heads: Vec<Option<Head>>,
     ready: Option<Ready>,
-    _tcp: Option<TcpStream>,
+    /// The stream the hello came over, open for the link's life; the probe's outcome
+    /// crosses it, and a failed probe hands it back.
+    tcp: Option<TcpStream>,
 }
 
 impl MptLink {
@@ -1203,7 +1205,7 @@ impl MptLink {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-        let Some(tcp) = self._tcp.as_mut() else {
+        let Some(tcp) = self.tcp.as_mut() else {
             return Err(Error::Protocol(
                 "mpt probe: the link has no TCP stream".into(),
             ));
@@ -1221,7 +1223,7 @@ impl MptLink {
             _ => "this side's probe datagrams did not reach the peer",
         };
         let why = format!("{why} within {} ms (UDP blocked?)", within.as_millis());
-        match self._tcp.take() {
+        match self.tcp.take() {
             Some(tcp) => Ok(Err((tcp, why))),
             None => Err(Error::Protocol(why)),
         }

@@ -137,10 +137,6 @@ pub struct IpcEngine {
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
     /// reduction to its peer (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`; None: never).
     takeover: Option<Duration>,
-    /// Reductions of at least this many bytes wait as long as any before taking over
-    /// (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`): there one GPU doing both halves costs more
-    /// than a short host wait.
-    takeover_max_bytes: usize,
     /// Settings of the per-operation path, read once.
     tuning: Tuning,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
@@ -602,9 +598,6 @@ pub fn attach(comm: &Comm) -> Result<()> {
         max_connections.as_deref(),
     )
     .filter(|_| n == 2);
-    let takeover_max_bytes = params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES
-        .get_i64()
-        .max(0) as usize;
     if copy_kernel {
         local
             .kernels
@@ -641,7 +634,6 @@ pub fn attach(comm: &Comm) -> Result<()> {
         ll_exchange_max,
         relay,
         takeover,
-        takeover_max_bytes,
         tuning: Tuning::from_params(),
         small_mismatch,
         direct_reduce,
@@ -1044,7 +1036,7 @@ impl Queueing {
             // staged (a pipeline's tied-embedding all-reduce of 131 MB: the stages reach it
             // milliseconds apart, and staged it took 786 us of host time on the late one).
             let takeover = eng.takeover;
-            let quick = takeover.filter(|_| bytes < eng.takeover_max_bytes);
+            let quick = takeover.filter(|_| bytes < eng.tuning.takeover_max_bytes);
             let sym_wait = if let Some(d) = quick {
                 direct::PushWait {
                     soft: now + d,
@@ -1273,6 +1265,9 @@ struct Tuning {
     local_copy_lanes: usize,
     /// `CCL_IPC_DIRECT_REDUCE_PIECE_BYTES`.
     reduce_piece: usize,
+    /// `CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES`: reductions this large wait as long as any
+    /// before taking over (there one GPU doing both halves costs more than a short host wait).
+    takeover_max_bytes: usize,
     /// `CCL_IPC_PUSH_WAIT_US` and `CCL_IPC_PUSH_WAIT_BUSY_US`.
     push_wait: Duration,
     push_wait_busy: Duration,
@@ -1291,6 +1286,9 @@ impl Tuning {
             push_wait_adapt: params::CCL_IPC_PUSH_WAIT_ADAPT.get_bool(),
             local_copy_lanes: params::CCL_IPC_LOCAL_COPY_LANES.get_i64().clamp(1, 8) as usize,
             reduce_piece: params::CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64().max(1) as usize,
+            takeover_max_bytes: params::CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES
+                .get_i64()
+                .max(0) as usize,
             push_wait: us(&params::CCL_IPC_PUSH_WAIT_US),
             push_wait_busy: us(&params::CCL_IPC_PUSH_WAIT_BUSY_US),
         }
