@@ -54,6 +54,7 @@ pub struct CommState {
     pub table: Vec<RankInfo>,
 
     pub staging: Vec<u8>,
+    pub exec_stats: crate::exec::ExecStats,
 }
 
 /// What issuing operations needs, under its own lock so the API thread never waits for the
@@ -201,9 +202,12 @@ impl Comm {
     }
 
     fn init_body(&self, id: UniqueId) -> Result<()> {
-        // The process's copy threads, once (CCL_COPY_THREADS; none by default).
+        // The process's copy threads, once (CCL_COPY_THREADS).
         ccl_transports::par::configure(
-            params::CCL_COPY_THREADS.get_i64().clamp(0, 64) as usize,
+            copy_threads(
+                &params::CCL_COPY_THREADS.get_str(),
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            )?,
             params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize,
         );
         let (root, nonce) = id.decode()?;
@@ -498,6 +502,13 @@ impl Comm {
         crate::cuda_ipc::shutdown(self, !idle);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
+            if st.exec_stats.recv_bytes + st.exec_stats.send_bytes > 0 {
+                tracing::info!(
+                    "rank {}: executor {}",
+                    self.0.rank,
+                    st.exec_stats.describe()
+                );
+            }
             st.ctrl.say_bye();
         }
         *self.0.life.lock() = Life::Gone;
@@ -620,16 +631,13 @@ fn build_state(
     let (mut ctrl, data) =
         bootstrap::connect_mesh(rank, &table, listener, nonce, &|j| !use_shm(j), abort)?;
     let mut links: Vec<Option<Box<dyn Link>>> = (0..n).map(|_| None).collect();
-    let frame = params::CCL_SOCKET_FRAME_BYTES
-        .get_i64()
-        .clamp(4096, 64 << 20) as usize
-        & !63;
+    let (frame, mpt_frame) = link_frames(&params::CCL_SOCKET_FRAME_BYTES.get_str())?;
     // Between hosts: the multipath transport (by default, or CCL_NET / NCCL_NET `mpt`) or TCP
     // links (`socket`). The multipath link sets itself up over the data stream, in ascending
     // peer order on every rank, so the blocking hello exchange cannot deadlock; then a probe
     // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
-    let mpt = mpt_link_config(frame, rank)?;
+    let mpt = mpt_link_config(mpt_frame, rank)?;
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
@@ -699,6 +707,7 @@ fn build_state(
             links,
             table,
             staging: Vec::new(),
+            exec_stats: Default::default(),
         },
         IssueState {
             ring,
@@ -773,6 +782,7 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<(MptLinkConfig, b
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
             chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
             max_frame: frame,
+            slots: mpt_slots(frame),
             drop_rate,
             cc,
             // Loss injection is seeded per process so ranks drop different datagrams.
@@ -783,6 +793,53 @@ fn mpt_link_config(frame: usize, rank: usize) -> Result<Option<(MptLinkConfig, b
         },
         strict,
     )))
+}
+
+/// Largest frames of TCP and of multipath links (`CCL_SOCKET_FRAME_BYTES`): `auto` is 512 KiB
+/// and 4 MiB (split over the engines and copied by the copy threads, a multipath link moves
+/// large frames faster); a number (4 KiB..64 MiB, rounded down to 64 bytes) is both.
+fn link_frames(setting: &str) -> Result<(usize, usize)> {
+    let setting = setting.trim();
+    if setting.eq_ignore_ascii_case("auto") {
+        return Ok((512 << 10, 4 << 20));
+    }
+    let frame = setting
+        .parse::<usize>()
+        .ok()
+        .filter(|f| (4096..=64 << 20).contains(f))
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "CCL_SOCKET_FRAME_BYTES={setting}: expected auto or 4096..=67108864"
+            ))
+        })?
+        & !63;
+    Ok((frame, frame))
+}
+
+/// Messages in flight per engine of a multipath link with frames of `frame` bytes: 16 MiB
+/// worth, 4 to 16 (the header's request-id space). From the frame alone, which both sides
+/// must agree on, so both post as many receives as the other may send.
+fn mpt_slots(frame: usize) -> u32 {
+    ((16usize << 20) / frame.max(1)).clamp(4, 16) as u32
+}
+
+/// Helper threads for large copies (`CCL_COPY_THREADS`): `auto` is a quarter of `cpus`, at
+/// most 8, and none below 16 CPUs, where helpers only take cores from the engines and the
+/// executor; a number is taken as it is (up to 64).
+fn copy_threads(setting: &str, cpus: usize) -> Result<usize> {
+    let setting = setting.trim();
+    if setting.eq_ignore_ascii_case("auto") {
+        return Ok(if cpus < 16 { 0 } else { (cpus / 4).min(8) });
+    }
+    setting
+        .parse::<usize>()
+        .ok()
+        .filter(|&t| t <= 64)
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "CCL_COPY_THREADS={setting}: expected auto or 0..=64"
+            ))
+        })
 }
 
 /// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local
@@ -858,5 +915,38 @@ fn search_ring(table: &[RankInfo]) -> Vec<usize> {
             c.ring.clone()
         }
         _ => (0..table.len()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{copy_threads, link_frames, mpt_slots};
+
+    #[test]
+    fn frames_auto_differ_by_link_kind_and_a_number_sets_both() {
+        assert_eq!(link_frames("auto").ok(), Some((512 << 10, 4 << 20)));
+        assert_eq!(link_frames("1048576").ok(), Some((1 << 20, 1 << 20)));
+        assert_eq!(link_frames("4097").ok(), Some((4096, 4096)));
+        for bad in ["4095", "67108865", "big", "-1"] {
+            assert!(link_frames(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(mpt_slots(512 << 10), 16);
+        assert_eq!(mpt_slots(2 << 20), 8);
+        assert_eq!(mpt_slots(4 << 20), 4);
+        assert_eq!(mpt_slots(64 << 20), 4);
+    }
+
+    #[test]
+    fn copy_threads_auto_is_a_quarter_of_many_cpus_and_none_on_few() {
+        assert_eq!(copy_threads("auto", 2).ok(), Some(0));
+        assert_eq!(copy_threads("auto", 15).ok(), Some(0));
+        assert_eq!(copy_threads("AUTO", 16).ok(), Some(4));
+        assert_eq!(copy_threads(" auto ", 32).ok(), Some(8));
+        assert_eq!(copy_threads("auto", 256).ok(), Some(8));
+        assert_eq!(copy_threads("0", 32).ok(), Some(0));
+        assert_eq!(copy_threads("64", 2).ok(), Some(64));
+        for bad in ["65", "-1", "many", ""] {
+            assert!(copy_threads(bad, 32).is_err(), "{bad:?} accepted");
+        }
     }
 }

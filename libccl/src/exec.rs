@@ -190,7 +190,52 @@ pub struct PieceGates {
     pub landed: Vec<Flag>,
 }
 
+/// Where an executor's time went, over the communicator's life (NCCL_DEBUG=INFO prints it
+/// at destroy): which side of the network path is the bottleneck shows here without a
+/// profiler.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExecStats {
+    /// Copying or reducing received frames out of the links.
+    pub recv_busy: std::time::Duration,
+    pub recv_bytes: u64,
+    /// Handing frames to the links (their copy into send slots included).
+    pub send_busy: std::time::Duration,
+    pub send_bytes: u64,
+    /// Time with nothing to do: waiting for frames, link room or gates.
+    pub idle: std::time::Duration,
+}
+
+impl ExecStats {
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let rate = |b: u64, d: std::time::Duration| {
+            if d.is_zero() {
+                0.0
+            } else {
+                b as f64 / d.as_secs_f64() / 1e9
+            }
+        };
+        format!(
+            "received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
+            self.recv_bytes,
+            ms(self.recv_busy),
+            rate(self.recv_bytes, self.recv_busy),
+            self.send_bytes,
+            ms(self.send_busy),
+            rate(self.send_bytes, self.send_busy),
+            ms(self.idle)
+        )
+    }
+}
+
 impl XOp {
+    /// Every byte (and the header) handed to the link; a send may still wait for the link to
+    /// push them out before it is `finished`.
+    fn queued(&self) -> bool {
+        self.finished || (self.header_done && self.done == self.bytes)
+    }
+
     /// An operation on `peer` moving `hdr.bytes` bytes, not started.
     fn new(kind: XKind, peer: usize, hdr: OpHeader) -> XOp {
         XOp {
@@ -577,6 +622,7 @@ impl Plan {
         &mut self,
         links: &mut [Option<Box<dyn Link>>],
         staging: &mut Vec<u8>,
+        stats: &mut ExecStats,
     ) -> Result<bool> {
         let mut progressed = false;
         if !self.started {
@@ -636,13 +682,16 @@ impl Plan {
                     continue;
                 }
                 // Messages between one pair of ranks are FIFO: an operation waits for the
-                // earlier unfinished ones of its step with the same peer and direction.
+                // earlier ones of its step with the same peer and direction -- a send only
+                // until they have queued all their bytes (their wait for the link to empty
+                // overlaps this one's frames; waiting for it drained the link between every
+                // two pieces of a staged GPU group over the network).
                 let sending = matches!(op.kind, XKind::Send { .. });
                 if before.iter().any(|o| {
-                    !o.finished
-                        && o.peer == op.peer
-                        && matches!(o.kind, XKind::Send { .. }) == sending
+                    o.peer == op.peer
                         && !matches!(o.kind, XKind::Copy { .. })
+                        && matches!(o.kind, XKind::Send { .. }) == sending
+                        && if sending { !o.queued() } else { !o.finished }
                 }) {
                     all_done = false;
                     continue;
@@ -652,8 +701,8 @@ impl Plan {
                     .and_then(Option::as_mut)
                     .ok_or_else(|| Error::internal(format!("no link to rank {}", op.peer)))?;
                 progressed |= match op.kind {
-                    XKind::Send { src } => send_op(op, src, link.as_mut(), staging)?,
-                    _ => recv_op(op, link.as_mut(), dtype, arith, &self.scalar, size)?,
+                    XKind::Send { src } => send_op(op, src, link.as_mut(), staging, stats)?,
+                    _ => recv_op(op, link.as_mut(), dtype, arith, &self.scalar, size, stats)?,
                 };
                 if !op.finished {
                     all_done = false;
@@ -685,6 +734,7 @@ fn send_op(
     src: *const u8,
     link: &mut dyn Link,
     staging: &mut Vec<u8>,
+    stats: &mut ExecStats,
 ) -> Result<bool> {
     let mut progressed = false;
     let max = link.max_frame();
@@ -696,6 +746,8 @@ fn send_op(
     }
     while !op.finished {
         let left = op.bytes - op.done;
+        let t0 = std::time::Instant::now();
+        let before = op.done;
         if !op.header_done {
             let data = left.min(max.saturating_sub(HDR_BYTES) & !15);
             staging.clear();
@@ -722,6 +774,8 @@ fn send_op(
             }
             op.done += data;
         }
+        stats.send_busy += t0.elapsed();
+        stats.send_bytes += (op.done - before) as u64;
         progressed = true;
         if op.done == op.bytes {
             progressed |= link.flush()?;
@@ -739,6 +793,7 @@ fn recv_op(
     arith: ReduceKind,
     scalar: &[u8; 8],
     size: usize,
+    stats: &mut ExecStats,
 ) -> Result<bool> {
     let mut progressed = false;
     while !op.finished {
@@ -797,7 +852,10 @@ fn recv_op(
                     }
                 }
             };
+            let t0 = std::time::Instant::now();
             ccl_transports::par::for_parts(n, size, &part);
+            stats.recv_busy += t0.elapsed();
+            stats.recv_bytes += n as u64;
         }
         op.done += n;
         op.header_done = true;
@@ -808,4 +866,94 @@ fn recv_op(
         }
     }
     Ok(progressed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::task::{Reduction, Task, TaskKind};
+    use ccl_cuda::{DataType, ReduceKind};
+    use std::sync::{Arc, Mutex};
+
+    /// What a [`HoldingLink`] was sent, and whether it still says it holds bytes.
+    #[derive(Default)]
+    struct Held {
+        sent: Vec<Vec<u8>>,
+        holding: bool,
+    }
+
+    /// A link that takes every frame at once but says it still holds bytes until told
+    /// otherwise (as a network link may until its peer acknowledges them).
+    struct HoldingLink(Arc<Mutex<Held>>);
+
+    impl Link for HoldingLink {
+        fn max_frame(&self) -> usize {
+            64 + HDR_BYTES
+        }
+        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
+            self.0.lock().unwrap().sent.push(frame.to_vec());
+            Ok(true)
+        }
+        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
+            Ok(None)
+        }
+        fn pop(&mut self) {}
+        fn flush(&mut self) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn has_pending(&self) -> bool {
+            self.0.lock().unwrap().holding
+        }
+        fn kind(&self) -> &'static str {
+            "holding"
+        }
+    }
+
+    /// Two sends to one peer in one group: the second queues its frames while the first
+    /// still waits for the link to push its bytes out (waiting drained the link between
+    /// every two pieces of a staged GPU group), in order; neither completes before the link
+    /// is empty.
+    #[test]
+    fn a_send_queues_behind_an_earlier_one_that_waits_for_the_link_to_empty() {
+        let (a, b) = (vec![1u8; 100], vec![2u8; 40]);
+        let send = |src: &[u8]| Task {
+            kind: TaskKind::Send { peer: 1 },
+            send: src.as_ptr() as usize,
+            recv: 0,
+            count: src.len(),
+            dtype: DataType::Uint8,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        };
+        let mut seqs = vec![(0u64, 0u64); 2];
+        let mut plan = Plan::p2p(&[send(&a), send(&b)], 0, 2, &mut seqs, None).unwrap();
+        let held = Arc::new(Mutex::new(Held {
+            holding: true,
+            ..Held::default()
+        }));
+        let mut links: Vec<Option<Box<dyn Link>>> =
+            vec![None, Some(Box::new(HoldingLink(Arc::clone(&held))))];
+        let mut staging = Vec::new();
+        assert!(plan
+            .progress(&mut links, &mut staging, &mut ExecStats::default())
+            .unwrap());
+        assert!(!plan.is_done(), "complete while the link still holds bytes");
+        let frames = std::mem::take(&mut held.lock().unwrap().sent);
+        // a: a header frame carrying 64 of its bytes, then 36; b: a header frame with 40.
+        let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+        assert_eq!(lens, [HDR_BYTES + 64, 36, HDR_BYTES + 40]);
+        let payload: Vec<u8> = [
+            &frames[0][HDR_BYTES..],
+            &frames[1][..],
+            &frames[2][HDR_BYTES..],
+        ]
+        .concat();
+        assert_eq!(payload, [a.clone(), b.clone()].concat());
+        held.lock().unwrap().holding = false;
+        plan.progress(&mut links, &mut staging, &mut ExecStats::default())
+            .unwrap();
+        assert!(plan.is_done());
+    }
 }

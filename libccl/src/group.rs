@@ -428,7 +428,7 @@ fn drive(runs: &mut [CommRun<'_>]) {
                     state, plans, cur, ..
                 } = r;
                 let plan = &mut plans[*cur];
-                match plan.progress(&mut state.links, &mut state.staging) {
+                match plan.progress(&mut state.links, &mut state.staging, &mut state.exec_stats) {
                     Ok(p) => progressed |= p,
                     Err(e) => {
                         r.failed = Some(e.context(format!(
@@ -452,6 +452,13 @@ fn drive(runs: &mut [CommRun<'_>]) {
             return;
         }
         if progressed {
+            if idle_rounds > 0 {
+                // Once per idle stretch: the busy path reads no clock.
+                let idle = last_progress.elapsed();
+                for r in runs.iter_mut() {
+                    r.state.exec_stats.idle += idle;
+                }
+            }
             idle_rounds = 0;
             warned = false;
             continue;

@@ -675,7 +675,8 @@ mod tests {
         // Nothing moves while no start flag is set: the sends wait for their bytes.
         for r in 0..2 {
             let p = plans[r].front_mut().unwrap();
-            p.progress(&mut links[r], &mut staging).unwrap();
+            p.progress(&mut links[r], &mut staging, &mut Default::default())
+                .unwrap();
         }
         assert!(dst_x.iter().all(|&v| v == 0) && dst_y.iter().all(|&v| v == 0));
         // Open the gates one at a time per rank (a stream copying piece after piece down),
@@ -690,7 +691,8 @@ mod tests {
                     }
                 }
                 while let Some(p) = plans[r].front_mut() {
-                    p.progress(&mut links[r], &mut staging).unwrap();
+                    p.progress(&mut links[r], &mut staging, &mut Default::default())
+                        .unwrap();
                     if !p.is_done() {
                         break;
                     }

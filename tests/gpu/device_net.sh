@@ -10,11 +10,11 @@
 # `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
 # PIECES; logs net/check.*.log), COPY_THREADS (CCL_COPY_THREADS for every libccl run: helper
-# threads sharing the executor's copies of received frames; default 0).
+# threads sharing the executor's copies of received frames; default auto).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-export CCL_COPY_THREADS=${COPY_THREADS:-0}
+export CCL_COPY_THREADS=${COPY_THREADS:-auto}
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}
@@ -27,7 +27,7 @@ for op in all_reduce sendrecv alltoall; do
   read -r nb nw < <(busbw "$L/$op.nccl.log")
   for e in ${ENGINES:-1 4}; do
     for p in ${PIECES:-0 4194304}; do
-      for f in ${FRAMES:-524288}; do
+      for f in ${FRAMES:-auto}; do
       log=$L/$op.ccl.e$e.p$p.f$f.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
         CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} timeout -s KILL 180 \
