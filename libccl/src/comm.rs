@@ -202,14 +202,6 @@ impl Comm {
     }
 
     fn init_body(&self, id: UniqueId) -> Result<()> {
-        // The process's copy threads, once (CCL_COPY_THREADS).
-        ccl_transports::par::configure(
-            copy_threads(
-                &params::CCL_COPY_THREADS.get_str(),
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            )?,
-            params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize,
-        );
         let (root, nonce) = id.decode()?;
         self.0.nonce.store(nonce, Ordering::Relaxed);
         if self.0.rank == 0 {
@@ -620,6 +612,13 @@ fn build_state(
     let plan = topo_plan(&table);
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
+    // The process's copy threads, once (CCL_COPY_THREADS), now that the ranks sharing this
+    // host are known.
+    let local = table.iter().filter(|t| t.host_id == my_host).count();
+    ccl_transports::par::configure(
+        copy_threads(&params::CCL_COPY_THREADS.get_str(), cpu_share(local))?,
+        params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize,
+    );
     let use_shm = |j: usize| {
         use ccl_topology::plan::Transport;
         j != rank
@@ -823,9 +822,26 @@ fn mpt_slots(frame: usize) -> u32 {
     ((16usize << 20) / frame.max(1)).clamp(4, 16) as u32
 }
 
-/// Helper threads for large copies (`CCL_COPY_THREADS`): `auto` is a quarter of `cpus`, at
-/// most 8, and none below 16 CPUs, where helpers only take cores from the engines and the
-/// executor; a number is taken as it is (up to 64).
+/// CPUs this process can count on: those it may run on, shared with the other `local` ranks
+/// of its host when it may run on all of them (unbound ranks share the machine; a rank bound
+/// to a subset has it to itself).
+fn cpu_share(local: usize) -> usize {
+    let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let online = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok());
+    if online == Some(mine) {
+        (mine / local.max(1)).max(1)
+    } else {
+        mine
+    }
+}
+
+/// Helper threads for large copies (`CCL_COPY_THREADS`): `auto` is a quarter of `cpus` (the
+/// process's share, [`cpu_share`]), at most 8, and none below 16, where helpers (which spin
+/// briefly between parts) would take cores from the engines and the executor; a number is
+/// taken as it is (up to 64).
 fn copy_threads(setting: &str, cpus: usize) -> Result<usize> {
     let setting = setting.trim();
     if setting.eq_ignore_ascii_case("auto") {
@@ -920,7 +936,17 @@ fn search_ring(table: &[RankInfo]) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_threads, link_frames, mpt_slots};
+    use super::{copy_threads, cpu_share, link_frames, mpt_slots};
+
+    #[test]
+    fn a_process_counts_on_a_share_of_the_cpus_and_at_least_one() {
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(cpu_share(1) <= mine && cpu_share(1) >= 1);
+        assert!(cpu_share(2) <= cpu_share(1));
+        // Divided only when this process may run on every online CPU (else it is bound).
+        assert!(cpu_share(100_000) == 1 || cpu_share(100_000) == mine);
+        assert_eq!(cpu_share(0), cpu_share(1));
+    }
 
     #[test]
     fn frames_auto_differ_by_link_kind_and_a_number_sets_both() {

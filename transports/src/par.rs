@@ -12,7 +12,15 @@
 //! thread).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a helper keeps looking for the next part, and a caller for its helpers to finish,
+/// before sleeping: an executor streaming frames splits a copy every few tens of
+/// microseconds, and a condition variable's wake-up took longer than the parts themselves
+/// (split 1 MiB copies ran at half the speed of one thread's: `examples/par_copy.rs`).
+const SPIN: Duration = Duration::from_micros(50);
 
 /// The work of one call, shared with the helpers for the length of the call.
 pub type PartFn<'a> = dyn Fn(Range<usize>) + Sync + 'a;
@@ -30,23 +38,61 @@ unsafe impl Send for Job {}
 
 /// Counts the helpers' parts still running.
 struct Latch {
-    left: Mutex<usize>,
+    left: AtomicUsize,
+    lock: Mutex<()>,
     done: Condvar,
 }
 
 impl Latch {
+    fn new(parts: usize) -> Latch {
+        Latch {
+            left: AtomicUsize::new(parts),
+            lock: Mutex::new(()),
+            done: Condvar::new(),
+        }
+    }
+
     fn count_down(&self) {
-        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
-        *left -= 1;
-        if *left == 0 {
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock: a waiter that saw parts left holds it until it sleeps, so this
+            // wake-up cannot fall between its look and its sleep.
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.done.notify_all();
         }
     }
 
     fn wait(&self) {
-        let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
-        while *left > 0 {
-            left = self.done.wait(left).unwrap_or_else(|e| e.into_inner());
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while self.left.load(Ordering::Acquire) > 0 {
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 && start.elapsed() > SPIN {
+                let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+                while self.left.load(Ordering::Acquire) > 0 {
+                    g = self.done.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The next part for a helper: looked for during [`SPIN`], then slept for; `None` once the
+/// pool is gone.
+fn next_job(rx: &crossbeam::channel::Receiver<Job>) -> Option<Job> {
+    use crossbeam::channel::TryRecvError;
+    let start = Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if start.elapsed() > SPIN => return rx.recv().ok(),
+            Err(TryRecvError::Empty) => {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+            }
         }
     }
 }
@@ -67,7 +113,7 @@ impl Pool {
             std::thread::Builder::new()
                 .name(format!("ccl-copy-{i}"))
                 .spawn(move || {
-                    while let Ok(job) = rx.recv() {
+                    while let Some(job) = next_job(&rx) {
                         // SAFETY: see `Job`: the closure is alive until the latch reaches 0,
                         // which happens only below, after the call.
                         let f = unsafe { &*job.f };
@@ -109,10 +155,7 @@ impl Pool {
                 elems * i / parts * align
             }
         };
-        let latch = Arc::new(Latch {
-            left: Mutex::new(parts - 1),
-            done: Condvar::new(),
-        });
+        let latch = Arc::new(Latch::new(parts - 1));
         // SAFETY: only the lifetime is erased; `latch.wait()` below outlives every use.
         let erased: *const PartFn<'static> =
             unsafe { std::mem::transmute::<*const PartFn<'_>, *const PartFn<'static>>(f) };
