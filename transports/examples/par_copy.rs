@@ -12,6 +12,9 @@
 
 use std::time::Instant;
 
+/// Runs a copy of `n` bytes given as a function of its part ranges, one way or another.
+type Splitter<'a> = dyn Fn(usize, &(dyn Fn(std::ops::Range<usize>) + Sync)) + 'a;
+
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -24,7 +27,7 @@ fn main() {
     let src = vec![7u8; len];
     let mut dst = vec![0u8; len];
     let d = dst.as_mut_ptr() as usize;
-    let run = |label: &str, split: &dyn Fn(usize, &(dyn Fn(std::ops::Range<usize>) + Sync))| {
+    let run = |label: &str, split: &Splitter<'_>| {
         let t = Instant::now();
         let mut off = 0usize;
         let mut moved = 0usize;
