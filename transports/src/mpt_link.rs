@@ -76,10 +76,18 @@ const USER_ACTIVE: Duration = Duration::from_micros(200);
 pub struct MptLinkConfig {
     /// Paths (UDP sockets) per engine, 1..=256; both sides must agree.
     pub paths: u16,
-    /// Largest frame.
+    /// Largest frame of a link that runs one engine.
     pub max_frame: usize,
-    /// Messages in flight per direction and engine, 1..=16 (the header's request-id space).
+    /// Messages in flight per direction and engine, 1..=16 (the header's request-id space),
+    /// on a link that runs one engine.
     pub slots: u32,
+    /// Largest frame and messages in flight per engine of a link that runs several engines,
+    /// if not `max_frame` and `slots`: the engine count is settled with the peer (the smaller
+    /// of the two), so a link knows which pair applies only then, and both sides pick alike.
+    /// Several engines split large frames, so they want larger ones than one engine (which
+    /// copies and sends alone).
+    pub engines_max_frame: Option<usize>,
+    pub engines_slots: Option<u32>,
     /// Injected loss of outgoing datagrams, `[0, 1]`, on every engine.
     pub drop_rate: f64,
     /// Congestion control.
@@ -105,6 +113,8 @@ impl Default for MptLinkConfig {
             paths: udp::DEFAULT_UDP_PATHS,
             max_frame: 512 * 1024,
             slots: 16,
+            engines_max_frame: None,
+            engines_slots: None,
             drop_rate: 0.0,
             cc: CcKind::Cubic,
             chunk_size: 32 * 1024,
@@ -705,7 +715,8 @@ fn engine_seed(seed: u64, e: usize) -> u64 {
 impl MptEndpoint {
     /// Binds the path sockets of every engine on `ip`.
     pub fn bind(ip: IpAddr, cfg: MptLinkConfig) -> Result<Self> {
-        if cfg.slots == 0 || cfg.slots > 16 {
+        let several = for_engines(&cfg, 2);
+        if !(1..=16).contains(&cfg.slots) || !(1..=16).contains(&several.slots) {
             return Err(Error::Protocol("mpt slots must be in 1..=16".into()));
         }
         if cfg.engines == 0 || cfg.engines > MAX_ENGINES {
@@ -714,7 +725,7 @@ impl MptEndpoint {
                 cfg.engines
             )));
         }
-        if cfg.engines > 1 && u32::try_from(cfg.max_frame).is_err() {
+        if cfg.engines > 1 && u32::try_from(several.max_frame).is_err() {
             return Err(Error::Protocol(
                 "mpt frames over 4 GiB cannot be split across engines".into(),
             ));
@@ -740,7 +751,7 @@ impl MptEndpoint {
         if self.subs.len() == 1 {
             h.extend_from_slice(HELLO_MAGIC);
         } else {
-            let (max_frame, split) = layout(&self.cfg);
+            let (max_frame, split) = layout(&for_engines(&self.cfg, self.subs.len()));
             h.extend_from_slice(HELLO_MAGIC_ENGINES);
             h.extend_from_slice(&(self.subs.len() as u16).to_be_bytes());
             h.extend_from_slice(&(max_frame as u64).to_be_bytes());
@@ -774,7 +785,7 @@ impl MptEndpoint {
         if n == 1 {
             theirs.layout = None;
         }
-        let cfg = self.cfg;
+        let cfg = for_engines(&self.cfg, n);
         let (max_frame, split) = layout(&cfg);
         if let Some((their_max, their_split)) = theirs.layout {
             // Receive slots are sized for this side's messages: the peer's must fit them.
@@ -856,6 +867,17 @@ fn copy_into_slots(src: &[u8], to: &[(usize, usize, usize)]) {
             }
         }
     });
+}
+
+/// `cfg` as a link of `engines` engines runs it: the frame size and slots for several
+/// engines in place of one engine's.
+fn for_engines(cfg: &MptLinkConfig, engines: usize) -> MptLinkConfig {
+    let mut c = cfg.clone();
+    if engines > 1 {
+        c.max_frame = cfg.engines_max_frame.unwrap_or(cfg.max_frame);
+        c.slots = cfg.engines_slots.unwrap_or(cfg.slots);
+    }
+    c
 }
 
 /// The largest frame and the size above which several engines split a frame (never above

@@ -458,3 +458,47 @@ fn loss_is_injected_and_recovered_on_every_engine() {
     assert_eq!(a.injected_drops(), drops.iter().sum::<u64>());
     assert!(a.retransmits() + b.retransmits() > 0);
 }
+
+/// The frame size follows the engine count both sides settle on: one side asking for one
+/// engine makes it a one-engine link with `max_frame` on both sides, whatever the other asked
+/// for; two sides of several engines use `engines_max_frame`, and frames of that size cross.
+#[test]
+fn frame_size_follows_the_settled_engine_count() {
+    let with = |engines: usize| MptLinkConfig {
+        engines,
+        paths: 2,
+        max_frame: 512 << 10,
+        slots: 16,
+        engines_max_frame: Some(4 << 20),
+        engines_slots: Some(4),
+        ..MptLinkConfig::default()
+    };
+    let connect = |ca: MptLinkConfig, cb: MptLinkConfig| {
+        let a = MptEndpoint::bind(LO, ca).unwrap();
+        let b = MptEndpoint::bind(LO, cb).unwrap();
+        let (ha, hb) = (a.hello().unwrap(), b.hello().unwrap());
+        (
+            a.connect(LO, &hb, None).unwrap(),
+            b.connect(LO, &ha, None).unwrap(),
+        )
+    };
+    let (mut a, mut b) = connect(with(1), with(3));
+    assert_eq!((a.engines(), b.engines()), (1, 1));
+    assert_eq!((a.max_frame(), b.max_frame()), (512 << 10, 512 << 10));
+    exchange(&mut a, &mut b, &[512 << 10, 1, 300_000]);
+    let (mut a, mut b) = connect(with(2), with(3));
+    assert_eq!((a.engines(), b.engines()), (2, 2));
+    assert_eq!((a.max_frame(), b.max_frame()), (4 << 20, 4 << 20));
+    exchange(&mut a, &mut b, &[4 << 20, (4 << 20) - 3, 512 << 10, 7]);
+    // Several engines on both sides with different frames: refused, naming the sizes.
+    let mut other = with(2);
+    other.engines_max_frame = Some(2 << 20);
+    let a = MptEndpoint::bind(LO, with(2)).unwrap();
+    let b = MptEndpoint::bind(LO, other).unwrap();
+    let hb = b.hello().unwrap();
+    let err = a
+        .connect(LO, &hb, None)
+        .err()
+        .expect("a frame mismatch connected");
+    assert!(err.to_string().contains("both must be equal"), "{err}");
+}
