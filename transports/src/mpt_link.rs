@@ -87,6 +87,7 @@ pub struct MptLinkConfig {
     /// Several engines split large frames, so they want larger ones than one engine (which
     /// copies and sends alone).
     pub engines_max_frame: Option<usize>,
+    /// See `engines_max_frame`.
     pub engines_slots: Option<u32>,
     /// Injected loss of outgoing datagrams, `[0, 1]`, on every engine.
     pub drop_rate: f64,
