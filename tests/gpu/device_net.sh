@@ -30,18 +30,21 @@ for op in all_reduce sendrecv alltoall; do
       for f in ${FRAMES:-auto}; do
       log=$L/$op.ccl.e$e.p$p.f$f.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
-        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} timeout -s KILL 180 \
-        mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
+        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} NCCL_DEBUG=INFO timeout -s KILL 180 \
+        mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_DEBUG \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
         -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
+      # The executor's account of its time (printed at destroy), to $L/executor.txt.
+      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
       awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f=$f -v w="$cw" \
         'BEGIN { printf "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, f, (n>0?c/n:0), w }'
       done
     done
   done
 done
+[ -s "$L/executor.txt" ] && { echo; cat "$L/executor.txt"; }
 if [ "${HOSTMEM:-0}" = 1 ]; then
   printf '\n| op | libccl mpt, host memory GB/s | engines | #wrong |\n|---|---:|---:|---:|\n'
   for op in all_reduce sendrecv alltoall; do
