@@ -791,6 +791,7 @@ fn mpt_link_config(frames: &LinkFrames, rank: usize) -> Result<Option<(MptLinkCo
             seed: u64::from(std::process::id()) << 16 ^ rank as u64,
             engines,
             engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
+            async_copy: params::CCL_MPT_ASYNC_COPY.get_bool(),
             ..MptLinkConfig::default()
         },
         strict,

@@ -769,7 +769,10 @@ fn send_op(
             let data = left.min(max);
             // SAFETY: done + data <= bytes, inside the validated source range.
             let s = unsafe { std::slice::from_raw_parts(src.add(op.done), data) };
-            if !link.try_send(s)? {
+            // SAFETY: the source (a user buffer validated at enqueue, or plan-owned) stays as
+            // it is until this operation finishes, which waits for `has_pending` to be false;
+            // a failed plan quiesces its links before its buffers go back (group::drive).
+            if !unsafe { link.try_send_deferred(s) }? {
                 break;
             }
             op.done += data;

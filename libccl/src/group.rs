@@ -449,6 +449,13 @@ fn drive(runs: &mut [CommRun<'_>]) {
             pending |= r.failed.is_none() && r.cur < r.plans.len();
         }
         if !pending {
+            // A failed plan may leave sends whose bytes a link still copies (deferred sends):
+            // wait for them before the caller gets its buffers back.
+            for r in runs.iter_mut().filter(|r| r.failed.is_some()) {
+                for link in r.state.links.iter_mut().flatten() {
+                    link.quiesce();
+                }
+            }
             return;
         }
         if progressed {

@@ -130,6 +130,27 @@ fn mpt_two_hosts_exact_with_copy_threads() {
     );
 }
 
+/// Deferred sends: the copy threads copy outgoing frames into the engines' send slots while
+/// the executor receives and reduces (a low threshold, so most frames go that way), two
+/// engines, with loss: still exact.
+#[test]
+fn mpt_two_hosts_exact_with_async_send_copies() {
+    run_expecting(
+        2,
+        &[
+            ("CCL_MPT_ASYNC_COPY", "1"),
+            ("CCL_COPY_THREADS", "2"),
+            ("CCL_COPY_PARALLEL_BYTES", "4096"),
+            ("CCL_MPT_ENGINES", "2"),
+            ("CCL_MPT_DROP", "0.01"),
+        ],
+        &[
+            "links 0shm,0socket,",
+            "2 copy threads for frames of >= 4096 bytes",
+        ],
+    );
+}
+
 #[test]
 fn mpt_three_hosts_swift_few_paths() {
     run(3, &[("CCL_MPT_CC", "swift"), ("CCL_MPT_PATHS", "2")]);

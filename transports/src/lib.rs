@@ -65,6 +65,18 @@ pub trait Link: Send {
     /// Whether bytes accepted by `try_send` still wait in user space for `flush`. A send is
     /// complete only once this is false: nothing else would push them out later.
     fn has_pending(&self) -> bool;
+    /// `try_send` of bytes the caller keeps valid and unchanged until `has_pending` is false
+    /// (or [`Link::quiesce`] has returned), so the link may copy them later or on other
+    /// threads while its user goes on. By default the same as `try_send`.
+    ///
+    /// # Safety
+    /// `frame` must stay valid for reads and unchanged until then.
+    unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
+        self.try_send(frame)
+    }
+    /// Waits until the link reads none of the bytes handed to `try_send_deferred` any more:
+    /// called before a failed operation gives its buffers back.
+    fn quiesce(&mut self) {}
     /// Short name for logs ("shm", "socket").
     fn kind(&self) -> &'static str;
 }

@@ -106,6 +106,11 @@ pub struct MptLinkConfig {
     /// its send slot while `try_send` waits, instead of the sender copying every part: pays
     /// where parts are large (MiB frames) and cores many; a local choice.
     pub engine_copy: bool,
+    /// With several engines, frames handed over with [`Link::try_send_deferred`] are copied
+    /// into their send slots by the copy threads (crate::par) while the user goes on (to
+    /// receive, say), and queued once copied, in order: the user's thread no longer waits for
+    /// its sends' copies. Off by default (not yet measured on a many-core host).
+    pub async_copy: bool,
 }
 
 impl Default for MptLinkConfig {
@@ -123,6 +128,7 @@ impl Default for MptLinkConfig {
             engines: 1,
             split_bytes: 256 * 1024,
             engine_copy: false,
+            async_copy: false,
         }
     }
 }
@@ -509,10 +515,17 @@ impl Shared {
     /// slot stays free until [`Shared::commit`]: only the link's user adds messages, and the
     /// engine thread only retires them.
     fn reserve(&self, len: usize, drive: bool) -> Result<Option<*mut u8>> {
+        self.reserve_ahead(len, drive, 0)
+    }
+
+    /// [`Shared::reserve`] of the slot `ahead` messages past the next one: the user has
+    /// reserved `ahead` slots it has not committed yet (their copies still running), which
+    /// it commits in order before this one.
+    fn reserve_ahead(&self, len: usize, drive: bool, ahead: u64) -> Result<Option<*mut u8>> {
         let mut g = self.lock();
         g.check()?;
-        if g.full() {
-            if !drive {
+        if g.next_send - g.oldest_unacked + ahead >= g.slots {
+            if ahead > 0 || !drive {
                 return Ok(None);
             }
             self.touch();
@@ -528,7 +541,7 @@ impl Shared {
                 g.max_frame
             )));
         }
-        let (slot, stride) = ((g.next_send % g.slots) as usize, g.max_frame);
+        let (slot, stride) = (((g.next_send + ahead) % g.slots) as usize, g.max_frame);
         // SAFETY: slot < slots, and the slab holds `slots` strides.
         Ok(Some(unsafe { self.send_slab.ptr().add(slot * stride) }))
     }
@@ -841,6 +854,9 @@ impl MptEndpoint {
             next_part: 0,
             shape: (1, 0),
             tcp,
+            in_flight: std::collections::VecDeque::new(),
+            reserved: [0; MAX_ENGINES],
+            async_copy: cfg.async_copy && n > 1,
         })
     }
 }
@@ -879,6 +895,26 @@ fn for_engines(cfg: &MptLinkConfig, engines: usize) -> MptLinkConfig {
         c.slots = cfg.engines_slots.unwrap_or(cfg.slots);
     }
     c
+}
+
+/// [`copy_into_slots`] of the bytes `[start, src.len())` of a frame only: one part of a
+/// spawned copy (`src` is the frame up to the part's end).
+fn copy_range_into_slots(src: &[u8], start: usize, to: &[(usize, usize, usize)]) {
+    let from = src.as_ptr() as usize;
+    for &(dst, lo, hi) in to {
+        let (a, b) = (start.max(lo), src.len().min(hi));
+        if a < b {
+            // SAFETY: as in `copy_into_slots`: [a, b) lies inside [lo, hi) and inside `src`,
+            // and `dst + (a - lo)` with its b - a bytes inside the reserved slot.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (from + a) as *const u8,
+                    (dst + a - lo) as *mut u8,
+                    b - a,
+                )
+            }
+        }
+    }
 }
 
 /// The largest frame and the size above which several engines split a frame (never above
@@ -1188,6 +1224,20 @@ pub struct MptLink {
     /// The stream the hello came over, open for the link's life; the probe's outcome
     /// crosses it, and a failed probe hands it back.
     tcp: Option<TcpStream>,
+    /// Several engines, `async_copy`: frames whose parts' slots are reserved and whose copies
+    /// may still run, oldest first; each is queued on its engines once copied.
+    in_flight: std::collections::VecDeque<InFlight>,
+    /// Per engine: slots reserved by `in_flight` frames, not queued yet.
+    reserved: [u64; MAX_ENGINES],
+    async_copy: bool,
+}
+
+/// A frame of an async-copy link whose parts' slots are reserved (see `MptLink::in_flight`).
+struct InFlight {
+    /// The copy on the copy threads; `None`: done on the user's thread already.
+    copy: Option<crate::par::Pending>,
+    /// Message length per engine (part header included); 0 where the frame has no part.
+    lens: [usize; MAX_ENGINES],
 }
 
 impl MptLink {
@@ -1324,6 +1374,129 @@ impl MptLink {
             }
         }
         Ok(())
+    }
+
+    /// Sends `frame` through the in-flight queue (`async_copy`): reserves its parts' slots
+    /// behind the frames still in flight, writes the part headers, copies the payload -- on
+    /// the copy threads when `deferred` (the caller keeps `frame` unchanged until the link
+    /// has nothing pending) and the pool takes it, else here -- and queues every frame whose
+    /// copy is done, in order.
+    fn send_queued(&mut self, frame: &[u8], deferred: bool) -> Result<bool> {
+        self.check_failed()?;
+        self.commit_ready()?;
+        let n = self.engines.len();
+        let seq = self.next_seq;
+        let room = |e: usize, me: &MptLink| {
+            let sh = &me.engines[e].shared;
+            sh.unacked_msgs.load(Ordering::Relaxed) + me.reserved[e] < sh.slots
+        };
+        // (engine, part header, frame range) of each part.
+        let mut parts = [(0usize, [0u8; PART_HEADER], 0usize, 0usize); MAX_ENGINES];
+        let count = if splits(frame.len(), self.split_bytes, n) {
+            if !(0..n).all(|e| room(e, self)) {
+                return Ok(false);
+            }
+            for (i, p) in parts.iter_mut().enumerate().take(n) {
+                let (lo, hi) = part_range(frame.len(), i, n);
+                *p = (i, part_header(seq, frame.len(), i, n), lo, hi);
+            }
+            n
+        } else {
+            // Least loaded with room, counting reserved slots as load.
+            let mut best: Option<(usize, u64)> = None;
+            for k in 1..=n {
+                let e = (self.last_engine + k) % n;
+                if !room(e, self) {
+                    continue;
+                }
+                let load = self.engines[e].shared.unacked_bytes.load(Ordering::Relaxed);
+                if best.map_or(true, |(_, b)| load < b) {
+                    best = Some((e, load));
+                }
+            }
+            let Some((e, _)) = best else {
+                return Ok(false);
+            };
+            self.last_engine = e;
+            parts[0] = (e, part_header(seq, frame.len(), 0, 1), 0, frame.len());
+            1
+        };
+        let mut lens = [0usize; MAX_ENGINES];
+        let mut to = [(0usize, 0usize, 0usize); MAX_ENGINES];
+        for (k, &(e, hdr, lo, hi)) in parts.iter().enumerate().take(count) {
+            let len = PART_HEADER + hi - lo;
+            let dst = self.engines[e]
+                .shared
+                .reserve_ahead(len, false, self.reserved[e])?
+                .ok_or_else(|| {
+                    Error::Protocol(format!(
+                        "mpt engine {e} refused frame {seq} after showing room"
+                    ))
+                })?;
+            // SAFETY: `dst` is a reserved slot of at least `len` bytes, written by no one
+            // else until this frame is committed.
+            unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
+            to[k] = (dst as usize + PART_HEADER, lo, hi);
+            lens[e] = len;
+        }
+        let copy = if deferred {
+            let (from, to) = (frame.as_ptr() as usize, to);
+            crate::par::spawn_parts(
+                frame.len(),
+                1,
+                std::sync::Arc::new(move |r: std::ops::Range<usize>| {
+                    // SAFETY: the caller of `try_send_deferred` keeps the frame's bytes valid
+                    // and unchanged until the link has nothing pending, which it has until
+                    // this copy is done and its frame committed; the destinations are this
+                    // frame's reserved slots (see `copy_into_slots`).
+                    let src = unsafe { std::slice::from_raw_parts(from as *const u8, r.end) };
+                    copy_range_into_slots(src, r.start, &to[..count]);
+                }),
+            )
+        } else {
+            None
+        };
+        if copy.is_none() {
+            copy_into_slots(frame, &to[..count]);
+        }
+        for &(e, ..) in parts.iter().take(count) {
+            self.reserved[e] += 1;
+        }
+        self.in_flight.push_back(InFlight { copy, lens });
+        self.next_seq += 1;
+        self.commit_ready()?;
+        Ok(true)
+    }
+
+    /// Queues, oldest first, every in-flight frame whose copy is done.
+    fn commit_ready(&mut self) -> Result<()> {
+        while let Some(f) = self.in_flight.front_mut() {
+            if f.copy.as_ref().is_some_and(|c| !c.is_done()) {
+                break;
+            }
+            for (e, len) in f.lens.iter_mut().enumerate() {
+                if *len == 0 {
+                    continue;
+                }
+                if !self.engines[e].shared.commit(*len, false)? {
+                    // The core is briefly full; the parts queued so far stay queued.
+                    return Ok(());
+                }
+                *len = 0;
+                self.reserved[e] -= 1;
+            }
+            self.in_flight.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Waits until no copy of an in-flight frame runs any more.
+    fn wait_copies_in_flight(&self) {
+        for f in &self.in_flight {
+            if let Some(c) = &f.copy {
+                c.wait();
+            }
+        }
     }
 
     fn try_send_multi(&mut self, frame: &[u8]) -> Result<bool> {
@@ -1550,6 +1723,8 @@ impl MptLink {
 
 impl Drop for MptLink {
     fn drop(&mut self) {
+        // Copies into the engines' slots must end before the slabs go.
+        self.wait_copies_in_flight();
         // Stop every engine before joining any, so they wind down together.
         for e in &self.engines {
             e.shared.stop.store(true, Ordering::Release);
@@ -1575,8 +1750,23 @@ impl Link for MptLink {
         }
         match &self.engines[..] {
             [one] => one.shared.send(&[], frame, true),
+            _ if self.async_copy => self.send_queued(frame, false),
             _ => self.try_send_multi(frame),
         }
+    }
+
+    unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
+        if !self.async_copy {
+            return self.try_send(frame);
+        }
+        if frame.len() > self.max_frame {
+            return self.try_send(frame);
+        }
+        self.send_queued(frame, true)
+    }
+
+    fn quiesce(&mut self) {
+        self.wait_copies_in_flight();
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {
@@ -1632,14 +1822,21 @@ impl Link for MptLink {
     fn flush(&mut self) -> Result<bool> {
         match &self.engines[..] {
             [one] => one.shared.flush(),
-            // The engine threads move the bytes; here only report their failures.
-            _ => self.check_failed().map(|()| false),
+            // The engine threads move the bytes; here only queue frames whose copies are
+            // done, and report failures.
+            _ => {
+                let before = self.in_flight.len();
+                self.commit_ready()?;
+                self.check_failed()?;
+                Ok(self.in_flight.len() < before)
+            }
         }
     }
 
     fn has_pending(&self) -> bool {
         match &self.engines[..] {
             [one] => one.shared.pending(),
+            _ if !self.in_flight.is_empty() => true,
             engines => engines.iter().any(|e| {
                 !e.shared.failed.load(Ordering::Relaxed)
                     && e.shared.unacked_msgs.load(Ordering::Relaxed) > 0

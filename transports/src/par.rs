@@ -25,11 +25,16 @@ const SPIN: Duration = Duration::from_micros(50);
 /// The work of one call, shared with the helpers for the length of the call.
 pub type PartFn<'a> = dyn Fn(Range<usize>) + Sync + 'a;
 
+/// Work handed to the helpers and not waited for ([`spawn_parts`]): it owns its function.
+pub type OwnedPartFn = dyn Fn(Range<usize>) + Send + Sync + 'static;
+
 /// A part handed to a helper: the caller's function (lifetime erased) and its range.
 struct Job {
     f: *const PartFn<'static>,
     range: Range<usize>,
     latch: Arc<Latch>,
+    /// A spawned call's function, kept alive by every part that runs it.
+    _keep: Option<Arc<OwnedPartFn>>,
 }
 
 // SAFETY: `f` points at a `Sync` closure that outlives the job: `for_parts` does not return
@@ -164,6 +169,7 @@ impl Pool {
                 f: erased,
                 range: bound(i)..bound(i + 1),
                 latch: Arc::clone(&latch),
+                _keep: None,
             };
             if let Err(e) = self.jobs.send(job) {
                 // No helper is left (cannot happen while the pool lives): do it here.
@@ -174,6 +180,69 @@ impl Pool {
         }
         f(bound(0)..bound(1));
         latch.wait();
+    }
+}
+
+/// Parts of a call started with [`spawn_parts`], running on the helpers.
+pub struct Pending {
+    latch: Arc<Latch>,
+}
+
+impl Pending {
+    /// Whether every part has run.
+    pub fn is_done(&self) -> bool {
+        self.latch.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Returns once every part has run.
+    pub fn wait(&self) {
+        self.latch.wait();
+    }
+}
+
+impl Drop for Pending {
+    /// Nothing a spawned call touches may be freed while its parts run.
+    fn drop(&mut self) {
+        self.latch.wait();
+    }
+}
+
+impl Pool {
+    /// Starts `f` over `[0, n)` cut into one part per helper (bounds multiples of `align`)
+    /// and returns without waiting; `None` (nothing started) below the size threshold.
+    pub fn spawn_parts(&self, n: usize, align: usize, f: Arc<OwnedPartFn>) -> Option<Pending> {
+        let align = align.max(1);
+        if n < self.min_bytes || n == 0 {
+            return None;
+        }
+        let parts = self.threads.min(n / align).max(1);
+        let elems = n / align;
+        let bound = |i: usize| {
+            if i == parts {
+                n
+            } else {
+                elems * i / parts * align
+            }
+        };
+        let latch = Arc::new(Latch::new(parts));
+        let owned: *const OwnedPartFn = Arc::as_ptr(&f);
+        // Dropping the `Send` bound only; the jobs keep the closure alive (`_keep`).
+        let erased: *const PartFn<'static> = owned as *const PartFn<'static>;
+        for i in 0..parts {
+            let job = Job {
+                f: erased,
+                range: bound(i)..bound(i + 1),
+                latch: Arc::clone(&latch),
+                _keep: Some(Arc::clone(&f)),
+            };
+            if let Err(e) = self.jobs.send(job) {
+                // No helper is left (cannot happen while the pool lives): do it here.
+                let job = e.into_inner();
+                f(job.range.clone());
+                job.latch.count_down();
+            }
+        }
+        Some(Pending { latch })
     }
 }
 
@@ -206,6 +275,15 @@ pub fn for_parts(n: usize, align: usize, f: &PartFn<'_>) {
     match POOL.get() {
         Some(Some(p)) => p.for_parts(n, align, f),
         _ => f(0..n),
+    }
+}
+
+/// [`Pool::spawn_parts`] on the process's pool; `None` (nothing started: the caller does
+/// the work) when there is no pool or the work is below its threshold.
+pub fn spawn_parts(n: usize, align: usize, f: Arc<OwnedPartFn>) -> Option<Pending> {
+    match POOL.get() {
+        Some(Some(p)) => p.spawn_parts(n, align, f),
+        _ => None,
     }
 }
 
@@ -250,6 +328,54 @@ mod tests {
                 });
             }
         });
+    }
+
+    /// Spawned work runs every part exactly once on the helpers while the caller goes on;
+    /// `is_done` turns true only after all have run, and dropping the handle waits.
+    #[test]
+    fn spawned_parts_run_once_and_report_done() {
+        let pool = Pool::new(3, 16).unwrap();
+        assert!(
+            pool.spawn_parts(8, 1, Arc::new(|_| {})).is_none(),
+            "under the threshold"
+        );
+        for n in [16usize, 17, 1000, 100_003] {
+            let hits: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+            let gate = Arc::new(AtomicU64::new(0));
+            let (h, g) = (Arc::clone(&hits), Arc::clone(&gate));
+            let p = pool
+                .spawn_parts(
+                    n,
+                    1,
+                    Arc::new(move |r: Range<usize>| {
+                        while g.load(Ordering::Acquire) == 0 {
+                            std::hint::spin_loop();
+                        }
+                        for x in &h[r] {
+                            x.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }),
+                )
+                .unwrap();
+            // Held back by the gate: the call returned before any part finished.
+            assert!(!p.is_done(), "n {n}");
+            gate.store(1, Ordering::Release);
+            p.wait();
+            assert!(p.is_done());
+            assert!(hits.iter().all(|x| x.load(Ordering::Relaxed) == 1), "n {n}");
+        }
+        // Dropping without waiting waits.
+        let done = Arc::new(AtomicU64::new(0));
+        let d = Arc::clone(&done);
+        drop(pool.spawn_parts(
+            64,
+            8,
+            Arc::new(move |r: Range<usize>| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                d.fetch_add(r.len() as u64, Ordering::Relaxed);
+            }),
+        ));
+        assert_eq!(done.load(Ordering::Relaxed), 64);
     }
 
     /// A copy split over the helpers gives the same bytes as one memcpy.
