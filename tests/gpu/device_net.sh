@@ -10,7 +10,8 @@
 # `ccl-perf --mem host`: the transport alone, without the GPU staging), NET_CHECK=1 (then a
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
 # PIECES; logs net/check.*.log), COPY_THREADS (CCL_COPY_THREADS for every libccl run: helper
-# threads sharing the executor's copies of received frames; default auto).
+# threads sharing the executor's copies of received frames; default auto), ASYNC
+# (CCL_MPT_ASYNC_COPY values: 1 = deferred sends copied on the copy threads; default 0).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -28,18 +29,20 @@ for op in all_reduce sendrecv alltoall; do
   for e in ${ENGINES:-1 4}; do
     for p in ${PIECES:-0 4194304}; do
       for f in ${FRAMES:-auto}; do
-      log=$L/$op.ccl.e$e.p$p.f$f.log
+      for a in ${ASYNC:-0}; do
+      log=$L/$op.ccl.e$e.p$p.f$f.a$a.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
-        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} NCCL_DEBUG=INFO timeout -s KILL 180 \
+        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} CCL_MPT_ASYNC_COPY=$a NCCL_DEBUG=INFO timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_DEBUG \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
-        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS \
+        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_ASYNC_COPY \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       # The executor's account of its time (printed at destroy), to $L/executor.txt.
-      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
-      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f=$f -v w="$cw" \
+      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f a$a: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
+      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f="$f a$a" -v w="$cw" \
         'BEGIN { printf "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, f, (n>0?c/n:0), w }'
+      done
       done
     done
   done
