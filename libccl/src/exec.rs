@@ -300,6 +300,67 @@ pub struct Plan {
 // (NCCL's contract) and plan-owned vectors; a plan is executed by one thread at a time.
 unsafe impl Send for Plan {}
 
+impl Drop for Plan {
+    fn drop(&mut self) {
+        give_back(std::mem::take(&mut self._scratch));
+        if let Some(p) = self.prescale.take() {
+            give_back(p.buf);
+        }
+    }
+}
+
+thread_local! {
+    /// Plan-owned buffers (scratch, pre-scaled inputs) of finished plans on this thread,
+    /// for the next plans: tens of MiB freshly allocated are page-faulted in by whatever
+    /// first writes them, and an all-to-all's receives into new scratch ran at ~1 GB/s.
+    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Spare buffers kept per thread, and their bytes at most.
+const SPARE_BUFFERS: usize = 4;
+const SPARE_BYTES: usize = 512 << 20;
+
+/// A buffer of `len` bytes for a plan: a spare one of this thread's if one is large enough
+/// (its bytes are whatever a previous plan left: every plan writes its scratch before
+/// reading it), else a new one.
+fn take_buffer(len: usize) -> Vec<u8> {
+    if len == 0 {
+        return Vec::new();
+    }
+    let spare = SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        let best = s
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        best.map(|i| s.swap_remove(i))
+    });
+    match spare {
+        Some(mut v) => {
+            // Growth within the capacity is zero-filled; shrinking touches nothing.
+            v.resize(len, 0);
+            v
+        }
+        None => vec![0u8; len],
+    }
+}
+
+/// Keeps `v` for a later plan on this thread, within the spare limits.
+fn give_back(v: Vec<u8>) {
+    if v.capacity() == 0 {
+        return;
+    }
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        let held: usize = s.iter().map(Vec::capacity).sum();
+        if s.len() < SPARE_BUFFERS && held + v.capacity() <= SPARE_BYTES {
+            s.push(v);
+        }
+    });
+}
+
 fn elem_ptr(base: usize, off_elems: usize, size: usize) -> usize {
     base.wrapping_add(off_elems.wrapping_mul(size))
 }
@@ -335,7 +396,7 @@ impl Plan {
             .scratch
             .checked_mul(size)
             .ok_or_else(|| Error::invalid_argument("scratch size overflows"))?;
-        let mut scratch = vec![0u8; scratch_bytes];
+        let mut scratch = take_buffer(scratch_bytes);
         let (send_elems, recv_elems) =
             crate::task::buffer_counts(task.kind, rank, nranks, task.count)
                 .ok_or_else(|| Error::invalid_argument("count overflows"))?;
@@ -356,7 +417,7 @@ impl Plan {
         let mut prescale = None;
         let mut send_base = task.send;
         if let (Some(scalar), true) = (scalar, send_elems > 0) {
-            let mut buf = vec![0u8; send_elems * size];
+            let mut buf = take_buffer(send_elems * size);
             send_base = buf.as_mut_ptr() as usize;
             prescale = Some(Prescale {
                 src: task.send as *const u8,
@@ -671,10 +732,25 @@ impl Plan {
                     }
                 }
                 if let XKind::Copy { src, dst } = op.kind {
-                    if src != dst.cast_const() && op.bytes > 0 {
+                    let (s0, d0, n) = (src as usize, dst as usize, op.bytes);
+                    if s0 + n <= d0 || d0 + n <= s0 {
+                        // Disjoint: in parts on the copy threads, if any (an all-to-all's
+                        // own block, a gather's: as large as what goes over the links).
+                        ccl_transports::par::for_parts(n, 1, &|r: std::ops::Range<usize>| {
+                            // SAFETY: both ranges lie inside buffers validated at enqueue (or
+                            // plan-owned) and do not overlap; r lies inside [0, n).
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    (s0 + r.start) as *const u8,
+                                    (d0 + r.start) as *mut u8,
+                                    r.len(),
+                                )
+                            }
+                        });
+                    } else if src != dst.cast_const() && n > 0 {
                         // SAFETY: both ranges are inside buffers validated at enqueue (or
                         // plan-owned); `copy` tolerates overlap.
-                        unsafe { std::ptr::copy(src, dst, op.bytes) };
+                        unsafe { std::ptr::copy(src, dst, n) };
                     }
                     op.finished = true;
                     progressed = true;
