@@ -805,6 +805,10 @@ impl Plan {
     }
 }
 
+/// Bytes of an operation that ride in its first frame, behind the header (a multiple of
+/// every element size): small operations still go as one frame.
+const FIRST_FRAME_DATA: usize = 256 << 10;
+
 fn send_op(
     op: &mut XOp,
     src: *const u8,
@@ -825,16 +829,18 @@ fn send_op(
         let t0 = std::time::Instant::now();
         let before = op.done;
         if !op.header_done {
-            let data = left.min(max.saturating_sub(HDR_BYTES) & !15);
+            // The first frame carries the header and at most FIRST_FRAME_DATA bytes: they
+            // pass through `staging`, the rest goes from the source itself (deferrable).
+            let data = left.min(max.saturating_sub(HDR_BYTES).min(FIRST_FRAME_DATA) & !15);
+            // Header, then the first bytes, appended (zero-filling the whole frame first cost
+            // a memset as long as the copy).
             staging.clear();
-            staging.resize(HDR_BYTES + data, 0);
+            staging.resize(HDR_BYTES, 0);
             op.hdr.encode(staging);
             if data > 0 {
                 // SAFETY: `src` is valid for `bytes` reads (validated at enqueue) and data <=
-                // bytes; `staging` has room for it after the header.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(src, staging.as_mut_ptr().add(HDR_BYTES), data)
-                };
+                // bytes; it is user (or plan-owned) memory, disjoint from `staging`.
+                staging.extend_from_slice(unsafe { std::slice::from_raw_parts(src, data) });
             }
             if !link.try_send(staging)? {
                 break;
