@@ -865,24 +865,8 @@ impl MptEndpoint {
 /// ranges of `src`, each destination a reserved send slot with room for its range), the
 /// whole of `src` cut over the copy threads at once if large enough (crate::par).
 fn copy_into_slots(src: &[u8], to: &[(usize, usize, usize)]) {
-    let from = src.as_ptr() as usize;
     crate::par::for_parts(src.len(), 1, &|r: std::ops::Range<usize>| {
-        for &(dst, lo, hi) in to {
-            let (a, b) = (r.start.max(lo), r.end.min(hi));
-            if a < b {
-                // SAFETY: [a, b) lies inside [lo, hi), inside `src`; `dst + (a - lo)` and
-                // its b - a bytes lie inside the reserved slot, which nothing else writes
-                // until the message is committed after this call returns; addresses travel
-                // as integers so the parts may run on the copy threads.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (from + a) as *const u8,
-                        (dst + a - lo) as *mut u8,
-                        b - a,
-                    )
-                }
-            }
-        }
+        copy_range_into_slots(&src[..r.end], r.start, to)
     });
 }
 
@@ -897,15 +881,16 @@ fn for_engines(cfg: &MptLinkConfig, engines: usize) -> MptLinkConfig {
     c
 }
 
-/// [`copy_into_slots`] of the bytes `[start, src.len())` of a frame only: one part of a
-/// spawned copy (`src` is the frame up to the part's end).
+/// [`copy_into_slots`] of the bytes `[start, src.len())` of a frame only: one part of it
+/// (`src` is the frame up to the part's end).
 fn copy_range_into_slots(src: &[u8], start: usize, to: &[(usize, usize, usize)]) {
     let from = src.as_ptr() as usize;
     for &(dst, lo, hi) in to {
         let (a, b) = (start.max(lo), src.len().min(hi));
         if a < b {
-            // SAFETY: as in `copy_into_slots`: [a, b) lies inside [lo, hi) and inside `src`,
-            // and `dst + (a - lo)` with its b - a bytes inside the reserved slot.
+            // SAFETY: [a, b) lies inside [lo, hi) and inside `src`; `dst + (a - lo)` and its
+            // b - a bytes lie inside the reserved slot, which nothing else writes until the
+            // message is committed after the copy; parts of one frame write disjoint bytes.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     (from + a) as *const u8,
