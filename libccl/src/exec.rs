@@ -805,8 +805,8 @@ impl Plan {
     }
 }
 
-/// Bytes of an operation that ride in its first frame, behind the header (a multiple of
-/// every element size): small operations still go as one frame.
+/// Bytes of an operation that ride in its first frame, behind the header, on links whose
+/// frames are over 4 times as long (a multiple of every element size).
 const FIRST_FRAME_DATA: usize = 256 << 10;
 
 fn send_op(
@@ -829,9 +829,15 @@ fn send_op(
         let t0 = std::time::Instant::now();
         let before = op.done;
         if !op.header_done {
-            // The first frame carries the header and at most FIRST_FRAME_DATA bytes: they
-            // pass through `staging`, the rest goes from the source itself (deferrable).
-            let data = left.min(max.saturating_sub(HDR_BYTES).min(FIRST_FRAME_DATA) & !15);
+            // The first frame's bytes pass through `staging`, the rest go from the source
+            // itself (deferrable): on links of large frames it carries at most
+            // FIRST_FRAME_DATA behind the header (on small ones the extra frame cost ~3%).
+            let first = if max > 4 * FIRST_FRAME_DATA {
+                FIRST_FRAME_DATA
+            } else {
+                max
+            };
+            let data = left.min(max.saturating_sub(HDR_BYTES).min(first) & !15);
             // Header, then the first bytes, appended (zero-filling the whole frame first cost
             // a memset as long as the copy).
             staging.clear();
