@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 6: a cpu-clock profile of the network path's executor thread (host memory: ccl-perf's
 # main thread; GPU memory: the ccl-proxy thread) with perf carried in .dev/perf (the GPU
-# machine has none): 128 MiB sendrecv, two processes over loopback, libccl defaults.
+# machine has none; tests/gpu/pack_perf.sh puts it there): 128 MiB sendrecv, two processes
+# over loopback, libccl defaults.
 set -uo pipefail
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/profile; mkdir -p "$L"
 PERF() { LD_LIBRARY_PATH=$CCL/perf/lib $CCL/perf/perf "$@"; }
