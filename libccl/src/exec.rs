@@ -192,7 +192,8 @@ pub struct PieceGates {
 
 /// Where an executor's time went, over the communicator's life (NCCL_DEBUG=INFO prints it
 /// at destroy): which side of the network path is the bottleneck shows here without a
-/// profiler.
+/// profiler. Only frames of at least [`TIMED_BYTES`] are timed and counted, so operations
+/// of a few bytes read no clock on their busy path.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ExecStats {
     /// Copying or reducing received frames out of the links.
@@ -204,6 +205,9 @@ pub struct ExecStats {
     /// Time with nothing to do: waiting for frames, link room or gates.
     pub idle: std::time::Duration,
 }
+
+/// Smallest frame [`ExecStats`] times.
+const TIMED_BYTES: usize = 64 << 10;
 
 impl ExecStats {
     /// One line for the log.
@@ -217,7 +221,7 @@ impl ExecStats {
             }
         };
         format!(
-            "received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
+            "(frames >= 64 KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
             self.recv_bytes,
             ms(self.recv_busy),
             rate(self.recv_bytes, self.recv_busy),
@@ -736,17 +740,9 @@ impl Plan {
                     if s0 + n <= d0 || d0 + n <= s0 {
                         // Disjoint: in parts on the copy threads, if any (an all-to-all's
                         // own block, a gather's: as large as what goes over the links).
-                        ccl_transports::par::for_parts(n, 1, &|r: std::ops::Range<usize>| {
-                            // SAFETY: both ranges lie inside buffers validated at enqueue (or
-                            // plan-owned) and do not overlap; r lies inside [0, n).
-                            unsafe {
-                                std::ptr::copy_nonoverlapping(
-                                    (s0 + r.start) as *const u8,
-                                    (d0 + r.start) as *mut u8,
-                                    r.len(),
-                                )
-                            }
-                        });
+                        // SAFETY: both ranges lie inside buffers validated at enqueue (or
+                        // plan-owned) and do not overlap.
+                        unsafe { ccl_transports::par::copy(src, dst, n) };
                     } else if src != dst.cast_const() && n > 0 {
                         // SAFETY: both ranges are inside buffers validated at enqueue (or
                         // plan-owned); `copy` tolerates overlap.
@@ -826,7 +822,7 @@ fn send_op(
     }
     while !op.finished {
         let left = op.bytes - op.done;
-        let t0 = std::time::Instant::now();
+        let t0 = (left >= TIMED_BYTES).then(std::time::Instant::now);
         let before = op.done;
         if !op.header_done {
             // The first frame's bytes pass through `staging`, the rest go from the source
@@ -865,8 +861,10 @@ fn send_op(
             }
             op.done += data;
         }
-        stats.send_busy += t0.elapsed();
-        stats.send_bytes += (op.done - before) as u64;
+        if let Some(t0) = t0 {
+            stats.send_busy += t0.elapsed();
+            stats.send_bytes += (op.done - before) as u64;
+        }
         progressed = true;
         if op.done == op.bytes {
             progressed |= link.flush()?;
@@ -943,10 +941,12 @@ fn recv_op(
                     }
                 }
             };
-            let t0 = std::time::Instant::now();
+            let t0 = (n >= TIMED_BYTES).then(std::time::Instant::now);
             ccl_transports::par::for_parts(n, size, &part);
-            stats.recv_busy += t0.elapsed();
-            stats.recv_bytes += n as u64;
+            if let Some(t0) = t0 {
+                stats.recv_busy += t0.elapsed();
+                stats.recv_bytes += n as u64;
+            }
         }
         op.done += n;
         op.header_done = true;

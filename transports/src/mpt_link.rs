@@ -502,14 +502,6 @@ impl Shared {
         }
     }
 
-    /// Whether the engine can take one more message now.
-    ///
-    /// Reads the published load, not the state: it can only lag towards "full" (only the
-    /// user adds messages and publishes right away), so no lock is needed.
-    fn room(&self) -> bool {
-        self.unacked_msgs.load(Ordering::Relaxed) < self.slots
-    }
-
     /// The address of the next send slot, for a message of `len` bytes, if the engine has
     /// room for one (`drive`: first run progress inline, as the one-engine link does). The
     /// slot stays free until [`Shared::commit`]: only the link's user adds messages, and the
@@ -1361,6 +1353,35 @@ impl MptLink {
         Ok(())
     }
 
+    /// Whether engine `e` can take one more message behind the ones this side has reserved
+    /// but not queued yet (`reserved`, 0 without `async_copy`). Reads the published load, not
+    /// the state: it can only lag towards "full" (only this side adds messages and publishes
+    /// right away), so no lock is needed.
+    fn has_room(&self, e: usize) -> bool {
+        let sh = &self.engines[e].shared;
+        sh.unacked_msgs.load(Ordering::Relaxed) + self.reserved[e] < sh.slots
+    }
+
+    /// The least-loaded engine with room for a whole frame: fewest unacknowledged bytes, then
+    /// messages, ties round-robin after the last choice so idle engines all get used.
+    fn least_loaded(&self) -> Option<usize> {
+        let n = self.engines.len();
+        let mut best: Option<(usize, u64, u64)> = None;
+        for k in 1..=n {
+            let e = (self.last_engine + k) % n;
+            if !self.has_room(e) {
+                continue;
+            }
+            let sh = &self.engines[e].shared;
+            let msgs = sh.unacked_msgs.load(Ordering::Relaxed);
+            let bytes = sh.unacked_bytes.load(Ordering::Relaxed);
+            if best.map_or(true, |(_, b, m)| (bytes, msgs) < (b, m)) {
+                best = Some((e, bytes, msgs));
+            }
+        }
+        best.map(|(e, _, _)| e)
+    }
+
     /// Sends `frame` through the in-flight queue (`async_copy`): reserves its parts' slots
     /// behind the frames still in flight, writes the part headers, copies the payload -- on
     /// the copy threads when `deferred` (the caller keeps `frame` unchanged until the link
@@ -1371,14 +1392,10 @@ impl MptLink {
         self.commit_ready()?;
         let n = self.engines.len();
         let seq = self.next_seq;
-        let room = |e: usize, me: &MptLink| {
-            let sh = &me.engines[e].shared;
-            sh.unacked_msgs.load(Ordering::Relaxed) + me.reserved[e] < sh.slots
-        };
         // (engine, part header, frame range) of each part.
         let mut parts = [(0usize, [0u8; PART_HEADER], 0usize, 0usize); MAX_ENGINES];
         let count = if splits(frame.len(), self.split_bytes, n) {
-            if !(0..n).all(|e| room(e, self)) {
+            if !(0..n).all(|e| self.has_room(e)) {
                 return Ok(false);
             }
             for (i, p) in parts.iter_mut().enumerate().take(n) {
@@ -1387,19 +1404,7 @@ impl MptLink {
             }
             n
         } else {
-            // Least loaded with room, counting reserved slots as load.
-            let mut best: Option<(usize, u64)> = None;
-            for k in 1..=n {
-                let e = (self.last_engine + k) % n;
-                if !room(e, self) {
-                    continue;
-                }
-                let load = self.engines[e].shared.unacked_bytes.load(Ordering::Relaxed);
-                if best.map_or(true, |(_, b)| load < b) {
-                    best = Some((e, load));
-                }
-            }
-            let Some((e, _)) = best else {
+            let Some(e) = self.least_loaded() else {
                 return Ok(false);
             };
             self.last_engine = e;
@@ -1491,7 +1496,7 @@ impl MptLink {
         if splits(frame.len(), self.split_bytes, n) {
             // Only this thread queues messages, so room seen now is still there below: a
             // frame is queued on every engine or on none.
-            if !self.engines.iter().all(|e| e.shared.room()) {
+            if !(0..n).all(|e| self.has_room(e)) {
                 return Ok(false);
             }
             // Every part is cut before any is handed over, so no error below leaves an
@@ -1548,22 +1553,7 @@ impl MptLink {
                 }
             }
         } else {
-            // Least-loaded engine with room: fewest unacknowledged bytes, then messages,
-            // ties round-robin after the last choice so idle engines all get used.
-            let mut best: Option<(usize, u64, u64)> = None;
-            for k in 1..=n {
-                let e = (self.last_engine + k) % n;
-                let sh = &self.engines[e].shared;
-                if !sh.room() {
-                    continue;
-                }
-                let msgs = sh.unacked_msgs.load(Ordering::Relaxed);
-                let bytes = sh.unacked_bytes.load(Ordering::Relaxed);
-                if best.map_or(true, |(_, b, m)| (bytes, msgs) < (b, m)) {
-                    best = Some((e, bytes, msgs));
-                }
-            }
-            let Some((e, _, _)) = best else {
+            let Some(e) = self.least_loaded() else {
                 return Ok(false);
             };
             let hdr = part_header(seq, frame.len(), 0, 1);
@@ -1741,10 +1731,8 @@ impl Link for MptLink {
     }
 
     unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
-        if !self.async_copy {
-            return self.try_send(frame);
-        }
-        if frame.len() > self.max_frame {
+        // (`try_send` refuses frames over the largest with its error.)
+        if !self.async_copy || frame.len() > self.max_frame {
             return self.try_send(frame);
         }
         self.send_queued(frame, true)

@@ -278,6 +278,26 @@ pub fn for_parts(n: usize, align: usize, f: &PartFn<'_>) {
     }
 }
 
+/// Copies `n` bytes from `src` to `dst`, split over the helpers as [`for_parts`] does.
+///
+/// # Safety
+/// `src` must be valid for reads and `dst` for writes of `n` bytes, and the two ranges must
+/// not overlap.
+pub unsafe fn copy(src: *const u8, dst: *mut u8, n: usize) {
+    let (s, d) = (src as usize, dst as usize);
+    for_parts(n, 1, &|r: Range<usize>| {
+        // SAFETY: r lies inside [0, n), inside both ranges (the caller's promise), which do
+        // not overlap; addresses travel as integers so the parts may run on the helpers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (s + r.start) as *const u8,
+                (d + r.start) as *mut u8,
+                r.len(),
+            )
+        }
+    });
+}
+
 /// [`Pool::spawn_parts`] on the process's pool; `None` (nothing started: the caller does
 /// the work) when there is no pool or the work is below its threshold.
 pub fn spawn_parts(n: usize, align: usize, f: Arc<OwnedPartFn>) -> Option<Pending> {
