@@ -12,17 +12,8 @@ use ccl_transports::Link;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn pattern(len: usize, salt: u64) -> Vec<u8> {
-    let mut x = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+mod frames;
+use frames::pattern;
 
 fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
     ccl_transports::par::configure(2, 4096);

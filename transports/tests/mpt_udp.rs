@@ -27,17 +27,8 @@ fn pair(cfg: MptLinkConfig) -> (MptLink, MptLink) {
     )
 }
 
-fn pattern(len: usize, salt: u64) -> Vec<u8> {
-    let mut x = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+mod frames;
+use frames::pattern;
 
 /// Sends `sizes` from each side to the other at once, checking every frame on arrival (a
 /// frame may arrive in pieces: every piece but its last a multiple of `PIECE_ALIGN`).
