@@ -41,7 +41,18 @@ pub(crate) enum Split {
         input: Vec<usize>,
         output: Vec<usize>,
         gates: usize,
+        local: Vec<LocalCopy>,
     },
+}
+
+/// A rank's own block of a cut all-to-all or all-gather whose input and output are both on its
+/// GPU: copied there, on the stream, instead of down to host memory, across and back up (which
+/// tripled the bytes an out-of-place all-to-all put over PCIe and cost the proxy a host copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LocalCopy {
+    pub src: usize,
+    pub dst: usize,
+    pub bytes: usize,
 }
 
 /// Gates of a gated group's tasks (see [`Split::Gated`]).
@@ -50,6 +61,7 @@ pub(crate) struct Gating {
     pub input: Vec<usize>,
     pub output: Vec<usize>,
     pub gates: usize,
+    pub local: Vec<LocalCopy>,
 }
 
 impl Split {
@@ -64,12 +76,14 @@ impl Split {
                 input,
                 output,
                 gates,
+                local,
             } => (
                 vec![tasks],
                 Some(Gating {
                     input,
                     output,
                     gates,
+                    local,
                 }),
             ),
         }
@@ -105,8 +119,15 @@ fn elementwise(t: &Task) -> bool {
     )
 }
 
-/// How the group runs (`piece_bytes` 0: whole).
-pub(crate) fn split(tasks: &[Task], rank: usize, nranks: usize, piece_bytes: usize) -> Split {
+/// How the group runs (`piece_bytes` 0: whole). `on_device(p)`: address `p` is GPU memory of
+/// this rank, so a cut operation's own block from and to such memory becomes a [`LocalCopy`].
+pub(crate) fn split(
+    tasks: &[Task],
+    rank: usize,
+    nranks: usize,
+    piece_bytes: usize,
+    on_device: &dyn Fn(usize) -> bool,
+) -> Split {
     if piece_bytes == 0 || tasks.is_empty() {
         return Split::Whole;
     }
@@ -126,14 +147,18 @@ pub(crate) fn split(tasks: &[Task], rank: usize, nranks: usize, piece_bytes: usi
     let mut out = Vec::new();
     let mut pos = Vec::new();
     let mut cut_any = false;
+    let mut local = Vec::new();
     for t in tasks {
         let parts = match t.kind {
             // Worth cutting only when a block is (what every rank sees alike).
             TaskKind::Coll(Collective::AllGather | Collective::AlltoAll)
                 if t.count.saturating_mul(t.dtype.size()) > piece_bytes =>
             {
-                match as_p2p(t, rank, nranks) {
-                    Some(v) => v,
+                match as_p2p(t, rank, nranks, on_device) {
+                    Some((v, own)) => {
+                        local.extend(own);
+                        v
+                    }
                     None => vec![*t],
                 }
             }
@@ -174,15 +199,23 @@ pub(crate) fn split(tasks: &[Task], rank: usize, nranks: usize, piece_bytes: usi
         input,
         output,
         gates,
+        local,
     }
 }
 
 /// An all-gather or all-to-all as the sends and receives it amounts to, peer by peer; this
-/// rank's own block is a send to itself and a receive from itself (none when in place).
-fn as_p2p(t: &Task, rank: usize, nranks: usize) -> Option<Vec<Task>> {
+/// rank's own block is a send to itself and a receive from itself (none when in place), or a
+/// [`LocalCopy`] when both ends are on the device.
+fn as_p2p(
+    t: &Task,
+    rank: usize,
+    nranks: usize,
+    on_device: &dyn Fn(usize) -> bool,
+) -> Option<(Vec<Task>, Option<LocalCopy>)> {
     let bytes = t.count.checked_mul(t.dtype.size())?;
     t.recv.checked_add(bytes.checked_mul(nranks)?)?;
     let mut v = Vec::with_capacity(2 * nranks);
+    let mut own = None;
     for q in 0..nranks {
         // What goes to q, and where what comes from q lands (block q of the output).
         let send = match t.kind {
@@ -192,6 +225,14 @@ fn as_p2p(t: &Task, rank: usize, nranks: usize) -> Option<Vec<Task>> {
         };
         let recv = t.recv + q * bytes;
         if q == rank && send == recv {
+            continue;
+        }
+        if q == rank && on_device(send) && on_device(recv) {
+            own = Some(LocalCopy {
+                src: send,
+                dst: recv,
+                bytes,
+            });
             continue;
         }
         let base = Task {
@@ -210,7 +251,7 @@ fn as_p2p(t: &Task, rank: usize, nranks: usize) -> Option<Vec<Task>> {
             ..base
         });
     }
-    Some(v)
+    Some((v, own))
 }
 
 #[cfg(test)]
@@ -339,7 +380,7 @@ mod tests {
 
     /// The proxy jobs a split makes of a group, after checking its gates.
     fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
-        match split(g, r, n, piece) {
+        match split(g, r, n, piece, &|_| false) {
             Split::Whole => (vec![g.to_vec()], false),
             Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
             Split::Gated {
@@ -347,7 +388,9 @@ mod tests {
                 input,
                 output,
                 gates,
+                local,
             } => {
+                assert!(local.is_empty());
                 assert!((1..=MAX_PIECES).contains(&gates));
                 assert_eq!((input.len(), output.len()), (tasks.len(), tasks.len()));
                 let mut lane_gate: HashMap<(usize, bool), usize> = HashMap::new();
@@ -442,6 +485,59 @@ mod tests {
         }
     }
 
+    /// With both buffers on the device, a cut all-to-all's or all-gather's own block is a
+    /// local copy (not a send to and receive from itself); in place there is nothing to copy.
+    #[test]
+    fn own_block_on_the_device_becomes_a_local_copy() {
+        let self_lane = |ts: &[Task], r: usize| {
+            ts.iter().any(|t| {
+                matches!(t.kind, TaskKind::Send { peer } | TaskKind::Recv { peer } if peer == r)
+            })
+        };
+        for n in [2, 3, 4] {
+            for r in 0..n {
+                let c = 200;
+                let cases = [
+                    (
+                        t(TaskKind::Coll(Collective::AlltoAll), 0, 2048, c),
+                        Some((r * c, 2048 + r * c)),
+                    ),
+                    (
+                        t(TaskKind::Coll(Collective::AllGather), 0, 1024, c),
+                        Some((0, 1024 + r * c)),
+                    ),
+                    (
+                        t(TaskKind::Coll(Collective::AllGather), 1024 + r * c, 1024, c),
+                        None,
+                    ),
+                ];
+                for (task, own) in cases {
+                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, &|_| true)
+                    else {
+                        panic!("{task:?} not gated");
+                    };
+                    let want: Vec<LocalCopy> = own
+                        .map(|(s, d)| LocalCopy {
+                            src: BASE + s,
+                            dst: BASE + d,
+                            bytes: c,
+                        })
+                        .into_iter()
+                        .collect();
+                    assert_eq!(local, want, "{task:?} rank {r} of {n}");
+                    assert!(!self_lane(&tasks, r), "{task:?}: still a lane to itself");
+                    // Off the device the own block stays a send and receive (out of place).
+                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, &|_| false)
+                    else {
+                        panic!("{task:?} not gated");
+                    };
+                    assert!(local.is_empty());
+                    assert_eq!(self_lane(&tasks, r), own.is_some());
+                }
+            }
+        }
+    }
+
     /// Rank 0 sends A then B to rank 1 in two groups; rank 1 receives both in one group, and
     /// sends back in between: pieces still pair in call order per peer.
     #[test]
@@ -486,7 +582,7 @@ mod tests {
         let off = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 500)]];
         same_outcome(&off, n, 0, false);
         let rs = t(TaskKind::Coll(Collective::ReduceScatter), 0, 2048, 500);
-        assert!(matches!(split(&[rs], 0, 2, 64), Split::Whole));
+        assert!(matches!(split(&[rs], 0, 2, 64, &|_| false), Split::Whole));
         // A collective beside point-to-point on one rank, alone on the other (and the
         // receive in a group of its own): every operation is cut alike.
         let mixed = |r: usize| {
@@ -509,7 +605,7 @@ mod tests {
         let big = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000)]];
         same_outcome(&big, n, 1, true);
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000);
-        let Split::Sequential(p) = split(&[ar], 0, 2, 1) else {
+        let Split::Sequential(p) = split(&[ar], 0, 2, 1, &|_| false) else {
             panic!("not cut");
         };
         assert!(
@@ -628,7 +724,7 @@ mod tests {
                     input,
                     gates,
                     ..
-                } = split(g, r, 2, 256)
+                } = split(g, r, 2, 256, &|_| false)
                 else {
                     panic!("rank {r} group {gi} not gated");
                 };

@@ -11,7 +11,9 @@
 # correctness sweep of all nine ops, 8 B..64 MiB, through the network path with the last of
 # PIECES; logs net/check.*.log), COPY_THREADS (CCL_COPY_THREADS for every libccl run: helper
 # threads sharing the executor's copies of received frames; default auto), ASYNC
-# (CCL_MPT_ASYNC_COPY values: 1 = deferred sends copied on the copy threads; default 0).
+# (CCL_MPT_ASYNC_COPY values: 1 = deferred sends copied on the copy threads; default 0), ZERO
+# (CCL_MPT_ZERO_COPY values: 1 = frames sent from the operation's memory, uncopied; default 1).
+# OPS (default "all_reduce sendrecv alltoall").
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -21,7 +23,7 @@ CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}
 busbw() { grep -E '^ +[0-9]' "$1" | tail -n 1 | awk '{print $8, $9}'; }
 printf '| op | NCCL socket GB/s | libccl mpt GB/s | engines | piece bytes | frame bytes | ratio | libccl #wrong |\n|---|---:|---:|---:|---:|---:|---:|---:|\n'
-for op in all_reduce sendrecv alltoall; do
+for op in ${OPS:-all_reduce sendrecv alltoall}; do
   LD_LIBRARY_PATH=$NV NCCL_NET=Socket timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np 2 \
     -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x NCCL_NET -x NCCL_NVLS_ENABLE \
     .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$L/$op.nccl.log" 2>&1
@@ -30,18 +32,20 @@ for op in all_reduce sendrecv alltoall; do
     for p in ${PIECES:-0 4194304}; do
       for f in ${FRAMES:-auto}; do
       for a in ${ASYNC:-0}; do
-      log=$L/$op.ccl.e$e.p$p.f$f.a$a.log
+      for z in ${ZERO:-1}; do
+      log=$L/$op.ccl.e$e.p$p.f$f.a$a.z$z.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
-        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} CCL_MPT_ASYNC_COPY=$a NCCL_DEBUG=INFO timeout -s KILL 180 \
+        CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} CCL_MPT_ASYNC_COPY=$a CCL_MPT_ZERO_COPY=$z NCCL_DEBUG=INFO timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_DEBUG \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
-        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_ASYNC_COPY \
+        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_ASYNC_COPY -x CCL_MPT_ZERO_COPY \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       # The executor's account of its time (printed at destroy), to $L/executor.txt.
-      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f a$a: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
-      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p -v f="$f a$a" -v w="$cw" \
+      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f a$a z$z: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
+      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p  -v f="$f a$a z$z" -v w="$cw" \
         'BEGIN { printf "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, f, (n>0?c/n:0), w }'
+      done
       done
       done
     done
@@ -50,7 +54,7 @@ done
 [ -s "$L/executor.txt" ] && { echo; cat "$L/executor.txt"; }
 if [ "${HOSTMEM:-0}" = 1 ]; then
   printf '\n| op | libccl mpt, host memory GB/s | engines | #wrong |\n|---|---:|---:|---:|\n'
-  for op in all_reduce sendrecv alltoall; do
+  for op in ${OPS:-all_reduce sendrecv alltoall}; do
     for e in ${ENGINES:-1 4}; do
       log=$L/$op.host.e$e.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e timeout -s KILL 120 \

@@ -1,6 +1,6 @@
 //! [`MptLink`]: a [`Link`] over multipath [`Connection`]s on the UDP datapath.
 //!
-//! A link runs `engines` (1..=8) independent sub-links, each with its own connection, set
+//! A link runs `engines` (1..=16) independent sub-links, each with its own connection, set
 //! of UDP paths and engine thread ("a progress thread per NIC/engine").
 //!
 //! Each engine owns two preallocated slabs of `slots` messages of its largest message each
@@ -58,7 +58,7 @@ const HELLO_MAGIC: &[u8; 4] = b"MPT1";
 /// then one `MPT1` body (flow id, path count, ports) per engine.
 const HELLO_MAGIC_ENGINES: &[u8; 4] = b"MPTE";
 /// Most engines per link.
-pub const MAX_ENGINES: usize = 8;
+pub const MAX_ENGINES: usize = 16;
 /// Longest hello: magic, engine count, frame layout, and per engine flow id, path count
 /// and 256 ports.
 const MAX_HELLO: usize = 22 + MAX_ENGINES * (4 + 2 * 256);
@@ -97,7 +97,7 @@ pub struct MptLinkConfig {
     pub chunk_size: u32,
     /// Seed of loss injection and path sampling.
     pub seed: u64,
-    /// Engines (sub-links, each with its own connection, paths and thread), 1..=8; a link
+    /// Engines (sub-links, each with its own connection, paths and thread), 1..=16; a link
     /// runs the smaller of its two sides' counts.
     pub engines: usize,
     /// With several engines, frames longer than this are split into one part per engine.
@@ -111,6 +111,11 @@ pub struct MptLinkConfig {
     /// receive, say), and queued once copied, in order: the user's thread no longer waits for
     /// its sends' copies. Off by default (not yet measured on a many-core host).
     pub async_copy: bool,
+    /// Frames handed over with [`Link::try_send_deferred`] are not copied at all: the engines
+    /// send (and resend) them from the caller's memory, which the caller keeps unchanged until
+    /// the link has nothing pending (every message acknowledged); [`Link::quiesce`] copies what
+    /// is still unacknowledged into the send slots. Takes precedence over `async_copy`.
+    pub zero_copy: bool,
 }
 
 impl Default for MptLinkConfig {
@@ -129,6 +134,7 @@ impl Default for MptLinkConfig {
             split_bytes: 256 * 1024,
             engine_copy: false,
             async_copy: false,
+            zero_copy: false,
         }
     }
 }
@@ -176,6 +182,11 @@ struct Inner {
     send_done: Vec<bool>,
     /// Length of the message in each send slot, to keep `unacked_bytes`.
     send_len: Vec<u64>,
+    /// Per send slot, a borrowed message (`MptLinkConfig::zero_copy`): `(addr, head)` -- its
+    /// first `head` bytes lie in the slot, the rest at `addr`, in the sender's memory, which
+    /// the sender keeps unchanged until the message is acknowledged (or `unborrow` copied it
+    /// into the slot). `(0, 0)`: the whole message is in the slot.
+    send_ext: Vec<(usize, usize)>,
     unacked_bytes: u64,
     next_send: u64,
     oldest_unacked: u64,
@@ -235,6 +246,12 @@ impl Inner {
     /// Hands the `len`-byte message written into the next send slot to the connection;
     /// `Ok(false)` when the connection has no room for it yet.
     fn register(&mut self, len: usize) -> Result<bool> {
+        self.register_borrowed(len, (0, 0))
+    }
+
+    /// [`Inner::register`] of a message whose bytes past `ext.1` lie at `ext.0` (see
+    /// `send_ext`).
+    fn register_borrowed(&mut self, len: usize, ext: (usize, usize)) -> Result<bool> {
         let slot = (self.next_send % self.slots) as usize;
         let now = self.now();
         match self.conn.send(now, len as u64, 0) {
@@ -245,6 +262,7 @@ impl Inner {
             Err(e) => return Err(Error::Protocol(format!("mpt send: {e}"))),
         }
         self.send_len[slot] = len as u64;
+        self.send_ext[slot] = ext;
         self.unacked_bytes += len as u64;
         self.next_send += 1;
         Ok(true)
@@ -321,7 +339,7 @@ impl Inner {
                     break;
                 };
                 let Some(out) = self.tx.slot() else { break };
-                let Ok(len) = t.frame.encode(out) else {
+                let Ok(mut len) = t.frame.encode(out) else {
                     // Nothing committed may outlive this call (payloads are borrowed).
                     self.tx.clear();
                     self.fail("encode frame".into());
@@ -340,16 +358,37 @@ impl Inner {
                         self.fail("payload outside the send slab".into());
                         return moved;
                     }
+                    let (ext, head) = self.send_ext[slot];
+                    // Of a borrowed message, the bytes under `head` (the part header) lie in
+                    // the slot: those of this chunk go into the batch behind its header.
+                    let in_slot = if ext == 0 {
+                        plen
+                    } else {
+                        head.saturating_sub(off).min(plen)
+                    };
                     // SAFETY: the range lies inside slot `slot` (checked above), which holds a
                     // message handed to the connection and not yet retired: nothing writes it
                     // now (see `Slab`), and it is retired only by events drained after this
-                    // batch has been sent.
-                    payload = unsafe {
-                        std::slice::from_raw_parts(
-                            send_slab.ptr().add(slot * self.max_frame + off),
-                            plen,
-                        )
-                    };
+                    // batch has been sent. A borrowed message's other bytes are the sender's,
+                    // unchanged until the message is retired or `unborrow`ed (under this lock).
+                    unsafe {
+                        let in_slab = send_slab.ptr().add(slot * self.max_frame + off);
+                        if ext == 0 {
+                            payload = std::slice::from_raw_parts(in_slab, plen);
+                        } else {
+                            // `len + plen <= out.len()` (checked above).
+                            out[len..len + in_slot]
+                                .copy_from_slice(std::slice::from_raw_parts(in_slab, in_slot));
+                            let from = off + in_slot - head;
+                            payload = std::slice::from_raw_parts(
+                                (ext + from) as *const u8,
+                                plen - in_slot,
+                            );
+                        }
+                    }
+                    if ext != 0 {
+                        len += in_slot;
+                    }
                 }
                 if self.udp.inject_drop() {
                     continue;
@@ -387,6 +426,7 @@ impl Inner {
                             break;
                         }
                         self.send_done[s] = false;
+                        self.send_ext[s] = (0, 0);
                         self.unacked_bytes = self.unacked_bytes.saturating_sub(self.send_len[s]);
                         self.oldest_unacked += 1;
                     }
@@ -554,6 +594,68 @@ impl Shared {
             self.kick(&mut g);
         }
         Ok(true)
+    }
+
+    /// [`Shared::commit`] of a borrowed message: its first `head` bytes were written into the
+    /// reserved slot, the other `len - head` lie at `ext` and are read from there until the
+    /// message is acknowledged.
+    ///
+    /// # Safety
+    /// `ext` must stay valid for `len - head` reads, unchanged, until the engine has no
+    /// unacknowledged message (`pending` is false) or [`Shared::unborrow`] has returned.
+    unsafe fn commit_borrowed(
+        &self,
+        len: usize,
+        ext: *const u8,
+        head: usize,
+        drive: bool,
+    ) -> Result<bool> {
+        let mut g = self.lock();
+        g.check()?;
+        if len > g.max_frame || head > len {
+            return Err(Error::Protocol(format!(
+                "mpt borrowed message of {len} bytes (head {head}) over the engine's {}",
+                g.max_frame
+            )));
+        }
+        if !g.register_borrowed(len, (ext as usize, head))? {
+            return Ok(false);
+        }
+        if drive {
+            self.touch();
+            self.run(&mut g);
+        } else {
+            self.publish(&g);
+            self.kick(&mut g);
+        }
+        Ok(true)
+    }
+
+    /// Copies every unacknowledged borrowed message into its slot, so nothing reads the
+    /// sender's memory any more (a failed operation is about to give its buffers back); the
+    /// messages go on from the slots.
+    fn unborrow(&self) {
+        let mut g = self.lock();
+        for seq in g.oldest_unacked..g.next_send {
+            let slot = (seq % g.slots) as usize;
+            let (ext, head) = g.send_ext[slot];
+            if ext == 0 {
+                continue;
+            }
+            let len = g.send_len[slot] as usize;
+            // SAFETY: the slot holds this unretired message of `len <= max_frame` bytes
+            // (register checked the length against the slot); its bytes past `head` are
+            // still the sender's (see `commit_borrowed`), disjoint from the slab; progress,
+            // the only reader, is excluded by the lock.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    ext as *const u8,
+                    self.send_slab.ptr().add(slot * g.max_frame + head),
+                    len - head,
+                );
+            }
+            g.send_ext[slot] = (0, 0);
+        }
     }
 
     /// Queues one message made of `hdr` then `payload`. `drive`: run progress inline (the
@@ -849,6 +951,7 @@ impl MptEndpoint {
             in_flight: std::collections::VecDeque::new(),
             reserved: [0; MAX_ENGINES],
             async_copy: cfg.async_copy && n > 1,
+            zero_copy: cfg.zero_copy,
         })
     }
 }
@@ -932,7 +1035,7 @@ fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
         return Err("bad magic");
     };
     if engines == 0 || engines > MAX_ENGINES {
-        return Err("engine count outside 1..=8");
+        return Err("engine count outside 1..=16");
     }
     let mut out = Vec::with_capacity(engines);
     for _ in 0..engines {
@@ -1003,6 +1106,7 @@ fn start_engine(
         slots,
         send_done: vec![false; n],
         send_len: vec![0; n],
+        send_ext: vec![(0, 0); n],
         unacked_bytes: 0,
         next_send: 0,
         oldest_unacked: 0,
@@ -1207,6 +1311,7 @@ pub struct MptLink {
     /// Per engine: slots reserved by `in_flight` frames, not queued yet.
     reserved: [u64; MAX_ENGINES],
     async_copy: bool,
+    zero_copy: bool,
 }
 
 /// A frame of an async-copy link whose parts' slots are reserved (see `MptLink::in_flight`).
@@ -1489,6 +1594,67 @@ impl MptLink {
         }
     }
 
+    /// Queues `frame` without copying it (`zero_copy`): each message's part header goes into
+    /// its slot, the bytes stay where they are.
+    ///
+    /// # Safety
+    /// As [`Link::try_send_deferred`]: `frame` stays valid and unchanged until `has_pending`
+    /// is false or `quiesce` has returned.
+    unsafe fn send_borrowed(&mut self, frame: &[u8]) -> Result<bool> {
+        self.check_failed()?;
+        let n = self.engines.len();
+        if n == 1 {
+            let one = &self.engines[0].shared;
+            if one.reserve(frame.len(), true)?.is_none() {
+                return Ok(false);
+            }
+            // SAFETY: per this function's contract.
+            return unsafe { one.commit_borrowed(frame.len(), frame.as_ptr(), 0, true) };
+        }
+        let seq = self.next_seq;
+        let mut parts = [(0usize, 0usize, 0usize); MAX_ENGINES];
+        let count = if splits(frame.len(), self.split_bytes, n) {
+            if !(0..n).all(|e| self.has_room(e)) {
+                return Ok(false);
+            }
+            for (i, p) in parts.iter_mut().enumerate().take(n) {
+                let (lo, hi) = part_range(frame.len(), i, n);
+                *p = (i, lo, hi);
+            }
+            n
+        } else {
+            let Some(e) = self.least_loaded() else {
+                return Ok(false);
+            };
+            self.last_engine = e;
+            parts[0] = (e, 0, frame.len());
+            1
+        };
+        for (k, &(e, lo, hi)) in parts.iter().enumerate().take(count) {
+            let sh = &self.engines[e].shared;
+            let refused = || {
+                Error::Protocol(format!(
+                    "mpt engine {e} refused part {k} of frame {seq} after showing room"
+                ))
+            };
+            let dst = sh
+                .reserve(PART_HEADER + hi - lo, false)?
+                .ok_or_else(refused)?;
+            let hdr = part_header(seq, frame.len(), k, count);
+            // SAFETY: `dst` is a free slot of at least PART_HEADER bytes (`reserve`).
+            unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
+            let part = frame.get(lo..hi).ok_or_else(refused)?;
+            // SAFETY: per this function's contract; `part` lies inside `frame`.
+            if !unsafe {
+                sh.commit_borrowed(PART_HEADER + part.len(), part.as_ptr(), PART_HEADER, false)
+            }? {
+                return Err(refused());
+            }
+        }
+        self.next_seq += 1;
+        Ok(true)
+    }
+
     fn try_send_multi(&mut self, frame: &[u8]) -> Result<bool> {
         self.check_failed()?;
         let n = self.engines.len();
@@ -1732,7 +1898,15 @@ impl Link for MptLink {
 
     unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
         // (`try_send` refuses frames over the largest with its error.)
-        if !self.async_copy || frame.len() > self.max_frame {
+        if frame.is_empty() || frame.len() > self.max_frame {
+            return self.try_send(frame);
+        }
+        if self.zero_copy && self.in_flight.is_empty() {
+            // SAFETY: the caller keeps `frame` unchanged until `has_pending` is false or
+            // `quiesce` returned (this method's contract), which is what borrowing needs.
+            return unsafe { self.send_borrowed(frame) };
+        }
+        if !self.async_copy {
             return self.try_send(frame);
         }
         self.send_queued(frame, true)
@@ -1740,6 +1914,9 @@ impl Link for MptLink {
 
     fn quiesce(&mut self) {
         self.wait_copies_in_flight();
+        for e in &self.engines {
+            e.shared.unborrow();
+        }
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {

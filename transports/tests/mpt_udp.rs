@@ -366,10 +366,10 @@ fn mismatched_engine_counts_settle_on_the_smaller() {
 }
 
 #[test]
-fn engine_counts_outside_one_to_eight_are_refused() {
-    for n in [0, 9] {
+fn engine_counts_outside_one_to_sixteen_are_refused() {
+    for n in [0, 17] {
         let e = MptEndpoint::bind(LO, engines_cfg(n, 0.0)).err().unwrap();
-        assert!(e.to_string().contains("engines must be in 1..=8"), "{e}");
+        assert!(e.to_string().contains("engines must be in 1..=16"), "{e}");
     }
 }
 
