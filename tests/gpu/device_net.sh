@@ -13,7 +13,8 @@
 # threads sharing the executor's copies of received frames; default auto), ASYNC
 # (CCL_MPT_ASYNC_COPY values: 1 = deferred sends copied on the copy threads; default 0), ZERO
 # (CCL_MPT_ZERO_COPY values: 1 = frames sent from the operation's memory, uncopied; default 1).
-# OPS (default "all_reduce sendrecv alltoall").
+# OPS (default "all_reduce sendrecv alltoall"), CHECK_PIECES (piece sizes of the NET_CHECK sweep;
+# default the last of PIECES).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -68,12 +69,14 @@ if [ "${HOSTMEM:-0}" = 1 ]; then
 fi
 if [ "${NET_CHECK:-0}" = 1 ]; then
   p=${PIECES:-0 4194304}; p=${p##* }
+  for p in ${CHECK_PIECES:-$p}; do
   for op in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
-    log=$L/check.$op.log
+    log=$L/check.$op.p$p.log
     LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_GPU_PIECE_BYTES=$p timeout -s KILL 120 \
       mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
       -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES -x CCL_COPY_THREADS \
       .dev/ccl-perf $op -b 8 -e 64M -f 8 -n 2 -w 1 -c 1 > "$log" 2>&1
     echo "net check $op (pieces $p): exit $?, wrong $(awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$log"), rows $(grep -c '^ *[0-9]' "$log")"
+  done
   done
 fi
