@@ -581,9 +581,21 @@ impl Shared {
     /// Queues the `len`-byte message written into the slot [`Shared::reserve`] returned;
     /// `Ok(false)` when the connection has no room for it yet.
     fn commit(&self, len: usize, drive: bool) -> Result<bool> {
+        self.queue(len, (0, 0), drive)
+    }
+
+    /// Registers the message in the next send slot (`ext`: see `Inner::send_ext`), then runs
+    /// progress (`drive`) or tells the engine thread.
+    fn queue(&self, len: usize, ext: (usize, usize), drive: bool) -> Result<bool> {
         let mut g = self.lock();
         g.check()?;
-        if !g.register(len)? {
+        if len > g.max_frame || ext.1 > len {
+            return Err(Error::Protocol(format!(
+                "mpt message of {len} bytes (head {}) over the engine's {}",
+                ext.1, g.max_frame
+            )));
+        }
+        if !g.register_borrowed(len, ext)? {
             return Ok(false);
         }
         if drive {
@@ -610,25 +622,7 @@ impl Shared {
         head: usize,
         drive: bool,
     ) -> Result<bool> {
-        let mut g = self.lock();
-        g.check()?;
-        if len > g.max_frame || head > len {
-            return Err(Error::Protocol(format!(
-                "mpt borrowed message of {len} bytes (head {head}) over the engine's {}",
-                g.max_frame
-            )));
-        }
-        if !g.register_borrowed(len, (ext as usize, head))? {
-            return Ok(false);
-        }
-        if drive {
-            self.touch();
-            self.run(&mut g);
-        } else {
-            self.publish(&g);
-            self.kick(&mut g);
-        }
-        Ok(true)
+        self.queue(len, (ext as usize, head), drive)
     }
 
     /// Copies every unacknowledged borrowed message into its slot, so nothing reads the
@@ -1314,6 +1308,9 @@ pub struct MptLink {
     zero_copy: bool,
 }
 
+/// Where a frame's parts go: (engine, frame range) per part, and how many parts.
+type PartPlacement = ([(usize, usize, usize); MAX_ENGINES], usize);
+
 /// A frame of an async-copy link whose parts' slots are reserved (see `MptLink::in_flight`).
 struct InFlight {
     /// The copy on the copy threads; `None`: done on the user's thread already.
@@ -1487,6 +1484,29 @@ impl MptLink {
         best.map(|(e, _, _)| e)
     }
 
+    /// Where the parts of the next `len`-byte frame go, as (engine, frame range) per part and
+    /// the part count, on a link of several engines: a frame longer than `split_bytes` one part
+    /// per engine (all must have room), a shorter one whole on the least-loaded engine (which
+    /// becomes `last_engine`). `None`: no room now.
+    fn place_parts(&mut self, len: usize) -> Option<PartPlacement> {
+        let n = self.engines.len();
+        let mut parts = [(0usize, 0usize, 0usize); MAX_ENGINES];
+        if splits(len, self.split_bytes, n) {
+            if !(0..n).all(|e| self.has_room(e)) {
+                return None;
+            }
+            for (i, p) in parts.iter_mut().enumerate().take(n) {
+                let (lo, hi) = part_range(len, i, n);
+                *p = (i, lo, hi);
+            }
+            return Some((parts, n));
+        }
+        let e = self.least_loaded()?;
+        self.last_engine = e;
+        parts[0] = (e, 0, len);
+        Some((parts, 1))
+    }
+
     /// Sends `frame` through the in-flight queue (`async_copy`): reserves its parts' slots
     /// behind the frames still in flight, writes the part headers, copies the payload -- on
     /// the copy threads when `deferred` (the caller keeps `frame` unchanged until the link
@@ -1495,27 +1515,15 @@ impl MptLink {
     fn send_queued(&mut self, frame: &[u8], deferred: bool) -> Result<bool> {
         self.check_failed()?;
         self.commit_ready()?;
-        let n = self.engines.len();
         let seq = self.next_seq;
+        let Some((ranges, count)) = self.place_parts(frame.len()) else {
+            return Ok(false);
+        };
         // (engine, part header, frame range) of each part.
         let mut parts = [(0usize, [0u8; PART_HEADER], 0usize, 0usize); MAX_ENGINES];
-        let count = if splits(frame.len(), self.split_bytes, n) {
-            if !(0..n).all(|e| self.has_room(e)) {
-                return Ok(false);
-            }
-            for (i, p) in parts.iter_mut().enumerate().take(n) {
-                let (lo, hi) = part_range(frame.len(), i, n);
-                *p = (i, part_header(seq, frame.len(), i, n), lo, hi);
-            }
-            n
-        } else {
-            let Some(e) = self.least_loaded() else {
-                return Ok(false);
-            };
-            self.last_engine = e;
-            parts[0] = (e, part_header(seq, frame.len(), 0, 1), 0, frame.len());
-            1
-        };
+        for (k, (p, &(e, lo, hi))) in parts.iter_mut().zip(&ranges).enumerate().take(count) {
+            *p = (e, part_header(seq, frame.len(), k, count), lo, hi);
+        }
         let mut lens = [0usize; MAX_ENGINES];
         let mut to = [(0usize, 0usize, 0usize); MAX_ENGINES];
         for (k, &(e, hdr, lo, hi)) in parts.iter().enumerate().take(count) {
@@ -1612,23 +1620,8 @@ impl MptLink {
             return unsafe { one.commit_borrowed(frame.len(), frame.as_ptr(), 0, true) };
         }
         let seq = self.next_seq;
-        let mut parts = [(0usize, 0usize, 0usize); MAX_ENGINES];
-        let count = if splits(frame.len(), self.split_bytes, n) {
-            if !(0..n).all(|e| self.has_room(e)) {
-                return Ok(false);
-            }
-            for (i, p) in parts.iter_mut().enumerate().take(n) {
-                let (lo, hi) = part_range(frame.len(), i, n);
-                *p = (i, lo, hi);
-            }
-            n
-        } else {
-            let Some(e) = self.least_loaded() else {
-                return Ok(false);
-            };
-            self.last_engine = e;
-            parts[0] = (e, 0, frame.len());
-            1
+        let Some((parts, count)) = self.place_parts(frame.len()) else {
+            return Ok(false);
         };
         for (k, &(e, lo, hi)) in parts.iter().enumerate().take(count) {
             let sh = &self.engines[e].shared;

@@ -9,26 +9,18 @@ use std::time::{Duration, Instant};
 
 use ccl_transports::mpt::CcKind;
 use ccl_transports::mpt_link::{MptEndpoint, MptLink, MptLinkConfig};
-use ccl_transports::{Link, PIECE_ALIGN};
+use ccl_transports::Link;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 mod support;
 
 fn pair(cfg: MptLinkConfig) -> (MptLink, MptLink) {
-    let mut ca = cfg.clone();
-    ca.seed ^= 1;
-    let a = MptEndpoint::bind(LO, ca).unwrap();
-    let b = MptEndpoint::bind(LO, cfg).unwrap();
-    let (ha, hb) = (a.hello().unwrap(), b.hello().unwrap());
-    (
-        a.connect(LO, &hb, None).unwrap(),
-        b.connect(LO, &ha, None).unwrap(),
-    )
+    link_pair(cfg)
 }
 
 mod frames;
-use frames::pattern;
+use frames::{exchange_frames, link_pair, pattern};
 
 /// Sends `sizes` from each side to the other at once, checking every frame on arrival (a
 /// frame may arrive in pieces: every piece but its last a multiple of `PIECE_ALIGN`).
@@ -38,50 +30,7 @@ fn exchange(a: &mut MptLink, b: &mut MptLink, sizes: &[usize]) {
         .enumerate()
         .map(|(i, &n)| pattern(n, i as u64))
         .collect();
-    let mut sent = [0usize; 2];
-    let mut got = [0usize; 2];
-    let mut partial: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while got != [frames.len(); 2] || a.has_pending() || b.has_pending() {
-        assert!(
-            Instant::now() < deadline,
-            "stalled: sent {sent:?} got {got:?}"
-        );
-        for side in 0..2 {
-            let (tx, rx): (&mut MptLink, &mut MptLink) = if side == 0 {
-                (&mut *a, &mut *b)
-            } else {
-                (&mut *b, &mut *a)
-            };
-            while sent[side] < frames.len() && tx.try_send(&frames[sent[side]]).unwrap() {
-                sent[side] += 1;
-            }
-            tx.flush().unwrap();
-            while let Some(f) = rx.peek().unwrap() {
-                assert!(
-                    got[side] < frames.len(),
-                    "side {side}: a frame beyond the last"
-                );
-                let want = &frames[got[side]];
-                let part = &mut partial[side];
-                let piece = f.len();
-                part.extend_from_slice(f);
-                assert!(part.len() <= want.len(), "frame {} too long", got[side]);
-                rx.pop();
-                if part.len() < want.len() {
-                    assert_eq!(piece % PIECE_ALIGN, 0, "frame {} piece length", got[side]);
-                    continue;
-                }
-                assert!(part[..] == want[..], "frame {} content", got[side]);
-                part.clear();
-                got[side] += 1;
-            }
-        }
-    }
-    // Exactly once: nothing further arrives after the last frame, even given time.
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(a.peek().unwrap().is_none(), "a: a frame after the last");
-    assert!(b.peek().unwrap().is_none(), "b: a frame after the last");
+    exchange_frames(a, b, &frames, false);
 }
 
 fn sizes() -> Vec<usize> {

@@ -5,19 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use ccl_transports::mpt_link::{MptEndpoint, MptLink, MptLinkConfig};
+use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::Link;
 
-const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
 mod frames;
-use frames::pattern;
+use frames::{exchange_frames, link_pair, pattern};
 
 fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
-    let cfg = MptLinkConfig {
+    link_pair(MptLinkConfig {
         engines,
         paths: 4,
         max_frame: 1 << 20,
@@ -25,68 +22,7 @@ fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
         drop_rate,
         zero_copy: true,
         ..MptLinkConfig::default()
-    };
-    let mut ca = cfg.clone();
-    ca.seed ^= 1;
-    let a = MptEndpoint::bind(LO, ca).unwrap();
-    let b = MptEndpoint::bind(LO, cfg).unwrap();
-    let (ha, hb) = (a.hello().unwrap(), b.hello().unwrap());
-    (
-        a.connect(LO, &hb, None).unwrap(),
-        b.connect(LO, &ha, None).unwrap(),
-    )
-}
-
-/// Runs both directions until every frame of `frames` arrived at the other side, in order and
-/// equal to `want`; every third frame is sent copied, the others borrowed.
-fn exchange(a: &mut MptLink, b: &mut MptLink, frames: &[Vec<u8>], want: &[Vec<u8>]) {
-    let mut sent = [0usize; 2];
-    let mut got = [0usize; 2];
-    let mut partial = [Vec::new(), Vec::new()];
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while got != [frames.len(); 2] || a.has_pending() || b.has_pending() {
-        assert!(
-            Instant::now() < deadline,
-            "stalled: sent {sent:?} got {got:?}"
-        );
-        for side in 0..2 {
-            let (tx, rx): (&mut MptLink, &mut MptLink) = if side == 0 {
-                (&mut *a, &mut *b)
-            } else {
-                (&mut *b, &mut *a)
-            };
-            while sent[side] < frames.len() {
-                let f = &frames[sent[side]];
-                let ok = if sent[side] % 3 == 2 {
-                    tx.try_send(f).unwrap()
-                } else {
-                    // SAFETY: `frames` outlives the loop, which ends only once nothing is
-                    // pending, and is not written meanwhile.
-                    unsafe { tx.try_send_deferred(f) }.unwrap()
-                };
-                if !ok {
-                    break;
-                }
-                sent[side] += 1;
-            }
-            tx.flush().unwrap();
-            while let Some(p) = rx.peek().unwrap() {
-                partial[side].extend_from_slice(p);
-                rx.pop();
-                let w = &want[got[side]];
-                assert!(
-                    partial[side].len() <= w.len(),
-                    "frame {} too long",
-                    got[side]
-                );
-                if partial[side].len() == w.len() {
-                    assert!(partial[side] == *w, "frame {} differs", got[side]);
-                    partial[side].clear();
-                    got[side] += 1;
-                }
-            }
-        }
-    }
+    })
 }
 
 /// Frames of every shape (split over the engines, whole on one, tiny), borrowed and copied in
@@ -109,7 +45,7 @@ fn borrowed_sends_arrive_intact_and_in_order() {
         let frames: Vec<Vec<u8>> = (0..40)
             .map(|i| pattern(sizes[i % sizes.len()], i as u64))
             .collect();
-        exchange(&mut a, &mut b, &frames, &frames);
+        exchange_frames(&mut a, &mut b, &frames, true);
         assert_eq!(a.messages_per_engine().len(), engines);
     }
 }
