@@ -8,7 +8,7 @@ use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::Link;
 
 mod frames;
-use frames::{exchange_frames, link_pair, pattern};
+use frames::{exchange_frames, frames_of_every_shape, link_pair, pattern};
 
 fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
     ccl_transports::par::configure(2, 4096);
@@ -30,19 +30,7 @@ fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
 fn deferred_sends_arrive_intact_and_in_order() {
     for (engines, drop_rate) in [(2, 0.0), (3, 0.01), (4, 0.0)] {
         let (mut a, mut b) = pair(engines, drop_rate);
-        let sizes = [
-            1 << 20,
-            (1 << 20) - 7,
-            300_000,
-            262_144,
-            1,
-            64,
-            700_001,
-            5000,
-        ];
-        let frames: Vec<Vec<u8>> = (0..40)
-            .map(|i| pattern(sizes[i % sizes.len()], i as u64))
-            .collect();
+        let frames = frames_of_every_shape();
         exchange_frames(&mut a, &mut b, &frames, true);
     }
 }

@@ -11,7 +11,7 @@ use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::Link;
 
 mod frames;
-use frames::{exchange_frames, link_pair, pattern};
+use frames::{exchange_frames, frames_of_every_shape, link_pair, pattern};
 
 fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
     link_pair(MptLinkConfig {
@@ -32,19 +32,7 @@ fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
 fn borrowed_sends_arrive_intact_and_in_order() {
     for (engines, drop_rate) in [(1, 0.0), (1, 0.02), (2, 0.0), (3, 0.02), (4, 0.0)] {
         let (mut a, mut b) = pair(engines, drop_rate);
-        let sizes = [
-            1 << 20,
-            (1 << 20) - 7,
-            300_000,
-            262_144,
-            1,
-            64,
-            700_001,
-            5000,
-        ];
-        let frames: Vec<Vec<u8>> = (0..40)
-            .map(|i| pattern(sizes[i % sizes.len()], i as u64))
-            .collect();
+        let frames = frames_of_every_shape();
         exchange_frames(&mut a, &mut b, &frames, true);
         assert_eq!(a.messages_per_engine().len(), engines);
     }

@@ -98,3 +98,22 @@ pub fn exchange_frames(a: &mut MptLink, b: &mut MptLink, frames: &[Vec<u8>], def
     assert!(a.peek().unwrap().is_none(), "a: a frame after the last");
     assert!(b.peek().unwrap().is_none(), "b: a frame after the last");
 }
+
+/// 40 frames of 1 MiB links' every shape (split over several engines, whole on one, tiny),
+/// each of its own pattern.
+#[allow(dead_code)] // a shared test module: not every test binary uses every helper
+pub fn frames_of_every_shape() -> Vec<Vec<u8>> {
+    let sizes = [
+        1 << 20,
+        (1 << 20) - 7,
+        300_000,
+        262_144,
+        1,
+        64,
+        700_001,
+        5000,
+    ];
+    (0..40)
+        .map(|i| pattern(sizes[i % sizes.len()], i as u64))
+        .collect()
+}
