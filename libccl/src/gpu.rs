@@ -366,8 +366,11 @@ impl GpuEngine {
     /// flight cost a fresh pinned allocation of the whole group each time (128 MiB all_reduce
     /// over the network path: 46 ms out of place, where every chunk was new, against 30 ms in
     /// place, which found them made). Waiting is safe: the chunk's operation was handed to the
-    /// proxy and ordered on its stream before this call, so it finishes without this thread.
+    /// proxy and ordered on its stream before this call, so it finishes without this thread --
+    /// unless that stream waits on work this thread has yet to issue elsewhere; so past
+    /// [`CHUNK_WAIT`] a new chunk is made after all (and a warning says so, once).
     fn chunk(&self, bytes: usize, abort: &AtomicBool) -> Result<(usize, usize)> {
+        let give_up = std::time::Instant::now() + CHUNK_WAIT;
         loop {
             {
                 let mut chunks = self.chunks.lock();
@@ -386,7 +389,18 @@ impl GpuEngine {
                         return Ok((i, c.buf.as_ptr() as usize));
                     }
                 }
-                if fitting < CHUNKS_PER_SIZE {
+                let waited_out = std::time::Instant::now() >= give_up;
+                if waited_out {
+                    static TOLD: AtomicBool = AtomicBool::new(false);
+                    if !TOLD.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "GPU staging: no free pinned chunk of {bytes} bytes after {} ms; \
+                             allocating another (queued operations wait on each other?)",
+                            CHUNK_WAIT.as_millis()
+                        );
+                    }
+                }
+                if fitting < CHUNKS_PER_SIZE || waited_out {
                     let cap = bytes.max(1 << 20).next_power_of_two();
                     let buf = PinnedBuffer::new(&self.ctx, cap).map_err(cuda_err)?;
                     let base = buf.as_ptr() as usize;
@@ -407,6 +421,9 @@ impl GpuEngine {
 /// proxy job queued, its copies down ordered) while this one runs; a third would only cost
 /// another allocation.
 const CHUNKS_PER_SIZE: usize = 2;
+
+/// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
+const CHUNK_WAIT: Duration = Duration::from_secs(2);
 
 /// The distinct streams of a group's operations, in call order, as streams of `ctx`. Refuses a
 /// stream that is being captured into a CUDA graph: the flags and counters queued at call
