@@ -119,7 +119,7 @@ fn swift_backs_off_when_delay_exceeds_target() {
 /// A path whose round trip with nothing queued (300 us) is far over Swift's 50 us target, as
 /// on a busy host's loopback: Swift counts its target from the best round trip seen, so it
 /// still moves 8 MiB about as fast as CUBIC (with a fixed target it cut its window to the floor
-/// at every sample and paced one chunk per hundred round trips).
+/// at every sample and paced one chunk per hundred round trips); so does EQDS.
 #[test]
 fn swift_keeps_moving_when_the_base_round_trip_exceeds_its_target() {
     let fabric = FabricConfig {
@@ -138,10 +138,15 @@ fn swift_keeps_moving_when_the_base_round_trip_exceeds_its_target() {
         last.saturating_duration_since(Instant::ZERO)
     };
     let (swift, cubic) = (finish(CcKind::Swift), finish(CcKind::Cubic));
-    println!("8 MiB over a 300 us round trip: swift {swift:?}, cubic {cubic:?}");
+    let eqds = finish(CcKind::Eqds);
+    println!("8 MiB over a 300 us round trip: swift {swift:?}, cubic {cubic:?}, eqds {eqds:?}");
     assert!(
         swift < cubic * 3,
         "swift took {swift:?} against cubic's {cubic:?}"
+    );
+    assert!(
+        eqds < cubic * 4,
+        "eqds took {eqds:?} against cubic's {cubic:?}"
     );
 }
 
