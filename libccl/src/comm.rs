@@ -614,9 +614,9 @@ fn build_state(
     let my_host = table[rank].host_id;
     // The process's copy threads, once (CCL_COPY_THREADS), now that the ranks sharing this
     // host are known.
-    let local = table.iter().filter(|t| t.host_id == my_host).count();
+    let cpus = cpu_share(table.iter().filter(|t| t.host_id == my_host).count());
     ccl_transports::par::configure(
-        copy_threads(&params::CCL_COPY_THREADS.get_str(), cpu_share(local))?,
+        copy_threads(&params::CCL_COPY_THREADS.get_str(), cpus)?,
         params::CCL_COPY_PARALLEL_BYTES.get_i64().max(1) as usize,
     );
     let use_shm = |j: usize| {
@@ -637,7 +637,7 @@ fn build_state(
     // peer order on every rank, so the blocking hello exchange cannot deadlock; then a probe
     // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
-    let mpt = mpt_link_config(&frames, rank, cpu_share(local))?;
+    let mpt = mpt_link_config(&frames, rank, cpus)?;
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
@@ -767,26 +767,16 @@ fn mpt_link_config(
     // against 4 engines' 4.79 / 4.27 / 5.10); below 16 one per 8, 1 to 4 (engines are threads
     // that copy and move datagrams: on 2 cores four were slower than one). A number out of
     // range is an error, not a clamp.
-    let max_engines = ccl_transports::mpt_link::MAX_ENGINES;
-    let setting = params::CCL_MPT_ENGINES.get_str();
-    let engines = if setting.trim().eq_ignore_ascii_case("auto") {
-        if cpus >= 16 {
-            (cpus / 2).min(8)
-        } else {
-            (cpus / 8).clamp(1, 4)
-        }
+    let engines = auto_or(
+        "CCL_MPT_ENGINES",
+        &params::CCL_MPT_ENGINES.get_str(),
+        1..=ccl_transports::mpt_link::MAX_ENGINES,
+    )?
+    .unwrap_or(if cpus >= 16 {
+        (cpus / 2).min(8)
     } else {
-        setting
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|e| (1..=max_engines).contains(e))
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "CCL_MPT_ENGINES={setting}: expected auto or 1..={max_engines}"
-                ))
-            })?
-    };
+        (cpus / 8).clamp(1, 4)
+    });
     Ok(Some((
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
@@ -825,29 +815,48 @@ struct LinkFrames {
 /// 2.50-2.83; one engine on 2 cores lost 15-25% with 4 MiB frames over veth); a number
 /// (4 KiB..64 MiB, rounded down to 64 bytes) is all of them.
 fn link_frames(setting: &str) -> Result<LinkFrames> {
+    Ok(
+        match auto_or("CCL_SOCKET_FRAME_BYTES", setting, 4096..=64 << 20)? {
+            None => LinkFrames {
+                tcp: 512 << 10,
+                mpt_one: 512 << 10,
+                mpt_several: 4 << 20,
+            },
+            Some(frame) => {
+                let frame = frame & !63;
+                LinkFrames {
+                    tcp: frame,
+                    mpt_one: frame,
+                    mpt_several: frame,
+                }
+            }
+        },
+    )
+}
+
+/// A setting that is `auto` (`None`: the caller's default) or a whole number in `range`;
+/// anything else is an error naming `name` and what it accepts.
+fn auto_or(
+    name: &str,
+    setting: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> Result<Option<usize>> {
     let setting = setting.trim();
     if setting.eq_ignore_ascii_case("auto") {
-        return Ok(LinkFrames {
-            tcp: 512 << 10,
-            mpt_one: 512 << 10,
-            mpt_several: 4 << 20,
-        });
+        return Ok(None);
     }
-    let frame = setting
+    setting
         .parse::<usize>()
         .ok()
-        .filter(|f| (4096..=64 << 20).contains(f))
+        .filter(|v| range.contains(v))
+        .map(Some)
         .ok_or_else(|| {
             Error::invalid_argument(format!(
-                "CCL_SOCKET_FRAME_BYTES={setting}: expected auto or 4096..=67108864"
+                "{name}={setting}: expected auto or {}..={}",
+                range.start(),
+                range.end()
             ))
-        })?
-        & !63;
-    Ok(LinkFrames {
-        tcp: frame,
-        mpt_one: frame,
-        mpt_several: frame,
-    })
+        })
 }
 
 /// Messages in flight per engine of a multipath link with frames of `frame` bytes: 16 MiB
@@ -878,19 +887,13 @@ fn cpu_share(local: usize) -> usize {
 /// briefly between parts) would take cores from the engines and the executor; a number is
 /// taken as it is (up to 64).
 fn copy_threads(setting: &str, cpus: usize) -> Result<usize> {
-    let setting = setting.trim();
-    if setting.eq_ignore_ascii_case("auto") {
-        return Ok(if cpus < 16 { 0 } else { (cpus / 4).min(8) });
-    }
-    setting
-        .parse::<usize>()
-        .ok()
-        .filter(|&t| t <= 64)
-        .ok_or_else(|| {
-            Error::invalid_argument(format!(
-                "CCL_COPY_THREADS={setting}: expected auto or 0..=64"
-            ))
-        })
+    Ok(
+        auto_or("CCL_COPY_THREADS", setting, 0..=64)?.unwrap_or(if cpus < 16 {
+            0
+        } else {
+            (cpus / 4).min(8)
+        }),
+    )
 }
 
 /// The ring order: rank 0 runs the topology search and tells everybody, so ranks whose local
