@@ -152,35 +152,60 @@ impl Pool {
             f(0..n);
             return;
         }
-        let elems = n / align;
-        let bound = |i: usize| {
-            if i == parts {
-                n
-            } else {
-                elems * i / parts * align
-            }
-        };
         let latch = Arc::new(Latch::new(parts - 1));
         // SAFETY: only the lifetime is erased; `latch.wait()` below outlives every use.
         let erased: *const PartFn<'static> =
             unsafe { std::mem::transmute::<*const PartFn<'_>, *const PartFn<'static>>(f) };
-        for i in 1..parts {
+        let range = cut(n, align, parts);
+        // SAFETY: as above: `f` outlives the parts, which end before `latch.wait()` returns.
+        unsafe { self.hand_out(erased, None, &range, 1..parts, &latch) };
+        f(range(0));
+        latch.wait();
+    }
+
+    /// Queues parts `which` of a call (`range(i)`: part i's range) on the helpers, each
+    /// counting down `latch` when it has run (run here if no helper is left, which cannot
+    /// happen while the pool lives). `keep`: a spawned call's function, kept alive by its jobs.
+    ///
+    /// # Safety
+    /// `f` must stay valid until `latch` has counted every part down.
+    unsafe fn hand_out(
+        &self,
+        f: *const PartFn<'static>,
+        keep: Option<&Arc<OwnedPartFn>>,
+        range: impl Fn(usize) -> Range<usize>,
+        which: Range<usize>,
+        latch: &Arc<Latch>,
+    ) {
+        for i in which {
             let job = Job {
-                f: erased,
-                range: bound(i)..bound(i + 1),
-                latch: Arc::clone(&latch),
-                _keep: None,
+                f,
+                range: range(i),
+                latch: Arc::clone(latch),
+                _keep: keep.cloned(),
             };
             if let Err(e) = self.jobs.send(job) {
-                // No helper is left (cannot happen while the pool lives): do it here.
                 let job = e.into_inner();
-                f(job.range.clone());
+                // SAFETY: the caller keeps `f` alive until the latch is down.
+                unsafe { (*job.f)(job.range.clone()) };
                 job.latch.count_down();
             }
         }
-        f(bound(0)..bound(1));
-        latch.wait();
     }
+}
+
+/// Part `i` of `[0, n)` cut into `parts` parts whose bounds are multiples of `align` (the last
+/// part ends at `n`).
+fn cut(n: usize, align: usize, parts: usize) -> impl Fn(usize) -> Range<usize> {
+    let elems = n / align;
+    let bound = move |i: usize| {
+        if i == parts {
+            n
+        } else {
+            elems * i / parts * align
+        }
+    };
+    move |i| bound(i)..bound(i + 1)
 }
 
 /// Parts of a call started with [`spawn_parts`], running on the helpers.
@@ -216,32 +241,12 @@ impl Pool {
             return None;
         }
         let parts = self.threads.min(n / align).max(1);
-        let elems = n / align;
-        let bound = |i: usize| {
-            if i == parts {
-                n
-            } else {
-                elems * i / parts * align
-            }
-        };
         let latch = Arc::new(Latch::new(parts));
         let owned: *const OwnedPartFn = Arc::as_ptr(&f);
         // Dropping the `Send` bound only; the jobs keep the closure alive (`_keep`).
         let erased: *const PartFn<'static> = owned as *const PartFn<'static>;
-        for i in 0..parts {
-            let job = Job {
-                f: erased,
-                range: bound(i)..bound(i + 1),
-                latch: Arc::clone(&latch),
-                _keep: Some(Arc::clone(&f)),
-            };
-            if let Err(e) = self.jobs.send(job) {
-                // No helper is left (cannot happen while the pool lives): do it here.
-                let job = e.into_inner();
-                f(job.range.clone());
-                job.latch.count_down();
-            }
-        }
+        // SAFETY: every job holds a clone of `f`, so the closure lives while any part may run.
+        unsafe { self.hand_out(erased, Some(&f), cut(n, align, parts), 0..parts, &latch) };
         Some(Pending { latch })
     }
 }
