@@ -1507,6 +1507,36 @@ impl MptLink {
         Some((parts, 1))
     }
 
+    /// Reserves the send slot of every part of frame `seq` (`parts` as [`MptLink::place_parts`]
+    /// gives them, of a `total`-byte frame), each behind the slots this side reserved and has
+    /// not queued yet (`reserved`), and writes its part header; returns where each part's
+    /// bytes go: (slot address past the header, frame range). An engine that showed room and
+    /// has none is an error.
+    fn reserve_parts(
+        &self,
+        seq: u64,
+        total: usize,
+        parts: &[(usize, usize, usize)],
+    ) -> Result<[(usize, usize, usize); MAX_ENGINES]> {
+        let mut to = [(0usize, 0usize, 0usize); MAX_ENGINES];
+        for (k, &(e, lo, hi)) in parts.iter().enumerate() {
+            let dst = self.engines[e]
+                .shared
+                .reserve_ahead(PART_HEADER + hi - lo, false, self.reserved[e])?
+                .ok_or_else(|| {
+                    Error::Protocol(format!(
+                        "mpt engine {e} refused part {k} of frame {seq} after showing room"
+                    ))
+                })?;
+            let hdr = part_header(seq, total, k, parts.len());
+            // SAFETY: `dst` is a reserved slot of at least PART_HEADER + (hi - lo) bytes,
+            // written by no one else until its message is committed.
+            unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
+            to[k] = (dst as usize + PART_HEADER, lo, hi);
+        }
+        Ok(to)
+    }
+
     /// Sends `frame` through the in-flight queue (`async_copy`): reserves its parts' slots
     /// behind the frames still in flight, writes the part headers, copies the payload -- on
     /// the copy threads when `deferred` (the caller keeps `frame` unchanged until the link
@@ -1516,31 +1546,13 @@ impl MptLink {
         self.check_failed()?;
         self.commit_ready()?;
         let seq = self.next_seq;
-        let Some((ranges, count)) = self.place_parts(frame.len()) else {
+        let Some((parts, count)) = self.place_parts(frame.len()) else {
             return Ok(false);
         };
-        // (engine, part header, frame range) of each part.
-        let mut parts = [(0usize, [0u8; PART_HEADER], 0usize, 0usize); MAX_ENGINES];
-        for (k, (p, &(e, lo, hi))) in parts.iter_mut().zip(&ranges).enumerate().take(count) {
-            *p = (e, part_header(seq, frame.len(), k, count), lo, hi);
-        }
+        let to = self.reserve_parts(seq, frame.len(), &parts[..count])?;
         let mut lens = [0usize; MAX_ENGINES];
-        let mut to = [(0usize, 0usize, 0usize); MAX_ENGINES];
-        for (k, &(e, hdr, lo, hi)) in parts.iter().enumerate().take(count) {
-            let len = PART_HEADER + hi - lo;
-            let dst = self.engines[e]
-                .shared
-                .reserve_ahead(len, false, self.reserved[e])?
-                .ok_or_else(|| {
-                    Error::Protocol(format!(
-                        "mpt engine {e} refused frame {seq} after showing room"
-                    ))
-                })?;
-            // SAFETY: `dst` is a reserved slot of at least `len` bytes, written by no one
-            // else until this frame is committed.
-            unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
-            to[k] = (dst as usize + PART_HEADER, lo, hi);
-            lens[e] = len;
+        for &(e, lo, hi) in &parts[..count] {
+            lens[e] = PART_HEADER + hi - lo;
         }
         let copy = if deferred {
             let (from, to) = (frame.as_ptr() as usize, to);
@@ -1623,23 +1635,22 @@ impl MptLink {
         let Some((parts, count)) = self.place_parts(frame.len()) else {
             return Ok(false);
         };
-        for (k, &(e, lo, hi)) in parts.iter().enumerate().take(count) {
-            let sh = &self.engines[e].shared;
+        self.reserve_parts(seq, frame.len(), &parts[..count])?;
+        for (k, &(e, lo, hi)) in parts[..count].iter().enumerate() {
             let refused = || {
                 Error::Protocol(format!(
                     "mpt engine {e} refused part {k} of frame {seq} after showing room"
                 ))
             };
-            let dst = sh
-                .reserve(PART_HEADER + hi - lo, false)?
-                .ok_or_else(refused)?;
-            let hdr = part_header(seq, frame.len(), k, count);
-            // SAFETY: `dst` is a free slot of at least PART_HEADER bytes (`reserve`).
-            unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
             let part = frame.get(lo..hi).ok_or_else(refused)?;
             // SAFETY: per this function's contract; `part` lies inside `frame`.
             if !unsafe {
-                sh.commit_borrowed(PART_HEADER + part.len(), part.as_ptr(), PART_HEADER, false)
+                self.engines[e].shared.commit_borrowed(
+                    PART_HEADER + part.len(),
+                    part.as_ptr(),
+                    PART_HEADER,
+                    false,
+                )
             }? {
                 return Err(refused());
             }
@@ -1692,18 +1703,12 @@ impl MptLink {
                 // Every part's slot first, then the whole frame in one copy split over the
                 // copy threads (one hand-over per frame: per part, the helpers' wake-ups
                 // held a sender to ~4.6 GB/s against the receiver's ~10), then queue them.
-                let mut to = [(0usize, 0usize, 0usize); MAX_ENGINES];
-                for (i, (e, &part)) in self.engines.iter().zip(&parts).enumerate() {
-                    let hdr = part_header(seq, frame.len(), i, n);
-                    let dst = e
-                        .shared
-                        .reserve(PART_HEADER + part.len(), false)?
-                        .ok_or_else(|| refused(i))?;
-                    // SAFETY: `dst` is a free slot of at least PART_HEADER + part bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
+                let mut ranges = [(0usize, 0usize, 0usize); MAX_ENGINES];
+                for (i, r) in ranges.iter_mut().enumerate().take(n) {
                     let (lo, hi) = part_range(frame.len(), i, n);
-                    to[i] = (dst as usize + PART_HEADER, lo, hi);
+                    *r = (i, lo, hi);
                 }
+                let to = self.reserve_parts(seq, frame.len(), &ranges[..n])?;
                 copy_into_slots(frame, &to[..n]);
                 for (i, (e, &part)) in self.engines.iter().zip(&parts).enumerate() {
                     if !e.shared.commit(PART_HEADER + part.len(), false)? {
