@@ -11,17 +11,12 @@ use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::Link;
 
 mod frames;
-use frames::{exchange_frames, frames_of_every_shape, link_pair, pattern};
+use frames::{exchange_frames, frames_of_every_shape, link_pair, pattern, small_link};
 
 fn pair(engines: usize, drop_rate: f64) -> (MptLink, MptLink) {
     link_pair(MptLinkConfig {
-        engines,
-        paths: 4,
-        max_frame: 1 << 20,
-        slots: 4,
-        drop_rate,
         zero_copy: true,
-        ..MptLinkConfig::default()
+        ..small_link(engines, drop_rate)
     })
 }
 

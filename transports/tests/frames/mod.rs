@@ -9,6 +9,20 @@ use ccl_transports::{Link, PIECE_ALIGN};
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+/// Small links for the send-path tests: `engines` engines of 4 paths, 1 MiB frames, 4
+/// messages in flight, `drop_rate` injected loss.
+#[allow(dead_code)] // a shared test module: not every test binary uses every helper
+pub fn small_link(engines: usize, drop_rate: f64) -> MptLinkConfig {
+    MptLinkConfig {
+        engines,
+        paths: 4,
+        max_frame: 1 << 20,
+        slots: 4,
+        drop_rate,
+        ..MptLinkConfig::default()
+    }
+}
+
 /// Two connected links over loopback with settings `cfg` (the first side's seed differs, so
 /// the sides drop different datagrams).
 pub fn link_pair(cfg: MptLinkConfig) -> (MptLink, MptLink) {
