@@ -221,7 +221,8 @@ impl ExecStats {
             }
         };
         format!(
-            "(frames >= 64 KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
+            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
+            TIMED_BYTES >> 10,
             self.recv_bytes,
             ms(self.recv_busy),
             rate(self.recv_bytes, self.recv_busy),

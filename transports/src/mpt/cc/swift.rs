@@ -120,8 +120,7 @@ impl CongestionControl for Swift {
             self.srtt = srtt;
         }
         let Some(delay) = s.rtt else { return };
-        let base = *self.base.get_or_insert(delay);
-        let base = base.min(delay);
+        let base = self.base.map_or(delay, |b| b.min(delay));
         self.base = Some(base);
         let target = base + self.target;
         let acked = f64::from(s.acked_chunks.max(1));
