@@ -7,7 +7,8 @@ For each trace (one rank of one run): the traced span, the time the GPU ran anyt
 (kernels, copies, memsets on any stream), the idle time and its longest gaps, and per stream
 its busy time and what filled it (top kernel names). Comparing NVIDIA NCCL's trace with
 libccl's for the same config and rank shows whether libccl's slower iteration is idle GPU time
-(a stream held waiting) or longer work (slower copies, a contended SM).
+(a stream held waiting) or longer work (slower copies, a contended SM), and whether one
+rank's copy engines did both directions of an exchange one after the other.
 """
 import gzip
 import json
@@ -97,6 +98,28 @@ def host_calls(events, top=8):
     return sorted(rows, reverse=True)[:top]
 
 
+def peer_copies(events, back_to_back_us=20.0):
+    """Peer-to-peer copies (copy engine, NVLink) of one rank: how many, their median time, and
+    how many started within `back_to_back_us` of another one's end on a different stream of
+    the same rank without overlapping it -- two directions of one exchange copied by one
+    rank's engines one after the other (libccl's later side pulling after pushing) instead of
+    each side pushing its own at once."""
+    cps = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]), (e.get("args") or {}).get("stream"))
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "gpu_memcpy" and "PtoP" in e.get("name", "") and "dur" in e
+    )
+    if not cps:
+        return None
+    serial = sum(
+        1
+        for (s0, e0, a), (s1, e1, b) in zip(cps, cps[1:])
+        if a != b and 0 <= s1 - e0 <= back_to_back_us
+    )
+    durs = sorted(e - s for s, e, _ in cps)
+    return len(cps), durs[len(durs) // 2], serial
+
+
 def main(paths):
     if not paths:
         print(__doc__)
@@ -114,6 +137,10 @@ def main(paths):
             print(f"   idle {g / 1e3:.3f} ms after {before} until {after}")
         for total, n, med, name in host_calls(load(p)):
             print(f"   host {total / 1e3:8.2f} ms  calls {n:6d}  median {med:8.1f} us  {name}")
+        pc = peer_copies(load(p))
+        if pc:
+            print(f"   peer copies {pc[0]}, median {pc[1]:.1f} us, {pc[2]} started right after "
+                  "another of this rank on another stream (one engine doing both directions)")
         for busy, sid, n, tops in s["streams"]:
             print(f"   stream {sid}: busy {busy / 1e3:.2f} ms in {n} activities")
             for name, us in tops:

@@ -449,7 +449,8 @@ pub(crate) struct PushWaits {
 /// Per peer, whether its receives have been coming late: a sender whose push wait ran out
 /// stops waiting for that peer's next sends (2, 4, 8 ... up to 64 of them, probing again in
 /// between), so a pipeline whose receiver calls late does not block the sender's host thread
-/// -- and with it the compute it launches -- on every send. A push resets it.
+/// -- and with it the compute it launches -- on every send. A push resets it. Keyed by
+/// `2 * peer`, and `2 * peer + 1` for exchanges ([`SettleHow::exchange_until`]).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Lateness {
     streak: Vec<u8>,
@@ -807,6 +808,13 @@ pub(crate) struct SettleHow<'a> {
     pub wait_min_bytes: usize,
     /// How large local copies are cut over idle lanes.
     pub local_split: LocalSplit,
+    /// A send whose group also receives from the same peer (torch's `batch_isend_irecv` of a
+    /// pipeline stage's send-forward-receive-backward) waits for that peer's receive until
+    /// here, beside `wait` and ignoring `late`: given up, the peer would come second to both
+    /// directions and copy both on its own engines one after the other (the exchange takes
+    /// twice as long), where waiting lets each side push its own. The group cannot complete
+    /// before the peer calls anyway, and Megatron synchronizes right after it. None: off.
+    pub exchange_until: Option<Instant>,
 }
 
 impl Posting {
@@ -827,6 +835,7 @@ impl Posting {
             mut late,
             local_split,
             wait_min_bytes,
+            exchange_until,
         } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
@@ -835,6 +844,7 @@ impl Posting {
         };
         let mut mismatch = None;
         let started = Instant::now();
+        let receives_from = |peer: usize| self.posted.iter().any(|r| !r.outgoing && r.peer == peer);
         for w in &self.posted {
             let (src, dst) = if w.outgoing {
                 (rank, w.peer)
@@ -852,19 +862,31 @@ impl Posting {
                     let crossed =
                         || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
                     let small = w.bytes < wait_min_bytes;
-                    let skip = !small && late.as_mut().is_some_and(|l| l.skip_wait(w.peer));
+                    let exchange = exchange_until.filter(|_| w.outgoing && receives_from(w.peer));
+                    // Exchanges keep their own lateness: a pipeline's one-way warm-up sends
+                    // running out their short window say nothing of its exchanges.
+                    let key = 2 * w.peer + usize::from(exchange.is_some());
+                    let skip = !small && late.as_mut().is_some_and(|l| l.skip_wait(key));
                     let give_up = || small || skip || crossed();
-                    let wait = PushWait {
-                        futile: &give_up,
-                        ..wait
+                    let wait = match exchange {
+                        Some(until) => PushWait {
+                            soft: wait.soft.max(until),
+                            hard: wait.hard.max(until),
+                            futile: &give_up,
+                            ..wait
+                        },
+                        None => PushWait {
+                            futile: &give_up,
+                            ..wait
+                        },
                     };
                     let t0 = Instant::now();
                     let o = resolve(board, src, w.seq, wait, stop)?;
                     let took = t0.elapsed();
                     if let Some(l) = late.as_mut().filter(|_| !skip && !small) {
                         match o {
-                            Outcome::Second(_) => l.waited(w.peer, true),
-                            _ if !crossed() => l.waited(w.peer, false),
+                            Outcome::Second(_) => l.waited(key, true),
+                            _ if !crossed() => l.waited(key, false),
                             _ => {}
                         }
                     }

@@ -961,11 +961,7 @@ impl Queueing {
 
     /// Orders the user's streams, then the direct transfers' local copies and flags, then the
     /// low-latency kernel or the fork and local copies.
-    fn begin(
-        &mut self,
-        q: &mut Queued,
-        wait: (std::time::Instant, std::time::Instant),
-    ) -> Result<()> {
+    fn begin(&mut self, q: &mut Queued, wait: Deadlines) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
         let raw = first.raw() as usize;
@@ -982,8 +978,8 @@ impl Queueing {
         // Transfers and direct reductions below this never hold the host for a peer's call.
         let wait_min_bytes = eng.tuning.wait_min_bytes;
         let push_wait = direct::PushWait {
-            soft: wait.0,
-            hard: wait.1,
+            soft: wait.soft,
+            hard: wait.hard,
             busy: &busy,
             futile: &|| false,
         };
@@ -1005,6 +1001,7 @@ impl Queueing {
                         lanes: eng.tuning.local_copy_lanes,
                         ..direct::LocalSplit::default()
                     },
+                    exchange_until: wait.exchange,
                 },
                 &stop,
             )?;
@@ -1271,6 +1268,8 @@ struct Tuning {
     /// `CCL_IPC_PUSH_WAIT_US` and `CCL_IPC_PUSH_WAIT_BUSY_US`.
     push_wait: Duration,
     push_wait_busy: Duration,
+    /// `CCL_IPC_EXCHANGE_WAIT_US` (None: 0, off).
+    exchange_wait: Option<Duration>,
 }
 
 impl Tuning {
@@ -1291,8 +1290,20 @@ impl Tuning {
                 .max(0) as usize,
             push_wait: us(&params::CCL_IPC_PUSH_WAIT_US),
             push_wait_busy: us(&params::CCL_IPC_PUSH_WAIT_BUSY_US),
+            exchange_wait: Some(us(&params::CCL_IPC_EXCHANGE_WAIT_US)).filter(|d| !d.is_zero()),
         }
     }
+}
+
+/// How long one call's direct transfers wait for their peers' posts.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    /// `CCL_IPC_PUSH_WAIT_US` from the call...
+    soft: std::time::Instant,
+    /// ...and `CCL_IPC_PUSH_WAIT_BUSY_US` while this GPU is busy.
+    hard: std::time::Instant,
+    /// `CCL_IPC_EXCHANGE_WAIT_US`: sends to a peer the group also receives from.
+    exchange: Option<std::time::Instant>,
 }
 
 /// Which long waits run as the wait kernel (`CCL_IPC_WAIT_KERNEL`).
@@ -1636,7 +1647,11 @@ fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
     let t = qs
         .first()
         .map_or_else(Tuning::from_params, |q| q.eng.tuning);
-    let wait = (now + t.push_wait, now + t.push_wait_busy);
+    let wait = Deadlines {
+        soft: now + t.push_wait,
+        hard: now + t.push_wait_busy,
+        exchange: t.exchange_wait.map(|d| now + d),
+    };
     for (q, g) in qs.iter_mut().zip(guards.iter_mut()) {
         q.begin(g, wait).map_err(|e| poison(&q.comm, e))?;
     }

@@ -660,6 +660,7 @@ impl Setup {
                             late: None,
                             local_split: self.local_split,
                             wait_min_bytes: 0,
+                            exchange_until: None,
                         },
                         &|| false,
                     )
@@ -1442,6 +1443,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
                         late: None,
                         local_split: direct::LocalSplit::default(),
                         wait_min_bytes: min,
+                        exchange_until: None,
                     },
                     &|| false,
                 )
@@ -1473,6 +1475,117 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             .transfers
             .iter()
             .all(|t| matches!(t.role, direct::Role::Second { .. })));
+    }
+}
+
+/// `CCL_IPC_EXCHANGE_WAIT_US`: a group that sends to and receives from one peer (a pipeline
+/// exchange) waits past its push window for the peer's receive, so each side pushes its own
+/// data; the peer, posting 100 ms later, copies only its own send. With an exchange wait
+/// shorter than the peer's delay (just too short) the sender gives up and the peer copies
+/// both directions, as without one.
+#[test]
+fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
+    use std::time::{Duration, Instant};
+    let delay = Duration::from_millis(100);
+    for (exchange, each_pushes) in [
+        (Duration::from_secs(30), true),
+        (Duration::from_millis(20), false),
+    ] {
+        let dx = DirectSim::new(2);
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let group = |rank: usize| {
+            let peer = 1 - rank;
+            let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, 4096);
+            send.send = base(rank) as usize;
+            let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, 4096);
+            recv.recv = base(rank) as usize + 65536;
+            lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap()
+        };
+        let post = |rank: usize| {
+            let mut reach = SimReach {
+                rank,
+                unmappable: &[],
+            };
+            let mut c = Counters::new(2, 1);
+            direct::post_group(
+                &mut reach,
+                &group(rank),
+                rank,
+                &mut c,
+                &boards,
+                None,
+                &|| false,
+            )
+            .unwrap()
+        };
+        let settle = |posting: direct::Posting, rank: usize, exchange_until: Option<Instant>| {
+            let mut reach = SimReach {
+                rank,
+                unmappable: &[],
+            };
+            // The push window itself is over before it starts.
+            let now = Instant::now();
+            let wait = direct::PushWait {
+                soft: now,
+                hard: now,
+                busy: &|| true,
+                futile: &|| false,
+            };
+            posting
+                .settle(
+                    &mut reach,
+                    rank,
+                    &boards,
+                    direct::SettleHow {
+                        wait,
+                        single_max: 0,
+                        late: None,
+                        local_split: direct::LocalSplit::default(),
+                        wait_min_bytes: 0,
+                        exchange_until,
+                    },
+                    &|| false,
+                )
+                .unwrap()
+                .0
+        };
+        let posting0 = post(0);
+        let t = Instant::now();
+        let (plan0, plan1) = std::thread::scope(|sc| {
+            let h = sc.spawn(|| {
+                let p = settle(posting0, 0, Some(t + exchange));
+                (p, t.elapsed())
+            });
+            std::thread::sleep(delay);
+            let plan1 = settle(post(1), 1, Some(Instant::now() + exchange));
+            let (plan0, took0) = h.join().unwrap();
+            if each_pushes {
+                assert!(took0 >= delay, "rank 0 returned after {took0:?}");
+            } else {
+                assert!(
+                    took0 < delay,
+                    "rank 0 waited {took0:?} past its exchange window"
+                );
+            }
+            (plan0, plan1)
+        });
+        let role = |plan: &direct::Plan, outgoing: bool| {
+            plan.transfers
+                .iter()
+                .find(|t| t.outgoing == outgoing)
+                .map(|t| matches!(t.role, direct::Role::Second { .. }))
+                .unwrap()
+        };
+        // Rank 0 posted its receive first: rank 1 always pushes its send.
+        assert!(role(&plan1, true));
+        assert!(!role(&plan0, false));
+        // Rank 0's send: pushed by rank 0 after waiting, or pulled by rank 1.
+        assert_eq!(role(&plan0, true), each_pushes);
+        assert_eq!(role(&plan1, false), !each_pushes);
+        assert_eq!(
+            (plan0.waits.pushed, plan0.waits.left_to_pull),
+            if each_pushes { (1, 0) } else { (0, 1) }
+        );
     }
 }
 
