@@ -6,7 +6,7 @@
 #
 # run from the repository root on the device (shared/DEVICE.md), with `.dev` (libnccl.so.2 from
 # scripts/build-lib.sh release) and `.whl` (the megatron-core 0.19.2 wheel, see README.md) carried.
-# For each configuration it trains a GPT (8 layers, hidden 2048, seq 1024, micro-batch 2,
+# For each configuration it trains a GPT (8 layers, hidden 2048, seq 1024, micro-batch 8,
 # 8 micro-batches, bf16, mock data) for ITERS iterations, first with NVIDIA's NCCL (torch's own),
 # then with LD_PRELOAD=$LIBCCL, and prints tests/megatron/compare.py's table: losses bitwise equal
 # iteration by iteration, final parameters equal, median iteration time and the ratio ccl/nccl.
@@ -41,9 +41,11 @@
 #   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
 #   MEGATRON_PIN_CPUS=1  (train_gpt.py) each rank keeps to its own block of CPUs
-#   MICRO_BATCH=2 SEQ=1024  the model's micro-batch and sequence length; the default GPT is
-#                        host-bound (the GPU idles ~70% of a tp2-sp iteration), MICRO_BATCH=8
-#                        gives the GPU four times the work per launch
+#   MICRO_BATCH=8 SEQ=1024  the model's micro-batch and sequence length. At 8 the GPU is the
+#                        bottleneck, as in real training, and one library's runs agree to ~0.5%;
+#                        MICRO_BATCH=2 (the default before 2026-11-23) is host-bound (the GPU
+#                        idles ~70% of a tp2-sp iteration) and its iteration times swing 5-17%
+#                        between two runs of the same library (the Python loop's speed)
 #   CUDA_DEVICE_MAX_CONNECTIONS=1  as Megatron-LM's launch scripts; set 8 to see whether a hang
 #                        comes from one hardware queue serializing the streams
 #   OUT                  set by the device tool; logs go to $OUT/megatron/
@@ -121,7 +123,7 @@ fi
     nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader 2>/dev/null
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     echo "libccl: $LIBCCL ($(stat -c %s "$LIBCCL" 2>/dev/null || echo missing) bytes)"
-    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS ROUNDS=$ROUNDS MICRO_BATCH=${MICRO_BATCH:-2} SEQ=${SEQ:-1024} REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+    echo "NPROC=$NPROC ITERS=$ITERS CONFIGS=$CONFIGS LIBS=$LIBS ROUNDS=$ROUNDS MICRO_BATCH=${MICRO_BATCH:-8} SEQ=${SEQ:-1024} REPEAT_NCCL=$REPEAT_NCCL CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
 } | tee "$LOGDIR/summary.txt"
 
 cfg_args() {
@@ -136,7 +138,7 @@ cfg_args() {
         *) return 1 ;;
     esac
 }
-MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq ${SEQ:-1024} --micro-batch ${MICRO_BATCH:-2} --num-micro 8 --vocab 32000"
+MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq ${SEQ:-1024} --micro-batch ${MICRO_BATCH:-8} --num-micro 8 --vocab 32000"
 
 run_one() { # config library
     local cfg=$1 lib=$2 log=$LOGDIR/$1.$2.log args rc t0 left t
