@@ -874,6 +874,12 @@ struct Queueing {
     sig: Option<CallSig>,
     /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
     direct: Option<Program>,
+    /// The direct transfers are all sends and receives (no collective's blocks): only then
+    /// does a send to a peer the group also receives from wait `CCL_IPC_EXCHANGE_WAIT_US`
+    /// (a 2-rank all-gather or all-to-all also sends to and receives from its peer, but in a
+    /// host-bound tensor-parallel loop a 20 ms host wait per call would cost more than the
+    /// serial copies it saves).
+    point_to_point: bool,
     /// Bytes the staged program sends through receive slots.
     staged_tx: usize,
     posting: Option<direct::Posting>,
@@ -1001,7 +1007,7 @@ impl Queueing {
                         lanes: eng.tuning.local_copy_lanes,
                         ..direct::LocalSplit::default()
                     },
-                    exchange_until: wait.exchange,
+                    exchange_until: wait.exchange.filter(|_| self.point_to_point),
                 },
                 &stop,
             )?;
@@ -1507,6 +1513,9 @@ fn prepare(
     let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
         .iter()
         .partition(|t| eng.direct && !tiny && direct::goes_direct(t.kind));
+    let point_to_point = direct_tasks
+        .iter()
+        .all(|t| matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. }));
     let direct = if direct_tasks.is_empty() {
         None
     } else {
@@ -1558,6 +1567,7 @@ fn prepare(
         small,
         sig,
         direct,
+        point_to_point,
         staged_tx,
         posting: None,
         plan: direct::Plan::default(),
