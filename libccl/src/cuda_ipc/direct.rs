@@ -588,11 +588,6 @@ impl Plan {
         if !lanes.is_empty() {
             dev.fork(&lanes)?;
         }
-        for (dst, src, parts) in cuts {
-            for ((off, len), &lane) in parts.into_iter().zip(&local) {
-                dev.copy(lane, dst + off as u64, src + off as u64, len)?;
-            }
-        }
         for t in &self.transfers {
             let Role::Second { peer_addr } = t.role else {
                 continue;
@@ -610,6 +605,14 @@ impl Plan {
                 (dst, src, t.bytes),
                 (l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v),
             )?;
+        }
+        // Local copies after this rank's transfers: on one stream (a small group) they then
+        // run while the peers finish theirs, instead of before this rank's copies start (an
+        // 8-byte all-gather's own block cost a whole copy's latency up front).
+        for (dst, src, parts) in cuts {
+            for ((off, len), &lane) in parts.into_iter().zip(&local) {
+                dev.copy(lane, dst + off as u64, src + off as u64, len)?;
+            }
         }
         if !lanes.is_empty() {
             dev.join(&lanes)?;
