@@ -5,7 +5,8 @@ Run under torchrun with 2 ranks (the library under test is chosen outside, by LD
     python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/overlap.py <label>
 
 For each collective (sendrecv, alltoall, all_gather; nccl-tests byte counts: sendrecv 256 MiB
-sent by every rank, alltoall 256 MiB in and out, all_gather 256 MiB of output) it measures
+sent by every rank, alltoall 256 MiB in and out, all_gather 256 MiB of output; also
+all_gather_inplace, on request) it measures
   (a) the GEMM loop alone on a compute stream (ms per GEMM, TFLOP/s),
   (b) the collective loop alone on a comm stream (busbw GB/s, nccl-tests formulas),
   (c) both loops at once, each sized to run OVERLAP_SECONDS at its rate alone and enqueued
@@ -89,8 +90,21 @@ class Coll:
             def fn():
                 dist.all_gather_into_tensor(self.recv, self.send)
 
+        elif name == "all_gather_inplace":
+            # The own block already in place: no local copy, only the exchange (tells whether
+            # the out-of-place one loses its bandwidth beside a GEMM to the local copy).
+            per = n // world
+            self.recv = torch.full((per * world,), float(rank + 1), dtype=dt, device=dev)
+            self.send = self.recv[rank * per:(rank + 1) * per]
+            self.bytes, self.factor = per * world * 2, (world - 1) / world
+
+            def fn():
+                dist.all_gather_into_tensor(self.recv, self.send)
+
         else:
-            raise ValueError(f"unknown collective {name!r} (sendrecv, alltoall, all_gather)")
+            raise ValueError(
+                f"unknown collective {name!r} (sendrecv, alltoall, all_gather, all_gather_inplace)"
+            )
         self.fn = fn
 
     def busbw(self, ms):
