@@ -1018,6 +1018,104 @@ impl Words for LoomWords {
 mod tests {
     use super::*;
 
+    /// The commands a plan queues, in order, one word each.
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl Device for Recorder {
+        fn wait(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.0.push(format!("wait {lane:?} {addr:#x}"));
+            Ok(())
+        }
+        fn write(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.0.push(format!("write {lane:?} {addr:#x}"));
+            Ok(())
+        }
+        fn copy(&mut self, lane: Lane, dst: u64, _: u64, _: usize) -> Result<()> {
+            self.0.push(format!("copy {lane:?} {dst:#x}"));
+            Ok(())
+        }
+        fn kernel(&mut self, lane: Lane, _: crate::cuda_ipc::protocol::Kernel) -> Result<()> {
+            self.0.push(format!("kernel {lane:?}"));
+            Ok(())
+        }
+        fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.0.push(format!("fork {lanes:?}"));
+            Ok(())
+        }
+        fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.0.push(format!("join {lanes:?}"));
+            Ok(())
+        }
+    }
+
+    /// A small (one-stream) all-gather of two ranks that pulls the peer's block: its own
+    /// block's local copy is queued after the pull, so it runs while the peer finishes its
+    /// copy rather than delaying ours; the wait for the peer's copy of our block comes last.
+    #[test]
+    fn a_one_stream_plan_queues_its_local_copy_after_its_transfers() {
+        let l = Layout {
+            rank: 0,
+            nranks: 2,
+            chunk: 1 << 20,
+            slots: 4,
+            tx_lanes: 2,
+            direct_tx: 2,
+            rx_lanes: 1,
+            flags: vec![0x1000_0000, 0x2000_0000],
+            scratch: vec![0x1800_0000, 0x2800_0000],
+        };
+        let (own_dst, peer_dst) = (0x9000_0000u64, 0x9000_0004u64);
+        let plan = Plan {
+            transfers: vec![
+                Transfer {
+                    peer: 1,
+                    outgoing: true,
+                    mine: 0x8000_0000,
+                    bytes: 4,
+                    seq: 0,
+                    role: Role::First,
+                },
+                Transfer {
+                    peer: 1,
+                    outgoing: false,
+                    mine: peer_dst,
+                    bytes: 4,
+                    seq: 0,
+                    role: Role::Second {
+                        peer_addr: 0xa000_0000,
+                    },
+                },
+            ],
+            beside: vec![(own_dst, 0x8000_0000, 4)],
+            single: true,
+            ..Plan::default()
+        };
+        let mut dev = Recorder::default();
+        plan.begin(&l, &mut dev).unwrap();
+        plan.end(&l, &mut dev).unwrap();
+        let at = |what: &str| {
+            dev.0
+                .iter()
+                .position(|c| c.starts_with(what))
+                .unwrap_or_else(|| panic!("no {what} in {:?}", dev.0))
+        };
+        let pull = at(&format!("copy User {peer_dst:#x}"));
+        let local = at(&format!("copy User {own_dst:#x}"));
+        assert!(pull < local, "{:?}", dev.0);
+        assert_eq!(
+            at("wait"),
+            pull - 1,
+            "the pull waits for the peer's flag first"
+        );
+        assert!(
+            dev.0[local + 1..].iter().any(|c| c.starts_with("wait")),
+            "{:?}",
+            dev.0
+        );
+        assert!(!dev.0.iter().any(|c| c.starts_with("fork")), "{:?}", dev.0);
+    }
+
     /// A local copy's parts cover it exactly, in order, 4 KiB-aligned, one per lane at most,
     /// none under the minimum unless the copy itself is.
     #[test]
