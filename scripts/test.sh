@@ -13,6 +13,9 @@ cargo test --release -p ccl-cuda --test reduce --test reduce_prop 2>&1 | tee -a 
 if [ -x tests/abi/run.sh ]; then
   tests/abi/run.sh "$libdir"
 fi
+# A NIC port dies under a running all_reduce: two network namespaces joined by two veth
+# "NICs", the multipath transport's paths spread over both (CCL_MPT_IFNAMES), one cut.
+LIBDIR=$libdir SIZE=8M ITERS=200 tests/bench/nic_failover.sh target/nic-failover
 # One closing line summing up what ran (cargo's own lines are above).
 passed=$(grep -Eo '[0-9]+ passed' target/cargo-test.log | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/cargo-test.log | awk '{s+=$1} END {print s+0}')

@@ -149,14 +149,20 @@ pub fn ifname_matches(spec: &str, name: &str) -> bool {
     hit != exclude
 }
 
-/// Picks the address to listen on: the first interface matching `NCCL_SOCKET_IFNAME`, or by
-/// default the first that is up and neither loopback nor docker, else loopback.
-pub fn local_address() -> Result<(String, IpAddr)> {
-    let spec = params::NCCL_SOCKET_IFNAME.raw();
-    let family = params::NCCL_SOCKET_FAMILY.raw().unwrap_or_default();
+/// One address of a network interface, as `getifaddrs` lists it.
+struct IfAddr {
+    name: String,
+    ip: IpAddr,
+    up: bool,
+    loopback: bool,
+}
+
+/// Every dialable address of every interface (link-local IPv6, which needs a scope id, left
+/// out).
+fn interface_addresses() -> Result<Vec<IfAddr>> {
     let addrs =
         nix::ifaddrs::getifaddrs().map_err(|e| Error::system(format!("getifaddrs: {e}")))?;
-    let mut candidates: Vec<(String, IpAddr, bool)> = Vec::new();
+    let mut out = Vec::new();
     for ifa in addrs {
         let Some(addr) = ifa.address else { continue };
         let ip: IpAddr = if let Some(v4) = addr.as_sockaddr_in() {
@@ -171,18 +177,57 @@ pub fn local_address() -> Result<(String, IpAddr)> {
         } else {
             continue;
         };
-        if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+        out.push(IfAddr {
+            name: ifa.interface_name.clone(),
+            ip,
+            up: ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP),
+            loopback: ifa
+                .flags
+                .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK),
+        });
+    }
+    Ok(out)
+}
+
+/// The addresses of the interfaces `names` (exact names, in that order; `CCL_MPT_IFNAMES`):
+/// each interface's IPv4 address, else its first IPv6 one. An interface with no address is
+/// an error; one that is down is taken all the same (its paths come into use when it comes
+/// up), with a warning.
+pub fn named_interface_ips(names: &[&str]) -> Result<Vec<IpAddr>> {
+    let all = interface_addresses()?;
+    names
+        .iter()
+        .map(|&n| {
+            let mine: Vec<&IfAddr> = all.iter().filter(|a| a.name == n).collect();
+            let pick = mine.iter().min_by_key(|a| !a.ip.is_ipv4()).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "CCL_MPT_IFNAMES: interface {n:?} has no address here"
+                ))
+            })?;
+            if !pick.up {
+                tracing::warn!("CCL_MPT_IFNAMES: interface {n} is down; its paths wait for it");
+            }
+            Ok(pick.ip)
+        })
+        .collect()
+}
+
+/// Picks the address to listen on: the first interface matching `NCCL_SOCKET_IFNAME`, or by
+/// default the first that is up and neither loopback nor docker, else loopback.
+pub fn local_address() -> Result<(String, IpAddr)> {
+    let spec = params::NCCL_SOCKET_IFNAME.raw();
+    let family = params::NCCL_SOCKET_FAMILY.raw().unwrap_or_default();
+    let mut candidates: Vec<(String, IpAddr, bool)> = Vec::new();
+    for a in interface_addresses()? {
+        if !a.up {
             continue;
         }
         match family.as_str() {
-            "AF_INET" if !ip.is_ipv4() => continue,
-            "AF_INET6" if !ip.is_ipv6() => continue,
+            "AF_INET" if !a.ip.is_ipv4() => continue,
+            "AF_INET6" if !a.ip.is_ipv6() => continue,
             _ => {}
         }
-        let lo = ifa
-            .flags
-            .contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
-        candidates.push((ifa.interface_name.clone(), ip, lo));
+        candidates.push((a.name, a.ip, a.loopback));
     }
     let pick = match &spec {
         Some(spec) => candidates

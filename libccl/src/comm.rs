@@ -718,6 +718,27 @@ fn build_state(
     ))
 }
 
+/// `CCL_MPT_IFNAMES`: the local addresses to spread mpt paths over (empty: the link's own).
+fn mpt_nics() -> Result<Vec<std::net::IpAddr>> {
+    let spec = params::CCL_MPT_IFNAMES.get_str();
+    let names: Vec<&str> = spec
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.len() > ccl_transports::mpt_link::MAX_NICS {
+        return Err(Error::invalid_argument(format!(
+            "CCL_MPT_IFNAMES names {} interfaces; at most {}",
+            names.len(),
+            ccl_transports::mpt_link::MAX_NICS
+        )));
+    }
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::bootstrap::named_interface_ips(&names)
+}
+
 /// The multipath link settings, and whether it was asked for by name (then a link whose probe
 /// fails is an error, not a fallback to TCP): the default when neither `CCL_NET` nor
 /// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport.
@@ -793,6 +814,7 @@ fn mpt_link_config(
             engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
             async_copy: params::CCL_MPT_ASYNC_COPY.get_bool(),
             zero_copy: params::CCL_MPT_ZERO_COPY.get_bool(),
+            local_ips: mpt_nics()?,
             ..MptLinkConfig::default()
         },
         strict,

@@ -99,7 +99,9 @@ impl From<ccl_transports::Error> for Error {
     #[track_caller]
     fn from(e: ccl_transports::Error) -> Self {
         let kind = match e {
-            ccl_transports::Error::PeerClosed { .. } => ErrorKind::Remote,
+            ccl_transports::Error::PeerClosed { .. } | ccl_transports::Error::Unreachable(_) => {
+                ErrorKind::Remote
+            }
             ccl_transports::Error::Protocol(_) => ErrorKind::InvalidUsage,
             ccl_transports::Error::Io { .. } => ErrorKind::System,
         };

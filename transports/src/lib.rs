@@ -28,6 +28,10 @@ pub enum Error {
     PeerClosed { what: String },
     #[error("transport protocol violation: {0}")]
     Protocol(String),
+    /// The network to the peer stopped carrying anything (every path silent past the
+    /// retransmission budget): a dead link, NIC or host, not a bug of either side.
+    #[error("network failure: {0}")]
+    Unreachable(String),
 }
 
 impl Error {

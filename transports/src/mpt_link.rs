@@ -59,9 +59,14 @@ const HELLO_MAGIC: &[u8; 4] = b"MPT1";
 const HELLO_MAGIC_ENGINES: &[u8; 4] = b"MPTE";
 /// Most engines per link.
 pub const MAX_ENGINES: usize = 16;
-/// Longest hello: magic, engine count, frame layout, and per engine flow id, path count
-/// and 256 ports.
-const MAX_HELLO: usize = 22 + MAX_ENGINES * (4 + 2 * 256);
+/// Trailer of a hello whose paths sit on several local addresses: magic, count, then each
+/// address (family 4 or 6, its bytes); path `i` of every engine is on address `i % count`.
+const HELLO_MAGIC_ADDRS: &[u8; 4] = b"MPTA";
+/// Most local addresses (NICs) a link spreads its paths over.
+pub const MAX_NICS: usize = 8;
+/// Longest hello: magic, engine count, frame layout, per engine flow id, path count and 256
+/// ports, and the address trailer.
+const MAX_HELLO: usize = 22 + MAX_ENGINES * (4 + 2 * 256) + 5 + MAX_NICS * 17;
 /// Part header in front of every message of a link of several engines.
 const PART_HEADER: usize = 16;
 /// Last two bytes of a part header: catches a peer that speaks another framing.
@@ -116,6 +121,13 @@ pub struct MptLinkConfig {
     /// the link has nothing pending (every message acknowledged); [`Link::quiesce`] copies what
     /// is still unacknowledged into the send slots. Takes precedence over `async_copy`.
     pub zero_copy: bool,
+    /// Local addresses (one per NIC, in the same NIC order on both sides) to spread every
+    /// engine's paths over: path `i` binds `local_ips[i % len]` and talks to the peer's path
+    /// `i` on the peer's address of the same index. A NIC port that dies takes its paths
+    /// with it; the connection's loss recovery moves their chunks to the others and keeps
+    /// probing the dead ones, which come back when the port does. Empty: every path on the
+    /// address the link was bound to. At most [`MAX_NICS`].
+    pub local_ips: Vec<IpAddr>,
 }
 
 impl Default for MptLinkConfig {
@@ -135,6 +147,7 @@ impl Default for MptLinkConfig {
             engine_copy: false,
             async_copy: false,
             zero_copy: false,
+            local_ips: Vec::new(),
         }
     }
 }
@@ -198,6 +211,8 @@ struct Inner {
     /// Paths found readable by the last poll.
     ready: Vec<u16>,
     error: Option<String>,
+    /// `error` is the connection giving up on a silent network (not a protocol fault).
+    unreachable: bool,
     bad_datagrams: u64,
     peer: String,
     /// The engine thread found nothing to do and is (about to be) parked in `poll`: a user
@@ -227,6 +242,10 @@ impl Inner {
 
     fn check(&self) -> Result<()> {
         match &self.error {
+            Some(e) if self.unreachable => Err(Error::Unreachable(format!(
+                "mpt link to {}: {e}",
+                self.peer
+            ))),
             Some(e) => Err(Error::Protocol(format!("mpt link to {}: {e}", self.peer))),
             None => Ok(()),
         }
@@ -441,7 +460,10 @@ impl Inner {
                     let s = (id.0 % self.slots) as usize;
                     self.recv_done[s] = Some(len as usize);
                 }
-                Event::Failed(e) => self.fail(e.to_string()),
+                Event::Failed(e) => {
+                    self.unreachable |= matches!(e, crate::mpt::MptError::RetriesExhausted(_));
+                    self.fail(e.to_string());
+                }
             }
         }
     }
@@ -827,6 +849,12 @@ impl MptEndpoint {
                 cfg.engines
             )));
         }
+        if cfg.local_ips.len() > MAX_NICS {
+            return Err(Error::Protocol(format!(
+                "mpt paths spread over at most {MAX_NICS} local addresses, not {}",
+                cfg.local_ips.len()
+            )));
+        }
         if cfg.engines > 1 && u32::try_from(several.max_frame).is_err() {
             return Err(Error::Protocol(
                 "mpt frames over 4 GiB cannot be split across engines".into(),
@@ -835,8 +863,13 @@ impl MptEndpoint {
         let mut subs = Vec::with_capacity(cfg.engines);
         for e in 0..cfg.engines {
             let seed = engine_seed(cfg.seed, e);
-            let udp = UdpPaths::bind(ip, cfg.paths, cfg.drop_rate, seed)
-                .map_err(|e| Error::io("bind mpt udp paths", e))?;
+            let ips = if cfg.local_ips.is_empty() {
+                std::slice::from_ref(&ip)
+            } else {
+                &cfg.local_ips[..]
+            };
+            let udp = UdpPaths::bind_on(ips, cfg.paths, cfg.drop_rate, seed)
+                .map_err(|e| Error::io(format!("bind mpt udp paths on {ips:?}"), e))?;
             // The flow id doubles as a connection id: datagrams of an older connection that
             // reach a reused port are rejected by the core.
             let fid = (mix(seed ^ u64::from(std::process::id()) ^ nanos_now()) & 0x7FF) as u16;
@@ -868,6 +901,22 @@ impl MptEndpoint {
             h.extend_from_slice(&(ports.len() as u16).to_be_bytes());
             for p in ports {
                 h.extend_from_slice(&p.to_be_bytes());
+            }
+        }
+        if !self.cfg.local_ips.is_empty() {
+            h.extend_from_slice(HELLO_MAGIC_ADDRS);
+            h.push(self.cfg.local_ips.len() as u8);
+            for ip in &self.cfg.local_ips {
+                match ip {
+                    IpAddr::V4(a) => {
+                        h.push(4);
+                        h.extend_from_slice(&a.octets());
+                    }
+                    IpAddr::V6(a) => {
+                        h.push(6);
+                        h.extend_from_slice(&a.octets());
+                    }
+                }
             }
         }
         Ok(h)
@@ -912,21 +961,23 @@ impl MptEndpoint {
                     .min(max_frame)
         };
         let mut engines = Vec::with_capacity(n);
+        let their_ips = if theirs.addrs.is_empty() {
+            vec![peer_ip]
+        } else {
+            theirs.addrs
+        };
         for (e, (sub, (fid, ports))) in subs.into_iter().zip(theirs.engines).enumerate() {
             let peer = if n == 1 {
                 peer_ip.to_string()
             } else {
                 format!("{peer_ip} (engine {e})")
             };
-            engines.push(start_engine(
-                &cfg,
-                sub,
-                peer_ip,
-                (fid, &ports),
-                peer,
-                max_msg,
-                n > 1,
-            )?);
+            let to: Vec<std::net::SocketAddr> = ports
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| std::net::SocketAddr::new(their_ips[i % their_ips.len()], p))
+                .collect();
+            engines.push(start_engine(&cfg, sub, (fid, &to), peer, max_msg, n > 1)?);
         }
         Ok(MptLink {
             engines,
@@ -1006,6 +1057,8 @@ struct PeerHello {
     engines: Vec<(u16, Vec<u16>)>,
     /// With several engines: the peer's largest frame and split size.
     layout: Option<(u64, u64)>,
+    /// The local addresses the peer spread its paths over (empty: all on its link address).
+    addrs: Vec<IpAddr>,
 }
 
 fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
@@ -1046,12 +1099,47 @@ fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
         out.push((fid, ports));
         rest = &rest[4 + 2 * n..];
     }
+    let mut addrs = Vec::new();
     if !rest.is_empty() {
-        return Err("bad length");
+        if rest.len() < 5 || &rest[..4] != HELLO_MAGIC_ADDRS {
+            return Err("bad length");
+        }
+        let k = usize::from(rest[4]);
+        if k == 0 || k > MAX_NICS {
+            return Err("address count outside 1..=8");
+        }
+        rest = &rest[5..];
+        for _ in 0..k {
+            let (ip, len) = match rest.first() {
+                Some(4) => {
+                    let b: [u8; 4] = rest
+                        .get(1..5)
+                        .ok_or("bad length")?
+                        .try_into()
+                        .map_err(|_| "bad length")?;
+                    (IpAddr::from(b), 5)
+                }
+                Some(6) => {
+                    let b: [u8; 16] = rest
+                        .get(1..17)
+                        .ok_or("bad length")?
+                        .try_into()
+                        .map_err(|_| "bad length")?;
+                    (IpAddr::from(b), 17)
+                }
+                _ => return Err("bad address family"),
+            };
+            addrs.push(ip);
+            rest = &rest[len..];
+        }
+        if !rest.is_empty() {
+            return Err("bad length");
+        }
     }
     Ok(PeerHello {
         engines: out,
         layout,
+        addrs,
     })
 }
 
@@ -1059,14 +1147,13 @@ fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
 fn start_engine(
     cfg: &MptLinkConfig,
     mut sub: SubEndpoint,
-    peer_ip: IpAddr,
-    (peer_fid, ports): (u16, &[u16]),
+    (peer_fid, to): (u16, &[std::net::SocketAddr]),
     peer: String,
     max_msg: usize,
     wake: bool,
 ) -> Result<Engine> {
     sub.udp
-        .connect(peer_ip, ports)
+        .connect_each(to)
         .map_err(|e| Error::io(format!("connect mpt paths to {peer}"), e))?;
     let mcfg = MptConfig {
         chunk_size: cfg
@@ -1110,6 +1197,7 @@ fn start_engine(
         tx: TxBatch::new(),
         ready: vec![0; usize::from(cfg.paths)],
         error: None,
+        unreachable: false,
         bad_datagrams: 0,
         peer,
         sleeping: false,

@@ -265,6 +265,84 @@ fn blackholed_paths_mid_transfer() {
     }
 }
 
+/// A NIC port dies: the half of the paths it carries (every odd one, as `CCL_MPT_IFNAMES`
+/// with two NICs lays them out) go down for good mid-transfer. The transfer completes
+/// byte-exact with every congestion control. With the sender-driven ones, once the dead paths
+/// have lost their first chunks they get only probes (well under 1% of the chunks) and the
+/// transfer takes 8.8 ms: new chunks are no longer sampled onto them (with power-of-two
+/// choices alone, a quarter of the chunks drew two dead paths and went to the better of the
+/// two; the same transfer took 4.03 s). EQDS completes too, but slower (its credit-paced
+/// sender finds a lost probe chunk by timeout, not by duplicate acknowledgements): a bound,
+/// not a target.
+#[test]
+fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
+    for (seed, cc) in [(91, CcKind::Cubic), (92, CcKind::Swift), (93, CcKind::Eqds)] {
+        let mut c = cfg(cc);
+        c.cc_params.eqds_rate_bytes_per_s = 100_000_000_000;
+        let fabric = FabricConfig {
+            bandwidth_bps: Some(25_000_000_000),
+            ..lossy(0.0)
+        };
+        let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
+        let (a, b) = sim.connect(0, 1, &c).unwrap();
+        let len = 256 << 20;
+        let data = pattern(len, 9);
+        sim.post_recv(b, len as u64, 0).unwrap();
+        sim.send(a, data.clone(), 0).unwrap();
+        let t_down = Instant::from_micros(200);
+        let dead: Vec<u16> = (0..c.num_paths).filter(|p| p % 2 == 1).collect();
+        let live: Vec<u16> = (0..c.num_paths).filter(|p| p % 2 == 0).collect();
+        for &p in &dead {
+            sim.schedule(
+                t_down,
+                SimAction::SetPathDown {
+                    path: PathId(p),
+                    down: true,
+                },
+            );
+        }
+        // By then every dead path has lost chunks (a few round trips and timeouts).
+        let settled = Instant::from_micros(5_000);
+        sim.run_until(settled).unwrap();
+        let sent_on = |sim: &Sim, paths: &[u16]| -> u64 {
+            let conn = sim.conn(a).unwrap();
+            paths
+                .iter()
+                .map(|&p| conn.path(PathId(p)).chunks_sent)
+                .sum()
+        };
+        let (dead0, live0) = (sent_on(&sim, &dead), sent_on(&sim, &live));
+        sim.run(Instant::from_micros(60_000_000)).unwrap();
+        let got = sim.received(b);
+        assert_eq!(got.len(), 1, "{cc}");
+        assert!(
+            got[0].at > settled,
+            "{cc}: ended at {:?}, before detection",
+            got[0].at
+        );
+        assert!(got[0].data == data, "{cc}: bytes differ");
+        let dead_after = sent_on(&sim, &dead) - dead0;
+        let live_after = sent_on(&sim, &live) - live0;
+        if cc == CcKind::Eqds {
+            assert!(
+                got[0].at < Instant::from_micros(1_000_000),
+                "eqds: {:?}",
+                got[0].at
+            );
+        } else {
+            assert!(
+                dead_after * 100 < live_after,
+                "{cc}: dead paths got {dead_after} chunks after detection, live ones {live_after}"
+            );
+            assert!(
+                got[0].at < Instant::from_micros(20_000),
+                "{cc}: {:?}",
+                got[0].at
+            );
+        }
+    }
+}
+
 /// Small messages stay on their dedicated path until it dies, then move.
 #[test]
 fn small_message_path_moves_off_a_blackhole() {

@@ -442,3 +442,43 @@ fn frame_size_follows_the_settled_engine_count() {
         .expect("a frame mismatch connected");
     assert!(err.to_string().contains("both must be equal"), "{err}");
 }
+
+/// Paths spread over two local addresses (`CCL_MPT_IFNAMES` with two NICs; here 127.0.0.1
+/// and 127.0.0.2 of loopback), one engine and two: frames of every shape both ways, intact.
+/// The peer learns the addresses from the hello's trailer; a trailer that is cut short, or
+/// names no address or too many, is refused.
+#[test]
+fn paths_over_two_local_addresses_carry_every_frame() {
+    let two: Vec<IpAddr> = vec![LO, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))];
+    for engines in [1, 2] {
+        let cfg = MptLinkConfig {
+            local_ips: two.clone(),
+            ..frames::small_link(engines, 0.0)
+        };
+        let (mut a, mut b) = link_pair(cfg);
+        exchange_frames(&mut a, &mut b, &frames::frames_of_every_shape(), false);
+    }
+    let cfg = MptLinkConfig {
+        local_ips: two.clone(),
+        ..frames::small_link(1, 0.0)
+    };
+    let a = MptEndpoint::bind(LO, cfg.clone()).unwrap();
+    let hello = a.hello().unwrap();
+    // The trailer: "MPTA", a count of 2, then family 4 and four bytes per address.
+    let trailer = hello.len() - (4 + 1 + 2 * 5);
+    assert_eq!(&hello[trailer..trailer + 5], b"MPTA\x02");
+    let zero = [&hello[..trailer + 4], &[0u8][..]].concat();
+    let many = [&hello[..trailer + 4], &[9u8][..], &hello[trailer + 5..]].concat();
+    for bad in [&hello[..hello.len() - 1], &zero[..], &many[..]] {
+        let b = MptEndpoint::bind(LO, cfg.clone()).unwrap();
+        let e = b.connect(LO, bad, None).err().unwrap();
+        assert!(e.to_string().contains("mpt hello"), "{e}");
+    }
+    // More local addresses than a link spreads over: refused at bind.
+    let nine = MptLinkConfig {
+        local_ips: vec![LO; 9],
+        ..frames::small_link(1, 0.0)
+    };
+    let e = MptEndpoint::bind(LO, nine).err().unwrap();
+    assert!(e.to_string().contains("at most 8"), "{e}");
+}

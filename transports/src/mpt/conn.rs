@@ -1214,8 +1214,12 @@ impl Connection {
         if !self.pace(now, len, false) {
             return None;
         }
-        let path = if slot.small {
+        // Small messages keep to their path while it delivers; penalised (its NIC down,
+        // say), they go where new chunks go.
+        let path = if slot.small && !self.paths.is_penalised(self.small_path) {
             self.small_path
+        } else if slot.small {
+            self.pick_path(now, None)
         } else {
             // A new chunk may probe a path that lost chunks (never a retransmission: those
             // hold back the cumulative point and must take a good path).

@@ -91,6 +91,8 @@ pub(crate) struct Paths {
     rto: Duration,
     /// Earliest `probe_at` of any path, so the common case checks one value, not all paths.
     next_probe: Option<Instant>,
+    /// Paths with losses since their last delivery (`consecutive_losses > 0`).
+    penalised: u16,
 }
 
 impl Paths {
@@ -99,6 +101,27 @@ impl Paths {
             states: vec![PathState::default(); usize::from(n)],
             rto,
             next_probe: None,
+            penalised: 0,
+        }
+    }
+
+    /// Whether `p` lost chunks since it last delivered one (a dead NIC's paths, say): new
+    /// chunks avoid it while a path without losses is left, and it only carries probes.
+    pub(crate) fn is_penalised(&self, p: PathId) -> bool {
+        self.states
+            .get(p.index())
+            .is_some_and(|s| s.consecutive_losses > 0)
+    }
+
+    /// Credits a delivery to path `id`, keeping the count of penalised paths.
+    fn deliver(&mut self, id: PathId, tx: Instant) {
+        let Some(s) = self.states.get_mut(id.index()) else {
+            return;
+        };
+        let was = s.consecutive_losses > 0;
+        s.credit_delivery(tx);
+        if was && s.consecutive_losses == 0 {
+            self.penalised = self.penalised.saturating_sub(1);
         }
     }
 
@@ -147,9 +170,9 @@ impl Paths {
         if let Some(s) = self.state(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.acked += 1;
-            if unambiguous {
-                s.credit_delivery(tx);
-            }
+        }
+        if unambiguous {
+            self.deliver(id, tx);
         }
     }
 
@@ -161,9 +184,13 @@ impl Paths {
             s.lost += 1;
             s.last_loss_tx = Some(s.last_loss_tx.map_or(tx, |t| t.max(tx)));
             s.consecutive_losses = s.consecutive_losses.saturating_add(1);
+            let first = s.consecutive_losses == 1;
             let at = now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
             s.probe_at = Some(at);
             self.next_probe = min_deadline(self.next_probe, Some(at));
+            if first {
+                self.penalised += 1;
+            }
         }
     }
 
@@ -172,9 +199,9 @@ impl Paths {
     pub(crate) fn on_late_ack(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
         if let Some(s) = self.state(id) {
             s.acked += 1;
-            if unambiguous {
-                s.credit_delivery(tx);
-            }
+        }
+        if unambiguous {
+            self.deliver(id, tx);
         }
     }
 
@@ -235,7 +262,27 @@ impl Paths {
         } else {
             i
         };
-        (PathId(skip(i) as u16), PathId(skip(j) as u16))
+        let (a, b) = (PathId(skip(i) as u16), PathId(skip(j) as u16));
+        if self.penalised == 0 {
+            return (a, b);
+        }
+        // Penalised picks are drawn again among the paths without losses, while any is left
+        // (a dead NIC's half of the paths would otherwise get every chunk whose two samples
+        // both landed on it -- a quarter of them -- each lost and resent after a timeout).
+        let healthy = (0..eligible).any(|x| !self.is_penalised(PathId(skip(x) as u16)));
+        if !healthy {
+            return (a, b);
+        }
+        let mut redraw = |p: PathId| {
+            let mut p = p;
+            let mut tries = 0;
+            while self.is_penalised(p) && tries < 64 {
+                p = PathId(skip(rng.below(eligible)) as u16);
+                tries += 1;
+            }
+            p
+        };
+        (redraw(a), redraw(b))
     }
 
     /// The path with the lowest score (ties: lowest id).
@@ -268,6 +315,55 @@ impl OptionInstantExt for Option<Instant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Penalised paths (lost a chunk, none delivered since) are never sampled while a path
+    /// without losses is left -- and are again once every path is penalised, or once one
+    /// delivers again; `avoid` still holds.
+    #[test]
+    fn sampling_keeps_off_penalised_paths_while_others_remain() {
+        let rto = Duration::from_micros(500);
+        let mut paths = Paths::new(8, rto);
+        let mut rng = Rng::new(5);
+        let t = Instant::from_micros(10);
+        for p in [1u16, 3, 5, 7] {
+            paths.on_sent(PathId(p));
+            paths.on_lost(PathId(p), t, t);
+        }
+        assert!(paths.is_penalised(PathId(3)) && !paths.is_penalised(PathId(2)));
+        for _ in 0..2000 {
+            let (a, b) = paths.sample_two(&mut rng, Some(PathId(0)));
+            for x in [a, b] {
+                assert!(x.0 % 2 == 0 && x != PathId(0), "{x:?}");
+            }
+        }
+        // Path 3 delivers a chunk sent after its loss: it is sampled again.
+        paths.on_sent(PathId(3));
+        paths.on_acked(PathId(3), Instant::from_micros(20), true);
+        assert!(!paths.is_penalised(PathId(3)));
+        let mut three = false;
+        for _ in 0..2000 {
+            let (a, b) = paths.sample_two(&mut rng, None);
+            three |= a == PathId(3) || b == PathId(3);
+            assert!(!paths.is_penalised(a) && !paths.is_penalised(b));
+        }
+        assert!(three);
+        // Every path penalised: sampling goes on over all of them.
+        for p in [0u16, 2, 3, 4, 6] {
+            paths.on_sent(PathId(p));
+            paths.on_lost(
+                PathId(p),
+                Instant::from_micros(30),
+                Instant::from_micros(30),
+            );
+        }
+        let mut seen = [false; 8];
+        for _ in 0..2000 {
+            let (a, b) = paths.sample_two(&mut rng, None);
+            seen[a.index()] = true;
+            seen[b.index()] = true;
+        }
+        assert!(seen.iter().all(|&x| x), "{seen:?}");
+    }
 
     #[test]
     fn sampling_is_distinct_and_avoids() {

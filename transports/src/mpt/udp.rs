@@ -380,6 +380,19 @@ impl UdpPaths {
     /// `drop_rate` in `[0, 1]` is the injected loss of outgoing datagrams, drawn from a
     /// generator seeded with `seed`.
     pub fn bind(ip: IpAddr, paths: u16, drop_rate: f64, seed: u64) -> io::Result<Self> {
+        Self::bind_on(&[ip], paths, drop_rate, seed)
+    }
+
+    /// [`UdpPaths::bind`] with the paths spread over several local addresses (one per NIC):
+    /// path `i` binds `ips[i % ips.len()]`, so a NIC that goes down takes only its share of
+    /// the paths with it and the connection goes on over the others.
+    pub fn bind_on(ips: &[IpAddr], paths: u16, drop_rate: f64, seed: u64) -> io::Result<Self> {
+        if ips.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "udp paths need a local address",
+            ));
+        }
         if paths == 0 || paths > 256 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -387,8 +400,8 @@ impl UdpPaths {
             ));
         }
         let mut socks = Vec::with_capacity(usize::from(paths));
-        for _ in 0..paths {
-            let s = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        for i in 0..usize::from(paths) {
+            let s = UdpSocket::bind(SocketAddr::new(ips[i % ips.len()], 0))?;
             s.set_nonblocking(true)?;
             set_buf(s.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
             set_buf(s.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
@@ -435,25 +448,47 @@ impl UdpPaths {
     /// datagrams with its peer path, so stray traffic to a reused port is filtered by the
     /// kernel.
     pub fn connect(&mut self, peer: IpAddr, ports: &[u16]) -> io::Result<()> {
-        if ports.len() != self.socks.len() {
+        let peers: Vec<SocketAddr> = ports.iter().map(|&p| SocketAddr::new(peer, p)).collect();
+        self.connect_each(&peers)
+    }
+
+    /// Connects path `i` to `peers[i]` (the peer's paths may sit on several of its NICs).
+    /// The datagram size follows the smallest route MTU of them all, so a chunk fits
+    /// whichever path carries it (a retransmission may take another NIC).
+    pub fn connect_each(&mut self, peers: &[SocketAddr]) -> io::Result<()> {
+        if peers.len() != self.socks.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "peer has {} udp paths, this side {}",
-                    ports.len(),
+                    peers.len(),
                     self.socks.len()
                 ),
             ));
         }
-        for (s, &p) in self.socks.iter().zip(ports) {
-            s.connect(SocketAddr::new(peer, p))?;
+        for (s, &p) in self.socks.iter().zip(peers) {
+            s.connect(p)?;
         }
-        self.mtu_payload = self
-            .socks
-            .first()
-            .and_then(|s| path_mtu(s, peer))
-            .map_or(0, |(mtu, hdr)| mtu.saturating_sub(hdr));
+        let mut routes: Vec<(IpAddr, IpAddr)> = Vec::new();
+        let mut mtu: Option<usize> = None;
+        for (s, p) in self.socks.iter().zip(peers) {
+            let Ok(local) = s.local_addr() else { continue };
+            if routes.contains(&(local.ip(), p.ip())) {
+                continue;
+            }
+            routes.push((local.ip(), p.ip()));
+            if let Some((m, hdr)) = path_mtu(s, p.ip()) {
+                let m = m.saturating_sub(hdr);
+                mtu = Some(mtu.map_or(m, |x| x.min(m)));
+            }
+        }
+        self.mtu_payload = mtu.unwrap_or(0);
         Ok(())
+    }
+
+    /// The local address of each path, in path order.
+    pub fn local_addrs(&self) -> io::Result<Vec<SocketAddr>> {
+        self.socks.iter().map(|s| s.local_addr()).collect()
     }
 
     /// The largest datagram that crosses the route to the peer without IP fragmentation
@@ -925,15 +960,16 @@ fn path_mtu(s: &UdpSocket, peer: IpAddr) -> Option<(usize, usize)> {
 }
 
 /// Errors that mean "this datagram is lost for now", not "the endpoint is broken": a full
-/// buffer, or an ICMP report that the peer or its network is unreachable (a link may come
-/// back; the connection's retransmission budget decides when to give up).
+/// buffer, an ICMP report that the peer or its network is unreachable, or a local NIC that
+/// went down (a link may come back, and the other NICs' paths carry on meanwhile; the
+/// connection's retransmission budget decides when to give up).
 fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused
     ) || matches!(
         e.raw_os_error(),
-        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENOBUFS | libc::EPERM)
+        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENETDOWN | libc::ENOBUFS | libc::EPERM)
     )
 }
 
@@ -1063,6 +1099,24 @@ mod tests {
         assert_eq!(b.stats().join_drops, 0);
         // On loopback a GSO send reaches a GRO socket in one piece, else in segments.
         assert_eq!(b.stats().gro_receives > 0, gro);
+    }
+
+    /// Paths bound over two addresses alternate between them, and each connects to the
+    /// peer path of the same index (on the peer's address of that index).
+    #[test]
+    fn paths_alternate_over_local_addresses() {
+        let two = [LO, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))];
+        let mut a = UdpPaths::bind_on(&two, 4, 0.0, 1).unwrap();
+        let b = UdpPaths::bind_on(&two, 4, 0.0, 2).unwrap();
+        let ips: Vec<IpAddr> = a.local_addrs().unwrap().iter().map(|x| x.ip()).collect();
+        assert_eq!(ips, [two[0], two[1], two[0], two[1]]);
+        let to = b.local_addrs().unwrap();
+        a.connect_each(&to).unwrap();
+        for (s, want) in a.socks.iter().zip(&to) {
+            assert_eq!(s.peer_addr().unwrap(), *want);
+        }
+        assert!(a.connect_each(&to[..3]).is_err(), "path counts must match");
+        assert!(UdpPaths::bind_on(&[], 4, 0.0, 1).is_err());
     }
 
     #[test]
