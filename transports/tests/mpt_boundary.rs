@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ccl_transports::mpt::sim::{FabricConfig, Sim, SimAction};
+use ccl_transports::mpt::sim::{ConnHandle, FabricConfig, Sim, SimAction};
 use ccl_transports::mpt::{
     CcKind, Connection, Event, Frame, Instant, MptConfig, MptError, PathId, Transmit,
 };
@@ -176,7 +176,9 @@ fn message_of_exactly_8k_is_sprayed() {
 }
 
 /// All paths go dark just after the only chunk left (so its ack is lost) and come back at
-/// 7 ms. Timeouts fire at 0.5, 1.5, 3.5 and 7.5 ms after the send (500 us doubling).
+/// 7 ms. Timeouts fire at 0.5, 1.5, 3.5 and 7.5 ms after the send (500 us doubling);
+/// meanwhile the paths, penalised, are probed (no data) every 2 ms at most, and the first
+/// probe after 7 ms is answered with the cumulative acknowledgement of the chunk.
 fn outage(max_rto_retries: u32) -> (Result<(), MptError>, Sim, u64) {
     let cfg = MptConfig {
         max_rto_retries,
@@ -215,19 +217,23 @@ fn outage(max_rto_retries: u32) -> (Result<(), MptError>, Sim, u64) {
 
 #[test]
 fn retry_budget_just_enough() {
-    let (r, sim, rtos) = outage(4);
+    let (r, sim, rtos) = outage(3);
     r.unwrap();
-    assert_eq!(rtos, 4);
-    // Sent at 5 us; the fourth retransmission leaves at 7.505 ms, its ack returns 10 us later.
-    assert_eq!(sim.now(), Instant::from_micros(7_515));
+    assert_eq!(rtos, 3);
+    // A probe leaves as the paths come back at 7 ms; its answer, 10 us later, acknowledges the
+    // chunk (before the fourth timeout at 7.505 ms, which this budget would not survive).
+    assert_eq!(sim.now(), Instant::from_micros(7_010));
+    let st = sim.conn(ConnHandle::first()).unwrap().stats();
+    assert_eq!(st.paths_revived, 1);
 }
 
 #[test]
 fn retry_budget_one_too_small() {
-    let (r, sim, rtos) = outage(3);
-    assert_eq!(r, Err(MptError::RetriesExhausted(3)));
-    assert_eq!(rtos, 4);
-    assert_eq!(sim.now(), Instant::from_micros(7_505));
+    let (r, sim, rtos) = outage(2);
+    assert_eq!(r, Err(MptError::RetriesExhausted(2)));
+    assert_eq!(rtos, 3);
+    // The third timeout, 3.5 ms after the send, ends it: the paths are still dark.
+    assert_eq!(sim.now(), Instant::from_micros(3_505));
 }
 
 #[test]

@@ -267,13 +267,12 @@ fn blackholed_paths_mid_transfer() {
 
 /// A NIC port dies: the half of the paths it carries (every odd one, as `CCL_MPT_IFNAMES`
 /// with two NICs lays them out) go down for good mid-transfer. The transfer completes
-/// byte-exact with every congestion control. With the sender-driven ones, once the dead paths
-/// have lost their first chunks they get only probes (well under 1% of the chunks) and the
-/// transfer takes 8.8 ms: new chunks are no longer sampled onto them (with power-of-two
-/// choices alone, a quarter of the chunks drew two dead paths and went to the better of the
-/// two; the same transfer took 4.03 s). EQDS completes too, but slower (its credit-paced
-/// sender finds a lost probe chunk by timeout, not by duplicate acknowledgements): a bound,
-/// not a target.
+/// byte-exact with every congestion control. Once the dead paths have lost their first
+/// chunks they carry no data, only probe frames (CUBIC: 6.9 ms against 3.5 ms with every path
+/// alive -- half the paths, half the rate; 0 chunks on the dead paths after detection). With
+/// power-of-two choices alone a quarter of the chunks drew two dead paths and went to the
+/// better of the two, and dead paths were probed with data chunks: the same transfer took
+/// 4.03 s. EQDS completes in 47 ms against its own 11.7 ms: a bound, not a target.
 #[test]
 fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
     for (seed, cc) in [(91, CcKind::Cubic), (92, CcKind::Swift), (93, CcKind::Eqds)] {
@@ -323,23 +322,16 @@ fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
         assert!(got[0].data == data, "{cc}: bytes differ");
         let dead_after = sent_on(&sim, &dead) - dead0;
         let live_after = sent_on(&sim, &live) - live0;
-        if cc == CcKind::Eqds {
-            assert!(
-                got[0].at < Instant::from_micros(1_000_000),
-                "eqds: {:?}",
-                got[0].at
-            );
-        } else {
-            assert!(
-                dead_after * 100 < live_after,
-                "{cc}: dead paths got {dead_after} chunks after detection, live ones {live_after}"
-            );
-            assert!(
-                got[0].at < Instant::from_micros(20_000),
-                "{cc}: {:?}",
-                got[0].at
-            );
-        }
+        assert!(
+            dead_after * 100 < live_after,
+            "{cc}: dead paths got {dead_after} chunks after detection, live ones {live_after}"
+        );
+        let bound = if cc == CcKind::Eqds { 100_000 } else { 20_000 };
+        assert!(
+            got[0].at < Instant::from_micros(bound),
+            "{cc}: {:?}",
+            got[0].at
+        );
     }
 }
 

@@ -16,9 +16,10 @@
 //! CSN. A chunk of a message shorter than `small_message_threshold` goes on the connection's
 //! dedicated small-message path (moved to the best path if it loses chunks to a timeout);
 //! others go on the better of two randomly sampled paths by [`PathView::score`] (or what
-//! `on_select_path` says). A path that lost chunks scores badly until a chunk sent on it
-//! after the loss is acknowledged; it gets one probe chunk per backoff period so a healed
-//! link returns to use. Each [`Transmit`] names the path, the frame, and the slice of the caller's message to
+//! `on_select_path` says). A path that lost chunks gets no new chunks while a path without
+//! losses is left (and scores badly) until it delivers again: once per backoff period it is
+//! sent a probe frame, which the peer answers on the same path, and the answer puts it back
+//! in use (so a healed link returns, and a dead NIC's paths cost no data). Each [`Transmit`] names the path, the frame, and the slice of the caller's message to
 //! append ([`PayloadRef`]).
 //!
 //! # Reliability
@@ -152,8 +153,11 @@ pub struct ConnStats {
     pub acks_received: u64,
     /// Acknowledgements ignored (acknowledging chunks never sent).
     pub acks_invalid: u64,
-    /// Probes sent.
+    /// Probes sent (a sender asking for the peer's receive, or testing a path that lost
+    /// chunks).
     pub probes_sent: u64,
+    /// Paths that lost chunks and were back in use after answering a probe.
+    pub paths_revived: u64,
     /// New chunks received.
     pub chunks_received: u64,
     /// Duplicate or too-old chunks received (dropped).
@@ -284,6 +288,9 @@ pub struct Connection {
     ack_needed: bool,
     dup_seen: bool,
     last_rx_path: Option<PathId>,
+    /// Paths a probe arrived on, to answer on the same path (so the prober learns that the
+    /// path works both ways).
+    probe_replies: VecDeque<PathId>,
     credit_total: u64,
     credit_next: Option<Instant>,
 }
@@ -356,6 +363,7 @@ impl Connection {
             ack_needed: false,
             dup_seen: false,
             last_rx_path: None,
+            probe_replies: VecDeque::with_capacity(usize::from(config.num_paths)),
             credit_total: 0,
             credit_next: None,
             cc,
@@ -458,12 +466,19 @@ impl Connection {
         match frame {
             Frame::Data(d) => self.on_data(now, path, d, payload),
             Frame::Ack(a) => {
+                // An acknowledgement on a path that lost chunks, while a probe of it is out:
+                // the path works again (both ways: the probe got there, the answer back).
+                if self.paths.revive_if_probed(path) {
+                    self.stats.paths_revived += 1;
+                }
                 self.on_ack(now, &a);
                 Ok(None)
             }
             Frame::Probe(_) => {
                 self.last_rx_path = Some(path);
-                self.ack_needed = true;
+                if self.probe_replies.len() < usize::from(self.paths.len()) {
+                    self.probe_replies.push_back(path);
+                }
                 Ok(None)
             }
         }
@@ -513,6 +528,11 @@ impl Connection {
             }
             self.credit_next = poll.next.filter(|t| *t > now);
         }
+        if let Some(path) = self.probe_replies.pop_front() {
+            let mut t = self.build_ack(None);
+            t.path = path;
+            return Some(t);
+        }
         if let Some(echo) = self.echoes.pop_front() {
             return Some(self.build_ack(Some(echo)));
         }
@@ -523,13 +543,14 @@ impl Connection {
             self.probe_pending = false;
             self.stats.probes_sent += 1;
             let path = PathId(self.rng.below(u64::from(self.paths.len())) as u16);
-            return Some(Transmit {
-                path,
-                frame: Frame::Probe(ProbeFrame {
-                    flow: self.remote_fid,
-                }),
-                payload: None,
-            });
+            return Some(self.probe(path));
+        }
+        // A path that lost chunks is tested with a probe (no data: a lost probe costs no
+        // retransmission, which a credit-paced sender would only find by timeout), once per
+        // backoff period; the answer brings it back into use.
+        if let Some(path) = self.paths.take_probe(now) {
+            self.stats.probes_sent += 1;
+            return Some(self.probe(path));
         }
         if let Some(t) = self.next_data(now) {
             return Some(t);
@@ -618,6 +639,7 @@ impl Connection {
             && self.echoes.is_empty()
             && !self.ack_needed
             && !self.probe_pending
+            && self.probe_replies.is_empty()
     }
 
     // ----- internals: receiver half -----
@@ -773,6 +795,16 @@ impl Connection {
             .filter(|s| s.posted && !s.complete)
             .map(|s| s.total.unwrap_or(s.capacity).saturating_sub(s.received))
             .sum()
+    }
+
+    fn probe(&self, path: PathId) -> Transmit {
+        Transmit {
+            path,
+            frame: Frame::Probe(ProbeFrame {
+                flow: self.remote_fid,
+            }),
+            payload: None,
+        }
     }
 
     fn build_ack(&mut self, echo: Option<Echo>) -> Transmit {
@@ -1218,15 +1250,8 @@ impl Connection {
         // say), they go where new chunks go.
         let path = if slot.small && !self.paths.is_penalised(self.small_path) {
             self.small_path
-        } else if slot.small {
-            self.pick_path(now, None)
         } else {
-            // A new chunk may probe a path that lost chunks (never a retransmission: those
-            // hold back the cumulative point and must take a good path).
-            match self.paths.take_probe(now) {
-                Some(p) => p,
-                None => self.pick_path(now, None),
-            }
+            self.pick_path(now, None)
         };
         let seq = self.snd_nxt;
         self.snd_nxt += 1;

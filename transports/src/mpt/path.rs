@@ -5,10 +5,10 @@ use std::time::Duration;
 use super::rng::Rng;
 use super::time::{min_deadline, Instant};
 
-/// A path that lost chunks is retried with one new chunk (a probe) after
+/// A path that lost chunks is tested with a probe frame (no data) after
 /// `rto << min(consecutive losses, PROBE_MAX_SHIFT)`: 2 ms at most with the default RTO, so a
-/// link that comes back is in use again soon, while a dead one costs one lost (and
-/// retransmitted) chunk per backoff period.
+/// link that comes back is in use again soon (the peer answers on the same path), while a
+/// dead one costs one lost probe, and no data, per backoff period.
 const PROBE_MAX_SHIFT: u32 = 2;
 
 /// Index of a path of a connection (`0..num_paths`). On UDP: a source port; on verbs: a QP.
@@ -33,7 +33,7 @@ pub struct PathView {
     /// paths get tried), raised to at least the RTO and doubled per consecutive loss
     /// attributed to the path, so a blackholed path (whose `srtt` would otherwise stay at its
     /// last, good value) is avoided until a chunk on it is acknowledged again. Such a path
-    /// still gets one probe chunk per backoff period, which brings it back once it heals.
+    /// still gets one probe per backoff period, whose answer brings it back once it heals.
     pub effective_rtt: Duration,
     /// Chunks sent on the path and neither acknowledged nor declared lost.
     pub inflight_chunks: u32,
@@ -64,6 +64,7 @@ impl PathState {
         if self.last_loss_tx.is_none_or_later_than(tx) {
             self.consecutive_losses = 0;
             self.probe_at = None;
+            self.probed = false;
         }
     }
 }
@@ -78,6 +79,8 @@ struct PathState {
     lost: u64,
     /// When a path with losses may carry its next probe.
     probe_at: Option<Instant>,
+    /// A probe went out on the path since its last loss (cleared when it revives).
+    probed: bool,
     /// Send time of the newest chunk declared lost on the path: only the acknowledgement of
     /// a chunk sent after it shows the path works again (a late cumulative ack of a chunk
     /// sent before an outage proves nothing).
@@ -205,8 +208,24 @@ impl Paths {
         }
     }
 
+    /// An acknowledgement arrived on `id`: if the path is penalised and was probed, it works
+    /// again -- back into use with its loss count cleared. Returns whether it revived.
+    pub(crate) fn revive_if_probed(&mut self, id: PathId) -> bool {
+        let Some(s) = self.states.get_mut(id.index()) else {
+            return false;
+        };
+        if s.consecutive_losses == 0 || !s.probed {
+            return false;
+        }
+        s.consecutive_losses = 0;
+        s.probe_at = None;
+        s.probed = false;
+        self.penalised = self.penalised.saturating_sub(1);
+        true
+    }
+
     /// A penalised path whose backoff has expired and that has nothing in flight: it gets
-    /// the next new chunk, and its backoff is re-armed until that chunk is resolved.
+    /// the next probe, and its backoff is re-armed until an answer revives it.
     pub(crate) fn take_probe(&mut self, now: Instant) -> Option<PathId> {
         if self.next_probe.is_none_or_later(now) {
             return None;
@@ -218,6 +237,7 @@ impl Paths {
             let Some(at) = s.probe_at else { continue };
             if found.is_none() && at <= now && s.inflight == 0 && s.consecutive_losses > 0 {
                 found = Some(PathId(i as u16));
+                s.probed = true;
                 let again =
                     now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
                 s.probe_at = Some(again);
