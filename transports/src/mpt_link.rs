@@ -1110,23 +1110,15 @@ fn parse_hello(h: &[u8]) -> std::result::Result<PeerHello, &'static str> {
         }
         rest = &rest[5..];
         for _ in 0..k {
+            // The address's bytes after its family byte.
+            fn octets<const N: usize>(rest: &[u8]) -> std::result::Result<[u8; N], &'static str> {
+                rest.get(1..=N)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or("bad length")
+            }
             let (ip, len) = match rest.first() {
-                Some(4) => {
-                    let b: [u8; 4] = rest
-                        .get(1..5)
-                        .ok_or("bad length")?
-                        .try_into()
-                        .map_err(|_| "bad length")?;
-                    (IpAddr::from(b), 5)
-                }
-                Some(6) => {
-                    let b: [u8; 16] = rest
-                        .get(1..17)
-                        .ok_or("bad length")?
-                        .try_into()
-                        .map_err(|_| "bad length")?;
-                    (IpAddr::from(b), 17)
-                }
+                Some(4) => (IpAddr::from(octets::<4>(rest)?), 5),
+                Some(6) => (IpAddr::from(octets::<16>(rest)?), 17),
                 _ => return Err("bad address family"),
             };
             addrs.push(ip);

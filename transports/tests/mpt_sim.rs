@@ -188,24 +188,34 @@ fn everything_at_once() {
     }
 }
 
+/// One `len`-byte message from node 0 to node 1 over 32 paths of 25 Gbit/s each with `cc`
+/// (EQDS credits at that aggregate rate), already sent: the sim, both ends and the bytes.
+fn one_big_message(
+    seed: u64,
+    cc: CcKind,
+    len: usize,
+    salt: u64,
+) -> (Sim, ConnHandle, ConnHandle, Vec<u8>) {
+    let mut c = cfg(cc);
+    c.cc_params.eqds_rate_bytes_per_s = 100_000_000_000;
+    let fabric = FabricConfig {
+        bandwidth_bps: Some(25_000_000_000),
+        ..lossy(0.0)
+    };
+    let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    let data = pattern(len, salt);
+    sim.post_recv(b, len as u64, 0).unwrap();
+    sim.send(a, data.clone(), 0).unwrap();
+    (sim, a, b, data)
+}
+
 /// Paths blackholed in the middle of a transfer (two for good, one coming back): the
 /// transfer completes byte-exact, the dead paths are penalised and stop carrying chunks.
 #[test]
 fn blackholed_paths_mid_transfer() {
     for (seed, cc) in [(61, CcKind::Cubic), (62, CcKind::Swift), (63, CcKind::Eqds)] {
-        let mut c = cfg(cc);
-        // EQDS: credit at the aggregate line rate (32 x 25 Gbit/s).
-        c.cc_params.eqds_rate_bytes_per_s = 100_000_000_000;
-        let fabric = FabricConfig {
-            bandwidth_bps: Some(25_000_000_000),
-            ..lossy(0.0)
-        };
-        let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
-        let (a, b) = sim.connect(0, 1, &c).unwrap();
-        let len = 64 << 20;
-        let data = pattern(len, 5);
-        sim.post_recv(b, len as u64, 0).unwrap();
-        sim.send(a, data.clone(), 0).unwrap();
+        let (mut sim, a, b, data) = one_big_message(seed, cc, 64 << 20, 5);
         let t_down = Instant::from_micros(100);
         for p in [3u16, 7, 20] {
             sim.schedule(
@@ -276,21 +286,11 @@ fn blackholed_paths_mid_transfer() {
 #[test]
 fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
     for (seed, cc) in [(91, CcKind::Cubic), (92, CcKind::Swift), (93, CcKind::Eqds)] {
-        let mut c = cfg(cc);
-        c.cc_params.eqds_rate_bytes_per_s = 100_000_000_000;
-        let fabric = FabricConfig {
-            bandwidth_bps: Some(25_000_000_000),
-            ..lossy(0.0)
-        };
-        let mut sim = Sim::new(seed, 2, c.num_paths, fabric).unwrap();
-        let (a, b) = sim.connect(0, 1, &c).unwrap();
-        let len = 256 << 20;
-        let data = pattern(len, 9);
-        sim.post_recv(b, len as u64, 0).unwrap();
-        sim.send(a, data.clone(), 0).unwrap();
+        let (mut sim, a, b, data) = one_big_message(seed, cc, 256 << 20, 9);
         let t_down = Instant::from_micros(200);
-        let dead: Vec<u16> = (0..c.num_paths).filter(|p| p % 2 == 1).collect();
-        let live: Vec<u16> = (0..c.num_paths).filter(|p| p % 2 == 0).collect();
+        let paths = cfg(cc).num_paths;
+        let dead: Vec<u16> = (0..paths).filter(|p| p % 2 == 1).collect();
+        let live: Vec<u16> = (0..paths).filter(|p| p % 2 == 0).collect();
         for &p in &dead {
             sim.schedule(
                 t_down,

@@ -434,6 +434,61 @@ fn bounce_base(rank: usize) -> u64 {
 }
 const BOUNCE: usize = 1 << 20;
 
+/// Rank `rank` of two posts a group that sends `count` floats to the other rank and
+/// receives as many from it (a pipeline exchange).
+fn post_exchange(
+    boards: &[Vec<AtomicU64>],
+    rank: usize,
+    count: usize,
+    c: &mut Counters,
+) -> direct::Posting {
+    let peer = 1 - rank;
+    let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, count);
+    send.send = base(rank) as usize;
+    let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, count);
+    recv.recv = base(rank) as usize + 1024 * 1024;
+    let group = lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap();
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    direct::post_group(&mut reach, &group, rank, c, &boards, None, &|| false).unwrap()
+}
+
+/// Settles `posting` of `rank` as the device path does, with the given waits.
+fn settle(
+    boards: &[Vec<AtomicU64>],
+    posting: direct::Posting,
+    rank: usize,
+    wait: direct::PushWait<'_>,
+    wait_min_bytes: usize,
+    exchange_until: Option<std::time::Instant>,
+) -> direct::Plan {
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    posting
+        .settle(
+            &mut reach,
+            rank,
+            &boards,
+            direct::SettleHow {
+                wait,
+                single_max: 0,
+                late: None,
+                local_split: direct::LocalSplit::default(),
+                wait_min_bytes,
+                exchange_until,
+            },
+            &|| false,
+        )
+        .unwrap()
+        .0
+}
+
 /// The host side of direct transfers in the simulation: every rank's rendezvous inbox, and
 /// address ranges a peer may not map (they go through the bounce buffer).
 struct DirectSim {
@@ -1396,25 +1451,9 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
     use std::time::{Duration, Instant};
     for (min, want_first) in [(1025usize, true), (1024, false)] {
         let dx = DirectSim::new(2);
-        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
-        let group = |rank: usize| {
-            let peer = 1 - rank;
-            let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, 256);
-            send.send = base(rank) as usize;
-            let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, 256);
-            recv.recv = base(rank) as usize + 4096;
-            lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap()
-        };
         let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
-        let post = |rank: usize, c: &mut Counters| {
-            let mut reach = SimReach {
-                rank,
-                unmappable: &[],
-            };
-            direct::post_group(&mut reach, &group(rank), rank, c, &boards, None, &|| false).unwrap()
-        };
         let (c0, c1) = counters.split_at_mut(1);
-        let posting0 = post(0, &mut c0[0]);
+        let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
         // Rank 1 posts only after rank 0 settled (or would wait forever: it is the test).
         let far = Instant::now() + Duration::from_secs(60);
         let wait = direct::PushWait {
@@ -1427,31 +1466,8 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             busy: &|| true,
             futile: &|| false,
         };
-        let settle = |posting: direct::Posting, rank: usize| {
-            let mut reach = SimReach {
-                rank,
-                unmappable: &[],
-            };
-            posting
-                .settle(
-                    &mut reach,
-                    rank,
-                    &boards,
-                    direct::SettleHow {
-                        wait,
-                        single_max: 0,
-                        late: None,
-                        local_split: direct::LocalSplit::default(),
-                        wait_min_bytes: min,
-                        exchange_until: None,
-                    },
-                    &|| false,
-                )
-                .unwrap()
-                .0
-        };
         let t = Instant::now();
-        let plan0 = settle(posting0, 0);
+        let plan0 = settle(&dx.boards, posting0, 0, wait, min, None);
         let took = t.elapsed();
         let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
         if want_first {
@@ -1469,7 +1485,14 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             );
             assert_eq!(send0.role, direct::Role::First);
         }
-        let plan1 = settle(post(1, &mut c1[0]), 1);
+        let plan1 = settle(
+            &dx.boards,
+            post_exchange(&dx.boards, 1, 256, &mut c1[0]),
+            1,
+            wait,
+            min,
+            None,
+        );
         // Rank 1 came second to both transfers: it copies both.
         assert!(plan1
             .transfers
@@ -1492,37 +1515,9 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
         (Duration::from_millis(20), false),
     ] {
         let dx = DirectSim::new(2);
-        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
-        let group = |rank: usize| {
-            let peer = 1 - rank;
-            let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, 4096);
-            send.send = base(rank) as usize;
-            let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, 4096);
-            recv.recv = base(rank) as usize + 65536;
-            lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap()
-        };
-        let post = |rank: usize| {
-            let mut reach = SimReach {
-                rank,
-                unmappable: &[],
-            };
-            let mut c = Counters::new(2, 1);
-            direct::post_group(
-                &mut reach,
-                &group(rank),
-                rank,
-                &mut c,
-                &boards,
-                None,
-                &|| false,
-            )
-            .unwrap()
-        };
+        let boards = &dx.boards;
+        let post = |rank: usize| post_exchange(boards, rank, 4096, &mut Counters::new(2, 1));
         let settle = |posting: direct::Posting, rank: usize, exchange_until: Option<Instant>| {
-            let mut reach = SimReach {
-                rank,
-                unmappable: &[],
-            };
             // The push window itself is over before it starts.
             let now = Instant::now();
             let wait = direct::PushWait {
@@ -1531,23 +1526,7 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
                 busy: &|| true,
                 futile: &|| false,
             };
-            posting
-                .settle(
-                    &mut reach,
-                    rank,
-                    &boards,
-                    direct::SettleHow {
-                        wait,
-                        single_max: 0,
-                        late: None,
-                        local_split: direct::LocalSplit::default(),
-                        wait_min_bytes: 0,
-                        exchange_until,
-                    },
-                    &|| false,
-                )
-                .unwrap()
-                .0
+            settle(boards, posting, rank, wait, 0, exchange_until)
         };
         let posting0 = post(0);
         let t = Instant::now();
