@@ -212,6 +212,42 @@ pub fn named_interface_ips(names: &[&str]) -> Result<Vec<IpAddr>> {
         .collect()
 }
 
+/// The NICs that a positive `NCCL_SOCKET_IFNAME` list names (`eth`, `ens1,ens2`; not `^...`
+/// exclusions), when it names two or more that are up and not loopback: as NCCL's socket
+/// transport does, the multipath transport then uses them all (`CCL_MPT_IFNAMES` unset).
+/// Sorted by name, so hosts with alike NICs pair them alike; at most `max`.
+pub fn socket_ifname_nics(max: usize) -> Result<Vec<IpAddr>> {
+    match params::NCCL_SOCKET_IFNAME.raw() {
+        Some(spec) if !spec.trim().starts_with('^') => {
+            Ok(nics_matching(&spec, &interface_addresses()?, max))
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
+    let mut names: Vec<&str> = all
+        .iter()
+        .filter(|a| a.up && !a.loopback && ifname_matches(spec, &a.name))
+        .map(|a| a.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() < 2 {
+        return Vec::new();
+    }
+    names.truncate(max);
+    names
+        .iter()
+        .filter_map(|&n| {
+            all.iter()
+                .filter(|a| a.name == n)
+                .min_by_key(|a| !a.ip.is_ipv4())
+                .map(|a| a.ip)
+        })
+        .collect()
+}
+
 /// Picks the address to listen on: the first interface matching `NCCL_SOCKET_IFNAME`, or by
 /// default the first that is up and neither loopback nor docker, else loopback.
 pub fn local_address() -> Result<(String, IpAddr)> {
@@ -884,6 +920,37 @@ mod tests {
     #[test]
     fn ifname_spec_syntax() {
         assert!(ifname_matches("eth", "eth0"));
+        // NCCL_SOCKET_IFNAME naming several NICs spreads mpt paths over them (IPv4 first,
+        // sorted by name, loopback and down ones left out); one NIC, or none: no spreading.
+        let ifa = |name: &str, ip: &str, up: bool| IfAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            up,
+            loopback: name == "lo",
+        };
+        let all = [
+            ifa("eth1", "fd00::2", true),
+            ifa("eth1", "10.0.1.1", true),
+            ifa("eth0", "10.0.0.1", true),
+            ifa("eth2", "10.0.2.1", false),
+            ifa("lo", "127.0.0.1", true),
+        ];
+        let ips = |v: &[&str]| {
+            v.iter()
+                .map(|s| s.parse::<IpAddr>().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            nics_matching("eth", &all, 8),
+            ips(&["10.0.0.1", "10.0.1.1"])
+        );
+        assert_eq!(nics_matching("eth", &all, 1), ips(&["10.0.0.1"]));
+        assert_eq!(nics_matching("eth0", &all, 8), ips(&[]));
+        assert_eq!(nics_matching("lo,eth0", &all, 8), ips(&[]));
+        assert_eq!(
+            nics_matching("=eth1,eth0", &all, 8),
+            ips(&["10.0.0.1", "10.0.1.1"])
+        );
         assert!(!ifname_matches("eth", "lo"));
         assert!(ifname_matches("^docker,lo", "eth0"));
         assert!(!ifname_matches("^docker,lo", "docker0"));

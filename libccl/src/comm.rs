@@ -718,7 +718,8 @@ fn build_state(
     ))
 }
 
-/// `CCL_MPT_IFNAMES`: the local addresses to spread mpt paths over (empty: the link's own).
+/// `CCL_MPT_IFNAMES`, else the NICs a positive `NCCL_SOCKET_IFNAME` list names (two or more):
+/// the local addresses to spread mpt paths over (empty: the link's own).
 fn mpt_nics() -> Result<Vec<std::net::IpAddr>> {
     let spec = params::CCL_MPT_IFNAMES.get_str();
     let names: Vec<&str> = spec
@@ -733,10 +734,15 @@ fn mpt_nics() -> Result<Vec<std::net::IpAddr>> {
             ccl_transports::mpt_link::MAX_NICS
         )));
     }
-    if names.is_empty() {
-        return Ok(Vec::new());
+    let ips = if names.is_empty() {
+        crate::bootstrap::socket_ifname_nics(ccl_transports::mpt_link::MAX_NICS)?
+    } else {
+        crate::bootstrap::named_interface_ips(&names)?
+    };
+    if !ips.is_empty() {
+        tracing::info!("mpt paths spread over {} NICs: {ips:?}", ips.len());
     }
-    crate::bootstrap::named_interface_ips(&names)
+    Ok(ips)
 }
 
 /// The multipath link settings, and whether it was asked for by name (then a link whose probe

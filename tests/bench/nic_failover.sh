@@ -11,7 +11,9 @@
 #   2. the same with the link left down to the end: must finish, exact (nic0 alone carries it);
 #   3. every path on the NIC that is cut (CCL_MPT_IFNAMES=nic1) and left down: no path is
 #      left, so the run must fail -- within the deadline, not hang, with ncclRemoteError and
-#      a message that says "network failure".
+#      a message that says "network failure";
+#   4. no CCL_MPT_IFNAMES but NCCL_SOCKET_IFNAME=nic, which names both NICs (as NCCL's socket
+#      transport, libccl then uses both): nic1 cut to the end, must finish, exact.
 #
 # Prints one line per case (PASS/FAIL, wall seconds and their ratio to case 0, wrong elements)
 # and exits non-zero if any case does not end as it must, or if a cut came after the run had
@@ -25,6 +27,10 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-64M} ITERS=${ITERS:-150} CUT_AT_S=${CUT_AT_S:-1} CUT_S=${CUT_S:-2}
 NS=(cclnic0 cclnic1)
+# One run at a time on a machine: the namespaces are machine-wide, and a second run's setup
+# would tear down the first's under it.
+exec 8>/tmp/ccl-nic-failover.lock
+flock -w 900 8 || { echo "nic_failover: another run holds /tmp/ccl-nic-failover.lock"; exit 2; }
 
 down() {
   for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
@@ -45,14 +51,15 @@ up > "$LOG/netns.log" 2>&1 || { echo "nic_failover: namespace setup failed (root
 
 status=0
 base_ms=
-# case name, CCL_MPT_IFNAMES, cut (none | back: nic1 down for CUT_S | forever), expect (ok|fail)
+# case name, CCL_MPT_IFNAMES, cut (none | back: nic1 down for CUT_S | forever), expect (ok|fail),
+# NCCL_SOCKET_IFNAME (default nic0)
 run_case() {
-  local name=$1 nics=$2 cut=$3 expect=$4 port=$((20000 + RANDOM % 20000))
+  local name=$1 nics=$2 cut=$3 expect=$4 ifname=${5:-nic0} port=$((20000 + RANDOM % 20000))
   local t0 t_end
   t0=$(date +%s%N)
   for r in 1 0; do
     ip netns exec "cclnic$r" env CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
-      NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES="$nics" NCCL_DEBUG=WARN \
+      NCCL_SOCKET_IFNAME="$ifname" CCL_NET=mpt CCL_MPT_IFNAMES="$nics" NCCL_DEBUG=INFO \
       LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 180 "$LIBDIR/ccl-perf" all_reduce \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
@@ -81,7 +88,9 @@ run_case() {
   wrong=$(grep -E "^ +[0-9]" "$LOG/$name.rank0.log" | awk '{print $9}' | head -1)
   local verdict=FAIL
   if [ "$expect" = ok ]; then
-    [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$wrong" = 0 ] && verdict=PASS
+    # Every two-NIC case must have spread the paths over both.
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ] && [ "$wrong" = 0 ] &&
+      grep -q "mpt paths spread over 2 NICs" "$LOG/$name.rank0.log" && verdict=PASS
   else
     # Must fail, with an error of ours rather than the deadline's SIGKILL (rc 137): NCCL's
     # remote error, saying what happened.
@@ -101,4 +110,5 @@ run_case two-nics nic0,nic1 none ok
 run_case two-nics-cut-and-back nic0,nic1 back ok
 run_case two-nics-cut-for-good nic0,nic1 forever ok
 run_case one-nic-cut-for-good nic1 forever fail
+run_case socket-ifname-two-nics "" forever ok nic
 exit $status
