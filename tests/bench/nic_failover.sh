@@ -13,7 +13,9 @@
 #      left, so the run must fail -- within the deadline, not hang, with ncclRemoteError and
 #      a message that says "network failure";
 #   4. no CCL_MPT_IFNAMES but NCCL_SOCKET_IFNAME=nic, which names both NICs (as NCCL's socket
-#      transport, libccl then uses both): nic1 cut to the end, must finish, exact.
+#      transport, libccl then uses both): nic1 cut to the end, must finish, exact;
+#   5. paths on both NICs, and nic0 -- the one the ranks bootstrapped over, which carries their
+#      TCP control connections -- cut to the end: must finish, exact, and exit cleanly.
 #
 # Prints one line per case (PASS/FAIL, wall seconds and their ratio to case 0, wrong elements)
 # and exits non-zero if any case does not end as it must, or if a cut came after the run had
@@ -51,10 +53,11 @@ up > "$LOG/netns.log" 2>&1 || { echo "nic_failover: namespace setup failed (root
 
 status=0
 base_ms=
-# case name, CCL_MPT_IFNAMES, cut (none | back: nic1 down for CUT_S | forever), expect (ok|fail),
-# NCCL_SOCKET_IFNAME (default nic0)
+# case name, CCL_MPT_IFNAMES, cut (none | back: down for CUT_S | forever), expect (ok|fail),
+# NCCL_SOCKET_IFNAME (default nic0), the NIC of host 0 that is cut (default nic1)
 run_case() {
-  local name=$1 nics=$2 cut=$3 expect=$4 ifname=${5:-nic0} port=$((20000 + RANDOM % 20000))
+  local name=$1 nics=$2 cut=$3 expect=$4 ifname=${5:-nic0} victim=${6:-nic1}
+  local port=$((20000 + RANDOM % 20000))
   local t0 t_end
   t0=$(date +%s%N)
   for r in 1 0; do
@@ -69,19 +72,19 @@ run_case() {
     sleep "$CUT_AT_S"
     # A cut after both ranks ended tests nothing.
     kill -0 "${pids[0]}" 2>/dev/null || kill -0 "${pids[1]}" 2>/dev/null || late=1
-    ip -n cclnic0 link set nic1 down
-    echo "$(date +%T.%N) nic1 of host 0 down" >> "$LOG/$name.events"
+    ip -n cclnic0 link set "$victim" down
+    echo "$(date +%T.%N) $victim of host 0 down" >> "$LOG/$name.events"
     if [ "$cut" = back ]; then
       sleep "$CUT_S"
-      ip -n cclnic0 link set nic1 up
-      echo "$(date +%T.%N) nic1 of host 0 up" >> "$LOG/$name.events"
+      ip -n cclnic0 link set "$victim" up
+      echo "$(date +%T.%N) $victim of host 0 up" >> "$LOG/$name.events"
     fi
   fi
   local rc0 rc1
   wait "${pids[0]}"; rc0=$?
   wait "${pids[1]}"; rc1=$?
   t_end=$(date +%s%N)
-  ip -n cclnic0 link set nic1 up
+  ip -n cclnic0 link set "$victim" up
   local ms=$(((t_end - t0) / 1000000))
   [ -n "$base_ms" ] || base_ms=$ms
   local wrong
@@ -101,8 +104,8 @@ run_case() {
   fi
   [ $late = 0 ] || verdict="FAIL (the cut came after the run: raise ITERS)"
   [ "$verdict" = PASS ] || status=1
-  printf '%s  %-22s CCL_MPT_IFNAMES=%-10s cut %-7s expect %-4s  rc %s/%s  wrong %-4s %6.1f s  x%.2f of case 0\n' \
-    "$verdict" "$name" "$nics" "$cut" "$expect" "$rc0" "$rc1" "${wrong:-none}" \
+  printf '%s  %-22s CCL_MPT_IFNAMES=%-10s cut %s %-7s expect %-4s  rc %s/%s  wrong %-4s %6.1f s  x%.2f of case 0\n' \
+    "$verdict" "$name" "$nics" "$victim" "$cut" "$expect" "$rc0" "$rc1" "${wrong:-none}" \
     "$(awk -v m="$ms" 'BEGIN { print m / 1000 }')" "$(awk -v m="$ms" -v b="$base_ms" 'BEGIN { print m / b }')"
   [ "$verdict" = PASS ] || tail -5 "$LOG/$name.rank0.log" | sed 's/^/    /'
 }
@@ -111,4 +114,5 @@ run_case two-nics-cut-and-back nic0,nic1 back ok
 run_case two-nics-cut-for-good nic0,nic1 forever ok
 run_case one-nic-cut-for-good nic1 forever fail
 run_case socket-ifname-two-nics "" forever ok nic
+run_case bootstrap-nic-cut-for-good nic0,nic1 forever ok nic0 nic0
 exit $status
