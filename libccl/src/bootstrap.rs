@@ -236,8 +236,7 @@ fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
     if names.len() < 2 {
         return Vec::new();
     }
-    names.truncate(max);
-    names
+    let mut ips: Vec<IpAddr> = names
         .iter()
         .filter_map(|&n| {
             all.iter()
@@ -245,7 +244,17 @@ fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
                 .min_by_key(|a| !a.ip.is_ipv4())
                 .map(|a| a.ip)
         })
-        .collect()
+        .collect();
+    // One address family: a path cannot connect across families, so with any IPv4 NIC the
+    // IPv6-only ones stay out.
+    if ips.iter().any(IpAddr::is_ipv4) {
+        ips.retain(IpAddr::is_ipv4);
+    }
+    if ips.len() < 2 {
+        return Vec::new();
+    }
+    ips.truncate(max);
+    ips
 }
 
 /// Picks the address to listen on: the first interface matching `NCCL_SOCKET_IFNAME`, or by
@@ -929,6 +938,7 @@ mod tests {
             loopback: name == "lo",
         };
         let all = [
+            ifa("eth3", "fd00::3", true),
             ifa("eth1", "fd00::2", true),
             ifa("eth1", "10.0.1.1", true),
             ifa("eth0", "10.0.0.1", true),
@@ -945,6 +955,9 @@ mod tests {
             ips(&["10.0.0.1", "10.0.1.1"])
         );
         assert_eq!(nics_matching("eth", &all, 1), ips(&["10.0.0.1"]));
+        // IPv6-only NICs count when no NIC has IPv4 (eth3 above did not: families mix not).
+        let v6 = [ifa("ib1", "fd00::11", true), ifa("ib0", "fd00::10", true)];
+        assert_eq!(nics_matching("ib", &v6, 8), ips(&["fd00::10", "fd00::11"]));
         assert_eq!(nics_matching("eth0", &all, 8), ips(&[]));
         assert_eq!(nics_matching("lo,eth0", &all, 8), ips(&[]));
         assert_eq!(
