@@ -955,7 +955,7 @@ mod tests {
             ips(&["10.0.0.1", "10.0.1.1"])
         );
         assert_eq!(nics_matching("eth", &all, 1), ips(&["10.0.0.1"]));
-        // IPv6-only NICs count when no NIC has IPv4 (eth3 above did not: families mix not).
+        // IPv6-only NICs count only when no NIC has IPv4 (eth3 above stayed out).
         let v6 = [ifa("ib1", "fd00::11", true), ifa("ib0", "fd00::10", true)];
         assert_eq!(nics_matching("ib", &v6, 8), ips(&["fd00::10", "fd00::11"]));
         assert_eq!(nics_matching("eth0", &all, 8), ips(&[]));
