@@ -16,6 +16,9 @@ fi
 # A NIC port dies under a running all_reduce: two network namespaces joined by two veth
 # "NICs", the multipath transport's paths spread over both (CCL_MPT_IFNAMES), one cut.
 LIBDIR=$libdir SIZE=8M ITERS=200 tests/bench/nic_failover.sh target/nic-failover
+# The same with receiver-driven credits (EQDS), whose sender once waited forever for credit
+# that went out on a dead path.
+CCL_MPT_CC=eqds LIBDIR=$libdir SIZE=8M ITERS=200 tests/bench/nic_failover.sh target/nic-failover-eqds
 # One closing line summing up what ran (cargo's own lines are above).
 passed=$(grep -Eo '[0-9]+ passed' target/cargo-test.log | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' target/cargo-test.log | awk '{s+=$1} END {print s+0}')

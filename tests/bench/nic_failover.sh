@@ -20,7 +20,8 @@
 # Prints one line per case (PASS/FAIL, wall seconds and their ratio to case 0, wrong elements)
 # and exits non-zero if any case does not end as it must, or if a cut came after the run had
 # already ended (then raise ITERS). Environment: LIBDIR (default target/release), SIZE (64M),
-# ITERS (150), CUT_AT_S (1: seconds into the run), CUT_S (2: seconds down in case 1).
+# ITERS (150), CUT_AT_S (1: seconds into the run), CUT_S (2: seconds down in case 1); the
+# ranks inherit the rest of the environment (CCL_MPT_CC=eqds, say).
 # Needs root and iproute2; leaves nothing behind.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
@@ -51,6 +52,7 @@ up() {
 trap down EXIT
 up > "$LOG/netns.log" 2>&1 || { echo "nic_failover: namespace setup failed (root and iproute2 needed)"; cat "$LOG/netns.log"; exit 2; }
 
+echo "nic_failover: congestion control ${CCL_MPT_CC:-cubic (default)}, $SIZE x $ITERS all_reduce, cut ${CUT_AT_S} s in"
 status=0
 base_ms=
 # case name, CCL_MPT_IFNAMES, cut (none | back: down for CUT_S | forever), expect (ok|fail),
@@ -63,7 +65,7 @@ run_case() {
   for r in 1 0; do
     ip netns exec "cclnic$r" env CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
       NCCL_SOCKET_IFNAME="$ifname" CCL_NET=mpt CCL_MPT_IFNAMES="$nics" NCCL_DEBUG=INFO \
-      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 180 "$LIBDIR/ccl-perf" all_reduce \
+      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL ${RANK_TIMEOUT_S:-180} "$LIBDIR/ccl-perf" all_reduce \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
   done

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ccl_transports::mpt::sim::{ConnHandle, FabricConfig, Sim, SimAction};
-use ccl_transports::mpt::{CcKind, Instant, MptConfig, PathId};
+use ccl_transports::mpt::{CcKind, Instant, MptConfig, MptError, PathId};
 
 /// Bytes of message `i` of a test: position- and message-dependent so misplacement shows.
 fn pattern(len: usize, salt: u64) -> Vec<u8> {
@@ -333,6 +333,109 @@ fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
             got[0].at
         );
     }
+}
+
+/// Every path of a receiver-driven (EQDS) connection dies mid-transfer: the sender, with
+/// lost chunks to resend, nothing in flight and no credit coming, counts its stall timer as
+/// retransmission timeouts and fails within the retry budget -- it used to wait for credit
+/// forever. The other congestion controls fail the same way.
+#[test]
+fn a_connection_cut_off_from_every_path_fails_instead_of_waiting() {
+    for (seed, cc) in [(95, CcKind::Eqds), (96, CcKind::Cubic), (97, CcKind::Swift)] {
+        let (mut sim, _, _, _) = one_big_message(seed, cc, 64 << 20, 3);
+        for p in 0..cfg(cc).num_paths {
+            sim.schedule(
+                Instant::from_micros(200),
+                SimAction::SetPathDown {
+                    path: PathId(p),
+                    down: true,
+                },
+            );
+        }
+        let r = sim.run(Instant::from_micros(60_000_000));
+        assert!(
+            matches!(r, Err(MptError::RetriesExhausted(_))),
+            "{cc}: {r:?} at {:?}",
+            sim.now()
+        );
+        // 50 timeouts, backed off up to 64 ms each: a few seconds of simulated time.
+        assert!(
+            sim.now() < Instant::from_micros(10_000_000),
+            "{cc}: {:?}",
+            sim.now()
+        );
+    }
+}
+
+/// Every path dark for 300 ms with a window of chunks in flight, then back: the transfer
+/// completes byte-exact with every congestion control. Chunks sent microseconds apart time out
+/// microseconds apart; they count as one timeout per timeout period (counted one by one, 50
+/// chunks in flight spent the retry budget in 160 ms and failed the connection).
+#[test]
+fn an_outage_of_every_path_shorter_than_the_retry_budget_is_survived() {
+    for (seed, cc) in [
+        (101, CcKind::Swift),
+        (102, CcKind::Cubic),
+        (103, CcKind::Eqds),
+    ] {
+        let (mut sim, _, b, data) = one_big_message(seed, cc, 64 << 20, 4);
+        for p in 0..cfg(cc).num_paths {
+            for (at, down) in [(200, true), (300_000, false)] {
+                sim.schedule(
+                    Instant::from_micros(at),
+                    SimAction::SetPathDown {
+                        path: PathId(p),
+                        down,
+                    },
+                );
+            }
+        }
+        sim.run(Instant::from_micros(60_000_000))
+            .unwrap_or_else(|e| panic!("{cc}: {e} at {:?}", sim.now()));
+        let got = sim.received(b);
+        assert_eq!(got.len(), 1, "{cc}");
+        assert!(got[0].data == data, "{cc}: bytes differ");
+        assert!(
+            got[0].at > Instant::from_micros(300_000),
+            "{cc}: {:?}",
+            got[0].at
+        );
+    }
+}
+
+/// A sender whose next message waits for the peer's receive (nothing in flight, so no
+/// retransmission timer) when every path dies: its unanswered rendezvous probes count toward
+/// the retry budget and it fails -- it used to probe for ever.
+#[test]
+fn a_sender_waiting_for_the_peers_receive_fails_when_every_path_dies() {
+    let c = cfg(CcKind::Cubic);
+    let mut sim = Sim::new(111, 2, c.num_paths, lossy(0.0)).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    sim.post_recv(b, 100_000, 0).unwrap();
+    for i in 0..2 {
+        sim.send(a, pattern(100_000, i), i).unwrap();
+    }
+    sim.run_until(Instant::from_micros(5_000)).unwrap();
+    assert_eq!(
+        sim.received(b).len(),
+        1,
+        "the first message arrived; the second waits"
+    );
+    for p in 0..c.num_paths {
+        sim.schedule(
+            Instant::from_micros(5_000),
+            SimAction::SetPathDown {
+                path: PathId(p),
+                down: true,
+            },
+        );
+    }
+    let r = sim.run(Instant::from_micros(600_000_000));
+    assert!(
+        matches!(r, Err(MptError::RetriesExhausted(_))),
+        "{r:?} at {:?}",
+        sim.now()
+    );
 }
 
 /// Small messages stay on their dedicated path until it dies, then move.

@@ -265,6 +265,11 @@ pub struct Connection {
     peer_credit: u64,
     probe_deadline: Option<Instant>,
     probe_backoff: u32,
+    /// Rendezvous probes sent since the last acknowledgement: a sender waiting for the
+    /// peer's receive with nothing in flight has no timeout to count, so unanswered probes
+    /// count toward the retry budget instead (else a network that died while the sender
+    /// waited left both ends waiting for ever).
+    probes_unanswered: u32,
     probe_pending: bool,
     pacing_deadline: Option<Instant>,
     reorder_deadline: Option<Instant>,
@@ -291,6 +296,19 @@ pub struct Connection {
     /// Paths a probe arrived on, to answer on the same path (so the prober learns that the
     /// path works both ways).
     probe_replies: VecDeque<PathId>,
+    /// Receiver-driven: when a sender with data to send, nothing in flight and no credit
+    /// gives up waiting for credit (the acknowledgements carrying it may be on a dead path);
+    /// then it counts a timeout and may send one chunk without credit.
+    credit_stall: Option<Instant>,
+    credit_override: bool,
+    /// When the last timeout that counted toward the retry budget fired: chunks sent a few
+    /// microseconds apart time out a few microseconds apart, and all of them within one
+    /// timeout period are one timeout (else 50 chunks in flight on dead paths spent the whole
+    /// budget in one period: a 160 ms outage failed the connection).
+    rto_counted_at: Option<Instant>,
+    /// Receiver-driven: path of the next acknowledgement that echoes no chunk (credit
+    /// grants), rotating, so credit still gets through when some paths are dead.
+    credit_ack_path: u16,
     credit_total: u64,
     credit_next: Option<Instant>,
 }
@@ -346,6 +364,7 @@ impl Connection {
             peer_credit: 0,
             probe_deadline: None,
             probe_backoff: 0,
+            probes_unanswered: 0,
             probe_pending: false,
             pacing_deadline: None,
             reorder_deadline: None,
@@ -364,6 +383,10 @@ impl Connection {
             dup_seen: false,
             last_rx_path: None,
             probe_replies: VecDeque::with_capacity(usize::from(config.num_paths)),
+            credit_stall: None,
+            credit_override: false,
+            rto_counted_at: None,
+            credit_ack_path: 0,
             credit_total: 0,
             credit_next: None,
             cc,
@@ -466,6 +489,7 @@ impl Connection {
         match frame {
             Frame::Data(d) => self.on_data(now, path, d, payload),
             Frame::Ack(a) => {
+                self.probes_unanswered = 0;
                 // An acknowledgement on a path that lost chunks, while a probe of it is out:
                 // the path works again (both ways: the probe got there, the answer back).
                 if self.paths.revive_if_probed(path) {
@@ -493,12 +517,21 @@ impl Connection {
         if self.rto_deadline.is_some_and(|t| t <= now) {
             self.on_rto(now);
         }
+        if self.credit_stall.is_some_and(|t| t <= now) {
+            self.credit_stall = None;
+            self.on_credit_stall(now);
+        }
         if self.reorder_deadline.is_some_and(|t| t <= now) {
             self.reorder_deadline = None;
             self.fast_retransmit(now);
         }
         if self.probe_deadline.is_some_and(|t| t <= now) {
             self.probe_deadline = None;
+            if self.probes_unanswered > self.cfg.max_rto_retries {
+                self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
+                return;
+            }
+            self.probes_unanswered += 1;
             self.probe_pending = true;
             self.probe_backoff = (self.probe_backoff + 1).min(MAX_BACKOFF_SHIFT);
         }
@@ -556,6 +589,7 @@ impl Connection {
             return Some(t);
         }
         self.update_probe(now);
+        self.update_credit_stall(now);
         None
     }
 
@@ -567,6 +601,7 @@ impl Connection {
         let mut t = min_deadline(self.rto_deadline, self.probe_deadline);
         t = min_deadline(t, self.pacing_deadline);
         t = min_deadline(t, self.reorder_deadline);
+        t = min_deadline(t, self.credit_stall);
         min_deadline(t, self.credit_next)
     }
 
@@ -812,6 +847,11 @@ impl Connection {
         self.stats.acks_sent += 1;
         let path = match (echo, self.last_rx_path) {
             (Some(e), _) => PathId(e.path),
+            (None, _) if self.cc.receiver_driven() => {
+                let p = PathId(self.credit_ack_path);
+                self.credit_ack_path = (self.credit_ack_path + 1) % self.paths.len().max(1);
+                p
+            }
             (None, Some(p)) => p,
             (None, None) => PathId(self.rng.below(u64::from(self.paths.len())) as u16),
         };
@@ -942,6 +982,7 @@ impl Connection {
         if chunks > 0 {
             self.consecutive_rtos = 0;
             self.rto_backoff = 0;
+            self.rto_counted_at = None;
         }
         if self.snd_una > una_before {
             self.dupacks = 0;
@@ -1090,12 +1131,15 @@ impl Connection {
         if n > 0 {
             self.stats.rto_events += 1;
             self.stats.rto_chunks += u64::from(n);
-            self.consecutive_rtos += 1;
-            if self.consecutive_rtos > self.cfg.max_rto_retries {
-                self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
-                return;
+            if self.rto_counted_at.map_or(true, |t| now >= t + rto) {
+                self.rto_counted_at = Some(now);
+                self.consecutive_rtos += 1;
+                if self.consecutive_rtos > self.cfg.max_rto_retries {
+                    self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
+                    return;
+                }
+                self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
             }
-            self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
             let ev = LossEvent {
                 kind: LossKind::Timeout,
                 chunks: n,
@@ -1122,6 +1166,7 @@ impl Connection {
             self.pacing_deadline = None;
             self.reorder_deadline = None;
             self.credit_next = None;
+            self.credit_stall = None;
         }
     }
 
@@ -1138,8 +1183,43 @@ impl Connection {
                 self.pacing_deadline = Some(t);
                 false
             }
+            // Out of credit past the stall timer: one chunk goes anyway (its acknowledgement
+            // brings the credit that was lost on the way).
+            Pacing::Blocked if self.credit_override => {
+                self.credit_override = false;
+                true
+            }
             Pacing::Blocked => false,
         }
+    }
+
+    /// Arms or disarms the receiver-driven sender's stall timer: data to send (a lost chunk,
+    /// or a new one whose receive is posted), nothing in flight, and no credit to send it.
+    fn update_credit_stall(&mut self, now: Instant) {
+        let stalled = self.cc.receiver_driven()
+            && self.inflight_bytes == 0
+            && (self.lost > 0
+                || (self.cut_msg < self.next_send && self.cut_msg < self.peer_posted));
+        if !stalled {
+            self.credit_stall = None;
+        } else if self.credit_stall.is_none() {
+            self.credit_stall = Some(now + self.rto_current());
+        }
+    }
+
+    /// The stall timer ran out: counts as a retransmission timeout (so a sender cut off from
+    /// every path fails within the retry budget instead of waiting forever) and lets one
+    /// chunk go without credit.
+    fn on_credit_stall(&mut self, now: Instant) {
+        self.stats.rto_events += 1;
+        self.rto_counted_at = Some(now);
+        self.consecutive_rtos += 1;
+        if self.consecutive_rtos > self.cfg.max_rto_retries {
+            self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
+            return;
+        }
+        self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
+        self.credit_override = true;
     }
 
     fn pick_path(&mut self, now: Instant, avoid: Option<PathId>) -> PathId {
@@ -1193,7 +1273,7 @@ impl Connection {
                 return None;
             }
             let small = self.send_slots[slot_of(c.msg)].small;
-            let path = if small {
+            let path = if small && !self.paths.is_penalised(self.small_path) {
                 self.small_path
             } else {
                 self.pick_path(now, Some(c.path))
