@@ -306,9 +306,6 @@ pub struct Connection {
     /// timeout period are one timeout (else 50 chunks in flight on dead paths spent the whole
     /// budget in one period: a 160 ms outage failed the connection).
     rto_counted_at: Option<Instant>,
-    /// Receiver-driven: path of the next acknowledgement that echoes no chunk (credit
-    /// grants), rotating, so credit still gets through when some paths are dead.
-    credit_ack_path: u16,
     credit_total: u64,
     credit_next: Option<Instant>,
 }
@@ -386,7 +383,6 @@ impl Connection {
             credit_stall: None,
             credit_override: false,
             rto_counted_at: None,
-            credit_ack_path: 0,
             credit_total: 0,
             credit_next: None,
             cc,
@@ -847,11 +843,6 @@ impl Connection {
         self.stats.acks_sent += 1;
         let path = match (echo, self.last_rx_path) {
             (Some(e), _) => PathId(e.path),
-            (None, _) if self.cc.receiver_driven() => {
-                let p = PathId(self.credit_ack_path);
-                self.credit_ack_path = (self.credit_ack_path + 1) % self.paths.len().max(1);
-                p
-            }
             (None, Some(p)) => p,
             (None, None) => PathId(self.rng.below(u64::from(self.paths.len())) as u16),
         };
