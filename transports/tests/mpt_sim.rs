@@ -188,6 +188,19 @@ fn everything_at_once() {
     }
 }
 
+/// Schedules paths `paths` down (or, `down` false, back up) at `at`, both directions.
+fn paths_down(sim: &mut Sim, at: Instant, paths: impl IntoIterator<Item = u16>, down: bool) {
+    for p in paths {
+        sim.schedule(
+            at,
+            SimAction::SetPathDown {
+                path: PathId(p),
+                down,
+            },
+        );
+    }
+}
+
 /// One `len`-byte message from node 0 to node 1 over 32 paths of 25 Gbit/s each with `cc`
 /// (EQDS credits at that aggregate rate), already sent: the sim, both ends and the bytes.
 fn one_big_message(
@@ -217,22 +230,8 @@ fn blackholed_paths_mid_transfer() {
     for (seed, cc) in [(61, CcKind::Cubic), (62, CcKind::Swift), (63, CcKind::Eqds)] {
         let (mut sim, a, b, data) = one_big_message(seed, cc, 64 << 20, 5);
         let t_down = Instant::from_micros(100);
-        for p in [3u16, 7, 20] {
-            sim.schedule(
-                t_down,
-                SimAction::SetPathDown {
-                    path: PathId(p),
-                    down: true,
-                },
-            );
-        }
-        sim.schedule(
-            Instant::from_micros(400),
-            SimAction::SetPathDown {
-                path: PathId(7),
-                down: false,
-            },
-        );
+        paths_down(&mut sim, t_down, [3, 7, 20], true);
+        paths_down(&mut sim, Instant::from_micros(400), [7], false);
         sim.run_until(t_down).unwrap();
         let before = sim.conn(a).unwrap().path(PathId(20));
         let healthy_before: Vec<u64> = [0u16, 1, 2, 4, 5]
@@ -291,15 +290,7 @@ fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
         let paths = cfg(cc).num_paths;
         let dead: Vec<u16> = (0..paths).filter(|p| p % 2 == 1).collect();
         let live: Vec<u16> = (0..paths).filter(|p| p % 2 == 0).collect();
-        for &p in &dead {
-            sim.schedule(
-                t_down,
-                SimAction::SetPathDown {
-                    path: PathId(p),
-                    down: true,
-                },
-            );
-        }
+        paths_down(&mut sim, t_down, dead.iter().copied(), true);
         // By then every dead path has lost chunks (a few round trips and timeouts).
         let settled = Instant::from_micros(5_000);
         sim.run_until(settled).unwrap();
@@ -343,15 +334,12 @@ fn a_dead_nic_takes_half_the_paths_and_the_rest_carry_on() {
 fn a_connection_cut_off_from_every_path_fails_instead_of_waiting() {
     for (seed, cc) in [(95, CcKind::Eqds), (96, CcKind::Cubic), (97, CcKind::Swift)] {
         let (mut sim, _, _, _) = one_big_message(seed, cc, 64 << 20, 3);
-        for p in 0..cfg(cc).num_paths {
-            sim.schedule(
-                Instant::from_micros(200),
-                SimAction::SetPathDown {
-                    path: PathId(p),
-                    down: true,
-                },
-            );
-        }
+        paths_down(
+            &mut sim,
+            Instant::from_micros(200),
+            0..cfg(cc).num_paths,
+            true,
+        );
         let r = sim.run(Instant::from_micros(60_000_000));
         assert!(
             matches!(r, Err(MptError::RetriesExhausted(_))),
@@ -379,16 +367,13 @@ fn an_outage_of_every_path_shorter_than_the_retry_budget_is_survived() {
         (103, CcKind::Eqds),
     ] {
         let (mut sim, _, b, data) = one_big_message(seed, cc, 64 << 20, 4);
-        for p in 0..cfg(cc).num_paths {
-            for (at, down) in [(200, true), (300_000, false)] {
-                sim.schedule(
-                    Instant::from_micros(at),
-                    SimAction::SetPathDown {
-                        path: PathId(p),
-                        down,
-                    },
-                );
-            }
+        for (at, down) in [(200, true), (300_000, false)] {
+            paths_down(
+                &mut sim,
+                Instant::from_micros(at),
+                0..cfg(cc).num_paths,
+                down,
+            );
         }
         sim.run(Instant::from_micros(60_000_000))
             .unwrap_or_else(|e| panic!("{cc}: {e} at {:?}", sim.now()));
@@ -421,15 +406,7 @@ fn a_sender_waiting_for_the_peers_receive_fails_when_every_path_dies() {
         1,
         "the first message arrived; the second waits"
     );
-    for p in 0..c.num_paths {
-        sim.schedule(
-            Instant::from_micros(5_000),
-            SimAction::SetPathDown {
-                path: PathId(p),
-                down: true,
-            },
-        );
-    }
+    paths_down(&mut sim, Instant::from_micros(5_000), 0..c.num_paths, true);
     let r = sim.run(Instant::from_micros(600_000_000));
     assert!(
         matches!(r, Err(MptError::RetriesExhausted(_))),
@@ -444,13 +421,7 @@ fn small_message_path_moves_off_a_blackhole() {
     let c = cfg(CcKind::Cubic);
     let mut sim = Sim::new(71, 2, c.num_paths, lossy(0.0)).unwrap();
     let (a, b) = sim.connect(0, 1, &c).unwrap();
-    sim.schedule(
-        Instant::ZERO,
-        SimAction::SetPathDown {
-            path: PathId(0),
-            down: true,
-        },
-    );
+    paths_down(&mut sim, Instant::ZERO, [0], true);
     for i in 0..8u64 {
         sim.post_recv(b, 100, i).unwrap();
         sim.send(a, pattern(100, i), i).unwrap();
@@ -572,20 +543,8 @@ fn healed_path_is_probed_back_into_use() {
     let data = pattern(128 << 20, 9);
     sim.post_recv(b, data.len() as u64, 0).unwrap();
     sim.send(a, data.clone(), 0).unwrap();
-    sim.schedule(
-        Instant::from_micros(100),
-        SimAction::SetPathDown {
-            path: PathId(7),
-            down: true,
-        },
-    );
-    sim.schedule(
-        Instant::from_micros(500),
-        SimAction::SetPathDown {
-            path: PathId(7),
-            down: false,
-        },
-    );
+    paths_down(&mut sim, Instant::from_micros(100), [7], true);
+    paths_down(&mut sim, Instant::from_micros(500), [7], false);
     sim.run_until(Instant::from_micros(500)).unwrap();
     let acked_while_down = sim.conn(a).unwrap().path(PathId(7)).chunks_acked;
     let healthy_before = sim.conn(a).unwrap().path(PathId(1)).chunks_acked;

@@ -1122,14 +1122,8 @@ impl Connection {
         if n > 0 {
             self.stats.rto_events += 1;
             self.stats.rto_chunks += u64::from(n);
-            if self.rto_counted_at.map_or(true, |t| now >= t + rto) {
-                self.rto_counted_at = Some(now);
-                self.consecutive_rtos += 1;
-                if self.consecutive_rtos > self.cfg.max_rto_retries {
-                    self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
-                    return;
-                }
-                self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
+            if self.rto_counted_at.map_or(true, |t| now >= t + rto) && !self.count_timeout(now) {
+                return;
             }
             let ev = LossEvent {
                 kind: LossKind::Timeout,
@@ -1203,14 +1197,22 @@ impl Connection {
     /// chunk go without credit.
     fn on_credit_stall(&mut self, now: Instant) {
         self.stats.rto_events += 1;
+        if self.count_timeout(now) {
+            self.credit_override = true;
+        }
+    }
+
+    /// One timeout toward the retry budget: fails the connection past the budget (returns
+    /// false), else backs the timer off.
+    fn count_timeout(&mut self, now: Instant) -> bool {
         self.rto_counted_at = Some(now);
         self.consecutive_rtos += 1;
         if self.consecutive_rtos > self.cfg.max_rto_retries {
             self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
-            return;
+            return false;
         }
         self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
-        self.credit_override = true;
+        true
     }
 
     fn pick_path(&mut self, now: Instant, avoid: Option<PathId>) -> PathId {

@@ -62,10 +62,14 @@ impl PathView {
 impl PathState {
     fn credit_delivery(&mut self, tx: Instant) {
         if self.last_loss_tx.is_none_or_later_than(tx) {
-            self.consecutive_losses = 0;
-            self.probe_at = None;
-            self.probed = false;
+            self.clear_losses();
         }
+    }
+
+    fn clear_losses(&mut self) {
+        self.consecutive_losses = 0;
+        self.probe_at = None;
+        self.probed = false;
     }
 }
 
@@ -217,9 +221,7 @@ impl Paths {
         if s.consecutive_losses == 0 || !s.probed {
             return false;
         }
-        s.consecutive_losses = 0;
-        s.probe_at = None;
-        s.probed = false;
+        s.clear_losses();
         self.penalised = self.penalised.saturating_sub(1);
         true
     }
@@ -289,8 +291,10 @@ impl Paths {
         // Penalised picks are drawn again among the paths without losses, while any is left
         // (a dead NIC's half of the paths would otherwise get every chunk whose two samples
         // both landed on it -- a quarter of them -- each lost and resent after a timeout).
-        let healthy = (0..eligible).any(|x| !self.is_penalised(PathId(skip(x) as u16)));
-        if !healthy {
+        let avoided_penalised = avoid.is_some_and(|p| self.is_penalised(p));
+        let healthy =
+            eligible.saturating_sub(u64::from(self.penalised) - u64::from(avoided_penalised));
+        if healthy == 0 {
             return (a, b);
         }
         let mut redraw = |p: PathId| {
