@@ -189,6 +189,13 @@ fn interface_addresses() -> Result<Vec<IfAddr>> {
     Ok(out)
 }
 
+/// Interface `name`'s address: its IPv4 one, else its first IPv6 one.
+fn address_of<'a>(all: &'a [IfAddr], name: &str) -> Option<&'a IfAddr> {
+    all.iter()
+        .filter(|a| a.name == name)
+        .min_by_key(|a| !a.ip.is_ipv4())
+}
+
 /// The addresses of the interfaces `names` (exact names, in that order; `CCL_MPT_IFNAMES`):
 /// each interface's IPv4 address, else its first IPv6 one. An interface with no address is
 /// an error; one that is down is taken all the same (its paths come into use when it comes
@@ -198,8 +205,7 @@ pub fn named_interface_ips(names: &[&str]) -> Result<Vec<IpAddr>> {
     names
         .iter()
         .map(|&n| {
-            let mine: Vec<&IfAddr> = all.iter().filter(|a| a.name == n).collect();
-            let pick = mine.iter().min_by_key(|a| !a.ip.is_ipv4()).ok_or_else(|| {
+            let pick = address_of(&all, n).ok_or_else(|| {
                 Error::invalid_argument(format!(
                     "CCL_MPT_IFNAMES: interface {n:?} has no address here"
                 ))
@@ -238,12 +244,7 @@ fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
     }
     let mut ips: Vec<IpAddr> = names
         .iter()
-        .filter_map(|&n| {
-            all.iter()
-                .filter(|a| a.name == n)
-                .min_by_key(|a| !a.ip.is_ipv4())
-                .map(|a| a.ip)
-        })
+        .filter_map(|&n| address_of(all, n).map(|a| a.ip))
         .collect();
     // One address family: a path cannot connect across families, so with any IPv4 NIC the
     // IPv6-only ones stay out.
