@@ -71,12 +71,15 @@ driver_table! {
     cuMemcpyPeerAsync ["cuMemcpyPeerAsync"] (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, usize, CUstream);
     cuMemsetD8Async ["cuMemsetD8Async"] (CUdeviceptr, u8, usize, CUstream);
     cuStreamCreate ["cuStreamCreate"] (*mut CUstream, c_uint);
+    cuStreamCreateWithPriority ["cuStreamCreateWithPriority"] (*mut CUstream, c_uint, c_int);
+    cuCtxGetStreamPriorityRange ["cuCtxGetStreamPriorityRange"] (*mut c_int, *mut c_int);
     cuStreamDestroy ["cuStreamDestroy_v2"] (CUstream);
     cuStreamSynchronize ["cuStreamSynchronize"] (CUstream);
     cuStreamQuery ["cuStreamQuery"] (CUstream);
     cuStreamWaitEvent ["cuStreamWaitEvent"] (CUstream, CUevent, c_uint);
     cuStreamWaitValue32 ["cuStreamWaitValue32_v2", "cuStreamWaitValue32"] (CUstream, CUdeviceptr, u32, c_uint);
     cuStreamWriteValue32 ["cuStreamWriteValue32_v2", "cuStreamWriteValue32"] (CUstream, CUdeviceptr, u32, c_uint);
+    cuStreamBatchMemOp ["cuStreamBatchMemOp_v2", "cuStreamBatchMemOp"] (CUstream, c_uint, *mut CUstreamMemOpValueParams, c_uint);
     cuStreamIsCapturing ["cuStreamIsCapturing"] (CUstream, *mut CUstreamCaptureStatus);
     cuEventCreate ["cuEventCreate"] (*mut CUevent, c_uint);
     cuEventRecord ["cuEventRecord"] (CUevent, CUstream);

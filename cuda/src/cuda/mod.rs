@@ -38,5 +38,5 @@ pub use kernels::{KernelStats, Kernels, LlP2p, LlTransfers};
 pub use memory::{buffer_id, pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
-pub use stream::{CaptureStatus, Event, EventFlags, Stream, WaitCond};
+pub use stream::{CaptureStatus, Event, EventFlags, MemOp, Stream, WaitCond};
 pub use vmm::{VmmAllocation, VmmInfo, VmmMapping};

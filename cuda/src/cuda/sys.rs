@@ -68,6 +68,27 @@ pub const CU_STREAM_WAIT_VALUE_NOR: c_uint = 0x3;
 pub const CU_STREAM_WAIT_VALUE_FLUSH: c_uint = 1 << 30;
 pub const CU_STREAM_WRITE_VALUE_DEFAULT: c_uint = 0x0;
 
+/// `CUstreamBatchMemOpType`: the operations `cuStreamBatchMemOp` takes that we use.
+pub const CU_STREAM_MEM_OP_WAIT_VALUE_32: c_uint = 1;
+pub const CU_STREAM_MEM_OP_WRITE_VALUE_32: c_uint = 2;
+
+/// One entry of `cuStreamBatchMemOp`'s array: the wait-value / write-value member of the
+/// `CUstreamBatchMemOpParams` union (operation, address, value, flags, alias), padded to the
+/// union's 48 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUstreamMemOpValueParams {
+    pub operation: c_uint,
+    pub address: CUdeviceptr,
+    /// The 32-bit value in the low half (the union's `value` member on little-endian).
+    pub value: u64,
+    pub flags: c_uint,
+    pub alias: CUdeviceptr,
+    pub pad: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<CUstreamMemOpValueParams>() == 48);
+
 pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
 
 pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;

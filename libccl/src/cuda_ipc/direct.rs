@@ -400,11 +400,12 @@ pub(crate) struct Plan {
     pub waits: PushWaits,
 }
 
-/// How a large local copy may be cut over idle lanes, so several copy engines move it
-/// (`CCL_IPC_LOCAL_COPY_LANES`). Beside a GEMM, all-gather and all-to-all (which copy locally)
-/// keep 22-24% of their bandwidth and send/receive (which does not) 60%; cutting the local
-/// copy over four lanes did not change that (session 6: 81-86 vs 85-92 GB/s), so the
-/// copy engines' share of memory beside the GEMM, not their number, is the likely limit.
+/// How a large local copy may be cut over idle lanes (`CCL_IPC_LOCAL_COPY_LANES`). A copy
+/// within one GPU is a driver kernel, not copy-engine work (session 12,
+/// `tests/gpu/ce_or_sm.cu`): beside a GEMM it waited for the GEMM's kernels, which is why
+/// all-gather and all-to-all kept 22-24% of their bandwidth there and send/receive 60%, and
+/// why cutting it over four lanes changed nothing (session 6). Our lanes' priority
+/// (`CCL_IPC_LANE_PRIORITY`) is what gets it SMs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LocalSplit {
     pub lanes: usize,

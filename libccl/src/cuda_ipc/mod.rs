@@ -38,7 +38,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
 use ccl_cuda::cuda::{
     self, Context, DeviceBuffer, Event, Flag, IpcHandle, IpcMapping, KernelOp, Kernels,
-    LlTransfers, Stream, WaitCond, IPC_HANDLE_SIZE,
+    LlTransfers, MemOp, Stream, WaitCond, IPC_HANDLE_SIZE,
 };
 use ccl_cuda::{DataType, ReduceKind};
 use parking_lot::Mutex;
@@ -50,7 +50,9 @@ use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
 use buffers::Buffers;
 use calls::{CallBoard, CallSig, History, RankBoards};
-use protocol::{lower, Act, Chain, Counters, Device, Kernel, Lane, Layout, LongWait, Program};
+use protocol::{
+    lower, Act, Batched, Chain, Counters, Device, Kernel, Lane, Layout, LongWait, Program,
+};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
@@ -546,7 +548,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     board.boards.unlink();
     inbox.unlink();
     let ev = || crate::gpu::plain_event(&local.ctx);
-    let stream = || Stream::with_flags(&local.ctx, true).map_err(cuda_err);
+    let high = matches!(params::CCL_IPC_LANE_PRIORITY.get_str().trim(), "high" | "1");
+    let stream = || Stream::non_blocking_with_priority(&local.ctx, high).map_err(cuda_err);
     // Every rank has mapped every peer: from here a local failure is the communicator's.
     let direct_tx = protocol::direct_tx_lanes(n, TX_LANES);
     let tx = (0..direct_tx)
@@ -698,13 +701,19 @@ pub fn engine_for(comm: &Comm, tasks: &[Task]) -> Option<Arc<IpcEngine>> {
     (!device_scalar).then_some(eng)
 }
 
-/// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream.
+/// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
+/// [`protocol::Batched`], which hands consecutive flag operations over as one
+/// `cuStreamBatchMemOp`.
 struct CudaDevice<'a> {
     eng: &'a IpcEngine,
     user: &'a Stream,
 }
 
-impl CudaDevice<'_> {
+impl<'a> CudaDevice<'a> {
+    fn new(eng: &'a IpcEngine, user: &'a Stream) -> CudaDevice<'a> {
+        CudaDevice { eng, user }
+    }
+
     fn stream(&self, lane: Lane) -> Result<&Stream> {
         let s = match lane {
             Lane::User => Some(self.user),
@@ -786,6 +795,38 @@ impl Device for CudaDevice<'_> {
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
         unsafe { s.write_value32(addr, value) }.map_err(cuda_err)
+    }
+
+    fn flag_ops(&mut self, lane: Lane, ops: &[protocol::FlagOp]) -> Result<()> {
+        if let [op] = ops {
+            // One operation: its own call is cheaper than a batch of one.
+            return match *op {
+                protocol::FlagOp::Wait(addr, value) => self.wait(lane, addr, value),
+                protocol::FlagOp::Write(addr, value) => self.write(lane, addr, value),
+            };
+        }
+        let ops: Vec<MemOp> = ops
+            .iter()
+            .map(|op| match *op {
+                protocol::FlagOp::Wait(addr, value) => MemOp::Wait {
+                    addr,
+                    value,
+                    cond: WaitCond::Geq,
+                },
+                protocol::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
+            })
+            .collect();
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.mem_ops(&ops) }.map_err(cuda_err)
+    }
+
+    fn long_wait_is_kernel(&self, of: LongWait) -> bool {
+        self.eng.wait_kernel.covers(of)
+    }
+
+    fn copy_signal_is_kernel(&self) -> bool {
+        self.eng.copy_kernel
     }
 
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
@@ -1021,8 +1062,10 @@ impl Queueing {
             q.push_waits.add(&plan.waits);
             self.plan = plan;
             self.direct_err = err;
-            let mut dev = CudaDevice { eng, user: first };
+            let mut cuda = CudaDevice::new(eng, first);
+            let mut dev = Batched::new(&mut cuda);
             self.plan.begin(&eng.layout, &mut dev)?;
+            dev.flush()?;
         }
         if let Some((seq, o)) = self.sym_post.take() {
             let l = &eng.layout;
@@ -1100,8 +1143,10 @@ impl Queueing {
                 // Nothing goes through the slots: drop the staged program.
                 self.em = Chain::new(Vec::new());
                 self.staged_tx = 0;
-                let mut dev = CudaDevice { eng, user: first };
+                let mut cuda = CudaDevice::new(eng, first);
+                let mut dev = Batched::new(&mut cuda);
                 plan.begin(l, &mut dev)?;
+                dev.flush()?;
                 self.sym_plan = Some(plan);
             }
         }
@@ -1160,30 +1205,33 @@ impl Queueing {
                 .map_err(cuda_err)?;
             }
         }
-        let mut dev = CudaDevice { eng, user: first };
-        self.em.begin(&eng.layout, &mut dev)
+        let mut cuda = CudaDevice::new(eng, first);
+        let mut dev = Batched::new(&mut cuda);
+        self.em.begin(&eng.layout, &mut dev)?;
+        dev.flush()
     }
 
     fn emit_until(&mut self, until: u64, q: &mut Queued) -> Result<()> {
         let eng = &*self.eng;
-        let mut dev = CudaDevice {
-            eng,
-            user: &self.user[0],
-        };
+        let mut cuda = CudaDevice::new(eng, &self.user[0]);
+        let mut dev = Batched::new(&mut cuda);
         self.em
-            .emit_until(until, &eng.layout, &mut q.counters, &mut dev)
+            .emit_until(until, &eng.layout, &mut q.counters, &mut dev)?;
+        dev.flush()
     }
 
     /// Joins the lanes and the user's other streams back.
     fn end(&mut self, q: &mut Queued) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
-        let mut dev = CudaDevice { eng, user: first };
+        let mut cuda = CudaDevice::new(eng, first);
+        let mut dev = Batched::new(&mut cuda);
         self.em.end(&eng.layout, &mut dev, &mut q.counters)?;
         self.plan.end(&eng.layout, &mut dev)?;
         if let Some(p) = &self.sym_plan {
             p.end(&eng.layout, &mut dev)?;
         }
+        dev.flush()?;
         q.last_stream = Some(first.raw() as usize);
         q.ops += 1;
         q.sent_staged += self.staged_tx as u64;

@@ -150,6 +150,140 @@ pub(crate) trait Device {
     fn fork(&mut self, lanes: &[Lane]) -> Result<()>;
     /// Later work on [`Lane::User`] waits for what each of `lanes` has queued so far.
     fn join(&mut self, lanes: &[Lane]) -> Result<()>;
+    /// Queues `ops` in order on `lane`; a device may do it with one call
+    /// ([`Batched`] gathers them).
+    fn flag_ops(&mut self, lane: Lane, ops: &[FlagOp]) -> Result<()> {
+        for op in ops {
+            match *op {
+                FlagOp::Wait(addr, value) => self.wait(lane, addr, value)?,
+                FlagOp::Write(addr, value) => self.write(lane, addr, value)?,
+            }
+        }
+        Ok(())
+    }
+    /// Whether [`Device::wait_long`] of this kind is something other than a flag wait (a
+    /// kernel), which [`Batched`] must not hold back.
+    fn long_wait_is_kernel(&self, of: LongWait) -> bool {
+        let _ = of;
+        false
+    }
+    /// Whether [`Device::wait_copy_signal`] is something other than a wait, a copy and a write.
+    fn copy_signal_is_kernel(&self) -> bool {
+        false
+    }
+}
+
+/// A flag wait ([`Device::wait`]) or write ([`Device::write`]): (address, value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlagOp {
+    Wait(u64, u32),
+    Write(u64, u32),
+}
+
+/// A [`Device`] that holds back consecutive flag waits and writes on one lane and hands them
+/// over with one [`Device::flag_ops`]: a zero-SM 8-byte operation is host-bound, and on the
+/// GPU machine a write and a wait cost 1.13 us of host time as one `cuStreamBatchMemOp`
+/// against 2.0 as two calls (`tests/gpu/host_costs.cu`). Anything else, on any lane, first
+/// hands over what is held, so everything reaches the inner device in the order it was
+/// queued (which the single hardware queue of `CUDA_DEVICE_MAX_CONNECTIONS=1` needs).
+/// [`Batched::flush`] before a host wait on a peer (a held "here" flag would hold the peer
+/// up) and when done; dropping it flushes too.
+pub(crate) struct Batched<'d> {
+    inner: &'d mut dyn Device,
+    held: Option<(Lane, Vec<FlagOp>)>,
+}
+
+impl<'d> Batched<'d> {
+    pub fn new(inner: &'d mut dyn Device) -> Batched<'d> {
+        Batched { inner, held: None }
+    }
+
+    /// Hands the held flag operations to the inner device.
+    pub fn flush(&mut self) -> Result<()> {
+        match self.held.take() {
+            Some((lane, ops)) => self.inner.flag_ops(lane, &ops),
+            None => Ok(()),
+        }
+    }
+
+    fn hold(&mut self, lane: Lane, op: FlagOp) -> Result<()> {
+        if let Some((l, ops)) = &mut self.held {
+            if *l == lane {
+                ops.push(op);
+                return Ok(());
+            }
+        }
+        self.flush()?;
+        self.held = Some((lane, vec![op]));
+        Ok(())
+    }
+}
+
+impl Drop for Batched<'_> {
+    fn drop(&mut self) {
+        // An error path may leave flag operations held: they are queued all the same, as
+        // without batching (a peer may be waiting on a "here" or "done" among them).
+        if let Err(e) = self.flush() {
+            tracing::warn!("cuda-ipc: queueing held-back flag operations failed: {e}");
+        }
+    }
+}
+
+impl Device for Batched<'_> {
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.hold(lane, FlagOp::Wait(addr, value))
+    }
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32, of: LongWait) -> Result<()> {
+        if self.inner.long_wait_is_kernel(of) {
+            self.flush()?;
+            return self.inner.wait_long(lane, addr, value, of);
+        }
+        self.wait(lane, addr, value)
+    }
+    fn wait_copy_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        copy: (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        if self.inner.copy_signal_is_kernel() {
+            self.flush()?;
+            return self.inner.wait_copy_signal(lane, arrive, copy, done);
+        }
+        wait_copy_signal_in_three(self, lane, arrive, copy, done)
+    }
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.hold(lane, FlagOp::Write(addr, value))
+    }
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.flush()?;
+        self.inner.copy(lane, dst, src, bytes)
+    }
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
+        self.flush()?;
+        self.inner.kernel(lane, k)
+    }
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.flush()?;
+        self.inner.fork(lanes)
+    }
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.flush()?;
+        self.inner.join(lanes)
+    }
+    fn flag_ops(&mut self, lane: Lane, ops: &[FlagOp]) -> Result<()> {
+        for op in ops {
+            self.hold(lane, *op)?;
+        }
+        Ok(())
+    }
+    fn long_wait_is_kernel(&self, of: LongWait) -> bool {
+        self.inner.long_wait_is_kernel(of)
+    }
+    fn copy_signal_is_kernel(&self) -> bool {
+        self.inner.copy_signal_is_kernel()
+    }
 }
 
 /// Where one rank's protocol state lives, as that rank's device sees it.
@@ -1083,6 +1217,151 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) use crate::task::float_sum as task;
+
+    /// What reaches a device: one entry per call, flag batches as one entry.
+    #[derive(Default)]
+    struct Calls {
+        log: Vec<String>,
+        kernels: bool,
+    }
+
+    impl Device for Calls {
+        fn wait(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.log.push(format!("wait {lane:?} {addr}"));
+            Ok(())
+        }
+        fn wait_long(&mut self, lane: Lane, addr: u64, _: u32, _: LongWait) -> Result<()> {
+            self.log.push(format!("wait-kernel {lane:?} {addr}"));
+            Ok(())
+        }
+        fn wait_copy_signal(
+            &mut self,
+            lane: Lane,
+            _: (u64, u32),
+            (dst, _, _): (u64, u64, usize),
+            _: (u64, u32),
+        ) -> Result<()> {
+            self.log.push(format!("copy-kernel {lane:?} {dst}"));
+            Ok(())
+        }
+        fn write(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.log.push(format!("write {lane:?} {addr}"));
+            Ok(())
+        }
+        fn copy(&mut self, lane: Lane, dst: u64, _: u64, _: usize) -> Result<()> {
+            self.log.push(format!("copy {lane:?} {dst}"));
+            Ok(())
+        }
+        fn kernel(&mut self, lane: Lane, _: Kernel) -> Result<()> {
+            self.log.push(format!("kernel {lane:?}"));
+            Ok(())
+        }
+        fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.log.push(format!("fork {lanes:?}"));
+            Ok(())
+        }
+        fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.log.push(format!("join {lanes:?}"));
+            Ok(())
+        }
+        fn flag_ops(&mut self, lane: Lane, ops: &[FlagOp]) -> Result<()> {
+            let ops: Vec<String> = ops
+                .iter()
+                .map(|op| match op {
+                    FlagOp::Wait(a, _) => format!("wait {a}"),
+                    FlagOp::Write(a, _) => format!("write {a}"),
+                })
+                .collect();
+            self.log
+                .push(format!("flags {lane:?} [{}]", ops.join(", ")));
+            Ok(())
+        }
+        fn long_wait_is_kernel(&self, _: LongWait) -> bool {
+            self.kernels
+        }
+        fn copy_signal_is_kernel(&self) -> bool {
+            self.kernels
+        }
+    }
+
+    /// A direct transfer's usual calls through [`Batched`]: flag operations next to each other
+    /// on one lane reach the device as one batch, in order; a copy, a fork or another lane's
+    /// operation hands over what is held first, so the device sees everything in the order it
+    /// was queued; a flush (or the end) hands over the rest.
+    #[test]
+    fn batched_flag_operations_keep_their_place_among_the_other_calls() {
+        let (u, t) = (Lane::User, Lane::Tx(0));
+        let mut calls = Calls::default();
+        {
+            let mut dev = Batched::new(&mut calls);
+            dev.write(u, 1, 1).unwrap();
+            dev.write(u, 2, 1).unwrap();
+            dev.flush().unwrap();
+            dev.flush().unwrap(); // nothing held: no call
+            dev.wait_copy_signal(u, (3, 1), (100, 200, 8), (4, 1))
+                .unwrap();
+            dev.wait_long(u, 5, 1, LongWait::Transfer).unwrap();
+            dev.write(t, 6, 1).unwrap();
+            dev.fork(&[t]).unwrap();
+            dev.wait(t, 7, 1).unwrap();
+            dev.wait(u, 8, 1).unwrap();
+            dev.kernel(
+                t,
+                Kernel::DivInt {
+                    dtype: DataType::Int32,
+                    dst: 0,
+                    n: 0,
+                    divisor: 1,
+                },
+            )
+            .unwrap();
+            dev.write(u, 9, 1).unwrap();
+            // dropped with the last write held: it is handed over all the same
+        }
+        assert_eq!(
+            calls.log,
+            [
+                "flags User [write 1, write 2]",
+                "flags User [wait 3]",
+                "copy User 100",
+                "flags User [write 4, wait 5]",
+                "flags Tx(0) [write 6]",
+                "fork [Tx(0)]",
+                "flags Tx(0) [wait 7]",
+                "flags User [wait 8]",
+                "kernel Tx(0)",
+                "flags User [write 9]",
+            ]
+        );
+    }
+
+    /// Where the device runs the long wait and the wait-copy-signal as kernels, those are not
+    /// flag operations: what is held goes first, then the kernel call itself.
+    #[test]
+    fn batched_hands_kernel_waits_to_the_device_as_they_are() {
+        let u = Lane::User;
+        let mut calls = Calls {
+            kernels: true,
+            ..Calls::default()
+        };
+        let mut dev = Batched::new(&mut calls);
+        dev.write(u, 1, 1).unwrap();
+        dev.wait_copy_signal(u, (2, 1), (100, 200, 8), (3, 1))
+            .unwrap();
+        dev.write(u, 4, 1).unwrap();
+        dev.wait_long(u, 5, 1, LongWait::Transfer).unwrap();
+        dev.flush().unwrap();
+        drop(dev);
+        assert_eq!(
+            calls.log,
+            [
+                "flags User [write 1]",
+                "copy-kernel User 100",
+                "flags User [write 4]",
+                "wait-kernel User 5",
+            ]
+        );
+    }
 
     /// Sender and receiver must agree on every chunk's logical time and size, pair by pair.
     fn check_pairing(tasks_of: &dyn Fn(usize) -> Vec<Task>, n: usize, chunk: usize) {

@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::direct::{self, Exported, Post, Reach, Words};
 use super::direct_reduce;
-use super::protocol::{lower, Chain, Counters, Device, Kernel, Lane, Layout};
+use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel, Lane, Layout};
 use super::relay::Relay;
 use crate::error::Result;
 use crate::task::{Reduction, Task, TaskKind};
@@ -726,7 +726,10 @@ impl Setup {
                 plan
             }
         };
-        plan.begin(l, dev).map_err(e)?;
+        // As in production: flag operations batched, handed over before any host wait.
+        let mut dev = Batched::new(dev);
+        plan.begin(l, &mut dev).map_err(e)?;
+        dev.flush().map_err(e)?;
         let mut staged = posted.staged;
         let mut sym_plan = None;
         if let Some((t, seq, o)) = posted.sym {
@@ -763,7 +766,8 @@ impl Setup {
                 p
             });
             if let Some(p) = p {
-                p.begin(l, dev).map_err(e)?;
+                p.begin(l, &mut dev).map_err(e)?;
+                dev.flush().map_err(e)?;
                 dx.sym_direct.set(dx.sym_direct.get() + 1);
                 sym_plan = Some(p);
                 staged.clear();
@@ -771,19 +775,21 @@ impl Setup {
         }
         let mut em =
             Chain::lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
-        em.begin(l, dev).map_err(e)?;
+        em.begin(l, &mut dev).map_err(e)?;
+        dev.flush().map_err(e)?;
         // In steps, as `submit` interleaves communicators (parts end and begin in between).
         let mut t = 0;
         while t < em.horizon() {
             t += 3;
-            em.emit_until(t, l, c, dev).map_err(e)?;
+            em.emit_until(t, l, c, &mut dev).map_err(e)?;
+            dev.flush().map_err(e)?;
         }
-        em.end(l, dev, c).map_err(e)?;
-        plan.end(l, dev).map_err(e)?;
+        em.end(l, &mut dev, c).map_err(e)?;
+        plan.end(l, &mut dev).map_err(e)?;
         if let Some(p) = sym_plan {
-            p.end(l, dev).map_err(e)?;
+            p.end(l, &mut dev).map_err(e)?;
         }
-        Ok(())
+        dev.flush().map_err(e)
     }
 
     /// `post` then `emit` for one rank alone (peers that call later find it settled).
