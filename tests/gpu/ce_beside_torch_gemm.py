@@ -1,0 +1,114 @@
+"""Copy-engine bandwidth between the two GPUs beside PyTorch's bf16 GEMM loop (the GEMM of
+tests/gpu/overlap.py), with no library in between: is the 39% that libccl's 256 MiB
+send/receive loses beside that GEMM the copy engines' own loss?
+
+One process, both GPUs. 256 MiB each way per exchange (each GPU pushes to the other on a
+side stream), alone, then while both GPUs run 8192^3 bf16 matmuls on their default streams;
+also the GEMM's time alone and beside. python3 tests/gpu/ce_beside_torch_gemm.py
+"""
+import ctypes
+import time
+
+import torch
+
+N = 256 << 20
+dev = [torch.device("cuda:0"), torch.device("cuda:1")]
+src = [torch.ones(N, dtype=torch.uint8, device=d) for d in dev]
+dst = [torch.empty(N, dtype=torch.uint8, device=d) for d in dev]
+a = [torch.randn(8192, 8192, dtype=torch.bfloat16, device=d) for d in dev]
+b = [torch.randn(8192, 8192, dtype=torch.bfloat16, device=d) for d in dev]
+side = [torch.cuda.Stream(device=d) for d in dev]
+# A tensor copy between the GPUs once each way: torch enables peer access for it, so the
+# driver copies below go straight over NVLink.
+dst[1].copy_(src[0])
+dst[0].copy_(src[1])
+
+
+def sync():
+    for d in dev:
+        torch.cuda.synchronize(d)
+
+
+def gemms(n):
+    for _ in range(n):
+        for g in range(2):
+            with torch.cuda.device(g):
+                torch.matmul(a[g], b[g])
+
+
+# The driver's own copy (a tensor copy_ between devices would also order itself after the
+# destination's current stream, where the GEMMs queue).
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuMemcpyAsync.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+
+
+def exchanges(n):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        for g in range(2):
+            torch.cuda.set_device(g)
+            r = cuda.cuMemcpyAsync(dst[1 - g].data_ptr(), src[g].data_ptr(), N, side[g].cuda_stream)
+            assert r == 0, r
+    for s in side:
+        s.synchronize()
+    return n * N / (time.perf_counter() - t0) / 1e9
+
+
+cuda.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+cuda.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+flags = [torch.zeros(64, dtype=torch.int32, device=d) for d in dev]  # [0]: here, [16]: done
+seq = [0]
+
+
+def flagged_exchanges(n):
+    """The same exchange with libccl's flags around each copy: "here" into the peer, wait for
+    the peer's, push, "done" into the peer, wait for the peer's (stream memory operations)."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        seq[0] += 1
+        v = seq[0]
+        for g in range(2):
+            torch.cuda.set_device(g)
+            st = side[g].cuda_stream
+            assert cuda.cuStreamWriteValue32_v2(st, flags[1 - g].data_ptr(), v, 0) == 0
+        for g in range(2):
+            torch.cuda.set_device(g)
+            st = side[g].cuda_stream
+            assert cuda.cuStreamWaitValue32_v2(st, flags[g].data_ptr(), v, 0) == 0
+            assert cuda.cuMemcpyAsync(dst[1 - g].data_ptr(), src[g].data_ptr(), N, st) == 0
+            assert cuda.cuStreamWriteValue32_v2(st, flags[1 - g].data_ptr() + 64, v, 0) == 0
+        for g in range(2):
+            torch.cuda.set_device(g)
+            assert cuda.cuStreamWaitValue32_v2(side[g].cuda_stream, flags[g].data_ptr() + 64, v, 0) == 0
+    for s in side:
+        s.synchronize()
+    return n * N / (time.perf_counter() - t0) / 1e9
+
+
+sync()
+gemms(10)
+sync()
+t0 = time.perf_counter()
+gemms(50)
+sync()
+gemm_ms = (time.perf_counter() - t0) / 50 * 1e3
+exchanges(3)
+sync()
+alone = exchanges(20)
+sync()
+gemms(200)  # ~330 ms of GEMMs queued
+time.sleep(0.02)
+beside = exchanges(20)
+sync()
+flagged_exchanges(3)
+sync()
+f_alone = flagged_exchanges(20)
+sync()
+gemms(200)
+time.sleep(0.02)
+f_beside = flagged_exchanges(20)
+sync()
+print(f"with flags: alone {f_alone:.1f} GB/s per direction, beside the GEMM loop {f_beside:.1f} "
+      f"({100 * (1 - f_beside / f_alone):.0f}% lost)")
+print(f"GEMM alone {gemm_ms:.3f} ms; exchange of 256 MiB each way: alone {alone:.1f} GB/s per direction, "
+      f"beside the GEMM loop {beside:.1f} ({100 * (1 - beside / alone):.0f}% lost)")
