@@ -8,7 +8,8 @@
 # Writes $OUT/p2p_summary.md and $OUT/logs.tgz (logs/ and the JSON results; KEEP_LOGS=1 keeps
 # the folders as they are). Env: NGPU (ranks, default 2: overlap.py runs its sendrecv round a
 # ring and pp_1f1b.py makes one pipeline stage per rank, so both take any N; the ncu pass uses
-# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on), CCL_ENV_B="VAR=value ..."
+# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on; OVERLAP_TRACE=1: a CUPTI
+# trace of each step's overlapped loops, summarized by tests/megatron/trace_gaps.py), CCL_ENV_B="VAR=value ..."
 # (a second libccl run, label cclb, with those settings, e.g. CCL_IPC_LOCAL_COPY_LANES=4
 # CCL_IPC_RX_LANES=4 or CCL_IPC_WAIT_KERNEL=1; its figures follow the table).
 set -uo pipefail
@@ -42,11 +43,15 @@ reap() {
 torch_step() {
   local tag=$1 port=$2 lib=$3 script=$4 label=$5 rc
   local log=$L/$tag.log
+  # OVERLAP_TRACE=1: overlap.py writes a CUPTI trace per rank of OVERLAP_TRACE_COLLS here.
+  if [ "${OVERLAP_TRACE:-0}" = 1 ]; then export OVERLAP_TRACE_DIR=$L/trace_$tag; else unset OVERLAP_TRACE_DIR; fi
+  # libccl runs at NCCL_DEBUG=INFO: it logs its queueing times and push waits only when the
+  # communicator goes, and those lines are copied into the summary.
   if [ "$lib" = cclb ]; then
-    env $CCL_ENV_B CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
+    env NCCL_DEBUG=INFO $CCL_ENV_B CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
       --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
   elif [ "$lib" = ccl ]; then
-    CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
+    NCCL_DEBUG=INFO CCL_P2P_STEP=$tag LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL 120 python3 -m torch.distributed.run \
       --nproc-per-node "$NGPU" --master-port "$port" "$script" "$label" > "$log" 2>&1
   else
     CCL_P2P_STEP=$tag timeout -s KILL 120 python3 -m torch.distributed.run \
@@ -61,6 +66,8 @@ torch_step() {
     *) say "step $tag: FAILED (exit $rc), see logs/$tag.log: $(grep -E 'Error|ERROR|error' "$log" | head -n 1 | cut -c1-200)" ;;
   esac
   grep -E '^(OVERLAP|PP1F1B) ' "$log" | tee -a "$L/results.txt"
+  grep -hE 'cuda-ipc (queued|sent)|sends posted before their receives|direct reductions:' "$log" \
+    | sed "s/^/$tag: /" | cut -c1-400 >> "$L/ccl_stats.txt"
 }
 
 if [ "${SKIP_OVERLAP:-0}" != 1 ]; then
@@ -169,6 +176,21 @@ if [ -s "$L/results.txt" ]; then
   say "Raw result lines:"
   say '```'
   cat "$L/results.txt" | tee -a "$S"
+  say '```'
+fi
+for t in "$L"/trace_*/*.json.gz; do
+  [ -f "$t" ] || continue
+  say ""
+  say "trace_gaps ${t#$L/}:"
+  say '```'
+  python3 tests/megatron/trace_gaps.py "$t" 2>&1 | head -n 40 | tee -a "$S"
+  say '```'
+done
+if [ -s "$L/ccl_stats.txt" ]; then
+  say ""
+  say "libccl's own account (NCCL_DEBUG=INFO, per rank, for the whole run of each step):"
+  say '```'
+  cat "$L/ccl_stats.txt" | tee -a "$S"
   say '```'
 fi
 

@@ -22,7 +22,9 @@ Rank 0 prints one line per collective:
 
 (rank 0's own figures) and writes every rank's figures to $CCL_BENCH_OUT/overlap_<label>.json
 when that is set. Env: OVERLAP_COLLS (names, space separated), OVERLAP_BYTES (default 256 MiB),
-OVERLAP_SECONDS (length of each timed loop, default 1.5), OVERLAP_GEMM_N (default 8192).
+OVERLAP_SECONDS (length of each timed loop, default 1.5), OVERLAP_GEMM_N (default 8192),
+OVERLAP_TRACE_DIR (a CUPTI trace of the overlapped loops of OVERLAP_TRACE_COLLS, default
+sendrecv, per rank: tests/megatron/trace_gaps.py reads it).
 """
 import ctypes
 import json
@@ -270,7 +272,18 @@ def bench(name, args, rank, world, dev, gemm_stream, comm_stream, gemm, flop):
     g_ms, c_ms = agree_max([gemm_alone, coll_alone], dev)
     ng_o = max(20, int(math.ceil(seconds * 1e3 / g_ms)))
     nc_o = max(20, int(math.ceil(seconds * 1e3 / c_ms)))
-    gemm_ov, coll_ov, det = overlapped(dev, gemm_stream, comm_stream, gemm, coll.fn, g_ms, c_ms, ng_o, nc_o)
+    trace_dir = os.environ.get("OVERLAP_TRACE_DIR", "")
+    if trace_dir and name in os.environ.get("OVERLAP_TRACE_COLLS", "sendrecv").split():
+        # A CUPTI timeline of the overlapped loops (GPU activity only: the host side is timed
+        # by the loops themselves), one gzipped Chrome trace per rank and collective, for
+        # tests/megatron/trace_gaps.py: whether the copies run back to back, one rank's copy
+        # engines do both directions, or the copy lanes sit idle waiting for the host.
+        os.makedirs(trace_dir, exist_ok=True)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            gemm_ov, coll_ov, det = overlapped(dev, gemm_stream, comm_stream, gemm, coll.fn, g_ms, c_ms, ng_o, nc_o)
+        prof.export_chrome_trace(os.path.join(trace_dir, f"overlap_{name}_rank{rank}.json.gz"))
+    else:
+        gemm_ov, coll_ov, det = overlapped(dev, gemm_stream, comm_stream, gemm, coll.fn, g_ms, c_ms, ng_o, nc_o)
     phase_sync()
 
     r = {
