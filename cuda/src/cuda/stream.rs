@@ -49,6 +49,9 @@ impl WaitCond {
     }
 }
 
+/// Most operations one `cuStreamBatchMemOp` call takes (the driver wants fewer than 256).
+pub const MAX_MEM_OPS_PER_CALL: usize = 255;
+
 /// A stream memory operation, for [`Stream::mem_ops`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemOp {
@@ -316,13 +319,26 @@ impl Stream {
         self.check("cuStreamWaitValue32_v2", r)
     }
 
-    /// Queues `ops` in order with one driver call (`cuStreamBatchMemOp`): on the GPU machine a
-    /// write and a wait batched cost 1.13 us of host time against 2.0 as two calls
-    /// (`tests/gpu/host_costs.cu`), and a zero-SM 8-byte operation is host-bound.
+    /// Queues `ops` in order with one driver call (`cuStreamBatchMemOp`) per
+    /// [`MAX_MEM_OPS_PER_CALL`]: on the GPU machine a write and a wait batched cost 1.13 us of
+    /// host time against 2.0 as two calls (`tests/gpu/host_costs.cu`), and a zero-SM 8-byte
+    /// operation is host-bound.
     ///
     /// # Safety
     /// As [`Stream::wait_value32`] for every address.
     pub unsafe fn mem_ops(&self, ops: &[MemOp]) -> Result<()> {
+        for part in ops.chunks(MAX_MEM_OPS_PER_CALL) {
+            // SAFETY: the caller vouches for every address.
+            unsafe { self.mem_ops_call(part) }?;
+        }
+        Ok(())
+    }
+
+    /// One `cuStreamBatchMemOp` call.
+    ///
+    /// # Safety
+    /// As [`Stream::mem_ops`].
+    unsafe fn mem_ops_call(&self, ops: &[MemOp]) -> Result<()> {
         let mut params: Vec<CUstreamMemOpValueParams> = ops
             .iter()
             .map(|op| match *op {

@@ -188,6 +188,10 @@ pub(crate) enum FlagOp {
 /// queued (which the single hardware queue of `CUDA_DEVICE_MAX_CONNECTIONS=1` needs).
 /// [`Batched::flush`] before a host wait on a peer (a held "here" flag would hold the peer
 /// up) and when done; dropping it flushes too.
+/// Most flag operations [`Batched`] hands over at once (`cuStreamBatchMemOp` takes fewer than
+/// 256; a group of many sends queues one "here" flag per send).
+pub(crate) const MAX_FLAG_BATCH: usize = 128;
+
 pub(crate) struct Batched<'d> {
     inner: &'d mut dyn Device,
     held: Option<(Lane, Vec<FlagOp>)>,
@@ -208,7 +212,7 @@ impl<'d> Batched<'d> {
 
     fn hold(&mut self, lane: Lane, op: FlagOp) -> Result<()> {
         if let Some((l, ops)) = &mut self.held {
-            if *l == lane {
+            if *l == lane && ops.len() < MAX_FLAG_BATCH {
                 ops.push(op);
                 return Ok(());
             }
@@ -1333,6 +1337,36 @@ pub(crate) mod tests {
                 "flags User [write 9]",
             ]
         );
+    }
+
+    /// A long run of flag operations (a group of many sends, each flagging "here") goes over
+    /// in batches of at most [`MAX_FLAG_BATCH`], in order.
+    #[test]
+    fn batched_flag_operations_go_in_batches_of_at_most_the_limit() {
+        let mut calls = Calls::default();
+        let n = 2 * MAX_FLAG_BATCH + 3;
+        {
+            let mut dev = Batched::new(&mut calls);
+            for i in 0..n {
+                dev.write(Lane::User, i as u64, 1).unwrap();
+            }
+        }
+        let sizes: Vec<usize> = calls
+            .log
+            .iter()
+            .map(|c| c.matches("write").count())
+            .collect();
+        assert_eq!(sizes, [MAX_FLAG_BATCH, MAX_FLAG_BATCH, 3]);
+        let order: Vec<u64> = calls
+            .log
+            .iter()
+            .flat_map(|c| {
+                c.split("write ")
+                    .skip(1)
+                    .map(|w| w.trim_end_matches([',', ' ', ']']).parse::<u64>().unwrap())
+            })
+            .collect();
+        assert_eq!(order, (0..n as u64).collect::<Vec<_>>());
     }
 
     /// Where the device runs the long wait and the wait-copy-signal as kernels, those are not
