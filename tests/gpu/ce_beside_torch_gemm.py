@@ -4,9 +4,13 @@ send/receive loses beside that GEMM the copy engines' own loss?
 
 One process, both GPUs. 256 MiB each way per exchange (each GPU pushes to the other on a
 side stream), alone, then while both GPUs run 8192^3 bf16 matmuls on their default streams;
-also the GEMM's time alone and beside. python3 tests/gpu/ce_beside_torch_gemm.py
+also the GEMM's time alone and beside; then the same exchanges with libccl's flags around each
+copy; then those while a second thread keeps launching the GEMMs (as overlap.py does), with the
+host time of one stream-memory-operation call meanwhile.
+python3 tests/gpu/ce_beside_torch_gemm.py
 """
 import ctypes
+import threading
 import time
 
 import torch
@@ -110,5 +114,34 @@ f_beside = flagged_exchanges(20)
 sync()
 print(f"with flags: alone {f_alone:.1f} GB/s per direction, beside the GEMM loop {f_beside:.1f} "
       f"({100 * (1 - f_beside / f_alone):.0f}% lost)")
+# The GEMMs launched by a thread of their own that keeps the GEMM queue full (as
+# tests/gpu/overlap.py does), while this thread queues the flagged exchanges: if the driver
+# calls of the exchanges wait behind the GEMM thread's blocked launches, the exchange rate
+# falls here although the copy engines are free.
+stop = threading.Event()
+
+
+def gemm_thread():
+    while not stop.is_set():
+        gemms(20)
+
+
+th = threading.Thread(target=gemm_thread)
+th.start()
+time.sleep(0.2)  # let the GEMM queues fill
+t_beside = flagged_exchanges(40)
+host_calls = []
+for _ in range(200):
+    t = time.perf_counter()
+    torch.cuda.set_device(0)
+    assert cuda.cuStreamWriteValue32_v2(side[0].cuda_stream, flags[1].data_ptr() + 128, 1, 0) == 0
+    host_calls.append((time.perf_counter() - t) * 1e6)
+stop.set()
+th.join()
+sync()
+host_calls.sort()
+print(f"with flags, GEMMs launched by a second thread: {t_beside:.1f} GB/s per direction; one "
+      f"cuStreamWriteValue32 call meanwhile: median {host_calls[100]:.1f} us, 99th "
+      f"{host_calls[198]:.1f} us, max {host_calls[-1]:.1f} us")
 print(f"GEMM alone {gemm_ms:.3f} ms; exchange of 256 MiB each way: alone {alone:.1f} GB/s per direction, "
       f"beside the GEMM loop {beside:.1f} ({100 * (1 - beside / alone):.0f}% lost)")
