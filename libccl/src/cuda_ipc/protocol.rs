@@ -1369,6 +1369,128 @@ pub(crate) mod tests {
         assert_eq!(order, (0..n as u64).collect::<Vec<_>>());
     }
 
+    /// Each call a device sees: its number and what it did; a batch's operations share one.
+    #[derive(Default)]
+    struct Flat {
+        calls: usize,
+        ops: Vec<(usize, Lane, String)>,
+    }
+
+    impl Flat {
+        fn one(&mut self, lane: Lane, what: String) {
+            self.calls += 1;
+            self.ops.push((self.calls, lane, what));
+        }
+    }
+
+    impl Device for Flat {
+        fn wait(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.one(lane, format!("wait {addr}"));
+            Ok(())
+        }
+        fn write(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+            self.one(lane, format!("write {addr}"));
+            Ok(())
+        }
+        fn copy(&mut self, lane: Lane, dst: u64, _: u64, _: usize) -> Result<()> {
+            self.one(lane, format!("copy {dst}"));
+            Ok(())
+        }
+        fn kernel(&mut self, lane: Lane, _: Kernel) -> Result<()> {
+            self.one(lane, "kernel".into());
+            Ok(())
+        }
+        fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.one(Lane::User, format!("fork {lanes:?}"));
+            Ok(())
+        }
+        fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+            self.one(Lane::User, format!("join {lanes:?}"));
+            Ok(())
+        }
+        fn flag_ops(&mut self, lane: Lane, ops: &[FlagOp]) -> Result<()> {
+            self.calls += 1;
+            for op in ops {
+                let what = match op {
+                    FlagOp::Wait(a, _) => format!("wait {a}"),
+                    FlagOp::Write(a, _) => format!("write {a}"),
+                };
+                self.ops.push((self.calls, lane, what));
+            }
+            Ok(())
+        }
+    }
+
+    /// Random call sequences (seeded) through [`Batched`] reach the device as the same
+    /// operations in the same order as without it; a batch holds one lane's flag operations
+    /// only, at most [`MAX_FLAG_BATCH`] of them; after a flush nothing is held back.
+    #[test]
+    fn batched_random_sequences_arrive_unchanged() {
+        use rand::{Rng, SeedableRng};
+        let lanes = [Lane::User, Lane::Tx(0), Lane::Tx(1), Lane::Rx(0)];
+        for seed in 0..300u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let n = rng.gen_range(1..600);
+            let script: Vec<(u8, Lane, u64)> = (0..n)
+                .map(|i| (rng.gen_range(0..20u8), lanes[rng.gen_range(0..4)], i as u64))
+                .collect();
+            let run = |dev: &mut dyn Device| {
+                for &(k, lane, a) in &script {
+                    match k {
+                        0..=7 => dev.wait(lane, a, 1).unwrap(),
+                        8..=15 => dev.write(lane, a, 1).unwrap(),
+                        16 => dev.copy(lane, a, 0, 8).unwrap(),
+                        17 => {
+                            let k = Kernel::DivInt {
+                                dtype: DataType::Int32,
+                                dst: a,
+                                n: 1,
+                                divisor: 2,
+                            };
+                            dev.kernel(lane, k).unwrap()
+                        }
+                        18 => dev.fork(&[lane]).unwrap(),
+                        _ => dev.join(&[lane]).unwrap(),
+                    }
+                }
+            };
+            let mut plain = Flat::default();
+            run(&mut plain);
+            let mut batched = Flat::default();
+            {
+                let mut dev = Batched::new(&mut batched);
+                run(&mut dev);
+                dev.flush().unwrap();
+                // After a flush the device has everything queued so far.
+                assert_eq!(dev.held, None);
+            }
+            let strip = |f: &Flat| {
+                f.ops
+                    .iter()
+                    .map(|(_, l, w)| (*l, w.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(strip(&batched), strip(&plain), "seed {seed}");
+            let mut per_call: HashMap<usize, (Lane, usize, bool)> = HashMap::new();
+            for (c, l, w) in &batched.ops {
+                let flag = w.starts_with("wait") || w.starts_with("write");
+                let e = per_call.entry(*c).or_insert((*l, 0, flag));
+                assert_eq!(e.0, *l, "seed {seed}: one batch, one lane");
+                assert_eq!(
+                    e.2, flag,
+                    "seed {seed}: flag operations batched with nothing else"
+                );
+                e.1 += 1;
+            }
+            assert!(
+                per_call.values().all(|&(_, k, _)| k <= MAX_FLAG_BATCH),
+                "seed {seed}"
+            );
+            // Fewer calls than operations whenever flag operations came in runs on one lane.
+            assert!(batched.calls <= plain.calls, "seed {seed}");
+        }
+    }
+
     /// Where the device runs the long wait and the wait-copy-signal as kernels, those are not
     /// flag operations: what is held goes first, then the kernel call itself.
     #[test]
