@@ -805,20 +805,17 @@ impl Device for CudaDevice<'_> {
                 protocol::FlagOp::Write(addr, value) => self.write(lane, addr, value),
             };
         }
-        let ops: Vec<MemOp> = ops
-            .iter()
-            .map(|op| match *op {
-                protocol::FlagOp::Wait(addr, value) => MemOp::Wait {
-                    addr,
-                    value,
-                    cond: WaitCond::Geq,
-                },
-                protocol::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
-            })
-            .collect();
+        let ops = ops.iter().map(|op| match *op {
+            protocol::FlagOp::Wait(addr, value) => MemOp::Wait {
+                addr,
+                value,
+                cond: WaitCond::Geq,
+            },
+            protocol::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
+        });
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
-        unsafe { s.mem_ops(&ops) }.map_err(cuda_err)
+        unsafe { s.mem_ops(ops) }.map_err(cuda_err)
     }
 
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {

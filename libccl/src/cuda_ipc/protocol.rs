@@ -194,31 +194,36 @@ pub(crate) const MAX_FLAG_BATCH: usize = 128;
 
 pub(crate) struct Batched<'d> {
     inner: &'d mut dyn Device,
-    held: Option<(Lane, Vec<FlagOp>)>,
+    /// The held operations (one buffer for the wrapper's life) and their lane.
+    held: Vec<FlagOp>,
+    lane: Lane,
 }
 
 impl<'d> Batched<'d> {
     pub fn new(inner: &'d mut dyn Device) -> Batched<'d> {
-        Batched { inner, held: None }
+        Batched {
+            inner,
+            held: Vec::new(),
+            lane: Lane::User,
+        }
     }
 
     /// Hands the held flag operations to the inner device.
     pub fn flush(&mut self) -> Result<()> {
-        match self.held.take() {
-            Some((lane, ops)) => self.inner.flag_ops(lane, &ops),
-            None => Ok(()),
+        if self.held.is_empty() {
+            return Ok(());
         }
+        let r = self.inner.flag_ops(self.lane, &self.held);
+        self.held.clear();
+        r
     }
 
     fn hold(&mut self, lane: Lane, op: FlagOp) -> Result<()> {
-        if let Some((l, ops)) = &mut self.held {
-            if *l == lane && ops.len() < MAX_FLAG_BATCH {
-                ops.push(op);
-                return Ok(());
-            }
+        if !self.held.is_empty() && (self.lane != lane || self.held.len() >= MAX_FLAG_BATCH) {
+            self.flush()?;
         }
-        self.flush()?;
-        self.held = Some((lane, vec![op]));
+        self.lane = lane;
+        self.held.push(op);
         Ok(())
     }
 }
@@ -1462,7 +1467,7 @@ pub(crate) mod tests {
                 run(&mut dev);
                 dev.flush().unwrap();
                 // After a flush the device has everything queued so far.
-                assert_eq!(dev.held, None);
+                assert!(dev.held.is_empty());
             }
             let strip = |f: &Flat| {
                 f.ops
