@@ -112,6 +112,28 @@ gemms(200)
 time.sleep(0.02)
 f_beside = flagged_exchanges(20)
 sync()
+# The GEMM's own loss beside exchanges that keep the copy engines busy throughout (no SM work
+# of ours at all): how much of a GEMM's slowdown beside libccl's transfers is the copies' memory
+# and link traffic rather than anything the library does.
+t0 = time.perf_counter()
+gemms(200)
+sync()
+g_alone = (time.perf_counter() - t0) / 200 * 1e3
+t0 = time.perf_counter()
+gemms(200)
+while not all(torch.cuda.current_stream(d).query() for d in dev):
+    exchanges(2)
+sync()
+g_beside = (time.perf_counter() - t0) / 200 * 1e3
+print(f"GEMM alone {g_alone:.3f} ms, beside back-to-back 256 MiB exchanges {g_beside:.3f} ms "
+      f"({100 * (g_beside / g_alone - 1):.1f}% slower)")
+t0 = time.perf_counter()
+gemms(200)
+while not all(torch.cuda.current_stream(d).query() for d in dev):
+    flagged_exchanges(2)
+sync()
+g_beside_f = (time.perf_counter() - t0) / 200 * 1e3
+print(f"GEMM beside back-to-back flagged exchanges {g_beside_f:.3f} ms ({100 * (g_beside_f / g_alone - 1):.1f}% slower)")
 print(f"with flags: alone {f_alone:.1f} GB/s per direction, beside the GEMM loop {f_beside:.1f} "
       f"({100 * (1 - f_beside / f_alone):.0f}% lost)")
 # The GEMMs launched by a thread of their own that keeps the GEMM queue full (as

@@ -39,6 +39,8 @@ import torch
 import torch.distributed as dist
 
 MIB = 1 << 20
+# OVERLAP_HOST_TIMES=1: host time of the parts of a send/receive call, over the whole run.
+SPLITS = {} if os.environ.get("OVERLAP_HOST_TIMES") == "1" else None
 
 
 def nccl_version():
@@ -71,8 +73,14 @@ class Coll:
 
             def fn():
                 ops = [dist.P2POp(dist.isend, self.send, peer_next), dist.P2POp(dist.irecv, self.recv, peer_prev)]
-                for w in dist.batch_isend_irecv(ops):
+                t0 = time.perf_counter()
+                works = dist.batch_isend_irecv(ops)
+                t1 = time.perf_counter()
+                for w in works:
                     w.wait()
+                if SPLITS is not None:
+                    SPLITS.setdefault("batch_isend_irecv", []).append((t1 - t0) * 1e6)
+                    SPLITS.setdefault("wait", []).append((time.perf_counter() - t1) * 1e6)
 
         elif name == "alltoall":
             n -= n % world
@@ -192,6 +200,18 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
     else:
         go = threading.Barrier(2)
         errors = []
+        # OVERLAP_HOST_TIMES=1: each loop's host time per call, and a third thread that sleeps
+        # 100 us at a time and records how late it wakes (how long a Python thread waits for the
+        # interpreter lock while the two loops run), as percentiles in the details.
+        per_call = {} if os.environ.get("OVERLAP_HOST_TIMES") == "1" else None
+        probe_stop = threading.Event()
+
+        def gil_probe():
+            late = per_call.setdefault("gil_probe", [])
+            while not probe_stop.is_set():
+                tp = time.perf_counter()
+                time.sleep(100e-6)
+                late.append((time.perf_counter() - tp) * 1e6 - 100.0)
 
         def loop(key, stream, fn, evs):
             try:
@@ -199,9 +219,20 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
                 with torch.cuda.stream(stream):
                     go.wait()
                     t = time.perf_counter()
-                    for e in evs:
-                        fn()
-                        e.record()
+                    if per_call is None:
+                        for e in evs:
+                            fn()
+                            e.record()
+                    else:
+                        calls = per_call.setdefault(key, [])
+                        records = per_call.setdefault(key + "_record", [])
+                        for e in evs:
+                            tc = time.perf_counter()
+                            fn()
+                            tr = time.perf_counter()
+                            e.record()
+                            calls.append((tr - tc) * 1e6)
+                            records.append((time.perf_counter() - tr) * 1e6)
                     host[key] = (time.perf_counter() - t) * 1e3
             except BaseException as e:  # noqa: BLE001 - raised again in the caller
                 errors.append(e)
@@ -211,10 +242,21 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
             threading.Thread(target=loop, args=("gemm", gemm_stream, gemm, g_ev)),
             threading.Thread(target=loop, args=("coll", comm_stream, coll, c_ev)),
         ]
+        if per_call is not None:
+            probe = threading.Thread(target=gil_probe)
+            probe.start()
         for x in th:
             x.start()
         for x in th:
             x.join()
+        if per_call is not None:
+            probe_stop.set()
+            probe.join()
+            for k, v in per_call.items():
+                v.sort()
+                if v:
+                    host[f"{k}_us_pcts"] = [round(v[min(len(v) - 1, int(q * len(v)))], 1) for q in (0.5, 0.9, 0.99)] + [
+                        round(v[-1], 1), len(v)]
         if errors:
             raise errors[0]
     torch.cuda.synchronize()
@@ -238,6 +280,8 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
         "gemm_host_enqueue_ms": host.get("gemm", float("nan")),
         "coll_host_enqueue_ms": host.get("coll", float("nan")),
     }
+    # Per-call host times (OVERLAP_HOST_TIMES=1): [median, 90th, 99th, max, calls] in us.
+    details.update({k: v for k, v in host.items() if k.endswith("_us_pcts")})
     return g_ms, c_ms, details
 
 
@@ -386,8 +430,16 @@ def main():
                     f"{fmt(pr['gemm_host_enqueue_ms'])} / {fmt(pr['coll_host_enqueue_ms'])} ms, {pr['enqueue']})",
                     flush=True,
                 )
+                pcts = {k: v for k, v in pr.items() if k.endswith("_us_pcts")}
+                if pcts:
+                    print(f"  [{label}] {name} rank {pr['rank']}: host us per call [median, 90th, 99th, max, n]: {pcts}",
+                          flush=True)
 
     elapsed = time.perf_counter() - t_start
+    for k, v in (SPLITS or {}).items():
+        v.sort()
+        print(f"  [{label}] rank {rank}: {k} host us over the run: median {v[len(v) // 2]:.1f}, 90th "
+              f"{v[int(0.9 * len(v))]:.1f}, 99th {v[int(0.99 * len(v))]:.1f}, max {v[-1]:.1f}, n {len(v)}", flush=True)
     if rank == 0:
         out_dir = os.environ.get("CCL_BENCH_OUT")
         if out_dir:
