@@ -65,9 +65,6 @@ pub fn current_device() -> i32 {
     cuda::current_device().ok().flatten().unwrap_or(0)
 }
 
-/// The device's primary context, leaving the calling thread's current context as it was:
-/// `Context::new` makes the device's context current, and the caller's thread (a `-g N`
-/// driver switching between devices, or PyTorch) must keep the one it had.
 /// An event for ordering streams only (no timing, no blocking sync, not shared).
 pub(crate) fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
     let flags = EventFlags {
@@ -78,6 +75,9 @@ pub(crate) fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
     Event::new(ctx, flags).map_err(cuda_err)
 }
 
+/// The device's primary context, leaving the calling thread's current context as it was:
+/// `Context::new` makes the device's context current, and the caller's thread (a `-g N`
+/// driver switching between devices, or PyTorch) must keep the one it had.
 pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
     let prev = cuda::current_device().ok().flatten();
     let ctx = Context::new(dev).map_err(cuda_err)?;

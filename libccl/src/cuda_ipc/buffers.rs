@@ -22,6 +22,11 @@ const EXPORTS_MAX: usize = 4096;
 /// its "handle" then carries the owner's file descriptor and the allocation's length.
 const VMM_ID: u64 = 1 << 63;
 
+/// Whether a post's buffer id names a VMM allocation.
+pub(crate) fn is_vmm_id(id: u64) -> bool {
+    id & VMM_ID != 0
+}
+
 fn vmm_handle(fd: RawFd, len: usize) -> [u8; 64] {
     let mut h = [0u8; 64];
     h[..4].copy_from_slice(&fd.to_le_bytes());
@@ -51,6 +56,8 @@ pub(crate) struct Buffers {
     /// Every peer in another process can take a file descriptor of ours (probed at setup),
     /// so `ncclMemAlloc`'s VMM memory can be exported.
     vmm: bool,
+    /// This process's context on the peer's GPU, with remote copies on (two ranks).
+    pub there: Option<Arc<Context>>,
 }
 
 impl Buffers {
@@ -61,6 +68,7 @@ impl Buffers {
             exports: HashMap::new(),
             bounce: Vec::new(),
             vmm,
+            there: None,
         }
     }
 }
@@ -131,6 +139,16 @@ impl Reach for Buffers {
             return Ok(p.addr);
         }
         Ok(mapping(&self.ctx, p)? + p.offset)
+    }
+
+    fn resolve_there(&mut self, p: &Post) -> Result<Option<u64>> {
+        let Some(there) = &self.there else {
+            return Ok(None);
+        };
+        if p.pid == self.pid {
+            return Ok(Some(p.addr));
+        }
+        Ok(Some(mapping(there, p)? + p.offset))
     }
 }
 

@@ -376,6 +376,12 @@ pub(crate) struct Transfer {
     pub bytes: usize,
     pub seq: u64,
     pub role: Role,
+    /// For a transfer this rank pulls: the peer's buffer as this process's context on the
+    /// peer's GPU maps it, when that GPU's engine can run the copy instead (remote copies on,
+    /// neither buffer VMM memory, which is mapped only where its owner or importer granted
+    /// access). Copying through our own context's mapping from there would cross the link
+    /// twice (half speed, session 13).
+    pub there: Option<u64>,
 }
 
 /// The direct part of one group on one rank, ready to queue.
@@ -600,12 +606,13 @@ impl Plan {
             } else {
                 (t.mine, peer_addr)
             };
-            dev.wait_copy_signal(
-                lane,
-                (l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v),
-                (dst, src, t.bytes),
-                (l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v),
-            )?;
+            let arrive = (l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v);
+            let done = (l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v);
+            if let (false, Some(there)) = (t.outgoing, t.there) {
+                dev.wait_pull_signal(lane, arrive, (dst, src, t.bytes), there, done)?;
+            } else {
+                dev.wait_copy_signal(lane, arrive, (dst, src, t.bytes), done)?;
+            }
         }
         // Local copies after this rank's transfers: on one stream (a small group) they then
         // run while the peers finish theirs, instead of before this rank's copies start (an
@@ -662,6 +669,12 @@ pub(crate) trait Reach {
     fn bounce(&mut self, bytes: usize) -> Result<(u64, Exported)>;
     /// The address of a peer's posted buffer as this device sees it.
     fn resolve(&mut self, p: &Post) -> Result<u64>;
+    /// The address of a peer's posted (non-VMM) buffer as this process's context on the
+    /// peer's GPU sees it; `None` without remote copies.
+    fn resolve_there(&mut self, p: &Post) -> Result<Option<u64>> {
+        let _ = p;
+        Ok(None)
+    }
 }
 
 /// Does `[a, a+al)` overlap `[b, b+bl)`?
@@ -682,6 +695,8 @@ struct Posted {
     bounce: Option<u64>,
     forced: bool,
     outcome: Outcome,
+    /// `ptr` is memory every GPU with peer access reaches (not VMM, exportable).
+    ptr_legacy: bool,
 }
 
 /// A group's transfers, posted; [`Posting::settle`] turns them into the plan.
@@ -753,6 +768,7 @@ pub(crate) fn post_group<'b>(
         bytes: p.bytes(),
     };
     for (&(peer, outgoing, ptr, bytes, forced), (ex, off)) in wants.iter().zip(exports) {
+        let ptr_legacy = ex.is_some_and(|e| !super::buffers::is_vmm_id(e.buffer_id));
         let (mine, bounce_at) = match (off, bounce, ex) {
             (None, _, Some(ex)) => (ex.post(bufs.pid(), ptr, bytes), None),
             (Some(off), Some((b, bex)), _) => {
@@ -781,6 +797,7 @@ pub(crate) fn post_group<'b>(
             bounce: bounce_at,
             forced,
             outcome,
+            ptr_legacy,
         });
     }
     posting.next_in = c.direct_in.clone();
@@ -819,6 +836,11 @@ pub(crate) struct SettleHow<'a> {
     /// twice as long), where waiting lets each side push its own. The group cannot complete
     /// before the peer calls anyway, and Megatron synchronizes right after it. None: off.
     pub exchange_until: Option<Instant>,
+    /// Transfers of at least this many bytes go by remote copy (`CCL_IPC_REMOTE_COPY`,
+    /// [`Device::wait_pull_signal`]): a send does not wait for its receiver at all (left to
+    /// the receiver, it still moves at push speed, and neither host waits for the other's
+    /// call), and a receive this rank pulls is offered to the peer GPU's engine. None: off.
+    pub remote_min: Option<usize>,
 }
 
 impl Posting {
@@ -840,6 +862,7 @@ impl Posting {
             local_split,
             wait_min_bytes,
             exchange_until,
+            remote_min,
         } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
@@ -855,6 +878,7 @@ impl Posting {
             } else {
                 (w.peer, rank)
             };
+            let mut there = None;
             let outcome = match w.outcome {
                 Outcome::Pending => {
                     let board = boards(dst).ok_or_else(|| {
@@ -865,13 +889,16 @@ impl Posting {
                     let next = self.next_in.get(w.peer).copied().unwrap_or(0);
                     let crossed =
                         || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
-                    let small = w.bytes < wait_min_bytes;
+                    // Small sends, and sends the receiver has pushed by our GPU: no wait.
+                    let no_wait = w.bytes < wait_min_bytes
+                        || remote_min
+                            .is_some_and(|m| w.bytes >= m && (w.ptr_legacy || w.bounce.is_some()));
                     let exchange = exchange_until.filter(|_| w.outgoing && receives_from(w.peer));
                     // Exchanges keep their own lateness: a pipeline's one-way warm-up sends
                     // running out their short window say nothing of its exchanges.
                     let key = 2 * w.peer + usize::from(exchange.is_some());
-                    let skip = !small && late.as_mut().is_some_and(|l| l.skip_wait(key));
-                    let give_up = || small || skip || crossed();
+                    let skip = !no_wait && late.as_mut().is_some_and(|l| l.skip_wait(key));
+                    let give_up = || no_wait || skip || crossed();
                     let wait = match exchange {
                         Some(until) => PushWait {
                             soft: wait.soft.max(until),
@@ -887,7 +914,7 @@ impl Posting {
                     let t0 = Instant::now();
                     let o = resolve(board, src, w.seq, wait, stop)?;
                     let took = t0.elapsed();
-                    if let Some(l) = late.as_mut().filter(|_| !skip && !small) {
+                    if let Some(l) = late.as_mut().filter(|_| !skip && !no_wait) {
                         match o {
                             Outcome::Second(_) => l.waited(key, true),
                             _ if !crossed() => l.waited(key, false),
@@ -920,13 +947,18 @@ impl Posting {
                         )));
                     }
                     let peer_addr = bufs.resolve(&t)?;
+                    let remote = remote_min.is_some_and(|m| w.bytes >= m);
+                    there = match remote && !w.outgoing && !super::buffers::is_vmm_id(t.buffer_id) {
+                        true => bufs.resolve_there(&t)?,
+                        false => None,
+                    };
                     (Role::Second { peer_addr }, w.bytes.min(t.bytes as usize))
                 }
                 _ => (Role::First, w.bytes),
             };
             // Our own buffer: the bounce copy where the peer reads or writes it, or where a
             // receive must wait for our sends; as the copier we use unmappable memory directly.
-            let mine = match (w.bounce, role, w.forced) {
+            let (mine, mine_legacy) = match (w.bounce, role, w.forced) {
                 (Some(b), Role::First, _) | (Some(b), _, true) => {
                     plan.bounced += bytes;
                     if w.outgoing {
@@ -934,9 +966,9 @@ impl Posting {
                     } else {
                         plan.after.push((w.ptr, b, bytes));
                     }
-                    b
+                    (b, true)
                 }
-                _ => w.ptr,
+                _ => (w.ptr, w.ptr_legacy),
             };
             plan.transfers.push(Transfer {
                 peer: w.peer,
@@ -945,6 +977,7 @@ impl Posting {
                 bytes,
                 seq: w.seq,
                 role,
+                there: there.filter(|_| mine_legacy),
             });
         }
         if tracing::enabled!(tracing::Level::TRACE) {
@@ -1036,6 +1069,11 @@ mod tests {
             self.0.push(format!("copy {lane:?} {dst:#x}"));
             Ok(())
         }
+        fn pull(&mut self, lane: Lane, dst: u64, (_, there): (u64, u64), _: usize) -> Result<()> {
+            self.0
+                .push(format!("copy {lane:?} {dst:#x} from {there:#x} (pull)"));
+            Ok(())
+        }
         fn kernel(&mut self, lane: Lane, _: crate::cuda_ipc::protocol::Kernel) -> Result<()> {
             self.0.push(format!("kernel {lane:?}"));
             Ok(())
@@ -1076,6 +1114,7 @@ mod tests {
                     bytes: 4,
                     seq: 0,
                     role: Role::First,
+                    there: None,
                 },
                 Transfer {
                     peer: 1,
@@ -1086,6 +1125,7 @@ mod tests {
                     role: Role::Second {
                         peer_addr: 0xa000_0000,
                     },
+                    there: None,
                 },
             ],
             beside: vec![(own_dst, 0x8000_0000, 4)],
@@ -1115,6 +1155,58 @@ mod tests {
             dev.0
         );
         assert!(!dev.0.iter().any(|c| c.starts_with("fork")), "{:?}", dev.0);
+    }
+
+    /// A transfer this rank pulls goes to the device as a pull (which it may have the peer
+    /// GPU's engine run, from the source as that GPU maps it) only when settling found it can
+    /// (`Transfer::there`); a push never does.
+    #[test]
+    fn only_pulls_of_plain_memory_are_offered_to_the_peer_gpu() {
+        let l = Layout {
+            rank: 0,
+            nranks: 2,
+            chunk: 1 << 20,
+            slots: 4,
+            tx_lanes: 2,
+            direct_tx: 2,
+            rx_lanes: 1,
+            flags: vec![0x1000_0000, 0x2000_0000],
+            scratch: vec![0x1800_0000, 0x2800_0000],
+        };
+        for there in [Some(0xb000_0000u64), None] {
+            let t = |outgoing: bool, mine: u64| Transfer {
+                peer: 1,
+                outgoing,
+                mine,
+                bytes: 64 << 20,
+                seq: 3,
+                role: Role::Second {
+                    peer_addr: 0xa000_0000,
+                },
+                there,
+            };
+            let plan = Plan {
+                transfers: vec![t(true, 0x8000_0000), t(false, 0x9000_0000)],
+                ..Plan::default()
+            };
+            let mut dev = Recorder::default();
+            plan.begin(&l, &mut dev).unwrap();
+            plan.end(&l, &mut dev).unwrap();
+            let pulls: Vec<&String> = dev.0.iter().filter(|c| c.ends_with("(pull)")).collect();
+            if there.is_some() {
+                assert_eq!(
+                    pulls,
+                    [&format!(
+                        "copy Rx(0) {:#x} from {:#x} (pull)",
+                        0x9000_0000u64, 0xb000_0000u64
+                    )]
+                );
+            } else {
+                assert!(pulls.is_empty(), "{:?}", dev.0);
+            }
+            let push = format!("copy {:?} {:#x}", l.push_lane(1), 0xa000_0000u64);
+            assert!(dev.0.contains(&push), "{:?}", dev.0);
+        }
     }
 
     /// A local copy's parts cover it exactly, in order, 4 KiB-aligned, one per lane at most,

@@ -158,6 +158,60 @@ pub struct IpcEngine {
     direct: bool,
     inbox: RankBoards,
     watch: Mutex<Watch>,
+    /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
+    remote: Option<RemoteLanes>,
+}
+
+/// A context of this process on the peer's GPU (two ranks): a transfer this rank would pull
+/// -- its GPU's copy engine reading the peer's memory, which halves both directions while that
+/// engine also pushes this rank's own data -- is queued on a stream there instead, so the
+/// peer GPU's engine pushes it (session 13, `tests/gpu/cross_issue.cu`: 390 GB/s each way with
+/// both queued by one process, also while the other process's kernel holds every SM of that
+/// GPU). Per receive lane: the stream there, an event of ours it waits on (the peer's "here"
+/// flag seen on our lane) and one of its own our lane waits on before writing "done". Only
+/// copies and event waits run there: stream memory operations refuse the peer mappings of
+/// our context.
+struct RemoteLanes {
+    ctx: Arc<Context>,
+    streams: Vec<Stream>,
+    here: Vec<Event>,
+    there: Vec<Event>,
+    min_bytes: usize,
+    pulls: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+/// The peer GPU's lanes for [`RemoteLanes`]; an error says why there are none (logged).
+fn remote_lanes(local: &Arc<Context>, peer: &Offer, lanes: usize) -> Result<RemoteLanes> {
+    let ordinal = device_by_bus_id(&peer.bus_id)?
+        .ok_or_else(|| Error::system("the peer's GPU is not visible in this process"))?;
+    if ordinal == local.ordinal() {
+        return Err(Error::system("the peer uses this process's GPU"));
+    }
+    let ctx = crate::gpu::device_context(ordinal)?;
+    if !ctx.can_access_peer(local).map_err(cuda_err)? {
+        return Err(Error::system(
+            "the peer's GPU cannot reach this one's memory",
+        ));
+    }
+    // The engine there writes into our buffers.
+    ctx.enable_peer_access(local).map_err(cuda_err)?;
+    let ev = |c: &Arc<Context>| {
+        (0..lanes)
+            .map(|_| crate::gpu::plain_event(c))
+            .collect::<Result<Vec<_>>>()
+    };
+    Ok(RemoteLanes {
+        streams: (0..lanes)
+            .map(|_| Stream::with_flags(&ctx, true).map_err(cuda_err))
+            .collect::<Result<Vec<_>>>()?,
+        here: ev(local)?,
+        there: ev(&ctx)?,
+        ctx,
+        min_bytes: params::CCL_IPC_REMOTE_COPY_MIN_BYTES.get_i64().max(1) as usize,
+        pulls: Default::default(),
+        bytes: Default::default(),
+    })
 }
 
 /// What the stuck-work check has seen.
@@ -220,9 +274,17 @@ struct Offer {
     flags_handle: [u8; IPC_HANDLE_SIZE],
     scratch_handle: [u8; IPC_HANDLE_SIZE],
     ll_handle: [u8; IPC_HANDLE_SIZE],
+    /// Wants remote copies (`CCL_IPC_REMOTE_COPY`): used only if every rank does.
+    remote: bool,
+    /// The GPU's PCI bus id, NUL-padded: a peer in another process finds our GPU by it (device
+    /// numbers differ between processes under `CUDA_VISIBLE_DEVICES`).
+    bus_id: [u8; BUS_ID_BYTES],
 }
 
-const OFFER_BYTES: usize = 1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16;
+const BUS_ID_BYTES: usize = 16;
+
+const OFFER_BYTES: usize =
+    1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16 + BUS_ID_BYTES;
 
 impl Offer {
     fn none() -> Offer {
@@ -245,12 +307,14 @@ impl Offer {
             flags_handle: [0; IPC_HANDLE_SIZE],
             scratch_handle: [0; IPC_HANDLE_SIZE],
             ll_handle: [0; IPC_HANDLE_SIZE],
+            remote: false,
+            bus_id: [0; BUS_ID_BYTES],
         }
     }
 
     fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(OFFER_BYTES);
-        b.push(self.capable as u8 | (self.direct as u8) << 1);
+        b.push(self.capable as u8 | (self.direct as u8) << 1 | (self.remote as u8) << 2);
         b.extend_from_slice(&self.dev.to_le_bytes());
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
@@ -267,6 +331,7 @@ impl Offer {
         b.extend_from_slice(&self.ll_exchange_max.to_le_bytes());
         b.extend_from_slice(&self.relay_min.to_le_bytes());
         b.extend_from_slice(&self.relay_chunk.to_le_bytes());
+        b.extend_from_slice(&self.bus_id);
         b
     }
 
@@ -279,6 +344,7 @@ impl Offer {
         let mut o = Offer::none();
         o.capable = b[0] & 1 == 1;
         o.direct = b[0] & 2 == 2;
+        o.remote = b[0] & 4 == 4;
         o.dev = i32::from_le_bytes(u32_at(1)?);
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);
@@ -296,6 +362,8 @@ impl Offer {
         o.ll_exchange_max = u64::from_le_bytes(u64_at(69 + 3 * IPC_HANDLE_SIZE)?);
         o.relay_min = u64::from_le_bytes(u64_at(77 + 3 * IPC_HANDLE_SIZE)?);
         o.relay_chunk = u64::from_le_bytes(u64_at(85 + 3 * IPC_HANDLE_SIZE)?);
+        let at = 93 + 3 * IPC_HANDLE_SIZE;
+        o.bus_id.copy_from_slice(b.get(at..at + BUS_ID_BYTES)?);
         Some(o)
     }
 }
@@ -307,6 +375,27 @@ struct Local {
     flags: DeviceBuffer,
     scratch: DeviceBuffer,
     ll: DeviceBuffer,
+}
+
+/// A PCI bus id as the offer carries it (lower case, NUL-padded, cut to [`BUS_ID_BYTES`]).
+fn bus_id_bytes(id: &str) -> [u8; BUS_ID_BYTES] {
+    let mut b = [0u8; BUS_ID_BYTES];
+    for (d, c) in b.iter_mut().zip(id.to_ascii_lowercase().bytes()) {
+        *d = c;
+    }
+    b
+}
+
+/// This process's number for the GPU with PCI bus id `id` (`None`: not visible here).
+fn device_by_bus_id(id: &[u8; BUS_ID_BYTES]) -> Result<Option<i32>> {
+    let drv = cuda::Driver::get().map_err(cuda_err)?;
+    for ordinal in 0..drv.device_count().map_err(cuda_err)? {
+        let dev = drv.device(ordinal).map_err(cuda_err)?;
+        if bus_id_bytes(&drv.pci_bus_id(dev).map_err(cuda_err)?) == *id {
+            return Ok(Some(ordinal));
+        }
+    }
+    Ok(None)
 }
 
 fn prepare_local(
@@ -360,6 +449,8 @@ fn prepare_local(
         flags_handle,
         scratch_handle,
         ll_handle,
+        remote: params::CCL_IPC_REMOTE_COPY.get_bool(),
+        bus_id: bus_id_bytes(&ctx.driver().pci_bus_id(ctx.device()).map_err(cuda_err)?),
     };
     Ok((
         Local {
@@ -530,20 +621,46 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if let Err(e) = &opened {
         tracing::info!("rank {rank}: cannot map a peer's memory: {e}");
     }
+    // Remote copies: both ranks asked, and this one can queue on the peer's GPU.
+    let remote = if opened.is_ok() && n == 2 && offers.iter().all(|o| o.remote) {
+        match remote_lanes(&local.ctx, &offers[1 - rank], rx_lanes) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::info!("rank {rank}: cuda-ipc remote copies off: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     // Can this rank take descriptors from every peer in another process?
     let takes_fds = offers.iter().enumerate().all(|(j, o)| {
         j == rank
             || state.table[j].pid == my_pid
             || (o.probe_fd >= 0 && buffers::can_take_fd(state.table[j].pid, o.probe_fd))
     });
-    let oks = state
-        .ctrl
-        .allgather(&[opened.is_ok() as u8, takes_fds as u8], &comm.0.abort)?;
+    let oks = state.ctrl.allgather(
+        &[
+            opened.is_ok() as u8,
+            takes_fds as u8,
+            remote.is_some() as u8,
+        ],
+        &comm.0.abort,
+    )?;
     drop(probe);
     if oks.iter().any(|b| b.first() != Some(&1)) {
         return Ok(());
     }
     let vmm_ok = oks.iter().all(|b| b.get(1) == Some(&1));
+    // Only if both can: a sender gives up waiting for its receiver because the receiver's
+    // copy will still be a push.
+    let remote = remote.filter(|_| oks.iter().all(|b| b.get(2) == Some(&1)));
+    if let Some(r) = &remote {
+        tracing::info!(
+            "rank {rank}: cuda-ipc remote copies on: transfers of at least {} bytes this rank              pulls run on the peer GPU's copy engine",
+            r.min_bytes
+        );
+    }
     // Every peer has mapped this rank's boards.
     board.boards.unlink();
     inbox.unlink();
@@ -582,7 +699,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         flags: own(|p| p.flags, local.flags.ptr()),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
     };
-    let bufs = Buffers::new(local.ctx.clone(), vmm_ok);
+    let mut bufs = Buffers::new(local.ctx.clone(), vmm_ok);
+    bufs.there = remote.as_ref().map(|r| r.ctx.clone());
     // A local setting (each rank orders its own streams); the kernel is loaded now, never
     // while streams wait on peers.
     let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
@@ -676,6 +794,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         direct: direct_on,
         inbox,
         watch: Mutex::new(Watch::default()),
+        remote,
     };
     tracing::info!(
         "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
@@ -830,6 +949,38 @@ impl Device for CudaDevice<'_> {
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
         unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)
+    }
+
+    fn pull(
+        &mut self,
+        lane: Lane,
+        dst: u64,
+        (src, src_there): (u64, u64),
+        bytes: usize,
+    ) -> Result<()> {
+        let remote = self.eng.remote.as_ref().filter(|r| bytes >= r.min_bytes);
+        let (Some(r), Lane::Rx(i)) = (remote, lane) else {
+            return self.copy(lane, dst, src, bytes);
+        };
+        let (Some(stream_there), Some(seen_here), Some(done_there)) =
+            (r.streams.get(i), r.here.get(i), r.there.get(i))
+        else {
+            return self.copy(lane, dst, src, bytes);
+        };
+        let s = self.stream(lane)?;
+        // Each event is waited on right after it is recorded, so one per lane serves every
+        // transfer.
+        seen_here.record(s).map_err(cuda_err)?;
+        stream_there.wait_event(seen_here).map_err(cuda_err)?;
+        // SAFETY: see the impl; `src_there` is the peer's buffer as our context on its GPU
+        // maps it (`Transfer::there`: no VMM memory on either side), `dst` ours, which that
+        // context reaches through the peer access enabled for it at setup.
+        unsafe { stream_there.memcpy(dst, src_there, bytes) }.map_err(cuda_err)?;
+        done_there.record(stream_there).map_err(cuda_err)?;
+        s.wait_event(done_there).map_err(cuda_err)?;
+        r.pulls.fetch_add(1, Ordering::Relaxed);
+        r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
@@ -1046,6 +1197,14 @@ impl Queueing {
                         ..direct::LocalSplit::default()
                     },
                     exchange_until: wait.exchange.filter(|_| self.point_to_point),
+                    // Sends and receives only: beside an all-to-all's or all-gather's own
+                    // block (a kernel of this process on its GPU) the peer process's copy on
+                    // that GPU slowed both (session 13: 256 MiB all-to-all 370 -> 510 us).
+                    remote_min: eng
+                        .remote
+                        .as_ref()
+                        .filter(|_| self.point_to_point)
+                        .map(|r| r.min_bytes),
                 },
                 &stop,
             )?;
@@ -1876,6 +2035,15 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
             q.sent_staged,
             q.sent_small
         );
+        if let Some(r) = &eng.remote {
+            tracing::info!(
+                "rank {}: cuda-ipc had the peer GPU's copy engine push {} of the transfers it \
+                 pulled ({} bytes)",
+                eng.layout.rank,
+                r.pulls.load(Ordering::Relaxed),
+                r.bytes.load(Ordering::Relaxed)
+            );
+        }
         let t = &q.queueing;
         tracing::info!(
             "rank {}: cuda-ipc queued {} groups in {:.3} ms of host time ({} over 100 us, {} \

@@ -141,6 +141,36 @@ pub(crate) trait Device {
     ) -> Result<()> {
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
+    /// [`Device::wait_copy_signal`] for a copy from a peer's buffer into ours whose two
+    /// buffers the peer's GPU can reach as well: a device may have that GPU's copy engine run
+    /// the copy ([`Device::pull`]), so that ours stays free for this rank's own pushes.
+    /// `there`: the source as this process's context on the peer's GPU maps it.
+    fn wait_pull_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        there: u64,
+        done: (u64, u32),
+    ) -> Result<()> {
+        if self.copy_signal_is_kernel() {
+            return self.wait_copy_signal(lane, arrive, (dst, src, bytes), done);
+        }
+        self.wait(lane, arrive.0, arrive.1)?;
+        self.pull(lane, dst, (src, there), bytes)?;
+        self.write(lane, done.0, done.1)
+    }
+    /// The copy of [`Device::wait_pull_signal`] (the source as our context and as the peer
+    /// GPU's map it): ordered on `lane` like [`Device::copy`], whichever GPU's engine runs it.
+    fn pull(
+        &mut self,
+        lane: Lane,
+        dst: u64,
+        (src, _there): (u64, u64),
+        bytes: usize,
+    ) -> Result<()> {
+        self.copy(lane, dst, src, bytes)
+    }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
@@ -261,6 +291,28 @@ impl Device for Batched<'_> {
             return self.inner.wait_copy_signal(lane, arrive, copy, done);
         }
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
+    }
+    fn wait_pull_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        there: u64,
+        done: (u64, u32),
+    ) -> Result<()> {
+        if self.inner.copy_signal_is_kernel() {
+            self.flush()?;
+            return self
+                .inner
+                .wait_pull_signal(lane, arrive, (dst, src, bytes), there, done);
+        }
+        self.wait(lane, arrive.0, arrive.1)?;
+        self.pull(lane, dst, (src, there), bytes)?;
+        self.write(lane, done.0, done.1)
+    }
+    fn pull(&mut self, lane: Lane, dst: u64, src: (u64, u64), bytes: usize) -> Result<()> {
+        self.flush()?;
+        self.inner.pull(lane, dst, src, bytes)
     }
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
         self.hold(lane, FlagOp::Write(addr, value))

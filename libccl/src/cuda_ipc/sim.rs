@@ -464,6 +464,7 @@ fn settle(
     wait: direct::PushWait<'_>,
     wait_min_bytes: usize,
     exchange_until: Option<std::time::Instant>,
+    remote_min: Option<usize>,
 ) -> direct::Plan {
     let mut reach = SimReach {
         rank,
@@ -482,6 +483,7 @@ fn settle(
                 local_split: direct::LocalSplit::default(),
                 wait_min_bytes,
                 exchange_until,
+                remote_min,
             },
             &|| false,
         )
@@ -716,6 +718,7 @@ impl Setup {
                             local_split: self.local_split,
                             wait_min_bytes: 0,
                             exchange_until: None,
+                            remote_min: None,
                         },
                         &|| false,
                     )
@@ -1473,7 +1476,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             futile: &|| false,
         };
         let t = Instant::now();
-        let plan0 = settle(&dx.boards, posting0, 0, wait, min, None);
+        let plan0 = settle(&dx.boards, posting0, 0, wait, min, None, None);
         let took = t.elapsed();
         let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
         if want_first {
@@ -1498,12 +1501,68 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
             wait,
             min,
             None,
+            None,
         );
         // Rank 1 came second to both transfers: it copies both.
         assert!(plan1
             .transfers
             .iter()
             .all(|t| matches!(t.role, direct::Role::Second { .. })));
+    }
+}
+
+/// `CCL_IPC_REMOTE_COPY`: a send of at least the remote-copy size gives up waiting for its
+/// receiver at once, however long the exchange and push windows (the receiver will have this
+/// GPU's engine push it); one byte under that size it waits its window out. The receiver,
+/// posting later, copies both directions and marks the transfer it pulls as reachable from
+/// either GPU (no VMM memory on either side), which is what lets its device queue that copy on
+/// the peer GPU.
+#[test]
+fn a_send_the_receiver_copies_remotely_never_waits_for_it() {
+    use std::time::{Duration, Instant};
+    // Send and receive of 256 floats each: 1024 bytes.
+    for (remote_min, gives_up) in [(1024usize, true), (1025, false)] {
+        let dx = DirectSim::new(2);
+        let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
+        let (c0, c1) = counters.split_at_mut(1);
+        let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
+        let far = Instant::now() + Duration::from_secs(60);
+        let wait = direct::PushWait {
+            soft: far,
+            hard: Instant::now() + Duration::from_millis(50),
+            busy: &|| true,
+            futile: &|| false,
+        };
+        let t = Instant::now();
+        // The exchange window is what a waiting send would sit out: 50 ms.
+        let exchange = Some(t + Duration::from_millis(50));
+        let plan0 = settle(&dx.boards, posting0, 0, wait, 0, exchange, Some(remote_min));
+        let took = t.elapsed();
+        let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
+        assert_eq!(send0.role, direct::Role::First);
+        if gives_up {
+            assert!(took < Duration::from_secs(5), "waited {took:?}");
+        } else {
+            assert!(
+                took >= Duration::from_millis(50),
+                "did not wait under the size"
+            );
+        }
+        let plan1 = settle(
+            &dx.boards,
+            post_exchange(&dx.boards, 1, 256, &mut c1[0]),
+            1,
+            wait,
+            0,
+            None,
+            Some(remote_min),
+        );
+        let pull = plan1.transfers.iter().find(|t| !t.outgoing).unwrap();
+        assert!(matches!(pull.role, direct::Role::Second { .. }));
+        assert_eq!(
+            pull.there, None,
+            "no context on the peer's GPU in the simulation"
+        );
     }
 }
 
@@ -1532,7 +1591,7 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
                 busy: &|| true,
                 futile: &|| false,
             };
-            settle(boards, posting, rank, wait, 0, exchange_until)
+            settle(boards, posting, rank, wait, 0, exchange_until, None)
         };
         let posting0 = post(0);
         let t = Instant::now();
