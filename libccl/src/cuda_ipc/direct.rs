@@ -1088,12 +1088,9 @@ mod tests {
         }
     }
 
-    /// A small (one-stream) all-gather of two ranks that pulls the peer's block: its own
-    /// block's local copy is queued after the pull, so it runs while the peer finishes its
-    /// copy rather than delaying ours; the wait for the peer's copy of our block comes last.
-    #[test]
-    fn a_one_stream_plan_queues_its_local_copy_after_its_transfers() {
-        let l = Layout {
+    /// Rank 0's layout in a communicator of two, one receive lane.
+    fn rank0_of_two() -> Layout {
+        Layout {
             rank: 0,
             nranks: 2,
             chunk: 1 << 20,
@@ -1103,7 +1100,15 @@ mod tests {
             rx_lanes: 1,
             flags: vec![0x1000_0000, 0x2000_0000],
             scratch: vec![0x1800_0000, 0x2800_0000],
-        };
+        }
+    }
+
+    /// A small (one-stream) all-gather of two ranks that pulls the peer's block: its own
+    /// block's local copy is queued after the pull, so it runs while the peer finishes its
+    /// copy rather than delaying ours; the wait for the peer's copy of our block comes last.
+    #[test]
+    fn a_one_stream_plan_queues_its_local_copy_after_its_transfers() {
+        let l = rank0_of_two();
         let (own_dst, peer_dst) = (0x9000_0000u64, 0x9000_0004u64);
         let plan = Plan {
             transfers: vec![
@@ -1162,17 +1167,7 @@ mod tests {
     /// (`Transfer::there`); a push never does.
     #[test]
     fn only_pulls_of_plain_memory_are_offered_to_the_peer_gpu() {
-        let l = Layout {
-            rank: 0,
-            nranks: 2,
-            chunk: 1 << 20,
-            slots: 4,
-            tx_lanes: 2,
-            direct_tx: 2,
-            rx_lanes: 1,
-            flags: vec![0x1000_0000, 0x2000_0000],
-            scratch: vec![0x1800_0000, 0x2800_0000],
-        };
+        let l = rank0_of_two();
         for there in [Some(0xb000_0000u64), None] {
             let t = |outgoing: bool, mine: u64| Transfer {
                 peer: 1,
