@@ -8,7 +8,8 @@
 # Writes $OUT/p2p_summary.md and $OUT/logs.tgz (logs/ and the JSON results; KEEP_LOGS=1 keeps
 # the folders as they are). Env: NGPU (ranks, default 2: overlap.py runs its sendrecv round a
 # ring and pp_1f1b.py makes one pipeline stage per rank, so both take any N; the ncu pass uses
-# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_*, PP_* (passed on; OVERLAP_TRACE=1: a CUPTI
+# -g N), SKIP_OVERLAP=1, SKIP_PP=1, NCU=1, OVERLAP_ONE_THREAD=1 (the overlap runs again with
+# one host thread queueing both loops, a second table), OVERLAP_*, PP_* (passed on; OVERLAP_TRACE=1: a CUPTI
 # trace of each step's overlapped loops, summarized by tests/megatron/trace_gaps.py), CCL_ENV_B="VAR=value ..."
 # (a second libccl run, label cclb, with those settings, e.g. CCL_IPC_LOCAL_COPY_LANES=4
 # CCL_IPC_RX_LANES=4 or CCL_IPC_WAIT_KERNEL=1; its figures follow the table).
@@ -74,6 +75,13 @@ if [ "${SKIP_OVERLAP:-0}" != 1 ]; then
   torch_step overlap_nccl 29531 nccl tests/gpu/overlap.py nccl
   torch_step overlap_ccl 29532 ccl tests/gpu/overlap.py ccl
   [ -n "${CCL_ENV_B:-}" ] && torch_step overlap_cclb 29535 cclb tests/gpu/overlap.py cclb
+  # OVERLAP_ONE_THREAD=1: both libraries again with one host thread queueing both loops
+  # (OVERLAP_ENQUEUE=interleave, as a training step does); with two threads the collective
+  # thread stalls about one GEMM in 1 call of 5-10 (session 13), which caps a faster library.
+  if [ "${OVERLAP_ONE_THREAD:-0}" = 1 ]; then
+    (export OVERLAP_ENQUEUE=interleave; torch_step overlap_nccl_1t 29537 nccl tests/gpu/overlap.py nccl_1t)
+    (export OVERLAP_ENQUEUE=interleave; torch_step overlap_ccl_1t 29538 ccl tests/gpu/overlap.py ccl_1t)
+  fi
 fi
 if [ "${SKIP_PP:-0}" != 1 ]; then
   torch_step pp_nccl 29533 nccl tests/gpu/pp_1f1b.py nccl
@@ -97,10 +105,13 @@ def f(x, p=1):
     return f"{x:.{p}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "-"
 def ratio(a, b):
     return f"{a / b:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b and math.isfinite(a) and math.isfinite(b) else "-"
-if not skip_ov:
-    n, c = load("overlap_nccl.json"), load("overlap_ccl.json")
+modes = [("", "two threads")]
+if os.path.exists(os.path.join(d, "overlap_nccl_1t.json")) or os.path.exists(os.path.join(d, "overlap_ccl_1t.json")):
+    modes.append(("_1t", "one thread"))
+for suffix, mode in ([] if skip_ov else modes):
+    n, c = load(f"overlap_nccl{suffix}.json"), load(f"overlap_ccl{suffix}.json")
     print()
-    print(f"## GEMM beside a collective loop (rank 0; NCCL {n and n.get('nccl_version')}, libccl {c and c.get('nccl_version')})")
+    print(f"## GEMM beside a collective loop, {mode} (rank 0; NCCL {n and n.get('nccl_version')}, libccl {c and c.get('nccl_version')})")
     print()
     print("| collective | GEMM slowdown NCCL % | GEMM slowdown libccl % | busbw alone NCCL | busbw alone libccl "
           "| busbw overlapped NCCL | busbw overlapped libccl | overlapped ratio libccl/NCCL "
