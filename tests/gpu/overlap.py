@@ -362,6 +362,12 @@ def main():
         print("usage: torchrun --nproc-per-node 2 tests/gpu/overlap.py <label>", file=sys.stderr)
         sys.exit(2)
     label = sys.argv[1]
+    # OVERLAP_SWITCH_INTERVAL (seconds): the interpreter's thread switch interval (default 5 ms).
+    # With two enqueueing threads, the collective thread's Event.record() stalls about one
+    # GEMM in 1 call of 5-10 (session 13); a shorter interval tells whether that is the
+    # interpreter lock.
+    if os.environ.get("OVERLAP_SWITCH_INTERVAL"):
+        sys.setswitchinterval(float(os.environ["OVERLAP_SWITCH_INTERVAL"]))
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
