@@ -2118,10 +2118,15 @@ mod tests {
         o.ll_exchange_max = 4096;
         o.flags_ptr = 0x7000_0000_1000;
         o.ll_handle = [7; IPC_HANDLE_SIZE];
+        o.remote = true;
+        o.bus_id = bus_id_bytes("0000:3B:00.0");
+        o.relay_chunk = 1 << 24;
         let b = o.encode();
         assert_eq!(b.len(), OFFER_BYTES);
         let d = Offer::decode(&b).unwrap();
-        assert!(d.capable && d.direct);
+        assert!(d.capable && d.direct && d.remote);
+        assert_eq!(&d.bus_id[..13], b"0000:3b:00.0\0", "lower case, NUL-padded");
+        assert_eq!(d.relay_chunk, 1 << 24);
         assert_eq!(
             (
                 d.dev,
