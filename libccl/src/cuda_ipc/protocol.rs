@@ -292,24 +292,8 @@ impl Device for Batched<'_> {
         }
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
-    fn wait_pull_signal(
-        &mut self,
-        lane: Lane,
-        arrive: (u64, u32),
-        (dst, src, bytes): (u64, u64, usize),
-        there: u64,
-        done: (u64, u32),
-    ) -> Result<()> {
-        if self.inner.copy_signal_is_kernel() {
-            self.flush()?;
-            return self
-                .inner
-                .wait_pull_signal(lane, arrive, (dst, src, bytes), there, done);
-        }
-        self.wait(lane, arrive.0, arrive.1)?;
-        self.pull(lane, dst, (src, there), bytes)?;
-        self.write(lane, done.0, done.1)
-    }
+    // wait_pull_signal: the trait's, through the methods here (the kernel form goes through
+    // wait_copy_signal above, which hands over what is held first).
     fn pull(&mut self, lane: Lane, dst: u64, src: (u64, u64), bytes: usize) -> Result<()> {
         self.flush()?;
         self.inner.pull(lane, dst, src, bytes)
@@ -1313,6 +1297,10 @@ pub(crate) mod tests {
             self.log.push(format!("copy {lane:?} {dst}"));
             Ok(())
         }
+        fn pull(&mut self, lane: Lane, dst: u64, (_, there): (u64, u64), _: usize) -> Result<()> {
+            self.log.push(format!("pull {lane:?} {dst} from {there}"));
+            Ok(())
+        }
         fn kernel(&mut self, lane: Lane, _: Kernel) -> Result<()> {
             self.log.push(format!("kernel {lane:?}"));
             Ok(())
@@ -1394,6 +1382,36 @@ pub(crate) mod tests {
                 "flags User [write 9]",
             ]
         );
+    }
+
+    /// A pull through [`Batched`] reaches the device as a pull (which it may run on the peer
+    /// GPU), between its wait and its "done" write, each handed over in order; with copies as
+    /// kernels it is the one wait-copy-signal kernel.
+    #[test]
+    fn batched_pulls_reach_the_device_as_pulls() {
+        for kernels in [false, true] {
+            let mut calls = Calls {
+                kernels,
+                ..Calls::default()
+            };
+            {
+                let mut dev = Batched::new(&mut calls);
+                dev.write(Lane::User, 1, 1).unwrap();
+                dev.wait_pull_signal(Lane::Rx(0), (3, 1), (100, 200, 8), 300, (4, 1))
+                    .unwrap();
+            }
+            let want: &[&str] = if kernels {
+                &["flags User [write 1]", "copy-kernel Rx(0) 100"]
+            } else {
+                &[
+                    "flags User [write 1]",
+                    "flags Rx(0) [wait 3]",
+                    "pull Rx(0) 100 from 300",
+                    "flags Rx(0) [write 4]",
+                ]
+            };
+            assert_eq!(calls.log, want, "kernels {kernels}");
+        }
     }
 
     /// A long run of flag operations (a group of many sends, each flagging "here") goes over
