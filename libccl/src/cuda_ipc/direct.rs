@@ -878,6 +878,9 @@ impl Posting {
             } else {
                 (w.peer, rank)
             };
+            // Remote copies apply from this size: a send need not wait for its receiver, a
+            // receive may be pulled on the peer GPU's engine.
+            let remote = remote_min.is_some_and(|m| w.bytes >= m);
             let mut there = None;
             let outcome = match w.outcome {
                 Outcome::Pending => {
@@ -891,8 +894,7 @@ impl Posting {
                         || boards(rank).is_some_and(|b| peer_sends_first(b, w.peer, next));
                     // Small sends, and sends the receiver has pushed by our GPU: no wait.
                     let no_wait = w.bytes < wait_min_bytes
-                        || remote_min
-                            .is_some_and(|m| w.bytes >= m && (w.ptr_legacy || w.bounce.is_some()));
+                        || (remote && (w.ptr_legacy || w.bounce.is_some()));
                     let exchange = exchange_until.filter(|_| w.outgoing && receives_from(w.peer));
                     // Exchanges keep their own lateness: a pipeline's one-way warm-up sends
                     // running out their short window say nothing of its exchanges.
@@ -947,11 +949,9 @@ impl Posting {
                         )));
                     }
                     let peer_addr = bufs.resolve(&t)?;
-                    let remote = remote_min.is_some_and(|m| w.bytes >= m);
-                    there = match remote && !w.outgoing && !super::buffers::is_vmm_id(t.buffer_id) {
-                        true => bufs.resolve_there(&t)?,
-                        false => None,
-                    };
+                    if remote && !w.outgoing && !super::buffers::is_vmm_id(t.buffer_id) {
+                        there = bufs.resolve_there(&t)?;
+                    }
                     (Role::Second { peer_addr }, w.bytes.min(t.bytes as usize))
                 }
                 _ => (Role::First, w.bytes),

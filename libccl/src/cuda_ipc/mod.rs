@@ -657,7 +657,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let remote = remote.filter(|_| oks.iter().all(|b| b.get(2) == Some(&1)));
     if let Some(r) = &remote {
         tracing::info!(
-            "rank {rank}: cuda-ipc remote copies on: transfers of at least {} bytes this rank              pulls run on the peer GPU's copy engine",
+            "rank {rank}: cuda-ipc remote copies on: transfers of at least {} bytes this rank \
+             pulls run on the peer GPU's copy engine",
             r.min_bytes
         );
     }
