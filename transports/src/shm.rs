@@ -168,6 +168,118 @@ impl Drop for ShmBoard {
     }
 }
 
+/// A page-aligned region of bytes in `/dev/shm` that two processes map (a staging area whose
+/// use the users order themselves, e.g. with GPU stream flags). No header: the opener must
+/// expect the creator's exact length. The creator's value removes the file when it drops, if
+/// [`ShmRegion::unlink`] has not already.
+pub struct ShmRegion {
+    base: NonNull<u8>,
+    len: usize,
+    path: String,
+    owner: bool,
+}
+
+// SAFETY: the mapping is process-wide memory whose accesses the users synchronize.
+unsafe impl Send for ShmRegion {}
+// SAFETY: as above; `&ShmRegion` only hands out the address.
+unsafe impl Sync for ShmRegion {}
+
+impl ShmRegion {
+    /// Creates the region `name` (as [`ShmBoard::create`] names it) of `len` bytes, all of
+    /// them backed now: a `/dev/shm` too small for it fails here with ENOSPC, instead of
+    /// killing the process with SIGBUS at the first touch of a page it cannot hold (a
+    /// container's 64 MiB `/dev/shm`).
+    pub fn create(name: &str, len: usize) -> Result<Self> {
+        let path = ShmBoard::path_of(name)?;
+        if len == 0 {
+            return Err(Error::Protocol(format!("empty shm region {path}")));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io(format!("create {path}"), e))?;
+        // SAFETY: plain syscall on a descriptor we own.
+        let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if r != 0 {
+            let _ = std::fs::remove_file(&path);
+            return Err(Error::io(
+                format!("reserve {len} bytes for {path}"),
+                std::io::Error::from_raw_os_error(r),
+            ));
+        }
+        let base = map_shared(&file, len, &path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&path);
+        })?;
+        Ok(ShmRegion {
+            base,
+            len,
+            path,
+            owner: true,
+        })
+    }
+
+    /// Maps the region `name` another process created with `len` bytes.
+    pub fn open(name: &str, len: usize) -> Result<Self> {
+        let path = ShmBoard::path_of(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open {path}"), e))?;
+        let have = file
+            .metadata()
+            .map_err(|e| Error::io(format!("stat {path}"), e))?
+            .len();
+        if have != len as u64 || len == 0 {
+            return Err(Error::Protocol(format!(
+                "{path} holds {have} bytes, not the {len} expected"
+            )));
+        }
+        let base = map_shared(&file, len, &path)?;
+        Ok(ShmRegion {
+            base,
+            len,
+            path,
+            owner: false,
+        })
+    }
+
+    /// The first byte (page-aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a region has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Removes the file; mappings stay valid.
+    pub fn unlink(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Drop for ShmRegion {
+    fn drop(&mut self) {
+        if self.owner {
+            self.unlink();
+        }
+        // SAFETY: unmapping exactly the region mapped at creation or opening; no references
+        // outlive self.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 /// One mapped ring (one direction).
 pub struct ShmRing {
     base: NonNull<u8>,
@@ -403,6 +515,31 @@ impl Link for ShmLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_region_is_shared_and_refused_at_another_length() {
+        let name = format!(
+            "test-region-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let a = ShmRegion::create(&name, 3 * 4096).unwrap();
+        assert_eq!(a.as_ptr() as usize % 4096, 0);
+        // SAFETY: inside the mapping, no other user.
+        unsafe { *a.as_ptr().add(3 * 4096 - 1) = 0x5a };
+        let b = ShmRegion::open(&name, 3 * 4096).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { *b.as_ptr().add(3 * 4096 - 1) }, 0x5a);
+        assert!(ShmRegion::open(&name, 4096).is_err());
+        assert!(ShmRegion::create(&name, 4096).is_err(), "the name is taken");
+        drop(b);
+        drop(a);
+        assert!(
+            ShmRegion::open(&name, 3 * 4096).is_err(),
+            "the creator removes it"
+        );
+        assert!(ShmRegion::create("../etc", 4096).is_err());
+    }
 
     fn pair(nslots: usize, slot: usize) -> (ShmLink, ShmLink) {
         let a_rx = ShmRing::create(nslots, slot).unwrap();

@@ -64,6 +64,8 @@ driver_table! {
     cuMemHostAlloc ["cuMemHostAlloc"] (*mut *mut c_void, usize, c_uint);
     cuMemHostGetDevicePointer ["cuMemHostGetDevicePointer_v2"] (*mut CUdeviceptr, *mut c_void, c_uint);
     cuMemFreeHost ["cuMemFreeHost"] (*mut c_void);
+    cuMemHostRegister ["cuMemHostRegister_v2", "cuMemHostRegister"] (*mut c_void, usize, c_uint);
+    cuMemHostUnregister ["cuMemHostUnregister"] (*mut c_void);
     cuMemcpyAsync ["cuMemcpyAsync"] (CUdeviceptr, CUdeviceptr, usize, CUstream);
     cuMemcpyDtoDAsync ["cuMemcpyDtoDAsync_v2"] (CUdeviceptr, CUdeviceptr, usize, CUstream);
     cuMemcpyHtoDAsync ["cuMemcpyHtoDAsync_v2"] (CUdeviceptr, *const c_void, usize, CUstream);

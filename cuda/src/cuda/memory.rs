@@ -201,6 +201,80 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Host memory this process mapped itself (a shared-memory file another process maps too),
+/// page-locked and mapped for the device by `cuMemHostRegister` (portable, device-mapped);
+/// unregistered on drop. The mapping must outlive this value.
+#[derive(Debug)]
+pub struct HostRegistration {
+    ctx: Arc<Context>,
+    ptr: *mut u8,
+    dev: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: only addresses are handed out; the memory's synchronisation is the user's.
+unsafe impl Send for HostRegistration {}
+// SAFETY: as above.
+unsafe impl Sync for HostRegistration {}
+
+impl HostRegistration {
+    /// Page-locks `len` bytes at `ptr` for every context.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is a page-aligned mapping of this process that stays mapped until the
+    /// registration is dropped, and is not registered already.
+    pub unsafe fn new(ctx: &Arc<Context>, ptr: *mut u8, len: usize) -> Result<HostRegistration> {
+        let _g = ctx.scope()?;
+        let drv = ctx.driver();
+        // SAFETY: the caller guarantees the range is a mapping of ours that outlives the
+        // registration.
+        let r = unsafe {
+            (drv.fns.cuMemHostRegister)(
+                ptr.cast(),
+                len,
+                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP,
+            )
+        };
+        drv.check("cuMemHostRegister", r)?;
+        let mut reg = HostRegistration {
+            ctx: Arc::clone(ctx),
+            ptr,
+            dev: 0,
+            len,
+        };
+        let mut dev: CUdeviceptr = 0;
+        // SAFETY: `ptr` was registered as device-mapped just above; flags must be 0.
+        let r = unsafe { (drv.fns.cuMemHostGetDevicePointer)(&mut dev, ptr.cast(), 0) };
+        drv.check("cuMemHostGetDevicePointer_v2", r)?;
+        reg.dev = dev;
+        Ok(reg)
+    }
+
+    /// Device address of the memory (the host address under UVA).
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.dev
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty registration.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        if let Ok(_g) = self.ctx.scope() {
+            // SAFETY: `ptr` was registered by `new` and is unregistered once.
+            let _ = unsafe { (self.ctx.driver().fns.cuMemHostUnregister)(self.ptr.cast()) };
+        }
+    }
+}
+
 /// What kind of memory a pointer refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemoryKind {

@@ -35,7 +35,9 @@ pub use error::{CudaError, Result};
 pub use flag::Flag;
 pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
 pub use kernels::{KernelStats, Kernels, LlP2p, LlTransfers};
-pub use memory::{buffer_id, pointer_info, DeviceBuffer, MemoryKind, PinnedBuffer, PointerInfo};
+pub use memory::{
+    buffer_id, pointer_info, DeviceBuffer, HostRegistration, MemoryKind, PinnedBuffer, PointerInfo,
+};
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
 pub use stream::{CaptureStatus, Event, EventFlags, MemOp, Stream, WaitCond};

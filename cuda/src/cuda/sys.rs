@@ -52,6 +52,8 @@ pub const CU_MEMORYTYPE_UNIFIED: c_uint = 4;
 
 pub const CU_MEMHOSTALLOC_PORTABLE: c_uint = 0x1;
 pub const CU_MEMHOSTALLOC_DEVICEMAP: c_uint = 0x2;
+pub const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x1;
+pub const CU_MEMHOSTREGISTER_DEVICEMAP: c_uint = 0x2;
 
 pub const CU_STREAM_DEFAULT: c_uint = 0x0;
 pub const CU_STREAM_NON_BLOCKING: c_uint = 0x1;

@@ -39,7 +39,7 @@ pub(crate) const RING: usize = 256;
 /// Words per rendezvous entry: the state word, then each side's post.
 pub(crate) const ENTRY_WORDS: usize = 32;
 
-pub(super) const POST_WORDS: usize = 13;
+pub(super) const POST_WORDS: usize = 14;
 
 /// Words of a rank's inbox: the entries of transfers into it (one ring per source), then the
 /// communicator's collective rendezvous ring (used in rank 0's inbox only).
@@ -59,6 +59,9 @@ pub(crate) struct Post {
     pub buffer_id: u64,
     pub offset: u64,
     pub handle: [u8; 64],
+    /// The host path's share of the transfer in thousandths, as this side would cut it
+    /// ([`HostPath`]): the first poster's value holds for both sides (0: none).
+    pub host_permille: u32,
 }
 
 impl Post {
@@ -70,6 +73,7 @@ impl Post {
             b.copy_from_slice(c);
             w[5 + i] = u64::from_le_bytes(b);
         }
+        w[13] = u64::from(self.host_permille);
         w
     }
 
@@ -85,6 +89,7 @@ impl Post {
             buffer_id: w[3],
             offset: w[4],
             handle,
+            host_permille: w[13].min(1000) as u32,
         }
     }
 }
@@ -334,13 +339,121 @@ pub(crate) fn goes_direct(kind: TaskKind) -> bool {
 }
 
 /// Flag words of the direct transfers, after the staged protocol's in each rank's flag area:
-/// per peer and per direction, one "here" and one "done" word.
+/// per peer and per direction, one "here" and one "done" word; per peer two words of the
+/// direct reductions and two of the host path.
 pub(crate) fn flag_words(nranks: usize) -> usize {
-    nranks * 6
+    nranks * 8
 }
 
 const ARRIVE: usize = 0;
 const DONE: usize = 1;
+
+/// The host path's words: chunks from the peer are in our ring (ours), chunks to the peer
+/// have left its ring (ours).
+const HOST_READY: usize = 0;
+const HOST_CREDIT: usize = 1;
+
+/// Two ranks: a share of every large direct transfer goes GPU -> pinned host memory -> GPU
+/// over the GPUs' PCIe links, beside the NVLink copy of the rest. One copy engine moves at
+/// most ~390-395 GB/s over NVLink on the H200 pair whatever the streams (session 3); PCIe adds
+/// ~50 GB/s each way (session 14, `tests/gpu/pcie_side_path.cu`: 512 MiB one way 394 -> 437
+/// GB/s with 10% through host memory, both ways 389 -> 408 with 6-8%: the two GPUs' PCIe
+/// traffic meets on the way to the CPU). The source's engine copies each chunk into a ring
+/// in shared pinned memory (the destination's `/dev/shm` region, mapped by both) and flags
+/// it ready in the destination's flag area; the destination's engine copies it out and
+/// returns the slot's credit. Both sides cut a transfer alike from the first poster's size
+/// alone (a peer with another size still sees the same flags), and one transfer never
+/// needs more slots than the ring has, so no chunk waits for a later chunk of its own
+/// transfer (which, with every stream merged into one queue, could wait for the peer's
+/// queue behind our own wait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostPath {
+    /// The ring our transfers to the peer use (in the peer's region), as this process maps it.
+    pub out_ring: u64,
+    /// The ring the peer's transfers to us use (our region).
+    pub in_ring: u64,
+    /// Slot size (a multiple of 4 KiB) and count of each ring.
+    pub slot_bytes: usize,
+    pub slots: u32,
+    /// (smallest transfer, share in thousandths) of a transfer whose group has no transfer
+    /// the other way with the same peer, and of one whose group has (an exchange: both GPUs'
+    /// PCIe traffic then meets on the way to the CPU, so less goes through host memory).
+    /// Local settings: the first poster's share holds for both sides.
+    pub one_way: (usize, u32),
+    pub exchange: (usize, u32),
+}
+
+/// One transfer's share of the host path: bytes from `nvl` to `end` in chunks of `per`
+/// (the last one shorter), chunk numbers from `first_chunk` on in this direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostShare {
+    pub nvl: usize,
+    pub end: usize,
+    pub per: usize,
+    pub first_chunk: u64,
+}
+
+impl HostShare {
+    /// (chunk number, offset, length) of every chunk.
+    pub fn chunks(&self) -> impl Iterator<Item = (u64, usize, usize)> + '_ {
+        (self.nvl..self.end)
+            .step_by(self.per.max(1))
+            .enumerate()
+            .map(|(i, off)| {
+                (
+                    self.first_chunk + i as u64,
+                    off,
+                    self.per.min(self.end - off),
+                )
+            })
+    }
+
+    pub fn count(&self) -> u64 {
+        (self.end - self.nvl).div_ceil(self.per.max(1)) as u64
+    }
+}
+
+impl HostPath {
+    /// The share this side posts for a transfer of `bytes` (0: none).
+    pub fn permille(&self, bytes: usize, exchange: bool) -> u32 {
+        let (min, permille) = if exchange {
+            self.exchange
+        } else {
+            self.one_way
+        };
+        if bytes >= min.max(1) {
+            permille.min(500)
+        } else {
+            0
+        }
+    }
+
+    /// How a transfer whose first poster has `bytes` and posted `permille` is cut:
+    /// `(nvl, per)` -- the bytes before `nvl` go over NVLink, the rest through host memory in
+    /// chunks of `per` (at most `slots` of them, each at most a slot, at least four while
+    /// they hold 1 MiB each: one chunk would copy into host memory and out again one after
+    /// the other). None: the whole transfer goes over NVLink.
+    pub fn split(&self, bytes: usize, permille: u32) -> Option<(usize, usize)> {
+        if self.slot_bytes < 4096 || self.slot_bytes % 4096 != 0 || self.slots == 0 {
+            return None;
+        }
+        let ring = self.slot_bytes.saturating_mul(self.slots as usize);
+        let share = ((bytes as u128 * permille.min(500) as u128 / 1000) as usize).min(ring) & !4095;
+        if share == 0 || share >= bytes {
+            return None;
+        }
+        let n = share
+            .div_ceil(self.slot_bytes)
+            .max((share >> 20).min(4))
+            .min(self.slots as usize)
+            .max(1);
+        let per = share
+            .div_ceil(n)
+            .next_multiple_of(4096)
+            .min(self.slot_bytes);
+        Some((bytes - share, per))
+    }
+}
 
 impl Layout {
     /// `at`'s word about direct reductions with `other`: "here" or "done".
@@ -352,6 +465,12 @@ impl Layout {
     /// `at`'s word about transfers between `at` and `other`, `at` being their source or not.
     fn direct_word(&self, at: usize, other: usize, at_is_src: bool, kind: usize) -> u64 {
         let i = self.direct_base() + (other * 2 + at_is_src as usize) * 2 + kind;
+        self.flags[at] + i as u64 * FLAG_STRIDE
+    }
+
+    /// `at`'s host-path word about `other`: [`HOST_READY`] or [`HOST_CREDIT`].
+    fn host_word(&self, at: usize, other: usize, kind: usize) -> u64 {
+        let i = self.direct_base() + self.nranks * 6 + other * 2 + kind;
         self.flags[at] + i as u64 * FLAG_STRIDE
     }
 }
@@ -382,6 +501,16 @@ pub(crate) struct Transfer {
     /// access). Copying through our own context's mapping from there would cross the link
     /// twice (half speed, session 13).
     pub there: Option<u64>,
+    /// The share that goes through host memory ([`HostPath`]); the copy over NVLink stops at
+    /// its start.
+    pub host: Option<HostShare>,
+}
+
+impl Transfer {
+    /// Bytes the copy over NVLink moves.
+    fn nvlink_bytes(&self) -> usize {
+        self.host.map_or(self.bytes, |h| h.nvl.min(self.bytes))
+    }
 }
 
 /// The direct part of one group on one rank, ready to queue.
@@ -592,6 +721,21 @@ impl Plan {
                 lanes.push(lane);
             }
         }
+        let host = l.host.as_ref().map(|h| {
+            let shares = |out: bool| {
+                self.transfers
+                    .iter()
+                    .filter(move |t| t.outgoing == out && t.host.is_some())
+            };
+            (h, shares)
+        });
+        if let Some((_, shares)) = &host {
+            for (lane, out) in [(Lane::Host(0), true), (Lane::Host(1), false)] {
+                if shares(out).next().is_some() && !lanes.contains(&lane) {
+                    lanes.push(lane);
+                }
+            }
+        }
         if !lanes.is_empty() {
             dev.fork(&lanes)?;
         }
@@ -608,10 +752,46 @@ impl Plan {
             };
             let arrive = (l.direct_word(l.rank, t.peer, t.outgoing, ARRIVE), v);
             let done = (l.direct_word(t.peer, l.rank, !t.outgoing, DONE), v);
+            let bytes = t.nvlink_bytes();
             if let (false, Some(there)) = (t.outgoing, t.there) {
-                dev.wait_pull_signal(lane, arrive, (dst, src, t.bytes), there, done)?;
+                dev.wait_pull_signal(lane, arrive, (dst, src, bytes), there, done)?;
             } else {
-                dev.wait_copy_signal(lane, arrive, (dst, src, t.bytes), done)?;
+                dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done)?;
+            }
+        }
+        // The host path: every outgoing chunk before any incoming one, so that with merged
+        // queues no copy into host memory waits behind a wait for the peer's.
+        if let Some((h, shares)) = &host {
+            for t in shares(true) {
+                let Some(share) = t.host else { continue };
+                for (c, off, len) in share.chunks() {
+                    let slot = (c % u64::from(h.slots)) * h.slot_bytes as u64;
+                    if c >= u64::from(h.slots) {
+                        let credit = l.host_word(l.rank, t.peer, HOST_CREDIT);
+                        dev.wait(Lane::Host(0), credit, (c + 1 - u64::from(h.slots)) as u32)?;
+                    }
+                    // A peer with a longer transfer: only what we hold is sent.
+                    let n = len.min(t.bytes.saturating_sub(off));
+                    if n > 0 {
+                        dev.copy(Lane::Host(0), h.out_ring + slot, t.mine + off as u64, n)?;
+                    }
+                    let ready = l.host_word(t.peer, l.rank, HOST_READY);
+                    dev.write(Lane::Host(0), ready, (c + 1) as u32)?;
+                }
+            }
+            for t in shares(false) {
+                let Some(share) = t.host else { continue };
+                for (c, off, len) in share.chunks() {
+                    let slot = (c % u64::from(h.slots)) * h.slot_bytes as u64;
+                    let ready = l.host_word(l.rank, t.peer, HOST_READY);
+                    dev.wait(Lane::Host(1), ready, (c + 1) as u32)?;
+                    let n = len.min(t.bytes.saturating_sub(off));
+                    if n > 0 {
+                        dev.copy(Lane::Host(1), t.mine + off as u64, h.in_ring + slot, n)?;
+                    }
+                    let credit = l.host_word(t.peer, l.rank, HOST_CREDIT);
+                    dev.write(Lane::Host(1), credit, (c + 1) as u32)?;
+                }
             }
         }
         // Local copies after this rank's transfers: on one stream (a small group) they then
@@ -653,6 +833,7 @@ impl Exported {
             buffer_id: self.buffer_id,
             offset: ptr - self.base,
             handle: self.handle,
+            host_permille: 0,
         }
     }
 }
@@ -697,6 +878,8 @@ struct Posted {
     outcome: Outcome,
     /// `ptr` is memory every GPU with peer access reaches (not VMM, exportable).
     ptr_legacy: bool,
+    /// The host path's share this side posted.
+    host_permille: u32,
 }
 
 /// A group's transfers, posted; [`Posting::settle`] turns them into the plan.
@@ -721,6 +904,7 @@ pub(crate) fn post_group<'b>(
     boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
     ring_deadline: Option<Instant>,
     stop: &dyn Fn() -> bool,
+    host: Option<&HostPath>,
 ) -> Result<Posting> {
     let sends: Vec<(u64, usize)> = p.tx.iter().flatten().map(|s| (s.src, s.bytes)).collect();
     // (peer, outgoing, ptr, bytes, forced)
@@ -769,7 +953,11 @@ pub(crate) fn post_group<'b>(
     };
     for (&(peer, outgoing, ptr, bytes, forced), (ex, off)) in wants.iter().zip(exports) {
         let ptr_legacy = ex.is_some_and(|e| !super::buffers::is_vmm_id(e.buffer_id));
-        let (mine, bounce_at) = match (off, bounce, ex) {
+        let exchange = wants
+            .iter()
+            .any(|&(q, out, ..)| q == peer && out != outgoing);
+        let host_permille = host.map_or(0, |h| h.permille(bytes, exchange));
+        let (mut mine, bounce_at) = match (off, bounce, ex) {
             (None, _, Some(ex)) => (ex.post(bufs.pid(), ptr, bytes), None),
             (Some(off), Some((b, bex)), _) => {
                 let at = b + off as u64;
@@ -777,6 +965,7 @@ pub(crate) fn post_group<'b>(
             }
             _ => return Err(Error::internal("cuda-ipc: no bounce space")),
         };
+        mine.host_permille = host_permille;
         let (src, dst) = if outgoing { (rank, peer) } else { (peer, rank) };
         let counter = if outgoing {
             &mut c.direct_out[peer]
@@ -798,6 +987,7 @@ pub(crate) fn post_group<'b>(
             forced,
             outcome,
             ptr_legacy,
+            host_permille,
         });
     }
     posting.next_in = c.direct_in.clone();
@@ -841,6 +1031,8 @@ pub(crate) struct SettleHow<'a> {
     /// the receiver, it still moves at push speed, and neither host waits for the other's
     /// call), and a receive this rank pulls is offered to the peer GPU's engine. None: off.
     pub remote_min: Option<usize>,
+    /// The host path and this rank's chunk counts to and from each peer (None: off).
+    pub host: Option<(&'a HostPath, &'a mut Vec<u64>, &'a mut Vec<u64>)>,
 }
 
 impl Posting {
@@ -863,6 +1055,7 @@ impl Posting {
             wait_min_bytes,
             exchange_until,
             remote_min,
+            mut host,
         } = how;
         let mut plan = Plan {
             single: self.bytes <= single_max,
@@ -934,8 +1127,12 @@ impl Posting {
                 }
                 o => o,
             };
+            // The first poster's size and share cut the transfer for the host path on both
+            // sides.
+            let mut first = (w.bytes, w.host_permille);
             let (role, bytes) = match outcome {
                 Outcome::Second(t) => {
+                    first = (t.bytes as usize, t.host_permille);
                     if t.bytes != w.bytes as u64 && mismatch.is_none() {
                         let (sb, rb) = if w.outgoing {
                             (w.bytes as u64, t.bytes)
@@ -970,6 +1167,19 @@ impl Posting {
                 }
                 _ => (w.ptr, w.ptr_legacy),
             };
+            let host = host.as_mut().and_then(|(path, out, inc)| {
+                let (nvl, per) = path.split(first.0, first.1)?;
+                let count = if w.outgoing { out } else { inc };
+                let c = count.get_mut(w.peer)?;
+                let share = HostShare {
+                    nvl,
+                    end: first.0,
+                    per,
+                    first_chunk: *c,
+                };
+                *c += share.count();
+                Some(share)
+            });
             plan.transfers.push(Transfer {
                 peer: w.peer,
                 outgoing: w.outgoing,
@@ -978,6 +1188,7 @@ impl Posting {
                 seq: w.seq,
                 role,
                 there: there.filter(|_| mine_legacy),
+                host,
             });
         }
         if tracing::enabled!(tracing::Level::TRACE) {
@@ -1088,6 +1299,81 @@ mod tests {
         }
     }
 
+    /// The host path's share: none below a mode's threshold (just below / at it), the
+    /// exchange's own; its cut: the share rounded down to 4 KiB and capped by the ring, at
+    /// least four chunks while they hold 1 MiB each, at most `slots` of at most a slot, the
+    /// NVLink part and the chunks covering the transfer exactly once.
+    #[test]
+    fn the_host_path_cuts_transfers_into_at_most_a_ring_of_chunks() {
+        let h = HostPath {
+            out_ring: 0,
+            in_ring: 0,
+            slot_bytes: 8 << 20,
+            slots: 8,
+            one_way: (64 << 20, 100),
+            exchange: (256 << 20, 70),
+        };
+        assert_eq!(h.permille((64 << 20) - 1, false), 0);
+        assert_eq!(h.permille(64 << 20, false), 100);
+        assert_eq!(h.permille((256 << 20) - 1, true), 0);
+        assert_eq!(h.permille(256 << 20, true), 70);
+        let (nvl, per) = h.split(32 << 20, 80).unwrap();
+        assert_eq!(
+            (32 << 20) - nvl,
+            (((32u64 << 20) * 80 / 1000) as usize) & !4095
+        );
+        assert_eq!(
+            ((32 << 20) - nvl).div_ceil(per),
+            2,
+            "2.56 MiB: two chunks of 1 MiB or more"
+        );
+        for bytes in [
+            32usize << 20,
+            128 << 20,
+            (512 << 20) + 12_345,
+            4 << 30,
+            usize::MAX / 2,
+        ] {
+            for permille in [1u32, 60, 100, 500, 900] {
+                let Some((nvl, per)) = h.split(bytes, permille) else {
+                    assert!(permille == 1 && bytes < 4 << 20, "{bytes} {permille}");
+                    continue;
+                };
+                let share = HostShare {
+                    nvl,
+                    end: bytes,
+                    per,
+                    first_chunk: 7,
+                };
+                let chunks: Vec<_> = share.chunks().collect();
+                assert!(!chunks.is_empty() && chunks.len() as u64 == share.count());
+                assert!(
+                    chunks.len() <= h.slots as usize,
+                    "{bytes}: {} chunks",
+                    chunks.len()
+                );
+                assert!(bytes - nvl <= h.slot_bytes * h.slots as usize);
+                assert!(bytes - nvl <= bytes / 2, "at most half: {bytes} {permille}");
+                let mut at = nvl;
+                for (i, &(c, off, len)) in chunks.iter().enumerate() {
+                    assert_eq!((c, off), (7 + i as u64, at));
+                    assert!(len > 0 && len <= h.slot_bytes);
+                    at += len;
+                }
+                assert_eq!(at, bytes);
+            }
+        }
+        // 512 MiB at 10%: 51.2 MiB in seven chunks of at most 8 MiB.
+        let (nvl, per) = h.split(512 << 20, 100).unwrap();
+        assert_eq!(((512 << 20) - nvl).div_ceil(per), 7);
+        // 128 MiB at 10%: 12.8 MiB in four chunks, not two.
+        let (nvl, per) = h.split(128 << 20, 100).unwrap();
+        assert_eq!(((128 << 20) - nvl).div_ceil(per), 4);
+        // Nothing posted, or a share that rounds to nothing.
+        assert_eq!(h.split(1 << 30, 0), None);
+        assert_eq!(h.split(40_000, 80), None);
+    }
+
     /// Rank 0's layout in a communicator of two, one receive lane.
     fn rank0_of_two() -> Layout {
         Layout {
@@ -1100,6 +1386,7 @@ mod tests {
             rx_lanes: 1,
             flags: vec![0x1000_0000, 0x2000_0000],
             scratch: vec![0x1800_0000, 0x2800_0000],
+            host: None,
         }
     }
 
@@ -1120,6 +1407,7 @@ mod tests {
                     seq: 0,
                     role: Role::First,
                     there: None,
+                    host: None,
                 },
                 Transfer {
                     peer: 1,
@@ -1131,6 +1419,7 @@ mod tests {
                         peer_addr: 0xa000_0000,
                     },
                     there: None,
+                    host: None,
                 },
             ],
             beside: vec![(own_dst, 0x8000_0000, 4)],
@@ -1179,6 +1468,7 @@ mod tests {
                     peer_addr: 0xa000_0000,
                 },
                 there,
+                host: None,
             };
             let plan = Plan {
                 transfers: vec![t(true, 0x8000_0000), t(false, 0x9000_0000)],
@@ -1242,6 +1532,7 @@ mod tests {
             buffer_id: 3,
             offset: 16,
             handle: [0xab; 64],
+            host_permille: 0,
         }
     }
 

@@ -103,6 +103,7 @@ pub(crate) const NO_POST: Post = Post {
     buffer_id: 0,
     offset: 0,
     handle: [0; 64],
+    host_permille: 0,
 };
 
 /// What the symmetric rendezvous decided.
@@ -702,6 +703,7 @@ mod tests {
             buffer_id: addr,
             offset: 0,
             handle: [0; 64],
+            host_permille: 0,
         }
     }
 

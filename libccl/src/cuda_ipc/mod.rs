@@ -91,6 +91,8 @@ struct Queued {
     /// through the receive slots (logged when the communicator goes).
     sent_direct: u64,
     sent_bounced: u64,
+    /// Of `sent_direct`, bytes through the host path's pinned ring.
+    sent_host: u64,
     sent_staged: u64,
     /// Bytes this rank sent as small sends through the point-to-point kernel.
     sent_small: u64,
@@ -147,6 +149,9 @@ pub struct IpcEngine {
     _peers: Vec<Option<Peer>>,
     tx: Vec<Stream>,
     rx: Vec<Stream>,
+    /// The host path's two lanes (none while it is off) and its rings.
+    host_lanes: Vec<Stream>,
+    _host_rings: Option<HostRings>,
     fork: Event,
     /// One per lane, tx lanes first.
     joins: Vec<Event>,
@@ -279,12 +284,86 @@ struct Offer {
     /// The GPU's PCI bus id, NUL-padded: a peer in another process finds our GPU by it (device
     /// numbers differ between processes under `CUDA_VISIBLE_DEVICES`).
     bus_id: [u8; BUS_ID_BYTES],
+    /// The host path's ring geometry (no slots: off, or this rank could not make its ring):
+    /// used only if both ranks offer the same.
+    host: HostRing,
+}
+
+/// The geometry of a rank's host-path ring (`CCL_IPC_HOST_PATH_SLOT_BYTES`, `_SLOTS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct HostRing {
+    slot_bytes: u64,
+    slots: u32,
+}
+
+impl HostRing {
+    fn from_params() -> HostRing {
+        HostRing {
+            slot_bytes: (params::CCL_IPC_HOST_PATH_SLOT_BYTES
+                .get_i64()
+                .clamp(4096, 1 << 30) as u64)
+                & !4095,
+            slots: params::CCL_IPC_HOST_PATH_SLOTS.get_i64().clamp(2, 64) as u32,
+        }
+    }
+
+    fn ring_bytes(&self) -> usize {
+        self.slot_bytes as usize * self.slots as usize
+    }
+}
+
+/// This rank's shares of the host path (local settings: the first poster's share holds),
+/// as (smallest transfer, thousandths) one way and in exchanges.
+fn host_shares() -> ((usize, u32), (usize, u32)) {
+    let share = |min: &params::Param, permille: &params::Param| {
+        (
+            min.get_i64().max(0) as usize,
+            permille.get_i64().clamp(0, 500) as u32,
+        )
+    };
+    (
+        share(
+            &params::CCL_IPC_HOST_PATH_MIN_BYTES,
+            &params::CCL_IPC_HOST_PATH_PERMILLE,
+        ),
+        share(
+            &params::CCL_IPC_HOST_PATH_EXCHANGE_MIN_BYTES,
+            &params::CCL_IPC_HOST_PATH_EXCHANGE_PERMILLE,
+        ),
+    )
+}
+
+/// The host path's rings: ours (the peer's transfers to us land in it) and the peer's, each
+/// mapped here and registered with CUDA. Fields drop in order: registrations before mappings.
+struct HostRings {
+    _regs: [cuda::HostRegistration; 2],
+    _own: ccl_transports::shm::ShmRegion,
+    _peer: ccl_transports::shm::ShmRegion,
+}
+
+/// This rank's ring of the host path, made and registered before the offer.
+fn host_ring(
+    ctx: &Arc<Context>,
+    nonce: u64,
+    rank: usize,
+    hs: &HostRing,
+) -> Result<(ccl_transports::shm::ShmRegion, cuda::HostRegistration)> {
+    let region = ccl_transports::shm::ShmRegion::create(
+        &calls::board_name("hp", nonce, rank),
+        hs.ring_bytes(),
+    )
+    .map_err(|e| Error::system(format!("host path ring: {e}")))?;
+    // SAFETY: the region is a page-aligned mapping of ours, new (so not registered), and is
+    // kept beside its registration, which drops first (HostRings).
+    let reg = unsafe { cuda::HostRegistration::new(ctx, region.as_ptr(), region.len()) }
+        .map_err(cuda_err)?;
+    Ok((region, reg))
 }
 
 const BUS_ID_BYTES: usize = 16;
 
 const OFFER_BYTES: usize =
-    1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16 + BUS_ID_BYTES;
+    1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16 + BUS_ID_BYTES + 12;
 
 impl Offer {
     fn none() -> Offer {
@@ -309,6 +388,7 @@ impl Offer {
             ll_handle: [0; IPC_HANDLE_SIZE],
             remote: false,
             bus_id: [0; BUS_ID_BYTES],
+            host: HostRing::default(),
         }
     }
 
@@ -332,6 +412,8 @@ impl Offer {
         b.extend_from_slice(&self.relay_min.to_le_bytes());
         b.extend_from_slice(&self.relay_chunk.to_le_bytes());
         b.extend_from_slice(&self.bus_id);
+        b.extend_from_slice(&self.host.slot_bytes.to_le_bytes());
+        b.extend_from_slice(&self.host.slots.to_le_bytes());
         b
     }
 
@@ -364,6 +446,11 @@ impl Offer {
         o.relay_chunk = u64::from_le_bytes(u64_at(85 + 3 * IPC_HANDLE_SIZE)?);
         let at = 93 + 3 * IPC_HANDLE_SIZE;
         o.bus_id.copy_from_slice(b.get(at..at + BUS_ID_BYTES)?);
+        let at = at + BUS_ID_BYTES;
+        o.host = HostRing {
+            slot_bytes: u64::from_le_bytes(u64_at(at)?),
+            slots: u32::from_le_bytes(u32_at(at + 8)?),
+        };
         Some(o)
     }
 }
@@ -451,6 +538,8 @@ fn prepare_local(
         ll_handle,
         remote: params::CCL_IPC_REMOTE_COPY.get_bool(),
         bus_id: bus_id_bytes(&ctx.driver().pci_bus_id(ctx.device()).map_err(cuda_err)?),
+        // Filled in once the ring exists (attach).
+        host: HostRing::default(),
     };
     Ok((
         Local {
@@ -521,6 +610,22 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if let Some((r, _)) = &probe {
         use std::os::fd::AsRawFd;
         offer.probe_fd = r.as_raw_fd();
+    }
+    // The host path's ring, before the offer: peers open it once they have every offer.
+    let mut own_ring = None;
+    if let Some((l, _, _)) = &local {
+        let hs = HostRing::from_params();
+        let (one_way, exchange) = host_shares();
+        // Two ranks only: with more, every GPU's PCIe share would meet on the way to the CPU.
+        if n == 2 && (one_way.1 > 0 || exchange.1 > 0) && params::CCL_IPC_DIRECT.get_bool() {
+            match host_ring(&l.ctx, comm.nonce(), rank, &hs) {
+                Ok(r) => {
+                    own_ring = Some(r);
+                    offer.host = hs;
+                }
+                Err(e) => tracing::info!("rank {rank}: cuda-ipc host path off: {e}"),
+            }
+        }
     }
     let all = state.ctrl.allgather(&offer.encode(), &comm.0.abort)?;
     let offers: Vec<Offer> = all
@@ -621,6 +726,38 @@ pub fn attach(comm: &Comm) -> Result<()> {
     if let Err(e) = &opened {
         tracing::info!("rank {rank}: cannot map a peer's memory: {e}");
     }
+    // The host path: both ranks made their rings with the same settings, and this one maps
+    // the peer's.
+    let host_settings = offers[0].host;
+    let peer_ring = match own_ring.take() {
+        Some(own) if opened.is_ok() && n == 2 && offers.iter().all(|o| o.host == host_settings) => {
+            (|| -> Result<(HostRings, u64, u64)> {
+                let name = calls::board_name("hp", comm.nonce(), 1 - rank);
+                let peer = ccl_transports::shm::ShmRegion::open(&name, host_settings.ring_bytes())
+                    .map_err(|e| Error::system(format!("the peer's host path ring: {e}")))?;
+                // SAFETY: as in host_ring: a page-aligned mapping of ours, just made (a second
+                // mapping of the peer's file, so not registered), dropped after its
+                // registration.
+                let reg =
+                    unsafe { cuda::HostRegistration::new(&local.ctx, peer.as_ptr(), peer.len()) }
+                        .map_err(cuda_err)?;
+                let (own, own_reg) = own;
+                let (out_ring, in_ring) = (reg.device_ptr(), own_reg.device_ptr());
+                Ok((
+                    HostRings {
+                        _regs: [reg, own_reg],
+                        _own: own,
+                        _peer: peer,
+                    },
+                    out_ring,
+                    in_ring,
+                ))
+            })()
+            .inspect_err(|e| tracing::info!("rank {rank}: cuda-ipc host path off: {e}"))
+            .ok()
+        }
+        _ => None,
+    };
     // Remote copies: both ranks asked, and this one can queue on the peer's GPU.
     let remote = if opened.is_ok() && n == 2 && offers.iter().all(|o| o.remote) {
         match remote_lanes(&local.ctx, &offers[1 - rank], rx_lanes) {
@@ -644,6 +781,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             opened.is_ok() as u8,
             takes_fds as u8,
             remote.is_some() as u8,
+            peer_ring.is_some() as u8,
         ],
         &comm.0.abort,
     )?;
@@ -662,9 +800,37 @@ pub fn attach(comm: &Comm) -> Result<()> {
             r.min_bytes
         );
     }
-    // Every peer has mapped this rank's boards.
+    let peer_ring = peer_ring.filter(|_| oks.iter().all(|b| b.get(3) == Some(&1)));
+    let host_path = peer_ring
+        .as_ref()
+        .map(|&(_, out_ring, in_ring)| direct::HostPath {
+            out_ring,
+            in_ring,
+            slot_bytes: host_settings.slot_bytes as usize,
+            slots: host_settings.slots,
+            one_way: host_shares().0,
+            exchange: host_shares().1,
+        });
+    if let Some(h) = &host_path {
+        tracing::info!(
+            "rank {rank}: cuda-ipc host path on: {} permille of direct transfers of at least {} \
+             bytes ({} permille from {} bytes in groups that also receive from the peer) go \
+             through pinned host memory beside NVLink, in chunks of at most {} KiB ({} slots)",
+            h.one_way.1,
+            h.one_way.0,
+            h.exchange.1,
+            h.exchange.0,
+            h.slot_bytes >> 10,
+            h.slots
+        );
+    }
+    // Every peer has mapped this rank's boards (and ring).
     board.boards.unlink();
     inbox.unlink();
+    // Both ranks have mapped both rings (a ring whose path went off is removed as it drops).
+    if let Some((rings, _, _)) = &peer_ring {
+        rings._own.unlink();
+    }
     let ev = || crate::gpu::plain_event(&local.ctx);
     let high = matches!(params::CCL_IPC_LANE_PRIORITY.get_str().trim(), "high" | "1");
     let stream = || Stream::non_blocking_with_priority(&local.ctx, high).map_err(cuda_err);
@@ -676,7 +842,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let rx = (0..rx_lanes)
         .map(|_| stream())
         .collect::<Result<Vec<_>>>()?;
-    let joins = (0..direct_tx + rx_lanes)
+    let host_lanes = if host_path.is_some() {
+        (0..2).map(|_| stream()).collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    let joins = (0..direct_tx + rx_lanes + host_lanes.len())
         .map(|_| ev())
         .collect::<Result<Vec<_>>>()?;
     let (fork, last_done) = (ev()?, ev()?);
@@ -699,6 +870,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         direct_tx,
         flags: own(|p| p.flags, local.flags.ptr()),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
+        host: host_path,
     };
     let mut bufs = Buffers::new(local.ctx.clone(), vmm_ok);
     bufs.there = remote.as_ref().map(|r| r.ctx.clone());
@@ -770,6 +942,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         _peers: peers,
         tx,
         rx,
+        host_lanes,
+        _host_rings: peer_ring.map(|(r, _, _)| r),
         fork,
         joins,
         last_done,
@@ -783,6 +957,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             bufs,
             sent_direct: 0,
             sent_bounced: 0,
+            sent_host: 0,
             push_waits: direct::PushWaits::default(),
             sym_outcomes: [0; 4],
             sym_waited: Duration::ZERO,
@@ -839,6 +1014,7 @@ impl<'a> CudaDevice<'a> {
             Lane::User => Some(self.user),
             Lane::Tx(i) => self.eng.tx.get(i),
             Lane::Rx(i) => self.eng.rx.get(i),
+            Lane::Host(i) => self.eng.host_lanes.get(i),
         };
         s.ok_or_else(|| Error::internal(format!("cuda-ipc: no stream for {lane:?}")))
     }
@@ -847,6 +1023,7 @@ impl<'a> CudaDevice<'a> {
         let i = match lane {
             Lane::Tx(i) => Some(i),
             Lane::Rx(i) => Some(self.eng.layout.direct_tx + i),
+            Lane::Host(i) => Some(self.eng.layout.direct_tx + self.eng.layout.rx_lanes + i),
             Lane::User => None,
         };
         i.and_then(|i| self.eng.joins.get(i))
@@ -1151,6 +1328,7 @@ impl Queueing {
             &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
             Some(std::time::Instant::now() + timeout),
             &|| abort.load(std::sync::atomic::Ordering::Relaxed),
+            eng.layout.host.as_ref(),
         )?);
         Ok(())
     }
@@ -1206,6 +1384,10 @@ impl Queueing {
                         .as_ref()
                         .filter(|_| self.point_to_point)
                         .map(|r| r.min_bytes),
+                    host: eng.layout.host.as_ref().map(|h| {
+                        let c = &mut q.counters;
+                        (h, &mut c.host_out, &mut c.host_in)
+                    }),
                 },
                 &stop,
             )?;
@@ -1216,6 +1398,12 @@ impl Queueing {
                 .map(|t| t.bytes as u64)
                 .sum::<u64>();
             q.sent_bounced += plan.bounced as u64;
+            q.sent_host += plan
+                .transfers
+                .iter()
+                .filter(|t| t.outgoing)
+                .filter_map(|t| t.host.map(|h| t.bytes.saturating_sub(h.nvl) as u64))
+                .sum::<u64>();
             q.push_waits.add(&plan.waits);
             self.plan = plan;
             self.direct_err = err;
@@ -2029,10 +2217,12 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
     if let Some(q) = eng.queued.try_lock() {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
-             the bounce buffer, {} bytes through receive slots and {} bytes as small sends",
+             the bounce buffer and {} through the host path beside NVLink, {} bytes through \
+             receive slots and {} bytes as small sends",
             eng.layout.rank,
             q.sent_direct,
             q.sent_bounced,
+            q.sent_host,
             q.sent_staged,
             q.sent_small
         );
@@ -2122,6 +2312,10 @@ mod tests {
         o.remote = true;
         o.bus_id = bus_id_bytes("0000:3B:00.0");
         o.relay_chunk = 1 << 24;
+        o.host = HostRing {
+            slot_bytes: 8 << 20,
+            slots: 8,
+        };
         let b = o.encode();
         assert_eq!(b.len(), OFFER_BYTES);
         let d = Offer::decode(&b).unwrap();
@@ -2142,6 +2336,7 @@ mod tests {
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
         assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
+        assert_eq!(d.host, o.host);
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());
     }
 

@@ -43,6 +43,9 @@ pub(crate) enum Lane {
     User,
     Tx(usize),
     Rx(usize),
+    /// The host path's copies ([`super::direct::HostPath`]): 0 into pinned host memory (our
+    /// outgoing share), 1 out of it (our incoming share).
+    Host(usize),
 }
 
 /// A kernel launch, with the numerics of [`ccl_cuda::host::reduce`].
@@ -347,6 +350,9 @@ pub(crate) struct Layout {
     /// Every rank's flags and receive area (this rank's own at `rank`).
     pub flags: Vec<u64>,
     pub scratch: Vec<u64>,
+    /// Two ranks: a share of large direct transfers goes through pinned host memory beside
+    /// NVLink (`CCL_IPC_HOST_PATH_PERMILLE`).
+    pub host: Option<super::direct::HostPath>,
 }
 
 /// Most copy lanes of the direct paths.
@@ -450,6 +456,9 @@ pub(crate) struct Counters {
     pub direct_in: Vec<u64>,
     /// Collectives offered to run directly (every rank counts alike).
     pub sym: u64,
+    /// Host-path chunks to / from each peer ([`super::direct::HostPath`]).
+    pub host_out: Vec<u64>,
+    pub host_in: Vec<u64>,
 }
 
 impl Counters {
@@ -462,6 +471,8 @@ impl Counters {
             direct_out: vec![0; nranks],
             direct_in: vec![0; nranks],
             sym: 0,
+            host_out: vec![0; nranks],
+            host_in: vec![0; nranks],
         }
     }
 }

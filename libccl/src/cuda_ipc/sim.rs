@@ -426,6 +426,15 @@ struct Setup {
     relay: Option<Relay>,
     /// Two ranks: a reduction's first poster leaves it to the second instead of going staged.
     takeover: bool,
+    /// Two ranks: the host path, as (min bytes, permille, slot bytes, slots): rank 0's
+    /// shares; rank 1 posts twice as much one way and half in exchanges (the first poster's
+    /// share holds for both sides).
+    host: Option<(usize, u32, usize, u32)>,
+}
+
+/// Where a rank's host-path ring sits in the simulated memory (the peer's transfers to it).
+fn ring_base(rank: usize) -> u64 {
+    base(rank) + 0x0E00_0000
 }
 
 /// Where a rank's bounce buffer sits in the simulated memory, and its size.
@@ -453,7 +462,7 @@ fn post_exchange(
         unmappable: &[],
     };
     let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
-    direct::post_group(&mut reach, &group, rank, c, &boards, None, &|| false).unwrap()
+    direct::post_group(&mut reach, &group, rank, c, &boards, None, &|| false, None).unwrap()
 }
 
 /// Settles `posting` of `rank` as the device path does, with the given waits.
@@ -484,6 +493,7 @@ fn settle(
                 wait_min_bytes,
                 exchange_until,
                 remote_min,
+                host: None,
             },
             &|| false,
         )
@@ -570,6 +580,7 @@ impl Setup {
             local_split: direct::LocalSplit::default(),
             relay: None,
             takeover: false,
+            host: None,
         }
     }
 
@@ -587,6 +598,16 @@ impl Setup {
                 rx_lanes: self.rx_lanes,
                 flags: (0..n).map(base).collect(),
                 scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
+                host: self.host.filter(|_| n == 2).map(
+                    |(min_bytes, permille, slot_bytes, slots)| direct::HostPath {
+                        out_ring: ring_base(1 - r),
+                        in_ring: ring_base(r),
+                        slot_bytes,
+                        slots,
+                        one_way: (min_bytes, if r == 0 { permille } else { permille * 2 }),
+                        exchange: (min_bytes, if r == 0 { permille } else { permille / 2 }),
+                    },
+                ),
             })
             .collect()
     }
@@ -604,6 +625,9 @@ impl Setup {
                 Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
             );
             mem.alloc(bounce_base(r), BOUNCE);
+            if let Some((_, _, slot_bytes, slots)) = self.host {
+                mem.alloc(ring_base(r), slot_bytes * slots as usize);
+            }
         }
         mem
     }
@@ -631,8 +655,17 @@ impl Setup {
         } else {
             let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
             Some(
-                direct::post_group(&mut reach, &p, l.rank, c, &boards, None, &|| false)
-                    .map_err(e)?,
+                direct::post_group(
+                    &mut reach,
+                    &p,
+                    l.rank,
+                    c,
+                    &boards,
+                    None,
+                    &|| false,
+                    l.host.as_ref(),
+                )
+                .map_err(e)?,
             )
         };
         let sym = if self.direct && direct_tasks.is_empty() {
@@ -719,6 +752,10 @@ impl Setup {
                             wait_min_bytes: 0,
                             exchange_until: None,
                             remote_min: None,
+                            host: l
+                                .host
+                                .as_ref()
+                                .map(|h| (h, &mut c.host_out, &mut c.host_in)),
                         },
                         &|| false,
                     )
@@ -1031,6 +1068,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         },
                         relay: None,
                         takeover: false,
+                        host: None,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -1713,4 +1751,174 @@ fn two_rank_reductions_done_by_one_rank_are_exact() {
         }
     }
     assert!(alone_total > 0);
+}
+
+/// Copies queued on `lane` of `d`.
+fn copies_on(d: &SimDevice, lane: Lane) -> usize {
+    d.lanes.get(&lane).map_or(0, |q| {
+        q.iter().filter(|o| matches!(o, Op::Copy(..))).count()
+    })
+}
+
+/// The host path (two ranks): a share of every large direct transfer goes through a ring in
+/// host memory beside the copy over NVLink. Every data collective and exchange, below and
+/// above the threshold, in and out of place, through bounce buffers (every third seed),
+/// rings that cycle over many transfers, a share the ring caps (500 permille of 80 KB in 4
+/// slots of 8 KiB), random and merged stream orders: all finish, all exact, and the host
+/// lanes carry copies on both ranks.
+#[test]
+fn host_path_transfers_are_exact_under_any_stream_order() {
+    for (slots, permille) in [(2u32, 300u32), (3, 120), (4, 500)] {
+        let s = Setup {
+            host: Some((16 << 10, permille, 8192, slots)),
+            ..Setup::new(2)
+        };
+        let mut cases = every_case(2, 20_000);
+        // Some below the threshold, between the others.
+        cases.extend(every_case(2, 3000).into_iter().step_by(4));
+        // Sizes that differ, so a slot overwritten too early holds other bytes.
+        cases.extend((0..4).map(|k| Case {
+            kind: Kind::Coll(Collective::Broadcast { root: k % 2 }),
+            count: 20_000 + 777 * k,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place: false,
+        }));
+        let used = std::cell::Cell::new([0usize; 2]);
+        let look = |d: &mut SimDevice, r: usize| {
+            let mut u = used.get();
+            u[r] += copies_on(d, Lane::Host(0)) + copies_on(d, Lane::Host(1));
+            used.set(u);
+        };
+        for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
+            for seed in seeds {
+                if let Err(e) = simulate(&s, &cases, merged, seed * 31 + 5, Some(&look)) {
+                    panic!("slots {slots} permille {permille} merged {merged} seed {seed}: {e}");
+                }
+            }
+        }
+        assert!(used.get().iter().all(|&u| u > 0), "{:?}", used.get());
+    }
+}
+
+/// The checker must catch a broken host path: with the sources' credit waits gone, a source
+/// overwrites ring slots its peer has not copied out yet, and some stream order shows it.
+#[test]
+fn the_simulation_catches_a_missing_host_path_credit_wait() {
+    let s = Setup {
+        host: Some((16 << 10, 500, 4096, 2)),
+        ..Setup::new(2)
+    };
+    // One direction only, many times: nothing the source waits for implies that its peer
+    // has copied the last transfer's chunks out of the ring. Sizes differ (the inputs depend
+    // on the index only), so an overwritten slot holds other bytes.
+    let cases: Vec<Case> = (0..8)
+        .map(|k| Case {
+            kind: Kind::Coll(Collective::Broadcast { root: 0 }),
+            count: 20_000 + 777 * k,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place: false,
+        })
+        .collect();
+    let strip = |d: &mut SimDevice, _: usize| {
+        if let Some(q) = d.lanes.get_mut(&Lane::Host(0)) {
+            for op in q.iter_mut() {
+                if let Op::Wait(a, _) = *op {
+                    *op = Op::Wait(a, 0);
+                }
+            }
+        }
+    };
+    assert!(simulate(&s, &cases, false, 1, None).is_ok());
+    let caught =
+        (0..32u64).any(|seed| simulate(&s, &cases, false, seed * 31 + 1, Some(&strip)).is_err());
+    assert!(caught, "no stream order exposed the missing credit waits");
+}
+
+/// A send and its receive that disagree on the size, with the host path: the mismatch is
+/// reported (once, by the second poster), and both ranks' queues still run to the end, in
+/// any stream order, whichever side posts first and whichever is longer; nothing is read
+/// or written outside either buffer (the simulated memory would refuse it).
+#[test]
+fn a_size_mismatch_on_the_host_path_still_finishes() {
+    for (sb, rb) in [(40_000usize, 48_000usize), (48_000, 40_000)] {
+        for sender_first in [true, false] {
+            for (merged, seed) in [(true, 1u64), (false, 2), (false, 3)] {
+                let s = Setup {
+                    host: Some((16 << 10, 300, 8192, 2)),
+                    ..Setup::new(2)
+                };
+                let layouts = s.layouts();
+                let mut mem = s.protocol_mem();
+                let dx = DirectSim::new(2);
+                let (src, dst) = (base(0) + 0x1000_0000, base(1) + 0x1000_0000);
+                mem.alloc(src, sb);
+                mem.alloc(dst, rb);
+                let mut send = crate::task::float_sum(TaskKind::Send { peer: 1 }, 0, 0, sb / 4);
+                send.send = src as usize;
+                let mut recv = crate::task::float_sum(TaskKind::Recv { peer: 0 }, 0, 0, rb / 4);
+                recv.recv = dst as usize;
+                let mut counters = [Counters::new(2, 1), Counters::new(2, 1)];
+                let mut devs = vec![SimDevice::new(), SimDevice::new()];
+                let mut mismatches = 0;
+                let order = if sender_first { [0, 1] } else { [1, 0] };
+                for r in order {
+                    let t = if r == 0 { send } else { recv };
+                    let p = lower(&[t], r, 2, usize::MAX, 0).unwrap();
+                    let mut reach = SimReach {
+                        rank: r,
+                        unmappable: &[],
+                    };
+                    let boards = |q: usize| dx.boards.get(q).map(|b| b as &dyn Words);
+                    let c = &mut counters[r];
+                    let posting = direct::post_group(
+                        &mut reach,
+                        &p,
+                        r,
+                        c,
+                        &boards,
+                        None,
+                        &|| false,
+                        layouts[r].host.as_ref(),
+                    )
+                    .unwrap();
+                    let now = std::time::Instant::now();
+                    let how = direct::SettleHow {
+                        wait: direct::PushWait {
+                            soft: now,
+                            hard: now,
+                            busy: &|| false,
+                            futile: &|| false,
+                        },
+                        single_max: 0,
+                        late: None,
+                        local_split: direct::LocalSplit::default(),
+                        wait_min_bytes: 0,
+                        exchange_until: None,
+                        remote_min: None,
+                        host: layouts[r]
+                            .host
+                            .as_ref()
+                            .map(|h| (h, &mut c.host_out, &mut c.host_in)),
+                    };
+                    let (plan, err) = posting
+                        .settle(&mut reach, r, &boards, how, &|| false)
+                        .unwrap();
+                    mismatches += usize::from(err.is_some());
+                    assert!(plan.transfers.iter().all(|t| t.host.is_some()));
+                    let mut dev = Batched::new(&mut devs[r]);
+                    plan.begin(&layouts[r], &mut dev).unwrap();
+                    plan.end(&layouts[r], &mut dev).unwrap();
+                    dev.flush().unwrap();
+                }
+                assert_eq!(mismatches, 1);
+                if let Err(e) = run(&devs, &mut mem, merged, seed) {
+                    panic!(
+                        "send {sb} receive {rb} sender first {sender_first} merged {merged}: {e}"
+                    );
+                }
+            }
+        }
+    }
 }
