@@ -541,6 +541,25 @@ mod tests {
         assert!(ShmRegion::create("../etc", 4096).is_err());
     }
 
+    /// A region larger than `/dev/shm` can hold is refused when it is made (ENOSPC from
+    /// `posix_fallocate`, before any page is touched), and leaves no file behind.
+    #[test]
+    fn a_region_too_large_for_dev_shm_fails_at_creation_and_leaves_nothing() {
+        // SAFETY: statvfs fills the struct we pass; the path is a NUL-terminated literal.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) };
+        let total = st.f_blocks as u128 * st.f_frsize as u128;
+        if r != 0 || total == 0 {
+            eprintln!("skipped: /dev/shm reports no size");
+            return;
+        }
+        let len = (total * 2).min(usize::MAX as u128 / 2) as usize;
+        let name = format!("test-huge-{}-{:x}", std::process::id(), rand::random::<u32>());
+        let e = ShmRegion::create(&name, len).err().expect("a region twice /dev/shm's size");
+        assert!(e.to_string().contains("reserve"), "{e}");
+        assert!(!std::path::Path::new(&format!("/dev/shm/ccl-{name}")).exists());
+    }
+
     fn pair(nslots: usize, slot: usize) -> (ShmLink, ShmLink) {
         let a_rx = ShmRing::create(nslots, slot).unwrap();
         let b_rx = ShmRing::create(nslots, slot).unwrap();
