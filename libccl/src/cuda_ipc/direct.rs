@@ -362,7 +362,8 @@ const HOST_CREDIT: usize = 1;
 /// in shared pinned memory (the destination's `/dev/shm` region, mapped by both) and flags
 /// it ready in the destination's flag area; the destination's engine copies it out and
 /// returns the slot's credit. Both sides cut a transfer alike from the first poster's size
-/// alone (a peer with another size still sees the same flags), and one transfer never
+/// and share alone (its post carries the share; a peer with another size or other settings
+/// still sees the same flags), and one transfer never
 /// needs more slots than the ring has, so no chunk waits for a later chunk of its own
 /// transfer (which, with every stream merged into one queue, could wait for the peer's
 /// queue behind our own wait).
