@@ -554,8 +554,14 @@ mod tests {
             return;
         }
         let len = (total * 2).min(usize::MAX as u128 / 2) as usize;
-        let name = format!("test-huge-{}-{:x}", std::process::id(), rand::random::<u32>());
-        let e = ShmRegion::create(&name, len).err().expect("a region twice /dev/shm's size");
+        let name = format!(
+            "test-huge-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let e = ShmRegion::create(&name, len)
+            .err()
+            .expect("a region twice /dev/shm's size");
         assert!(e.to_string().contains("reserve"), "{e}");
         assert!(!std::path::Path::new(&format!("/dev/shm/ccl-{name}")).exists());
     }
