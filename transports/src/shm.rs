@@ -545,8 +545,9 @@ mod tests {
     /// `posix_fallocate`, before any page is touched), and leaves no file behind.
     #[test]
     fn a_region_too_large_for_dev_shm_fails_at_creation_and_leaves_nothing() {
-        // SAFETY: statvfs fills the struct we pass; the path is a NUL-terminated literal.
+        // SAFETY: statvfs is plain old data; all zeroes is a valid value.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: statvfs fills the struct we pass; the path is a NUL-terminated literal.
         let r = unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) };
         let total = st.f_blocks as u128 * st.f_frsize as u128;
         if r != 0 || total == 0 {
