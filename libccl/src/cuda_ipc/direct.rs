@@ -682,6 +682,59 @@ impl Plan {
         (t.seq as u32).wrapping_add(1)
     }
 
+    /// This plan's transfers that have a host-path share, out of this rank or into it.
+    fn host_shares(&self, outgoing: bool) -> impl Iterator<Item = (&Transfer, HostShare)> {
+        self.transfers
+            .iter()
+            .filter(move |t| t.outgoing == outgoing)
+            .filter_map(|t| t.host.map(|share| (t, share)))
+    }
+
+    /// The host path's chunks: every outgoing one before any incoming one, so that with merged
+    /// queues no copy into host memory waits behind a wait for the peer's.
+    fn queue_host_path(&self, l: &Layout, h: &HostPath, dev: &mut dyn Device) -> Result<()> {
+        let slots = u64::from(h.slots);
+        let slot_at = |c: u64| (c % slots) * h.slot_bytes as u64;
+        for (t, share) in self.host_shares(true) {
+            for (c, off, len) in share.chunks() {
+                if c >= slots {
+                    let credit = l.host_word(l.rank, t.peer, HOST_CREDIT);
+                    dev.wait(Lane::Host(0), credit, (c + 1 - slots) as u32)?;
+                }
+                // A peer with a longer transfer: only what we hold is sent.
+                let n = len.min(t.bytes.saturating_sub(off));
+                if n > 0 {
+                    dev.copy(
+                        Lane::Host(0),
+                        h.out_ring + slot_at(c),
+                        t.mine + off as u64,
+                        n,
+                    )?;
+                }
+                let ready = l.host_word(t.peer, l.rank, HOST_READY);
+                dev.write(Lane::Host(0), ready, (c + 1) as u32)?;
+            }
+        }
+        for (t, share) in self.host_shares(false) {
+            for (c, off, len) in share.chunks() {
+                let ready = l.host_word(l.rank, t.peer, HOST_READY);
+                dev.wait(Lane::Host(1), ready, (c + 1) as u32)?;
+                let n = len.min(t.bytes.saturating_sub(off));
+                if n > 0 {
+                    dev.copy(
+                        Lane::Host(1),
+                        t.mine + off as u64,
+                        h.in_ring + slot_at(c),
+                        n,
+                    )?;
+                }
+                let credit = l.host_word(t.peer, l.rank, HOST_CREDIT);
+                dev.write(Lane::Host(1), credit, (c + 1) as u32)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Local copies in, then every "here" flag: nothing here waits.
     pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         for &(dst, src, bytes) in &self.before {
@@ -722,19 +775,9 @@ impl Plan {
                 lanes.push(lane);
             }
         }
-        let host = l.host.as_ref().map(|h| {
-            let shares = |out: bool| {
-                self.transfers
-                    .iter()
-                    .filter(move |t| t.outgoing == out && t.host.is_some())
-            };
-            (h, shares)
-        });
-        if let Some((_, shares)) = &host {
-            for (lane, out) in [(Lane::Host(0), true), (Lane::Host(1), false)] {
-                if shares(out).next().is_some() && !lanes.contains(&lane) {
-                    lanes.push(lane);
-                }
+        for (lane, out) in [(Lane::Host(0), true), (Lane::Host(1), false)] {
+            if self.host_shares(out).next().is_some() && !lanes.contains(&lane) {
+                lanes.push(lane);
             }
         }
         if !lanes.is_empty() {
@@ -760,40 +803,8 @@ impl Plan {
                 dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done)?;
             }
         }
-        // The host path: every outgoing chunk before any incoming one, so that with merged
-        // queues no copy into host memory waits behind a wait for the peer's.
-        if let Some((h, shares)) = &host {
-            for t in shares(true) {
-                let Some(share) = t.host else { continue };
-                for (c, off, len) in share.chunks() {
-                    let slot = (c % u64::from(h.slots)) * h.slot_bytes as u64;
-                    if c >= u64::from(h.slots) {
-                        let credit = l.host_word(l.rank, t.peer, HOST_CREDIT);
-                        dev.wait(Lane::Host(0), credit, (c + 1 - u64::from(h.slots)) as u32)?;
-                    }
-                    // A peer with a longer transfer: only what we hold is sent.
-                    let n = len.min(t.bytes.saturating_sub(off));
-                    if n > 0 {
-                        dev.copy(Lane::Host(0), h.out_ring + slot, t.mine + off as u64, n)?;
-                    }
-                    let ready = l.host_word(t.peer, l.rank, HOST_READY);
-                    dev.write(Lane::Host(0), ready, (c + 1) as u32)?;
-                }
-            }
-            for t in shares(false) {
-                let Some(share) = t.host else { continue };
-                for (c, off, len) in share.chunks() {
-                    let slot = (c % u64::from(h.slots)) * h.slot_bytes as u64;
-                    let ready = l.host_word(l.rank, t.peer, HOST_READY);
-                    dev.wait(Lane::Host(1), ready, (c + 1) as u32)?;
-                    let n = len.min(t.bytes.saturating_sub(off));
-                    if n > 0 {
-                        dev.copy(Lane::Host(1), t.mine + off as u64, h.in_ring + slot, n)?;
-                    }
-                    let credit = l.host_word(t.peer, l.rank, HOST_CREDIT);
-                    dev.write(Lane::Host(1), credit, (c + 1) as u32)?;
-                }
-            }
+        if let Some(h) = &l.host {
+            self.queue_host_path(l, h, dev)?;
         }
         // Local copies after this rank's transfers: on one stream (a small group) they then
         // run while the peers finish theirs, instead of before this rank's copies start (an

@@ -333,12 +333,21 @@ fn host_shares() -> ((usize, u32), (usize, u32)) {
     )
 }
 
-/// The host path's rings: ours (the peer's transfers to us land in it) and the peer's, each
-/// mapped here and registered with CUDA. Fields drop in order: registrations before mappings.
+/// The host path's rings: the peer's (our transfers to it go there) and ours (its transfers
+/// to us land in it), each mapped here and registered with CUDA, in that order. Fields drop
+/// in order: registrations before mappings.
 struct HostRings {
-    _regs: [cuda::HostRegistration; 2],
-    _own: ccl_transports::shm::ShmRegion,
+    regs: [cuda::HostRegistration; 2],
+    own: ccl_transports::shm::ShmRegion,
     _peer: ccl_transports::shm::ShmRegion,
+}
+
+impl HostRings {
+    /// The peer's ring and ours as the device reaches them: [`direct::HostPath`]'s
+    /// `out_ring` and `in_ring`.
+    fn device_ptrs(&self) -> (u64, u64) {
+        (self.regs[0].device_ptr(), self.regs[1].device_ptr())
+    }
 }
 
 /// This rank's ring of the host path, made and registered before the offer.
@@ -612,10 +621,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
         offer.probe_fd = r.as_raw_fd();
     }
     // The host path's ring, before the offer: peers open it once they have every offer.
+    let (one_way, exchange) = host_shares();
     let mut own_ring = None;
     if let Some((l, _, _)) = &local {
         let hs = HostRing::from_params();
-        let (one_way, exchange) = host_shares();
         // Two ranks only: with more, every GPU's PCIe share would meet on the way to the CPU.
         if n == 2 && (one_way.1 > 0 || exchange.1 > 0) && params::CCL_IPC_DIRECT.get_bool() {
             match host_ring(&l.ctx, comm.nonce(), rank, &hs) {
@@ -731,7 +740,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let host_settings = offers[0].host;
     let peer_ring = match own_ring.take() {
         Some(own) if opened.is_ok() && n == 2 && offers.iter().all(|o| o.host == host_settings) => {
-            (|| -> Result<(HostRings, u64, u64)> {
+            (|| -> Result<HostRings> {
                 let name = calls::board_name("hp", comm.nonce(), 1 - rank);
                 let peer = ccl_transports::shm::ShmRegion::open(&name, host_settings.ring_bytes())
                     .map_err(|e| Error::system(format!("the peer's host path ring: {e}")))?;
@@ -742,16 +751,11 @@ pub fn attach(comm: &Comm) -> Result<()> {
                     unsafe { cuda::HostRegistration::new(&local.ctx, peer.as_ptr(), peer.len()) }
                         .map_err(cuda_err)?;
                 let (own, own_reg) = own;
-                let (out_ring, in_ring) = (reg.device_ptr(), own_reg.device_ptr());
-                Ok((
-                    HostRings {
-                        _regs: [reg, own_reg],
-                        _own: own,
-                        _peer: peer,
-                    },
-                    out_ring,
-                    in_ring,
-                ))
+                Ok(HostRings {
+                    regs: [reg, own_reg],
+                    own,
+                    _peer: peer,
+                })
             })()
             .inspect_err(|e| tracing::info!("rank {rank}: cuda-ipc host path off: {e}"))
             .ok()
@@ -801,16 +805,17 @@ pub fn attach(comm: &Comm) -> Result<()> {
         );
     }
     let peer_ring = peer_ring.filter(|_| oks.iter().all(|b| b.get(3) == Some(&1)));
-    let host_path = peer_ring
-        .as_ref()
-        .map(|&(_, out_ring, in_ring)| direct::HostPath {
+    let host_path = peer_ring.as_ref().map(|rings| {
+        let (out_ring, in_ring) = rings.device_ptrs();
+        direct::HostPath {
             out_ring,
             in_ring,
             slot_bytes: host_settings.slot_bytes as usize,
             slots: host_settings.slots,
-            one_way: host_shares().0,
-            exchange: host_shares().1,
-        });
+            one_way,
+            exchange,
+        }
+    });
     if let Some(h) = &host_path {
         tracing::info!(
             "rank {rank}: cuda-ipc host path on: {} permille of direct transfers of at least {} \
@@ -828,8 +833,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     board.boards.unlink();
     inbox.unlink();
     // Both ranks have mapped both rings (a ring whose path went off is removed as it drops).
-    if let Some((rings, _, _)) = &peer_ring {
-        rings._own.unlink();
+    if let Some(rings) = &peer_ring {
+        rings.own.unlink();
     }
     let ev = || crate::gpu::plain_event(&local.ctx);
     let high = matches!(params::CCL_IPC_LANE_PRIORITY.get_str().trim(), "high" | "1");
@@ -943,7 +948,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         tx,
         rx,
         host_lanes,
-        _host_rings: peer_ring.map(|(r, _, _)| r),
+        _host_rings: peer_ring,
         fork,
         joins,
         last_done,
