@@ -45,7 +45,7 @@ static void report(const char* what, std::vector<double>& v) {
 static void probe(const char* label, void* dptr, cudaEvent_t ev) {
   printf("%s\n", label);
   const int n = 400;
-  std::vector<double> t[6];
+  std::vector<double> t[9];
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
     unsigned mt = 0;
@@ -61,6 +61,18 @@ static void probe(const char* label, void* dptr, cudaEvent_t ev) {
     double t5 = now_us();
     cudaStreamQuery(sb);
     double t6 = now_us();
+    // torch.cuda.Event creates its CUDA event lazily, in its first record(): a timing event
+    // made and recorded per call, as overlap.py's loops do.
+    cudaEvent_t fresh;
+    cudaEventCreateWithFlags(&fresh, cudaEventDefault);
+    double t7 = now_us();
+    cudaEventRecord(fresh, sb);
+    double t8 = now_us();
+    cudaEventDestroy(fresh);
+    double t9 = now_us();
+    t[6].push_back(t7 - t6);
+    t[7].push_back(t8 - t7);
+    t[8].push_back(t9 - t8);
     t[0].push_back(t1 - t0);
     t[1].push_back(t2 - t1);
     t[2].push_back(t3 - t2);
@@ -76,6 +88,9 @@ static void probe(const char* label, void* dptr, cudaEvent_t ev) {
   report("cudaMemcpyAsync 8 B (other stream)", t[3]);
   report("cuStreamWriteValue32 (other stream)", t[4]);
   report("cudaStreamQuery (other stream)", t[5]);
+  report("cudaEventCreate (timing)", t[6]);
+  report("cudaEventRecord (fresh event)", t[7]);
+  report("cudaEventDestroy", t[8]);
   cudaStreamSynchronize(sb);
 }
 

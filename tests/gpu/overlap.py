@@ -171,6 +171,16 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
     g0, c0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     g_ev = [torch.cuda.Event(enable_timing=True) for _ in range(ng)]
     c_ev = [torch.cuda.Event(enable_timing=True) for _ in range(nc)]
+    # torch creates an event's CUDA event in its first record(), and cudaEventCreate waits
+    # 0.6 ms for a driver lock that another thread's launch holds while it waits for space on
+    # its full queue (tests/gpu/event_create_probe.py and driver_lock_probe.cu, session 15:
+    # a fresh Event.record() 1.58 ms at the median beside the GEMM thread, a reused one 40 us).
+    # Created here, before the loops, so that neither loop measures the harness's own events.
+    # OVERLAP_LAZY_EVENTS=1 keeps the lazy creation (how sessions 11-14 measured).
+    if os.environ.get("OVERLAP_LAZY_EVENTS") != "1":
+        for e in g_ev + c_ev:
+            e.record()
+    torch.cuda.synchronize()
     ref.record()
     gemm_stream.wait_event(ref)
     comm_stream.wait_event(ref)

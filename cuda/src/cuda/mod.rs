@@ -12,6 +12,7 @@
 //! * [`IpcHandle`], [`IpcMapping`]: sharing `cuMemAlloc` memory across processes.
 //! * [`VmmAllocation`], [`VmmMapping`], [`vmm::register`] / [`vmm::lookup`],
 //!   [`vmm::fd_from_process`]: CUDA VMM memory (`ncclMemAlloc`), shared as file descriptors.
+//! * [`ClockLimits`]: whether the GPU is held at its power or thermal limit (NVML).
 //! * [`Kernels`]: NVRTC-compiled reductions for every type and operation, matching
 //!   [`crate::host::reduce`] bit for bit, cached on disk.
 
@@ -23,6 +24,7 @@ pub mod flag;
 pub mod ipc;
 pub mod kernels;
 pub mod memory;
+pub mod nvml;
 pub mod nvrtc;
 pub mod source;
 pub mod stream;
@@ -38,6 +40,7 @@ pub use kernels::{KernelStats, Kernels, LlP2p, LlTransfers};
 pub use memory::{
     buffer_id, pointer_info, DeviceBuffer, HostRegistration, MemoryKind, PinnedBuffer, PointerInfo,
 };
+pub use nvml::ClockLimits;
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
 pub use stream::{CaptureStatus, Event, EventFlags, MemOp, Stream, WaitCond};

@@ -24,6 +24,7 @@ mod buffers;
 mod calls;
 mod direct;
 mod direct_reduce;
+mod limits;
 mod protocol;
 mod relay;
 #[cfg(test)]
@@ -152,6 +153,12 @@ pub struct IpcEngine {
     /// The host path's two lanes (none while it is off) and its rings.
     host_lanes: Vec<Stream>,
     _host_rings: Option<HostRings>,
+    /// This GPU's clock limiters and how often they are read: while the GPU is held at its
+    /// power or thermal limit (someone's compute at full tilt) new transfers skip the host
+    /// path (`CCL_IPC_HOST_PATH_WHEN_LIMITED`); None: the host path does not look.
+    host_limits: Option<(cuda::ClockLimits, limits::LimitWatch)>,
+    /// Host-path-sized transfers posted without it because the GPU was limited.
+    host_skipped: std::sync::atomic::AtomicU64,
     fork: Event,
     /// One per lane, tx lanes first.
     joins: Vec<Event>,
@@ -310,6 +317,29 @@ impl HostRing {
     fn ring_bytes(&self) -> usize {
         self.slot_bytes as usize * self.slots as usize
     }
+}
+
+/// The clock limiters the host path consults, if it is on and told to
+/// (`CCL_IPC_HOST_PATH_WHEN_LIMITED=0`, the default) and NVML knows this GPU.
+fn host_limits(ctx: &Context, host_path: bool) -> Option<(cuda::ClockLimits, limits::LimitWatch)> {
+    if !host_path || params::CCL_IPC_HOST_PATH_WHEN_LIMITED.get_bool() {
+        return None;
+    }
+    let bus = ctx.driver().pci_bus_id(ctx.device()).ok()?;
+    let clocks = match cuda::ClockLimits::for_bus_id(&bus) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::info!("cuda-ipc: the host path cannot see GPU {bus}'s clock limiters: {e}");
+            return None;
+        }
+    };
+    tracing::info!(
+        "cuda-ipc: the host path pauses while GPU {bus} is at its power or thermal limit \
+         (clock event reasons now {:#x})",
+        clocks.reasons().unwrap_or(0)
+    );
+    let watch = limits::LimitWatch::new(Duration::from_millis(5), Duration::from_millis(100));
+    Some((clocks, watch))
 }
 
 /// This rank's shares of the host path (local settings: the first poster's share holds),
@@ -922,6 +952,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         }
     }
     let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
+    let host_limits = host_limits(&local.ctx, layout.host.is_some());
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -948,6 +979,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         tx,
         rx,
         host_lanes,
+        host_limits,
+        host_skipped: std::sync::atomic::AtomicU64::new(0),
         _host_rings: peer_ring,
         fork,
         joins,
@@ -1333,9 +1366,39 @@ impl Queueing {
             &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
             Some(std::time::Instant::now() + timeout),
             &|| abort.load(std::sync::atomic::Ordering::Relaxed),
-            eng.layout.host.as_ref(),
+            self.host_path_now(&p),
         )?);
         Ok(())
+    }
+
+    /// The host path for transfers posted now: none while the GPU is held at its power or
+    /// thermal limit (see [`IpcEngine::host_limits`]).
+    fn host_path_now(&self, p: &Program) -> Option<&direct::HostPath> {
+        let eng = &*self.eng;
+        let host = eng.layout.host.as_ref()?;
+        let Some((clocks, watch)) = &eng.host_limits else {
+            return Some(host);
+        };
+        // Only groups the host path would take pay for a look (at most one NVML call per
+        // sampling interval, tens of microseconds, beside a transfer of >= 64 MiB).
+        let both = |q: usize| !p.tx[q].is_empty() && !p.rx[q].is_empty();
+        let would = (0..p.tx.len().min(p.rx.len())).any(|q| {
+            p.tx[q]
+                .iter()
+                .map(|t| t.bytes)
+                .chain(p.rx[q].iter().map(|r| r.bytes))
+                .any(|b| host.permille(b, both(q)) > 0)
+        });
+        if !would {
+            return Some(host);
+        }
+        if watch.limited(std::time::Instant::now(), || {
+            clocks.power_or_thermal_limited()
+        }) {
+            eng.host_skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(host)
     }
 
     /// Orders the user's streams, then the direct transfers' local copies and flags, then the
@@ -2223,13 +2286,15 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
              the bounce buffer and {} through the host path beside NVLink, {} bytes through \
-             receive slots and {} bytes as small sends",
+             receive slots and {} bytes as small sends; {} groups skipped the host path while \
+             the GPU was at its power or thermal limit",
             eng.layout.rank,
             q.sent_direct,
             q.sent_bounced,
             q.sent_host,
             q.sent_staged,
-            q.sent_small
+            q.sent_small,
+            eng.host_skipped.load(Ordering::Relaxed)
         );
         if let Some(r) = &eng.remote {
             tracing::info!(
