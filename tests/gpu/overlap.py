@@ -82,6 +82,44 @@ class Coll:
                     SPLITS.setdefault("batch_isend_irecv", []).append((t1 - t0) * 1e6)
                     SPLITS.setdefault("wait", []).append((time.perf_counter() - t1) * 1e6)
 
+        elif name == "raw_push":
+            # No library: each rank pushes its buffer into the next rank's receive buffer,
+            # mapped into this process's own context through CUDA IPC (as libccl maps it), with
+            # one cuMemcpyAsync per call on the comm stream, unsynchronized between the ranks.
+            # What the GEMM loses beside copies alone in this harness's two processes
+            # (sendrecv's bytes and formula).
+            cu = ctypes.CDLL("libcuda.so.1")
+
+            class Handle(ctypes.Structure):
+                _fields_ = [("reserved", ctypes.c_char * 64)]
+
+            cu.cuIpcGetMemHandle.argtypes = [ctypes.POINTER(Handle), ctypes.c_uint64]
+            cu.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), Handle, ctypes.c_uint]
+            cu.cuMemGetAddressRange_v2.argtypes = [
+                ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+            cu.cuMemcpyAsync.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+            self.send = torch.full((n,), float(rank + 1), dtype=dt, device=dev)
+            self.recv = torch.empty(n, dtype=dt, device=dev)
+            self.bytes, self.factor = n * 2, 1.0
+            base, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+            assert cu.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), self.recv.data_ptr()) == 0
+            h = Handle()
+            assert cu.cuIpcGetMemHandle(ctypes.byref(h), base.value) == 0
+            every = [None] * world
+            dist.all_gather_object(every, (ctypes.string_at(ctypes.addressof(h), 64), self.recv.data_ptr() - base.value))
+            raw, off = every[peer_next]
+            peer = Handle()
+            ctypes.memmove(ctypes.addressof(peer), raw, 64)
+            mapped = ctypes.c_uint64(0)
+            assert cu.cuIpcOpenMemHandle_v2(ctypes.byref(mapped), peer, 1) == 0
+            dst, src, nb = mapped.value + off, self.send.data_ptr(), n * 2
+            torch.cuda.synchronize()
+            dist.barrier()
+
+            def fn():
+                r = cu.cuMemcpyAsync(dst, src, nb, torch.cuda.current_stream().cuda_stream)
+                assert r == 0, r
+
         elif name == "alltoall":
             n -= n % world
             self.send = torch.full((n,), float(rank + 1), dtype=dt, device=dev)
@@ -113,7 +151,7 @@ class Coll:
 
         else:
             raise ValueError(
-                f"unknown collective {name!r} (sendrecv, alltoall, all_gather, all_gather_inplace)"
+                f"unknown collective {name!r} (sendrecv, alltoall, all_gather, all_gather_inplace, raw_push)"
             )
         self.fn = fn
 
