@@ -6,7 +6,7 @@ Run under torchrun with 2 ranks (the library under test is chosen outside, by LD
 
 For each collective (sendrecv, alltoall, all_gather; nccl-tests byte counts: sendrecv 256 MiB
 sent by every rank, alltoall 256 MiB in and out, all_gather 256 MiB of output; also
-all_gather_inplace, on request) it measures
+all_gather_inplace, and raw_push -- copies with no library, see Coll -- on request) it measures
   (a) the GEMM loop alone on a compute stream (ms per GEMM, TFLOP/s),
   (b) the collective loop alone on a comm stream (busbw GB/s, nccl-tests formulas),
   (c) both loops at once, each sized to run OVERLAP_SECONDS at its rate alone and enqueued

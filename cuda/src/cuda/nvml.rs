@@ -104,3 +104,29 @@ impl ClockLimits {
         self.reasons().map(|r| r & POWER_OR_THERMAL_LIMITED != 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without NVML (CI) or for a bus id no GPU has, the limiters are refused with a reason,
+    /// never a panic; a bus id with a NUL in it is refused before NVML sees it.
+    #[test]
+    fn unknown_gpus_and_bad_bus_ids_are_refused_with_a_reason() {
+        let e = ClockLimits::for_bus_id("ffff:ff:1f.7").expect_err("no GPU has this bus id");
+        assert!(!e.is_empty());
+        assert!(ClockLimits::for_bus_id("0000:00\0:00.0").is_err());
+    }
+
+    #[test]
+    fn the_limited_mask_holds_power_and_thermal_reasons_only() {
+        // SwPowerCap, HwSlowdown, SwThermal, HwThermal, HwPowerBrake: yes; GpuIdle (0x1),
+        // ApplicationsClocksSetting (0x2), SyncBoost (0x10), DisplayClock (0x100): no.
+        for bit in [0x4u64, 0x8, 0x20, 0x40, 0x80] {
+            assert_ne!(bit & POWER_OR_THERMAL_LIMITED, 0, "{bit:#x}");
+        }
+        for bit in [0x1u64, 0x2, 0x10, 0x100] {
+            assert_eq!(bit & POWER_OR_THERMAL_LIMITED, 0, "{bit:#x}");
+        }
+    }
+}
