@@ -906,7 +906,8 @@ pub(crate) struct Posting {
 }
 
 /// Posts every transfer of one lowered group (sends and receives per peer, in order).
-/// `boards(r)` is rank `r`'s inbox. Nothing here waits for a peer's call.
+/// `boards(r)` is rank `r`'s inbox. Nothing here waits for a peer's call. `host_paused()` is
+/// asked only about a transfer the host path would take; true: it posts no host share.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn post_group<'b>(
     bufs: &mut dyn Reach,
@@ -917,6 +918,7 @@ pub(crate) fn post_group<'b>(
     ring_deadline: Option<Instant>,
     stop: &dyn Fn() -> bool,
     host: Option<&HostPath>,
+    host_paused: &dyn Fn() -> bool,
 ) -> Result<Posting> {
     let sends: Vec<(u64, usize)> = p.tx.iter().flatten().map(|s| (s.src, s.bytes)).collect();
     // (peer, outgoing, ptr, bytes, forced)
@@ -968,7 +970,12 @@ pub(crate) fn post_group<'b>(
         let exchange = wants
             .iter()
             .any(|&(q, out, ..)| q == peer && out != outgoing);
-        let host_permille = host.map_or(0, |h| h.permille(bytes, exchange));
+        let wanted = host.map_or(0, |h| h.permille(bytes, exchange));
+        let host_permille = if wanted > 0 && host_paused() {
+            0
+        } else {
+            wanted
+        };
         let (mut mine, bounce_at) = match (off, bounce, ex) {
             (None, _, Some(ex)) => (ex.post(bufs.pid(), ptr, bytes), None),
             (Some(off), Some((b, bex)), _) => {

@@ -157,7 +157,7 @@ pub struct IpcEngine {
     /// power or thermal limit (someone's compute at full tilt) new transfers skip the host
     /// path (`CCL_IPC_HOST_PATH_WHEN_LIMITED`); None: the host path does not look.
     host_limits: Option<(cuda::ClockLimits, limits::LimitWatch)>,
-    /// Host-path-sized transfers posted without it because the GPU was limited.
+    /// Transfers the host path would have taken, posted without it because the GPU was limited.
     host_skipped: std::sync::atomic::AtomicU64,
     fork: Event,
     /// One per lane, tx lanes first.
@@ -1366,39 +1366,26 @@ impl Queueing {
             &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
             Some(std::time::Instant::now() + timeout),
             &|| abort.load(std::sync::atomic::Ordering::Relaxed),
-            self.host_path_now(&p),
+            eng.layout.host.as_ref(),
+            &|| self.host_paused(),
         )?);
         Ok(())
     }
 
-    /// The host path for transfers posted now: none while the GPU is held at its power or
-    /// thermal limit (see [`IpcEngine::host_limits`]).
-    fn host_path_now(&self, p: &Program) -> Option<&direct::HostPath> {
+    /// Whether a transfer the host path would take goes without it: while the GPU is held at
+    /// its power or thermal limit (see [`IpcEngine::host_limits`]).
+    fn host_paused(&self) -> bool {
         let eng = &*self.eng;
-        let host = eng.layout.host.as_ref()?;
         let Some((clocks, watch)) = &eng.host_limits else {
-            return Some(host);
+            return false;
         };
-        // Only groups the host path would take pay for a look (at most one NVML call per
-        // sampling interval, tens of microseconds, beside a transfer of >= 64 MiB).
-        let both = |q: usize| !p.tx[q].is_empty() && !p.rx[q].is_empty();
-        let would = (0..p.tx.len().min(p.rx.len())).any(|q| {
-            p.tx[q]
-                .iter()
-                .map(|t| t.bytes)
-                .chain(p.rx[q].iter().map(|r| r.bytes))
-                .any(|b| host.permille(b, both(q)) > 0)
-        });
-        if !would {
-            return Some(host);
-        }
-        if watch.limited(std::time::Instant::now(), || {
+        let paused = watch.limited(std::time::Instant::now(), || {
             clocks.power_or_thermal_limited()
-        }) {
+        });
+        if paused {
             eng.host_skipped.fetch_add(1, Ordering::Relaxed);
-            return None;
         }
-        Some(host)
+        paused
     }
 
     /// Orders the user's streams, then the direct transfers' local copies and flags, then the
@@ -2286,8 +2273,8 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
              the bounce buffer and {} through the host path beside NVLink, {} bytes through \
-             receive slots and {} bytes as small sends; {} groups skipped the host path while \
-             the GPU was at its power or thermal limit",
+             receive slots and {} bytes as small sends; {} transfers went without the host path \
+             while the GPU was at its power or thermal limit",
             eng.layout.rank,
             q.sent_direct,
             q.sent_bounced,

@@ -462,7 +462,18 @@ fn post_exchange(
         unmappable: &[],
     };
     let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
-    direct::post_group(&mut reach, &group, rank, c, &boards, None, &|| false, None).unwrap()
+    direct::post_group(
+        &mut reach,
+        &group,
+        rank,
+        c,
+        &boards,
+        None,
+        &|| false,
+        None,
+        &|| false,
+    )
+    .unwrap()
 }
 
 /// Settles `posting` of `rank` as the device path does, with the given waits.
@@ -664,6 +675,7 @@ impl Setup {
                     None,
                     &|| false,
                     l.host.as_ref(),
+                    &|| false,
                 )
                 .map_err(e)?,
             )
@@ -1881,6 +1893,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                         None,
                         &|| false,
                         layouts[r].host.as_ref(),
+                        &|| false,
                     )
                     .unwrap();
                     let now = std::time::Instant::now();
