@@ -787,23 +787,14 @@ fn mpt_link_config(
         .ok()
         .filter(|p| (0.0..=1.0).contains(p))
         .ok_or_else(|| Error::invalid_argument("CCL_MPT_DROP must be a fraction in [0, 1]"))?;
-    // Both ends of a link run the smaller of their counts (the hello settles it). `auto`, from
-    // the CPUs this process can count on (`cpus`, its share of the host): from 16 up, one
-    // engine per 2 of them, at most 8 (the GPU machine's two ranks of 16: with borrowed sends
-    // 8 engines moved 128 MiB sendrecv / all_reduce / alltoall at 5.98 / 5.78 / 6.55 GB/s
-    // against 4 engines' 4.79 / 4.27 / 5.10); below 16 one per 8, 1 to 4 (engines are threads
-    // that copy and move datagrams: on 2 cores four were slower than one). A number out of
-    // range is an error, not a clamp.
+    // Both ends of a link run the smaller of their counts (the hello settles it). A number
+    // out of range is an error, not a clamp.
     let engines = auto_or(
         "CCL_MPT_ENGINES",
         &params::CCL_MPT_ENGINES.get_str(),
         1..=ccl_transports::mpt_link::MAX_ENGINES,
     )?
-    .unwrap_or(if cpus >= 16 {
-        (cpus / 2).min(8)
-    } else {
-        (cpus / 8).clamp(1, 4)
-    });
+    .unwrap_or(auto_engines(cpus));
     Ok(Some((
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
@@ -821,6 +812,7 @@ fn mpt_link_config(
             async_copy: params::CCL_MPT_ASYNC_COPY.get_bool(),
             zero_copy: params::CCL_MPT_ZERO_COPY.get_bool(),
             local_ips: mpt_nics()?,
+            spin: std::time::Duration::from_micros(params::CCL_MPT_SPIN_US.get_i64().max(0) as u64),
             ..MptLinkConfig::default()
         },
         strict,
@@ -910,16 +902,36 @@ fn cpu_share(local: usize) -> usize {
     }
 }
 
+/// mpt engines per link when `CCL_MPT_ENGINES` is `auto`, from the CPUs this process can
+/// count on (`cpus`, its share of the host, [`cpu_share`]): 8 from 8 CPUs up, else 1.
+///
+/// Engines are threads that copy and move datagrams, and they spend much of their time
+/// waiting on the peer, so more engines than CPUs is not waste. Two ranks on 16 CPUs (8
+/// each), 128 MiB host-memory sendrecv / all_reduce over loopback (session 16): 1 engine
+/// 1.50 / 1.40 GB/s, 8 engines (with 4 copy threads) 4.64-4.76 / 4.25. Two ranks on 32 (the
+/// GPU machine): 8 engines 5.98 / 5.78 against 4 engines' 4.79 / 4.27; 16 were slower. On 2
+/// cores four engines were slower than one; 3 to 7 CPUs were not measured and keep one.
+fn auto_engines(cpus: usize) -> usize {
+    if cpus >= 8 {
+        8
+    } else {
+        1
+    }
+}
+
 /// Helper threads for large copies (`CCL_COPY_THREADS`): `auto` is a quarter of `cpus` (the
-/// process's share, [`cpu_share`]), at most 8, and none below 16, where helpers (which spin
-/// briefly between parts) would take cores from the engines and the executor; a number is
-/// taken as it is (up to 64).
+/// process's share, [`cpu_share`]) but at least 4 and at most 8 from 8 CPUs up, and none
+/// below 8, where helpers (which spin briefly between parts) would take cores from the
+/// engines and the executor; a number is taken as it is (up to 64). Without helpers the
+/// executor copies every received byte alone and is what limits the network path once there
+/// are several engines (two ranks of 8 CPUs, 8 engines: sendrecv 3.20 GB/s with none, 4.76
+/// with 4; the executor thread busy throughout).
 fn copy_threads(setting: &str, cpus: usize) -> Result<usize> {
     Ok(
-        auto_or("CCL_COPY_THREADS", setting, 0..=64)?.unwrap_or(if cpus < 16 {
+        auto_or("CCL_COPY_THREADS", setting, 0..=64)?.unwrap_or(if cpus < 8 {
             0
         } else {
-            (cpus / 4).min(8)
+            (cpus / 4).clamp(4, 8)
         }),
     )
 }
@@ -1002,7 +1014,7 @@ fn search_ring(table: &[RankInfo]) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_threads, cpu_share, link_frames, mpt_slots, LinkFrames};
+    use super::{auto_engines, copy_threads, cpu_share, link_frames, mpt_slots, LinkFrames};
 
     #[test]
     fn a_process_counts_on_a_share_of_the_cpus_and_at_least_one() {
@@ -1041,9 +1053,21 @@ mod tests {
     }
 
     #[test]
+    fn auto_engines_are_eight_from_eight_cpus_and_one_below() {
+        assert_eq!(auto_engines(1), 1);
+        assert_eq!(auto_engines(2), 1);
+        assert_eq!(auto_engines(7), 1);
+        assert_eq!(auto_engines(8), 8);
+        assert_eq!(auto_engines(16), 8);
+        assert_eq!(auto_engines(256), 8);
+    }
+
+    #[test]
     fn copy_threads_auto_is_a_quarter_of_many_cpus_and_none_on_few() {
         assert_eq!(copy_threads("auto", 2).ok(), Some(0));
-        assert_eq!(copy_threads("auto", 15).ok(), Some(0));
+        assert_eq!(copy_threads("auto", 7).ok(), Some(0));
+        assert_eq!(copy_threads("auto", 8).ok(), Some(4));
+        assert_eq!(copy_threads("auto", 15).ok(), Some(4));
         assert_eq!(copy_threads("AUTO", 16).ok(), Some(4));
         assert_eq!(copy_threads(" auto ", 32).ok(), Some(8));
         assert_eq!(copy_threads("auto", 256).ok(), Some(8));

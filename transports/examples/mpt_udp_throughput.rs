@@ -3,13 +3,13 @@
 //!
 //! ```text
 //! cargo run --release -p ccl-transports --example mpt_udp_throughput -- \
-//!     [paths] [--engines 1,2,4] [--frame BYTES] [--mib TOTAL] [--split BYTES] [--chunk BYTES]
+//!     [paths] [--engines 1,2,4] [--frame BYTES] [--mib TOTAL] [--split BYTES] [--chunk BYTES] [--spin US]
 //! ```
 //!
 //! `paths` is per engine (default 8); `--engines` lists the engine counts to compare, one
 //! run each (default: `CCL_MPT_ENGINES` if set, else 1); `--frame` is the frame size
 //! (default 512 KiB, which several engines split); `--mib` the data sent per run (default
-//! 512 MiB).
+//! 512 MiB); `--spin` how long an idle engine polls before it parks (default 0).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -37,6 +37,7 @@ struct Opts {
     total: usize,
     split: usize,
     chunk: u32,
+    spin_us: u64,
 }
 
 fn parse() -> Res<Opts> {
@@ -51,6 +52,7 @@ fn parse() -> Res<Opts> {
         total: 512 << 20,
         split: MptLinkConfig::default().split_bytes,
         chunk: MptLinkConfig::default().chunk_size,
+        spin_us: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -66,6 +68,7 @@ fn parse() -> Res<Opts> {
             "--mib" => o.total = val()?.parse::<usize>()? << 20,
             "--split" => o.split = val()?.parse()?,
             "--chunk" => o.chunk = val()?.parse()?,
+            "--spin" => o.spin_us = val()?.parse()?,
             p => o.paths = p.parse().map_err(|e| format!("paths {p:?}: {e}"))?,
         }
     }
@@ -80,6 +83,7 @@ fn run(o: &Opts, engines: usize) -> Res<()> {
         engines,
         split_bytes: o.split,
         chunk_size: o.chunk,
+        spin: std::time::Duration::from_micros(o.spin_us),
         ..MptLinkConfig::default()
     };
     let (mut a, mut b) = pair(cfg)?;

@@ -128,6 +128,10 @@ pub struct MptLinkConfig {
     /// probing the dead ones, which come back when the port does. Empty: every path on the
     /// address the link was bound to. At most [`MAX_NICS`].
     pub local_ips: Vec<IpAddr>,
+    /// How long an engine thread that found nothing to do keeps polling before it parks in
+    /// `poll` (zero: it parks at once). Spinning saves the wake-up of a parked thread on
+    /// every burst, at the price of a core per engine while traffic flows.
+    pub spin: Duration,
 }
 
 impl Default for MptLinkConfig {
@@ -148,6 +152,7 @@ impl Default for MptLinkConfig {
             async_copy: false,
             zero_copy: false,
             local_ips: Vec::new(),
+            spin: Duration::ZERO,
         }
     }
 }
@@ -1212,9 +1217,10 @@ fn start_engine(
         copies_done: AtomicU64::new(0),
     });
     let sh = shared.clone();
+    let spin = cfg.spin;
     let thread = std::thread::Builder::new()
         .name("ccl-mpt".into())
-        .spawn(move || engine(&sh))
+        .spawn(move || engine(&sh, spin))
         .map_err(|e| Error::io("spawn mpt engine", e))?;
     Ok(Engine {
         shared,
@@ -1238,7 +1244,9 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn engine(sh: &Shared) {
+fn engine(sh: &Shared, spin: Duration) {
+    // When the engine last found work (or started spinning without any).
+    let mut busy_at = std::time::Instant::now();
     while !sh.stop.load(Ordering::Acquire) {
         let since_user =
             nanos_since(sh.epoch).saturating_sub(sh.user_progress.load(Ordering::Relaxed));
@@ -1246,11 +1254,15 @@ fn engine(sh: &Shared) {
             std::thread::sleep(USER_ACTIVE);
             continue;
         }
-        let (moved, wait) = {
+        let (park, wait) = {
             let mut g = sh.lock();
             g.sleeping = false;
             let copied = sh.run_copy_job(&mut g);
             let moved = sh.run(&mut g) || copied;
+            if moved {
+                busy_at = std::time::Instant::now();
+            }
+            let park = !moved && busy_at.elapsed() >= spin;
             let now = g.now();
             let wait = g
                 .conn
@@ -1262,10 +1274,10 @@ fn engine(sh: &Shared) {
             // wakes us (see `Shared::kick`). Parking at once rather than spinning a while
             // measured better on a small, shared machine, where a spinning engine takes the
             // core its peer engines and the user need.
-            g.sleeping = !moved;
-            (moved, wait)
+            g.sleeping = park;
+            (park, wait)
         };
-        if !moved {
+        if park {
             udp::wait_readable(&sh.fds, wait);
             if let Some(w) = &sh.wake {
                 w.drain();

@@ -189,6 +189,18 @@ fn engines_copying_their_own_parts_deliver_the_same_frames() {
     }
 }
 
+/// Engines that poll a while before parking (`spin`) deliver the same frames, once and in
+/// order, with loss too (the spin changes when an engine parks, not what it does).
+#[test]
+fn spinning_engines_deliver_the_same_frames() {
+    for (engines, drop_rate) in [(2, 0.0), (3, 0.01)] {
+        let mut c = engines_cfg(engines, drop_rate);
+        c.spin = std::time::Duration::from_micros(300);
+        let (mut a, mut b) = pair(c);
+        exchange(&mut a, &mut b, &mixed_sizes());
+    }
+}
+
 #[test]
 fn two_engines_frames_cross_once_in_order() {
     let (a, b) = engines_exchange(2, 0.0);
