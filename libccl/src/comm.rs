@@ -637,7 +637,8 @@ fn build_state(
     // peer order on every rank, so the blocking hello exchange cannot deadlock; then a probe
     // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
-    let mpt = mpt_link_config(&frames, rank, cpus)?;
+    let remote_links = data.iter().filter(|s| s.is_some()).count();
+    let mpt = mpt_link_config(&frames, rank, cpus, remote_links)?;
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
@@ -752,6 +753,7 @@ fn mpt_link_config(
     frames: &LinkFrames,
     rank: usize,
     cpus: usize,
+    remote_links: usize,
 ) -> Result<Option<(MptLinkConfig, bool)>> {
     let ccl_net = params::CCL_NET.get_str();
     let from_ccl = !ccl_net.trim().is_empty();
@@ -794,7 +796,7 @@ fn mpt_link_config(
         &params::CCL_MPT_ENGINES.get_str(),
         1..=ccl_transports::mpt_link::MAX_ENGINES,
     )?
-    .unwrap_or(auto_engines(cpus));
+    .unwrap_or(auto_engines(cpus, remote_links));
     Ok(Some((
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
@@ -903,7 +905,11 @@ fn cpu_share(local: usize) -> usize {
 }
 
 /// mpt engines per link when `CCL_MPT_ENGINES` is `auto`, from the CPUs this process can
-/// count on (`cpus`, its share of the host, [`cpu_share`]): 8 from 8 CPUs up, else 1.
+/// count on (`cpus`, its share of the host, [`cpu_share`]) and the links it opens to other
+/// hosts (`remote_links`): 8 engines in all from 8 CPUs up, shared out over the links (at
+/// least one each), else one per link. Every link is opened at setup and each engine is a
+/// thread with its own sockets, so a rank with many peers on other hosts must not get 8 per
+/// peer (64 peers would be 512 threads).
 ///
 /// Engines are threads that copy and move datagrams, and they spend much of their time
 /// waiting on the peer, so more engines than CPUs is not waste. Two ranks on 16 CPUs (8
@@ -911,9 +917,9 @@ fn cpu_share(local: usize) -> usize {
 /// 1.50 / 1.40 GB/s, 8 engines (with 4 copy threads) 4.64-4.76 / 4.25. Two ranks on 32 (the
 /// GPU machine): 8 engines 5.98 / 5.78 against 4 engines' 4.79 / 4.27; 16 were slower. On 2
 /// cores four engines were slower than one; 3 to 7 CPUs were not measured and keep one.
-fn auto_engines(cpus: usize) -> usize {
+fn auto_engines(cpus: usize, remote_links: usize) -> usize {
     if cpus >= 8 {
-        8
+        (8 / remote_links.max(1)).max(1)
     } else {
         1
     }
@@ -1053,13 +1059,21 @@ mod tests {
     }
 
     #[test]
-    fn auto_engines_are_eight_from_eight_cpus_and_one_below() {
-        assert_eq!(auto_engines(1), 1);
-        assert_eq!(auto_engines(2), 1);
-        assert_eq!(auto_engines(7), 1);
-        assert_eq!(auto_engines(8), 8);
-        assert_eq!(auto_engines(16), 8);
-        assert_eq!(auto_engines(256), 8);
+    fn auto_engines_are_eight_in_all_from_eight_cpus_and_one_per_link_below() {
+        for links in [0, 1] {
+            assert_eq!(auto_engines(1, links), 1);
+            assert_eq!(auto_engines(2, links), 1);
+            assert_eq!(auto_engines(7, links), 1);
+            assert_eq!(auto_engines(8, links), 8);
+            assert_eq!(auto_engines(16, links), 8);
+            assert_eq!(auto_engines(256, links), 8);
+        }
+        // Shared over the links to other hosts, at least one each.
+        assert_eq!(auto_engines(16, 2), 4);
+        assert_eq!(auto_engines(16, 3), 2);
+        assert_eq!(auto_engines(16, 8), 1);
+        assert_eq!(auto_engines(16, 64), 1);
+        assert_eq!(auto_engines(4, 64), 1);
     }
 
     #[test]
