@@ -813,6 +813,7 @@ fn mpt_link_config(
             engine_copy: params::CCL_MPT_ENGINE_COPY.get_bool(),
             async_copy: params::CCL_MPT_ASYNC_COPY.get_bool(),
             zero_copy: params::CCL_MPT_ZERO_COPY.get_bool(),
+            place_receives: params::CCL_MPT_PLACE_RECEIVES.get_bool(),
             local_ips: mpt_nics()?,
             spin: std::time::Duration::from_micros(params::CCL_MPT_SPIN_US.get_i64().max(0) as u64),
             ..MptLinkConfig::default()

@@ -204,6 +204,8 @@ pub struct ExecStats {
     pub send_bytes: u64,
     /// Time with nothing to do: waiting for frames, link room or gates.
     pub idle: std::time::Duration,
+    /// Received bytes the links wrote straight into their destinations (no copy here).
+    pub placed_bytes: u64,
 }
 
 /// Smallest frame [`ExecStats`] times.
@@ -221,7 +223,7 @@ impl ExecStats {
             }
         };
         format!(
-            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms",
+            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms; {} B received in place (no copy)",
             TIMED_BYTES >> 10,
             self.recv_bytes,
             ms(self.recv_busy),
@@ -229,7 +231,8 @@ impl ExecStats {
             self.send_bytes,
             ms(self.send_busy),
             rate(self.send_bytes, self.send_busy),
-            ms(self.idle)
+            ms(self.idle),
+            self.placed_bytes
         )
     }
 }
@@ -887,7 +890,9 @@ fn recv_op(
 ) -> Result<bool> {
     let mut progressed = false;
     while !op.finished {
+        let max_frame = link.max_frame();
         let Some(frame) = link.peek()? else { break };
+        let data_frame = op.header_done;
         let data = if op.header_done {
             frame
         } else {
@@ -915,17 +920,30 @@ fn recv_op(
                 op.bytes - op.done
             )));
         }
-        if n > 0 {
-            // Addresses as integers: the parts may run on the copy threads (ccl_transports::par).
-            let (from, done) = (data.as_ptr() as usize, op.done);
-            // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum.
-            let (what, dst, local) = match op.kind {
-                XKind::Recv { dst } => (0u8, dst as usize, 0usize),
-                XKind::RecvReduce { local, dst, fused } => {
-                    (1 + fused as u8, dst as usize, local as usize)
-                }
-                _ => (3, 0, 0),
-            };
+        // Addresses as integers: the parts may run on the copy threads (ccl_transports::par).
+        let (from, done) = (data.as_ptr() as usize, op.done);
+        // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum.
+        let (what, dst, local) = match op.kind {
+            XKind::Recv { dst } => (0u8, dst as usize, 0usize),
+            XKind::RecvReduce { local, dst, fused } => {
+                (1 + fused as u8, dst as usize, local as usize)
+            }
+            _ => (3, 0, 0),
+        };
+        // A frame the link wrote straight into the destination lent to it (below) is where
+        // it belongs already; one shown anywhere else inside the destination means the two
+        // sides cut the operation into frames differently, which would corrupt it.
+        let lent_frame = what == 0 && n > 0 && (dst..dst + op.bytes).contains(&from);
+        if lent_frame && from != dst + done {
+            return Err(Error::internal(format!(
+                "a frame from rank {} arrived at offset {} of its destination, expected {done}",
+                op.peer,
+                from - dst
+            )));
+        }
+        if lent_frame {
+            stats.placed_bytes += n as u64;
+        } else if n > 0 {
             let part = |r: std::ops::Range<usize>| {
                 let (src, len, at) = ((from + r.start) as *const u8, r.len(), done + r.start);
                 let (d, l) = ((dst + at) as *mut u8, (local + at) as *const u8);
@@ -955,6 +973,15 @@ fn recv_op(
         progressed = true;
         if op.done == op.bytes {
             op.finished = true;
+        } else if what == 0 && data_frame && n == max_frame {
+            // The rest of the operation comes in frames of this link's largest size (the
+            // sender cuts min(left, its largest), and this full-sized data frame shows its
+            // largest is ours), so the link can be told where each of them goes.
+            // SAFETY: the rest of the destination, validated at enqueue (or plan-owned), is
+            // written by nothing but this operation's frames until it finishes; a failed plan
+            // quiesces its links (which withdraws the loan) before its buffers go back
+            // (group::drive).
+            unsafe { link.lend((dst + op.done) as *mut u8, op.bytes - op.done) };
         }
     }
     Ok(progressed)
@@ -1047,5 +1074,146 @@ mod tests {
         plan.progress(&mut links, &mut staging, &mut ExecStats::default())
             .unwrap();
         assert!(plan.is_done());
+    }
+
+    /// A link that delivers `frames` (as a sender cut them) and, like an mpt link that
+    /// places receives, writes each frame into the loan it was given before showing it: the
+    /// next frame at the loan's start, the one after `max_frame` further on. `skew` shifts
+    /// where it writes (a sender that cut its frames differently).
+    struct PlacingLink {
+        frames: std::collections::VecDeque<Vec<u8>>,
+        loan: Option<(usize, usize)>,
+        shown: Option<(usize, usize)>,
+        skew: usize,
+    }
+
+    impl Link for PlacingLink {
+        fn max_frame(&self) -> usize {
+            64 + HDR_BYTES
+        }
+        fn try_send(&mut self, _: &[u8]) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
+            let Some(f) = self.frames.front() else {
+                return Ok(None);
+            };
+            let at = match self.loan {
+                Some((addr, len)) if len >= f.len() => {
+                    let at = addr + self.skew;
+                    // SAFETY: the executor lent [addr, addr + len) (`Link::lend`); the test
+                    // keeps `skew` inside the destination it owns.
+                    unsafe { std::ptr::copy_nonoverlapping(f.as_ptr(), at as *mut u8, f.len()) };
+                    at
+                }
+                _ => f.as_ptr() as usize,
+            };
+            self.shown = Some((at, f.len()));
+            // SAFETY: `at` holds the frame's bytes (just written, or the frame itself), alive
+            // until `pop`.
+            Ok(Some(unsafe {
+                std::slice::from_raw_parts(at as *const u8, f.len())
+            }))
+        }
+        fn pop(&mut self) {
+            if let (Some((_, n)), Some((addr, len))) = (self.shown.take(), self.loan) {
+                if len >= n {
+                    let step = self.max_frame().min(len);
+                    self.loan = Some((addr + step, len - step));
+                }
+            }
+            self.frames.pop_front();
+        }
+        fn flush(&mut self) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn has_pending(&self) -> bool {
+            false
+        }
+        unsafe fn lend(&mut self, dst: *mut u8, len: usize) {
+            self.loan = Some((dst as usize, len));
+        }
+        fn kind(&self) -> &'static str {
+            "placing"
+        }
+    }
+
+    /// The frames a send of `src` to rank 1 is cut into.
+    fn frames_of(src: &[u8]) -> Vec<Vec<u8>> {
+        let t = p2p_task(
+            TaskKind::Send { peer: 1 },
+            src.as_ptr() as usize,
+            0,
+            src.len(),
+        );
+        let mut plan = Plan::p2p(&[t], 0, 2, &mut [(0, 0); 2], None).unwrap();
+        let held = Arc::new(Mutex::new(Held::default()));
+        let mut links: Vec<Option<Box<dyn Link>>> =
+            vec![None, Some(Box::new(HoldingLink(Arc::clone(&held))))];
+        plan.progress(&mut links, &mut Vec::new(), &mut ExecStats::default())
+            .unwrap();
+        assert!(plan.is_done());
+        let frames = std::mem::take(&mut held.lock().unwrap().sent);
+        frames
+    }
+
+    fn p2p_task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        Task {
+            kind,
+            send,
+            recv,
+            count,
+            dtype: DataType::Uint8,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    /// Receives `src`'s frames from rank 1 over a [`PlacingLink`].
+    fn receive_placed(src: &[u8], skew: usize) -> (Result<bool>, Vec<u8>, ExecStats) {
+        let mut dst = vec![0u8; src.len()];
+        let t = p2p_task(
+            TaskKind::Recv { peer: 1 },
+            0,
+            dst.as_mut_ptr() as usize,
+            dst.len(),
+        );
+        let mut plan = Plan::p2p(&[t], 0, 2, &mut [(0, 0); 2], None).unwrap();
+        let link = PlacingLink {
+            frames: frames_of(src).into(),
+            loan: None,
+            shown: None,
+            skew,
+        };
+        let mut links: Vec<Option<Box<dyn Link>>> = vec![None, Some(Box::new(link))];
+        let mut stats = ExecStats::default();
+        let r = plan.progress(&mut links, &mut Vec::new(), &mut stats);
+        let done = r.as_ref().is_ok_and(|_| plan.is_done());
+        (r.map(|_| done), dst, stats)
+    }
+
+    /// A receive lends the rest of its destination once a full-sized data frame showed the
+    /// sender cuts frames as this side does; frames shown in place are not copied again.
+    /// 64 + 3 x 112 bytes: the header frame (64 of them) and the first full frame are copied,
+    /// the last two are placed.
+    #[test]
+    fn a_receive_takes_frames_placed_in_its_destination_without_copying_them() {
+        let src: Vec<u8> = (0..400u32).map(|i| (i * 7 + 1) as u8).collect();
+        let lens: Vec<usize> = frames_of(&src).iter().map(Vec::len).collect();
+        assert_eq!(lens, [HDR_BYTES + 64, 112, 112, 112]);
+        let (r, dst, stats) = receive_placed(&src, 0);
+        assert!(r.unwrap(), "receive not done");
+        assert_eq!(dst, src);
+        assert_eq!(stats.placed_bytes, 224);
+    }
+
+    /// A frame shown inside the destination but not where it belongs (the two sides cut
+    /// the operation differently) is an error, not a silent misorder.
+    #[test]
+    fn a_frame_placed_at_the_wrong_offset_is_an_error() {
+        let src = vec![5u8; 400];
+        let (r, _, _) = receive_placed(&src, 16);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("arrived at offset"), "{e}");
     }
 }

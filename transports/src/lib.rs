@@ -78,9 +78,25 @@ pub trait Link: Send {
     unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
         self.try_send(frame)
     }
-    /// Waits until the link reads none of the bytes handed to `try_send_deferred` any more:
-    /// called before a failed operation gives its buffers back.
+    /// Waits until the link reads none of the bytes handed to `try_send_deferred` any more,
+    /// and writes none to destinations lent with [`Link::lend`]: called before a failed
+    /// operation gives its buffers back.
     fn quiesce(&mut self) {}
+    /// Offers `[dst, dst + len)` as the place of the frames after the last one popped: the
+    /// first takes the first `max_frame` bytes, the next the following ones, and so on (how
+    /// a sender cuts an operation's bytes into frames). A link may write arriving frames
+    /// straight there; `peek` then shows such a frame in place (its slice starts where the
+    /// frame belongs), so a caller that would copy it there has nothing to copy. Links are
+    /// free to ignore the offer (the default), take part of it, or take it only for frames
+    /// not yet begun; calling again as frames are consumed (with the rest of the range)
+    /// extends it.
+    ///
+    /// # Safety
+    /// The range must be valid for writes and neither read nor written by anyone else until
+    /// every frame in it has been popped or [`Link::quiesce`] has returned.
+    unsafe fn lend(&mut self, dst: *mut u8, len: usize) {
+        let _ = (dst, len);
+    }
     /// Short name for logs ("shm", "socket").
     fn kind(&self) -> &'static str;
 }

@@ -132,6 +132,10 @@ pub struct MptLinkConfig {
     /// `poll` (zero: it parks at once). Spinning saves the wake-up of a parked thread on
     /// every burst, at the price of a core per engine while traffic flows.
     pub spin: Duration,
+    /// A one-engine link takes the destinations its user lends ([`Link::lend`]) and writes
+    /// arriving frames straight there, instead of into its receive slots for the user to
+    /// copy out. Either side may choose alone (nothing changes on the wire).
+    pub place_receives: bool,
 }
 
 impl Default for MptLinkConfig {
@@ -153,6 +157,7 @@ impl Default for MptLinkConfig {
             zero_copy: false,
             local_ips: Vec::new(),
             spin: Duration::ZERO,
+            place_receives: false,
         }
     }
 }
@@ -210,6 +215,14 @@ struct Inner {
     oldest_unacked: u64,
     /// Per receive slot: `Some(len)` once complete.
     recv_done: Vec<Option<usize>>,
+    /// Per receive slot, a lent destination `(addr, cap)` its message is written to instead
+    /// of the slot (`(0, 0)`: none); see [`Link::lend`].
+    recv_lent: Vec<(usize, usize)>,
+    /// Per receive slot, some of its message's bytes arrived (into the slot, or to its lent
+    /// destination): it can no longer be lent one, nor its loan be withdrawn unnoticed.
+    recv_touched: Vec<bool>,
+    /// How many received bytes went straight to lent destinations.
+    placed_bytes: u64,
     next_pop: u64,
     rx: RxBatch,
     tx: TxBatch,
@@ -319,7 +332,32 @@ impl Inner {
                             let slot = (pl.recv.0 % self.slots) as usize;
                             let off = usize::try_from(pl.offset).unwrap_or(usize::MAX);
                             let len = pl.payload.len();
-                            if off.checked_add(len).is_some_and(|e| e <= self.max_frame) {
+                            let end = off.checked_add(len);
+                            let (lent, cap) = self.recv_lent[slot];
+                            self.recv_touched[slot] = true;
+                            if lent != 0 {
+                                if end.is_some_and(|e| e <= cap) {
+                                    // SAFETY: the user lent `[lent, lent + cap)` for this
+                                    // receive (`Link::lend`'s contract: valid for writes,
+                                    // touched by nobody else until the frame is popped or
+                                    // the loan is withdrawn by `quiesce`, both under this
+                                    // lock); the range is checked above; the source is our
+                                    // own receive buffer, disjoint from it.
+                                    unsafe {
+                                        std::ptr::copy_nonoverlapping(
+                                            pl.payload.as_ptr(),
+                                            (lent + off) as *mut u8,
+                                            len,
+                                        );
+                                    }
+                                    self.placed_bytes += len as u64;
+                                } else {
+                                    self.fail(format!(
+                                        "peer sent a frame longer than the {cap} bytes lent for it"
+                                    ));
+                                    return false;
+                                }
+                            } else if end.is_some_and(|e| e <= self.max_frame) {
                                 // SAFETY: the range lies inside slot `slot` of the slab
                                 // (checked above), whose receive is posted and incomplete,
                                 // so no consumer reads it (see `Slab`); the source is
@@ -749,8 +787,9 @@ impl Shared {
         true
     }
 
-    /// The slot and length of the oldest completed receive, if any.
-    fn head(&self, drive: bool) -> Result<Option<(usize, usize)>> {
+    /// The slot and length of the oldest completed receive, if any, and where its bytes
+    /// are: a destination lent for it, or 0 for its slot.
+    fn head(&self, drive: bool) -> Result<Option<(usize, usize, usize)>> {
         // Without driving, a poll of an engine with nothing complete takes no lock, so a
         // spinning consumer does not contend with the engine thread.
         if !drive
@@ -768,7 +807,7 @@ impl Shared {
             g.check()?;
             s = (g.next_pop % g.slots) as usize;
         }
-        Ok(g.recv_done[s].map(|len| (s, len)))
+        Ok(g.recv_done[s].map(|len| (s, len, g.recv_lent[s].0)))
     }
 
     /// # Safety
@@ -782,11 +821,63 @@ impl Shared {
         unsafe { std::slice::from_raw_parts(self.slab.ptr().add(slot * stride + off), len) }
     }
 
+    /// Lends `[dst, dst + len)` to the messages from the oldest not yet released on: each
+    /// takes the next `max_frame` bytes (the last what is left), the way a sender cuts an
+    /// operation into frames. A message already lent keeps its loan (a later call lends the
+    /// same places again as the window moves on); one that has bytes in its slot, or is
+    /// complete, stops the lending (its bytes are in the slot, to be copied, and the
+    /// places after it would not line up with a prefix the user has consumed).
+    ///
+    /// # Safety
+    /// As [`Link::lend`].
+    unsafe fn lend(&self, dst: usize, len: usize) {
+        let mut g = self.lock();
+        let (mut at, end) = (dst, dst.saturating_add(len));
+        let mut seq = g.next_pop;
+        while at < end && seq < g.next_pop + g.slots {
+            let s = (seq % g.slots) as usize;
+            let cap = (end - at).min(g.max_frame);
+            if g.recv_lent[s] != (0, 0) {
+                if g.recv_lent[s] != (at, cap) {
+                    // Lent before at other places: the user's view moved in a way this
+                    // link cannot follow; stop here rather than guess.
+                    break;
+                }
+            } else if g.recv_touched[s] || g.recv_done[s].is_some() {
+                break;
+            } else {
+                g.recv_lent[s] = (at, cap);
+            }
+            at += cap;
+            seq += 1;
+        }
+    }
+
+    /// Withdraws every loan whose message is not complete (nothing is written to a lent
+    /// destination after this returns); a message's bytes that already went to its lent
+    /// destination are lost to it, so such a message fails the link.
+    fn unlend(&self) {
+        let mut g = self.lock();
+        let mut lost = false;
+        for seq in g.next_pop..g.next_pop + g.slots {
+            let s = (seq % g.slots) as usize;
+            if g.recv_lent[s] != (0, 0) && g.recv_done[s].is_none() {
+                g.recv_lent[s] = (0, 0);
+                lost |= g.recv_touched[s];
+            }
+        }
+        if lost {
+            g.fail("a receive's destination was withdrawn while it arrived".into());
+        }
+    }
+
     /// Posts the oldest completed receive slot again.
     fn release(&self) {
         let mut g = self.lock();
         let s = (g.next_pop % g.slots) as usize;
         g.recv_done[s] = None;
+        g.recv_lent[s] = (0, 0);
+        g.recv_touched[s] = false;
         g.next_pop += 1;
         let now = g.now();
         let cap = g.max_frame as u64;
@@ -1002,6 +1093,7 @@ impl MptEndpoint {
             reserved: [0; MAX_ENGINES],
             async_copy: cfg.async_copy && n > 1,
             zero_copy: cfg.zero_copy,
+            place_receives: cfg.place_receives,
         })
     }
 }
@@ -1189,6 +1281,9 @@ fn start_engine(
         next_send: 0,
         oldest_unacked: 0,
         recv_done: vec![None; n],
+        recv_lent: vec![(0, 0); n],
+        recv_touched: vec![false; n],
+        placed_bytes: 0,
         next_pop: 0,
         rx: RxBatch::new(),
         tx: TxBatch::new(),
@@ -1398,6 +1493,8 @@ pub struct MptLink {
     reserved: [u64; MAX_ENGINES],
     async_copy: bool,
     zero_copy: bool,
+    /// `MptLinkConfig::place_receives`.
+    place_receives: bool,
 }
 
 /// Where a frame's parts go: (engine, frame range) per part, and how many parts.
@@ -1521,6 +1618,14 @@ impl MptLink {
     }
 
     /// Chunks retransmitted so far, over all engines.
+    /// Received bytes written straight to destinations lent with [`Link::lend`].
+    pub fn placed_bytes(&self) -> u64 {
+        self.engines
+            .iter()
+            .map(|e| e.shared.lock().placed_bytes)
+            .sum()
+    }
+
     pub fn retransmits(&self) -> u64 {
         self.engines
             .iter()
@@ -1847,7 +1952,7 @@ impl MptLink {
             return Ok(Some(h));
         }
         let eng = &self.engines[e];
-        let Some((slot, len)) = eng.shared.head(false)? else {
+        let Some((slot, len, _)) = eng.shared.head(false)? else {
             return Ok(None);
         };
         let bad = |m: String| Error::Protocol(format!("mpt link engine {e}: {m}"));
@@ -2006,16 +2111,32 @@ impl Link for MptLink {
         self.wait_copies_in_flight();
         for e in &self.engines {
             e.shared.unborrow();
+            e.shared.unlend();
+        }
+    }
+
+    unsafe fn lend(&mut self, dst: *mut u8, len: usize) {
+        if let ([one], true) = (&self.engines[..], self.place_receives) {
+            // SAFETY: the caller's contract (`Link::lend`) is the one `Shared::lend` needs.
+            unsafe { one.shared.lend(dst as usize, len) };
         }
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {
         if self.engines.len() == 1 {
             let one = &self.engines[0];
-            let Some((slot, len)) = one.shared.head(true)? else {
+            let Some((slot, len, lent)) = one.shared.head(true)? else {
                 return Ok(None);
             };
             self.peeked = true;
+            if lent != 0 {
+                // SAFETY: the message went to the destination lent for it, which the user
+                // keeps valid (`Link::lend`); it is complete, so nothing writes it any more,
+                // and `len` is within the loan (longer frames fail the link).
+                return Ok(Some(unsafe {
+                    std::slice::from_raw_parts(lent as *const u8, len)
+                }));
+            }
             // SAFETY: slot `slot` holds a completed receive: until `pop` reposts it (which
             // needs `&mut self`, so not while this borrow lives) nothing writes it (see
             // `Slab`). `len <= max_frame` (truncated messages fail the link), so the

@@ -494,3 +494,146 @@ fn paths_over_two_local_addresses_carry_every_frame() {
     let e = MptEndpoint::bind(LO, nine).err().unwrap();
     assert!(e.to_string().contains("at most 8"), "{e}");
 }
+
+/// Receives frames on `b` until `want` bytes arrived, sending `frames` from `a` as room
+/// allows; returns, per frame, where its bytes were shown and what they were.
+fn receive_all(a: &mut MptLink, b: &mut MptLink, frames: &[Vec<u8>]) -> Vec<(usize, Vec<u8>)> {
+    let want: usize = frames.iter().map(Vec::len).sum();
+    let (mut sent, mut got, mut out) = (0, 0, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got < want {
+        assert!(Instant::now() < deadline, "stuck at {got} of {want} bytes");
+        while sent < frames.len() && a.try_send(&frames[sent]).unwrap() {
+            sent += 1;
+        }
+        a.flush().unwrap();
+        if let Some(f) = b.peek().unwrap() {
+            got += f.len();
+            out.push((f.as_ptr() as usize, f.to_vec()));
+            b.pop();
+        }
+    }
+    out
+}
+
+fn placing_cfg(max_frame: usize) -> MptLinkConfig {
+    MptLinkConfig {
+        max_frame,
+        place_receives: true,
+        ..cfg(0.0, 4)
+    }
+}
+
+/// A destination lent before the frames come receives them in place: each frame is shown
+/// at its offset (its `max_frame`-sized turn), exact, and the link counts every byte as
+/// placed; with 1% loss too (resent chunks land where the lost ones would have).
+#[test]
+fn lent_destinations_receive_frames_in_place() {
+    for drop_rate in [0.0, 0.01] {
+        let frame = 64 << 10;
+        let mut c = placing_cfg(frame);
+        c.drop_rate = drop_rate;
+        let (mut a, mut b) = pair(c);
+        // Four slots: four frames can be lent at once, the last one short.
+        let sizes = [frame, frame, frame, 1000];
+        let frames: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| pattern(n, i as u64))
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let mut dst = vec![0u8; total];
+        // SAFETY: `dst` outlives the link's use of it (every frame is popped below) and
+        // nothing else touches it meanwhile.
+        unsafe { b.lend(dst.as_mut_ptr(), total) };
+        let got = receive_all(&mut a, &mut b, &frames);
+        assert_eq!(got.len(), 4);
+        let base = dst.as_ptr() as usize;
+        for (i, (at, bytes)) in got.iter().enumerate() {
+            assert_eq!(*at, base + i * frame, "frame {i} not in place");
+            assert_eq!(bytes, &frames[i], "frame {i} differs");
+        }
+        assert_eq!(b.placed_bytes(), total as u64);
+        assert_eq!(&dst[..frame], &frames[0][..]);
+        assert_eq!(&dst[3 * frame..], &frames[3][..]);
+    }
+}
+
+/// Boundary pair: a frame exactly as long as the loan for it is placed; one byte longer
+/// fails the link (the peer cut its frames differently) instead of writing past the loan.
+#[test]
+fn a_frame_longer_than_its_loan_fails_the_link_and_one_as_long_is_placed() {
+    for (lent, sent, ok) in [(5000, 5000, true), (5000, 5001, false)] {
+        let (mut a, mut b) = pair(placing_cfg(64 << 10));
+        let mut dst = vec![0u8; lent];
+        // SAFETY: as above; after a failure the link writes nothing more (it stopped).
+        unsafe { b.lend(dst.as_mut_ptr(), lent) };
+        let frame = pattern(sent, 7);
+        assert!(a.try_send(&frame).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let outcome = loop {
+            assert!(Instant::now() < deadline, "neither placed nor failed");
+            a.flush().unwrap();
+            match b.peek() {
+                Ok(Some(f)) => break Ok((f.as_ptr() as usize, f.to_vec())),
+                Ok(None) => {}
+                Err(e) => break Err(e.to_string()),
+            }
+        };
+        match outcome {
+            Ok((at, bytes)) => {
+                assert!(ok, "a {sent}-byte frame passed a {lent}-byte loan");
+                assert_eq!((at, &bytes), (dst.as_ptr() as usize, &frame));
+            }
+            Err(e) => {
+                assert!(!ok, "{e}");
+                assert!(e.contains("longer than the 5000 bytes lent"), "{e}");
+                assert!(
+                    dst.iter().all(|&x| x == 0),
+                    "bytes written past a refused loan"
+                );
+            }
+        }
+    }
+}
+
+/// `quiesce` withdraws a loan whose frame has not begun: what arrives afterwards goes to
+/// the receive slots, and the destination is left alone.
+#[test]
+fn quiesce_withdraws_loans_before_their_frames_arrive() {
+    let frame = 64 << 10;
+    let (mut a, mut b) = pair(placing_cfg(frame));
+    let mut dst = vec![0u8; 2 * frame];
+    // SAFETY: the loan is withdrawn by `quiesce` before `dst` is read or dropped.
+    unsafe { b.lend(dst.as_mut_ptr(), 2 * frame) };
+    b.quiesce();
+    let frames = vec![pattern(frame, 1), pattern(frame, 2)];
+    let got = receive_all(&mut a, &mut b, &frames);
+    let range = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
+    for (i, (at, bytes)) in got.iter().enumerate() {
+        assert!(
+            !range.contains(at),
+            "frame {i} still went to the withdrawn loan"
+        );
+        assert_eq!(bytes, &frames[i]);
+    }
+    assert_eq!(b.placed_bytes(), 0);
+    assert!(dst.iter().all(|&x| x == 0));
+}
+
+/// Without `place_receives` a loan is ignored: frames come from the slots.
+#[test]
+fn loans_are_ignored_unless_placing_is_on() {
+    let frame = 64 << 10;
+    let mut c = placing_cfg(frame);
+    c.place_receives = false;
+    let (mut a, mut b) = pair(c);
+    let mut dst = vec![0u8; frame];
+    // SAFETY: as above.
+    unsafe { b.lend(dst.as_mut_ptr(), frame) };
+    let frames = vec![pattern(frame, 3)];
+    let got = receive_all(&mut a, &mut b, &frames);
+    assert_ne!(got[0].0, dst.as_ptr() as usize);
+    assert_eq!(got[0].1, frames[0]);
+    assert_eq!(b.placed_bytes(), 0);
+}
