@@ -890,9 +890,7 @@ fn recv_op(
 ) -> Result<bool> {
     let mut progressed = false;
     while !op.finished {
-        let max_frame = link.max_frame();
         let Some(frame) = link.peek()? else { break };
-        let data_frame = op.header_done;
         let data = if op.header_done {
             frame
         } else {
@@ -973,10 +971,10 @@ fn recv_op(
         progressed = true;
         if op.done == op.bytes {
             op.finished = true;
-        } else if what == 0 && data_frame && n == max_frame {
-            // The rest of the operation comes in frames of this link's largest size (the
-            // sender cuts min(left, its largest), and this full-sized data frame shows its
-            // largest is ours), so the link can be told where each of them goes.
+        } else if what == 0 {
+            // The rest of the operation comes in frames cut as min(left, the largest), so the
+            // link can be told where each goes (it checks that the sender's largest frame is
+            // its own before it takes the offer).
             // SAFETY: the rest of the destination, validated at enqueue (or plan-owned), is
             // written by nothing but this operation's frames until it finishes; a failed plan
             // quiesces its links (which withdraws the loan) before its buffers go back
@@ -1192,10 +1190,9 @@ mod tests {
         (r.map(|_| done), dst, stats)
     }
 
-    /// A receive lends the rest of its destination once a full-sized data frame showed the
-    /// sender cuts frames as this side does; frames shown in place are not copied again.
-    /// 64 + 3 x 112 bytes: the header frame (64 of them) and the first full frame are copied,
-    /// the last two are placed.
+    /// A receive lends the rest of its destination after each frame; frames shown in place
+    /// are not copied again. 64 + 3 x 112 bytes: the header frame (64 of them) is copied, the
+    /// three full frames after it are placed.
     #[test]
     fn a_receive_takes_frames_placed_in_its_destination_without_copying_them() {
         let src: Vec<u8> = (0..400u32).map(|i| (i * 7 + 1) as u8).collect();
@@ -1204,7 +1201,7 @@ mod tests {
         let (r, dst, stats) = receive_placed(&src, 0);
         assert!(r.unwrap(), "receive not done");
         assert_eq!(dst, src);
-        assert_eq!(stats.placed_bytes, 224);
+        assert_eq!(stats.placed_bytes, 336);
     }
 
     /// A frame shown inside the destination but not where it belongs (the two sides cut

@@ -195,6 +195,23 @@ impl Slab {
     }
 }
 
+/// A destination lent for one message (see [`Link::lend`]): its first `skip` bytes (a part
+/// header) go to the message's slot, the next `cap` to `addr` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loan {
+    addr: usize,
+    cap: usize,
+    skip: usize,
+}
+
+impl Loan {
+    const NONE: Loan = Loan {
+        addr: 0,
+        cap: 0,
+        skip: 0,
+    };
+}
+
 struct Inner {
     conn: Connection,
     udp: UdpPaths,
@@ -215,9 +232,8 @@ struct Inner {
     oldest_unacked: u64,
     /// Per receive slot: `Some(len)` once complete.
     recv_done: Vec<Option<usize>>,
-    /// Per receive slot, a lent destination `(addr, cap)` its message is written to instead
-    /// of the slot (`(0, 0)`: none); see [`Link::lend`].
-    recv_lent: Vec<(usize, usize)>,
+    /// Per receive slot, a destination lent for its message ([`Link::lend`]).
+    recv_lent: Vec<Loan>,
     /// Per receive slot, some of its message's bytes arrived (into the slot, or to its lent
     /// destination): it can no longer be lent one, nor its loan be withdrawn unnoticed.
     recv_touched: Vec<bool>,
@@ -333,30 +349,41 @@ impl Inner {
                             let off = usize::try_from(pl.offset).unwrap_or(usize::MAX);
                             let len = pl.payload.len();
                             let end = off.checked_add(len);
-                            let (lent, cap) = self.recv_lent[slot];
+                            let loan = self.recv_lent[slot];
                             self.recv_touched[slot] = true;
-                            if lent != 0 {
-                                if end.is_some_and(|e| e <= cap) {
-                                    // SAFETY: the user lent `[lent, lent + cap)` for this
-                                    // receive (`Link::lend`'s contract: valid for writes,
-                                    // touched by nobody else until the frame is popped or
-                                    // the loan is withdrawn by `quiesce`, both under this
-                                    // lock); the range is checked above; the source is our
-                                    // own receive buffer, disjoint from it.
-                                    unsafe {
-                                        std::ptr::copy_nonoverlapping(
-                                            pl.payload.as_ptr(),
-                                            (lent + off) as *mut u8,
-                                            len,
-                                        );
-                                    }
-                                    self.placed_bytes += len as u64;
-                                } else {
+                            if loan.addr != 0 {
+                                if !end.is_some_and(|e| e <= loan.skip + loan.cap) {
                                     self.fail(format!(
-                                        "peer sent a frame longer than the {cap} bytes lent for it"
+                                        "peer sent a frame longer than the {} bytes lent for it",
+                                        loan.cap
                                     ));
                                     return false;
                                 }
+                                // The message's first `skip` bytes (a part header) go to its
+                                // slot, the rest to the loan.
+                                let head = loan.skip.saturating_sub(off).min(len);
+                                // SAFETY: the head lies inside slot `slot` (skip <= the
+                                // slot's size), whose receive is posted and incomplete, so
+                                // no consumer reads it; the rest lies inside the loan
+                                // (checked above), which the user lent for this receive
+                                // (`Link::lend`'s contract: valid for writes, touched by
+                                // nobody else until the frame is popped or the loan is
+                                // withdrawn by `quiesce`, both under this lock); the source
+                                // is our own receive buffer, disjoint from both.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(
+                                        pl.payload.as_ptr(),
+                                        slab.ptr().add(slot * self.max_frame + off),
+                                        head,
+                                    );
+                                    std::ptr::copy_nonoverlapping(
+                                        pl.payload.as_ptr().add(head),
+                                        (loan.addr + (off + head).saturating_sub(loan.skip))
+                                            as *mut u8,
+                                        len - head,
+                                    );
+                                }
+                                self.placed_bytes += (len - head) as u64;
                             } else if end.is_some_and(|e| e <= self.max_frame) {
                                 // SAFETY: the range lies inside slot `slot` of the slab
                                 // (checked above), whose receive is posted and incomplete,
@@ -807,7 +834,7 @@ impl Shared {
             g.check()?;
             s = (g.next_pop % g.slots) as usize;
         }
-        Ok(g.recv_done[s].map(|len| (s, len, g.recv_lent[s].0)))
+        Ok(g.recv_done[s].map(|len| (s, len, g.recv_lent[s].addr)))
     }
 
     /// # Safety
@@ -821,35 +848,33 @@ impl Shared {
         unsafe { std::slice::from_raw_parts(self.slab.ptr().add(slot * stride + off), len) }
     }
 
-    /// Lends `[dst, dst + len)` to the messages from the oldest not yet released on: each
-    /// takes the next `max_frame` bytes (the last what is left), the way a sender cuts an
-    /// operation into frames. A message already lent keeps its loan (a later call lends the
-    /// same places again as the window moves on); one that has bytes in its slot, or is
-    /// complete, stops the lending (its bytes are in the slot, to be copied, and the
-    /// places after it would not line up with a prefix the user has consumed).
+    /// Lends `loans[k]` to the `k`-th message from the oldest not yet released on (those
+    /// beyond the posted receives wait for a later call). A message already lent keeps its
+    /// loan (a later call lends the same places again as the window moves on); one that
+    /// has bytes in its slot, or is complete, stops the lending (its bytes are in the slot,
+    /// to be copied, and the places after it would not line up with a prefix the user has
+    /// consumed).
     ///
     /// # Safety
-    /// As [`Link::lend`].
-    unsafe fn lend(&self, dst: usize, len: usize) {
+    /// As [`Link::lend`], for every loan.
+    unsafe fn lend(&self, loans: &[Loan]) {
         let mut g = self.lock();
-        let (mut at, end) = (dst, dst.saturating_add(len));
-        let mut seq = g.next_pop;
-        while at < end && seq < g.next_pop + g.slots {
+        for (seq, &loan) in (g.next_pop..g.next_pop + g.slots).zip(loans) {
             let s = (seq % g.slots) as usize;
-            let cap = (end - at).min(g.max_frame);
-            if g.recv_lent[s] != (0, 0) {
-                if g.recv_lent[s] != (at, cap) {
+            if g.recv_lent[s].addr != 0 {
+                if g.recv_lent[s] != loan {
                     // Lent before at other places: the user's view moved in a way this
                     // link cannot follow; stop here rather than guess.
                     break;
                 }
-            } else if g.recv_touched[s] || g.recv_done[s].is_some() {
+            } else if g.recv_touched[s]
+                || g.recv_done[s].is_some()
+                || loan.skip + loan.cap > g.max_frame
+            {
                 break;
             } else {
-                g.recv_lent[s] = (at, cap);
+                g.recv_lent[s] = loan;
             }
-            at += cap;
-            seq += 1;
         }
     }
 
@@ -861,8 +886,8 @@ impl Shared {
         let mut lost = false;
         for seq in g.next_pop..g.next_pop + g.slots {
             let s = (seq % g.slots) as usize;
-            if g.recv_lent[s] != (0, 0) && g.recv_done[s].is_none() {
-                g.recv_lent[s] = (0, 0);
+            if g.recv_lent[s].addr != 0 && g.recv_done[s].is_none() {
+                g.recv_lent[s] = Loan::NONE;
                 lost |= g.recv_touched[s];
             }
         }
@@ -876,7 +901,7 @@ impl Shared {
         let mut g = self.lock();
         let s = (g.next_pop % g.slots) as usize;
         g.recv_done[s] = None;
-        g.recv_lent[s] = (0, 0);
+        g.recv_lent[s] = Loan::NONE;
         g.recv_touched[s] = false;
         g.next_pop += 1;
         let now = g.now();
@@ -1094,6 +1119,8 @@ impl MptEndpoint {
             async_copy: cfg.async_copy && n > 1,
             zero_copy: cfg.zero_copy,
             place_receives: cfg.place_receives,
+            peeked_full: false,
+            last_full: false,
         })
     }
 }
@@ -1281,7 +1308,7 @@ fn start_engine(
         next_send: 0,
         oldest_unacked: 0,
         recv_done: vec![None; n],
-        recv_lent: vec![(0, 0); n],
+        recv_lent: vec![Loan::NONE; n],
         recv_touched: vec![false; n],
         placed_bytes: 0,
         next_pop: 0,
@@ -1413,6 +1440,9 @@ impl Drop for Engine {
 #[derive(Clone, Copy, Debug)]
 struct Head {
     slot: usize,
+    /// Where the message's bytes after its part header are: a destination lent for it,
+    /// or 0 for its slot.
+    lent: usize,
     /// Message length, part header included.
     len: usize,
     seq: u64,
@@ -1428,6 +1458,8 @@ struct Ready {
     engine: usize,
     slot: usize,
     len: usize,
+    /// As `Head::lent`.
+    lent: usize,
 }
 
 fn part_header(seq: u64, total: usize, part: usize, parts: usize) -> [u8; PART_HEADER] {
@@ -1495,6 +1527,10 @@ pub struct MptLink {
     zero_copy: bool,
     /// `MptLinkConfig::place_receives`.
     place_receives: bool,
+    /// One engine: the frame `peek` showed last is `max_frame` long.
+    peeked_full: bool,
+    /// One engine: the frame popped last was `max_frame` long.
+    last_full: bool,
 }
 
 /// Where a frame's parts go: (engine, frame range) per part, and how many parts.
@@ -1952,7 +1988,7 @@ impl MptLink {
             return Ok(Some(h));
         }
         let eng = &self.engines[e];
-        let Some((slot, len, _)) = eng.shared.head(false)? else {
+        let Some((slot, len, lent)) = eng.shared.head(false)? else {
             return Ok(None);
         };
         let bad = |m: String| Error::Protocol(format!("mpt link engine {e}: {m}"));
@@ -1990,6 +2026,7 @@ impl MptLink {
         }
         let h = Head {
             slot,
+            lent,
             len,
             seq,
             total,
@@ -2019,6 +2056,7 @@ impl MptLink {
                 engine: i,
                 slot: p.slot,
                 len: p.len - PART_HEADER,
+                lent: p.lent,
             }));
         }
         let mut found = None;
@@ -2053,6 +2091,7 @@ impl MptLink {
             engine: e,
             slot: h.slot,
             len: h.len - PART_HEADER,
+            lent: h.lent,
         }))
     }
 }
@@ -2116,9 +2155,60 @@ impl Link for MptLink {
     }
 
     unsafe fn lend(&mut self, dst: *mut u8, len: usize) {
-        if let ([one], true) = (&self.engines[..], self.place_receives) {
-            // SAFETY: the caller's contract (`Link::lend`) is the one `Shared::lend` needs.
-            unsafe { one.shared.lend(dst as usize, len) };
+        if !self.place_receives {
+            return;
+        }
+        let (dst, n, max) = (dst as usize, self.engines.len(), self.max_frame);
+        // The frames ahead, as the sender cuts them: `max_frame` bytes each, the last what is
+        // left; at most one per posted receive.
+        let slots = self.engines[0].shared.slots as usize;
+        let frames = (0..slots)
+            .map(|k| k * max)
+            .take_while(|&at| at < len)
+            .map(|at| (at, (len - at).min(max)));
+        if n == 1 {
+            // One engine: frames go whole, one per message. Only after a full-sized frame,
+            // which shows the sender's largest frame is this side's (its frames could be
+            // shorter otherwise: the hello does not compare them).
+            if !self.last_full {
+                return;
+            }
+            let loans: Vec<Loan> = frames
+                .map(|(at, cap)| Loan {
+                    addr: dst + at,
+                    cap,
+                    skip: 0,
+                })
+                .collect();
+            // SAFETY: the caller's contract (`Link::lend`) is the one `Shared::lend` needs,
+            // and the loans lie inside its range.
+            unsafe { self.engines[0].shared.lend(&loans) };
+            return;
+        }
+        // Several engines: only at a frame boundary, and only frames split over every
+        // engine (part `i` on engine `i`, behind its part header; both sides' frame and
+        // split sizes are equal, the hello checks): each engine's next messages are then
+        // its parts of the frames ahead, in order.
+        if self.next_part != 0 || self.ready.is_some() {
+            return;
+        }
+        let split: Vec<(usize, usize)> = frames
+            .take_while(|&(_, cap)| splits(cap, self.split_bytes, n))
+            .collect();
+        for (i, e) in self.engines.iter().enumerate() {
+            let loans: Vec<Loan> = split
+                .iter()
+                .map(|&(at, cap)| {
+                    let (lo, hi) = part_range(cap, i, n);
+                    Loan {
+                        addr: dst + at + lo,
+                        cap: hi - lo,
+                        skip: PART_HEADER,
+                    }
+                })
+                .collect();
+            // SAFETY: as above; the parts of a frame are disjoint and inside it.
+            unsafe { e.shared.lend(&loans) };
         }
     }
 
@@ -2129,6 +2219,7 @@ impl Link for MptLink {
                 return Ok(None);
             };
             self.peeked = true;
+            self.peeked_full = len == self.max_frame;
             if lent != 0 {
                 // SAFETY: the message went to the destination lent for it, which the user
                 // keeps valid (`Link::lend`); it is complete, so nothing writes it any more,
@@ -2150,7 +2241,17 @@ impl Link for MptLink {
         }
         match self.ready {
             None => Ok(None),
-            Some(Ready { engine, slot, len }) => {
+            Some(Ready { lent, len, .. }) if lent != 0 => {
+                // SAFETY: the part went to the destination lent for it, which the user keeps
+                // valid (`Link::lend`); it is complete, so nothing writes it any more, and
+                // `head` checked its length against its loan's frame part.
+                Ok(Some(unsafe {
+                    std::slice::from_raw_parts(lent as *const u8, len)
+                }))
+            }
+            Some(Ready {
+                engine, slot, len, ..
+            }) => {
                 let eng = &self.engines[engine];
                 // SAFETY: the slot is the engine's completed head receive, released only by
                 // `pop` (which needs `&mut self`, so not while this borrow lives); `head`
@@ -2165,6 +2266,7 @@ impl Link for MptLink {
     fn pop(&mut self) {
         if self.engines.len() == 1 {
             if std::mem::take(&mut self.peeked) {
+                self.last_full = self.peeked_full;
                 self.engines[0].shared.release();
             }
             return;

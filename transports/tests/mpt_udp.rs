@@ -524,6 +524,13 @@ fn placing_cfg(max_frame: usize) -> MptLinkConfig {
     }
 }
 
+/// One engine takes a loan only once a full-sized frame came (the hello does not compare
+/// frame sizes; a full one shows the sender's largest is this side's): one crosses first.
+fn prime(a: &mut MptLink, b: &mut MptLink, frame: usize) {
+    let got = receive_all(a, b, &[pattern(frame, 99)]);
+    assert_eq!(got.len(), 1);
+}
+
 /// A destination lent before the frames come receives them in place: each frame is shown
 /// at its offset (its `max_frame`-sized turn), exact, and the link counts every byte as
 /// placed; with 1% loss too (resent chunks land where the lost ones would have).
@@ -534,6 +541,7 @@ fn lent_destinations_receive_frames_in_place() {
         let mut c = placing_cfg(frame);
         c.drop_rate = drop_rate;
         let (mut a, mut b) = pair(c);
+        prime(&mut a, &mut b, frame);
         // Four slots: four frames can be lent at once, the last one short.
         let sizes = [frame, frame, frame, 1000];
         let frames: Vec<Vec<u8>> = sizes
@@ -565,6 +573,7 @@ fn lent_destinations_receive_frames_in_place() {
 fn a_frame_longer_than_its_loan_fails_the_link_and_one_as_long_is_placed() {
     for (lent, sent, ok) in [(5000, 5000, true), (5000, 5001, false)] {
         let (mut a, mut b) = pair(placing_cfg(64 << 10));
+        prime(&mut a, &mut b, 64 << 10);
         let mut dst = vec![0u8; lent];
         // SAFETY: as above; after a failure the link writes nothing more (it stopped).
         unsafe { b.lend(dst.as_mut_ptr(), lent) };
@@ -603,6 +612,7 @@ fn a_frame_longer_than_its_loan_fails_the_link_and_one_as_long_is_placed() {
 fn quiesce_withdraws_loans_before_their_frames_arrive() {
     let frame = 64 << 10;
     let (mut a, mut b) = pair(placing_cfg(frame));
+    prime(&mut a, &mut b, frame);
     let mut dst = vec![0u8; 2 * frame];
     // SAFETY: the loan is withdrawn by `quiesce` before `dst` is read or dropped.
     unsafe { b.lend(dst.as_mut_ptr(), 2 * frame) };
@@ -628,6 +638,7 @@ fn loans_are_ignored_unless_placing_is_on() {
     let mut c = placing_cfg(frame);
     c.place_receives = false;
     let (mut a, mut b) = pair(c);
+    prime(&mut a, &mut b, frame);
     let mut dst = vec![0u8; frame];
     // SAFETY: as above.
     unsafe { b.lend(dst.as_mut_ptr(), frame) };
@@ -636,4 +647,70 @@ fn loans_are_ignored_unless_placing_is_on() {
     assert_ne!(got[0].0, dst.as_ptr() as usize);
     assert_eq!(got[0].1, frames[0]);
     assert_eq!(b.placed_bytes(), 0);
+}
+
+/// One engine ignores a loan until a full-sized frame has come (the sender's frames could be
+/// shorter than this side's largest, and the loan's places would not line up).
+#[test]
+fn one_engine_takes_no_loan_before_a_full_sized_frame() {
+    let frame = 64 << 10;
+    let (mut a, mut b) = pair(placing_cfg(frame));
+    let got = receive_all(&mut a, &mut b, &[pattern(1000, 1)]);
+    assert_eq!(got.len(), 1);
+    let mut dst = vec![0u8; frame];
+    // SAFETY: as above.
+    unsafe { b.lend(dst.as_mut_ptr(), frame) };
+    let frames = vec![pattern(frame, 2)];
+    let got = receive_all(&mut a, &mut b, &frames);
+    assert_ne!(got[0].0, dst.as_ptr() as usize);
+    assert_eq!(got[0].1, frames[0]);
+    assert_eq!(b.placed_bytes(), 0);
+}
+
+/// Several engines: a loan made at a frame boundary places every engine's part of the
+/// split frames ahead (behind the part header, which stays in the slot); each piece is
+/// shown at its offset, exact, with loss too; the short frame that is not split is not.
+#[test]
+fn engines_place_their_parts_of_split_frames() {
+    for (engines, drop_rate) in [(2, 0.0), (3, 0.01)] {
+        let mut c = engines_cfg(engines, drop_rate);
+        c.place_receives = true;
+        let (mut a, mut b) = pair(c);
+        let max = 4 << 20;
+        // Three split frames (one operation's 9 MiB, lent), then a short frame of the next
+        // operation, not lent (it goes whole, to its slot).
+        let sizes = [max, max, 1 << 20, 1000];
+        let frames: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| pattern(n, i as u64))
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let mut dst = vec![0u8; total];
+        // SAFETY: as above.
+        unsafe { b.lend(dst.as_mut_ptr(), total - 1000) };
+        let got = receive_all(&mut a, &mut b, &frames);
+        let base = dst.as_ptr() as usize;
+        let mut at = 0;
+        for (i, (p, bytes)) in got.iter().enumerate() {
+            let in_place = *p == base + at;
+            eprintln!(
+                "piece {i}: at {at} len {} shown at {}",
+                bytes.len(),
+                (*p as isize) - (base as isize)
+            );
+            assert!(
+                in_place || at >= 2 * max + (1 << 20),
+                "piece {i} at {at} not in place"
+            );
+            assert_eq!(
+                bytes[..],
+                [frames.concat()][0][at..at + bytes.len()],
+                "piece {i}"
+            );
+            at += bytes.len();
+        }
+        assert_eq!(at, total);
+        assert_eq!(b.placed_bytes(), (total - 1000) as u64);
+    }
 }
