@@ -19,6 +19,9 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
 export CCL_COPY_THREADS=${COPY_THREADS:-auto}
+# PLACE: CCL_MPT_PLACE_RECEIVES for every libccl run (1, the default: receives written straight
+# into their destination; 0: through the receive slots).
+export CCL_MPT_PLACE_RECEIVES=${PLACE:-1}
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}
@@ -39,7 +42,7 @@ for op in ${OPS:-all_reduce sendrecv alltoall}; do
         CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} CCL_MPT_ASYNC_COPY=$a CCL_MPT_ZERO_COPY=$z NCCL_DEBUG=INFO timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_DEBUG \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
-        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_ASYNC_COPY -x CCL_MPT_ZERO_COPY \
+        -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_PLACE_RECEIVES -x CCL_MPT_ASYNC_COPY -x CCL_MPT_ZERO_COPY \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       # The executor's account of its time (printed at destroy), to $L/executor.txt.
@@ -60,7 +63,7 @@ if [ "${HOSTMEM:-0}" = 1 ]; then
       log=$L/$op.host.e$e.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e timeout -s KILL 120 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
-        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_COPY_THREADS \
+        -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_COPY_THREADS -x CCL_MPT_PLACE_RECEIVES \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 --mem host > "$log" 2>&1
       read -r hb hw < <(busbw "$log")
       printf '| %s | %s | %s | %s |\n' $op "$hb" $e "$hw"
@@ -74,7 +77,7 @@ if [ "${NET_CHECK:-0}" = 1 ]; then
     log=$L/check.$op.p$p.log
     LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_GPU_PIECE_BYTES=$p timeout -s KILL 120 \
       mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
-      -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES -x CCL_COPY_THREADS \
+      -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_GPU_PIECE_BYTES -x CCL_COPY_THREADS -x CCL_MPT_PLACE_RECEIVES \
       .dev/ccl-perf $op -b 8 -e 64M -f 8 -n 2 -w 1 -c 1 > "$log" 2>&1
     echo "net check $op (pieces $p): exit $?, wrong $(awk '/^ +[0-9]/ {w += $9 + $13} END {print w+0}' "$log"), rows $(grep -c '^ *[0-9]' "$log")"
   done
