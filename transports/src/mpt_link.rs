@@ -59,6 +59,8 @@ const HELLO_MAGIC: &[u8; 4] = b"MPT1";
 const HELLO_MAGIC_ENGINES: &[u8; 4] = b"MPTE";
 /// Most engines per link.
 pub const MAX_ENGINES: usize = 16;
+/// Most messages in flight per direction and engine (the header's request-id space).
+const MAX_SLOTS: usize = 16;
 /// Trailer of a hello whose paths sit on several local addresses: magic, count, then each
 /// address (family 4 or 6, its bytes); path `i` of every engine is on address `i % count`.
 const HELLO_MAGIC_ADDRS: &[u8; 4] = b"MPTA";
@@ -132,9 +134,10 @@ pub struct MptLinkConfig {
     /// `poll` (zero: it parks at once). Spinning saves the wake-up of a parked thread on
     /// every burst, at the price of a core per engine while traffic flows.
     pub spin: Duration,
-    /// A one-engine link takes the destinations its user lends ([`Link::lend`]) and writes
-    /// arriving frames straight there, instead of into its receive slots for the user to
-    /// copy out. Either side may choose alone (nothing changes on the wire).
+    /// The link takes the destinations its user lends ([`Link::lend`]) and its engines write
+    /// arriving frames (or, on several engines, their parts of split frames) straight there,
+    /// instead of into their receive slots for the user to copy out. Either side may choose
+    /// alone (nothing changes on the wire).
     pub place_receives: bool,
 }
 
@@ -961,7 +964,8 @@ impl MptEndpoint {
     /// Binds the path sockets of every engine on `ip`.
     pub fn bind(ip: IpAddr, cfg: MptLinkConfig) -> Result<Self> {
         let several = for_engines(&cfg, 2);
-        if !(1..=16).contains(&cfg.slots) || !(1..=16).contains(&several.slots) {
+        let slots = 1..=MAX_SLOTS as u32;
+        if !slots.contains(&cfg.slots) || !slots.contains(&several.slots) {
             return Err(Error::Protocol("mpt slots must be in 1..=16".into()));
         }
         if cfg.engines == 0 || cfg.engines > MAX_ENGINES {
@@ -1104,7 +1108,7 @@ impl MptEndpoint {
             engines,
             max_frame,
             split_bytes: split,
-            peeked: false,
+            peeked: None,
             next_seq: 0,
             engine_copy: cfg.engine_copy,
             next_frame: 0,
@@ -1119,7 +1123,6 @@ impl MptEndpoint {
             async_copy: cfg.async_copy && n > 1,
             zero_copy: cfg.zero_copy,
             place_receives: cfg.place_receives,
-            peeked_full: false,
             last_full: false,
         })
     }
@@ -1499,8 +1502,8 @@ pub struct MptLink {
     engines: Vec<Engine>,
     max_frame: usize,
     split_bytes: usize,
-    /// One engine: `peek` returned the head frame, which `pop` releases.
-    peeked: bool,
+    /// One engine: `peek` returned the head frame (of this length), which `pop` releases.
+    peeked: Option<usize>,
     /// Several engines: sequence number of the next frame to send.
     next_seq: u64,
     /// Several engines: their threads copy the parts of split frames.
@@ -1527,8 +1530,6 @@ pub struct MptLink {
     zero_copy: bool,
     /// `MptLinkConfig::place_receives`.
     place_receives: bool,
-    /// One engine: the frame `peek` showed last is `max_frame` long.
-    peeked_full: bool,
     /// One engine: the frame popped last was `max_frame` long.
     last_full: bool,
 }
@@ -2159,56 +2160,48 @@ impl Link for MptLink {
             return;
         }
         let (dst, n, max) = (dst as usize, self.engines.len(), self.max_frame);
-        // The frames ahead, as the sender cuts them: `max_frame` bytes each, the last what is
-        // left; at most one per posted receive.
-        let slots = self.engines[0].shared.slots as usize;
-        let frames = (0..slots)
-            .map(|k| k * max)
-            .take_while(|&at| at < len)
-            .map(|at| (at, (len - at).min(max)));
-        if n == 1 {
-            // One engine: frames go whole, one per message. Only after a full-sized frame,
-            // which shows the sender's largest frame is this side's (its frames could be
-            // shorter otherwise: the hello does not compare them).
-            if !self.last_full {
-                return;
-            }
-            let loans: Vec<Loan> = frames
-                .map(|(at, cap)| Loan {
-                    addr: dst + at,
-                    cap,
-                    skip: 0,
-                })
-                .collect();
-            // SAFETY: the caller's contract (`Link::lend`) is the one `Shared::lend` needs,
-            // and the loans lie inside its range.
-            unsafe { self.engines[0].shared.lend(&loans) };
+        if n == 1 && !self.last_full {
+            // One engine: frames go whole, one per message, and only after a full-sized
+            // frame, which shows the sender's largest frame is this side's (its frames could
+            // be shorter otherwise: the hello does not compare them).
             return;
         }
         // Several engines: only at a frame boundary, and only frames split over every
         // engine (part `i` on engine `i`, behind its part header; both sides' frame and
         // split sizes are equal, the hello checks): each engine's next messages are then
         // its parts of the frames ahead, in order.
-        if self.next_part != 0 || self.ready.is_some() {
+        if n > 1 && (self.next_part != 0 || self.ready.is_some()) {
             return;
         }
-        let split: Vec<(usize, usize)> = frames
-            .take_while(|&(_, cap)| splits(cap, self.split_bytes, n))
-            .collect();
-        for (i, e) in self.engines.iter().enumerate() {
-            let loans: Vec<Loan> = split
-                .iter()
-                .map(|&(at, cap)| {
-                    let (lo, hi) = part_range(cap, i, n);
-                    Loan {
-                        addr: dst + at + lo,
-                        cap: hi - lo,
-                        skip: PART_HEADER,
-                    }
-                })
-                .collect();
-            // SAFETY: as above; the parts of a frame are disjoint and inside it.
-            unsafe { e.shared.lend(&loans) };
+        // The frames ahead, as the sender cuts them: `max_frame` bytes each, the last what is
+        // left; at most one per posted receive (built on the stack: this runs per frame).
+        let slots = (self.engines[0].shared.slots as usize).min(MAX_SLOTS);
+        let frames = (0..slots)
+            .map(|k| k * max)
+            .take_while(|&at| at < len)
+            .map(|at| (at, (len - at).min(max)))
+            .take_while(|&(_, cap)| n == 1 || splits(cap, self.split_bytes, n));
+        let mut loans = [[Loan::NONE; MAX_SLOTS]; MAX_ENGINES];
+        let mut count = 0;
+        for (k, (at, cap)) in frames.enumerate() {
+            for (i, loan) in loans.iter_mut().take(n).enumerate() {
+                let (lo, hi) = if n == 1 {
+                    (0, cap)
+                } else {
+                    part_range(cap, i, n)
+                };
+                loan[k] = Loan {
+                    addr: dst + at + lo,
+                    cap: hi - lo,
+                    skip: if n == 1 { 0 } else { PART_HEADER },
+                };
+            }
+            count = k + 1;
+        }
+        for (e, loans) in self.engines.iter().zip(&loans) {
+            // SAFETY: the caller's contract (`Link::lend`) is the one `Shared::lend` needs;
+            // the loans lie inside its range, and the parts of a frame are disjoint.
+            unsafe { e.shared.lend(&loans[..count]) };
         }
     }
 
@@ -2218,8 +2211,7 @@ impl Link for MptLink {
             let Some((slot, len, lent)) = one.shared.head(true)? else {
                 return Ok(None);
             };
-            self.peeked = true;
-            self.peeked_full = len == self.max_frame;
+            self.peeked = Some(len);
             if lent != 0 {
                 // SAFETY: the message went to the destination lent for it, which the user
                 // keeps valid (`Link::lend`); it is complete, so nothing writes it any more,
@@ -2244,7 +2236,7 @@ impl Link for MptLink {
             Some(Ready { lent, len, .. }) if lent != 0 => {
                 // SAFETY: the part went to the destination lent for it, which the user keeps
                 // valid (`Link::lend`); it is complete, so nothing writes it any more, and
-                // `head` checked its length against its loan's frame part.
+                // its `len` bytes lie within the loan (a longer message fails the link).
                 Ok(Some(unsafe {
                     std::slice::from_raw_parts(lent as *const u8, len)
                 }))
@@ -2265,8 +2257,8 @@ impl Link for MptLink {
 
     fn pop(&mut self) {
         if self.engines.len() == 1 {
-            if std::mem::take(&mut self.peeked) {
-                self.last_full = self.peeked_full;
+            if let Some(len) = self.peeked.take() {
+                self.last_full = len == self.max_frame;
                 self.engines[0].shared.release();
             }
             return;

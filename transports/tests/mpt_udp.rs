@@ -631,6 +631,20 @@ fn quiesce_withdraws_loans_before_their_frames_arrive() {
     assert!(dst.iter().all(|&x| x == 0));
 }
 
+/// Lends `b` room for one `frame`-sized frame, sends one, and checks the link ignored the
+/// loan: the frame comes from a slot, exact, and nothing counts as placed.
+fn assert_loan_ignored(a: &mut MptLink, b: &mut MptLink, frame: usize) {
+    let mut dst = vec![0u8; frame];
+    // SAFETY: `dst` outlives the link's use of it (the frame is popped below) and nothing
+    // else touches it meanwhile.
+    unsafe { b.lend(dst.as_mut_ptr(), frame) };
+    let frames = vec![pattern(frame, 2)];
+    let got = receive_all(a, b, &frames);
+    assert_ne!(got[0].0, dst.as_ptr() as usize);
+    assert_eq!(got[0].1, frames[0]);
+    assert_eq!(b.placed_bytes(), 0);
+}
+
 /// Without `place_receives` a loan is ignored: frames come from the slots.
 #[test]
 fn loans_are_ignored_unless_placing_is_on() {
@@ -639,14 +653,7 @@ fn loans_are_ignored_unless_placing_is_on() {
     c.place_receives = false;
     let (mut a, mut b) = pair(c);
     prime(&mut a, &mut b, frame);
-    let mut dst = vec![0u8; frame];
-    // SAFETY: as above.
-    unsafe { b.lend(dst.as_mut_ptr(), frame) };
-    let frames = vec![pattern(frame, 3)];
-    let got = receive_all(&mut a, &mut b, &frames);
-    assert_ne!(got[0].0, dst.as_ptr() as usize);
-    assert_eq!(got[0].1, frames[0]);
-    assert_eq!(b.placed_bytes(), 0);
+    assert_loan_ignored(&mut a, &mut b, frame);
 }
 
 /// One engine ignores a loan until a full-sized frame has come (the sender's frames could be
@@ -657,14 +664,7 @@ fn one_engine_takes_no_loan_before_a_full_sized_frame() {
     let (mut a, mut b) = pair(placing_cfg(frame));
     let got = receive_all(&mut a, &mut b, &[pattern(1000, 1)]);
     assert_eq!(got.len(), 1);
-    let mut dst = vec![0u8; frame];
-    // SAFETY: as above.
-    unsafe { b.lend(dst.as_mut_ptr(), frame) };
-    let frames = vec![pattern(frame, 2)];
-    let got = receive_all(&mut a, &mut b, &frames);
-    assert_ne!(got[0].0, dst.as_ptr() as usize);
-    assert_eq!(got[0].1, frames[0]);
-    assert_eq!(b.placed_bytes(), 0);
+    assert_loan_ignored(&mut a, &mut b, frame);
 }
 
 /// Several engines: a loan made at a frame boundary places every engine's part of the
