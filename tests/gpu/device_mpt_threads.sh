@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 6: where the multipath transport's CPU time goes as engines are added. ccl-perf
-# sendrecv / all_reduce on host memory, two processes over loopback, one run per setting in
+# sendrecv / all_reduce on host memory (MEM=device: GPU memory, both ranks on one GPU if
+# there is only one), two processes over loopback, one run per setting in
 # $SETS ("label:VAR=v,VAR=v ..."); for each, the CPU seconds every thread of both ranks spent
 # over a 2 s window in the steady state (from /proc, summed by thread name), the busbw, and
 # with PROFILE=1 a system-wide cpu-clock profile by thread and shared object (.dev/perf,
@@ -21,7 +22,7 @@ for set in ${SETS:-e1:CCL_MPT_ENGINES=1 e4:CCL_MPT_ENGINES=4 e8:CCL_MPT_ENGINES=
     env $envs LD_LIBRARY_PATH=$CCL NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt timeout -s KILL 120 \
       mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE \
       -x NCCL_SHM_DISABLE -x CCL_NET $(for v in ${vars//,/ }; do echo -n "-x ${v%%=*} "; done) \
-      .dev/ccl-perf $op -b $SIZE -e $SIZE -n ${ITERS:-250} -w 3 -c 1 --mem host > "$log" 2>&1 &
+      .dev/ccl-perf $op -b $SIZE -e $SIZE -n ${ITERS:-250} -w 3 -c 1 --mem ${MEM:-host} > "$log" 2>&1 &
     sleep 4
     P=$(pgrep -x ccl-perf | tr '\n' ' ')
     snap $P > $L/a; sleep 2; snap $P > $L/b

@@ -19,9 +19,9 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
 export CCL_COPY_THREADS=${COPY_THREADS:-auto}
-# PLACE: CCL_MPT_PLACE_RECEIVES for every libccl run (1, the default: receives written straight
-# into their destination; 0: through the receive slots).
-export CCL_MPT_PLACE_RECEIVES=${PLACE:-1}
+# PLACE: CCL_MPT_PLACE_RECEIVES for every libccl run (1: receives written straight into their
+# destination; 0: through the receive slots; auto, the default: 1 only without copy helpers).
+export CCL_MPT_PLACE_RECEIVES=${PLACE:-auto}
 NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/net; mkdir -p "$L"
 SIZE=${SIZE:-128M}

@@ -172,6 +172,12 @@ pub struct ConnStats {
     pub rtt_samples: u64,
     /// Duplicate reports from the peer that widened the reordering window.
     pub duplicate_reports: u64,
+    /// Acknowledgements showing that a timeout fired too early: they acknowledged chunks
+    /// the timeout had declared lost before any was sent again (their first and only copy
+    /// arrived). Each raised the timeout floor and undid the window cut.
+    pub spurious_timeouts: u64,
+    /// Chunks declared lost by a timeout and then acknowledged from their first copy.
+    pub spurious_timeout_chunks: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,6 +213,8 @@ struct TxChunk {
     tx_time: Instant,
     retransmits: u32,
     state: ChunkState,
+    /// Declared lost by the retransmission timeout (not by RACK).
+    timed_out: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -228,6 +236,9 @@ const ECHO_QUEUE: usize = 128;
 const MAX_BACKOFF_SHIFT: u32 = 20;
 /// Largest reordering window, in quarters of srtt (two round trips).
 const MAX_REO_MULT: u32 = 8;
+/// A timeout floor learnt from spurious timeouts holds this many times itself, then halves
+/// per such period without another.
+const SPURIOUS_FLOOR_HOLD: u32 = 64;
 
 /// One multipath connection (see the module docs).
 #[derive(Debug)]
@@ -306,6 +317,14 @@ pub struct Connection {
     /// timeout period are one timeout (else 50 chunks in flight on dead paths spent the whole
     /// budget in one period: a 160 ms outage failed the connection).
     rto_counted_at: Option<Instant>,
+    /// Timeout floor learnt from spurious timeouts (`Duration::ZERO`: none), and when it was
+    /// last raised. A host whose threads are descheduled for milliseconds (more engine and
+    /// copy threads than CPUs) stretches round trips far past the unloaded `srtt + 4 rttvar`
+    /// for a moment: the estimator forgets such pauses within microseconds of samples, but
+    /// they come back, and each one that fires the timeout cuts the window to one chunk for
+    /// chunks that were never lost.
+    spurious_floor: Duration,
+    spurious_floor_at: Instant,
     credit_total: u64,
     credit_next: Option<Instant>,
 }
@@ -383,6 +402,8 @@ impl Connection {
             credit_stall: None,
             credit_override: false,
             rto_counted_at: None,
+            spurious_floor: Duration::ZERO,
+            spurious_floor_at: Instant::ZERO,
             credit_total: 0,
             credit_next: None,
             cc,
@@ -873,21 +894,53 @@ impl Connection {
         &mut self.ring[(seq % n) as usize]
     }
 
-    /// The timeout for chunks sent now: `max(rto, srtt + 4 rttvar)` (RFC 6298, with the
-    /// configured RTO as the floor), doubled per consecutive timeout, capped at `rto_max`.
-    /// On fast fabrics round trips are far below 500 us and this is UCCL's constant RTO; on
-    /// slow links, where a few queued 32 KiB chunks exceed it, it prevents spurious timeouts.
-    fn rto_current(&self) -> Duration {
+    /// The timeout for chunks sent at `now`: `max(rto, srtt + 4 rttvar)` (RFC 6298, with the
+    /// configured RTO as the floor, raised by spurious timeouts: `spurious_floor`), doubled
+    /// per consecutive timeout, capped at `rto_max`. On fast fabrics round trips are far
+    /// below 500 us and this is UCCL's constant RTO; on slow links, where a few queued 32 KiB
+    /// chunks exceed it, it prevents spurious timeouts.
+    fn rto_current(&self, now: Instant) -> Duration {
         let estimate = self.srtt.map_or(Duration::ZERO, |s| s + self.rttvar * 4);
         self.cfg
             .rto
+            .max(self.learnt_floor(now))
             .max(estimate)
             .saturating_mul(1 << self.rto_backoff.min(MAX_BACKOFF_SHIFT))
             .min(self.cfg.rto_max)
     }
 
-    fn rearm_rto(&mut self) {
-        let rto = self.rto_current();
+    /// `spurious_floor` as it stands at `now`: held for `SPURIOUS_FLOOR_HOLD` times itself
+    /// after it was last raised, then halved per such period.
+    fn learnt_floor(&self, now: Instant) -> Duration {
+        let hold = self.spurious_floor.saturating_mul(SPURIOUS_FLOOR_HOLD);
+        if hold.is_zero() {
+            return Duration::ZERO;
+        }
+        let periods = now
+            .saturating_duration_since(self.spurious_floor_at)
+            .as_nanos()
+            / hold.as_nanos();
+        match u32::try_from(periods) {
+            Ok(p) if p < 32 => self.spurious_floor / (1u32 << p),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// An acknowledgement showed chunks declared lost by a timeout arriving from their only
+    /// copy, the oldest sent `delay` ago: the round trip outgrew the timeout without a loss
+    /// (RFC 4015's Eifel detection, from acknowledgement state instead of timestamps). The
+    /// timeout floor rises to a quarter above that delay, and the congestion control undoes
+    /// the cut.
+    fn on_spurious_timeout(&mut self, now: Instant, delay: Duration) {
+        self.stats.spurious_timeouts += 1;
+        let floor = (delay + delay / 4).min(self.cfg.rto_max);
+        self.spurious_floor = self.learnt_floor(now).max(floor);
+        self.spurious_floor_at = now;
+        self.cc.on_spurious_timeout(now);
+    }
+
+    fn rearm_rto(&mut self, now: Instant) {
+        let rto = self.rto_current(now);
         self.rto_deadline = (self.snd_una..self.snd_nxt)
             .map(|s| self.chunk(s))
             .filter(|c| c.state == ChunkState::Outstanding)
@@ -919,9 +972,9 @@ impl Connection {
             return;
         }
         let una_before = self.snd_una;
-        let (mut bytes, mut chunks) = (0u64, 0u32);
+        let mut acked = Acked::default();
         for seq in self.snd_una..cum {
-            self.ack_chunk(seq, &mut bytes, &mut chunks);
+            self.ack_chunk(now, seq, &mut acked);
         }
         let mut bits = a.sack;
         while bits != 0 {
@@ -929,7 +982,7 @@ impl Connection {
             bits &= bits - 1;
             let seq = cum + 1 + i;
             if seq >= self.snd_una && seq < self.snd_nxt {
-                self.ack_chunk(seq, &mut bytes, &mut chunks);
+                self.ack_chunk(now, seq, &mut acked);
             }
         }
         self.snd_una = self.snd_una.max(cum);
@@ -970,6 +1023,10 @@ impl Connection {
             }
         }
 
+        let (bytes, chunks) = (acked.bytes, acked.chunks);
+        if let Some(delay) = acked.spurious_delay {
+            self.on_spurious_timeout(now, delay);
+        }
         if chunks > 0 {
             self.consecutive_rtos = 0;
             self.rto_backoff = 0;
@@ -985,7 +1042,7 @@ impl Connection {
             }
         }
         self.free_sends();
-        self.rearm_rto();
+        self.rearm_rto(now);
         let sample = AckSample {
             path: sample_path,
             rtt,
@@ -1014,7 +1071,7 @@ impl Connection {
         }
     }
 
-    fn ack_chunk(&mut self, seq: u64, bytes: &mut u64, chunks: &mut u32) {
+    fn ack_chunk(&mut self, now: Instant, seq: u64, acked: &mut Acked) {
         let c = *self.chunk(seq);
         if c.seq != seq {
             return;
@@ -1028,12 +1085,18 @@ impl Connection {
                 self.lost -= 1;
                 self.paths
                     .on_late_ack(c.path, c.tx_time, c.retransmits == 0);
+                if c.timed_out && c.retransmits == 0 {
+                    self.stats.spurious_timeout_chunks += 1;
+                    let delay = now.saturating_duration_since(c.tx_time);
+                    acked.spurious_delay =
+                        Some(acked.spurious_delay.map_or(delay, |d| d.max(delay)));
+                }
             }
             ChunkState::Acked | ChunkState::Free => return,
         }
         self.chunk_mut(seq).state = ChunkState::Acked;
-        *bytes += u64::from(c.len);
-        *chunks += 1;
+        acked.bytes += u64::from(c.len);
+        acked.chunks += 1;
         self.rack_tx = Some(self.rack_tx.map_or(c.tx_time, |t| t.max(c.tx_time)));
         self.highest_acked = self.highest_acked.max(seq + 1);
         let slot = &mut self.send_slots[slot_of(c.msg)];
@@ -1058,9 +1121,11 @@ impl Connection {
         }
     }
 
-    fn declare_lost(&mut self, seq: u64, now: Instant) {
+    fn declare_lost(&mut self, seq: u64, now: Instant, timed_out: bool) {
         let c = *self.chunk(seq);
-        self.chunk_mut(seq).state = ChunkState::Lost;
+        let ch = self.chunk_mut(seq);
+        ch.state = ChunkState::Lost;
+        ch.timed_out = timed_out;
         self.inflight_bytes -= u64::from(c.len);
         self.lost += 1;
         self.paths.on_lost(c.path, now, c.tx_time);
@@ -1085,7 +1150,7 @@ impl Connection {
             }
             let due = c.tx_time + wait;
             if due <= now {
-                self.declare_lost(seq, now);
+                self.declare_lost(seq, now, false);
                 n += 1;
             } else {
                 next = min_deadline(next, Some(due));
@@ -1110,12 +1175,12 @@ impl Connection {
     }
 
     fn on_rto(&mut self, now: Instant) {
-        let rto = self.rto_current();
+        let rto = self.rto_current(now);
         let mut n = 0u32;
         for seq in self.snd_una..self.snd_nxt {
             let c = self.chunk(seq);
             if c.state == ChunkState::Outstanding && c.tx_time + rto <= now {
-                self.declare_lost(seq, now);
+                self.declare_lost(seq, now, true);
                 n += 1;
             }
         }
@@ -1139,7 +1204,7 @@ impl Connection {
                 }
             }
         }
-        self.rearm_rto();
+        self.rearm_rto(now);
     }
 
     fn fail(&mut self, e: MptError) {
@@ -1188,7 +1253,7 @@ impl Connection {
         if !stalled {
             self.credit_stall = None;
         } else if self.credit_stall.is_none() {
-            self.credit_stall = Some(now + self.rto_current());
+            self.credit_stall = Some(now + self.rto_current(now));
         }
     }
 
@@ -1252,7 +1317,7 @@ impl Connection {
     }
 
     fn arm_rto_for(&mut self, now: Instant) {
-        let t = now + self.rto_current();
+        let t = now + self.rto_current(now);
         self.rto_deadline = min_deadline(self.rto_deadline, Some(t));
     }
 
@@ -1339,6 +1404,7 @@ impl Connection {
             tx_time: now,
             retransmits: 0,
             state: ChunkState::Outstanding,
+            timed_out: false,
         };
         let s = &mut self.send_slots[slot_of(msg)];
         s.next_offset += u64::from(len);
@@ -1376,6 +1442,16 @@ impl Connection {
             self.probe_deadline = Some(now + wait);
         }
     }
+}
+
+/// What one acknowledgement acknowledged.
+#[derive(Default)]
+struct Acked {
+    bytes: u64,
+    chunks: u32,
+    /// Longest time since the first and only copy was sent, of the chunks a timeout had
+    /// declared lost: `Some` when the acknowledgement shows the timeout was spurious.
+    spurious_delay: Option<Duration>,
 }
 
 fn slot_of(index: u64) -> usize {

@@ -11,7 +11,9 @@
 //! * On loss (fast retransmit), at most once per round trip: fast convergence (section 4.6)
 //!   `W_max = cwnd (1 + beta) / 2` if the window had not regained the last `W_max`, else
 //!   `W_max = cwnd`; then `ssthresh = cwnd = max(beta cwnd, 2)`.
-//! * On timeout (section 4.7): same `W_max` and `ssthresh`, window to one chunk.
+//! * On timeout (section 4.7): same `W_max` and `ssthresh`, window to one chunk. A timeout
+//!   found spurious (`on_spurious_timeout`) restores the state from before the run of
+//!   timeouts (RFC 4015), unless an acknowledgement came in between.
 //!
 //! `t` is in seconds as in the RFC, so on microsecond round trips the cubic term barely moves
 //! and the TCP-friendly region governs growth, the behaviour the RFC specifies for
@@ -39,6 +41,22 @@ pub struct Cubic {
     last_reduction: Option<Instant>,
     max_cwnd: f64,
     reductions: u64,
+    /// The state before the first timeout since the last acknowledgement, for
+    /// `on_spurious_timeout`.
+    undo: Option<Saved>,
+    undos: u64,
+}
+
+/// What a cut changes, kept for `on_spurious_timeout` (no allocation: it runs per timeout).
+#[derive(Debug, Clone, Copy)]
+struct Saved {
+    cwnd: f64,
+    ssthresh: f64,
+    w_max: f64,
+    k: f64,
+    origin: f64,
+    w_est: f64,
+    epoch_start: Option<Instant>,
 }
 
 impl Cubic {
@@ -59,6 +77,8 @@ impl Cubic {
             last_reduction: None,
             max_cwnd,
             reductions: 0,
+            undo: None,
+            undos: 0,
         }
     }
 
@@ -77,7 +97,25 @@ impl Cubic {
         self.reductions
     }
 
+    /// Timeout cuts undone as spurious so far.
+    pub fn undos(&self) -> u64 {
+        self.undos
+    }
+
     fn reduce(&mut self, now: Instant, timeout: bool) {
+        if !timeout {
+            self.undo = None;
+        } else if self.undo.is_none() {
+            self.undo = Some(Saved {
+                cwnd: self.cwnd,
+                ssthresh: self.ssthresh,
+                w_max: self.w_max,
+                k: self.k,
+                origin: self.origin,
+                w_est: self.w_est,
+                epoch_start: self.epoch_start,
+            });
+        }
         self.epoch_start = None;
         self.w_max = if self.cwnd < self.w_max {
             self.cwnd * (1.0 + self.beta) / 2.0
@@ -112,6 +150,8 @@ impl CongestionControl for Cubic {
         if s.acked_chunks == 0 {
             return;
         }
+        // Acknowledged after the timeout and not found spurious: the cut stands.
+        self.undo = None;
         let acked = f64::from(s.acked_chunks);
         if self.cwnd < self.ssthresh {
             self.cwnd = (self.cwnd + acked).min(self.max_cwnd);
@@ -156,6 +196,19 @@ impl CongestionControl for Cubic {
                     self.reduce(now, false);
                 }
             }
+        }
+    }
+
+    fn on_spurious_timeout(&mut self, _now: Instant) {
+        if let Some(s) = self.undo.take() {
+            self.cwnd = s.cwnd;
+            self.ssthresh = s.ssthresh;
+            self.w_max = s.w_max;
+            self.k = s.k;
+            self.origin = s.origin;
+            self.w_est = s.w_est;
+            self.epoch_start = s.epoch_start;
+            self.undos += 1;
         }
     }
 
@@ -251,5 +304,34 @@ mod tests {
             c.on_pacing_chunk(Instant::ZERO, 1000, &view(1001)),
             Pacing::Blocked
         );
+    }
+
+    #[test]
+    fn spurious_timeout_restores_the_window_until_an_ack_intervenes() {
+        let mut c = Cubic::new(&CcParams::default(), 1000, 128.0);
+        c.on_rx_ack(Instant::ZERO, &ack(16, 10));
+        assert_eq!(c.cwnd_chunks(), 32.0);
+        // Two timeouts in a row, then found spurious: back to before the first.
+        c.on_loss(Instant::from_micros(600), &loss(LossKind::Timeout));
+        c.on_loss(Instant::from_micros(1800), &loss(LossKind::Timeout));
+        assert_eq!(c.cwnd_chunks(), 1.0);
+        c.on_spurious_timeout(Instant::from_micros(2000));
+        assert_eq!(
+            (c.cwnd_chunks(), c.ssthresh_chunks()),
+            (32.0, f64::INFINITY)
+        );
+        assert_eq!((c.reductions(), c.undos()), (2, 1));
+        // A timeout whose cut an acknowledgement has since confirmed stays cut.
+        c.on_loss(Instant::from_micros(3000), &loss(LossKind::Timeout));
+        c.on_rx_ack(Instant::from_micros(3100), &ack(1, 10));
+        c.on_spurious_timeout(Instant::from_micros(3200));
+        assert!(c.cwnd_chunks() < 3.0);
+        // So does a fast-retransmit cut (real congestion), even after a timeout.
+        let mut c = Cubic::new(&CcParams::default(), 1000, 128.0);
+        c.on_loss(Instant::from_micros(600), &loss(LossKind::Timeout));
+        c.on_loss(Instant::from_micros(1800), &loss(LossKind::FastRetransmit));
+        c.on_spurious_timeout(Instant::from_micros(2000));
+        assert_eq!(c.undos(), 0);
+        assert!(c.cwnd_chunks() <= 2.0);
     }
 }

@@ -20,9 +20,10 @@
 //! | `onRxACK`       | [`CongestionControl::on_rx_ack`]       | the sender gets an acknowledgement |
 //! | `onRxCredit`    | [`CongestionControl::on_rx_credit`]    | the sender gets credit |
 //!
-//! plus three of our own: [`CongestionControl::on_tx_chunk`] (a new chunk leaves),
-//! [`CongestionControl::on_loss`] (once per loss detection, not per chunk) and
-//! [`CongestionControl::poll_credit`] (the receiver's credit pacer).
+//! plus four of our own: [`CongestionControl::on_tx_chunk`] (a new chunk leaves),
+//! [`CongestionControl::on_loss`] (once per loss detection, not per chunk),
+//! [`CongestionControl::on_spurious_timeout`] (a timeout's chunks turned out not lost: undo
+//! its cut) and [`CongestionControl::poll_credit`] (the receiver's credit pacer).
 //!
 //! # Example: a custom policy
 //!
@@ -176,6 +177,13 @@ pub trait CongestionControl: Send + fmt::Debug {
 
     /// Chunks were declared lost (once per detection).
     fn on_loss(&mut self, _now: Instant, _event: &LossEvent) {}
+
+    /// An acknowledgement showed that chunks a [`LossKind::Timeout`] declared lost arrived
+    /// from their first copy: the round trip outgrew the timeout (a receiver descheduled
+    /// for milliseconds, say) and nothing was lost. Called before that acknowledgement's
+    /// [`on_rx_ack`](Self::on_rx_ack). A window policy should return to where it was before
+    /// the timeouts since its last acknowledgement cut it (RFC 4015's response).
+    fn on_spurious_timeout(&mut self, _now: Instant) {}
 
     /// `onRxChunk` (receiver): a chunk at or beyond the highest sequence seen arrived.
     fn on_rx_chunk(&mut self, _now: Instant, _path: PathId, _len: u32) {}

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use super::{window_admits, AckSample, CongestionControl, LossEvent, Pacing, SenderView};
+use super::{window_admits, AckSample, CongestionControl, LossEvent, LossKind, Pacing, SenderView};
 use crate::mpt::config::CcParams;
 use crate::mpt::path::PathId;
 use crate::mpt::time::Instant;
@@ -41,6 +41,9 @@ pub struct Swift {
     last_decrease: Option<Instant>,
     last_tx: Option<Instant>,
     decreases: u64,
+    /// The window before the first timeout since the last acknowledgement, for
+    /// `on_spurious_timeout`.
+    undo_cwnd: Option<f64>,
 }
 
 impl Swift {
@@ -61,6 +64,7 @@ impl Swift {
             last_decrease: None,
             last_tx: None,
             decreases: 0,
+            undo_cwnd: None,
         }
     }
 
@@ -116,6 +120,9 @@ impl CongestionControl for Swift {
     }
 
     fn on_rx_ack(&mut self, now: Instant, s: &AckSample) {
+        if s.acked_chunks > 0 {
+            self.undo_cwnd = None;
+        }
         if let Some(srtt) = s.srtt {
             self.srtt = srtt;
         }
@@ -138,9 +145,21 @@ impl CongestionControl for Swift {
         }
     }
 
-    fn on_loss(&mut self, now: Instant, _ev: &LossEvent) {
-        if self.can_decrease(now) {
-            self.decrease(now, 1.0 - self.max_mdf);
+    fn on_loss(&mut self, now: Instant, ev: &LossEvent) {
+        if !self.can_decrease(now) {
+            return;
+        }
+        if ev.kind != LossKind::Timeout {
+            self.undo_cwnd = None;
+        } else if self.undo_cwnd.is_none() {
+            self.undo_cwnd = Some(self.cwnd);
+        }
+        self.decrease(now, 1.0 - self.max_mdf);
+    }
+
+    fn on_spurious_timeout(&mut self, _now: Instant) {
+        if let Some(cwnd) = self.undo_cwnd.take() {
+            self.cwnd = cwnd;
         }
     }
 
@@ -152,7 +171,6 @@ impl CongestionControl for Swift {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mpt::cc::LossKind;
 
     fn sample(rtt_us: u64) -> AckSample {
         AckSample {
@@ -260,5 +278,35 @@ mod tests {
             s.on_pacing_chunk(Instant::from_micros(100), 1000, &v),
             Pacing::Now
         );
+    }
+
+    #[test]
+    fn spurious_timeout_restores_the_window() {
+        let mut s = swift();
+        let before = s.cwnd_bytes();
+        s.on_loss(
+            Instant::from_micros(1000),
+            &LossEvent {
+                kind: LossKind::Timeout,
+                chunks: 3,
+                srtt: None,
+            },
+        );
+        assert!(s.cwnd_bytes() < before);
+        s.on_spurious_timeout(Instant::from_micros(2000));
+        assert_eq!(s.cwnd_bytes(), before);
+        // Once an acknowledgement came in after the cut, the cut stands.
+        s.on_loss(
+            Instant::from_micros(9000),
+            &LossEvent {
+                kind: LossKind::Timeout,
+                chunks: 3,
+                srtt: None,
+            },
+        );
+        let cut = s.cwnd_bytes();
+        s.on_rx_ack(Instant::from_micros(9100), &sample(10));
+        s.on_spurious_timeout(Instant::from_micros(9200));
+        assert!(s.cwnd_bytes() < before && s.cwnd_bytes() >= cut);
     }
 }

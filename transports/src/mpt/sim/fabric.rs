@@ -37,6 +37,14 @@ pub struct FabricConfig {
     pub bandwidth_bps: Option<u64>,
     /// Drop-tail: a datagram is dropped if its link's queue already holds this many bytes.
     pub queue_limit_bytes: Option<u64>,
+    /// Receivers that stop reading for `stall` at the start of every `stall_period` (an
+    /// engine thread descheduled on a loaded host, a GC pause): a datagram that would arrive
+    /// inside a stall arrives when it ends. Nothing is lost, round trips just stretch by up to
+    /// `stall` -- what makes a timeout tuned to the unloaded round trip fire spuriously.
+    /// Zero `stall` or `stall_period`: no stalls.
+    pub stall: Duration,
+    /// See `stall`.
+    pub stall_period: Duration,
 }
 
 impl Default for FabricConfig {
@@ -50,6 +58,8 @@ impl Default for FabricConfig {
             jitter: Duration::ZERO,
             bandwidth_bps: None,
             queue_limit_bytes: None,
+            stall: Duration::ZERO,
+            stall_period: Duration::ZERO,
         }
     }
 }
@@ -238,6 +248,7 @@ impl Fabric {
                 self.stats.reordered += 1;
                 at = at + self.uniform(self.cfg.reorder_delay);
             }
+            at = self.after_stall(at);
             let mut buf = self.pool.pop().unwrap_or_default();
             buf.clear();
             buf.extend_from_slice(bytes);
@@ -262,6 +273,23 @@ impl Fabric {
             self.queue.push(Reverse((at, self.serial, slot)));
         }
         Ok(())
+    }
+
+    /// When a datagram due at `at` is read: at the end of the stall `at` falls in, if any.
+    fn after_stall(&self, at: Instant) -> Instant {
+        let (stall, period) = (
+            duration_nanos(self.cfg.stall),
+            duration_nanos(self.cfg.stall_period),
+        );
+        if stall == 0 || period == 0 {
+            return at;
+        }
+        let phase = at.as_nanos() % period;
+        if phase < stall {
+            at + Duration::from_nanos(stall - phase)
+        } else {
+            at
+        }
     }
 
     fn uniform(&mut self, max: Duration) -> Duration {
