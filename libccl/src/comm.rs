@@ -799,14 +799,17 @@ fn mpt_link_config(
         1..=ccl_transports::mpt_link::MAX_ENGINES,
     )?
     .unwrap_or(auto_engines(cpus, remote_links));
+    let inflight = params::CCL_MPT_INFLIGHT_BYTES
+        .get_i64()
+        .clamp(1 << 20, 1 << 30) as usize;
     Ok(Some((
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
             chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
             max_frame: frames.mpt_one,
-            slots: mpt_slots(frames.mpt_one),
+            slots: mpt_slots(frames.mpt_one, inflight),
             engines_max_frame: Some(frames.mpt_several),
-            engines_slots: Some(mpt_slots(frames.mpt_several)),
+            engines_slots: Some(mpt_slots(frames.mpt_several, inflight)),
             drop_rate,
             cc,
             // Loss injection is seeded per process so ranks drop different datagrams.
@@ -848,9 +851,12 @@ struct LinkFrames {
     mpt_several: usize,
 }
 
-/// `CCL_SOCKET_FRAME_BYTES`: `auto` is 512 KiB, except 4 MiB on a multipath link of several
-/// engines (GPU machine, network path: sendrecv 1.64 -> 2.38-3.01 GB/s, all_reduce 1.71 ->
-/// 2.50-2.83; one engine on 2 cores lost 15-25% with 4 MiB frames over veth); a number
+/// `CCL_SOCKET_FRAME_BYTES`: `auto` is 512 KiB, except 16 MiB on a multipath link of several
+/// engines (one engine on 2 cores lost 15-25% with 4 MiB frames over veth; several split a
+/// frame, and each frame costs its round of receive postings, pops and part headers: on the
+/// GPU machine 4 MiB beat 512 KiB, sendrecv 1.64 -> 2.38-3.01 GB/s, and on 16 CPUs, two
+/// ranks of 8 engines, 16 MiB beat 4 MiB, host-memory sendrecv 4.33 -> 5.87 GB/s, all_reduce
+/// 4.13 -> 5.57, GPU-memory all_reduce 4.31 -> 4.86, three alternations each); a number
 /// (4 KiB..64 MiB, rounded down to 64 bytes) is all of them.
 fn link_frames(setting: &str) -> Result<LinkFrames> {
     Ok(
@@ -858,7 +864,7 @@ fn link_frames(setting: &str) -> Result<LinkFrames> {
             None => LinkFrames {
                 tcp: 512 << 10,
                 mpt_one: 512 << 10,
-                mpt_several: 4 << 20,
+                mpt_several: 16 << 20,
             },
             Some(frame) => {
                 let frame = frame & !63;
@@ -897,11 +903,12 @@ fn auto_or(
         })
 }
 
-/// Messages in flight per engine of a multipath link with frames of `frame` bytes: 16 MiB
-/// worth, 4 to 16 (the header's request-id space). From the frame alone, which both sides
-/// must agree on, so both post as many receives as the other may send.
-fn mpt_slots(frame: usize) -> u32 {
-    ((16usize << 20) / frame.max(1)).clamp(4, 16) as u32
+/// Frames in flight on a multipath link with frames of `frame` bytes (on each engine when
+/// several split them): `inflight` bytes worth (`CCL_MPT_INFLIGHT_BYTES`), 4 to 16 (the header's request-id
+/// space). From settings both sides must agree on, so both post as many receives as the
+/// other may send.
+fn mpt_slots(frame: usize, inflight: usize) -> u32 {
+    (inflight / frame.max(1)).clamp(4, 16) as u32
 }
 
 /// CPUs this process can count on: those it may run on, shared with the other `local` ranks
@@ -1062,7 +1069,7 @@ mod tests {
             Some(LinkFrames {
                 tcp: 512 << 10,
                 mpt_one: 512 << 10,
-                mpt_several: 4 << 20
+                mpt_several: 16 << 20
             })
         );
         assert_eq!(link_frames("1048576").ok(), Some(all(1 << 20)));
@@ -1070,10 +1077,11 @@ mod tests {
         for bad in ["4095", "67108865", "big", "-1"] {
             assert!(link_frames(bad).is_err(), "{bad:?} accepted");
         }
-        assert_eq!(mpt_slots(512 << 10), 16);
-        assert_eq!(mpt_slots(2 << 20), 8);
-        assert_eq!(mpt_slots(4 << 20), 4);
-        assert_eq!(mpt_slots(64 << 20), 4);
+        assert_eq!(mpt_slots(512 << 10, 16 << 20), 16);
+        assert_eq!(mpt_slots(2 << 20, 16 << 20), 8);
+        assert_eq!(mpt_slots(4 << 20, 16 << 20), 4);
+        assert_eq!(mpt_slots(64 << 20, 16 << 20), 4);
+        assert_eq!(mpt_slots(4 << 20, 64 << 20), 16);
     }
 
     #[test]
