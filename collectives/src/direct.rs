@@ -112,6 +112,24 @@ pub(crate) fn all_to_all(ctx: &Ctx) -> Schedule {
     t.finish((n - 1) * c)
 }
 
+/// Send and receive buffers disjoint: one step of all sends and receives straight into
+/// place, beside the own block's copy. No scratch, and every received byte lands once (the
+/// general schedule copies `(n-1) * count` elements out of scratch after the transfers).
+pub(crate) fn all_to_all_out_of_place(ctx: &Ctx) -> Schedule {
+    let (n, c, r) = (ctx.n, ctx.count, ctx.rank);
+    let mut t = Table::new();
+    t.push(0, copy(send(r * c, c), recv(r * c, c)));
+    for k in 1..n {
+        let to = ctx.fwd(k);
+        t.push(0, op_send(to, send(to * c, c)));
+    }
+    for k in 1..n {
+        let from = ctx.back(k);
+        t.push(0, op_recv(from, recv(from * c, c)));
+    }
+    t.finish(0)
+}
+
 pub(crate) fn gather(ctx: &Ctx, root: usize) -> Schedule {
     let c = ctx.count;
     let mut t = Table::new();

@@ -366,6 +366,31 @@ fn build(
     })
 }
 
+/// [`Collective::AlltoAll`] for send and receive buffers that do not overlap: every block
+/// goes straight to its place. The general schedule (any [`Algorithm`] that implements
+/// all-to-all) receives into scratch and copies into place after all transfers, because in
+/// place a receive's target may still hold a block to send.
+pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
+    buffer_sizes(Collective::AlltoAll, rank, nranks, count)?;
+    if count == 0 {
+        return Ok(Schedule::default());
+    }
+    if nranks == 1 {
+        let mut t = plan::Table::new();
+        t.push(0, plan::copy(plan::send(0, count), plan::recv(0, count)));
+        return Ok(t.finish(0));
+    }
+    let ctx = Ctx {
+        rank,
+        n: nranks,
+        count,
+        pipeline: Pipeline::default(),
+        order: None,
+        pos: rank,
+    };
+    Ok(direct::all_to_all_out_of_place(&ctx))
+}
+
 /// Ring position of `rank` (`order` is a permutation containing it, or `None` for identity).
 fn position(order: Option<&[usize]>, rank: usize) -> usize {
     order

@@ -694,6 +694,12 @@ pub fn check_ordered(case: &Case, order: &[usize]) -> Result<SimReport, SimError
     run_case(case, &schedules)
 }
 
+/// [`check`] with the caller's schedules (one per rank), for schedules not built from
+/// `case.algo` (such as [`crate::alltoall_out_of_place`]).
+pub fn check_schedules(case: &Case, schedules: &[Schedule]) -> Result<SimReport, SimError> {
+    run_case(case, schedules)
+}
+
 /// Random inputs, simulation and exact comparison for `case` with the given schedules.
 fn run_case(case: &Case, schedules: &[Schedule]) -> Result<SimReport, SimError> {
     let n = case.nranks;

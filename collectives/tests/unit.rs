@@ -946,3 +946,43 @@ fn sim_checks_in_place_aliasing() {
         Err(SimError::Hazard { .. })
     ));
 }
+
+/// The out-of-place all-to-all receives straight into place, with no scratch, and matches the
+/// reference on every rank count; it is only for disjoint buffers (in place it is a hazard).
+#[test]
+fn alltoall_out_of_place_lands_every_block_once() {
+    use ccl_collectives::alltoall_out_of_place;
+    use ccl_collectives::reference::check_schedules;
+    for n in 1..=9 {
+        for count in [0, 1, 2, 7, 64] {
+            let scheds: Vec<_> = (0..n)
+                .map(|r| alltoall_out_of_place(r, n, count).unwrap())
+                .collect();
+            assert!(scheds.iter().all(|s| s.scratch == 0 && s.steps.len() <= 1));
+            for in_place in [false, true] {
+                let case = Case {
+                    coll: Collective::AlltoAll,
+                    algo: Algorithm::Direct,
+                    nranks: n,
+                    count,
+                    pipeline: Pipeline::DEFAULT,
+                    opts: SimOptions {
+                        in_place,
+                        op: ReduceOp::Sum,
+                    },
+                    seed: (n * 100 + count) as u64,
+                };
+                let r = check_schedules(&case, &scheds);
+                if !in_place || n == 1 || count == 0 {
+                    r.unwrap_or_else(|e| panic!("n {n} count {count} in place {in_place}: {e}"));
+                } else {
+                    assert!(
+                        matches!(r, Err(SimError::Hazard { .. })),
+                        "n {n} count {count}: {r:?}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(alltoall_out_of_place(3, 3, 1).is_err());
+}

@@ -68,9 +68,10 @@ pub struct IssueState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
-    /// Schedules by (collective, count, element size): they depend on nothing else here.
+    /// Schedules by (collective, count, element size, buffers disjoint): they depend on
+    /// nothing else here.
     pub schedules: std::collections::HashMap<
-        (ccl_collectives::Collective, usize, usize),
+        (ccl_collectives::Collective, usize, usize, bool),
         std::sync::Arc<ccl_collectives::Schedule>,
     >,
 }

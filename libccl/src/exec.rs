@@ -723,10 +723,16 @@ impl Plan {
             let gates = &self.gates;
             let mut landed = Vec::new();
             let ops = &mut self.steps[self.cur];
-            for i in 0..ops.len() {
+            // Transfers first, then local copies: the copy (an all-to-all's or a gather's
+            // own block, as large as what crosses the links) then runs while the engines move
+            // the frames already queued and lent, instead of before any of them left.
+            let order = (0..ops.len())
+                .map(|i| (false, i))
+                .chain((0..ops.len()).map(|i| (true, i)));
+            for (copies, i) in order {
                 let (before, rest) = ops.split_at_mut(i);
                 let Some(op) = rest.first_mut() else { break };
-                if op.finished {
+                if op.finished || matches!(op.kind, XKind::Copy { .. }) != copies {
                     continue;
                 }
                 // A gated piece's sends and local copies wait until its bytes are in host

@@ -260,6 +260,15 @@ impl PlanSpec {
     }
 }
 
+/// Whether an all-to-all's send and receive buffers (`n * count` elements each) do not
+/// overlap: then its blocks go straight into place (see
+/// [`ccl_collectives::alltoall_out_of_place`]). Ranks may differ in this: both schedules put
+/// every transfer in their first step, so the messages match.
+fn buffers_disjoint(t: &Task, n: usize) -> bool {
+    let len = t.count.saturating_mul(n).saturating_mul(t.dtype.size());
+    t.send.saturating_add(len) <= t.recv || t.recv.saturating_add(len) <= t.send
+}
+
 /// Schedules kept per communicator (see [`crate::comm::IssueState::schedules`]).
 const SCHEDULE_CACHE: usize = 64;
 
@@ -279,6 +288,9 @@ fn build_schedule(
         algo = Algorithm::Ring;
     } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed {
         algo = Algorithm::Tree;
+    }
+    if coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n) {
+        return Ok(ccl_collectives::alltoall_out_of_place(rank, n, t.count)?);
     }
     let build = |a| schedule_ordered(coll, a, rank, ring, t.count, Pipeline::default());
     Ok(match build(algo) {
@@ -304,7 +316,9 @@ pub(crate) fn plan_specs(
     for t in tasks {
         match t.kind {
             TaskKind::Coll(coll) => {
-                let key = (coll, t.count, t.dtype.size());
+                let disjoint =
+                    coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
+                let key = (coll, t.count, t.dtype.size(), disjoint);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
                     None => {
