@@ -94,8 +94,10 @@ pub(crate) fn reduce(ctx: &Ctx, root: usize) -> Schedule {
     t.finish(0)
 }
 
-/// One step of all sends, receives into scratch (in place the receive target still holds
-/// data to be sent), then a step of copies into place: scratch is `(n-1) * count`.
+/// One step of all sends and receives beside the own block's copy. In place a receive's
+/// target may still hold a block to send, so the receives go to scratch and a second step
+/// copies them into place (scratch `(n-1) * count`); with buffers known apart
+/// (`ctx.disjoint`) they go straight into place and every received byte lands once.
 pub(crate) fn all_to_all(ctx: &Ctx) -> Schedule {
     let (n, c, r) = (ctx.n, ctx.count, ctx.rank);
     let mut t = Table::new();
@@ -106,28 +108,14 @@ pub(crate) fn all_to_all(ctx: &Ctx) -> Schedule {
     }
     for k in 1..n {
         let from = ctx.back(k);
-        t.push(0, op_recv(from, scratch((k - 1) * c, c)));
-        t.push(1, copy(scratch((k - 1) * c, c), recv(from * c, c)));
+        if ctx.disjoint {
+            t.push(0, op_recv(from, recv(from * c, c)));
+        } else {
+            t.push(0, op_recv(from, scratch((k - 1) * c, c)));
+            t.push(1, copy(scratch((k - 1) * c, c), recv(from * c, c)));
+        }
     }
-    t.finish((n - 1) * c)
-}
-
-/// Send and receive buffers disjoint: one step of all sends and receives straight into
-/// place, beside the own block's copy. No scratch, and every received byte lands once (the
-/// general schedule copies `(n-1) * count` elements out of scratch after the transfers).
-pub(crate) fn all_to_all_out_of_place(ctx: &Ctx) -> Schedule {
-    let (n, c, r) = (ctx.n, ctx.count, ctx.rank);
-    let mut t = Table::new();
-    t.push(0, copy(send(r * c, c), recv(r * c, c)));
-    for k in 1..n {
-        let to = ctx.fwd(k);
-        t.push(0, op_send(to, send(to * c, c)));
-    }
-    for k in 1..n {
-        let from = ctx.back(k);
-        t.push(0, op_recv(from, recv(from * c, c)));
-    }
-    t.finish(0)
+    t.finish(if ctx.disjoint { 0 } else { (n - 1) * c })
 }
 
 pub(crate) fn gather(ctx: &Ctx, root: usize) -> Schedule {

@@ -268,7 +268,7 @@ pub fn schedule_with(
     count: usize,
     pipeline: Pipeline,
 ) -> Result<Schedule, Error> {
-    build(coll, algo, rank, nranks, None, count, pipeline)
+    build(coll, algo, rank, nranks, None, count, pipeline, false)
 }
 
 /// [`schedule_with`] over a given ring order: `order[p]` is the rank at ring position `p`, and
@@ -309,11 +309,22 @@ pub fn schedule_ordered(
             }
         }
     }
-    build(coll, algo, rank, nranks, Some(order), count, pipeline)
+    build(
+        coll,
+        algo,
+        rank,
+        nranks,
+        Some(order),
+        count,
+        pipeline,
+        false,
+    )
 }
 
-/// Shared body of [`schedule_with`] and [`schedule_ordered`]; `order` (when given) is a
-/// validated permutation of `0..nranks`, `None` meaning the identity.
+/// Shared body of [`schedule_with`], [`schedule_ordered`] and [`alltoall_out_of_place`];
+/// `order` (when given) is a validated permutation of `0..nranks`, `None` meaning the
+/// identity; `disjoint`: the caller's send and receive buffers do not overlap.
+#[allow(clippy::too_many_arguments)]
 fn build(
     coll: Collective,
     algo: Algorithm,
@@ -322,6 +333,7 @@ fn build(
     order: Option<&[usize]>,
     count: usize,
     pipeline: Pipeline,
+    disjoint: bool,
 ) -> Result<Schedule, Error> {
     let sizes = buffer_sizes(coll, rank, nranks, count)?;
     if !supports(coll, algo) {
@@ -344,6 +356,7 @@ fn build(
         pipeline,
         order,
         pos: position(order, rank),
+        disjoint,
     };
     Ok(match (algo, coll) {
         (Algorithm::Ring, Collective::AllReduce) => ring::all_reduce(&ctx),
@@ -371,24 +384,17 @@ fn build(
 /// all-to-all) receives into scratch and copies into place after all transfers, because in
 /// place a receive's target may still hold a block to send.
 pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
-    buffer_sizes(Collective::AlltoAll, rank, nranks, count)?;
-    if count == 0 {
-        return Ok(Schedule::default());
-    }
-    if nranks == 1 {
-        let mut t = plan::Table::new();
-        t.push(0, plan::copy(plan::send(0, count), plan::recv(0, count)));
-        return Ok(t.finish(0));
-    }
-    let ctx = Ctx {
+    let (coll, algo) = (Collective::AlltoAll, Algorithm::Direct);
+    build(
+        coll,
+        algo,
         rank,
-        n: nranks,
+        nranks,
+        None,
         count,
-        pipeline: Pipeline::default(),
-        order: None,
-        pos: rank,
-    };
-    Ok(direct::all_to_all_out_of_place(&ctx))
+        Pipeline::default(),
+        true,
+    )
 }
 
 /// Ring position of `rank` (`order` is a permutation containing it, or `None` for identity).
@@ -417,6 +423,9 @@ pub(crate) struct Ctx<'a> {
     pub order: Option<&'a [usize]>,
     /// This rank's ring position.
     pub pos: usize,
+    /// The send and receive buffers are known not to overlap (schedules may then land
+    /// received blocks straight into place).
+    pub disjoint: bool,
 }
 
 impl Ctx<'_> {

@@ -31,25 +31,20 @@ pub struct Cubic {
     chunk: f64,
     c: f64,
     beta: f64,
-    cwnd: f64,
-    ssthresh: f64,
-    w_max: f64,
-    k: f64,
-    origin: f64,
-    w_est: f64,
-    epoch_start: Option<Instant>,
+    w: Window,
     last_reduction: Option<Instant>,
     max_cwnd: f64,
     reductions: u64,
-    /// The state before the first timeout since the last acknowledgement, for
+    /// The window before the first timeout since the last acknowledgement, for
     /// `on_spurious_timeout`.
-    undo: Option<Saved>,
+    undo: Option<Window>,
     undos: u64,
 }
 
-/// What a cut changes, kept for `on_spurious_timeout` (no allocation: it runs per timeout).
+/// What acknowledgements grow and cuts change (a plain copy: saving it for an undo runs per
+/// timeout and must not allocate).
 #[derive(Debug, Clone, Copy)]
-struct Saved {
+struct Window {
     cwnd: f64,
     ssthresh: f64,
     w_max: f64,
@@ -67,13 +62,15 @@ impl Cubic {
             chunk: chunk as f64,
             c: p.cubic_c,
             beta: p.cubic_beta,
-            cwnd: p.initial_cwnd_chunks.clamp(1.0, max_cwnd),
-            ssthresh: f64::INFINITY,
-            w_max: 0.0,
-            k: 0.0,
-            origin: 0.0,
-            w_est: 0.0,
-            epoch_start: None,
+            w: Window {
+                cwnd: p.initial_cwnd_chunks.clamp(1.0, max_cwnd),
+                ssthresh: f64::INFINITY,
+                w_max: 0.0,
+                k: 0.0,
+                origin: 0.0,
+                w_est: 0.0,
+                epoch_start: None,
+            },
             last_reduction: None,
             max_cwnd,
             reductions: 0,
@@ -84,12 +81,12 @@ impl Cubic {
 
     /// Window in chunks.
     pub fn cwnd_chunks(&self) -> f64 {
-        self.cwnd
+        self.w.cwnd
     }
 
     /// Slow-start threshold in chunks (infinite before the first loss).
     pub fn ssthresh_chunks(&self) -> f64 {
-        self.ssthresh
+        self.w.ssthresh
     }
 
     /// Window reductions so far.
@@ -106,27 +103,19 @@ impl Cubic {
         if !timeout {
             self.undo = None;
         } else if self.undo.is_none() {
-            self.undo = Some(Saved {
-                cwnd: self.cwnd,
-                ssthresh: self.ssthresh,
-                w_max: self.w_max,
-                k: self.k,
-                origin: self.origin,
-                w_est: self.w_est,
-                epoch_start: self.epoch_start,
-            });
+            self.undo = Some(self.w);
         }
-        self.epoch_start = None;
-        self.w_max = if self.cwnd < self.w_max {
-            self.cwnd * (1.0 + self.beta) / 2.0
+        self.w.epoch_start = None;
+        self.w.w_max = if self.w.cwnd < self.w.w_max {
+            self.w.cwnd * (1.0 + self.beta) / 2.0
         } else {
-            self.cwnd
+            self.w.cwnd
         };
-        self.ssthresh = (self.cwnd * self.beta).max(2.0);
-        self.cwnd = if timeout {
+        self.w.ssthresh = (self.w.cwnd * self.beta).max(2.0);
+        self.w.cwnd = if timeout {
             1.0
         } else {
-            self.ssthresh.min(self.max_cwnd)
+            self.w.ssthresh.min(self.max_cwnd)
         };
         self.last_reduction = Some(now);
         self.reductions += 1;
@@ -139,7 +128,7 @@ impl CongestionControl for Cubic {
     }
 
     fn on_pacing_chunk(&mut self, _now: Instant, len: u32, view: &SenderView) -> Pacing {
-        if window_admits(self.cwnd * self.chunk, view.inflight_bytes, len) {
+        if window_admits(self.w.cwnd * self.chunk, view.inflight_bytes, len) {
             Pacing::Now
         } else {
             Pacing::Blocked
@@ -153,34 +142,34 @@ impl CongestionControl for Cubic {
         // Acknowledged after the timeout and not found spurious: the cut stands.
         self.undo = None;
         let acked = f64::from(s.acked_chunks);
-        if self.cwnd < self.ssthresh {
-            self.cwnd = (self.cwnd + acked).min(self.max_cwnd);
+        if self.w.cwnd < self.w.ssthresh {
+            self.w.cwnd = (self.w.cwnd + acked).min(self.max_cwnd);
             return;
         }
         let rtt = s.srtt.unwrap_or(Duration::ZERO).as_secs_f64();
-        let new_epoch = self.epoch_start.is_none();
-        let start = *self.epoch_start.get_or_insert(now);
+        let new_epoch = self.w.epoch_start.is_none();
+        let start = *self.w.epoch_start.get_or_insert(now);
         if new_epoch {
             // New epoch: anchor the cubic curve on the window it starts from.
-            if self.cwnd < self.w_max {
-                self.k = ((self.w_max - self.cwnd) / self.c).cbrt();
-                self.origin = self.w_max;
+            if self.w.cwnd < self.w.w_max {
+                self.w.k = ((self.w.w_max - self.w.cwnd) / self.c).cbrt();
+                self.w.origin = self.w.w_max;
             } else {
-                self.k = 0.0;
-                self.origin = self.cwnd;
+                self.w.k = 0.0;
+                self.w.origin = self.w.cwnd;
             }
-            self.w_est = self.cwnd;
+            self.w.w_est = self.w.cwnd;
         }
         let t = now.saturating_duration_since(start).as_secs_f64() + rtt;
-        let target = (self.origin + self.c * (t - self.k).powi(3)).min(1.5 * self.cwnd);
-        if target > self.cwnd {
-            self.cwnd += (target - self.cwnd) / self.cwnd * acked;
+        let target = (self.w.origin + self.c * (t - self.w.k).powi(3)).min(1.5 * self.w.cwnd);
+        if target > self.w.cwnd {
+            self.w.cwnd += (target - self.w.cwnd) / self.w.cwnd * acked;
         }
-        self.w_est += 3.0 * (1.0 - self.beta) / (1.0 + self.beta) * acked / self.cwnd;
-        if self.w_est > self.cwnd {
-            self.cwnd = self.w_est;
+        self.w.w_est += 3.0 * (1.0 - self.beta) / (1.0 + self.beta) * acked / self.w.cwnd;
+        if self.w.w_est > self.w.cwnd {
+            self.w.cwnd = self.w.w_est;
         }
-        self.cwnd = self.cwnd.clamp(1.0, self.max_cwnd);
+        self.w.cwnd = self.w.cwnd.clamp(1.0, self.max_cwnd);
     }
 
     fn on_loss(&mut self, now: Instant, ev: &LossEvent) {
@@ -200,20 +189,14 @@ impl CongestionControl for Cubic {
     }
 
     fn on_spurious_timeout(&mut self, _now: Instant) {
-        if let Some(s) = self.undo.take() {
-            self.cwnd = s.cwnd;
-            self.ssthresh = s.ssthresh;
-            self.w_max = s.w_max;
-            self.k = s.k;
-            self.origin = s.origin;
-            self.w_est = s.w_est;
-            self.epoch_start = s.epoch_start;
+        if let Some(w) = self.undo.take() {
+            self.w = w;
             self.undos += 1;
         }
     }
 
     fn cwnd_bytes(&self) -> Option<u64> {
-        Some((self.cwnd * self.chunk) as u64)
+        Some((self.w.cwnd * self.chunk) as u64)
     }
 }
 
@@ -256,7 +239,7 @@ mod tests {
         // After a round trip it counts again, with fast convergence lowering W_max.
         c.on_loss(Instant::from_micros(120), &loss(LossKind::FastRetransmit));
         assert!((c.cwnd_chunks() - 22.4 * 0.7).abs() < 1e-9);
-        assert!((c.w_max - 22.4 * 1.7 / 2.0).abs() < 1e-9);
+        assert!((c.w.w_max - 22.4 * 1.7 / 2.0).abs() < 1e-9);
         c.on_loss(Instant::from_micros(200), &loss(LossKind::Timeout));
         assert_eq!(c.cwnd_chunks(), 1.0);
         assert_eq!(c.reductions(), 3);
