@@ -385,6 +385,14 @@ fn an_outage_of_every_path_shorter_than_the_retry_budget_is_survived() {
             "{cc}: {:?}",
             got[0].at
         );
+        // Chunks that got through just before the outage are acknowledged only after it:
+        // that is no round trip for the timeout floor to learn.
+        let a = sim.conn(ConnHandle::first()).unwrap();
+        let rto = a.rto(sim.now());
+        assert!(
+            rto < Duration::from_millis(5),
+            "{cc}: timeout {rto:?} after the outage"
+        );
     }
 }
 

@@ -669,6 +669,12 @@ impl Connection {
         self.small_path
     }
 
+    /// The retransmission timeout a chunk sent at `now` would get (backoff and the floor
+    /// learnt from spurious timeouts included).
+    pub fn rto(&self, now: Instant) -> Duration {
+        self.rto_current(now)
+    }
+
     /// Connection-level smoothed round-trip time.
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt
@@ -929,13 +935,17 @@ impl Connection {
     /// An acknowledgement showed chunks declared lost by a timeout arriving from their only
     /// copy, the oldest sent `delay` ago: the round trip outgrew the timeout without a loss
     /// (RFC 4015's Eifel detection, from acknowledgement state instead of timestamps). The
-    /// timeout floor rises to a quarter above that delay, and the congestion control undoes
-    /// the cut.
+    /// congestion control undoes the cut, and the timeout floor rises to a quarter above
+    /// that delay -- unless the timeouts had backed off more than once: then the network
+    /// was out (every path down, say) and these are chunks that got through just before,
+    /// whose acknowledgements waited for it to heal; an outage is no round trip to learn.
     fn on_spurious_timeout(&mut self, now: Instant, delay: Duration) {
         self.stats.spurious_timeouts += 1;
-        let floor = (delay + delay / 4).min(self.cfg.rto_max);
-        self.spurious_floor = self.learnt_floor(now).max(floor);
-        self.spurious_floor_at = now;
+        if self.consecutive_rtos <= 1 {
+            let floor = (delay + delay / 4).min(self.cfg.rto_max);
+            self.spurious_floor = self.learnt_floor(now).max(floor);
+            self.spurious_floor_at = now;
+        }
         self.cc.on_spurious_timeout(now);
     }
 
