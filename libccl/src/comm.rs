@@ -905,9 +905,9 @@ fn auto_or(
 }
 
 /// Frames in flight on a multipath link with frames of `frame` bytes (on each engine when
-/// several split them): `inflight` bytes worth (`CCL_MPT_INFLIGHT_BYTES`), 4 to 16 (the header's request-id
-/// space). From settings both sides must agree on, so both post as many receives as the
-/// other may send.
+/// several split them): `inflight` bytes worth (`CCL_MPT_INFLIGHT_BYTES`), 4 to 16 (the
+/// header's request-id space). From settings both sides must agree on, so both post as many
+/// receives as the other may send.
 fn mpt_slots(frame: usize, inflight: usize) -> u32 {
     (inflight / frame.max(1)).clamp(4, 16) as u32
 }

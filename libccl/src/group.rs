@@ -273,7 +273,8 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
 const SCHEDULE_CACHE: usize = 64;
 
 /// The schedule of one collective: the cost model's algorithm within `NCCL_ALGO`, falling back
-/// to one that implements the collective.
+/// to one that implements the collective. `disjoint`: an all-to-all whose buffers do not
+/// overlap ([`buffers_disjoint`]).
 fn build_schedule(
     coll: ccl_collectives::Collective,
     t: &Task,
@@ -281,16 +282,17 @@ fn build_schedule(
     n: usize,
     ring: &[usize],
     settings: &Settings,
+    disjoint: bool,
 ) -> Result<ccl_collectives::Schedule> {
+    if disjoint {
+        return Ok(ccl_collectives::alltoall_out_of_place(rank, n, t.count)?);
+    }
     let bytes = t.count.saturating_mul(t.dtype.size());
     let mut algo = default_algorithm(coll, n, bytes);
     if algo == Algorithm::Tree && !settings.tree_allowed {
         algo = Algorithm::Ring;
     } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed {
         algo = Algorithm::Tree;
-    }
-    if coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n) {
-        return Ok(ccl_collectives::alltoall_out_of_place(rank, n, t.count)?);
     }
     let build = |a| schedule_ordered(coll, a, rank, ring, t.count, Pipeline::default());
     Ok(match build(algo) {
@@ -329,6 +331,7 @@ pub(crate) fn plan_specs(
                             n,
                             &state.ring,
                             settings,
+                            disjoint,
                         )?);
                         // Training loops repeat a handful of shapes; a bounded cache keeps
                         // schedule building off their path.
