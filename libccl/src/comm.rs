@@ -94,6 +94,8 @@ pub struct CommInner {
     pub gpu: Mutex<Option<std::sync::Arc<crate::gpu::GpuEngine>>>,
     /// Direct GPU peer transfers (cuda-ipc), set up at init when every rank can map its peers.
     pub ipc: Mutex<Option<std::sync::Arc<crate::cuda_ipc::IpcEngine>>>,
+    /// The replay thread of operations captured into CUDA graphs, made at the first capture.
+    pub graph: Mutex<Option<std::sync::Arc<crate::graph::Replayer>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -126,6 +128,7 @@ impl Comm {
             redops: Mutex::new(Vec::new()),
             gpu: Mutex::new(None),
             ipc: Mutex::new(None),
+            graph: Mutex::new(None),
         }))
     }
 
@@ -430,6 +433,7 @@ impl Comm {
         let go_on = AtomicBool::new(false);
         let abort = if abort_first {
             self.0.abort.store(true, Ordering::SeqCst);
+            crate::graph::shutdown(self);
             crate::gpu::shutdown(self);
             crate::cuda_ipc::shutdown(self, true);
             &go_on
@@ -491,6 +495,7 @@ impl Comm {
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
+        crate::graph::shutdown(self);
         crate::gpu::shutdown(self);
         crate::cuda_ipc::shutdown(self, !idle);
         let mut guard = self.0.state.lock();
@@ -511,6 +516,7 @@ impl Comm {
     /// connection without goodbye, so peers blocked on us fail at once.
     pub fn abort(&self) {
         self.0.abort.store(true, Ordering::SeqCst);
+        crate::graph::shutdown(self);
         crate::gpu::shutdown(self);
         crate::cuda_ipc::shutdown(self, true);
         let mut guard = self.0.state.lock();

@@ -206,6 +206,10 @@ pub struct ExecStats {
     pub idle: std::time::Duration,
     /// Received bytes the links wrote straight into their destinations (no copy here).
     pub placed_bytes: u64,
+    /// Time steps spent with nothing left but their sends' wait for the links to have every
+    /// queued byte acknowledged (zero-copy sends end only then), and how many steps waited.
+    pub settle: std::time::Duration,
+    pub settle_steps: u64,
 }
 
 /// Smallest frame [`ExecStats`] times.
@@ -223,7 +227,7 @@ impl ExecStats {
             }
         };
         format!(
-            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms; {} B received in place (no copy)",
+            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms; {} B received in place (no copy); {} steps waited {:.1} ms for acknowledgements alone",
             TIMED_BYTES >> 10,
             self.recv_bytes,
             ms(self.recv_busy),
@@ -232,7 +236,9 @@ impl ExecStats {
             ms(self.send_busy),
             rate(self.send_bytes, self.send_busy),
             ms(self.idle),
-            self.placed_bytes
+            self.placed_bytes,
+            self.settle_steps,
+            ms(self.settle)
         )
     }
 }
@@ -302,6 +308,8 @@ pub struct Plan {
     /// per piece.
     gates: Option<PieceGates>,
     landing: Vec<usize>,
+    /// Since when the current step has waited only for its sends' acknowledgements.
+    settling_since: Option<std::time::Instant>,
 }
 
 // SAFETY: the raw pointers are user buffers handed to us for the duration of the operation
@@ -388,6 +396,7 @@ impl Plan {
             started: false,
             gates: None,
             landing: Vec::new(),
+            settling_since: None,
         }
     }
 
@@ -796,7 +805,19 @@ impl Plan {
                 self.landed(k);
             }
             if !all_done {
+                // Read the clock once per such wait, not on the busy path.
+                if self.settling_since.is_none()
+                    && self.steps[self.cur]
+                        .iter()
+                        .all(|o| o.finished || (o.queued() && matches!(o.kind, XKind::Send { .. })))
+                {
+                    self.settling_since = Some(std::time::Instant::now());
+                }
                 break;
+            }
+            if let Some(t) = self.settling_since.take() {
+                stats.settle += t.elapsed();
+                stats.settle_steps += 1;
             }
             self.cur += 1;
             progressed = true;

@@ -425,10 +425,8 @@ const CHUNKS_PER_SIZE: usize = 2;
 /// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
 const CHUNK_WAIT: Duration = Duration::from_secs(2);
 
-/// The distinct streams of a group's operations, in call order, as streams of `ctx`. Refuses a
-/// stream that is being captured into a CUDA graph: the flags and counters queued at call
-/// time would be replayed stale.
-pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Stream>> {
+/// The distinct streams of a group's operations, in call order, as streams of `ctx`.
+pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
     let mut raw: Vec<usize> = Vec::new();
     for t in tasks {
         if !raw.contains(&t.stream) {
@@ -436,17 +434,23 @@ pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Str
         }
     }
     // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
-    let streams: Vec<Stream> = raw
-        .iter()
+    raw.iter()
         .map(|&s| unsafe { Stream::from_raw(ctx, s as cuda::sys::CUstream) })
-        .collect();
+        .collect()
+}
+
+/// [`streams_of`], refusing a stream that is being captured into a CUDA graph: the flags and
+/// counters queued at call time would be replayed stale (captures go through
+/// [`crate::graph`], which [`crate::group`] routes them to first).
+pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Stream>> {
+    let streams = streams_of(ctx, tasks);
     for s in &streams {
         if !matches!(
             s.capture_status().map_err(cuda_err)?,
             cuda::CaptureStatus::None
         ) {
             return Err(Error::invalid_usage(
-                "capturing libccl operations in a CUDA graph is not supported yet",
+                "a stream began a CUDA graph capture while libccl queued work on it",
             ));
         }
     }

@@ -379,7 +379,7 @@ pub(crate) fn run_plans(comm: &Comm, state: &mut CommState, plans: Vec<Plan>) ->
 
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
-fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
+pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // Group by communicator, keeping call order, and lock communicators in address order so
     // two threads running groups over the same communicators cannot deadlock.
     let mut comms: Vec<(Comm, Vec<Task>)> = Vec::new();
@@ -396,6 +396,10 @@ fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     let mut host = Vec::new();
     let mut direct = Vec::new();
     for (comm, tasks) in comms {
+        if crate::graph::capturing(&comm, &tasks)? {
+            crate::graph::capture(&comm, tasks)?;
+            continue;
+        }
         if crate::gpu::wants_gpu(&comm, &tasks)? {
             match crate::cuda_ipc::engine_for(&comm, &tasks) {
                 Some(eng) => direct.push((comm, eng, tasks)),

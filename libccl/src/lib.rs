@@ -7,6 +7,7 @@ pub mod cuda_ipc;
 pub mod error;
 pub mod exec;
 pub mod gpu;
+pub mod graph;
 pub mod group;
 pub mod log;
 pub mod params;

@@ -83,6 +83,8 @@ driver_table! {
     cuStreamWriteValue32 ["cuStreamWriteValue32_v2", "cuStreamWriteValue32"] (CUstream, CUdeviceptr, u32, c_uint);
     cuStreamBatchMemOp ["cuStreamBatchMemOp_v2", "cuStreamBatchMemOp"] (CUstream, c_uint, *mut CUstreamMemOpValueParams, c_uint);
     cuStreamIsCapturing ["cuStreamIsCapturing"] (CUstream, *mut CUstreamCaptureStatus);
+    cuThreadExchangeStreamCaptureMode ["cuThreadExchangeStreamCaptureMode"] (*mut CUstreamCaptureMode);
+    cuLaunchHostFunc ["cuLaunchHostFunc"] (CUstream, CUhostFn, *mut c_void);
     cuEventCreate ["cuEventCreate"] (*mut CUevent, c_uint);
     cuEventRecord ["cuEventRecord"] (CUevent, CUstream);
     cuEventQuery ["cuEventQuery"] (CUevent);

@@ -43,5 +43,7 @@ pub use memory::{
 pub use nvml::ClockLimits;
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};
 pub use source::KernelOp;
-pub use stream::{CaptureStatus, Event, EventFlags, MemOp, Stream, WaitCond};
+pub use stream::{
+    capture_status_of, CaptureStatus, Event, EventFlags, MemOp, RelaxedCapture, Stream, WaitCond,
+};
 pub use vmm::{VmmAllocation, VmmInfo, VmmMapping};

@@ -394,6 +394,73 @@ impl Stream {
         };
         self.check("cuStreamWriteValue32_v2", r)
     }
+
+    /// Queues a call of `f(data)` on a driver thread once earlier work is done; later work
+    /// waits for it to return. Captured into a graph it becomes a host node, called at every
+    /// replay.
+    ///
+    /// # Safety
+    /// `f` makes no CUDA call and returns promptly, and `data` stays valid for every call
+    /// (every replay of a graph it is captured into).
+    pub unsafe fn launch_host_func(
+        &self,
+        f: unsafe extern "C" fn(*mut std::ffi::c_void),
+        data: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let _g = self.ctx.scope()?;
+        // SAFETY: per this function's contract.
+        let r = unsafe { (self.ctx.driver().fns.cuLaunchHostFunc)(self.raw, f, data) };
+        self.check("cuLaunchHostFunc", r)
+    }
+}
+
+/// Whether the caller's stream (a `CUstream` handle) is being captured into a graph. Needs no context of
+/// ours (the driver knows the stream's); the legacy default stream is never captured.
+pub fn capture_status_of(stream: usize) -> Result<CaptureStatus> {
+    if stream == 0 || stream == 1 {
+        return Ok(CaptureStatus::None);
+    }
+    let raw = stream as CUstream;
+    let drv = super::driver::Driver::get()?;
+    let mut s: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: writes one status value; `raw` is the caller's stream handle.
+    let r = unsafe { (drv.fns.cuStreamIsCapturing)(raw, &mut s) };
+    drv.check("cuStreamIsCapturing", r)?;
+    Ok(match s {
+        CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
+        _ => CaptureStatus::None,
+    })
+}
+
+/// While alive, the calling thread may make calls a running stream capture in global mode
+/// would refuse (allocations, queries); dropping it restores the thread's previous mode.
+/// Libraries that allocate while their caller captures do this, as CUDA's guide says.
+pub struct RelaxedCapture {
+    drv: &'static super::driver::Driver,
+    previous: CUstreamCaptureMode,
+}
+
+impl RelaxedCapture {
+    pub fn new() -> Result<RelaxedCapture> {
+        let drv = super::driver::Driver::get()?;
+        let mut mode: CUstreamCaptureMode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges one mode value of the calling thread.
+        let r = unsafe { (drv.fns.cuThreadExchangeStreamCaptureMode)(&mut mode) };
+        drv.check("cuThreadExchangeStreamCaptureMode", r)?;
+        Ok(RelaxedCapture {
+            drv,
+            previous: mode,
+        })
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: as in `new`; restores what `new` replaced.
+        let _ = unsafe { (self.drv.fns.cuThreadExchangeStreamCaptureMode)(&mut mode) };
+    }
 }
 
 impl Drop for Stream {

@@ -16,6 +16,9 @@ pub type CUfunction = *mut c_void;
 pub type CUdevice_attribute = c_int;
 pub type CUpointer_attribute = c_int;
 pub type CUstreamCaptureStatus = c_int;
+pub type CUstreamCaptureMode = c_int;
+/// `CUhostFn`: a host function a stream (or a graph's host node) calls.
+pub type CUhostFn = unsafe extern "C" fn(*mut c_void);
 
 /// `CUipcMemHandle`: 64 opaque bytes, passed by value.
 #[repr(C)]
@@ -93,6 +96,8 @@ const _: () = assert!(std::mem::size_of::<CUstreamMemOpValueParams>() == 48);
 
 pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
 
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread may make any call while a capture runs.
+pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode = 2;
 pub const CU_STREAM_CAPTURE_STATUS_NONE: CUstreamCaptureStatus = 0;
 pub const CU_STREAM_CAPTURE_STATUS_ACTIVE: CUstreamCaptureStatus = 1;
 pub const CU_STREAM_CAPTURE_STATUS_INVALIDATED: CUstreamCaptureStatus = 2;
