@@ -139,11 +139,123 @@ impl Slots {
     }
 }
 
-/// One proxy job: its plans, and the flag slots it owns (several for a gated group).
+/// One proxy job: its plans, and the flag slots it owns (several for a gated group), or the
+/// flags of the captured group it replays.
 struct Job {
     first: u32,
     last: u32,
     specs: Vec<PlanSpec>,
+    graph: Option<&'static CapturedGroup>,
+}
+
+/// A group captured into a CUDA graph ([`crate::graph`]), on the staged path: its own pinned
+/// staging memory and two flags of its own, so that a replay needs no CUDA call of this
+/// library (a driver call then can wait behind the application's launch of graphs queued
+/// after this one, which wait for this group: a deadlock). At each replay the graph copies
+/// the inputs down and writes `start` = 1; the proxy, handed the job by the graph's host node
+/// (through [`crate::graph`]'s thread), waits for it, runs the plans and writes `done` = 1;
+/// the graph waits for that, resets both to 0 and copies the outputs up.
+pub(crate) struct CapturedGroup {
+    tasks: Vec<Task>,
+    st: Staging,
+    io: PieceIo,
+    chunk: PinnedBuffer,
+    start: cuda::Flag,
+    done: cuda::Flag,
+}
+
+// SAFETY: the pinned chunk is process-wide memory that the graph's copies and the proxy use
+// in turn (the flags order them); the flags are accessed atomically; CUDA handles may be used
+// from any thread.
+unsafe impl Send for CapturedGroup {}
+// SAFETY: as above; nothing is mutated through a shared reference but the flags.
+unsafe impl Sync for CapturedGroup {}
+
+impl CapturedGroup {
+    /// Lays out `tasks`' device buffers in a pinned chunk of their own.
+    pub(crate) fn new(comm: &Comm, tasks: Vec<Task>) -> Result<CapturedGroup> {
+        let eng = engine(comm)?;
+        let (rank, n) = (comm.rank(), comm.nranks());
+        let (st, ios) = stage_pieces(std::slice::from_ref(&tasks), None, rank, n, &is_device_ptr)?;
+        let io = ios.into_iter().next().unwrap_or_default();
+        let chunk = PinnedBuffer::new(&eng.ctx, st.bytes.max(64)).map_err(cuda_err)?;
+        let start = cuda::Flag::new(&eng.ctx).map_err(cuda_err)?;
+        let done = cuda::Flag::new(&eng.ctx).map_err(cuda_err)?;
+        start.store(0);
+        done.store(0);
+        Ok(CapturedGroup {
+            tasks,
+            st,
+            io,
+            chunk,
+            start,
+            done,
+        })
+    }
+
+    /// Queues on `stream` (being captured) the GPU side of every replay.
+    ///
+    /// # Safety
+    /// The group lives as long as any graph it is captured into (it is leaked).
+    pub(crate) unsafe fn queue(&self, stream: &Stream) -> Result<()> {
+        let base = self.chunk.as_ptr() as usize;
+        // SAFETY: device ranges are the caller's validated buffers, host ranges lie in the
+        // chunk laid out for them; the flags outlive the graph (caller's contract).
+        unsafe {
+            for &(dev, off, bytes) in &self.io.inputs {
+                stream
+                    .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
+                    .map_err(cuda_err)?;
+            }
+            self.start.stream_write(stream, 1).map_err(cuda_err)?;
+            self.done
+                .stream_wait(stream, 1, WaitCond::Eq)
+                .map_err(cuda_err)?;
+            self.done.stream_write(stream, 0).map_err(cuda_err)?;
+            self.start.stream_write(stream, 0).map_err(cuda_err)?;
+            for &(dev, off, bytes) in &self.io.outputs {
+                stream
+                    .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
+                    .map_err(cuda_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's operations, as captured.
+    pub(crate) fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+
+    /// A replay reached the group: takes its sequence numbers and hands it to the proxy.
+    /// Makes no CUDA call.
+    pub(crate) fn replay(&'static self, comm: &Comm) -> Result<()> {
+        let eng = comm
+            .0
+            .gpu
+            .lock()
+            .clone()
+            .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
+        let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), &self.tasks)?;
+        self.st.rebase(&mut specs, self.chunk.as_ptr() as usize);
+        let tx = eng
+            .tx
+            .lock()
+            .clone()
+            .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
+        tx.send(Job {
+            first: 0,
+            last: 0,
+            specs,
+            graph: Some(self),
+        })
+        .map_err(|_| Error::internal("proxy thread is gone"))
+    }
+
+    /// Lets a replay go on without running the group (its communicator is gone or failed).
+    pub(crate) fn release(&self) {
+        self.done.store(1);
+    }
 }
 
 /// A pinned staging chunk and the event after the last stream copy that uses it.
@@ -170,7 +282,7 @@ unsafe impl Send for GpuEngine {}
 // SAFETY: as above; mutable state is behind mutexes and atomics.
 unsafe impl Sync for GpuEngine {}
 
-fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
+pub(crate) fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     let mut slot = comm.0.gpu.lock();
     if let Some(e) = slot.as_ref() {
         return Ok(e.clone());
@@ -530,6 +642,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             first: seq(k),
             last: seq(k).wrapping_add(per_job - 1),
             specs: s,
+            graph: None,
         })
         .map_err(|_| Error::internal("proxy thread is gone"))?;
     }
@@ -683,6 +796,23 @@ pub fn shutdown(comm: &Comm) {
     }
 }
 
+/// Which of the proxy's queued jobs runs next, if any is ready (its inputs in host memory):
+/// the first; else the first replayed graph job, ahead of the operations queued before it
+/// (see `Proxy::run`). Replayed jobs keep their order among themselves, and so do the others.
+fn next_job<T>(
+    queue: &std::collections::VecDeque<T>,
+    ready: impl Fn(&T) -> bool,
+    replayed: impl Fn(&T) -> bool,
+) -> Option<usize> {
+    if queue.front().is_some_and(&ready) {
+        return Some(0);
+    }
+    queue
+        .iter()
+        .position(replayed)
+        .filter(|&k| queue.get(k).is_some_and(&ready))
+}
+
 /// The proxy: polls start slots, runs plans on staged host memory, writes done slots. It
 /// makes no CUDA call (see the module doc).
 struct Proxy {
@@ -699,11 +829,41 @@ unsafe impl Send for Proxy {}
 impl Proxy {
     fn run(self, rx: Receiver<Job>) {
         let abort: Arc<AtomicBool> = self.comm.0.abort.clone();
-        while let Ok(job) = rx.recv() {
+        // Jobs received, in order. A replayed graph's job may run before earlier ones whose
+        // inputs have not reached host memory yet: those may be queued on a stream behind
+        // the graph, which waits for its job (the same on every rank, so the order on the
+        // wire agrees).
+        let mut queue: std::collections::VecDeque<Job> = std::collections::VecDeque::new();
+        let mut open = true;
+        loop {
+            if queue.is_empty() {
+                if !open {
+                    break;
+                }
+                match rx.recv() {
+                    Ok(job) => queue.push_back(job),
+                    Err(_) => break,
+                }
+            }
             let mut rounds = 0u32;
-            while !abort.load(Ordering::Relaxed)
-                && self.start.atomic(job.first).load(Ordering::Acquire) != job.first
-            {
+            let at = loop {
+                if abort.load(Ordering::Relaxed) {
+                    break 0;
+                }
+                let ready = |j: &Job| match j.graph {
+                    Some(g) => g.start.load() == 1,
+                    None => self.start.atomic(j.first).load(Ordering::Acquire) == j.first,
+                };
+                if let Some(k) = next_job(&queue, ready, |j| j.graph.is_some()) {
+                    break k;
+                }
+                while open {
+                    match rx.try_recv() {
+                        Ok(job) => queue.push_back(job),
+                        Err(crossbeam::channel::TryRecvError::Empty) => break,
+                        Err(crossbeam::channel::TryRecvError::Disconnected) => open = false,
+                    }
+                }
                 rounds = rounds.saturating_add(1);
                 if rounds < 256 {
                     std::hint::spin_loop();
@@ -712,7 +872,10 @@ impl Proxy {
                 } else {
                     std::thread::sleep(Duration::from_micros(20));
                 }
-            }
+            };
+            let Some(job) = queue.remove(at) else {
+                continue;
+            };
             let r = if abort.load(Ordering::Relaxed) {
                 Err(Error::system("communicator aborted"))
             } else {
@@ -726,6 +889,10 @@ impl Proxy {
                 // communicator's async error, as NCCL reports kernel-side failures.
                 tracing::warn!("rank {}: GPU operation failed: {e}", self.comm.rank());
                 self.comm.set_async_error(&e);
+            }
+            if let Some(g) = job.graph {
+                g.release();
+                continue;
             }
             // Every slot of the job, pieces that landed early included (idempotent), so no
             // stream wait is left behind after an error.
@@ -856,6 +1023,26 @@ mod tests {
     use ccl_collectives::Collective;
 
     use crate::task::float_sum as t;
+
+    /// A replayed graph's job overtakes operations queued before it that wait for their
+    /// inputs (they may sit on a stream behind the graph); nothing else changes order.
+    #[test]
+    fn replayed_jobs_overtake_waiting_operations_only() {
+        use std::collections::VecDeque;
+        // (replayed, ready)
+        let q = |v: &[(bool, bool)]| v.iter().copied().collect::<VecDeque<_>>();
+        let next = |v: &[(bool, bool)]| next_job(&q(v), |j| j.1, |j| j.0);
+        assert_eq!(next(&[]), None);
+        assert_eq!(next(&[(false, true), (true, true)]), Some(0));
+        assert_eq!(next(&[(false, false), (true, true)]), Some(1));
+        assert_eq!(
+            next(&[(false, false), (false, true), (true, true)]),
+            Some(2)
+        );
+        assert_eq!(next(&[(false, false), (true, false), (true, true)]), None);
+        assert_eq!(next(&[(true, false), (false, true)]), None);
+        assert_eq!(next(&[(false, false), (false, true)]), None);
+    }
 
     /// Device bytes a list of copies covers, as a sorted list of byte addresses' ranges merged.
     fn covered(copies: impl Iterator<Item = (usize, usize, usize)>) -> Vec<(usize, usize)> {

@@ -1,33 +1,37 @@
 //! Operations captured into CUDA graphs (`torch.cuda.graph` around collectives:
 //! tensor-parallel layers under CUDA graphs, inference engines' decode steps).
 //!
-//! The GPU path decides at call time what each operation does: it takes sequence numbers its
-//! peers match, picks staging chunks, rendezvouses with peers and queues copies and flag
+//! The GPU paths decide at call time what each operation does: they take sequence numbers
+//! peers match, pick staging chunks, rendezvous with peers and queue copies and flag
 //! operations whose values are fixed then. A graph replays what was queued, so none of that
-//! can be captured as it is. Instead a captured group becomes three nodes on the capturing
-//! stream: a host node that hands the group to the communicator's replay thread, a wait until
-//! a flag is 1, and a write of 0 back into it. At every replay the host node runs once the
-//! graph's earlier work is done; the replay thread then runs the group through the ordinary
-//! path on its own stream, which starts after that work by construction, and queues the
-//! flag's write of 1 behind it, releasing the graph's later nodes. The flag goes back to 0
-//! inside the graph, so each replay waits anew with the same captured values.
+//! can be captured as it is. A captured group instead takes the staged path with memory and
+//! flags of its own ([`crate::gpu::CapturedGroup`]): on the capturing stream a host node,
+//! the copies of its device inputs into its pinned chunk, a `start` flag, a wait for a `done`
+//! flag, both reset, the copies of its outputs back. At every replay the host node hands the
+//! group to this communicator's replay thread, which takes its sequence numbers and gives it
+//! to the GPU proxy; the proxy runs it over the host transports once `start` is up and raises
+//! `done`. Nothing at replay time calls CUDA: a driver call there could wait behind the
+//! application's launch of later replays, which (queued on the GPU behind this group) wait
+//! for it -- a deadlock seen with 64 replays queued ahead when the replay thread ran the
+//! group through the ordinary paths.
 //!
-//! Costs: a host-node round trip per captured group (tens of microseconds), not the
-//! captured kernels NCCL replays. Limits: every rank must replay its graphs' collectives
-//! in the same order relative to its other calls on the communicator, as with NCCL; a
-//! group is run when its host node fires, so collectives issued eagerly while a replay has
-//! not reached them yet may be matched out of order (libccl reports the mismatch as
-//! `ncclInvalidUsage`, it does not corrupt): synchronise before mixing.
+//! Costs: the staged path (host memory and the host transports, not NVLink copy engines)
+//! and a host-node round trip per captured group, where NCCL replays captured kernels.
+//! Ordering: a replayed group takes its sequence numbers when its host node runs; eager
+//! operations queued on the same stream behind the replay run after it on every rank (the
+//! proxy lets the replay's job overtake them), but eager calls racing a replay on another
+//! stream may be matched in a different order on different ranks (reported as
+//! `ncclInvalidUsage`): synchronise before mixing, as with NCCL.
 
 use std::sync::{Arc, Weak};
 
-use ccl_cuda::cuda::{self, Context, Flag, RelaxedCapture, Stream, WaitCond};
+use ccl_cuda::cuda::{self, RelaxedCapture};
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::comm::{Comm, CommInner};
 use crate::error::{Error, Result};
-use crate::gpu::cuda_err;
+use crate::gpu::{cuda_err, CapturedGroup};
 use crate::task::Task;
 
 enum Msg {
@@ -37,21 +41,17 @@ enum Msg {
 }
 
 /// One captured group. Never freed: a graph can be replayed for as long as the process
-/// lives, and its host node keeps this address (a few hundred bytes and a pinned flag per
-/// captured group).
+/// lives, and its host node keeps this address (the group's pinned staging memory and two
+/// flags stay with it).
 struct Captured {
     comm: Weak<CommInner>,
-    /// The group, on the replay stream.
-    tasks: Vec<Task>,
-    done: Flag,
+    group: CapturedGroup,
     tx: Sender<Msg>,
 }
 
-/// A communicator's replay thread and stream.
+/// A communicator's replay thread.
 pub struct Replayer {
     tx: Sender<Msg>,
-    ctx: Arc<Context>,
-    stream_raw: usize,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -86,18 +86,13 @@ fn replayer(comm: &Comm) -> Result<Arc<Replayer>> {
     if let Some(r) = slot.as_ref() {
         return Ok(r.clone());
     }
-    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
-    let stream = Stream::with_flags(&ctx, true).map_err(cuda_err)?;
-    let stream_raw = stream.raw() as usize;
     let (tx, rx) = crossbeam::channel::unbounded();
     let thread = std::thread::Builder::new()
         .name(format!("ccl-graph-r{}", comm.rank()))
-        .spawn(move || replay_loop(stream, rx))
+        .spawn(move || replay_loop(rx))
         .map_err(|e| Error::system(format!("spawn graph replay thread: {e}")))?;
     let r = Arc::new(Replayer {
         tx,
-        ctx,
-        stream_raw,
         thread: Mutex::new(Some(thread)),
     });
     *slot = Some(r.clone());
@@ -115,32 +110,24 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         ));
     }
     let rep = replayer(comm)?;
-    let streams = crate::gpu::streams_of(&rep.ctx, &tasks);
+    let group = CapturedGroup::new(comm, tasks)?;
+    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
+    let streams = crate::gpu::streams_of(&ctx, group.tasks());
     let Some(first) = streams.first() else {
         return Ok(());
     };
-    let done = Flag::new(&rep.ctx).map_err(cuda_err)?;
-    let replay_tasks = tasks
-        .iter()
-        .map(|t| Task {
-            stream: rep.stream_raw,
-            ..*t
-        })
-        .collect();
     let captured: &'static Captured = Box::leak(Box::new(Captured {
         comm: Arc::downgrade(&comm.0),
-        tasks: replay_tasks,
-        done,
+        group,
         tx: rep.tx.clone(),
     }));
     for s in &streams[1..] {
-        let ev = crate::gpu::plain_event(&rep.ctx)?;
+        let ev = crate::gpu::plain_event(&ctx)?;
         ev.record(s).map_err(cuda_err)?;
         first.wait_event(&ev).map_err(cuda_err)?;
     }
-    // SAFETY: `trigger` only sends on a channel or stores to the flag (no CUDA call, no
-    // blocking); `captured` is leaked, so it is valid at every replay; the flag lives as long
-    // and is released by the replay thread (or `trigger`) at every replay.
+    // SAFETY: `trigger` only sends on a channel or stores to a flag (no CUDA call, no
+    // blocking); `captured` is leaked, so it is valid at every replay.
     unsafe {
         first
             .launch_host_func(
@@ -148,14 +135,16 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
                 captured as *const Captured as *mut std::ffi::c_void,
             )
             .map_err(cuda_err)?;
-        captured
-            .done
-            .stream_wait(first, 1, WaitCond::Eq)
-            .map_err(cuda_err)?;
-        captured.done.stream_write(first, 0).map_err(cuda_err)?;
+        captured.group.queue(first)?;
     }
+    tracing::debug!(
+        "rank {}: captured a group of {} operations ({:p})",
+        comm.rank(),
+        captured.group.tasks().len(),
+        captured
+    );
     if streams.len() > 1 {
-        let ev = crate::gpu::plain_event(&rep.ctx)?;
+        let ev = crate::gpu::plain_event(&ctx)?;
         ev.record(first).map_err(cuda_err)?;
         for s in &streams[1..] {
             s.wait_event(&ev).map_err(cuda_err)?;
@@ -169,45 +158,37 @@ unsafe extern "C" fn trigger(data: *mut std::ffi::c_void) {
     // SAFETY: `data` is a leaked `Captured` (see `capture`).
     let c = unsafe { &*(data as *const Captured) };
     if c.tx.send(Msg::Run(data as usize)).is_err() {
-        // The communicator is gone: release the graph rather than hang it.
-        c.done.store(1);
+        // The communicator is gone: let the graph go on rather than hang.
+        c.group.release();
     }
 }
 
-fn replay_loop(stream: Stream, rx: Receiver<Msg>) {
-    // This thread's calls must neither fail nor break a capture another thread of the
-    // application runs in global mode meanwhile.
-    let _relaxed = RelaxedCapture::new();
+fn replay_loop(rx: Receiver<Msg>) {
     while let Ok(msg) = rx.recv() {
         let Msg::Run(ptr) = msg else { break };
         // SAFETY: only `trigger` sends `Run`, with a leaked `Captured`.
-        let c = unsafe { &*(ptr as *const Captured) };
-        replay(&stream, c);
+        let c: &'static Captured = unsafe { &*(ptr as *const Captured) };
+        let Some(inner) = c.comm.upgrade() else {
+            c.group.release();
+            continue;
+        };
+        let comm = Comm(inner);
+        tracing::debug!("rank {}: replaying {:p}", comm.rank(), c);
+        if let Err(e) = c.group.replay(&comm) {
+            tracing::warn!(
+                "rank {}: replaying a captured operation failed: {e}",
+                comm.rank()
+            );
+            comm.set_async_error(&e);
+            c.group.release();
+        }
     }
     // Replays queued behind the stop would otherwise wait forever.
     while let Ok(msg) = rx.try_recv() {
         if let Msg::Run(ptr) = msg {
             // SAFETY: as above.
-            unsafe { &*(ptr as *const Captured) }.done.store(1);
+            unsafe { &*(ptr as *const Captured) }.group.release();
         }
-    }
-}
-
-fn replay(stream: &Stream, c: &Captured) {
-    let Some(inner) = c.comm.upgrade() else {
-        c.done.store(1);
-        return;
-    };
-    let comm = Comm(inner);
-    let tasks: Vec<(Comm, Task)> = c.tasks.iter().map(|t| (comm.clone(), *t)).collect();
-    if let Err(e) = crate::group::run(tasks) {
-        // The error is the communicator's (set by the path that failed, or here).
-        tracing::warn!("rank {}: replayed graph operation failed: {e}", comm.rank());
-        comm.set_async_error(&e);
-    }
-    // SAFETY: the flag outlives every replay (leaked with its `Captured`).
-    if unsafe { c.done.stream_write(stream, 1) }.is_err() {
-        c.done.store(1);
     }
 }
 

@@ -72,5 +72,8 @@ timeout -s KILL $((100 + TX)) python3 -m torch.distributed.run --nproc-per-node 
 TORCH_NCCL_USE_COMM_NONBLOCKING=1 LD_PRELOAD=$CCL/libnccl.so.2 timeout -s KILL $((120 + TX)) python3 -m torch.distributed.run --nproc-per-node $NGPU tests/gpu/torch_check.py ccl > "$L/torch_ccl.log" 2>&1; say "torch ccl (TORCH_NCCL_USE_COMM_NONBLOCKING=1) exit $?"
 python3 tests/gpu/torch_compare.py "$CCL_TORCH_OUT" nccl ccl $NGPU 2>&1 | tail -n 3 | tee -a "$S"
 rm -rf "$CCL_TORCH_OUT"
+# Collectives captured in CUDA graphs, replayed and checked (NVIDIA NCCL beside).
+CCL=$CCL bash tests/gpu/device_graph.sh > "$L/graph.txt" 2>&1; say "graph capture exit $?"
+grep -E "us/op|wrong" "$L/graph.txt" | tee -a "$S"
 
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs

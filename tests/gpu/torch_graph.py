@@ -10,6 +10,7 @@ the collective must give (integer-valued floats, so sums are exact in any order)
 collectives run between replays on the same communicator, and the process exits 1 on any
 wrong element. Prints one line per check and "PASS" at the end.
 """
+import faulthandler
 import os
 import sys
 
@@ -19,6 +20,9 @@ import torch.distributed as dist
 
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
+    # A hang prints where every thread of Python was, then exits.
+    faulthandler.dump_traceback_later(int(os.environ.get("CCL_GRAPH_HANG_S", "150")), exit=True)
+    verbose = os.environ.get("CCL_GRAPH_VERBOSE") == "1"
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -83,6 +87,57 @@ def main():
         dist.all_reduce(e)
         torch.cuda.synchronize()
         check(f"eager {it}", e, torch.full_like(e, float(sum(range(world)) + world * it)))
+
+    if os.environ.get("CCL_GRAPH_TIME") == "1":
+        # Time per all_reduce: K in one graph replayed R times, against K * R eager calls.
+        for elems, k, r in ((2048, 20, 50), (16 << 20, 4, 10)):
+            t = torch.ones(elems, device=dev)
+            g = torch.cuda.CUDAGraph()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                dist.all_reduce(t)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            with torch.cuda.graph(g):
+                for _ in range(k):
+                    dist.all_reduce(t)
+            times = {}
+            if verbose:
+                print(f"[{tag}] rank {rank}: captured {k} all_reduces of {elems} elements", flush=True)
+            for mode in ("graph", "eager", "graph"):
+                if verbose:
+                    print(f"[{tag}] rank {rank}: timing {mode}", flush=True)
+                torch.cuda.synchronize()
+                dist.barrier()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                # One host synchronisation per k operations either way (a training step's).
+                for _ in range(r):
+                    if mode == "graph":
+                        g.replay()
+                    else:
+                        for _ in range(k):
+                            dist.all_reduce(t)
+                    torch.cuda.synchronize()
+                end.record()
+                torch.cuda.synchronize()
+                times[mode] = start.elapsed_time(end) * 1e3 / (k * r)
+            if rank == 0:
+                print(f"[{tag}] all_reduce {elems * 4} B: graph replay {times['graph']:.1f} us/op, "
+                      f"eager {times['eager']:.1f} us/op", flush=True)
+
+    ahead = int(os.environ.get("CCL_GRAPH_AHEAD", "0"))
+    if ahead:
+        # Replays queued ahead of the GPU with no synchronisation between them.
+        for it in range(ahead):
+            x.copy_(base + rank + it)
+            graph.replay()
+        torch.cuda.synchronize()
+        last = ahead - 1
+        check(f"{ahead} replays ahead", x, world * base + sum(range(world)) + world * last)
+        if rank == 0:
+            print(f"[{tag}] {ahead} replays queued ahead: done", flush=True)
 
     dist.barrier()
     dist.destroy_process_group()

@@ -2164,6 +2164,10 @@ pub fn check_health(comm: &Comm) {
     let Some(eng) = comm.0.ipc.lock().clone() else {
         return;
     };
+    // The caller may be capturing a CUDA graph in global mode (PyTorch polls the async error
+    // of nonblocking communicators between captured calls): the event query below would
+    // break its capture.
+    let _relaxed = cuda::RelaxedCapture::new();
     let Some(q) = eng.queued.try_lock() else {
         return;
     };
