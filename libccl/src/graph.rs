@@ -104,6 +104,11 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     // Pointer queries, allocations and events are refused while the caller captures in
     // global mode.
     let _relaxed = RelaxedCapture::new().map_err(cuda_err)?;
+    // Empty operations move nothing on any rank (their counts agree), so every rank leaves
+    // them out alike.
+    if tasks.iter().all(|t| t.count == 0) {
+        return Ok(());
+    }
     if !crate::gpu::wants_gpu(comm, &tasks)? {
         return Err(Error::invalid_usage(
             "an operation on host memory cannot be captured into a CUDA graph",

@@ -48,7 +48,9 @@ def main():
     torch.cuda.synchronize()
 
     graph = torch.cuda.CUDAGraph()
+    empty = torch.zeros(0, device=dev)
     with torch.cuda.graph(graph):
+        dist.all_reduce(empty)  # moves nothing, must not fail the capture
         dist.all_reduce(x)
         y = x * 2
         dist.all_gather_into_tensor(gathered, y)

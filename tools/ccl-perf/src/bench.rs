@@ -160,6 +160,11 @@ impl<'a> Bench<'a> {
         } else {
             Cuda::load()?.map(Rc::new)
         };
+        if s.graph > 0 && cuda.is_none() {
+            return Err(Error(
+                "-G captures CUDA graphs: it needs a usable GPU and device memory".into(),
+            ));
+        }
         if cli.mem == "device" && cuda.is_none() {
             return Err(Error(
                 "--mem device: no usable GPU (libcuda.so.1 / cuInit)".into(),
@@ -349,8 +354,8 @@ impl<'a> Bench<'a> {
             ));
         }
         self.say(&format!(
-            "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0",
-            s.ngpus, s.min_bytes, s.max_bytes, s.warmup, s.iters, u8::from(s.check)
+            "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            s.ngpus, s.min_bytes, s.max_bytes, s.warmup, s.iters, u8::from(s.check), s.graph
         ));
         self.say("#");
         self.say("# Using devices");
@@ -444,14 +449,39 @@ impl<'a> Bench<'a> {
         self.sync_all()?;
         self.barrier()?;
         let t0 = Instant::now();
-        for _ in 0..self.s.iters {
-            self.issue_all(j)?;
-        }
-        self.sync_all()?;
+        let launches = if self.s.graph > 0 && self.s.iters > 0 {
+            // nccl-tests' -G: the timed iterations captured once, the graph launched G times.
+            for r in &self.ranks {
+                r.dev.begin_capture()?;
+            }
+            let issued = (0..self.s.iters).try_for_each(|_| self.issue_all(j));
+            let graphs = self
+                .ranks
+                .iter()
+                .map(|r| r.dev.end_capture())
+                .collect::<Result<Vec<_>>>()?;
+            issued?;
+            self.barrier()?;
+            let t0 = Instant::now();
+            for _ in 0..self.s.graph {
+                for (r, g) in self.ranks.iter().zip(&graphs) {
+                    r.dev.launch(g)?;
+                }
+            }
+            self.sync_all()?;
+            Some((t0.elapsed(), self.s.graph))
+        } else {
+            for _ in 0..self.s.iters {
+                self.issue_all(j)?;
+            }
+            self.sync_all()?;
+            None
+        };
+        let (elapsed, rounds) = launches.unwrap_or((t0.elapsed(), 1));
         let secs = if self.s.iters == 0 {
             0.0
         } else {
-            t0.elapsed().as_secs_f64() / f64::from(self.s.iters)
+            elapsed.as_secs_f64() / f64::from(self.s.iters) / f64::from(rounds)
         };
         match self.mpi {
             Some(m) => m.combine(secs, self.s.agg),

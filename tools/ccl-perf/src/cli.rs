@@ -88,6 +88,10 @@ pub struct Cli {
     /// Warmup iterations per size (not timed).
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: u32,
+    /// Capture each size's timed iterations in a CUDA graph and launch it this many times
+    /// (nccl-tests' -G; 0: no graph; needs device memory).
+    #[arg(short = 'G', long = "cudagraph", default_value_t = 0)]
+    pub graph_launches: u32,
     /// Check results: 0 or 1.
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u32,
@@ -167,6 +171,8 @@ pub struct Settings {
     pub step_bytes: usize,
     pub iters: u32,
     pub warmup: u32,
+    /// Graph launches of the captured timed iterations (0: none).
+    pub graph: u32,
     pub check: bool,
     pub dtypes: Vec<Dtype>,
     pub redops: Vec<RedOp>,
@@ -222,6 +228,7 @@ impl Cli {
             step_bytes,
             iters: self.iters,
             warmup: self.warmup,
+            graph: self.graph_launches,
             check: self.check == 1,
             dtypes: parse_list(&self.dtype, &Dtype::ALL, Dtype::parse, "data type")?,
             redops: parse_list(&self.redop, &RedOp::ALL, RedOp::parse, "reduction op")?,

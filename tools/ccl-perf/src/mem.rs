@@ -17,6 +17,11 @@ type CuDevice = c_int;
 type CuContext = *mut c_void;
 type CuStream = *mut c_void;
 type CuPtr = u64;
+type CuGraph = *mut c_void;
+type CuGraphExec = *mut c_void;
+
+/// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`, as nccl-tests captures.
+const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
 
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
 const CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: c_int = 33;
@@ -39,6 +44,12 @@ pub struct Cuda {
     stream_sync: unsafe extern "C" fn(CuStream) -> CuResult,
     stream_destroy: unsafe extern "C" fn(CuStream) -> CuResult,
     get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    begin_capture: unsafe extern "C" fn(CuStream, c_int) -> CuResult,
+    end_capture: unsafe extern "C" fn(CuStream, *mut CuGraph) -> CuResult,
+    graph_instantiate: unsafe extern "C" fn(*mut CuGraphExec, CuGraph, u64) -> CuResult,
+    graph_launch: unsafe extern "C" fn(CuGraphExec, CuStream) -> CuResult,
+    graph_exec_destroy: unsafe extern "C" fn(CuGraphExec) -> CuResult,
+    graph_destroy: unsafe extern "C" fn(CuGraph) -> CuResult,
     /// Number of devices (after cuInit succeeded).
     pub count: usize,
 }
@@ -90,6 +101,12 @@ impl Cuda {
                 stream_sync: sym(&lib, "cuStreamSynchronize")?,
                 stream_destroy: sym(&lib, "cuStreamDestroy_v2")?,
                 get_error_string: sym(&lib, "cuGetErrorString")?,
+                begin_capture: sym(&lib, "cuStreamBeginCapture_v2")?,
+                end_capture: sym(&lib, "cuStreamEndCapture")?,
+                graph_instantiate: sym(&lib, "cuGraphInstantiateWithFlags")?,
+                graph_launch: sym(&lib, "cuGraphLaunch")?,
+                graph_exec_destroy: sym(&lib, "cuGraphExecDestroy")?,
+                graph_destroy: sym(&lib, "cuGraphDestroy")?,
                 count: n as usize,
                 _lib: lib,
             }))
@@ -123,6 +140,28 @@ pub enum Device {
         ctx: CuContext,
         stream: CuStream,
     },
+}
+
+/// A captured, instantiated CUDA graph.
+pub struct Graph {
+    cuda: Rc<Cuda>,
+    graph: CuGraph,
+    exec: CuGraphExec,
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: handles from end_capture (null where instantiation failed), destroyed once;
+        // the launches were synchronised before the graph drops.
+        unsafe {
+            if !self.exec.is_null() {
+                (self.cuda.graph_exec_destroy)(self.exec);
+            }
+            if !self.graph.is_null() {
+                (self.cuda.graph_destroy)(self.graph);
+            }
+        }
+    }
 }
 
 /// A buffer of `len` bytes.
@@ -272,6 +311,52 @@ impl Device {
                 })
             }
         }
+    }
+
+    /// Starts capturing the stream into a CUDA graph (device memory only).
+    pub fn begin_capture(&self) -> Result<()> {
+        let Device::Cuda { cuda, stream, .. } = self else {
+            return Err(Error("-G needs device memory".into()));
+        };
+        self.make_current()?;
+        // SAFETY: a live stream of the current context.
+        cuda.check("cuStreamBeginCapture", unsafe {
+            (cuda.begin_capture)(*stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        })
+    }
+
+    /// Ends the capture `begin_capture` started and instantiates the graph.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let Device::Cuda { cuda, stream, .. } = self else {
+            return Err(Error("-G needs device memory".into()));
+        };
+        self.make_current()?;
+        let mut graph: CuGraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begin_capture); writes one graph handle.
+        cuda.check("cuStreamEndCapture", unsafe {
+            (cuda.end_capture)(*stream, &mut graph)
+        })?;
+        let mut exec: CuGraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` was just captured; writes one executable graph handle.
+        let rc = unsafe { (cuda.graph_instantiate)(&mut exec, graph, 0) };
+        let g = Graph {
+            cuda: cuda.clone(),
+            graph,
+            exec,
+        };
+        cuda.check("cuGraphInstantiateWithFlags", rc)?;
+        Ok(g)
+    }
+
+    /// Launches `g` on the stream.
+    pub fn launch(&self, g: &Graph) -> Result<()> {
+        let Device::Cuda { cuda, stream, .. } = self else {
+            return Err(Error("-G needs device memory".into()));
+        };
+        // SAFETY: an instantiated graph and a live stream of its context.
+        cuda.check("cuGraphLaunch", unsafe {
+            (cuda.graph_launch)(g.exec, *stream)
+        })
     }
 
     /// Waits for everything queued on the stream.
