@@ -87,7 +87,7 @@ pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
     Ok(ctx)
 }
 
-fn is_device_ptr(p: usize) -> bool {
+pub(crate) fn is_device_ptr(p: usize) -> bool {
     p != 0
         && cuda::pointer_info(p as u64)
             .map(|i| matches!(i.kind, MemoryKind::Device | MemoryKind::Managed))

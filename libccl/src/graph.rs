@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use crate::comm::{Comm, CommInner};
 use crate::error::{Error, Result};
 use crate::gpu::{cuda_err, CapturedGroup};
-use crate::task::Task;
+use crate::task::{buffer_counts, Reduction, Task, TaskKind};
 
 enum Msg {
     /// Run the [`Captured`] group at this address.
@@ -114,48 +114,123 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             "an operation on host memory cannot be captured into a CUDA graph",
         ));
     }
+    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
+    if comm.nranks() == 1 {
+        if let Some(copies) = lone_rank_copies(&tasks, &crate::gpu::is_device_ptr) {
+            let streams = crate::gpu::streams_of(&ctx, &tasks);
+            return on_first_stream(&ctx, &streams, |first| {
+                for &(dst, src, bytes) in &copies {
+                    // SAFETY: both ranges are the caller's device buffers of the operation,
+                    // validated at enqueue.
+                    unsafe { first.memcpy(dst as u64, src as u64, bytes) }.map_err(cuda_err)?;
+                }
+                Ok(())
+            });
+        }
+    }
     let rep = replayer(comm)?;
     let group = CapturedGroup::new(comm, tasks)?;
-    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
     let streams = crate::gpu::streams_of(&ctx, group.tasks());
-    let Some(first) = streams.first() else {
+    if streams.is_empty() {
         return Ok(());
-    };
+    }
     let captured: &'static Captured = Box::leak(Box::new(Captured {
         comm: Arc::downgrade(&comm.0),
         group,
         tx: rep.tx.clone(),
     }));
-    for s in &streams[1..] {
-        let ev = crate::gpu::plain_event(&ctx)?;
-        ev.record(s).map_err(cuda_err)?;
-        first.wait_event(&ev).map_err(cuda_err)?;
-    }
-    // SAFETY: `trigger` only sends on a channel or stores to a flag (no CUDA call, no
-    // blocking); `captured` is leaked, so it is valid at every replay.
-    unsafe {
-        first
-            .launch_host_func(
-                trigger,
-                captured as *const Captured as *mut std::ffi::c_void,
-            )
-            .map_err(cuda_err)?;
-        captured.group.queue(first)?;
-    }
+    on_first_stream(&ctx, &streams, |first| {
+        // SAFETY: `trigger` only sends on a channel or stores to a flag (no CUDA call, no
+        // blocking); `captured` is leaked, so it is valid at every replay.
+        unsafe {
+            first
+                .launch_host_func(
+                    trigger,
+                    captured as *const Captured as *mut std::ffi::c_void,
+                )
+                .map_err(cuda_err)?;
+            captured.group.queue(first)
+        }
+    })?;
     tracing::debug!(
         "rank {}: captured a group of {} operations ({:p})",
         comm.rank(),
         captured.group.tasks().len(),
         captured
     );
+    Ok(())
+}
+
+/// Queues `work` on the first of `streams` after everything queued on the others so far,
+/// and makes the others wait for it.
+fn on_first_stream(
+    ctx: &Arc<cuda::Context>,
+    streams: &[cuda::Stream],
+    work: impl FnOnce(&cuda::Stream) -> Result<()>,
+) -> Result<()> {
+    let Some(first) = streams.first() else {
+        return Ok(());
+    };
+    for s in &streams[1..] {
+        let ev = crate::gpu::plain_event(ctx)?;
+        ev.record(s).map_err(cuda_err)?;
+        first.wait_event(&ev).map_err(cuda_err)?;
+    }
+    work(first)?;
     if streams.len() > 1 {
-        let ev = crate::gpu::plain_event(&ctx)?;
+        let ev = crate::gpu::plain_event(ctx)?;
         ev.record(first).map_err(cuda_err)?;
         for s in &streams[1..] {
             s.wait_event(&ev).map_err(cuda_err)?;
         }
     }
     Ok(())
+}
+
+/// A lone rank's collectives copy their input to their output and nothing else (a reduction
+/// of one input is that input, PreMulSum aside), and its sends to itself land in its receives
+/// from itself, k-th send in k-th receive: those copies, captured as they are (no host node,
+/// no staging), when every buffer is device memory; None otherwise (the staged path then
+/// reports what does not match).
+fn lone_rank_copies(
+    tasks: &[Task],
+    device: &dyn Fn(usize) -> bool,
+) -> Option<Vec<(usize, usize, usize)>> {
+    let mut copies = Vec::new();
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+    for t in tasks {
+        let bytes = t.count.checked_mul(t.dtype.size())?;
+        match t.kind {
+            TaskKind::Send { .. } => sends.push((t.send, bytes)),
+            TaskKind::Recv { .. } => recvs.push((t.recv, bytes)),
+            TaskKind::Coll(_) => {
+                if matches!(t.red, Reduction::PreMulSum(_)) {
+                    return None;
+                }
+                let (se, re) = buffer_counts(t.kind, 0, 1, t.count)?;
+                let bytes = se.min(re).checked_mul(t.dtype.size())?;
+                if bytes == 0 || t.send == t.recv {
+                    continue;
+                }
+                if !device(t.send) || !device(t.recv) {
+                    return None;
+                }
+                copies.push((t.recv, t.send, bytes));
+            }
+        }
+    }
+    if sends.len() != recvs.len() {
+        return None;
+    }
+    for (&(src, sb), &(dst, rb)) in sends.iter().zip(&recvs) {
+        if sb != rb || (sb > 0 && (!device(src) || !device(dst))) {
+            return None;
+        }
+        if sb > 0 && src != dst {
+            copies.push((dst, src, sb));
+        }
+    }
+    Some(copies)
 }
 
 /// The host node of a captured group.
@@ -207,5 +282,50 @@ pub fn shutdown(comm: &Comm) {
     let thread = r.thread.lock().take();
     if let Some(h) = thread {
         let _ = h.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccl_collectives::Collective;
+    use ccl_cuda::DataType;
+
+    fn task(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
+        let mut t = crate::task::float_sum(kind, send, recv, count);
+        t.dtype = DataType::Float32;
+        t
+    }
+
+    /// One rank's captured group: out-of-place collectives and self sends become copies in
+    /// place of the staged path; in place and empty ones copy nothing; PreMulSum, host
+    /// buffers and unpaired or mismatched sends and receives are left to the staged path.
+    #[test]
+    fn a_lone_rank_captures_copies() {
+        let dev = |p: usize| p >= 0x1000;
+        let ar = TaskKind::Coll(Collective::AllReduce);
+        let ag = TaskKind::Coll(Collective::AllGather);
+        let g = [
+            task(ar, 0x1000, 0x2000, 4),
+            task(ar, 0x3000, 0x3000, 4),
+            task(ag, 0x4000, 0x5000, 0),
+            task(TaskKind::Send { peer: 0 }, 0x6000, 0, 8),
+            task(TaskKind::Recv { peer: 0 }, 0, 0x7000, 8),
+        ];
+        assert_eq!(
+            lone_rank_copies(&g, &dev),
+            Some(vec![(0x2000, 0x1000, 16), (0x7000, 0x6000, 32)])
+        );
+        let mut pre = task(ar, 0x1000, 0x2000, 4);
+        pre.red = Reduction::PreMulSum(crate::task::Scalar::Immediate([0; 8]));
+        assert_eq!(lone_rank_copies(&[pre], &dev), None);
+        assert_eq!(lone_rank_copies(&[task(ar, 0x10, 0x2000, 4)], &dev), None);
+        let unpaired = [task(TaskKind::Send { peer: 0 }, 0x6000, 0, 8)];
+        assert_eq!(lone_rank_copies(&unpaired, &dev), None);
+        let mismatched = [
+            task(TaskKind::Send { peer: 0 }, 0x6000, 0, 8),
+            task(TaskKind::Recv { peer: 0 }, 0, 0x7000, 4),
+        ];
+        assert_eq!(lone_rank_copies(&mismatched, &dev), None);
     }
 }
