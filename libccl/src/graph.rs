@@ -15,8 +15,13 @@
 //! for it -- a deadlock seen with 64 replays queued ahead when the replay thread ran the
 //! group through the ordinary paths.
 //!
+//! A lone rank's group is captured as what it does, copies of inputs to outputs
+//! ([`lone_rank_copies`]), with no host node.
+//!
 //! Costs: the staged path (host memory and the host transports, not NVLink copy engines)
-//! and a host-node round trip per captured group, where NCCL replays captured kernels.
+//! and a host-node round trip per captured group, where NCCL replays captured kernels; and
+//! pinned memory as large as the group's device buffers per captured group, kept for the
+//! life of the process (a graph may be replayed until then).
 //! Ordering: a replayed group takes its sequence numbers when its host node runs; eager
 //! operations queued on the same stream behind the replay run after it on every rank (the
 //! proxy lets the replay's job overtake them), but eager calls racing a replay on another

@@ -39,13 +39,17 @@ def main():
     ring = torch.zeros(n, device=dev)
     base = torch.arange(n, device=dev, dtype=torch.float32) % 1024
 
-    # PyTorch's recipe: warm up on a side stream before capturing.
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        dist.all_reduce(x)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
+
+    def warm_up(t):
+        # PyTorch's recipe: run once on a side stream before capturing.
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            dist.all_reduce(t)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+
+    warm_up(x)
 
     graph = torch.cuda.CUDAGraph()
     empty = torch.zeros(0, device=dev)
@@ -95,11 +99,7 @@ def main():
         for elems, k, r in ((2048, 20, 50), (16 << 20, 4, 10)):
             t = torch.ones(elems, device=dev)
             g = torch.cuda.CUDAGraph()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                dist.all_reduce(t)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
+            warm_up(t)
             with torch.cuda.graph(g):
                 for _ in range(k):
                     dist.all_reduce(t)
