@@ -537,7 +537,8 @@ const CHUNKS_PER_SIZE: usize = 2;
 /// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
 const CHUNK_WAIT: Duration = Duration::from_secs(2);
 
-/// The distinct streams of a group's operations, in call order, as streams of `ctx`.
+/// The distinct streams of a group's operations, in call order, as streams of `ctx`. (None is
+/// being captured into a CUDA graph: [`crate::group`] hands such groups to [`crate::graph`].)
 pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
     let mut raw: Vec<usize> = Vec::new();
     for t in tasks {
@@ -551,31 +552,13 @@ pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
         .collect()
 }
 
-/// [`streams_of`], refusing a stream that is being captured into a CUDA graph: the flags and
-/// counters queued at call time would be replayed stale (captures go through
-/// [`crate::graph`], which [`crate::group`] routes them to first).
-pub(crate) fn user_streams(ctx: &Arc<Context>, tasks: &[Task]) -> Result<Vec<Stream>> {
-    let streams = streams_of(ctx, tasks);
-    for s in &streams {
-        if !matches!(
-            s.capture_status().map_err(cuda_err)?,
-            cuda::CaptureStatus::None
-        ) {
-            return Err(Error::invalid_usage(
-                "a stream began a CUDA graph capture while libccl queued work on it",
-            ));
-        }
-    }
-    Ok(streams)
-}
-
 /// Hands a group's operations on one communicator to its proxy and orders them on the
 /// callers' streams. Returns without waiting for peers. A large group goes in pieces
 /// ([`crate::pieces`]: a job per piece of a lone collective, else one gated job), so the
 /// stream's copies to and from pinned memory overlap the proxy's transfers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
-    let streams = user_streams(&eng.ctx, &tasks)?;
+    let streams = streams_of(&eng.ctx, &tasks);
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
     let (jobs, gated) =

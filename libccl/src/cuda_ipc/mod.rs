@@ -1949,7 +1949,7 @@ fn prepare(
     tasks: &[Task],
     sig: Option<CallSig>,
 ) -> Result<Queueing> {
-    let user = crate::gpu::user_streams(&eng.ctx, tasks)?;
+    let user = crate::gpu::streams_of(&eng.ctx, tasks);
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
     }
