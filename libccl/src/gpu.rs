@@ -252,8 +252,9 @@ impl CapturedGroup {
         .map_err(|_| Error::internal("proxy thread is gone"))
     }
 
-    /// Lets a replay go on without running the group (its communicator is gone or failed).
-    pub(crate) fn release(&self) {
+    /// Lets the replay's graph go on: the group ran, failed, or cannot run (its communicator
+    /// is gone).
+    pub(crate) fn finish(&self) {
         self.done.store(1);
     }
 }
@@ -874,7 +875,7 @@ impl Proxy {
                 self.comm.set_async_error(&e);
             }
             if let Some(g) = job.graph {
-                g.release();
+                g.finish();
                 continue;
             }
             // Every slot of the job, pieces that landed early included (idempotent), so no

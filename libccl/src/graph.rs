@@ -244,7 +244,7 @@ unsafe extern "C" fn trigger(data: *mut std::ffi::c_void) {
     let c = unsafe { &*(data as *const Captured) };
     if c.tx.send(Msg::Run(data as usize)).is_err() {
         // The communicator is gone: let the graph go on rather than hang.
-        c.group.release();
+        c.group.finish();
     }
 }
 
@@ -254,7 +254,7 @@ fn replay_loop(rx: Receiver<Msg>) {
         // SAFETY: only `trigger` sends `Run`, with a leaked `Captured`.
         let c: &'static Captured = unsafe { &*(ptr as *const Captured) };
         let Some(inner) = c.comm.upgrade() else {
-            c.group.release();
+            c.group.finish();
             continue;
         };
         let comm = Comm(inner);
@@ -265,14 +265,14 @@ fn replay_loop(rx: Receiver<Msg>) {
                 comm.rank()
             );
             comm.set_async_error(&e);
-            c.group.release();
+            c.group.finish();
         }
     }
     // Replays queued behind the stop would otherwise wait forever.
     while let Ok(msg) = rx.try_recv() {
         if let Msg::Run(ptr) = msg {
             // SAFETY: as above.
-            unsafe { &*(ptr as *const Captured) }.group.release();
+            unsafe { &*(ptr as *const Captured) }.group.finish();
         }
     }
 }
