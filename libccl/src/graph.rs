@@ -1,5 +1,6 @@
 //! Operations captured into CUDA graphs (`torch.cuda.graph` around collectives:
-//! tensor-parallel layers under CUDA graphs, inference engines' decode steps).
+//! tensor-parallel layers under CUDA graphs, inference engines' decode steps). Design, invariants
+//! and limits: `docs/GRAPHS.md`.
 //!
 //! The GPU paths decide at call time what each operation does: they take sequence numbers
 //! peers match, pick staging chunks, rendezvous with peers and queue copies and flag
