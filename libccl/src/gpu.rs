@@ -202,22 +202,14 @@ impl CapturedGroup {
         // SAFETY: device ranges are the caller's validated buffers, host ranges lie in the
         // chunk laid out for them; the flags outlive the graph (caller's contract).
         unsafe {
-            for &(dev, off, bytes) in &self.io.inputs {
-                stream
-                    .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
-                    .map_err(cuda_err)?;
-            }
+            self.io.queue_inputs(stream, base)?;
             self.start.stream_write(stream, 1).map_err(cuda_err)?;
             self.done
                 .stream_wait(stream, 1, WaitCond::Eq)
                 .map_err(cuda_err)?;
             self.done.stream_write(stream, 0).map_err(cuda_err)?;
             self.start.stream_write(stream, 0).map_err(cuda_err)?;
-            for &(dev, off, bytes) in &self.io.outputs {
-                stream
-                    .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
-                    .map_err(cuda_err)?;
-            }
+            self.io.queue_outputs(stream, base)?;
         }
         Ok(())
     }
@@ -404,6 +396,35 @@ fn stage_pieces(
 struct PieceIo {
     inputs: Vec<(usize, usize, usize)>,
     outputs: Vec<(usize, usize, usize)>,
+}
+
+impl PieceIo {
+    /// Queues on `stream` the copies of the piece's inputs into host memory at `base`.
+    ///
+    /// # Safety
+    /// The device ranges are buffers of the caller's operations, and `base` holds the staging
+    /// layout they were planned in, alive until the copies ran.
+    unsafe fn queue_inputs(&self, stream: &Stream, base: usize) -> Result<()> {
+        for &(dev, off, bytes) in &self.inputs {
+            // SAFETY: per this function's contract.
+            unsafe { stream.memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes) }
+                .map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+
+    /// Queues on `stream` the copies of the piece's outputs back from host memory at `base`.
+    ///
+    /// # Safety
+    /// As [`PieceIo::queue_inputs`].
+    unsafe fn queue_outputs(&self, stream: &Stream, base: usize) -> Result<()> {
+        for &(dev, off, bytes) in &self.outputs {
+            // SAFETY: per this function's contract.
+            unsafe { stream.memcpy_htod(dev as u64, (base + off) as *const u8, bytes) }
+                .map_err(cuda_err)?;
+        }
+        Ok(())
+    }
 }
 
 impl Staging {
@@ -704,11 +725,7 @@ fn order_on_streams(
     // slots live as long as the engine, which outlives every queued operation.
     unsafe {
         for (k, p) in pieces.iter().enumerate() {
-            for &(dev, off, bytes) in &p.inputs {
-                first
-                    .memcpy_dtoh((base + off) as *mut u8, dev as u64, bytes)
-                    .map_err(cuda_err)?;
-            }
+            p.queue_inputs(first, base)?;
             first
                 .write_value32(eng.start.device(seq(k)), seq(k))
                 .map_err(cuda_err)?;
@@ -723,11 +740,7 @@ fn order_on_streams(
             first
                 .wait_value32(eng.done.device(seq(k)), seq(k), WaitCond::Geq)
                 .map_err(cuda_err)?;
-            for &(dev, off, bytes) in &p.outputs {
-                first
-                    .memcpy_htod(dev as u64, (base + off) as *const u8, bytes)
-                    .map_err(cuda_err)?;
-            }
+            p.queue_outputs(first, base)?;
         }
     }
     let done_ev = plain_event(&eng.ctx)?;

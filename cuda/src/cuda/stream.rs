@@ -190,15 +190,7 @@ impl Stream {
     /// into the graph instead of running).
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         let _g = self.ctx.scope()?;
-        let mut s: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: writes one status value.
-        let r = unsafe { (self.ctx.driver().fns.cuStreamIsCapturing)(self.raw, &mut s) };
-        self.check("cuStreamIsCapturing", r)?;
-        Ok(match s {
-            CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            CU_STREAM_CAPTURE_STATUS_INVALIDATED => CaptureStatus::Invalidated,
-            _ => CaptureStatus::None,
-        })
+        stream_capture_status(self.ctx.driver(), self.raw)
     }
 
     /// Later work on this stream waits for `event`'s last recorded point.
@@ -414,16 +406,19 @@ impl Stream {
     }
 }
 
-/// Whether the caller's stream (a `CUstream` handle) is being captured into a graph. Needs no context of
-/// ours (the driver knows the stream's); the legacy default stream is never captured.
+/// Whether the caller's stream (a `CUstream` handle) is being captured into a graph. Needs no
+/// context of ours (the driver knows the stream's); the legacy default stream is never
+/// captured.
 pub fn capture_status_of(stream: usize) -> Result<CaptureStatus> {
     if stream == 0 || stream == 1 {
         return Ok(CaptureStatus::None);
     }
-    let raw = stream as CUstream;
-    let drv = super::driver::Driver::get()?;
+    stream_capture_status(super::driver::Driver::get()?, stream as CUstream)
+}
+
+fn stream_capture_status(drv: &super::driver::Driver, raw: CUstream) -> Result<CaptureStatus> {
     let mut s: CUstreamCaptureStatus = CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: writes one status value; `raw` is the caller's stream handle.
+    // SAFETY: writes one status value; `raw` is a stream handle of the caller's.
     let r = unsafe { (drv.fns.cuStreamIsCapturing)(raw, &mut s) };
     drv.check("cuStreamIsCapturing", r)?;
     Ok(match s {

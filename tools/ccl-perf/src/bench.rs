@@ -448,8 +448,7 @@ impl<'a> Bench<'a> {
         }
         self.sync_all()?;
         self.barrier()?;
-        let t0 = Instant::now();
-        let launches = if self.s.graph > 0 && self.s.iters > 0 {
+        let (elapsed, rounds) = if self.s.graph > 0 && self.s.iters > 0 {
             // nccl-tests' -G: the timed iterations captured once, the graph launched G times.
             for r in &self.ranks {
                 r.dev.begin_capture()?;
@@ -469,15 +468,15 @@ impl<'a> Bench<'a> {
                 }
             }
             self.sync_all()?;
-            Some((t0.elapsed(), self.s.graph))
+            (t0.elapsed(), self.s.graph)
         } else {
+            let t0 = Instant::now();
             for _ in 0..self.s.iters {
                 self.issue_all(j)?;
             }
             self.sync_all()?;
-            None
+            (t0.elapsed(), 1)
         };
-        let (elapsed, rounds) = launches.unwrap_or((t0.elapsed(), 1));
         let secs = if self.s.iters == 0 {
             0.0
         } else {
