@@ -134,6 +134,9 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             });
         }
     }
+    if crate::cuda_ipc::capture(comm, &tasks)? {
+        return Ok(());
+    }
     let rep = replayer(comm)?;
     let group = CapturedGroup::new(comm, tasks)?;
     let streams = crate::gpu::streams_of(&ctx, group.tasks());

@@ -377,6 +377,39 @@ pub(crate) fn run_plans(comm: &Comm, state: &mut CommState, plans: Vec<Plan>) ->
     finish(&mut runs)
 }
 
+/// Captures each communicator's part of a group into the graphs its streams capture. Capturing
+/// on the direct paths meets the communicator's other ranks, so one thread driving several
+/// GPUs (nccl-tests' `-g`) captures its communicators on threads of their own, at once: one
+/// after the other, the first would wait for ranks the same thread captures later.
+fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
+    if captured.len() <= 1 {
+        return match captured.into_iter().next() {
+            Some((comm, tasks)) => crate::graph::capture(&comm, tasks),
+            None => Ok(()),
+        };
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = captured
+            .into_iter()
+            .map(|(comm, tasks)| {
+                s.spawn(move || {
+                    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
+                    let _current = ctx.scope().map_err(crate::gpu::cuda_err)?;
+                    crate::graph::capture(&comm, tasks)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("a capture thread panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
@@ -395,9 +428,10 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     comms.sort_by_key(|(c, _)| std::sync::Arc::as_ptr(&c.0) as usize);
     let mut host = Vec::new();
     let mut direct = Vec::new();
+    let mut captured = Vec::new();
     for (comm, tasks) in comms {
         if crate::graph::capturing(&comm, &tasks)? {
-            crate::graph::capture(&comm, tasks)?;
+            captured.push((comm, tasks));
             continue;
         }
         if crate::gpu::wants_gpu(&comm, &tasks)? {
@@ -410,6 +444,7 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
             host.push((comm, tasks));
         }
     }
+    capture_all(captured)?;
     if !direct.is_empty() {
         crate::cuda_ipc::submit(direct)?;
     }

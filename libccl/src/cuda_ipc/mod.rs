@@ -22,6 +22,7 @@
 
 mod buffers;
 mod calls;
+mod captured;
 mod direct;
 mod direct_reduce;
 mod limits;
@@ -172,6 +173,9 @@ pub struct IpcEngine {
     watch: Mutex<Watch>,
     /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
     remote: Option<RemoteLanes>,
+    /// Groups captured into CUDA graphs so far (each takes the next index of
+    /// [`captured::GROUPS`], whichever path it ends up on).
+    captured: std::sync::atomic::AtomicUsize,
 }
 
 /// A context of this process on the peer's GPU (two ranks): a transfer this rank would pull
@@ -1009,6 +1013,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         inbox,
         watch: Mutex::new(Watch::default()),
         remote,
+        captured: std::sync::atomic::AtomicUsize::new(0),
     };
     tracing::info!(
         "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
@@ -2332,9 +2337,21 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
             );
         }
     }
-    if aborted {
+    // Graphs that captured groups on the direct paths keep the flag area's addresses (ours
+    // and, mapped, the peers'): it stays for as long as the process may replay them.
+    if aborted || eng.captured.load(Ordering::Relaxed) > 0 {
         std::mem::forget(eng);
     }
+}
+
+/// Captures `tasks` on the direct paths into the CUDA graph their stream is capturing, when
+/// every rank can ([`captured`]); `false`: every rank goes on to the staged captured path.
+/// Collective: every rank of a communicator with cuda-ipc calls it for the same group.
+pub(crate) fn capture(comm: &Comm, tasks: &[Task]) -> Result<bool> {
+    let Some(eng) = comm.0.ipc.lock().clone() else {
+        return Ok(false);
+    };
+    captured::capture(comm, &eng, tasks)
 }
 
 impl std::fmt::Debug for IpcEngine {

@@ -395,10 +395,31 @@ impl Layout {
     }
 
     /// The flag area: ready and credit words per peer and slot, the direct transfers' words,
-    /// then one word per receive lane (last: the lane count may differ between ranks).
+    /// the captured groups' words ([`super::captured`]), then one word per receive lane
+    /// (last: the lane count may differ between ranks).
     pub fn flag_bytes(nranks: usize, slots: u32, rx_lanes: usize) -> usize {
         (nranks * 2 * slots as usize + super::direct::flag_words(nranks) + rx_lanes)
             * FLAG_STRIDE as usize
+            + super::captured::area_bytes(nranks)
+    }
+
+    /// Offset of the captured groups' words in a flag area.
+    fn captured_base(&self) -> u64 {
+        (self.direct_base() + super::direct::flag_words(self.nranks)) as u64 * FLAG_STRIDE
+    }
+
+    /// `owner`'s word of captured group `group` that `from` writes (`kind`: see
+    /// [`super::captured`]).
+    pub(crate) fn captured_word(
+        &self,
+        owner: usize,
+        group: usize,
+        kind: usize,
+        from: usize,
+    ) -> u64 {
+        self.flags[owner]
+            + self.captured_base()
+            + super::captured::word_offset(self.nranks, group, kind, from)
     }
 
     /// Index of the first direct-transfer word in a flag area.
@@ -418,8 +439,10 @@ impl Layout {
     }
 
     fn local(&self, lane: usize) -> u64 {
-        let i = self.direct_base() + super::direct::flag_words(self.nranks) + lane;
-        self.flags[self.rank] + i as u64 * FLAG_STRIDE
+        self.flags[self.rank]
+            + self.captured_base()
+            + super::captured::area_bytes(self.nranks) as u64
+            + lane as u64 * FLAG_STRIDE
     }
 
     /// Slot `slot` for `sender` in `receiver`'s area: one region per peer in rank order, the

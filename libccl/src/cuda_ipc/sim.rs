@@ -1935,3 +1935,235 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
         }
     }
 }
+
+/// Groups captured into CUDA graphs on the direct paths ([`super::captured`]): every rank's
+/// offer, the agreement and the mappings as at capture, then each rank's program queued
+/// `replays` times in a row (a graph replayed back to back, so a fast rank starts its next
+/// replay while a slow one is still in the last). Checks every result and that every
+/// captured word is back to 0.
+fn simulate_captured(
+    n: usize,
+    cases: &[Case],
+    one_group: bool,
+    replays: usize,
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(), String> {
+    use super::captured::{self, Group, Offer};
+    let s = Setup::new(n);
+    let mut mem = s.protocol_mem();
+    let layouts = s.layouts();
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let (send, _, se, _) = buffers(case, k, r, n);
+            let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
+            mem.alloc(base_send, BUF as usize);
+            mem.alloc(base_send + BUF, BUF as usize);
+            let bytes: Vec<u8> = (0..se)
+                .flat_map(|i| encode(case.dtype, input(r, i) as f64))
+                .collect();
+            mem.range(send, bytes.len()).copy_from_slice(&bytes);
+        }
+    }
+    // Group -> rank -> tasks.
+    let groups: Vec<Vec<Vec<Task>>> = if one_group {
+        vec![(0..n)
+            .map(|r| {
+                cases
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, c)| tasks(c, k, r, n))
+                    .collect()
+            })
+            .collect()]
+    } else {
+        cases
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (0..n).map(|r| tasks(c, k, r, n)).collect())
+            .collect()
+    };
+    let mut programs: Vec<Vec<Group>> = (0..n).map(|_| Vec::new()).collect();
+    for (g, group) in groups.iter().enumerate() {
+        let mut offers = Vec::new();
+        for (r, t) in group.iter().enumerate() {
+            let mut reach = SimReach {
+                rank: r,
+                unmappable: &[],
+            };
+            let o = captured::offer(g, t, (r, n), true, &mut reach);
+            if !o.able {
+                return Err(format!("group {g}: rank {r} cannot capture it directly"));
+            }
+            offers.push(Offer::decode(&o.encode()).ok_or("an offer did not round-trip")?);
+        }
+        for (r, t) in group.iter().enumerate() {
+            let rows = captured::matching(&offers, r)?;
+            let mut reach = SimReach {
+                rank: r,
+                unmappable: &[],
+            };
+            let ends =
+                captured::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
+            // Scratch memory for receives onto send buffers, one region per group.
+            let scratch = base(r) + 0x8000_0000 + g as u64 * BUF;
+            let bytes = captured::parked(t).1;
+            if bytes > 0 {
+                mem.alloc(scratch, bytes);
+            }
+            programs[r].push(Group {
+                index: g,
+                tasks: t,
+                ends,
+                reduce_n: seed % 2 == 0,
+                scratch,
+            });
+        }
+    }
+    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    for _ in 0..replays {
+        for r in 0..n {
+            for g in &programs[r] {
+                captured::emit(&mut devs[r], &layouts[r], g).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    if let Some(t) = tamper {
+        for (r, d) in devs.iter_mut().enumerate() {
+            t(d, r);
+        }
+    }
+    run(&devs, &mut mem, merged, seed)?;
+    for (k, case) in cases.iter().enumerate() {
+        // An in-place sum reduces its last result again at every replay.
+        let again = case.in_place
+            && case.kind == Kind::Coll(Collective::AllReduce)
+            && case.red == Reduction::Plain(ReduceKind::Sum);
+        let factor = if again { n.pow(replays as u32 - 1) } else { 1 } as f64;
+        for r in 0..n {
+            let Some(mut want) = expected(case, r, n) else {
+                continue;
+            };
+            if case.kind == Kind::Ring && case.in_place {
+                // Every replay passes the buffers one rank further round the ring.
+                let from = (r + n * replays - replays) % n;
+                want = (0..case.count).map(|i| input(from, i) as f64).collect();
+            }
+            let (_, recv, _, _) = buffers(case, k, r, n);
+            let want: Vec<u8> = want
+                .iter()
+                .flat_map(|&v| encode(case.dtype, v * factor))
+                .collect();
+            if mem.read(recv, want.len()) != want {
+                return Err(format!("case {k} {case:?}: rank {r} wrong result"));
+            }
+        }
+    }
+    for (g, _) in groups.iter().enumerate() {
+        for l in &layouts {
+            for kind in 0..3 {
+                for from in 0..n {
+                    let w = mem.word(l.captured_word(l.rank, g, kind, from));
+                    if w != 0 {
+                        return Err(format!(
+                            "group {g}: rank {}'s word {kind} from {from} left at {w}",
+                            l.rank
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cases the captured direct paths take; with several replays, only those whose result a
+/// replay reproduces (or, an in-place sum, multiplies by the rank count).
+fn captured_cases(n: usize, count: usize, replays: usize) -> Vec<Case> {
+    every_case(n, count)
+        .into_iter()
+        .filter(|c| {
+            let t = tasks(c, 0, 0, n);
+            t.iter().all(super::captured::supported)
+                && (replays == 1
+                    || !c.in_place
+                    || matches!(
+                        c.kind,
+                        Kind::Coll(Collective::AllReduce | Collective::AllGather)
+                    )
+                    || c.kind == Kind::Ring)
+        })
+        .collect()
+}
+
+/// Every collective the captured direct paths take, alone or all in one group, replayed back to
+/// back, under random stream orders and the merged single queue: exact, every word reset.
+#[test]
+fn captured_groups_replay_exact_and_reset_their_words() {
+    for (n, counts) in [
+        (2usize, &[1usize, 5, 1000][..]),
+        (3, &[5, 1000]),
+        (4, &[1, 1000]),
+        (9, &[5]),
+    ] {
+        for &count in counts {
+            for replays in [1usize, 3] {
+                let cases = captured_cases(n, count, replays);
+                assert!(cases.len() >= 8, "{} cases", cases.len());
+                for one_group in [false, true] {
+                    for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
+                        for seed in seeds {
+                            if let Err(e) = simulate_captured(
+                                n,
+                                &cases,
+                                one_group,
+                                replays,
+                                merged,
+                                seed * 31 + 7,
+                                None,
+                            ) {
+                                panic!(
+                                    "n {n} count {count} replays {replays} one group {one_group} \
+                                     merged {merged} seed {seed}: {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The checker catches a broken captured program: with the waits for the partners' `DONE`
+/// gone, a rank's next replay overwrites what a partner is still reading (or resets a word
+/// the partner set for it), and some stream order shows it.
+#[test]
+fn the_simulation_catches_a_captured_group_that_does_not_wait_for_done() {
+    let n = 3;
+    let done_words: Vec<u64> = Setup::new(n)
+        .layouts()
+        .iter()
+        .flat_map(|l| (0..n).map(move |from| l.captured_word(l.rank, 0, 2, from)))
+        .collect();
+    let no_done_wait = |d: &mut SimDevice, _r: usize| {
+        for q in d.lanes.values_mut() {
+            for op in q.iter_mut() {
+                if let Op::Wait(a, _) = *op {
+                    if done_words.contains(&a) {
+                        *op = Op::Wait(a, 0);
+                    }
+                }
+            }
+        }
+    };
+    let cases = captured_cases(n, 1000, 3);
+    let caught = (0..8u64).any(|seed| {
+        simulate_captured(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
+    });
+    assert!(caught, "no stream order showed the missing wait");
+    for seed in 0..4u64 {
+        simulate_captured(n, &cases, true, 3, false, seed, None).unwrap();
+    }
+}

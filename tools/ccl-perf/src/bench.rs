@@ -454,12 +454,15 @@ impl<'a> Bench<'a> {
                 r.dev.begin_capture()?;
             }
             let issued = (0..self.s.iters).try_for_each(|_| self.issue_all(j));
-            let graphs = self
+            let mut graphs = self
                 .ranks
                 .iter()
                 .map(|r| r.dev.end_capture())
                 .collect::<Result<Vec<_>>>()?;
             issued?;
+            for g in &mut graphs {
+                g.instantiate()?;
+            }
             self.barrier()?;
             let t0 = Instant::now();
             for _ in 0..self.s.graph {

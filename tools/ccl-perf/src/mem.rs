@@ -149,6 +149,17 @@ pub struct Graph {
     exec: CuGraphExec,
 }
 
+impl Graph {
+    /// Instantiates the captured graph.
+    pub fn instantiate(&mut self) -> Result<()> {
+        let mut exec: CuGraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is a captured graph; writes one executable graph handle.
+        let rc = unsafe { (self.cuda.graph_instantiate)(&mut exec, self.graph, 0) };
+        self.exec = exec;
+        self.cuda.check("cuGraphInstantiateWithFlags", rc)
+    }
+}
+
 impl Drop for Graph {
     fn drop(&mut self) {
         // SAFETY: handles from end_capture (null where instantiation failed), destroyed once;
@@ -325,7 +336,9 @@ impl Device {
         })
     }
 
-    /// Ends the capture `begin_capture` started and instantiates the graph.
+    /// Ends the capture `begin_capture` started; [`Graph::instantiate`] makes it launchable
+    /// (only once no stream of the thread captures any more: one thread capturing several
+    /// ranks' streams, `-g`, ends them all first).
     pub fn end_capture(&self) -> Result<Graph> {
         let Device::Cuda { cuda, stream, .. } = self else {
             return Err(Error("-G needs device memory".into()));
@@ -336,16 +349,11 @@ impl Device {
         cuda.check("cuStreamEndCapture", unsafe {
             (cuda.end_capture)(*stream, &mut graph)
         })?;
-        let mut exec: CuGraphExec = std::ptr::null_mut();
-        // SAFETY: `graph` was just captured; writes one executable graph handle.
-        let rc = unsafe { (cuda.graph_instantiate)(&mut exec, graph, 0) };
-        let g = Graph {
+        Ok(Graph {
             cuda: cuda.clone(),
             graph,
-            exec,
-        };
-        cuda.check("cuGraphInstantiateWithFlags", rc)?;
-        Ok(g)
+            exec: std::ptr::null_mut(),
+        })
     }
 
     /// Launches `g` on the stream.

@@ -1,0 +1,906 @@
+//! Groups captured into CUDA graphs between the GPUs of one host, on the direct paths: no
+//! host node and no proxy at replay, copy engines and (for the arithmetic) one reduction
+//! kernel, as the eager direct paths.
+//!
+//! The eager paths number their flag values per operation, which a graph cannot replay. A
+//! captured group has words of its own instead (`GROUPS` per communicator, in every rank's
+//! flag area, so peers reach them through the mappings made at setup) whose values are the
+//! same at every replay: 0 at rest, 1 when set. Every rank captures the same groups in the
+//! same order (NCCL's rule for captured collectives), so they meet at capture: there they agree
+//! on the group's index and exchange how each reaches the others' buffers (fixed across
+//! replays), and each records on its capturing stream, with `P` its partners (every other rank
+//! for a collective, the peers of its sends and receives):
+//!
+//! 1. `INPUTS`: set own word at every partner, wait for every partner's, reset them. From here
+//!    every partner's inputs are ready to read.
+//! 2. The first phase, reading partners' buffers in place: a reduction kernel over every rank's
+//!    slice (all-reduce: this rank's share of the elements; reduce-scatter: its block; reduce:
+//!    the root, all of it), copies of partners' inputs into own outputs (all-gather,
+//!    broadcast, receives).
+//! 3. `HALFWAY` (groups with an all-reduce): as 1; then the all-reduce's second phase copies
+//!    every partner's reduced share out of the partner's output.
+//! 4. `DONE`: as 1. Every partner has read all it needs from this rank's buffers, so the work
+//!    after the graph may change them.
+//!
+//! Why a reset cannot swallow the next replay's write: a word is reset right after its wait,
+//! before this rank sets any later word; a partner sets it again only in its next replay,
+//! after it saw this rank's `DONE`, which comes later still.
+//!
+//! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
+//! could map every buffer): each rank falls back to the staged captured path exactly when
+//! every other does. Float Avg, PreMulSum, all-to-all, gather, scatter and groups spread
+//! over several streams take the staged captured path ([`crate::graph`]).
+
+use std::sync::atomic::Ordering;
+
+use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::REDUCE_N_MAX;
+use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
+use ccl_cuda::DataType;
+
+use super::direct::{Post, Reach, POST_WORDS};
+use super::protocol::{Batched, Device, Kernel, Lane, Layout, FLAG_STRIDE};
+use super::{CudaDevice, IpcEngine};
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::task::{Reduction, Task, TaskKind};
+
+/// Captured groups per communicator on the direct paths; later ones take the staged path.
+pub(crate) const GROUPS: usize = 4096;
+
+/// The three words of a group per partner (see the module's steps).
+const INPUTS: usize = 0;
+const HALFWAY: usize = 1;
+const DONE: usize = 2;
+const KINDS: usize = 3;
+
+/// Bytes of the captured groups' words in a flag area of `n` ranks.
+pub(crate) fn area_bytes(n: usize) -> usize {
+    (GROUPS * KINDS * n * 4).next_multiple_of(FLAG_STRIDE as usize)
+}
+
+/// Offset of `from`'s word of `kind` for group `group` in an area of `n` ranks.
+pub(crate) fn word_offset(n: usize, group: usize, kind: usize, from: usize) -> u64 {
+    (((group * KINDS + kind) * n + from) * 4) as u64
+}
+
+fn reduces(kind: TaskKind) -> bool {
+    matches!(
+        kind,
+        TaskKind::Coll(
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+        )
+    )
+}
+
+/// Whether this rank can capture `t` on the direct path.
+pub(crate) fn supported(t: &Task) -> bool {
+    let kind = matches!(
+        t.kind,
+        TaskKind::Send { .. }
+            | TaskKind::Recv { .. }
+            | TaskKind::Coll(
+                Collective::AllReduce
+                    | Collective::ReduceScatter
+                    | Collective::Reduce { .. }
+                    | Collective::AllGather
+                    | Collective::Broadcast { .. }
+            )
+    );
+    let red = match t.red {
+        Reduction::Plain(_) => true,
+        // Integer Avg is the sum divided once; float Avg scales every input (the staged path).
+        Reduction::Avg => !t.dtype.is_float(),
+        Reduction::PreMulSum(_) => false,
+    };
+    kind && (red || !reduces(t.kind))
+}
+
+/// One rank's buffers of one operation as this rank reaches them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ends {
+    pub send: u64,
+    pub recv: u64,
+}
+
+/// A captured group as this rank queues it.
+pub(crate) struct Group<'a> {
+    /// Its index among the communicator's captured groups.
+    pub index: usize,
+    pub tasks: &'a [Task],
+    /// Per task, every rank's buffers as this rank reaches them: for a collective the same
+    /// collective's on each rank; for a receive from `j`, at `j` the matching send's.
+    pub ends: Vec<Vec<Ends>>,
+    /// One kernel reads every source of a reduction of more than two ranks.
+    pub reduce_n: bool,
+    /// Device memory of this rank for its [`parked`] receives (0: none).
+    pub scratch: u64,
+}
+
+/// Elements `[lo, hi)` of `count` that rank `k` of `n` reduces in an all-reduce: even shares
+/// in units of 256 bytes, so that the kernels and copies start aligned.
+fn share(count: usize, size: usize, n: usize, k: usize) -> (usize, usize) {
+    let unit = (256 / size.max(1)).max(1);
+    let units = count.div_ceil(unit) as u128;
+    let at = |k: usize| ((units * k as u128 / n as u128) as usize * unit).min(count);
+    (at(k), at(k + 1))
+}
+
+/// The ranks a group of `rank`'s exchanges words with: every other rank if it holds a
+/// collective, else its sends' and receives' peers (symmetric, as the sends and receives
+/// pair up).
+fn partners(rank: usize, n: usize, tasks: &[Task]) -> Vec<usize> {
+    let mut p = vec![false; n];
+    for t in tasks.iter().filter(|t| t.count > 0) {
+        match t.kind {
+            TaskKind::Coll(_) => p.iter_mut().for_each(|x| *x = true),
+            TaskKind::Send { peer } | TaskKind::Recv { peer } => p[peer] = true,
+        }
+    }
+    (0..n).filter(|&j| p[j] && j != rank).collect()
+}
+
+/// Set own word of `kind` at every partner, wait for every partner's, reset them.
+fn handshake(
+    dev: &mut dyn Device,
+    l: &Layout,
+    index: usize,
+    partners: &[usize],
+    kind: usize,
+) -> Result<()> {
+    for &j in partners {
+        dev.write(Lane::User, l.captured_word(j, index, kind, l.rank), 1)?;
+    }
+    for &j in partners {
+        dev.wait(Lane::User, l.captured_word(l.rank, index, kind, j), 1)?;
+    }
+    for &j in partners {
+        dev.write(Lane::User, l.captured_word(l.rank, index, kind, j), 0)?;
+    }
+    Ok(())
+}
+
+/// `dst = srcs[0] (op) srcs[1] ...` over `elems` elements; `dst` may be `srcs[own]`.
+fn reduce_into(
+    dev: &mut dyn Device,
+    t: &Task,
+    dst: u64,
+    srcs: &[u64],
+    own: usize,
+    elems: usize,
+    reduce_n: bool,
+) -> Result<()> {
+    let (dtype, op) = (t.dtype, t.red.arithmetic());
+    match srcs.len() {
+        0 => {}
+        1 => {
+            if dst != srcs[0] {
+                dev.copy(Lane::User, dst, srcs[0], elems * dtype.size())?;
+            }
+        }
+        2 => dev.kernel(
+            Lane::User,
+            Kernel::Reduce {
+                dtype,
+                op,
+                dst,
+                a: srcs[0],
+                b: srcs[1],
+                n: elems,
+            },
+        )?,
+        k if reduce_n && k <= REDUCE_N_MAX => {
+            let mut s = [0u64; REDUCE_N_MAX];
+            s[..k].copy_from_slice(srcs);
+            dev.kernel(
+                Lane::User,
+                Kernel::ReduceN {
+                    dtype,
+                    op,
+                    dst,
+                    srcs: s,
+                    k,
+                    n: elems,
+                },
+            )?
+        }
+        _ => {
+            // A chain of two-input kernels, own input first: in place, `dst` is that input,
+            // read by the first kernel before anything writes it.
+            let mut acc = srcs[own];
+            for (_, &s) in srcs.iter().enumerate().filter(|&(j, _)| j != own) {
+                dev.kernel(
+                    Lane::User,
+                    Kernel::Reduce {
+                        dtype,
+                        op,
+                        dst,
+                        a: acc,
+                        b: s,
+                        n: elems,
+                    },
+                )?;
+                acc = dst;
+            }
+        }
+    }
+    if matches!(t.red, Reduction::Avg) && elems > 0 {
+        dev.kernel(
+            Lane::User,
+            Kernel::DivInt {
+                dtype,
+                dst,
+                n: elems,
+                divisor: srcs.len() as u64,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Queues group `g` of `l.rank` on [`Lane::User`] (see the module's steps).
+pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
+    let (rank, n) = (l.rank, l.nranks);
+    let partners = partners(rank, n, g.tasks);
+    let mut b = Batched::new(dev);
+    handshake(&mut b, l, g.index, &partners, INPUTS)?;
+    let (parked, _) = parked(g.tasks);
+    let mut halfway = false;
+    for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
+        if t.count == 0 {
+            continue;
+        }
+        let size = t.dtype.size();
+        let bytes = t.count * size;
+        let at = |p: u64, elems: usize| p + (elems * size) as u64;
+        match t.kind {
+            TaskKind::Coll(Collective::AllReduce) => {
+                halfway = true;
+                let (lo, hi) = share(t.count, size, n, rank);
+                let srcs: Vec<u64> = e.iter().map(|x| at(x.send, lo)).collect();
+                reduce_into(
+                    &mut b,
+                    t,
+                    at(t.recv as u64, lo),
+                    &srcs,
+                    rank,
+                    hi - lo,
+                    g.reduce_n,
+                )?;
+            }
+            TaskKind::Coll(Collective::ReduceScatter) => {
+                let srcs: Vec<u64> = e.iter().map(|x| at(x.send, rank * t.count)).collect();
+                reduce_into(&mut b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
+            }
+            TaskKind::Coll(Collective::Reduce { root }) => {
+                if rank == root {
+                    let srcs: Vec<u64> = e.iter().map(|x| x.send).collect();
+                    reduce_into(&mut b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
+                }
+            }
+            TaskKind::Coll(Collective::AllGather) => {
+                for (k, x) in e.iter().enumerate() {
+                    let dst = at(t.recv as u64, k * t.count);
+                    if dst != x.send {
+                        b.copy(Lane::User, dst, x.send, bytes)?;
+                    }
+                }
+            }
+            TaskKind::Coll(Collective::Broadcast { root }) => {
+                if t.recv as u64 != e[root].send {
+                    b.copy(Lane::User, t.recv as u64, e[root].send, bytes)?;
+                }
+            }
+            TaskKind::Recv { peer } => match park {
+                Some(off) => {
+                    halfway = true;
+                    b.copy(Lane::User, g.scratch + *off as u64, e[peer].send, bytes)?;
+                }
+                None if t.recv as u64 != e[peer].send => {
+                    b.copy(Lane::User, t.recv as u64, e[peer].send, bytes)?;
+                }
+                None => {}
+            },
+            TaskKind::Send { .. } => {}
+            TaskKind::Coll(c) => {
+                return Err(Error::internal(format!(
+                    "cuda-ipc: {c:?} cannot be captured on the direct path"
+                )))
+            }
+        }
+    }
+    if halfway {
+        handshake(&mut b, l, g.index, &partners, HALFWAY)?;
+        for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
+            if let Some(off) = park {
+                let bytes = t.count * t.dtype.size();
+                b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
+                continue;
+            }
+            if t.count == 0 || t.kind != TaskKind::Coll(Collective::AllReduce) {
+                continue;
+            }
+            let size = t.dtype.size();
+            for (k, x) in e.iter().enumerate().filter(|&(k, _)| k != rank) {
+                let (lo, hi) = share(t.count, size, n, k);
+                if hi > lo {
+                    let off = (lo * size) as u64;
+                    b.copy(
+                        Lane::User,
+                        t.recv as u64 + off,
+                        x.recv + off,
+                        (hi - lo) * size,
+                    )?;
+                }
+            }
+        }
+    }
+    handshake(&mut b, l, g.index, &partners, DONE)?;
+    b.flush()
+}
+
+/// The kernels [`emit`] may launch for `tasks`, to load before capturing.
+fn kernels_needed(tasks: &[Task], n: usize, reduce_n: bool) -> Vec<(DataType, KernelOp)> {
+    let mut v = Vec::new();
+    for t in tasks.iter().filter(|t| reduces(t.kind) && t.count > 0) {
+        let op = t.red.arithmetic();
+        let k = if n > 2 && reduce_n && n <= REDUCE_N_MAX {
+            KernelOp::ReduceN(op.into(), n as u8)
+        } else {
+            KernelOp::reduce(op)
+        };
+        if !v.contains(&(t.dtype, k)) {
+            v.push((t.dtype, k));
+        }
+        if matches!(t.red, Reduction::Avg) && !v.contains(&(t.dtype, KernelOp::DivInt)) {
+            v.push((t.dtype, KernelOp::DivInt));
+        }
+    }
+    v
+}
+
+/// What one rank says at capture: the group index it would take, whether it can capture the
+/// group directly, and per task its signature and how peers reach its buffers.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Offer {
+    index: u64,
+    pub able: bool,
+    tasks: Vec<OfferedTask>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct OfferedTask {
+    kind: u64,
+    /// Root or peer (0 otherwise).
+    other: u64,
+    count: u64,
+    dtype: u64,
+    red: u64,
+    send: Option<Post>,
+    recv: Option<Post>,
+}
+
+const MAGIC: u64 = 0x6363_6c67_7261_7068; // "cclgraph"
+const TASK_WORDS: usize = 7 + 2 * POST_WORDS;
+
+impl Offer {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = vec![MAGIC, self.index, self.able as u64, self.tasks.len() as u64];
+        for t in &self.tasks {
+            w.extend([t.kind, t.other, t.count, t.dtype, t.red]);
+            for p in [t.send, t.recv] {
+                w.push(p.is_some() as u64);
+                w.extend(p.map_or([0; POST_WORDS], Post::to_words));
+            }
+        }
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    pub fn decode(b: &[u8]) -> Option<Offer> {
+        if b.len() % 8 != 0 {
+            return None;
+        }
+        let w: Vec<u64> = b
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        let (&[magic, index, able, ntasks], rest) = w.split_first_chunk::<4>()?;
+        if magic != MAGIC || rest.len() != (ntasks as usize).checked_mul(TASK_WORDS)? {
+            return None;
+        }
+        let post = |w: &[u64]| -> Option<Option<Post>> {
+            let words: &[u64; POST_WORDS] = w.get(1..1 + POST_WORDS)?.try_into().ok()?;
+            Some((w[0] != 0).then(|| Post::from_words(words)))
+        };
+        let tasks = rest
+            .chunks_exact(TASK_WORDS)
+            .map(|c| {
+                Some(OfferedTask {
+                    kind: c[0],
+                    other: c[1],
+                    count: c[2],
+                    dtype: c[3],
+                    red: c[4],
+                    send: post(&c[5..])?,
+                    recv: post(&c[6 + POST_WORDS..])?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Offer {
+            index,
+            able: able != 0,
+            tasks,
+        })
+    }
+}
+
+/// Kinds of [`OfferedTask::kind`] beyond the collectives' codes (which sends and receives
+/// share).
+const SEND: u64 = 100;
+const RECV: u64 = 101;
+
+/// `t` as [`OfferedTask`]'s first five words: a send and a receive pair up by their bytes.
+fn signature(t: &Task) -> [u64; 5] {
+    match t.kind {
+        TaskKind::Send { peer } => [SEND, peer as u64, (t.count * t.dtype.size()) as u64, 0, 0],
+        TaskKind::Recv { peer } => [RECV, peer as u64, (t.count * t.dtype.size()) as u64, 0, 0],
+        k => [
+            u64::from(k.code()),
+            k.root().unwrap_or(0) as u64,
+            t.count as u64,
+            t.dtype as u64,
+            if reduces(k) {
+                u64::from(t.red.code())
+            } else {
+                0
+            },
+        ],
+    }
+}
+
+/// Which of `rank`'s buffers of `t` its partners read: the input of everything but a
+/// receive (a broadcast's at its root only), an all-reduce's output too (its second phase).
+fn read_by_partners(t: &Task, rank: usize) -> (bool, bool) {
+    if t.count == 0 {
+        return (false, false);
+    }
+    match t.kind {
+        TaskKind::Recv { .. } => (false, false),
+        TaskKind::Coll(Collective::AllReduce) => (true, true),
+        TaskKind::Coll(Collective::Broadcast { root }) => (rank == root, false),
+        _ => (true, false),
+    }
+}
+
+/// Which of rank `k`'s buffers this rank's `t` reads (`rank` != `k`).
+fn reads_of(t: &Task, rank: usize, k: usize) -> (bool, bool) {
+    if t.count == 0 {
+        return (false, false);
+    }
+    match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => (true, true),
+        TaskKind::Coll(Collective::Reduce { root }) => (rank == root, false),
+        TaskKind::Coll(Collective::Broadcast { root }) => (k == root, false),
+        TaskKind::Send { .. } => (false, false),
+        _ => (true, false),
+    }
+}
+
+/// Checks that the ranks captured matching groups; for each of `rank`'s tasks, the index of
+/// its counterpart at every rank: the same collective, for a receive from `j` the matching
+/// send at `j` (`usize::MAX` elsewhere and for sends).
+pub(super) fn matching(
+    offers: &[Offer],
+    rank: usize,
+) -> std::result::Result<Vec<Vec<usize>>, String> {
+    let n = offers.len();
+    let colls = |o: &Offer| -> Vec<usize> {
+        (0..o.tasks.len())
+            .filter(|&i| o.tasks[i].kind < SEND)
+            .collect()
+    };
+    let sig = |t: &OfferedTask| (t.kind, t.other, t.count, t.dtype, t.red);
+    let all: Vec<Vec<usize>> = offers.iter().map(colls).collect();
+    for (r, (o, c)) in offers.iter().zip(&all).enumerate() {
+        let differs = c.len() != all[0].len()
+            || c.iter()
+                .zip(&all[0])
+                .any(|(&a, &b)| sig(&o.tasks[a]) != sig(&offers[0].tasks[b]));
+        if differs {
+            return Err(format!(
+                "rank {r} captured other collectives than rank 0 in the same group"
+            ));
+        }
+    }
+    let p2p = |o: &Offer, kind: u64, other: usize| -> Vec<usize> {
+        (0..o.tasks.len())
+            .filter(|&i| o.tasks[i].kind == kind && o.tasks[i].other == other as u64)
+            .collect()
+    };
+    for (i, oi) in offers.iter().enumerate() {
+        for (j, oj) in offers.iter().enumerate() {
+            let (sends, recvs) = (p2p(oi, SEND, j), p2p(oj, RECV, i));
+            if sends.len() != recvs.len() {
+                return Err(format!(
+                    "rank {i} captured {} sends to rank {j}, which captured {} receives from it",
+                    sends.len(),
+                    recvs.len()
+                ));
+            }
+            for (&s, &r) in sends.iter().zip(&recvs) {
+                if oi.tasks[s].count != oj.tasks[r].count {
+                    return Err(format!(
+                        "rank {i} captured a send of {} bytes to rank {j}, which captured a \
+                         receive of {} bytes from it",
+                        oi.tasks[s].count, oj.tasks[r].count
+                    ));
+                }
+            }
+        }
+    }
+    let mine = &offers[rank];
+    let mut recvs_seen = vec![0usize; n];
+    let mut coll_k = 0;
+    let mut out = Vec::with_capacity(mine.tasks.len());
+    for t in &mine.tasks {
+        let mut row = vec![usize::MAX; n];
+        if t.kind < SEND {
+            for (k, c) in all.iter().enumerate() {
+                row[k] = c[coll_k];
+            }
+            coll_k += 1;
+        } else if t.kind == RECV {
+            let j = t.other as usize;
+            let k = recvs_seen[j];
+            recvs_seen[j] += 1;
+            row[j] = p2p(&offers[j], SEND, rank)[k];
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// Receives that land on one of the group's send buffers (an in-place ring exchange):
+/// partners read that buffer in the first phase, so such a receive lands in scratch memory
+/// of this rank and is copied into place after `HALFWAY`. Per task its offset in the scratch
+/// memory, and the bytes that needs.
+pub(super) fn parked(tasks: &[Task]) -> (Vec<Option<usize>>, usize) {
+    let range = |p: usize, t: &Task| (p, p.saturating_add(t.count.saturating_mul(t.dtype.size())));
+    let sends: Vec<(usize, usize)> = tasks
+        .iter()
+        .filter(|t| matches!(t.kind, TaskKind::Send { .. }) && t.count > 0)
+        .map(|t| range(t.send, t))
+        .collect();
+    let mut bytes = 0usize;
+    let offsets = tasks
+        .iter()
+        .map(|t| {
+            if !matches!(t.kind, TaskKind::Recv { .. }) || t.count == 0 {
+                return None;
+            }
+            let (a, b) = range(t.recv, t);
+            if !sends.iter().any(|&(c, d)| a < d && c < b) {
+                return None;
+            }
+            let off = bytes;
+            bytes = bytes.saturating_add((b - a).next_multiple_of(256));
+            Some(off)
+        })
+        .collect();
+    (offsets, bytes)
+}
+
+/// This rank's offer for `tasks` as group `index`; `able` false if it cannot take the direct
+/// path (then the posts are left out).
+pub(super) fn offer(
+    index: usize,
+    tasks: &[Task],
+    (rank, n): (usize, usize),
+    able: bool,
+    reach: &mut dyn Reach,
+) -> Offer {
+    let mut able = able && index < GROUPS && tasks.iter().all(supported);
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let [kind, other, count, dtype, red] = signature(t);
+        let mut post = |wanted: bool, ptr: usize, elems: Option<usize>| -> Option<Post> {
+            let bytes = elems?.checked_mul(t.dtype.size())?;
+            if !wanted || !able || bytes == 0 {
+                return None;
+            }
+            match reach.export(ptr as u64) {
+                Ok(Some(ex)) => Some(ex.post(reach.pid(), ptr as u64, bytes)),
+                _ => {
+                    able = false;
+                    None
+                }
+            }
+        };
+        let counts = crate::task::buffer_counts(t.kind, rank, n, t.count);
+        let (send_read, recv_read) = read_by_partners(t, rank);
+        let send = post(send_read, t.send, counts.map(|c| c.0));
+        let recv = post(recv_read, t.recv, counts.map(|c| c.1));
+        out.push(OfferedTask {
+            kind,
+            other,
+            count,
+            dtype,
+            red,
+            send,
+            recv,
+        });
+    }
+    Offer {
+        index: index as u64,
+        able,
+        tasks: out,
+    }
+}
+
+/// Every rank's buffers of each of `rank`'s tasks as this rank reaches them.
+pub(super) fn ends_of(
+    offers: &[Offer],
+    rank: usize,
+    tasks: &[Task],
+    rows: &[Vec<usize>],
+    reach: &mut dyn Reach,
+) -> Result<Vec<Vec<Ends>>> {
+    let n = offers.len();
+    let mut out = Vec::with_capacity(tasks.len());
+    for (t, row) in tasks.iter().zip(rows) {
+        let mut e = vec![Ends::default(); n];
+        for (k, &at) in row.iter().enumerate() {
+            if k == rank {
+                // A receive from this rank itself reads the matching send's buffer.
+                let send = match (t.kind, tasks.get(at)) {
+                    (TaskKind::Recv { .. }, Some(s)) => s.send,
+                    _ => t.send,
+                };
+                e[k] = Ends {
+                    send: send as u64,
+                    recv: t.recv as u64,
+                };
+                continue;
+            }
+            let (send, recv) = reads_of(t, rank, k);
+            let Some(theirs) = offers[k].tasks.get(at) else {
+                continue;
+            };
+            let mut resolve = |wanted: bool, post: Option<Post>| -> Result<u64> {
+                if !wanted {
+                    return Ok(0);
+                }
+                let p = post.ok_or_else(|| {
+                    Error::internal(format!("cuda-ipc: rank {k} posted no buffer for a graph"))
+                })?;
+                reach.resolve(&p)
+            };
+            e[k] = Ends {
+                send: resolve(send, theirs.send)?,
+                recv: resolve(recv, theirs.recv)?,
+            };
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// Every rank's `mine`, over the bootstrap network.
+fn exchange(comm: &Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut guard = comm.0.state.lock();
+    let state = guard
+        .as_mut()
+        .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
+    state.ctrl.allgather(mine, &comm.0.abort)
+}
+
+/// Captures `tasks` on the direct paths into the graph their stream is capturing, if every
+/// rank can; `false`: no rank did, and every rank takes the staged captured path.
+pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+    let l = &eng.layout;
+    let (rank, n) = (l.rank, l.nranks);
+    let streams = crate::gpu::streams_of(&eng.ctx, tasks);
+    let index = eng.captured.fetch_add(1, Ordering::Relaxed);
+    let able = eng.direct && streams.len() == 1 && crate::params::CCL_GRAPH_DIRECT.get_bool();
+    let mine = {
+        let mut q = eng.queued.lock();
+        offer(index, tasks, (rank, n), able, &mut q.bufs)
+    };
+    let offers = exchange(comm, &mine.encode())?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            Offer::decode(b)
+                .ok_or_else(|| Error::remote(format!("rank {r} sent a malformed graph offer")))
+        })
+        .collect::<Result<Vec<Offer>>>()?;
+    if offers.iter().any(|o| !o.able || o.index != mine.index) {
+        tracing::debug!("rank {rank}: group {index} captured on the staged path");
+        return Ok(false);
+    }
+    let rows = matching(&offers, rank).map_err(|e| {
+        Error::invalid_usage(format!("operations captured into a CUDA graph differ: {e}"))
+    })?;
+    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    // Loading a module or mapping a buffer may fail here and not on a peer: a second round
+    // says whether every rank is ready, so that they still fall back together.
+    let ready = (|| -> Result<(Vec<Vec<Ends>>, Option<DeviceBuffer>)> {
+        for (dtype, op) in kernels_needed(tasks, n, reduce_n) {
+            eng.kernels
+                .prepare(dtype, op)
+                .map_err(crate::gpu::cuda_err)?;
+        }
+        let scratch = match parked(tasks).1 {
+            0 => None,
+            bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(crate::gpu::cuda_err)?),
+        };
+        let mut q = eng.queued.lock();
+        Ok((ends_of(&offers, rank, tasks, &rows, &mut q.bufs)?, scratch))
+    })();
+    if let Err(e) = &ready {
+        tracing::warn!("rank {rank}: a captured group goes staged: {e}");
+    }
+    let verdicts = exchange(comm, &[ready.is_ok() as u8])?;
+    if verdicts.iter().any(|v| v.as_slice() != [1]) {
+        return Ok(false);
+    }
+    let (ends, scratch) = ready?;
+    let group = Group {
+        index,
+        tasks,
+        ends,
+        reduce_n,
+        scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
+    };
+    let stream: &Stream = streams
+        .first()
+        .ok_or_else(|| Error::internal("cuda-ipc: a captured group without a stream"))?;
+    let mut dev = CudaDevice::new(eng, stream);
+    emit(&mut dev, l, &group)?;
+    // The graph keeps using it at every replay, for as long as the process lives.
+    std::mem::forget(scratch);
+    if index == 0 {
+        tracing::info!("rank {rank}: groups captured into CUDA graphs take the direct paths");
+    }
+    tracing::debug!(
+        "rank {rank}: captured group {index} ({} operations) on the direct paths",
+        tasks.len()
+    );
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::float_sum;
+
+    fn reach() -> impl Reach {
+        struct Flat;
+        impl Reach for Flat {
+            fn pid(&self) -> u64 {
+                7
+            }
+            fn export(&mut self, ptr: u64) -> Result<super::super::direct::Export> {
+                Ok((ptr >= 0x1000).then_some(super::super::direct::Exported {
+                    base: ptr & !0xfff,
+                    buffer_id: ptr >> 12,
+                    handle: [3; 64],
+                }))
+            }
+            fn bounce(&mut self, _: usize) -> Result<(u64, super::super::direct::Exported)> {
+                Err(Error::internal("no bounce buffer here"))
+            }
+            fn resolve(&mut self, p: &Post) -> Result<u64> {
+                Ok(p.addr)
+            }
+        }
+        Flat
+    }
+
+    /// The shares of an all-reduce cover its elements once, in order, each starting on a
+    /// 256-byte boundary.
+    #[test]
+    fn shares_cover_every_element_once() {
+        for (count, size, n) in [
+            (1usize, 4usize, 2usize),
+            (5, 2, 3),
+            (1000, 4, 8),
+            (65, 1, 9),
+        ] {
+            let mut next = 0;
+            for k in 0..n {
+                let (lo, hi) = share(count, size, n, k);
+                assert_eq!(lo, next);
+                assert!(hi >= lo && (lo * size) % 256 == 0 || lo == count);
+                next = hi;
+            }
+            assert_eq!(next, count);
+        }
+    }
+
+    /// Offers round-trip; one that is cut short or carries another magic number is refused.
+    #[test]
+    fn offers_round_trip() {
+        let tasks = [
+            float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, 6),
+            float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
+            float_sum(TaskKind::Recv { peer: 1 }, 0, 0x4000, 4),
+        ];
+        let o = offer(5, &tasks, (0, 2), true, &mut reach());
+        assert!(o.able);
+        assert!(o.tasks[0].send.is_some() && o.tasks[0].recv.is_some());
+        assert!(o.tasks[1].send.is_some() && o.tasks[2].send.is_none());
+        let b = o.encode();
+        assert_eq!(Offer::decode(&b), Some(o.clone()));
+        assert_eq!(Offer::decode(&b[..b.len() - 8]), None);
+        let mut bad = b.clone();
+        bad[0] ^= 1;
+        assert_eq!(Offer::decode(&bad), None);
+        // A buffer no peer can map, an index past the area, float Avg: the staged captured
+        // path.
+        let host = [float_sum(
+            TaskKind::Coll(Collective::AllReduce),
+            0x10,
+            0x2000,
+            6,
+        )];
+        assert!(!offer(0, &host, (0, 2), true, &mut reach()).able);
+        assert!(!offer(GROUPS, &tasks, (0, 2), true, &mut reach()).able);
+        let mut avg = tasks[0];
+        avg.red = Reduction::Avg;
+        assert!(!offer(0, &[avg], (0, 2), true, &mut reach()).able);
+        avg.dtype = DataType::Int32;
+        assert!(offer(0, &[avg], (0, 2), true, &mut reach()).able);
+        let ring = [
+            float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
+            float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3008, 4),
+            float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3010, 4),
+            float_sum(TaskKind::Recv { peer: 1 }, 0, 0x5000, 4),
+        ];
+        assert!(offer(0, &ring, (0, 2), true, &mut reach()).able);
+        // The two receives onto the send's buffer go through scratch memory, 256-byte aligned.
+        assert_eq!(parked(&ring), (vec![None, Some(0), None, None], 256));
+        let two = [ring[0], ring[1], ring[1]];
+        assert_eq!(parked(&two), (vec![None, Some(0), Some(256)], 512));
+    }
+
+    /// The agreement pairs every receive with the matching send and refuses groups that
+    /// differ between ranks, saying how.
+    #[test]
+    fn matching_pairs_receives_and_refuses_different_groups() {
+        let ar = |c| float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, c);
+        let send = |p, c| float_sum(TaskKind::Send { peer: p }, 0x3000, 0, c);
+        let recv = |p, c| float_sum(TaskKind::Recv { peer: p }, 0, 0x4000, c);
+        let offers = |groups: &[Vec<Task>]| -> Vec<Offer> {
+            groups
+                .iter()
+                .enumerate()
+                .map(|(r, t)| offer(0, t, (r, groups.len()), true, &mut reach()))
+                .collect()
+        };
+        let ok = offers(&[
+            vec![send(1, 4), ar(8), recv(1, 2), send(1, 2)],
+            vec![recv(0, 4), recv(0, 2), ar(8), send(0, 2)],
+        ]);
+        assert_eq!(
+            matching(&ok, 0).unwrap(),
+            vec![
+                vec![usize::MAX, usize::MAX],
+                vec![1, 2],
+                vec![usize::MAX, 3],
+                vec![usize::MAX, usize::MAX]
+            ]
+        );
+        assert_eq!(matching(&ok, 1).unwrap()[1], vec![3, usize::MAX]);
+        let other_count = offers(&[vec![ar(8)], vec![ar(9)]]);
+        assert!(matching(&other_count, 0)
+            .unwrap_err()
+            .contains("other collectives"));
+        let short = offers(&[vec![send(1, 4)], vec![recv(0, 3)]]);
+        assert!(matching(&short, 1)
+            .unwrap_err()
+            .contains("receive of 12 bytes"));
+        let missing = offers(&[vec![send(1, 4)], vec![]]);
+        assert!(matching(&missing, 0).unwrap_err().contains("1 sends"));
+    }
+}
