@@ -16,9 +16,10 @@
 //! 2. The first phase, reading partners' buffers in place: a reduction kernel over every rank's
 //!    slice (all-reduce: this rank's share of the elements; reduce-scatter: its block; reduce:
 //!    the root, all of it), copies of partners' inputs into own outputs (all-gather,
-//!    broadcast, receives).
-//! 3. `HALFWAY` (groups with an all-reduce): as 1; then the all-reduce's second phase copies
-//!    every partner's reduced share out of the partner's output.
+//!    all-to-all, gather, scatter, broadcast, receives).
+//! 3. `HALFWAY` (groups with an all-reduce or a [`parked`] receive): as 1; then the
+//!    all-reduce's second phase copies every partner's reduced share out of the partner's
+//!    output, and parked receives move from scratch memory into place.
 //! 4. `DONE`: as 1. Every partner has read all it needs from this rank's buffers, so the work
 //!    after the graph may change them.
 //!
@@ -28,8 +29,8 @@
 //!
 //! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
 //! could map every buffer): each rank falls back to the staged captured path exactly when
-//! every other does. Float Avg, PreMulSum, all-to-all, gather, scatter and groups spread
-//! over several streams take the staged captured path ([`crate::graph`]).
+//! every other does. PreMulSum with its scalar in device memory and groups spread over several
+//! streams take the staged captured path ([`crate::graph`]).
 
 use std::sync::atomic::Ordering;
 
@@ -43,7 +44,7 @@ use super::protocol::{Batched, Device, Kernel, Lane, Layout, FLAG_STRIDE};
 use super::{CudaDevice, IpcEngine};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
-use crate::task::{Reduction, Task, TaskKind};
+use crate::task::{Reduction, Scalar, Task, TaskKind};
 
 /// Captured groups per communicator on the direct paths; later ones take the staged path.
 pub(crate) const GROUPS: usize = 4096;
@@ -85,14 +86,14 @@ pub(crate) fn supported(t: &Task) -> bool {
                     | Collective::Reduce { .. }
                     | Collective::AllGather
                     | Collective::Broadcast { .. }
+                    | Collective::AlltoAll
+                    | Collective::Gather { .. }
+                    | Collective::Scatter { .. }
             )
     );
-    let red = match t.red {
-        Reduction::Plain(_) => true,
-        // Integer Avg is the sum divided once; float Avg scales every input (the staged path).
-        Reduction::Avg => !t.dtype.is_float(),
-        Reduction::PreMulSum(_) => false,
-    };
+    // A scalar in device memory must be read in stream order at every replay: the staged
+    // path does.
+    let red = !matches!(t.red, Reduction::PreMulSum(Scalar::Device(_)));
     kind && (red || !reduces(t.kind))
 }
 
@@ -160,7 +161,20 @@ fn handshake(
     Ok(())
 }
 
-/// `dst = srcs[0] (op) srcs[1] ...` over `elems` elements; `dst` may be `srcs[own]`.
+/// What every input of `t` is multiplied by before the sum, as element bytes: PreMulSum's
+/// scalar, `1/n` for a float Avg (as the eager paths scale, so a float Avg rounds alike).
+fn premul_scalar(t: &Task, n: usize) -> Option<[u8; 8]> {
+    match t.red {
+        Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
+        Reduction::Avg if t.dtype.is_float() => {
+            Some(ccl_cuda::host::reduce::from_f64(t.dtype, 1.0 / n as f64))
+        }
+        _ => None,
+    }
+}
+
+/// `dst = srcs[0] (op) srcs[1] ...` over `elems` elements (each input scaled first for
+/// PreMulSum and float Avg; integer Avg divided once after); `dst` may be `srcs[own]`.
 fn reduce_into(
     dev: &mut dyn Device,
     t: &Task,
@@ -171,6 +185,33 @@ fn reduce_into(
     reduce_n: bool,
 ) -> Result<()> {
     let (dtype, op) = (t.dtype, t.red.arithmetic());
+    if let Some(scalar) = premul_scalar(t, srcs.len()) {
+        // Own input first: in place, `dst` is that input, read before anything writes it.
+        dev.kernel(
+            Lane::User,
+            Kernel::PreMul {
+                dtype,
+                dst,
+                src: srcs[own],
+                n: elems,
+                scalar,
+            },
+        )?;
+        for (_, &src) in srcs.iter().enumerate().filter(|&(j, _)| j != own) {
+            dev.kernel(
+                Lane::User,
+                Kernel::PreMulAdd {
+                    dtype,
+                    dst,
+                    src,
+                    acc: dst,
+                    n: elems,
+                    scalar,
+                },
+            )?;
+        }
+        return Ok(());
+    }
     match srcs.len() {
         0 => {}
         1 => {
@@ -224,7 +265,7 @@ fn reduce_into(
             }
         }
     }
-    if matches!(t.red, Reduction::Avg) && elems > 0 {
+    if matches!(t.red, Reduction::Avg) && !dtype.is_float() && elems > 0 {
         dev.kernel(
             Lane::User,
             Kernel::DivInt {
@@ -244,7 +285,7 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     let partners = partners(rank, n, g.tasks);
     let mut b = Batched::new(dev);
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
-    let (parked, _) = parked(g.tasks);
+    let (parked, _) = parked(g.tasks, rank, n);
     let mut halfway = false;
     for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
         if t.count == 0 {
@@ -291,6 +332,37 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
                     b.copy(Lane::User, t.recv as u64, e[root].send, bytes)?;
                 }
             }
+            TaskKind::Coll(Collective::AlltoAll) => {
+                let dst = match park {
+                    Some(off) => {
+                        halfway = true;
+                        g.scratch + *off as u64
+                    }
+                    None => t.recv as u64,
+                };
+                for (k, x) in e.iter().enumerate() {
+                    let (to, from) = (at(dst, k * t.count), at(x.send, rank * t.count));
+                    if to != from {
+                        b.copy(Lane::User, to, from, bytes)?;
+                    }
+                }
+            }
+            TaskKind::Coll(Collective::Gather { root }) => {
+                if rank == root {
+                    for (k, x) in e.iter().enumerate() {
+                        let to = at(t.recv as u64, k * t.count);
+                        if to != x.send {
+                            b.copy(Lane::User, to, x.send, bytes)?;
+                        }
+                    }
+                }
+            }
+            TaskKind::Coll(Collective::Scatter { root }) => {
+                let from = at(e[root].send, rank * t.count);
+                if t.recv as u64 != from {
+                    b.copy(Lane::User, t.recv as u64, from, bytes)?;
+                }
+            }
             TaskKind::Recv { peer } => match park {
                 Some(off) => {
                     halfway = true;
@@ -302,18 +374,18 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
                 None => {}
             },
             TaskKind::Send { .. } => {}
-            TaskKind::Coll(c) => {
-                return Err(Error::internal(format!(
-                    "cuda-ipc: {c:?} cannot be captured on the direct path"
-                )))
-            }
         }
     }
     if halfway {
         handshake(&mut b, l, g.index, &partners, HALFWAY)?;
         for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
             if let Some(off) = park {
-                let bytes = t.count * t.dtype.size();
+                let blocks = if matches!(t.kind, TaskKind::Recv { .. }) {
+                    1
+                } else {
+                    n
+                };
+                let bytes = blocks * t.count * t.dtype.size();
                 b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
                 continue;
             }
@@ -343,6 +415,14 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
 fn kernels_needed(tasks: &[Task], n: usize, reduce_n: bool) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
     for t in tasks.iter().filter(|t| reduces(t.kind) && t.count > 0) {
+        if premul_scalar(t, n).is_some() {
+            for k in [KernelOp::PreMul, KernelOp::PreMulAdd] {
+                if !v.contains(&(t.dtype, k)) {
+                    v.push((t.dtype, k));
+                }
+            }
+            continue;
+        }
         let op = t.red.arithmetic();
         let k = if n > 2 && reduce_n && n <= REDUCE_N_MAX {
             KernelOp::ReduceN(op.into(), n as u8)
@@ -467,7 +547,9 @@ fn read_by_partners(t: &Task, rank: usize) -> (bool, bool) {
     match t.kind {
         TaskKind::Recv { .. } => (false, false),
         TaskKind::Coll(Collective::AllReduce) => (true, true),
-        TaskKind::Coll(Collective::Broadcast { root }) => (rank == root, false),
+        TaskKind::Coll(Collective::Broadcast { root } | Collective::Scatter { root }) => {
+            (rank == root, false)
+        }
         _ => (true, false),
     }
 }
@@ -479,8 +561,12 @@ fn reads_of(t: &Task, rank: usize, k: usize) -> (bool, bool) {
     }
     match t.kind {
         TaskKind::Coll(Collective::AllReduce) => (true, true),
-        TaskKind::Coll(Collective::Reduce { root }) => (rank == root, false),
-        TaskKind::Coll(Collective::Broadcast { root }) => (k == root, false),
+        TaskKind::Coll(Collective::Reduce { root } | Collective::Gather { root }) => {
+            (rank == root, false)
+        }
+        TaskKind::Coll(Collective::Broadcast { root } | Collective::Scatter { root }) => {
+            (k == root, false)
+        }
         TaskKind::Send { .. } => (false, false),
         _ => (true, false),
     }
@@ -560,30 +646,37 @@ pub(super) fn matching(
     Ok(out)
 }
 
-/// Receives that land on one of the group's send buffers (an in-place ring exchange):
-/// partners read that buffer in the first phase, so such a receive lands in scratch memory
-/// of this rank and is copied into place after `HALFWAY`. Per task its offset in the scratch
-/// memory, and the bytes that needs.
-pub(super) fn parked(tasks: &[Task]) -> (Vec<Option<usize>>, usize) {
-    let range = |p: usize, t: &Task| (p, p.saturating_add(t.count.saturating_mul(t.dtype.size())));
+/// Receives that land on a buffer partners read in the first phase -- one of the group's send
+/// buffers (an in-place ring exchange), an in-place all-to-all's own send buffer -- land in
+/// scratch memory of this rank instead and are copied into place after `HALFWAY`. Per task its
+/// offset in the scratch memory, and the bytes that needs.
+pub(super) fn parked(tasks: &[Task], rank: usize, n: usize) -> (Vec<Option<usize>>, usize) {
+    let bytes_of = |t: &Task, elems: usize| elems.saturating_mul(t.dtype.size());
+    let span = |p: usize, len: usize| (p, p.saturating_add(len));
     let sends: Vec<(usize, usize)> = tasks
         .iter()
         .filter(|t| matches!(t.kind, TaskKind::Send { .. }) && t.count > 0)
-        .map(|t| range(t.send, t))
+        .map(|t| span(t.send, bytes_of(t, t.count)))
         .collect();
+    let overlap = |(a, b): (usize, usize), (c, d): (usize, usize)| a < d && c < b;
     let mut bytes = 0usize;
     let offsets = tasks
         .iter()
         .map(|t| {
-            if !matches!(t.kind, TaskKind::Recv { .. }) || t.count == 0 {
-                return None;
-            }
-            let (a, b) = range(t.recv, t);
-            if !sends.iter().any(|&(c, d)| a < d && c < b) {
+            let (send_elems, recv_elems) = crate::task::buffer_counts(t.kind, rank, n, t.count)?;
+            let recv = span(t.recv, bytes_of(t, recv_elems));
+            let lands_on_a_read = match t.kind {
+                TaskKind::Recv { .. } => sends.iter().any(|&s| overlap(recv, s)),
+                TaskKind::Coll(Collective::AlltoAll) => {
+                    overlap(recv, span(t.send, bytes_of(t, send_elems)))
+                }
+                _ => false,
+            };
+            if t.count == 0 || !lands_on_a_read {
                 return None;
             }
             let off = bytes;
-            bytes = bytes.saturating_add((b - a).next_multiple_of(256));
+            bytes = bytes.saturating_add((recv.1 - recv.0).next_multiple_of(256));
             Some(off)
         })
         .collect();
@@ -730,7 +823,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
                 .prepare(dtype, op)
                 .map_err(crate::gpu::cuda_err)?;
         }
-        let scratch = match parked(tasks).1 {
+        let scratch = match parked(tasks, rank, n).1 {
             0 => None,
             bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(crate::gpu::cuda_err)?),
         };
@@ -836,8 +929,8 @@ mod tests {
         let mut bad = b.clone();
         bad[0] ^= 1;
         assert_eq!(Offer::decode(&bad), None);
-        // A buffer no peer can map, an index past the area, float Avg: the staged captured
-        // path.
+        // A buffer no peer can map, an index past the area, a PreMulSum scalar in device
+        // memory: the staged captured path.
         let host = [float_sum(
             TaskKind::Coll(Collective::AllReduce),
             0x10,
@@ -848,9 +941,9 @@ mod tests {
         assert!(!offer(GROUPS, &tasks, (0, 2), true, &mut reach()).able);
         let mut avg = tasks[0];
         avg.red = Reduction::Avg;
-        assert!(!offer(0, &[avg], (0, 2), true, &mut reach()).able);
-        avg.dtype = DataType::Int32;
         assert!(offer(0, &[avg], (0, 2), true, &mut reach()).able);
+        avg.red = Reduction::PreMulSum(Scalar::Device(0x9000));
+        assert!(!offer(0, &[avg], (0, 2), true, &mut reach()).able);
         let ring = [
             float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
             float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3008, 4),
@@ -859,9 +952,13 @@ mod tests {
         ];
         assert!(offer(0, &ring, (0, 2), true, &mut reach()).able);
         // The two receives onto the send's buffer go through scratch memory, 256-byte aligned.
-        assert_eq!(parked(&ring), (vec![None, Some(0), None, None], 256));
+        assert_eq!(parked(&ring, 0, 2), (vec![None, Some(0), None, None], 256));
         let two = [ring[0], ring[1], ring[1]];
-        assert_eq!(parked(&two), (vec![None, Some(0), Some(256)], 512));
+        assert_eq!(parked(&two, 0, 2), (vec![None, Some(0), Some(256)], 512));
+        // An in-place all-to-all parks its whole receive buffer; apart, nothing.
+        let a2a = |s, r| float_sum(TaskKind::Coll(Collective::AlltoAll), s, r, 100);
+        assert_eq!(parked(&[a2a(0x3000, 0x3000)], 1, 3), (vec![Some(0)], 1280));
+        assert_eq!(parked(&[a2a(0x3000, 0x8000)], 1, 3), (vec![None], 0));
     }
 
     /// The agreement pairs every receive with the matching send and refuses groups that

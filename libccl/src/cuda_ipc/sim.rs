@@ -2008,7 +2008,7 @@ fn simulate_captured(
                 captured::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
             // Scratch memory for receives onto send buffers, one region per group.
             let scratch = base(r) + 0x8000_0000 + g as u64 * BUF;
-            let bytes = captured::parked(t).1;
+            let bytes = captured::parked(t, r, n).1;
             if bytes > 0 {
                 mem.alloc(scratch, bytes);
             }
@@ -2090,7 +2090,10 @@ fn captured_cases(n: usize, count: usize, replays: usize) -> Vec<Case> {
                     || !c.in_place
                     || matches!(
                         c.kind,
-                        Kind::Coll(Collective::AllReduce | Collective::AllGather)
+                        // Three all-to-alls in place transpose the blocks as one does.
+                        Kind::Coll(
+                            Collective::AllReduce | Collective::AllGather | Collective::AlltoAll
+                        )
                     )
                     || c.kind == Kind::Ring)
         })

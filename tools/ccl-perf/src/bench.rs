@@ -8,7 +8,7 @@ use crate::cli::{Cli, Settings};
 use crate::coll::{Coll, Counts};
 use crate::dtype::Dtype;
 use crate::gen::{self, Gen, RedOp, FILL_BYTE, PREMUL_SCALAR};
-use crate::mem::{Cuda, Device, Mem};
+use crate::mem::{Cuda, Device, Graph, Mem};
 use crate::mpi::{Agg, Mpi};
 use crate::nccl::{Call, Comm, Nccl};
 use crate::report::{self, JsonReport, Measure, Row, Summary};
@@ -450,19 +450,7 @@ impl<'a> Bench<'a> {
         self.barrier()?;
         let (elapsed, rounds) = if self.s.graph > 0 && self.s.iters > 0 {
             // nccl-tests' -G: the timed iterations captured once, the graph launched G times.
-            for r in &self.ranks {
-                r.dev.begin_capture()?;
-            }
-            let issued = (0..self.s.iters).try_for_each(|_| self.issue_all(j));
-            let mut graphs = self
-                .ranks
-                .iter()
-                .map(|r| r.dev.end_capture())
-                .collect::<Result<Vec<_>>>()?;
-            issued?;
-            for g in &mut graphs {
-                g.instantiate()?;
-            }
+            let graphs = self.capture_all(j, self.s.iters)?;
             self.barrier()?;
             let t0 = Instant::now();
             for _ in 0..self.s.graph {
@@ -491,7 +479,27 @@ impl<'a> Bench<'a> {
         }
     }
 
-    /// One run on fresh inputs; returns the wrong elements of this process's ranks.
+    /// `times` runs of `j` captured into one graph per local rank, instantiated once every
+    /// capture has ended (one thread capturing several ranks' streams, `-g`).
+    fn capture_all(&self, j: &Job, times: u32) -> Result<Vec<Graph>> {
+        for r in &self.ranks {
+            r.dev.begin_capture()?;
+        }
+        let issued = (0..times).try_for_each(|_| self.issue_all(j));
+        let mut graphs = self
+            .ranks
+            .iter()
+            .map(|r| r.dev.end_capture())
+            .collect::<Result<Vec<_>>>()?;
+        issued?;
+        for g in &mut graphs {
+            g.instantiate()?;
+        }
+        Ok(graphs)
+    }
+
+    /// One run on fresh inputs (captured and launched as a graph under -G); returns the wrong
+    /// elements of this process's ranks.
     fn check(&self, j: &Job, label: &str) -> Result<u64> {
         let (g, c) = (&j.g, &j.c);
         let ts = g.dtype.size();
@@ -504,7 +512,15 @@ impl<'a> Bench<'a> {
             r.dev.fill(&r.recv, 0, end, FILL_BYTE)?;
         }
         self.write_inputs(j)?;
-        self.issue_all(j)?;
+        if self.s.graph > 0 {
+            // -G checks what the timed runs do: the operation captured into a graph, launched.
+            self.capture_all(j, 1)?
+                .iter()
+                .zip(&self.ranks)
+                .try_for_each(|(g, r)| r.dev.launch(g))?;
+        } else {
+            self.issue_all(j)?;
+        }
         self.sync_all()?;
         let big = self.largest(j);
         let mut p = self.prefixes.borrow_mut();
