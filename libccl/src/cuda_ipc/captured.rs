@@ -116,6 +116,17 @@ pub(crate) struct Group<'a> {
     pub reduce_n: bool,
     /// Device memory of this rank for its [`parked`] receives (0: none).
     pub scratch: u64,
+    /// All-reduces of at most this many bytes go [`one_shot`] (agreed: the smallest offered).
+    pub one_shot: usize,
+}
+
+/// Whether `t` is an all-reduce small enough (at most `limit` bytes) that every rank reduces
+/// all of it, reading every input whole: one kernel between two handshakes, where the two
+/// phases (each rank's share, then the others' shares copied) cost a handshake and a copy more.
+fn one_shot(t: &Task, limit: usize) -> bool {
+    t.kind == TaskKind::Coll(Collective::AllReduce)
+        && t.count > 0
+        && t.count.saturating_mul(t.dtype.size()) <= limit
 }
 
 /// Elements `[lo, hi)` of `count` that rank `k` of `n` reduces in an all-reduce: even shares
@@ -285,7 +296,7 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     let partners = partners(rank, n, g.tasks);
     let mut b = Batched::new(dev);
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
-    let (parked, _) = parked(g.tasks, rank, n);
+    let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
     let mut halfway = false;
     for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
         if t.count == 0 {
@@ -295,6 +306,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
         let bytes = t.count * size;
         let at = |p: u64, elems: usize| p + (elems * size) as u64;
         match t.kind {
+            TaskKind::Coll(Collective::AllReduce) if one_shot(t, g.one_shot) => {
+                // In place, partners read this buffer until `DONE`: the sum waits in scratch.
+                let dst = park.map_or(t.recv as u64, |off| g.scratch + off as u64);
+                let srcs: Vec<u64> = e.iter().map(|x| x.send).collect();
+                reduce_into(&mut b, t, dst, &srcs, rank, t.count, g.reduce_n)?;
+            }
             TaskKind::Coll(Collective::AllReduce) => {
                 halfway = true;
                 let (lo, hi) = share(t.count, size, n, rank);
@@ -379,6 +396,9 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     if halfway {
         handshake(&mut b, l, g.index, &partners, HALFWAY)?;
         for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
+            if one_shot(t, g.one_shot) {
+                continue;
+            }
             if let Some(off) = park {
                 let blocks = if matches!(t.kind, TaskKind::Recv { .. }) {
                     1
@@ -408,6 +428,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
         }
     }
     handshake(&mut b, l, g.index, &partners, DONE)?;
+    for (t, park) in g.tasks.iter().zip(&parked) {
+        if let (true, Some(off)) = (one_shot(t, g.one_shot), park) {
+            let bytes = t.count * t.dtype.size();
+            b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
+        }
+    }
     b.flush()
 }
 
@@ -445,6 +471,8 @@ fn kernels_needed(tasks: &[Task], n: usize, reduce_n: bool) -> Vec<(DataType, Ke
 pub(super) struct Offer {
     index: u64,
     pub able: bool,
+    /// This rank's [`one_shot`] limit (`CCL_GRAPH_ONE_SHOT_BYTES`).
+    pub one_shot: u64,
     tasks: Vec<OfferedTask>,
 }
 
@@ -465,7 +493,13 @@ const TASK_WORDS: usize = 7 + 2 * POST_WORDS;
 
 impl Offer {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = vec![MAGIC, self.index, self.able as u64, self.tasks.len() as u64];
+        let mut w = vec![
+            MAGIC,
+            self.index,
+            self.able as u64,
+            self.one_shot,
+            self.tasks.len() as u64,
+        ];
         for t in &self.tasks {
             w.extend([t.kind, t.other, t.count, t.dtype, t.red]);
             for p in [t.send, t.recv] {
@@ -484,7 +518,7 @@ impl Offer {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        let (&[magic, index, able, ntasks], rest) = w.split_first_chunk::<4>()?;
+        let (&[magic, index, able, one_shot, ntasks], rest) = w.split_first_chunk::<5>()?;
         if magic != MAGIC || rest.len() != (ntasks as usize).checked_mul(TASK_WORDS)? {
             return None;
         }
@@ -509,6 +543,7 @@ impl Offer {
         Some(Offer {
             index,
             able: able != 0,
+            one_shot,
             tasks,
         })
     }
@@ -648,9 +683,15 @@ pub(super) fn matching(
 
 /// Receives that land on a buffer partners read in the first phase -- one of the group's send
 /// buffers (an in-place ring exchange), an in-place all-to-all's own send buffer -- land in
-/// scratch memory of this rank instead and are copied into place after `HALFWAY`. Per task its
+/// scratch memory of this rank instead and are copied into place after `HALFWAY`; an in-place
+/// [`one_shot`] all-reduce's sum, read by partners until the end, after `DONE`. Per task its
 /// offset in the scratch memory, and the bytes that needs.
-pub(super) fn parked(tasks: &[Task], rank: usize, n: usize) -> (Vec<Option<usize>>, usize) {
+pub(super) fn parked(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    one_shot_max: usize,
+) -> (Vec<Option<usize>>, usize) {
     let bytes_of = |t: &Task, elems: usize| elems.saturating_mul(t.dtype.size());
     let span = |p: usize, len: usize| (p, p.saturating_add(len));
     let sends: Vec<(usize, usize)> = tasks
@@ -668,6 +709,9 @@ pub(super) fn parked(tasks: &[Task], rank: usize, n: usize) -> (Vec<Option<usize
             let lands_on_a_read = match t.kind {
                 TaskKind::Recv { .. } => sends.iter().any(|&s| overlap(recv, s)),
                 TaskKind::Coll(Collective::AlltoAll) => {
+                    overlap(recv, span(t.send, bytes_of(t, send_elems)))
+                }
+                TaskKind::Coll(Collective::AllReduce) if one_shot(t, one_shot_max) => {
                     overlap(recv, span(t.send, bytes_of(t, send_elems)))
                 }
                 _ => false,
@@ -689,7 +733,7 @@ pub(super) fn offer(
     index: usize,
     tasks: &[Task],
     (rank, n): (usize, usize),
-    able: bool,
+    (able, one_shot): (bool, usize),
     reach: &mut dyn Reach,
 ) -> Offer {
     let mut able = able && index < GROUPS && tasks.iter().all(supported);
@@ -726,6 +770,7 @@ pub(super) fn offer(
     Offer {
         index: index as u64,
         able,
+        one_shot: one_shot as u64,
         tasks: out,
     }
 }
@@ -795,9 +840,10 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
     let streams = crate::gpu::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let able = eng.direct && streams.len() == 1 && crate::params::CCL_GRAPH_DIRECT.get_bool();
+    let one_shot_bytes = crate::params::CCL_GRAPH_ONE_SHOT_BYTES.get_i64().max(0) as usize;
     let mine = {
         let mut q = eng.queued.lock();
-        offer(index, tasks, (rank, n), able, &mut q.bufs)
+        offer(index, tasks, (rank, n), (able, one_shot_bytes), &mut q.bufs)
     };
     let offers = exchange(comm, &mine.encode())?
         .iter()
@@ -811,6 +857,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         tracing::debug!("rank {rank}: group {index} captured on the staged path");
         return Ok(false);
     }
+    let one_shot_max = offers.iter().map(|o| o.one_shot).min().unwrap_or(0) as usize;
     let rows = matching(&offers, rank).map_err(|e| {
         Error::invalid_usage(format!("operations captured into a CUDA graph differ: {e}"))
     })?;
@@ -823,7 +870,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
                 .prepare(dtype, op)
                 .map_err(crate::gpu::cuda_err)?;
         }
-        let scratch = match parked(tasks, rank, n).1 {
+        let scratch = match parked(tasks, rank, n, one_shot_max).1 {
             0 => None,
             bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(crate::gpu::cuda_err)?),
         };
@@ -844,6 +891,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         ends,
         reduce_n,
         scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
+        one_shot: one_shot_max,
     };
     let stream: &Stream = streams
         .first()
@@ -919,7 +967,7 @@ mod tests {
             float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
             float_sum(TaskKind::Recv { peer: 1 }, 0, 0x4000, 4),
         ];
-        let o = offer(5, &tasks, (0, 2), true, &mut reach());
+        let o = offer(5, &tasks, (0, 2), (true, 0), &mut reach());
         assert!(o.able);
         assert!(o.tasks[0].send.is_some() && o.tasks[0].recv.is_some());
         assert!(o.tasks[1].send.is_some() && o.tasks[2].send.is_none());
@@ -937,28 +985,38 @@ mod tests {
             0x2000,
             6,
         )];
-        assert!(!offer(0, &host, (0, 2), true, &mut reach()).able);
-        assert!(!offer(GROUPS, &tasks, (0, 2), true, &mut reach()).able);
+        assert!(!offer(0, &host, (0, 2), (true, 0), &mut reach()).able);
+        assert!(!offer(GROUPS, &tasks, (0, 2), (true, 0), &mut reach()).able);
         let mut avg = tasks[0];
         avg.red = Reduction::Avg;
-        assert!(offer(0, &[avg], (0, 2), true, &mut reach()).able);
+        assert!(offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
         avg.red = Reduction::PreMulSum(Scalar::Device(0x9000));
-        assert!(!offer(0, &[avg], (0, 2), true, &mut reach()).able);
+        assert!(!offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
         let ring = [
             float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
             float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3008, 4),
             float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3010, 4),
             float_sum(TaskKind::Recv { peer: 1 }, 0, 0x5000, 4),
         ];
-        assert!(offer(0, &ring, (0, 2), true, &mut reach()).able);
+        assert!(offer(0, &ring, (0, 2), (true, 0), &mut reach()).able);
         // The two receives onto the send's buffer go through scratch memory, 256-byte aligned.
-        assert_eq!(parked(&ring, 0, 2), (vec![None, Some(0), None, None], 256));
+        assert_eq!(
+            parked(&ring, 0, 2, 0),
+            (vec![None, Some(0), None, None], 256)
+        );
         let two = [ring[0], ring[1], ring[1]];
-        assert_eq!(parked(&two, 0, 2), (vec![None, Some(0), Some(256)], 512));
+        assert_eq!(parked(&two, 0, 2, 0), (vec![None, Some(0), Some(256)], 512));
         // An in-place all-to-all parks its whole receive buffer; apart, nothing.
         let a2a = |s, r| float_sum(TaskKind::Coll(Collective::AlltoAll), s, r, 100);
-        assert_eq!(parked(&[a2a(0x3000, 0x3000)], 1, 3), (vec![Some(0)], 1280));
-        assert_eq!(parked(&[a2a(0x3000, 0x8000)], 1, 3), (vec![None], 0));
+        assert_eq!(
+            parked(&[a2a(0x3000, 0x3000)], 1, 3, 0),
+            (vec![Some(0)], 1280)
+        );
+        assert_eq!(parked(&[a2a(0x3000, 0x8000)], 1, 3, 0), (vec![None], 0));
+        // An in-place all-reduce parks its sum only when it goes one-shot.
+        let ar = float_sum(TaskKind::Coll(Collective::AllReduce), 0x3000, 0x3000, 64);
+        assert_eq!(parked(&[ar], 0, 2, 256), (vec![Some(0)], 256));
+        assert_eq!(parked(&[ar], 0, 2, 255), (vec![None], 0));
     }
 
     /// The agreement pairs every receive with the matching send and refuses groups that
@@ -972,7 +1030,7 @@ mod tests {
             groups
                 .iter()
                 .enumerate()
-                .map(|(r, t)| offer(0, t, (r, groups.len()), true, &mut reach()))
+                .map(|(r, t)| offer(0, t, (r, groups.len()), (true, 0), &mut reach()))
                 .collect()
         };
         let ok = offers(&[

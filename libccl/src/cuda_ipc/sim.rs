@@ -903,10 +903,12 @@ fn simulate_counts(
     let layouts = s.layouts();
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
-            let (send, _, se, _) = buffers(case, k, r, n);
+            let (send, _, se, re) = buffers(case, k, r, n);
             let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
-            mem.alloc(base_send, BUF as usize);
-            mem.alloc(base_send + BUF, BUF as usize);
+            // As much as the buffers need (in place, one lies inside the other's region).
+            let need = (se.max(re) * case.dtype.size()).max(1);
+            mem.alloc(base_send, need);
+            mem.alloc(base_send + BUF, need);
             // Inputs; an in-place receive buffer starts as the input where they overlap.
             let bytes: Vec<u8> = (0..se)
                 .flat_map(|i| encode(case.dtype, input(r, i) as f64))
@@ -1951,15 +1953,19 @@ fn simulate_captured(
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
     use super::captured::{self, Group, Offer};
+    // Every third seed: all-reduces of up to 2 KiB go one-shot (the cases' small counts).
+    let one_shot = if seed % 3 == 1 { 2048 } else { 0 };
     let s = Setup::new(n);
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
-            let (send, _, se, _) = buffers(case, k, r, n);
+            let (send, _, se, re) = buffers(case, k, r, n);
             let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
-            mem.alloc(base_send, BUF as usize);
-            mem.alloc(base_send + BUF, BUF as usize);
+            // As much as the buffers need (in place, one lies inside the other's region).
+            let need = (se.max(re) * case.dtype.size()).max(1);
+            mem.alloc(base_send, need);
+            mem.alloc(base_send + BUF, need);
             let bytes: Vec<u8> = (0..se)
                 .flat_map(|i| encode(case.dtype, input(r, i) as f64))
                 .collect();
@@ -1992,7 +1998,7 @@ fn simulate_captured(
                 rank: r,
                 unmappable: &[],
             };
-            let o = captured::offer(g, t, (r, n), true, &mut reach);
+            let o = captured::offer(g, t, (r, n), (true, one_shot), &mut reach);
             if !o.able {
                 return Err(format!("group {g}: rank {r} cannot capture it directly"));
             }
@@ -2008,7 +2014,7 @@ fn simulate_captured(
                 captured::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
             // Scratch memory for receives onto send buffers, one region per group.
             let scratch = base(r) + 0x8000_0000 + g as u64 * BUF;
-            let bytes = captured::parked(t, r, n).1;
+            let bytes = captured::parked(t, r, n, one_shot).1;
             if bytes > 0 {
                 mem.alloc(scratch, bytes);
             }
@@ -2018,6 +2024,7 @@ fn simulate_captured(
                 ends,
                 reduce_n: seed % 2 == 0,
                 scratch,
+                one_shot,
             });
         }
     }
