@@ -867,6 +867,25 @@ struct Posted {
 
 type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
 
+/// Every rank's buffers of every case in `mem`, and its inputs in them (an in-place receive
+/// buffer starts as the input where they overlap).
+fn place_inputs(mem: &mut Mem, cases: &[Case], n: usize) {
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let (send, _, se, re) = buffers(case, k, r, n);
+            let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
+            // As much as the buffers need (in place, one lies inside the other's region).
+            let need = (se.max(re) * case.dtype.size()).max(1);
+            mem.alloc(base_send, need);
+            mem.alloc(base_send + BUF, need);
+            let bytes: Vec<u8> = (0..se)
+                .flat_map(|i| encode(case.dtype, input(r, i) as f64))
+                .collect();
+            mem.range(send, bytes.len()).copy_from_slice(&bytes);
+        }
+    }
+}
+
 /// Queues `cases` one after another on every rank, runs them, checks every output. Returns
 /// how many reductions ran directly (per rank).
 fn simulate(
@@ -901,21 +920,7 @@ fn simulate_counts(
     let mut order_rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
-    for (k, case) in cases.iter().enumerate() {
-        for r in 0..n {
-            let (send, _, se, re) = buffers(case, k, r, n);
-            let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
-            // As much as the buffers need (in place, one lies inside the other's region).
-            let need = (se.max(re) * case.dtype.size()).max(1);
-            mem.alloc(base_send, need);
-            mem.alloc(base_send + BUF, need);
-            // Inputs; an in-place receive buffer starts as the input where they overlap.
-            let bytes: Vec<u8> = (0..se)
-                .flat_map(|i| encode(case.dtype, input(r, i) as f64))
-                .collect();
-            mem.range(send, bytes.len()).copy_from_slice(&bytes);
-        }
-    }
+    place_inputs(&mut mem, cases, n);
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     // Each case's groups per rank: one, or a relayed broadcast's phases (queued by every rank
@@ -1958,20 +1963,7 @@ fn simulate_captured(
     let s = Setup::new(n);
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
-    for (k, case) in cases.iter().enumerate() {
-        for r in 0..n {
-            let (send, _, se, re) = buffers(case, k, r, n);
-            let base_send = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
-            // As much as the buffers need (in place, one lies inside the other's region).
-            let need = (se.max(re) * case.dtype.size()).max(1);
-            mem.alloc(base_send, need);
-            mem.alloc(base_send + BUF, need);
-            let bytes: Vec<u8> = (0..se)
-                .flat_map(|i| encode(case.dtype, input(r, i) as f64))
-                .collect();
-            mem.range(send, bytes.len()).copy_from_slice(&bytes);
-        }
-    }
+    place_inputs(&mut mem, cases, n);
     // Group -> rank -> tasks.
     let groups: Vec<Vec<Vec<Task>>> = if one_group {
         vec![(0..n)
