@@ -75,5 +75,8 @@ rm -rf "$CCL_TORCH_OUT"
 # Collectives captured in CUDA graphs, replayed and checked (NVIDIA NCCL beside).
 CCL=$CCL bash tests/gpu/device_graph.sh > "$L/graph.txt" 2>&1; say "graph capture exit $?"
 grep -E "us/op|wrong" "$L/graph.txt" | tee -a "$S"
+# Captured groups on the direct paths against NCCL's captured kernels (ccl-perf -G, graph-checked).
+OUT=$L OPS="all_reduce sendrecv all_gather" MAX=16M STEP=16 CCL=$CCL bash tests/gpu/device_graph_direct.sh > "$L/graph_direct.txt" 2>&1
+grep -E "^==|^ +(8|16777216) " "$L/graph_direct.txt" | tee -a "$S"
 
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
