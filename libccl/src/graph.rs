@@ -172,7 +172,7 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
 
 /// Queues `work` on the first of `streams` after everything queued on the others so far,
 /// and makes the others wait for it.
-fn on_first_stream(
+pub(crate) fn on_first_stream(
     ctx: &Arc<cuda::Context>,
     streams: &[cuda::Stream],
     work: impl FnOnce(&cuda::Stream) -> Result<()>,

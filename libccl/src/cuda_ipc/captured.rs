@@ -3,7 +3,7 @@
 //! kernel, as the eager direct paths.
 //!
 //! The eager paths number their flag values per operation, which a graph cannot replay. A
-//! captured group has words of its own instead (`GROUPS` per communicator, in every rank's
+//! captured group has words of its own instead ([`groups`] per communicator, in every rank's
 //! flag area, so peers reach them through the mappings made at setup) whose values are the
 //! same at every replay: 0 at rest, 1 when set. Every rank captures the same groups in the
 //! same order (NCCL's rule for captured collectives), so they meet at capture: there they agree
@@ -29,8 +29,8 @@
 //!
 //! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
 //! could map every buffer): each rank falls back to the staged captured path exactly when
-//! every other does. PreMulSum with its scalar in device memory and groups spread over several
-//! streams take the staged captured path ([`crate::graph`]).
+//! every other does. PreMulSum with its scalar in device memory takes the staged captured path
+//! ([`crate::graph`]).
 
 use std::sync::atomic::Ordering;
 
@@ -46,8 +46,13 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::task::{Reduction, Scalar, Task, TaskKind};
 
-/// Captured groups per communicator on the direct paths; later ones take the staged path.
-pub(crate) const GROUPS: usize = 4096;
+/// Captured groups per communicator of `n` ranks on the direct paths; later ones take the
+/// staged path. As many as 16 MiB of words per rank hold, between 1024 and 65536: an
+/// inference engine captures a graph per batch size, each with two all-reduces per layer
+/// (35 sizes of an 80-layer model: 5600 groups).
+pub(crate) fn groups(n: usize) -> usize {
+    ((16 << 20) / (KINDS * 4 * n.max(1))).clamp(1024, 65536)
+}
 
 /// The three words of a group per partner (see the module's steps).
 const INPUTS: usize = 0;
@@ -57,7 +62,7 @@ const KINDS: usize = 3;
 
 /// Bytes of the captured groups' words in a flag area of `n` ranks.
 pub(crate) fn area_bytes(n: usize) -> usize {
-    (GROUPS * KINDS * n * 4).next_multiple_of(FLAG_STRIDE as usize)
+    (groups(n) * KINDS * n * 4).next_multiple_of(FLAG_STRIDE as usize)
 }
 
 /// Offset of `from`'s word of `kind` for group `group` in an area of `n` ranks.
@@ -736,7 +741,7 @@ pub(super) fn offer(
     (able, one_shot): (bool, usize),
     reach: &mut dyn Reach,
 ) -> Offer {
-    let mut able = able && index < GROUPS && tasks.iter().all(supported);
+    let mut able = able && index < groups(n) && tasks.iter().all(supported);
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         let [kind, other, count, dtype, red] = signature(t);
@@ -839,7 +844,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
     let (rank, n) = (l.rank, l.nranks);
     let streams = crate::gpu::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
-    let able = eng.direct && streams.len() == 1 && crate::params::CCL_GRAPH_DIRECT.get_bool();
+    let able = eng.direct && crate::params::CCL_GRAPH_DIRECT.get_bool();
     let one_shot_bytes = crate::params::CCL_GRAPH_ONE_SHOT_BYTES.get_i64().max(0) as usize;
     let mine = {
         let mut q = eng.queued.lock();
@@ -853,6 +858,12 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
                 .ok_or_else(|| Error::remote(format!("rank {r} sent a malformed graph offer")))
         })
         .collect::<Result<Vec<Offer>>>()?;
+    if index == groups(n) {
+        tracing::warn!(
+            "rank {rank}: this communicator captured {index} groups into CUDA graphs; later \
+             ones go through host memory (slow)"
+        );
+    }
     if offers.iter().any(|o| !o.able || o.index != mine.index) {
         tracing::debug!("rank {rank}: group {index} captured on the staged path");
         return Ok(false);
@@ -893,11 +904,9 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
         one_shot: one_shot_max,
     };
-    let stream: &Stream = streams
-        .first()
-        .ok_or_else(|| Error::internal("cuda-ipc: a captured group without a stream"))?;
-    let mut dev = CudaDevice::new(eng, stream);
-    emit(&mut dev, l, &group)?;
+    crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
+        emit(&mut CudaDevice::new(eng, stream), l, &group)
+    })?;
     // The graph keeps using it at every replay, for as long as the process lives.
     std::mem::forget(scratch);
     if index == 0 {
@@ -986,7 +995,12 @@ mod tests {
             6,
         )];
         assert!(!offer(0, &host, (0, 2), (true, 0), &mut reach()).able);
-        assert!(!offer(GROUPS, &tasks, (0, 2), (true, 0), &mut reach()).able);
+        assert!(!offer(groups(2), &tasks, (0, 2), (true, 0), &mut reach()).able);
+        assert!(offer(groups(2) - 1, &tasks, (0, 2), (true, 0), &mut reach()).able);
+        assert_eq!(
+            (groups(2), groups(8), groups(72), groups(4096)),
+            (65536, 65536, 19418, 1024)
+        );
         let mut avg = tasks[0];
         avg.red = Reduction::Avg;
         assert!(offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);

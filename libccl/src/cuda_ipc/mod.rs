@@ -174,7 +174,7 @@ pub struct IpcEngine {
     /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
     remote: Option<RemoteLanes>,
     /// Groups captured into CUDA graphs so far (each takes the next index of
-    /// [`captured::GROUPS`], whichever path it ends up on).
+    /// [`captured::groups`], whichever path it ends up on).
     captured: std::sync::atomic::AtomicUsize,
 }
 
