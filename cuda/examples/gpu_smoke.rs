@@ -295,6 +295,7 @@ fn run_case(
             KernelOp::DivInt => host::div_int(dt, dp, n, param),
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
+            | KernelOp::GraphAllReduce(..)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
@@ -317,6 +318,7 @@ fn run_case(
             }
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
+            | KernelOp::GraphAllReduce(..)
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy

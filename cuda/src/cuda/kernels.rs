@@ -12,8 +12,9 @@ use super::context::Context;
 use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
-    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, LL_EXCHANGE_MAX_RANKS,
-    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_THREADS, REDUCE_N_MAX, UNROLL,
+    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, GRAPH_AR_MAX_ELEMS,
+    GRAPH_AR_THREADS, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS,
+    LL_THREADS, REDUCE_N_MAX, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -570,6 +571,77 @@ impl Kernels {
 }
 
 impl Kernels {
+    /// A small all-reduce of a CUDA graph in one kernel ([`KernelOp::GraphAllReduce`]):
+    /// `dst = srcs[0] (op) srcs[1] ...` over `n` elements, between a handshake on
+    /// `words.inputs` and one on `words.done` (per peer: this rank's word there, the peer's
+    /// word here). `inplace`: `dst` is one of the sources (at most [`GRAPH_AR_MAX_ELEMS`]).
+    ///
+    /// # Safety
+    /// Every source and `dst` hold `n` elements of `dt` and stay valid until the stream has
+    /// passed the launch; the words are device words (ours, or peers' mapped here) that only
+    /// this protocol writes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn graph_all_reduce(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        srcs: &[CUdeviceptr],
+        n: usize,
+        words: &GraphWords,
+        inplace: bool,
+    ) -> Result<()> {
+        let k = srcs.len();
+        let np = words.inputs.len();
+        if !(2..=REDUCE_N_MAX).contains(&k)
+            || np >= REDUCE_N_MAX
+            || words.done.len() != np
+            || (inplace && n > GRAPH_AR_MAX_ELEMS)
+        {
+            return Err(CudaError::InvalidArgument(format!(
+                "graph_all_reduce: {k} sources, {np} peers, {n} elements (in place {inplace})"
+            )));
+        }
+        self.check_args(
+            stream,
+            dt,
+            std::iter::once(("dst", dst)).chain(srcs.iter().map(|&p| ("source", p))),
+        )?;
+        let func = self.function(dt, KernelOp::GraphAllReduce(op.into(), k as u8))?;
+        // The kernel's `ccl_srcs` and `ccl_gwords` by value.
+        #[repr(C)]
+        struct Srcs([u64; REDUCE_N_MAX]);
+        #[repr(C)]
+        struct Words([[u64; REDUCE_N_MAX]; 4]);
+        let mut arr = Srcs([0; REDUCE_N_MAX]);
+        arr.0[..k].copy_from_slice(srcs);
+        let mut w = Words([[0; REDUCE_N_MAX]; 4]);
+        for (j, &(remote, local)) in words.inputs.iter().enumerate() {
+            w.0[0][j] = remote;
+            w.0[1][j] = local;
+        }
+        for (j, &(remote, local)) in words.done.iter().enumerate() {
+            w.0[2][j] = remote;
+            w.0[3][j] = local;
+        }
+        let (mut dst, mut n64, mut raw) = (dst, n as u64, 0u64);
+        let (mut np32, mut inplace32) = (np as u32, u32::from(inplace));
+        let mut params: [*mut c_void; 7] = [
+            (&mut dst as *mut u64).cast(),
+            (&mut arr as *mut Srcs).cast(),
+            (&mut n64 as *mut u64).cast(),
+            (&mut raw as *mut u64).cast(),
+            (&mut w as *mut Words).cast(),
+            (&mut np32 as *mut u32).cast(),
+            (&mut inplace32 as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (dst, the pointer array and the
+        // word arrays by value, n, raw, np, inplace) and live until the call returns; memory
+        // and words are the caller's contract.
+        unsafe { self.launch_raw(func, stream, 1, GRAPH_AR_THREADS, &mut params) }
+    }
+
     /// Queues [`KernelOp::WaitCopy`] on `stream`: once the word at `arrive` reaches `value`
     /// (cyclic `>=`), one block copies `bytes` from `src` to `dst` and then writes
     /// `done_value` to the word at `done`, all inside the kernel.
@@ -606,6 +678,14 @@ impl Kernels {
         // caller's contract.
         unsafe { self.launch_raw(func, stream, 1, 512, &mut params) }
     }
+}
+
+/// The words of a [`Kernels::graph_all_reduce`]: per peer, (this rank's word at the peer, the
+/// peer's word here), for the handshake before the reduction and the one after.
+#[derive(Debug, Clone, Default)]
+pub struct GraphWords {
+    pub inputs: Vec<(CUdeviceptr, CUdeviceptr)>,
+    pub done: Vec<(CUdeviceptr, CUdeviceptr)>,
 }
 
 impl Drop for Kernels {

@@ -34,6 +34,12 @@ pub enum KernelOp {
     /// the destination written once. Not in [`KernelOp::ALL`]: one kernel per `k`, compiled
     /// when a communicator of `k` ranks needs it (see [`reduce_n_body_code`]).
     ReduceN(ReduceKindKey, u8),
+    /// A small all-reduce captured into a CUDA graph, whole in one block of
+    /// [`GRAPH_AR_THREADS`] threads over `k` ranks' inputs (2..=[`REDUCE_N_MAX`]): it sets its
+    /// "inputs ready" word at every peer and waits for theirs, reduces every element reading
+    /// every input, sets its "done reading" word at every peer and waits for theirs, each word
+    /// reset after its wait (see [`graph_all_reduce_code`]). Not in [`KernelOp::ALL`].
+    GraphAllReduce(ReduceKindKey, u8),
     /// `dst[i] = src[i] * scalar`.
     PreMul,
     /// `dst[i] = src[i] * scalar + acc[i]`, rounded once.
@@ -122,13 +128,19 @@ impl KernelOp {
             KernelOp::ReduceN(ReduceKindKey::Prod, _) => "reduce_n_prod",
             KernelOp::ReduceN(ReduceKindKey::Max, _) => "reduce_n_max",
             KernelOp::ReduceN(ReduceKindKey::Min, _) => "reduce_n_min",
+            KernelOp::GraphAllReduce(ReduceKindKey::Sum, _) => "graph_allreduce_sum",
+            KernelOp::GraphAllReduce(ReduceKindKey::Prod, _) => "graph_allreduce_prod",
+            KernelOp::GraphAllReduce(ReduceKindKey::Max, _) => "graph_allreduce_max",
+            KernelOp::GraphAllReduce(ReduceKindKey::Min, _) => "graph_allreduce_min",
         }
     }
 
     /// The element-wise operation the kernel applies.
     fn element_op(self) -> KernelOp {
         match self {
-            KernelOp::LlAllReduce(k) | KernelOp::ReduceN(k, _) => KernelOp::Reduce(k),
+            KernelOp::LlAllReduce(k) | KernelOp::ReduceN(k, _) | KernelOp::GraphAllReduce(k, _) => {
+                KernelOp::Reduce(k)
+            }
             op => op,
         }
     }
@@ -160,7 +172,9 @@ pub fn dtype_tag(dt: DataType) -> &'static str {
 /// The `extern "C"` name of a kernel, e.g. `ccl_reduce_sum_bf16`.
 pub fn kernel_name(dt: DataType, op: KernelOp) -> String {
     match op {
-        KernelOp::ReduceN(_, k) => format!("ccl_{}{k}_{}", op.tag(), dtype_tag(dt)),
+        KernelOp::ReduceN(_, k) | KernelOp::GraphAllReduce(_, k) => {
+            format!("ccl_{}{k}_{}", op.tag(), dtype_tag(dt))
+        }
         _ => format!("ccl_{}_{}", op.tag(), dtype_tag(dt)),
     }
 }
@@ -543,7 +557,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
             | KernelOp::LlP2p
-            | KernelOp::ReduceN(..) => {
+            | KernelOp::ReduceN(..)
+            | KernelOp::GraphAllReduce(..) => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -569,7 +584,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -592,7 +607,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -629,7 +644,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::WaitFlag
                 | KernelOp::WaitCopy
                 | KernelOp::LlP2p
-                | KernelOp::ReduceN(..) => {
+                | KernelOp::ReduceN(..)
+                | KernelOp::GraphAllReduce(..) => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -758,9 +774,94 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     match op {
         KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), &mut s),
         KernelOp::ReduceN(_, k) => reduce_n_body_code(&kernel_name(dt, op), k, &mut s),
+        KernelOp::GraphAllReduce(_, k) => graph_all_reduce_code(&kernel_name(dt, op), k, &mut s),
         _ => body_code(&kernel_name(dt, op), op.is_binary(), &mut s),
     }
     s
+}
+
+/// Threads of the one block of a [`KernelOp::GraphAllReduce`] kernel.
+pub const GRAPH_AR_THREADS: u32 = 1024;
+
+/// Elements each thread of a [`KernelOp::GraphAllReduce`] kernel holds in registers when the
+/// all-reduce is in place (its result waits there until every peer has read this rank's input).
+pub const GRAPH_AR_HELD: usize = 16;
+
+/// Most elements a [`KernelOp::GraphAllReduce`] kernel takes.
+pub const GRAPH_AR_MAX_ELEMS: usize = GRAPH_AR_THREADS as usize * GRAPH_AR_HELD;
+
+/// The body of a [`KernelOp::GraphAllReduce`] kernel over `k` ranks. One block: thread 0 sets
+/// `rin[j]` (this rank's word at each peer) and waits until each `lin[j]` (each peer's word
+/// here) is 1, resetting it; the block reduces, element `i` by thread `i % threads`, the
+/// sources folded in rank order; thread 0 then does the same on `rdone` / `ldone`. Out of place
+/// the results go straight to `dst`; in place they wait in registers (`GRAPH_AR_HELD` a
+/// thread) until the second handshake, since the peers read this input until then. Every
+/// word is reset right after its wait, before this rank sets any later word, and a peer sets
+/// it again only after seeing this rank's "done", so replays back to back cannot lose a write.
+fn graph_all_reduce_code(name: &str, k: u8, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+#define K {k}
+#define HELD {held}
+struct ccl_srcs {{ const T* p[{max}]; }};
+struct ccl_gwords {{ u32* rin[{max}]; u32* lin[{max}]; u32* rdone[{max}]; u32* ldone[{max}]; }};
+
+static __device__ inline void ccl_graph_handshake(u32* const* remote, u32* const* local, u32 np) {{
+  __threadfence_system();
+  for (u32 j = 0; j < np; ++j) *(volatile u32*)remote[j] = 1u;
+  for (u32 j = 0; j < np; ++j) {{
+    volatile u32* f = (volatile u32*)local[j];
+    while (*f != 1u) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(32);
+#endif
+    }}
+    *f = 0u;
+  }}
+  __threadfence_system();
+}}
+
+extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_gwords w, u32 np, u32 inplace) {{
+  const P p = ccl_param(raw);
+  const u32 tid = threadIdx.x, step = blockDim.x;
+  if (tid == 0) ccl_graph_handshake(w.rin, w.lin, np);
+  __syncthreads();
+  T held[HELD];
+  if (!inplace) {{
+    for (u64 i = tid; i < n; i += step) {{
+      T r = s.p[0][i];
+#pragma unroll
+      for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+      dst[i] = r;
+    }}
+  }} else {{
+#pragma unroll
+    for (int h = 0; h < HELD; ++h) {{
+      const u64 i = tid + (u64)h * step;
+      if (i < n) {{
+        T r = s.p[0][i];
+#pragma unroll
+        for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+        held[h] = r;
+      }}
+    }}
+  }}
+  __syncthreads();
+  if (tid == 0) ccl_graph_handshake(w.rdone, w.ldone, np);
+  __syncthreads();
+  if (inplace) {{
+#pragma unroll
+    for (int h = 0; h < HELD; ++h) {{
+      const u64 i = tid + (u64)h * step;
+      if (i < n) dst[i] = held[h];
+    }}
+  }}
+}}
+"#,
+        held = GRAPH_AR_HELD,
+        max = REDUCE_N_MAX,
+    );
 }
 
 /// Most sources of a [`KernelOp::ReduceN`] kernel (the pointer array passed by value).

@@ -40,7 +40,7 @@ use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
 use super::direct::{Post, Reach, POST_WORDS};
-use super::protocol::{Batched, Device, Kernel, Lane, Layout, FLAG_STRIDE};
+use super::protocol::{Batched, Device, FusedAllReduce, Kernel, Lane, Layout, FLAG_STRIDE};
 use super::{CudaDevice, IpcEngine};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -123,6 +123,59 @@ pub(crate) struct Group<'a> {
     pub scratch: u64,
     /// All-reduces of at most this many bytes go [`one_shot`] (agreed: the smallest offered).
     pub one_shot: usize,
+    /// A group of one small all-reduce may be one kernel ([`fused`]; its kernel is loaded).
+    pub fused: bool,
+}
+
+/// Most bytes of a [`fused`] all-reduce: one block reads every input.
+const FUSED_MAX_BYTES: usize = 64 << 10;
+
+/// Group `g` of `l.rank` as one kernel that does its handshakes itself, if it is a single
+/// one-shot all-reduce of a plain reduction that one block takes (and at most
+/// [`REDUCE_N_MAX`] ranks); the same words and the same order of waits and writes as the
+/// parts [`emit`] queues otherwise, so a rank queuing parts meets a rank running the kernel.
+fn fused(l: &Layout, g: &Group) -> Option<FusedAllReduce> {
+    let ([t], [e]) = (g.tasks, &g.ends[..]) else {
+        return None;
+    };
+    let (rank, n) = (l.rank, l.nranks);
+    let bytes = t.count.checked_mul(t.dtype.size())?;
+    let Reduction::Plain(op) = t.red else {
+        return None;
+    };
+    if !g.fused
+        || !one_shot(t, g.one_shot)
+        || bytes > FUSED_MAX_BYTES
+        || !(2..=REDUCE_N_MAX).contains(&n)
+    {
+        return None;
+    }
+    let inplace = t.recv < t.send.saturating_add(bytes) && t.send < t.recv.saturating_add(bytes);
+    if inplace && t.count > ccl_cuda::cuda::source::GRAPH_AR_MAX_ELEMS {
+        return None;
+    }
+    let partners = partners(rank, n, g.tasks);
+    let words = |kind: usize| -> Vec<(u64, u64)> {
+        partners
+            .iter()
+            .map(|&j| {
+                (
+                    l.captured_word(j, g.index, kind, rank),
+                    l.captured_word(rank, g.index, kind, j),
+                )
+            })
+            .collect()
+    };
+    Some(FusedAllReduce {
+        dtype: t.dtype,
+        op,
+        dst: t.recv as u64,
+        srcs: e.iter().map(|x| x.send).collect(),
+        n: t.count,
+        inputs: words(INPUTS),
+        done: words(DONE),
+        inplace,
+    })
 }
 
 /// Whether `t` is an all-reduce small enough (at most `limit` bytes) that every rank reduces
@@ -297,6 +350,11 @@ fn reduce_into(
 
 /// Queues group `g` of `l.rank` on [`Lane::User`] (see the module's steps).
 pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
+    if let Some(f) = fused(l, g) {
+        if dev.fused_all_reduce(Lane::User, &f)? {
+            return Ok(());
+        }
+    }
     let (rank, n) = (l.rank, l.nranks);
     let partners = partners(rank, n, g.tasks);
     let mut b = Batched::new(dev);
@@ -478,6 +536,10 @@ pub(super) struct Offer {
     pub able: bool,
     /// This rank's [`one_shot`] limit (`CCL_GRAPH_ONE_SHOT_BYTES`).
     pub one_shot: u64,
+    /// This rank's process and GPU (a hash of its PCI bus id): ranks of other processes on
+    /// the same GPU time-slice it, and a kernel spinning for one of them holds its slice.
+    pub pid: u64,
+    pub gpu: u64,
     tasks: Vec<OfferedTask>,
 }
 
@@ -503,6 +565,8 @@ impl Offer {
             self.index,
             self.able as u64,
             self.one_shot,
+            self.pid,
+            self.gpu,
             self.tasks.len() as u64,
         ];
         for t in &self.tasks {
@@ -523,7 +587,8 @@ impl Offer {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        let (&[magic, index, able, one_shot, ntasks], rest) = w.split_first_chunk::<5>()?;
+        let (&[magic, index, able, one_shot, pid, gpu, ntasks], rest) =
+            w.split_first_chunk::<7>()?;
         if magic != MAGIC || rest.len() != (ntasks as usize).checked_mul(TASK_WORDS)? {
             return None;
         }
@@ -549,6 +614,8 @@ impl Offer {
             index,
             able: able != 0,
             one_shot,
+            pid,
+            gpu,
             tasks,
         })
     }
@@ -776,6 +843,8 @@ pub(super) fn offer(
         index: index as u64,
         able,
         one_shot: one_shot as u64,
+        pid: reach.pid(),
+        gpu: 0,
         tasks: out,
     }
 }
@@ -828,6 +897,17 @@ pub(super) fn ends_of(
     Ok(out)
 }
 
+/// A hash of the PCI bus id of `ctx`'s GPU (0 if unknown), the same in every process.
+fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Ok(bus) = ctx.driver().pci_bus_id(ctx.device()) else {
+        return 0;
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bus.to_ascii_lowercase().hash(&mut h);
+    h.finish() | 1
+}
+
 /// Every rank's `mine`, over the bootstrap network.
 fn exchange(comm: &Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     let mut guard = comm.0.state.lock();
@@ -846,10 +926,11 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let able = eng.direct && crate::params::CCL_GRAPH_DIRECT.get_bool();
     let one_shot_bytes = crate::params::CCL_GRAPH_ONE_SHOT_BYTES.get_i64().max(0) as usize;
-    let mine = {
+    let mut mine = {
         let mut q = eng.queued.lock();
         offer(index, tasks, (rank, n), (able, one_shot_bytes), &mut q.bufs)
     };
+    mine.gpu = gpu_id(&eng.ctx);
     let offers = exchange(comm, &mine.encode())?
         .iter()
         .enumerate()
@@ -896,6 +977,28 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         return Ok(false);
     }
     let (ends, scratch) = ready?;
+    // A local choice: the kernel and the parts wait and write the same words in the same order.
+    // Not while a rank of another process shares this GPU: time-sliced, the kernel would spin
+    // through its whole slice (two processes on one H100: 4.5 ms per operation, session 19).
+    let shared = offers
+        .iter()
+        .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    let fused = crate::params::CCL_GRAPH_FUSED.get_bool()
+        && !shared
+        && n <= REDUCE_N_MAX
+        && match tasks {
+            [t] if matches!(t.red, Reduction::Plain(_)) && one_shot(t, one_shot_max) => {
+                let op = KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8);
+                match eng.kernels.prepare(t.dtype, op) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!("rank {rank}: the captured all-reduce kernel: {e}");
+                        false
+                    }
+                }
+            }
+            _ => false,
+        };
     let group = Group {
         index,
         tasks,
@@ -903,6 +1006,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         reduce_n,
         scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
         one_shot: one_shot_max,
+        fused,
     };
     crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
         emit(&mut CudaDevice::new(eng, stream), l, &group)

@@ -1137,6 +1137,24 @@ impl Device for CudaDevice<'_> {
         unsafe { s.write_value32(addr, value) }.map_err(cuda_err)
     }
 
+    fn fused_all_reduce(&mut self, lane: Lane, f: &protocol::FusedAllReduce) -> Result<bool> {
+        let s = self.stream(lane)?;
+        let words = cuda::GraphWords {
+            inputs: f.inputs.clone(),
+            done: f.done.clone(),
+        };
+        // SAFETY: see the impl: the sources are every rank's input of the captured all-reduce
+        // (peers' mapped at capture), `dst` this rank's output, `n` elements each; the words
+        // are the group's captured words of the layout, which only the group's graphs write.
+        unsafe {
+            self.eng
+                .kernels
+                .graph_all_reduce(s, f.dtype, f.op, f.dst, &f.srcs, f.n, &words, f.inplace)
+        }
+        .map_err(cuda_err)?;
+        Ok(true)
+    }
+
     fn flag_ops(&mut self, lane: Lane, ops: &[protocol::FlagOp]) -> Result<()> {
         if let [op] = ops {
             // One operation: its own call is cheaper than a batch of one.

@@ -120,6 +120,22 @@ pub(crate) enum LongWait {
 
 /// What the protocol queues. Each call appends to one lane; lanes run concurrently, in order
 /// within a lane.
+/// A small captured all-reduce in one kernel ([`Device::fused_all_reduce`]).
+#[derive(Debug, Clone)]
+pub(crate) struct FusedAllReduce {
+    pub dtype: DataType,
+    pub op: ReduceKind,
+    pub dst: u64,
+    /// Every rank's input, in rank order, as this rank reaches it.
+    pub srcs: Vec<u64>,
+    pub n: usize,
+    /// Per partner: (this rank's word there, the partner's word here), before and after.
+    pub inputs: Vec<(u64, u64)>,
+    pub done: Vec<(u64, u64)>,
+    /// `dst` overlaps this rank's input.
+    pub inplace: bool,
+}
+
 pub(crate) trait Device {
     /// Later work on `lane` waits until the word at `addr` reaches `value` (cyclic `>=`).
     fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
@@ -173,6 +189,13 @@ pub(crate) trait Device {
         bytes: usize,
     ) -> Result<()> {
         self.copy(lane, dst, src, bytes)
+    }
+    /// A captured group that is one small all-reduce, as one kernel that does the group's two
+    /// handshakes itself ([`super::captured`]); `false`: this device has no such kernel, and
+    /// the caller queues the handshakes and the reduction as parts.
+    fn fused_all_reduce(&mut self, lane: Lane, f: &FusedAllReduce) -> Result<bool> {
+        let _ = (lane, f);
+        Ok(false)
     }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.

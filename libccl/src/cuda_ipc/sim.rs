@@ -35,6 +35,9 @@ struct SimDevice {
     /// Every operation in the order it was queued, for the merged mode.
     order: Vec<(Lane, usize)>,
     events: usize,
+    /// Where this device's fused all-reduce kernel keeps an in-place result (its registers);
+    /// `None`: it has no such kernel.
+    fused_registers: Option<u64>,
 }
 
 impl SimDevice {
@@ -43,6 +46,7 @@ impl SimDevice {
             lanes: HashMap::new(),
             order: Vec::new(),
             events: 0,
+            fused_registers: None,
         }
     }
 
@@ -54,6 +58,48 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
+    /// The kernel's steps as the simulation's operations, in the kernel's order: set every
+    /// remote word, then per partner wait and reset; reduce (in place into the "registers");
+    /// the second handshake; the held result stored.
+    fn fused_all_reduce(
+        &mut self,
+        lane: Lane,
+        f: &super::protocol::FusedAllReduce,
+    ) -> Result<bool> {
+        let Some(registers) = self.fused_registers else {
+            return Ok(false);
+        };
+        let handshake = |d: &mut SimDevice, words: &[(u64, u64)]| {
+            for &(remote, _) in words {
+                d.push(lane, Op::Write(remote, 1));
+            }
+            for &(_, local) in words {
+                d.push(lane, Op::Wait(local, 1));
+                d.push(lane, Op::Write(local, 0));
+            }
+        };
+        handshake(self, &f.inputs);
+        let out = if f.inplace { registers } else { f.dst };
+        let mut acc = f.srcs[0];
+        for &src in &f.srcs[1..] {
+            let k = Kernel::Reduce {
+                dtype: f.dtype,
+                op: f.op,
+                dst: out,
+                a: acc,
+                b: src,
+                n: f.n,
+            };
+            self.push(lane, Op::Kernel(k));
+            acc = out;
+        }
+        handshake(self, &f.done);
+        if f.inplace {
+            self.push(lane, Op::Copy(f.dst, registers, f.n * f.dtype.size()));
+        }
+        Ok(true)
+    }
+
     fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
         self.push(lane, Op::Wait(addr, value));
         Ok(())
@@ -2017,10 +2063,22 @@ fn simulate_captured(
                 reduce_n: seed % 2 == 0,
                 scratch,
                 one_shot,
+                fused: seed % 2 == 1,
             });
         }
     }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    // Odd seeds: even ranks run small all-reduce groups as the fused kernel, odd ranks as
+    // parts (the two forms must meet).
+    for (r, d) in devs
+        .iter_mut()
+        .enumerate()
+        .filter(|(r, _)| seed % 2 == 1 && r % 2 == 0)
+    {
+        let registers = base(r) + 0xa000_0000;
+        mem.alloc(registers, 1 << 20);
+        d.fused_registers = Some(registers);
+    }
     for _ in 0..replays {
         for r in 0..n {
             for g in &programs[r] {
