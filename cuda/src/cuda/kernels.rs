@@ -222,6 +222,21 @@ impl Kernels {
     }
 
     /// The stream is of this device and every pointer is aligned to its element.
+    /// [`Self::check_args`] for a destination and several sources.
+    fn check_sources(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        srcs: &[CUdeviceptr],
+    ) -> Result<()> {
+        self.check_args(
+            stream,
+            dt,
+            std::iter::once(("dst", dst)).chain(srcs.iter().map(|&p| ("source", p))),
+        )
+    }
+
     fn check_args<'a>(
         &self,
         stream: &Stream,
@@ -273,17 +288,9 @@ impl Kernels {
         if n == 0 {
             return Ok(());
         }
-        self.check_args(
-            stream,
-            dt,
-            std::iter::once(("dst", dst)).chain(srcs.iter().map(|&p| ("source", p))),
-        )?;
+        self.check_sources(stream, dt, dst, srcs)?;
         let func = self.function(dt, KernelOp::ReduceN(op.into(), k as u8))?;
-        // The kernel's `ccl_srcs` by value: REDUCE_N_MAX pointers, the first k used.
-        #[repr(C)]
-        struct Srcs([u64; REDUCE_N_MAX]);
-        let mut arr = Srcs([0; REDUCE_N_MAX]);
-        arr.0[..k].copy_from_slice(srcs);
+        let mut arr = SourceArray::new(srcs);
         let unroll = (2 * UNROLL / k).max(1);
         let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * unroll;
         let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
@@ -292,7 +299,7 @@ impl Kernels {
         let mut raw = 0u64;
         let mut params: Vec<*mut c_void> = vec![
             (&mut dst as *mut u64).cast(),
-            (&mut arr as *mut Srcs).cast(),
+            (&mut arr as *mut SourceArray).cast(),
             (&mut n64 as *mut u64).cast(),
             (&mut raw as *mut u64).cast(),
         ];
@@ -603,19 +610,12 @@ impl Kernels {
                 "graph_all_reduce: {k} sources, {np} peers, {n} elements (in place {inplace})"
             )));
         }
-        self.check_args(
-            stream,
-            dt,
-            std::iter::once(("dst", dst)).chain(srcs.iter().map(|&p| ("source", p))),
-        )?;
+        self.check_sources(stream, dt, dst, srcs)?;
         let func = self.function(dt, KernelOp::GraphAllReduce(op.into(), k as u8))?;
-        // The kernel's `ccl_srcs` and `ccl_gwords` by value.
-        #[repr(C)]
-        struct Srcs([u64; REDUCE_N_MAX]);
+        // The kernel's `ccl_gwords` by value.
         #[repr(C)]
         struct Words([[u64; REDUCE_N_MAX]; 4]);
-        let mut arr = Srcs([0; REDUCE_N_MAX]);
-        arr.0[..k].copy_from_slice(srcs);
+        let mut arr = SourceArray::new(srcs);
         let mut w = Words([[0; REDUCE_N_MAX]; 4]);
         for (j, &(remote, local)) in words.inputs.iter().enumerate() {
             w.0[0][j] = remote;
@@ -629,7 +629,7 @@ impl Kernels {
         let (mut np32, mut inplace32) = (np as u32, u32::from(inplace));
         let mut params: [*mut c_void; 7] = [
             (&mut dst as *mut u64).cast(),
-            (&mut arr as *mut Srcs).cast(),
+            (&mut arr as *mut SourceArray).cast(),
             (&mut n64 as *mut u64).cast(),
             (&mut raw as *mut u64).cast(),
             (&mut w as *mut Words).cast(),
@@ -677,6 +677,21 @@ impl Kernels {
         // SAFETY: the parameters match the kernel's signature; the ranges and words are the
         // caller's contract.
         unsafe { self.launch_raw(func, stream, 1, 512, &mut params) }
+    }
+}
+
+/// The `ccl_srcs` parameter of the kernels over several sources, by value: [`REDUCE_N_MAX`]
+/// pointers, the first ones used.
+#[repr(C)]
+struct SourceArray([u64; REDUCE_N_MAX]);
+
+impl SourceArray {
+    fn new(srcs: &[CUdeviceptr]) -> SourceArray {
+        let mut a = SourceArray([0; REDUCE_N_MAX]);
+        for (slot, &p) in a.0.iter_mut().zip(srcs) {
+            *slot = p;
+        }
+        a
     }
 }
 
