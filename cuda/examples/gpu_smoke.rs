@@ -296,6 +296,7 @@ fn run_case(
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
             | KernelOp::GraphAllReduce(..)
+            | KernelOp::GraphCopies
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
@@ -319,6 +320,7 @@ fn run_case(
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
             | KernelOp::GraphAllReduce(..)
+            | KernelOp::GraphCopies
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy

@@ -338,6 +338,7 @@ fn generated_kernels_match_the_host_reference() {
                         KernelOp::LlAllReduce(_)
                         | KernelOp::ReduceN(..)
                         | KernelOp::GraphAllReduce(..)
+                        | KernelOp::GraphCopies
                         | KernelOp::LlExchange
                         | KernelOp::WaitFlag
                         | KernelOp::WaitCopy

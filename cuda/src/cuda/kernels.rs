@@ -13,8 +13,8 @@ use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
     kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, GRAPH_AR_MAX_ELEMS,
-    GRAPH_AR_THREADS, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS,
-    LL_THREADS, REDUCE_N_MAX, UNROLL,
+    GRAPH_AR_THREADS, GRAPH_COPIES_MAX, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES,
+    LL_P2P_MAX_OPS, LL_THREADS, REDUCE_N_MAX, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -612,19 +612,8 @@ impl Kernels {
         }
         self.check_sources(stream, dt, dst, srcs)?;
         let func = self.function(dt, KernelOp::GraphAllReduce(op.into(), k as u8))?;
-        // The kernel's `ccl_gwords` by value.
-        #[repr(C)]
-        struct Words([[u64; REDUCE_N_MAX]; 4]);
         let mut arr = SourceArray::new(srcs);
-        let mut w = Words([[0; REDUCE_N_MAX]; 4]);
-        for (j, &(remote, local)) in words.inputs.iter().enumerate() {
-            w.0[0][j] = remote;
-            w.0[1][j] = local;
-        }
-        for (j, &(remote, local)) in words.done.iter().enumerate() {
-            w.0[2][j] = remote;
-            w.0[3][j] = local;
-        }
+        let mut w = words.by_value();
         let (mut dst, mut n64, mut raw) = (dst, n as u64, 0u64);
         let (mut np32, mut inplace32) = (np as u32, u32::from(inplace));
         let mut params: [*mut c_void; 7] = [
@@ -632,13 +621,55 @@ impl Kernels {
             (&mut arr as *mut SourceArray).cast(),
             (&mut n64 as *mut u64).cast(),
             (&mut raw as *mut u64).cast(),
-            (&mut w as *mut Words).cast(),
+            (&mut w as *mut WordArrays).cast(),
             (&mut np32 as *mut u32).cast(),
             (&mut inplace32 as *mut u32).cast(),
         ];
         // SAFETY: the parameters are exactly the kernel's (dst, the pointer array and the
         // word arrays by value, n, raw, np, inplace) and live until the call returns; memory
         // and words are the caller's contract.
+        unsafe { self.launch_raw(func, stream, 1, GRAPH_AR_THREADS, &mut params) }
+    }
+
+    /// A small group of copies of a CUDA graph in one kernel ([`KernelOp::GraphCopies`]):
+    /// `copies` (dst, src, bytes) between the handshakes of [`Self::graph_all_reduce`].
+    ///
+    /// # Safety
+    /// Each copy's ranges are device-accessible, disjoint, and valid until the stream has
+    /// passed the launch; the words as [`Self::graph_all_reduce`]'s.
+    pub unsafe fn graph_copies(
+        &self,
+        stream: &Stream,
+        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+        words: &GraphWords,
+    ) -> Result<()> {
+        let np = words.inputs.len();
+        if copies.len() > GRAPH_COPIES_MAX || np > REDUCE_N_MAX || words.done.len() != np {
+            return Err(CudaError::InvalidArgument(format!(
+                "graph_copies: {} copies, {np} peers",
+                copies.len()
+            )));
+        }
+        let func = self.function(DataType::Uint8, KernelOp::GraphCopies)?;
+        #[repr(C)]
+        struct Copies([[u64; GRAPH_COPIES_MAX]; 3]);
+        let mut c = Copies([[0; GRAPH_COPIES_MAX]; 3]);
+        for (m, &(dst, src, bytes)) in copies.iter().enumerate() {
+            c.0[0][m] = dst;
+            c.0[1][m] = src;
+            c.0[2][m] = bytes as u64;
+        }
+        let mut w = words.by_value();
+        let (mut ncopies, mut np32) = (copies.len() as u32, np as u32);
+        let mut params: [*mut c_void; 4] = [
+            (&mut c as *mut Copies).cast(),
+            (&mut ncopies as *mut u32).cast(),
+            (&mut w as *mut WordArrays).cast(),
+            (&mut np32 as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (the copies and the word arrays by
+        // value, their counts) and live until the call returns; memory and words are the
+        // caller's contract.
         unsafe { self.launch_raw(func, stream, 1, GRAPH_AR_THREADS, &mut params) }
     }
 
@@ -701,6 +732,26 @@ impl SourceArray {
 pub struct GraphWords {
     pub inputs: Vec<(CUdeviceptr, CUdeviceptr)>,
     pub done: Vec<(CUdeviceptr, CUdeviceptr)>,
+}
+
+/// The kernels' `ccl_gwords` by value: remote and local "inputs" words, remote and local
+/// "done" words, [`REDUCE_N_MAX`] each.
+#[repr(C)]
+struct WordArrays([[u64; REDUCE_N_MAX]; 4]);
+
+impl GraphWords {
+    fn by_value(&self) -> WordArrays {
+        let mut w = WordArrays([[0; REDUCE_N_MAX]; 4]);
+        for (j, &(remote, local)) in self.inputs.iter().take(REDUCE_N_MAX).enumerate() {
+            w.0[0][j] = remote;
+            w.0[1][j] = local;
+        }
+        for (j, &(remote, local)) in self.done.iter().take(REDUCE_N_MAX).enumerate() {
+            w.0[2][j] = remote;
+            w.0[3][j] = local;
+        }
+        w
+    }
 }
 
 impl Drop for Kernels {

@@ -40,6 +40,10 @@ pub enum KernelOp {
     /// every input, sets its "done reading" word at every peer and waits for theirs, each word
     /// reset after its wait (see [`graph_all_reduce_code`]). Not in [`KernelOp::ALL`].
     GraphAllReduce(ReduceKindKey, u8),
+    /// A small group of copies captured into a CUDA graph, in one block: the handshake of
+    /// [`KernelOp::GraphAllReduce`], up to [`GRAPH_COPIES_MAX`] copies, the second handshake
+    /// (see [`graph_copies_code`]; compiled under `Uint8`).
+    GraphCopies,
     /// `dst[i] = src[i] * scalar`.
     PreMul,
     /// `dst[i] = src[i] * scalar + acc[i]`, rounded once.
@@ -132,6 +136,7 @@ impl KernelOp {
             KernelOp::GraphAllReduce(ReduceKindKey::Prod, _) => "graph_allreduce_prod",
             KernelOp::GraphAllReduce(ReduceKindKey::Max, _) => "graph_allreduce_max",
             KernelOp::GraphAllReduce(ReduceKindKey::Min, _) => "graph_allreduce_min",
+            KernelOp::GraphCopies => "graph_copies",
         }
     }
 
@@ -558,7 +563,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             | KernelOp::WaitCopy
             | KernelOp::LlP2p
             | KernelOp::ReduceN(..)
-            | KernelOp::GraphAllReduce(..) => {
+            | KernelOp::GraphAllReduce(..)
+            | KernelOp::GraphCopies => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -584,7 +590,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -607,7 +613,7 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -645,7 +651,8 @@ fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::WaitCopy
                 | KernelOp::LlP2p
                 | KernelOp::ReduceN(..)
-                | KernelOp::GraphAllReduce(..) => {
+                | KernelOp::GraphAllReduce(..)
+                | KernelOp::GraphCopies => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
@@ -765,6 +772,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
         ll_p2p_code(&kernel_name(dt, op), &mut s);
         return s;
     }
+    if op == KernelOp::GraphCopies {
+        graph_copies_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
     s.push_str(COMMON);
     let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
     if let Some(f) = format_of(dt) {
@@ -805,23 +816,7 @@ fn graph_all_reduce_code(name: &str, k: u8, out: &mut String) {
 #define K {k}
 #define HELD {held}
 struct ccl_srcs {{ const T* p[{max}]; }};
-struct ccl_gwords {{ u32* rin[{max}]; u32* lin[{max}]; u32* rdone[{max}]; u32* ldone[{max}]; }};
-
-static __device__ inline void ccl_graph_handshake(u32* const* remote, u32* const* local, u32 np) {{
-  __threadfence_system();
-  for (u32 j = 0; j < np; ++j) *(volatile u32*)remote[j] = 1u;
-  for (u32 j = 0; j < np; ++j) {{
-    volatile u32* f = (volatile u32*)local[j];
-    while (*f != 1u) {{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-      __nanosleep(32);
-#endif
-    }}
-    *f = 0u;
-  }}
-  __threadfence_system();
-}}
-
+{GRAPH_HANDSHAKE}
 extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_gwords w, u32 np, u32 inplace) {{
   const P p = ccl_param(raw);
   const u32 tid = threadIdx.x, step = blockDim.x;
@@ -861,6 +856,67 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_gwords
 "#,
         held = GRAPH_AR_HELD,
         max = REDUCE_N_MAX,
+    );
+}
+
+/// The words and the handshake of the captured-group kernels: thread 0 sets this rank's word
+/// at every peer, then per peer waits until the peer's word here is 1 and resets it, with
+/// system-wide fences around (what the block read or wrote before is done; what it does
+/// after comes after the peers' signals).
+const GRAPH_HANDSHAKE: &str = r#"
+struct ccl_gwords { u32* rin[8]; u32* lin[8]; u32* rdone[8]; u32* ldone[8]; };
+
+static __device__ inline void ccl_graph_handshake(u32* const* remote, u32* const* local, u32 np) {
+  __threadfence_system();
+  for (u32 j = 0; j < np; ++j) *(volatile u32*)remote[j] = 1u;
+  for (u32 j = 0; j < np; ++j) {
+    volatile u32* f = (volatile u32*)local[j];
+    while (*f != 1u) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(32);
+#endif
+    }
+    *f = 0u;
+  }
+  __threadfence_system();
+}
+"#;
+
+/// Most copies of a [`KernelOp::GraphCopies`] kernel (passed by value).
+pub const GRAPH_COPIES_MAX: usize = 16;
+
+/// The body of [`KernelOp::GraphCopies`]: one block of [`GRAPH_AR_THREADS`]; the handshake on
+/// the "inputs ready" words, every copy in turn with the whole block (16-byte vectors when
+/// both ends are 16-byte aligned, else bytes), the handshake on the "done" words.
+fn graph_copies_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+{GRAPH_HANDSHAKE}
+struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
+struct ccl_gcopies {{ u64 dst[{max}]; u64 src[{max}]; u64 bytes[{max}]; }};
+
+extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, ccl_gwords w, u32 np) {{
+  const u64 tid = threadIdx.x, step = blockDim.x;
+  if (tid == 0) ccl_graph_handshake(w.rin, w.lin, np);
+  __syncthreads();
+  for (u32 m = 0; m < ncopies; ++m) {{
+    u8* dst = (u8*)c.dst[m];
+    const u8* src = (const u8*)c.src[m];
+    const u64 bytes = c.bytes[m];
+    u64 head = 0;
+    if ((((u64)dst | (u64)src) & 15) == 0) {{
+      const u64 nv = bytes / 16;
+      for (u64 i = tid; i < nv; i += step) ((ccl_v16*)dst)[i] = ((const ccl_v16*)src)[i];
+      head = nv * 16;
+    }}
+    for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+  }}
+  __syncthreads();
+  if (tid == 0) ccl_graph_handshake(w.rdone, w.ldone, np);
+}}
+"#,
+        max = GRAPH_COPIES_MAX,
     );
 }
 

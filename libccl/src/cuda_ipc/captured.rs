@@ -35,12 +35,14 @@
 use std::sync::atomic::Ordering;
 
 use ccl_collectives::Collective;
-use ccl_cuda::cuda::source::REDUCE_N_MAX;
+use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
 use super::direct::{Post, Reach, POST_WORDS};
-use super::protocol::{Batched, Device, FusedAllReduce, Kernel, Lane, Layout, FLAG_STRIDE};
+use super::protocol::{
+    Batched, Device, FusedAllReduce, FusedCopies, Kernel, Lane, Layout, FLAG_STRIDE,
+};
 use super::{CudaDevice, IpcEngine};
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -155,25 +157,14 @@ fn fused(l: &Layout, g: &Group) -> Option<FusedAllReduce> {
         return None;
     }
     let partners = partners(rank, n, g.tasks);
-    let words = |kind: usize| -> Vec<(u64, u64)> {
-        partners
-            .iter()
-            .map(|&j| {
-                (
-                    l.captured_word(j, g.index, kind, rank),
-                    l.captured_word(rank, g.index, kind, j),
-                )
-            })
-            .collect()
-    };
     Some(FusedAllReduce {
         dtype: t.dtype,
         op,
         dst: t.recv as u64,
         srcs: e.iter().map(|x| x.send).collect(),
         n: t.count,
-        inputs: words(INPUTS),
-        done: words(DONE),
+        inputs: word_pairs(l, g.index, &partners, INPUTS),
+        done: word_pairs(l, g.index, &partners, DONE),
         inplace,
     })
 }
@@ -355,13 +346,31 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
             return Ok(());
         }
     }
+    if let Some(f) = fused_copies(l, g)? {
+        if dev.fused_copies(Lane::User, &f)? {
+            return Ok(());
+        }
+    }
     let (rank, n) = (l.rank, l.nranks);
     let partners = partners(rank, n, g.tasks);
     let mut b = Batched::new(dev);
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
     let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
+    let halfway = first_phase(&mut b, l, g, &parked)?;
+    second_and_last(&mut b, l, g, &partners, &parked, halfway)?;
+    b.flush()
+}
+
+/// The first phase of group `g` (see the module's steps); whether it needs `HALFWAY`.
+fn first_phase(
+    b: &mut dyn Device,
+    l: &Layout,
+    g: &Group,
+    parked: &[Option<usize>],
+) -> Result<bool> {
+    let (rank, n) = (l.rank, l.nranks);
     let mut halfway = false;
-    for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
+    for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(parked) {
         if t.count == 0 {
             continue;
         }
@@ -373,14 +382,14 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
                 // In place, partners read this buffer until `DONE`: the sum waits in scratch.
                 let dst = park.map_or(t.recv as u64, |off| g.scratch + off as u64);
                 let srcs: Vec<u64> = e.iter().map(|x| x.send).collect();
-                reduce_into(&mut b, t, dst, &srcs, rank, t.count, g.reduce_n)?;
+                reduce_into(b, t, dst, &srcs, rank, t.count, g.reduce_n)?;
             }
             TaskKind::Coll(Collective::AllReduce) => {
                 halfway = true;
                 let (lo, hi) = share(t.count, size, n, rank);
                 let srcs: Vec<u64> = e.iter().map(|x| at(x.send, lo)).collect();
                 reduce_into(
-                    &mut b,
+                    b,
                     t,
                     at(t.recv as u64, lo),
                     &srcs,
@@ -391,12 +400,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
             }
             TaskKind::Coll(Collective::ReduceScatter) => {
                 let srcs: Vec<u64> = e.iter().map(|x| at(x.send, rank * t.count)).collect();
-                reduce_into(&mut b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
+                reduce_into(b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
             }
             TaskKind::Coll(Collective::Reduce { root }) => {
                 if rank == root {
                     let srcs: Vec<u64> = e.iter().map(|x| x.send).collect();
-                    reduce_into(&mut b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
+                    reduce_into(b, t, t.recv as u64, &srcs, rank, t.count, g.reduce_n)?;
                 }
             }
             TaskKind::Coll(Collective::AllGather) => {
@@ -456,9 +465,23 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
             TaskKind::Send { .. } => {}
         }
     }
+    Ok(halfway)
+}
+
+/// The rest of group `g` after its first phase: `HALFWAY` and the second phase when
+/// `halfway`, then `DONE` and the parked one-shot sums.
+fn second_and_last(
+    b: &mut dyn Device,
+    l: &Layout,
+    g: &Group,
+    partners: &[usize],
+    parked: &[Option<usize>],
+    halfway: bool,
+) -> Result<()> {
+    let (rank, n) = (l.rank, l.nranks);
     if halfway {
-        handshake(&mut b, l, g.index, &partners, HALFWAY)?;
-        for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(&parked) {
+        handshake(b, l, g.index, partners, HALFWAY)?;
+        for ((t, e), park) in g.tasks.iter().zip(&g.ends).zip(parked) {
             if one_shot(t, g.one_shot) {
                 continue;
             }
@@ -490,14 +513,95 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
             }
         }
     }
-    handshake(&mut b, l, g.index, &partners, DONE)?;
-    for (t, park) in g.tasks.iter().zip(&parked) {
+    handshake(b, l, g.index, partners, DONE)?;
+    for (t, park) in g.tasks.iter().zip(parked) {
         if let (true, Some(off)) = (one_shot(t, g.one_shot), park) {
             let bytes = t.count * t.dtype.size();
             b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
         }
     }
-    b.flush()
+    Ok(())
+}
+
+/// Most bytes and copies of a group run as [`fused_copies`].
+const FUSED_COPY_BYTES: usize = 64 << 10;
+
+/// Group `g` as one kernel that does its handshakes and copies itself, if it only copies (no
+/// reduction, nothing parked: no `HALFWAY`), at most [`FUSED_COPY_BYTES`] in at most
+/// [`GRAPH_COPIES_MAX`] copies, with at most [`REDUCE_N_MAX`] partners; the same words in the
+/// same order as the parts, as [`fused`].
+fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
+    let (rank, n) = (l.rank, l.nranks);
+    let partners = partners(rank, n, g.tasks);
+    let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
+    if !g.fused
+        || partners.is_empty()
+        || partners.len() > REDUCE_N_MAX
+        || parked.iter().any(Option::is_some)
+        || g.tasks.iter().any(|t| reduces(t.kind) && t.count > 0)
+    {
+        return Ok(None);
+    }
+    let mut rec = CopyRecorder::default();
+    if first_phase(&mut rec, l, g, &parked)? || rec.other {
+        return Ok(None);
+    }
+    let total: usize = rec.copies.iter().map(|c| c.2).sum();
+    if total > FUSED_COPY_BYTES || rec.copies.len() > GRAPH_COPIES_MAX {
+        return Ok(None);
+    }
+    Ok(Some(FusedCopies {
+        copies: rec.copies,
+        inputs: word_pairs(l, g.index, &partners, INPUTS),
+        done: word_pairs(l, g.index, &partners, DONE),
+    }))
+}
+
+/// Per partner: (this rank's word of `kind` there, the partner's word here).
+fn word_pairs(l: &Layout, index: usize, partners: &[usize], kind: usize) -> Vec<(u64, u64)> {
+    partners
+        .iter()
+        .map(|&j| {
+            (
+                l.captured_word(j, index, kind, l.rank),
+                l.captured_word(l.rank, index, kind, j),
+            )
+        })
+        .collect()
+}
+
+/// Records a first phase's copies; anything else it would queue marks it `other`.
+#[derive(Default)]
+struct CopyRecorder {
+    copies: Vec<(u64, u64, usize)>,
+    other: bool,
+}
+
+impl Device for CopyRecorder {
+    fn wait(&mut self, _: Lane, _: u64, _: u32) -> Result<()> {
+        self.other = true;
+        Ok(())
+    }
+    fn write(&mut self, _: Lane, _: u64, _: u32) -> Result<()> {
+        self.other = true;
+        Ok(())
+    }
+    fn copy(&mut self, _: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.copies.push((dst, src, bytes));
+        Ok(())
+    }
+    fn kernel(&mut self, _: Lane, _: Kernel) -> Result<()> {
+        self.other = true;
+        Ok(())
+    }
+    fn fork(&mut self, _: &[Lane]) -> Result<()> {
+        self.other = true;
+        Ok(())
+    }
+    fn join(&mut self, _: &[Lane]) -> Result<()> {
+        self.other = true;
+        Ok(())
+    }
 }
 
 /// The kernels [`emit`] may launch for `tasks`, to load before capturing.
@@ -983,22 +1087,26 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
     let shared = offers
         .iter()
         .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    let kernel = match tasks {
+        [t] if matches!(t.red, Reduction::Plain(_)) && one_shot(t, one_shot_max) => Some((
+            t.dtype,
+            KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8),
+        )),
+        _ if !tasks.iter().any(|t| reduces(t.kind) && t.count > 0) => {
+            Some((DataType::Uint8, KernelOp::GraphCopies))
+        }
+        _ => None,
+    };
     let fused = crate::params::CCL_GRAPH_FUSED.get_bool()
         && !shared
         && n <= REDUCE_N_MAX
-        && match tasks {
-            [t] if matches!(t.red, Reduction::Plain(_)) && one_shot(t, one_shot_max) => {
-                let op = KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8);
-                match eng.kernels.prepare(t.dtype, op) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::warn!("rank {rank}: the captured all-reduce kernel: {e}");
-                        false
-                    }
-                }
+        && kernel.is_some_and(|(dtype, op)| match eng.kernels.prepare(dtype, op) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("rank {rank}: the captured group's kernel {op:?}: {e}");
+                false
             }
-            _ => false,
-        };
+        });
     let group = Group {
         index,
         tasks,

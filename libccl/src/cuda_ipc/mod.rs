@@ -1155,6 +1155,18 @@ impl Device for CudaDevice<'_> {
         Ok(true)
     }
 
+    fn fused_copies(&mut self, lane: Lane, f: &protocol::FusedCopies) -> Result<bool> {
+        let s = self.stream(lane)?;
+        let words = cuda::GraphWords {
+            inputs: f.inputs.clone(),
+            done: f.done.clone(),
+        };
+        // SAFETY: see the impl: the copies are the captured group's, between user buffers
+        // (peers' mapped at capture), disjoint; the words as in `fused_all_reduce`.
+        unsafe { self.eng.kernels.graph_copies(s, &f.copies, &words) }.map_err(cuda_err)?;
+        Ok(true)
+    }
+
     fn flag_ops(&mut self, lane: Lane, ops: &[protocol::FlagOp]) -> Result<()> {
         if let [op] = ops {
             // One operation: its own call is cheaper than a batch of one.

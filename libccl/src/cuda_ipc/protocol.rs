@@ -136,6 +136,16 @@ pub(crate) struct FusedAllReduce {
     pub inplace: bool,
 }
 
+/// A captured group that only copies, in one kernel ([`Device::fused_copies`]).
+#[derive(Debug, Clone)]
+pub(crate) struct FusedCopies {
+    /// (dst, src, bytes), as this rank reaches them.
+    pub copies: Vec<(u64, u64, usize)>,
+    /// As [`FusedAllReduce`]'s.
+    pub inputs: Vec<(u64, u64)>,
+    pub done: Vec<(u64, u64)>,
+}
+
 pub(crate) trait Device {
     /// Later work on `lane` waits until the word at `addr` reaches `value` (cyclic `>=`).
     fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
@@ -194,6 +204,11 @@ pub(crate) trait Device {
     /// handshakes itself ([`super::captured`]); `false`: this device has no such kernel, and
     /// the caller queues the handshakes and the reduction as parts.
     fn fused_all_reduce(&mut self, lane: Lane, f: &FusedAllReduce) -> Result<bool> {
+        let _ = (lane, f);
+        Ok(false)
+    }
+    /// [`Device::fused_all_reduce`] for a captured group that only copies.
+    fn fused_copies(&mut self, lane: Lane, f: &FusedCopies) -> Result<bool> {
         let _ = (lane, f);
         Ok(false)
     }

@@ -50,6 +50,18 @@ impl SimDevice {
         }
     }
 
+    /// The captured-group kernels' handshake as operations: set every remote word, then per
+    /// partner wait for the word here and reset it.
+    fn handshake(&mut self, lane: Lane, words: &[(u64, u64)]) {
+        for &(remote, _) in words {
+            self.push(lane, Op::Write(remote, 1));
+        }
+        for &(_, local) in words {
+            self.push(lane, Op::Wait(local, 1));
+            self.push(lane, Op::Write(local, 0));
+        }
+    }
+
     fn push(&mut self, lane: Lane, op: Op) {
         let q = self.lanes.entry(lane).or_default();
         q.push(op);
@@ -69,16 +81,7 @@ impl Device for SimDevice {
         let Some(registers) = self.fused_registers else {
             return Ok(false);
         };
-        let handshake = |d: &mut SimDevice, words: &[(u64, u64)]| {
-            for &(remote, _) in words {
-                d.push(lane, Op::Write(remote, 1));
-            }
-            for &(_, local) in words {
-                d.push(lane, Op::Wait(local, 1));
-                d.push(lane, Op::Write(local, 0));
-            }
-        };
-        handshake(self, &f.inputs);
+        self.handshake(lane, &f.inputs);
         let out = if f.inplace { registers } else { f.dst };
         let mut acc = f.srcs[0];
         for &src in &f.srcs[1..] {
@@ -93,10 +96,23 @@ impl Device for SimDevice {
             self.push(lane, Op::Kernel(k));
             acc = out;
         }
-        handshake(self, &f.done);
+        self.handshake(lane, &f.done);
         if f.inplace {
             self.push(lane, Op::Copy(f.dst, registers, f.n * f.dtype.size()));
         }
+        Ok(true)
+    }
+
+    /// As the fused all-reduce: the handshake, the copies in order, the handshake.
+    fn fused_copies(&mut self, lane: Lane, f: &super::protocol::FusedCopies) -> Result<bool> {
+        if self.fused_registers.is_none() {
+            return Ok(false);
+        }
+        self.handshake(lane, &f.inputs);
+        for &(dst, src, bytes) in &f.copies {
+            self.push(lane, Op::Copy(dst, src, bytes));
+        }
+        self.handshake(lane, &f.done);
         Ok(true)
     }
 
