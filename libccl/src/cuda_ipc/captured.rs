@@ -1014,6 +1014,9 @@ fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
 
 /// Every rank's `mine`, over the bootstrap network.
 fn exchange(comm: &Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    // Operations queued on the staged path first: their proxy needs the state lock this
+    // exchange holds, and a peer's proxy may be waiting for ours (as for a split).
+    crate::gpu::wait_idle(comm)?;
     let mut guard = comm.0.state.lock();
     let state = guard
         .as_mut()
