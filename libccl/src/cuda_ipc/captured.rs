@@ -142,18 +142,27 @@ fn fused(l: &Layout, g: &Group) -> Option<FusedAllReduce> {
     };
     let (rank, n) = (l.rank, l.nranks);
     let bytes = t.count.checked_mul(t.dtype.size())?;
-    let Reduction::Plain(op) = t.red else {
+    let (true, Reduction::Plain(op)) = (fusable_reduction(t, g.one_shot), t.red) else {
         return None;
     };
-    if !g.fused
-        || !one_shot(t, g.one_shot)
-        || bytes > FUSED_MAX_BYTES
-        || !(2..=REDUCE_N_MAX).contains(&n)
-    {
+    if !g.fused || bytes > FUSED_MAX_BYTES || !(2..=REDUCE_N_MAX).contains(&n) {
         return None;
     }
-    let inplace = t.recv < t.send.saturating_add(bytes) && t.send < t.recv.saturating_add(bytes);
-    if inplace && t.count > ccl_cuda::cuda::source::GRAPH_AR_MAX_ELEMS {
+    // What this rank reduces: an all-reduce all of it (in place, partners read the input
+    // until the end: the sum waits in registers); a reduce-scatter its own block, which no
+    // partner reads; a reduce all of it at the root, nothing elsewhere (only the handshakes).
+    let sends = |off: usize| -> Vec<u64> { e.iter().map(|x| x.send + off as u64).collect() };
+    let (srcs, elems, inplace) = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => {
+            let inplace =
+                t.recv < t.send.saturating_add(bytes) && t.send < t.recv.saturating_add(bytes);
+            (sends(0), t.count, inplace)
+        }
+        TaskKind::Coll(Collective::ReduceScatter) => (sends(rank * bytes), t.count, false),
+        TaskKind::Coll(Collective::Reduce { root }) if root == rank => (sends(0), t.count, false),
+        _ => (sends(0), 0, false),
+    };
+    if inplace && elems > ccl_cuda::cuda::source::GRAPH_AR_MAX_ELEMS {
         return None;
     }
     let partners = partners(rank, n, g.tasks);
@@ -161,12 +170,23 @@ fn fused(l: &Layout, g: &Group) -> Option<FusedAllReduce> {
         dtype: t.dtype,
         op,
         dst: t.recv as u64,
-        srcs: e.iter().map(|x| x.send).collect(),
-        n: t.count,
+        srcs,
+        n: elems,
         inputs: word_pairs(l, g.index, &partners, INPUTS),
         done: word_pairs(l, g.index, &partners, DONE),
         inplace,
     })
+}
+
+/// Whether `t` may run as [`fused`]: a plain reduction that queues, as parts, one reduction
+/// between the two handshakes -- a one-shot all-reduce, a reduce-scatter, a reduce.
+fn fusable_reduction(t: &Task, one_shot_max: usize) -> bool {
+    let kind = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => one_shot(t, one_shot_max),
+        TaskKind::Coll(Collective::ReduceScatter | Collective::Reduce { .. }) => t.count > 0,
+        _ => false,
+    };
+    kind && matches!(t.red, Reduction::Plain(_))
 }
 
 /// Whether `t` is an all-reduce small enough (at most `limit` bytes) that every rank reduces
@@ -1091,7 +1111,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         .iter()
         .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
     let kernel = match tasks {
-        [t] if matches!(t.red, Reduction::Plain(_)) && one_shot(t, one_shot_max) => Some((
+        [t] if fusable_reduction(t, one_shot_max) => Some((
             t.dtype,
             KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8),
         )),

@@ -82,23 +82,29 @@ impl Device for SimDevice {
             return Ok(false);
         };
         self.handshake(lane, &f.inputs);
-        let out = if f.inplace { registers } else { f.dst };
+        // Each element is folded from every source before it is stored (the output may be a
+        // source): the sums gather in the "registers", stored before the second handshake, or
+        // after it in place.
         let mut acc = f.srcs[0];
-        for &src in &f.srcs[1..] {
+        for &src in f.srcs[1..].iter().filter(|_| f.n > 0) {
             let k = Kernel::Reduce {
                 dtype: f.dtype,
                 op: f.op,
-                dst: out,
+                dst: registers,
                 a: acc,
                 b: src,
                 n: f.n,
             };
             self.push(lane, Op::Kernel(k));
-            acc = out;
+            acc = registers;
+        }
+        let store = Op::Copy(f.dst, registers, f.n * f.dtype.size());
+        if !f.inplace && f.n > 0 {
+            self.push(lane, store);
         }
         self.handshake(lane, &f.done);
-        if f.inplace {
-            self.push(lane, Op::Copy(f.dst, registers, f.n * f.dtype.size()));
+        if f.inplace && f.n > 0 {
+            self.push(lane, store);
         }
         Ok(true)
     }
