@@ -27,6 +27,12 @@
 //! before this rank sets any later word; a partner sets it again only in its next replay,
 //! after it saw this rank's `DONE`, which comes later still.
 //!
+//! Small groups take shorter forms: an all-reduce of at most `CCL_GRAPH_ONE_SHOT_BYTES` is
+//! reduced whole by every rank ([`one_shot`]: no `HALFWAY`); and a group that is one small
+//! reduction ([`fused`]) or only copies ([`fused_copies`]) runs as one kernel that does the
+//! handshakes itself on the same words in the same order (`CCL_GRAPH_FUSED`, a local choice:
+//! one rank's kernel meets another's parts).
+//!
 //! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
 //! could map every buffer): each rank falls back to the staged captured path exactly when
 //! every other does. PreMulSum with its scalar in device memory takes the staged captured path
