@@ -632,7 +632,8 @@ impl Kernels {
     }
 
     /// A small group of copies of a CUDA graph in one kernel ([`KernelOp::GraphCopies`]):
-    /// `copies` (dst, src, bytes) between the handshakes of [`Self::graph_all_reduce`].
+    /// `first` (dst, src, bytes) between the handshakes of [`Self::graph_all_reduce`]; with
+    /// `words.halfway` (non-empty), a handshake on those words, then `second`.
     ///
     /// # Safety
     /// Each copy's ranges are device-accessible, disjoint, and valid until the stream has
@@ -640,36 +641,55 @@ impl Kernels {
     pub unsafe fn graph_copies(
         &self,
         stream: &Stream,
-        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+        first: &[(CUdeviceptr, CUdeviceptr, usize)],
+        second: &[(CUdeviceptr, CUdeviceptr, usize)],
         words: &GraphWords,
     ) -> Result<()> {
         let np = words.inputs.len();
-        if copies.len() > GRAPH_COPIES_MAX || np > REDUCE_N_MAX || words.done.len() != np {
+        let halfway = !words.halfway.is_empty();
+        if first.len() + second.len() > GRAPH_COPIES_MAX
+            || np > REDUCE_N_MAX
+            || words.done.len() != np
+            || (halfway && words.halfway.len() != np)
+            || (!halfway && !second.is_empty())
+        {
             return Err(CudaError::InvalidArgument(format!(
-                "graph_copies: {} copies, {np} peers",
-                copies.len()
+                "graph_copies: {} + {} copies, {np} peers, {} halfway words",
+                first.len(),
+                second.len(),
+                words.halfway.len()
             )));
         }
         let func = self.function(DataType::Uint8, KernelOp::GraphCopies)?;
         #[repr(C)]
         struct Copies([[u64; GRAPH_COPIES_MAX]; 3]);
         let mut c = Copies([[0; GRAPH_COPIES_MAX]; 3]);
-        for (m, &(dst, src, bytes)) in copies.iter().enumerate() {
+        for (m, &(dst, src, bytes)) in first.iter().chain(second).enumerate() {
             c.0[0][m] = dst;
             c.0[1][m] = src;
             c.0[2][m] = bytes as u64;
         }
         let mut w = words.by_value();
-        let (mut ncopies, mut np32) = (copies.len() as u32, np as u32);
-        let mut params: [*mut c_void; 4] = [
+        // The halfway words in the first two arrays of a second `ccl_gwords`.
+        let mut h = GraphWords {
+            inputs: words.halfway.clone(),
+            ..GraphWords::default()
+        }
+        .by_value();
+        let (mut ncopies, mut nfirst) = ((first.len() + second.len()) as u32, first.len() as u32);
+        let (mut np32, mut half32) = (np as u32, u32::from(halfway));
+        let mut params: [*mut c_void; 7] = [
             (&mut c as *mut Copies).cast(),
             (&mut ncopies as *mut u32).cast(),
+            (&mut nfirst as *mut u32).cast(),
             (&mut w as *mut WordArrays).cast(),
+            (&mut h as *mut WordArrays).cast(),
             (&mut np32 as *mut u32).cast(),
+            (&mut half32 as *mut u32).cast(),
         ];
-        // SAFETY: the parameters are exactly the kernel's (the copies and the word arrays by
-        // value, their counts) and live until the call returns; memory and words are the
-        // caller's contract.
+        // SAFETY: the parameters are exactly the kernel's (the copies and two word arrays by
+        // value, the counts, the halfway flag) and live until the call returns; memory and
+        // words are the caller's contract.
         unsafe { self.launch_raw(func, stream, 1, GRAPH_AR_THREADS, &mut params) }
     }
 
@@ -732,6 +752,8 @@ impl SourceArray {
 pub struct GraphWords {
     pub inputs: Vec<(CUdeviceptr, CUdeviceptr)>,
     pub done: Vec<(CUdeviceptr, CUdeviceptr)>,
+    /// [`Kernels::graph_copies`] only: the middle handshake's words (empty: none).
+    pub halfway: Vec<(CUdeviceptr, CUdeviceptr)>,
 }
 
 /// The kernels' `ccl_gwords` by value: remote and local "inputs" words, remote and local

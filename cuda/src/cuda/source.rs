@@ -886,8 +886,10 @@ static __device__ inline void ccl_graph_handshake(u32* const* remote, u32* const
 pub const GRAPH_COPIES_MAX: usize = 16;
 
 /// The body of [`KernelOp::GraphCopies`]: one block of [`GRAPH_AR_THREADS`]; the handshake on
-/// the "inputs ready" words, every copy in turn with the whole block (16-byte vectors when
-/// both ends are 16-byte aligned, else bytes), the handshake on the "done" words.
+/// the "inputs ready" words, the first `nfirst` copies in turn with the whole block (16-byte
+/// vectors when both ends are 16-byte aligned, else bytes), with `halfway` the handshake on the
+/// "halfway" words (`h`'s first two arrays) and the other copies (a receive parked in scratch
+/// memory moves into place there), then the handshake on the "done" words.
 fn graph_copies_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
@@ -896,11 +898,9 @@ fn graph_copies_code(name: &str, out: &mut String) {
 struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
 struct ccl_gcopies {{ u64 dst[{max}]; u64 src[{max}]; u64 bytes[{max}]; }};
 
-extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, ccl_gwords w, u32 np) {{
+static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u32 to) {{
   const u64 tid = threadIdx.x, step = blockDim.x;
-  if (tid == 0) ccl_graph_handshake(w.rin, w.lin, np);
-  __syncthreads();
-  for (u32 m = 0; m < ncopies; ++m) {{
+  for (u32 m = from; m < to; ++m) {{
     u8* dst = (u8*)c.dst[m];
     const u8* src = (const u8*)c.src[m];
     const u64 bytes = c.bytes[m];
@@ -913,7 +913,18 @@ extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, ccl_gwords w, u32 
     for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
   }}
   __syncthreads();
-  if (tid == 0) ccl_graph_handshake(w.rdone, w.ldone, np);
+}}
+
+extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, u32 nfirst, ccl_gwords w, ccl_gwords h, u32 np, u32 halfway) {{
+  if (threadIdx.x == 0) ccl_graph_handshake(w.rin, w.lin, np);
+  __syncthreads();
+  ccl_block_copies(c, 0, nfirst);
+  if (halfway) {{
+    if (threadIdx.x == 0) ccl_graph_handshake(h.rin, h.lin, np);
+    __syncthreads();
+  }}
+  ccl_block_copies(c, nfirst, ncopies);
+  if (threadIdx.x == 0) ccl_graph_handshake(w.rdone, w.ldone, np);
 }}
 "#,
         max = GRAPH_COPIES_MAX,

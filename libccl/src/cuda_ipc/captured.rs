@@ -553,9 +553,10 @@ fn second_and_last(
 const FUSED_COPY_BYTES: usize = 64 << 10;
 
 /// Group `g` as one kernel that does its handshakes and copies itself, if it only copies (no
-/// reduction, nothing parked: no `HALFWAY`), at most [`FUSED_COPY_BYTES`] in at most
-/// [`GRAPH_COPIES_MAX`] copies, with at most [`REDUCE_N_MAX`] partners; the same words in the
-/// same order as the parts, as [`fused`].
+/// reduction; receives [`parked`] in scratch memory move into place after a `HALFWAY`
+/// handshake, as in the parts), at most [`FUSED_COPY_BYTES`] in at most [`GRAPH_COPIES_MAX`]
+/// copies, with at most [`REDUCE_N_MAX`] partners; the same words in the same order as the
+/// parts, as [`fused`].
 fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
     let (rank, n) = (l.rank, l.nranks);
     let partners = partners(rank, n, g.tasks);
@@ -563,22 +564,48 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
     if !g.fused
         || partners.is_empty()
         || partners.len() > REDUCE_N_MAX
-        || parked.iter().any(Option::is_some)
         || g.tasks.iter().any(|t| reduces(t.kind) && t.count > 0)
     {
         return Ok(None);
     }
     let mut rec = CopyRecorder::default();
-    if first_phase(&mut rec, l, g, &parked)? || rec.other {
+    let halfway = first_phase(&mut rec, l, g, &parked)?;
+    if rec.other {
         return Ok(None);
     }
-    let total: usize = rec.copies.iter().map(|c| c.2).sum();
-    if total > FUSED_COPY_BYTES || rec.copies.len() > GRAPH_COPIES_MAX {
+    // The second phase of a group without reductions: its parked receives, into place.
+    let second: Vec<(u64, u64, usize)> = g
+        .tasks
+        .iter()
+        .zip(&parked)
+        .filter_map(|(t, park)| {
+            let blocks = if matches!(t.kind, TaskKind::Recv { .. }) {
+                1
+            } else {
+                n
+            };
+            park.map(|off| {
+                (
+                    t.recv as u64,
+                    g.scratch + off as u64,
+                    blocks * t.count * t.dtype.size(),
+                )
+            })
+        })
+        .collect();
+    let total: usize = rec.copies.iter().chain(&second).map(|c| c.2).sum();
+    if total > FUSED_COPY_BYTES || rec.copies.len() + second.len() > GRAPH_COPIES_MAX {
         return Ok(None);
     }
     Ok(Some(FusedCopies {
         copies: rec.copies,
+        second,
         inputs: word_pairs(l, g.index, &partners, INPUTS),
+        halfway: if halfway {
+            word_pairs(l, g.index, &partners, HALFWAY)
+        } else {
+            Vec::new()
+        },
         done: word_pairs(l, g.index, &partners, DONE),
     }))
 }

@@ -1142,6 +1142,7 @@ impl Device for CudaDevice<'_> {
         let words = cuda::GraphWords {
             inputs: f.inputs.clone(),
             done: f.done.clone(),
+            halfway: Vec::new(),
         };
         // SAFETY: see the impl: the sources are every rank's input of the captured all-reduce
         // (peers' mapped at capture), `dst` this rank's output, `n` elements each; the words
@@ -1160,10 +1161,17 @@ impl Device for CudaDevice<'_> {
         let words = cuda::GraphWords {
             inputs: f.inputs.clone(),
             done: f.done.clone(),
+            halfway: f.halfway.clone(),
         };
         // SAFETY: see the impl: the copies are the captured group's, between user buffers
-        // (peers' mapped at capture), disjoint; the words as in `fused_all_reduce`.
-        unsafe { self.eng.kernels.graph_copies(s, &f.copies, &words) }.map_err(cuda_err)?;
+        // (peers' mapped at capture) and its scratch memory, disjoint; the words as in
+        // `fused_all_reduce`.
+        unsafe {
+            self.eng
+                .kernels
+                .graph_copies(s, &f.copies, &f.second, &words)
+        }
+        .map_err(cuda_err)?;
         Ok(true)
     }
 

@@ -139,10 +139,13 @@ pub(crate) struct FusedAllReduce {
 /// A captured group that only copies, in one kernel ([`Device::fused_copies`]).
 #[derive(Debug, Clone)]
 pub(crate) struct FusedCopies {
-    /// (dst, src, bytes), as this rank reaches them.
+    /// (dst, src, bytes), as this rank reaches them: the first phase's, and (with `halfway`)
+    /// the second's.
     pub copies: Vec<(u64, u64, usize)>,
-    /// As [`FusedAllReduce`]'s.
+    pub second: Vec<(u64, u64, usize)>,
+    /// As [`FusedAllReduce`]'s; `halfway` empty: no middle handshake.
     pub inputs: Vec<(u64, u64)>,
+    pub halfway: Vec<(u64, u64)>,
     pub done: Vec<(u64, u64)>,
 }
 

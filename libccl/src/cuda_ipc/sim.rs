@@ -118,6 +118,12 @@ impl Device for SimDevice {
         for &(dst, src, bytes) in &f.copies {
             self.push(lane, Op::Copy(dst, src, bytes));
         }
+        if !f.halfway.is_empty() {
+            self.handshake(lane, &f.halfway);
+        }
+        for &(dst, src, bytes) in &f.second {
+            self.push(lane, Op::Copy(dst, src, bytes));
+        }
         self.handshake(lane, &f.done);
         Ok(true)
     }
