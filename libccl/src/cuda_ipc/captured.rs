@@ -87,27 +87,11 @@ fn reduces(kind: TaskKind) -> bool {
     )
 }
 
-/// Whether this rank can capture `t` on the direct path.
+/// Whether this rank can capture `t` on the direct path: every operation can, but a
+/// reduction whose PreMulSum scalar is in device memory, which must be read in stream order at
+/// every replay (the staged path does).
 pub(crate) fn supported(t: &Task) -> bool {
-    let kind = matches!(
-        t.kind,
-        TaskKind::Send { .. }
-            | TaskKind::Recv { .. }
-            | TaskKind::Coll(
-                Collective::AllReduce
-                    | Collective::ReduceScatter
-                    | Collective::Reduce { .. }
-                    | Collective::AllGather
-                    | Collective::Broadcast { .. }
-                    | Collective::AlltoAll
-                    | Collective::Gather { .. }
-                    | Collective::Scatter { .. }
-            )
-    );
-    // A scalar in device memory must be read in stream order at every replay: the staged
-    // path does.
-    let red = !matches!(t.red, Reduction::PreMulSum(Scalar::Device(_)));
-    kind && (red || !reduces(t.kind))
+    !(reduces(t.kind) && matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
 }
 
 /// One rank's buffers of one operation as this rank reaches them.
@@ -131,11 +115,12 @@ pub(crate) struct Group<'a> {
     pub scratch: u64,
     /// All-reduces of at most this many bytes go [`one_shot`] (agreed: the smallest offered).
     pub one_shot: usize,
-    /// A group of one small all-reduce may be one kernel ([`fused`]; its kernel is loaded).
+    /// A small group may be one kernel ([`fused`], [`fused_copies`]; its kernel is loaded).
     pub fused: bool,
 }
 
-/// Most bytes of a [`fused`] all-reduce: one block reads every input.
+/// Most bytes a one-kernel group ([`fused`], [`fused_copies`]) reduces or copies: one block
+/// does all of it.
 const FUSED_MAX_BYTES: usize = 64 << 10;
 
 /// Group `g` of `l.rank` as one kernel that does its handshakes itself, if it is a single
@@ -512,13 +497,8 @@ fn second_and_last(
                 continue;
             }
             if let Some(off) = park {
-                let blocks = if matches!(t.kind, TaskKind::Recv { .. }) {
-                    1
-                } else {
-                    n
-                };
-                let bytes = blocks * t.count * t.dtype.size();
-                b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
+                let (dst, src, bytes) = unpark(t, *off, (rank, n), g.scratch);
+                b.copy(Lane::User, dst, src, bytes)?;
                 continue;
             }
             if t.count == 0 || t.kind != TaskKind::Coll(Collective::AllReduce) {
@@ -542,19 +522,23 @@ fn second_and_last(
     handshake(b, l, g.index, partners, DONE)?;
     for (t, park) in g.tasks.iter().zip(parked) {
         if let (true, Some(off)) = (one_shot(t, g.one_shot), park) {
-            let bytes = t.count * t.dtype.size();
-            b.copy(Lane::User, t.recv as u64, g.scratch + *off as u64, bytes)?;
+            let (dst, src, bytes) = unpark(t, *off, (rank, n), g.scratch);
+            b.copy(Lane::User, dst, src, bytes)?;
         }
     }
     Ok(())
 }
 
-/// Most bytes and copies of a group run as [`fused_copies`].
-const FUSED_COPY_BYTES: usize = 64 << 10;
+/// The copy that moves `t`'s receive, [`parked`] at `off` in `scratch`, into place: its whole
+/// receive buffer.
+fn unpark(t: &Task, off: usize, (rank, n): (usize, usize), scratch: u64) -> (u64, u64, usize) {
+    let elems = crate::task::buffer_counts(t.kind, rank, n, t.count).map_or(0, |c| c.1);
+    (t.recv as u64, scratch + off as u64, elems * t.dtype.size())
+}
 
 /// Group `g` as one kernel that does its handshakes and copies itself, if it only copies (no
 /// reduction; receives [`parked`] in scratch memory move into place after a `HALFWAY`
-/// handshake, as in the parts), at most [`FUSED_COPY_BYTES`] in at most [`GRAPH_COPIES_MAX`]
+/// handshake, as in the parts), at most [`FUSED_MAX_BYTES`] in at most [`GRAPH_COPIES_MAX`]
 /// copies, with at most [`REDUCE_N_MAX`] partners; the same words in the same order as the
 /// parts, as [`fused`].
 fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
@@ -578,23 +562,10 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
         .tasks
         .iter()
         .zip(&parked)
-        .filter_map(|(t, park)| {
-            let blocks = if matches!(t.kind, TaskKind::Recv { .. }) {
-                1
-            } else {
-                n
-            };
-            park.map(|off| {
-                (
-                    t.recv as u64,
-                    g.scratch + off as u64,
-                    blocks * t.count * t.dtype.size(),
-                )
-            })
-        })
+        .filter_map(|(t, park)| park.map(|off| unpark(t, off, (rank, n), g.scratch)))
         .collect();
     let total: usize = rec.copies.iter().chain(&second).map(|c| c.2).sum();
-    if total > FUSED_COPY_BYTES || rec.copies.len() + second.len() > GRAPH_COPIES_MAX {
+    if total > FUSED_MAX_BYTES || rec.copies.len() + second.len() > GRAPH_COPIES_MAX {
         return Ok(None);
     }
     Ok(Some(FusedCopies {
