@@ -27,13 +27,7 @@ fn main() -> std::process::ExitCode {
         nvrtc.path(),
         target.arch
     );
-    let lls = [
-        ReduceKindKey::Sum,
-        ReduceKindKey::Prod,
-        ReduceKindKey::Max,
-        ReduceKindKey::Min,
-    ]
-    .map(KernelOp::LlAllReduce);
+    let lls = ReduceKindKey::ALL.map(KernelOp::LlAllReduce);
     let mut jobs: Vec<(DataType, KernelOp)> = Vec::new();
     for dt in DataType::ALL {
         for op in KernelOp::ALL.into_iter().chain(lls) {

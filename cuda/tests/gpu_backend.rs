@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use ccl_cuda::cuda::source::{KernelOp, ReduceKindKey};
 use ccl_cuda::cuda::{Context, DeviceBuffer, Driver, Flag, Kernels, Nvrtc, Stream, WaitCond};
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
@@ -91,6 +92,56 @@ fn reduce_matches_host() {
         };
         assert_eq!(got, want, "{dt:?}");
     }
+}
+
+/// `preload` compiles what the disk cache lacks on several threads, loads what it has, and
+/// leaves nothing for a launch to load (a launch after it compiles nothing more).
+#[test]
+fn preload_compiles_in_parallel_then_comes_from_disk() {
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let dir = std::env::temp_dir().join(format!("ccl-preload-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let keys = [
+        (DataType::Float32, KernelOp::Reduce(ReduceKindKey::Sum)),
+        (DataType::Bfloat16, KernelOp::Reduce(ReduceKindKey::Sum)),
+        (DataType::Int64, KernelOp::Reduce(ReduceKindKey::Max)),
+        (DataType::Float32, KernelOp::LlAllReduce(ReduceKindKey::Sum)),
+        (DataType::Float32, KernelOp::Reduce(ReduceKindKey::Sum)),
+    ];
+    let cold = Kernels::with_cache_dir(&ctx, Some(dir.clone())).unwrap();
+    assert!(cold.preload(&keys, 4).is_empty());
+    assert_eq!(
+        cold.stats().compiled,
+        4,
+        "the repeated key is compiled once"
+    );
+    assert_eq!(cold.stats().from_disk, 0);
+    let warm = Kernels::with_cache_dir(&ctx, Some(dir.clone())).unwrap();
+    assert!(warm.preload(&keys, 4).is_empty());
+    assert_eq!((warm.stats().compiled, warm.stats().from_disk), (0, 4));
+    let stream = Stream::new(&ctx).unwrap();
+    let (a, d) = (
+        DeviceBuffer::new(&ctx, 64).unwrap(),
+        DeviceBuffer::new(&ctx, 64).unwrap(),
+    );
+    a.write(0, &[0u8; 64]).unwrap();
+    // SAFETY: 16 floats in each buffer, synchronised before they are dropped.
+    unsafe {
+        warm.reduce(
+            &stream,
+            DataType::Float32,
+            ReduceKind::Sum,
+            d.ptr(),
+            a.ptr(),
+            a.ptr(),
+            16,
+        )
+        .unwrap()
+    };
+    stream.synchronize().unwrap();
+    assert_eq!((warm.stats().compiled, warm.stats().from_disk), (0, 4));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// One kernel over k sources gives the bits of a chain of two-input kernels (3, 4 and 8

@@ -166,6 +166,11 @@ int main(int argc, char **argv) {
       CHECK_CUDA(cudaMalloc((void **)&s->small_recv[d], sizeof v));
       CHECK_CUDA(cudaMalloc((void **)&s->gathered[d], NDEV * GATHER * sizeof(float)));
       CHECK_CUDA(cudaMemcpy(s->small_send[d], v, sizeof v, cudaMemcpyHostToDevice));
+      /* The runtime loads its memset kernel at the first cudaMemset; a module load waits for
+       * the whole device and holds up other threads' driver calls, so it must not first happen
+       * in a checking thread while the other thread's ranks wait on each other (one GPU). */
+      CHECK_CUDA(cudaMemset(s->small_recv[d], 0, sizeof v));
+      CHECK_CUDA(cudaMemset(s->gathered[d], 0, NDEV * GATHER * sizeof(float)));
     }
   }
   pthread_t th[2];

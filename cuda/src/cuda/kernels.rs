@@ -111,6 +111,111 @@ impl Kernels {
         self.function(dt, op).map(|_| ())
     }
 
+    /// Loads every kernel of `keys` not loaded yet, compiling the ones the disk cache lacks
+    /// on up to `threads` threads at once, and returns those that failed (they load on first
+    /// use, as before). Why ahead of time: loading a module waits until everything queued on
+    /// the device has run, and meanwhile holds up the driver calls of every other thread of
+    /// the process (`tests/gpu/module_load_probe.cu`). A load while a communicator's streams
+    /// wait for work another thread has yet to queue (two ranks of this process on one GPU)
+    /// therefore never returns. NCCL loads all its kernels at initialisation for this reason.
+    pub fn preload(
+        &self,
+        keys: &[(DataType, KernelOp)],
+        threads: usize,
+    ) -> Vec<((DataType, KernelOp), CudaError)> {
+        let mut failed = Vec::new();
+        let mut map = match self.loaded.lock() {
+            Ok(m) => m,
+            Err(_) => {
+                let e = CudaError::InvalidArgument("kernel table poisoned".into());
+                return keys.iter().map(|k| (*k, e.clone())).collect();
+            }
+        };
+        let mut missing: Vec<(DataType, KernelOp)> = Vec::new();
+        for k in keys {
+            if !map.contains_key(k) && !missing.contains(k) {
+                missing.push(*k);
+            }
+        }
+        // Images: from disk where cached, else compiled (NVRTC takes ~0.2 s a kernel).
+        let mut images: Vec<Option<(Image, bool)>> = missing
+            .iter()
+            .map(|&(dt, op)| self.cache.load(&self.cache_key(dt, op)).map(|i| (i, true)))
+            .collect();
+        let to_compile: Vec<usize> = (0..missing.len())
+            .filter(|&i| images[i].is_none())
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let compiled: Vec<(usize, Result<Image>)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads.clamp(1, to_compile.len().max(1)))
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let j = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&i) = to_compile.get(j) else { break };
+                            let (dt, op) = missing[i];
+                            let source = kernel_source(dt, op);
+                            done.push((
+                                i,
+                                self.nvrtc
+                                    .compile(&source, &kernel_name(dt, op), &self.target),
+                            ));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        });
+        for (i, r) in compiled {
+            match r {
+                Ok(image) => {
+                    self.compiled.fetch_add(1, Ordering::Relaxed);
+                    let (dt, op) = missing[i];
+                    self.cache.store(&self.cache_key(dt, op), &image);
+                    images[i] = Some((image, false));
+                }
+                Err(e) => failed.push((missing[i], e)),
+            }
+        }
+        let _g = match self.ctx.scope() {
+            Ok(g) => g,
+            Err(e) => {
+                failed.extend(missing.iter().map(|k| (*k, e.clone())));
+                return failed;
+            }
+        };
+        for (key, image) in missing.iter().zip(images) {
+            let Some((image, from_disk)) = image else {
+                continue;
+            };
+            match self.load_module(&image, &kernel_name(key.0, key.1)) {
+                Ok(l) => {
+                    if from_disk {
+                        self.from_disk.fetch_add(1, Ordering::Relaxed);
+                    }
+                    map.insert(*key, l);
+                }
+                Err(e) => failed.push((*key, e)),
+            }
+        }
+        failed
+    }
+
+    /// The disk cache's key of `(dt, op)`'s image for this device.
+    fn cache_key(&self, dt: DataType, op: KernelOp) -> String {
+        cache_key(
+            &kernel_source(dt, op),
+            &self.target.arch,
+            self.nvrtc.version(),
+            self.target.kind,
+        )
+    }
+
     fn function(&self, dt: DataType, op: KernelOp) -> Result<CUfunction> {
         let mut map = self
             .loaded
@@ -121,12 +226,7 @@ impl Kernels {
         }
         let name = kernel_name(dt, op);
         let source = kernel_source(dt, op);
-        let key = cache_key(
-            &source,
-            &self.target.arch,
-            self.nvrtc.version(),
-            self.target.kind,
-        );
+        let key = self.cache_key(dt, op);
         let _g = self.ctx.scope()?;
         let mut loaded = None;
         if let Some(image) = self.cache.load(&key) {

@@ -83,6 +83,16 @@ pub enum ReduceKindKey {
     Min,
 }
 
+impl ReduceKindKey {
+    /// Every arithmetic reduction.
+    pub const ALL: [ReduceKindKey; 4] = [
+        ReduceKindKey::Sum,
+        ReduceKindKey::Prod,
+        ReduceKindKey::Max,
+        ReduceKindKey::Min,
+    ];
+}
+
 impl From<ReduceKind> for ReduceKindKey {
     fn from(k: ReduceKind) -> Self {
         match k {

@@ -34,10 +34,10 @@ mod small_p2p;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ccl_collectives::Collective;
-use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
+use ccl_cuda::cuda::source::{ReduceKindKey, LL_EXCHANGE_MAX_RANKS};
 use ccl_cuda::cuda::{
     self, Context, DeviceBuffer, Event, Flag, IpcHandle, IpcMapping, KernelOp, Kernels,
     LlTransfers, MemOp, Stream, WaitCond, IPC_HANDLE_SIZE,
@@ -260,8 +260,43 @@ fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
         return Ok(k.clone());
     }
     let k = Arc::new(Kernels::new(ctx).map_err(cuda_err)?);
+    // Now, while no communicator of this process has work on the device: see
+    // `Kernels::preload`.
+    if params::CCL_KERNEL_PRELOAD.get_bool() {
+        let lls = ReduceKindKey::ALL.map(KernelOp::LlAllReduce);
+        let keys: Vec<_> = DataType::ALL
+            .into_iter()
+            .flat_map(|dt| KernelOp::ALL.into_iter().chain(lls).map(move |op| (dt, op)))
+            .collect();
+        preload(&k, &keys);
+    }
     all.push(k.clone());
     Ok(k)
+}
+
+/// [`Kernels::preload`] on every core (at most 16), with what it did in the log.
+fn preload(kernels: &Kernels, keys: &[(DataType, KernelOp)]) {
+    let started = Instant::now();
+    let before = kernels.stats();
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
+    let failed = kernels.preload(keys, threads);
+    let after = kernels.stats();
+    for ((dt, op), e) in &failed {
+        tracing::debug!(
+            "device {}: kernel {op:?} for {dt:?} not loaded ahead: {e}",
+            kernels.ordinal()
+        );
+    }
+    tracing::info!(
+        "device {}: {} kernels loaded ahead ({} compiled, {} from the disk cache, {} left to \
+         their first use) in {} ms",
+        kernels.ordinal(),
+        keys.len(),
+        after.compiled - before.compiled,
+        after.from_disk - before.from_disk,
+        failed.len(),
+        started.elapsed().as_millis()
+    );
 }
 
 /// What a rank offers its peers at setup.
@@ -539,6 +574,17 @@ fn prepare_local(
 ) -> Result<(Local, Offer)> {
     let ctx = crate::gpu::device_context(dev)?;
     let kernels = kernels_for(&ctx)?;
+    if params::CCL_KERNEL_PRELOAD.get_bool()
+        && params::CCL_IPC_DIRECT_REDUCE_MULTI.get_bool()
+        && (3..=ccl_cuda::cuda::source::REDUCE_N_MAX).contains(&nranks)
+    {
+        let k = nranks as u8;
+        let keys: Vec<_> = DataType::ALL
+            .into_iter()
+            .flat_map(|dt| ReduceKindKey::ALL.map(move |r| (dt, KernelOp::ReduceN(r, k))))
+            .collect();
+        preload(&kernels, &keys);
+    }
     let flags =
         DeviceBuffer::new(&ctx, Layout::flag_bytes(nranks, slots, rx_lanes)).map_err(cuda_err)?;
     flags.write(0, &vec![0u8; flags.len()]).map_err(cuda_err)?;
