@@ -110,7 +110,7 @@ fn preload_compiles_in_parallel_then_comes_from_disk() {
         (DataType::Float32, KernelOp::Reduce(ReduceKindKey::Sum)),
     ];
     let cold = Kernels::with_cache_dir(&ctx, Some(dir.clone())).unwrap();
-    assert!(cold.preload(&keys, 4).is_empty());
+    assert!(cold.preload(&keys, 4).failed.is_empty());
     assert_eq!(
         cold.stats().compiled,
         4,
@@ -118,7 +118,7 @@ fn preload_compiles_in_parallel_then_comes_from_disk() {
     );
     assert_eq!(cold.stats().from_disk, 0);
     let warm = Kernels::with_cache_dir(&ctx, Some(dir.clone())).unwrap();
-    assert!(warm.preload(&keys, 4).is_empty());
+    assert!(warm.preload(&keys, 4).failed.is_empty());
     assert_eq!((warm.stats().compiled, warm.stats().from_disk), (0, 4));
     let stream = Stream::new(&ctx).unwrap();
     let (a, d) = (

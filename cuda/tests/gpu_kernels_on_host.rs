@@ -11,7 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ccl_cuda::cuda::source::{kernel_name, kernel_source_with, KernelOp};
+use ccl_cuda::cuda::source::{
+    batch_source_with, kernel_name, kernel_source_with, KernelOp, ReduceKindKey,
+};
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
 
@@ -122,7 +124,11 @@ fn compile_kernels(dir: &Path, kernels: &[(DataType, KernelOp)]) -> Option<PathB
             files.push(path);
         }
     }
-    // Compile in parallel, one object per kernel, then link one shared library.
+    Some(build_library(dir, &files))
+}
+
+/// Compiles the C++ `files` in parallel, one object each, and links one shared library.
+fn build_library(dir: &Path, files: &[PathBuf]) -> PathBuf {
     let jobs = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
@@ -173,7 +179,7 @@ fn compile_kernels(dir: &Path, kernels: &[(DataType, KernelOp)]) -> Option<PathB
         .args(files.iter().map(|f| f.with_extension("o")))
         .arg("-o")
         .arg(&lib));
-    Some(lib)
+    lib
 }
 
 struct Rng(u64);
@@ -276,8 +282,83 @@ fn generated_kernels_match_the_host_reference() {
     let Some(lib_path) = compile_all(&dir) else {
         return;
     };
+    check_against_host(&dir, &lib_path);
+}
+
+/// The kernels loaded ahead compile as one program per type (`batch_source`): built that
+/// way, every kernel still matches the host reference bit for bit.
+#[test]
+fn batched_kernels_match_the_host_reference() {
+    if !gxx_here("skipping: no g++ to compile the kernel sources for the host") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ccl-batched-on-host-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<PathBuf> = DataType::ALL
+        .into_iter()
+        .map(|dt| {
+            let f = dir.join(format!("batch_{}.cpp", dt.name()));
+            let src = batch_source_with(dt, &KernelOp::ALL, HOST_PRIMITIVES);
+            std::fs::write(&f, format!("{HOST_INCLUDES}{src}")).unwrap();
+            f
+        })
+        .collect();
+    let lib = build_library(&dir, &files);
+    check_against_host(&dir, &lib);
+}
+
+/// The batch of every kernel loaded ahead (the one-shot all-reduces, the many-input
+/// reductions of a communicator size, the captured all-reduce) is valid C++ with the block
+/// built-ins stubbed: the macros and helpers of one kernel do not clash with the next's.
+#[test]
+fn a_batch_of_every_typed_kernel_compiles() {
+    if !gxx_here("skipping: no g++ to check the kernel sources") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ccl-batch-src-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    for dt in [DataType::Float32, DataType::Bfloat16, DataType::Int64] {
+        let ops: Vec<KernelOp> = KernelOp::ALL
+            .into_iter()
+            .chain(ReduceKindKey::ALL.map(KernelOp::LlAllReduce))
+            .chain(ReduceKindKey::ALL.map(|r| KernelOp::ReduceN(r, 3)))
+            .chain(ReduceKindKey::ALL.map(|r| KernelOp::ReduceN(r, 8)))
+            .chain([KernelOp::GraphAllReduce(ReduceKindKey::Sum, 4)])
+            .collect();
+        let prims = format!("{HOST_PRIMITIVES}{BLOCK_STUBS}");
+        let src =
+            batch_source_with(dt, &ops, &prims).replace("extern \"C\" __global__", "extern \"C\"");
+        for op in &ops {
+            let name = kernel_name(dt, *op);
+            assert_eq!(src.matches(&format!(" {name}(")).count(), 1, "{name}");
+        }
+        let f = dir.join(format!("batch_{}.cpp", dt.name()));
+        std::fs::write(&f, format!("{HOST_INCLUDES}{src}")).unwrap();
+        let out = Command::new("g++")
+            .args([
+                "-std=c++17",
+                "-fsyntax-only",
+                "-Wall",
+                "-Wno-unknown-pragmas",
+            ])
+            .args(["-Wno-unused-function", "-Wno-unused-variable"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            failures.push(format!("{dt:?}: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Runs every kernel of `KernelOp::ALL` of every type from the library at `lib_path` against
+/// the host reference (three alignments each), then removes `dir`.
+fn check_against_host(dir: &Path, lib_path: &Path) {
     // SAFETY: a library just built from our sources; its initialisers do nothing.
-    let lib = unsafe { libloading::Library::new(&lib_path) }.unwrap();
+    let lib = unsafe { libloading::Library::new(lib_path) }.unwrap();
     let n = 70_003;
     let mut failures = Vec::new();
     for dt in DataType::ALL {
@@ -353,7 +434,7 @@ fn generated_kernels_match_the_host_reference() {
             }
         }
     }
-    finish(&dir, &failures);
+    finish(dir, &failures);
 }
 
 /// The one-pass reduction of k sources equals a chain of binary reductions in source order,
@@ -391,7 +472,7 @@ fn reduce_n_kernels_match_a_chain_of_binary_reductions() {
         return;
     };
     // SAFETY: a library just built from our sources; its initialisers do nothing.
-    let lib = unsafe { libloading::Library::new(&lib_path) }.unwrap();
+    let lib = unsafe { libloading::Library::new(lib_path) }.unwrap();
     let n = 20_011;
     let mut failures = Vec::new();
     for (&(dt, op, k), &(_, kop)) in cases.iter().zip(&kernels) {

@@ -1,5 +1,7 @@
-// Does loading a module (or a function's first launch under lazy loading) wait for kernels and
-// stream waits already running on the device, and does it hold up other threads' launches?
+// Does loading a module (or a function's first launch under lazy loading), or another driver
+// call libccl makes after setup (allocations, frees, registrations, streams, events, VMM maps),
+// wait for kernels and stream waits already running on the device, and does it hold up other
+// threads' launches?
 // Session 19 saw tests/gpu/two_comms.c hang about 1 run in 3 with all four ranks of two
 // communicator sets on one GPU, two threads; libccl compiles kernels on first use and held its
 // kernel table's lock while loading one. Each case below starts something that only ends when
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <vector>
 
 #define CK(x)                                                                  \
@@ -103,6 +106,138 @@ static void* loader(void* p) {
   return nullptr;
 }
 
+// Other driver calls libccl makes after setup, each timed while a blocker runs (the set-up
+// step runs while the device is idle), then again with another thread launching the kernel
+// that releases the blocker while the call is in progress.
+struct Action {
+  const char* name;
+  std::function<void()> setup, call;
+};
+static std::vector<Action> actions() {
+  static CUdeviceptr dptr;
+  static void *hptr, *reg;
+  static CUstream st;
+  static CUevent ev;
+  static CUmemGenericAllocationHandle vh;
+  static CUdeviceptr va;
+  static size_t gran;
+  auto vmm_prop = [] {
+    CUmemAllocationProp p = {};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return p;
+  };
+  return {
+      {"cuMemAlloc 1 MiB", [] {}, [] { CK(cuMemAlloc(&dptr, 1 << 20)); }},
+      {"cuMemFree 1 MiB", [] { CK(cuMemAlloc(&dptr, 1 << 20)); }, [] { CK(cuMemFree(dptr)); }},
+      {"cuMemAlloc 1 GiB", [] {}, [] { CK(cuMemAlloc(&dptr, 1ull << 30)); }},
+      {"cuMemFree 1 GiB", [] { CK(cuMemAlloc(&dptr, 1ull << 30)); }, [] { CK(cuMemFree(dptr)); }},
+      {"cuMemHostAlloc 1 MiB", [] {}, [] { CK(cuMemHostAlloc(&hptr, 1 << 20, CU_MEMHOSTALLOC_DEVICEMAP)); }},
+      {"cuMemFreeHost 1 MiB", [] { CK(cuMemHostAlloc(&hptr, 1 << 20, CU_MEMHOSTALLOC_DEVICEMAP)); },
+       [] { CK(cuMemFreeHost(hptr)); }},
+      {"cuMemHostRegister 1 MiB", [] { reg = aligned_alloc(4096, 1 << 20); },
+       [] { CK(cuMemHostRegister(reg, 1 << 20, CU_MEMHOSTREGISTER_DEVICEMAP)); }},
+      {"cuMemHostUnregister 1 MiB",
+       [] {
+         reg = aligned_alloc(4096, 1 << 20);
+         CK(cuMemHostRegister(reg, 1 << 20, CU_MEMHOSTREGISTER_DEVICEMAP));
+       },
+       [] { CK(cuMemHostUnregister(reg)); }},
+      {"cuStreamCreate", [] {}, [] { CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)); }},
+      {"cuStreamDestroy", [] { CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING)); }, [] { CK(cuStreamDestroy(st)); }},
+      {"cuEventCreate", [] {}, [] { CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)); }},
+      {"cuEventDestroy", [] { CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)); }, [] { CK(cuEventDestroy(ev)); }},
+      {"cuIpcGetMemHandle", [] { CK(cuMemAlloc(&dptr, 1 << 20)); },
+       [] {
+         CUipcMemHandle h;
+         CK(cuIpcGetMemHandle(&h, dptr));
+       }},
+      {"VMM create+reserve+map+access 2 MiB",
+       [vmm_prop] {
+         CUmemAllocationProp p = vmm_prop();
+         CK(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+       },
+       [vmm_prop] {
+         CUmemAllocationProp p = vmm_prop();
+         CK(cuMemCreate(&vh, gran, &p, 0));
+         CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+         CK(cuMemMap(va, gran, 0, vh, 0));
+         CUmemAccessDesc a = {};
+         a.location = p.location;
+         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+         CK(cuMemSetAccess(va, gran, &a, 1));
+       }},
+      {"VMM unmap+release+free 2 MiB",
+       [vmm_prop] {
+         CUmemAllocationProp p = vmm_prop();
+         CK(cuMemCreate(&vh, gran, &p, 0));
+         CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+         CK(cuMemMap(va, gran, 0, vh, 0));
+         CUmemAccessDesc a = {};
+         a.location = p.location;
+         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+         CK(cuMemSetAccess(va, gran, &a, 1));
+       },
+       [] {
+         CK(cuMemUnmap(va, gran));
+         CK(cuMemRelease(vh));
+         CK(cuMemAddressFree(va, gran));
+       }},
+  };
+}
+
+struct act_arg {
+  const Action* a;
+  double t0, t1;
+};
+static void* run_action(void* p) {
+  act_arg* x = (act_arg*)p;
+  CK(cuCtxSetCurrent(ctx));
+  x->t0 = now_ms();
+  x->a->call();
+  x->t1 = now_ms();
+  return nullptr;
+}
+
+static void probe_actions(cudaStream_t s1, cudaStream_t s3) {
+  for (const Action& a : actions()) {
+    char what[160];
+    pthread_t w;
+    // Same thread, the blocker (a spinning kernel) running.
+    a.setup();
+    start_blocker(true, s1);
+    pthread_create(&w, nullptr, watchdog, nullptr);
+    double t0 = now_ms();
+    a.call();
+    double t1 = now_ms();
+    snprintf(what, sizeof what, "[spinning kernel] %s", a.name);
+    verdict(what, t0, t1);
+    pthread_join(w, nullptr);
+    *hflag = 1;
+    cudaDeviceSynchronize();
+    // Another thread makes the call; this one then launches the kernel that releases the
+    // blocker: does the launch wait for the call?
+    a.setup();
+    start_blocker(true, s1);
+    pthread_create(&w, nullptr, watchdog, nullptr);
+    act_arg x{&a, 0, 0};
+    pthread_t t;
+    pthread_create(&t, nullptr, run_action, &x);
+    usleep(20 * 1000);
+    t0 = now_ms();
+    set_flag<<<1, 1, 0, s3>>>(dflag);
+    t1 = now_ms();
+    pthread_join(t, nullptr);
+    snprintf(what, sizeof what, "[spinning kernel] launch beside another thread's %s", a.name);
+    verdict(what, t0, t1);
+    pthread_join(w, nullptr);
+    *hflag = 1;
+    cudaDeviceSynchronize();
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s probe_k.cubin\n", argv[0]);
@@ -131,7 +266,7 @@ int main(int argc, char** argv) {
   set_flag<<<1, 1, 0, s1>>>(dflag);
   cudaDeviceSynchronize();
 
-  for (int kernel = 1; kernel >= 0; kernel--) {
+  for (int kernel = 1; kernel >= 0 && !getenv("PROBE_ACTIONS_ONLY"); kernel--) {
     const char* b = kernel ? "spinning kernel" : "stream wait";
     char what[128];
     pthread_t w;
@@ -190,6 +325,7 @@ int main(int argc, char** argv) {
     cuModuleUnload(m);
     cuModuleUnload(m2);
   }
+  if (!getenv("PROBE_MODULES_ONLY")) probe_actions(s1, s3);
   printf("done\n");
   return 0;
 }

@@ -101,6 +101,34 @@ impl DiskCache {
         decode(&bytes)
     }
 
+    /// Takes the directory's fill lock (an exclusive `flock` on `fill.lock`, released when the
+    /// returned file drops), waiting for another process that holds it. Eight ranks starting
+    /// on a new machine would otherwise each compile the same kernels on the same cores;
+    /// with the lock one compiles and the others then read its images. `None` when caching
+    /// is off or the lock cannot be had (each process then compiles what it lacks).
+    pub fn fill_lock(&self) -> Option<std::fs::File> {
+        let dir = self.dir.as_ref()?;
+        let locked = (|| {
+            std::fs::create_dir_all(dir)?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join("fill.lock"))?;
+            use std::os::fd::AsRawFd;
+            // SAFETY: flock on a descriptor this function owns; no memory is involved.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok::<_, std::io::Error>(f)
+        })();
+        locked
+            .map_err(
+                |e| tracing::debug!(dir = %dir.display(), error = %e, "kernel cache: no fill lock"),
+            )
+            .ok()
+    }
+
     /// Stores `image` under `key`; failures are logged and otherwise ignored.
     pub fn store(&self, key: &str, image: &Image) {
         let Some(path) = self.path(key) else { return };
@@ -169,8 +197,9 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
+        // No fsync: a file a crash leaves short or stale fails its checksum and is a miss,
+        // while an fsync per kernel can cost more than compiling it.
         f.write_all(bytes)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -204,6 +233,29 @@ mod tests {
             cache_key("ab", "c", (1, 0), ImageKind::Ptx),
             cache_key("a", "bc", (1, 0), ImageKind::Ptx)
         );
+    }
+
+    /// A second holder of the fill lock (another process, here another open of the file)
+    /// gets it only once the first lets go; with caching off there is no lock.
+    #[test]
+    fn fill_lock_waits_for_its_holder() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempdir("fill");
+        let c = DiskCache::new(Some(dir.clone()));
+        let first = c.fill_lock().expect("lock");
+        let released = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let second = s.spawn(|| {
+                let l = DiskCache::new(Some(dir.clone())).fill_lock();
+                (l.is_some(), released.load(Ordering::SeqCst))
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            released.store(true, Ordering::SeqCst);
+            drop(first);
+            assert_eq!(second.join().ok(), Some((true, true)));
+        });
+        assert!(DiskCache::new(None).fill_lock().is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

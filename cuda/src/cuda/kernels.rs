@@ -12,9 +12,9 @@ use super::context::Context;
 use super::error::{CudaError, Result};
 use super::nvrtc::{Image, Nvrtc, Target};
 use super::source::{
-    kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS, GRAPH_AR_MAX_ELEMS,
-    GRAPH_AR_THREADS, GRAPH_COPIES_MAX, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES,
-    LL_P2P_MAX_OPS, LL_THREADS, REDUCE_N_MAX, UNROLL,
+    batch_source, batchable, kernel_name, kernel_source, vec_elems, KernelOp, BLOCK_THREADS,
+    GRAPH_AR_MAX_ELEMS, GRAPH_AR_THREADS, GRAPH_COPIES_MAX, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS,
+    LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_THREADS, REDUCE_N_MAX, UNROLL,
 };
 use super::stream::Stream;
 use super::sys::*;
@@ -118,10 +118,20 @@ impl Kernels {
     /// the process (`tests/gpu/module_load_probe.cu`). A load while a communicator's streams
     /// wait for work another thread has yet to queue (two ranks of this process on one GPU)
     /// therefore never returns. NCCL loads all its kernels at initialisation for this reason.
-    pub fn preload(
+    pub fn preload(&self, keys: &[(DataType, KernelOp)], threads: usize) -> Preloaded {
+        let started = std::time::Instant::now();
+        let mut report = Preloaded::default();
+        let failed = self.preload_into(keys, threads, &mut report);
+        report.failed = failed;
+        report.took = started.elapsed();
+        report
+    }
+
+    fn preload_into(
         &self,
         keys: &[(DataType, KernelOp)],
         threads: usize,
+        report: &mut Preloaded,
     ) -> Vec<((DataType, KernelOp), CudaError)> {
         let mut failed = Vec::new();
         let mut map = match self.loaded.lock() {
@@ -137,14 +147,34 @@ impl Kernels {
                 missing.push(*k);
             }
         }
-        // Images: from disk where cached, else compiled (NVRTC takes ~0.2 s a kernel).
-        let mut images: Vec<Option<(Image, bool)>> = missing
+        let jobs = preload_jobs(&missing);
+        // Images: from disk where cached, else compiled.
+        let mut images: Vec<Option<(Image, bool)>> = jobs
             .iter()
-            .map(|&(dt, op)| self.cache.load(&self.cache_key(dt, op)).map(|i| (i, true)))
+            .map(|j| self.cache.load(&self.key_of(&j.source)).map(|i| (i, true)))
             .collect();
-        let to_compile: Vec<usize> = (0..missing.len())
-            .filter(|&i| images[i].is_none())
-            .collect();
+        let lacking = |images: &[Option<(Image, bool)>]| -> Vec<usize> {
+            (0..jobs.len()).filter(|&i| images[i].is_none()).collect()
+        };
+        let mut to_compile = lacking(&images);
+        // Another process may be compiling the same kernels: wait for it, then read its images.
+        let waited = std::time::Instant::now();
+        let fill = if to_compile.is_empty() {
+            None
+        } else {
+            self.cache.fill_lock()
+        };
+        report.lock_wait = waited.elapsed();
+        if fill.is_some() {
+            for &i in &to_compile {
+                images[i] = self
+                    .cache
+                    .load(&self.key_of(&jobs[i].source))
+                    .map(|i| (i, true));
+            }
+            to_compile = lacking(&images);
+        }
+        let compiling = std::time::Instant::now();
         let next = std::sync::atomic::AtomicUsize::new(0);
         let compiled: Vec<(usize, Result<Image>)> = std::thread::scope(|s| {
             let workers: Vec<_> = (0..threads.clamp(1, to_compile.len().max(1)))
@@ -154,13 +184,9 @@ impl Kernels {
                         loop {
                             let j = next.fetch_add(1, Ordering::Relaxed);
                             let Some(&i) = to_compile.get(j) else { break };
-                            let (dt, op) = missing[i];
-                            let source = kernel_source(dt, op);
-                            done.push((
-                                i,
-                                self.nvrtc
-                                    .compile(&source, &kernel_name(dt, op), &self.target),
-                            ));
+                            let job = &jobs[i];
+                            let name = kernel_name(job.dtype, job.ops[0]);
+                            done.push((i, self.nvrtc.compile(&job.source, &name, &self.target)));
                         }
                         done
                     })
@@ -171,17 +197,24 @@ impl Kernels {
                 .flat_map(|w| w.join().unwrap_or_default())
                 .collect()
         });
+        report.compiling = compiling.elapsed();
+        report.programs = to_compile.len();
+        let storing = std::time::Instant::now();
         for (i, r) in compiled {
+            let job = &jobs[i];
             match r {
                 Ok(image) => {
-                    self.compiled.fetch_add(1, Ordering::Relaxed);
-                    let (dt, op) = missing[i];
-                    self.cache.store(&self.cache_key(dt, op), &image);
+                    self.compiled
+                        .fetch_add(job.ops.len() as u64, Ordering::Relaxed);
+                    self.cache.store(&self.key_of(&job.source), &image);
                     images[i] = Some((image, false));
                 }
-                Err(e) => failed.push((missing[i], e)),
+                Err(e) => failed.extend(job.ops.iter().map(|&op| ((job.dtype, op), e.clone()))),
             }
         }
+        drop(fill);
+        report.storing = storing.elapsed();
+        let loading = std::time::Instant::now();
         let _g = match self.ctx.scope() {
             Ok(g) => g,
             Err(e) => {
@@ -189,31 +222,45 @@ impl Kernels {
                 return failed;
             }
         };
-        for (key, image) in missing.iter().zip(images) {
+        for (job, image) in jobs.iter().zip(images) {
             let Some((image, from_disk)) = image else {
                 continue;
             };
-            match self.load_module(&image, &kernel_name(key.0, key.1)) {
-                Ok(l) => {
+            let names: Vec<String> = job
+                .ops
+                .iter()
+                .map(|&op| kernel_name(job.dtype, op))
+                .collect();
+            match self.load_functions(&image, &names) {
+                Ok(loaded) => {
                     if from_disk {
-                        self.from_disk.fetch_add(1, Ordering::Relaxed);
+                        self.from_disk
+                            .fetch_add(job.ops.len() as u64, Ordering::Relaxed);
                     }
-                    map.insert(*key, l);
+                    for (&op, l) in job.ops.iter().zip(loaded) {
+                        map.insert((job.dtype, op), l);
+                    }
                 }
-                Err(e) => failed.push((*key, e)),
+                Err(e) => failed.extend(job.ops.iter().map(|&op| ((job.dtype, op), e.clone()))),
             }
         }
+        report.loading = loading.elapsed();
         failed
     }
 
-    /// The disk cache's key of `(dt, op)`'s image for this device.
-    fn cache_key(&self, dt: DataType, op: KernelOp) -> String {
+    /// The disk cache's key of an image compiled from `source` for this device.
+    fn key_of(&self, source: &str) -> String {
         cache_key(
-            &kernel_source(dt, op),
+            source,
             &self.target.arch,
             self.nvrtc.version(),
             self.target.kind,
         )
+    }
+
+    /// The disk cache's key of `(dt, op)`'s image for this device.
+    fn cache_key(&self, dt: DataType, op: KernelOp) -> String {
+        self.key_of(&kernel_source(dt, op))
     }
 
     fn function(&self, dt: DataType, op: KernelOp) -> Result<CUfunction> {
@@ -252,6 +299,42 @@ impl Kernels {
         };
         map.insert((dt, op), l);
         Ok(l.func)
+    }
+
+    /// Loads a module image and finds each of `names` in it (one module, shared by the
+    /// entries). The context is current.
+    fn load_functions(&self, image: &Image, names: &[String]) -> Result<Vec<Loaded>> {
+        let Some((first, rest)) = names.split_first() else {
+            return Ok(Vec::new());
+        };
+        let l = self.load_module(image, first)?;
+        let mut loaded = vec![l];
+        for name in rest {
+            match self.function_of(l.module, name) {
+                Ok(func) => loaded.push(Loaded {
+                    module: l.module,
+                    func,
+                }),
+                Err(e) => {
+                    // SAFETY: the module was just loaded and nothing uses it yet.
+                    let _ = unsafe { (self.ctx.driver().fns.cuModuleUnload)(l.module) };
+                    return Err(e);
+                }
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// `name`'s function in `module`.
+    fn function_of(&self, module: CUmodule, name: &str) -> Result<CUfunction> {
+        let drv = self.ctx.driver();
+        let cname = CString::new(name)
+            .map_err(|_| CudaError::InvalidArgument(format!("kernel name {name:?}")))?;
+        let mut func: CUfunction = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `cname` is NUL-terminated.
+        let r = unsafe { (drv.fns.cuModuleGetFunction)(&mut func, module, cname.as_ptr()) };
+        drv.check("cuModuleGetFunction", r)?;
+        Ok(func)
     }
 
     /// Loads a module image and finds `name` in it. The context is current.
@@ -876,6 +959,66 @@ impl GraphWords {
     }
 }
 
+/// What [`Kernels::preload`] did and where its time went.
+#[derive(Debug, Default)]
+pub struct Preloaded {
+    /// Kernels that failed, with why (they load at first use).
+    pub failed: Vec<((DataType, KernelOp), CudaError)>,
+    /// NVRTC programs compiled (one per type for the typed kernels).
+    pub programs: usize,
+    /// Waiting for another process's compilation (the disk cache's fill lock).
+    pub lock_wait: std::time::Duration,
+    /// Compiling (all threads together).
+    pub compiling: std::time::Duration,
+    /// Writing the images to the disk cache.
+    pub storing: std::time::Duration,
+    /// Loading the modules into the context.
+    pub loading: std::time::Duration,
+    /// All of it.
+    pub took: std::time::Duration,
+}
+
+/// One NVRTC program of [`Kernels::preload`]: several kernels of one type, or one kernel.
+struct PreloadJob {
+    dtype: DataType,
+    ops: Vec<KernelOp>,
+    source: String,
+}
+
+/// The programs that compile `keys`: the [`batchable`] kernels of each type together, every
+/// other kernel alone.
+fn preload_jobs(keys: &[(DataType, KernelOp)]) -> Vec<PreloadJob> {
+    let mut jobs: Vec<PreloadJob> = Vec::new();
+    for dt in DataType::ALL {
+        let ops: Vec<KernelOp> = keys
+            .iter()
+            .filter(|&&(d, op)| d == dt && batchable(op))
+            .map(|&(_, op)| op)
+            .collect();
+        match ops.as_slice() {
+            [] => {}
+            [op] => jobs.push(PreloadJob {
+                dtype: dt,
+                ops: vec![*op],
+                source: kernel_source(dt, *op),
+            }),
+            _ => jobs.push(PreloadJob {
+                dtype: dt,
+                source: batch_source(dt, &ops),
+                ops,
+            }),
+        }
+    }
+    for &(dt, op) in keys.iter().filter(|&&(_, op)| !batchable(op)) {
+        jobs.push(PreloadJob {
+            dtype: dt,
+            ops: vec![op],
+            source: kernel_source(dt, op),
+        });
+    }
+    jobs
+}
+
 impl Drop for Kernels {
     fn drop(&mut self) {
         let Ok(map) = self.loaded.get_mut() else {
@@ -884,11 +1027,15 @@ impl Drop for Kernels {
         if map.is_empty() {
             return;
         }
+        // Kernels loaded ahead share one module per type.
+        let mut modules: Vec<CUmodule> = map.values().map(|l| l.module).collect();
+        modules.sort_by_key(|m| *m as usize);
+        modules.dedup();
         if let Ok(_g) = self.ctx.scope() {
-            for l in map.values() {
+            for m in modules {
                 // SAFETY: each module was loaded here and is unloaded once; launches queued
                 // earlier keep their own reference inside the driver.
-                let _ = unsafe { (self.ctx.driver().fns.cuModuleUnload)(l.module) };
+                let _ = unsafe { (self.ctx.driver().fns.cuModuleUnload)(m) };
             }
         }
     }

@@ -787,19 +787,75 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
         return s;
     }
     s.push_str(COMMON);
-    let _ = writeln!(s, "\ntypedef {} T;", storage(dt));
+    typed_prelude(dt, &mut s);
+    typed_kernel(dt, op, &mut s);
+    s
+}
+
+/// What every kernel over elements of `dt` starts with: the element type and, for the
+/// small floating-point formats, their decoding and encoding.
+fn typed_prelude(dt: DataType, out: &mut String) {
+    let _ = writeln!(out, "\ntypedef {} T;", storage(dt));
     if let Some(f) = format_of(dt) {
-        format_code(f, &mut s);
+        format_code(f, out);
     }
-    op_code(dt, op.element_op(), &mut s);
+}
+
+/// One kernel over elements of `dt`: its element operation and its body.
+fn typed_kernel(dt: DataType, op: KernelOp, out: &mut String) {
+    op_code(dt, op.element_op(), out);
     match op {
-        KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), &mut s),
-        KernelOp::ReduceN(_, k) => reduce_n_body_code(&kernel_name(dt, op), k, &mut s),
-        KernelOp::GraphAllReduce(_, k) => graph_all_reduce_code(&kernel_name(dt, op), k, &mut s),
-        _ => body_code(&kernel_name(dt, op), op.is_binary(), &mut s),
+        KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), out),
+        KernelOp::ReduceN(_, k) => reduce_n_body_code(&kernel_name(dt, op), k, out),
+        KernelOp::GraphAllReduce(_, k) => graph_all_reduce_code(&kernel_name(dt, op), k, out),
+        _ => body_code(&kernel_name(dt, op), op.is_binary(), out),
+    }
+}
+
+/// Whether `op` is a kernel over typed elements, which [`batch_source`] can compile together
+/// with others of its type; the rest (no arithmetic) are one program each.
+pub fn batchable(op: KernelOp) -> bool {
+    !matches!(
+        op,
+        KernelOp::LlExchange
+            | KernelOp::WaitFlag
+            | KernelOp::WaitCopy
+            | KernelOp::LlP2p
+            | KernelOp::GraphCopies
+    )
+}
+
+/// One NVRTC program of every kernel of `ops` (each [`batchable`]) over elements of `dt`:
+/// NVRTC's cost is mostly per program, and it scales poorly over threads of one process, so
+/// the kernels loaded ahead compile as one program per type. Each kernel's element operation
+/// and helpers sit in a namespace of their own (they share names), its macros are undefined
+/// after it, and its `extern "C"` name is [`kernel_name`]'s, as in [`kernel_source`].
+pub fn batch_source(dt: DataType, ops: &[KernelOp]) -> String {
+    batch_source_with(dt, ops, DEVICE_PRIMITIVES)
+}
+
+/// [`batch_source`] with other definitions of the primitives (see [`kernel_source_with`]).
+pub fn batch_source_with(dt: DataType, ops: &[KernelOp], primitives: &str) -> String {
+    let mut s = String::with_capacity(8192 * (ops.len() + 1));
+    s.push_str(HEADER);
+    s.push_str(primitives);
+    s.push_str(COMMON);
+    typed_prelude(dt, &mut s);
+    for (i, &op) in ops.iter().enumerate() {
+        let _ = writeln!(s, "\nnamespace ccl_kernel_{i} {{");
+        typed_kernel(dt, op, &mut s);
+        s.push_str("\n} // namespace\n");
+        for m in KERNEL_MACROS {
+            let _ = writeln!(s, "#undef {m}");
+        }
     }
     s
 }
+
+/// Macros the kernel bodies define (undefined between the kernels of a [`batch_source`]).
+const KERNEL_MACROS: [&str; 7] = [
+    "UNROLL", "VN", "K", "HELD", "UNROLL_N", "LL_MAXB", "LL_MAXR",
+];
 
 /// Threads of the one block of a [`KernelOp::GraphAllReduce`] kernel.
 pub const GRAPH_AR_THREADS: u32 = 1024;

@@ -34,7 +34,7 @@ mod small_p2p;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::{ReduceKindKey, LL_EXCHANGE_MAX_RANKS};
@@ -276,26 +276,32 @@ fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
 
 /// [`Kernels::preload`] on every core (at most 16), with what it did in the log.
 fn preload(kernels: &Kernels, keys: &[(DataType, KernelOp)]) {
-    let started = Instant::now();
     let before = kernels.stats();
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(16));
-    let failed = kernels.preload(keys, threads);
+    let r = kernels.preload(keys, threads);
     let after = kernels.stats();
-    for ((dt, op), e) in &failed {
+    for ((dt, op), e) in &r.failed {
         tracing::debug!(
             "device {}: kernel {op:?} for {dt:?} not loaded ahead: {e}",
             kernels.ordinal()
         );
     }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     tracing::info!(
-        "device {}: {} kernels loaded ahead ({} compiled, {} from the disk cache, {} left to \
-         their first use) in {} ms",
+        "device {}: {} kernels loaded ahead ({} compiled in {} programs, {} from the disk cache, \
+         {} left to their first use) in {:.0} ms: {:.0} waiting for another process's \
+         compilation, {:.0} compiling, {:.0} storing, {:.0} loading",
         kernels.ordinal(),
         keys.len(),
         after.compiled - before.compiled,
+        r.programs,
         after.from_disk - before.from_disk,
-        failed.len(),
-        started.elapsed().as_millis()
+        r.failed.len(),
+        ms(r.took),
+        ms(r.lock_wait),
+        ms(r.compiling),
+        ms(r.storing),
+        ms(r.loading)
     );
 }
 
@@ -778,6 +784,13 @@ pub fn attach(comm: &Comm) -> Result<()> {
         return Ok(());
     };
     let my_pid = state.table[rank].pid;
+    warn_of_shared_queues(
+        rank,
+        (0..n)
+            .filter(|&j| state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id)
+            .collect(),
+        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+    );
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
     let opened = (|| -> Result<()> {
         board.boards.open_peers(comm.nonce())?;
@@ -1072,6 +1085,34 @@ pub fn attach(comm: &Comm) -> Result<()> {
     );
     *comm.0.ipc.lock() = Some(Arc::new(engine));
     Ok(())
+}
+
+/// Hardware queues a device gives a process's streams when `CUDA_DEVICE_MAX_CONNECTIONS`
+/// does not say.
+const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+
+/// Warns (from the lowest of them) when several ranks of this communicator share one GPU in
+/// this process (`sharing`, this rank's included) with fewer than 32 hardware queues: their
+/// streams then share queues, and a stream waiting for a peer at the head of a queue holds up
+/// whatever is queued behind it there, which may be the very work that would release it (four
+/// ranks on one H100, an 8 MiB average all-reduce through the slots: hung at the default 8,
+/// done in 2 s at 32; session 20). NCCL refuses two ranks on one GPU; libccl allows it for
+/// machines with fewer GPUs than ranks. Returns whether it warned.
+fn warn_of_shared_queues(rank: usize, sharing: Vec<usize>, max_connections: Option<&str>) -> bool {
+    let queues = max_connections
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    let warn = sharing.len() > 1 && sharing.first() == Some(&rank) && queues < 32;
+    if warn {
+        tracing::warn!(
+            "ranks {sharing:?} of this communicator share one GPU in this process, whose \
+             streams then share {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): a \
+             stream waiting for a peer can hold up the work that would release it, and the \
+             communicator can hang; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process \
+             starts CUDA"
+        );
+    }
+    warn
 }
 
 /// Can this group go through cuda-ipc? Decided from what every rank sees alike (the
@@ -2453,6 +2494,18 @@ mod tests {
     use super::protocol::tests::task;
     use super::*;
     use ccl_collectives::Collective;
+
+    /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
+    /// unset or unreadable).
+    #[test]
+    fn ranks_sharing_a_gpu_are_warned_of_shared_queues() {
+        assert!(warn_of_shared_queues(0, vec![0, 2], None));
+        assert!(warn_of_shared_queues(0, vec![0, 1], Some("31")));
+        assert!(warn_of_shared_queues(1, vec![1, 3], Some("junk")));
+        assert!(!warn_of_shared_queues(2, vec![0, 2], None));
+        assert!(!warn_of_shared_queues(0, vec![0, 1], Some("32")));
+        assert!(!warn_of_shared_queues(0, vec![0], None));
+    }
 
     /// Every rank's exchange table pairs up with its peers': what rank a sends to b is what b
     /// expects from a, and every rank's local copy is its own part.
