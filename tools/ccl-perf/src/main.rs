@@ -82,6 +82,14 @@ fn main() -> ExitCode {
         return print_env();
     }
     let cli = cli::Cli::parse();
+    // Several ranks in this process may share a GPU (more -g ranks than GPUs), and then their
+    // streams share its hardware queues, where one stream's wait for a peer can hold up the
+    // work that would release it (libccl, four ranks on one GPU, 8 MiB average all-reduce:
+    // hung at the default 8 queues, done at 32). Set before anything starts CUDA or threads;
+    // one rank per GPU runs the same either way.
+    if cli.ngpus > 1 && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32");
+    }
     let kind = match bench::detect_launch() {
         Ok(k) => k,
         Err(e) => {
