@@ -335,19 +335,8 @@ fn a_batch_of_every_typed_kernel_compiles() {
         }
         let f = dir.join(format!("batch_{}.cpp", dt.name()));
         std::fs::write(&f, format!("{HOST_INCLUDES}{src}")).unwrap();
-        let out = Command::new("g++")
-            .args([
-                "-std=c++17",
-                "-fsyntax-only",
-                "-Wall",
-                "-Wno-unknown-pragmas",
-            ])
-            .args(["-Wno-unused-function", "-Wno-unused-variable"])
-            .arg(&f)
-            .output()
-            .unwrap();
-        if !out.status.success() {
-            failures.push(format!("{dt:?}: {}", String::from_utf8_lossy(&out.stderr)));
+        if let Err(e) = syntax_check(&f) {
+            failures.push(format!("{dt:?}: {e}"));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -557,28 +546,33 @@ fn low_latency_kernel_sources_compile() {
             );
             let f = dir.join(format!("{}.cpp", kernel_name(dt, op)));
             std::fs::write(&f, src).unwrap();
-            let out = Command::new("g++")
-                .args([
-                    "-std=c++17",
-                    "-fsyntax-only",
-                    "-Wall",
-                    "-Wno-unknown-pragmas",
-                ])
-                .args(["-Wno-unused-function", "-Wno-unused-variable"])
-                .arg(&f)
-                .output()
-                .unwrap();
-            if !out.status.success() {
-                failures.push(format!(
-                    "{}: {}",
-                    kernel_name(dt, op),
-                    String::from_utf8_lossy(&out.stderr)
-                ));
+            if let Err(e) = syntax_check(&f) {
+                failures.push(format!("{}: {e}", kernel_name(dt, op)));
             }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// g++'s syntax check of a kernel source (block built-ins stubbed): its errors, if any.
+fn syntax_check(f: &Path) -> Result<(), String> {
+    let out = Command::new("g++")
+        .args([
+            "-std=c++17",
+            "-fsyntax-only",
+            "-Wall",
+            "-Wno-unknown-pragmas",
+        ])
+        .args(["-Wno-unused-function", "-Wno-unused-variable"])
+        .arg(f)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// Builds a kernel's host C++ as a shared library in a fresh temporary folder (returned, for

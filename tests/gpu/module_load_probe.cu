@@ -129,6 +129,17 @@ static std::vector<Action> actions() {
     p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     return p;
   };
+  // Creates one granule, reserves an address for it, maps it and grants this device access.
+  auto vmm_map = [vmm_prop] {
+    CUmemAllocationProp p = vmm_prop();
+    CK(cuMemCreate(&vh, gran, &p, 0));
+    CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+    CK(cuMemMap(va, gran, 0, vh, 0));
+    CUmemAccessDesc a = {};
+    a.location = p.location;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CK(cuMemSetAccess(va, gran, &a, 1));
+  };
   return {
       {"cuMemAlloc 1 MiB", [] {}, [] { CK(cuMemAlloc(&dptr, 1 << 20)); }},
       {"cuMemFree 1 MiB", [] { CK(cuMemAlloc(&dptr, 1 << 20)); }, [] { CK(cuMemFree(dptr)); }},
@@ -159,27 +170,8 @@ static std::vector<Action> actions() {
          CUmemAllocationProp p = vmm_prop();
          CK(cuMemGetAllocationGranularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
        },
-       [vmm_prop] {
-         CUmemAllocationProp p = vmm_prop();
-         CK(cuMemCreate(&vh, gran, &p, 0));
-         CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
-         CK(cuMemMap(va, gran, 0, vh, 0));
-         CUmemAccessDesc a = {};
-         a.location = p.location;
-         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-         CK(cuMemSetAccess(va, gran, &a, 1));
-       }},
-      {"VMM unmap+release+free 2 MiB",
-       [vmm_prop] {
-         CUmemAllocationProp p = vmm_prop();
-         CK(cuMemCreate(&vh, gran, &p, 0));
-         CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
-         CK(cuMemMap(va, gran, 0, vh, 0));
-         CUmemAccessDesc a = {};
-         a.location = p.location;
-         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-         CK(cuMemSetAccess(va, gran, &a, 1));
-       },
+       vmm_map},
+      {"VMM unmap+release+free 2 MiB", vmm_map,
        [] {
          CK(cuMemUnmap(va, gran));
          CK(cuMemRelease(vh));
