@@ -147,7 +147,7 @@ impl Kernels {
                 missing.push(*k);
             }
         }
-        let jobs = preload_jobs(&missing);
+        let mut jobs = preload_jobs(&missing);
         // Images: from disk where cached, else compiled.
         let mut images: Vec<Option<(Image, bool)>> = jobs
             .iter()
@@ -200,6 +200,7 @@ impl Kernels {
         report.compiling = compiling.elapsed();
         report.programs = to_compile.len();
         let storing = std::time::Instant::now();
+        let mut retry = Vec::new();
         for (i, r) in compiled {
             let job = &jobs[i];
             match r {
@@ -209,7 +210,32 @@ impl Kernels {
                     self.cache.store(&self.key_of(&job.source), &image);
                     images[i] = Some((image, false));
                 }
+                // One kernel NVRTC rejects (a type this GPU lacks) must not keep the rest of
+                // its type from loading ahead: they compile one by one.
+                Err(_) if job.ops.len() > 1 => retry.push(i),
                 Err(e) => failed.extend(job.ops.iter().map(|&op| ((job.dtype, op), e.clone()))),
+            }
+        }
+        for i in retry {
+            let (dtype, ops) = (jobs[i].dtype, jobs[i].ops.clone());
+            for op in ops {
+                let source = kernel_source(dtype, op);
+                match self
+                    .nvrtc
+                    .compile(&source, &kernel_name(dtype, op), &self.target)
+                {
+                    Ok(image) => {
+                        self.compiled.fetch_add(1, Ordering::Relaxed);
+                        self.cache.store(&self.key_of(&source), &image);
+                        jobs.push(PreloadJob {
+                            dtype,
+                            ops: vec![op],
+                            source,
+                        });
+                        images.push(Some((image, false)));
+                    }
+                    Err(e) => failed.push(((dtype, op), e)),
+                }
             }
         }
         drop(fill);
