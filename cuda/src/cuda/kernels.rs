@@ -199,6 +199,19 @@ impl Kernels {
         });
         report.compiling = compiling.elapsed();
         report.programs = to_compile.len();
+        // A compiling thread that panicked took its results with it: say so for its kernels
+        // (they load at first use) rather than leave them out of the report.
+        for &i in &to_compile {
+            if !compiled.iter().any(|(j, _)| *j == i) {
+                let e = CudaError::InvalidArgument("kernel compilation thread panicked".into());
+                failed.extend(
+                    jobs[i]
+                        .ops
+                        .iter()
+                        .map(|&op| ((jobs[i].dtype, op), e.clone())),
+                );
+            }
+        }
         let storing = std::time::Instant::now();
         let mut retry = Vec::new();
         for (i, r) in compiled {
