@@ -73,6 +73,21 @@ static void start_blocker(bool kernel, cudaStream_t s) {
   usleep(50 * 1000);  // let it start
 }
 
+// Starts the blocker and the watchdog that releases it 2 s later.
+static pthread_t arm(bool kernel, cudaStream_t s) {
+  start_blocker(kernel, s);
+  pthread_t w;
+  pthread_create(&w, nullptr, watchdog, nullptr);
+  return w;
+}
+
+// Waits for the watchdog, releases the blocker if still held, and lets the device drain.
+static void disarm(pthread_t w) {
+  pthread_join(w, nullptr);
+  *hflag = 1;
+  cudaDeviceSynchronize();
+}
+
 static CUfunction load(CUmodule* m) {
   CK(cuModuleLoadData(m, image.data()));
   CUfunction f;
@@ -90,20 +105,6 @@ static void verdict(const char* what, double t0, double t1) {
   printf("%-62s %8.2f ms  %s\n", what, t1 - t0,
          r != 0 && t1 >= r ? "WAITED for the blocker (returned after the watchdog released it)"
                            : "did not wait");
-}
-
-struct loader_arg {
-  double t0, t1;
-};
-static void* loader(void* p) {
-  loader_arg* a = (loader_arg*)p;
-  CK(cuCtxSetCurrent(ctx));
-  CUmodule m;
-  a->t0 = now_ms();
-  CUfunction f = load(&m);
-  (void)f;
-  a->t1 = now_ms();
-  return nullptr;
 }
 
 // Other driver calls libccl makes after setup, each timed while a blocker runs (the set-up
@@ -193,40 +194,40 @@ static void* run_action(void* p) {
   return nullptr;
 }
 
+// Another thread makes `a`'s call while the blocker runs; this one then launches the kernel
+// that releases the blocker and reports, as `label`, whether that launch waited for the call.
+// Returns the call's own times.
+static act_arg launch_beside(const Action& a, cudaStream_t s3, const char* label) {
+  act_arg x{&a, 0, 0};
+  pthread_t t;
+  pthread_create(&t, nullptr, run_action, &x);
+  usleep(20 * 1000);
+  double t0 = now_ms();
+  set_flag<<<1, 1, 0, s3>>>(dflag);
+  double t1 = now_ms();
+  pthread_join(t, nullptr);
+  verdict(label, t0, t1);
+  return x;
+}
+
 static void probe_actions(cudaStream_t s1, cudaStream_t s3) {
   for (const Action& a : actions()) {
     char what[160];
-    pthread_t w;
     // Same thread, the blocker (a spinning kernel) running.
     a.setup();
-    start_blocker(true, s1);
-    pthread_create(&w, nullptr, watchdog, nullptr);
+    pthread_t w = arm(true, s1);
     double t0 = now_ms();
     a.call();
     double t1 = now_ms();
     snprintf(what, sizeof what, "[spinning kernel] %s", a.name);
     verdict(what, t0, t1);
-    pthread_join(w, nullptr);
-    *hflag = 1;
-    cudaDeviceSynchronize();
-    // Another thread makes the call; this one then launches the kernel that releases the
-    // blocker: does the launch wait for the call?
+    disarm(w);
+    // Another thread makes the call: does this thread's launch wait for it?
     a.setup();
-    start_blocker(true, s1);
-    pthread_create(&w, nullptr, watchdog, nullptr);
-    act_arg x{&a, 0, 0};
-    pthread_t t;
-    pthread_create(&t, nullptr, run_action, &x);
-    usleep(20 * 1000);
-    t0 = now_ms();
-    set_flag<<<1, 1, 0, s3>>>(dflag);
-    t1 = now_ms();
-    pthread_join(t, nullptr);
+    w = arm(true, s1);
     snprintf(what, sizeof what, "[spinning kernel] launch beside another thread's %s", a.name);
-    verdict(what, t0, t1);
-    pthread_join(w, nullptr);
-    *hflag = 1;
-    cudaDeviceSynchronize();
+    launch_beside(a, s3, what);
+    disarm(w);
   }
 }
 
@@ -261,10 +262,8 @@ int main(int argc, char** argv) {
   for (int kernel = 1; kernel >= 0 && !getenv("PROBE_ACTIONS_ONLY"); kernel--) {
     const char* b = kernel ? "spinning kernel" : "stream wait";
     char what[128];
-    pthread_t w;
     // 1. cuModuleLoadData + cuModuleGetFunction while the blocker runs.
-    start_blocker(kernel, s1);
-    pthread_create(&w, nullptr, watchdog, nullptr);
+    pthread_t w = arm(kernel, s1);
     CUmodule m;
     double t0 = now_ms();
     CUfunction f = load(&m);
@@ -277,43 +276,31 @@ int main(int argc, char** argv) {
     t1 = now_ms();
     snprintf(what, sizeof what, "[%s] first launch of the new function", b);
     verdict(what, t0, t1);
-    pthread_join(w, nullptr);
-    *hflag = 1;
-    cudaDeviceSynchronize();
+    disarm(w);
 
     // 3. Function loaded while idle, first launched while the blocker runs.
     CUmodule m2;
     CUfunction f2 = load(&m2);
-    start_blocker(kernel, s1);
-    pthread_create(&w, nullptr, watchdog, nullptr);
+    w = arm(kernel, s1);
     t0 = now_ms();
     launch(f2, s2);
     t1 = now_ms();
     snprintf(what, sizeof what, "[%s] first launch, module loaded while idle", b);
     verdict(what, t0, t1);
-    pthread_join(w, nullptr);
-    *hflag = 1;
-    cudaDeviceSynchronize();
+    disarm(w);
 
     // 4. Another thread loads a module while the blocker runs; this thread then launches an
     // already-used kernel that releases the blocker: is that launch held up by the load?
-    start_blocker(kernel, s1);
-    pthread_create(&w, nullptr, watchdog, nullptr);
-    loader_arg la{};
-    pthread_t lt;
-    pthread_create(&lt, nullptr, loader, &la);
-    usleep(20 * 1000);
-    t0 = now_ms();
-    set_flag<<<1, 1, 0, s3>>>(dflag);
-    t1 = now_ms();
+    const Action module_load{"module load", [] {}, [] {
+                               CUmodule lm;
+                               load(&lm);
+                             }};
+    w = arm(kernel, s1);
     snprintf(what, sizeof what, "[%s] launch (releases the blocker) beside a load", b);
-    verdict(what, t0, t1);
-    pthread_join(lt, nullptr);
+    act_arg la = launch_beside(module_load, s3, what);
     snprintf(what, sizeof what, "[%s] ... the other thread's load", b);
     verdict(what, la.t0, la.t1);
-    pthread_join(w, nullptr);
-    *hflag = 1;
-    cudaDeviceSynchronize();
+    disarm(w);
     cuModuleUnload(m);
     cuModuleUnload(m2);
   }

@@ -297,11 +297,6 @@ impl Kernels {
         )
     }
 
-    /// The disk cache's key of `(dt, op)`'s image for this device.
-    fn cache_key(&self, dt: DataType, op: KernelOp) -> String {
-        self.key_of(&kernel_source(dt, op))
-    }
-
     fn function(&self, dt: DataType, op: KernelOp) -> Result<CUfunction> {
         let mut map = self
             .loaded
@@ -312,7 +307,7 @@ impl Kernels {
         }
         let name = kernel_name(dt, op);
         let source = kernel_source(dt, op);
-        let key = self.cache_key(dt, op);
+        let key = self.key_of(&source);
         let _g = self.ctx.scope()?;
         let mut loaded = None;
         if let Some(image) = self.cache.load(&key) {

@@ -784,12 +784,13 @@ pub fn attach(comm: &Comm) -> Result<()> {
         return Ok(());
     };
     let my_pid = state.table[rank].pid;
+    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
     warn_of_shared_queues(
         rank,
         (0..n)
             .filter(|&j| state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id)
             .collect(),
-        std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().as_deref(),
+        max_connections.as_deref(),
     );
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
     let opened = (|| -> Result<()> {
@@ -974,7 +975,6 @@ pub fn attach(comm: &Comm) -> Result<()> {
     bufs.there = remote.as_ref().map(|r| r.ctx.clone());
     // A local setting (each rank orders its own streams); the kernel is loaded now, never
     // while streams wait on peers.
-    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
     let wait_kernel = wants_wait_kernel(
         &params::CCL_IPC_WAIT_KERNEL.get_str(),
         max_connections.as_deref(),
