@@ -151,6 +151,23 @@ fn mpt_two_hosts_exact_with_async_send_copies() {
     );
 }
 
+/// Three hosts, two engines per link, 1% loss: frames up to `CCL_MPT_INLINE_BYTES` (the
+/// default) go on each link's lead engine, driven by the executors themselves, the rest over
+/// both engines; against the same run with inline frames off: exact either way.
+#[test]
+fn mpt_three_hosts_two_engines_inline_frames_with_loss() {
+    for inline in ["262144", "0"] {
+        run(
+            3,
+            &[
+                ("CCL_MPT_ENGINES", "2"),
+                ("CCL_MPT_DROP", "0.01"),
+                ("CCL_MPT_INLINE_BYTES", inline),
+            ],
+        );
+    }
+}
+
 #[test]
 fn mpt_three_hosts_swift_few_paths() {
     run(3, &[("CCL_MPT_CC", "swift"), ("CCL_MPT_PATHS", "2")]);

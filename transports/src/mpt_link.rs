@@ -28,8 +28,12 @@
 //! one engine the link's user runs it inline and the engine thread covers for it when the
 //! user stops polling (acknowledgements and retransmissions for the last message of an
 //! operation must still flow while the executor waits elsewhere). With several engines the
-//! engine threads do all of it, in parallel, and the user only queues and takes messages,
-//! waking a sleeping engine through a socket pair.
+//! engine threads do it, in parallel, and the user queues and takes messages, waking a
+//! sleeping engine through a socket pair -- except for small frames (`inline_bytes`): those go
+//! whole on the lead engine (engine 0), which the user then drives itself while it waits for
+//! them, as on a one-engine link. A small operation would otherwise wait for an engine thread
+//! to wake on each side for the data and again for its acknowledgement; the user hands the
+//! lead engine back to its thread (waking it) before any larger frame goes or comes.
 //!
 //! Setup: [`MptLink::over_tcp`] exchanges a hello (magic; with several engines the engine
 //! count, largest frame and split size; per engine a flow id, path count and ports) over an
@@ -139,6 +143,11 @@ pub struct MptLinkConfig {
     /// instead of into their receive slots for the user to copy out. Either side may choose
     /// alone (nothing changes on the wire).
     pub place_receives: bool,
+    /// With several engines, frames of at most this many bytes go whole on the lead engine
+    /// and the user's thread runs that engine's progress while it sends and waits for them
+    /// (0: never; every frame to the least-loaded engine, moved by the engine threads alone).
+    /// A local choice (the receiver finds a frame on whichever engine carries it).
+    pub inline_bytes: usize,
 }
 
 impl Default for MptLinkConfig {
@@ -161,6 +170,7 @@ impl Default for MptLinkConfig {
             local_ips: Vec::new(),
             spin: Duration::ZERO,
             place_receives: false,
+            inline_bytes: 0,
         }
     }
 }
@@ -602,6 +612,16 @@ impl Shared {
             .store(nanos_since(self.epoch), Ordering::Relaxed);
     }
 
+    /// The user stops driving this engine: its thread takes over at once (it waits on its
+    /// wake-up socket while the user drives, so it sees this now rather than after
+    /// `USER_ACTIVE`).
+    fn hand_back(&self) {
+        self.user_progress.store(0, Ordering::Relaxed);
+        if let Some(w) = &self.wake {
+            w.notify();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic in another holder cannot leave the state half-updated in a way that
         // matters more than stopping; keep going with what is there.
@@ -899,8 +919,9 @@ impl Shared {
         }
     }
 
-    /// Posts the oldest completed receive slot again.
-    fn release(&self) {
+    /// Posts the oldest completed receive slot again; `drive`: announce it by running
+    /// progress here (the user drives this engine) rather than by waking the engine thread.
+    fn release(&self, drive: bool) {
         let mut g = self.lock();
         let s = (g.next_pop % g.slots) as usize;
         g.recv_done[s] = None;
@@ -911,6 +932,11 @@ impl Shared {
         let cap = g.max_frame as u64;
         if let Err(e) = g.conn.post_recv(now, cap, 0) {
             g.fail(format!("repost receive: {e}"));
+        }
+        if drive {
+            self.touch();
+            self.run(&mut g);
+            return;
         }
         self.publish(&g);
         // The new receive is announced to the peer (its sender may be waiting for room):
@@ -1124,6 +1150,10 @@ impl MptEndpoint {
             zero_copy: cfg.zero_copy,
             place_receives: cfg.place_receives,
             last_full: false,
+            inline_bytes: if n > 1 { cfg.inline_bytes } else { 0 },
+            send_inline: false,
+            recv_inline: n > 1 && cfg.inline_bytes > 0,
+            lead_driven: false,
         })
     }
 }
@@ -1376,7 +1406,18 @@ fn engine(sh: &Shared, spin: Duration) {
         let since_user =
             nanos_since(sh.epoch).saturating_sub(sh.user_progress.load(Ordering::Relaxed));
         if since_user < USER_ACTIVE.as_nanos() as u64 {
-            std::thread::sleep(USER_ACTIVE);
+            match &sh.wake {
+                // Several engines: the user drives only the lead engine, for small frames, and
+                // hands it back (`Shared::hand_back`) before larger ones, which must not wait
+                // out the rest of this pause. The paths are not polled meanwhile: the user
+                // reads them.
+                Some(w) => {
+                    let left = USER_ACTIVE.as_nanos() as u64 - since_user;
+                    udp::wait_readable(&[w.rx.as_raw_fd()], Duration::from_nanos(left));
+                    w.drain();
+                }
+                None => std::thread::sleep(USER_ACTIVE),
+            }
             continue;
         }
         let (park, wait) = {
@@ -1532,6 +1573,17 @@ pub struct MptLink {
     place_receives: bool,
     /// One engine: the frame popped last was `max_frame` long.
     last_full: bool,
+    /// Several engines: `MptLinkConfig::inline_bytes`.
+    inline_bytes: usize,
+    /// Several engines: the last frame sent went inline on the lead engine (`flush` drives
+    /// the lead while it holds unacknowledged messages).
+    send_inline: bool,
+    /// Several engines: the last frame taken was a small one, whole on the lead engine, so
+    /// the next probably is too (`peek` drives the lead while nothing is ready).
+    recv_inline: bool,
+    /// Several engines: this side ran the lead engine's progress since it last handed the
+    /// lead back to its thread.
+    lead_driven: bool,
 }
 
 /// Where a frame's parts go: (engine, frame range) per part, and how many parts.
@@ -1718,6 +1770,37 @@ impl MptLink {
         best.map(|(e, _, _)| e)
     }
 
+    /// Sends a frame of at most `inline_bytes` whole on the lead engine and runs its progress
+    /// here, so it leaves now; `Ok(false)` when the lead has no room (the caller places the
+    /// frame as any other). Only with nothing in flight: every engine is FIFO, and an earlier
+    /// frame still being copied must reach the lead first.
+    fn send_inline(&mut self, frame: &[u8]) -> Result<bool> {
+        if frame.len() > self.inline_bytes || !self.in_flight.is_empty() {
+            return Ok(false);
+        }
+        let hdr = part_header(self.next_seq, frame.len(), 0, 1);
+        if !self.engines[0].shared.send(&hdr, frame, true)? {
+            return Ok(false);
+        }
+        self.lead_driven = true;
+        self.send_inline = true;
+        self.next_seq += 1;
+        Ok(true)
+    }
+
+    /// A frame is about to go the engine threads' way: they get the lead engine back.
+    fn placed_send(&mut self) {
+        self.send_inline = false;
+        self.hand_back_lead();
+    }
+
+    /// Gives the lead engine back to its thread if this side drove it.
+    fn hand_back_lead(&mut self) {
+        if std::mem::take(&mut self.lead_driven) {
+            self.engines[0].shared.hand_back();
+        }
+    }
+
     /// Where the parts of the next `len`-byte frame go, as (engine, frame range) per part and
     /// the part count, on a link of several engines: a frame longer than `split_bytes` one part
     /// per engine (all must have room), a shorter one whole on the least-loaded engine (which
@@ -1779,6 +1862,7 @@ impl MptLink {
     fn send_queued(&mut self, frame: &[u8], deferred: bool) -> Result<bool> {
         self.check_failed()?;
         self.commit_ready()?;
+        self.placed_send();
         let seq = self.next_seq;
         let Some((parts, count)) = self.place_parts(frame.len()) else {
             return Ok(false);
@@ -1865,6 +1949,7 @@ impl MptLink {
             // SAFETY: per this function's contract.
             return unsafe { one.commit_borrowed(frame.len(), frame.as_ptr(), 0, true) };
         }
+        self.placed_send();
         let seq = self.next_seq;
         let Some((parts, count)) = self.place_parts(frame.len()) else {
             return Ok(false);
@@ -1895,6 +1980,7 @@ impl MptLink {
 
     fn try_send_multi(&mut self, frame: &[u8]) -> Result<bool> {
         self.check_failed()?;
+        self.placed_send();
         let n = self.engines.len();
         let seq = self.next_seq;
         if splits(frame.len(), self.split_bytes, n) {
@@ -2124,6 +2210,12 @@ impl Link for MptLink {
                 self.max_frame
             )));
         }
+        if self.engines.len() > 1 {
+            self.check_failed()?;
+            if self.send_inline(frame)? {
+                return Ok(true);
+            }
+        }
         match &self.engines[..] {
             [one] => one.shared.send(&[], frame, true),
             _ if self.async_copy => self.send_queued(frame, false),
@@ -2230,6 +2322,13 @@ impl Link for MptLink {
         }
         if self.ready.is_none() {
             self.ready = self.find_next()?;
+            if self.ready.is_none() && self.recv_inline && self.next_part == 0 {
+                // Small frames come whole on the lead engine: take them off its paths here
+                // (and acknowledge them) rather than wait for its thread to wake.
+                self.engines[0].shared.flush()?;
+                self.lead_driven = true;
+                self.ready = self.find_next()?;
+            }
         }
         match self.ready {
             None => Ok(None),
@@ -2259,13 +2358,24 @@ impl Link for MptLink {
         if self.engines.len() == 1 {
             if let Some(len) = self.peeked.take() {
                 self.last_full = len == self.max_frame;
-                self.engines[0].shared.release();
+                self.engines[0].shared.release(false);
             }
             return;
         }
         if let Some(Ready { engine, .. }) = self.ready.take() {
             self.heads[engine] = None;
-            self.engines[engine].shared.release();
+            if self.inline_bytes > 0 && self.next_part == 0 {
+                let was = self.recv_inline;
+                self.recv_inline =
+                    engine == 0 && self.shape.0 == 1 && self.shape.1 <= self.inline_bytes;
+                if was && !self.recv_inline {
+                    // A larger frame is coming in: the lead's thread takes its part.
+                    self.hand_back_lead();
+                }
+            }
+            let drive = engine == 0 && self.recv_inline;
+            self.lead_driven |= drive;
+            self.engines[engine].shared.release(drive);
             self.next_part += 1;
             if self.next_part >= self.shape.0 {
                 self.next_part = 0;
@@ -2283,7 +2393,15 @@ impl Link for MptLink {
                 let before = self.in_flight.len();
                 self.commit_ready()?;
                 self.check_failed()?;
-                Ok(self.in_flight.len() < before)
+                let mut moved = self.in_flight.len() < before;
+                // Small frames sent inline: their acknowledgements are read here, not by a
+                // thread that would have to wake for them.
+                let lead = &self.engines[0].shared;
+                if self.send_inline && lead.unacked_msgs.load(Ordering::Relaxed) > 0 {
+                    moved |= lead.flush()?;
+                    self.lead_driven = true;
+                }
+                Ok(moved)
             }
         }
     }
