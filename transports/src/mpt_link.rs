@@ -919,9 +919,10 @@ impl Shared {
         }
     }
 
-    /// Posts the oldest completed receive slot again; `drive`: announce it by running
-    /// progress here (the user drives this engine) rather than by waking the engine thread.
-    fn release(&self, drive: bool) {
+    /// Posts the oldest completed receive slot again; `driven`: the user drives this engine
+    /// and announces the receive with its next round of progress (as a one-engine link's
+    /// user does), so the engine thread is not woken for it.
+    fn release(&self, driven: bool) {
         let mut g = self.lock();
         let s = (g.next_pop % g.slots) as usize;
         g.recv_done[s] = None;
@@ -933,15 +934,12 @@ impl Shared {
         if let Err(e) = g.conn.post_recv(now, cap, 0) {
             g.fail(format!("repost receive: {e}"));
         }
-        if drive {
-            self.touch();
-            self.run(&mut g);
-            return;
-        }
         self.publish(&g);
         // The new receive is announced to the peer (its sender may be waiting for room):
         // with several engines nobody else would run progress before the next timer.
-        self.kick(&mut g);
+        if !driven {
+            self.kick(&mut g);
+        }
     }
 
     fn flush(&self) -> Result<bool> {
@@ -2373,9 +2371,8 @@ impl Link for MptLink {
                     self.hand_back_lead();
                 }
             }
-            let drive = engine == 0 && self.recv_inline;
-            self.lead_driven |= drive;
-            self.engines[engine].shared.release(drive);
+            let driven = engine == 0 && self.recv_inline && self.lead_driven;
+            self.engines[engine].shared.release(driven);
             self.next_part += 1;
             if self.next_part >= self.shape.0 {
                 self.next_part = 0;
