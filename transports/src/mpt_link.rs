@@ -146,7 +146,8 @@ pub struct MptLinkConfig {
     /// With several engines, frames of at most this many bytes go whole on the lead engine
     /// and the user's thread runs that engine's progress while it sends and waits for them
     /// (0: never; every frame to the least-loaded engine, moved by the engine threads alone).
-    /// A local choice (the receiver finds a frame on whichever engine carries it).
+    /// At most `split_bytes` apply (longer frames are split). A local choice (the receiver
+    /// finds a frame on whichever engine carries it).
     pub inline_bytes: usize,
 }
 
@@ -1148,7 +1149,12 @@ impl MptEndpoint {
             zero_copy: cfg.zero_copy,
             place_receives: cfg.place_receives,
             last_full: false,
-            inline_bytes: if n > 1 { cfg.inline_bytes } else { 0 },
+            // Only frames that go whole anyway: a longer one would not fit the peer's slots.
+            inline_bytes: if n > 1 {
+                cfg.inline_bytes.min(split)
+            } else {
+                0
+            },
             send_inline: false,
             recv_inline: n > 1 && cfg.inline_bytes > 0,
             lead_driven: false,
@@ -1786,6 +1792,36 @@ impl MptLink {
         Ok(true)
     }
 
+    /// [`MptLink::send_inline`] of a frame sent from where it lies (`zero_copy`): only its
+    /// part header goes into the lead's slot.
+    ///
+    /// # Safety
+    /// As [`MptLink::send_borrowed`].
+    unsafe fn send_inline_borrowed(&mut self, frame: &[u8]) -> Result<bool> {
+        if frame.len() > self.inline_bytes || !self.in_flight.is_empty() {
+            return Ok(false);
+        }
+        let lead = &self.engines[0].shared;
+        let len = PART_HEADER + frame.len();
+        let Some(dst) = lead.reserve(len, true)? else {
+            return Ok(false);
+        };
+        let hdr = part_header(self.next_seq, frame.len(), 0, 1);
+        // SAFETY: `dst` is the reserved slot, of at least `len` bytes (`reserve`).
+        unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
+        // SAFETY: the caller keeps `frame` unchanged until the link has nothing pending or
+        // `quiesce` returned (this function's contract), which is what `commit_borrowed` needs.
+        if !unsafe { lead.commit_borrowed(len, frame.as_ptr(), PART_HEADER, true) }? {
+            return Err(Error::Protocol(
+                "mpt lead engine refused a frame after showing room".into(),
+            ));
+        }
+        self.lead_driven = true;
+        self.send_inline = true;
+        self.next_seq += 1;
+        Ok(true)
+    }
+
     /// A frame is about to go the engine threads' way: they get the lead engine back.
     fn placed_send(&mut self) {
         self.send_inline = false;
@@ -1946,6 +1982,10 @@ impl MptLink {
             }
             // SAFETY: per this function's contract.
             return unsafe { one.commit_borrowed(frame.len(), frame.as_ptr(), 0, true) };
+        }
+        // SAFETY: per this function's contract.
+        if unsafe { self.send_inline_borrowed(frame) }? {
+            return Ok(true);
         }
         self.placed_send();
         let seq = self.next_seq;
