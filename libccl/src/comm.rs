@@ -833,7 +833,6 @@ fn mpt_link_config(
             spin: std::time::Duration::from_micros(params::CCL_MPT_SPIN_US.get_i64().max(0) as u64),
             inline_bytes: params::CCL_MPT_INLINE_BYTES.get_i64().max(0) as usize,
             split_bytes: params::CCL_MPT_SPLIT_BYTES.get_i64().clamp(4096, 1 << 30) as usize,
-            ..MptLinkConfig::default()
         },
         strict,
     )))

@@ -1779,17 +1779,26 @@ impl MptLink {
     /// frame as any other). Only with nothing in flight: every engine is FIFO, and an earlier
     /// frame still being copied must reach the lead first.
     fn send_inline(&mut self, frame: &[u8]) -> Result<bool> {
-        if frame.len() > self.inline_bytes || !self.in_flight.is_empty() {
+        if !self.goes_inline(frame.len()) {
             return Ok(false);
         }
         let hdr = part_header(self.next_seq, frame.len(), 0, 1);
         if !self.engines[0].shared.send(&hdr, frame, true)? {
             return Ok(false);
         }
+        self.sent_inline();
+        Ok(true)
+    }
+
+    fn goes_inline(&self, len: usize) -> bool {
+        len <= self.inline_bytes && self.in_flight.is_empty()
+    }
+
+    /// Books a frame queued (and driven) on the lead engine.
+    fn sent_inline(&mut self) {
         self.lead_driven = true;
         self.send_inline = true;
         self.next_seq += 1;
-        Ok(true)
     }
 
     /// [`MptLink::send_inline`] of a frame sent from where it lies (`zero_copy`): only its
@@ -1798,7 +1807,7 @@ impl MptLink {
     /// # Safety
     /// As [`MptLink::send_borrowed`].
     unsafe fn send_inline_borrowed(&mut self, frame: &[u8]) -> Result<bool> {
-        if frame.len() > self.inline_bytes || !self.in_flight.is_empty() {
+        if !self.goes_inline(frame.len()) {
             return Ok(false);
         }
         let lead = &self.engines[0].shared;
@@ -1811,14 +1820,12 @@ impl MptLink {
         unsafe { std::ptr::copy_nonoverlapping(hdr.as_ptr(), dst, PART_HEADER) };
         // SAFETY: the caller keeps `frame` unchanged until the link has nothing pending or
         // `quiesce` returned (this function's contract), which is what `commit_borrowed` needs.
+        // Refused (the core still retires an acknowledged message): the unused slot stays
+        // free and the frame goes the other way, as a one-engine link's caller would retry.
         if !unsafe { lead.commit_borrowed(len, frame.as_ptr(), PART_HEADER, true) }? {
-            return Err(Error::Protocol(
-                "mpt lead engine refused a frame after showing room".into(),
-            ));
+            return Ok(false);
         }
-        self.lead_driven = true;
-        self.send_inline = true;
-        self.next_seq += 1;
+        self.sent_inline();
         Ok(true)
     }
 
