@@ -37,6 +37,8 @@
 #                        iterations of all rounds (tp2-sp iterations vary by +-10% run to run)
 #   REPEAT_NCCL=""       configurations that also get an "nccl2" run, e.g. REPEAT_NCCL=tp2-sp
 #   LIBCCL=$PWD/.dev/libnccl.so.2
+#   LIBCCL_B, LIBCCL_C   the library of the "ccl-b" / "ccl-c" runs (default LIBCCL): two builds in
+#                        one call, e.g. LIBS="nccl ccl ccl-b" LIBCCL_B=$PWD/.dev/s12/libnccl.so.2
 #   DEADLINE=500         seconds for the whole script; runs are cut to fit, and skipped at the end
 #   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
@@ -80,6 +82,8 @@ CCL_ENV_C=${CCL_ENV_C:-}
 REPEAT_NCCL=${REPEAT_NCCL:-}
 ROUNDS=${ROUNDS:-1}
 LIBCCL=${LIBCCL:-$ROOT/.dev/libnccl.so.2}
+LIBCCL_B=${LIBCCL_B:-$LIBCCL}
+LIBCCL_C=${LIBCCL_C:-$LIBCCL}
 DEADLINE=${DEADLINE:-500}
 RUN_TIMEOUT=${RUN_TIMEOUT:-$((60 + ITERS * 3 / 2 + 10 * (NPROC - 2)))}
 EXTRA_ARGS=${EXTRA_ARGS:-}
@@ -156,11 +160,11 @@ run_one() { # config library
     # timeout signals its whole process group: torchrun and every worker.
     local kind=${lib%.r[0-9]*}
     if [[ $kind == ccl || $kind == ccl-b || $kind == ccl-c ]]; then
-        local extra=$CCL_ENV
-        [[ $kind == ccl-b ]] && extra=$CCL_ENV_B
-        [[ $kind == ccl-c ]] && extra=$CCL_ENV_C
+        local extra=$CCL_ENV lib_so=$LIBCCL
+        [[ $kind == ccl-b ]] && extra=$CCL_ENV_B && lib_so=$LIBCCL_B
+        [[ $kind == ccl-c ]] && extra=$CCL_ENV_C && lib_so=$LIBCCL_C
         # shellcheck disable=SC2086 # word splitting of VAR=value lists is intended
-        env $extra LD_PRELOAD=$LIBCCL timeout -k 10 "$t" python3 -m torch.distributed.run \
+        env $extra LD_PRELOAD=$lib_so timeout -k 10 "$t" python3 -m torch.distributed.run \
             --standalone --nproc-per-node "$NPROC" tests/megatron/train_gpt.py $args $MODEL \
             $EXTRA_ARGS --tag "$cfg/$lib" >"$log" 2>&1
         rc=$?
