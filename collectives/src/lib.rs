@@ -397,6 +397,27 @@ pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result
     )
 }
 
+/// [`Collective::AllReduce`] between two ranks in one exchange: each sends its whole input and
+/// reduces the other's with its own into scratch, copied into place after the exchange (so it
+/// is safe in place). A ring takes two exchanges of half the bytes each, and for small messages
+/// each exchange's round trip is what costs. Both ranks reduce the same two operands, in
+/// opposite order: callers use it only for reductions that give the same bits either way (not
+/// pre-scaled sums, whose fused form scales a different operand on each rank).
+pub fn allreduce_pair_one_shot(rank: usize, count: usize) -> Result<Schedule, Error> {
+    if rank > 1 {
+        return Err(Error::BadRank { rank, nranks: 2 });
+    }
+    let peer = 1 - rank;
+    let mut t = plan::Table::new();
+    t.push(0, plan::op_send(peer, plan::send(0, count)));
+    t.push(
+        0,
+        plan::op_reduce(peer, plan::send(0, count), plan::scratch(0, count)),
+    );
+    t.push(1, plan::copy(plan::scratch(0, count), plan::recv(0, count)));
+    Ok(t.finish(count))
+}
+
 /// Ring position of `rank` (`order` is a permutation containing it, or `None` for identity).
 fn position(order: Option<&[usize]>, rank: usize) -> usize {
     order

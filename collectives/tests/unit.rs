@@ -986,3 +986,37 @@ fn alltoall_out_of_place_lands_every_block_once() {
     }
     assert!(alltoall_out_of_place(3, 3, 1).is_err());
 }
+
+/// The two-rank one-exchange all-reduce matches the reference for every reduction, in place
+/// and out of place (its result goes through scratch, so in place is no hazard), in one
+/// exchange step plus a local copy.
+#[test]
+fn allreduce_pair_one_shot_matches_the_reference() {
+    use ccl_collectives::allreduce_pair_one_shot;
+    use ccl_collectives::reference::check_schedules;
+    for count in [0, 1, 2, 7, 64, 1000] {
+        let scheds: Vec<_> = (0..2)
+            .map(|r| allreduce_pair_one_shot(r, count).unwrap())
+            .collect();
+        for s in &scheds {
+            assert_eq!(s.scratch, count);
+            assert_eq!(s.steps.len(), if count == 0 { 0 } else { 2 });
+        }
+        for in_place in [false, true] {
+            for op in [ReduceOp::Sum, ReduceOp::Max] {
+                let case = Case {
+                    coll: Collective::AllReduce,
+                    algo: Algorithm::Direct,
+                    nranks: 2,
+                    count,
+                    pipeline: Pipeline::DEFAULT,
+                    opts: SimOptions { in_place, op },
+                    seed: count as u64 + 7,
+                };
+                check_schedules(&case, &scheds)
+                    .unwrap_or_else(|e| panic!("count {count} in place {in_place} {op:?}: {e}"));
+            }
+        }
+    }
+    assert!(allreduce_pair_one_shot(2, 1).is_err());
+}

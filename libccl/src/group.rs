@@ -19,7 +19,7 @@ use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
-use crate::task::{Task, TaskKind};
+use crate::task::{Reduction, Task, TaskKind};
 
 #[derive(Default)]
 struct GroupState {
@@ -207,6 +207,8 @@ struct Settings {
     warn_after: Duration,
     tree_allowed: bool,
     ring_allowed: bool,
+    /// `CCL_ALLREDUCE_ONE_SHOT_BYTES`.
+    one_shot_bytes: usize,
 }
 
 fn settings() -> &'static Settings {
@@ -219,6 +221,7 @@ fn settings() -> &'static Settings {
             warn_after: Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64),
             tree_allowed: allowed("tree"),
             ring_allowed: allowed("ring"),
+            one_shot_bytes: params::CCL_ALLREDUCE_ONE_SHOT_BYTES.get_i64().max(0) as usize,
         }
     })
 }
@@ -267,6 +270,23 @@ impl PlanSpec {
 fn buffers_disjoint(t: &Task, n: usize) -> bool {
     let len = t.count.saturating_mul(n).saturating_mul(t.dtype.size());
     t.send.saturating_add(len) <= t.recv || t.recv.saturating_add(len) <= t.send
+}
+
+/// Whether a two-rank all-reduce of `t` goes in one exchange
+/// ([`ccl_collectives::allreduce_pair_one_shot`]): small enough, and a reduction whose two
+/// operands give the same bits in either order on both ranks -- sums and products, and on
+/// integers also max, min and average (a sum, divided afterwards). Not float max / min (signed
+/// zeros and NaNs may come out by operand order) nor pre-scaled sums (each rank would fuse the
+/// scaling of a different operand).
+fn pair_one_shot(t: &Task, n: usize, settings: &Settings) -> bool {
+    use ccl_cuda::ReduceKind as K;
+    let bytes = t.count.saturating_mul(t.dtype.size());
+    let symmetric = match t.red {
+        Reduction::Plain(K::Sum | K::Prod) => true,
+        Reduction::Plain(_) | Reduction::Avg => !t.dtype.is_float(),
+        Reduction::PreMulSum(_) => false,
+    };
+    n == 2 && bytes <= settings.one_shot_bytes && symmetric
 }
 
 /// Schedules kept per communicator (see [`crate::comm::IssueState::schedules`]).
@@ -320,19 +340,17 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
-                let key = (coll, t.count, t.dtype.size(), disjoint);
+                let one_shot =
+                    coll == ccl_collectives::Collective::AllReduce && pair_one_shot(t, n, settings);
+                let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
                     None => {
-                        let s = std::sync::Arc::new(build_schedule(
-                            coll,
-                            t,
-                            rank,
-                            n,
-                            &state.ring,
-                            settings,
-                            disjoint,
-                        )?);
+                        let s = std::sync::Arc::new(if one_shot {
+                            ccl_collectives::allreduce_pair_one_shot(rank, t.count)?
+                        } else {
+                            build_schedule(coll, t, rank, n, &state.ring, settings, disjoint)?
+                        });
                         // Training loops repeat a handful of shapes; a bounded cache keeps
                         // schedule building off their path.
                         if state.schedules.len() >= SCHEDULE_CACHE {
