@@ -364,7 +364,9 @@ pub struct UdpPaths {
 
 /// `send_run`'s arrays. On the stack they were zeroed on every call (50 KiB: 10% of a
 /// one-engine 8 B send/receive's CPU on the sending side); here each call writes only the
-/// entries it hands to the kernel.
+/// entries it hands to the kernel. The default has no arrays (no allocation): what `send_run`
+/// leaves in place while it holds the real ones.
+#[derive(Default)]
 struct TxScratch {
     iov: Vec<libc::iovec>,
     hdr: Vec<libc::mmsghdr>,
@@ -398,19 +400,6 @@ impl TxScratch {
             first: vec![0; TX_MAX],
             dgs: vec![0; TX_MAX],
             segs: vec![0; TX_MAX],
-        }
-    }
-
-    /// No arrays (no allocation): what `send_run` leaves while it holds the real ones.
-    fn empty() -> Self {
-        TxScratch {
-            iov: Vec::new(),
-            hdr: Vec::new(),
-            ctrl: Vec::new(),
-            frag_hdrs: Vec::new(),
-            first: Vec::new(),
-            dgs: Vec::new(),
-            segs: Vec::new(),
         }
     }
 }
@@ -628,7 +617,7 @@ impl UdpPaths {
     /// all when the iovecs ran out, or when the kernel refused GSO (which is then turned
     /// off, so the rest goes without it).
     fn send_run(&mut self, fd: RawFd, batch: &TxBatch, idx: &[u16]) -> io::Result<usize> {
-        let mut scratch = std::mem::replace(&mut self.tx_scratch, TxScratch::empty());
+        let mut scratch = std::mem::take(&mut self.tx_scratch);
         let r = self.send_run_with(&mut scratch, fd, batch, idx);
         self.tx_scratch = scratch;
         r
