@@ -72,6 +72,13 @@ pub enum Op {
     },
     /// Local copy (skipped by executors when `src` and `dst` are the same memory).
     Copy { src: Slice, dst: Slice },
+    /// Local reduction: `dst = src (op) local`, with `src` in the place a `RecvReduce` gives the
+    /// incoming data. `dst` may be exactly `src` or `local` (elementwise), nothing else of them.
+    Reduce {
+        src: Slice,
+        local: Slice,
+        dst: Slice,
+    },
 }
 
 /// Operations that progress concurrently.
@@ -397,25 +404,47 @@ pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result
     )
 }
 
-/// [`Collective::AllReduce`] between two ranks in one exchange: each sends its whole input and
-/// reduces the other's with its own into scratch, copied into place after the exchange (so it
-/// is safe in place). A ring takes two exchanges of half the bytes each, and for small messages
-/// each exchange's round trip is what costs. Both ranks reduce the same two operands, in
-/// opposite order: callers use it only for reductions that give the same bits either way (not
-/// pre-scaled sums, whose fused form scales a different operand on each rank).
-pub fn allreduce_pair_one_shot(rank: usize, count: usize) -> Result<Schedule, Error> {
-    if rank > 1 {
-        return Err(Error::BadRank { rank, nranks: 2 });
+/// [`Collective::AllReduce`] in one exchange: every rank sends its whole input to every other
+/// and receives theirs into scratch, then folds the `nranks` inputs locally **in rank order**
+/// (`((x0 op x1) op x2) ...`, the partial result always the first operand), so every rank
+/// computes the same operations on the same operands and ends with the same bits, for every
+/// reduction (float sums and max/min included; pre-scaled operands are scaled by their owner
+/// before they travel). A ring takes `2(n-1)` exchanges and a tree `2 log n`; for small
+/// messages each exchange's round trip is what costs, while this one moves `n-1` times the
+/// input each way. The result is written only by the last fold, so in place is safe. Scratch:
+/// `nranks * count` (slot `p` holds rank p's input; this rank's own slot the partial result).
+pub fn allreduce_one_shot(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
+    if rank >= nranks {
+        return Err(Error::BadRank { rank, nranks });
     }
-    let peer = 1 - rank;
+    let scratch_len = nranks.checked_mul(count).ok_or(Error::Overflow)?;
     let mut t = plan::Table::new();
-    t.push(0, plan::op_send(peer, plan::send(0, count)));
-    t.push(
-        0,
-        plan::op_reduce(peer, plan::send(0, count), plan::scratch(0, count)),
-    );
-    t.push(1, plan::copy(plan::scratch(0, count), plan::recv(0, count)));
-    Ok(t.finish(count))
+    // Each rank starts with the rank after it, so no rank is everyone's first peer.
+    for peer in (1..nranks).map(|i| (rank + i) % nranks) {
+        t.push(0, plan::op_send(peer, plan::send(0, count)));
+        t.push(0, plan::op_recv(peer, plan::scratch(peer * count, count)));
+    }
+    let input = |k: usize| {
+        if k == rank {
+            plan::send(0, count)
+        } else {
+            plan::scratch(k * count, count)
+        }
+    };
+    let partial = plan::scratch(rank * count, count);
+    for k in 1..nranks {
+        let src = if k == 1 { input(0) } else { partial };
+        let dst = if k == nranks - 1 {
+            plan::recv(0, count)
+        } else {
+            partial
+        };
+        t.push(k, plan::op_local_reduce(src, input(k), dst));
+    }
+    if nranks == 1 {
+        t.push(0, plan::copy(plan::send(0, count), plan::recv(0, count)));
+    }
+    Ok(t.finish(scratch_len))
 }
 
 /// Ring position of `rank` (`order` is a permutation containing it, or `None` for identity).

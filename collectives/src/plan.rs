@@ -28,12 +28,18 @@ pub(crate) fn op_reduce(peer: usize, local: Slice, dst: Slice) -> Op {
 pub(crate) fn copy(src: Slice, dst: Slice) -> Op {
     Op::Copy { src, dst }
 }
+pub(crate) fn op_local_reduce(src: Slice, local: Slice, dst: Slice) -> Op {
+    Op::Reduce { src, local, dst }
+}
 
 /// Elements an operation moves; zero-count operations are never emitted.
 pub(crate) fn op_count(op: &Op) -> usize {
     match op {
         Op::Send { src, .. } => src.count,
-        Op::Recv { dst, .. } | Op::RecvReduce { dst, .. } | Op::Copy { dst, .. } => dst.count,
+        Op::Recv { dst, .. }
+        | Op::RecvReduce { dst, .. }
+        | Op::Copy { dst, .. }
+        | Op::Reduce { dst, .. } => dst.count,
     }
 }
 

@@ -26,6 +26,11 @@ pub enum ReduceOp {
     /// Wrapping add: with random inputs a lost or doubled contribution changes the result.
     Sum,
     Max,
+    /// Neither commutative nor associative (`a * P + b`): a schedule matches the reference
+    /// with it only if it folds the ranks' inputs exactly as the reference does, in rank order
+    /// with the partial result first -- what makes float results equal bit for bit on every
+    /// rank.
+    Ordered,
 }
 
 impl ReduceOp {
@@ -33,6 +38,7 @@ impl ReduceOp {
         match self {
             ReduceOp::Sum => a.wrapping_add(b),
             ReduceOp::Max => a.max(b),
+            ReduceOp::Ordered => a.wrapping_mul(0x0000_0100_0000_01b3).wrapping_add(b),
         }
     }
 }
@@ -292,6 +298,11 @@ enum Res {
     },
     /// `None` when source and destination are the same memory (skipped).
     Copy(Option<(Range, Range)>),
+    LocalReduce {
+        src: Range,
+        local: Range,
+        dst: Range,
+    },
 }
 
 fn overlap(a: Range, b: Range) -> bool {
@@ -362,6 +373,17 @@ fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimEr
             let (s, d) = (addr(src)?, addr(dst)?);
             Res::Copy(if s == d { None } else { Some((s, d)) })
         }
+        Op::Reduce { src, local, dst } => {
+            writable(dst)?;
+            if src.count != dst.count || local.count != dst.count {
+                return Err(SimError::SizeMismatch(at));
+            }
+            Res::LocalReduce {
+                src: addr(src)?,
+                local: addr(local)?,
+                dst: addr(dst)?,
+            }
+        }
     })
 }
 
@@ -396,6 +418,20 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> 
                 }
                 acc.push((i, s, false));
                 acc.push((i, d, true));
+            }
+            Res::LocalReduce { src, local, dst } => {
+                // Elementwise in place (dst exactly one of the operands) is fine.
+                if [src, local].iter().any(|&r| r != dst && overlap(r, dst)) {
+                    return Err(SimError::Hazard {
+                        rank,
+                        step,
+                        a: i,
+                        b: i,
+                    });
+                }
+                acc.push((i, src, false));
+                acc.push((i, local, false));
+                acc.push((i, dst, true));
             }
             Res::Copy(None) => {}
         }
@@ -483,7 +519,7 @@ pub fn simulate(
                     Res::Recv { peer, dst } | Res::Reduce { peer, dst, .. } => {
                         recvs.entry((peer, rank)).or_default().push((si, oi, dst.1))
                     }
-                    Res::Copy(_) => {}
+                    Res::Copy(_) | Res::LocalReduce { .. } => {}
                 }
             }
         }
@@ -528,7 +564,7 @@ pub fn simulate(
         sent: vec![0; nranks],
     };
     for r in 0..nranks {
-        settle(r, &res, &mut cur, &mut done, &mut mem);
+        settle(r, &res, &mut cur, &mut done, &mut mem, opts.op);
     }
     loop {
         if (0..nranks).all(|r| cur.get(r).copied().unwrap_or(0) >= nsteps(r)) {
@@ -592,7 +628,7 @@ pub fn simulate(
         }
         report.rounds += 1;
         for r in 0..nranks {
-            settle(r, &res, &mut cur, &mut done, &mut mem);
+            settle(r, &res, &mut cur, &mut done, &mut mem, opts.op);
         }
     }
     report.recv = mem
@@ -627,6 +663,7 @@ fn settle(
     cur: &mut [usize],
     done: &mut [Vec<bool>],
     mem: &mut [Vec<u64>],
+    op: ReduceOp,
 ) {
     let Some(steps) = res.get(r) else { return };
     loop {
@@ -634,13 +671,25 @@ fn settle(
         let Some(ops) = steps.get(c) else { return };
         let Some(d) = done.get_mut(r) else { return };
         if d.len() != ops.len() {
-            // Entering the step: copies complete at once (no hazard lets them race with
-            // anything else in the step, so when they run inside it does not matter).
-            *d = ops.iter().map(|o| matches!(o, Res::Copy(_))).collect();
+            // Entering the step: local copies and reductions complete at once (no hazard lets
+            // them race with anything else in the step, so when they run inside it does not
+            // matter).
+            *d = ops
+                .iter()
+                .map(|o| matches!(o, Res::Copy(_) | Res::LocalReduce { .. }))
+                .collect();
             for o in ops {
-                if let Res::Copy(Some((s, dst))) = *o {
-                    let data = read(mem, r, s);
-                    write(mem, r, dst, &data);
+                match *o {
+                    Res::Copy(Some((s, dst))) => {
+                        let data = read(mem, r, s);
+                        write(mem, r, dst, &data);
+                    }
+                    Res::LocalReduce { src, local, dst } => {
+                        let (a, b) = (read(mem, r, src), read(mem, r, local));
+                        let v: Vec<u64> = a.iter().zip(&b).map(|(&x, &y)| op.apply(x, y)).collect();
+                        write(mem, r, dst, &v);
+                    }
+                    _ => {}
                 }
             }
         }

@@ -310,6 +310,11 @@ fn relabel(sched: &Schedule, coll: Collective, order: &[usize], count: usize) ->
                     src: sl(src),
                     dst: sl(dst),
                 },
+                Op::Reduce { src, local, dst } => Op::Reduce {
+                    src: sl(src),
+                    local: sl(local),
+                    dst: sl(dst),
+                },
             };
         }
     }
@@ -402,7 +407,7 @@ fn check_neighbours(hosts: &[usize], count: usize, root: usize) {
                         Op::Recv { peer, .. } | Op::RecvReduce { peer, .. } => {
                             assert_eq!(peer, prev(rank), "{coll:?} rank {rank} order {order:?}");
                         }
-                        Op::Copy { .. } => {}
+                        Op::Copy { .. } | Op::Reduce { .. } => {}
                     }
                 }
             }

@@ -279,9 +279,10 @@ fn count_below_nranks_drops_empty_chunks() {
             for op in &st.ops {
                 let n = match op {
                     Op::Send { src, .. } => src.count,
-                    Op::Recv { dst, .. } | Op::RecvReduce { dst, .. } | Op::Copy { dst, .. } => {
-                        dst.count
-                    }
+                    Op::Recv { dst, .. }
+                    | Op::RecvReduce { dst, .. }
+                    | Op::Copy { dst, .. }
+                    | Op::Reduce { dst, .. } => dst.count,
                 };
                 assert_eq!(n, 1);
             }
@@ -987,36 +988,85 @@ fn alltoall_out_of_place_lands_every_block_once() {
     assert!(alltoall_out_of_place(3, 3, 1).is_err());
 }
 
-/// The two-rank one-exchange all-reduce matches the reference for every reduction, in place
-/// and out of place (its result goes through scratch, so in place is no hazard), in one
-/// exchange step plus a local copy.
+/// The one-exchange all-reduce matches the reference for 1..9 ranks, in place and out of
+/// place, in one exchange step and then local folds only; with an operation that is neither
+/// commutative nor associative too, so every rank folds the inputs in rank order with the
+/// partial result first (the reference's order), which is what makes float results equal bit
+/// for bit on every rank.
 #[test]
-fn allreduce_pair_one_shot_matches_the_reference() {
-    use ccl_collectives::allreduce_pair_one_shot;
+fn allreduce_one_shot_folds_in_rank_order_on_every_rank() {
+    use ccl_collectives::allreduce_one_shot;
     use ccl_collectives::reference::check_schedules;
-    for count in [0, 1, 2, 7, 64, 1000] {
-        let scheds: Vec<_> = (0..2)
-            .map(|r| allreduce_pair_one_shot(r, count).unwrap())
-            .collect();
-        for s in &scheds {
-            assert_eq!(s.scratch, count);
-            assert_eq!(s.steps.len(), if count == 0 { 0 } else { 2 });
-        }
-        for in_place in [false, true] {
-            for op in [ReduceOp::Sum, ReduceOp::Max] {
-                let case = Case {
-                    coll: Collective::AllReduce,
-                    algo: Algorithm::Direct,
-                    nranks: 2,
-                    count,
-                    pipeline: Pipeline::DEFAULT,
-                    opts: SimOptions { in_place, op },
-                    seed: count as u64 + 7,
+    for n in 1..=9 {
+        for count in [0, 1, 2, 7, 64, 1000] {
+            let scheds: Vec<_> = (0..n)
+                .map(|r| allreduce_one_shot(r, n, count).unwrap())
+                .collect();
+            for (r, s) in scheds.iter().enumerate() {
+                assert_eq!(s.scratch, n * count);
+                let steps = if count == 0 {
+                    0
+                } else {
+                    n.max(2) - 1 + (n > 1) as usize
                 };
-                check_schedules(&case, &scheds)
-                    .unwrap_or_else(|e| panic!("count {count} in place {in_place} {op:?}: {e}"));
+                assert_eq!(s.steps.len(), steps, "{n} ranks, count {count}");
+                // Only the first step talks, to every other rank once each way.
+                for (i, st) in s.steps.iter().enumerate() {
+                    let talks = st
+                        .ops
+                        .iter()
+                        .filter(|o| matches!(o, Op::Send { .. } | Op::Recv { .. }))
+                        .count();
+                    assert_eq!(
+                        talks,
+                        if i == 0 && n > 1 { 2 * (n - 1) } else { 0 },
+                        "rank {r}"
+                    );
+                }
+            }
+            for in_place in [false, true] {
+                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Ordered] {
+                    let case = Case {
+                        coll: Collective::AllReduce,
+                        algo: Algorithm::Direct,
+                        nranks: n,
+                        count,
+                        pipeline: Pipeline::DEFAULT,
+                        opts: SimOptions { in_place, op },
+                        seed: (n * 131 + count) as u64,
+                    };
+                    let rep = check_schedules(&case, &scheds).unwrap_or_else(|e| {
+                        panic!("{n} ranks count {count} in place {in_place} {op:?}: {e}")
+                    });
+                    if count > 0 && n > 1 {
+                        assert_eq!(rep.messages, n * (n - 1));
+                    }
+                }
             }
         }
     }
-    assert!(allreduce_pair_one_shot(2, 1).is_err());
+    assert!(allreduce_one_shot(2, 2, 1).is_err());
+    assert!(allreduce_one_shot(0, usize::MAX, 2).is_err());
+}
+
+/// The ring schedule does not fold in rank order: the `Ordered` operation tells the two apart
+/// (so the test above shows something).
+#[test]
+fn the_ordered_operation_catches_a_ring_fold() {
+    let case = Case {
+        coll: Collective::AllReduce,
+        algo: Algorithm::Ring,
+        nranks: 4,
+        count: 8,
+        pipeline: Pipeline::DEFAULT,
+        opts: SimOptions {
+            in_place: false,
+            op: ReduceOp::Ordered,
+        },
+        seed: 3,
+    };
+    assert!(matches!(
+        ccl_collectives::reference::check(&case),
+        Err(ccl_collectives::reference::SimError::Mismatch { .. })
+    ));
 }

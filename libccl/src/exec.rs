@@ -124,6 +124,19 @@ enum XKind {
         src: *const u8,
         dst: *mut u8,
     },
+    /// `dst = src (op) local`, all local (a one-exchange all-reduce's folds).
+    Reduce {
+        src: *const u8,
+        local: *const u8,
+        dst: *mut u8,
+    },
+}
+
+impl XKind {
+    /// Runs on this rank alone: no link, no peer.
+    fn is_local(&self) -> bool {
+        matches!(self, XKind::Copy { .. } | XKind::Reduce { .. })
+    }
 }
 
 #[derive(Debug)]
@@ -258,7 +271,7 @@ impl XOp {
             bytes: hdr.bytes as usize,
             done: 0,
             // Local copies never send a header.
-            header_done: matches!(kind, XKind::Copy { .. }),
+            header_done: kind.is_local(),
             finished: false,
             hdr,
             piece: None,
@@ -500,6 +513,15 @@ impl Plan {
                         rank,
                         src.count,
                     ),
+                    Op::Reduce { src, local, dst } => (
+                        XKind::Reduce {
+                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
+                            local: elem_ptr(base(local.buf), local.offset, size) as *const u8,
+                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
+                        },
+                        rank,
+                        dst.count,
+                    ),
                 };
                 if peer >= nranks {
                     return Err(Error::internal(format!(
@@ -684,7 +706,7 @@ impl Plan {
             .get(self.cur)
             .map(|ops| {
                 ops.iter()
-                    .filter(|o| !o.finished && !matches!(o.kind, XKind::Copy { .. }))
+                    .filter(|o| !o.finished && !o.kind.is_local())
                     .map(|o| o.peer)
                     .collect()
             })
@@ -741,7 +763,7 @@ impl Plan {
             for (copies, i) in order {
                 let (before, rest) = ops.split_at_mut(i);
                 let Some(op) = rest.first_mut() else { break };
-                if op.finished || matches!(op.kind, XKind::Copy { .. }) != copies {
+                if op.finished || op.kind.is_local() != copies {
                     continue;
                 }
                 // A gated piece's sends and local copies wait until its bytes are in host
@@ -772,6 +794,15 @@ impl Plan {
                     landed.extend(op.lands_in);
                     continue;
                 }
+                if let XKind::Reduce { src, local, dst } = op.kind {
+                    // SAFETY: the three ranges lie inside buffers validated at enqueue (or
+                    // plan-owned), `op.bytes` long each; the schedule lets `dst` be exactly
+                    // `src` or `local` and overlap them nowhere else (elementwise in place).
+                    unsafe { reduce::reduce(dtype, arith, dst, src, local, op.bytes / size) };
+                    op.finished = true;
+                    progressed = true;
+                    continue;
+                }
                 // Messages between one pair of ranks are FIFO: an operation waits for the
                 // earlier ones of its step with the same peer and direction -- a send only
                 // until they have queued all their bytes (their wait for the link to empty
@@ -780,7 +811,7 @@ impl Plan {
                 let sending = matches!(op.kind, XKind::Send { .. });
                 if before.iter().any(|o| {
                     o.peer == op.peer
-                        && !matches!(o.kind, XKind::Copy { .. })
+                        && !o.kind.is_local()
                         && matches!(o.kind, XKind::Send { .. }) == sending
                         && if sending { !o.queued() } else { !o.finished }
                 }) {

@@ -19,7 +19,7 @@ use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
-use crate::task::{Reduction, Task, TaskKind};
+use crate::task::{Task, TaskKind};
 
 #[derive(Default)]
 struct GroupState {
@@ -209,6 +209,8 @@ struct Settings {
     ring_allowed: bool,
     /// `CCL_ALLREDUCE_ONE_SHOT_BYTES`.
     one_shot_bytes: usize,
+    /// `CCL_ALLREDUCE_ONE_SHOT_RANKS`.
+    one_shot_ranks: usize,
 }
 
 fn settings() -> &'static Settings {
@@ -222,6 +224,7 @@ fn settings() -> &'static Settings {
             tree_allowed: allowed("tree"),
             ring_allowed: allowed("ring"),
             one_shot_bytes: params::CCL_ALLREDUCE_ONE_SHOT_BYTES.get_i64().max(0) as usize,
+            one_shot_ranks: params::CCL_ALLREDUCE_ONE_SHOT_RANKS.get_i64().max(0) as usize,
         }
     })
 }
@@ -272,21 +275,16 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
     t.send.saturating_add(len) <= t.recv || t.recv.saturating_add(len) <= t.send
 }
 
-/// Whether a two-rank all-reduce of `t` goes in one exchange
-/// ([`ccl_collectives::allreduce_pair_one_shot`]): small enough, and a reduction whose two
-/// operands give the same bits in either order on both ranks -- sums and products, and on
-/// integers also max, min and average (a sum, divided afterwards). Not float max / min (signed
-/// zeros and NaNs may come out by operand order) nor pre-scaled sums (each rank would fuse the
-/// scaling of a different operand).
-fn pair_one_shot(t: &Task, n: usize, settings: &Settings) -> bool {
-    use ccl_cuda::ReduceKind as K;
-    let bytes = t.count.saturating_mul(t.dtype.size());
-    let symmetric = match t.red {
-        Reduction::Plain(K::Sum | K::Prod) => true,
-        Reduction::Plain(_) | Reduction::Avg => !t.dtype.is_float(),
-        Reduction::PreMulSum(_) => false,
-    };
-    n == 2 && bytes <= settings.one_shot_bytes && symmetric
+/// Whether an all-reduce of `t` goes in one exchange ([`ccl_collectives::allreduce_one_shot`]):
+/// at most `one_shot_ranks` ranks, each sending at most `one_shot_bytes` in all (its input to
+/// every other rank). Every reduction qualifies: the ranks fold the inputs in the same order,
+/// so they hold the same bits.
+fn one_shot(t: &Task, n: usize, settings: &Settings) -> bool {
+    let sent = t
+        .count
+        .saturating_mul(t.dtype.size())
+        .saturating_mul(n.saturating_sub(1));
+    (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
 }
 
 /// Schedules kept per communicator (see [`crate::comm::IssueState::schedules`]).
@@ -341,13 +339,13 @@ pub(crate) fn plan_specs(
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
                 let one_shot =
-                    coll == ccl_collectives::Collective::AllReduce && pair_one_shot(t, n, settings);
+                    coll == ccl_collectives::Collective::AllReduce && one_shot(t, n, settings);
                 let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
                     None => {
                         let s = std::sync::Arc::new(if one_shot {
-                            ccl_collectives::allreduce_pair_one_shot(rank, t.count)?
+                            ccl_collectives::allreduce_one_shot(rank, n, t.count)?
                         } else {
                             build_schedule(coll, t, rank, n, &state.ring, settings, disjoint)?
                         });
