@@ -4,7 +4,8 @@
 # ("label:VAR=v,VAR=v ..."; every label's vars are passed to both ranks) are alternated
 # $REPEAT times; each run is ccl-perf $OP over 8 B .. $MAX with checking, and prints the time
 # per operation (us, out of place) per size. The baseline in the same call is libccl's own
-# TCP socket transport (`socket`). CCL: folder with libnccl.so.2 (default .dev).
+# TCP socket transport (`socket`). CCL: folder with libnccl.so.2 (default .dev). NP: ranks
+# (default 2).
 # Logs under $OUT/small.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; L=$OUT/small; mkdir -p "$L"; CCL=${CCL:-$PWD/.dev}
@@ -16,7 +17,7 @@ for op in ${OPS:-all_reduce sendrecv}; do
       label=${set%%:*}; vars=${set#*:}; envs=$(echo "$vars" | tr ',' ' ')
       log=$L/$op.$label.$r.log
       env $envs NCCL_DEBUG=${DEBUG:-WARN} LD_LIBRARY_PATH=$CCL NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 \
-        timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_DEBUG -x LD_LIBRARY_PATH \
+        timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np ${NP:-2} -x NCCL_DEBUG -x LD_LIBRARY_PATH \
         -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE $(for v in ${vars//,/ }; do echo -n "-x ${v%%=*} "; done) \
         .dev/ccl-perf $op -b 8 -e ${MAX:-1M} -f ${STEP:-8} -n ${ITERS:-500} -w 20 -c 1 --mem ${MEM:-host} > "$log" 2>&1
       printf "%-10s %-8s run %d:" $op $label $r
