@@ -203,6 +203,52 @@ pub struct PieceGates {
     pub landed: Vec<Flag>,
 }
 
+/// A lone collective staged in pieces that runs as ONE plan ([`crate::pieces::streamed`]):
+/// an operation reads (or, in place, writes) a piece of the staged input only once the GPU
+/// stream has copied it down, and a piece of the staged output may go back up once every write
+/// the schedule makes into it is done -- so the copies overlap the transfers without cutting
+/// the collective into smaller ones, whose steps each drained the links.
+#[derive(Debug, Clone)]
+pub struct CollGates {
+    /// (host start, host end, flag set once the bytes are in host memory), any order.
+    pub input: Vec<(usize, usize, Flag)>,
+    /// (host start, host end, flag this plan sets once it wrote its last byte there).
+    pub output: Vec<(usize, usize, Flag)>,
+}
+
+/// [`CollGates`] with the bytes the plan still writes into each output piece.
+struct CollGateState {
+    gates: CollGates,
+    left: Vec<usize>,
+}
+
+fn overlap(a: (usize, usize), lo: usize, len: usize) -> usize {
+    a.1.min(lo.saturating_add(len)).saturating_sub(a.0.max(lo))
+}
+
+impl CollGateState {
+    /// Every input piece that `[lo, lo+len)` touches is in host memory.
+    fn ready(&self, lo: usize, len: usize) -> bool {
+        self.gates
+            .input
+            .iter()
+            .all(|&(a, b, f)| overlap((a, b), lo, len) == 0 || f.is_set())
+    }
+
+    /// The plan wrote `[lo, lo+len)`: output pieces with nothing left to write are released.
+    fn wrote(&mut self, lo: usize, len: usize) {
+        for (&(a, b, f), left) in self.gates.output.iter().zip(self.left.iter_mut()) {
+            let o = overlap((a, b), lo, len);
+            if o > 0 && *left > 0 {
+                *left = left.saturating_sub(o);
+                if *left == 0 {
+                    f.set();
+                }
+            }
+        }
+    }
+}
+
 /// Where an executor's time went, over the communicator's life (NCCL_DEBUG=INFO prints it
 /// at destroy): which side of the network path is the bottleneck shows here without a
 /// profiler. Only frames of at least [`TIMED_BYTES`] are timed and counted, so operations
@@ -321,6 +367,8 @@ pub struct Plan {
     /// per piece.
     gates: Option<PieceGates>,
     landing: Vec<usize>,
+    /// A lone collective staged in pieces.
+    coll_gates: Option<CollGateState>,
     /// Since when the current step has waited only for its sends' acknowledgements.
     settling_since: Option<std::time::Instant>,
 }
@@ -409,17 +457,20 @@ impl Plan {
             started: false,
             gates: None,
             landing: Vec::new(),
+            coll_gates: None,
             settling_since: None,
         }
     }
 
-    /// Builds the plan of one collective from its schedule.
+    /// Builds the plan of one collective from its schedule; `gates` when it is staged in
+    /// pieces that reach host memory and go back while it runs.
     pub fn collective(
         task: &Task,
         schedule: &Schedule,
         rank: usize,
         nranks: usize,
         seq: u64,
+        gates: Option<&CollGates>,
     ) -> Result<Plan> {
         let size = task.dtype.size();
         let scratch_bytes = schedule
@@ -556,6 +607,32 @@ impl Plan {
             _ => None,
         };
         plan._scratch = scratch;
+        if let Some(g) = gates {
+            if plan.prescale.is_some() || plan.postdiv.is_some() {
+                // Both touch the whole buffer outside the steps, where no gate is looked at.
+                return Err(Error::internal(
+                    "a pre-scaled or averaged collective cannot run on piece gates",
+                ));
+            }
+            // Every byte the schedule writes into each output piece, over all its steps.
+            let mut left = vec![0usize; g.output.len()];
+            for op in plan.steps.iter().flatten() {
+                let dst = match op.kind {
+                    XKind::Recv { dst }
+                    | XKind::RecvReduce { dst, .. }
+                    | XKind::Copy { dst, .. }
+                    | XKind::Reduce { dst, .. } => dst as usize,
+                    XKind::Send { .. } => continue,
+                };
+                for (&(a, b, _), l) in g.output.iter().zip(left.iter_mut()) {
+                    *l += overlap((a, b), dst, op.bytes);
+                }
+            }
+            plan.coll_gates = Some(CollGateState {
+                gates: g.clone(),
+                left,
+            });
+        }
         Ok(plan)
     }
 
@@ -733,6 +810,11 @@ impl Plan {
                     f.set();
                 }
             }
+            if let Some(c) = &self.coll_gates {
+                for (&(_, _, f), _) in c.gates.output.iter().zip(&c.left).filter(|(_, &n)| n == 0) {
+                    f.set();
+                }
+            }
             if let Some(p) = &mut self.prescale {
                 // SAFETY: `src` is the user's send buffer, valid for `elems` elements
                 // (validated at enqueue); `buf` is our own allocation of the same size.
@@ -752,6 +834,7 @@ impl Plan {
             let size = self.dtype.size();
             let (dtype, arith) = (self.dtype, self.arith);
             let gates = &self.gates;
+            let coll_gates = &mut self.coll_gates;
             let mut landed = Vec::new();
             let ops = &mut self.steps[self.cur];
             // Transfers first, then local copies: the copy (an all-to-all's or a gather's
@@ -776,6 +859,23 @@ impl Plan {
                         continue;
                     }
                 }
+                if let (
+                    Some(c),
+                    XKind::Copy { src: a, dst: b } | XKind::Reduce { src: a, dst: b, .. },
+                ) = (coll_gates.as_ref(), op.kind)
+                {
+                    let local = match op.kind {
+                        XKind::Reduce { local, .. } => local as usize,
+                        _ => a as usize,
+                    };
+                    if ![a as usize, local, b as usize]
+                        .iter()
+                        .all(|&p| c.ready(p, op.bytes))
+                    {
+                        all_done = false;
+                        continue;
+                    }
+                }
                 if let XKind::Copy { src, dst } = op.kind {
                     let (s0, d0, n) = (src as usize, dst as usize, op.bytes);
                     if s0 + n <= d0 || d0 + n <= s0 {
@@ -792,6 +892,9 @@ impl Plan {
                     op.finished = true;
                     progressed = true;
                     landed.extend(op.lands_in);
+                    if let Some(c) = coll_gates.as_mut() {
+                        c.wrote(d0, n);
+                    }
                     continue;
                 }
                 if let XKind::Reduce { src, local, dst } = op.kind {
@@ -801,6 +904,9 @@ impl Plan {
                     unsafe { reduce::reduce(dtype, arith, dst, src, local, op.bytes / size) };
                     op.finished = true;
                     progressed = true;
+                    if let Some(c) = coll_gates.as_mut() {
+                        c.wrote(dst as usize, op.bytes);
+                    }
                     continue;
                 }
                 // Messages between one pair of ranks are FIFO: an operation waits for the
@@ -823,8 +929,18 @@ impl Plan {
                     .and_then(Option::as_mut)
                     .ok_or_else(|| Error::internal(format!("no link to rank {}", op.peer)))?;
                 progressed |= match op.kind {
-                    XKind::Send { src } => send_op(op, src, link.as_mut(), staging, stats)?,
-                    _ => recv_op(op, link.as_mut(), dtype, arith, &self.scalar, size, stats)?,
+                    XKind::Send { src } => {
+                        send_op(op, src, link.as_mut(), staging, stats, coll_gates.as_ref())?
+                    }
+                    _ => recv_op(
+                        op,
+                        link.as_mut(),
+                        dtype,
+                        arith,
+                        &self.scalar,
+                        stats,
+                        coll_gates.as_mut(),
+                    )?,
                 };
                 if !op.finished {
                     all_done = false;
@@ -873,7 +989,10 @@ fn send_op(
     link: &mut dyn Link,
     staging: &mut Vec<u8>,
     stats: &mut ExecStats,
+    gates: Option<&CollGateState>,
 ) -> Result<bool> {
+    // A staged piece not yet in host memory holds back the frames that read it.
+    let ready = |at: usize, len: usize| gates.map_or(true, |g| g.ready(src as usize + at, len));
     let mut progressed = false;
     let max = link.max_frame();
     if op.header_done && op.done == op.bytes {
@@ -896,6 +1015,9 @@ fn send_op(
                 max
             };
             let data = left.min(max.saturating_sub(HDR_BYTES).min(first) & !15);
+            if !ready(0, data) {
+                break;
+            }
             // Header, then the first bytes, appended (zero-filling the whole frame first cost
             // a memset as long as the copy).
             staging.clear();
@@ -913,6 +1035,9 @@ fn send_op(
             op.done = data;
         } else {
             let data = left.min(max);
+            if !ready(op.done, data) {
+                break;
+            }
             // SAFETY: done + data <= bytes, inside the validated source range.
             let s = unsafe { std::slice::from_raw_parts(src.add(op.done), data) };
             // SAFETY: the source (a user buffer validated at enqueue, or plan-owned) stays as
@@ -943,11 +1068,27 @@ fn recv_op(
     dtype: DataType,
     arith: ReduceKind,
     scalar: &[u8; 8],
-    size: usize,
     stats: &mut ExecStats,
+    mut gates: Option<&mut CollGateState>,
 ) -> Result<bool> {
+    let size = dtype.size();
     let mut progressed = false;
     while !op.finished {
+        if let Some(g) = gates.as_deref() {
+            // The next frame's local input (and, in place, its destination) must be in host
+            // memory before it is taken; its length is at most what is left.
+            let left = op.bytes - op.done;
+            let (dst, local) = match op.kind {
+                XKind::Recv { dst } => (dst as usize, dst as usize),
+                XKind::RecvReduce { local, dst, .. } => (dst as usize, local as usize),
+                _ => (0, 0),
+            };
+            if !(g.ready(dst + op.done, left.min(link.max_frame()))
+                && g.ready(local + op.done, left.min(link.max_frame())))
+            {
+                break;
+            }
+        }
         let Some(frame) = link.peek()? else { break };
         let data = if op.header_done {
             frame
@@ -1023,13 +1164,16 @@ fn recv_op(
                 stats.recv_bytes += n as u64;
             }
         }
+        if let Some(g) = gates.as_deref_mut() {
+            g.wrote(dst + done, n);
+        }
         op.done += n;
         op.header_done = true;
         link.pop();
         progressed = true;
         if op.done == op.bytes {
             op.finished = true;
-        } else if what == 0 {
+        } else if what == 0 && gates.is_none() {
             // The rest of the operation comes in frames cut as min(left, the largest), so the
             // link can be told where each goes (it checks that the sender's largest frame is
             // its own before it takes the offer).
@@ -1270,5 +1414,150 @@ mod tests {
         let (r, _, _) = receive_placed(&src, 16);
         let e = r.unwrap_err().to_string();
         assert!(e.contains("arrived at offset"), "{e}");
+    }
+
+    /// One direction of an in-memory link pair: frames in order, `max_frame` 64 + header.
+    type Wire = Arc<Mutex<std::collections::VecDeque<Vec<u8>>>>;
+
+    struct QueueLink {
+        out: Wire,
+        inbox: Wire,
+        shown: Option<Vec<u8>>,
+    }
+
+    impl Link for QueueLink {
+        fn max_frame(&self) -> usize {
+            64 + HDR_BYTES
+        }
+        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
+            self.out.lock().unwrap().push_back(frame.to_vec());
+            Ok(true)
+        }
+        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
+            if self.shown.is_none() {
+                self.shown = self.inbox.lock().unwrap().pop_front();
+            }
+            Ok(self.shown.as_deref())
+        }
+        fn pop(&mut self) {
+            self.shown = None;
+        }
+        fn flush(&mut self) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn has_pending(&self) -> bool {
+            false
+        }
+        fn kind(&self) -> &'static str {
+            "queue"
+        }
+    }
+
+    /// A two-rank all-reduce on piece gates: nothing that reads a piece moves before its input
+    /// flag is set (flags set here in reverse order, one at a time); each output flag is set
+    /// only once its piece holds the final sum; at the end every output flag is set and the
+    /// result is exact. Out of place and in place.
+    #[test]
+    fn a_collective_on_piece_gates_reads_only_arrived_pieces_and_releases_finished_ones() {
+        use ccl_collectives::{schedule, Algorithm, Collective};
+        const N: usize = 120; // u32 elements: 480 bytes, 4 pieces of 120 bytes
+        const PIECE: usize = 120;
+        for in_place in [false, true] {
+            let inputs: Vec<Vec<u32>> = (0..2u32)
+                .map(|r| (0..N as u32).map(|i| i * 3 + r * 1000 + 1).collect())
+                .collect();
+            let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
+            let mut send: Vec<Vec<u32>> = inputs.clone();
+            let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+            // Flag words: [rank][piece] inputs, outputs.
+            let words: Vec<Vec<AtomicU32>> = (0..4)
+                .map(|_| (0..4).map(|_| AtomicU32::new(0)).collect())
+                .collect();
+            let (a, b): (Wire, Wire) = Default::default();
+            let mut links: Vec<Vec<Option<Box<dyn Link>>>> = vec![
+                vec![
+                    None,
+                    Some(Box::new(QueueLink {
+                        out: a.clone(),
+                        inbox: b.clone(),
+                        shown: None,
+                    })),
+                ],
+                vec![
+                    Some(Box::new(QueueLink {
+                        out: b.clone(),
+                        inbox: a.clone(),
+                        shown: None,
+                    })),
+                    None,
+                ],
+            ];
+            let mut plans = Vec::new();
+            for r in 0..2 {
+                let sp = send[r].as_mut_ptr() as usize;
+                let rp = if in_place {
+                    sp
+                } else {
+                    recv[r].as_mut_ptr() as usize
+                };
+                let task = Task {
+                    kind: TaskKind::Coll(Collective::AllReduce),
+                    send: sp,
+                    recv: rp,
+                    count: N,
+                    dtype: DataType::Uint32,
+                    red: Reduction::Plain(ReduceKind::Sum),
+                    stream: 0,
+                };
+                let sched = schedule(Collective::AllReduce, Algorithm::Ring, r, 2, N).unwrap();
+                let piece = |base: usize, k: usize, w: &AtomicU32| {
+                    // SAFETY: the words outlive the plans (dropped at the end of the test).
+                    (base + k * PIECE, base + (k + 1) * PIECE, unsafe {
+                        Flag::new(w, 1)
+                    })
+                };
+                let gates = CollGates {
+                    input: (0..4).map(|k| piece(sp, k, &words[r][k])).collect(),
+                    output: (0..4).map(|k| piece(rp, k, &words[2 + r][k])).collect(),
+                };
+                plans.push(Plan::collective(&task, &sched, r, 2, 1, Some(&gates)).unwrap());
+            }
+            let mut stats = ExecStats::default();
+            let mut drive = |plans: &mut Vec<Plan>| {
+                for _ in 0..50 {
+                    for (r, p) in plans.iter_mut().enumerate() {
+                        p.progress(&mut links[r], &mut Vec::new(), &mut stats)
+                            .unwrap();
+                    }
+                }
+            };
+            drive(&mut plans);
+            assert!(a.lock().unwrap().is_empty() && b.lock().unwrap().is_empty());
+            let out = |r: usize| if in_place { &send[r] } else { &recv[r] };
+            let mut released_early = 0;
+            for k in (0..4).rev() {
+                for w in words.iter().take(2) {
+                    w[k].store(1, Ordering::Release);
+                }
+                drive(&mut plans);
+                for r in 0..2 {
+                    for j in 0..4 {
+                        if words[2 + r][j].load(Ordering::Acquire) == 1 {
+                            released_early += (k > 0) as usize;
+                            let e = (j + 1) * PIECE / 4;
+                            assert_eq!(out(r)[j * PIECE / 4..e], want[j * PIECE / 4..e]);
+                        }
+                    }
+                }
+            }
+            assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
+            // Each rank's own half is final after the reduce-scatter, before the last input.
+            assert!(released_early > 0, "in place {in_place}");
+            for r in 0..2 {
+                assert_eq!(*out(r), want, "rank {r} in place {in_place}");
+                assert!(words[2 + r].iter().all(|w| w.load(Ordering::Acquire) == 1));
+            }
+            drop(plans);
+        }
     }
 }

@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 
 use crate::comm::Comm;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{Flag, PieceGates};
+use crate::exec::{CollGates, Flag, PieceGates};
 use crate::group::{plan_specs, run_plans, PlanSpec};
 use crate::params;
 use crate::pieces::Gating;
@@ -583,6 +583,10 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let streams = streams_of(&eng.ctx, &tasks);
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
+    let stream_piece = params::CCL_GPU_STREAM_PIECE_BYTES.get_i64().max(0) as usize;
+    if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, stream_piece), &tasks[..]) {
+        return submit_streamed(comm, &eng, &streams, *t, per);
+    }
     let (jobs, gated) =
         crate::pieces::split(&tasks, rank, n, piece_bytes, &is_device_ptr).into_jobs(tasks);
     let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
@@ -593,13 +597,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
     let last = first.wrapping_add(count - 1);
     let seq = |k: usize| first.wrapping_add(k as u32);
-    // Bounded enqueue: never more than SLOTS operations outstanding on one communicator.
-    while last.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {
-        if comm.0.abort.load(Ordering::Relaxed) {
-            return Err(Error::system("communicator aborted"));
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
+    wait_for_room(&eng, comm, last)?;
     let mut specs = Vec::with_capacity(jobs.len());
     {
         let mut issue = comm.0.issue.lock();
@@ -663,6 +661,170 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         return Err(e);
     }
     Ok(())
+}
+
+/// Bounded enqueue: never more than [`SLOTS`] operations outstanding on one communicator.
+fn wait_for_room(eng: &GpuEngine, comm: &Comm, last: u32) -> Result<()> {
+    while last.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {
+        if comm.0.abort.load(Ordering::Relaxed) {
+            return Err(Error::system("communicator aborted"));
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    Ok(())
+}
+
+/// [`submit`] of a lone all-reduce that runs as one plan on piece gates
+/// ([`crate::pieces::streamed`], pieces of `per` bytes): gate g's start slot opens when the
+/// g-th input piece the schedule needs is in host memory, and its done slot when the g-th
+/// output piece to be finished is, so the stream copies down first what is read first and
+/// copies up each piece of the result as soon as the schedule wrote its last byte there.
+fn submit_streamed(
+    comm: &Comm,
+    eng: &Arc<GpuEngine>,
+    streams: &[Stream],
+    task: Task,
+    per: usize,
+) -> Result<()> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let bytes = task.count * task.dtype.size();
+    let k = bytes.div_ceil(per);
+    let count = u32::try_from(k)
+        .ok()
+        .filter(|c| (1..SLOTS).contains(c))
+        .ok_or_else(|| Error::internal("an all-reduce split into too many pieces"))?;
+    let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let last = first.wrapping_add(count - 1);
+    let seq = |g: usize| first.wrapping_add(g as u32);
+    wait_for_room(eng, comm, last)?;
+    let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
+    // From here on this rank has taken a sequence number its peers will match.
+    let staged = (|| {
+        let [PlanSpec::Coll { sched, .. }] = &specs[..] else {
+            return Err(Error::internal(
+                "a streamed all-reduce is not one collective",
+            ));
+        };
+        let (down, up) = piece_orders(sched, per / task.dtype.size(), k);
+        let st = Staging::plan(&device_ranges([&task], rank, n, &is_device_ptr)?);
+        let piece = |dev: usize, i: usize| (dev + i * per, dev + ((i + 1) * per).min(bytes));
+        // A buffer in host memory (the caller's) needs no copies and no gates.
+        let (dev_in, dev_out) = (is_device_ptr(task.send), is_device_ptr(task.recv));
+        let mut ios: Vec<PieceIo> = Vec::with_capacity(k);
+        for g in 0..k {
+            let (a, b) = piece(task.send, down[g]);
+            let (c, d) = piece(task.recv, up[g]);
+            let mut io = PieceIo::default();
+            if dev_in {
+                io.inputs = st.io(&[(a, b, true)])?.inputs;
+            }
+            if dev_out {
+                io.outputs = st.io(&[(c, d, false)])?.outputs;
+            }
+            ios.push(io);
+        }
+        let (chunk, base) = eng.chunk(st.bytes, &comm.0.abort)?;
+        st.rebase(&mut specs, base);
+        let host = |dev: usize| st.offset(dev).map_or(dev, |o| base + o);
+        let (hs, hr) = (host(task.send), host(task.recv));
+        let gate_of = |order: &[usize], i: usize| order.iter().position(|&p| p == i).unwrap_or(0);
+        // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
+        // are accessed only atomically.
+        let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };
+        let pieces = |on: bool, h: usize, slots: &Slots, order: &[usize]| {
+            (0..if on { k } else { 0 })
+                .map(|i| {
+                    let (a, b) = piece(h, i);
+                    (a, b, flag(slots, gate_of(order, i)))
+                })
+                .collect()
+        };
+        let gates = CollGates {
+            input: pieces(dev_in, hs, &eng.start, &down),
+            output: pieces(dev_out, hr, &eng.done, &up),
+        };
+        if let [PlanSpec::Coll { gates: g, .. }] = &mut specs[..] {
+            *g = Some(gates);
+        }
+        Ok((ios, chunk, base))
+    })();
+    let (ios, chunk, base) = match staged {
+        Ok(v) => v,
+        Err(e) => {
+            comm.set_async_error(&e);
+            return Err(e);
+        }
+    };
+    let tx = eng
+        .tx
+        .lock()
+        .clone()
+        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
+    tx.send(Job {
+        first,
+        last,
+        specs,
+        graph: None,
+    })
+    .map_err(|_| Error::internal("proxy thread is gone"))?;
+    eng.submitted.store(last, Ordering::Release);
+    if let Err(e) = order_on_streams(eng, streams, first, &ios, &[], chunk, base) {
+        for g in 0..k {
+            eng.start.atomic(seq(g)).store(seq(g), Ordering::Release);
+        }
+        comm.set_async_error(&e);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The order a streamed collective's `k` pieces of `per` elements go down and come back up:
+/// inputs by the first step (and place in it) that reads them from the send buffer, outputs by
+/// the last step that writes them in the receive buffer. Element `[i*per, (i+1)*per)` is
+/// piece `i`; returned as piece indices in order.
+fn piece_orders(
+    sched: &ccl_collectives::Schedule,
+    per: usize,
+    k: usize,
+) -> (Vec<usize>, Vec<usize>) {
+    use ccl_collectives::{BufId, Op, Slice};
+    let mut first_read = vec![(usize::MAX, 0usize); k];
+    let mut last_write = vec![(0usize, 0usize); k];
+    // (step, thousandths into the slice) of each piece a slice covers.
+    let touch = |s: &Slice, step: usize, f: &mut dyn FnMut(usize, (usize, usize))| {
+        let end = s.offset + s.count;
+        for i in s.offset / per.max(1)..end.div_ceil(per.max(1)).min(k) {
+            let from = (i * per).max(s.offset);
+            f(i, (step, (from - s.offset) * 1000 / s.count.max(1)));
+        }
+    };
+    for (step, st) in sched.steps.iter().enumerate() {
+        for op in &st.ops {
+            let (reads, write): (Vec<&Slice>, Option<&Slice>) = match op {
+                Op::Send { src, .. } => (vec![src], None),
+                Op::Recv { dst, .. } => (vec![], Some(dst)),
+                Op::RecvReduce { local, dst, .. } => (vec![local], Some(dst)),
+                Op::Copy { src, dst } => (vec![src], Some(dst)),
+                Op::Reduce { src, local, dst } => (vec![src, local], Some(dst)),
+            };
+            for s in reads.into_iter().filter(|s| s.buf == BufId::Send) {
+                touch(s, step, &mut |i, key| {
+                    first_read[i] = first_read[i].min(key)
+                });
+            }
+            if let Some(s) = write.filter(|s| s.buf == BufId::Recv) {
+                touch(s, step, &mut |i, key| {
+                    last_write[i] = last_write[i].max(key)
+                });
+            }
+        }
+    }
+    let sorted = |keys: &[(usize, usize)]| {
+        let mut v: Vec<usize> = (0..k).collect();
+        v.sort_by_key(|&i| keys[i]);
+        v
+    };
+    (sorted(&first_read), sorted(&last_write))
 }
 
 /// Gates of a gated group's point-to-point plan: its sends of piece k wait for start slot

@@ -238,6 +238,8 @@ pub(crate) enum PlanSpec {
         task: Task,
         sched: std::sync::Arc<ccl_collectives::Schedule>,
         seq: u64,
+        /// Staged in pieces that move while it runs ([`crate::pieces::streamed`]).
+        gates: Option<crate::exec::CollGates>,
     },
     P2p {
         tasks: Vec<Task>,
@@ -258,7 +260,12 @@ impl PlanSpec {
 
     pub(crate) fn build(&self, rank: usize, n: usize) -> Result<Plan> {
         match self {
-            PlanSpec::Coll { task, sched, seq } => Plan::collective(task, sched, rank, n, *seq),
+            PlanSpec::Coll {
+                task,
+                sched,
+                seq,
+                gates,
+            } => Plan::collective(task, sched, rank, n, *seq, gates.as_ref()),
             PlanSpec::P2p { tasks, seqs, gates } => {
                 Plan::p2p(tasks, rank, n, &mut seqs.clone(), gates.as_ref())
             }
@@ -363,6 +370,7 @@ pub(crate) fn plan_specs(
                     task: *t,
                     sched,
                     seq: state.coll_seq,
+                    gates: None,
                 });
             }
             TaskKind::Send { .. } | TaskKind::Recv { .. } => p2p.push(*t),

@@ -110,6 +110,29 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
         .collect()
 }
 
+/// Whether `tasks` is a lone all-reduce longer than `piece_bytes`, with a plain reduction,
+/// that runs as ONE plan on piece gates ([`crate::exec::CollGates`]): its
+/// operations read each piece of the input once the stream copied it down and release each
+/// piece of the output once written, instead of one collective (and proxy job) per piece, whose
+/// steps each drained the links. Returns the piece length in bytes (whole elements, at most
+/// [`MAX_PIECES`] pieces). Pre-scaled and averaged reductions touch the whole buffer before or
+/// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
+/// operation alone (not by where its buffers are), so every rank decides alike.
+pub(crate) fn streamed(tasks: &[Task], piece_bytes: usize) -> Option<usize> {
+    let [t] = tasks else { return None };
+    let plain = matches!(t.red, crate::task::Reduction::Plain(_));
+    if piece_bytes == 0 || t.kind != TaskKind::Coll(Collective::AllReduce) || !plain {
+        return None;
+    }
+    let sz = t.dtype.size();
+    let bytes = t.count.checked_mul(sz)?;
+    if bytes <= piece_bytes {
+        return None;
+    }
+    let per = piece_bytes.max(bytes.div_ceil(MAX_PIECES));
+    Some((per / sz).max(1) * sz)
+}
+
 fn elementwise(t: &Task) -> bool {
     matches!(
         t.kind,
