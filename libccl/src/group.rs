@@ -207,9 +207,9 @@ struct Settings {
     warn_after: Duration,
     tree_allowed: bool,
     ring_allowed: bool,
-    /// `CCL_ALLREDUCE_ONE_SHOT_BYTES`.
+    /// `CCL_ONE_SHOT_BYTES`.
     one_shot_bytes: usize,
-    /// `CCL_ALLREDUCE_ONE_SHOT_RANKS`.
+    /// `CCL_ONE_SHOT_RANKS`.
     one_shot_ranks: usize,
 }
 
@@ -223,8 +223,8 @@ fn settings() -> &'static Settings {
             warn_after: Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64),
             tree_allowed: allowed("tree"),
             ring_allowed: allowed("ring"),
-            one_shot_bytes: params::CCL_ALLREDUCE_ONE_SHOT_BYTES.get_i64().max(0) as usize,
-            one_shot_ranks: params::CCL_ALLREDUCE_ONE_SHOT_RANKS.get_i64().max(0) as usize,
+            one_shot_bytes: params::CCL_ONE_SHOT_BYTES.get_i64().max(0) as usize,
+            one_shot_ranks: params::CCL_ONE_SHOT_RANKS.get_i64().max(0) as usize,
         }
     })
 }
@@ -282,16 +282,48 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
     t.send.saturating_add(len) <= t.recv || t.recv.saturating_add(len) <= t.send
 }
 
-/// Whether an all-reduce of `t` goes in one exchange ([`ccl_collectives::allreduce_one_shot`]):
-/// at most `one_shot_ranks` ranks, each sending at most `one_shot_bytes` in all (its input to
-/// every other rank). Every reduction qualifies: the ranks fold the inputs in the same order,
-/// so they hold the same bits.
-fn one_shot(t: &Task, n: usize, settings: &Settings) -> bool {
+/// Whether a collective `coll` of `t` goes in one exchange ([`one_shot_schedule`]): at most
+/// `one_shot_ranks` ranks, each sending (or a root receiving) at most `one_shot_bytes` in all.
+/// Every reduction qualifies: the ranks fold the inputs in the same order, so they hold the
+/// same bits.
+fn one_shot(coll: ccl_collectives::Collective, t: &Task, n: usize, settings: &Settings) -> bool {
+    use ccl_collectives::Collective as C;
     let sent = t
         .count
         .saturating_mul(t.dtype.size())
         .saturating_mul(n.saturating_sub(1));
-    (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
+    matches!(
+        coll,
+        C::AllReduce | C::ReduceScatter | C::Reduce { .. } | C::AllGather | C::Broadcast { .. }
+    ) && (2..=settings.one_shot_ranks).contains(&n)
+        && sent <= settings.one_shot_bytes
+}
+
+/// The one-exchange schedule of a small collective: reductions fold every rank's input in rank
+/// order after one exchange ([`ccl_collectives::allreduce_one_shot`] and its siblings); an
+/// all-gather or broadcast sends straight to every rank (the direct algorithm) instead of
+/// along the ring's `n-1` hops.
+fn one_shot_schedule(
+    coll: ccl_collectives::Collective,
+    rank: usize,
+    n: usize,
+    ring: &[usize],
+    count: usize,
+) -> Result<ccl_collectives::Schedule> {
+    use ccl_collectives::Collective as C;
+    Ok(match coll {
+        C::AllReduce => ccl_collectives::allreduce_one_shot(rank, n, count)?,
+        C::ReduceScatter => ccl_collectives::reduce_scatter_one_shot(rank, n, count)?,
+        C::Reduce { root } => ccl_collectives::reduce_one_shot(rank, root, n, count)?,
+        _ => schedule_ordered(
+            coll,
+            Algorithm::Direct,
+            rank,
+            ring,
+            count,
+            Pipeline::default(),
+        )?,
+    })
 }
 
 /// Schedules kept per communicator (see [`crate::comm::IssueState::schedules`]).
@@ -345,14 +377,13 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
-                let one_shot =
-                    coll == ccl_collectives::Collective::AllReduce && one_shot(t, n, settings);
+                let one_shot = one_shot(coll, t, n, settings);
                 let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
                     None => {
                         let s = std::sync::Arc::new(if one_shot {
-                            ccl_collectives::allreduce_one_shot(rank, n, t.count)?
+                            one_shot_schedule(coll, rank, n, &state.ring, t.count)?
                         } else {
                             build_schedule(coll, t, rank, n, &state.ring, settings, disjoint)?
                         });
