@@ -414,7 +414,7 @@ pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result
 /// input each way. The result is written only by the last fold, so in place is safe. Scratch:
 /// `nranks * count` (slot `p` holds rank p's input; this rank's own slot the partial result).
 pub fn allreduce_one_shot(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
-    one_shot_fold(rank, nranks, count, None, |_| 0)
+    one_shot_fold(rank, nranks, count, |_| 0)
 }
 
 /// [`Collective::ReduceScatter`] in one exchange: every rank sends block `p` of its input to
@@ -426,49 +426,26 @@ pub fn reduce_scatter_one_shot(
     count: usize,
 ) -> Result<Schedule, Error> {
     nranks.checked_mul(count).ok_or(Error::Overflow)?;
-    one_shot_fold(rank, nranks, count, None, |p| p * count)
-}
-
-/// [`Collective::Reduce`] in one exchange: every rank sends its input to `root`, which folds
-/// them in rank order as [`allreduce_one_shot`] does.
-pub fn reduce_one_shot(
-    rank: usize,
-    root: usize,
-    nranks: usize,
-    count: usize,
-) -> Result<Schedule, Error> {
-    if root >= nranks {
-        return Err(Error::BadRoot { root, nranks });
-    }
-    one_shot_fold(rank, nranks, count, Some(root), |_| 0)
+    one_shot_fold(rank, nranks, count, |p| p * count)
 }
 
 /// The one-exchange reductions: rank `p`'s contribution to rank `q` is the block at element
-/// `block(q)` of `p`'s input; only `root` (everyone when `None`) receives and folds.
+/// `block(q)` of `p`'s input.
 fn one_shot_fold(
     rank: usize,
     nranks: usize,
     count: usize,
-    root: Option<usize>,
     block: impl Fn(usize) -> usize,
 ) -> Result<Schedule, Error> {
     if rank >= nranks {
         return Err(Error::BadRank { rank, nranks });
     }
     let scratch_len = nranks.checked_mul(count).ok_or(Error::Overflow)?;
-    let folds = |r: usize| root.map_or(true, |x| x == r);
     let mut t = plan::Table::new();
     // Each rank starts with the rank after it, so no rank is everyone's first peer.
     for peer in (1..nranks).map(|i| (rank + i) % nranks) {
-        if folds(peer) {
-            t.push(0, plan::op_send(peer, plan::send(block(peer), count)));
-        }
-        if folds(rank) {
-            t.push(0, plan::op_recv(peer, plan::scratch(peer * count, count)));
-        }
-    }
-    if !folds(rank) {
-        return Ok(t.finish(0));
+        t.push(0, plan::op_send(peer, plan::send(block(peer), count)));
+        t.push(0, plan::op_recv(peer, plan::scratch(peer * count, count)));
     }
     let own = plan::send(block(rank), count);
     let input = |k: usize| {

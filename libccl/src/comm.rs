@@ -68,6 +68,10 @@ pub struct IssueState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
+    /// Every rank is on one host with shared memory allowed (every rank computes the same from
+    /// the same table): links are fast enough that a one-exchange all-reduce of more than two
+    /// ranks loses to the ring (see [`crate::group`]).
+    pub one_host_shm: bool,
     /// Schedules by (collective, count, element size, buffers disjoint): they depend on
     /// nothing else here.
     pub schedules: std::collections::HashMap<
@@ -619,6 +623,7 @@ fn build_state(
     let plan = topo_plan(&table);
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
+    let one_host_shm = shm_ok && table.iter().all(|t| t.host_id == my_host);
     // The process's copy threads, once (CCL_COPY_THREADS), now that the ranks sharing this
     // host are known.
     let cpus = cpu_share(table.iter().filter(|t| t.host_id == my_host).count());
@@ -722,6 +727,7 @@ fn build_state(
             ring,
             coll_seq: 0,
             p2p_seqs: vec![(0, 0); n],
+            one_host_shm,
             schedules: Default::default(),
         },
     ))

@@ -282,27 +282,37 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
     t.send.saturating_add(len) <= t.recv || t.recv.saturating_add(len) <= t.send
 }
 
-/// Whether a collective `coll` of `t` goes in one exchange ([`one_shot_schedule`]): at most
-/// `one_shot_ranks` ranks, each sending (or a root receiving) at most `one_shot_bytes` in all.
-/// Every reduction qualifies: the ranks fold the inputs in the same order, so they hold the
-/// same bits.
-fn one_shot(coll: ccl_collectives::Collective, t: &Task, n: usize, settings: &Settings) -> bool {
+/// Whether a collective `coll` of `t` goes in one exchange ([`one_shot_schedule`]): an
+/// all-reduce, reduce-scatter or all-gather of at most `one_shot_ranks` ranks, each sending at
+/// most `one_shot_bytes` in all. Every reduction qualifies: the ranks fold the inputs in the
+/// same order, so they hold the same bits. Not an all-reduce of more than two ranks over shared
+/// memory alone (`one_host_shm`): there the ring's short hops beat folding every rank's input
+/// on every rank from 2 KiB up (16 CPUs, 4 ranks, 8 KiB: 13.6-13.9 us against 17-21). Broadcast
+/// and reduce measured no gain (their chains already take one hop per rank; session 22).
+fn one_shot(
+    coll: ccl_collectives::Collective,
+    t: &Task,
+    n: usize,
+    settings: &Settings,
+    one_host_shm: bool,
+) -> bool {
     use ccl_collectives::Collective as C;
     let sent = t
         .count
         .saturating_mul(t.dtype.size())
         .saturating_mul(n.saturating_sub(1));
-    matches!(
-        coll,
-        C::AllReduce | C::ReduceScatter | C::Reduce { .. } | C::AllGather | C::Broadcast { .. }
-    ) && (2..=settings.one_shot_ranks).contains(&n)
-        && sent <= settings.one_shot_bytes
+    let kind = match coll {
+        C::AllReduce => n == 2 || !one_host_shm,
+        C::ReduceScatter | C::AllGather => true,
+        _ => false,
+    };
+    kind && (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
 }
 
 /// The one-exchange schedule of a small collective: reductions fold every rank's input in rank
-/// order after one exchange ([`ccl_collectives::allreduce_one_shot`] and its siblings); an
-/// all-gather or broadcast sends straight to every rank (the direct algorithm) instead of
-/// along the ring's `n-1` hops.
+/// order after one exchange ([`ccl_collectives::allreduce_one_shot`],
+/// [`ccl_collectives::reduce_scatter_one_shot`]); an all-gather sends straight to every rank
+/// (the direct algorithm) instead of along the ring's `n-1` hops.
 fn one_shot_schedule(
     coll: ccl_collectives::Collective,
     rank: usize,
@@ -314,7 +324,6 @@ fn one_shot_schedule(
     Ok(match coll {
         C::AllReduce => ccl_collectives::allreduce_one_shot(rank, n, count)?,
         C::ReduceScatter => ccl_collectives::reduce_scatter_one_shot(rank, n, count)?,
-        C::Reduce { root } => ccl_collectives::reduce_one_shot(rank, root, n, count)?,
         _ => schedule_ordered(
             coll,
             Algorithm::Direct,
@@ -377,7 +386,7 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
-                let one_shot = one_shot(coll, t, n, settings);
+                let one_shot = one_shot(coll, t, n, settings, state.one_host_shm);
                 let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
