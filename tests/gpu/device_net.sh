@@ -14,7 +14,8 @@
 # (CCL_MPT_ASYNC_COPY values: 1 = deferred sends copied on the copy threads; default 0), ZERO
 # (CCL_MPT_ZERO_COPY values: 1 = frames sent from the operation's memory, uncopied; default 1).
 # OPS (default "all_reduce sendrecv alltoall"), CHECK_PIECES (piece sizes of the NET_CHECK sweep;
-# default the last of PIECES).
+# default the last of PIECES), STREAMS (CCL_GPU_STREAM_PIECE_BYTES values: a lone all-reduce as
+# one collective on piece gates of that many bytes; default 0, off).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -37,18 +38,22 @@ for op in ${OPS:-all_reduce sendrecv alltoall}; do
       for f in ${FRAMES:-auto}; do
       for a in ${ASYNC:-0}; do
       for z in ${ZERO:-1}; do
-      log=$L/$op.ccl.e$e.p$p.f$f.a$a.z$z.log
+      for sp in ${STREAMS:-0}; do
+      log=$L/$op.ccl.e$e.p$p.f$f.a$a.z$z.s$sp.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
+        CCL_GPU_STREAM_PIECE_BYTES=$sp \
         CCL_MPT_ENGINE_COPY=${ENGINE_COPY:-0} CCL_MPT_ASYNC_COPY=$a CCL_MPT_ZERO_COPY=$z NCCL_DEBUG=INFO timeout -s KILL 180 \
         mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_DEBUG \
         -x NCCL_SHM_DISABLE -x CCL_NET -x CCL_MPT_ENGINES -x CCL_GPU_PIECE_BYTES -x CCL_SOCKET_FRAME_BYTES \
         -x CCL_MPT_ENGINE_COPY -x CCL_COPY_THREADS -x CCL_MPT_PLACE_RECEIVES -x CCL_MPT_ASYNC_COPY -x CCL_MPT_ZERO_COPY \
+        -x CCL_GPU_STREAM_PIECE_BYTES \
         .dev/ccl-perf $op -b $SIZE -e $SIZE -n 10 -w 2 -c 1 > "$log" 2>&1
       read -r cb cw < <(busbw "$log")
       # The executor's account of its time (printed at destroy), to $L/executor.txt.
-      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f a$a z$z: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
-      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p  -v f="$f a$a z$z" -v w="$cw" \
+      grep -o "rank 0: executor.*" "$log" | sed "s/^/$op e$e p$p f$f a$a z$z s$sp: /; s/\x1b\[[0-9;]*m//g" >> "$L/executor.txt"
+      awk -v op=$op -v n="$nb" -v c="$cb" -v e=$e -v p=$p  -v f="$f a$a z$z s$sp" -v w="$cw" \
         'BEGIN { printf "| %s | %s | %s | %s | %s | %s | %.2f | %s |\n", op, n, c, e, p, f, (n>0?c/n:0), w }'
+      done
       done
       done
       done
