@@ -68,16 +68,28 @@ pub struct IssueState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
-    /// Every rank is on one host with shared memory allowed (every rank computes the same from
-    /// the same table): links are fast enough that a one-exchange all-reduce of more than two
-    /// ranks loses to the ring (see [`crate::group`]).
-    pub one_host_shm: bool,
+    /// The kind of link the communicator's collectives may cross (every rank computes the same
+    /// from the same table and settings): it decides which small collectives go in one
+    /// exchange ([`crate::group`]).
+    pub fabric: Fabric,
     /// Schedules by (collective, count, element size, buffers disjoint): they depend on
     /// nothing else here.
     pub schedules: std::collections::HashMap<
         (ccl_collectives::Collective, usize, usize, bool),
         std::sync::Arc<ccl_collectives::Schedule>,
     >,
+}
+
+/// The slowest kind of link between two ranks of a communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fabric {
+    /// Every rank on one host, shared memory allowed.
+    #[default]
+    SharedMemory,
+    /// TCP links between hosts (`CCL_NET=socket`).
+    Tcp,
+    /// The multipath transport between hosts.
+    Multipath,
 }
 
 /// Shared part of a communicator.
@@ -623,7 +635,6 @@ fn build_state(
     let plan = topo_plan(&table);
     let shm_ok = !params::NCCL_SHM_DISABLE.get_bool();
     let my_host = table[rank].host_id;
-    let one_host_shm = shm_ok && table.iter().all(|t| t.host_id == my_host);
     // The process's copy threads, once (CCL_COPY_THREADS), now that the ranks sharing this
     // host are known.
     let cpus = cpu_share(table.iter().filter(|t| t.host_id == my_host).count());
@@ -652,6 +663,13 @@ fn build_state(
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
     let remote_links = data.iter().filter(|s| s.is_some()).count();
     let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers)?;
+    let fabric = if shm_ok && table.iter().all(|t| t.host_id == my_host) {
+        Fabric::SharedMemory
+    } else if mpt.is_some() {
+        Fabric::Multipath
+    } else {
+        Fabric::Tcp
+    };
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
@@ -727,7 +745,7 @@ fn build_state(
             ring,
             coll_seq: 0,
             p2p_seqs: vec![(0, 0); n],
-            one_host_shm,
+            fabric,
             schedules: Default::default(),
         },
     ))

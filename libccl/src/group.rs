@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::{Health, UniqueId};
+use crate::comm::Fabric;
 use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::exec::Plan;
@@ -285,16 +286,18 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
 /// Whether a collective `coll` of `t` goes in one exchange ([`one_shot_schedule`]): an
 /// all-reduce, reduce-scatter or all-gather of at most `one_shot_ranks` ranks, each sending at
 /// most `one_shot_bytes` in all. Every reduction qualifies: the ranks fold the inputs in the
-/// same order, so they hold the same bits. Not an all-reduce of more than two ranks over shared
-/// memory alone (`one_host_shm`): there the ring's short hops beat folding every rank's input
-/// on every rank from 2 KiB up (16 CPUs, 4 ranks, 8 KiB: 13.6-13.9 us against 17-21). Broadcast
-/// and reduce measured no gain (their chains already take one hop per rank; session 22).
+/// same order, so they hold the same bits. Where it measured a loss it is not used (16 CPUs,
+/// session 22): an all-reduce of more than two ranks over shared memory alone (the ring's short
+/// hops beat folding every rank's input on every rank from 2 KiB: 4 ranks, 8 KiB, 13.6-13.9 us
+/// against 17-21), and a reduce-scatter or all-gather over the multipath transport (three
+/// small frames to three links at once, 4 ranks: 55-61 us against 61-74). Broadcast and reduce
+/// measured no gain (their chains already take one hop per rank).
 fn one_shot(
     coll: ccl_collectives::Collective,
     t: &Task,
     n: usize,
     settings: &Settings,
-    one_host_shm: bool,
+    fabric: Fabric,
 ) -> bool {
     use ccl_collectives::Collective as C;
     let sent = t
@@ -302,8 +305,8 @@ fn one_shot(
         .saturating_mul(t.dtype.size())
         .saturating_mul(n.saturating_sub(1));
     let kind = match coll {
-        C::AllReduce => n == 2 || !one_host_shm,
-        C::ReduceScatter | C::AllGather => true,
+        C::AllReduce => n == 2 || fabric != Fabric::SharedMemory,
+        C::ReduceScatter | C::AllGather => fabric != Fabric::Multipath,
         _ => false,
     };
     kind && (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
@@ -386,7 +389,7 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
-                let one_shot = one_shot(coll, t, n, settings, state.one_host_shm);
+                let one_shot = one_shot(coll, t, n, settings, state.fabric);
                 let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
