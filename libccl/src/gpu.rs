@@ -627,35 +627,62 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         }
         Ok((ios, chunk, base))
     })();
-    let (ios, chunk, base) = match staged {
-        Ok(v) => v,
-        Err(e) => {
-            comm.set_async_error(&e);
-            return Err(e);
-        }
+    let (ios, chunk, base) = staged.inspect_err(|e| comm.set_async_error(e))?;
+    let per_job = if gated.is_some() { count } else { 1 };
+    let jobs = specs.into_iter().enumerate().map(|(k, s)| Job {
+        first: seq(k),
+        last: seq(k).wrapping_add(per_job - 1),
+        specs: s,
+        graph: None,
+    });
+    let local = gated.as_ref().map_or(&[][..], |g| &g.local[..]);
+    let staged = Staged {
+        ios: &ios,
+        local,
+        chunk,
+        base,
     };
+    hand_over(comm, &eng, &streams, first, count, jobs, staged)
+}
+
+/// A staged group laid out in a pinned chunk: its piece copies, own-block copies on the
+/// device, and the chunk (index and address).
+struct Staged<'a> {
+    ios: &'a [PieceIo],
+    local: &'a [crate::pieces::LocalCopy],
+    chunk: usize,
+    base: usize,
+}
+
+/// Hands a staged group's jobs (slots `first..first+count`) to the proxy and orders its copies
+/// on the streams. The ranks' sequence numbers are taken: a failure poisons the communicator,
+/// and the proxy still runs (and releases) what was handed over.
+fn hand_over(
+    comm: &Comm,
+    eng: &GpuEngine,
+    streams: &[Stream],
+    first: u32,
+    count: u32,
+    jobs: impl Iterator<Item = Job>,
+    st: Staged,
+) -> Result<()> {
     let tx = eng
         .tx
         .lock()
         .clone()
         .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
-    let per_job = if gated.is_some() { count } else { 1 };
-    for (k, s) in specs.into_iter().enumerate() {
-        tx.send(Job {
-            first: seq(k),
-            last: seq(k).wrapping_add(per_job - 1),
-            specs: s,
-            graph: None,
-        })
-        .map_err(|_| Error::internal("proxy thread is gone"))?;
+    for job in jobs {
+        tx.send(job)
+            .map_err(|_| Error::internal("proxy thread is gone"))?;
     }
-    eng.submitted.store(last, Ordering::Release);
-    let local = gated.as_ref().map_or(&[][..], |g| &g.local[..]);
-    if let Err(e) = order_on_streams(&eng, &streams, first, &ios, local, chunk, base) {
+    eng.submitted
+        .store(first.wrapping_add(count - 1), Ordering::Release);
+    if let Err(e) = order_on_streams(eng, streams, first, st.ios, st.local, st.chunk, st.base) {
         // The stream may never write the start slots now: write them from here so the proxy
         // runs the operations with its peers and releases whatever the stream did queue.
-        for k in 0..count as usize {
-            eng.start.atomic(seq(k)).store(seq(k), Ordering::Release);
+        for k in 0..count {
+            let s = first.wrapping_add(k);
+            eng.start.atomic(s).store(s, Ordering::Release);
         }
         comm.set_async_error(&e);
         return Err(e);
@@ -748,34 +775,28 @@ fn submit_streamed(
         }
         Ok((ios, chunk, base))
     })();
-    let (ios, chunk, base) = match staged {
-        Ok(v) => v,
-        Err(e) => {
-            comm.set_async_error(&e);
-            return Err(e);
-        }
-    };
-    let tx = eng
-        .tx
-        .lock()
-        .clone()
-        .ok_or_else(|| Error::invalid_usage("communicator is shutting down"))?;
-    tx.send(Job {
+    let (ios, chunk, base) = staged.inspect_err(|e| comm.set_async_error(e))?;
+    let job = Job {
         first,
         last,
         specs,
         graph: None,
-    })
-    .map_err(|_| Error::internal("proxy thread is gone"))?;
-    eng.submitted.store(last, Ordering::Release);
-    if let Err(e) = order_on_streams(eng, streams, first, &ios, &[], chunk, base) {
-        for g in 0..k {
-            eng.start.atomic(seq(g)).store(seq(g), Ordering::Release);
-        }
-        comm.set_async_error(&e);
-        return Err(e);
-    }
-    Ok(())
+    };
+    let staged = Staged {
+        ios: &ios,
+        local: &[],
+        chunk,
+        base,
+    };
+    hand_over(
+        comm,
+        eng,
+        streams,
+        first,
+        count,
+        std::iter::once(job),
+        staged,
+    )
 }
 
 /// The order a streamed collective's `k` pieces of `per` elements go down and come back up:
