@@ -16,3 +16,12 @@ NP=8 OPS="all_reduce all_gather" MAX=2K STEP=16 REPEAT=2 ITERS=300 SETS="sock-ri
 for np in 4 8; do SHM_DISABLE=0 NP=$np OPS="all_reduce all_gather reduce_scatter" MAX=8K STEP=4 REPEAT=2 ITERS=1000 SETS="shm-ring:CCL_ONE_SHOT_BYTES=0 shm-1x:CCL_ONE_SHOT_RANKS=8" bash tests/gpu/device_mpt_small.sh; done
 NP=8 OPS="reduce_scatter" MAX=2K STEP=16 REPEAT=2 ITERS=300 SETS="sock-ring:CCL_NET=socket,CCL_ONE_SHOT_BYTES=0 sock-1x:CCL_NET=socket" bash tests/gpu/device_mpt_small.sh
 NP=6 OPS="all_reduce" MAX=2K STEP=16 REPEAT=2 ITERS=300 SETS="sock-ring:CCL_NET=socket,CCL_ONE_SHOT_BYTES=0 sock-1x:CCL_NET=socket,CCL_ONE_SHOT_RANKS=8" bash tests/gpu/device_mpt_small.sh
+# 6 (code 9c... hand_over refactor): NOTE the first line's export leaked NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt
+# into device_one_gpu.sh, so that round ran the staged network path (mismatch.c's checks are for the
+# cuda-ipc path and fail there by design: it reads the async errors without waiting).
+export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt
+CCL_GPU_STREAM_PIECE_BYTES=8388608 mpirun -np 2 ... .dev/ccl-perf all_reduce -b 12M -e 48M -f 2 -n 2 -w 1 -c 1 -d all -o sum,max
+bash tests/gpu/device_net_check.sh
+bash tests/gpu/device_one_gpu.sh
+# 7: two_comms.c (one GPU, 200 iterations), network path (mpt / socket), session-start build (.dev/base) vs this one, 12 runs each
+# 8: two_comms.c, this build, 30 runs over mpt and 30 on the default (cuda-ipc) path
