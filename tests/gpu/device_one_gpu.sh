@@ -6,7 +6,7 @@
 # RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, reuse.c (plain and
 # VMM), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
 # result checks, and torch_graph.py (two processes, captured and replayed). Everything under
-# $OUT; summary.md at the end. Env: RUNS (default 10).
+# $OUT; summary.md at the end, every log in one_gpu_logs.tgz. Env: RUNS (default 10).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 ONE_GPU=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
@@ -83,4 +83,8 @@ if python3 -c "import torch" 2>/dev/null; then
   echo "exit $?" >> "$L/torch_graph.log"
   grep -E "PASS|FAIL|wrong elements|exit" "$L/torch_graph.log" | sed 's/^/torch_graph: /' | tee -a "$S"
 fi
+# One file for the device call's fetch (it returns a handful of files): every log, passing
+# two_comms runs dropped.
+grep -L "watchdog fired\|FAIL" "$L"/two_comms_[0-9]*.log 2>/dev/null | xargs -r rm -f
+tar czf "$OUT/one_gpu_logs.tgz" -C "$OUT" logs 2>/dev/null
 echo "== summary"; cat "$S"
