@@ -25,3 +25,6 @@ bash tests/gpu/device_net_check.sh
 bash tests/gpu/device_one_gpu.sh
 # 7: two_comms.c (one GPU, 200 iterations), network path (mpt / socket), session-start build (.dev/base) vs this one, 12 runs each
 # 8: two_comms.c, this build, 30 runs over mpt and 30 on the default (cuda-ipc) path
+# 9: streamed all-reduce with fewer engines (4 engines, 2 copy threads per rank) at 128 MiB, and the defaults at 512 MiB
+OUT=$OUT/a OP=all_reduce MEM=device SETS="seq:CCL_GPU_STREAM_PIECE_BYTES=0,CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2 s8:CCL_GPU_STREAM_PIECE_BYTES=8388608,CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2" REPEAT=4 ITERS=40 bash tests/gpu/device_mpt_variance.sh
+OUT=$OUT/b OP=all_reduce MEM=device SIZE=512M SETS="seq:CCL_GPU_STREAM_PIECE_BYTES=0 s8:CCL_GPU_STREAM_PIECE_BYTES=8388608" REPEAT=2 ITERS=15 bash tests/gpu/device_mpt_variance.sh
