@@ -1204,6 +1204,36 @@ mod tests {
 
     use crate::task::float_sum as t;
 
+    /// A streamed two-rank all-reduce of 8 pieces: each rank copies down first the pieces its
+    /// reduce-scatter reads first (the half it sends and the half it reduces into,
+    /// alternating), and copies up first the 4 pieces of its own half, final after the
+    /// reduce-scatter, while the all-gather still brings the rest.
+    #[test]
+    fn streamed_pieces_go_down_as_first_read_and_up_as_last_written() {
+        use ccl_collectives::{schedule, Algorithm, BufId, Op};
+        for rank in 0..2 {
+            let sched = schedule(Collective::AllReduce, Algorithm::Ring, rank, 2, 800).unwrap();
+            let own = sched.steps[0]
+                .ops
+                .iter()
+                .find_map(|o| match o {
+                    Op::RecvReduce { dst, .. } if dst.buf == BufId::Recv => Some(dst.offset / 100),
+                    _ => None,
+                })
+                .unwrap();
+            let (down, up) = piece_orders(&sched, 100, 8);
+            let mut sorted = down.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+            let mine = |p: usize| (own..own + 4).contains(&p);
+            assert!(up[..4].iter().all(|&p| mine(p)), "rank {rank}: {up:?}");
+            assert!(
+                down.chunks(2).all(|c| mine(c[0]) != mine(c[1])),
+                "rank {rank}: {down:?}"
+            );
+        }
+    }
+
     /// A replayed graph's job overtakes operations queued before it that wait for their
     /// inputs (they may sit on a stream behind the graph); nothing else changes order.
     #[test]

@@ -665,3 +665,72 @@ fn drive(runs: &mut [CommRun<'_>]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::Reduction;
+    use ccl_collectives::Collective as C;
+    use ccl_cuda::{DataType, ReduceKind};
+
+    fn settings() -> Settings {
+        Settings {
+            timeout: None,
+            warn_after: Duration::from_secs(300),
+            tree_allowed: true,
+            ring_allowed: true,
+            one_shot_bytes: 32768,
+            one_shot_ranks: 8,
+        }
+    }
+
+    fn task(coll: C, count: usize) -> Task {
+        Task {
+            kind: TaskKind::Coll(coll),
+            send: 0x1000,
+            recv: 0x100000,
+            count,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        }
+    }
+
+    /// Which collectives go in one exchange, per fabric and rank count, and the size boundary
+    /// (what a rank sends: block x (ranks - 1)) on both sides.
+    #[test]
+    fn one_exchange_where_it_measured_faster_and_up_to_the_byte_limit() {
+        let s = settings();
+        let f = Fabric::SharedMemory;
+        let (tcp, mpt) = (Fabric::Tcp, Fabric::Multipath);
+        let ar =
+            |n, count, fabric| one_shot(C::AllReduce, &task(C::AllReduce, count), n, &s, fabric);
+        // Two ranks: every fabric; more: not over shared memory alone.
+        assert!(ar(2, 1, f) && ar(2, 1, tcp) && ar(2, 1, mpt));
+        assert!(!ar(4, 1, f) && ar(4, 1, tcp) && ar(4, 1, mpt));
+        // 4 ranks x 4 bytes x 3 peers: 2730 elements send 32760 bytes, 2731 send 32772.
+        assert!(ar(4, 2730, tcp) && !ar(4, 2731, tcp));
+        assert!(ar(2, 8192, tcp) && !ar(2, 8193, tcp));
+        // Ranks: up to one_shot_ranks; one rank needs no exchange.
+        assert!(ar(8, 1, tcp) && !ar(9, 1, tcp) && !ar(1, 1, tcp));
+        for coll in [C::ReduceScatter, C::AllGather] {
+            let t = task(coll, 1);
+            assert!(one_shot(coll, &t, 4, &s, f) && one_shot(coll, &t, 4, &s, tcp));
+            assert!(!one_shot(coll, &t, 4, &s, mpt));
+        }
+        for coll in [C::Broadcast { root: 0 }, C::Reduce { root: 0 }, C::AlltoAll] {
+            assert!(!one_shot(coll, &task(coll, 1), 4, &s, tcp));
+        }
+        let off = Settings {
+            one_shot_bytes: 0,
+            ..s
+        };
+        assert!(!one_shot(
+            C::AllReduce,
+            &task(C::AllReduce, 1),
+            2,
+            &off,
+            tcp
+        ));
+    }
+}
