@@ -28,3 +28,6 @@ bash tests/gpu/device_one_gpu.sh
 # 9: streamed all-reduce with fewer engines (4 engines, 2 copy threads per rank) at 128 MiB, and the defaults at 512 MiB
 OUT=$OUT/a OP=all_reduce MEM=device SETS="seq:CCL_GPU_STREAM_PIECE_BYTES=0,CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2 s8:CCL_GPU_STREAM_PIECE_BYTES=8388608,CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2" REPEAT=4 ITERS=40 bash tests/gpu/device_mpt_variance.sh
 OUT=$OUT/b OP=all_reduce MEM=device SIZE=512M SETS="seq:CCL_GPU_STREAM_PIECE_BYTES=0 s8:CCL_GPU_STREAM_PIECE_BYTES=8388608" REPEAT=2 ITERS=15 bash tests/gpu/device_mpt_variance.sh
+# 10: cpu-clock profile of rank 0's main thread (perf carried in .dev/perf), 4 ranks over mpt, reduce_scatter 1 KiB, ring vs one exchange
+for os in 0 32768; do CCL_NET=mpt NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 CCL_ONE_SHOT_BYTES=$os mpirun -np 4 ... .dev/ccl-perf reduce_scatter -b 1024 -e 1024 -n 100000 -w 10 -c 0 --mem host &
+  sleep 6; perf record -e cpu-clock -F 2000 -g -t <rank 0 main thread> -- sleep 2; perf record -p <rank 0> -- sleep 2; done
