@@ -224,7 +224,13 @@ fn settings() -> &'static Settings {
             warn_after: Duration::from_secs(params::CCL_WARN_STUCK_S.get_i64().max(1) as u64),
             tree_allowed: allowed("tree"),
             ring_allowed: allowed("ring"),
-            one_shot_bytes: params::CCL_ONE_SHOT_BYTES.get_i64().max(0) as usize,
+            // NCCL_ALGO naming ring or tree without the other asks for that algorithm, which
+            // the one-exchange schedules are not.
+            one_shot_bytes: if allowed("ring") && allowed("tree") {
+                params::CCL_ONE_SHOT_BYTES.get_i64().max(0) as usize
+            } else {
+                0
+            },
             one_shot_ranks: params::CCL_ONE_SHOT_RANKS.get_i64().max(0) as usize,
         }
     })
