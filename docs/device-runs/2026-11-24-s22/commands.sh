@@ -31,3 +31,4 @@ OUT=$OUT/b OP=all_reduce MEM=device SIZE=512M SETS="seq:CCL_GPU_STREAM_PIECE_BYT
 # 10: cpu-clock profile of rank 0's main thread (perf carried in .dev/perf), 4 ranks over mpt, reduce_scatter 1 KiB, ring vs one exchange
 for os in 0 32768; do CCL_NET=mpt NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 CCL_ONE_SHOT_BYTES=$os mpirun -np 4 ... .dev/ccl-perf reduce_scatter -b 1024 -e 1024 -n 100000 -w 10 -c 0 --mem host &
   sleep 6; perf record -e cpu-clock -F 2000 -g -t <rank 0 main thread> -- sleep 2; perf record -p <rank 0> -- sleep 2; done
+# 11: two_comms.c one GPU 200 iterations, this build (with the NCCL_ALGO rule), 40 runs over mpt and 40 on cuda-ipc: 0 failed
