@@ -124,7 +124,8 @@ enum XKind {
         src: *const u8,
         dst: *mut u8,
     },
-    /// `dst = src (op) local`, all local (a one-exchange all-reduce's folds).
+    /// `dst = src (op) local`, all local: the folds of a one-exchange all-reduce or
+    /// reduce-scatter.
     Reduce {
         src: *const u8,
         local: *const u8,
