@@ -32,3 +32,5 @@ OUT=$OUT/b OP=all_reduce MEM=device SIZE=512M SETS="seq:CCL_GPU_STREAM_PIECE_BYT
 for os in 0 32768; do CCL_NET=mpt NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 CCL_ONE_SHOT_BYTES=$os mpirun -np 4 ... .dev/ccl-perf reduce_scatter -b 1024 -e 1024 -n 100000 -w 10 -c 0 --mem host &
   sleep 6; perf record -e cpu-clock -F 2000 -g -t <rank 0 main thread> -- sleep 2; perf record -p <rank 0> -- sleep 2; done
 # 11: two_comms.c one GPU 200 iterations, this build (with the NCCL_ALGO rule), 40 runs over mpt and 40 on cuda-ipc: 0 failed
+# 12: one-exchange collectives on the staged GPU path: 4 ranks on the one GPU, GPU memory, TCP and mpt, every type and reduction, 8 B..64 KiB
+for net in socket mpt; do for op in all_reduce reduce_scatter all_gather; do CCL_NET=$net NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 mpirun -np 4 ... .dev/ccl-perf $op -b 8 -e 64K -f 8 -n 3 -w 1 -c 1 -d all -o all; done; done
