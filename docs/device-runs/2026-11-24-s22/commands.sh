@@ -34,3 +34,6 @@ for os in 0 32768; do CCL_NET=mpt NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1 CCL_ONE_
 # 11: two_comms.c one GPU 200 iterations, this build (with the NCCL_ALGO rule), 40 runs over mpt and 40 on cuda-ipc: 0 failed
 # 12: one-exchange collectives on the staged GPU path: 4 ranks on the one GPU, GPU memory, TCP and mpt, every type and reduction, 8 B..64 KiB
 for net in socket mpt; do for op in all_reduce reduce_scatter all_gather; do CCL_NET=$net NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 mpirun -np 4 ... .dev/ccl-perf $op -b 8 -e 64K -f 8 -n 3 -w 1 -c 1 -d all -o all; done; done
+# 13: where one exchange stops paying: 4 ranks, TCP (all_reduce, reduce_scatter, all_gather) and mpt (all_reduce), 8 KiB..256 KiB, ring vs one exchange forced (CCL_ONE_SHOT_BYTES=8388608)
+NP=4 OPS="all_reduce reduce_scatter all_gather" MAX=256K STEP=2 REPEAT=2 ITERS=300 SETS="sock-ring:CCL_NET=socket,CCL_ONE_SHOT_BYTES=0 sock-1x:CCL_NET=socket,CCL_ONE_SHOT_BYTES=8388608" bash tests/gpu/device_mpt_small.sh
+NP=4 OPS="all_reduce" MAX=256K STEP=2 REPEAT=2 ITERS=300 SETS="mpt-ring:CCL_NET=mpt,CCL_ONE_SHOT_BYTES=0 mpt-1x:CCL_NET=mpt,CCL_ONE_SHOT_BYTES=8388608" bash tests/gpu/device_mpt_small.sh
