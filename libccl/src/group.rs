@@ -295,9 +295,10 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
 /// same order, so they hold the same bits. Where it measured a loss it is not used (16 CPUs,
 /// session 22): an all-reduce of more than two ranks over shared memory alone (the ring's short
 /// hops beat folding every rank's input on every rank from 2 KiB: 4 ranks, 8 KiB, 13.6-13.9 us
-/// against 17-21), and a reduce-scatter or all-gather over the multipath transport (three
-/// small frames to three links at once, 4 ranks: 55-61 us against 61-74). Broadcast and reduce
-/// measured no gain (their chains already take one hop per rank).
+/// against 17-21) or of more than half of `one_shot_ranks` (8 ranks over TCP: 51-73 us against
+/// the tree's 46-53; 6 ranks mixed), and a reduce-scatter or all-gather over the multipath
+/// transport (three small frames to three links at once, 4 ranks: 55-61 us against 61-74).
+/// Broadcast and reduce measured no gain (their chains already take one hop per rank).
 fn one_shot(
     coll: ccl_collectives::Collective,
     t: &Task,
@@ -311,7 +312,9 @@ fn one_shot(
         .saturating_mul(t.dtype.size())
         .saturating_mul(n.saturating_sub(1));
     let kind = match coll {
-        C::AllReduce => n == 2 || fabric != Fabric::SharedMemory,
+        C::AllReduce => {
+            n == 2 || (fabric != Fabric::SharedMemory && n <= settings.one_shot_ranks / 2)
+        }
         C::ReduceScatter | C::AllGather => fabric != Fabric::Multipath,
         _ => false,
     };
@@ -717,11 +720,13 @@ mod tests {
         // 4 ranks x 4 bytes x 3 peers: 2730 elements send 32760 bytes, 2731 send 32772.
         assert!(ar(4, 2730, tcp) && !ar(4, 2731, tcp));
         assert!(ar(2, 8192, tcp) && !ar(2, 8193, tcp));
-        // Ranks: up to one_shot_ranks; one rank needs no exchange.
-        assert!(ar(8, 1, tcp) && !ar(9, 1, tcp) && !ar(1, 1, tcp));
+        // Ranks: all-reduce up to half of one_shot_ranks, the others up to all of it; one
+        // rank needs no exchange.
+        assert!(ar(4, 1, tcp) && !ar(5, 1, tcp) && !ar(1, 1, tcp));
         for coll in [C::ReduceScatter, C::AllGather] {
             let t = task(coll, 1);
             assert!(one_shot(coll, &t, 4, &s, f) && one_shot(coll, &t, 4, &s, tcp));
+            assert!(one_shot(coll, &t, 8, &s, tcp) && !one_shot(coll, &t, 9, &s, tcp));
             assert!(!one_shot(coll, &t, 4, &s, mpt));
         }
         for coll in [C::Broadcast { root: 0 }, C::Reduce { root: 0 }, C::AlltoAll] {
