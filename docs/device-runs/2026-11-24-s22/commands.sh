@@ -37,3 +37,4 @@ for net in socket mpt; do for op in all_reduce reduce_scatter all_gather; do CCL
 # 13: where one exchange stops paying: 4 ranks, TCP (all_reduce, reduce_scatter, all_gather) and mpt (all_reduce), 8 KiB..256 KiB, ring vs one exchange forced (CCL_ONE_SHOT_BYTES=8388608)
 NP=4 OPS="all_reduce reduce_scatter all_gather" MAX=256K STEP=2 REPEAT=2 ITERS=300 SETS="sock-ring:CCL_NET=socket,CCL_ONE_SHOT_BYTES=0 sock-1x:CCL_NET=socket,CCL_ONE_SHOT_BYTES=8388608" bash tests/gpu/device_mpt_small.sh
 NP=4 OPS="all_reduce" MAX=256K STEP=2 REPEAT=2 ITERS=300 SETS="mpt-ring:CCL_NET=mpt,CCL_ONE_SHOT_BYTES=0 mpt-1x:CCL_NET=mpt,CCL_ONE_SHOT_BYTES=8388608" bash tests/gpu/device_mpt_small.sh
+# 14 (final code, 09d5d6a's library): bash tests/gpu/device_one_gpu.sh on the default (cuda-ipc) path
