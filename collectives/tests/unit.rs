@@ -996,7 +996,6 @@ fn alltoall_out_of_place_lands_every_block_once() {
 #[test]
 fn allreduce_one_shot_folds_in_rank_order_on_every_rank() {
     use ccl_collectives::allreduce_one_shot;
-    use ccl_collectives::reference::check_schedules;
     for n in 1..=9 {
         for count in [0, 1, 2, 7, 64, 1000] {
             let scheds: Vec<_> = (0..n)
@@ -1024,23 +1023,10 @@ fn allreduce_one_shot_folds_in_rank_order_on_every_rank() {
                     );
                 }
             }
-            for in_place in [false, true] {
-                for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Ordered] {
-                    let case = Case {
-                        coll: Collective::AllReduce,
-                        algo: Algorithm::Direct,
-                        nranks: n,
-                        count,
-                        pipeline: Pipeline::DEFAULT,
-                        opts: SimOptions { in_place, op },
-                        seed: (n * 131 + count) as u64,
-                    };
-                    let rep = check_schedules(&case, &scheds).unwrap_or_else(|e| {
-                        panic!("{n} ranks count {count} in place {in_place} {op:?}: {e}")
-                    });
-                    if count > 0 && n > 1 {
-                        assert_eq!(rep.messages, n * (n - 1));
-                    }
+            let ops = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Ordered];
+            for rep in check_one_shot(Collective::AllReduce, n, count, &scheds, &ops) {
+                if count > 0 && n > 1 {
+                    assert_eq!(rep.messages, n * (n - 1));
                 }
             }
         }
@@ -1054,45 +1040,54 @@ fn allreduce_one_shot_folds_in_rank_order_on_every_rank() {
 #[test]
 fn reduce_scatter_one_shot_folds_in_rank_order() {
     use ccl_collectives::reduce_scatter_one_shot;
-    use ccl_collectives::reference::check_schedules;
     for n in 1..=9 {
         for count in [0, 1, 7, 100] {
-            let cases = [(
-                Collective::ReduceScatter,
-                (0..n)
-                    .map(|r| reduce_scatter_one_shot(r, n, count).unwrap())
-                    .collect::<Vec<_>>(),
-            )];
-            for (coll, scheds) in &cases {
-                for in_place in [false, true] {
-                    for op in [ReduceOp::Sum, ReduceOp::Ordered] {
-                        let case = Case {
-                            coll: *coll,
-                            algo: Algorithm::Direct,
-                            nranks: n,
-                            count,
-                            pipeline: Pipeline::DEFAULT,
-                            opts: SimOptions { in_place, op },
-                            seed: (n * 7 + count) as u64,
-                        };
-                        check_schedules(&case, scheds).unwrap_or_else(|e| {
-                            panic!(
-                                "{coll:?} {n} ranks count {count} in place {in_place} {op:?}: {e}"
-                            )
-                        });
-                    }
-                }
-                // One exchange: only the first step talks.
-                for s in scheds {
-                    assert!(s.steps.iter().skip(1).all(|st| st
-                        .ops
-                        .iter()
-                        .all(|o| matches!(o, Op::Reduce { .. } | Op::Copy { .. }))));
-                }
+            let scheds: Vec<_> = (0..n)
+                .map(|r| reduce_scatter_one_shot(r, n, count).unwrap())
+                .collect();
+            let ops = [ReduceOp::Sum, ReduceOp::Ordered];
+            check_one_shot(Collective::ReduceScatter, n, count, &scheds, &ops);
+            // One exchange: only the first step talks.
+            for s in &scheds {
+                assert!(s.steps.iter().skip(1).all(|st| st
+                    .ops
+                    .iter()
+                    .all(|o| matches!(o, Op::Reduce { .. } | Op::Copy { .. }))));
             }
         }
     }
     assert!(reduce_scatter_one_shot(3, 3, 1).is_err());
+}
+
+/// Every rank's one-exchange schedule `scheds` of `coll` against the reference, in place and
+/// out of place, with each of `ops`; the reports, in that order.
+fn check_one_shot(
+    coll: Collective,
+    n: usize,
+    count: usize,
+    scheds: &[ccl_collectives::Schedule],
+    ops: &[ReduceOp],
+) -> Vec<ccl_collectives::reference::SimReport> {
+    let mut reports = Vec::new();
+    for in_place in [false, true] {
+        for &op in ops {
+            let case = Case {
+                coll,
+                algo: Algorithm::Direct,
+                nranks: n,
+                count,
+                pipeline: Pipeline::DEFAULT,
+                opts: SimOptions { in_place, op },
+                seed: (n * 131 + count) as u64,
+            };
+            reports.push(
+                ccl_collectives::reference::check_schedules(&case, scheds).unwrap_or_else(|e| {
+                    panic!("{coll:?} {n} ranks count {count} in place {in_place} {op:?}: {e}")
+                }),
+            );
+        }
+    }
+    reports
 }
 
 /// The ring schedule does not fold in rank order: the `Ordered` operation tells the two apart

@@ -72,7 +72,8 @@ pub struct IssueState {
     /// from the same table and settings): it decides which small collectives go in one
     /// exchange ([`crate::group`]).
     pub fabric: Fabric,
-    /// Schedules by (collective, count, element size, buffers disjoint): they depend on
+    /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
+    /// the collective in one exchange -- never both for one collective): they depend on
     /// nothing else here.
     pub schedules: std::collections::HashMap<
         (ccl_collectives::Collective, usize, usize, bool),

@@ -754,15 +754,23 @@ fn submit_streamed(
         st.rebase(&mut specs, base);
         let host = |dev: usize| st.offset(dev).map_or(dev, |o| base + o);
         let (hs, hr) = (host(task.send), host(task.recv));
-        let gate_of = |order: &[usize], i: usize| order.iter().position(|&p| p == i).unwrap_or(0);
+        // Piece -> gate: the inverse of each order.
+        let gate_of = |order: &[usize]| {
+            let mut g = vec![0; k];
+            for (gate, &piece) in order.iter().enumerate() {
+                g[piece] = gate;
+            }
+            g
+        };
         // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
         // are accessed only atomically.
         let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };
         let pieces = |on: bool, h: usize, slots: &Slots, order: &[usize]| {
+            let gate = gate_of(order);
             (0..if on { k } else { 0 })
                 .map(|i| {
                     let (a, b) = piece(h, i);
-                    (a, b, flag(slots, gate_of(order, i)))
+                    (a, b, flag(slots, gate[i]))
                 })
                 .collect()
         };

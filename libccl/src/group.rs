@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::{Health, UniqueId};
-use crate::comm::Fabric;
-use crate::comm::{Comm, CommState};
+use crate::comm::{Comm, CommState, Fabric};
 use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
