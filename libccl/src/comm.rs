@@ -524,6 +524,10 @@ impl Comm {
                     st.exec_stats.describe()
                 );
             }
+            // A failed communicator's peers may be gone: nothing to wait for.
+            if idle && self.0.async_error.lock().is_none() {
+                linger(&mut st.links);
+            }
             st.ctrl.say_bye();
         }
         *self.0.life.lock() = Life::Gone;
@@ -978,6 +982,31 @@ fn auto_engines(cpus: usize, remote_links: usize) -> usize {
         (8 / remote_links.max(1)).max(1)
     } else {
         1
+    }
+}
+
+/// Longest `destroy` waits for peers to confirm what was sent to them.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keeps the links up until their peers have confirmed every byte sent to them, or for
+/// [`LINGER`]: a send completes before its peer confirms it on links that resend lost
+/// datagrams themselves (`Link::unconfirmed`), and a datagram lost just before the links
+/// went would leave the peer waiting for it.
+fn linger(links: &mut [Option<Box<dyn Link>>]) {
+    let until = std::time::Instant::now() + LINGER;
+    loop {
+        let mut left = false;
+        for link in links.iter_mut().flatten() {
+            left |= link.unconfirmed();
+        }
+        if !left {
+            return;
+        }
+        if std::time::Instant::now() >= until {
+            tracing::warn!("peers did not confirm the last bytes sent to them within {LINGER:?}");
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
     }
 }
 

@@ -97,6 +97,14 @@ pub trait Link: Send {
     unsafe fn lend(&mut self, dst: *mut u8, len: usize) {
         let _ = (dst, len);
     }
+    /// Whether bytes sent on this link may still need resending because the peer has not
+    /// confirmed them (runs what progress the link's user owes first). A completed send
+    /// guarantees delivery only while the link lives: a communicator being destroyed waits,
+    /// for a bounded time, until no link has such bytes. By default false (the kernel owns
+    /// what a stream socket accepted; shared memory is delivered once written).
+    fn unconfirmed(&mut self) -> bool {
+        false
+    }
     /// Short name for logs ("shm", "socket").
     fn kind(&self) -> &'static str;
 }

@@ -335,6 +335,19 @@ impl Inner {
         Ok(true)
     }
 
+    /// Whether a send queued here is not complete yet: a chunk has not left once, or a
+    /// message sent from its sender's memory (not copied into a send slot) waits for its
+    /// acknowledgement -- until then the sender must keep those bytes. A copied message
+    /// that has left completes without waiting for the peer: its slot keeps the bytes for
+    /// resending, and whoever drives the engine (its thread, once the user stops) takes
+    /// the acknowledgement. Waiting for it cost every step a round trip (two ranks over
+    /// loopback, 8 B broadcast 7.8 -> 4.5 us).
+    fn holds_sender(&self) -> bool {
+        !self.conn.all_sent()
+            || (self.oldest_unacked..self.next_send)
+                .any(|m| self.send_ext[(m % self.slots) as usize].0 != 0)
+    }
+
     /// One round of receive, timers and transmit; returns whether anything moved.
     fn progress(&mut self, slab: &Slab, send_slab: &Slab) -> bool {
         if self.error.is_some() {
@@ -599,6 +612,8 @@ struct Shared {
     /// answer `has_pending` without taking every engine's lock.
     unacked_msgs: AtomicU64,
     unacked_bytes: AtomicU64,
+    /// Mirror of [`Inner::holds_sender`]: a send on this engine is not complete yet.
+    holding: AtomicBool,
     failed: AtomicBool,
     /// The oldest receive is complete (a hint: the lock confirms it).
     head_ready: AtomicBool,
@@ -633,6 +648,7 @@ impl Shared {
         self.unacked_msgs
             .store(g.next_send - g.oldest_unacked, Ordering::Relaxed);
         self.unacked_bytes.store(g.unacked_bytes, Ordering::Relaxed);
+        self.holding.store(g.holds_sender(), Ordering::Relaxed);
         let s = (g.next_pop % g.slots) as usize;
         self.head_ready
             .store(g.recv_done[s].is_some(), Ordering::Relaxed);
@@ -954,7 +970,7 @@ impl Shared {
 
     fn pending(&self) -> bool {
         let g = self.lock();
-        g.error.is_none() && g.next_send != g.oldest_unacked
+        g.error.is_none() && g.holds_sender()
     }
 }
 
@@ -1370,6 +1386,7 @@ fn start_engine(
         wake,
         unacked_msgs: AtomicU64::new(0),
         unacked_bytes: AtomicU64::new(0),
+        holding: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         head_ready: AtomicBool::new(false),
         slots,
@@ -2455,10 +2472,19 @@ impl Link for MptLink {
             [one] => one.shared.pending(),
             _ if !self.in_flight.is_empty() => true,
             engines => engines.iter().any(|e| {
-                !e.shared.failed.load(Ordering::Relaxed)
-                    && e.shared.unacked_msgs.load(Ordering::Relaxed) > 0
+                !e.shared.failed.load(Ordering::Relaxed) && e.shared.holding.load(Ordering::Relaxed)
             }),
         }
+    }
+
+    fn unconfirmed(&mut self) -> bool {
+        // Drive the engines the user drives (their threads stay out while it does).
+        let _ = self.flush();
+        !self.in_flight.is_empty()
+            || self.engines.iter().any(|e| {
+                !e.shared.failed.load(Ordering::Relaxed)
+                    && e.shared.unacked_msgs.load(Ordering::Relaxed) > 0
+            })
     }
 
     fn kind(&self) -> &'static str {

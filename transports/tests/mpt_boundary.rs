@@ -315,6 +315,80 @@ fn sender_waits_for_the_posted_receive_and_probes() {
     assert_eq!(a.stats().probes_sent, 1);
 }
 
+/// `posted` receives announced to a sender that then sends `sent` one-chunk messages, all
+/// delivered; the receiver posts one more receive. Returns what the receiver sends then.
+fn repost_after(posted: u64, sent: u64) -> Vec<Transmit> {
+    let t0 = Instant::ZERO;
+    let mut a = Connection::new(config(32), 1, 2).unwrap();
+    let mut b = Connection::new(config(32), 2, 1).unwrap();
+    for i in 0..posted {
+        b.post_recv(t0, 10, i).unwrap();
+    }
+    let announce = drain(&mut b, t0);
+    assert_eq!(announce.len(), 1, "the first receives are announced");
+    deliver(&mut a, t0, &announce);
+    for i in 0..sent {
+        a.send(t0, 10, i).unwrap();
+    }
+    let data = drain(&mut a, t0);
+    assert_eq!(data.len() as u64, sent.min(posted));
+    deliver(&mut b, t0, &data);
+    let acks = drain(&mut b, t0);
+    assert_eq!(
+        acks.len() as u64,
+        sent.min(posted),
+        "one acknowledgement per chunk"
+    );
+    b.post_recv(t0, 10, posted).unwrap();
+    drain(&mut b, t0)
+}
+
+#[test]
+fn repost_is_announced_at_once_when_the_sender_reached_the_announced_receives() {
+    // The sender filled both announced receives (and waits with a third message): the new
+    // receive is announced now, not at the next probe.
+    assert_eq!(repost_after(2, 3).len(), 1);
+    assert_eq!(repost_after(2, 2).len(), 1);
+}
+
+#[test]
+fn repost_waits_for_the_next_acknowledgement_while_an_announced_receive_is_free() {
+    // One announced receive is still unused: the sender is not waiting, and the
+    // acknowledgement of its next message carries the new count.
+    assert_eq!(repost_after(3, 2), vec![]);
+}
+
+#[test]
+fn small_messages_cost_one_acknowledgement_each() {
+    let t0 = Instant::ZERO;
+    let mut a = Connection::new(config(32), 1, 2).unwrap();
+    let mut b = Connection::new(config(32), 2, 1).unwrap();
+    for i in 0..16 {
+        b.post_recv(t0, 10, i).unwrap();
+    }
+    let announce = drain(&mut b, t0);
+    deliver(&mut a, t0, &announce);
+    for i in 0..100u64 {
+        a.send(t0, 10, i).unwrap();
+        let data = drain(&mut a, t0);
+        assert_eq!(data.len(), 1, "message {i} leaves at once");
+        deliver(&mut b, t0, &data);
+        let ack = drain(&mut b, t0);
+        deliver(&mut a, t0, &ack);
+        // The receiver consumes the message and posts its receive again.
+        while b.poll_event().is_some() {}
+        b.post_recv(t0, 10, 16 + i).unwrap();
+        let more = drain(&mut b, t0);
+        deliver(&mut a, t0, &more);
+        while a.poll_event().is_some() {}
+    }
+    assert_eq!(
+        b.stats().acks_sent,
+        1 + 100,
+        "the first announcement, then one per chunk"
+    );
+}
+
 #[test]
 fn truncated_receive_is_reported() {
     let cfg = MptConfig {

@@ -302,6 +302,11 @@ pub struct Connection {
     rcv_highest: u64,
     echoes: VecDeque<Echo>,
     ack_needed: bool,
+    /// The `posted` count of the last acknowledgement built: the peer may send messages
+    /// up to it.
+    announced: u64,
+    /// One past the newest message a chunk of which has arrived.
+    msg_seen_end: u64,
     dup_seen: bool,
     last_rx_path: Option<PathId>,
     /// Paths a probe arrived on, to answer on the same path (so the prober learns that the
@@ -396,6 +401,8 @@ impl Connection {
             rcv_highest: 0,
             echoes: VecDeque::with_capacity(ECHO_QUEUE),
             ack_needed: false,
+            announced: 0,
+            msg_seen_end: 0,
             dup_seen: false,
             last_rx_path: None,
             probe_replies: VecDeque::with_capacity(usize::from(config.num_paths)),
@@ -461,8 +468,14 @@ impl Connection {
             total: None,
             truncated: false,
         };
-        // Announce the receive so a waiting sender can start (rendezvous).
-        self.ack_needed = true;
+        // Announce the receive at once only if the sender may be waiting for it: it has
+        // started the last message announced (or nothing was announced yet). Otherwise the
+        // sender still has a posted receive to fill, and the acknowledgement of that
+        // message's first chunk carries the new count -- a standalone announcement per
+        // message was a third of the datagrams of small operations.
+        if self.msg_seen_end >= self.announced {
+            self.ack_needed = true;
+        }
         Ok(RecvId(id))
     }
 
@@ -690,6 +703,12 @@ impl Connection {
         self.failed.as_ref()
     }
 
+    /// Every chunk of every queued message has left at least once (some may still wait
+    /// for their acknowledgement, or be resent).
+    pub fn all_sent(&self) -> bool {
+        self.cut_msg == self.next_send
+    }
+
     /// No message in flight either way and nothing waiting to be sent.
     pub fn is_idle(&self) -> bool {
         self.oldest_send == self.next_send
@@ -778,6 +797,7 @@ impl Connection {
             .checked_add(u64::from(d.len))
             .ok_or(MptError::Malformed("offset overflow"))?;
         self.mark_received(seq);
+        self.msg_seen_end = self.msg_seen_end.max(msg + 1);
         if seq >= self.rcv_highest {
             self.rcv_highest = seq + 1;
             self.cc.on_rx_chunk(now, path, d.len);
@@ -867,6 +887,7 @@ impl Connection {
 
     fn build_ack(&mut self, echo: Option<Echo>) -> Transmit {
         self.ack_needed = false;
+        self.announced = self.posted;
         self.stats.acks_sent += 1;
         let path = match (echo, self.last_rx_path) {
             (Some(e), _) => PathId(e.path),
