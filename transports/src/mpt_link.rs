@@ -1423,6 +1423,8 @@ fn mix(mut z: u64) -> u64 {
 fn engine(sh: &Shared, spin: Duration) {
     // When the engine last found work (or started spinning without any).
     let mut busy_at = std::time::Instant::now();
+    // Parked on every path: the datagram that woke it may be on any.
+    let mut woke = false;
     while !sh.stop.load(Ordering::Acquire) {
         let since_user =
             nanos_since(sh.epoch).saturating_sub(sh.user_progress.load(Ordering::Relaxed));
@@ -1443,6 +1445,9 @@ fn engine(sh: &Shared, spin: Duration) {
         }
         let (park, wait) = {
             let mut g = sh.lock();
+            if std::mem::take(&mut woke) {
+                g.udp.poll_all_next();
+            }
             g.sleeping = false;
             let copied = sh.run_copy_job(&mut g);
             let moved = sh.run(&mut g) || copied;
@@ -1466,6 +1471,7 @@ fn engine(sh: &Shared, spin: Duration) {
         };
         if park {
             udp::wait_readable(&sh.fds, wait);
+            woke = true;
             if let Some(w) = &sh.wake {
                 w.drain();
             }

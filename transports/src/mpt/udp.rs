@@ -360,6 +360,108 @@ pub struct UdpPaths {
     partial: Vec<Partial>,
     /// `send_run`'s message headers and vectors, kept between calls.
     tx_scratch: TxScratch,
+    /// What `readable` polls.
+    polls: PollSet,
+}
+
+/// `readable` polls every path only every [`FULL_POLL_EVERY`]th round (and after the caller
+/// slept: [`UdpPaths::poll_all_next`]); in the others only the paths that sent or received
+/// within the last [`HOT_ROUNDS`] rounds -- unless they are half the paths or more. A small
+/// operation's datagrams use two of a link's paths (its data, and the acknowledgements of
+/// ours), and the per-socket cost of `poll` over all of them was most of a quarter of a
+/// four-rank small operation's CPU (`fdget`, `fput`, `sock_poll`, `udp_poll`). A datagram on
+/// a path gone quiet waits at most `FULL_POLL_EVERY - 1` rounds more.
+struct PollSet {
+    /// One entry per path, in path order (the kernel rewrites only `revents`).
+    all: Vec<libc::pollfd>,
+    /// The round in which each path last sent or received.
+    active: Vec<u32>,
+    /// The entries polled this round when not all, and the path of each.
+    some: Vec<libc::pollfd>,
+    some_path: Vec<u16>,
+    round: u32,
+    full_next: bool,
+}
+
+/// See [`PollSet`].
+const FULL_POLL_EVERY: u32 = 8;
+/// See [`PollSet`].
+const HOT_ROUNDS: u32 = 4096;
+
+// SAFETY: `pollfd` holds only a descriptor number and flags; the set is reached only through
+// `&mut UdpPaths`.
+unsafe impl Send for PollSet {}
+
+impl PollSet {
+    fn new(fds: impl Iterator<Item = RawFd>) -> Self {
+        let all: Vec<libc::pollfd> = fds
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let n = all.len();
+        PollSet {
+            all,
+            // `round - active >= HOT_ROUNDS`: every path starts quiet.
+            active: vec![0; n],
+            some: Vec::with_capacity(n),
+            some_path: Vec::with_capacity(n),
+            round: HOT_ROUNDS,
+            full_next: true,
+        }
+    }
+
+    fn touch(&mut self, path: usize) {
+        if let Some(a) = self.active.get_mut(path) {
+            *a = self.round;
+        }
+    }
+
+    /// Polls (without blocking) and writes the readable paths into `out`; returns how many.
+    fn poll(&mut self, out: &mut [u16]) -> usize {
+        self.round = self.round.wrapping_add(1);
+        let mut full = std::mem::take(&mut self.full_next) || self.round % FULL_POLL_EVERY == 0;
+        if !full {
+            self.some.clear();
+            self.some_path.clear();
+            for (p, &a) in self.active.iter().enumerate() {
+                if self.round.wrapping_sub(a) < HOT_ROUNDS {
+                    self.some.push(self.all[p]);
+                    self.some_path.push(p as u16);
+                }
+            }
+            full = self.some.len() * 2 >= self.all.len();
+        }
+        let set = if full { &mut self.all } else { &mut self.some };
+        let n = set.len().min(out.len());
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: `set[..n]` are initialised pollfds; a zero timeout never blocks.
+        let r = unsafe { libc::poll(set.as_mut_ptr(), n as libc::nfds_t, 0) };
+        if r <= 0 {
+            return 0;
+        }
+        let mut k = 0;
+        for (i, p) in set.iter().enumerate().take(n) {
+            // POLLERR too: reading clears a pending ICMP error.
+            if p.revents & (libc::POLLIN | libc::POLLERR) != 0 {
+                let path = if full {
+                    i
+                } else {
+                    usize::from(self.some_path[i])
+                };
+                out[k] = path as u16;
+                k += 1;
+            }
+        }
+        for &p in &out[..k] {
+            self.touch(usize::from(p));
+        }
+        k
+    }
 }
 
 /// `send_run`'s arrays. On the stack they were zeroed on every call (50 KiB: 10% of a
@@ -454,6 +556,7 @@ impl UdpPaths {
             set_int(s.as_raw_fd(), SOL_UDP, UDP_GRO, 1);
             socks.push(s);
         }
+        let polls = PollSet::new(socks.iter().map(|s| s.as_raw_fd()));
         Ok(UdpPaths {
             socks,
             drop_rate: if drop_rate.is_finite() {
@@ -468,6 +571,7 @@ impl UdpPaths {
             next_frag_id: 0,
             partial: (0..paths).map(|_| Partial::default()).collect(),
             tx_scratch: TxScratch::new(),
+            polls,
         })
     }
 
@@ -577,6 +681,9 @@ impl UdpPaths {
         let mut start = 0;
         while start < n {
             let path = batch.paths[usize::from(order[start])];
+            // Its answers (acknowledgements echo the path of what they acknowledge) come back
+            // here.
+            self.polls.touch(usize::from(path));
             let mut end = start + 1;
             while end < n && batch.paths[usize::from(order[end])] == path {
                 end += 1;
@@ -773,28 +880,13 @@ impl UdpPaths {
     /// Writes the indices of the paths with datagrams waiting into `out` (which must hold
     /// one entry per path) and returns how many there are; does not block.
     pub fn readable(&mut self, out: &mut [u16]) -> usize {
-        const MAX: usize = 256;
-        // SAFETY: all-zero pollfd is valid.
-        let mut pfd: [libc::pollfd; MAX] = unsafe { std::mem::zeroed() };
-        let n = self.socks.len().min(MAX).min(out.len());
-        for (p, s) in pfd.iter_mut().zip(&self.socks).take(n) {
-            p.fd = s.as_raw_fd();
-            p.events = libc::POLLIN;
-        }
-        // SAFETY: `pfd[..n]` is initialised; a zero timeout never blocks.
-        let r = unsafe { libc::poll(pfd.as_mut_ptr(), n as libc::nfds_t, 0) };
-        if r <= 0 {
-            return 0;
-        }
-        let mut k = 0;
-        for (i, p) in pfd.iter().enumerate().take(n) {
-            // POLLERR too: reading clears a pending ICMP error.
-            if p.revents & (libc::POLLIN | libc::POLLERR) != 0 {
-                out[k] = i as u16;
-                k += 1;
-            }
-        }
-        k
+        self.polls.poll(out)
+    }
+
+    /// The next [`UdpPaths::readable`] polls every path (the caller slept on all of them and
+    /// may have been woken by any).
+    pub fn poll_all_next(&mut self) {
+        self.polls.full_next = true;
     }
 
     /// Receives up to [`BATCH`] messages from path `path` into `rx` (non-blocking);
@@ -1113,6 +1205,74 @@ mod tests {
             got.extend((0..rx.len()).map(|i| rx.get(i).to_vec()));
         }
         got
+    }
+
+    /// Sends one datagram on `path` of `a`; the peer's path `path` receives it.
+    fn send_on(a: &mut UdpPaths, path: u16) {
+        let mut tx = TxBatch::new();
+        tx.slot().unwrap()[..8].copy_from_slice(&[path as u8; 8]);
+        tx.commit(path, 8);
+        a.send_batch(&mut tx).unwrap();
+    }
+
+    /// Calls `readable` until it reports `path` (then drains it); returns how many calls.
+    fn rounds_until_readable(b: &mut UdpPaths, path: u16) -> usize {
+        let mut ready = [0u16; 8];
+        let mut rx = RxBatch::new();
+        for call in 1..=64 {
+            let k = b.readable(&mut ready);
+            if ready[..k].contains(&path) {
+                while b.recv_batch(usize::from(path), &mut rx).unwrap() > 0 {}
+                return call;
+            }
+        }
+        usize::MAX
+    }
+
+    /// Paths that sent or received lately are polled every round, quiet ones every
+    /// FULL_POLL_EVERY rounds, and all of them after `poll_all_next`.
+    #[test]
+    fn quiet_paths_are_polled_every_few_rounds_busy_ones_every_round() {
+        let mut a = UdpPaths::bind(LO, 8, 0.0, 1).unwrap();
+        let mut b = UdpPaths::bind(LO, 8, 0.0, 2).unwrap();
+        let (pa, pb) = (a.local_ports().unwrap(), b.local_ports().unwrap());
+        a.connect(LO, &pb).unwrap();
+        b.connect(LO, &pa).unwrap();
+        // Loopback delivers within the send call.
+        send_on(&mut a, 5);
+        assert_eq!(
+            rounds_until_readable(&mut b, 5),
+            1,
+            "the first poll is full"
+        );
+        for _ in 0..3 {
+            send_on(&mut a, 5);
+            assert_eq!(rounds_until_readable(&mut b, 5), 1, "a busy path");
+        }
+        // Path 2 is quiet: found at the next full poll at the latest.
+        send_on(&mut a, 2);
+        let n = rounds_until_readable(&mut b, 2);
+        assert!((1..=FULL_POLL_EVERY as usize).contains(&n), "{n} rounds");
+        // b sent on path 6: the answer there is polled for every round.
+        send_on(&mut b, 6);
+        send_on(&mut a, 6);
+        assert_eq!(rounds_until_readable(&mut b, 6), 1, "a path just sent on");
+        // Every path busy: every poll is full.
+        for p in 0..8 {
+            send_on(&mut a, p);
+            assert!(rounds_until_readable(&mut b, p) <= FULL_POLL_EVERY as usize);
+        }
+        for p in 0..8 {
+            send_on(&mut a, p);
+            assert_eq!(rounds_until_readable(&mut b, p), 1, "path {p}");
+        }
+        // A quiet path again, announced by `poll_all_next`.
+        for _ in 0..HOT_ROUNDS {
+            b.readable(&mut [0u16; 8]);
+        }
+        send_on(&mut a, 3);
+        b.poll_all_next();
+        assert_eq!(rounds_until_readable(&mut b, 3), 1, "after poll_all_next");
     }
 
     #[test]
