@@ -842,6 +842,9 @@ fn mpt_link_config(
         MptLinkConfig {
             paths: params::CCL_MPT_PATHS.get_i64().clamp(1, 256) as u16,
             chunk_size: params::CCL_MPT_CHUNK_BYTES.get_i64().clamp(256, 65_491) as u32,
+            ack_delay: std::time::Duration::from_micros(
+                params::CCL_MPT_ACK_DELAY_US.get_i64().clamp(0, 10_000) as u64,
+            ),
             max_frame: frames.mpt_one,
             slots: mpt_slots(frames.mpt_one, inflight),
             engines_max_frame: Some(frames.mpt_several),

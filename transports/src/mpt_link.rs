@@ -106,6 +106,8 @@ pub struct MptLinkConfig {
     pub cc: CcKind,
     /// Chunk size (capped so a chunk fits one UDP datagram).
     pub chunk_size: u32,
+    /// See `MptConfig::ack_delay`.
+    pub ack_delay: Duration,
     /// Seed of loss injection and path sampling.
     pub seed: u64,
     /// Engines (sub-links, each with its own connection, paths and thread), 1..=16; a link
@@ -162,6 +164,7 @@ impl Default for MptLinkConfig {
             drop_rate: 0.0,
             cc: CcKind::Cubic,
             chunk_size: 32 * 1024,
+            ack_delay: MptConfig::default().ack_delay,
             seed: 0x5EED,
             engines: 1,
             split_bytes: 256 * 1024,
@@ -1163,6 +1166,7 @@ impl MptEndpoint {
             reserved: [0; MAX_ENGINES],
             async_copy: cfg.async_copy && n > 1,
             zero_copy: cfg.zero_copy,
+            copy_up_to: cfg.chunk_size as usize,
             place_receives: cfg.place_receives,
             last_full: false,
             // Only frames that go whole anyway: a longer one would not fit the peer's slots.
@@ -1331,6 +1335,7 @@ fn start_engine(
         num_paths: cfg.paths,
         max_messages: cfg.slots,
         cc: cfg.cc,
+        ack_delay: cfg.ack_delay,
         seed: sub.seed,
         ..MptConfig::default()
     };
@@ -1596,6 +1601,10 @@ pub struct MptLink {
     reserved: [u64; MAX_ENGINES],
     async_copy: bool,
     zero_copy: bool,
+    /// Frames up to this long are copied even when they could be borrowed (`zero_copy`): a
+    /// frame of one chunk may have its acknowledgement held back (`MptConfig::ack_delay`),
+    /// which a borrowed one would wait for, and copying it costs little.
+    copy_up_to: usize,
     /// `MptLinkConfig::place_receives`.
     place_receives: bool,
     /// One engine: the frame popped last was `max_frame` long.
@@ -2296,7 +2305,7 @@ impl Link for MptLink {
         if frame.is_empty() || frame.len() > self.max_frame {
             return self.try_send(frame);
         }
-        if self.zero_copy && self.in_flight.is_empty() {
+        if self.zero_copy && self.in_flight.is_empty() && frame.len() > self.copy_up_to {
             // SAFETY: the caller keeps `frame` unchanged until `has_pending` is false or
             // `quiesce` returned (this method's contract), which is what borrowing needs.
             return unsafe { self.send_borrowed(frame) };

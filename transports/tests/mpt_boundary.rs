@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use ccl_transports::mpt::frame::{AckFrame, Echo};
 use ccl_transports::mpt::sim::{ConnHandle, FabricConfig, Sim, SimAction};
 use ccl_transports::mpt::{
     CcKind, Connection, Event, Frame, Instant, MptConfig, MptError, PathId, Transmit,
@@ -17,6 +18,8 @@ fn config(dup_ack_threshold: u32) -> MptConfig {
         num_paths: 4,
         dup_ack_threshold,
         cc: CcKind::None,
+        // Every chunk acknowledged at once (the held acknowledgement has its own tests).
+        ack_delay: Duration::ZERO,
         ..MptConfig::default()
     }
 }
@@ -184,6 +187,8 @@ fn outage(max_rto_retries: u32) -> (Result<(), MptError>, Sim, u64) {
         max_rto_retries,
         cc: CcKind::None,
         num_paths: 4,
+        // The timeouts below are the bare RTO's (a whole-message chunk's adds `ack_delay`).
+        ack_delay: Duration::ZERO,
         ..MptConfig::default()
     };
     let fabric = FabricConfig {
@@ -387,6 +392,90 @@ fn small_messages_cost_one_acknowledgement_each() {
         1 + 100,
         "the first announcement, then one per chunk"
     );
+}
+
+/// A sender and a receiver with the default `ack_delay`, the receiver's receives announced.
+fn delayed_ack_pair() -> (Connection, Connection) {
+    let cfg = MptConfig {
+        ack_delay: MptConfig::default().ack_delay,
+        ..config(32)
+    };
+    let mut a = Connection::new(cfg.clone(), 1, 2).unwrap();
+    let mut b = Connection::new(cfg, 2, 1).unwrap();
+    for i in 0..16 {
+        b.post_recv(Instant::ZERO, 100_000, i).unwrap();
+    }
+    let announce = drain(&mut b, Instant::ZERO);
+    deliver(&mut a, Instant::ZERO, &announce);
+    (a, b)
+}
+
+fn echo_of(t: &Transmit) -> Echo {
+    match t.frame {
+        Frame::Ack(AckFrame { echo: Some(e), .. }) => e,
+        f => panic!("not an echoing acknowledgement: {f:?}"),
+    }
+}
+
+#[test]
+fn lone_small_message_is_acknowledged_exactly_at_ack_delay() {
+    let (mut a, mut b) = delayed_ack_pair();
+    let t0 = Instant::ZERO;
+    let delay = b.config().ack_delay;
+    assert_eq!(delay, Duration::from_micros(100));
+    a.send(t0, 10, 0).unwrap();
+    let data = drain(&mut a, t0);
+    // The sender's timeout allows for the held acknowledgement.
+    assert_eq!(a.poll_timeout(), Some(t0 + a.config().rto + delay));
+    deliver(&mut b, t0, &data);
+    assert_eq!(drain(&mut b, t0), vec![], "held");
+    assert_eq!(b.poll_timeout(), Some(t0 + delay));
+    let just_before = t0 + delay - Duration::from_nanos(1);
+    assert_eq!(drain(&mut b, just_before), vec![], "one nanosecond early");
+    let ack = drain(&mut b, t0 + delay);
+    assert_eq!(ack.len(), 1);
+    assert_eq!(echo_of(&ack[0]).held_us, 100);
+    // The sender's round-trip sample leaves the held time out.
+    deliver(&mut a, t0 + delay, &ack);
+    assert_eq!(a.srtt(), Some(Duration::ZERO));
+    while a.poll_event().is_some() {}
+}
+
+#[test]
+fn second_small_message_is_acknowledged_at_once_for_both() {
+    let (mut a, mut b) = delayed_ack_pair();
+    let t0 = Instant::ZERO;
+    let t1 = t0 + Duration::from_micros(30);
+    a.send(t0, 10, 0).unwrap();
+    let first = drain(&mut a, t0);
+    deliver(&mut b, t0, &first);
+    assert_eq!(drain(&mut b, t0), vec![]);
+    a.send(t1, 10, 1).unwrap();
+    let second = drain(&mut a, t1);
+    deliver(&mut b, t1, &second);
+    let ack = drain(&mut b, t1);
+    assert_eq!(ack.len(), 1, "one acknowledgement for both");
+    assert_eq!(
+        echo_of(&ack[0]).held_us,
+        0,
+        "the second chunk's echo, not held"
+    );
+    assert_eq!(b.poll_timeout(), None, "nothing held any more");
+    deliver(&mut a, t1, &ack);
+    let done: Vec<Event> = std::iter::from_fn(|| a.poll_event()).collect();
+    assert_eq!(done.len(), 2, "both sends complete: {done:?}");
+    assert_eq!(b.stats().acks_sent, 2, "the announcement and this one");
+}
+
+#[test]
+fn multi_chunk_messages_are_acknowledged_chunk_by_chunk() {
+    let (mut a, mut b) = delayed_ack_pair();
+    let t0 = Instant::ZERO;
+    a.send(t0, 3 * u64::from(CHUNK), 0).unwrap();
+    let data = drain(&mut a, t0);
+    assert_eq!(data.len(), 3);
+    deliver(&mut b, t0, &data);
+    assert_eq!(drain(&mut b, t0).len(), 3);
 }
 
 #[test]

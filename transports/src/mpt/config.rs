@@ -134,6 +134,14 @@ pub struct MptConfig {
     pub rto: Duration,
     /// Upper bound of the exponentially backed-off timeout.
     pub rto_max: Duration,
+    /// How long the acknowledgement of a chunk that is a whole message may wait for the next
+    /// such chunk, so one acknowledgement covers both (default 100 us; zero: every chunk is
+    /// acknowledged at once). Each small message cost a datagram each way -- its chunk and
+    /// the acknowledgement -- and the acknowledgements were half a small operation's system
+    /// calls; a sender's copied frames complete without them. The receiver reports how long
+    /// it held each one (the sender's round-trip samples leave it out) and the sender's
+    /// timeout adds this delay, so both ends should use the same value.
+    pub ack_delay: Duration,
     /// Consecutive timeouts without any acknowledged chunk before the connection fails
     /// (default 50, UCCL's abort threshold).
     pub max_rto_retries: u32,
@@ -162,6 +170,7 @@ impl Default for MptConfig {
             dup_ack_threshold: 32,
             rto: Duration::from_micros(500),
             rto_max: Duration::from_millis(64),
+            ack_delay: Duration::from_micros(100),
             max_rto_retries: 50,
             csn_reuse_guard: Duration::ZERO,
             cc: CcKind::Cubic,

@@ -301,6 +301,9 @@ pub struct Connection {
     sack: u128,
     rcv_highest: u64,
     echoes: VecDeque<Echo>,
+    /// The echo of a whole-message chunk whose acknowledgement waits (`ack_delay`) for the
+    /// next one, and when that chunk arrived.
+    held: Option<(Echo, Instant)>,
     ack_needed: bool,
     /// The `posted` count of the last acknowledgement built: the peer may send messages
     /// up to it.
@@ -400,6 +403,7 @@ impl Connection {
             sack: 0,
             rcv_highest: 0,
             echoes: VecDeque::with_capacity(ECHO_QUEUE),
+            held: None,
             ack_needed: false,
             announced: 0,
             msg_seen_end: 0,
@@ -599,6 +603,16 @@ impl Connection {
         if let Some(echo) = self.echoes.pop_front() {
             return Some(self.build_ack(Some(echo)));
         }
+        if let Some((echo, at)) = self.held {
+            let waited = now.saturating_duration_since(at);
+            // Anything else to say (a receive announced, a duplicate reported, credit) goes
+            // with it.
+            if waited >= self.cfg.ack_delay || self.ack_needed {
+                self.held = None;
+                let held_us = u16::try_from(waited.as_micros()).unwrap_or(u16::MAX);
+                return Some(self.build_ack(Some(Echo { held_us, ..echo })));
+            }
+        }
         if self.ack_needed {
             return Some(self.build_ack(None));
         }
@@ -632,6 +646,7 @@ impl Connection {
         t = min_deadline(t, self.pacing_deadline);
         t = min_deadline(t, self.reorder_deadline);
         t = min_deadline(t, self.credit_stall);
+        t = min_deadline(t, self.held.map(|(_, at)| at + self.cfg.ack_delay));
         min_deadline(t, self.credit_next)
     }
 
@@ -714,6 +729,7 @@ impl Connection {
         self.oldest_send == self.next_send
             && self.recv_base == self.posted
             && self.echoes.is_empty()
+            && self.held.is_none()
             && !self.ack_needed
             && !self.probe_pending
             && self.probe_replies.is_empty()
@@ -808,10 +824,21 @@ impl Connection {
         if self.echoes.len() == ECHO_QUEUE {
             self.echoes.pop_front();
         }
-        self.echoes.push_back(Echo {
+        let echo = Echo {
             seq: seq as u32,
             path: path.0,
-        });
+            held_us: 0,
+        };
+        // A chunk that is a whole message waits for the next such chunk (or `ack_delay`) to
+        // share its acknowledgement; the second is acknowledged at once, covering both.
+        // Anything else is acknowledged at once, which covers a held chunk too.
+        let whole = d.offset == 0 && d.header.last();
+        let held = self.held.take();
+        if whole && held.is_none() && !self.cfg.ack_delay.is_zero() {
+            self.held = Some((echo, now));
+        } else {
+            self.echoes.push_back(echo);
+        }
 
         let fits = end <= slot.capacity;
         let s = &mut self.recv_slots[slot_of(msg)];
@@ -975,8 +1002,18 @@ impl Connection {
         self.rto_deadline = (self.snd_una..self.snd_nxt)
             .map(|s| self.chunk(s))
             .filter(|c| c.state == ChunkState::Outstanding)
-            .map(|c| c.tx_time + rto)
+            .map(|c| c.tx_time + self.timeout_of(c, rto))
             .min();
+    }
+
+    /// The timeout of chunk `c` given the connection's `rto`: the acknowledgement of a chunk
+    /// that is a whole message may be held back for `ack_delay` (RFC 9002's max_ack_delay).
+    fn timeout_of(&self, c: &TxChunk, rto: Duration) -> Duration {
+        if c.offset == 0 && c.last {
+            rto + self.cfg.ack_delay
+        } else {
+            rto
+        }
     }
 
     fn on_ack(&mut self, now: Instant, a: &AckFrame) {
@@ -1030,7 +1067,9 @@ impl Connection {
                 sample_path = Some(c.path);
                 // Karn: a retransmitted chunk's echo cannot tell which copy arrived.
                 if c.retransmits == 0 {
-                    let sample = now.saturating_duration_since(c.tx_time);
+                    let sample = now
+                        .saturating_duration_since(c.tx_time)
+                        .saturating_sub(Duration::from_micros(u64::from(e.held_us)));
                     self.paths.on_rtt(c.path, sample);
                     // RFC 6298 estimators (gains 1/8 and 1/4).
                     match self.srtt {
@@ -1210,7 +1249,7 @@ impl Connection {
         let mut n = 0u32;
         for seq in self.snd_una..self.snd_nxt {
             let c = self.chunk(seq);
-            if c.state == ChunkState::Outstanding && c.tx_time + rto <= now {
+            if c.state == ChunkState::Outstanding && c.tx_time + self.timeout_of(c, rto) <= now {
                 self.declare_lost(seq, now, true);
                 n += 1;
             }
@@ -1347,8 +1386,9 @@ impl Connection {
         })
     }
 
-    fn arm_rto_for(&mut self, now: Instant) {
-        let t = now + self.rto_current(now);
+    /// Arms the timeout for chunk `seq`, just sent.
+    fn arm_rto_for(&mut self, now: Instant, seq: u64) {
+        let t = now + self.timeout_of(self.chunk(seq), self.rto_current(now));
         self.rto_deadline = min_deadline(self.rto_deadline, Some(t));
     }
 
@@ -1379,7 +1419,7 @@ impl Connection {
             self.stats.data_bytes_sent += u64::from(c.len);
             self.cc.on_tx_rtx_chunk(now, path, c.len);
             self.csn_tx[(seq % CSN_SPACE) as usize] = Some(now);
-            self.arm_rto_for(now);
+            self.arm_rto_for(now, seq);
             return self.data_transmit(seq);
         }
 
@@ -1450,7 +1490,7 @@ impl Connection {
         self.stats.data_bytes_sent += u64::from(len);
         self.cc.on_tx_chunk(now, path, len);
         self.csn_tx[(seq % CSN_SPACE) as usize] = Some(now);
-        self.arm_rto_for(now);
+        self.arm_rto_for(now, seq);
         self.data_transmit(seq)
     }
 

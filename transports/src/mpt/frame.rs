@@ -61,6 +61,9 @@ pub struct Echo {
     pub seq: u32,
     /// Path the chunk arrived on.
     pub path: u16,
+    /// Microseconds the receiver held the acknowledgement back (`MptConfig::ack_delay`),
+    /// which the sender takes off its round-trip sample.
+    pub held_us: u16,
 }
 
 /// Acknowledgement, window update and credit grant from a receiver to its sender.
@@ -157,6 +160,7 @@ impl Frame {
                     out[1] |= ACK_FLAG_ECHO;
                     out[24..28].copy_from_slice(&e.seq.to_be_bytes());
                     out[28..30].copy_from_slice(&e.path.to_be_bytes());
+                    out[30..32].copy_from_slice(&e.held_us.to_be_bytes());
                 }
                 out[32..36].copy_from_slice(&a.posted.to_be_bytes());
                 out[36..40].copy_from_slice(&a.credit.to_be_bytes());
@@ -198,6 +202,7 @@ impl Frame {
                     Some(Echo {
                         seq: be_u32(buf, 24)?,
                         path: be_u16(buf, 28)?,
+                        held_us: be_u16(buf, 30)?,
                     })
                 } else {
                     None
@@ -280,6 +285,7 @@ mod tests {
         let echo = Some(Echo {
             seq: 0xDEAD_BEEF,
             path: 255,
+            held_us: 65_535,
         });
         for (echo, duplicate) in [(None, false), (echo, true), (echo, false)] {
             let f = Frame::Ack(AckFrame {
