@@ -314,7 +314,11 @@ fn one_shot(
         C::AllReduce => {
             n == 2 || (fabric != Fabric::SharedMemory && n <= settings.one_shot_ranks / 2)
         }
-        C::ReduceScatter | C::AllGather => fabric != Fabric::Multipath,
+        // Over the multipath transport these lost to the ring while every send waited for
+        // its acknowledgement (session 22); since sends complete on leaving and small
+        // messages share acknowledgements, one exchange is ahead there too (4 ranks, 16
+        // CPUs: all-gather 31-40 -> 28-33 us, reduce-scatter 30-38 -> 23-36; session 23).
+        C::ReduceScatter | C::AllGather => true,
         _ => false,
     };
     kind && (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
@@ -726,7 +730,7 @@ mod tests {
             let t = task(coll, 1);
             assert!(one_shot(coll, &t, 4, &s, f) && one_shot(coll, &t, 4, &s, tcp));
             assert!(one_shot(coll, &t, 8, &s, tcp) && !one_shot(coll, &t, 9, &s, tcp));
-            assert!(!one_shot(coll, &t, 4, &s, mpt));
+            assert!(one_shot(coll, &t, 4, &s, mpt));
         }
         for coll in [C::Broadcast { root: 0 }, C::Reduce { root: 0 }, C::AlltoAll] {
             assert!(!one_shot(coll, &task(coll, 1), 4, &s, tcp));
