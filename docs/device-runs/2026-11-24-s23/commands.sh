@@ -7,3 +7,18 @@ for r in 1 2; do for b in s22 new; do OUT=$OUT/np2.$b.$r NP=2 MAX=1M ITERS=500 S
 # 2: correctness of the network path (nine ops, host and GPU memory, 8 B..32 MiB) with the new build; 128 MiB GPU-memory busbw, builds alternated
 MAX=32M bash tests/gpu/device_net_check.sh
 for r in 1 2 3; do for b in s22 new; do for op in all_reduce sendrecv alltoall; do LD_LIBRARY_PATH=$PWD/.dev/$b NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE -x NCCL_SHM_DISABLE -x CCL_NET .dev/ccl-perf $op -b 128M -e 128M -n 10 -w 3 -c 1 --mem device; done; done; done
+# 3: one-exchange reduce-scatter / all-gather over mpt (.dev/os: group.rs's Multipath exclusion removed) against commit 1 (.dev/new), 4 and 8 ranks
+for r in 1 2; do for b in new os; do OUT=$OUT/np4.$b.$r NP=4 MAX=32K STEP=4 ITERS=500 SETS="mpt:CCL_NET=mpt" OPS="all_gather reduce_scatter" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+for r in 1 2; do for b in new os; do OUT=$OUT/np8.$b.$r NP=8 MAX=4K STEP=8 ITERS=300 SETS="mpt:CCL_NET=mpt" OPS="all_gather reduce_scatter" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+# 4: (refused: working tree over 64 MiB with .dev; .dev trimmed)
+# 5: .dev/cur = poll subset + held acknowledgements (commit "mpt: the acknowledgement of a whole-message chunk waits ..."), .dev/os = cur + one-exchange RS/AG over mpt
+for r in 1 2; do for b in s22 cur os; do OUT=$OUT/np4.$b.$r NP=4 MAX=32K STEP=8 ITERS=500 SETS="mpt:CCL_NET=mpt" OPS="all_reduce broadcast all_gather reduce_scatter sendrecv" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+for r in 1 2; do for b in s22 cur; do OUT=$OUT/np2.$b.$r NP=2 MAX=256K ITERS=500 SETS="mpt:CCL_NET=mpt" OPS="all_reduce broadcast sendrecv" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+CCL=$PWD/.dev/cur bash tests/gpu/device_small_profile.sh
+for r in 1 2; do for b in s22 cur; do for op in all_reduce sendrecv alltoall; do mpirun -np 2 ... .dev/ccl-perf $op -b 128M -e 128M -n 10 -w 3 -c 1 --mem device; done; done; done   # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt
+# 6: .dev/cur = HEAD with one-exchange RS/AG over mpt; 2 ranks x 8 engines 8 B..512 KiB; 128 MiB host and device memory
+for r in 1 2 3; do for b in s22 cur; do OUT=$OUT/np2.$b.$r NP=2 MAX=1M ITERS=300 STEP=4 SETS="mpt:CCL_NET=mpt" OPS="sendrecv all_reduce" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+for r in 1 2 3; do for b in s22 cur; do for mem in host device; do for op in all_reduce sendrecv; do mpirun -np 2 ... .dev/ccl-perf $op -b 128M -e 128M -n 10 -w 3 -c 1 --mem $mem; done; done; done; done
+# 7: .dev/cur = HEAD with "a small frame waits for the lead engine" (lead_full)
+for r in 1 2 3; do for b in s22 cur; do OUT=$OUT/np2.$b.$r NP=2 MAX=1M ITERS=300 STEP=4 SETS="mpt:CCL_NET=mpt" OPS="sendrecv all_reduce broadcast" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+for r in 1 2; do for b in s22 cur; do OUT=$OUT/np4.$b.$r NP=4 MAX=128K STEP=8 ITERS=300 SETS="mpt:CCL_NET=mpt sock:CCL_NET=socket" OPS="all_reduce all_gather reduce_scatter" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
