@@ -107,6 +107,24 @@ fn mpt_two_hosts_exact() {
     run(2, &[]);
 }
 
+/// Sends complete once their frames have left, before the peer acknowledges them: rank 0
+/// sends 12 small messages under 20% datagram loss and destroys its communicator at once,
+/// rank 1 reads them 300 ms later. The destroy waits for rank 1's side to confirm them
+/// (resending what was lost), so every message arrives intact.
+#[test]
+fn sends_then_destroy_under_loss_deliver_everything() {
+    let outs = ranks(2, &[("CCL_TEST_TAIL", "12"), ("CCL_MPT_DROP", "0.2")]);
+    for (i, o) in outs.iter().enumerate() {
+        assert!(
+            o.ok && o.out.contains("ok"),
+            "rank {i}:\n{}\n{}",
+            o.out,
+            o.log
+        );
+        assert!(!o.log.contains("did not confirm"), "rank {i}:\n{}", o.log);
+    }
+}
+
 #[test]
 fn mpt_two_hosts_exact_with_one_percent_loss() {
     run(2, &[("CCL_MPT_DROP", "0.01")]);

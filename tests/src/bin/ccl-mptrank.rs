@@ -22,6 +22,36 @@ fn last(comm: ncclComm_t) -> String {
         .into_owned()
 }
 
+/// `CCL_TEST_TAIL=k`: rank 0 sends `k` small messages to rank 1 and destroys its
+/// communicator at once; rank 1 starts receiving only 300 ms later. The sends complete before
+/// rank 1 reads (or acknowledges) them, so under injected loss rank 0's destroy must keep
+/// resending until rank 1's side confirms them.
+///
+/// # Safety
+/// `comm` is a live communicator of at least 2 ranks.
+unsafe fn tail(comm: ncclComm_t, rank: usize, k: usize) {
+    let null = std::ptr::null_mut();
+    let msg = |i: usize| -> Vec<i32> { (0..64).map(|j| (i * 1000 + j) as i32).collect() };
+    // SAFETY (all calls): host buffers of 64 int32, valid for the call (the host backend
+    // completes them before returning).
+    if rank == 0 {
+        for i in 0..k {
+            let m = msg(i);
+            let r = unsafe { ncclSend(m.as_ptr() as *const c_void, 64, INT32, 1, comm, null) };
+            assert_eq!(r, 0, "send {i}: {}", last(comm));
+        }
+    } else if rank == 1 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        for i in 0..k {
+            let mut m = vec![0i32; 64];
+            let r = unsafe { ncclRecv(m.as_mut_ptr() as *mut c_void, 64, INT32, 0, comm, null) };
+            assert_eq!(r, 0, "recv {i}: {}", last(comm));
+            assert_eq!(m, msg(i), "message {i}");
+        }
+    }
+    assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
+}
+
 fn main() {
     let rank = env_usize("CCL_RANK");
     let n = env_usize("CCL_NRANKS");
@@ -34,6 +64,11 @@ fn main() {
         let mut comm: ncclComm_t = std::ptr::null_mut();
         let r = ncclCommInitRank(&mut comm, n as i32, id, rank as i32);
         assert_eq!(r, 0, "init: {}", last(std::ptr::null_mut()));
+        if let Ok(k) = std::env::var("CCL_TEST_TAIL") {
+            tail(comm, rank, k.parse().unwrap());
+            println!("ok");
+            return;
+        }
         for (iter, count) in [1usize, 1000, 1 << 22, 123_457].into_iter().enumerate() {
             let send: Vec<i32> = (0..count)
                 .map(|i| (rank as i32 + 1) * ((i % 1000) as i32 + iter as i32))
