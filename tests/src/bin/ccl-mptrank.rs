@@ -32,11 +32,11 @@ fn last(comm: ncclComm_t) -> String {
 unsafe fn tail(comm: ncclComm_t, rank: usize, k: usize) {
     let null = std::ptr::null_mut();
     let msg = |i: usize| -> Vec<i32> { (0..64).map(|j| (i * 1000 + j) as i32).collect() };
-    // SAFETY (all calls): host buffers of 64 int32, valid for the call (the host backend
-    // completes them before returning).
     if rank == 0 {
         for i in 0..k {
             let m = msg(i);
+            // SAFETY: `m` holds 64 int32 and outlives the call, which completes before it
+            // returns (host memory).
             let r = unsafe { ncclSend(m.as_ptr() as *const c_void, 64, INT32, 1, comm, null) };
             assert_eq!(r, 0, "send {i}: {}", last(comm));
         }
@@ -44,11 +44,13 @@ unsafe fn tail(comm: ncclComm_t, rank: usize, k: usize) {
         std::thread::sleep(std::time::Duration::from_millis(300));
         for i in 0..k {
             let mut m = vec![0i32; 64];
+            // SAFETY: as for the sends.
             let r = unsafe { ncclRecv(m.as_mut_ptr() as *mut c_void, 64, INT32, 0, comm, null) };
             assert_eq!(r, 0, "recv {i}: {}", last(comm));
             assert_eq!(m, msg(i), "message {i}");
         }
     }
+    // SAFETY: `comm` is live (this function's contract) and not used after.
     assert_eq!(unsafe { ncclCommDestroy(comm) }, 0);
 }
 
