@@ -22,3 +22,8 @@ for r in 1 2 3; do for b in s22 cur; do for mem in host device; do for op in all
 # 7: .dev/cur = HEAD with "a small frame waits for the lead engine" (lead_full)
 for r in 1 2 3; do for b in s22 cur; do OUT=$OUT/np2.$b.$r NP=2 MAX=1M ITERS=300 STEP=4 SETS="mpt:CCL_NET=mpt" OPS="sendrecv all_reduce broadcast" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
 for r in 1 2; do for b in s22 cur; do OUT=$OUT/np4.$b.$r NP=4 MAX=128K STEP=8 ITERS=300 SETS="mpt:CCL_NET=mpt sock:CCL_NET=socket" OPS="all_reduce all_gather reduce_scatter" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
+# 8: one-GPU regression round on the final library (lead_full commit), cuda-ipc path: RUNS=6 bash tests/gpu/device_one_gpu.sh (gpu_backend_test not carried)
+# 9: MAX=32M bash tests/gpu/device_net_check.sh (final library); NET=socket CCL=$PWD/.dev/cur bash tests/gpu/device_small_profile.sh (TCP, 4 ranks, 8 B all_reduce)
+# 10 (nvidia-h200-x2): ENGINES=auto PIECES=33554432 STREAMS="0 8388608" HOSTMEM=1 bash tests/gpu/device_net.sh; then OUT=$OUT/r2 ENGINES=auto PIECES=33554432 STREAMS="0 8388608 0 8388608" OPS=all_reduce bash tests/gpu/device_net.sh
+# 11 (nvidia-h200-x2): ROUNDS=3 ITERS=40 CONFIGS=tp2-sp LIBS="nccl ccl" bash tests/megatron/run.sh   (carry .dev .whl)
+# 12 (nvidia-h200-x2): ROUNDS=2 ITERS=40 CONFIGS=tp2-sp LIBS="nccl ccl ccl-b" LIBCCL_B=$PWD/.dev/s12/libnccl.so.2 bash tests/megatron/run.sh   (carry .dev .whl)
