@@ -136,7 +136,17 @@ enum XKind {
 impl XKind {
     /// Runs on this rank alone: no link, no peer.
     fn is_local(&self) -> bool {
-        matches!(self, XKind::Copy { .. } | XKind::Reduce { .. })
+        self.local_addrs().is_some()
+    }
+
+    /// A local operation's addresses -- the ranges it reads (a copy reads one, twice named)
+    /// and the one it writes, each `bytes` long -- for gates on staged pieces.
+    fn local_addrs(&self) -> Option<[usize; 3]> {
+        match *self {
+            XKind::Copy { src, dst } => Some([src as usize, src as usize, dst as usize]),
+            XKind::Reduce { src, local, dst } => Some([src as usize, local as usize, dst as usize]),
+            _ => None,
+        }
     }
 }
 
@@ -860,19 +870,8 @@ impl Plan {
                         continue;
                     }
                 }
-                if let (
-                    Some(c),
-                    XKind::Copy { src: a, dst: b } | XKind::Reduce { src: a, dst: b, .. },
-                ) = (coll_gates.as_ref(), op.kind)
-                {
-                    let local = match op.kind {
-                        XKind::Reduce { local, .. } => local as usize,
-                        _ => a as usize,
-                    };
-                    if ![a as usize, local, b as usize]
-                        .iter()
-                        .all(|&p| c.ready(p, op.bytes))
-                    {
+                if let (Some(c), Some(addrs)) = (coll_gates.as_ref(), op.kind.local_addrs()) {
+                    if !addrs.iter().all(|&p| c.ready(p, op.bytes)) {
                         all_done = false;
                         continue;
                     }
