@@ -29,3 +29,4 @@ for r in 1 2; do for b in s22 cur; do OUT=$OUT/np4.$b.$r NP=4 MAX=128K STEP=8 IT
 # 12 (nvidia-h200-x2): ROUNDS=2 ITERS=40 CONFIGS=tp2-sp LIBS="nccl ccl ccl-b" LIBCCL_B=$PWD/.dev/s12/libnccl.so.2 bash tests/megatron/run.sh   (carry .dev .whl)
 # 13 (nvidia-h200-x2): ROUNDS=1 ITERS=40 CONFIGS=tp2-sp LIBS="nccl ccl" CCL_ENV="NCCL_DEBUG=INFO" bash tests/megatron/run.sh
 # 14 (nvidia-h200-x2): ROUNDS=1 ITERS=40 CONFIGS=tp2-sp LIBS="nccl ccl ccl-b ccl-c" CCL_ENV_B="CCL_IPC_PUSH_WAIT_BUSY_US=0" CCL_ENV_C="CCL_IPC_PUSH_WAIT_US=0 CCL_IPC_PUSH_WAIT_BUSY_US=0" bash tests/megatron/run.sh
+# 15 (nvidia-h200-x2): ROUNDS=1 ITERS=30 CONFIGS="tp2-sp pp2-1f1b" LIBS="nccl ccl ccl-b" CCL_ENV_B="CCL_IPC_PUSH_WAIT_US=0 CCL_IPC_PUSH_WAIT_BUSY_US=0" bash tests/megatron/run.sh
