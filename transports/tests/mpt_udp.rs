@@ -320,6 +320,45 @@ fn small_frames_go_inline_on_the_lead_engine() {
     }
 }
 
+/// Small sends complete before they are acknowledged, so the lead engine can fill up with
+/// frames sent inline. A small frame then waits for the lead (the link reports itself full)
+/// rather than go through an engine thread: with every datagram lost, four frames fill the
+/// lead's four slots and the fifth is refused for now; with the peer acknowledging, all of
+/// twenty frames go on the lead and arrive in order.
+#[test]
+fn small_frames_wait_for_a_full_lead() {
+    let mut c = engines_cfg(3, 1.0);
+    c.inline_bytes = 1000;
+    let (mut a, _b) = pair(c);
+    let frame = pattern(100, 1);
+    for i in 0..4 {
+        assert!(a.try_send(&frame).unwrap(), "frame {i} fits the lead");
+    }
+    assert!(!a.try_send(&frame).unwrap(), "the fifth waits for the lead");
+    assert_eq!(a.messages_per_engine(), vec![4, 0, 0]);
+
+    let mut c = engines_cfg(3, 0.0);
+    c.inline_bytes = 1000;
+    let (mut a, mut b) = pair(c);
+    let frames: Vec<Vec<u8>> = (0..20u64).map(|i| pattern(100 + i as usize, i)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut sent, mut got) = (0, 0);
+    while got < frames.len() {
+        assert!(Instant::now() < deadline, "stalled: sent {sent}, got {got}");
+        if sent < frames.len() && a.try_send(&frames[sent]).unwrap() {
+            sent += 1;
+        } else {
+            a.flush().unwrap();
+        }
+        if let Some(f) = b.peek().unwrap() {
+            assert!(f == &frames[got][..], "frame {got}");
+            b.pop();
+            got += 1;
+        }
+    }
+    assert_eq!(a.messages_per_engine(), vec![20, 0, 0]);
+}
+
 /// Frames under `inline_bytes` (every whole frame here) sent and taken by the users' threads
 /// on the lead engine, mixed with frames split over every engine: all cross once, intact and
 /// in order, with loss too; the choice is local, so a side without it talks to a side with it.
