@@ -1187,6 +1187,82 @@ fn recv_op(
     Ok(progressed)
 }
 
+/// In-memory links for tests of plans (here and in `pieces`).
+#[cfg(test)]
+pub(crate) mod mem_link {
+    #![allow(clippy::unwrap_used)] // tests: a poisoned lock is a failed test
+
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use ccl_transports::Link;
+
+    /// One direction of a pair: frames in order.
+    pub(crate) type Wire = Arc<Mutex<VecDeque<Vec<u8>>>>;
+
+    struct MemLink {
+        out: Wire,
+        inp: Wire,
+        head: Option<Vec<u8>>,
+        max_frame: usize,
+        cap: usize,
+    }
+
+    impl Link for MemLink {
+        fn max_frame(&self) -> usize {
+            self.max_frame
+        }
+        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
+            let mut q = self.out.lock().unwrap();
+            if q.len() >= self.cap {
+                return Ok(false);
+            }
+            q.push_back(frame.to_vec());
+            Ok(true)
+        }
+        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
+            if self.head.is_none() {
+                self.head = self.inp.lock().unwrap().pop_front();
+            }
+            Ok(self.head.as_deref())
+        }
+        fn pop(&mut self) {
+            self.head = None;
+        }
+        fn flush(&mut self) -> ccl_transports::Result<bool> {
+            Ok(false)
+        }
+        fn has_pending(&self) -> bool {
+            false
+        }
+        fn kind(&self) -> &'static str {
+            "mem"
+        }
+    }
+
+    /// Two ranks' links to each other, as `links[rank][peer]`: frames of at most `max_frame`
+    /// bytes, at most `cap` of them queued per direction (then the sender stalls, as on a real
+    /// link); and the two wires (rank 0's outgoing, rank 1's), to check they drained.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn pair(
+        max_frame: usize,
+        cap: usize,
+    ) -> (Vec<Vec<Option<Box<dyn Link>>>>, [Wire; 2]) {
+        let (a, b): (Wire, Wire) = Default::default();
+        let link = |out: &Wire, inp: &Wire| -> Option<Box<dyn Link>> {
+            Some(Box::new(MemLink {
+                out: out.clone(),
+                inp: inp.clone(),
+                head: None,
+                max_frame,
+                cap,
+            }))
+        };
+        let links = vec![vec![None, link(&a, &b)], vec![link(&b, &a), None]];
+        (links, [a, b])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1416,43 +1492,6 @@ mod tests {
         assert!(e.contains("arrived at offset"), "{e}");
     }
 
-    /// One direction of an in-memory link pair: frames in order, `max_frame` 64 + header.
-    type Wire = Arc<Mutex<std::collections::VecDeque<Vec<u8>>>>;
-
-    struct QueueLink {
-        out: Wire,
-        inbox: Wire,
-        shown: Option<Vec<u8>>,
-    }
-
-    impl Link for QueueLink {
-        fn max_frame(&self) -> usize {
-            64 + HDR_BYTES
-        }
-        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
-            self.out.lock().unwrap().push_back(frame.to_vec());
-            Ok(true)
-        }
-        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
-            if self.shown.is_none() {
-                self.shown = self.inbox.lock().unwrap().pop_front();
-            }
-            Ok(self.shown.as_deref())
-        }
-        fn pop(&mut self) {
-            self.shown = None;
-        }
-        fn flush(&mut self) -> ccl_transports::Result<bool> {
-            Ok(false)
-        }
-        fn has_pending(&self) -> bool {
-            false
-        }
-        fn kind(&self) -> &'static str {
-            "queue"
-        }
-    }
-
     /// A two-rank all-reduce on piece gates: nothing that reads a piece moves before its input
     /// flag is set (flags set here in reverse order, one at a time); each output flag is set
     /// only once its piece holds the final sum; at the end every output flag is set and the
@@ -1473,25 +1512,7 @@ mod tests {
             let words: Vec<Vec<AtomicU32>> = (0..4)
                 .map(|_| (0..4).map(|_| AtomicU32::new(0)).collect())
                 .collect();
-            let (a, b): (Wire, Wire) = Default::default();
-            let mut links: Vec<Vec<Option<Box<dyn Link>>>> = vec![
-                vec![
-                    None,
-                    Some(Box::new(QueueLink {
-                        out: a.clone(),
-                        inbox: b.clone(),
-                        shown: None,
-                    })),
-                ],
-                vec![
-                    Some(Box::new(QueueLink {
-                        out: b.clone(),
-                        inbox: a.clone(),
-                        shown: None,
-                    })),
-                    None,
-                ],
-            ];
+            let (mut links, [a, b]) = mem_link::pair(64 + HDR_BYTES, usize::MAX);
             let mut plans = Vec::new();
             for r in 0..2 {
                 let sp = send[r].as_mut_ptr() as usize;

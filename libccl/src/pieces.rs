@@ -652,45 +652,6 @@ mod tests {
         same_outcome(&many, n, 4, true);
     }
 
-    /// A bounded in-memory link (a few small frames), so senders stall as on a real one.
-    struct MemLink {
-        out: std::sync::Arc<std::sync::Mutex<VecDeque<Vec<u8>>>>,
-        inp: std::sync::Arc<std::sync::Mutex<VecDeque<Vec<u8>>>>,
-        head: Option<Vec<u8>>,
-    }
-
-    impl ccl_transports::Link for MemLink {
-        fn max_frame(&self) -> usize {
-            96
-        }
-        fn try_send(&mut self, frame: &[u8]) -> ccl_transports::Result<bool> {
-            let mut q = self.out.lock().unwrap();
-            if q.len() >= 3 {
-                return Ok(false);
-            }
-            q.push_back(frame.to_vec());
-            Ok(true)
-        }
-        fn peek(&mut self) -> ccl_transports::Result<Option<&[u8]>> {
-            if self.head.is_none() {
-                self.head = self.inp.lock().unwrap().pop_front();
-            }
-            Ok(self.head.as_deref())
-        }
-        fn pop(&mut self) {
-            self.head = None;
-        }
-        fn flush(&mut self) -> ccl_transports::Result<bool> {
-            Ok(false)
-        }
-        fn has_pending(&self) -> bool {
-            false
-        }
-        fn kind(&self) -> &'static str {
-            "mem"
-        }
-    }
-
     /// Rank 0 sends X in one group and receives Y in the next; rank 1 receives X and sends Y
     /// in one group. Cut into pieces run as jobs one after another, rank 1's first job would
     /// wait on Y's first piece, which rank 0 receives only after all of X: deadlock. Gated in
@@ -700,7 +661,6 @@ mod tests {
     fn gated_pieces_run_asymmetric_groups_to_completion() {
         use crate::exec::{Flag, PieceGates, Plan};
         use std::sync::atomic::{AtomicU32, Ordering};
-        use std::sync::{Arc, Mutex};
         let (x, y) = (1000usize, 600usize);
         let src_x: Vec<u8> = (0..x).map(|i| (i * 3 + 1) as u8).collect();
         let src_y: Vec<u8> = (0..y).map(|i| (i * 5 + 2) as u8).collect();
@@ -768,28 +728,8 @@ mod tests {
             plans.push(q);
             starts.push(st);
         }
-        let (a, b) = (
-            Arc::new(Mutex::new(VecDeque::new())),
-            Arc::new(Mutex::new(VecDeque::new())),
-        );
-        let mut links: Vec<Vec<Option<Box<dyn ccl_transports::Link>>>> = vec![
-            vec![
-                None,
-                Some(Box::new(MemLink {
-                    out: a.clone(),
-                    inp: b.clone(),
-                    head: None,
-                })),
-            ],
-            vec![
-                Some(Box::new(MemLink {
-                    out: b,
-                    inp: a,
-                    head: None,
-                })),
-                None,
-            ],
-        ];
+        // A few small frames per direction, so senders stall as on a real link.
+        let (mut links, _) = crate::exec::mem_link::pair(96, 3);
         let mut staging = Vec::new();
         // Nothing moves while no start flag is set: the sends wait for their bytes.
         for r in 0..2 {
