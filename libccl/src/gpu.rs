@@ -590,14 +590,8 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let (jobs, gated) =
         crate::pieces::split(&tasks, rank, n, piece_bytes, &is_device_ptr).into_jobs(tasks);
     let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
-    let count = u32::try_from(gates)
-        .ok()
-        .filter(|k| (1..SLOTS).contains(k))
-        .ok_or_else(|| Error::internal("a group split into too many pieces"))?;
-    let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
-    let last = first.wrapping_add(count - 1);
+    let (first, count) = take_slots(&eng, comm, gates, "a group")?;
     let seq = |k: usize| first.wrapping_add(k as u32);
-    wait_for_room(&eng, comm, last)?;
     let mut specs = Vec::with_capacity(jobs.len());
     {
         let mut issue = comm.0.issue.lock();
@@ -691,6 +685,18 @@ fn hand_over(
 }
 
 /// Bounded enqueue: never more than [`SLOTS`] operations outstanding on one communicator.
+/// The start/done slots of a submission of `pieces` pieces: the first one and the count, once
+/// the proxy has room for all of them. `what` names the submission in the error.
+fn take_slots(eng: &GpuEngine, comm: &Comm, pieces: usize, what: &str) -> Result<(u32, u32)> {
+    let count = u32::try_from(pieces)
+        .ok()
+        .filter(|c| (1..SLOTS).contains(c))
+        .ok_or_else(|| Error::internal(format!("{what} split into too many pieces")))?;
+    let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    wait_for_room(eng, comm, first.wrapping_add(count - 1))?;
+    Ok((first, count))
+}
+
 fn wait_for_room(eng: &GpuEngine, comm: &Comm, last: u32) -> Result<()> {
     while last.wrapping_sub(eng.completed.load(Ordering::Acquire)) >= SLOTS {
         if comm.0.abort.load(Ordering::Relaxed) {
@@ -716,14 +722,9 @@ fn submit_streamed(
     let (rank, n) = (comm.rank(), comm.nranks());
     let bytes = task.count * task.dtype.size();
     let k = bytes.div_ceil(per);
-    let count = u32::try_from(k)
-        .ok()
-        .filter(|c| (1..SLOTS).contains(c))
-        .ok_or_else(|| Error::internal("an all-reduce split into too many pieces"))?;
-    let first = eng.submitted.load(Ordering::Relaxed).wrapping_add(1);
+    let (first, count) = take_slots(eng, comm, k, "an all-reduce")?;
     let last = first.wrapping_add(count - 1);
     let seq = |g: usize| first.wrapping_add(g as u32);
-    wait_for_room(eng, comm, last)?;
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
     // From here on this rank has taken a sequence number its peers will match.
     let staged = (|| {
