@@ -68,10 +68,10 @@ pub struct IssueState {
     pub coll_seq: u64,
     /// Per peer: sends and receives issued so far.
     pub p2p_seqs: Vec<(u64, u64)>,
-    /// The kind of link the communicator's collectives may cross (every rank computes the same
-    /// from the same table and settings): it decides which small collectives go in one
-    /// exchange ([`crate::group`]).
-    pub fabric: Fabric,
+    /// Every rank on one host with shared memory allowed, so collectives cross only shared
+    /// memory (every rank computes the same from the same table and settings): it decides
+    /// which small all-reduces go in one exchange ([`crate::group`]).
+    pub shared_memory_only: bool,
     /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
     /// the collective in one exchange -- never both for one collective): they depend on
     /// nothing else here.
@@ -79,18 +79,6 @@ pub struct IssueState {
         (ccl_collectives::Collective, usize, usize, bool),
         std::sync::Arc<ccl_collectives::Schedule>,
     >,
-}
-
-/// The slowest kind of link between two ranks of a communicator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Fabric {
-    /// Every rank on one host, shared memory allowed.
-    #[default]
-    SharedMemory,
-    /// TCP links between hosts (`CCL_NET=socket`).
-    Tcp,
-    /// The multipath transport between hosts.
-    Multipath,
 }
 
 /// Shared part of a communicator.
@@ -668,13 +656,7 @@ fn build_state(
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
     let remote_links = data.iter().filter(|s| s.is_some()).count();
     let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers)?;
-    let fabric = if shm_ok && table.iter().all(|t| t.host_id == my_host) {
-        Fabric::SharedMemory
-    } else if mpt.is_some() {
-        Fabric::Multipath
-    } else {
-        Fabric::Tcp
-    };
+    let shared_memory_only = shm_ok && table.iter().all(|t| t.host_id == my_host);
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
@@ -750,7 +732,7 @@ fn build_state(
             ring,
             coll_seq: 0,
             p2p_seqs: vec![(0, 0); n],
-            fabric,
+            shared_memory_only,
             schedules: Default::default(),
         },
     ))

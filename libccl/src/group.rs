@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::{Health, UniqueId};
-use crate::comm::{Comm, CommState, Fabric};
+use crate::comm::{Comm, CommState};
 use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
@@ -295,15 +295,13 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
 /// session 22): an all-reduce of more than two ranks over shared memory alone (the ring's short
 /// hops beat folding every rank's input on every rank from 2 KiB: 4 ranks, 8 KiB, 13.6-13.9 us
 /// against 17-21) or of more than half of `one_shot_ranks` (8 ranks over TCP: 51-73 us against
-/// the tree's 46-53; 6 ranks mixed), and a reduce-scatter or all-gather over the multipath
-/// transport (three small frames to three links at once, 4 ranks: 55-61 us against 61-74).
-/// Broadcast and reduce measured no gain (their chains already take one hop per rank).
+/// the tree's 46-53; 6 ranks mixed). Broadcast and reduce measured no gain (their chains already take one hop per rank).
 fn one_shot(
     coll: ccl_collectives::Collective,
     t: &Task,
     n: usize,
     settings: &Settings,
-    fabric: Fabric,
+    shared_memory_only: bool,
 ) -> bool {
     use ccl_collectives::Collective as C;
     let sent = t
@@ -311,9 +309,7 @@ fn one_shot(
         .saturating_mul(t.dtype.size())
         .saturating_mul(n.saturating_sub(1));
     let kind = match coll {
-        C::AllReduce => {
-            n == 2 || (fabric != Fabric::SharedMemory && n <= settings.one_shot_ranks / 2)
-        }
+        C::AllReduce => n == 2 || (!shared_memory_only && n <= settings.one_shot_ranks / 2),
         // Over the multipath transport these lost to the ring while every send waited for
         // its acknowledgement (session 22); since sends complete on leaving and small
         // messages share acknowledgements, one exchange is ahead there too (4 ranks, 16
@@ -401,7 +397,7 @@ pub(crate) fn plan_specs(
             TaskKind::Coll(coll) => {
                 let disjoint =
                     coll == ccl_collectives::Collective::AlltoAll && buffers_disjoint(t, n);
-                let one_shot = one_shot(coll, t, n, settings, state.fabric);
+                let one_shot = one_shot(coll, t, n, settings, state.shared_memory_only);
                 let key = (coll, t.count, t.dtype.size(), disjoint || one_shot);
                 let sched = match state.schedules.get(&key) {
                     Some(s) => s.clone(),
@@ -708,18 +704,19 @@ mod tests {
         }
     }
 
-    /// Which collectives go in one exchange, per fabric and rank count, and the size boundary
-    /// (what a rank sends: block x (ranks - 1)) on both sides.
+    /// Which collectives go in one exchange, over shared memory alone or across hosts (TCP or
+    /// the multipath transport alike), per rank count, and the size boundary (what a rank
+    /// sends: block x (ranks - 1)) on both sides.
     #[test]
     fn one_exchange_where_it_measured_faster_and_up_to_the_byte_limit() {
         let s = settings();
-        let f = Fabric::SharedMemory;
-        let (tcp, mpt) = (Fabric::Tcp, Fabric::Multipath);
-        let ar =
-            |n, count, fabric| one_shot(C::AllReduce, &task(C::AllReduce, count), n, &s, fabric);
-        // Two ranks: every fabric; more: not over shared memory alone.
-        assert!(ar(2, 1, f) && ar(2, 1, tcp) && ar(2, 1, mpt));
-        assert!(!ar(4, 1, f) && ar(4, 1, tcp) && ar(4, 1, mpt));
+        let (f, tcp) = (true, false);
+        let ar = |n, count, shm_only| {
+            one_shot(C::AllReduce, &task(C::AllReduce, count), n, &s, shm_only)
+        };
+        // Two ranks: everywhere; more: not over shared memory alone.
+        assert!(ar(2, 1, f) && ar(2, 1, tcp));
+        assert!(!ar(4, 1, f) && ar(4, 1, tcp));
         // 4 ranks x 4 bytes x 3 peers: 2730 elements send 32760 bytes, 2731 send 32772.
         assert!(ar(4, 2730, tcp) && !ar(4, 2731, tcp));
         assert!(ar(2, 8192, tcp) && !ar(2, 8193, tcp));
@@ -730,7 +727,6 @@ mod tests {
             let t = task(coll, 1);
             assert!(one_shot(coll, &t, 4, &s, f) && one_shot(coll, &t, 4, &s, tcp));
             assert!(one_shot(coll, &t, 8, &s, tcp) && !one_shot(coll, &t, 9, &s, tcp));
-            assert!(one_shot(coll, &t, 4, &s, mpt));
         }
         for coll in [C::Broadcast { root: 0 }, C::Reduce { root: 0 }, C::AlltoAll] {
             assert!(!one_shot(coll, &task(coll, 1), 4, &s, tcp));
