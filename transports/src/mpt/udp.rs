@@ -367,8 +367,8 @@ pub struct UdpPaths {
 /// `readable` polls every path only every [`FULL_POLL_EVERY`]th round (and after the caller
 /// slept: [`UdpPaths::poll_all_next`]); in the others only the paths that sent or received
 /// within the last [`HOT_ROUNDS`] rounds -- unless they are half the paths or more. A small
-/// operation's datagrams use two of a link's paths (its data, and the acknowledgements of
-/// ours), and the per-socket cost of `poll` over all of them was most of a quarter of a
+/// operation's datagrams use one of a link's paths (small messages keep to one path, and
+/// acknowledgements return on the path of what they acknowledge), and the per-socket cost of `poll` over all of them was most of a quarter of a
 /// four-rank small operation's CPU (`fdget`, `fput`, `sock_poll`, `udp_poll`). A datagram on
 /// a path gone quiet waits at most `FULL_POLL_EVERY - 1` rounds more.
 struct PollSet {
