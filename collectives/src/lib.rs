@@ -70,6 +70,14 @@ pub enum Op {
         local: Slice,
         dst: Slice,
     },
+    /// Receive from `peer` and store `local (op) incoming` into `dst`: [`Op::RecvReduce`] with
+    /// this rank's operand first, for folds in rank order that every rank computes alike
+    /// ([`allreduce_exchange`]).
+    RecvFold {
+        peer: usize,
+        local: Slice,
+        dst: Slice,
+    },
     /// Local copy (skipped by executors when `src` and `dst` are the same memory).
     Copy { src: Slice, dst: Slice },
     /// Local reduction: `dst = src (op) local`, with `src` in the place a `RecvReduce` gives the
@@ -415,6 +423,42 @@ pub fn alltoall_out_of_place(rank: usize, nranks: usize, count: usize) -> Result
 /// `nranks * count` (slot `p` holds rank p's input; this rank's own slot the partial result).
 pub fn allreduce_one_shot(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
     one_shot_fold(rank, nranks, count, |_| 0)
+}
+
+/// [`Collective::AllReduce`] of two ranks in one exchange, for messages of any size: each rank
+/// sends its whole input to the other and folds what arrives into its output frame by frame,
+/// `x0 (op) x1` on both ranks (rank 0's operand first: [`Op::RecvFold`] there,
+/// [`Op::RecvReduce`] on rank 1), so both hold the same bits. Each rank sends and receives
+/// `count` elements, as the ring does, but in one step instead of two, so nothing waits for
+/// the first half to drain before the second begins; it reduces `count` elements where the
+/// ring reduces half. In place the send reads what the fold overwrites: executors send every
+/// frame before the fold writes its range (a receive waits for an earlier send of its step
+/// that reads what it would write), which the reference simulator models by taking a send's
+/// data when its step begins. Pre-scaled reductions (a scalar applied by the receiving rank)
+/// would round differently on the two ranks: callers keep those on the ring.
+pub fn allreduce_exchange(rank: usize, nranks: usize, count: usize) -> Result<Schedule, Error> {
+    if nranks != 2 {
+        return Err(Error::Unsupported {
+            algo: Algorithm::Direct,
+            coll: Collective::AllReduce,
+        });
+    }
+    if rank >= nranks {
+        return Err(Error::BadRank { rank, nranks });
+    }
+    let peer = 1 - rank;
+    let mut t = plan::Table::new();
+    t.push(0, plan::op_send(peer, plan::send(0, count)));
+    let (local, dst) = (plan::send(0, count), plan::recv(0, count));
+    t.push(
+        0,
+        if rank == 0 {
+            plan::op_fold(peer, local, dst)
+        } else {
+            plan::op_reduce(peer, local, dst)
+        },
+    );
+    Ok(t.finish(0))
 }
 
 /// [`Collective::ReduceScatter`] in one exchange: every rank sends block `p` of its input to

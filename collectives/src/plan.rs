@@ -25,6 +25,9 @@ pub(crate) fn op_recv(peer: usize, dst: Slice) -> Op {
 pub(crate) fn op_reduce(peer: usize, local: Slice, dst: Slice) -> Op {
     Op::RecvReduce { peer, local, dst }
 }
+pub(crate) fn op_fold(peer: usize, local: Slice, dst: Slice) -> Op {
+    Op::RecvFold { peer, local, dst }
+}
 pub(crate) fn copy(src: Slice, dst: Slice) -> Op {
     Op::Copy { src, dst }
 }
@@ -38,6 +41,7 @@ pub(crate) fn op_count(op: &Op) -> usize {
         Op::Send { src, .. } => src.count,
         Op::Recv { dst, .. }
         | Op::RecvReduce { dst, .. }
+        | Op::RecvFold { dst, .. }
         | Op::Copy { dst, .. }
         | Op::Reduce { dst, .. } => dst.count,
     }

@@ -291,10 +291,12 @@ enum Res {
         peer: usize,
         dst: Range,
     },
+    /// `local_first`: `local (op) incoming` ([`Op::RecvFold`]), else `incoming (op) local`.
     Reduce {
         peer: usize,
         local: Range,
         dst: Range,
+        local_first: bool,
     },
     /// `None` when source and destination are the same memory (skipped).
     Copy(Option<(Range, Range)>),
@@ -354,7 +356,7 @@ fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimEr
                 dst: addr(dst)?,
             }
         }
-        Op::RecvReduce { peer, local, dst } => {
+        Op::RecvReduce { peer, local, dst } | Op::RecvFold { peer, local, dst } => {
             writable(dst)?;
             if local.count != dst.count {
                 return Err(SimError::SizeMismatch(at));
@@ -363,6 +365,7 @@ fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimEr
                 peer: peer_ok(*peer)?,
                 local: addr(local)?,
                 dst: addr(dst)?,
+                local_first: matches!(op, Op::RecvFold { .. }),
             }
         }
         Op::Copy { src, dst } => {
@@ -387,13 +390,16 @@ fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimEr
     })
 }
 
-/// Checks one step for hazards between (and inside) its operations.
+/// Checks one step for hazards between (and inside) its operations. One overlap is allowed: a
+/// receive may write what a send earlier in the step reads, because a send's data is taken
+/// when its step begins (executors hold such a receive until the send's frames have left).
 fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> {
-    let mut acc: Vec<(usize, Range, bool)> = Vec::new();
+    // (op, range, writes, role): role 0 a send's read, 1 a receive's write, 2 anything else.
+    let mut acc: Vec<(usize, Range, bool, u8)> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         match *op {
-            Res::Send { src, .. } => acc.push((i, src, false)),
-            Res::Recv { dst, .. } => acc.push((i, dst, true)),
+            Res::Send { src, .. } => acc.push((i, src, false, 0)),
+            Res::Recv { dst, .. } => acc.push((i, dst, true, 1)),
             Res::Reduce { local, dst, .. } => {
                 // Elementwise in place is fine; a shifted overlap is not.
                 if local != dst && overlap(local, dst) {
@@ -404,8 +410,8 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> 
                         b: i,
                     });
                 }
-                acc.push((i, local, false));
-                acc.push((i, dst, true));
+                acc.push((i, local, false, 2));
+                acc.push((i, dst, true, 1));
             }
             Res::Copy(Some((s, d))) => {
                 if overlap(s, d) {
@@ -416,8 +422,8 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> 
                         b: i,
                     });
                 }
-                acc.push((i, s, false));
-                acc.push((i, d, true));
+                acc.push((i, s, false, 2));
+                acc.push((i, d, true, 2));
             }
             Res::LocalReduce { src, local, dst } => {
                 // Elementwise in place (dst exactly one of the operands) is fine.
@@ -429,16 +435,18 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> 
                         b: i,
                     });
                 }
-                acc.push((i, src, false));
-                acc.push((i, local, false));
-                acc.push((i, dst, true));
+                acc.push((i, src, false, 2));
+                acc.push((i, local, false, 2));
+                acc.push((i, dst, true, 2));
             }
             Res::Copy(None) => {}
         }
     }
-    for (x, &(i, ri, wi)) in acc.iter().enumerate() {
-        for &(j, rj, wj) in acc.iter().skip(x + 1) {
-            if i != j && (wi || wj) && overlap(ri, rj) {
+    for (x, &(i, ri, wi, ki)) in acc.iter().enumerate() {
+        for &(j, rj, wj, kj) in acc.iter().skip(x + 1) {
+            // `acc` is in op order, so `i <= j`: a send, then a receive after it.
+            let send_then_receive = ki == 0 && kj == 1 && i < j;
+            if i != j && (wi || wj) && overlap(ri, rj) && !send_then_receive {
                 return Err(SimError::Hazard {
                     rank,
                     step,
@@ -563,8 +571,10 @@ pub fn simulate(
         messages: 0,
         sent: vec![0; nranks],
     };
+    // The data of each rank's sends in its current step, taken as the step began.
+    let mut snaps: Vec<HashMap<usize, Vec<u64>>> = vec![HashMap::new(); nranks];
     for r in 0..nranks {
-        settle(r, &res, &mut cur, &mut done, &mut mem, opts.op);
+        settle(r, &res, &mut cur, &mut done, &mut mem, &mut snaps, opts.op);
     }
     loop {
         if (0..nranks).all(|r| cur.get(r).copied().unwrap_or(0) >= nsteps(r)) {
@@ -601,16 +611,30 @@ pub fn simulate(
             return Err(SimError::Deadlock { stuck });
         }
         for &(a, oi, src, b, ob) in &matches {
-            let data = read(&mem, a, src);
+            let data = snaps
+                .get_mut(a)
+                .and_then(|m| m.remove(&oi))
+                .unwrap_or_else(|| read(&mem, a, src));
             let sb = cur.get(b).copied().unwrap_or(0);
             match res.get(b).and_then(|s| s.get(sb)).and_then(|o| o.get(ob)) {
                 Some(Res::Recv { dst, .. }) => write(&mut mem, b, *dst, &data),
-                Some(Res::Reduce { local, dst, .. }) => {
+                Some(Res::Reduce {
+                    local,
+                    dst,
+                    local_first,
+                    ..
+                }) => {
                     let l = read(&mem, b, *local);
                     let v: Vec<u64> = data
                         .iter()
                         .zip(&l)
-                        .map(|(&x, &y)| opts.op.apply(x, y))
+                        .map(|(&x, &y)| {
+                            if *local_first {
+                                opts.op.apply(y, x)
+                            } else {
+                                opts.op.apply(x, y)
+                            }
+                        })
                         .collect();
                     write(&mut mem, b, *dst, &v);
                 }
@@ -628,7 +652,7 @@ pub fn simulate(
         }
         report.rounds += 1;
         for r in 0..nranks {
-            settle(r, &res, &mut cur, &mut done, &mut mem, opts.op);
+            settle(r, &res, &mut cur, &mut done, &mut mem, &mut snaps, opts.op);
         }
     }
     report.recv = mem
@@ -656,13 +680,15 @@ fn write(mem: &mut [Vec<u64>], rank: usize, (off, len): Range, data: &[u64]) {
     }
 }
 
-/// Enters `r`'s current step if needed (running its copies) and leaves every finished step.
+/// Enters `r`'s current step if needed (running its copies, then taking its sends' data) and
+/// leaves every finished step.
 fn settle(
     r: usize,
     res: &[Vec<Vec<Res>>],
     cur: &mut [usize],
     done: &mut [Vec<bool>],
     mem: &mut [Vec<u64>],
+    snaps: &mut [HashMap<usize, Vec<u64>>],
     op: ReduceOp,
 ) {
     let Some(steps) = res.get(r) else { return };
@@ -690,6 +716,14 @@ fn settle(
                         write(mem, r, dst, &v);
                     }
                     _ => {}
+                }
+            }
+            if let Some(snap) = snaps.get_mut(r) {
+                snap.clear();
+                for (i, o) in ops.iter().enumerate() {
+                    if let Res::Send { src, .. } = *o {
+                        snap.insert(i, read(mem, r, src));
+                    }
                 }
             }
         }

@@ -306,6 +306,11 @@ fn relabel(sched: &Schedule, coll: Collective, order: &[usize], count: usize) ->
                     local: sl(local),
                     dst: sl(dst),
                 },
+                Op::RecvFold { peer, local, dst } => Op::RecvFold {
+                    peer: order[*peer],
+                    local: sl(local),
+                    dst: sl(dst),
+                },
                 Op::Copy { src, dst } => Op::Copy {
                     src: sl(src),
                     dst: sl(dst),
@@ -404,7 +409,9 @@ fn check_neighbours(hosts: &[usize], count: usize, root: usize) {
                             assert_eq!(peer, next(rank), "{coll:?} rank {rank} order {order:?}");
                             used.insert((rank, peer));
                         }
-                        Op::Recv { peer, .. } | Op::RecvReduce { peer, .. } => {
+                        Op::Recv { peer, .. }
+                        | Op::RecvReduce { peer, .. }
+                        | Op::RecvFold { peer, .. } => {
                             assert_eq!(peer, prev(rank), "{coll:?} rank {rank} order {order:?}");
                         }
                         Op::Copy { .. } | Op::Reduce { .. } => {}

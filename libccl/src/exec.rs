@@ -114,11 +114,14 @@ enum XKind {
         dst: *mut u8,
     },
     /// `fused`: `local` is this rank's raw input of a PreMulSum/float-Avg reduction, folded in
-    /// as `local * scalar + incoming` with one rounding, as NCCL's kernels do.
+    /// as `local * scalar + incoming` with one rounding, as NCCL's kernels do. `local_first`:
+    /// `local (op) incoming` (a fold in rank order, [`Op::RecvFold`]), else `incoming (op)
+    /// local`.
     RecvReduce {
         local: *const u8,
         dst: *mut u8,
         fused: bool,
+        local_first: bool,
     },
     Copy {
         src: *const u8,
@@ -163,6 +166,13 @@ struct XOp {
     /// local copies wait for it) and the piece its output lands in.
     piece: Option<usize>,
     lands_in: Option<usize>,
+    /// A send whose source a later receive of its step overwrites: its frames are copied into
+    /// the link as they are queued (not sent from the source), so the receive may write there
+    /// as soon as they are.
+    copy_frames: bool,
+    /// A receive into what an earlier send of its step reads: each frame waits until that
+    /// send has queued the bytes it would overwrite ([`order_overwrites`]).
+    after_sends: bool,
 }
 
 /// A 32-bit word in memory another agent shares (pinned host memory a GPU stream writes and
@@ -333,6 +343,53 @@ impl XOp {
             hdr,
             piece: None,
             lands_in: None,
+            copy_frames: false,
+            after_sends: false,
+        }
+    }
+
+    /// The range a receive writes, if this is one.
+    fn receives_into(&self) -> Option<(usize, usize)> {
+        match self.kind {
+            XKind::Recv { dst } | XKind::RecvReduce { dst, .. } => {
+                Some((dst as usize, dst as usize + self.bytes))
+            }
+            _ => None,
+        }
+    }
+
+    /// The part of a send's source not yet queued (all of it before its first frame).
+    fn unqueued_source(&self) -> Option<(usize, usize)> {
+        match self.kind {
+            XKind::Send { src } => {
+                let from = if self.header_done { self.done } else { 0 };
+                Some((src as usize + from, src as usize + self.bytes))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Schedules may let a receive overwrite what a send earlier in its step reads (a send's data
+/// is what its source held when the step began: an in-place exchange all-reduce sends its input
+/// and folds the peer's into the same buffer). Such a send copies its frames into the link as it
+/// queues them, and the receive takes a frame only once the send has queued every byte the
+/// frame would write over.
+fn order_overwrites(ops: &mut [XOp]) {
+    for j in 0..ops.len() {
+        let Some((lo, hi)) = ops.get(j).and_then(XOp::receives_into) else {
+            continue;
+        };
+        let (before, rest) = ops.split_at_mut(j);
+        for send in before.iter_mut() {
+            if let XKind::Send { src } = send.kind {
+                if overlap((src as usize, src as usize + send.bytes), lo, hi - lo) > 0 {
+                    send.copy_frames = true;
+                    if let Some(recv) = rest.first_mut() {
+                        recv.after_sends = true;
+                    }
+                }
+            }
         }
     }
 }
@@ -533,6 +590,14 @@ impl Plan {
             count: task.count as u64,
             bytes: 0,
         };
+        // Folds in rank order must compute the same operations on every rank, so no rank may
+        // fuse its pre-scaling into them: with a scalar, every operand is pre-scaled by its
+        // owner (the plan's `prescale`) and the folds are plain.
+        let ordered_folds = schedule
+            .steps
+            .iter()
+            .flat_map(|s| &s.ops)
+            .any(|o| matches!(o, Op::RecvFold { .. }));
         let mut steps = Vec::with_capacity(schedule.steps.len());
         for step in &schedule.steps {
             let mut ops = Vec::with_capacity(step.ops.len());
@@ -552,16 +617,17 @@ impl Plan {
                         peer,
                         dst.count,
                     ),
-                    Op::RecvReduce { peer, local, dst } => {
+                    Op::RecvReduce { peer, local, dst } | Op::RecvFold { peer, local, dst } => {
                         // A raw input folded into a scaled partial sum: NCCL computes
                         // fma(x, s, partial), so read the unscaled input and fuse.
-                        let fused = scalar.is_some() && local.buf == BufId::Send;
+                        let fused = scalar.is_some() && local.buf == BufId::Send && !ordered_folds;
                         let local_base = if fused { task.send } else { base(local.buf) };
                         (
                             XKind::RecvReduce {
                                 local: elem_ptr(local_base, local.offset, size) as *const u8,
                                 dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
                                 fused,
+                                local_first: matches!(op, Op::RecvFold { .. }),
                             },
                             peer,
                             dst.count,
@@ -600,6 +666,7 @@ impl Plan {
                     },
                 ));
             }
+            order_overwrites(&mut ops);
             steps.push(ops);
         }
         let what = PlanWhat::Coll {
@@ -928,6 +995,15 @@ impl Plan {
                     .get_mut(op.peer)
                     .and_then(Option::as_mut)
                     .ok_or_else(|| Error::internal(format!("no link to rank {}", op.peer)))?;
+                // What earlier sends of the step have yet to queue, which this receive must
+                // not overwrite.
+                let before: &[XOp] = before;
+                let unsent = |lo: usize, len: usize| {
+                    before.iter().any(|o| {
+                        o.copy_frames
+                            && o.unqueued_source().is_some_and(|r| overlap(r, lo, len) > 0)
+                    })
+                };
                 progressed |= match op.kind {
                     XKind::Send { src } => {
                         send_op(op, src, link.as_mut(), staging, stats, coll_gates.as_ref())?
@@ -935,11 +1011,14 @@ impl Plan {
                     _ => recv_op(
                         op,
                         link.as_mut(),
-                        dtype,
-                        arith,
-                        &self.scalar,
+                        Arith {
+                            dtype,
+                            arith,
+                            scalar: &self.scalar,
+                        },
                         stats,
                         coll_gates.as_mut(),
+                        &unsent,
                     )?,
                 };
                 if !op.finished {
@@ -1040,10 +1119,17 @@ fn send_op(
             }
             // SAFETY: done + data <= bytes, inside the validated source range.
             let s = unsafe { std::slice::from_raw_parts(src.add(op.done), data) };
-            // SAFETY: the source (a user buffer validated at enqueue, or plan-owned) stays as
-            // it is until this operation finishes, which waits for `has_pending` to be false;
-            // a failed plan quiesces its links before its buffers go back (group::drive).
-            if !unsafe { link.try_send_deferred(s) }? {
+            let queued = if op.copy_frames {
+                // A receive of this step overwrites the source once these bytes are queued.
+                link.try_send(s)?
+            } else {
+                // SAFETY: the source (a user buffer validated at enqueue, or plan-owned) stays
+                // as it is until this operation finishes, which waits for `has_pending` to be
+                // false; a failed plan quiesces its links before its buffers go back
+                // (group::drive).
+                unsafe { link.try_send_deferred(s) }?
+            };
+            if !queued {
                 break;
             }
             op.done += data;
@@ -1062,14 +1148,25 @@ fn send_op(
     Ok(progressed)
 }
 
+/// How a plan's receives fold what arrives: its type, reduction and pre-multiplier.
+#[derive(Clone, Copy)]
+struct Arith<'a> {
+    dtype: DataType,
+    arith: ReduceKind,
+    scalar: &'a [u8; 8],
+}
+
 fn recv_op(
     op: &mut XOp,
     link: &mut dyn Link,
-    dtype: DataType,
-    arith: ReduceKind,
-    scalar: &[u8; 8],
+    Arith {
+        dtype,
+        arith,
+        scalar,
+    }: Arith<'_>,
     stats: &mut ExecStats,
     mut gates: Option<&mut CollGateState>,
+    unsent: &dyn Fn(usize, usize) -> bool,
 ) -> Result<bool> {
     let size = dtype.size();
     let mut progressed = false;
@@ -1119,14 +1216,29 @@ fn recv_op(
         }
         // Addresses as integers: the parts may run on the copy threads (ccl_transports::par).
         let (from, done) = (data.as_ptr() as usize, op.done);
-        // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum.
+        // (what, destination, local input): 0 copy, 1 reduce, 2 pre-multiplied sum, 3 reduce
+        // with the local operand first.
         let (what, dst, local) = match op.kind {
             XKind::Recv { dst } => (0u8, dst as usize, 0usize),
-            XKind::RecvReduce { local, dst, fused } => {
-                (1 + fused as u8, dst as usize, local as usize)
+            XKind::RecvReduce {
+                local,
+                dst,
+                fused,
+                local_first,
+            } => {
+                let what = match (fused, local_first) {
+                    (true, _) => 2,
+                    (false, true) => 3,
+                    (false, false) => 1,
+                };
+                (what, dst as usize, local as usize)
             }
-            _ => (3, 0, 0),
+            _ => (4, 0, 0),
         };
+        if op.after_sends && unsent(dst + done, n) {
+            // This rank's own send of these bytes has not left yet (in place).
+            break;
+        }
         // A frame the link wrote straight into the destination lent to it (below) is where
         // it belongs already; one shown anywhere else inside the destination means the two
         // sides cut the operation into frames differently, which would corrupt it.
@@ -1153,6 +1265,7 @@ fn recv_op(
                         0 => std::ptr::copy_nonoverlapping(src, d, len),
                         1 => reduce::reduce(dtype, arith, d, src, l, len / size),
                         2 => reduce::premul_add(dtype, d, l, src, len / size, scalar.as_ptr()),
+                        3 => reduce::reduce(dtype, arith, d, l, src, len / size),
                         _ => {}
                     }
                 }
@@ -1173,7 +1286,7 @@ fn recv_op(
         progressed = true;
         if op.done == op.bytes {
             op.finished = true;
-        } else if what == 0 && gates.is_none() {
+        } else if what == 0 && gates.is_none() && !op.after_sends {
             // The rest of the operation comes in frames cut as min(left, the largest), so the
             // link can be told where each goes (it checks that the sender's largest frame is
             // its own before it takes the offer).
@@ -1199,6 +1312,8 @@ pub(crate) mod mem_link {
 
     /// One direction of a pair: frames in order.
     pub(crate) type Wire = Arc<Mutex<VecDeque<Vec<u8>>>>;
+    /// Each rank's links, indexed by peer (`None` for itself).
+    pub(crate) type Links = Vec<Vec<Option<Box<dyn Link>>>>;
 
     struct MemLink {
         out: Wire,
@@ -1244,12 +1359,14 @@ pub(crate) mod mem_link {
     /// bytes, at most `cap` of them queued per direction (then the sender stalls, as on a real
     /// link); and the two wires (rank 0's outgoing, rank 1's), to check they drained.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn pair(
-        max_frame: usize,
-        cap: usize,
-    ) -> (Vec<Vec<Option<Box<dyn Link>>>>, [Wire; 2]) {
+    pub(crate) fn pair(max_frame: usize, cap: usize) -> (Links, [Wire; 2]) {
+        pair_capped(max_frame, [cap, cap])
+    }
+
+    /// As [`pair`], with rank `r`'s outgoing wire holding at most `caps[r]` frames.
+    pub(crate) fn pair_capped(max_frame: usize, caps: [usize; 2]) -> (Links, [Wire; 2]) {
         let (a, b): (Wire, Wire) = Default::default();
-        let link = |out: &Wire, inp: &Wire| -> Option<Box<dyn Link>> {
+        let link = |out: &Wire, inp: &Wire, cap: usize| -> Option<Box<dyn Link>> {
             Some(Box::new(MemLink {
                 out: out.clone(),
                 inp: inp.clone(),
@@ -1258,7 +1375,10 @@ pub(crate) mod mem_link {
                 cap,
             }))
         };
-        let links = vec![vec![None, link(&a, &b)], vec![link(&b, &a), None]];
+        let links = vec![
+            vec![None, link(&a, &b, caps[0])],
+            vec![link(&b, &a, caps[1]), None],
+        ];
         (links, [a, b])
     }
 }
@@ -1577,6 +1697,69 @@ mod tests {
             for r in 0..2 {
                 assert_eq!(*out(r), want, "rank {r} in place {in_place}");
                 assert!(words[2 + r].iter().all(|w| w.load(Ordering::Acquire) == 1));
+            }
+            drop(plans);
+        }
+    }
+
+    /// The two-rank exchange all-reduce in place: all of the peer's frames are already waiting
+    /// when rank 0 starts, and rank 0's link takes one frame at a time, so the fold could
+    /// overwrite input that rank 0 has yet to send; each frame is held until the send has
+    /// queued (copied) what it covers, and both ranks end with the exact sums (without the
+    /// hold rank 1 gets rank 0's partly folded input). Out of place nothing is held.
+    #[test]
+    fn an_in_place_exchange_folds_a_frame_only_after_sending_what_it_overwrites() {
+        const N: usize = 100; // u32: 400 bytes, 16-byte frames after the first
+        for in_place in [false, true] {
+            let inputs: Vec<Vec<u32>> = (0..2u32)
+                .map(|r| (0..N as u32).map(|i| i * 7 + r * 100_000 + 1).collect())
+                .collect();
+            let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
+            let mut send = inputs.clone();
+            let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+            let (mut links, _) = mem_link::pair_capped(16 + HDR_BYTES, [1, 1000]);
+            let mut plans = Vec::new();
+            for r in 0..2 {
+                let sp = send[r].as_mut_ptr() as usize;
+                let rp = if in_place {
+                    sp
+                } else {
+                    recv[r].as_mut_ptr() as usize
+                };
+                let task = Task {
+                    kind: TaskKind::Coll(ccl_collectives::Collective::AllReduce),
+                    send: sp,
+                    recv: rp,
+                    count: N,
+                    dtype: DataType::Uint32,
+                    red: Reduction::Plain(ReduceKind::Sum),
+                    stream: 0,
+                };
+                let sched = ccl_collectives::allreduce_exchange(r, 2, N).unwrap();
+                let plan = Plan::collective(&task, &sched, r, 2, 1, None).unwrap();
+                let ops = &plan.steps[0];
+                assert_eq!(ops.len(), 2);
+                assert_eq!(ops[0].copy_frames, in_place, "rank {r}");
+                assert_eq!(ops[1].after_sends, in_place, "rank {r}");
+                plans.push(plan);
+            }
+            let mut stats = ExecStats::default();
+            // Rank 1 alone first: its first frame waits in rank 0's link.
+            for _ in 0..5 {
+                plans[1]
+                    .progress(&mut links[1], &mut Vec::new(), &mut stats)
+                    .unwrap();
+            }
+            for _ in 0..400 {
+                for (r, p) in plans.iter_mut().enumerate() {
+                    p.progress(&mut links[r], &mut Vec::new(), &mut stats)
+                        .unwrap();
+                }
+            }
+            assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
+            for r in 0..2 {
+                let out = if in_place { &send[r] } else { &recv[r] };
+                assert_eq!(*out, want, "rank {r} in place {in_place}");
             }
             drop(plans);
         }

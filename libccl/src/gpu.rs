@@ -833,7 +833,9 @@ fn piece_orders(
             let (reads, write): (Vec<&Slice>, Option<&Slice>) = match op {
                 Op::Send { src, .. } => (vec![src], None),
                 Op::Recv { dst, .. } => (vec![], Some(dst)),
-                Op::RecvReduce { local, dst, .. } => (vec![local], Some(dst)),
+                Op::RecvReduce { local, dst, .. } | Op::RecvFold { local, dst, .. } => {
+                    (vec![local], Some(dst))
+                }
                 Op::Copy { src, dst } => (vec![src], Some(dst)),
                 Op::Reduce { src, local, dst } => (vec![src, local], Some(dst)),
             };

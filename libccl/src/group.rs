@@ -211,6 +211,8 @@ struct Settings {
     one_shot_bytes: usize,
     /// `CCL_ONE_SHOT_RANKS`.
     one_shot_ranks: usize,
+    /// `CCL_ALLREDUCE_EXCHANGE_BYTES` (0: off).
+    exchange_bytes: usize,
 }
 
 fn settings() -> &'static Settings {
@@ -231,6 +233,11 @@ fn settings() -> &'static Settings {
                 0
             },
             one_shot_ranks: params::CCL_ONE_SHOT_RANKS.get_i64().max(0) as usize,
+            exchange_bytes: if allowed("ring") && allowed("tree") {
+                params::CCL_ALLREDUCE_EXCHANGE_BYTES.get_i64().max(0) as usize
+            } else {
+                0
+            },
         }
     })
 }
@@ -320,6 +327,24 @@ fn one_shot(
     kind && (2..=settings.one_shot_ranks).contains(&n) && sent <= settings.one_shot_bytes
 }
 
+/// Whether an all-reduce of two ranks over the network goes in one exchange of whole inputs
+/// ([`ccl_collectives::allreduce_exchange`]): one step where the ring takes two, so nothing
+/// waits for a half to drain, at the price of reducing the whole message on each rank. Not
+/// over shared memory alone, where the reduction's memory traffic is the cost.
+fn exchange(
+    coll: ccl_collectives::Collective,
+    t: &Task,
+    n: usize,
+    settings: &Settings,
+    shared_memory_only: bool,
+) -> bool {
+    coll == ccl_collectives::Collective::AllReduce
+        && n == 2
+        && !shared_memory_only
+        && settings.exchange_bytes > 0
+        && t.count.saturating_mul(t.dtype.size()) >= settings.exchange_bytes
+}
+
 /// The one-exchange schedule of a small collective: reductions fold every rank's input in rank
 /// order after one exchange ([`ccl_collectives::allreduce_one_shot`],
 /// [`ccl_collectives::reduce_scatter_one_shot`]); an all-gather sends straight to every rank
@@ -404,6 +429,8 @@ pub(crate) fn plan_specs(
                     None => {
                         let s = std::sync::Arc::new(if one_shot {
                             one_shot_schedule(coll, rank, n, &state.ring, t.count)?
+                        } else if exchange(coll, t, n, settings, state.shared_memory_only) {
+                            ccl_collectives::allreduce_exchange(rank, n, t.count)?
                         } else {
                             build_schedule(coll, t, rank, n, &state.ring, settings, disjoint)?
                         });
@@ -689,6 +716,7 @@ mod tests {
             ring_allowed: true,
             one_shot_bytes: 32768,
             one_shot_ranks: 8,
+            exchange_bytes: 0,
         }
     }
 

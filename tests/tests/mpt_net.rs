@@ -130,6 +130,20 @@ fn mpt_two_hosts_exact_with_one_percent_loss() {
     run(2, &[("CCL_MPT_DROP", "0.01")]);
 }
 
+/// Two-rank all-reduces of every size in one exchange (each rank folds the other's whole
+/// input as it arrives; in place each frame is sent before the fold overwrites it), with
+/// loss: exact, out of place and in place.
+#[test]
+fn mpt_two_hosts_exchange_all_reduce_exact_with_loss() {
+    run(
+        2,
+        &[
+            ("CCL_ALLREDUCE_EXCHANGE_BYTES", "1"),
+            ("CCL_MPT_DROP", "0.01"),
+        ],
+    );
+}
+
 /// Received frames copied and reduced in parts on helper threads (a low threshold, so most
 /// frames split), over two engines: still exact.
 #[test]

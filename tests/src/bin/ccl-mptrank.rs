@@ -1,5 +1,5 @@
-//! One rank of the mpt transport test: all_reduce and alltoall of int32 data through the C
-//! ABI, checked exactly. Launched by `tests/tests/mpt_net.rs` with `NCCL_COMM_ID`,
+//! One rank of the mpt transport test: all_reduce (out of place and in place) and alltoall of
+//! int32 data through the C ABI, checked exactly. Launched by `tests/tests/mpt_net.rs` with `NCCL_COMM_ID`,
 //! `CCL_RANK`, `CCL_NRANKS` (and `CCL_NET=mpt`, `CCL_HOSTID` per rank). Prints `ok` when
 //! every result matched.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::expect_used)]
@@ -90,6 +90,20 @@ fn main() {
             for (i, v) in recv.iter().enumerate() {
                 assert_eq!(*v, k * ((i % 1000) as i32 + iter as i32), "all_reduce[{i}]");
             }
+            // In place: the input is the output (an exchange all-reduce then sends each
+            // frame before folding the peer's into it).
+            let mut buf = send.clone();
+            let r = ncclAllReduce(
+                buf.as_ptr() as *const c_void,
+                buf.as_mut_ptr() as *mut c_void,
+                count,
+                INT32,
+                SUM,
+                comm,
+                null,
+            );
+            assert_eq!(r, 0, "all_reduce in place: {}", last(comm));
+            assert!(buf == recv, "all_reduce in place of {count} differs");
         }
         for count in [1usize, 1 << 20, 77_777] {
             let send: Vec<i32> = (0..n * count)
