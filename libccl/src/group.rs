@@ -211,8 +211,8 @@ struct Settings {
     one_shot_bytes: usize,
     /// `CCL_ONE_SHOT_RANKS`.
     one_shot_ranks: usize,
-    /// `CCL_ALLREDUCE_EXCHANGE_BYTES` (0: off).
-    exchange_bytes: usize,
+    /// `CCL_ALLREDUCE_EXCHANGE_BYTES` .. `CCL_ALLREDUCE_EXCHANGE_MAX_BYTES` (0 ..: off).
+    exchange_bytes: (usize, usize),
 }
 
 fn settings() -> &'static Settings {
@@ -234,9 +234,12 @@ fn settings() -> &'static Settings {
             },
             one_shot_ranks: params::CCL_ONE_SHOT_RANKS.get_i64().max(0) as usize,
             exchange_bytes: if allowed("ring") && allowed("tree") {
-                params::CCL_ALLREDUCE_EXCHANGE_BYTES.get_i64().max(0) as usize
+                (
+                    params::CCL_ALLREDUCE_EXCHANGE_BYTES.get_i64().max(0) as usize,
+                    params::CCL_ALLREDUCE_EXCHANGE_MAX_BYTES.get_i64().max(0) as usize,
+                )
             } else {
-                0
+                (0, 0)
             },
         }
     })
@@ -341,8 +344,9 @@ fn exchange(
     coll == ccl_collectives::Collective::AllReduce
         && n == 2
         && !shared_memory_only
-        && settings.exchange_bytes > 0
-        && t.count.saturating_mul(t.dtype.size()) >= settings.exchange_bytes
+        && settings.exchange_bytes.0 > 0
+        && (settings.exchange_bytes.0..=settings.exchange_bytes.1)
+            .contains(&t.count.saturating_mul(t.dtype.size()))
 }
 
 /// The one-exchange schedule of a small collective: reductions fold every rank's input in rank
@@ -716,7 +720,7 @@ mod tests {
             ring_allowed: true,
             one_shot_bytes: 32768,
             one_shot_ranks: 8,
-            exchange_bytes: 0,
+            exchange_bytes: (0, 0),
         }
     }
 

@@ -139,6 +139,7 @@ fn mpt_two_hosts_exchange_all_reduce_exact_with_loss() {
         2,
         &[
             ("CCL_ALLREDUCE_EXCHANGE_BYTES", "1"),
+            ("CCL_ALLREDUCE_EXCHANGE_MAX_BYTES", "1073741824"),
             ("CCL_MPT_DROP", "0.01"),
         ],
     );
