@@ -461,6 +461,41 @@ pub fn allreduce_exchange(rank: usize, nranks: usize, count: usize) -> Result<Sc
     Ok(t.finish(0))
 }
 
+/// A ring schedule's steps as one step: every send to the next rank and every receive from
+/// the previous one, in their order, so no step waits for the one before it to drain. Each
+/// step of a ring sends what the previous step received (or reduced), and later receives
+/// overwrite chunks earlier sends read; in one step those become orderings inside it that
+/// executors keep (a send forwards each frame once the receive that writes it has landed; a
+/// receive overwrites only what the earlier sends have taken; receives from one peer land in
+/// order), which the reference simulator models. Local copies must touch nothing else of the
+/// step (an all-gather's own block: the simulator's hazard check says so for each schedule
+/// this is used on). Returned unchanged unless every transfer is a send to one peer or a
+/// receive from one peer.
+pub fn one_step(s: Schedule) -> Schedule {
+    let mut to = None;
+    let mut from = None;
+    let ring = s.steps.len() > 1
+        && s.steps.iter().flat_map(|st| &st.ops).all(|op| {
+            let (slot, peer) = match *op {
+                Op::Send { peer, .. } => (&mut to, peer),
+                Op::Recv { peer, .. } | Op::RecvReduce { peer, .. } | Op::RecvFold { peer, .. } => {
+                    (&mut from, peer)
+                }
+                Op::Copy { .. } | Op::Reduce { .. } => return true,
+            };
+            *slot.get_or_insert(peer) == peer
+        });
+    if !ring {
+        return s;
+    }
+    Schedule {
+        steps: vec![Step {
+            ops: s.steps.into_iter().flat_map(|st| st.ops).collect(),
+        }],
+        scratch: s.scratch,
+    }
+}
+
 /// [`Collective::ReduceScatter`] in one exchange: every rank sends block `p` of its input to
 /// rank `p` and folds the blocks it gets for its own in rank order, as
 /// [`allreduce_one_shot`] does (same bits as an all-reduce of the same inputs would give).

@@ -390,73 +390,85 @@ fn resolve(lay: &Layout, nranks: usize, at: OpRef, op: &Op) -> Result<Res, SimEr
     })
 }
 
-/// Checks one step for hazards between (and inside) its operations. One overlap is allowed: a
-/// receive may write what a send earlier in the step reads, because a send's data is taken
-/// when its step begins (executors hold such a receive until the send's frames have left).
-fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<(), SimError> {
-    // (op, range, writes, role): role 0 a send's read, 1 a receive's write, 2 anything else.
-    let mut acc: Vec<(usize, Range, bool, u8)> = Vec::new();
+/// What an operation waits for inside its step (indices of earlier operations of the step).
+#[derive(Debug, Clone, Default)]
+struct Deps {
+    /// A send: receives that must have landed before its data is taken (it forwards what they
+    /// wrote).
+    capture_after: Vec<usize>,
+    /// A receive: sends whose data must have been taken (it overwrites what they read).
+    captured: Vec<usize>,
+    /// A receive: receives from the same peer that must have landed (it overwrites what they
+    /// wrote or read).
+    done: Vec<usize>,
+}
+
+/// Checks one step for hazards between (and inside) its operations and returns what each
+/// operation waits for. Overlaps are allowed only where executors order the two operations,
+/// each pair in op order: a receive overwriting what an earlier send reads (the send's data is
+/// taken first: executors copy its frames as they queue them and hold the receive until then),
+/// a send reading what an earlier receive writes (it forwards each frame once landed), and a
+/// receive after another one from the same peer (messages from a peer land in order).
+fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<Vec<Deps>, SimError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Who {
+        Send,
+        Recv(usize),
+        Local,
+    }
+    let hazard = |a, b| SimError::Hazard { rank, step, a, b };
+    // (op, range, writes, who)
+    let mut acc: Vec<(usize, Range, bool, Who)> = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         match *op {
-            Res::Send { src, .. } => acc.push((i, src, false, 0)),
-            Res::Recv { dst, .. } => acc.push((i, dst, true, 1)),
-            Res::Reduce { local, dst, .. } => {
+            Res::Send { src, .. } => acc.push((i, src, false, Who::Send)),
+            Res::Recv { peer, dst } => acc.push((i, dst, true, Who::Recv(peer))),
+            Res::Reduce {
+                peer, local, dst, ..
+            } => {
                 // Elementwise in place is fine; a shifted overlap is not.
                 if local != dst && overlap(local, dst) {
-                    return Err(SimError::Hazard {
-                        rank,
-                        step,
-                        a: i,
-                        b: i,
-                    });
+                    return Err(hazard(i, i));
                 }
-                acc.push((i, local, false, 2));
-                acc.push((i, dst, true, 1));
+                acc.push((i, local, false, Who::Recv(peer)));
+                acc.push((i, dst, true, Who::Recv(peer)));
             }
             Res::Copy(Some((s, d))) => {
                 if overlap(s, d) {
-                    return Err(SimError::Hazard {
-                        rank,
-                        step,
-                        a: i,
-                        b: i,
-                    });
+                    return Err(hazard(i, i));
                 }
-                acc.push((i, s, false, 2));
-                acc.push((i, d, true, 2));
+                acc.push((i, s, false, Who::Local));
+                acc.push((i, d, true, Who::Local));
             }
             Res::LocalReduce { src, local, dst } => {
                 // Elementwise in place (dst exactly one of the operands) is fine.
                 if [src, local].iter().any(|&r| r != dst && overlap(r, dst)) {
-                    return Err(SimError::Hazard {
-                        rank,
-                        step,
-                        a: i,
-                        b: i,
-                    });
+                    return Err(hazard(i, i));
                 }
-                acc.push((i, src, false, 2));
-                acc.push((i, local, false, 2));
-                acc.push((i, dst, true, 2));
+                acc.push((i, src, false, Who::Local));
+                acc.push((i, local, false, Who::Local));
+                acc.push((i, dst, true, Who::Local));
             }
             Res::Copy(None) => {}
         }
     }
+    let mut deps = vec![Deps::default(); ops.len()];
     for (x, &(i, ri, wi, ki)) in acc.iter().enumerate() {
         for &(j, rj, wj, kj) in acc.iter().skip(x + 1) {
-            // `acc` is in op order, so `i <= j`: a send, then a receive after it.
-            let send_then_receive = ki == 0 && kj == 1 && i < j;
-            if i != j && (wi || wj) && overlap(ri, rj) && !send_then_receive {
-                return Err(SimError::Hazard {
-                    rank,
-                    step,
-                    a: i,
-                    b: j,
-                });
+            if i == j || !(wi || wj) || !overlap(ri, rj) {
+                continue;
+            }
+            // `acc` is in op order, so `i < j` here.
+            let d = deps.get_mut(j).ok_or_else(|| hazard(i, j))?;
+            match (ki, wi, kj, wj) {
+                (Who::Send, false, Who::Recv(_), true) => d.captured.push(i),
+                (Who::Recv(_), true, Who::Send, false) => d.capture_after.push(i),
+                (Who::Recv(p), _, Who::Recv(q), _) if p == q => d.done.push(i),
+                _ => return Err(hazard(i, j)),
             }
         }
     }
-    Ok(())
+    Ok(deps)
 }
 
 /// Runs every rank's schedule together and returns every rank's receive buffer.
@@ -478,6 +490,8 @@ pub fn simulate(
     let mut mem: Vec<Vec<u64>> = Vec::with_capacity(nranks);
     let mut layouts = Vec::with_capacity(nranks);
     // Resolved operations, per rank, step, op.
+    // What each operation waits for inside its step, per rank, step, op.
+    let mut deps: Vec<Vec<Vec<Deps>>> = Vec::with_capacity(nranks);
     let mut res: Vec<Vec<Vec<Res>>> = Vec::with_capacity(nranks);
     for (rank, (sched, input)) in schedules.iter().zip(inputs).enumerate() {
         let lay = layout(coll, rank, nranks, count, sched.scratch, opts.in_place)?;
@@ -488,6 +502,7 @@ pub fn simulate(
             dst.copy_from_slice(input);
         }
         let mut steps = Vec::with_capacity(sched.steps.len());
+        let mut step_deps = Vec::with_capacity(sched.steps.len());
         for (si, step) in sched.steps.iter().enumerate() {
             let ops = step
                 .ops
@@ -506,12 +521,13 @@ pub fn simulate(
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            check_hazards(rank, si, &ops)?;
+            step_deps.push(check_hazards(rank, si, &ops)?);
             steps.push(ops);
         }
         mem.push(m);
         layouts.push(lay);
         res.push(steps);
+        deps.push(step_deps);
     }
 
     // FIFO matching: the k-th send a->b pairs with the k-th receive on b from a.
@@ -571,11 +587,27 @@ pub fn simulate(
         messages: 0,
         sent: vec![0; nranks],
     };
-    // The data of each rank's sends in its current step, taken as the step began.
+    // The data of each rank's sends in its current step, taken as the step began or, for a
+    // send forwarding what earlier receives of its step write, once they have landed.
     let mut snaps: Vec<HashMap<usize, Vec<u64>>> = vec![HashMap::new(); nranks];
-    for r in 0..nranks {
-        settle(r, &res, &mut cur, &mut done, &mut mem, &mut snaps, opts.op);
-    }
+    let settle_all = |cur: &mut [usize],
+                      done: &mut [Vec<bool>],
+                      mem: &mut [Vec<u64>],
+                      snaps: &mut [HashMap<usize, Vec<u64>>]| {
+        let mut sim = Sim {
+            res: &res,
+            deps: &deps,
+            cur,
+            done,
+            mem,
+            snaps,
+            op: opts.op,
+        };
+        for r in 0..nranks {
+            sim.settle(r);
+        }
+    };
+    settle_all(&mut cur, &mut done, &mut mem, &mut snaps);
     loop {
         if (0..nranks).all(|r| cur.get(r).copied().unwrap_or(0) >= nsteps(r)) {
             break;
@@ -596,8 +628,17 @@ pub fn simulate(
                 let Some(&(sb, ob)) = partner.get(&(a, sa, oi)) else {
                     continue;
                 };
+                let captured =
+                    |r: usize, i: usize| snaps.get(r).is_some_and(|m| m.contains_key(&i));
+                let landed = |r: usize, i: usize| done.get(r).and_then(|d| d.get(i)) == Some(&true);
+                let waits = deps.get(b).and_then(|s| s.get(sb)).and_then(|d| d.get(ob));
                 let ready = cur.get(b) == Some(&sb)
-                    && !done.get(b).and_then(|d| d.get(ob)).copied().unwrap_or(true);
+                    && !done.get(b).and_then(|d| d.get(ob)).copied().unwrap_or(true)
+                    && captured(a, oi)
+                    && waits.is_some_and(|w| {
+                        w.captured.iter().all(|&i| captured(b, i))
+                            && w.done.iter().all(|&i| landed(b, i))
+                    });
                 if ready {
                     matches.push((a, oi, src, b, ob));
                 }
@@ -612,9 +653,10 @@ pub fn simulate(
         }
         for &(a, oi, src, b, ob) in &matches {
             let data = snaps
-                .get_mut(a)
-                .and_then(|m| m.remove(&oi))
-                .unwrap_or_else(|| read(&mem, a, src));
+                .get(a)
+                .and_then(|m| m.get(&oi))
+                .cloned()
+                .unwrap_or_default();
             let sb = cur.get(b).copied().unwrap_or(0);
             match res.get(b).and_then(|s| s.get(sb)).and_then(|o| o.get(ob)) {
                 Some(Res::Recv { dst, .. }) => write(&mut mem, b, *dst, &data),
@@ -651,9 +693,7 @@ pub fn simulate(
             }
         }
         report.rounds += 1;
-        for r in 0..nranks {
-            settle(r, &res, &mut cur, &mut done, &mut mem, &mut snaps, opts.op);
-        }
+        settle_all(&mut cur, &mut done, &mut mem, &mut snaps);
     }
     report.recv = mem
         .iter()
@@ -680,60 +720,79 @@ fn write(mem: &mut [Vec<u64>], rank: usize, (off, len): Range, data: &[u64]) {
     }
 }
 
-/// Enters `r`'s current step if needed (running its copies, then taking its sends' data) and
-/// leaves every finished step.
-fn settle(
-    r: usize,
-    res: &[Vec<Vec<Res>>],
-    cur: &mut [usize],
-    done: &mut [Vec<bool>],
-    mem: &mut [Vec<u64>],
-    snaps: &mut [HashMap<usize, Vec<u64>>],
+/// The lock-step simulation's state, for [`Sim::settle`].
+struct Sim<'a> {
+    res: &'a [Vec<Vec<Res>>],
+    deps: &'a [Vec<Vec<Deps>>],
+    cur: &'a mut [usize],
+    done: &'a mut [Vec<bool>],
+    mem: &'a mut [Vec<u64>],
+    snaps: &'a mut [HashMap<usize, Vec<u64>>],
     op: ReduceOp,
-) {
-    let Some(steps) = res.get(r) else { return };
-    loop {
-        let Some(c) = cur.get(r).copied() else { return };
-        let Some(ops) = steps.get(c) else { return };
-        let Some(d) = done.get_mut(r) else { return };
-        if d.len() != ops.len() {
-            // Entering the step: local copies and reductions complete at once (no hazard lets
-            // them race with anything else in the step, so when they run inside it does not
-            // matter).
-            *d = ops
-                .iter()
-                .map(|o| matches!(o, Res::Copy(_) | Res::LocalReduce { .. }))
-                .collect();
-            for o in ops {
-                match *o {
-                    Res::Copy(Some((s, dst))) => {
-                        let data = read(mem, r, s);
-                        write(mem, r, dst, &data);
-                    }
-                    Res::LocalReduce { src, local, dst } => {
-                        let (a, b) = (read(mem, r, src), read(mem, r, local));
-                        let v: Vec<u64> = a.iter().zip(&b).map(|(&x, &y)| op.apply(x, y)).collect();
-                        write(mem, r, dst, &v);
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(snap) = snaps.get_mut(r) {
+}
+
+impl Sim<'_> {
+    /// Enters `r`'s current step if needed (running its copies), takes the data of every send
+    /// whose receives have landed, and leaves every finished step.
+    fn settle(&mut self, r: usize) {
+        let Some(steps) = self.res.get(r) else { return };
+        loop {
+            let Some(c) = self.cur.get(r).copied() else {
+                return;
+            };
+            let Some(ops) = steps.get(c) else { return };
+            let Some(d) = self.done.get_mut(r) else {
+                return;
+            };
+            let Some(snap) = self.snaps.get_mut(r) else {
+                return;
+            };
+            if d.len() != ops.len() {
+                // Entering the step: local copies and reductions complete at once (no hazard
+                // lets them race with anything else in the step, so when they run inside it
+                // does not matter).
+                *d = ops
+                    .iter()
+                    .map(|o| matches!(o, Res::Copy(_) | Res::LocalReduce { .. }))
+                    .collect();
                 snap.clear();
-                for (i, o) in ops.iter().enumerate() {
-                    if let Res::Send { src, .. } = *o {
-                        snap.insert(i, read(mem, r, src));
+                for o in ops {
+                    match *o {
+                        Res::Copy(Some((s, dst))) => {
+                            let data = read(self.mem, r, s);
+                            write(self.mem, r, dst, &data);
+                        }
+                        Res::LocalReduce { src, local, dst } => {
+                            let (a, b) = (read(self.mem, r, src), read(self.mem, r, local));
+                            let v: Vec<u64> = a
+                                .iter()
+                                .zip(&b)
+                                .map(|(&x, &y)| self.op.apply(x, y))
+                                .collect();
+                            write(self.mem, r, dst, &v);
+                        }
+                        _ => {}
                     }
                 }
             }
-        }
-        if d.iter().all(|&f| f) {
-            d.clear();
-            if let Some(cr) = cur.get_mut(r) {
-                *cr += 1;
+            let waits = self.deps.get(r).and_then(|s| s.get(c));
+            for (i, o) in ops.iter().enumerate() {
+                if let Res::Send { src, .. } = *o {
+                    let after = waits.and_then(|w| w.get(i)).map(|w| &w.capture_after);
+                    let landed = after.is_some_and(|a| a.iter().all(|&j| d.get(j) == Some(&true)));
+                    if landed && !snap.contains_key(&i) {
+                        snap.insert(i, read(self.mem, r, src));
+                    }
+                }
             }
-        } else {
-            return;
+            if d.iter().all(|&f| f) {
+                d.clear();
+                if let Some(cr) = self.cur.get_mut(r) {
+                    *cr += 1;
+                }
+            } else {
+                return;
+            }
         }
     }
 }

@@ -757,14 +757,12 @@ fn sim_detects_hazards_and_bad_ops() {
     let good = all(ar, Algorithm::Ring, 2, 4, P1);
     sim(ar, 2, 4, &good, false).unwrap();
 
-    // Receiving into the chunk a later send of the same step reads (after the send it would
-    // be allowed: a send's data is taken as its step begins).
+    // A local copy into the chunk a send of the same step reads.
     let mut bad = good.clone();
-    bad[0].steps[1].ops[1] = Op::Recv {
-        peer: 1,
+    bad[0].steps[1].ops.push(Op::Copy {
+        src: snd(0, 2),
         dst: rcv(2, 2),
-    };
-    bad[0].steps[1].ops.swap(0, 1);
+    });
     assert!(matches!(
         sim(ar, 2, 4, &bad, false),
         Err(SimError::Hazard {
@@ -838,34 +836,32 @@ fn sim_detects_hazards_and_bad_ops() {
         Err(SimError::ZeroCount(_))
     ));
 
-    // Two receives into overlapping memory in one step.
+    // Two receives from different peers into overlapping memory in one step (from one peer
+    // they land in order).
+    let to2 = || {
+        sched(vec![vec![Op::Send {
+            peer: 2,
+            src: snd(0, 2),
+        }]])
+    };
     let two = vec![
-        sched(vec![vec![
-            Op::Send {
-                peer: 1,
-                src: snd(0, 2),
-            },
-            Op::Send {
-                peer: 1,
-                src: snd(0, 2),
-            },
-        ]]),
+        to2(),
+        to2(),
         sched(vec![vec![
             Op::Recv {
                 peer: 0,
                 dst: rcv(0, 2),
             },
             Op::Recv {
-                peer: 0,
+                peer: 1,
                 dst: rcv(1, 2),
             },
         ]]),
     ];
-    let b = Collective::Broadcast { root: 0 };
     assert!(matches!(
-        sim(b, 2, 3, &two, false),
+        sim(ar, 3, 3, &two, false),
         Err(SimError::Hazard {
-            rank: 1,
+            rank: 2,
             step: 0,
             a: 0,
             b: 1
@@ -946,14 +942,14 @@ fn sim_checks_in_place_aliasing() {
     };
     sim(a2a, 2, 1, &[mk(0, 1), mk(1, 0)], false).unwrap();
     // In place too, since the send of the block comes before the receive that overwrites it
-    // (a send's data is taken as its step begins; executors hold such a receive until the
-    // send has left); with the receive first it is a hazard.
+    // (a send's data is taken first; executors hold such a receive until the send has left);
+    // with the receive first, the send forwards what arrived: a wrong result, not a hazard.
     sim(a2a, 2, 1, &[mk(0, 1), mk(1, 0)], true).unwrap();
     let mut late = mk(0, 1);
     late.steps[0].ops.swap(1, 2);
     assert!(matches!(
         sim(a2a, 2, 1, &[late, mk(1, 0)], true),
-        Err(SimError::Hazard { rank: 0, .. })
+        Err(SimError::Mismatch { .. })
     ));
 }
 
@@ -1127,15 +1123,60 @@ fn allreduce_exchange_folds_in_rank_order_in_one_step() {
     assert!(allreduce_exchange(2, 2, 8).is_err());
 }
 
-/// A receive may overwrite what a send earlier in its step reads (the send's data is taken as
-/// the step begins), but not what a later send reads, nor what another receive writes.
+/// Ring all-reduce, reduce-scatter and all-gather with their steps run as one
+/// (`one_step`): the same results as the reference for 1..9 ranks, in place and out of place,
+/// with the order-sensitive operation too, in one step; the tree and the one-exchange
+/// schedules are left as they are.
 #[test]
-fn a_receive_may_overwrite_only_an_earlier_send_of_its_step() {
-    use ccl_collectives::reference::check_schedules;
+fn ring_steps_run_as_one_match_the_reference() {
+    use ccl_collectives::{one_step, reference::check_schedules};
+    for coll in [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::AllGather,
+    ] {
+        for n in 1..=9 {
+            for count in [1, 7, 64, 1000] {
+                let scheds: Vec<_> = (0..n)
+                    .map(|r| one_step(schedule(coll, Algorithm::Ring, r, n, count).unwrap()))
+                    .collect();
+                for s in &scheds {
+                    assert!(s.steps.len() <= 1, "{coll:?} {n} ranks count {count}");
+                }
+                for in_place in [false, true] {
+                    for op in [ReduceOp::Sum, ReduceOp::Max] {
+                        let case = Case {
+                            coll,
+                            algo: Algorithm::Ring,
+                            nranks: n,
+                            count,
+                            pipeline: Pipeline::DEFAULT,
+                            opts: SimOptions { in_place, op },
+                            seed: (n * 7 + count) as u64,
+                        };
+                        check_schedules(&case, &scheds).unwrap_or_else(|e| {
+                            panic!("{coll:?} {n} ranks count {count} in place {in_place}: {e}")
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let tree = schedule(Collective::AllReduce, Algorithm::Tree, 1, 4, 64).unwrap();
+    assert_eq!(one_step(tree.clone()), tree);
+    let shot = ccl_collectives::allreduce_one_shot(0, 3, 8).unwrap();
+    assert_eq!(one_step(shot.clone()), shot);
+}
+
+/// Overlaps inside a step that executors order, in op order: a receive overwriting what an
+/// earlier send reads (the send's data is taken first), and a send of what an earlier receive
+/// writes (it forwards what landed). A local copy into what a send reads is still a hazard.
+#[test]
+fn overlaps_inside_a_step_follow_op_order() {
     let count = 4;
-    let sched = |ops: Vec<Op>| ccl_collectives::Schedule {
+    let sched = |ops: Vec<Op>, scratch: usize| Schedule {
         steps: vec![Step { ops }],
-        scratch: 0,
+        scratch,
     };
     let send = |peer| Op::Send {
         peer,
@@ -1145,28 +1186,48 @@ fn a_receive_may_overwrite_only_an_earlier_send_of_its_step() {
         peer,
         dst: rcv(0, count),
     };
-    let case = |in_place| Case {
-        coll: Collective::AlltoAll,
-        algo: Algorithm::Direct,
-        nranks: 2,
-        count: count / 2,
-        pipeline: Pipeline::DEFAULT,
-        opts: SimOptions {
-            in_place,
+    let inputs: Vec<Vec<u64>> = (0..2u64)
+        .map(|r| (0..count as u64).map(|i| 100 * r + i).collect())
+        .collect();
+    // In place (the all-to-all layout of 2 ranks x 2 elements: one buffer of 4 per rank).
+    let run = |scheds: &[Schedule]| {
+        let opts = SimOptions {
+            in_place: true,
             op: ReduceOp::Sum,
-        },
-        seed: 7,
+        };
+        simulate(Collective::AlltoAll, 2, count / 2, scheds, &inputs, opts)
     };
-    // In place, each rank swaps its whole buffer with the other's: not an all-to-all's
-    // result, so only the hazard check is looked at.
-    let ok = [sched(vec![send(1), recv(1)]), sched(vec![send(0), recv(0)])];
-    assert!(!matches!(
-        check_schedules(&case(true), &ok),
-        Err(SimError::Hazard { .. })
-    ));
-    let late = [sched(vec![recv(1), send(1)]), sched(vec![send(0), recv(0)])];
+    // Send, then receive over it: the ranks swap their buffers.
+    let swap = run(&[
+        sched(vec![send(1), recv(1)], 0),
+        sched(vec![send(0), recv(0)], 0),
+    ])
+    .unwrap();
+    assert_eq!(swap.recv, vec![inputs[1].clone(), inputs[0].clone()]);
+    // Receive, then send it on: rank 0 sends back what rank 1 sent it.
+    let fwd = run(&[
+        sched(vec![recv(1), send(1)], 0),
+        sched(vec![send(0), recv(0)], 0),
+    ])
+    .unwrap();
+    assert_eq!(fwd.recv, vec![inputs[1].clone(), inputs[1].clone()]);
+    // A local copy into what a send of its step reads.
+    let scratch = s(BufId::Scratch, 0, count);
+    let copy = sched(
+        vec![
+            Op::Send {
+                peer: 1,
+                src: scratch,
+            },
+            Op::Copy {
+                src: snd(0, count),
+                dst: scratch,
+            },
+        ],
+        count,
+    );
     assert!(matches!(
-        check_schedules(&case(true), &late),
+        run(&[copy, sched(vec![recv(0)], 0)]),
         Err(SimError::Hazard { rank: 0, .. })
     ));
 }

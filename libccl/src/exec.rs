@@ -173,6 +173,9 @@ struct XOp {
     /// A receive into what an earlier send of its step reads: each frame waits until that
     /// send has queued the bytes it would overwrite ([`order_overwrites`]).
     after_sends: bool,
+    /// A send of what an earlier receive of its step writes: each frame waits until that
+    /// receive has written the bytes it carries ([`order_overwrites`]).
+    after_receives: bool,
 }
 
 /// A 32-bit word in memory another agent shares (pinned host memory a GPU stream writes and
@@ -345,6 +348,7 @@ impl XOp {
             lands_in: None,
             copy_frames: false,
             after_sends: false,
+            after_receives: false,
         }
     }
 
@@ -356,6 +360,11 @@ impl XOp {
             }
             _ => None,
         }
+    }
+
+    /// The part of a receive's destination not yet written (frames land in order).
+    fn unwritten(&self) -> Option<(usize, usize)> {
+        self.receives_into().map(|(lo, hi)| (lo + self.done, hi))
     }
 
     /// The part of a send's source not yet queued (all of it before its first frame).
@@ -370,25 +379,37 @@ impl XOp {
     }
 }
 
-/// Schedules may let a receive overwrite what a send earlier in its step reads (a send's data
-/// is what its source held when the step began: an in-place exchange all-reduce sends its input
-/// and folds the peer's into the same buffer). Such a send copies its frames into the link as it
-/// queues them, and the receive takes a frame only once the send has queued every byte the
-/// frame would write over.
+/// Schedules may let a receive overwrite what a send earlier in its step reads (the send's data
+/// is taken first: an in-place exchange all-reduce sends its input and folds the peer's into the
+/// same buffer), and a send read what an earlier receive of its step writes (it forwards what
+/// landed: a ring whose steps run as one). The first kind of send copies its frames into the
+/// link as it queues them, and the receive takes a frame only once the send has queued every
+/// byte the frame would write over; the second kind sends a frame only once the receive has
+/// written every byte of it.
 fn order_overwrites(ops: &mut [XOp]) {
     for j in 0..ops.len() {
-        let Some((lo, hi)) = ops.get(j).and_then(XOp::receives_into) else {
+        let (before, rest) = ops.split_at_mut(j);
+        let Some(later) = rest.first_mut() else {
             continue;
         };
-        let (before, rest) = ops.split_at_mut(j);
-        for send in before.iter_mut() {
-            if let XKind::Send { src } = send.kind {
-                if overlap((src as usize, src as usize + send.bytes), lo, hi - lo) > 0 {
-                    send.copy_frames = true;
-                    if let Some(recv) = rest.first_mut() {
-                        recv.after_sends = true;
+        for earlier in before.iter_mut() {
+            match (earlier.kind, later.kind) {
+                (XKind::Send { src }, _) => {
+                    if let Some((lo, hi)) = later.receives_into() {
+                        if overlap((src as usize, src as usize + earlier.bytes), lo, hi - lo) > 0 {
+                            earlier.copy_frames = true;
+                            later.after_sends = true;
+                        }
                     }
                 }
+                (_, XKind::Send { src }) => {
+                    if let Some(w) = earlier.receives_into() {
+                        if overlap(w, src as usize, later.bytes) > 0 {
+                            later.after_receives = true;
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -1004,10 +1025,23 @@ impl Plan {
                             && o.unqueued_source().is_some_and(|r| overlap(r, lo, len) > 0)
                     })
                 };
+                // What earlier receives of the step have yet to write, which this send must
+                // not read.
+                let unlanded = |lo: usize, len: usize| {
+                    before
+                        .iter()
+                        .any(|o| o.unwritten().is_some_and(|r| overlap(r, lo, len) > 0))
+                };
                 progressed |= match op.kind {
-                    XKind::Send { src } => {
-                        send_op(op, src, link.as_mut(), staging, stats, coll_gates.as_ref())?
-                    }
+                    XKind::Send { src } => send_op(
+                        op,
+                        src,
+                        link.as_mut(),
+                        staging,
+                        stats,
+                        coll_gates.as_ref(),
+                        &unlanded,
+                    )?,
                     _ => recv_op(
                         op,
                         link.as_mut(),
@@ -1069,9 +1103,14 @@ fn send_op(
     staging: &mut Vec<u8>,
     stats: &mut ExecStats,
     gates: Option<&CollGateState>,
+    unlanded: &dyn Fn(usize, usize) -> bool,
 ) -> Result<bool> {
-    // A staged piece not yet in host memory holds back the frames that read it.
-    let ready = |at: usize, len: usize| gates.map_or(true, |g| g.ready(src as usize + at, len));
+    // A staged piece not yet in host memory holds back the frames that read it, and so do
+    // bytes an earlier receive of the step has yet to write.
+    let ready = |at: usize, len: usize| {
+        gates.map_or(true, |g| g.ready(src as usize + at, len))
+            && !(op.after_receives && unlanded(src as usize + at, len))
+    };
     let mut progressed = false;
     let max = link.max_frame();
     if op.header_done && op.done == op.bytes {
@@ -1699,6 +1738,75 @@ mod tests {
                 assert!(words[2 + r].iter().all(|w| w.load(Ordering::Acquire) == 1));
             }
             drop(plans);
+        }
+    }
+
+    /// A two-rank ring all-reduce with its steps run as one (`one_step`): the second half's
+    /// send forwards each frame only once the reduce-scatter has folded it, and in place the
+    /// all-gather's receive overwrites the first half only once its send has taken it; exact
+    /// sums on both ranks whichever rank runs ahead (without the forwarding rule rank 1 gets
+    /// unreduced bytes).
+    #[test]
+    fn a_ring_in_one_step_forwards_only_what_has_landed() {
+        use ccl_collectives::{one_step, schedule, Algorithm, Collective};
+        const N: usize = 100;
+        for in_place in [false, true] {
+            for ahead in 0..2 {
+                let inputs: Vec<Vec<u32>> = (0..2u32)
+                    .map(|r| (0..N as u32).map(|i| i * 5 + r * 100_000 + 3).collect())
+                    .collect();
+                let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
+                let mut send = inputs.clone();
+                let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+                // The rank ahead may queue everything it sends at once; the other one frame.
+                let mut caps = [1, 1];
+                caps[ahead] = 1000;
+                let (mut links, _) = mem_link::pair_capped(16 + HDR_BYTES, caps);
+                let mut plans = Vec::new();
+                for r in 0..2 {
+                    let sp = send[r].as_mut_ptr() as usize;
+                    let rp = if in_place {
+                        sp
+                    } else {
+                        recv[r].as_mut_ptr() as usize
+                    };
+                    let task = Task {
+                        kind: TaskKind::Coll(Collective::AllReduce),
+                        send: sp,
+                        recv: rp,
+                        count: N,
+                        dtype: DataType::Uint32,
+                        red: Reduction::Plain(ReduceKind::Sum),
+                        stream: 0,
+                    };
+                    let sched = one_step(
+                        schedule(Collective::AllReduce, Algorithm::Ring, r, 2, N).unwrap(),
+                    );
+                    let plan = Plan::collective(&task, &sched, r, 2, 1, None).unwrap();
+                    assert_eq!(plan.steps.len(), 1);
+                    assert!(plan.steps[0][2].after_receives, "rank {r}");
+                    assert_eq!(plan.steps[0][0].copy_frames, in_place, "rank {r}");
+                    plans.push(plan);
+                }
+                let mut stats = ExecStats::default();
+                for _ in 0..5 {
+                    plans[ahead]
+                        .progress(&mut links[ahead], &mut Vec::new(), &mut stats)
+                        .unwrap();
+                }
+                for _ in 0..400 {
+                    for (r, p) in plans.iter_mut().enumerate() {
+                        p.progress(&mut links[r], &mut Vec::new(), &mut stats)
+                            .unwrap();
+                    }
+                }
+                assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
+                for r in 0..2 {
+                    let out = if in_place { &send[r] } else { &recv[r] };
+                    assert_eq!(*out, want, "rank {r} in place {in_place} ahead {ahead}");
+                }
+                drop(plans);
+            }
         }
     }
 

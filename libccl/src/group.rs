@@ -213,6 +213,8 @@ struct Settings {
     one_shot_ranks: usize,
     /// `CCL_ALLREDUCE_EXCHANGE_BYTES` .. `CCL_ALLREDUCE_EXCHANGE_MAX_BYTES` (0 ..: off).
     exchange_bytes: (usize, usize),
+    /// `CCL_RING_ONE_STEP`.
+    ring_one_step: bool,
 }
 
 fn settings() -> &'static Settings {
@@ -241,6 +243,7 @@ fn settings() -> &'static Settings {
             } else {
                 (0, 0)
             },
+            ring_one_step: params::CCL_RING_ONE_STEP.get_bool(),
         }
     })
 }
@@ -400,7 +403,18 @@ fn build_schedule(
     } else if algo == Algorithm::Ring && !settings.ring_allowed && settings.tree_allowed {
         algo = Algorithm::Tree;
     }
-    let build = |a| schedule_ordered(coll, a, rank, ring, t.count, Pipeline::default());
+    use ccl_collectives::Collective as C;
+    let build = |a| {
+        let s = schedule_ordered(coll, a, rank, ring, t.count, Pipeline::default())?;
+        let fuse = settings.ring_one_step
+            && a == Algorithm::Ring
+            && matches!(coll, C::AllReduce | C::ReduceScatter | C::AllGather);
+        Ok::<_, ccl_collectives::Error>(if fuse {
+            ccl_collectives::one_step(s)
+        } else {
+            s
+        })
+    };
     Ok(match build(algo) {
         Ok(s) => s,
         Err(ccl_collectives::Error::Unsupported { .. }) if algo != Algorithm::Ring => {
@@ -721,6 +735,7 @@ mod tests {
             one_shot_bytes: 32768,
             one_shot_ranks: 8,
             exchange_bytes: (0, 0),
+            ring_one_step: false,
         }
     }
 

@@ -145,6 +145,13 @@ fn mpt_two_hosts_exchange_all_reduce_exact_with_loss() {
     );
 }
 
+/// Ring collectives with their steps run as one (each send forwarding frames as the receive
+/// before it lands), three ranks, with loss: exact, out of place and in place.
+#[test]
+fn mpt_three_hosts_ring_in_one_step_exact_with_loss() {
+    run(3, &[("CCL_RING_ONE_STEP", "1"), ("CCL_MPT_DROP", "0.01")]);
+}
+
 /// Received frames copied and reduced in parts on helper threads (a low threshold, so most
 /// frames split), over two engines: still exact.
 #[test]

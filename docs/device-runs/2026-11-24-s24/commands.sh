@@ -1,0 +1,9 @@
+# Session 24 device calls (nvidia-h100-x1, 16 CPUs; no two-GPU machine was lent), in order; each ran in the
+# repository root with .dev carried (.dev = commit 21cde4b: the exchange all-reduce, off by default, switched by env).
+# 1: two ranks over loopback (P2P/SHM off, mpt), all_reduce 128 KiB..128 MiB, host and GPU memory (both ranks on the one H100),
+#    ring against exchange, and each with the streamed GPU all-reduce (8 MiB gates); two rounds
+ROUNDS=2 MEMS="host device" OPS=all_reduce RANGE="128K 128M" SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1 rs:CCL_ALLREDUCE_EXCHANGE_BYTES=0,CCL_GPU_STREAM_PIECE_BYTES=8388608 xs:CCL_ALLREDUCE_EXCHANGE_BYTES=1,CCL_GPU_STREAM_PIECE_BYTES=8388608" bash tests/gpu/device_net_ab.sh
+# 2: the same, 512 KiB..64 MiB by factors of 2, three rounds (this call's machine moved about half what call 1's did: not used for decisions)
+ROUNDS=3 MEMS="host device" OPS=all_reduce RANGE="512K 64M" FACTOR=2 SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1" bash tests/gpu/device_net_ab.sh
+# 3: 2, 8, 32, 128 MiB, four rounds, 20 iterations
+ROUNDS=4 MEMS="host device" OPS=all_reduce RANGE="2M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1" bash tests/gpu/device_net_ab.sh
