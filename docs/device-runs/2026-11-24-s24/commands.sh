@@ -7,3 +7,8 @@ ROUNDS=2 MEMS="host device" OPS=all_reduce RANGE="128K 128M" SETS="ring:CCL_ALLR
 ROUNDS=3 MEMS="host device" OPS=all_reduce RANGE="512K 64M" FACTOR=2 SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1" bash tests/gpu/device_net_ab.sh
 # 3: 2, 8, 32, 128 MiB, four rounds, 20 iterations
 ROUNDS=4 MEMS="host device" OPS=all_reduce RANGE="2M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1" bash tests/gpu/device_net_ab.sh
+# 4: the cuda-ipc path's host time per group, two ranks on the one H100, CUDA_DEVICE_MAX_CONNECTIONS=1 (8 MiB, 500 iterations, then a perf profile of rank 0's calling thread)
+OPS="all_gather reduce_scatter all_reduce" bash tests/gpu/device_ipc_host_profile.sh
+# 5: .dev = commit f9e3c14 (exchange 1-16 MiB by default; ring in one step behind CCL_RING_ONE_STEP); 2 ranks: ring, ring in one step, exchange at every size; then 4 ranks (1 engine per link) ring against one step
+ROUNDS=3 MEMS="host device" OPS=all_reduce RANGE="2M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 one:CCL_ALLREDUCE_EXCHANGE_BYTES=0,CCL_RING_ONE_STEP=1 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1,CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824" bash tests/gpu/device_net_ab.sh
+OUT=$OUT/np4 NP=4 ROUNDS=2 MEMS="host" OPS="all_reduce reduce_scatter all_gather" RANGE="2M 128M" FACTOR=4 ARGS="-n 10 -w 2 -c 1" SETS="ring: one:CCL_RING_ONE_STEP=1" bash tests/gpu/device_net_ab.sh
