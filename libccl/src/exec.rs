@@ -1655,18 +1655,62 @@ mod tests {
     /// flag is set (flags set here in reverse order, one at a time); each output flag is set
     /// only once its piece holds the final sum; at the end every output flag is set and the
     /// result is exact. Out of place and in place.
+    /// Two ranks' buffers for an all-reduce of `u32` sums, checked exactly.
+    struct TwoRanks {
+        send: Vec<Vec<u32>>,
+        recv: Vec<Vec<u32>>,
+        want: Vec<u32>,
+        in_place: bool,
+    }
+
+    impl TwoRanks {
+        fn new(n: usize, in_place: bool) -> TwoRanks {
+            let send: Vec<Vec<u32>> = (0..2u32)
+                .map(|r| (0..n as u32).map(|i| i * 3 + r * 100_000 + 1).collect())
+                .collect();
+            let want = (0..n).map(|i| send[0][i] + send[1][i]).collect();
+            TwoRanks {
+                recv: vec![vec![0; n]; 2],
+                send,
+                want,
+                in_place,
+            }
+        }
+
+        /// Rank `r`'s all-reduce (in place: the send buffer is the output).
+        fn task(&mut self, r: usize) -> Task {
+            let sp = self.send[r].as_mut_ptr() as usize;
+            Task {
+                kind: TaskKind::Coll(ccl_collectives::Collective::AllReduce),
+                send: sp,
+                recv: if self.in_place {
+                    sp
+                } else {
+                    self.recv[r].as_mut_ptr() as usize
+                },
+                count: self.want.len(),
+                dtype: DataType::Uint32,
+                red: Reduction::Plain(ReduceKind::Sum),
+                stream: 0,
+            }
+        }
+
+        fn out(&self, r: usize) -> &[u32] {
+            if self.in_place {
+                &self.send[r]
+            } else {
+                &self.recv[r]
+            }
+        }
+    }
+
     #[test]
     fn a_collective_on_piece_gates_reads_only_arrived_pieces_and_releases_finished_ones() {
         use ccl_collectives::{schedule, Algorithm, Collective};
         const N: usize = 120; // u32 elements: 480 bytes, 4 pieces of 120 bytes
         const PIECE: usize = 120;
         for in_place in [false, true] {
-            let inputs: Vec<Vec<u32>> = (0..2u32)
-                .map(|r| (0..N as u32).map(|i| i * 3 + r * 1000 + 1).collect())
-                .collect();
-            let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
-            let mut send: Vec<Vec<u32>> = inputs.clone();
-            let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+            let mut bufs = TwoRanks::new(N, in_place);
             // Flag words: [rank][piece] inputs, outputs.
             let words: Vec<Vec<AtomicU32>> = (0..4)
                 .map(|_| (0..4).map(|_| AtomicU32::new(0)).collect())
@@ -1674,21 +1718,8 @@ mod tests {
             let (mut links, [a, b]) = mem_link::pair(64 + HDR_BYTES, usize::MAX);
             let mut plans = Vec::new();
             for r in 0..2 {
-                let sp = send[r].as_mut_ptr() as usize;
-                let rp = if in_place {
-                    sp
-                } else {
-                    recv[r].as_mut_ptr() as usize
-                };
-                let task = Task {
-                    kind: TaskKind::Coll(Collective::AllReduce),
-                    send: sp,
-                    recv: rp,
-                    count: N,
-                    dtype: DataType::Uint32,
-                    red: Reduction::Plain(ReduceKind::Sum),
-                    stream: 0,
-                };
+                let task = bufs.task(r);
+                let (sp, rp) = (task.send, task.recv);
                 let sched = schedule(Collective::AllReduce, Algorithm::Ring, r, 2, N).unwrap();
                 let piece = |base: usize, k: usize, w: &AtomicU32| {
                     // SAFETY: the words outlive the plans (dropped at the end of the test).
@@ -1713,7 +1744,7 @@ mod tests {
             };
             drive(&mut plans);
             assert!(a.lock().unwrap().is_empty() && b.lock().unwrap().is_empty());
-            let out = |r: usize| if in_place { &send[r] } else { &recv[r] };
+            let (out, want) = (|r: usize| bufs.out(r), &bufs.want);
             let mut released_early = 0;
             for k in (0..4).rev() {
                 for w in words.iter().take(2) {
@@ -1734,7 +1765,7 @@ mod tests {
             // Each rank's own half is final after the reduce-scatter, before the last input.
             assert!(released_early > 0, "in place {in_place}");
             for r in 0..2 {
-                assert_eq!(*out(r), want, "rank {r} in place {in_place}");
+                assert_eq!(out(r), want, "rank {r} in place {in_place}");
                 assert!(words[2 + r].iter().all(|w| w.load(Ordering::Acquire) == 1));
             }
             drop(plans);
@@ -1752,33 +1783,14 @@ mod tests {
         const N: usize = 100;
         for in_place in [false, true] {
             for ahead in 0..2 {
-                let inputs: Vec<Vec<u32>> = (0..2u32)
-                    .map(|r| (0..N as u32).map(|i| i * 5 + r * 100_000 + 3).collect())
-                    .collect();
-                let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
-                let mut send = inputs.clone();
-                let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+                let mut bufs = TwoRanks::new(N, in_place);
                 // The rank ahead may queue everything it sends at once; the other one frame.
                 let mut caps = [1, 1];
                 caps[ahead] = 1000;
                 let (mut links, _) = mem_link::pair_capped(16 + HDR_BYTES, caps);
                 let mut plans = Vec::new();
                 for r in 0..2 {
-                    let sp = send[r].as_mut_ptr() as usize;
-                    let rp = if in_place {
-                        sp
-                    } else {
-                        recv[r].as_mut_ptr() as usize
-                    };
-                    let task = Task {
-                        kind: TaskKind::Coll(Collective::AllReduce),
-                        send: sp,
-                        recv: rp,
-                        count: N,
-                        dtype: DataType::Uint32,
-                        red: Reduction::Plain(ReduceKind::Sum),
-                        stream: 0,
-                    };
+                    let task = bufs.task(r);
                     let sched = one_step(
                         schedule(Collective::AllReduce, Algorithm::Ring, r, 2, N).unwrap(),
                     );
@@ -1802,8 +1814,11 @@ mod tests {
                 }
                 assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
                 for r in 0..2 {
-                    let out = if in_place { &send[r] } else { &recv[r] };
-                    assert_eq!(*out, want, "rank {r} in place {in_place} ahead {ahead}");
+                    assert_eq!(
+                        bufs.out(r),
+                        bufs.want,
+                        "rank {r} in place {in_place} ahead {ahead}"
+                    );
                 }
                 drop(plans);
             }
@@ -1819,30 +1834,11 @@ mod tests {
     fn an_in_place_exchange_folds_a_frame_only_after_sending_what_it_overwrites() {
         const N: usize = 100; // u32: 400 bytes, 16-byte frames after the first
         for in_place in [false, true] {
-            let inputs: Vec<Vec<u32>> = (0..2u32)
-                .map(|r| (0..N as u32).map(|i| i * 7 + r * 100_000 + 1).collect())
-                .collect();
-            let want: Vec<u32> = (0..N).map(|i| inputs[0][i] + inputs[1][i]).collect();
-            let mut send = inputs.clone();
-            let mut recv: Vec<Vec<u32>> = vec![vec![0; N]; 2];
+            let mut bufs = TwoRanks::new(N, in_place);
             let (mut links, _) = mem_link::pair_capped(16 + HDR_BYTES, [1, 1000]);
             let mut plans = Vec::new();
             for r in 0..2 {
-                let sp = send[r].as_mut_ptr() as usize;
-                let rp = if in_place {
-                    sp
-                } else {
-                    recv[r].as_mut_ptr() as usize
-                };
-                let task = Task {
-                    kind: TaskKind::Coll(ccl_collectives::Collective::AllReduce),
-                    send: sp,
-                    recv: rp,
-                    count: N,
-                    dtype: DataType::Uint32,
-                    red: Reduction::Plain(ReduceKind::Sum),
-                    stream: 0,
-                };
+                let task = bufs.task(r);
                 let sched = ccl_collectives::allreduce_exchange(r, 2, N).unwrap();
                 let plan = Plan::collective(&task, &sched, r, 2, 1, None).unwrap();
                 let ops = &plan.steps[0];
@@ -1866,8 +1862,7 @@ mod tests {
             }
             assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
             for r in 0..2 {
-                let out = if in_place { &send[r] } else { &recv[r] };
-                assert_eq!(*out, want, "rank {r} in place {in_place}");
+                assert_eq!(bufs.out(r), bufs.want, "rank {r} in place {in_place}");
             }
             drop(plans);
         }

@@ -12,3 +12,6 @@ OPS="all_gather reduce_scatter all_reduce" bash tests/gpu/device_ipc_host_profil
 # 5: .dev = commit f9e3c14 (exchange 1-16 MiB by default; ring in one step behind CCL_RING_ONE_STEP); 2 ranks: ring, ring in one step, exchange at every size; then 4 ranks (1 engine per link) ring against one step
 ROUNDS=3 MEMS="host device" OPS=all_reduce RANGE="2M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="ring:CCL_ALLREDUCE_EXCHANGE_BYTES=0 one:CCL_ALLREDUCE_EXCHANGE_BYTES=0,CCL_RING_ONE_STEP=1 xchg:CCL_ALLREDUCE_EXCHANGE_BYTES=1,CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824" bash tests/gpu/device_net_ab.sh
 OUT=$OUT/np4 NP=4 ROUNDS=2 MEMS="host" OPS="all_reduce reduce_scatter all_gather" RANGE="2M 128M" FACTOR=4 ARGS="-n 10 -w 2 -c 1" SETS="ring: one:CCL_RING_ONE_STEP=1" bash tests/gpu/device_net_ab.sh
+# 6: GPU staging piece size (CCL_GPU_PIECE_BYTES 32/16/8/4 MiB) at 128 MiB, two rounds, then host memory once
+ROUNDS=2 MEMS="device" OPS="sendrecv alltoall all_reduce" RANGE="128M 128M" ARGS="-n 10 -w 2 -c 1" SETS="p32:CCL_GPU_PIECE_BYTES=33554432 p16:CCL_GPU_PIECE_BYTES=16777216 p8:CCL_GPU_PIECE_BYTES=8388608 p4:CCL_GPU_PIECE_BYTES=4194304" bash tests/gpu/device_net_ab.sh
+ROUNDS=1 MEMS=host OPS="sendrecv alltoall all_reduce" RANGE="128M 128M" ARGS="-n 10 -w 2 -c 1" bash tests/gpu/device_net_ab.sh
