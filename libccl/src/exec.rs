@@ -1655,6 +1655,22 @@ mod tests {
     /// flag is set (flags set here in reverse order, one at a time); each output flag is set
     /// only once its piece holds the final sum; at the end every output flag is set and the
     /// result is exact. Out of place and in place.
+    /// Runs rank `ahead`'s plan alone for a few rounds, then both to the end.
+    fn run_ahead(plans: &mut [Plan], links: &mut mem_link::Links, ahead: usize) {
+        let mut stats = ExecStats::default();
+        for _ in 0..5 {
+            plans[ahead]
+                .progress(&mut links[ahead], &mut Vec::new(), &mut stats)
+                .unwrap();
+        }
+        for _ in 0..400 {
+            for (r, p) in plans.iter_mut().enumerate() {
+                p.progress(&mut links[r], &mut Vec::new(), &mut stats)
+                    .unwrap();
+            }
+        }
+    }
+
     /// Two ranks' buffers for an all-reduce of `u32` sums, checked exactly.
     struct TwoRanks {
         send: Vec<Vec<u32>>,
@@ -1800,18 +1816,7 @@ mod tests {
                     assert_eq!(plan.steps[0][0].copy_frames, in_place, "rank {r}");
                     plans.push(plan);
                 }
-                let mut stats = ExecStats::default();
-                for _ in 0..5 {
-                    plans[ahead]
-                        .progress(&mut links[ahead], &mut Vec::new(), &mut stats)
-                        .unwrap();
-                }
-                for _ in 0..400 {
-                    for (r, p) in plans.iter_mut().enumerate() {
-                        p.progress(&mut links[r], &mut Vec::new(), &mut stats)
-                            .unwrap();
-                    }
-                }
+                run_ahead(&mut plans, &mut links, ahead);
                 assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
                 for r in 0..2 {
                     assert_eq!(
@@ -1847,19 +1852,8 @@ mod tests {
                 assert_eq!(ops[1].after_sends, in_place, "rank {r}");
                 plans.push(plan);
             }
-            let mut stats = ExecStats::default();
-            // Rank 1 alone first: its first frame waits in rank 0's link.
-            for _ in 0..5 {
-                plans[1]
-                    .progress(&mut links[1], &mut Vec::new(), &mut stats)
-                    .unwrap();
-            }
-            for _ in 0..400 {
-                for (r, p) in plans.iter_mut().enumerate() {
-                    p.progress(&mut links[r], &mut Vec::new(), &mut stats)
-                        .unwrap();
-                }
-            }
+            // Rank 1 alone first: its frames wait in rank 0's link.
+            run_ahead(&mut plans, &mut links, 1);
             assert!(plans.iter().all(Plan::is_done), "in place {in_place}");
             for r in 0..2 {
                 assert_eq!(bufs.out(r), bufs.want, "rank {r} in place {in_place}");
