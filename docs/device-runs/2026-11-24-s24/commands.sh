@@ -15,3 +15,8 @@ OUT=$OUT/np4 NP=4 ROUNDS=2 MEMS="host" OPS="all_reduce reduce_scatter all_gather
 # 6: GPU staging piece size (CCL_GPU_PIECE_BYTES 32/16/8/4 MiB) at 128 MiB, two rounds, then host memory once
 ROUNDS=2 MEMS="device" OPS="sendrecv alltoall all_reduce" RANGE="128M 128M" ARGS="-n 10 -w 2 -c 1" SETS="p32:CCL_GPU_PIECE_BYTES=33554432 p16:CCL_GPU_PIECE_BYTES=16777216 p8:CCL_GPU_PIECE_BYTES=8388608 p4:CCL_GPU_PIECE_BYTES=4194304" bash tests/gpu/device_net_ab.sh
 ROUNDS=1 MEMS=host OPS="sendrecv alltoall all_reduce" RANGE="128M 128M" ARGS="-n 10 -w 2 -c 1" bash tests/gpu/device_net_ab.sh
+# 7: two ranks of 4 engines and 2 copy threads each (CPUs to spare on 16), host memory: sendrecv, then all-reduce ring / ring in one step / exchange, 32 and 128 MiB, two rounds
+for r in 1 2; do ROUNDS=1 MEMS=host OPS="sendrecv" RANGE="32M 128M" ARGS="-n 10 -w 2 -c 1" SETS="e4:CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2" bash tests/gpu/device_net_ab.sh; ROUNDS=1 MEMS=host OPS="all_reduce" RANGE="32M 128M" ARGS="-n 10 -w 2 -c 1" SETS="e4ring:CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2,CCL_ALLREDUCE_EXCHANGE_BYTES=0 e4one:CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2,CCL_ALLREDUCE_EXCHANGE_BYTES=0,CCL_RING_ONE_STEP=1 e4xchg:CCL_MPT_ENGINES=4,CCL_COPY_THREADS=2,CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824" bash tests/gpu/device_net_ab.sh; done
+# 8: regression round of this session's library (commit after f9e3c14: exchange 1-16 MiB on by default): the network path's
+#    correctness (nine ops, host and GPU memory, 8 B..32 MiB: all rc 0, wrong 0), then the one-GPU round (cuda-ipc path)
+MAX=32M bash tests/gpu/device_net_check.sh; RUNS=4 bash tests/gpu/device_one_gpu.sh
