@@ -73,8 +73,9 @@ pub struct IssueState {
     /// which small all-reduces go in one exchange ([`crate::group`]).
     pub shared_memory_only: bool,
     /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
-    /// the collective in one exchange -- never both for one collective): they depend on
-    /// nothing else here.
+    /// the collective in one small exchange -- never both for one collective): they depend
+    /// on nothing else here (whether a two-rank all-reduce goes in one exchange follows from
+    /// the count and element size).
     pub schedules: std::collections::HashMap<
         (ccl_collectives::Collective, usize, usize, bool),
         std::sync::Arc<ccl_collectives::Schedule>,

@@ -574,6 +574,21 @@ pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
         .collect()
 }
 
+/// `CCL_GPU_STREAM_PIECE_BYTES` for this communicator: `auto` streams all-reduces over the
+/// network in 2 MiB pieces and leaves those over shared memory alone whole.
+fn stream_piece_bytes(comm: &Comm) -> usize {
+    let p = &params::CCL_GPU_STREAM_PIECE_BYTES;
+    if p.get_str().trim().eq_ignore_ascii_case("auto") {
+        if comm.0.issue.lock().shared_memory_only {
+            0
+        } else {
+            2 << 20
+        }
+    } else {
+        p.get_i64().max(0) as usize
+    }
+}
+
 /// Hands a group's operations on one communicator to its proxy and orders them on the
 /// callers' streams. Returns without waiting for peers. A large group goes in pieces
 /// ([`crate::pieces`]: a job per piece of a lone collective, else one gated job), so the
@@ -583,7 +598,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let streams = streams_of(&eng.ctx, &tasks);
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
-    let stream_piece = params::CCL_GPU_STREAM_PIECE_BYTES.get_i64().max(0) as usize;
+    let stream_piece = stream_piece_bytes(comm);
     if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, stream_piece), &tasks[..]) {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }

@@ -15,7 +15,7 @@
 # (CCL_MPT_ZERO_COPY values: 1 = frames sent from the operation's memory, uncopied; default 1).
 # OPS (default "all_reduce sendrecv alltoall"), CHECK_PIECES (piece sizes of the NET_CHECK sweep;
 # default the last of PIECES), STREAMS (CCL_GPU_STREAM_PIECE_BYTES values: a lone all-reduce as
-# one collective on piece gates of that many bytes; default 0, off).
+# one collective on piece gates of that many bytes; default auto: 2 MiB over the network).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
@@ -38,7 +38,7 @@ for op in ${OPS:-all_reduce sendrecv alltoall}; do
       for f in ${FRAMES:-auto}; do
       for a in ${ASYNC:-0}; do
       for z in ${ZERO:-1}; do
-      for sp in ${STREAMS:-0}; do
+      for sp in ${STREAMS:-auto}; do
       log=$L/$op.ccl.e$e.p$p.f$f.a$a.z$z.s$sp.log
       LD_LIBRARY_PATH=$CCL CCL_NET=mpt CCL_MPT_ENGINES=$e CCL_GPU_PIECE_BYTES=$p CCL_SOCKET_FRAME_BYTES=$f \
         CCL_GPU_STREAM_PIECE_BYTES=$sp \
