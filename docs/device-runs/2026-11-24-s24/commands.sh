@@ -20,3 +20,10 @@ for r in 1 2; do ROUNDS=1 MEMS=host OPS="sendrecv" RANGE="32M 128M" ARGS="-n 10 
 # 8: regression round of this session's library (commit after f9e3c14: exchange 1-16 MiB on by default): the network path's
 #    correctness (nine ops, host and GPU memory, 8 B..32 MiB: all rc 0, wrong 0), then the one-GPU round (cuda-ipc path)
 MAX=32M bash tests/gpu/device_net_check.sh; RUNS=4 bash tests/gpu/device_one_gpu.sh
+# 9: streamed GPU all-reduce (one collective on piece gates) with 1, 2, 4 MiB pieces against off, 2-32 MiB, three rounds
+ROUNDS=3 MEMS="device" OPS="all_reduce" RANGE="2M 32M" FACTOR=2 ARGS="-n 20 -w 3 -c 1" SETS="off: s1m:CCL_GPU_STREAM_PIECE_BYTES=1048576 s2m:CCL_GPU_STREAM_PIECE_BYTES=2097152 s4m:CCL_GPU_STREAM_PIECE_BYTES=4194304" bash tests/gpu/device_net_ab.sh
+# 10: .dev = CCL_GPU_STREAM_PIECE_BYTES=auto (2 MiB over the network): the network path's check (nine ops, host and GPU memory, 8 B..32 MiB: rc 0, wrong 0 everywhere),
+#     then auto against off at 4, 16, 64 MiB, two rounds (an all-types sweep in this call had a bad -f; rerun in call 11)
+MAX=32M bash tests/gpu/device_net_check.sh; ROUNDS=2 MEMS="device" OPS="all_reduce" RANGE="4M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
+# 11: every type x every reduction (sum prod max min avg premulsum), GPU memory over the network path, 2.5 / 8.4 / 14.3 MB, 2 and 3 ranks, in and out of place: 216 rows each, 0 wrong
+for np in 2 3; do mpirun -np $np ... .dev/ccl-perf all_reduce -b 2500000 -e 20000000 -i 5900000 -n 2 -w 1 -c 1 -d all -o all --mem device; done   # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt
