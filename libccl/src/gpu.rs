@@ -599,7 +599,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
     let stream_piece = stream_piece_bytes(comm);
-    if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, stream_piece), &tasks[..]) {
+    if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, n, stream_piece), &tasks[..]) {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }
     let (jobs, gated) =
@@ -722,7 +722,7 @@ fn wait_for_room(eng: &GpuEngine, comm: &Comm, last: u32) -> Result<()> {
     Ok(())
 }
 
-/// [`submit`] of a lone all-reduce that runs as one plan on piece gates
+/// [`submit`] of a lone all-reduce or all-to-all that runs as one plan on piece gates
 /// ([`crate::pieces::streamed`], pieces of `per` bytes): gate g's start slot opens when the
 /// g-th input piece the schedule needs is in host memory, and its done slot when the g-th
 /// output piece to be finished is, so the stream copies down first what is read first and
@@ -735,18 +735,20 @@ fn submit_streamed(
     per: usize,
 ) -> Result<()> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    let bytes = task.count * task.dtype.size();
+    // An all-reduce's or all-to-all's input and output are equally long.
+    let elems = buffer_counts(task.kind, rank, n, task.count)
+        .map(|(s, _)| s)
+        .ok_or_else(|| Error::invalid_argument("count overflows"))?;
+    let bytes = elems * task.dtype.size();
     let k = bytes.div_ceil(per);
-    let (first, count) = take_slots(eng, comm, k, "an all-reduce")?;
+    let (first, count) = take_slots(eng, comm, k, "a streamed collective")?;
     let last = first.wrapping_add(count - 1);
     let seq = |g: usize| first.wrapping_add(g as u32);
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
     // From here on this rank has taken a sequence number its peers will match.
     let staged = (|| {
         let [PlanSpec::Coll { sched, .. }] = &specs[..] else {
-            return Err(Error::internal(
-                "a streamed all-reduce is not one collective",
-            ));
+            return Err(Error::internal("a streamed collective is not one plan"));
         };
         let (down, up) = piece_orders(sched, per / task.dtype.size(), k);
         let st = Staging::plan(&device_ranges([&task], rank, n, &is_device_ptr)?);

@@ -110,23 +110,26 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
         .collect()
 }
 
-/// Whether `tasks` is a lone all-reduce longer than `piece_bytes`, with a plain reduction,
-/// that runs as ONE plan on piece gates ([`crate::exec::CollGates`]): its
-/// operations read each piece of the input once the stream copied it down and release each
-/// piece of the output once written, instead of one collective (and proxy job) per piece, whose
-/// steps each drained the links. Returns the piece length in bytes (whole elements, at most
+/// Whether `tasks` is a lone all-reduce with a plain reduction, or a lone all-to-all, whose
+/// input is longer than `piece_bytes`, that runs as ONE plan on piece gates
+/// ([`crate::exec::CollGates`]): its operations read each piece of the input once the stream
+/// copied it down and release each piece of the output once written, instead of one collective
+/// (and proxy job) per piece, whose steps each drained the links. Both have inputs and outputs
+/// of one length on every rank. Returns the piece length in bytes (whole elements, at most
 /// [`MAX_PIECES`] pieces). Pre-scaled and averaged reductions touch the whole buffer before or
 /// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
 /// operation alone (not by where its buffers are), so every rank decides alike.
-pub(crate) fn streamed(tasks: &[Task], piece_bytes: usize) -> Option<usize> {
+pub(crate) fn streamed(tasks: &[Task], nranks: usize, piece_bytes: usize) -> Option<usize> {
     let [t] = tasks else { return None };
     let plain = matches!(t.red, crate::task::Reduction::Plain(_));
-    if piece_bytes == 0 || t.kind != TaskKind::Coll(Collective::AllReduce) || !plain {
-        return None;
-    }
+    let elems = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) if plain => t.count,
+        TaskKind::Coll(Collective::AlltoAll) => t.count.checked_mul(nranks)?,
+        _ => return None,
+    };
     let sz = t.dtype.size();
-    let bytes = t.count.checked_mul(sz)?;
-    if bytes <= piece_bytes {
+    let bytes = elems.checked_mul(sz)?;
+    if piece_bytes == 0 || bytes <= piece_bytes {
         return None;
     }
     let per = piece_bytes.max(bytes.div_ceil(MAX_PIECES));
@@ -287,6 +290,38 @@ mod tests {
     /// Each rank's memory: addresses BASE.. index a byte vector.
     const BASE: usize = 0x1000;
     const MEM: usize = 4096;
+
+    /// Streamed: lone all-reduces of plain reductions and lone all-to-alls longer than a
+    /// piece (an all-to-all's length is every rank's blocks); nothing else.
+    #[test]
+    fn streamed_takes_lone_all_reduces_and_all_to_alls_longer_than_a_piece() {
+        use Collective as C;
+        let one = |kind, count, red| {
+            vec![Task {
+                red,
+                ..t(TaskKind::Coll(kind), 0, 64, count)
+            }]
+        };
+        let sum = Reduction::Plain(ReduceKind::Sum);
+        assert_eq!(streamed(&one(C::AllReduce, 100, sum), 4, 10), Some(10));
+        assert_eq!(streamed(&one(C::AllReduce, 10, sum), 4, 10), None);
+        assert_eq!(
+            streamed(&one(C::AllReduce, 100, Reduction::Avg), 4, 10),
+            None
+        );
+        assert_eq!(streamed(&one(C::AllReduce, 100, sum), 4, 0), None);
+        // 4 ranks x 3 elements = 12 bytes.
+        assert_eq!(streamed(&one(C::AlltoAll, 3, sum), 4, 10), Some(10));
+        assert_eq!(streamed(&one(C::AlltoAll, 2, sum), 4, 10), None);
+        assert_eq!(streamed(&one(C::AllGather, 100, sum), 4, 10), None);
+        let two = [one(C::AllReduce, 100, sum), one(C::AllReduce, 100, sum)].concat();
+        assert_eq!(streamed(&two, 4, 10), None);
+        // At most MAX_PIECES pieces.
+        assert_eq!(
+            streamed(&one(C::AllReduce, 100 * MAX_PIECES, sum), 4, 10),
+            Some(100)
+        );
+    }
 
     fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
         Task {
