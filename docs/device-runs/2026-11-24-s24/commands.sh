@@ -27,3 +27,7 @@ ROUNDS=3 MEMS="device" OPS="all_reduce" RANGE="2M 32M" FACTOR=2 ARGS="-n 20 -w 3
 MAX=32M bash tests/gpu/device_net_check.sh; ROUNDS=2 MEMS="device" OPS="all_reduce" RANGE="4M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
 # 11: every type x every reduction (sum prod max min avg premulsum), GPU memory over the network path, 2.5 / 8.4 / 14.3 MB, 2 and 3 ranks, in and out of place: 216 rows each, 0 wrong
 for np in 2 3; do mpirun -np $np ... .dev/ccl-perf all_reduce -b 2500000 -e 20000000 -i 5900000 -n 2 -w 1 -c 1 -d all -o all --mem device; done   # NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt
+# 12: .dev = all-to-all streamed on piece gates too: alltoall int8/float/bf16/int64 2.5-67.5 MB GPU memory, 2 and 3 ranks (16 rows each, 0 wrong),
+#     the network path check on GPU memory (nine ops, 0 wrong), then alltoall auto against off (CCL_GPU_STREAM_PIECE_BYTES=0), three rounds
+for np in 2 3; do mpirun -np $np ... .dev/ccl-perf alltoall -b 2500000 -e 70000000 -f 3 -n 2 -w 1 -c 1 -d int8,float,bfloat16,int64 --mem device; done
+MAX=32M MEMS=device bash tests/gpu/device_net_check.sh; ROUNDS=3 MEMS="device" OPS="alltoall" RANGE="4M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
