@@ -603,7 +603,8 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }
     let (jobs, gated) =
-        crate::pieces::split(&tasks, rank, n, piece_bytes, &is_device_ptr).into_jobs(tasks);
+        crate::pieces::split(&tasks, rank, n, piece_bytes, stream_piece, &is_device_ptr)
+            .into_jobs(tasks);
     let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
     let (first, count) = take_slots(&eng, comm, gates, "a group")?;
     let seq = |k: usize| first.wrapping_add(k as u32);
@@ -1329,7 +1330,7 @@ mod tests {
         for g in &groups {
             let (whole_st, whole) =
                 stage_pieces(std::slice::from_ref(g), None, rank, n, &dev).unwrap();
-            let split = crate::pieces::split(g, rank, n, 4 << 20, &|_| false);
+            let split = crate::pieces::split(g, rank, n, 4 << 20, 0, &|_| false);
             assert!(
                 !matches!(split, crate::pieces::Split::Whole),
                 "{g:?} not cut"

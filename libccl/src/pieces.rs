@@ -152,6 +152,7 @@ pub(crate) fn split(
     rank: usize,
     nranks: usize,
     piece_bytes: usize,
+    stream_piece: usize,
     on_device: &dyn Fn(usize) -> bool,
 ) -> Split {
     if piece_bytes == 0 || tasks.is_empty() {
@@ -175,6 +176,13 @@ pub(crate) fn split(
     let mut cut_any = false;
     let mut local = Vec::new();
     for t in tasks {
+        if streamed(std::slice::from_ref(t), nranks, stream_piece).is_some() {
+            // Alone it would run whole on piece gates ([`streamed`]); in a group it runs
+            // whole too, so its peers see the same messages however each rank grouped it.
+            pos.push(None);
+            out.push(*t);
+            continue;
+        }
         let parts = match t.kind {
             // Worth cutting only when a block is (what every rank sees alike).
             TaskKind::Coll(Collective::AllGather | Collective::AlltoAll)
@@ -438,7 +446,7 @@ mod tests {
 
     /// The proxy jobs a split makes of a group, after checking its gates.
     fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
-        match split(g, r, n, piece, &|_| false) {
+        match split(g, r, n, piece, 0, &|_| false) {
             Split::Whole => (vec![g.to_vec()], false),
             Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
             Split::Gated {
@@ -492,6 +500,34 @@ mod tests {
             .collect();
         assert_eq!(did, splits, "split {split_up:?}");
         assert_eq!(run(&split_up, n), run(&whole, n));
+    }
+
+    /// An operation that would stream alone (a plain all-reduce or an all-to-all longer than
+    /// a stream piece) stays whole in a group too, so a peer that called it alone (one
+    /// streamed collective) sees the same collectives; without streaming it is cut.
+    #[test]
+    fn an_operation_that_would_stream_alone_stays_whole_in_a_group() {
+        let n = 2;
+        let send = t(TaskKind::Send { peer: 1 }, 3000, usize::MAX, 100);
+        for (coll, count) in [(Collective::AllReduce, 1000), (Collective::AlltoAll, 200)] {
+            let op = t(TaskKind::Coll(coll), 0, 1024, count);
+            let colls = |tasks: &[Task]| {
+                tasks
+                    .iter()
+                    .filter(|x| matches!(x.kind, TaskKind::Coll(_)))
+                    .map(|x| x.count)
+                    .collect::<Vec<_>>()
+            };
+            let Split::Gated { tasks, .. } = split(&[op, send], 0, n, 64, 128, &|_| false) else {
+                panic!("{coll:?}: not gated");
+            };
+            assert_eq!(colls(&tasks), vec![count], "{coll:?} streamed");
+            assert!(streamed(&[op], n, 128).is_some(), "{coll:?}");
+            let Split::Gated { tasks, .. } = split(&[op, send], 0, n, 64, 0, &|_| false) else {
+                panic!("{coll:?}: not gated");
+            };
+            assert_ne!(colls(&tasks), vec![count], "{coll:?} not streamed");
+        }
     }
 
     #[test]
@@ -570,7 +606,7 @@ mod tests {
                     ),
                 ];
                 for (task, own) in cases {
-                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, &|_| true)
+                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, 0, &|_| true)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -585,7 +621,7 @@ mod tests {
                     assert_eq!(local, want, "{task:?} rank {r} of {n}");
                     assert!(!self_lane(&tasks, r), "{task:?}: still a lane to itself");
                     // Off the device the own block stays a send and receive (out of place).
-                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, &|_| false)
+                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, 0, &|_| false)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -640,7 +676,10 @@ mod tests {
         let off = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 500)]];
         same_outcome(&off, n, 0, false);
         let rs = t(TaskKind::Coll(Collective::ReduceScatter), 0, 2048, 500);
-        assert!(matches!(split(&[rs], 0, 2, 64, &|_| false), Split::Whole));
+        assert!(matches!(
+            split(&[rs], 0, 2, 64, 0, &|_| false),
+            Split::Whole
+        ));
         // A collective beside point-to-point on one rank, alone on the other (and the
         // receive in a group of its own): every operation is cut alike.
         let mixed = |r: usize| {
@@ -663,7 +702,7 @@ mod tests {
         let big = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000)]];
         same_outcome(&big, n, 1, true);
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000);
-        let Split::Sequential(p) = split(&[ar], 0, 2, 1, &|_| false) else {
+        let Split::Sequential(p) = split(&[ar], 0, 2, 1, 0, &|_| false) else {
             panic!("not cut");
         };
         assert!(
@@ -742,7 +781,7 @@ mod tests {
                     input,
                     gates,
                     ..
-                } = split(g, r, 2, 256, &|_| false)
+                } = split(g, r, 2, 256, 0, &|_| false)
                 else {
                     panic!("rank {r} group {gi} not gated");
                 };
