@@ -3,7 +3,8 @@
 # every rank on GPU 0: libccl allows that (NVIDIA's NCCL refuses it), so nothing here is
 # compared with NCCL -- device_round.sh does that on two GPUs. Checks: the CUDA backend's unit
 # tests (.dev/gpu_backend_test, if built), two_comms.c (two threads x two communicator sets,
-# RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, reuse.c (plain and
+# RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, group_vs_lone.c
+# (staged, network transport), reuse.c (plain and
 # VMM), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
 # result checks, and torch_graph.py (two processes, captured and replayed). Everything under
 # $OUT; summary.md at the end, every log in one_gpu_logs.tgz. Env: RUNS (default 10).
@@ -42,6 +43,10 @@ fi
 
 build peer_dies && timeout -s KILL 60 /tmp/peer_dies 2>&1 | tail -n 3 | tee -a "$S"
 build mismatch && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
+# The staged path over the network transport: a large all-reduce / all-to-all called alone by
+# one rank and in a group by the other.
+build group_vs_lone && NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 CCL_NET=mpt timeout -s KILL 120 \
+  /tmp/group_vs_lone 2>&1 | tail -n 2 | tee -a "$S"
 build reuse mpicc
 M="mpirun --allow-run-as-root --bind-to none"
 if [ -x /tmp/reuse ]; then

@@ -31,3 +31,6 @@ for np in 2 3; do mpirun -np $np ... .dev/ccl-perf all_reduce -b 2500000 -e 2000
 #     the network path check on GPU memory (nine ops, 0 wrong), then alltoall auto against off (CCL_GPU_STREAM_PIECE_BYTES=0), three rounds
 for np in 2 3; do mpirun -np $np ... .dev/ccl-perf alltoall -b 2500000 -e 70000000 -f 3 -n 2 -w 1 -c 1 -d int8,float,bfloat16,int64 --mem device; done
 MAX=32M MEMS=device bash tests/gpu/device_net_check.sh; ROUNDS=3 MEMS="device" OPS="alltoall" RANGE="4M 128M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
+# 13: tests/gpu/group_vs_lone.c (new; staged path over mpt, ONE_GPU=1): a 40 MiB all-reduce and a 36 MiB-block all-to-all called alone by rank 0 and in a
+#     group by rank 1. This session's final library: PASS with the defaults and with CCL_GPU_STREAM_PIECE_BYTES=0; session 22's build with streaming
+#     forced on (2 MiB): FAIL, async error 5 naming both all-reduces' byte counts (streamed on one rank, cut in pieces on the other)
