@@ -713,26 +713,33 @@ impl Plan {
                     "a pre-scaled or averaged collective cannot run on piece gates",
                 ));
             }
-            // Every byte the schedule writes into each output piece, over all its steps.
-            let mut left = vec![0usize; g.output.len()];
-            for op in plan.steps.iter().flatten() {
-                let dst = match op.kind {
-                    XKind::Recv { dst }
-                    | XKind::RecvReduce { dst, .. }
-                    | XKind::Copy { dst, .. }
-                    | XKind::Reduce { dst, .. } => dst as usize,
-                    XKind::Send { .. } => continue,
-                };
-                for (&(a, b, _), l) in g.output.iter().zip(left.iter_mut()) {
-                    *l += overlap((a, b), dst, op.bytes);
-                }
-            }
-            plan.coll_gates = Some(CollGateState {
-                gates: g.clone(),
-                left,
-            });
+            plan.gate_bytes(g);
         }
         Ok(plan)
+    }
+
+    /// Puts the plan on byte-range gates: its operations read an input piece only once its
+    /// flag is set and set an output piece's flag once they wrote every byte they write there
+    /// (a streamed collective, or a streamed group of sends and receives).
+    pub(crate) fn gate_bytes(&mut self, g: &CollGates) {
+        // Every byte the plan writes into each output piece, over all its steps.
+        let mut left = vec![0usize; g.output.len()];
+        for op in self.steps.iter().flatten() {
+            let dst = match op.kind {
+                XKind::Recv { dst }
+                | XKind::RecvReduce { dst, .. }
+                | XKind::Copy { dst, .. }
+                | XKind::Reduce { dst, .. } => dst as usize,
+                XKind::Send { .. } => continue,
+            };
+            for (&(a, b, _), l) in g.output.iter().zip(left.iter_mut()) {
+                *l += overlap((a, b), dst, op.bytes);
+            }
+        }
+        self.coll_gates = Some(CollGateState {
+            gates: g.clone(),
+            left,
+        });
     }
 
     /// Builds one plan from a group's sends and receives on one communicator: all of them

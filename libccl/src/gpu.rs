@@ -602,6 +602,9 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, n, stream_piece), &tasks[..]) {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }
+    if let Some(per) = crate::pieces::streamed_p2p(&tasks, piece_bytes, stream_piece) {
+        return submit_streamed_p2p(comm, &eng, &streams, &tasks, per);
+    }
     let (jobs, gated) =
         crate::pieces::split(&tasks, rank, n, piece_bytes, stream_piece, &is_device_ptr)
             .into_jobs(tasks);
@@ -799,6 +802,98 @@ fn submit_streamed(
         };
         if let [PlanSpec::Coll { gates: g, .. }] = &mut specs[..] {
             *g = Some(gates);
+        }
+        Ok((ios, chunk, base))
+    })();
+    let (ios, chunk, base) = staged.inspect_err(|e| comm.set_async_error(e))?;
+    let job = Job {
+        first,
+        last,
+        specs,
+        graph: None,
+    };
+    let staged = Staged {
+        ios: &ios,
+        local: &[],
+        chunk,
+        base,
+    };
+    hand_over(
+        comm,
+        eng,
+        streams,
+        first,
+        count,
+        std::iter::once(job),
+        staged,
+    )
+}
+
+/// [`submit`] of a group of sends and receives that runs as one plan on byte-range gates
+/// ([`crate::pieces::streamed_p2p`], pieces of `per` bytes): gate g's start slot opens when
+/// the g-th piece of the sends' device buffers (in call order) is in host memory, its done
+/// slot when the g-th piece of the receives' device buffers has every byte, so the stream's
+/// copies overlap the transfers while every message stays whole.
+fn submit_streamed_p2p(
+    comm: &Comm,
+    eng: &Arc<GpuEngine>,
+    streams: &[Stream],
+    tasks: &[Task],
+    per: usize,
+) -> Result<()> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    // (device start, device end) of every piece, inputs (sends) then outputs (receives).
+    let mut pieces: [Vec<(usize, usize)>; 2] = Default::default();
+    for t in tasks {
+        let (addr, dir) = match t.kind {
+            TaskKind::Send { .. } => (t.send, 0),
+            TaskKind::Recv { .. } => (t.recv, 1),
+            TaskKind::Coll(_) => return Err(Error::internal("a collective in a streamed group")),
+        };
+        if !is_device_ptr(addr) {
+            continue;
+        }
+        let end = addr + t.count * t.dtype.size();
+        pieces[dir].extend((addr..end).step_by(per).map(|a| (a, (a + per).min(end))));
+    }
+    let [inputs, outputs] = pieces;
+    let k = inputs.len().max(outputs.len()).max(1);
+    let (first, count) = take_slots(eng, comm, k, "a streamed group")?;
+    let last = first.wrapping_add(count - 1);
+    let seq = |g: usize| first.wrapping_add(g as u32);
+    let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), tasks)?;
+    // From here on this rank has taken sequence numbers its peers will match.
+    let staged = (|| {
+        let st = Staging::plan(&device_ranges(tasks, rank, n, &is_device_ptr)?);
+        let mut ios: Vec<PieceIo> = (0..k).map(|_| PieceIo::default()).collect();
+        for (io, &(a, b)) in ios.iter_mut().zip(&inputs) {
+            io.inputs = st.io(&[(a, b, true)])?.inputs;
+        }
+        for (io, &(c, d)) in ios.iter_mut().zip(&outputs) {
+            io.outputs = st.io(&[(c, d, false)])?.outputs;
+        }
+        let (chunk, base) = eng.chunk(st.bytes, &comm.0.abort)?;
+        st.rebase(&mut specs, base);
+        // A piece's host range from its start (its end may be the end of a staged range,
+        // which maps to no byte of it).
+        let host = |dev: usize| st.offset(dev).map_or(dev, |o| base + o);
+        // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
+        // are accessed only atomically.
+        let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };
+        let gated = |list: &[(usize, usize)], slots: &Slots| {
+            list.iter()
+                .enumerate()
+                .map(|(g, &(a, b))| (host(a), host(a) + (b - a), flag(slots, g)))
+                .collect()
+        };
+        let gates = CollGates {
+            input: gated(&inputs, &eng.start),
+            output: gated(&outputs, &eng.done),
+        };
+        for spec in specs.iter_mut() {
+            if let PlanSpec::P2p { byte_gates, .. } = spec {
+                *byte_gates = Some(gates.clone());
+            }
         }
         Ok((ios, chunk, base))
     })();

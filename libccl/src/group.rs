@@ -265,6 +265,8 @@ pub(crate) enum PlanSpec {
         seqs: Vec<(u64, u64)>,
         /// Staged in pieces on the GPU path ([`crate::pieces`]).
         gates: Option<crate::exec::PieceGates>,
+        /// Staged whole but streamed on byte-range gates ([`crate::pieces::streamed_p2p`]).
+        byte_gates: Option<crate::exec::CollGates>,
     },
 }
 
@@ -285,8 +287,17 @@ impl PlanSpec {
                 seq,
                 gates,
             } => Plan::collective(task, sched, rank, n, *seq, gates.as_ref()),
-            PlanSpec::P2p { tasks, seqs, gates } => {
-                Plan::p2p(tasks, rank, n, &mut seqs.clone(), gates.as_ref())
+            PlanSpec::P2p {
+                tasks,
+                seqs,
+                gates,
+                byte_gates,
+            } => {
+                let mut plan = Plan::p2p(tasks, rank, n, &mut seqs.clone(), gates.as_ref())?;
+                if let Some(g) = byte_gates {
+                    plan.gate_bytes(g);
+                }
+                Ok(plan)
             }
         }
     }
@@ -485,6 +496,7 @@ pub(crate) fn plan_specs(
             tasks: p2p,
             seqs,
             gates: None,
+            byte_gates: None,
         });
     }
     Ok(specs)

@@ -136,6 +136,40 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, piece_bytes: usize) -> Opt
     Some((per / sz).max(1) * sz)
 }
 
+/// Whether `tasks` is a group of sends and receives, none longer than `piece_bytes` (so
+/// [`split`] would leave every one whole: the peers see the same messages either way), that is
+/// worth streaming: some operation is longer than `stream_piece`. It then runs as one plan on
+/// byte-range gates ([`crate::exec::Plan::gate_bytes`]): each send's frames wait for the
+/// stream to copy their piece down, each receive's finished pieces go back up while the rest
+/// arrive. Returns the piece length in bytes (at most [`MAX_PIECES`] pieces per direction).
+pub(crate) fn streamed_p2p(
+    tasks: &[Task],
+    piece_bytes: usize,
+    stream_piece: usize,
+) -> Option<usize> {
+    let mut total = [0usize; 2];
+    let mut longest = 0;
+    for t in tasks {
+        let bytes = t.count.checked_mul(t.dtype.size())?;
+        let dir = match t.kind {
+            TaskKind::Send { .. } => 0,
+            TaskKind::Recv { .. } => 1,
+            TaskKind::Coll(_) => return None,
+        };
+        if piece_bytes > 0 && bytes > piece_bytes {
+            return None;
+        }
+        total[dir] = total[dir].checked_add(bytes)?;
+        longest = longest.max(bytes);
+    }
+    if stream_piece == 0 || longest <= stream_piece || tasks.len() > MAX_PIECES / 2 {
+        return None;
+    }
+    // Every operation starts a piece of its own: half the pieces for those, half for bytes.
+    let per = stream_piece.max(total[0].max(total[1]).div_ceil(MAX_PIECES / 2));
+    Some(per.next_multiple_of(64))
+}
+
 fn elementwise(t: &Task) -> bool {
     matches!(
         t.kind,
@@ -329,6 +363,25 @@ mod tests {
             streamed(&one(C::AllReduce, 100 * MAX_PIECES, sum), 4, 10),
             Some(100)
         );
+    }
+
+    /// Streamed groups of sends and receives: only when no operation would be cut into
+    /// messages (so peers see the same messages) and one is longer than a stream piece; the
+    /// pieces grow so that neither direction has more than half of MAX_PIECES by bytes.
+    #[test]
+    fn streamed_p2p_takes_groups_of_whole_sends_and_receives() {
+        let send = |count| t(TaskKind::Send { peer: 1 }, 0, usize::MAX, count);
+        let recv = |count| t(TaskKind::Recv { peer: 1 }, usize::MAX, 0, count);
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 10), Some(64));
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 100), None);
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 0), None);
+        // An operation longer than a piece is cut into messages instead.
+        assert_eq!(streamed_p2p(&[send(2000), recv(100)], 1000, 10), None);
+        assert_eq!(streamed_p2p(&[send(2000), recv(100)], 0, 10), Some(64));
+        let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 100);
+        assert_eq!(streamed_p2p(&[send(100), ar], 1000, 10), None);
+        let big = 64 * MAX_PIECES * 10;
+        assert_eq!(streamed_p2p(&[recv(big)], 0, 64), Some(big / (MAX_PIECES / 2)));
     }
 
     fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
