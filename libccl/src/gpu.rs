@@ -602,7 +602,12 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, n, stream_piece), &tasks[..]) {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }
-    if let Some(per) = crate::pieces::streamed_p2p(&tasks, piece_bytes, stream_piece) {
+    let stream_p2p = if params::CCL_GPU_STREAM_P2P.get_bool() {
+        stream_piece
+    } else {
+        0
+    };
+    if let Some(per) = crate::pieces::streamed_p2p(&tasks, piece_bytes, stream_p2p) {
         return submit_streamed_p2p(comm, &eng, &streams, &tasks, per);
     }
     let (jobs, gated) =
