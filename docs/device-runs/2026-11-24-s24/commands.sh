@@ -34,3 +34,7 @@ MAX=32M MEMS=device bash tests/gpu/device_net_check.sh; ROUNDS=3 MEMS="device" O
 # 13: tests/gpu/group_vs_lone.c (new; staged path over mpt, ONE_GPU=1): a 40 MiB all-reduce and a 36 MiB-block all-to-all called alone by rank 0 and in a
 #     group by rank 1. This session's final library: PASS with the defaults and with CCL_GPU_STREAM_PIECE_BYTES=0; session 22's build with streaming
 #     forced on (2 MiB): FAIL, async error 5 naming both all-reduces' byte counts (streamed on one rank, cut in pieces on the other)
+# 14: streamed send/receive groups (then on with the stream default; later put behind CCL_GPU_STREAM_P2P=1): sendrecv int8/float/int64 1-81 MB GPU memory,
+#     2 and 3 ranks (15 rows each, 0 wrong), group_vs_lone PASS, the network path check on GPU memory 0 wrong, then sendrecv auto against off, three rounds
+# 15: sendrecv 4 and 16 MiB, five rounds, 40 iterations, auto against CCL_GPU_STREAM_PIECE_BYTES=0 (inconclusive: the machine's noise, 0.9-4.7 GB/s)
+ROUNDS=5 MEMS="device" OPS="sendrecv" RANGE="4M 16M" FACTOR=4 ARGS="-n 40 -w 5 -c 0" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
