@@ -12,6 +12,11 @@ cargo test --workspace 2>&1 | tee target/cargo-test.log
 cargo test --release -p ccl-cuda --test reduce --test reduce_prop 2>&1 | tee -a target/cargo-test.log
 if [ -x tests/abi/run.sh ]; then
   tests/abi/run.sh "$libdir"
+  # Two ranks over the multipath transport with every all-reduce in one exchange (each rank
+  # folds the other's whole input; in place each frame is sent before the fold overwrites
+  # it): every type, reduction and count of coll_check, in place and out of place.
+  NP=2 NCCL_SHM_DISABLE=1 CCL_NET=mpt CCL_ALLREDUCE_EXCHANGE_BYTES=1 \
+    CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824 tests/abi/run.sh --no-netns "$libdir"
 fi
 # A NIC port dies under a running all_reduce: two network namespaces joined by two veth
 # "NICs", the multipath transport's paths spread over both (CCL_MPT_IFNAMES), one cut.
