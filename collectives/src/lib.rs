@@ -6,10 +6,17 @@
 //!
 //! * A [`Schedule`] is a list of [`Step`]s executed in order. The operations inside one step
 //!   progress *concurrently*; a step ends when all its operations have ended.
-//! * Operations in one step never have a data hazard between them.
+//! * Operations in one step have no data hazard between them, except three overlaps that
+//!   executors order by operation order inside the step: a receive that overwrites what an
+//!   earlier send reads (the send's data is taken first: it copies its frames as it queues
+//!   them, and the receive takes a frame only once those bytes are queued), a send of what an
+//!   earlier receive writes (it forwards each frame once landed), and a receive after another
+//!   one from the same peer (frames from one peer land in order). [`reference`] models these
+//!   and rejects every other overlap.
 //! * Between one ordered pair of ranks, messages are FIFO: the k-th `Send` from rank a to rank
 //!   b (counting through the whole schedule, in step order and, inside a step, in operation
-//!   order) is matched by the k-th `Recv`/`RecvReduce` on b from a, with the same `count`.
+//!   order) is matched by the k-th `Recv`/`RecvReduce`/`RecvFold` on b from a, with the same
+//!   `count`.
 //! * Transports have bounded buffers, so a schedule must finish even when a `Send` can only
 //!   complete while the matching receive is part of the receiver's current step (rendezvous).
 //! * `Slice` offsets and counts are in elements of the operation's data type.
