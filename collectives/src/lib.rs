@@ -11,7 +11,7 @@
 //!   earlier send reads (the send's data is taken first: it copies its frames as it queues
 //!   them, and the receive takes a frame only once those bytes are queued), a send of what an
 //!   earlier receive writes (it forwards each frame once landed), and a receive after another
-//!   one from the same peer (frames from one peer land in order). [`reference`] models these
+//!   one from the same peer (frames from one peer land in order). [`mod@reference`] models these
 //!   and rejects every other overlap.
 //! * Between one ordered pair of ranks, messages are FIFO: the k-th `Send` from rank a to rank
 //!   b (counting through the whole schedule, in step order and, inside a step, in operation
