@@ -751,7 +751,6 @@ fn submit_streamed(
     let bytes = elems * task.dtype.size();
     let k = bytes.div_ceil(per);
     let (first, count) = take_slots(eng, comm, k, "a streamed collective")?;
-    let last = first.wrapping_add(count - 1);
     let seq = |g: usize| first.wrapping_add(g as u32);
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
     // From here on this rank has taken a sequence number its peers will match.
@@ -810,10 +809,24 @@ fn submit_streamed(
         }
         Ok((ios, chunk, base))
     })();
+    hand_over_streamed(comm, eng, streams, (first, count), specs, staged)
+}
+
+/// Hands a streamed submission -- one job over slots `first..first+count`, its pieces staged
+/// (or the error that stopped that, which poisons the communicator) -- to the proxy and the
+/// streams.
+fn hand_over_streamed(
+    comm: &Comm,
+    eng: &GpuEngine,
+    streams: &[Stream],
+    (first, count): (u32, u32),
+    specs: Vec<PlanSpec>,
+    staged: Result<(Vec<PieceIo>, usize, usize)>,
+) -> Result<()> {
     let (ios, chunk, base) = staged.inspect_err(|e| comm.set_async_error(e))?;
     let job = Job {
         first,
-        last,
+        last: first.wrapping_add(count - 1),
         specs,
         graph: None,
     };
@@ -864,7 +877,6 @@ fn submit_streamed_p2p(
     let [inputs, outputs] = pieces;
     let k = inputs.len().max(outputs.len()).max(1);
     let (first, count) = take_slots(eng, comm, k, "a streamed group")?;
-    let last = first.wrapping_add(count - 1);
     let seq = |g: usize| first.wrapping_add(g as u32);
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), tasks)?;
     // From here on this rank has taken sequence numbers its peers will match.
@@ -902,28 +914,7 @@ fn submit_streamed_p2p(
         }
         Ok((ios, chunk, base))
     })();
-    let (ios, chunk, base) = staged.inspect_err(|e| comm.set_async_error(e))?;
-    let job = Job {
-        first,
-        last,
-        specs,
-        graph: None,
-    };
-    let staged = Staged {
-        ios: &ios,
-        local: &[],
-        chunk,
-        base,
-    };
-    hand_over(
-        comm,
-        eng,
-        streams,
-        first,
-        count,
-        std::iter::once(job),
-        staged,
-    )
+    hand_over_streamed(comm, eng, streams, (first, count), specs, staged)
 }
 
 /// The order a streamed collective's `k` pieces of `per` elements go down and come back up:

@@ -381,7 +381,10 @@ mod tests {
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 100);
         assert_eq!(streamed_p2p(&[send(100), ar], 1000, 10), None);
         let big = 64 * MAX_PIECES * 10;
-        assert_eq!(streamed_p2p(&[recv(big)], 0, 64), Some(big / (MAX_PIECES / 2)));
+        assert_eq!(
+            streamed_p2p(&[recv(big)], 0, 64),
+            Some(big / (MAX_PIECES / 2))
+        );
     }
 
     fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
