@@ -41,3 +41,6 @@ ROUNDS=5 MEMS="device" OPS="sendrecv" RANGE="4M 16M" FACTOR=4 ARGS="-n 40 -w 5 -
 # 16: 4 ranks, host memory, all_reduce 16-256 KiB, CCL_ONE_SHOT_BYTES 32768 / 98304 / 196608 over mpt and TCP, two rounds: within the noise
 #     (the 16 and 32 KiB rows, one exchange in every set, differ by up to 50% between sets), no default changed
 for r in 1 2; do NP=4 ROUNDS=1 MEMS=host OPS=all_reduce RANGE="16K 256K" FACTOR=2 ARGS="-n 300 -w 30 -c 1" SETS="m32:CCL_NET=mpt,CCL_ONE_SHOT_BYTES=32768 m96:... t192:CCL_NET=socket,CCL_ONE_SHOT_BYTES=196608" bash tests/gpu/device_net_ab.sh; done
+# 17: after folding the two streamed submissions' hand-over into one (final library): network path check on GPU memory (nine ops, 0 wrong),
+#     CCL_GPU_STREAM_P2P=1 sendrecv int8/float 1-27 MB (8 rows, 0 wrong), all_reduce float/int32 x sum/max 3-81 MB in and out of place (16 rows, 0 wrong),
+#     group_vs_lone PASS (both passes)
