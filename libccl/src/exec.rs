@@ -725,12 +725,9 @@ impl Plan {
         // Every byte the plan writes into each output piece, over all its steps.
         let mut left = vec![0usize; g.output.len()];
         for op in self.steps.iter().flatten() {
-            let dst = match op.kind {
-                XKind::Recv { dst }
-                | XKind::RecvReduce { dst, .. }
-                | XKind::Copy { dst, .. }
-                | XKind::Reduce { dst, .. } => dst as usize,
-                XKind::Send { .. } => continue,
+            let written = op.receives_into().map(|(lo, _)| lo);
+            let Some(dst) = written.or(op.kind.local_addrs().map(|[_, _, dst]| dst)) else {
+                continue;
             };
             for (&(a, b, _), l) in g.output.iter().zip(left.iter_mut()) {
                 *l += overlap((a, b), dst, op.bytes);

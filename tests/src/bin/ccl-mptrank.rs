@@ -75,16 +75,20 @@ fn main() {
             let send: Vec<i32> = (0..count)
                 .map(|i| (rank as i32 + 1) * ((i % 1000) as i32 + iter as i32))
                 .collect();
+            // `from` and `to` hold `count` int32 each (the enclosing block's contract).
+            let all_reduce = |from: *const i32, to: *mut i32| {
+                ncclAllReduce(
+                    from as *const c_void,
+                    to as *mut c_void,
+                    count,
+                    INT32,
+                    SUM,
+                    comm,
+                    null,
+                )
+            };
             let mut recv = vec![0i32; count];
-            let r = ncclAllReduce(
-                send.as_ptr() as *const c_void,
-                recv.as_mut_ptr() as *mut c_void,
-                count,
-                INT32,
-                SUM,
-                comm,
-                null,
-            );
+            let r = all_reduce(send.as_ptr(), recv.as_mut_ptr());
             assert_eq!(r, 0, "all_reduce: {}", last(comm));
             let k = (n * (n + 1) / 2) as i32;
             for (i, v) in recv.iter().enumerate() {
@@ -93,15 +97,7 @@ fn main() {
             // In place: the input is the output (an exchange all-reduce then sends each
             // frame before folding the peer's into it).
             let mut buf = send.clone();
-            let r = ncclAllReduce(
-                buf.as_ptr() as *const c_void,
-                buf.as_mut_ptr() as *mut c_void,
-                count,
-                INT32,
-                SUM,
-                comm,
-                null,
-            );
+            let r = all_reduce(buf.as_ptr(), buf.as_mut_ptr());
             assert_eq!(r, 0, "all_reduce in place: {}", last(comm));
             assert!(buf == recv, "all_reduce in place of {count} differs");
         }
