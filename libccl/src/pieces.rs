@@ -25,6 +25,36 @@ use crate::task::{Task, TaskKind};
 /// pieces; larger operations get larger pieces, so no operation is cut more often than this.
 pub(crate) const MAX_PIECES: usize = 256;
 
+/// How a streamed operation ([`streamed`]) is cut: pieces of at least `min` bytes (an
+/// operation no longer than that is not streamed; 0: nothing is), and no more than `most` of
+/// them, so a larger operation gets larger pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamCut {
+    pub min: usize,
+    pub most: usize,
+}
+
+impl StreamCut {
+    /// Nothing streams.
+    pub(crate) const OFF: StreamCut = StreamCut {
+        min: 0,
+        most: MAX_PIECES,
+    };
+
+    /// Pieces of `min` bytes, grown only where there would be more than [`MAX_PIECES`].
+    pub(crate) const fn fixed(min: usize) -> StreamCut {
+        StreamCut {
+            min,
+            most: MAX_PIECES,
+        }
+    }
+
+    /// The piece length for an operation of `bytes`.
+    fn per(self, bytes: usize) -> usize {
+        self.min.max(bytes.div_ceil(self.most.clamp(1, MAX_PIECES)))
+    }
+}
+
 /// How a staged group runs.
 #[derive(Debug, Clone)]
 pub(crate) enum Split {
@@ -119,7 +149,7 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
 /// [`MAX_PIECES`] pieces). Pre-scaled and averaged reductions touch the whole buffer before or
 /// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
 /// operation alone (not by where its buffers are), so every rank decides alike.
-pub(crate) fn streamed(tasks: &[Task], nranks: usize, piece_bytes: usize) -> Option<usize> {
+pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<usize> {
     let [t] = tasks else { return None };
     let plain = matches!(t.red, crate::task::Reduction::Plain(_));
     let elems = match t.kind {
@@ -129,11 +159,10 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, piece_bytes: usize) -> Opt
     };
     let sz = t.dtype.size();
     let bytes = elems.checked_mul(sz)?;
-    if piece_bytes == 0 || bytes <= piece_bytes {
+    if cut.min == 0 || bytes <= cut.min {
         return None;
     }
-    let per = piece_bytes.max(bytes.div_ceil(MAX_PIECES));
-    Some((per / sz).max(1) * sz)
+    Some((cut.per(bytes) / sz).max(1) * sz)
 }
 
 /// Whether `tasks` is a group of sends and receives, none longer than `piece_bytes` (so
@@ -186,7 +215,7 @@ pub(crate) fn split(
     rank: usize,
     nranks: usize,
     piece_bytes: usize,
-    stream_piece: usize,
+    stream: StreamCut,
     on_device: &dyn Fn(usize) -> bool,
 ) -> Split {
     if piece_bytes == 0 || tasks.is_empty() {
@@ -210,7 +239,7 @@ pub(crate) fn split(
     let mut cut_any = false;
     let mut local = Vec::new();
     for t in tasks {
-        if streamed(std::slice::from_ref(t), nranks, stream_piece).is_some() {
+        if streamed(std::slice::from_ref(t), nranks, stream).is_some() {
             // Alone it would run whole on piece gates ([`streamed`]); in a group it runs
             // whole too, so its peers see the same messages however each rank grouped it.
             pos.push(None);
@@ -345,22 +374,58 @@ mod tests {
             }]
         };
         let sum = Reduction::Plain(ReduceKind::Sum);
-        assert_eq!(streamed(&one(C::AllReduce, 100, sum), 4, 10), Some(10));
-        assert_eq!(streamed(&one(C::AllReduce, 10, sum), 4, 10), None);
         assert_eq!(
-            streamed(&one(C::AllReduce, 100, Reduction::Avg), 4, 10),
+            streamed(&one(C::AllReduce, 100, sum), 4, StreamCut::fixed(10)),
+            Some(10)
+        );
+        assert_eq!(
+            streamed(&one(C::AllReduce, 10, sum), 4, StreamCut::fixed(10)),
             None
         );
-        assert_eq!(streamed(&one(C::AllReduce, 100, sum), 4, 0), None);
+        assert_eq!(
+            streamed(
+                &one(C::AllReduce, 100, Reduction::Avg),
+                4,
+                StreamCut::fixed(10)
+            ),
+            None
+        );
+        assert_eq!(
+            streamed(&one(C::AllReduce, 100, sum), 4, StreamCut::fixed(0)),
+            None
+        );
         // 4 ranks x 3 elements = 12 bytes.
-        assert_eq!(streamed(&one(C::AlltoAll, 3, sum), 4, 10), Some(10));
-        assert_eq!(streamed(&one(C::AlltoAll, 2, sum), 4, 10), None);
-        assert_eq!(streamed(&one(C::AllGather, 100, sum), 4, 10), None);
+        assert_eq!(
+            streamed(&one(C::AlltoAll, 3, sum), 4, StreamCut::fixed(10)),
+            Some(10)
+        );
+        assert_eq!(
+            streamed(&one(C::AlltoAll, 2, sum), 4, StreamCut::fixed(10)),
+            None
+        );
+        assert_eq!(
+            streamed(&one(C::AllGather, 100, sum), 4, StreamCut::fixed(10)),
+            None
+        );
         let two = [one(C::AllReduce, 100, sum), one(C::AllReduce, 100, sum)].concat();
-        assert_eq!(streamed(&two, 4, 10), None);
+        assert_eq!(streamed(&two, 4, StreamCut::fixed(10)), None);
+        // At most `most` pieces: 100 bytes in no more than 4 pieces of at least 10, or 30.
+        let cut = |min, most| StreamCut { min, most };
+        assert_eq!(
+            streamed(&one(C::AllReduce, 100, sum), 4, cut(10, 4)),
+            Some(25)
+        );
+        assert_eq!(
+            streamed(&one(C::AllReduce, 100, sum), 4, cut(30, 4)),
+            Some(30)
+        );
         // At most MAX_PIECES pieces.
         assert_eq!(
-            streamed(&one(C::AllReduce, 100 * MAX_PIECES, sum), 4, 10),
+            streamed(
+                &one(C::AllReduce, 100 * MAX_PIECES, sum),
+                4,
+                StreamCut::fixed(10)
+            ),
             Some(100)
         );
     }
@@ -502,7 +567,7 @@ mod tests {
 
     /// The proxy jobs a split makes of a group, after checking its gates.
     fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
-        match split(g, r, n, piece, 0, &|_| false) {
+        match split(g, r, n, piece, StreamCut::OFF, &|_| false) {
             Split::Whole => (vec![g.to_vec()], false),
             Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
             Split::Gated {
@@ -574,12 +639,19 @@ mod tests {
                     .map(|x| x.count)
                     .collect::<Vec<_>>()
             };
-            let Split::Gated { tasks, .. } = split(&[op, send], 0, n, 64, 128, &|_| false) else {
+            let Split::Gated { tasks, .. } =
+                split(&[op, send], 0, n, 64, StreamCut::fixed(128), &|_| false)
+            else {
                 panic!("{coll:?}: not gated");
             };
             assert_eq!(colls(&tasks), vec![count], "{coll:?} streamed");
-            assert!(streamed(&[op], n, 128).is_some(), "{coll:?}");
-            let Split::Gated { tasks, .. } = split(&[op, send], 0, n, 64, 0, &|_| false) else {
+            assert!(
+                streamed(&[op], n, StreamCut::fixed(128)).is_some(),
+                "{coll:?}"
+            );
+            let Split::Gated { tasks, .. } =
+                split(&[op, send], 0, n, 64, StreamCut::OFF, &|_| false)
+            else {
                 panic!("{coll:?}: not gated");
             };
             assert_ne!(colls(&tasks), vec![count], "{coll:?} not streamed");
@@ -662,7 +734,8 @@ mod tests {
                     ),
                 ];
                 for (task, own) in cases {
-                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, 0, &|_| true)
+                    let Split::Gated { tasks, local, .. } =
+                        split(&[task], r, n, 48, StreamCut::OFF, &|_| true)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -677,7 +750,8 @@ mod tests {
                     assert_eq!(local, want, "{task:?} rank {r} of {n}");
                     assert!(!self_lane(&tasks, r), "{task:?}: still a lane to itself");
                     // Off the device the own block stays a send and receive (out of place).
-                    let Split::Gated { tasks, local, .. } = split(&[task], r, n, 48, 0, &|_| false)
+                    let Split::Gated { tasks, local, .. } =
+                        split(&[task], r, n, 48, StreamCut::OFF, &|_| false)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -733,7 +807,7 @@ mod tests {
         same_outcome(&off, n, 0, false);
         let rs = t(TaskKind::Coll(Collective::ReduceScatter), 0, 2048, 500);
         assert!(matches!(
-            split(&[rs], 0, 2, 64, 0, &|_| false),
+            split(&[rs], 0, 2, 64, StreamCut::OFF, &|_| false),
             Split::Whole
         ));
         // A collective beside point-to-point on one rank, alone on the other (and the
@@ -758,7 +832,7 @@ mod tests {
         let big = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000)]];
         same_outcome(&big, n, 1, true);
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000);
-        let Split::Sequential(p) = split(&[ar], 0, 2, 1, 0, &|_| false) else {
+        let Split::Sequential(p) = split(&[ar], 0, 2, 1, StreamCut::OFF, &|_| false) else {
             panic!("not cut");
         };
         assert!(
@@ -837,7 +911,7 @@ mod tests {
                     input,
                     gates,
                     ..
-                } = split(g, r, 2, 256, 0, &|_| false)
+                } = split(g, r, 2, 256, StreamCut::OFF, &|_| false)
                 else {
                     panic!("rank {r} group {gi} not gated");
                 };

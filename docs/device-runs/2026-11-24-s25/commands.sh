@@ -1,0 +1,17 @@
+# Session 25 device calls (nvidia-h100-x1, 16 CPUs; no two-GPU machine was lent), in order; each ran in the
+# repository root with .dev carried. Two ranks as processes over loopback (P2P/SHM off, CCL_NET=mpt), both on the one H100
+# for GPU memory; busbw GB/s out-of-place/in-place; the "1" in front of each line is the round within one script run.
+# Calls 1-2: .dev = f980a76 (session 24's last build).
+# 1: send/receive 128 MiB, host memory against GPU memory in 32 MiB pieces (p32), whole, and whole on 2 / 8 MiB byte-range gates (CCL_GPU_STREAM_P2P=1), three rounds
+for r in 1 2 3; do ROUNDS=1 MEMS=host OPS=sendrecv RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" bash tests/gpu/device_net_ab.sh; ROUNDS=1 MEMS=device OPS=sendrecv RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" SETS="p32:CCL_GPU_PIECE_BYTES=33554432 whole:CCL_GPU_PIECE_BYTES=134217728 s2:CCL_GPU_PIECE_BYTES=134217728,CCL_GPU_STREAM_P2P=1 s8:CCL_GPU_PIECE_BYTES=134217728,CCL_GPU_STREAM_P2P=1,CCL_GPU_STREAM_PIECE_BYTES=8388608" bash tests/gpu/device_net_ab.sh; done
+# 2: the same with 4 / 8 / 16 MiB gates, and the streamed all-reduce with 2 MiB (a2, the default then) / 8 MiB (a8) pieces / one collective per 32 MiB piece (p32), three rounds
+for r in 1 2 3; do ROUNDS=1 MEMS=host OPS="sendrecv all_reduce" RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" bash tests/gpu/device_net_ab.sh; ROUNDS=1 MEMS=device OPS=sendrecv RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" SETS="p32:CCL_GPU_PIECE_BYTES=33554432 s4:CCL_GPU_PIECE_BYTES=134217728,CCL_GPU_STREAM_P2P=1,CCL_GPU_STREAM_PIECE_BYTES=4194304 s8:CCL_GPU_PIECE_BYTES=134217728,CCL_GPU_STREAM_P2P=1,CCL_GPU_STREAM_PIECE_BYTES=8388608 s16:CCL_GPU_PIECE_BYTES=134217728,CCL_GPU_STREAM_P2P=1,CCL_GPU_STREAM_PIECE_BYTES=16777216" bash tests/gpu/device_net_ab.sh; ROUNDS=1 MEMS=device OPS=all_reduce RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" SETS="a2:CCL_GPU_PIECE_BYTES=33554432 a8:CCL_GPU_PIECE_BYTES=33554432,CCL_GPU_STREAM_PIECE_BYTES=8388608 p32:CCL_GPU_PIECE_BYTES=33554432,CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh; done
+# Calls 3-5: .dev = stream pieces of max(2 MiB, 1/16 of the operation) by default ("auto").
+# 3: auto against fixed 2 MiB (f2) and 8 MiB (f8) pieces, all_reduce and alltoall, 16-512 MiB, three rounds
+ROUNDS=3 MEMS=device OPS="all_reduce alltoall" RANGE="16M 512M" FACTOR=2 ARGS="-n 20 -w 3 -c 1" SETS="auto: f2:CCL_GPU_STREAM_PIECE_BYTES=2097152 f8:CCL_GPU_STREAM_PIECE_BYTES=8388608" bash tests/gpu/device_net_ab.sh
+# 4: alltoall 128-512 MiB, streamed (auto) / not streamed (off) / not cut at all (p0), GPU and host memory (round 1 kept: 4-a2a-r1.txt), then NCCL_DEBUG=INFO at 256 MiB (4-a2a-info-executor.txt)
+ROUNDS=2 MEMS="device host" OPS="alltoall" RANGE="128M 512M" FACTOR=2 ARGS="-n 10 -w 2 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0 p0:CCL_GPU_STREAM_PIECE_BYTES=0,CCL_GPU_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh; ROUNDS=1 MEMS=device OPS=alltoall RANGE="256M 256M" ARGS="-n 5 -w 1 -c 1" SETS="info:NCCL_DEBUG=INFO" bash tests/gpu/device_net_ab.sh
+# 5: streamed (auto) against not (off), alltoall and all_reduce, 128 and 512 MiB, four rounds
+ROUNDS=4 MEMS="device" OPS="alltoall all_reduce" RANGE="128M 512M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
+# 6: .dev = the streamed all-to-all's own block on the device; .dev/old = f980a76. Correctness (2 and 3 ranks, four types, 2.5-67.5 MB) then new / off / old, three rounds
+bash tests/gpu/device_a2a_own_block.sh
