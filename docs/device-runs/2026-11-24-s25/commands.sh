@@ -15,3 +15,8 @@ ROUNDS=2 MEMS="device host" OPS="alltoall" RANGE="128M 512M" FACTOR=2 ARGS="-n 1
 ROUNDS=4 MEMS="device" OPS="alltoall all_reduce" RANGE="128M 512M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="auto: off:CCL_GPU_STREAM_PIECE_BYTES=0" bash tests/gpu/device_net_ab.sh
 # 6: .dev = the streamed all-to-all's own block on the device; .dev/old = f980a76. Correctness (2 and 3 ranks, four types, 2.5-67.5 MB) then new / off / old, three rounds
 bash tests/gpu/device_a2a_own_block.sh
+# 7: .dev/pinned_copy (tests/bench/pinned_copy.c): CPU copies into / out of cuMemHostAlloc memory against THP and 4 KiB-page memory, 1 / 4 / 8 threads
+for t in 1 4 8; do .dev/pinned_copy 256 $t; done
+# 8: .dev = a trial build with CCL_MPT_ACK_COALESCE (chunks received in one engine round share one acknowledgement: 0 / per path / all); host memory 128 MiB three rounds, then 1% injected loss 64 MiB two rounds. Not kept.
+ROUNDS=3 MEMS="host" OPS="sendrecv all_reduce alltoall" RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" SETS="off:CCL_MPT_ACK_COALESCE=0 path:CCL_MPT_ACK_COALESCE=path all:CCL_MPT_ACK_COALESCE=all" bash tests/gpu/device_net_ab.sh
+ROUNDS=2 MEMS="host" OPS="sendrecv" RANGE="64M 64M" ARGS="-n 10 -w 2 -c 1" SETS="off1:CCL_MPT_ACK_COALESCE=0,CCL_MPT_DROP=0.01 path1:CCL_MPT_ACK_COALESCE=path,CCL_MPT_DROP=0.01 all1:CCL_MPT_ACK_COALESCE=all,CCL_MPT_DROP=0.01" bash tests/gpu/device_net_ab.sh
