@@ -750,12 +750,16 @@ fn submit_streamed(
     per: usize,
 ) -> Result<()> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    // An all-reduce's or all-to-all's input and output are equally long.
-    let elems = buffer_counts(task.kind, rank, n, task.count)
-        .map(|(s, _)| s)
+    let sz = task.dtype.size();
+    // Bytes of the input and the output (a reduce-scatter's output is a block of its input).
+    let (in_bytes, out_bytes) = buffer_counts(task.kind, rank, n, task.count)
+        .and_then(|(s, r)| Some((s.checked_mul(sz)?, r.checked_mul(sz)?)))
         .ok_or_else(|| Error::invalid_argument("count overflows"))?;
-    let bytes = elems * task.dtype.size();
-    let k = bytes.div_ceil(per);
+    let (k_in, k_out) = (in_bytes.div_ceil(per), out_bytes.div_ceil(per));
+    // Gate g opens once the g-th input piece is down and lands once the g-th output piece
+    // is final; a gate beyond either buffer's pieces copies nothing that way (its done slot
+    // is set when the job ends).
+    let k = k_in.max(k_out);
     let (first, count) = take_slots(eng, comm, k, "a streamed collective")?;
     let seq = |g: usize| first.wrapping_add(g as u32);
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
@@ -778,13 +782,14 @@ fn submit_streamed(
                 });
             }
         }
-        let (down, up) = piece_orders(sched, per / task.dtype.size(), k);
+        let (down, up) = piece_orders(sched, per / sz, k_in, k_out);
         let st = Staging::plan(&device_ranges([&task], rank, n, &is_device_ptr)?);
-        let piece = |dev: usize, i: usize| (dev + i * per, dev + ((i + 1) * per).min(bytes));
+        let piece =
+            |dev: usize, i: usize, bytes: usize| (dev + i * per, dev + ((i + 1) * per).min(bytes));
         // The parts of a piece that go through host memory: all of it but an own block that
         // stays on the device.
         let staged_parts = |dev: usize, i: usize, input: bool| {
-            let (a, b) = piece(dev, i);
+            let (a, b) = piece(dev, i, if input { in_bytes } else { out_bytes });
             let (o0, o1) = own
                 .as_ref()
                 .map_or((b, b), |o| (dev + o.bytes.0, dev + o.bytes.1));
@@ -797,11 +802,11 @@ fn submit_streamed(
         let mut ios: Vec<PieceIo> = Vec::with_capacity(k);
         for g in 0..k {
             let mut io = PieceIo::default();
-            if dev_in {
-                io.inputs = st.io(&staged_parts(task.send, down[g], true))?.inputs;
+            if let (true, Some(&p)) = (dev_in, down.get(g)) {
+                io.inputs = st.io(&staged_parts(task.send, p, true))?.inputs;
             }
-            if dev_out {
-                io.outputs = st.io(&staged_parts(task.recv, up[g], false))?.outputs;
+            if let (true, Some(&p)) = (dev_out, up.get(g)) {
+                io.outputs = st.io(&staged_parts(task.recv, p, false))?.outputs;
             }
             ios.push(io);
         }
@@ -809,29 +814,30 @@ fn submit_streamed(
         st.rebase(&mut specs, base);
         let host = |dev: usize| st.offset(dev).map_or(dev, |o| base + o);
         let (hs, hr) = (host(task.send), host(task.recv));
-        // Piece -> gate: the inverse of each order.
-        let gate_of = |order: &[usize]| {
-            let mut g = vec![0; k];
-            for (gate, &piece) in order.iter().enumerate() {
-                g[piece] = gate;
-            }
-            g
-        };
         // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
         // are accessed only atomically.
         let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };
-        let pieces = |on: bool, h: usize, slots: &Slots, order: &[usize]| {
-            let gate = gate_of(order);
-            (0..if on { k } else { 0 })
-                .map(|i| {
-                    let (a, b) = piece(h, i);
-                    (a, b, flag(slots, gate[i]))
-                })
-                .collect()
+        // Each piece's host range with the flag of its gate (the inverse of the order).
+        let pieces = |h: usize, bytes: usize, slots: &Slots, order: &[usize]| {
+            let mut v = vec![(0, 0, flag(slots, 0)); order.len()];
+            for (gate, &i) in order.iter().enumerate() {
+                let (a, b) = piece(h, i, bytes);
+                v[i] = (a, b, flag(slots, gate));
+            }
+            v
         };
+        // Done slots of gates without an output piece are set when the job ends.
         let gates = CollGates {
-            input: pieces(dev_in, hs, &eng.start, &down),
-            output: pieces(dev_out, hr, &eng.done, &up),
+            input: if dev_in {
+                pieces(hs, in_bytes, &eng.start, &down)
+            } else {
+                Vec::new()
+            },
+            output: if dev_out {
+                pieces(hr, out_bytes, &eng.done, &up)
+            } else {
+                Vec::new()
+            },
         };
         if let [PlanSpec::Coll { gates: g, .. }] = &mut specs[..] {
             *g = Some(gates);
@@ -1005,13 +1011,14 @@ fn submit_streamed_p2p(
 fn piece_orders(
     sched: &ccl_collectives::Schedule,
     per: usize,
-    k: usize,
+    k_in: usize,
+    k_out: usize,
 ) -> (Vec<usize>, Vec<usize>) {
     use ccl_collectives::{BufId, Op, Slice};
-    let mut first_read = vec![(usize::MAX, 0usize); k];
-    let mut last_write = vec![(0usize, 0usize); k];
+    let mut first_read = vec![(usize::MAX, 0usize); k_in];
+    let mut last_write = vec![(0usize, 0usize); k_out];
     // (step, thousandths into the slice) of each piece a slice covers.
-    let touch = |s: &Slice, step: usize, f: &mut dyn FnMut(usize, (usize, usize))| {
+    let touch = |s: &Slice, k: usize, step: usize, f: &mut dyn FnMut(usize, (usize, usize))| {
         let end = s.offset + s.count;
         for i in s.offset / per.max(1)..end.div_ceil(per.max(1)).min(k) {
             let from = (i * per).max(s.offset);
@@ -1030,19 +1037,19 @@ fn piece_orders(
                 Op::Reduce { src, local, dst } => (vec![src, local], Some(dst)),
             };
             for s in reads.into_iter().filter(|s| s.buf == BufId::Send) {
-                touch(s, step, &mut |i, key| {
+                touch(s, k_in, step, &mut |i, key| {
                     first_read[i] = first_read[i].min(key)
                 });
             }
             if let Some(s) = write.filter(|s| s.buf == BufId::Recv) {
-                touch(s, step, &mut |i, key| {
+                touch(s, k_out, step, &mut |i, key| {
                     last_write[i] = last_write[i].max(key)
                 });
             }
         }
     }
     let sorted = |keys: &[(usize, usize)]| {
-        let mut v: Vec<usize> = (0..k).collect();
+        let mut v: Vec<usize> = (0..keys.len()).collect();
         v.sort_by_key(|&i| keys[i]);
         v
     };
@@ -1422,7 +1429,7 @@ mod tests {
                     _ => None,
                 })
                 .unwrap();
-            let (down, up) = piece_orders(&sched, 100, 8);
+            let (down, up) = piece_orders(&sched, 100, 8, 8);
             let mut sorted = down.clone();
             sorted.sort_unstable();
             assert_eq!(sorted, (0..8).collect::<Vec<_>>());
@@ -1432,6 +1439,23 @@ mod tests {
                 down.chunks(2).all(|c| mine(c[0]) != mine(c[1])),
                 "rank {rank}: {down:?}"
             );
+        }
+    }
+
+    /// A streamed reduce-scatter has twice as many input pieces as output pieces (two ranks):
+    /// both orders are whole permutations of their own pieces.
+    #[test]
+    fn a_streamed_reduce_scatter_orders_its_input_and_output_pieces_apart() {
+        use ccl_collectives::{schedule, Algorithm};
+        for rank in 0..2 {
+            let sched = schedule(Collective::ReduceScatter, Algorithm::Ring, rank, 2, 400).unwrap();
+            let (down, up) = piece_orders(&sched, 100, 8, 4);
+            let mut d = down.clone();
+            d.sort_unstable();
+            assert_eq!(d, (0..8).collect::<Vec<_>>(), "rank {rank}");
+            let mut u = up.clone();
+            u.sort_unstable();
+            assert_eq!(u, (0..4).collect::<Vec<_>>(), "rank {rank}");
         }
     }
 

@@ -140,13 +140,14 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
         .collect()
 }
 
-/// Whether `tasks` is a lone all-reduce with a plain reduction, or a lone all-to-all, whose
-/// input is longer than `piece_bytes`, that runs as ONE plan on piece gates
+/// Whether `tasks` is a lone all-reduce or reduce-scatter with a plain reduction, or a lone
+/// all-to-all, whose input is longer than `piece_bytes`, that runs as ONE plan on piece gates
 /// ([`crate::exec::CollGates`]): its operations read each piece of the input once the stream
 /// copied it down and release each piece of the output once written, instead of one collective
-/// (and proxy job) per piece, whose steps each drained the links. Both have inputs and outputs
-/// of one length on every rank. Returns the piece length in bytes (whole elements, at most
-/// [`MAX_PIECES`] pieces). Pre-scaled and averaged reductions touch the whole buffer before or
+/// (and proxy job) per piece, whose steps each drained the links, or (a reduce-scatter) one
+/// collective whose whole input went down before it started and whole output up after it
+/// ended. Returns the piece length in bytes (whole elements, at most [`MAX_PIECES`] pieces of
+/// the input). Pre-scaled and averaged reductions touch the whole buffer before or
 /// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
 /// operation alone (not by where its buffers are), so every rank decides alike.
 pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<usize> {
@@ -154,6 +155,7 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<
     let plain = matches!(t.red, crate::task::Reduction::Plain(_));
     let elems = match t.kind {
         TaskKind::Coll(Collective::AllReduce) if plain => t.count,
+        TaskKind::Coll(Collective::ReduceScatter) if plain => t.count.checked_mul(nranks)?,
         TaskKind::Coll(Collective::AlltoAll) => t.count.checked_mul(nranks)?,
         _ => return None,
     };
@@ -407,6 +409,11 @@ mod tests {
             streamed(&one(C::AllGather, 100, sum), 4, StreamCut::fixed(10)),
             None
         );
+        // A reduce-scatter by its input: 4 ranks x 3 elements.
+        let rs = |count, red| streamed(&one(C::ReduceScatter, count, red), 4, StreamCut::fixed(10));
+        assert_eq!(rs(3, sum), Some(10));
+        assert_eq!(rs(2, sum), None);
+        assert_eq!(rs(30, Reduction::Avg), None);
         let two = [one(C::AllReduce, 100, sum), one(C::AllReduce, 100, sum)].concat();
         assert_eq!(streamed(&two, 4, StreamCut::fixed(10)), None);
         // At most `most` pieces: 100 bytes in no more than 4 pieces of at least 10, or 30.

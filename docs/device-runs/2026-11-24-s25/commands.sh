@@ -20,3 +20,8 @@ for t in 1 4 8; do .dev/pinned_copy 256 $t; done
 # 8: .dev = a trial build with CCL_MPT_ACK_COALESCE (chunks received in one engine round share one acknowledgement: 0 / per path / all); host memory 128 MiB three rounds, then 1% injected loss 64 MiB two rounds. Not kept.
 ROUNDS=3 MEMS="host" OPS="sendrecv all_reduce alltoall" RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" SETS="off:CCL_MPT_ACK_COALESCE=0 path:CCL_MPT_ACK_COALESCE=path all:CCL_MPT_ACK_COALESCE=all" bash tests/gpu/device_net_ab.sh
 ROUNDS=2 MEMS="host" OPS="sendrecv" RANGE="64M 64M" ARGS="-n 10 -w 2 -c 1" SETS="off1:CCL_MPT_ACK_COALESCE=0,CCL_MPT_DROP=0.01 path1:CCL_MPT_ACK_COALESCE=path,CCL_MPT_DROP=0.01 all1:CCL_MPT_ACK_COALESCE=all,CCL_MPT_DROP=0.01" bash tests/gpu/device_net_ab.sh
+# 9: .dev = cf044c3; all_gather and reduce_scatter, host against GPU memory, 128 and 512 MiB, three rounds (reduce_scatter of GPU buffers ran whole: ~30% below host memory)
+ROUNDS=3 MEMS="host device" OPS="all_gather reduce_scatter" RANGE="128M 512M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" bash tests/gpu/device_net_ab.sh
+# 10-11: .dev = the streamed reduce-scatter; call 10's correctness part had a bad -f (no rows), call 11 reran it (2 and 3 ranks, 0 wrong) with 8-64 MiB
+bash tests/gpu/device_rs_streamed.sh
+RANGE="8M 64M" FACTOR=2 ROUNDS=3 bash tests/gpu/device_rs_streamed.sh
