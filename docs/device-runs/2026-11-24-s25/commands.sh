@@ -23,5 +23,7 @@ ROUNDS=2 MEMS="host" OPS="sendrecv" RANGE="64M 64M" ARGS="-n 10 -w 2 -c 1" SETS=
 # 9: .dev = cf044c3; all_gather and reduce_scatter, host against GPU memory, 128 and 512 MiB, three rounds (reduce_scatter of GPU buffers ran whole: ~30% below host memory)
 ROUNDS=3 MEMS="host device" OPS="all_gather reduce_scatter" RANGE="128M 512M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" bash tests/gpu/device_net_ab.sh
 # 10-11: .dev = the streamed reduce-scatter; call 10's correctness part had a bad -f (no rows), call 11 reran it (2 and 3 ranks, 0 wrong) with 8-64 MiB
-bash tests/gpu/device_rs_streamed.sh
-RANGE="8M 64M" FACTOR=2 ROUNDS=3 bash tests/gpu/device_rs_streamed.sh
+bash tests/gpu/device_streamed.sh
+RANGE="8M 64M" FACTOR=2 ROUNDS=3 bash tests/gpu/device_streamed.sh
+# 12: .dev = a trial build that also streamed the all-gather (own block on the device; not kept), then the network path's check of all nine ops (8 B-32 MiB, host and GPU memory: 0 wrong everywhere)
+OP=all_gather ROUNDS=3 bash tests/gpu/device_streamed.sh; MAX=32M bash tests/gpu/device_net_check.sh
