@@ -773,12 +773,13 @@ fn submit_streamed(
             return Err(Error::internal("a streamed collective is not one plan"));
         };
         if let Some(o) = &own {
-            *sched = Arc::new(without_copy(sched, o.elems));
-            if task.send != task.recv {
+            *sched = Arc::new(without_copy(sched, o));
+            let (src, dst) = (task.send + o.src * sz, task.recv + o.dst * sz);
+            if src != dst {
                 local.push(crate::pieces::LocalCopy {
-                    src: task.send + o.bytes.0,
-                    dst: task.recv + o.bytes.0,
-                    bytes: o.bytes.1 - o.bytes.0,
+                    src,
+                    dst,
+                    bytes: o.elems * sz,
                 });
             }
         }
@@ -790,9 +791,10 @@ fn submit_streamed(
         // stays on the device.
         let staged_parts = |dev: usize, i: usize, input: bool| {
             let (a, b) = piece(dev, i, if input { in_bytes } else { out_bytes });
-            let (o0, o1) = own
-                .as_ref()
-                .map_or((b, b), |o| (dev + o.bytes.0, dev + o.bytes.1));
+            let (o0, o1) = own.as_ref().map_or((b, b), |o| {
+                let (lo, hi) = o.bytes(sz, input);
+                (dev + lo, dev + hi)
+            });
             [(a, b.min(o0)), (a.max(o1), b)]
                 .into_iter()
                 .filter(|(x, y)| x < y)
@@ -847,52 +849,62 @@ fn submit_streamed(
     hand_over_streamed(comm, eng, streams, (first, count), specs, staged, &local)
 }
 
-/// The own block of a streamed all-to-all whose buffers are both GPU memory, in place or
-/// apart: it stays on the device (one device copy, none in place) instead of going down to
-/// host memory, through a host copy and back up -- with two ranks half of the data, and the
-/// host copy took CPU the network path's engines need (one H100, two ranks over loopback,
-/// 128 and 512 MiB: streamed 2.7-3.4 GB/s against 3.1-4.2 for one collective per piece, which
-/// copies own blocks on the device).
+/// The own block of a streamed all-to-all, or a gather's or scatter's at its root, whose
+/// buffers are both GPU memory, in place or apart: it goes from the input to the output on the
+/// device (one device copy, none in place) instead of down to host memory, through a host copy
+/// and back up -- with two ranks half of the data, and the host copy took CPU the network
+/// path's engines need (one H100, two ranks over loopback, 128 and 512 MiB all-to-all:
+/// streamed 2.7-3.4 GB/s against 3.1-4.2 for one collective per piece, which copies own blocks
+/// on the device). None of them sends its own block, so that part of the input stays on the
+/// device too.
 struct OwnBlock {
-    /// Elements into either buffer (the schedule's slices count elements).
-    elems: (usize, usize),
-    /// Bytes into either buffer.
-    bytes: (usize, usize),
+    /// The schedule's copy it replaces: elements into the input and the output, and how many.
+    src: usize,
+    dst: usize,
+    elems: usize,
 }
 
 fn own_block_on_device(task: &Task, rank: usize, n: usize, on_device: bool) -> Option<OwnBlock> {
-    if !on_device || task.kind != TaskKind::Coll(ccl_collectives::Collective::AlltoAll) {
+    use ccl_collectives::Collective;
+    let (c, r) = (task.count, rank.checked_mul(task.count)?);
+    let (src, dst) = match task.kind {
+        TaskKind::Coll(Collective::AlltoAll) => (r, r),
+        TaskKind::Coll(Collective::Gather { root }) if root == rank => (0, r),
+        TaskKind::Coll(Collective::Scatter { root }) if root == rank => (r, 0),
+        _ => return None,
+    };
+    if !on_device {
         return None;
     }
     let sz = task.dtype.size();
-    let block = task.count.checked_mul(sz)?;
-    let total = block.checked_mul(n)?;
-    let apart =
-        task.send.checked_add(total)? <= task.recv || task.recv.checked_add(total)? <= task.send;
-    if !(apart || task.send == task.recv) {
-        return None;
-    }
-    let lo = rank * task.count;
-    Some(OwnBlock {
-        elems: (lo, lo + task.count),
-        bytes: (lo * sz, (lo + task.count) * sz),
-    })
+    let (in_len, out_len) = buffer_counts(task.kind, rank, n, c)?;
+    let (in_end, out_end) = (
+        task.send.checked_add(in_len.checked_mul(sz)?)?,
+        task.recv.checked_add(out_len.checked_mul(sz)?)?,
+    );
+    let apart = in_end <= task.recv || out_end <= task.send;
+    // In place (NCCL's conventions): the block sits at the same address in both buffers.
+    let in_place = task.send.checked_add(src * sz) == task.recv.checked_add(dst * sz);
+    (apart || in_place).then_some(OwnBlock { src, dst, elems: c })
 }
 
-/// `sched` without its copy of the own block `elems` from the send buffer to the same place
-/// of the receive buffer.
-fn without_copy(
-    sched: &ccl_collectives::Schedule,
-    elems: (usize, usize),
-) -> ccl_collectives::Schedule {
-    use ccl_collectives::{BufId, Op};
+impl OwnBlock {
+    /// Its byte range in the input (`input`) or the output.
+    fn bytes(&self, sz: usize, input: bool) -> (usize, usize) {
+        let at = if input { self.src } else { self.dst };
+        (at * sz, (at + self.elems) * sz)
+    }
+}
+
+/// `sched` without the copy of `own`'s block from the input to the output.
+fn without_copy(sched: &ccl_collectives::Schedule, own: &OwnBlock) -> ccl_collectives::Schedule {
+    use ccl_collectives::{BufId, Op, Slice};
     let mut s = sched.clone();
-    let own = |sl: &ccl_collectives::Slice, buf| {
-        sl.buf == buf && sl.offset == elems.0 && sl.offset + sl.count == elems.1
-    };
+    let is = |sl: &Slice, buf, at| sl.buf == buf && sl.offset == at && sl.count == own.elems;
     for st in &mut s.steps {
         st.ops.retain(|op| {
-            !matches!(op, Op::Copy { src, dst } if own(src, BufId::Send) && own(dst, BufId::Recv))
+            !matches!(op, Op::Copy { src, dst }
+                if is(src, BufId::Send, own.src) && is(dst, BufId::Recv, own.dst))
         });
     }
     s
@@ -1459,50 +1471,91 @@ mod tests {
         }
     }
 
-    /// A streamed all-to-all of GPU buffers keeps its own block on the device: the schedule
-    /// loses exactly the copy of that block (in place and apart), and nothing else does;
-    /// buffers that overlap only partly, host buffers and other collectives keep theirs.
+    /// A streamed all-to-all, and a gather or scatter at its root, keep the own block of GPU
+    /// buffers on the device: the schedule loses exactly the copy of that block (in place and
+    /// apart), nothing else. Non-roots, buffers that overlap only partly, host buffers and
+    /// other collectives keep theirs.
     #[test]
-    fn a_streamed_all_to_all_leaves_its_own_block_on_the_device() {
-        use ccl_collectives::{BufId, Op};
-        let a2a = |send, recv| t(TaskKind::Coll(Collective::AlltoAll), send, recv, 100);
+    fn a_streamed_collective_leaves_its_own_block_on_the_device() {
+        use ccl_collectives::{Algorithm, BufId, Op, Schedule};
+        let task = |coll, send, recv| t(TaskKind::Coll(coll), send, recv, 100);
+        let copies = |s: &Schedule| {
+            s.steps
+                .iter()
+                .flat_map(|st| &st.ops)
+                .filter(|op| matches!(op, Op::Copy { .. }))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         for (n, rank) in [(2, 0), (2, 1), (3, 2)] {
-            // 4-byte floats, 100 per block.
-            let apart = own_block_on_device(&a2a(0x1000, 0x1000 + 400 * n), rank, n, true);
-            let o = apart.expect("buffers apart");
-            assert_eq!(o.elems, (100 * rank, 100 * rank + 100));
-            assert_eq!(o.bytes, (400 * rank, 400 * rank + 400));
-            assert!(own_block_on_device(&a2a(0x1000, 0x1000), rank, n, true).is_some());
-            assert!(own_block_on_device(&a2a(0x1000, 0x1000 + 4), rank, n, true).is_none());
-            assert!(own_block_on_device(&a2a(0x1000, 0x9000), rank, n, false).is_none());
-            let ar = t(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 100);
+            let ar = task(Collective::AllReduce, 0x1000, 0x9000);
             assert!(own_block_on_device(&ar, rank, n, true).is_none());
-            for disjoint in [true, false] {
-                let sched = if disjoint {
-                    ccl_collectives::alltoall_out_of_place(rank, n, 100)
-                } else {
-                    let direct = ccl_collectives::Algorithm::Direct;
-                    ccl_collectives::schedule(Collective::AlltoAll, direct, rank, n, 100)
-                }
-                .unwrap();
-                let copies = |s: &ccl_collectives::Schedule| {
-                    s.steps
-                        .iter()
-                        .flat_map(|st| &st.ops)
-                        .filter(|op| matches!(op, Op::Copy { .. }))
-                        .cloned()
-                        .collect::<Vec<_>>()
-                };
-                let before = copies(&sched);
-                let after = copies(&without_copy(&sched, o.elems));
-                assert_eq!(after.len() + 1, before.len(), "n {n} rank {rank}");
-                let gone: Vec<_> = before.iter().filter(|c| !after.contains(c)).collect();
+            let r = 100 * rank;
+            // 4-byte floats, 100 per block: (collective, input block, output block, input and
+            // output addresses in place).
+            for (coll, src, dst, in_place) in [
+                (Collective::AlltoAll, r, r, (0x1000, 0x1000)),
+                (
+                    Collective::Gather { root: rank },
+                    0,
+                    r,
+                    (0x1000 + 4 * r, 0x1000),
+                ),
+                (
+                    Collective::Scatter { root: rank },
+                    r,
+                    0,
+                    (0x1000, 0x1000 + 4 * r),
+                ),
+            ] {
+                let apart = task(coll, 0x100000, 0x1000);
+                let o = own_block_on_device(&apart, rank, n, true).expect("buffers apart");
+                assert_eq!((o.src, o.dst, o.elems), (src, dst, 100), "{coll:?}");
+                assert_eq!(o.bytes(4, true), (4 * src, 4 * src + 400));
+                assert_eq!(o.bytes(4, false), (4 * dst, 4 * dst + 400));
+                let ip = task(coll, in_place.0, in_place.1);
                 assert!(
-                    matches!(gone[..], [Op::Copy { src, dst }]
-                        if src.buf == BufId::Send && dst.buf == BufId::Recv
-                            && src.offset == 100 * rank && dst.offset == 100 * rank),
-                    "{gone:?}"
+                    own_block_on_device(&ip, rank, n, true).is_some(),
+                    "{coll:?}"
                 );
+                let part = task(coll, in_place.0 + 4, in_place.1);
+                assert!(
+                    own_block_on_device(&part, rank, n, true).is_none(),
+                    "{coll:?}"
+                );
+                assert!(own_block_on_device(&apart, rank, n, false).is_none());
+                let algo = Algorithm::Direct;
+                let mut scheds = vec![ccl_collectives::schedule(coll, algo, rank, n, 100).unwrap()];
+                if coll == Collective::AlltoAll {
+                    scheds.push(ccl_collectives::alltoall_out_of_place(rank, n, 100).unwrap());
+                }
+                for sched in scheds {
+                    let before = copies(&sched);
+                    let after = copies(&without_copy(&sched, &o));
+                    assert_eq!(after.len() + 1, before.len(), "{coll:?} n {n} rank {rank}");
+                    let gone: Vec<_> = before.iter().filter(|c| !after.contains(c)).collect();
+                    assert!(
+                        matches!(gone[..], [Op::Copy { src: s, dst: d }]
+                            if s.buf == BufId::Send && d.buf == BufId::Recv
+                                && s.offset == src && d.offset == dst),
+                        "{gone:?}"
+                    );
+                    // Nothing sends the block, which the host no longer holds.
+                    let sends_own = sched.steps.iter().flat_map(|st| &st.ops).any(|op| {
+                        matches!(op, Op::Send { src: s, .. }
+                            if s.buf == BufId::Send && s.offset == src && s.count > 0)
+                    });
+                    assert!(!sends_own, "{coll:?} sends its own block");
+                }
+            }
+            // A non-root gather or scatter has no own block.
+            let other = (rank + 1) % n;
+            for coll in [
+                Collective::Gather { root: other },
+                Collective::Scatter { root: other },
+            ] {
+                let x = task(coll, 0x100000, 0x1000);
+                assert!(own_block_on_device(&x, rank, n, true).is_none(), "{coll:?}");
             }
         }
     }

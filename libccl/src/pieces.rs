@@ -141,12 +141,13 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
 }
 
 /// Whether `tasks` is a lone all-reduce or reduce-scatter with a plain reduction, or a lone
-/// all-to-all, whose input is longer than `piece_bytes`, that runs as ONE plan on piece gates
+/// all-to-all, gather or scatter, whose input (a gather's: the root's output) is longer than
+/// `piece_bytes`, that runs as ONE plan on piece gates
 /// ([`crate::exec::CollGates`]): its operations read each piece of the input once the stream
 /// copied it down and release each piece of the output once written, instead of one collective
-/// (and proxy job) per piece, whose steps each drained the links, or (a reduce-scatter) one
-/// collective whose whole input went down before it started and whole output up after it
-/// ended. Returns the piece length in bytes (whole elements, at most [`MAX_PIECES`] pieces of
+/// (and proxy job) per piece, whose steps each drained the links, or (reduce-scatter, gather,
+/// scatter) one collective whose whole input went down before it started and whole output up
+/// after it ended: for these the messages are the same either way. Returns the piece length in bytes (whole elements, at most [`MAX_PIECES`] pieces of
 /// the input). Pre-scaled and averaged reductions touch the whole buffer before or
 /// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
 /// operation alone (not by where its buffers are), so every rank decides alike.
@@ -157,6 +158,10 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<
         TaskKind::Coll(Collective::AllReduce) if plain => t.count,
         TaskKind::Coll(Collective::ReduceScatter) if plain => t.count.checked_mul(nranks)?,
         TaskKind::Coll(Collective::AlltoAll) => t.count.checked_mul(nranks)?,
+        // By the root's larger buffer, so every rank decides alike.
+        TaskKind::Coll(Collective::Gather { .. } | Collective::Scatter { .. }) => {
+            t.count.checked_mul(nranks)?
+        }
         _ => return None,
     };
     let sz = t.dtype.size();
@@ -409,6 +414,11 @@ mod tests {
             streamed(&one(C::AllGather, 100, sum), 4, StreamCut::fixed(10)),
             None
         );
+        // Gather and scatter by the root's buffer: 4 ranks x 3 elements.
+        for c in [C::Gather { root: 1 }, C::Scatter { root: 1 }] {
+            assert_eq!(streamed(&one(c, 3, sum), 4, StreamCut::fixed(10)), Some(10));
+            assert_eq!(streamed(&one(c, 2, sum), 4, StreamCut::fixed(10)), None);
+        }
         // A reduce-scatter by its input: 4 ranks x 3 elements.
         let rs = |count, red| streamed(&one(C::ReduceScatter, count, red), 4, StreamCut::fixed(10));
         assert_eq!(rs(3, sum), Some(10));

@@ -27,3 +27,5 @@ bash tests/gpu/device_streamed.sh
 RANGE="8M 64M" FACTOR=2 ROUNDS=3 bash tests/gpu/device_streamed.sh
 # 12: .dev = a trial build that also streamed the all-gather (own block on the device; not kept), then the network path's check of all nine ops (8 B-32 MiB, host and GPU memory: 0 wrong everywhere)
 OP=all_gather ROUNDS=3 bash tests/gpu/device_streamed.sh; MAX=32M bash tests/gpu/device_net_check.sh
+# 13: .dev = gather and scatter streamed too (own block on the device at the root); every root, 2 and 3 ranks, 0 wrong; streamed against whole, two rounds
+for op in scatter gather; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
