@@ -140,9 +140,9 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
         .collect()
 }
 
-/// Whether `tasks` is a lone all-reduce or reduce-scatter with a plain reduction, or a lone
-/// all-to-all, gather or scatter, whose input (a gather's: the root's output) is longer than
-/// `piece_bytes`, that runs as ONE plan on piece gates
+/// Whether `tasks` is a lone all-reduce, reduce-scatter or reduce with a plain reduction, or a
+/// lone broadcast, all-to-all, gather or scatter, whose input (a gather's: the root's output;
+/// a broadcast's: the root's) is longer than `piece_bytes`, that runs as ONE plan on piece gates
 /// ([`crate::exec::CollGates`]): its operations read each piece of the input once the stream
 /// copied it down and release each piece of the output once written, instead of one collective
 /// (and proxy job) per piece, whose steps each drained the links, or (reduce-scatter, gather,
@@ -162,6 +162,8 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<
         TaskKind::Coll(Collective::Gather { .. } | Collective::Scatter { .. }) => {
             t.count.checked_mul(nranks)?
         }
+        TaskKind::Coll(Collective::Broadcast { .. }) => t.count,
+        TaskKind::Coll(Collective::Reduce { .. }) if plain => t.count,
         _ => return None,
     };
     let sz = t.dtype.size();
@@ -412,6 +414,39 @@ mod tests {
         );
         assert_eq!(
             streamed(&one(C::AllGather, 100, sum), 4, StreamCut::fixed(10)),
+            None
+        );
+        // Broadcast and reduce by their length; a reduce with a plain reduction only.
+        assert_eq!(
+            streamed(
+                &one(C::Broadcast { root: 2 }, 11, sum),
+                4,
+                StreamCut::fixed(10)
+            ),
+            Some(10)
+        );
+        assert_eq!(
+            streamed(
+                &one(C::Reduce { root: 2 }, 11, sum),
+                4,
+                StreamCut::fixed(10)
+            ),
+            Some(10)
+        );
+        assert_eq!(
+            streamed(
+                &one(C::Reduce { root: 2 }, 11, Reduction::Avg),
+                4,
+                StreamCut::fixed(10)
+            ),
+            None
+        );
+        assert_eq!(
+            streamed(
+                &one(C::Broadcast { root: 2 }, 10, sum),
+                4,
+                StreamCut::fixed(10)
+            ),
             None
         );
         // Gather and scatter by the root's buffer: 4 ranks x 3 elements.

@@ -29,3 +29,5 @@ RANGE="8M 64M" FACTOR=2 ROUNDS=3 bash tests/gpu/device_streamed.sh
 OP=all_gather ROUNDS=3 bash tests/gpu/device_streamed.sh; MAX=32M bash tests/gpu/device_net_check.sh
 # 13: .dev = gather and scatter streamed too (own block on the device at the root); every root, 2 and 3 ranks, 0 wrong; streamed against whole, two rounds
 for op in scatter gather; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
+# 14: .dev = broadcast and reduce streamed too (plain reductions); every root, 2 and 3 ranks, 0 wrong; streamed against one collective per 32 MiB piece ("whole" = CCL_GPU_STREAM_PIECE_BYTES=0), two rounds
+for op in broadcast reduce; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
