@@ -1,7 +1,7 @@
 /*
  * group_vs_lone.c -- on the staged GPU path (run with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1,
- * so the two ranks talk over the network transport), a large all-reduce and a large
- * all-to-all that rank 0 calls alone and rank 1 calls in a group with a send to itself must
+ * so the two ranks talk over the network transport), a large all-reduce, all-to-all,
+ * broadcast and reduce that rank 0 calls alone and rank 1 calls in a group with a send to itself must
  * still meet: whether a rank runs an operation whole on piece gates or cut into pieces may not
  * depend on what else its group holds. One process, two ranks (ncclCommInitAll; ONE_GPU=1
  * puts both on GPU 0). Results checked exactly (int32 sums and blocks). Build like
@@ -49,7 +49,9 @@ int main(void) {
     cudaMalloc((void **)&self_r[d], small * sizeof(int));
     cudaStreamCreate(&st[d]);
   }
-  for (int pass = 0; pass < 2; pass++) {
+  static const char *what[4] = {"all-reduce of 40 MiB", "all-to-all of 36 MiB blocks",
+                                "broadcast of 40 MiB from rank 0", "reduce of 40 MiB to rank 1"};
+  for (int pass = 0; pass < 4; pass++) {
     /* Inputs: rank d's element i is d * 1000003 + i (all-to-all: block q of rank d is what
      * rank q receives in block d). */
     for (int d = 0; d < 2; d++) {
@@ -62,8 +64,12 @@ int main(void) {
     for (int d = 0; d < 2; d++) {
       if (pass == 0) {
         CHECK("all-reduce", ncclAllReduce(in[d], out[d], ar, ncclInt32, ncclSum, comms[d], st[d]));
-      } else {
+      } else if (pass == 1) {
         CHECK("all-to-all", ncclAlltoAll(in[d], out[d], blk, ncclInt32, comms[d], st[d]));
+      } else if (pass == 2) {
+        CHECK("broadcast", ncclBroadcast(in[d], out[d], ar, ncclInt32, 0, comms[d], st[d]));
+      } else {
+        CHECK("reduce", ncclReduce(in[d], out[d], ar, ncclInt32, ncclSum, 1, comms[d], st[d]));
       }
       if (d == 1) {
         /* Only rank 1's group holds more: a send to itself and its receive. */
@@ -87,11 +93,14 @@ int main(void) {
         return 1;
       }
       cudaMemcpy(host, out[d], 2 * blk * sizeof(int), cudaMemcpyDeviceToHost);
-      size_t n = pass == 0 ? ar : 2 * blk;
+      size_t n = pass == 1 ? 2 * blk : ar;
+      if (pass == 3 && d == 0) continue; /* a reduce writes only the root's output */
       for (size_t i = 0; i < n; i++) {
         int want;
-        if (pass == 0) {
+        if (pass == 0 || pass == 3) {
           want = (int)(1000003 + 2 * (i % 1000000));
+        } else if (pass == 2) {
+          want = (int)(i % 1000000);
         } else {
           size_t q = i / blk, j = i % blk; /* block q came from rank q: its block d */
           want = (int)(q * 1000003 + (d * blk + j) % 1000000);
@@ -100,8 +109,7 @@ int main(void) {
       }
     }
     printf("%s group_vs_lone: %s, rank 0 alone, rank 1 in a group: %ld wrong\n",
-           wrong ? "FAIL" : "PASS", pass == 0 ? "all-reduce of 40 MiB" : "all-to-all of 36 MiB blocks",
-           wrong);
+           wrong ? "FAIL" : "PASS", what[pass], wrong);
     if (wrong) return 1;
   }
   for (int d = 0; d < 2; d++) ncclCommDestroy(comms[d]);

@@ -31,3 +31,5 @@ OP=all_gather ROUNDS=3 bash tests/gpu/device_streamed.sh; MAX=32M bash tests/gpu
 for op in scatter gather; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
 # 14: .dev = broadcast and reduce streamed too (plain reductions); every root, 2 and 3 ranks, 0 wrong; streamed against one collective per 32 MiB piece ("whole" = CCL_GPU_STREAM_PIECE_BYTES=0), two rounds
 for op in broadcast reduce; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
+# 15: .dev = c0472b4 (this session's final library; .dev/old = f980a76): group_vs_lone.c (now with broadcast and reduce) against both, then the network path's check (nine ops, 8 B-32 MiB, host and GPU memory: 0 wrong)
+LIBS="cur old" bash tests/gpu/device_group_vs_lone.sh
