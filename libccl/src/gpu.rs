@@ -791,10 +791,8 @@ fn submit_streamed(
         // stays on the device.
         let staged_parts = |dev: usize, i: usize, input: bool| {
             let (a, b) = piece(dev, i, if input { in_bytes } else { out_bytes });
-            let (o0, o1) = own.as_ref().map_or((b, b), |o| {
-                let (lo, hi) = o.bytes(sz, input);
-                (dev + lo, dev + hi)
-            });
+            let stays = own.as_ref().and_then(|o| o.stays(sz, input));
+            let (o0, o1) = stays.map_or((b, b), |(lo, hi)| (dev + lo, dev + hi));
             [(a, b.min(o0)), (a.max(o1), b)]
                 .into_iter()
                 .filter(|(x, y)| x < y)
@@ -849,28 +847,31 @@ fn submit_streamed(
     hand_over_streamed(comm, eng, streams, (first, count), specs, staged, &local)
 }
 
-/// The own block of a streamed all-to-all, or a gather's or scatter's at its root, whose
-/// buffers are both GPU memory, in place or apart: it goes from the input to the output on the
-/// device (one device copy, none in place) instead of down to host memory, through a host copy
-/// and back up -- with two ranks half of the data, and the host copy took CPU the network
-/// path's engines need (one H100, two ranks over loopback, 128 and 512 MiB all-to-all:
-/// streamed 2.7-3.4 GB/s against 3.1-4.2 for one collective per piece, which copies own blocks
-/// on the device). None of them sends its own block, so that part of the input stays on the
-/// device too.
+/// The own block of a streamed all-to-all, or a gather's, scatter's or broadcast's at its
+/// root, whose buffers are both GPU memory, in place or apart: it goes from the input to the
+/// output on the device (one device copy, none in place) instead of down to host memory,
+/// through a host copy and back up -- with two ranks half of the data, and the host copy took
+/// CPU the network path's engines need (one H100, two ranks over loopback, 128 and 512 MiB
+/// all-to-all: streamed 2.7-3.4 GB/s against 3.1-4.2 for one collective per piece, which
+/// copies own blocks on the device). Where nothing sends the block, that part of the input
+/// stays on the device too.
 struct OwnBlock {
     /// The schedule's copy it replaces: elements into the input and the output, and how many.
     src: usize,
     dst: usize,
     elems: usize,
+    /// The schedule also sends the block (a broadcast's root): its input still goes down.
+    sent: bool,
 }
 
 fn own_block_on_device(task: &Task, rank: usize, n: usize, on_device: bool) -> Option<OwnBlock> {
     use ccl_collectives::Collective;
     let (c, r) = (task.count, rank.checked_mul(task.count)?);
-    let (src, dst) = match task.kind {
-        TaskKind::Coll(Collective::AlltoAll) => (r, r),
-        TaskKind::Coll(Collective::Gather { root }) if root == rank => (0, r),
-        TaskKind::Coll(Collective::Scatter { root }) if root == rank => (r, 0),
+    let (src, dst, sent) = match task.kind {
+        TaskKind::Coll(Collective::AlltoAll) => (r, r, false),
+        TaskKind::Coll(Collective::Gather { root }) if root == rank => (0, r, false),
+        TaskKind::Coll(Collective::Scatter { root }) if root == rank => (r, 0, false),
+        TaskKind::Coll(Collective::Broadcast { root }) if root == rank => (0, 0, true),
         _ => return None,
     };
     if !on_device {
@@ -885,7 +886,12 @@ fn own_block_on_device(task: &Task, rank: usize, n: usize, on_device: bool) -> O
     let apart = in_end <= task.recv || out_end <= task.send;
     // In place (NCCL's conventions): the block sits at the same address in both buffers.
     let in_place = task.send.checked_add(src * sz) == task.recv.checked_add(dst * sz);
-    (apart || in_place).then_some(OwnBlock { src, dst, elems: c })
+    (apart || in_place).then_some(OwnBlock {
+        src,
+        dst,
+        elems: c,
+        sent,
+    })
 }
 
 impl OwnBlock {
@@ -893,6 +899,11 @@ impl OwnBlock {
     fn bytes(&self, sz: usize, input: bool) -> (usize, usize) {
         let at = if input { self.src } else { self.dst };
         (at * sz, (at + self.elems) * sz)
+    }
+
+    /// The byte range of the input (`input`) or output that does not go through host memory.
+    fn stays(&self, sz: usize, input: bool) -> Option<(usize, usize)> {
+        (!(input && self.sent)).then(|| self.bytes(sz, input))
     }
 }
 
@@ -1471,9 +1482,9 @@ mod tests {
         }
     }
 
-    /// A streamed all-to-all, and a gather or scatter at its root, keep the own block of GPU
-    /// buffers on the device: the schedule loses exactly the copy of that block (in place and
-    /// apart), nothing else. Non-roots, buffers that overlap only partly, host buffers and
+    /// A streamed all-to-all, and a gather, scatter or broadcast at its root, keep the own
+    /// block of GPU buffers on the device: the schedule loses exactly the copy of that block
+    /// (in place and apart), nothing else; the input's block goes down only where it is sent. Non-roots, buffers that overlap only partly, host buffers and
     /// other collectives keep theirs.
     #[test]
     fn a_streamed_collective_leaves_its_own_block_on_the_device() {
@@ -1493,26 +1504,40 @@ mod tests {
             let r = 100 * rank;
             // 4-byte floats, 100 per block: (collective, input block, output block, input and
             // output addresses in place).
-            for (coll, src, dst, in_place) in [
-                (Collective::AlltoAll, r, r, (0x1000, 0x1000)),
+            for (coll, src, dst, in_place, sent) in [
+                (Collective::AlltoAll, r, r, (0x1000, 0x1000), false),
                 (
                     Collective::Gather { root: rank },
                     0,
                     r,
                     (0x1000 + 4 * r, 0x1000),
+                    false,
                 ),
                 (
                     Collective::Scatter { root: rank },
                     r,
                     0,
                     (0x1000, 0x1000 + 4 * r),
+                    false,
+                ),
+                (
+                    Collective::Broadcast { root: rank },
+                    0,
+                    0,
+                    (0x1000, 0x1000),
+                    true,
                 ),
             ] {
                 let apart = task(coll, 0x100000, 0x1000);
                 let o = own_block_on_device(&apart, rank, n, true).expect("buffers apart");
-                assert_eq!((o.src, o.dst, o.elems), (src, dst, 100), "{coll:?}");
-                assert_eq!(o.bytes(4, true), (4 * src, 4 * src + 400));
-                assert_eq!(o.bytes(4, false), (4 * dst, 4 * dst + 400));
+                assert_eq!(
+                    (o.src, o.dst, o.elems, o.sent),
+                    (src, dst, 100, sent),
+                    "{coll:?}"
+                );
+                let input = (!sent).then_some((4 * src, 4 * src + 400));
+                assert_eq!(o.stays(4, true), input);
+                assert_eq!(o.stays(4, false), Some((4 * dst, 4 * dst + 400)));
                 let ip = task(coll, in_place.0, in_place.1);
                 assert!(
                     own_block_on_device(&ip, rank, n, true).is_some(),
@@ -1524,8 +1549,16 @@ mod tests {
                     "{coll:?}"
                 );
                 assert!(own_block_on_device(&apart, rank, n, false).is_none());
-                let algo = Algorithm::Direct;
-                let mut scheds = vec![ccl_collectives::schedule(coll, algo, rank, n, 100).unwrap()];
+                let algos: &[Algorithm] = match coll {
+                    Collective::Broadcast { .. } => {
+                        &[Algorithm::Direct, Algorithm::Ring, Algorithm::Tree]
+                    }
+                    _ => &[Algorithm::Direct],
+                };
+                let mut scheds: Vec<Schedule> = algos
+                    .iter()
+                    .map(|&a| ccl_collectives::schedule(coll, a, rank, n, 100).unwrap())
+                    .collect();
                 if coll == Collective::AlltoAll {
                     scheds.push(ccl_collectives::alltoall_out_of_place(rank, n, 100).unwrap());
                 }
@@ -1540,19 +1573,31 @@ mod tests {
                                 && s.offset == src && d.offset == dst),
                         "{gone:?}"
                     );
-                    // Nothing sends the block, which the host no longer holds.
-                    let sends_own = sched.steps.iter().flat_map(|st| &st.ops).any(|op| {
-                        matches!(op, Op::Send { src: s, .. }
-                            if s.buf == BufId::Send && s.offset == src && s.count > 0)
-                    });
-                    assert!(!sends_own, "{coll:?} sends its own block");
+                    // Nothing sends the block from the output, which the host no longer
+                    // holds, nor from the input unless it still goes down.
+                    let sends = |buf, at: usize| {
+                        sched.steps.iter().flat_map(|st| &st.ops).any(|op| {
+                            matches!(op, Op::Send { src: s, .. }
+                                if s.buf == buf && (at..at + 100).contains(&s.offset) && s.count > 0)
+                        })
+                    };
+                    assert!(
+                        !sends(BufId::Recv, dst),
+                        "{coll:?} sends from its output block"
+                    );
+                    assert_eq!(
+                        sends(BufId::Send, src),
+                        sent,
+                        "{coll:?} sends its input block"
+                    );
                 }
             }
-            // A non-root gather or scatter has no own block.
+            // A non-root gather, scatter or broadcast has no own block.
             let other = (rank + 1) % n;
             for coll in [
                 Collective::Gather { root: other },
                 Collective::Scatter { root: other },
+                Collective::Broadcast { root: other },
             ] {
                 let x = task(coll, 0x100000, 0x1000);
                 assert!(own_block_on_device(&x, rank, n, true).is_none(), "{coll:?}");

@@ -33,3 +33,5 @@ for op in scatter gather; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; 
 for op in broadcast reduce; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh; done
 # 15: .dev = c0472b4 (this session's final library; .dev/old = f980a76): group_vs_lone.c (now with broadcast and reduce) against both, then the network path's check (nine ops, 8 B-32 MiB, host and GPU memory: 0 wrong)
 LIBS="cur old" bash tests/gpu/device_group_vs_lone.sh
+# 16: .dev = the broadcast root's own block on the device too; .dev/old = c0472b4 (streamed broadcast, root's copy on the host). Check (every root, 2 and 3 ranks: 0 wrong), then new against old, three rounds
+OP=broadcast CHECK_ONLY=1 bash tests/gpu/device_streamed.sh; for r in 1 2 3; do ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="new:" bash tests/gpu/device_net_ab.sh; CCL_DEV=$PWD/.dev/old ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="old:" bash tests/gpu/device_net_ab.sh; done
