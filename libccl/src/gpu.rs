@@ -766,12 +766,27 @@ fn submit_streamed(
     // A buffer in host memory (the caller's) needs no copies and no gates.
     let (dev_in, dev_out) = (is_device_ptr(task.send), is_device_ptr(task.recv));
     let own = own_block_on_device(&task, rank, n, dev_in && dev_out);
+    // An all-to-all in place stages its input and output apart in host memory and runs the
+    // schedule for buffers apart: its receives land in place at once, where in one buffer they
+    // go to scratch and are copied into place on the CPU after every send (a receive's target
+    // may still hold a block to send). On the device every copy down is queued before any copy
+    // up, so the copies up cannot overwrite input the copies down still read.
+    let apart_in_host = task.kind == TaskKind::Coll(ccl_collectives::Collective::AlltoAll)
+        && task.send == task.recv
+        && dev_in
+        && dev_out;
     let mut local = Vec::new();
     // From here on this rank has taken a sequence number its peers will match.
     let staged = (|| {
         let [PlanSpec::Coll { sched, .. }] = &mut specs[..] else {
             return Err(Error::internal("a streamed collective is not one plan"));
         };
+        if apart_in_host {
+            *sched = Arc::new(
+                ccl_collectives::alltoall_out_of_place(rank, n, task.count)
+                    .map_err(|e| Error::internal(format!("all-to-all schedule: {e}")))?,
+            );
+        }
         if let Some(o) = &own {
             *sched = Arc::new(without_copy(sched, o));
             let (src, dst) = (task.send + o.src * sz, task.recv + o.dst * sz);
@@ -785,6 +800,23 @@ fn submit_streamed(
         }
         let (down, up) = piece_orders(sched, per / sz, k_in, k_out);
         let st = Staging::plan(&device_ranges([&task], rank, n, &is_device_ptr)?);
+        // Where the input and the output start in the pinned chunk when staged apart.
+        let out_at = in_bytes.div_ceil(64) * 64;
+        let chunk_bytes = if apart_in_host {
+            out_at + out_bytes.div_ceil(64) * 64
+        } else {
+            st.bytes
+        };
+        // The host offset of device address `x` of the input or the output.
+        let host_off = |x: usize, input: bool| -> Result<usize> {
+            match (apart_in_host, input) {
+                (true, true) => Ok(x - task.send),
+                (true, false) => Ok(out_at + (x - task.recv)),
+                _ => st
+                    .offset(x)
+                    .ok_or_else(|| Error::internal("staging range lost")),
+            }
+        };
         let piece =
             |dev: usize, i: usize, bytes: usize| (dev + i * per, dev + ((i + 1) * per).min(bytes));
         // The parts of a piece that go through host memory: all of it but an own block that
@@ -796,24 +828,31 @@ fn submit_streamed(
             [(a, b.min(o0)), (a.max(o1), b)]
                 .into_iter()
                 .filter(|(x, y)| x < y)
-                .map(|(x, y)| (x, y, input))
-                .collect::<Vec<_>>()
+                .map(|(x, y)| Ok((x, host_off(x, input)?, y - x)))
+                .collect::<Result<Vec<_>>>()
         };
         let mut ios: Vec<PieceIo> = Vec::with_capacity(k);
         for g in 0..k {
             let mut io = PieceIo::default();
             if let (true, Some(&p)) = (dev_in, down.get(g)) {
-                io.inputs = st.io(&staged_parts(task.send, p, true))?.inputs;
+                io.inputs = staged_parts(task.send, p, true)?;
             }
             if let (true, Some(&p)) = (dev_out, up.get(g)) {
-                io.outputs = st.io(&staged_parts(task.recv, p, false))?.outputs;
+                io.outputs = staged_parts(task.recv, p, false)?;
             }
             ios.push(io);
         }
-        let (chunk, base) = eng.chunk(st.bytes, &comm.0.abort)?;
-        st.rebase(&mut specs, base);
-        let host = |dev: usize| st.offset(dev).map_or(dev, |o| base + o);
-        let (hs, hr) = (host(task.send), host(task.recv));
+        let (chunk, base) = eng.chunk(chunk_bytes, &comm.0.abort)?;
+        // A buffer in host memory keeps its address.
+        let host = |dev: usize, input: bool| host_off(dev, input).map_or(dev, |o| base + o);
+        let (hs, hr) = (host(task.send, true), host(task.recv, false));
+        if apart_in_host {
+            if let [PlanSpec::Coll { task: t, .. }] = &mut specs[..] {
+                (t.send, t.recv) = (hs, hr);
+            }
+        } else {
+            st.rebase(&mut specs, base);
+        }
         // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
         // are accessed only atomically.
         let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };

@@ -35,3 +35,5 @@ for op in broadcast reduce; do OP=$op ROUNDS=2 bash tests/gpu/device_streamed.sh
 LIBS="cur old" bash tests/gpu/device_group_vs_lone.sh
 # 16: .dev = the broadcast root's own block on the device too; .dev/old = c0472b4 (streamed broadcast, root's copy on the host). Check (every root, 2 and 3 ranks: 0 wrong), then new against old, three rounds
 OP=broadcast CHECK_ONLY=1 bash tests/gpu/device_streamed.sh; for r in 1 2 3; do ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="new:" bash tests/gpu/device_net_ab.sh; CCL_DEV=$PWD/.dev/old ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="old:" bash tests/gpu/device_net_ab.sh; done
+# 17: .dev = an in-place streamed all-to-all staged apart in host memory (schedule for buffers apart); .dev/old = c0472b4. Check (2 and 3 ranks, in and out of place: 0 wrong), then new / unstreamed / old, three rounds
+bash tests/gpu/device_a2a_own_block.sh
