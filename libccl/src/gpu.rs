@@ -737,7 +737,7 @@ fn wait_for_room(eng: &GpuEngine, comm: &Comm, last: u32) -> Result<()> {
     Ok(())
 }
 
-/// [`submit`] of a lone all-reduce or all-to-all that runs as one plan on piece gates
+/// [`submit`] of a lone collective that runs as one plan on piece gates
 /// ([`crate::pieces::streamed`], pieces of `per` bytes): gate g's start slot opens when the
 /// g-th input piece the schedule needs is in host memory, and its done slot when the g-th
 /// output piece to be finished is, so the stream copies down first what is read first and
