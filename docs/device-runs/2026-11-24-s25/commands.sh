@@ -37,3 +37,5 @@ LIBS="cur old" bash tests/gpu/device_group_vs_lone.sh
 OP=broadcast CHECK_ONLY=1 bash tests/gpu/device_streamed.sh; for r in 1 2 3; do ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="new:" bash tests/gpu/device_net_ab.sh; CCL_DEV=$PWD/.dev/old ROUNDS=1 MEMS=device OPS=broadcast RANGE="128M 512M" ARGS="-n 20 -w 3 -c 1" SETS="old:" bash tests/gpu/device_net_ab.sh; done
 # 17: .dev = an in-place streamed all-to-all staged apart in host memory (schedule for buffers apart); .dev/old = c0472b4. Check (2 and 3 ranks, in and out of place: 0 wrong), then new / unstreamed / old, three rounds
 bash tests/gpu/device_a2a_own_block.sh
+# 18: .dev = bef54b7 (this stop's final library): group_vs_lone.c PASS (4 of 4), then the network path's check (nine ops, 8 B-32 MiB, host and GPU memory: 0 wrong)
+LIBS="cur" bash tests/gpu/device_group_vs_lone.sh
