@@ -775,6 +775,17 @@ fn submit_streamed(
         && task.send == task.recv
         && dev_in
         && dev_out;
+    tracing::trace!(
+        "rank {rank}: {} streamed on {k} gates, {per}-byte pieces: {in_bytes} bytes in, \
+         {out_bytes} out{}{}",
+        task.kind.name(),
+        if own.is_some() {
+            ", own block on the GPU"
+        } else {
+            ""
+        },
+        if apart_in_host { ", staged apart" } else { "" }
+    );
     let mut local = Vec::new();
     // From here on this rank has taken a sequence number its peers will match.
     let staged = (|| {
