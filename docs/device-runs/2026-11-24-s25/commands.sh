@@ -39,3 +39,5 @@ OP=broadcast CHECK_ONLY=1 bash tests/gpu/device_streamed.sh; for r in 1 2 3; do 
 bash tests/gpu/device_a2a_own_block.sh
 # 18: .dev = bef54b7 (this stop's final library): group_vs_lone.c PASS (4 of 4), then the network path's check (nine ops, 8 B-32 MiB, host and GPU memory: 0 wrong)
 LIBS="cur" bash tests/gpu/device_group_vs_lone.sh
+# 19: .dev = c5382ab; send/receive of GPU buffers, 32 MiB pieces (the default) against whole messages on 8 MiB byte-range gates, four rounds (a quiet call: s8 ahead in all 16 comparisons)
+ROUNDS=4 MEMS=device OPS=sendrecv RANGE="128M 512M" FACTOR=4 ARGS="-n 20 -w 3 -c 1" SETS="p32:CCL_GPU_PIECE_BYTES=33554432 s8:CCL_GPU_PIECE_BYTES=1073741824,CCL_GPU_STREAM_P2P=1,CCL_GPU_STREAM_PIECE_BYTES=8388608" bash tests/gpu/device_net_ab.sh
