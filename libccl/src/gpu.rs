@@ -574,9 +574,9 @@ pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
         .collect()
 }
 
-/// `CCL_GPU_STREAM_PIECE_BYTES` for this communicator: `auto` streams all-reduces and
-/// all-to-alls over the network in pieces of 2 MiB or a sixteenth of the operation, whichever
-/// is longer (one H100, 128 MiB all-reduce: 8 MiB pieces 3.5-4.3 GB/s against 2 MiB pieces'
+/// `CCL_GPU_STREAM_PIECE_BYTES` for this communicator: `auto` streams collectives
+/// ([`crate::pieces::streamed`]) over the network in pieces of 2 MiB or a sixteenth of the
+/// operation, whichever is longer (one H100, 128 MiB all-reduce: 8 MiB pieces 3.5-4.3 GB/s against 2 MiB pieces'
 /// 3.1-3.6, three alternations, where 2 MiB paid from 4 to 16 MiB), and leaves those over
 /// shared memory alone whole.
 fn stream_cut(comm: &Comm) -> crate::pieces::StreamCut {
@@ -1534,8 +1534,9 @@ mod tests {
 
     /// A streamed all-to-all, and a gather, scatter or broadcast at its root, keep the own
     /// block of GPU buffers on the device: the schedule loses exactly the copy of that block
-    /// (in place and apart), nothing else; the input's block goes down only where it is sent. Non-roots, buffers that overlap only partly, host buffers and
-    /// other collectives keep theirs.
+    /// (in place and apart), nothing else; the input's block goes down only where it is sent.
+    /// Non-roots, buffers that overlap only partly, host buffers and other collectives keep
+    /// theirs.
     #[test]
     fn a_streamed_collective_leaves_its_own_block_on_the_device() {
         use ccl_collectives::{Algorithm, BufId, Op, Schedule};

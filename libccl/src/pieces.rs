@@ -141,16 +141,17 @@ fn cut(t: &Task, piece_bytes: usize) -> Vec<Task> {
 }
 
 /// Whether `tasks` is a lone all-reduce, reduce-scatter or reduce with a plain reduction, or a
-/// lone broadcast, all-to-all, gather or scatter, whose input (a gather's: the root's output;
-/// a broadcast's: the root's) is longer than `piece_bytes`, that runs as ONE plan on piece gates
-/// ([`crate::exec::CollGates`]): its operations read each piece of the input once the stream
-/// copied it down and release each piece of the output once written, instead of one collective
-/// (and proxy job) per piece, whose steps each drained the links, or (reduce-scatter, gather,
-/// scatter) one collective whose whole input went down before it started and whole output up
-/// after it ended: for these the messages are the same either way. Returns the piece length in bytes (whole elements, at most [`MAX_PIECES`] pieces of
-/// the input). Pre-scaled and averaged reductions touch the whole buffer before or
-/// after the steps, so they stay [`Split::Sequential`]. Like every cut, decided by the
-/// operation alone (not by where its buffers are), so every rank decides alike.
+/// lone broadcast, all-to-all, gather or scatter, longer than `cut.min` (by its input; a
+/// gather by the root's output, a broadcast by the root's input), that runs as ONE plan on
+/// piece gates ([`crate::exec::CollGates`]): its operations read each piece of the input once
+/// the stream copied it down and release each piece of the output once written, instead of one
+/// collective (and proxy job) per piece, whose steps each drained the links, or (reduce-scatter,
+/// gather, scatter) one collective whose whole input went down before it started and whole
+/// output up after it ended: for these the messages are the same either way. Returns the piece
+/// length in bytes (whole elements, at most `cut.most` pieces). Pre-scaled and averaged
+/// reductions touch the whole buffer before or after the steps, so they stay as they were. Like
+/// every cut, decided by the operation alone (not by where its buffers are), so every rank
+/// decides alike.
 pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<usize> {
     let [t] = tasks else { return None };
     let plain = matches!(t.red, crate::task::Reduction::Plain(_));
