@@ -609,16 +609,25 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, n, stream), &tasks[..]) {
         return submit_streamed(comm, &eng, &streams, *t, per);
     }
-    let stream_p2p = if params::CCL_GPU_STREAM_P2P.get_bool() {
-        stream.min
+    let p2p = if params::CCL_GPU_STREAM_P2P.get_bool() {
+        stream
     } else {
-        0
+        crate::pieces::StreamCut::OFF
     };
-    if let Some(per) = crate::pieces::streamed_p2p(&tasks, piece_bytes, stream_p2p) {
+    if let Some(per) = crate::pieces::streamed_p2p(&tasks, p2p) {
         return submit_streamed_p2p(comm, &eng, &streams, &tasks, per);
     }
-    let (jobs, gated) =
-        crate::pieces::split(&tasks, rank, n, piece_bytes, stream, &is_device_ptr).into_jobs(tasks);
+    let whole_p2p = p2p.min > 0;
+    let (jobs, gated) = crate::pieces::split(
+        &tasks,
+        rank,
+        n,
+        piece_bytes,
+        stream,
+        whole_p2p,
+        &is_device_ptr,
+    )
+    .into_jobs(tasks);
     let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
     let (first, count) = take_slots(&eng, comm, gates, "a group")?;
     let seq = |k: usize| first.wrapping_add(k as u32);
@@ -1723,10 +1732,15 @@ mod tests {
         for g in &groups {
             let (whole_st, whole) =
                 stage_pieces(std::slice::from_ref(g), None, rank, n, &dev).unwrap();
-            let split =
-                crate::pieces::split(g, rank, n, 4 << 20, crate::pieces::StreamCut::OFF, &|_| {
-                    false
-                });
+            let split = crate::pieces::split(
+                g,
+                rank,
+                n,
+                4 << 20,
+                crate::pieces::StreamCut::OFF,
+                false,
+                &|_| false,
+            );
             assert!(
                 !matches!(split, crate::pieces::Split::Whole),
                 "{g:?} not cut"

@@ -6,7 +6,8 @@
 //! What a peer sees must not depend on how this rank grouped its calls, so every operation is
 //! cut by its own size alone: an all-reduce, broadcast or reduce (elementwise: a piece of the
 //! input gives the same piece of the output, in place too) into that many smaller collectives,
-//! a send or receive into that many messages (both ends share the byte count), an all-gather
+//! a send or receive into that many messages (both ends share the byte count; none while sends
+//! and receives stream, `CCL_GPU_STREAM_P2P`, which every rank sets alike), an all-gather
 //! or all-to-all into sends and receives per peer, cut likewise. Reduce-scatter, gather and
 //! scatter stay whole.
 //!
@@ -175,17 +176,15 @@ pub(crate) fn streamed(tasks: &[Task], nranks: usize, cut: StreamCut) -> Option<
     Some((cut.per(bytes) / sz).max(1) * sz)
 }
 
-/// Whether `tasks` is a group of sends and receives, none longer than `piece_bytes` (so
-/// [`split`] would leave every one whole: the peers see the same messages either way), that is
-/// worth streaming: some operation is longer than `stream_piece`. It then runs as one plan on
-/// byte-range gates ([`crate::exec::Plan::gate_bytes`]): each send's frames wait for the
-/// stream to copy their piece down, each receive's finished pieces go back up while the rest
-/// arrive. Returns the piece length in bytes (at most [`MAX_PIECES`] pieces per direction).
-pub(crate) fn streamed_p2p(
-    tasks: &[Task],
-    piece_bytes: usize,
-    stream_piece: usize,
-) -> Option<usize> {
+/// Whether `tasks` is a group of sends and receives worth streaming under `cut` (the send and
+/// receive cut, [`StreamCut::OFF`] when `CCL_GPU_STREAM_P2P` is off): some operation is longer
+/// than `cut.min`. It then runs as one plan on byte-range gates
+/// ([`crate::exec::Plan::gate_bytes`]): each send's frames wait for the stream to copy their
+/// piece down, each receive's finished pieces go back up while the rest arrive. With the cut
+/// on, [`split`] never cuts a send or receive either, so each is one message whichever way the
+/// ranks grouped it. Returns the piece length in bytes (`cut.per` of the longer direction's
+/// bytes, and at most [`MAX_PIECES`] / 2 pieces per direction).
+pub(crate) fn streamed_p2p(tasks: &[Task], cut: StreamCut) -> Option<usize> {
     let mut total = [0usize; 2];
     let mut longest = 0;
     for t in tasks {
@@ -195,17 +194,15 @@ pub(crate) fn streamed_p2p(
             TaskKind::Recv { .. } => 1,
             TaskKind::Coll(_) => return None,
         };
-        if piece_bytes > 0 && bytes > piece_bytes {
-            return None;
-        }
         total[dir] = total[dir].checked_add(bytes)?;
         longest = longest.max(bytes);
     }
-    if stream_piece == 0 || longest <= stream_piece || tasks.len() > MAX_PIECES / 2 {
+    if cut.min == 0 || longest <= cut.min || tasks.len() > MAX_PIECES / 2 {
         return None;
     }
     // Every operation starts a piece of its own: half the pieces for those, half for bytes.
-    let per = stream_piece.max(total[0].max(total[1]).div_ceil(MAX_PIECES / 2));
+    let most = total[0].max(total[1]);
+    let per = cut.per(most).max(most.div_ceil(MAX_PIECES / 2));
     Some(per.next_multiple_of(64))
 }
 
@@ -218,14 +215,17 @@ fn elementwise(t: &Task) -> bool {
     )
 }
 
-/// How the group runs (`piece_bytes` 0: whole). `on_device(p)`: address `p` is GPU memory of
-/// this rank, so a cut operation's own block from and to such memory becomes a [`LocalCopy`].
+/// How the group runs (`piece_bytes` 0: whole). `whole_p2p`: the caller's sends and receives
+/// are never cut (sends and receives stream, [`streamed_p2p`]). `on_device(p)`: address `p` is
+/// GPU memory of this rank, so a cut operation's own block from and to such memory becomes a
+/// [`LocalCopy`].
 pub(crate) fn split(
     tasks: &[Task],
     rank: usize,
     nranks: usize,
     piece_bytes: usize,
     stream: StreamCut,
+    whole_p2p: bool,
     on_device: &dyn Fn(usize) -> bool,
 ) -> Split {
     if piece_bytes == 0 || tasks.is_empty() {
@@ -279,6 +279,11 @@ pub(crate) fn split(
             };
             let pieces = match p.kind {
                 TaskKind::Coll(_) if !elementwise(&p) => vec![p],
+                // The caller's own sends and receives stay one message each while sends and
+                // receives stream ([`streamed_p2p`]): the peer may have grouped its end alone.
+                TaskKind::Send { .. } | TaskKind::Recv { .. } if whole_p2p && p.kind == t.kind => {
+                    vec![p]
+                }
                 _ => cut(&p, piece_bytes),
             };
             cut_any |= pieces.len() > 1 || p.kind != t.kind;
@@ -483,25 +488,79 @@ mod tests {
         );
     }
 
-    /// Streamed groups of sends and receives: only when no operation would be cut into
-    /// messages (so peers see the same messages) and one is longer than a stream piece; the
-    /// pieces grow so that neither direction has more than half of MAX_PIECES by bytes.
+    /// Streamed groups of sends and receives: when one operation is longer than a stream
+    /// piece, however long (none is cut into messages while they stream); the pieces grow as
+    /// the cut says, and so that neither direction has more than half of MAX_PIECES by bytes.
     #[test]
-    fn streamed_p2p_takes_groups_of_whole_sends_and_receives() {
+    fn streamed_p2p_takes_groups_of_sends_and_receives() {
         let send = |count| t(TaskKind::Send { peer: 1 }, 0, usize::MAX, count);
         let recv = |count| t(TaskKind::Recv { peer: 1 }, usize::MAX, 0, count);
-        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 10), Some(64));
-        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 100), None);
-        assert_eq!(streamed_p2p(&[send(100), recv(100)], 1000, 0), None);
-        // An operation longer than a piece is cut into messages instead.
-        assert_eq!(streamed_p2p(&[send(2000), recv(100)], 1000, 10), None);
-        assert_eq!(streamed_p2p(&[send(2000), recv(100)], 0, 10), Some(64));
+        let fixed = StreamCut::fixed;
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], fixed(10)), Some(64));
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], fixed(100)), None);
+        assert_eq!(streamed_p2p(&[send(100), recv(100)], StreamCut::OFF), None);
+        assert_eq!(streamed_p2p(&[send(2000), recv(100)], fixed(10)), Some(64));
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 1024, 100);
-        assert_eq!(streamed_p2p(&[send(100), ar], 1000, 10), None);
+        assert_eq!(streamed_p2p(&[send(100), ar], fixed(10)), None);
         let big = 64 * MAX_PIECES * 10;
         assert_eq!(
-            streamed_p2p(&[recv(big)], 0, 64),
+            streamed_p2p(&[recv(big)], fixed(64)),
             Some(big / (MAX_PIECES / 2))
+        );
+        // A sixteenth of the longer direction (6400 bytes out, 640 in), to whole 64 bytes.
+        let sixteenth = StreamCut { min: 10, most: 16 };
+        assert_eq!(streamed_p2p(&[send(6400), recv(640)], sixteenth), Some(448));
+        assert_eq!(streamed_p2p(&[send(64), recv(640)], sixteenth), Some(64));
+    }
+
+    /// While sends and receives stream, the caller's own sends and receives are never cut,
+    /// so a rank that sent alone (one streamed message) meets a peer that received in a group
+    /// with a collective; that collective's own messages are still cut, alike on both ranks.
+    /// Without the rule the grouped receive would be cut into messages its sender never sends.
+    #[test]
+    fn sends_and_receives_stay_one_message_while_they_stream() {
+        let (n, piece, cut) = (2, 128, StreamCut::fixed(128));
+        let ag = t(TaskKind::Coll(Collective::AllGather), 0, 1024, 200);
+        let groups = |r: usize| {
+            if r == 0 {
+                vec![
+                    vec![t(TaskKind::Send { peer: 1 }, 2000, usize::MAX, 700)],
+                    vec![ag],
+                ]
+            } else {
+                vec![vec![
+                    t(TaskKind::Recv { peer: 0 }, usize::MAX, 2000, 700),
+                    ag,
+                ]]
+            }
+        };
+        let whole: Vec<Vec<Vec<Task>>> = (0..n).map(groups).collect();
+        assert!(streamed_p2p(&whole[0][0], cut).is_some());
+        assert!(streamed_p2p(&whole[1][0], cut).is_none());
+        let receives = |jobs: &[Vec<Task>]| {
+            jobs.iter()
+                .flatten()
+                .filter(|x| x.kind == TaskKind::Recv { peer: 0 })
+                .map(|x| x.count)
+                .collect::<Vec<_>>()
+        };
+        let split_up: Vec<Vec<Vec<Task>>> = (0..n)
+            .map(|r| {
+                whole[r]
+                    .iter()
+                    .flat_map(|g| match streamed_p2p(g, cut) {
+                        Some(_) => vec![g.clone()],
+                        None => jobs_with(g, r, n, piece, true).0,
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(receives(&split_up[1]), vec![700, 128, 72]);
+        assert_eq!(run(&split_up, n), run(&whole, n));
+        let (cut_up, _) = jobs_with(&whole[1][0], 1, n, piece, false);
+        assert_eq!(
+            receives(&cut_up),
+            vec![128, 128, 128, 128, 128, 60, 128, 72]
         );
     }
 
@@ -620,7 +679,18 @@ mod tests {
 
     /// The proxy jobs a split makes of a group, after checking its gates.
     fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
-        match split(g, r, n, piece, StreamCut::OFF, &|_| false) {
+        jobs_with(g, r, n, piece, false)
+    }
+
+    /// [`jobs`], the caller's sends and receives left whole or not.
+    fn jobs_with(
+        g: &[Task],
+        r: usize,
+        n: usize,
+        piece: usize,
+        whole_p2p: bool,
+    ) -> (Vec<Vec<Task>>, bool) {
+        match split(g, r, n, piece, StreamCut::OFF, whole_p2p, &|_| false) {
             Split::Whole => (vec![g.to_vec()], false),
             Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
             Split::Gated {
@@ -693,7 +763,9 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             let Split::Gated { tasks, .. } =
-                split(&[op, send], 0, n, 64, StreamCut::fixed(128), &|_| false)
+                split(&[op, send], 0, n, 64, StreamCut::fixed(128), false, &|_| {
+                    false
+                })
             else {
                 panic!("{coll:?}: not gated");
             };
@@ -703,7 +775,7 @@ mod tests {
                 "{coll:?}"
             );
             let Split::Gated { tasks, .. } =
-                split(&[op, send], 0, n, 64, StreamCut::OFF, &|_| false)
+                split(&[op, send], 0, n, 64, StreamCut::OFF, false, &|_| false)
             else {
                 panic!("{coll:?}: not gated");
             };
@@ -788,7 +860,7 @@ mod tests {
                 ];
                 for (task, own) in cases {
                     let Split::Gated { tasks, local, .. } =
-                        split(&[task], r, n, 48, StreamCut::OFF, &|_| true)
+                        split(&[task], r, n, 48, StreamCut::OFF, false, &|_| true)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -804,7 +876,7 @@ mod tests {
                     assert!(!self_lane(&tasks, r), "{task:?}: still a lane to itself");
                     // Off the device the own block stays a send and receive (out of place).
                     let Split::Gated { tasks, local, .. } =
-                        split(&[task], r, n, 48, StreamCut::OFF, &|_| false)
+                        split(&[task], r, n, 48, StreamCut::OFF, false, &|_| false)
                     else {
                         panic!("{task:?} not gated");
                     };
@@ -860,7 +932,7 @@ mod tests {
         same_outcome(&off, n, 0, false);
         let rs = t(TaskKind::Coll(Collective::ReduceScatter), 0, 2048, 500);
         assert!(matches!(
-            split(&[rs], 0, 2, 64, StreamCut::OFF, &|_| false),
+            split(&[rs], 0, 2, 64, StreamCut::OFF, false, &|_| false),
             Split::Whole
         ));
         // A collective beside point-to-point on one rank, alone on the other (and the
@@ -885,7 +957,7 @@ mod tests {
         let big = |_| vec![vec![t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000)]];
         same_outcome(&big, n, 1, true);
         let ar = t(TaskKind::Coll(Collective::AllReduce), 0, 0, 4000);
-        let Split::Sequential(p) = split(&[ar], 0, 2, 1, StreamCut::OFF, &|_| false) else {
+        let Split::Sequential(p) = split(&[ar], 0, 2, 1, StreamCut::OFF, false, &|_| false) else {
             panic!("not cut");
         };
         assert!(
@@ -964,7 +1036,7 @@ mod tests {
                     input,
                     gates,
                     ..
-                } = split(g, r, 2, 256, StreamCut::OFF, &|_| false)
+                } = split(g, r, 2, 256, StreamCut::OFF, false, &|_| false)
                 else {
                     panic!("rank {r} group {gi} not gated");
                 };
