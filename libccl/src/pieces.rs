@@ -550,18 +550,86 @@ mod tests {
                     .iter()
                     .flat_map(|g| match streamed_p2p(g, cut) {
                         Some(_) => vec![g.clone()],
-                        None => jobs_with(g, r, n, piece, true).0,
+                        None => jobs_with(g, r, n, piece, StreamCut::OFF, true).0,
                     })
                     .collect()
             })
             .collect();
         assert_eq!(receives(&split_up[1]), vec![700, 128, 72]);
         assert_eq!(run(&split_up, n), run(&whole, n));
-        let (cut_up, _) = jobs_with(&whole[1][0], 1, n, piece, false);
+        let (cut_up, _) = jobs_with(&whole[1][0], 1, n, piece, StreamCut::OFF, false);
         assert_eq!(
             receives(&cut_up),
             vec![128, 128, 128, 128, 128, 60, 128, 72]
         );
+    }
+
+    /// Two ranks' tasks for a program of `(kind, count)` operations (0: a send from rank 0
+    /// to 1, 1: from 1 to 0, 2: an all-gather, 3: an all-reduce), each on bytes of its own.
+    fn program(ops: &[(u8, usize)]) -> [Vec<Task>; 2] {
+        let mut at = 0;
+        let mut tasks: [Vec<Task>; 2] = Default::default();
+        for &(kind, c) in ops {
+            for (r, list) in tasks.iter_mut().enumerate() {
+                list.push(match kind {
+                    0 | 1 if usize::from(kind) == r => {
+                        t(TaskKind::Send { peer: 1 - r }, at, usize::MAX, c)
+                    }
+                    0 | 1 => t(TaskKind::Recv { peer: 1 - r }, usize::MAX, at, c),
+                    2 => t(TaskKind::Coll(Collective::AllGather), at, at + c, c),
+                    _ => t(TaskKind::Coll(Collective::AllReduce), at, at + c, c),
+                });
+            }
+            at += if kind == 2 { 3 * c } else { 2 * c };
+        }
+        tasks
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(512))]
+
+        /// Whatever two ranks call and however each groups its calls, the groups run as
+        /// `gpu::submit` runs them while sends and receives stream (a lone streamed collective
+        /// whole, a send/receive group as one streamed plan, anything else split with the
+        /// caller's sends and receives left whole) meet, and leave what the whole groups leave.
+        #[test]
+        fn any_grouping_meets_while_sends_and_receives_stream(
+            ops in proptest::collection::vec((0u8..4, 1usize..200), 1..7),
+            ends in proptest::collection::vec(proptest::bool::ANY, 12),
+        ) {
+            let (n, piece, cut) = (2, 64, StreamCut::fixed(128));
+            let tasks = program(&ops);
+            // Rank r ends a group after its task i where ends[r * 6 + i] says so.
+            let whole: Vec<Vec<Vec<Task>>> = (0..n)
+                .map(|r| {
+                    let mut groups = vec![Vec::new()];
+                    for (i, task) in tasks[r].iter().enumerate() {
+                        if let Some(g) = groups.last_mut() {
+                            g.push(*task);
+                        }
+                        if ends[r * 6 + i] && i + 1 < tasks[r].len() {
+                            groups.push(Vec::new());
+                        }
+                    }
+                    groups
+                })
+                .collect();
+            let split_up: Vec<Vec<Vec<Task>>> = (0..n)
+                .map(|r| {
+                    whole[r]
+                        .iter()
+                        .flat_map(|g| {
+                            if streamed(g, n, cut).is_some() || streamed_p2p(g, cut).is_some() {
+                                vec![g.clone()]
+                            } else {
+                                jobs_with(g, r, n, piece, cut, true).0
+                            }
+                        })
+                        .collect()
+                })
+                .collect();
+            proptest::prop_assert_eq!(run(&split_up, n), run(&whole, n));
+        }
     }
 
     fn t(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task {
@@ -679,18 +747,20 @@ mod tests {
 
     /// The proxy jobs a split makes of a group, after checking its gates.
     fn jobs(g: &[Task], r: usize, n: usize, piece: usize) -> (Vec<Vec<Task>>, bool) {
-        jobs_with(g, r, n, piece, false)
+        jobs_with(g, r, n, piece, StreamCut::OFF, false)
     }
 
-    /// [`jobs`], the caller's sends and receives left whole or not.
+    /// [`jobs`] with collectives streamed as `stream` says and the caller's sends and
+    /// receives left whole or not.
     fn jobs_with(
         g: &[Task],
         r: usize,
         n: usize,
         piece: usize,
+        stream: StreamCut,
         whole_p2p: bool,
     ) -> (Vec<Vec<Task>>, bool) {
-        match split(g, r, n, piece, StreamCut::OFF, whole_p2p, &|_| false) {
+        match split(g, r, n, piece, stream, whole_p2p, &|_| false) {
             Split::Whole => (vec![g.to_vec()], false),
             Split::Sequential(ts) => (ts.into_iter().map(|t| vec![t]).collect(), true),
             Split::Gated {
