@@ -20,3 +20,5 @@ bash docs/device-runs/2026-11-24-s26/call11.sh
 bash docs/device-runs/2026-11-24-s26/call12.sh
 # 13-15: the shared-memory transport with host memory: copy helpers, pinning, non-temporal stores
 bash docs/device-runs/2026-11-24-s26/call13.sh; bash docs/device-runs/2026-11-24-s26/call14.sh; bash docs/device-runs/2026-11-24-s26/call15.sh
+# 16: tests/bench/shm_ring_probe.c against libccl shm broadcast / sendrecv (host memory)
+bash docs/device-runs/2026-11-24-s26/call16.sh
