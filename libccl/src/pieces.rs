@@ -565,7 +565,8 @@ mod tests {
     }
 
     /// Two ranks' tasks for a program of `(kind, count)` operations (0: a send from rank 0
-    /// to 1, 1: from 1 to 0, 2: an all-gather, 3: an all-reduce), each on bytes of its own.
+    /// to 1, 1: from 1 to 0, 2: an all-gather, 3: an all-reduce, 4: an all-to-all of `count`
+    /// bytes per block, 5: a broadcast from rank `count % 2`), each on bytes of its own.
     fn program(ops: &[(u8, usize)]) -> [Vec<Task>; 2] {
         let mut at = 0;
         let mut tasks: [Vec<Task>; 2] = Default::default();
@@ -577,10 +578,21 @@ mod tests {
                     }
                     0 | 1 => t(TaskKind::Recv { peer: 1 - r }, usize::MAX, at, c),
                     2 => t(TaskKind::Coll(Collective::AllGather), at, at + c, c),
-                    _ => t(TaskKind::Coll(Collective::AllReduce), at, at + c, c),
+                    3 => t(TaskKind::Coll(Collective::AllReduce), at, at + c, c),
+                    4 => t(TaskKind::Coll(Collective::AlltoAll), at, at + 2 * c, c),
+                    _ => t(
+                        TaskKind::Coll(Collective::Broadcast { root: c % 2 }),
+                        at,
+                        at + c,
+                        c,
+                    ),
                 });
             }
-            at += if kind == 2 { 3 * c } else { 2 * c };
+            at += match kind {
+                2 => 3 * c,
+                4 => 4 * c,
+                _ => 2 * c,
+            };
         }
         tasks
     }
@@ -588,13 +600,14 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::test_runner::Config::with_cases(512))]
 
-        /// Whatever two ranks call and however each groups its calls, the groups run as
+        /// Whatever two ranks call (sends either way, all-gathers, all-reduces, all-to-alls,
+        /// broadcasts) and however each groups its calls, the groups run as
         /// `gpu::submit` runs them while sends and receives stream (a lone streamed collective
         /// whole, a send/receive group as one streamed plan, anything else split with the
         /// caller's sends and receives left whole) meet, and leave what the whole groups leave.
         #[test]
         fn any_grouping_meets_while_sends_and_receives_stream(
-            ops in proptest::collection::vec((0u8..4, 1usize..200), 1..7),
+            ops in proptest::collection::vec((0u8..6, 1usize..150), 1..7),
             ends in proptest::collection::vec(proptest::bool::ANY, 12),
         ) {
             let (n, piece, cut) = (2, 64, StreamCut::fixed(128));
