@@ -22,3 +22,5 @@ bash docs/device-runs/2026-11-24-s26/call12.sh
 bash docs/device-runs/2026-11-24-s26/call13.sh; bash docs/device-runs/2026-11-24-s26/call14.sh; bash docs/device-runs/2026-11-24-s26/call15.sh
 # 16: tests/bench/shm_ring_probe.c against libccl shm broadcast / sendrecv (host memory)
 bash docs/device-runs/2026-11-24-s26/call16.sh
+# 17: the cuda-ipc host path carrying whole transfers (1000 permille) against the staged path over shm and default cuda-ipc
+bash docs/device-runs/2026-11-24-s26/call17.sh

@@ -415,6 +415,11 @@ impl HostShare {
 }
 
 impl HostPath {
+    /// A share that sends the whole transfer through host memory, however long (the ring is
+    /// then used in rounds): the data path of GPUs that cannot reach each other's memory, and
+    /// on GPUs that can, a way to measure it. Any other share is at most half.
+    pub const WHOLE: u32 = 1000;
+
     /// The share this side posts for a transfer of `bytes` (0: none).
     pub fn permille(&self, bytes: usize, exchange: bool) -> u32 {
         let (min, permille) = if exchange {
@@ -422,10 +427,12 @@ impl HostPath {
         } else {
             self.one_way
         };
-        if bytes >= min.max(1) {
-            permille.min(500)
-        } else {
+        if bytes < min.max(1) {
             0
+        } else if permille >= Self::WHOLE {
+            Self::WHOLE
+        } else {
+            permille.min(500)
         }
     }
 
@@ -433,10 +440,23 @@ impl HostPath {
     /// `(nvl, per)` -- the bytes before `nvl` go over NVLink, the rest through host memory in
     /// chunks of `per` (at most `slots` of them, each at most a slot, at least four while
     /// they hold 1 MiB each: one chunk would copy into host memory and out again one after
-    /// the other). None: the whole transfer goes over NVLink.
+    /// the other); with [`HostPath::WHOLE`] all of it from 0, in as many chunks as it takes.
+    /// None: the whole transfer goes over NVLink.
     pub fn split(&self, bytes: usize, permille: u32) -> Option<(usize, usize)> {
         if self.slot_bytes < 4096 || self.slot_bytes % 4096 != 0 || self.slots == 0 {
             return None;
+        }
+        if permille >= Self::WHOLE {
+            // Everything, in chunks of at most a slot (at least four while they hold 1 MiB).
+            if bytes == 0 {
+                return None;
+            }
+            let n = bytes.div_ceil(self.slot_bytes).max((bytes >> 20).min(4));
+            let per = bytes
+                .div_ceil(n.max(1))
+                .next_multiple_of(4096)
+                .min(self.slot_bytes);
+            return Some((0, per));
         }
         let ring = self.slot_bytes.saturating_mul(self.slots as usize);
         let share = ((bytes as u128 * permille.min(500) as u128 / 1000) as usize).min(ring) & !4095;
@@ -690,13 +710,38 @@ impl Plan {
             .filter_map(|t| t.host.map(|share| (t, share)))
     }
 
-    /// The host path's chunks: every outgoing one before any incoming one, so that with merged
-    /// queues no copy into host memory waits behind a wait for the peer's.
+    /// The host path's chunks, in rounds of a ring's worth of chunk numbers: round r's outgoing
+    /// chunks before its incoming ones. An outgoing chunk waits only for the credit of the chunk
+    /// a ring before it (given by the peer's incoming chunk of the round before), an incoming
+    /// one only for the peer's outgoing chunk of its own round, so with every stream of both
+    /// ranks merged into one queue each wait depends only on what the peer queued ahead of its
+    /// own matching wait: no copy into host memory waits behind a wait for the peer's, however
+    /// many chunks the plan moves (transfers of a whole share are longer than the ring, and so
+    /// may be several capped shares to one peer in one group).
     fn queue_host_path(&self, l: &Layout, h: &HostPath, dev: &mut dyn Device) -> Result<()> {
         let slots = u64::from(h.slots);
         let slot_at = |c: u64| (c % slots) * h.slot_bytes as u64;
-        for (t, share) in self.host_shares(true) {
-            for (c, off, len) in share.chunks() {
+        let chunks = |outgoing: bool| -> Vec<(&Transfer, u64, usize, usize)> {
+            self.host_shares(outgoing)
+                .flat_map(|(t, share)| {
+                    share
+                        .chunks()
+                        .map(move |(c, off, len)| (t, c, off, len))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let (outs, ins) = (chunks(true), chunks(false));
+        let (mut i, mut j) = (0, 0);
+        while i < outs.len() || j < ins.len() {
+            let round = [outs.get(i), ins.get(j)]
+                .into_iter()
+                .flatten()
+                .map(|&(_, c, _, _)| c / slots)
+                .min()
+                .unwrap_or(0);
+            while let Some(&(t, c, off, len)) = outs.get(i).filter(|x| x.1 / slots <= round) {
+                i += 1;
                 if c >= slots {
                     let credit = l.host_word(l.rank, t.peer, HOST_CREDIT);
                     dev.wait(Lane::Host(0), credit, (c + 1 - slots) as u32)?;
@@ -714,9 +759,8 @@ impl Plan {
                 let ready = l.host_word(t.peer, l.rank, HOST_READY);
                 dev.write(Lane::Host(0), ready, (c + 1) as u32)?;
             }
-        }
-        for (t, share) in self.host_shares(false) {
-            for (c, off, len) in share.chunks() {
+            while let Some(&(t, c, off, len)) = ins.get(j).filter(|x| x.1 / slots <= round) {
+                j += 1;
                 let ready = l.host_word(l.rank, t.peer, HOST_READY);
                 dev.wait(Lane::Host(1), ready, (c + 1) as u32)?;
                 let n = len.min(t.bytes.saturating_sub(off));
@@ -1316,6 +1360,50 @@ mod tests {
             self.0.push(format!("join {lanes:?}"));
             Ok(())
         }
+    }
+
+    /// A whole share ([`HostPath::WHOLE`], any setting of 1000 or more) moves all of a transfer
+    /// from 0, in chunks of at most a slot (at least four while they hold 1 MiB), however many
+    /// rings that takes; any other share stays at most half.
+    #[test]
+    fn a_whole_share_moves_all_of_a_transfer_in_as_many_chunks_as_it_takes() {
+        let h = HostPath {
+            out_ring: 0,
+            in_ring: 0,
+            slot_bytes: 8 << 20,
+            slots: 8,
+            one_way: (1, 1000),
+            exchange: (1, 5000),
+        };
+        assert_eq!(h.permille(1, false), HostPath::WHOLE);
+        assert_eq!(h.permille(1, true), HostPath::WHOLE);
+        assert_eq!(h.split(0, HostPath::WHOLE), None);
+        for (bytes, count) in [
+            (1usize, 1u64),
+            (4096, 1),
+            (2 << 20, 2),
+            (4 << 20, 4),
+            (64 << 20, 8),
+            ((512 << 20) + 12_345, 65),
+        ] {
+            let (nvl, per) = h.split(bytes, 1000).unwrap();
+            let share = HostShare {
+                nvl,
+                end: bytes,
+                per,
+                first_chunk: 5,
+            };
+            assert_eq!((nvl, share.count()), (0, count), "{bytes}");
+            let mut at = 0;
+            for (i, (c, off, len)) in share.chunks().enumerate() {
+                assert_eq!((c, off), (5 + i as u64, at));
+                assert!(len > 0 && len <= h.slot_bytes);
+                at += len;
+            }
+            assert_eq!(at, bytes);
+        }
+        let (nvl, _) = h.split(64 << 20, 999).unwrap();
+        assert_eq!((64 << 20) - nvl, 32 << 20, "999 is half at most");
     }
 
     /// The host path's share: none below a mode's threshold (just below / at it), the

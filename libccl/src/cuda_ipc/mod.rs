@@ -393,7 +393,7 @@ fn host_shares() -> ((usize, u32), (usize, u32)) {
     let share = |min: &params::Param, permille: &params::Param| {
         (
             min.get_i64().max(0) as usize,
-            permille.get_i64().clamp(0, 500) as u32,
+            permille.get_i64().clamp(0, direct::HostPath::WHOLE.into()) as u32,
         )
     };
     (

@@ -1894,6 +1894,37 @@ fn host_path_transfers_are_exact_under_any_stream_order() {
     }
 }
 
+/// Whole transfers through the host path ([`direct::HostPath::WHOLE`]): every byte of every
+/// direct transfer through rings far shorter than the transfers (2 and 3 slots of 8 KiB
+/// against 80 KB, so each moves in rounds), every data collective and exchange, in and out of
+/// place, below the threshold too, random stream orders and both ranks' streams each merged
+/// into one queue (the rounds must not deadlock there): all finish, all exact.
+#[test]
+fn whole_transfers_through_the_host_path_are_exact_and_never_deadlock() {
+    for slots in [2u32, 3] {
+        let s = Setup {
+            host: Some((16 << 10, direct::HostPath::WHOLE, 8192, slots)),
+            ..Setup::new(2)
+        };
+        let mut cases = every_case(2, 20_000);
+        cases.extend(every_case(2, 3000).into_iter().step_by(4));
+        cases.extend((0..4).map(|k| Case {
+            kind: Kind::Coll(Collective::Broadcast { root: k % 2 }),
+            count: 20_000 + 777 * k,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place: false,
+        }));
+        for (merged, seeds) in [(true, 0..3u64), (false, 0..3u64)] {
+            for seed in seeds {
+                if let Err(e) = simulate(&s, &cases, merged, seed * 37 + 11, None) {
+                    panic!("slots {slots} merged {merged} seed {seed}: {e}");
+                }
+            }
+        }
+    }
+}
+
 /// The checker must catch a broken host path: with the sources' credit waits gone, a source
 /// overwrites ring slots its peer has not copied out yet, and some stream order shows it.
 #[test]
