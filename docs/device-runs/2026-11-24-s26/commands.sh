@@ -24,3 +24,5 @@ bash docs/device-runs/2026-11-24-s26/call13.sh; bash docs/device-runs/2026-11-24
 bash docs/device-runs/2026-11-24-s26/call16.sh
 # 17: the cuda-ipc host path carrying whole transfers (1000 permille) against the staged path over shm and default cuda-ipc
 bash docs/device-runs/2026-11-24-s26/call17.sh
+# 18: correctness with whole transfers through the host path: nine ops under mpirun 8 B-96 MiB, four data ops all types, one hardware queue 1-256 MiB; (its -g 2 part needed mpirun -np 1: rerun as 18b, nine ops 1-70 MB)
+bash docs/device-runs/2026-11-24-s26/call18.sh
