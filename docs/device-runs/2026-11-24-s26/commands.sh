@@ -26,3 +26,7 @@ bash docs/device-runs/2026-11-24-s26/call16.sh
 bash docs/device-runs/2026-11-24-s26/call17.sh
 # 18: correctness with whole transfers through the host path: nine ops under mpirun 8 B-96 MiB, four data ops all types, one hardware queue 1-256 MiB; (its -g 2 part needed mpirun -np 1: rerun as 18b, nine ops 1-70 MB)
 bash docs/device-runs/2026-11-24-s26/call18.sh
+# 19: host-only cuda-ipc (CCL_IPC_HOST_ONLY=1, NCCL_P2P_DISABLE=1) against the staged path, nine ops checked, one queue, -g 2
+bash docs/device-runs/2026-11-24-s26/call19.sh
+# 20: the one-GPU regression round with the final library (default settings): all PASS, 0 wrong
+RUNS=3 bash tests/gpu/device_one_gpu.sh

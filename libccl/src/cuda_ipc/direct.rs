@@ -1208,7 +1208,12 @@ impl Posting {
                             w.seq
                         )));
                     }
-                    let peer_addr = bufs.resolve(&t)?;
+                    // A transfer wholly through the host path touches no peer memory (host-only
+                    // mode has none to touch), nor does an empty one: its peer buffer is not
+                    // opened.
+                    let whole = host.is_some() && first.1 >= HostPath::WHOLE;
+                    let empty = w.bytes.min(t.bytes as usize) == 0;
+                    let peer_addr = if whole || empty { 0 } else { bufs.resolve(&t)? };
                     if remote && !w.outgoing && !super::buffers::is_vmm_id(t.buffer_id) {
                         there = bufs.resolve_there(&t)?;
                     }

@@ -112,6 +112,13 @@ struct Queued {
 
 /// One communicator's cuda-ipc state.
 pub struct IpcEngine {
+    /// Host-only mode (`CCL_IPC_HOST_ONLY`): flag words in shared host memory, every direct
+    /// transfer wholly through the host path, nothing that touches a peer's GPU memory; only
+    /// the operations [`direct::goes_direct`] takes come here, the rest go staged.
+    pub(crate) host_only: bool,
+    /// Host-only: every rank's flag region as this process registered and mapped it
+    /// (registrations drop first).
+    _host_flags: Vec<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)>,
     ctx: Arc<Context>,
     kernels: Arc<Kernels>,
     layout: Layout,
@@ -333,6 +340,8 @@ struct Offer {
     ll_handle: [u8; IPC_HANDLE_SIZE],
     /// Wants remote copies (`CCL_IPC_REMOTE_COPY`): used only if every rank does.
     remote: bool,
+    /// Host-only mode (`CCL_IPC_HOST_ONLY`): every rank must offer it alike.
+    host_only: bool,
     /// The GPU's PCI bus id, NUL-padded: a peer in another process finds our GPU by it (device
     /// numbers differ between processes under `CUDA_VISIBLE_DEVICES`).
     bus_id: [u8; BUS_ID_BYTES],
@@ -432,16 +441,26 @@ fn host_ring(
     rank: usize,
     hs: &HostRing,
 ) -> Result<(ccl_transports::shm::ShmRegion, cuda::HostRegistration)> {
-    let region = ccl_transports::shm::ShmRegion::create(
-        &calls::board_name("hp", nonce, rank),
-        hs.ring_bytes(),
-    )
-    .map_err(|e| Error::system(format!("host path ring: {e}")))?;
-    // SAFETY: the region is a page-aligned mapping of ours, new (so not registered), and is
-    // kept beside its registration, which drops first (HostRings).
+    let (reg, region) = host_region(ctx, &calls::board_name("hp", nonce, rank), hs.ring_bytes())
+        .map_err(|e| Error::system(format!("host path ring: {e}")))?;
+    Ok((region, reg))
+}
+
+/// A new shared region `name` of `len` bytes (zeroed), mapped here and registered with CUDA
+/// (its device address is the registration's); the caller keeps both, dropping the
+/// registration first.
+fn host_region(
+    ctx: &Arc<Context>,
+    name: &str,
+    len: usize,
+) -> Result<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)> {
+    let region = ccl_transports::shm::ShmRegion::create(name, len)
+        .map_err(|e| Error::system(format!("{name}: {e}")))?;
+    // SAFETY: the region is a page-aligned mapping of ours, new (so not registered), and the
+    // caller keeps it beside its registration, which drops first.
     let reg = unsafe { cuda::HostRegistration::new(ctx, region.as_ptr(), region.len()) }
         .map_err(cuda_err)?;
-    Ok((region, reg))
+    Ok((reg, region))
 }
 
 const BUS_ID_BYTES: usize = 16;
@@ -471,6 +490,7 @@ impl Offer {
             scratch_handle: [0; IPC_HANDLE_SIZE],
             ll_handle: [0; IPC_HANDLE_SIZE],
             remote: false,
+            host_only: false,
             bus_id: [0; BUS_ID_BYTES],
             host: HostRing::default(),
         }
@@ -478,7 +498,12 @@ impl Offer {
 
     fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(OFFER_BYTES);
-        b.push(self.capable as u8 | (self.direct as u8) << 1 | (self.remote as u8) << 2);
+        b.push(
+            self.capable as u8
+                | (self.direct as u8) << 1
+                | (self.remote as u8) << 2
+                | (self.host_only as u8) << 3,
+        );
         b.extend_from_slice(&self.dev.to_le_bytes());
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
@@ -511,6 +536,7 @@ impl Offer {
         o.capable = b[0] & 1 == 1;
         o.direct = b[0] & 2 == 2;
         o.remote = b[0] & 4 == 4;
+        o.host_only = b[0] & 8 == 8;
         o.dev = i32::from_le_bytes(u32_at(1)?);
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);
@@ -632,6 +658,8 @@ fn prepare_local(
         scratch_handle,
         ll_handle,
         remote: params::CCL_IPC_REMOTE_COPY.get_bool(),
+        // Set by `attach`.
+        host_only: false,
         bus_id: bus_id_bytes(&ctx.driver().pci_bus_id(ctx.device()).map_err(cuda_err)?),
         // Filled in once the ring exists (attach).
         host: HostRing::default(),
@@ -663,9 +691,13 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let rx_lanes = params::CCL_IPC_RX_LANES
         .get_i64()
         .clamp(1, MAX_RX_LANES as i64) as usize;
+    // Host-only mode: two ranks of one host whose GPUs need not reach each other's memory
+    // (NCCL_P2P_DISABLE=1 or no peer access): their flag words live in shared host memory and
+    // every byte of a direct transfer goes through the host path's ring.
+    let host_only = params::CCL_IPC_HOST_ONLY.get_bool() && n == 2;
     let wanted = comm.0.cuda_dev >= 0
         && crate::gpu::available()
-        && !params::NCCL_P2P_DISABLE.get_bool()
+        && (host_only || !params::NCCL_P2P_DISABLE.get_bool())
         && !params::CCL_IPC_DISABLE.get_bool()
         && state
             .table
@@ -707,7 +739,29 @@ pub fn attach(comm: &Comm) -> Result<()> {
         offer.probe_fd = r.as_raw_fd();
     }
     // The host path's ring, before the offer: peers open it once they have every offer.
-    let (one_way, exchange) = host_shares();
+    offer.host_only = host_only;
+    // Host-only: this rank's flag words in shared host memory, before the offer (peers map
+    // them once they have every offer); without them this rank cannot take part.
+    let flag_len = Layout::flag_bytes(n, slots, rx_lanes).next_multiple_of(4096);
+    let mut own_flags = None;
+    if let (true, Some((l, _, _))) = (host_only, &local) {
+        match host_region(
+            &l.ctx,
+            &calls::board_name("hf", comm.nonce(), rank),
+            flag_len,
+        ) {
+            Ok(r) => own_flags = Some(r),
+            Err(e) => {
+                tracing::info!("rank {rank}: cuda-ipc host-only flags: {e}");
+                offer.capable = false;
+            }
+        }
+    }
+    let (one_way, exchange) = if host_only {
+        ((1, direct::HostPath::WHOLE), (1, direct::HostPath::WHOLE))
+    } else {
+        host_shares()
+    };
     let mut own_ring = None;
     if let Some((l, _, _)) = &local {
         let hs = HostRing::from_params();
@@ -736,19 +790,28 @@ pub fn attach(comm: &Comm) -> Result<()> {
             && o.chunk == chunk as u64
             && o.slots == slots
             && o.single_max == single_max as u64
+            && o.host_only == host_only
+            // Host-only moves everything as direct transfers.
+            && (o.direct || !host_only)
     });
     let direct_on = offers.iter().all(|o| o.direct);
     // Paths every rank must choose alike: the smallest low-latency limit (every rank's area
     // holds that much), direct reductions only if every rank has them on, from the largest
     // threshold.
-    let ll_max = offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0);
+    // Host-only: nothing that reads or writes a peer's GPU memory (small operations as
+    // kernels, direct reductions, relays, remote copies).
+    let ll_max = if host_only {
+        0
+    } else {
+        offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0)
+    };
     let ll_exchange_max = offers
         .iter()
         .map(|o| o.ll_exchange_max as usize)
         .min()
         .unwrap_or(0)
         .min(ll_max);
-    let direct_reduce = if offers.iter().any(|o| o.direct_reduce == 0) {
+    let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
         offers
@@ -759,7 +822,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     };
     // Relayed broadcasts only if every rank has them on, from the largest threshold and chunk.
     let relay = relay::Relay {
-        min_bytes: if offers.iter().any(|o| o.relay_min == 0) {
+        min_bytes: if host_only || offers.iter().any(|o| o.relay_min == 0) {
             0
         } else {
             offers
@@ -793,6 +856,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         max_connections.as_deref(),
     );
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
+    // Host-only: every rank's flag region as this process maps and registers it.
+    let mut host_flags: Vec<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)> = Vec::new();
     let opened = (|| -> Result<()> {
         board.boards.open_peers(comm.nonce())?;
         inbox.open_peers(comm.nonce())?;
@@ -800,7 +865,26 @@ pub fn attach(comm: &Comm) -> Result<()> {
             if j == rank {
                 continue;
             }
-            peers[j] = Some(if state.table[j].pid == my_pid {
+            peers[j] = Some(if host_only {
+                let name = calls::board_name("hf", comm.nonce(), j);
+                let region = ccl_transports::shm::ShmRegion::open(&name, flag_len)
+                    .map_err(|e| Error::system(format!("the peer's host-only flags: {e}")))?;
+                // SAFETY: a page-aligned mapping of ours, just made (a second mapping of the
+                // peer's file, so not registered), kept beside its registration, which drops
+                // first (host_flags holds them in that order).
+                let reg = unsafe {
+                    cuda::HostRegistration::new(&local.ctx, region.as_ptr(), region.len())
+                }
+                .map_err(cuda_err)?;
+                let flags = reg.device_ptr();
+                host_flags.push((reg, region));
+                Peer {
+                    flags,
+                    scratch: 0,
+                    ll: 0,
+                    _maps: Vec::new(),
+                }
+            } else if state.table[j].pid == my_pid {
                 // The same process: plain pointers, once this device may access the peer's.
                 let pctx = crate::gpu::device_context(o.dev)?;
                 local.ctx.enable_peer_access(&pctx).map_err(cuda_err)?;
@@ -857,7 +941,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         _ => None,
     };
     // Remote copies: both ranks asked, and this one can queue on the peer's GPU.
-    let remote = if opened.is_ok() && n == 2 && offers.iter().all(|o| o.remote) {
+    let remote = if opened.is_ok() && n == 2 && !host_only && offers.iter().all(|o| o.remote) {
         match remote_lanes(&local.ctx, &offers[1 - rank], rx_lanes) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -899,6 +983,11 @@ pub fn attach(comm: &Comm) -> Result<()> {
         );
     }
     let peer_ring = peer_ring.filter(|_| oks.iter().all(|b| b.get(3) == Some(&1)));
+    // Host-only has no other way for the bytes: no ring on some rank, no engine on any.
+    if host_only && !oks.iter().all(|b| b.get(3) == Some(&1)) {
+        tracing::info!("rank {rank}: cuda-ipc host-only off: a rank has no host path ring");
+        return Ok(());
+    }
     let host_path = peer_ring.as_ref().map(|rings| {
         let (out_ring, in_ring) = rings.device_ptrs();
         direct::HostPath {
@@ -925,6 +1014,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
     }
     // Every peer has mapped this rank's boards (and ring).
     board.boards.unlink();
+    if let Some((_, region)) = &own_flags {
+        region.unlink();
+    }
     inbox.unlink();
     // Both ranks have mapped both rings (a ring whose path went off is removed as it drops).
     if let Some(rings) = &peer_ring {
@@ -967,7 +1059,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
         tx_lanes: TX_LANES,
         rx_lanes,
         direct_tx,
-        flags: own(|p| p.flags, local.flags.ptr()),
+        flags: own(
+            |p| p.flags,
+            own_flags
+                .as_ref()
+                .map_or(local.flags.ptr(), |(reg, _)| reg.device_ptr()),
+        ),
         scratch: own(|p| p.scratch, local.scratch.ptr()),
         host: host_path,
     };
@@ -1045,6 +1142,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         host_limits,
         host_skipped: std::sync::atomic::AtomicU64::new(0),
         _host_rings: peer_ring,
+        host_only,
+        _host_flags: own_flags.into_iter().chain(host_flags).collect(),
         fork,
         joins,
         last_done,
@@ -1124,6 +1223,12 @@ pub fn engine_for(comm: &Comm, tasks: &[Task]) -> Option<Arc<IpcEngine>> {
         .iter()
         .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))));
     (!device_scalar).then_some(eng)
+}
+
+/// Whether the host-only engine ([`IpcEngine::host_only`]) takes `t`: the operations that
+/// move bytes without arithmetic, which it carries wholly through the host path.
+pub(crate) fn host_only_takes(t: &Task) -> bool {
+    direct::goes_direct(t.kind)
 }
 
 /// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
@@ -1292,6 +1397,11 @@ impl Device for CudaDevice<'_> {
     }
 
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // Nothing to move (a direct transfer wholly through the host path: its NVLink part,
+        // whose peer address is then not even resolved).
+        if bytes == 0 {
+            return Ok(());
+        }
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
         unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)
@@ -2473,7 +2583,9 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
 /// every rank can ([`captured`]); `false`: every rank goes on to the staged captured path.
 /// Collective: every rank of a communicator with cuda-ipc calls it for the same group.
 pub(crate) fn capture(comm: &Comm, tasks: &[Task]) -> Result<bool> {
-    let Some(eng) = comm.0.ipc.lock().clone() else {
+    // Host-only: captured groups go staged (graph capture of the direct paths assumes peer
+    // memory).
+    let Some(eng) = comm.0.ipc.lock().clone().filter(|e| !e.host_only) else {
         return Ok(false);
     };
     captured::capture(comm, &eng, tasks)

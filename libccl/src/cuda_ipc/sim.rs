@@ -176,6 +176,11 @@ impl Mem {
     }
 
     fn range(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        // An empty copy touches nothing, wherever it points (a transfer wholly through the
+        // host path leaves its NVLink part empty, its peer address unresolved).
+        if len == 0 {
+            return &mut [];
+        }
         for (base, v) in self.regions.iter_mut() {
             if addr >= *base && addr + len as u64 <= *base + v.len() as u64 {
                 let o = (addr - *base) as usize;
