@@ -2664,7 +2664,44 @@ mod tests {
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
         assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
         assert_eq!(d.host, o.host);
+        assert!(!d.host_only);
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());
+        // Host-only travels in the flag byte, beside the others.
+        o.host_only = true;
+        let d = Offer::decode(&o.encode()).unwrap();
+        assert!(d.host_only && d.capable && d.direct && d.remote);
+    }
+
+    /// Host-only takes the operations that only move bytes, and leaves every reduction staged.
+    #[test]
+    fn host_only_takes_data_movement_and_leaves_reductions() {
+        let t = |kind| Task {
+            kind,
+            send: 0,
+            recv: 0,
+            count: 1,
+            dtype: DataType::Float32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+        };
+        for kind in [
+            TaskKind::Send { peer: 1 },
+            TaskKind::Recv { peer: 1 },
+            TaskKind::Coll(Collective::AllGather),
+            TaskKind::Coll(Collective::AlltoAll),
+            TaskKind::Coll(Collective::Broadcast { root: 1 }),
+            TaskKind::Coll(Collective::Gather { root: 0 }),
+            TaskKind::Coll(Collective::Scatter { root: 0 }),
+        ] {
+            assert!(host_only_takes(&t(kind)), "{kind:?}");
+        }
+        for kind in [
+            TaskKind::Coll(Collective::AllReduce),
+            TaskKind::Coll(Collective::ReduceScatter),
+            TaskKind::Coll(Collective::Reduce { root: 0 }),
+        ] {
+            assert!(!host_only_takes(&t(kind)), "{kind:?}");
+        }
     }
 
     #[test]

@@ -1858,6 +1858,22 @@ fn copies_on(d: &SimDevice, lane: Lane) -> usize {
     })
 }
 
+/// The host path's test cases (two ranks): every case at 80 KB, some below the threshold
+/// between them, and broadcasts of sizes that differ, so a slot overwritten too early holds
+/// other bytes.
+fn host_path_cases() -> Vec<Case> {
+    let mut cases = every_case(2, 20_000);
+    cases.extend(every_case(2, 3000).into_iter().step_by(4));
+    cases.extend((0..4).map(|k| Case {
+        kind: Kind::Coll(Collective::Broadcast { root: k % 2 }),
+        count: 20_000 + 777 * k,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place: false,
+    }));
+    cases
+}
+
 /// The host path (two ranks): a share of every large direct transfer goes through a ring in
 /// host memory beside the copy over NVLink. Every data collective and exchange, below and
 /// above the threshold, in and out of place, through bounce buffers (every third seed),
@@ -1871,17 +1887,7 @@ fn host_path_transfers_are_exact_under_any_stream_order() {
             host: Some((16 << 10, permille, 8192, slots)),
             ..Setup::new(2)
         };
-        let mut cases = every_case(2, 20_000);
-        // Some below the threshold, between the others.
-        cases.extend(every_case(2, 3000).into_iter().step_by(4));
-        // Sizes that differ, so a slot overwritten too early holds other bytes.
-        cases.extend((0..4).map(|k| Case {
-            kind: Kind::Coll(Collective::Broadcast { root: k % 2 }),
-            count: 20_000 + 777 * k,
-            dtype: DataType::Int32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            in_place: false,
-        }));
+        let cases = host_path_cases();
         let used = std::cell::Cell::new([0usize; 2]);
         let look = |d: &mut SimDevice, r: usize| {
             let mut u = used.get();
@@ -1911,15 +1917,7 @@ fn whole_transfers_through_the_host_path_are_exact_and_never_deadlock() {
             host: Some((16 << 10, direct::HostPath::WHOLE, 8192, slots)),
             ..Setup::new(2)
         };
-        let mut cases = every_case(2, 20_000);
-        cases.extend(every_case(2, 3000).into_iter().step_by(4));
-        cases.extend((0..4).map(|k| Case {
-            kind: Kind::Coll(Collective::Broadcast { root: k % 2 }),
-            count: 20_000 + 777 * k,
-            dtype: DataType::Int32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            in_place: false,
-        }));
+        let cases = host_path_cases();
         for (merged, seeds) in [(true, 0..3u64), (false, 0..3u64)] {
             for seed in seeds {
                 if let Err(e) = simulate(&s, &cases, merged, seed * 37 + 11, None) {
