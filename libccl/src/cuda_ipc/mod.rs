@@ -1112,7 +1112,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
         }
     }
     let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
-    let host_limits = host_limits(&local.ctx, layout.host.is_some());
+    // Host-only never pauses the host path at a power limit: it is the only way for the bytes.
+    let host_limits = host_limits(&local.ctx, layout.host.is_some() && !host_only);
     let engine = IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
