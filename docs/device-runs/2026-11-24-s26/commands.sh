@@ -30,3 +30,5 @@ bash docs/device-runs/2026-11-24-s26/call18.sh
 bash docs/device-runs/2026-11-24-s26/call19.sh
 # 20: the one-GPU regression round with the final library (default settings): all PASS, 0 wrong
 RUNS=3 bash tests/gpu/device_one_gpu.sh
+# 21: the final library (fd859a7): host-only (P2P off) and default cuda-ipc, nine ops under mpirun 8 B-128 MiB checked: 0 wrong, exit 0 everywhere
+bash docs/device-runs/2026-11-24-s26/call21.sh
