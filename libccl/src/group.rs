@@ -568,20 +568,6 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
         }
         if crate::gpu::wants_gpu(&comm, &tasks)? {
             match crate::cuda_ipc::engine_for(&comm, &tasks) {
-                Some(eng) if eng.host_only => {
-                    // The host-only engine takes what it moves without peer memory; the rest
-                    // goes staged. Decided by each operation's kind alone, so every rank
-                    // splits its group alike, and queued in the same order on every rank.
-                    let (mine, rest): (Vec<Task>, Vec<Task>) = tasks
-                        .into_iter()
-                        .partition(crate::cuda_ipc::host_only_takes);
-                    if !rest.is_empty() {
-                        crate::gpu::submit(&comm, rest)?;
-                    }
-                    if !mine.is_empty() {
-                        direct.push((comm, eng, mine));
-                    }
-                }
                 Some(eng) => direct.push((comm, eng, tasks)),
                 None => crate::gpu::submit(&comm, tasks)?,
             }

@@ -32,3 +32,5 @@ bash docs/device-runs/2026-11-24-s26/call19.sh
 RUNS=3 bash tests/gpu/device_one_gpu.sh
 # 21: the final library (fd859a7): host-only (P2P off) and default cuda-ipc, nine ops under mpirun 8 B-128 MiB checked: 0 wrong, exit 0 everywhere
 bash docs/device-runs/2026-11-24-s26/call21.sh
+# 22: host-only with receive slots in shared host memory (reductions in the engine): nine ops, reductions all types x five ops, one queue, -g 2, against staged
+bash docs/device-runs/2026-11-24-s26/call22.sh

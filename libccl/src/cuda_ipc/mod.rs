@@ -112,9 +112,9 @@ struct Queued {
 
 /// One communicator's cuda-ipc state.
 pub struct IpcEngine {
-    /// Host-only mode (`CCL_IPC_HOST_ONLY`): flag words in shared host memory, every direct
-    /// transfer wholly through the host path, nothing that touches a peer's GPU memory; only
-    /// the operations [`direct::goes_direct`] takes come here, the rest go staged.
+    /// Host-only mode (`CCL_IPC_HOST_ONLY`): flag words and receive slots in shared host
+    /// memory, every direct transfer wholly through the host path, reductions through the
+    /// slots, nothing that touches a peer's GPU memory (captured groups go staged).
     pub(crate) host_only: bool,
     /// Host-only: every rank's flag region as this process registered and mapped it
     /// (registrations drop first).
@@ -742,17 +742,26 @@ pub fn attach(comm: &Comm) -> Result<()> {
     offer.host_only = host_only;
     // Host-only: this rank's flag words in shared host memory, before the offer (peers map
     // them once they have every offer); without them this rank cannot take part.
+    // So do its receive slots (the staged protocol's, which reductions use): peers write
+    // chunks there and this rank's kernels reduce out of them.
     let flag_len = Layout::flag_bytes(n, slots, rx_lanes).next_multiple_of(4096);
+    let slot_len = Layout::scratch_bytes(n, slots, chunk)
+        .unwrap_or(0)
+        .max(1)
+        .next_multiple_of(4096);
     let mut own_flags = None;
+    let mut own_slots = None;
     if let (true, Some((l, _, _))) = (host_only, &local) {
-        match host_region(
-            &l.ctx,
-            &calls::board_name("hf", comm.nonce(), rank),
-            flag_len,
-        ) {
-            Ok(r) => own_flags = Some(r),
+        let region = |what: &str, len: usize| {
+            host_region(&l.ctx, &calls::board_name(what, comm.nonce(), rank), len)
+        };
+        match region("hf", flag_len).and_then(|f| Ok((f, region("hs", slot_len)?))) {
+            Ok((f, s)) => {
+                own_flags = Some(f);
+                own_slots = Some(s);
+            }
             Err(e) => {
-                tracing::info!("rank {rank}: cuda-ipc host-only flags: {e}");
+                tracing::info!("rank {rank}: cuda-ipc host-only regions: {e}");
                 offer.capable = false;
             }
         }
@@ -866,21 +875,24 @@ pub fn attach(comm: &Comm) -> Result<()> {
                 continue;
             }
             peers[j] = Some(if host_only {
-                let name = calls::board_name("hf", comm.nonce(), j);
-                let region = ccl_transports::shm::ShmRegion::open(&name, flag_len)
-                    .map_err(|e| Error::system(format!("the peer's host-only flags: {e}")))?;
-                // SAFETY: a page-aligned mapping of ours, just made (a second mapping of the
-                // peer's file, so not registered), kept beside its registration, which drops
-                // first (host_flags holds them in that order).
-                let reg = unsafe {
-                    cuda::HostRegistration::new(&local.ctx, region.as_ptr(), region.len())
-                }
-                .map_err(cuda_err)?;
-                let flags = reg.device_ptr();
-                host_flags.push((reg, region));
+                let mut map = |what: &str, len: usize| -> Result<u64> {
+                    let name = calls::board_name(what, comm.nonce(), j);
+                    let region = ccl_transports::shm::ShmRegion::open(&name, len)
+                        .map_err(|e| Error::system(format!("the peer's host-only {what}: {e}")))?;
+                    // SAFETY: a page-aligned mapping of ours, just made (a second mapping of
+                    // the peer's file, so not registered), kept beside its registration, which
+                    // drops first (host_flags holds them in that order).
+                    let reg = unsafe {
+                        cuda::HostRegistration::new(&local.ctx, region.as_ptr(), region.len())
+                    }
+                    .map_err(cuda_err)?;
+                    let at = reg.device_ptr();
+                    host_flags.push((reg, region));
+                    Ok(at)
+                };
                 Peer {
-                    flags,
-                    scratch: 0,
+                    flags: map("hf", flag_len)?,
+                    scratch: map("hs", slot_len)?,
                     ll: 0,
                     _maps: Vec::new(),
                 }
@@ -1014,7 +1026,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     }
     // Every peer has mapped this rank's boards (and ring).
     board.boards.unlink();
-    if let Some((_, region)) = &own_flags {
+    for (_, region) in own_flags.iter().chain(&own_slots) {
         region.unlink();
     }
     inbox.unlink();
@@ -1065,7 +1077,12 @@ pub fn attach(comm: &Comm) -> Result<()> {
                 .as_ref()
                 .map_or(local.flags.ptr(), |(reg, _)| reg.device_ptr()),
         ),
-        scratch: own(|p| p.scratch, local.scratch.ptr()),
+        scratch: own(
+            |p| p.scratch,
+            own_slots
+                .as_ref()
+                .map_or(local.scratch.ptr(), |(reg, _)| reg.device_ptr()),
+        ),
         host: host_path,
     };
     let mut bufs = Buffers::new(local.ctx.clone(), vmm_ok);
@@ -1144,7 +1161,11 @@ pub fn attach(comm: &Comm) -> Result<()> {
         host_skipped: std::sync::atomic::AtomicU64::new(0),
         _host_rings: peer_ring,
         host_only,
-        _host_flags: own_flags.into_iter().chain(host_flags).collect(),
+        _host_flags: own_flags
+            .into_iter()
+            .chain(own_slots)
+            .chain(host_flags)
+            .collect(),
         fork,
         joins,
         last_done,
@@ -1224,12 +1245,6 @@ pub fn engine_for(comm: &Comm, tasks: &[Task]) -> Option<Arc<IpcEngine>> {
         .iter()
         .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))));
     (!device_scalar).then_some(eng)
-}
-
-/// Whether the host-only engine ([`IpcEngine::host_only`]) takes `t`: the operations that
-/// move bytes without arithmetic, which it carries wholly through the host path.
-pub(crate) fn host_only_takes(t: &Task) -> bool {
-    direct::goes_direct(t.kind)
 }
 
 /// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
@@ -2671,38 +2686,6 @@ mod tests {
         o.host_only = true;
         let d = Offer::decode(&o.encode()).unwrap();
         assert!(d.host_only && d.capable && d.direct && d.remote);
-    }
-
-    /// Host-only takes the operations that only move bytes, and leaves every reduction staged.
-    #[test]
-    fn host_only_takes_data_movement_and_leaves_reductions() {
-        let t = |kind| Task {
-            kind,
-            send: 0,
-            recv: 0,
-            count: 1,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-        };
-        for kind in [
-            TaskKind::Send { peer: 1 },
-            TaskKind::Recv { peer: 1 },
-            TaskKind::Coll(Collective::AllGather),
-            TaskKind::Coll(Collective::AlltoAll),
-            TaskKind::Coll(Collective::Broadcast { root: 1 }),
-            TaskKind::Coll(Collective::Gather { root: 0 }),
-            TaskKind::Coll(Collective::Scatter { root: 0 }),
-        ] {
-            assert!(host_only_takes(&t(kind)), "{kind:?}");
-        }
-        for kind in [
-            TaskKind::Coll(Collective::AllReduce),
-            TaskKind::Coll(Collective::ReduceScatter),
-            TaskKind::Coll(Collective::Reduce { root: 0 }),
-        ] {
-            assert!(!host_only_takes(&t(kind)), "{kind:?}");
-        }
     }
 
     #[test]
