@@ -34,3 +34,6 @@ RUNS=3 bash tests/gpu/device_one_gpu.sh
 bash docs/device-runs/2026-11-24-s26/call21.sh
 # 22: host-only with receive slots in shared host memory (reductions in the engine): nine ops, reductions all types x five ops, one queue, -g 2, against staged
 bash docs/device-runs/2026-11-24-s26/call22.sh
+# 23: the one-GPU regression round with NCCL_P2P_DISABLE=1 CCL_IPC_HOST_ONLY=1 exported (before the shared-GPU guard): all PASS but two_comms 10000 (watchdog) and "small p2p mismatch" (host-only reports the mismatch from the group call, error 5, instead of as an async error)
+export NCCL_P2P_DISABLE=1 CCL_IPC_HOST_ONLY=1; RUNS=3 bash tests/gpu/device_one_gpu.sh
+# 24: two_comms under host-only: 200 and 1000 iterations PASS, 3000 hit the 100 s watchdog (a hang, not slowness)

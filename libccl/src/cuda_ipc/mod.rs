@@ -856,6 +856,21 @@ pub fn attach(comm: &Comm) -> Result<()> {
         return Ok(());
     };
     let my_pid = state.table[rank].pid;
+    // Host-only keeps two more streams per rank waiting on host words; ranks that share a GPU
+    // in one process share its hardware queues, where such a wait can hold up the very work of
+    // the other rank that would release it (tests/gpu/two_comms.c, two communicators of two
+    // ranks on one GPU in one process: hung within 3000 iterations). Those stay staged; both
+    // ranks see the same table, so both decide alike.
+    let shares_gpu = (0..n).any(|j| {
+        j != rank && state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id
+    });
+    if host_only && shares_gpu {
+        tracing::info!(
+            "rank {rank}: cuda-ipc host-only off: another rank of this communicator shares this \
+             process's GPU (the staged path carries the communicator)"
+        );
+        return Ok(());
+    }
     let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
     warn_of_shared_queues(
         rank,
