@@ -396,11 +396,11 @@ pub(crate) struct HostShare {
 
 impl HostShare {
     /// (chunk number, offset, length) of every chunk.
-    pub fn chunks(&self) -> impl Iterator<Item = (u64, usize, usize)> + '_ {
+    pub fn chunks(self) -> impl Iterator<Item = (u64, usize, usize)> {
         (self.nvl..self.end)
             .step_by(self.per.max(1))
             .enumerate()
-            .map(|(i, off)| {
+            .map(move |(i, off)| {
                 (
                     self.first_chunk + i as u64,
                     off,
@@ -723,12 +723,7 @@ impl Plan {
         let slot_at = |c: u64| (c % slots) * h.slot_bytes as u64;
         let chunks = |outgoing: bool| -> Vec<(&Transfer, u64, usize, usize)> {
             self.host_shares(outgoing)
-                .flat_map(|(t, share)| {
-                    share
-                        .chunks()
-                        .map(move |(c, off, len)| (t, c, off, len))
-                        .collect::<Vec<_>>()
-                })
+                .flat_map(|(t, share)| share.chunks().map(move |(c, off, len)| (t, c, off, len)))
                 .collect()
         };
         let (outs, ins) = (chunks(true), chunks(false));

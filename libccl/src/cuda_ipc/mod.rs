@@ -118,7 +118,7 @@ pub struct IpcEngine {
     pub(crate) host_only: bool,
     /// Host-only: every rank's flag region as this process registered and mapped it
     /// (registrations drop first).
-    _host_flags: Vec<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)>,
+    _host_flags: Vec<Registered>,
     ctx: Arc<Context>,
     kernels: Arc<Kernels>,
     layout: Layout,
@@ -435,32 +435,31 @@ impl HostRings {
 }
 
 /// This rank's ring of the host path, made and registered before the offer.
-fn host_ring(
-    ctx: &Arc<Context>,
-    nonce: u64,
-    rank: usize,
-    hs: &HostRing,
-) -> Result<(ccl_transports::shm::ShmRegion, cuda::HostRegistration)> {
-    let (reg, region) = host_region(ctx, &calls::board_name("hp", nonce, rank), hs.ring_bytes())
-        .map_err(|e| Error::system(format!("host path ring: {e}")))?;
-    Ok((region, reg))
+fn host_ring(ctx: &Arc<Context>, nonce: u64, rank: usize, hs: &HostRing) -> Result<Registered> {
+    host_region(ctx, &calls::board_name("hp", nonce, rank), hs.ring_bytes())
+        .map_err(|e| Error::system(format!("host path ring: {e}")))
 }
 
-/// A new shared region `name` of `len` bytes (zeroed), mapped here and registered with CUDA
-/// (its device address is the registration's); the caller keeps both, dropping the
-/// registration first.
-fn host_region(
-    ctx: &Arc<Context>,
-    name: &str,
-    len: usize,
-) -> Result<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)> {
-    let region = ccl_transports::shm::ShmRegion::create(name, len)
-        .map_err(|e| Error::system(format!("{name}: {e}")))?;
-    // SAFETY: the region is a page-aligned mapping of ours, new (so not registered), and the
-    // caller keeps it beside its registration, which drops first.
+/// A shared region registered with CUDA (its device address is the registration's), the
+/// registration first so that it drops before the mapping.
+type Registered = (cuda::HostRegistration, ccl_transports::shm::ShmRegion);
+
+/// `region`, a mapping this process just made (of a file it created or a peer's), registered
+/// with CUDA here.
+fn registered(ctx: &Arc<Context>, region: ccl_transports::shm::ShmRegion) -> Result<Registered> {
+    // SAFETY: the region is a page-aligned mapping of ours, new (so not registered: a peer's
+    // file mapped here is a second mapping), and it travels beside its registration, which
+    // drops first.
     let reg = unsafe { cuda::HostRegistration::new(ctx, region.as_ptr(), region.len()) }
         .map_err(cuda_err)?;
     Ok((reg, region))
+}
+
+/// A new shared region `name` of `len` bytes (zeroed), mapped and registered here.
+fn host_region(ctx: &Arc<Context>, name: &str, len: usize) -> Result<Registered> {
+    let region = ccl_transports::shm::ShmRegion::create(name, len)
+        .map_err(|e| Error::system(format!("{name}: {e}")))?;
+    registered(ctx, region)
 }
 
 const BUS_ID_BYTES: usize = 16;
@@ -861,10 +860,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // the other rank that would release it (tests/gpu/two_comms.c, two communicators of two
     // ranks on one GPU in one process: hung within 3000 iterations). Those stay staged; both
     // ranks see the same table, so both decide alike.
-    let shares_gpu = (0..n).any(|j| {
-        j != rank && state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id
-    });
-    if host_only && shares_gpu {
+    let sharing: Vec<usize> = (0..n)
+        .filter(|&j| state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id)
+        .collect();
+    if host_only && sharing.len() > 1 {
         tracing::info!(
             "rank {rank}: cuda-ipc host-only off: another rank of this communicator shares this \
              process's GPU (the staged path carries the communicator)"
@@ -872,16 +871,10 @@ pub fn attach(comm: &Comm) -> Result<()> {
         return Ok(());
     }
     let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
-    warn_of_shared_queues(
-        rank,
-        (0..n)
-            .filter(|&j| state.table[j].pid == my_pid && offers[j].bus_id == offers[rank].bus_id)
-            .collect(),
-        max_connections.as_deref(),
-    );
+    warn_of_shared_queues(rank, sharing, max_connections.as_deref());
     let mut peers: Vec<Option<Peer>> = (0..n).map(|_| None).collect();
     // Host-only: every rank's flag region as this process maps and registers it.
-    let mut host_flags: Vec<(cuda::HostRegistration, ccl_transports::shm::ShmRegion)> = Vec::new();
+    let mut host_flags: Vec<Registered> = Vec::new();
     let opened = (|| -> Result<()> {
         board.boards.open_peers(comm.nonce())?;
         inbox.open_peers(comm.nonce())?;
@@ -894,13 +887,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
                     let name = calls::board_name(what, comm.nonce(), j);
                     let region = ccl_transports::shm::ShmRegion::open(&name, len)
                         .map_err(|e| Error::system(format!("the peer's host-only {what}: {e}")))?;
-                    // SAFETY: a page-aligned mapping of ours, just made (a second mapping of
-                    // the peer's file, so not registered), kept beside its registration, which
-                    // drops first (host_flags holds them in that order).
-                    let reg = unsafe {
-                        cuda::HostRegistration::new(&local.ctx, region.as_ptr(), region.len())
-                    }
-                    .map_err(cuda_err)?;
+                    let (reg, region) = registered(&local.ctx, region)?;
                     let at = reg.device_ptr();
                     host_flags.push((reg, region));
                     Ok(at)
@@ -949,13 +936,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
                 let name = calls::board_name("hp", comm.nonce(), 1 - rank);
                 let peer = ccl_transports::shm::ShmRegion::open(&name, host_settings.ring_bytes())
                     .map_err(|e| Error::system(format!("the peer's host path ring: {e}")))?;
-                // SAFETY: as in host_ring: a page-aligned mapping of ours, just made (a second
-                // mapping of the peer's file, so not registered), dropped after its
-                // registration.
-                let reg =
-                    unsafe { cuda::HostRegistration::new(&local.ctx, peer.as_ptr(), peer.len()) }
-                        .map_err(cuda_err)?;
-                let (own, own_reg) = own;
+                let (reg, peer) = registered(&local.ctx, peer)?;
+                let (own_reg, own) = own;
                 Ok(HostRings {
                     regs: [reg, own_reg],
                     own,
