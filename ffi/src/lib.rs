@@ -67,9 +67,49 @@ fn last_error_global() -> &'static Mutex<String> {
     LAST.get_or_init(|| Mutex::new(String::new()))
 }
 
+/// Distinct texts `ncclGetLastError` keeps for the life of the process; past them it writes into
+/// one buffer per thread, as NCCL writes into its one static buffer.
+const KEPT_MESSAGES: usize = 4096;
+
 thread_local! {
-    /// The string `ncclGetLastError` handed this thread; valid until its next call.
-    static LAST_RETURNED: RefCell<CString> = RefCell::new(CString::default());
+    /// Where `ncclGetLastError` writes once `KEPT_MESSAGES` texts are kept: its address stays
+    /// valid as long as the thread, its text until the thread's next call.
+    static LAST_RETURNED: RefCell<[u8; 2048]> = const { RefCell::new([0; 2048]) };
+}
+
+/// A pointer to `msg` as a C string that stays valid, text and all, for the life of the
+/// process. NCCL's `ncclGetLastError` returns a static buffer, so callers keep the pointer
+/// across later calls (tests/gpu/mismatch.c printed one communicator's message after asking for
+/// another's, and read freed memory when each call replaced the last string). Error texts are
+/// few and repeat, so each distinct one is kept once.
+fn lasting_c_str(msg: &str) -> *const c_char {
+    static KEPT: OnceLock<Mutex<std::collections::HashMap<String, CString>>> = OnceLock::new();
+    let mut kept = KEPT.get_or_init(Default::default).lock();
+    if let Some(c) = kept.get(msg) {
+        return c.as_ptr();
+    }
+    if kept.len() < KEPT_MESSAGES {
+        let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        // The text lives in the CString's heap allocation, which moving it into the map leaves
+        // where it is, and entries are never removed.
+        let at = c.as_ptr();
+        kept.insert(msg.to_string(), c);
+        return at;
+    }
+    drop(kept);
+    LAST_RETURNED.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        let n = msg.len().min(buf.len() - 1);
+        buf[..n].copy_from_slice(&msg.as_bytes()[..n]);
+        buf[n] = 0;
+        // Interior NULs would cut the text short; NCCL's texts have none either.
+        for b in &mut buf[..n] {
+            if *b == 0 {
+                *b = b' ';
+            }
+        }
+        buf.as_ptr().cast()
+    })
 }
 
 fn set_last_error(msg: &str) {
@@ -463,11 +503,7 @@ fn ncclGetLastError / pncclGetLastError(comm: ncclComm_t) -> *const c_char {
         }
     }))
     .unwrap_or_default();
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_RETURNED.with(|l| {
-        *l.borrow_mut() = c;
-        l.borrow().as_ptr()
-    })
+    lasting_c_str(&msg)
 }
 
 fn ncclResetDebugInit / pncclResetDebugInit() -> () {

@@ -316,6 +316,10 @@ fn bad_arguments_get_invalid_argument_and_the_comm_still_works() {
         assert_eq!(ncclAllReduce(p, p, 16, 12, SUM, c, null), 4, "dtype 12");
         assert_eq!(ncclAllReduce(p, p, 16, -1, SUM, c, null), 4, "dtype -1");
         assert_eq!(ncclAllReduce(p, p, 16, FLOAT, 99, c, null), 4, "op 99");
+        // As with NCCL's static buffer, a message pointer stays readable after later calls.
+        let earlier = ncclGetLastError(c);
+        let earlier_text = std::ffi::CStr::from_ptr(earlier).to_owned();
+        assert!(!earlier_text.is_empty());
         assert_eq!(ncclBroadcast(p, p, 16, FLOAT, 1, c, null), 4, "root 1 of 1");
         assert_eq!(ncclSend(p, 16, FLOAT, -1, c, null), 4, "peer -1");
         assert_eq!(
@@ -329,6 +333,11 @@ fn bad_arguments_get_invalid_argument_and_the_comm_still_works() {
         assert!(
             msg.contains("too large") || msg.contains("overflow"),
             "{msg}"
+        );
+        assert_eq!(
+            std::ffi::CStr::from_ptr(earlier),
+            earlier_text.as_c_str(),
+            "the earlier message, read after later errors"
         );
         assert_eq!(
             ncclAllReduce(p, p, 0, FLOAT, SUM, c, null),

@@ -396,6 +396,54 @@ fn host_limits(ctx: &Context, host_path: bool) -> Option<(cuda::ClockLimits, lim
     Some((clocks, watch))
 }
 
+/// How the engine may reach the peer GPUs' memory, from the settings alone (every rank reads
+/// the same ones; the offers check that they agree).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PeerReach {
+    /// Mapped peer memory (CUDA IPC, or plain pointers in one process).
+    Mapped,
+    /// Shared host memory only: flag words, receive slots and the host path's ring.
+    HostOnly,
+    /// Not at all: GPU operations are staged through the host transports.
+    None,
+}
+
+impl PeerReach {
+    /// `host_only` is `CCL_IPC_HOST_ONLY` (`auto`, `1` or `0`), `p2p_off` whether the user turned
+    /// GPU peer-to-peer off, `shm_off` whether `NCCL_SHM_DISABLE` asks for sockets between local
+    /// ranks. Host-only is a shared-memory transport on copy engines, so `auto` takes it where
+    /// NVIDIA's NCCL would take its shared-memory transport: peer-to-peer off, shared memory on,
+    /// two ranks (the host path's ring joins exactly two).
+    fn from_settings(host_only: &str, n: usize, p2p_off: bool, shm_off: bool) -> Self {
+        let forced = match host_only.trim() {
+            "auto" | "" => None,
+            v => match v.parse::<i64>() {
+                Ok(v) => Some(v != 0),
+                Err(_) => {
+                    tracing::warn!("CCL_IPC_HOST_ONLY={v:?} is not auto, 0 or 1; using auto");
+                    None
+                }
+            },
+        };
+        let host_only = n == 2 && forced.unwrap_or(p2p_off && !shm_off);
+        match (host_only, p2p_off) {
+            (true, _) => PeerReach::HostOnly,
+            (false, false) => PeerReach::Mapped,
+            (false, true) => PeerReach::None,
+        }
+    }
+}
+
+/// Whether the user turned GPU peer-to-peer off: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC`
+/// (or `0`), which NCCL reads as "never peer-to-peer".
+fn p2p_disabled() -> bool {
+    params::NCCL_P2P_DISABLE.get_bool()
+        || params::NCCL_P2P_LEVEL
+            .raw()
+            .and_then(|v| ccl_topology::types::PathType::parse_level(&v))
+            == Some(ccl_topology::types::PathType::Loc)
+}
+
 /// This rank's shares of the host path (local settings: the first poster's share holds),
 /// as (smallest transfer, thousandths) one way and in exchanges.
 fn host_shares() -> ((usize, u32), (usize, u32)) {
@@ -693,10 +741,16 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // Host-only mode: two ranks of one host whose GPUs need not reach each other's memory
     // (NCCL_P2P_DISABLE=1 or no peer access): their flag words live in shared host memory and
     // every byte of a direct transfer goes through the host path's ring.
-    let host_only = params::CCL_IPC_HOST_ONLY.get_bool() && n == 2;
+    let reach = PeerReach::from_settings(
+        &params::CCL_IPC_HOST_ONLY.get_str(),
+        n,
+        p2p_disabled(),
+        params::NCCL_SHM_DISABLE.get_bool(),
+    );
+    let host_only = reach == PeerReach::HostOnly;
     let wanted = comm.0.cuda_dev >= 0
         && crate::gpu::available()
-        && (host_only || !params::NCCL_P2P_DISABLE.get_bool())
+        && reach != PeerReach::None
         && !params::CCL_IPC_DISABLE.get_bool()
         && state
             .table
@@ -2619,6 +2673,35 @@ mod tests {
     use super::protocol::tests::task;
     use super::*;
     use ccl_collectives::Collective;
+
+    /// `auto` takes host-only exactly where NCCL would take shared memory between two GPUs;
+    /// `1` and `0` force it on (two ranks only) or off.
+    #[test]
+    fn host_only_where_peer_to_peer_is_off_and_shared_memory_on() {
+        use PeerReach::*;
+        let r = PeerReach::from_settings;
+        assert_eq!(r("auto", 2, false, false), Mapped);
+        assert_eq!(r("auto", 2, true, false), HostOnly);
+        assert_eq!(r("", 2, true, false), HostOnly);
+        assert_eq!(
+            r("auto", 2, true, true),
+            None,
+            "NCCL_SHM_DISABLE: the network path"
+        );
+        assert_eq!(r("auto", 3, true, false), None, "the ring joins two ranks");
+        assert_eq!(r("auto", 3, false, false), Mapped);
+        assert_eq!(r("1", 2, false, false), HostOnly);
+        assert_eq!(
+            r("1", 2, true, true),
+            HostOnly,
+            "forced on over the shared-memory veto"
+        );
+        assert_eq!(r("1", 4, true, false), None);
+        assert_eq!(r("0", 2, true, false), None);
+        assert_eq!(r("0", 2, false, false), Mapped);
+        assert_eq!(r(" 1 ", 2, true, false), HostOnly);
+        assert_eq!(r("junk", 2, true, false), HostOnly, "unparsable: auto");
+    }
 
     /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
     /// unset or unreadable).
