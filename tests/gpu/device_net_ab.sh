@@ -9,7 +9,8 @@
 #
 # Env (defaults): SETS ("base:" -- NAME:VAR=value,VAR=value), MEMS ("host device"), OPS
 # (all_reduce), RANGE ("64K 128M": -b, -e), FACTOR (4: -f), ROUNDS (2), ARGS ("-n 10 -w 2
-# -c 1"), NP (2), CCL_DEV ($PWD/.dev: libnccl.so.2 and ccl-perf), TIMEOUT (240 s a run).
+# -c 1"), NP (2), CCL_DEV ($PWD/.dev: libnccl.so.2 and ccl-perf), TIMEOUT (240 s a run), SHM
+# (0; 1: shared memory stays on, only P2P off).
 # A set whose name starts with "nccl" runs NVIDIA's NCCL (the torch venv's libnccl.so.2, NV)
 # instead of libccl, e.g. "nccl:NCCL_NET=Socket" for its socket transport; with such a set the
 # run ends with each (memory, op, size) median busbw ratio of every other set against it.
@@ -17,7 +18,10 @@
 #   ROUNDS=3 MEMS=device OPS="all_reduce sendrecv alltoall" RANGE="128M 128M" \
 #   SETS="nccl:NCCL_NET=Socket ccl:" bash tests/gpu/device_net_ab.sh
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+export NCCL_NVLS_ENABLE=0 NCCL_P2P_DISABLE=1
+# SHM=1 keeps shared memory on: NCCL's shared-memory transport against libccl's host-only
+# cuda-ipc (both what P2P off alone gives between two GPUs).
+[ "${SHM:-0}" = 1 ] || export NCCL_SHM_DISABLE=1
 CCL=${CCL_DEV:-$PWD/.dev}
 NV=${NV:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
 OUT=${OUT:-/tmp/out}; L=$OUT/net_ab; mkdir -p "$L"
