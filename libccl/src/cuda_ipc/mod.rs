@@ -412,8 +412,7 @@ impl PeerReach {
     /// `host_only` is `CCL_IPC_HOST_ONLY` (`auto`, `1` or `0`), `p2p_off` whether the user turned
     /// GPU peer-to-peer off, `shm_off` whether `NCCL_SHM_DISABLE` asks for sockets between local
     /// ranks. Host-only is a shared-memory transport on copy engines, so `auto` takes it where
-    /// NVIDIA's NCCL would take its shared-memory transport: peer-to-peer off, shared memory on,
-    /// two ranks (the host path's ring joins exactly two).
+    /// NVIDIA's NCCL would take its shared-memory transport: peer-to-peer off, shared memory on.
     fn from_settings(host_only: &str, n: usize, p2p_off: bool, shm_off: bool) -> Self {
         let forced = match host_only.trim() {
             "auto" | "" => None,
@@ -425,7 +424,7 @@ impl PeerReach {
                 }
             },
         };
-        let host_only = n == 2 && forced.unwrap_or(p2p_off && !shm_off);
+        let host_only = n >= 2 && forced.unwrap_or(p2p_off && !shm_off);
         match (host_only, p2p_off) {
             (true, _) => PeerReach::HostOnly,
             (false, false) => PeerReach::Mapped,
@@ -853,10 +852,11 @@ pub fn attach(comm: &Comm) -> Result<()> {
             && o.slots == slots
             && o.single_max == single_max as u64
             && o.host_only == host_only
-            // Host-only moves everything as direct transfers.
-            && (o.direct || !host_only)
     });
-    let direct_on = offers.iter().all(|o| o.direct);
+    // Host-only: direct transfers go through the host path's ring, which joins two ranks; with
+    // more (or with direct transfers off) every byte goes through the receive slots in shared
+    // host memory instead: pushed there on copy engines, copied or reduced out by kernels.
+    let direct_on = offers.iter().all(|o| o.direct) && (!host_only || n == 2);
     // Paths every rank must choose alike: the smallest low-latency limit (every rank's area
     // holds that much), direct reductions only if every rank has them on, from the largest
     // threshold.
@@ -1046,8 +1046,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
         );
     }
     let peer_ring = peer_ring.filter(|_| oks.iter().all(|b| b.get(3) == Some(&1)));
-    // Host-only has no other way for the bytes: no ring on some rank, no engine on any.
-    if host_only && !oks.iter().all(|b| b.get(3) == Some(&1)) {
+    // Host-only direct transfers have no other way for the bytes: no ring on some rank, no
+    // engine on any.
+    if host_only && direct_on && !oks.iter().all(|b| b.get(3) == Some(&1)) {
         tracing::info!("rank {rank}: cuda-ipc host-only off: a rank has no host path ring");
         return Ok(());
     }
@@ -2688,7 +2689,12 @@ mod tests {
             None,
             "NCCL_SHM_DISABLE: the network path"
         );
-        assert_eq!(r("auto", 3, true, false), None, "the ring joins two ranks");
+        assert_eq!(
+            r("auto", 4, true, false),
+            HostOnly,
+            "more ranks: through the slots"
+        );
+        assert_eq!(r("auto", 1, true, false), None);
         assert_eq!(r("auto", 3, false, false), Mapped);
         assert_eq!(r("1", 2, false, false), HostOnly);
         assert_eq!(
@@ -2696,7 +2702,7 @@ mod tests {
             HostOnly,
             "forced on over the shared-memory veto"
         );
-        assert_eq!(r("1", 4, true, false), None);
+        assert_eq!(r("1", 4, false, false), HostOnly);
         assert_eq!(r("0", 2, true, false), None);
         assert_eq!(r("0", 2, false, false), Mapped);
         assert_eq!(r(" 1 ", 2, true, false), HostOnly);
