@@ -433,6 +433,18 @@ impl PeerReach {
     }
 }
 
+impl PeerReach {
+    /// What to try when every rank offered mapped peer memory but some rank could not map it
+    /// (GPUs without peer access: consumer cards, many VMs, GPUs hidden from each other):
+    /// host-only, where `auto` would have chosen it had the settings said so, as NCCL falls
+    /// back to its shared-memory transport there.
+    fn when_unmappable(self, host_only: &str, n: usize, shm_off: bool) -> Option<Self> {
+        let auto =
+            matches!(host_only.trim(), "auto" | "") || host_only.trim().parse::<i64>().is_err();
+        (self == PeerReach::Mapped && auto && n >= 2 && !shm_off).then_some(PeerReach::HostOnly)
+    }
+}
+
 /// Whether the user turned GPU peer-to-peer off: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC`
 /// (or `0`), which NCCL reads as "never peer-to-peer".
 fn p2p_disabled() -> bool {
@@ -725,6 +737,39 @@ fn prepare_local(
 /// Sets up cuda-ipc for a freshly connected communicator. Collective: every rank calls it,
 /// GPU or not, and all reach the same decision (an engine on every rank or on none).
 pub fn attach(comm: &Comm) -> Result<()> {
+    let n = comm.nranks();
+    let setting = params::CCL_IPC_HOST_ONLY.get_str();
+    let shm_off = params::NCCL_SHM_DISABLE.get_bool();
+    let reach = PeerReach::from_settings(&setting, n, p2p_disabled(), shm_off);
+    match attach_as(comm, reach, comm.nonce())? {
+        Attached::Unmappable => match reach.when_unmappable(&setting, n, shm_off) {
+            Some(fallback) => {
+                tracing::info!(
+                    "rank {}: cuda-ipc: a rank cannot map its peers' GPU memory (no peer \
+                     access between these GPUs?); host-only instead",
+                    comm.rank()
+                );
+                // Names of its own: the first attempt's regions may still be on their way out.
+                attach_as(comm, fallback, !comm.nonce()).map(drop)
+            }
+            None => Ok(()),
+        },
+        Attached::On | Attached::Off => Ok(()),
+    }
+}
+
+/// How one attempt at setting up the engine ended (every rank alike: each outcome follows
+/// what all ranks exchanged).
+enum Attached {
+    On,
+    /// Settings or capabilities rule the engine out.
+    Off,
+    /// Every rank offered the engine, but some rank could not open its peers' memory.
+    Unmappable,
+}
+
+/// One attempt with `reach`, its shared-memory names built from `nonce`.
+fn attach_as(comm: &Comm, reach: PeerReach, nonce: u64) -> Result<Attached> {
     let (rank, n) = (comm.rank(), comm.nranks());
     let mut guard = comm.0.state.lock();
     let state = guard
@@ -740,12 +785,6 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // Host-only mode: two ranks of one host whose GPUs need not reach each other's memory
     // (NCCL_P2P_DISABLE=1 or no peer access): their flag words live in shared host memory and
     // every byte of a direct transfer goes through the host path's ring.
-    let reach = PeerReach::from_settings(
-        &params::CCL_IPC_HOST_ONLY.get_str(),
-        n,
-        p2p_disabled(),
-        params::NCCL_SHM_DISABLE.get_bool(),
-    );
     let host_only = reach == PeerReach::HostOnly;
     let wanted = comm.0.cuda_dev >= 0
         && crate::gpu::available()
@@ -767,9 +806,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
             ll_max,
             rx_lanes,
         ) {
-            Ok((l, o)) => match CallBoard::create(comm.nonce(), rank, n).and_then(|b| {
-                let inbox =
-                    RankBoards::create("dx", comm.nonce(), rank, n, direct::inbox_words(n))?;
+            Ok((l, o)) => match CallBoard::create(nonce, rank, n).and_then(|b| {
+                let inbox = RankBoards::create("dx", nonce, rank, n, direct::inbox_words(n))?;
                 Ok((b, inbox))
             }) {
                 Ok((b, inbox)) => (Some((l, b, inbox)), o),
@@ -805,7 +843,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let mut own_slots = None;
     if let (true, Some((l, _, _))) = (host_only, &local) {
         let region = |what: &str, len: usize| {
-            host_region(&l.ctx, &calls::board_name(what, comm.nonce(), rank), len)
+            host_region(&l.ctx, &calls::board_name(what, nonce, rank), len)
         };
         match region("hf", flag_len).and_then(|f| Ok((f, region("hs", slot_len)?))) {
             Ok((f, s)) => {
@@ -828,7 +866,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         let hs = HostRing::from_params();
         // Two ranks only: with more, every GPU's PCIe share would meet on the way to the CPU.
         if n == 2 && (one_way.1 > 0 || exchange.1 > 0) && params::CCL_IPC_DIRECT.get_bool() {
-            match host_ring(&l.ctx, comm.nonce(), rank, &hs) {
+            match host_ring(&l.ctx, nonce, rank, &hs) {
                 Ok(r) => {
                     own_ring = Some(r);
                     offer.host = hs;
@@ -906,7 +944,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
                  peers, or the CCL_IPC_* settings differ between ranks)"
             );
         }
-        return Ok(());
+        return Ok(Attached::Off);
     };
     let my_pid = state.table[rank].pid;
     // Host-only keeps two more streams per rank waiting on host words; ranks that share a GPU
@@ -922,7 +960,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
             "rank {rank}: cuda-ipc host-only off: another rank of this communicator shares this \
              process's GPU (the staged path carries the communicator)"
         );
-        return Ok(());
+        return Ok(Attached::Off);
     }
     let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
     warn_of_shared_queues(rank, sharing, max_connections.as_deref());
@@ -930,15 +968,20 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // Host-only: every rank's flag region as this process maps and registers it.
     let mut host_flags: Vec<Registered> = Vec::new();
     let opened = (|| -> Result<()> {
-        board.boards.open_peers(comm.nonce())?;
-        inbox.open_peers(comm.nonce())?;
+        if !host_only && params::CCL_IPC_FAULT_NO_PEER_ACCESS.get_bool() {
+            return Err(Error::system(
+                "peer GPU memory left unmapped (CCL_IPC_FAULT_NO_PEER_ACCESS)",
+            ));
+        }
+        board.boards.open_peers(nonce)?;
+        inbox.open_peers(nonce)?;
         for (j, o) in offers.iter().enumerate() {
             if j == rank {
                 continue;
             }
             peers[j] = Some(if host_only {
                 let mut map = |what: &str, len: usize| -> Result<u64> {
-                    let name = calls::board_name(what, comm.nonce(), j);
+                    let name = calls::board_name(what, nonce, j);
                     let region = ccl_transports::shm::ShmRegion::open(&name, len)
                         .map_err(|e| Error::system(format!("the peer's host-only {what}: {e}")))?;
                     let (reg, region) = registered(&local.ctx, region)?;
@@ -987,7 +1030,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let peer_ring = match own_ring.take() {
         Some(own) if opened.is_ok() && n == 2 && offers.iter().all(|o| o.host == host_settings) => {
             (|| -> Result<HostRings> {
-                let name = calls::board_name("hp", comm.nonce(), 1 - rank);
+                let name = calls::board_name("hp", nonce, 1 - rank);
                 let peer = ccl_transports::shm::ShmRegion::open(&name, host_settings.ring_bytes())
                     .map_err(|e| Error::system(format!("the peer's host path ring: {e}")))?;
                 let (reg, peer) = registered(&local.ctx, peer)?;
@@ -1032,7 +1075,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     )?;
     drop(probe);
     if oks.iter().any(|b| b.first() != Some(&1)) {
-        return Ok(());
+        return Ok(Attached::Unmappable);
     }
     let vmm_ok = oks.iter().all(|b| b.get(1) == Some(&1));
     // Only if both can: a sender gives up waiting for its receiver because the receiver's
@@ -1050,7 +1093,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
     // engine on any.
     if host_only && direct_on && !oks.iter().all(|b| b.get(3) == Some(&1)) {
         tracing::info!("rank {rank}: cuda-ipc host-only off: a rank has no host path ring");
-        return Ok(());
+        return Ok(Attached::Off);
     }
     let host_path = peer_ring.as_ref().map(|rings| {
         let (out_ring, in_ring) = rings.device_ptrs();
@@ -1257,7 +1300,7 @@ pub fn attach(comm: &Comm) -> Result<()> {
         rx_lanes
     );
     *comm.0.ipc.lock() = Some(Arc::new(engine));
-    Ok(())
+    Ok(Attached::On)
 }
 
 /// Hardware queues a device gives a process's streams when `CUDA_DEVICE_MAX_CONNECTIONS`
@@ -2707,6 +2750,21 @@ mod tests {
         assert_eq!(r("0", 2, false, false), Mapped);
         assert_eq!(r(" 1 ", 2, true, false), HostOnly);
         assert_eq!(r("junk", 2, true, false), HostOnly, "unparsable: auto");
+    }
+
+    /// Peers whose memory cannot be mapped: host-only under `auto` (as NCCL falls back to shared
+    /// memory), never when forced either way, nor against `NCCL_SHM_DISABLE`.
+    #[test]
+    fn unmappable_peers_fall_back_to_host_only_under_auto() {
+        use PeerReach::*;
+        assert_eq!(Mapped.when_unmappable("auto", 2, false), Some(HostOnly));
+        assert_eq!(Mapped.when_unmappable("auto", 8, false), Some(HostOnly));
+        assert_eq!(Mapped.when_unmappable("", 2, false), Some(HostOnly));
+        assert_eq!(Mapped.when_unmappable("auto", 2, true), Option::None);
+        assert_eq!(Mapped.when_unmappable("0", 2, false), Option::None);
+        assert_eq!(Mapped.when_unmappable("1", 2, false), Option::None);
+        assert_eq!(HostOnly.when_unmappable("auto", 2, false), Option::None);
+        assert_eq!(None.when_unmappable("auto", 2, false), Option::None);
     }
 
     /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
