@@ -31,6 +31,10 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
+    # CCL_TORCH_ONE_GPU=1: every rank on GPU 0 (libccl allows it; NVIDIA's NCCL refuses it), to
+    # compare libccl's own paths with each other on a one-GPU machine.
+    if os.environ.get("CCL_TORCH_ONE_GPU") == "1":
+        local = 0
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)

@@ -1291,7 +1291,12 @@ fn attach_as(comm: &Comm, reach: PeerReach, nonce: u64) -> Result<Attached> {
         captured: std::sync::atomic::AtomicUsize::new(0),
     };
     tracing::info!(
-        "rank {rank}: cuda-ipc with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
+        "rank {rank}: cuda-ipc{} with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
+        if host_only {
+            " host-only (no peer GPU memory: flags, slots and ring in shared host memory)"
+        } else {
+            ""
+        },
         n - 1,
         slots,
         chunk >> 10,
