@@ -1494,6 +1494,7 @@ mod tests {
             flags: vec![0x1000_0000, 0x2000_0000],
             scratch: vec![0x1800_0000, 0x2800_0000],
             host: None,
+            mirror: None,
         }
     }
 

@@ -1179,6 +1179,10 @@ fn attach_as(comm: &Comm, reach: PeerReach, nonce: u64) -> Result<Attached> {
                 .map_or(local.scratch.ptr(), |(reg, _)| reg.device_ptr()),
         ),
         host: host_path,
+        // Host-only leaves this rank's GPU receive area unused otherwise: the slots are in
+        // host memory.
+        mirror: (host_only && params::CCL_IPC_HOST_ONLY_STAGE_IN.get_bool())
+            .then(|| local.scratch.ptr()),
     };
     let mut bufs = Buffers::new(local.ctx.clone(), vmm_ok);
     bufs.there = remote.as_ref().map(|r| r.ctx.clone());

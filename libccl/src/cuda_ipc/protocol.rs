@@ -394,6 +394,12 @@ pub(crate) struct Layout {
     /// Two ranks: a share of large direct transfers goes through pinned host memory beside
     /// NVLink (`CCL_IPC_HOST_PATH_PERMILLE`).
     pub host: Option<super::direct::HostPath>,
+    /// Host-only mode: this rank's receive area mirrored in its own GPU memory, slot for slot.
+    /// A chunk to be reduced is copied there on the receive lane before its kernel runs (a
+    /// copy engine reads host memory faster than a kernel does); the slot is credited back
+    /// after the kernel, so the sender refills the slot, and so the mirror, only once the
+    /// kernel is done with it.
+    pub mirror: Option<u64>,
 }
 
 /// Most copy lanes of the direct paths.
@@ -489,13 +495,22 @@ impl Layout {
     /// Slot `slot` for `sender` in `receiver`'s area: one region per peer in rank order, the
     /// receiver's own skipped.
     fn slot_addr(&self, receiver: usize, sender: usize, slot: u32) -> u64 {
+        self.scratch[receiver] + self.slot_offset(receiver, sender, slot)
+    }
+
+    fn slot_offset(&self, receiver: usize, sender: usize, slot: u32) -> u64 {
         let region = if sender < receiver {
             sender
         } else {
             sender - 1
         };
-        self.scratch[receiver]
-            + (region as u64 * self.slots as u64 + slot as u64) * self.chunk as u64
+        (region as u64 * self.slots as u64 + slot as u64) * self.chunk as u64
+    }
+
+    /// This rank's mirror of its slot `slot` for `sender` ([`Layout::mirror`]).
+    fn mirror_slot(&self, sender: usize, slot: u32) -> Option<u64> {
+        self.mirror
+            .map(|m| m + self.slot_offset(self.rank, sender, slot))
     }
 
     pub fn scratch_bytes(nranks: usize, slots: u32, chunk: usize) -> Option<usize> {
@@ -1109,15 +1124,24 @@ impl Emission {
                 dev.wait(lane, l.ready(me, p, slot), seq)?;
                 match act {
                     Act::Copy { dst } => dev.copy(lane, dst + off, incoming, bytes)?,
-                    Act::Reduce { target, dst, local } => self.reduce_chunk(
-                        l,
-                        c,
-                        dev,
-                        (lane, idx),
-                        (target, chunk),
-                        (dst + off, local + off, incoming),
-                        bytes,
-                    )?,
+                    Act::Reduce { target, dst, local } => {
+                        let incoming = match l.mirror_slot(p, slot) {
+                            Some(m) => {
+                                dev.copy(lane, m, incoming, bytes)?;
+                                m
+                            }
+                            None => incoming,
+                        };
+                        self.reduce_chunk(
+                            l,
+                            c,
+                            dev,
+                            (lane, idx),
+                            (target, chunk),
+                            (dst + off, local + off, incoming),
+                            bytes,
+                        )?
+                    }
                 }
                 dev.write(lane, l.credit(p, me, slot), seq)?;
             }

@@ -509,6 +509,13 @@ struct Setup {
     /// shares; rank 1 posts twice as much one way and half in exchanges (the first poster's
     /// share holds for both sides).
     host: Option<(usize, u32, usize, u32)>,
+    /// Host-only's mirror of each rank's receive area ([`Layout::mirror`]).
+    mirror: bool,
+}
+
+/// Where a rank's mirror of its receive area sits in the simulated memory.
+fn mirror_base(rank: usize) -> u64 {
+    base(rank) + 0x0400_0000
 }
 
 /// Where a rank's host-path ring sits in the simulated memory (the peer's transfers to it).
@@ -671,6 +678,7 @@ impl Setup {
             relay: None,
             takeover: false,
             host: None,
+            mirror: false,
         }
     }
 
@@ -688,6 +696,7 @@ impl Setup {
                 rx_lanes: self.rx_lanes,
                 flags: (0..n).map(base).collect(),
                 scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
+                mirror: self.mirror.then(|| mirror_base(r)),
                 host: self.host.filter(|_| n == 2).map(
                     |(min_bytes, permille, slot_bytes, slots)| direct::HostPath {
                         out_ring: ring_base(1 - r),
@@ -715,6 +724,12 @@ impl Setup {
                 Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
             );
             mem.alloc(bounce_base(r), BOUNCE);
+            if self.mirror {
+                mem.alloc(
+                    mirror_base(r),
+                    Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
+                );
+            }
             if let Some((_, _, slot_bytes, slots)) = self.host {
                 mem.alloc(ring_base(r), slot_bytes * slots as usize);
             }
@@ -1167,6 +1182,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         relay: None,
                         takeover: false,
                         host: None,
+                        mirror: false,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -1177,6 +1193,40 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                                      single {single_max} direct {direct} local lanes {lanes} merged {merged} seed {seed}: {e}"
                                 );
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Host-only with more than two ranks (or direct transfers off): every collective through the
+/// receive slots, each chunk to be reduced copied into the receiver's mirror first. Few slots
+/// (a mirror slot is refilled as soon as its credit allows), one and two receive lanes (the
+/// copy into a mirror slot and the kernel still reading it may sit on different lanes), random
+/// lane orders and the merged queue: all exact.
+#[test]
+fn reductions_through_mirrored_slots_are_exact_under_any_stream_order() {
+    for n in [2usize, 3, 4] {
+        for (count, slots) in [(3000usize, 2u32), (1000, 4)] {
+            for rx_lanes in [1usize, 2] {
+                let s = Setup {
+                    chunk: 4096,
+                    slots,
+                    rx_lanes,
+                    direct: false,
+                    mirror: true,
+                    ..Setup::new(n)
+                };
+                let cases = every_case(n, count);
+                for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
+                    for seed in seeds {
+                        if let Err(e) = simulate(&s, &cases, merged, seed * 7919 + 1, None) {
+                            panic!(
+                                "n {n} count {count} slots {slots} rx lanes {rx_lanes} merged \
+                                 {merged} seed {seed}: {e}"
+                            );
                         }
                     }
                 }
