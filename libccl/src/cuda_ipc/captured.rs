@@ -1158,6 +1158,151 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
     Ok(true)
 }
 
+/// Host-only mode ([`super::PeerReach::HostOnly`]): no rank reaches another's GPU memory, so a
+/// captured group cannot read its partners' buffers in place. Captured all-reduces go through
+/// each rank's receive slots in shared host memory instead, used as its outbox: every rank
+/// copies its inputs there, `INPUTS`, copies every partner's from the partner's outbox into its
+/// own GPU receive area (one region per partner, as the slots), reduces in rank order, `DONE`.
+/// All on copy engines but the reduction kernel; the same words as the direct captured groups.
+///
+/// Why the outbox and the GPU regions are free at a replay: the rank's earlier work has ended
+/// on its stream (so every chunk a peer sent into its slots for it was consumed), and a partner
+/// writes into them again (an outbox read, an eager chunk) only after its `DONE` wait, which
+/// passes once every rank has read every outbox.
+pub(crate) struct HostOnlyGroup<'a> {
+    pub index: usize,
+    pub tasks: &'a [Task],
+    /// This rank's GPU receive area: the partners' inputs, a region of slots x chunk bytes
+    /// each, partners in rank order.
+    pub inputs: u64,
+    pub reduce_n: bool,
+}
+
+/// Where each of `tasks`' inputs sits in an outbox (the same on every rank), if all fit in
+/// `region` bytes: all-reduces only, with a reduction the captured paths support.
+pub(crate) fn host_only_offsets(tasks: &[Task], region: usize) -> Option<Vec<usize>> {
+    let mut at = 0usize;
+    let mut offsets = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        if t.kind != TaskKind::Coll(Collective::AllReduce) || !supported(t) {
+            return None;
+        }
+        offsets.push(at);
+        at = at
+            .checked_add(t.count.checked_mul(t.dtype.size())?)?
+            .next_multiple_of(256);
+    }
+    (at <= region).then_some(offsets)
+}
+
+/// Queues host-only group `g` of `l.rank` on [`Lane::User`]; `offsets` from
+/// [`host_only_offsets`].
+pub(crate) fn emit_host_only(
+    dev: &mut dyn Device,
+    l: &Layout,
+    g: &HostOnlyGroup,
+    offsets: &[usize],
+) -> Result<()> {
+    let (me, n) = (l.rank, l.nranks);
+    let region = l.slots as usize * l.chunk;
+    let partners: Vec<usize> = (0..n).filter(|&j| j != me).collect();
+    // Partner j's inputs in this rank's GPU area (own skipped, as the slots).
+    let input_of = |j: usize| g.inputs + (if j < me { j } else { j - 1 } * region) as u64;
+    let bytes = |t: &Task| t.count * t.dtype.size();
+    let mut dev = Batched::new(dev);
+    for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
+        dev.copy(
+            Lane::User,
+            l.scratch[me] + o as u64,
+            t.send as u64,
+            bytes(t),
+        )?;
+    }
+    handshake(&mut dev, l, g.index, &partners, INPUTS)?;
+    for &j in &partners {
+        for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
+            dev.copy(
+                Lane::User,
+                input_of(j) + o as u64,
+                l.scratch[j] + o as u64,
+                bytes(t),
+            )?;
+        }
+    }
+    for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
+        let srcs: Vec<u64> = (0..n)
+            .map(|r| {
+                if r == me {
+                    t.send as u64
+                } else {
+                    input_of(r) + o as u64
+                }
+            })
+            .collect();
+        reduce_into(&mut dev, t, t.recv as u64, &srcs, me, t.count, g.reduce_n)?;
+    }
+    handshake(&mut dev, l, g.index, &partners, DONE)?;
+    dev.flush()
+}
+
+/// Captures `tasks` host-only ([`HostOnlyGroup`]) into the graph their stream is capturing, if
+/// every rank can; `false`: no rank did, and every rank takes the staged captured path.
+pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+    let l = &eng.layout;
+    let (rank, n) = (l.rank, l.nranks);
+    let streams = crate::gpu::streams_of(&eng.ctx, tasks);
+    let index = eng.captured.fetch_add(1, Ordering::Relaxed);
+    let offsets = host_only_offsets(tasks, l.slots as usize * l.chunk)
+        .filter(|_| crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n));
+    // Ability, group index and every operation's signature: the same on every rank, or none
+    // captures it here.
+    let mut mine = vec![offsets.is_some() as u8];
+    mine.extend_from_slice(&(index as u64).to_le_bytes());
+    for t in tasks {
+        mine.extend(signature(t).iter().flat_map(|w| w.to_le_bytes()));
+    }
+    let all = exchange(comm, &mine)?;
+    let Some(offsets) = offsets.filter(|_| all.iter().all(|o| o.first() == Some(&1))) else {
+        tracing::debug!("rank {rank}: group {index} captured on the staged path (host-only)");
+        return Ok(false);
+    };
+    if let Some(r) = all.iter().position(|o| o[1..] != mine[1..]) {
+        return Err(Error::invalid_usage(format!(
+            "operations captured into a CUDA graph differ: rank {r}'s group {index} is not \
+             rank {rank}'s (all-reduces of other counts, types or reductions, or another \
+             group)"
+        )));
+    }
+    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    let ready = kernels_needed(tasks, n, reduce_n)
+        .into_iter()
+        .try_for_each(|(dtype, op)| eng.kernels.prepare(dtype, op))
+        .map_err(crate::gpu::cuda_err);
+    if let Err(e) = &ready {
+        tracing::warn!("rank {rank}: a captured group goes staged: {e}");
+    }
+    let verdicts = exchange(comm, &[ready.is_ok() as u8])?;
+    if verdicts.iter().any(|v| v.as_slice() != [1]) {
+        return Ok(false);
+    }
+    let group = HostOnlyGroup {
+        index,
+        tasks,
+        inputs: eng.device_slots.ptr(),
+        reduce_n,
+    };
+    crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
+        emit_host_only(&mut CudaDevice::new(eng, stream), l, &group, &offsets)
+    })?;
+    if index == 0 {
+        tracing::info!(
+            "rank {rank}: all-reduces captured into CUDA graphs go host-only (copy engines \
+             through shared host memory)"
+        );
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

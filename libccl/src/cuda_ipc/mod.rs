@@ -130,7 +130,10 @@ pub struct IpcEngine {
     /// (`CCL_IPC_COPY_KERNEL`).
     copy_kernel: bool,
     _flags: DeviceBuffer,
-    _scratch: DeviceBuffer,
+    /// This rank's receive area in its GPU memory: the staged protocol's slots, or in host-only
+    /// mode (whose slots are in host memory) their mirror and the partners' inputs of captured
+    /// groups ([`captured::capture_host_only`]).
+    device_slots: DeviceBuffer,
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
     /// array of every rank's area address as mapped here.
     ll_max: usize,
@@ -1251,7 +1254,7 @@ fn attach_as(comm: &Comm, reach: PeerReach, nonce: u64) -> Result<Attached> {
         _ll: local.ll,
         ll_areas,
         _flags: local.flags,
-        _scratch: local.scratch,
+        device_slots: local.scratch,
         _peers: peers,
         tx,
         rx,
@@ -2703,12 +2706,14 @@ pub fn shutdown(comm: &Comm, aborted: bool) {
 /// every rank can ([`captured`]); `false`: every rank goes on to the staged captured path.
 /// Collective: every rank of a communicator with cuda-ipc calls it for the same group.
 pub(crate) fn capture(comm: &Comm, tasks: &[Task]) -> Result<bool> {
-    // Host-only: captured groups go staged (graph capture of the direct paths assumes peer
-    // memory).
-    let Some(eng) = comm.0.ipc.lock().clone().filter(|e| !e.host_only) else {
+    let Some(eng) = comm.0.ipc.lock().clone() else {
         return Ok(false);
     };
-    captured::capture(comm, &eng, tasks)
+    if eng.host_only {
+        captured::capture_host_only(comm, &eng, tasks)
+    } else {
+        captured::capture(comm, &eng, tasks)
+    }
 }
 
 impl std::fmt::Debug for IpcEngine {

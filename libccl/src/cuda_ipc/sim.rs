@@ -2204,6 +2204,19 @@ fn simulate_captured(
         }
     }
     run(&devs, &mut mem, merged, seed)?;
+    check_captured(&mut mem, cases, &layouts, groups.len(), replays)
+}
+
+/// Every captured case's result after `replays` replays, and every captured word of `groups`
+/// groups back to 0.
+fn check_captured(
+    mem: &mut Mem,
+    cases: &[Case],
+    layouts: &[Layout],
+    groups: usize,
+    replays: usize,
+) -> std::result::Result<(), String> {
+    let n = layouts.len();
     for (k, case) in cases.iter().enumerate() {
         // An in-place sum reduces its last result again at every replay.
         let again = case.in_place
@@ -2229,8 +2242,8 @@ fn simulate_captured(
             }
         }
     }
-    for (g, _) in groups.iter().enumerate() {
-        for l in &layouts {
+    for g in 0..groups {
+        for l in layouts {
             for kind in 0..3 {
                 for from in 0..n {
                     let w = mem.word(l.captured_word(l.rank, g, kind, from));
@@ -2245,6 +2258,138 @@ fn simulate_captured(
         }
     }
     Ok(())
+}
+
+/// [`simulate_captured`] for host-only mode ([`captured::HostOnlyGroup`]): the all-reduce cases
+/// through every rank's outbox (its receive slots) into the partners' GPU receive areas.
+fn simulate_captured_host_only(
+    n: usize,
+    cases: &[Case],
+    one_group: bool,
+    replays: usize,
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(), String> {
+    use super::captured::{self, HostOnlyGroup};
+    let s = Setup {
+        chunk: 1 << 16,
+        mirror: true,
+        ..Setup::new(n)
+    };
+    let mut mem = s.protocol_mem();
+    let layouts = s.layouts();
+    place_inputs(&mut mem, cases, n);
+    let groups: Vec<Vec<Vec<Task>>> = if one_group {
+        vec![(0..n)
+            .map(|r| {
+                cases
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, c)| tasks(c, k, r, n))
+                    .collect()
+            })
+            .collect()]
+    } else {
+        cases
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (0..n).map(|r| tasks(c, k, r, n)).collect())
+            .collect()
+    };
+    let region = s.slots as usize * s.chunk;
+    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    for _ in 0..replays {
+        for (r, dev) in devs.iter_mut().enumerate() {
+            for (g, group) in groups.iter().enumerate() {
+                let offsets = captured::host_only_offsets(&group[r], region)
+                    .ok_or(format!("group {g} does not fit the outbox"))?;
+                let hg = HostOnlyGroup {
+                    index: g,
+                    tasks: &group[r],
+                    inputs: mirror_base(r),
+                    reduce_n: seed % 2 == 0,
+                };
+                captured::emit_host_only(dev, &layouts[r], &hg, &offsets)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    if let Some(t) = tamper {
+        for (r, d) in devs.iter_mut().enumerate() {
+            t(d, r);
+        }
+    }
+    run(&devs, &mut mem, merged, seed)?;
+    check_captured(&mut mem, cases, &layouts, groups.len(), replays)
+}
+
+/// Host-only captured all-reduces (every type and reduction the cases hold, in and out of
+/// place), alone or all in one group, replayed back to back, under random stream orders and
+/// the merged single queue: exact, every word reset; without the `DONE` waits some order
+/// overwrites an outbox a partner is still reading.
+#[test]
+fn host_only_captured_all_reduces_replay_exact_and_reset_their_words() {
+    let all_reduces = |n: usize, count: usize, replays: usize| -> Vec<Case> {
+        captured_cases(n, count, replays)
+            .into_iter()
+            .filter(|c| c.kind == Kind::Coll(Collective::AllReduce))
+            .collect()
+    };
+    for (n, counts) in [
+        (2usize, &[1usize, 5, 1000][..]),
+        (3, &[5, 1000]),
+        (4, &[1000]),
+    ] {
+        for &count in counts {
+            for replays in [1usize, 3] {
+                let cases = all_reduces(n, count, replays);
+                assert!(cases.len() >= 4, "{} cases", cases.len());
+                for one_group in [false, true] {
+                    for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
+                        for seed in seeds {
+                            if let Err(e) = simulate_captured_host_only(
+                                n,
+                                &cases,
+                                one_group,
+                                replays,
+                                merged,
+                                seed * 31 + 7,
+                                None,
+                            ) {
+                                panic!(
+                                    "n {n} count {count} replays {replays} one group {one_group} \
+                                     merged {merged} seed {seed}: {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let n = 3;
+    let done_words: Vec<u64> = Setup::new(n)
+        .layouts()
+        .iter()
+        .flat_map(|l| (0..n).map(move |from| l.captured_word(l.rank, 0, 2, from)))
+        .collect();
+    let no_done_wait = |d: &mut SimDevice, _r: usize| {
+        for q in d.lanes.values_mut() {
+            for op in q.iter_mut() {
+                if let Op::Wait(a, _) = *op {
+                    if done_words.contains(&a) {
+                        *op = Op::Wait(a, 0);
+                    }
+                }
+            }
+        }
+    };
+    let cases = all_reduces(n, 1000, 3);
+    let caught = (0..16u64).any(|seed| {
+        simulate_captured_host_only(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
+    });
+    assert!(caught, "no stream order showed the missing wait");
 }
 
 /// The cases the captured direct paths take; with several replays, only those whose result a
