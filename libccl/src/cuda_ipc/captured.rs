@@ -1159,11 +1159,13 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
 }
 
 /// Host-only mode ([`super::PeerReach::HostOnly`]): no rank reaches another's GPU memory, so a
-/// captured group cannot read its partners' buffers in place. Captured all-reduces go through
-/// each rank's receive slots in shared host memory instead, used as its outbox: every rank
-/// copies its inputs there, `INPUTS`, copies every partner's from the partner's outbox into its
-/// own GPU receive area (one region per partner, as the slots), reduces in rank order, `DONE`.
-/// All on copy engines but the reduction kernel; the same words as the direct captured groups.
+/// captured group cannot read its partners' buffers in place. Captured all-reduces,
+/// reduce-scatters, all-gathers and broadcasts go through each rank's receive slots in shared
+/// host memory instead, used as its outbox: every rank copies its inputs there (a broadcast's
+/// root only), `INPUTS`, copies what it needs of every partner's outbox into its outputs (an
+/// all-gather's blocks, a broadcast's data) or into its own GPU receive area (what it reduces,
+/// one region per partner, as the slots), reduces in rank order, `DONE`. All on copy engines
+/// but the reduction kernels; the same words as the direct captured groups.
 ///
 /// Why the outbox and the GPU regions are free at a replay: the rank's earlier work has ended
 /// on its stream (so every chunk a peer sent into its slots for it was consumed), and a partner
@@ -1178,19 +1180,28 @@ pub(crate) struct HostOnlyGroup<'a> {
     pub reduce_n: bool,
 }
 
-/// Where each of `tasks`' inputs sits in an outbox (the same on every rank), if all fit in
-/// `region` bytes: all-reduces only, with a reduction the captured paths support.
-pub(crate) fn host_only_offsets(tasks: &[Task], region: usize) -> Option<Vec<usize>> {
+/// Bytes of `t` a rank's outbox holds (its whole input; a broadcast's root's), if host-only
+/// capture takes `t`.
+fn outbox_bytes(t: &Task, n: usize) -> Option<usize> {
+    let elems = match t.kind {
+        TaskKind::Coll(
+            Collective::AllReduce | Collective::AllGather | Collective::Broadcast { .. },
+        ) => t.count,
+        TaskKind::Coll(Collective::ReduceScatter) => t.count.checked_mul(n)?,
+        _ => return None,
+    };
+    supported(t).then_some(())?;
+    elems.checked_mul(t.dtype.size())
+}
+
+/// Where each of `tasks`' inputs sits in an outbox (the same on every rank: the ranks' groups
+/// match), if host-only capture takes every task and all fit in `region` bytes.
+pub(crate) fn host_only_offsets(tasks: &[Task], n: usize, region: usize) -> Option<Vec<usize>> {
     let mut at = 0usize;
     let mut offsets = Vec::with_capacity(tasks.len());
     for t in tasks {
-        if t.kind != TaskKind::Coll(Collective::AllReduce) || !supported(t) {
-            return None;
-        }
         offsets.push(at);
-        at = at
-            .checked_add(t.count.checked_mul(t.dtype.size())?)?
-            .next_multiple_of(256);
+        at = at.checked_add(outbox_bytes(t, n)?)?.next_multiple_of(256);
     }
     (at <= region).then_some(offsets)
 }
@@ -1208,38 +1219,88 @@ pub(crate) fn emit_host_only(
     let partners: Vec<usize> = (0..n).filter(|&j| j != me).collect();
     // Partner j's inputs in this rank's GPU area (own skipped, as the slots).
     let input_of = |j: usize| g.inputs + (if j < me { j } else { j - 1 } * region) as u64;
-    let bytes = |t: &Task| t.count * t.dtype.size();
+    let outbox = |j: usize, o: usize| l.scratch[j] + o as u64;
+    let live = || g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0);
+    let block = |t: &Task| (t.count * t.dtype.size()) as u64;
     let mut dev = Batched::new(dev);
-    for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
-        dev.copy(
-            Lane::User,
-            l.scratch[me] + o as u64,
-            t.send as u64,
-            bytes(t),
-        )?;
+    for (t, &o) in live() {
+        let writes = match t.kind {
+            TaskKind::Coll(Collective::Broadcast { root }) => root == me,
+            _ => true,
+        };
+        if writes {
+            let bytes = outbox_bytes(t, n).unwrap_or(0);
+            dev.copy(Lane::User, outbox(me, o), t.send as u64, bytes)?;
+        }
     }
     handshake(&mut dev, l, g.index, &partners, INPUTS)?;
     for &j in &partners {
-        for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
-            dev.copy(
-                Lane::User,
-                input_of(j) + o as u64,
-                l.scratch[j] + o as u64,
-                bytes(t),
-            )?;
+        for (t, &o) in live() {
+            let b = block(t);
+            match t.kind {
+                TaskKind::Coll(Collective::AllReduce) => {
+                    dev.copy(Lane::User, input_of(j) + o as u64, outbox(j, o), b as usize)?
+                }
+                TaskKind::Coll(Collective::ReduceScatter) => dev.copy(
+                    Lane::User,
+                    input_of(j) + o as u64,
+                    outbox(j, o) + me as u64 * b,
+                    b as usize,
+                )?,
+                TaskKind::Coll(Collective::AllGather) => dev.copy(
+                    Lane::User,
+                    t.recv as u64 + j as u64 * b,
+                    outbox(j, o),
+                    b as usize,
+                )?,
+                TaskKind::Coll(Collective::Broadcast { root }) if root == j => {
+                    dev.copy(Lane::User, t.recv as u64, outbox(j, o), b as usize)?
+                }
+                _ => {}
+            }
         }
     }
-    for (t, &o) in g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0) {
-        let srcs: Vec<u64> = (0..n)
-            .map(|r| {
-                if r == me {
-                    t.send as u64
-                } else {
-                    input_of(r) + o as u64
+    for (t, &o) in live() {
+        let b = block(t);
+        // Every rank's operand in rank order: this rank's from its own buffer.
+        let srcs = |own: u64| -> Vec<u64> {
+            (0..n)
+                .map(|r| if r == me { own } else { input_of(r) + o as u64 })
+                .collect()
+        };
+        match t.kind {
+            TaskKind::Coll(Collective::AllReduce) => reduce_into(
+                &mut dev,
+                t,
+                t.recv as u64,
+                &srcs(t.send as u64),
+                me,
+                t.count,
+                g.reduce_n,
+            )?,
+            TaskKind::Coll(Collective::ReduceScatter) => {
+                let own = t.send as u64 + me as u64 * b;
+                reduce_into(
+                    &mut dev,
+                    t,
+                    t.recv as u64,
+                    &srcs(own),
+                    me,
+                    t.count,
+                    g.reduce_n,
+                )?
+            }
+            TaskKind::Coll(Collective::AllGather) => {
+                let own = t.recv as u64 + me as u64 * b;
+                if own != t.send as u64 {
+                    dev.copy(Lane::User, own, t.send as u64, b as usize)?;
                 }
-            })
-            .collect();
-        reduce_into(&mut dev, t, t.recv as u64, &srcs, me, t.count, g.reduce_n)?;
+            }
+            TaskKind::Coll(Collective::Broadcast { root }) if root == me && t.send != t.recv => {
+                dev.copy(Lane::User, t.recv as u64, t.send as u64, b as usize)?
+            }
+            _ => {}
+        }
     }
     handshake(&mut dev, l, g.index, &partners, DONE)?;
     dev.flush()
@@ -1252,7 +1313,7 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     let (rank, n) = (l.rank, l.nranks);
     let streams = crate::gpu::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
-    let offsets = host_only_offsets(tasks, l.slots as usize * l.chunk)
+    let offsets = host_only_offsets(tasks, n, l.slots as usize * l.chunk)
         .filter(|_| crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n));
     // Ability, group index and every operation's signature: the same on every rank, or none
     // captures it here.
@@ -1269,8 +1330,8 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     if let Some(r) = all.iter().position(|o| o[1..] != mine[1..]) {
         return Err(Error::invalid_usage(format!(
             "operations captured into a CUDA graph differ: rank {r}'s group {index} is not \
-             rank {rank}'s (all-reduces of other counts, types or reductions, or another \
-             group)"
+             rank {rank}'s (operations of other counts, types, roots or reductions, or \
+             another group)"
         )));
     }
     let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
@@ -1296,8 +1357,8 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     })?;
     if index == 0 {
         tracing::info!(
-            "rank {rank}: all-reduces captured into CUDA graphs go host-only (copy engines \
-             through shared host memory)"
+            "rank {rank}: all-reduces, reduce-scatters, all-gathers and broadcasts captured \
+             into CUDA graphs go host-only (copy engines through shared host memory)"
         );
     }
     Ok(true)

@@ -2260,8 +2260,8 @@ fn check_captured(
     Ok(())
 }
 
-/// [`simulate_captured`] for host-only mode ([`captured::HostOnlyGroup`]): the all-reduce cases
-/// through every rank's outbox (its receive slots) into the partners' GPU receive areas.
+/// [`simulate_captured`] for host-only mode ([`captured::HostOnlyGroup`]): the cases through
+/// every rank's outbox (its receive slots) into the partners' GPU receive areas.
 fn simulate_captured_host_only(
     n: usize,
     cases: &[Case],
@@ -2302,7 +2302,7 @@ fn simulate_captured_host_only(
     for _ in 0..replays {
         for (r, dev) in devs.iter_mut().enumerate() {
             for (g, group) in groups.iter().enumerate() {
-                let offsets = captured::host_only_offsets(&group[r], region)
+                let offsets = captured::host_only_offsets(&group[r], n, region)
                     .ok_or(format!("group {g} does not fit the outbox"))?;
                 let hg = HostOnlyGroup {
                     index: g,
@@ -2324,16 +2324,26 @@ fn simulate_captured_host_only(
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
 }
 
-/// Host-only captured all-reduces (every type and reduction the cases hold, in and out of
-/// place), alone or all in one group, replayed back to back, under random stream orders and
+/// Host-only captured all-reduces, reduce-scatters, all-gathers and broadcasts (every type,
+/// reduction and root the cases hold, in and out of place), alone or all in one group, replayed back to back, under random stream orders and
 /// the merged single queue: exact, every word reset; without the `DONE` waits some order
 /// overwrites an outbox a partner is still reading.
 #[test]
-fn host_only_captured_all_reduces_replay_exact_and_reset_their_words() {
+fn host_only_captured_groups_replay_exact_and_reset_their_words() {
     let all_reduces = |n: usize, count: usize, replays: usize| -> Vec<Case> {
         captured_cases(n, count, replays)
             .into_iter()
-            .filter(|c| c.kind == Kind::Coll(Collective::AllReduce))
+            .filter(|c| {
+                matches!(
+                    c.kind,
+                    Kind::Coll(
+                        Collective::AllReduce
+                            | Collective::ReduceScatter
+                            | Collective::AllGather
+                            | Collective::Broadcast { .. }
+                    )
+                )
+            })
             .collect()
     };
     for (n, counts) in [
