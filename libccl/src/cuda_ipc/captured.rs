@@ -1159,12 +1159,14 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
 }
 
 /// Host-only mode ([`super::PeerReach::HostOnly`]): no rank reaches another's GPU memory, so a
-/// captured group cannot read its partners' buffers in place. Captured all-reduces,
-/// reduce-scatters, all-gathers and broadcasts go through each rank's receive slots in shared
+/// captured group cannot read its partners' buffers in place. Captured collectives go through
+/// each rank's receive slots in shared
 /// host memory instead, used as its outbox: every rank copies its inputs there (a broadcast's
-/// root only), `INPUTS`, copies what it needs of every partner's outbox into its outputs (an
-/// all-gather's blocks, a broadcast's data) or into its own GPU receive area (what it reduces,
-/// one region per partner, as the slots), reduces in rank order, `DONE`. All on copy engines
+/// or scatter's root only, a reduce's or gather's other ranks only), `INPUTS`, copies what it
+/// needs of every partner's outbox into its outputs (an all-gather's, gather's or all-to-all's
+/// blocks, a broadcast's or scatter's data) or into its own GPU receive area (what it reduces,
+/// one region per partner, as the slots), reduces in rank order, `DONE`. Every collective;
+/// sends and receives go staged (each rank's outbox would differ). All on copy engines
 /// but the reduction kernels; the same words as the direct captured groups.
 ///
 /// Why the outbox and the GPU regions are free at a replay: the rank's earlier work has ended
@@ -1185,9 +1187,16 @@ pub(crate) struct HostOnlyGroup<'a> {
 fn outbox_bytes(t: &Task, n: usize) -> Option<usize> {
     let elems = match t.kind {
         TaskKind::Coll(
-            Collective::AllReduce | Collective::AllGather | Collective::Broadcast { .. },
+            Collective::AllReduce
+            | Collective::AllGather
+            | Collective::Broadcast { .. }
+            | Collective::Reduce { .. }
+            | Collective::Gather { .. },
         ) => t.count,
-        TaskKind::Coll(Collective::ReduceScatter) => t.count.checked_mul(n)?,
+        TaskKind::Coll(
+            Collective::ReduceScatter | Collective::AlltoAll | Collective::Scatter { .. },
+        ) => t.count.checked_mul(n)?,
+        // Sends and receives: each rank's outbox would differ (staged captured path).
         _ => return None,
     };
     supported(t).then_some(())?;
@@ -1225,7 +1234,10 @@ pub(crate) fn emit_host_only(
     let mut dev = Batched::new(dev);
     for (t, &o) in live() {
         let writes = match t.kind {
-            TaskKind::Coll(Collective::Broadcast { root }) => root == me,
+            TaskKind::Coll(Collective::Broadcast { root } | Collective::Scatter { root }) => {
+                root == me
+            }
+            TaskKind::Coll(Collective::Reduce { root } | Collective::Gather { root }) => root != me,
             _ => true,
         };
         if writes {
@@ -1256,6 +1268,27 @@ pub(crate) fn emit_host_only(
                 TaskKind::Coll(Collective::Broadcast { root }) if root == j => {
                     dev.copy(Lane::User, t.recv as u64, outbox(j, o), b as usize)?
                 }
+                TaskKind::Coll(Collective::Reduce { root }) if root == me => {
+                    dev.copy(Lane::User, input_of(j) + o as u64, outbox(j, o), b as usize)?
+                }
+                TaskKind::Coll(Collective::Gather { root }) if root == me => dev.copy(
+                    Lane::User,
+                    t.recv as u64 + j as u64 * b,
+                    outbox(j, o),
+                    b as usize,
+                )?,
+                TaskKind::Coll(Collective::Scatter { root }) if root == j => dev.copy(
+                    Lane::User,
+                    t.recv as u64,
+                    outbox(j, o) + me as u64 * b,
+                    b as usize,
+                )?,
+                TaskKind::Coll(Collective::AlltoAll) => dev.copy(
+                    Lane::User,
+                    t.recv as u64 + j as u64 * b,
+                    outbox(j, o) + me as u64 * b,
+                    b as usize,
+                )?,
                 _ => {}
             }
         }
@@ -1298,6 +1331,34 @@ pub(crate) fn emit_host_only(
             }
             TaskKind::Coll(Collective::Broadcast { root }) if root == me && t.send != t.recv => {
                 dev.copy(Lane::User, t.recv as u64, t.send as u64, b as usize)?
+            }
+            TaskKind::Coll(Collective::Reduce { root }) if root == me => reduce_into(
+                &mut dev,
+                t,
+                t.recv as u64,
+                &srcs(t.send as u64),
+                me,
+                t.count,
+                g.reduce_n,
+            )?,
+            // This rank's own block, input to output (nothing to copy in place).
+            TaskKind::Coll(Collective::Gather { root }) if root == me => {
+                let own = t.recv as u64 + me as u64 * b;
+                if own != t.send as u64 {
+                    dev.copy(Lane::User, own, t.send as u64, b as usize)?;
+                }
+            }
+            TaskKind::Coll(Collective::Scatter { root }) if root == me => {
+                let own = t.send as u64 + me as u64 * b;
+                if own != t.recv as u64 {
+                    dev.copy(Lane::User, t.recv as u64, own, b as usize)?;
+                }
+            }
+            TaskKind::Coll(Collective::AlltoAll) => {
+                let (to, from) = (t.recv as u64 + me as u64 * b, t.send as u64 + me as u64 * b);
+                if to != from {
+                    dev.copy(Lane::User, to, from, b as usize)?;
+                }
             }
             _ => {}
         }
@@ -1357,8 +1418,8 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     })?;
     if index == 0 {
         tracing::info!(
-            "rank {rank}: all-reduces, reduce-scatters, all-gathers and broadcasts captured \
-             into CUDA graphs go host-only (copy engines through shared host memory)"
+            "rank {rank}: collectives captured into CUDA graphs go host-only (copy engines \
+             through shared host memory)"
         );
     }
     Ok(true)

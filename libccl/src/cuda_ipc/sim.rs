@@ -2273,7 +2273,7 @@ fn simulate_captured_host_only(
 ) -> std::result::Result<(), String> {
     use super::captured::{self, HostOnlyGroup};
     let s = Setup {
-        chunk: 1 << 16,
+        chunk: 1 << 18,
         mirror: true,
         ..Setup::new(n)
     };
@@ -2324,26 +2324,16 @@ fn simulate_captured_host_only(
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
 }
 
-/// Host-only captured all-reduces, reduce-scatters, all-gathers and broadcasts (every type,
-/// reduction and root the cases hold, in and out of place), alone or all in one group, replayed back to back, under random stream orders and
+/// Host-only captured collectives (every kind, type, reduction and root the cases hold, in and
+/// out of place), alone or all in one group, replayed back to back, under random stream orders and
 /// the merged single queue: exact, every word reset; without the `DONE` waits some order
 /// overwrites an outbox a partner is still reading.
 #[test]
 fn host_only_captured_groups_replay_exact_and_reset_their_words() {
-    let all_reduces = |n: usize, count: usize, replays: usize| -> Vec<Case> {
+    let collectives = |n: usize, count: usize, replays: usize| -> Vec<Case> {
         captured_cases(n, count, replays)
             .into_iter()
-            .filter(|c| {
-                matches!(
-                    c.kind,
-                    Kind::Coll(
-                        Collective::AllReduce
-                            | Collective::ReduceScatter
-                            | Collective::AllGather
-                            | Collective::Broadcast { .. }
-                    )
-                )
-            })
+            .filter(|c| matches!(c.kind, Kind::Coll(_)))
             .collect()
     };
     for (n, counts) in [
@@ -2353,7 +2343,7 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
     ] {
         for &count in counts {
             for replays in [1usize, 3] {
-                let cases = all_reduces(n, count, replays);
+                let cases = collectives(n, count, replays);
                 assert!(cases.len() >= 4, "{} cases", cases.len());
                 for one_group in [false, true] {
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
@@ -2395,7 +2385,7 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
             }
         }
     };
-    let cases = all_reduces(n, 1000, 3);
+    let cases = collectives(n, 1000, 3);
     let caught = (0..16u64).any(|seed| {
         simulate_captured_host_only(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
     });
