@@ -434,9 +434,7 @@ impl PeerReach {
             (false, true) => PeerReach::None,
         }
     }
-}
 
-impl PeerReach {
     /// What to try when every rank offered mapped peer memory but some rank could not map it
     /// (GPUs without peer access: consumer cards, many VMs, GPUs hidden from each other):
     /// host-only, where `auto` would have chosen it had the settings said so, as NCCL falls
@@ -785,9 +783,10 @@ fn attach_as(comm: &Comm, reach: PeerReach, nonce: u64) -> Result<Attached> {
     let rx_lanes = params::CCL_IPC_RX_LANES
         .get_i64()
         .clamp(1, MAX_RX_LANES as i64) as usize;
-    // Host-only mode: two ranks of one host whose GPUs need not reach each other's memory
-    // (NCCL_P2P_DISABLE=1 or no peer access): their flag words live in shared host memory and
-    // every byte of a direct transfer goes through the host path's ring.
+    // Host-only mode: ranks of one host whose GPUs need not reach each other's memory
+    // (peer-to-peer off, or no peer access): their flag words and receive slots live in shared
+    // host memory, and with two ranks every byte of a direct transfer goes through the host
+    // path's ring.
     let host_only = reach == PeerReach::HostOnly;
     let wanted = comm.0.cuda_dev >= 0
         && crate::gpu::available()
