@@ -1165,8 +1165,10 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
 /// or scatter's root only, a reduce's or gather's other ranks only), `INPUTS`, copies what it
 /// needs of every partner's outbox into its outputs (an all-gather's, gather's or all-to-all's
 /// blocks, a broadcast's or scatter's data) or into its own GPU receive area (what it reduces,
-/// one region per partner, as the slots), reduces in rank order, `DONE`. Every collective;
-/// sends and receives go staged (each rank's outbox would differ). All on copy engines
+/// one region per partner, as the slots), reduces in rank order, `DONE`. Sends go through the
+/// outbox too, each receive taking the matching send's bytes; only sends to itself go staged.
+/// Each rank lays out its own outbox; the capture exchanges every rank's signatures and
+/// offsets, from which each finds what it takes where ([`host_only_sources`]). All on copy engines
 /// but the reduction kernels; the same words as the direct captured groups.
 ///
 /// Why the outbox and the GPU regions are free at a replay: the rank's earlier work has ended
@@ -1180,11 +1182,106 @@ pub(crate) struct HostOnlyGroup<'a> {
     /// each, partners in rank order.
     pub inputs: u64,
     pub reduce_n: bool,
+    /// Where each task's input sits in this rank's outbox ([`host_only_offsets`]).
+    pub offsets: Vec<usize>,
+    /// `sources[j][i]`: where in rank `j`'s outbox task `i` finds what it takes from `j` (the
+    /// partner's matching collective, or the send a receive from `j` meets), if anything.
+    pub sources: Vec<Vec<Option<usize>>>,
 }
 
-/// Bytes of `t` a rank's outbox holds (its whole input; a broadcast's root's), if host-only
-/// capture takes `t`.
-fn outbox_bytes(t: &Task, n: usize) -> Option<usize> {
+/// One rank's part of a host-only capture as its peers see it: its ability, the group's index,
+/// and per task its signature and outbox offset.
+pub(crate) fn host_only_offer(index: usize, tasks: &[Task], offsets: Option<&[usize]>) -> Vec<u8> {
+    let mut b = vec![offsets.is_some() as u8];
+    b.extend_from_slice(&(index as u64).to_le_bytes());
+    for (i, t) in tasks.iter().enumerate() {
+        b.extend(signature(t).iter().flat_map(|w| w.to_le_bytes()));
+        let at = offsets.and_then(|o| o.get(i)).copied().unwrap_or(0) as u64;
+        b.extend_from_slice(&at.to_le_bytes());
+    }
+    b
+}
+
+/// An offer's tasks as (signature, outbox offset).
+fn host_only_tasks(b: &[u8]) -> Option<Vec<([u64; 5], usize)>> {
+    let body = b.get(9..)?;
+    if body.len() % 48 != 0 {
+        return None;
+    }
+    let word = |c: &[u8], k: usize| {
+        c.get(k * 8..k * 8 + 8)
+            .and_then(|w| w.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    body.chunks(48)
+        .map(|c| {
+            let mut sig = [0u64; 5];
+            for (k, w) in sig.iter_mut().enumerate() {
+                *w = word(c, k)?;
+            }
+            Some((sig, word(c, 5)? as usize))
+        })
+        .collect()
+}
+
+/// `sources` of [`HostOnlyGroup`] for `rank` from every rank's offer (all able, same index):
+/// the m-th collective of a group meets every partner's m-th collective, which must be the
+/// same operation; the k-th receive from `j` meets `j`'s k-th send to this rank, of as many
+/// bytes.
+pub(crate) fn host_only_sources(
+    rank: usize,
+    offers: &[Vec<u8>],
+) -> std::result::Result<Vec<Vec<Option<usize>>>, String> {
+    let all: Vec<Vec<([u64; 5], usize)>> = offers
+        .iter()
+        .enumerate()
+        .map(|(r, b)| host_only_tasks(b).ok_or(format!("rank {r}'s offer is malformed")))
+        .collect::<std::result::Result<_, _>>()?;
+    let is_p2p = |sig: &[u64; 5]| sig[0] == SEND || sig[0] == RECV;
+    let colls = |r: usize| -> Vec<([u64; 5], usize)> {
+        all[r].iter().copied().filter(|(s, _)| !is_p2p(s)).collect()
+    };
+    let mine = &all[rank];
+    let my_colls = colls(rank);
+    let mut sources = vec![vec![None; mine.len()]; all.len()];
+    for (j, row) in sources.iter_mut().enumerate().filter(|&(j, _)| j != rank) {
+        let theirs = colls(j);
+        if theirs.len() != my_colls.len() || theirs.iter().zip(&my_colls).any(|(a, b)| a.0 != b.0) {
+            return Err(format!("rank {j}'s collectives are not rank {rank}'s"));
+        }
+        let mut their_colls = theirs.iter();
+        let mut sends = all[j]
+            .iter()
+            .filter(|(s, _)| s[0] == SEND && s[1] == rank as u64);
+        for (i, (sig, _)) in mine.iter().enumerate() {
+            row[i] = match sig[0] {
+                SEND => None,
+                RECV if sig[1] == j as u64 => {
+                    let (send, at) = sends.next().ok_or(format!(
+                        "rank {rank} receives from rank {j}, which sends no more"
+                    ))?;
+                    if send[2] != sig[2] {
+                        return Err(format!(
+                            "rank {j} sends {} bytes to rank {rank}, which receives {}",
+                            send[2], sig[2]
+                        ));
+                    }
+                    Some(*at)
+                }
+                RECV => None,
+                _ => their_colls.next().map(|&(_, at)| at),
+            };
+        }
+        if sends.next().is_some() {
+            return Err(format!("rank {j} sends rank {rank} more than it receives"));
+        }
+    }
+    Ok(sources)
+}
+
+/// Bytes of `t` a rank's outbox holds (its whole input; a broadcast's or scatter's root's),
+/// if host-only capture takes `t`.
+fn outbox_bytes(t: &Task, rank: usize, n: usize) -> Option<usize> {
     let elems = match t.kind {
         TaskKind::Coll(
             Collective::AllReduce
@@ -1196,104 +1293,100 @@ fn outbox_bytes(t: &Task, n: usize) -> Option<usize> {
         TaskKind::Coll(
             Collective::ReduceScatter | Collective::AlltoAll | Collective::Scatter { .. },
         ) => t.count.checked_mul(n)?,
-        // Sends and receives: each rank's outbox would differ (staged captured path).
-        _ => return None,
+        // To itself: staged (its own outbox is not what it reads).
+        TaskKind::Send { peer } | TaskKind::Recv { peer } if peer == rank => return None,
+        TaskKind::Send { .. } => t.count,
+        TaskKind::Recv { .. } => 0,
     };
     supported(t).then_some(())?;
     elems.checked_mul(t.dtype.size())
 }
 
-/// Where each of `tasks`' inputs sits in an outbox (the same on every rank: the ranks' groups
-/// match), if host-only capture takes every task and all fit in `region` bytes.
-pub(crate) fn host_only_offsets(tasks: &[Task], n: usize, region: usize) -> Option<Vec<usize>> {
+/// Where each of `tasks`' inputs sits in this rank's outbox, if host-only capture takes every
+/// task and all fit in `region` bytes.
+pub(crate) fn host_only_offsets(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    region: usize,
+) -> Option<Vec<usize>> {
     let mut at = 0usize;
     let mut offsets = Vec::with_capacity(tasks.len());
     for t in tasks {
         offsets.push(at);
-        at = at.checked_add(outbox_bytes(t, n)?)?.next_multiple_of(256);
+        at = at
+            .checked_add(outbox_bytes(t, rank, n)?)?
+            .next_multiple_of(256);
     }
     (at <= region).then_some(offsets)
 }
 
-/// Queues host-only group `g` of `l.rank` on [`Lane::User`]; `offsets` from
-/// [`host_only_offsets`].
-pub(crate) fn emit_host_only(
-    dev: &mut dyn Device,
-    l: &Layout,
-    g: &HostOnlyGroup,
-    offsets: &[usize],
-) -> Result<()> {
+/// Queues host-only group `g` of `l.rank` on [`Lane::User`].
+pub(crate) fn emit_host_only(dev: &mut dyn Device, l: &Layout, g: &HostOnlyGroup) -> Result<()> {
     let (me, n) = (l.rank, l.nranks);
     let region = l.slots as usize * l.chunk;
-    let partners: Vec<usize> = (0..n).filter(|&j| j != me).collect();
-    // Partner j's inputs in this rank's GPU area (own skipped, as the slots).
+    let partners = partners(me, n, g.tasks);
+    // Partner j's inputs in this rank's GPU area (own skipped, as the slots), each task's at
+    // its offset in this rank's outbox (room for at least what it takes from j).
     let input_of = |j: usize| g.inputs + (if j < me { j } else { j - 1 } * region) as u64;
-    let outbox = |j: usize, o: usize| l.scratch[j] + o as u64;
-    let live = || g.tasks.iter().zip(offsets).filter(|(t, _)| t.count > 0);
+    let live = || {
+        g.tasks
+            .iter()
+            .zip(&g.offsets)
+            .enumerate()
+            .filter(|(_, (t, _))| t.count > 0)
+    };
     let block = |t: &Task| (t.count * t.dtype.size()) as u64;
     let mut dev = Batched::new(dev);
-    for (t, &o) in live() {
+    for (_, (t, &o)) in live() {
         let writes = match t.kind {
             TaskKind::Coll(Collective::Broadcast { root } | Collective::Scatter { root }) => {
                 root == me
             }
             TaskKind::Coll(Collective::Reduce { root } | Collective::Gather { root }) => root != me,
+            TaskKind::Recv { .. } => false,
             _ => true,
         };
         if writes {
-            let bytes = outbox_bytes(t, n).unwrap_or(0);
-            dev.copy(Lane::User, outbox(me, o), t.send as u64, bytes)?;
+            let bytes = outbox_bytes(t, me, n).unwrap_or(0);
+            dev.copy(Lane::User, l.scratch[me] + o as u64, t.send as u64, bytes)?;
         }
     }
     handshake(&mut dev, l, g.index, &partners, INPUTS)?;
     for &j in &partners {
-        for (t, &o) in live() {
-            let b = block(t);
-            match t.kind {
-                TaskKind::Coll(Collective::AllReduce) => {
-                    dev.copy(Lane::User, input_of(j) + o as u64, outbox(j, o), b as usize)?
+        for (i, (t, &o)) in live() {
+            let Some(src) = g.sources.get(j).and_then(|r| r.get(i)).copied().flatten() else {
+                continue;
+            };
+            let (src, b) = (l.scratch[j] + src as u64, block(t));
+            let (dst, from, bytes) = match t.kind {
+                TaskKind::Coll(Collective::AllReduce) => (input_of(j) + o as u64, src, b),
+                TaskKind::Coll(Collective::ReduceScatter) => {
+                    (input_of(j) + o as u64, src + me as u64 * b, b)
                 }
-                TaskKind::Coll(Collective::ReduceScatter) => dev.copy(
-                    Lane::User,
-                    input_of(j) + o as u64,
-                    outbox(j, o) + me as u64 * b,
-                    b as usize,
-                )?,
-                TaskKind::Coll(Collective::AllGather) => dev.copy(
-                    Lane::User,
-                    t.recv as u64 + j as u64 * b,
-                    outbox(j, o),
-                    b as usize,
-                )?,
+                TaskKind::Coll(Collective::AllGather) => (t.recv as u64 + j as u64 * b, src, b),
                 TaskKind::Coll(Collective::Broadcast { root }) if root == j => {
-                    dev.copy(Lane::User, t.recv as u64, outbox(j, o), b as usize)?
+                    (t.recv as u64, src, b)
                 }
                 TaskKind::Coll(Collective::Reduce { root }) if root == me => {
-                    dev.copy(Lane::User, input_of(j) + o as u64, outbox(j, o), b as usize)?
+                    (input_of(j) + o as u64, src, b)
                 }
-                TaskKind::Coll(Collective::Gather { root }) if root == me => dev.copy(
-                    Lane::User,
-                    t.recv as u64 + j as u64 * b,
-                    outbox(j, o),
-                    b as usize,
-                )?,
-                TaskKind::Coll(Collective::Scatter { root }) if root == j => dev.copy(
-                    Lane::User,
-                    t.recv as u64,
-                    outbox(j, o) + me as u64 * b,
-                    b as usize,
-                )?,
-                TaskKind::Coll(Collective::AlltoAll) => dev.copy(
-                    Lane::User,
-                    t.recv as u64 + j as u64 * b,
-                    outbox(j, o) + me as u64 * b,
-                    b as usize,
-                )?,
-                _ => {}
-            }
+                TaskKind::Coll(Collective::Gather { root }) if root == me => {
+                    (t.recv as u64 + j as u64 * b, src, b)
+                }
+                TaskKind::Coll(Collective::Scatter { root }) if root == j => {
+                    (t.recv as u64, src + me as u64 * b, b)
+                }
+                TaskKind::Coll(Collective::AlltoAll) => {
+                    (t.recv as u64 + j as u64 * b, src + me as u64 * b, b)
+                }
+                TaskKind::Recv { peer } if peer == j => (t.recv as u64, src, b),
+                _ => continue,
+            };
+            dev.copy(Lane::User, dst, from, bytes as usize)?;
         }
     }
-    for (t, &o) in live() {
+    for (_, (t, &o)) in live() {
         let b = block(t);
         // Every rank's operand in rank order: this rank's from its own buffer.
         let srcs = |own: u64| -> Vec<u64> {
@@ -1301,70 +1394,43 @@ pub(crate) fn emit_host_only(
                 .map(|r| if r == me { own } else { input_of(r) + o as u64 })
                 .collect()
         };
+        let (send, recv) = (t.send as u64, t.recv as u64);
+        let reduce = |dev: &mut Batched, own: u64| {
+            reduce_into(dev, t, recv, &srcs(own), me, t.count, g.reduce_n)
+        };
         match t.kind {
-            TaskKind::Coll(Collective::AllReduce) => reduce_into(
-                &mut dev,
-                t,
-                t.recv as u64,
-                &srcs(t.send as u64),
-                me,
-                t.count,
-                g.reduce_n,
-            )?,
-            TaskKind::Coll(Collective::ReduceScatter) => {
-                let own = t.send as u64 + me as u64 * b;
-                reduce_into(
-                    &mut dev,
-                    t,
-                    t.recv as u64,
-                    &srcs(own),
-                    me,
-                    t.count,
-                    g.reduce_n,
-                )?
-            }
+            TaskKind::Coll(Collective::AllReduce) => reduce(&mut dev, send)?,
+            TaskKind::Coll(Collective::ReduceScatter) => reduce(&mut dev, send + me as u64 * b)?,
+            TaskKind::Coll(Collective::Reduce { root }) if root == me => reduce(&mut dev, send)?,
+            // This rank's own block or data, input to output (nothing to copy in place).
             TaskKind::Coll(Collective::AllGather) => {
-                let own = t.recv as u64 + me as u64 * b;
-                if own != t.send as u64 {
-                    dev.copy(Lane::User, own, t.send as u64, b as usize)?;
-                }
+                copy_unless_same(&mut dev, recv + me as u64 * b, send, b)?
             }
-            TaskKind::Coll(Collective::Broadcast { root }) if root == me && t.send != t.recv => {
-                dev.copy(Lane::User, t.recv as u64, t.send as u64, b as usize)?
+            TaskKind::Coll(Collective::Broadcast { root }) if root == me => {
+                copy_unless_same(&mut dev, recv, send, b)?
             }
-            TaskKind::Coll(Collective::Reduce { root }) if root == me => reduce_into(
-                &mut dev,
-                t,
-                t.recv as u64,
-                &srcs(t.send as u64),
-                me,
-                t.count,
-                g.reduce_n,
-            )?,
-            // This rank's own block, input to output (nothing to copy in place).
             TaskKind::Coll(Collective::Gather { root }) if root == me => {
-                let own = t.recv as u64 + me as u64 * b;
-                if own != t.send as u64 {
-                    dev.copy(Lane::User, own, t.send as u64, b as usize)?;
-                }
+                copy_unless_same(&mut dev, recv + me as u64 * b, send, b)?
             }
             TaskKind::Coll(Collective::Scatter { root }) if root == me => {
-                let own = t.send as u64 + me as u64 * b;
-                if own != t.recv as u64 {
-                    dev.copy(Lane::User, t.recv as u64, own, b as usize)?;
-                }
+                copy_unless_same(&mut dev, recv, send + me as u64 * b, b)?
             }
             TaskKind::Coll(Collective::AlltoAll) => {
-                let (to, from) = (t.recv as u64 + me as u64 * b, t.send as u64 + me as u64 * b);
-                if to != from {
-                    dev.copy(Lane::User, to, from, b as usize)?;
-                }
+                copy_unless_same(&mut dev, recv + me as u64 * b, send + me as u64 * b, b)?
             }
             _ => {}
         }
     }
     handshake(&mut dev, l, g.index, &partners, DONE)?;
     dev.flush()
+}
+
+/// A copy within this rank on [`Lane::User`], skipped where source and destination coincide.
+fn copy_unless_same(dev: &mut dyn Device, dst: u64, src: u64, bytes: u64) -> Result<()> {
+    if dst == src {
+        return Ok(());
+    }
+    dev.copy(Lane::User, dst, src, bytes as usize)
 }
 
 /// Captures `tasks` host-only ([`HostOnlyGroup`]) into the graph their stream is capturing, if
@@ -1374,27 +1440,28 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     let (rank, n) = (l.rank, l.nranks);
     let streams = crate::gpu::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
-    let offsets = host_only_offsets(tasks, n, l.slots as usize * l.chunk)
+    let offsets = host_only_offsets(tasks, rank, n, l.slots as usize * l.chunk)
         .filter(|_| crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n));
-    // Ability, group index and every operation's signature: the same on every rank, or none
-    // captures it here.
-    let mut mine = vec![offsets.is_some() as u8];
-    mine.extend_from_slice(&(index as u64).to_le_bytes());
-    for t in tasks {
-        mine.extend(signature(t).iter().flat_map(|w| w.to_le_bytes()));
-    }
-    let all = exchange(comm, &mine)?;
+    // Ability, group index, and per operation its signature and outbox offset: every rank able
+    // and the groups matching, or none captures it here.
+    let all = exchange(comm, &host_only_offer(index, tasks, offsets.as_deref()))?;
     let Some(offsets) = offsets.filter(|_| all.iter().all(|o| o.first() == Some(&1))) else {
         tracing::debug!("rank {rank}: group {index} captured on the staged path (host-only)");
         return Ok(false);
     };
-    if let Some(r) = all.iter().position(|o| o[1..] != mine[1..]) {
-        return Err(Error::invalid_usage(format!(
-            "operations captured into a CUDA graph differ: rank {r}'s group {index} is not \
-             rank {rank}'s (operations of other counts, types, roots or reductions, or \
-             another group)"
-        )));
+    let same_index = all
+        .iter()
+        .all(|o| o.get(1..9) == Some(&(index as u64).to_le_bytes()[..]));
+    let sources = if same_index {
+        host_only_sources(rank, &all)
+    } else {
+        Err("another group index".into())
     }
+    .map_err(|e| {
+        Error::invalid_usage(format!(
+            "operations captured into a CUDA graph differ (group {index}): {e}"
+        ))
+    })?;
     let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
     let ready = kernels_needed(tasks, n, reduce_n)
         .into_iter()
@@ -1412,14 +1479,16 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
         tasks,
         inputs: eng.device_slots.ptr(),
         reduce_n,
+        offsets,
+        sources,
     };
     crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
-        emit_host_only(&mut CudaDevice::new(eng, stream), l, &group, &offsets)
+        emit_host_only(&mut CudaDevice::new(eng, stream), l, &group)
     })?;
     if index == 0 {
         tracing::info!(
-            "rank {rank}: collectives captured into CUDA graphs go host-only (copy engines \
-             through shared host memory)"
+            "rank {rank}: collectives, sends and receives captured into CUDA graphs go \
+             host-only (copy engines through shared host memory)"
         );
     }
     Ok(true)
@@ -1577,5 +1646,53 @@ mod tests {
             .contains("receive of 12 bytes"));
         let missing = offers(&[vec![send(1, 4)], vec![]]);
         assert!(matching(&missing, 0).unwrap_err().contains("1 sends"));
+    }
+
+    /// Host-only capture: each rank's outbox laid out by itself; a receive finds the matching
+    /// send's offset in its sender's outbox, a collective the partner's same collective's;
+    /// groups that do not pair up are refused with what differs.
+    #[test]
+    fn host_only_sources_pair_sends_and_collectives_across_layouts() {
+        let ar = |c| float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, c);
+        let send = |p, c| float_sum(TaskKind::Send { peer: p }, 0x3000, 0, c);
+        let recv = |p, c| float_sum(TaskKind::Recv { peer: p }, 0, 0x4000, c);
+        let offers = |groups: &[Vec<Task>]| -> Vec<Vec<u8>> {
+            groups
+                .iter()
+                .enumerate()
+                .map(|(r, t)| {
+                    let o = host_only_offsets(t, r, groups.len(), 1 << 20);
+                    host_only_offer(0, t, o.as_deref())
+                })
+                .collect()
+        };
+        // Rank 0's outbox: send (16 B) at 0, all-reduce at 256, nothing for the receive, the
+        // second send at 512; rank 1's: its all-reduce at 0, its send at 256.
+        let ok = offers(&[
+            vec![send(1, 4), ar(8), recv(1, 2), send(1, 2)],
+            vec![recv(0, 4), recv(0, 2), ar(8), send(0, 2)],
+        ]);
+        assert_eq!(
+            host_only_sources(1, &ok).unwrap()[0],
+            vec![Some(0), Some(512), Some(256), None]
+        );
+        assert_eq!(
+            host_only_sources(0, &ok).unwrap()[1],
+            vec![None, Some(0), Some(256), None]
+        );
+        let other_count = offers(&[vec![ar(8)], vec![ar(9)]]);
+        assert!(host_only_sources(0, &other_count)
+            .unwrap_err()
+            .contains("collectives"));
+        let short = offers(&[vec![send(1, 4)], vec![recv(0, 3)]]);
+        assert!(host_only_sources(1, &short)
+            .unwrap_err()
+            .contains("sends 16 bytes"));
+        let missing = offers(&[vec![send(1, 4)], vec![]]);
+        assert!(host_only_sources(1, &missing)
+            .unwrap_err()
+            .contains("more than it receives"));
+        // A send to itself is not taken (staged).
+        assert!(host_only_offsets(&[send(0, 4), recv(0, 4)], 0, 2, 1 << 20).is_none());
     }
 }

@@ -2298,20 +2298,34 @@ fn simulate_captured_host_only(
             .collect()
     };
     let region = s.slots as usize * s.chunk;
+    // Group -> rank -> its captured program, after the offers' exchange.
+    let mut programs: Vec<Vec<HostOnlyGroup>> = (0..n).map(|_| Vec::new()).collect();
+    for (g, group) in groups.iter().enumerate() {
+        let offsets: Vec<Vec<usize>> = (0..n)
+            .map(|r| {
+                captured::host_only_offsets(&group[r], r, n, region)
+                    .ok_or(format!("group {g} does not fit rank {r}'s outbox"))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let offers: Vec<Vec<u8>> = (0..n)
+            .map(|r| captured::host_only_offer(g, &group[r], Some(&offsets[r])))
+            .collect();
+        for (r, program) in programs.iter_mut().enumerate() {
+            program.push(HostOnlyGroup {
+                index: g,
+                tasks: &group[r],
+                inputs: mirror_base(r),
+                reduce_n: seed % 2 == 0,
+                offsets: offsets[r].clone(),
+                sources: captured::host_only_sources(r, &offers)?,
+            });
+        }
+    }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     for _ in 0..replays {
         for (r, dev) in devs.iter_mut().enumerate() {
-            for (g, group) in groups.iter().enumerate() {
-                let offsets = captured::host_only_offsets(&group[r], n, region)
-                    .ok_or(format!("group {g} does not fit the outbox"))?;
-                let hg = HostOnlyGroup {
-                    index: g,
-                    tasks: &group[r],
-                    inputs: mirror_base(r),
-                    reduce_n: seed % 2 == 0,
-                };
-                captured::emit_host_only(dev, &layouts[r], &hg, &offsets)
-                    .map_err(|e| e.to_string())?;
+            for hg in &programs[r] {
+                captured::emit_host_only(dev, &layouts[r], hg).map_err(|e| e.to_string())?;
             }
         }
     }
@@ -2325,7 +2339,7 @@ fn simulate_captured_host_only(
 }
 
 /// Host-only captured collectives (every kind, type, reduction and root the cases hold, in and
-/// out of place), alone or all in one group, replayed back to back, under random stream orders and
+/// out of place) and sends and receives round a ring, alone or all in one group, replayed back to back, under random stream orders and
 /// the merged single queue: exact, every word reset; without the `DONE` waits some order
 /// overwrites an outbox a partner is still reading.
 #[test]
@@ -2333,7 +2347,7 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
     let collectives = |n: usize, count: usize, replays: usize| -> Vec<Case> {
         captured_cases(n, count, replays)
             .into_iter()
-            .filter(|c| matches!(c.kind, Kind::Coll(_)))
+            .filter(|c| matches!(c.kind, Kind::Coll(_) | Kind::Ring))
             .collect()
     };
     for (n, counts) in [
