@@ -1172,9 +1172,10 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
 /// but the reduction kernels; the same words as the direct captured groups.
 ///
 /// Why the outbox and the GPU regions are free at a replay: the rank's earlier work has ended
-/// on its stream (so every chunk a peer sent into its slots for it was consumed), and a partner
-/// writes into them again (an outbox read, an eager chunk) only after its `DONE` wait, which
-/// passes once every rank has read every outbox.
+/// on its stream (so every chunk a peer sent into its slots for it was consumed), and any rank
+/// writes into them again (an outbox copy, an eager chunk) only after its `DONE` wait, which
+/// passes once every rank has read every outbox: every rank handshakes with every other, in a
+/// group of sends and receives too.
 pub(crate) struct HostOnlyGroup<'a> {
     pub index: usize,
     pub tasks: &'a [Task],
@@ -1325,7 +1326,10 @@ pub(crate) fn host_only_offsets(
 pub(crate) fn emit_host_only(dev: &mut dyn Device, l: &Layout, g: &HostOnlyGroup) -> Result<()> {
     let (me, n) = (l.rank, l.nranks);
     let region = l.slots as usize * l.chunk;
-    let partners = partners(me, n, g.tasks);
+    // Every other rank, even in a group of sends and receives: an outbox is this rank's slots,
+    // which any rank's later eager chunks may fill, so it is free only once every rank has read
+    // every outbox (a peer's `DONE` alone would not say that a third rank is done with it).
+    let partners: Vec<usize> = (0..n).filter(|&j| j != me).collect();
     // Partner j's inputs in this rank's GPU area (own skipped, as the slots), each task's at
     // its offset in this rank's outbox (room for at least what it takes from j).
     let input_of = |j: usize| g.inputs + (if j < me { j } else { j - 1 } * region) as u64;
