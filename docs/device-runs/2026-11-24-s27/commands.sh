@@ -23,4 +23,6 @@ bash docs/device-runs/2026-11-24-s27/call9.sh
 bash docs/device-runs/2026-11-24-s27/call10.sh
 # 11: the one-GPU regression round with P2P off after every change of the session (host-only eager and captured)
 export NCCL_P2P_DISABLE=1; OUT=/tmp/o RUNS=3 bash tests/gpu/device_one_gpu.sh  # summary: 11-round-p2p-off-summary.md
+# 12: captured sends/receives host-only after every rank handshakes with every other: 2-4 ranks, torch_graph.py 3 processes
+bash docs/device-runs/2026-11-24-s27/call12.sh
 # Ready for nvidia-h200-x2 (not lent this session): x2_a.sh (issue 6's network path against NCCL's socket transport; P2P off against NCCL's shared memory, large and small, eager and captured), x2_b.sh (issue 7 tp2-sp).
