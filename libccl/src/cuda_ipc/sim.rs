@@ -2122,24 +2122,7 @@ fn simulate_captured(
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
     place_inputs(&mut mem, cases, n);
-    // Group -> rank -> tasks.
-    let groups: Vec<Vec<Vec<Task>>> = if one_group {
-        vec![(0..n)
-            .map(|r| {
-                cases
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(k, c)| tasks(c, k, r, n))
-                    .collect()
-            })
-            .collect()]
-    } else {
-        cases
-            .iter()
-            .enumerate()
-            .map(|(k, c)| (0..n).map(|r| tasks(c, k, r, n)).collect())
-            .collect()
-    };
+    let groups = captured_groups(cases, n, one_group);
     let mut programs: Vec<Vec<Group>> = (0..n).map(|_| Vec::new()).collect();
     for (g, group) in groups.iter().enumerate() {
         let mut offers = Vec::new();
@@ -2205,6 +2188,28 @@ fn simulate_captured(
     }
     run(&devs, &mut mem, merged, seed)?;
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
+}
+
+/// The groups a simulation captures, as group -> rank -> tasks: every case in one group, or
+/// each case a group of its own.
+fn captured_groups(cases: &[Case], n: usize, one_group: bool) -> Vec<Vec<Vec<Task>>> {
+    if one_group {
+        vec![(0..n)
+            .map(|r| {
+                cases
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, c)| tasks(c, k, r, n))
+                    .collect()
+            })
+            .collect()]
+    } else {
+        cases
+            .iter()
+            .enumerate()
+            .map(|(k, c)| (0..n).map(|r| tasks(c, k, r, n)).collect())
+            .collect()
+    }
 }
 
 /// Every captured case's result after `replays` replays, and every captured word of `groups`
@@ -2280,23 +2285,7 @@ fn simulate_captured_host_only(
     let mut mem = s.protocol_mem();
     let layouts = s.layouts();
     place_inputs(&mut mem, cases, n);
-    let groups: Vec<Vec<Vec<Task>>> = if one_group {
-        vec![(0..n)
-            .map(|r| {
-                cases
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(k, c)| tasks(c, k, r, n))
-                    .collect()
-            })
-            .collect()]
-    } else {
-        cases
-            .iter()
-            .enumerate()
-            .map(|(k, c)| (0..n).map(|r| tasks(c, k, r, n)).collect())
-            .collect()
-    };
+    let groups = captured_groups(cases, n, one_group);
     let region = s.slots as usize * s.chunk;
     // Group -> rank -> its captured program, after the offers' exchange.
     let mut programs: Vec<Vec<HostOnlyGroup>> = (0..n).map(|_| Vec::new()).collect();
@@ -2350,27 +2339,53 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
             .filter(|c| matches!(c.kind, Kind::Coll(_) | Kind::Ring))
             .collect()
     };
-    for (n, counts) in [
-        (2usize, &[1usize, 5, 1000][..]),
-        (3, &[5, 1000]),
-        (4, &[1000]),
-    ] {
+    replay_every_setting(
+        &[(2, &[1, 5, 1000]), (3, &[5, 1000]), (4, &[1000])],
+        &collectives,
+        4,
+        simulate_captured_host_only,
+    );
+    let n = 3;
+    let no_done_wait = without_done_waits(n);
+    let cases = collectives(n, 1000, 3);
+    let caught = (0..16u64).any(|seed| {
+        simulate_captured_host_only(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
+    });
+    assert!(caught, "no stream order showed the missing wait");
+}
+
+/// A simulation of captured groups: (ranks, cases, all in one group, replays, merged queue,
+/// seed, tamper).
+type CapturedSim = fn(
+    usize,
+    &[Case],
+    bool,
+    usize,
+    bool,
+    u64,
+    Option<Tamper<'_>>,
+) -> std::result::Result<(), String>;
+
+/// Runs `sim` for every (ranks, count) of `sizes` over `cases_of(ranks, count, replays)` (at
+/// least `min_cases` of them): one and three replays, each case alone or all in one group,
+/// random and merged orders.
+fn replay_every_setting(
+    sizes: &[(usize, &[usize])],
+    cases_of: &dyn Fn(usize, usize, usize) -> Vec<Case>,
+    min_cases: usize,
+    sim: CapturedSim,
+) {
+    for &(n, counts) in sizes {
         for &count in counts {
             for replays in [1usize, 3] {
-                let cases = collectives(n, count, replays);
-                assert!(cases.len() >= 4, "{} cases", cases.len());
+                let cases = cases_of(n, count, replays);
+                assert!(cases.len() >= min_cases, "{} cases", cases.len());
                 for one_group in [false, true] {
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
                         for seed in seeds {
-                            if let Err(e) = simulate_captured_host_only(
-                                n,
-                                &cases,
-                                one_group,
-                                replays,
-                                merged,
-                                seed * 31 + 7,
-                                None,
-                            ) {
+                            if let Err(e) =
+                                sim(n, &cases, one_group, replays, merged, seed * 31 + 7, None)
+                            {
                                 panic!(
                                     "n {n} count {count} replays {replays} one group {one_group} \
                                      merged {merged} seed {seed}: {e}"
@@ -2382,13 +2397,17 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
             }
         }
     }
-    let n = 3;
+}
+
+/// A tamper that turns every wait for a partner's `DONE` word of group 0 (`n` ranks) into a
+/// wait for nothing.
+fn without_done_waits(n: usize) -> impl Fn(&mut SimDevice, usize) {
     let done_words: Vec<u64> = Setup::new(n)
         .layouts()
         .iter()
         .flat_map(|l| (0..n).map(move |from| l.captured_word(l.rank, 0, 2, from)))
         .collect();
-    let no_done_wait = |d: &mut SimDevice, _r: usize| {
+    move |d: &mut SimDevice, _r: usize| {
         for q in d.lanes.values_mut() {
             for op in q.iter_mut() {
                 if let Op::Wait(a, _) = *op {
@@ -2398,12 +2417,7 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
                 }
             }
         }
-    };
-    let cases = collectives(n, 1000, 3);
-    let caught = (0..16u64).any(|seed| {
-        simulate_captured_host_only(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
-    });
-    assert!(caught, "no stream order showed the missing wait");
+    }
 }
 
 /// The cases the captured direct paths take; with several replays, only those whose result a
@@ -2432,39 +2446,17 @@ fn captured_cases(n: usize, count: usize, replays: usize) -> Vec<Case> {
 /// back, under random stream orders and the merged single queue: exact, every word reset.
 #[test]
 fn captured_groups_replay_exact_and_reset_their_words() {
-    for (n, counts) in [
-        (2usize, &[1usize, 5, 1000][..]),
-        (3, &[5, 1000]),
-        (4, &[1, 1000]),
-        (9, &[5]),
-    ] {
-        for &count in counts {
-            for replays in [1usize, 3] {
-                let cases = captured_cases(n, count, replays);
-                assert!(cases.len() >= 8, "{} cases", cases.len());
-                for one_group in [false, true] {
-                    for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
-                        for seed in seeds {
-                            if let Err(e) = simulate_captured(
-                                n,
-                                &cases,
-                                one_group,
-                                replays,
-                                merged,
-                                seed * 31 + 7,
-                                None,
-                            ) {
-                                panic!(
-                                    "n {n} count {count} replays {replays} one group {one_group} \
-                                     merged {merged} seed {seed}: {e}"
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    replay_every_setting(
+        &[
+            (2, &[1, 5, 1000]),
+            (3, &[5, 1000]),
+            (4, &[1, 1000]),
+            (9, &[5]),
+        ],
+        &captured_cases,
+        8,
+        simulate_captured,
+    );
 }
 
 /// The checker catches a broken captured program: with the waits for the partners' `DONE`
@@ -2473,22 +2465,7 @@ fn captured_groups_replay_exact_and_reset_their_words() {
 #[test]
 fn the_simulation_catches_a_captured_group_that_does_not_wait_for_done() {
     let n = 3;
-    let done_words: Vec<u64> = Setup::new(n)
-        .layouts()
-        .iter()
-        .flat_map(|l| (0..n).map(move |from| l.captured_word(l.rank, 0, 2, from)))
-        .collect();
-    let no_done_wait = |d: &mut SimDevice, _r: usize| {
-        for q in d.lanes.values_mut() {
-            for op in q.iter_mut() {
-                if let Op::Wait(a, _) = *op {
-                    if done_words.contains(&a) {
-                        *op = Op::Wait(a, 0);
-                    }
-                }
-            }
-        }
-    };
+    let no_done_wait = without_done_waits(n);
     let cases = captured_cases(n, 1000, 3);
     let caught = (0..8u64).any(|seed| {
         simulate_captured(n, &cases, true, 3, false, seed, Some(&no_done_wait)).is_err()
