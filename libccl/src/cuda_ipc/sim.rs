@@ -2354,6 +2354,119 @@ fn host_only_captured_groups_replay_exact_and_reset_their_words() {
     assert!(caught, "no stream order showed the missing wait");
 }
 
+/// Host-only with eager groups around a captured one: the eager groups go chunk by chunk
+/// through the ranks' receive slots, which the captured group uses as outboxes. Cases in turn
+/// eager before, captured (all in one group), eager after; every result checked.
+fn simulate_eager_around_captured_host_only(
+    n: usize,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+) -> std::result::Result<(), String> {
+    use super::captured::{self, HostOnlyGroup};
+    let s = Setup {
+        chunk: 1 << 16,
+        direct: false,
+        mirror: true,
+        ..Setup::new(n)
+    };
+    let mut mem = s.protocol_mem();
+    let layouts = s.layouts();
+    place_inputs(&mut mem, cases, n);
+    let dx = DirectSim::new(n);
+    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
+    let capturable = |c: &Case| {
+        matches!(c.kind, Kind::Coll(_) | Kind::Ring)
+            && tasks(c, 0, 0, n).iter().all(captured::supported)
+    };
+    let phase = |k: usize, c: &Case| if capturable(c) { k % 3 } else { 0 };
+    let eager = |devs: &mut Vec<SimDevice>, counters: &mut Vec<Counters>, which: usize| {
+        for (k, c) in cases
+            .iter()
+            .enumerate()
+            .filter(|&(k, c)| phase(k, c) == which)
+        {
+            for r in 0..n {
+                s.queue(
+                    &layouts[r],
+                    &mut counters[r],
+                    &mut devs[r],
+                    &tasks(c, k, r, n),
+                    &dx,
+                )
+                .map_err(|e| format!("eager case {k} {c:?} rank {r}: {e}"))?;
+            }
+        }
+        Ok::<(), String>(())
+    };
+    eager(&mut devs, &mut counters, 0)?;
+    let group: Vec<Vec<Task>> = (0..n)
+        .map(|r| {
+            cases
+                .iter()
+                .enumerate()
+                .filter(|&(k, c)| phase(k, c) == 1)
+                .flat_map(|(k, c)| tasks(c, k, r, n))
+                .collect()
+        })
+        .collect();
+    let region = s.slots as usize * s.chunk;
+    let offsets: Vec<Vec<usize>> = (0..n)
+        .map(|r| captured::host_only_offsets(&group[r], r, n, region).ok_or("no fit"))
+        .collect::<std::result::Result<_, _>>()?;
+    let offers: Vec<Vec<u8>> = (0..n)
+        .map(|r| captured::host_only_offer(0, &group[r], Some(&offsets[r])))
+        .collect();
+    for r in 0..n {
+        let hg = HostOnlyGroup {
+            index: 0,
+            tasks: &group[r],
+            inputs: mirror_base(r),
+            reduce_n: seed % 2 == 0,
+            offsets: offsets[r].clone(),
+            sources: captured::host_only_sources(r, &offers)?,
+        };
+        captured::emit_host_only(&mut devs[r], &layouts[r], &hg).map_err(|e| e.to_string())?;
+    }
+    eager(&mut devs, &mut counters, 2)?;
+    run(&devs, &mut mem, merged, seed)?;
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let Some(want) = expected(case, r, n) else {
+                continue;
+            };
+            let (_, recv, _, _) = buffers(case, k, r, n);
+            let want: Vec<u8> = want.iter().flat_map(|&v| encode(case.dtype, v)).collect();
+            if mem.read(recv, want.len()) != want {
+                return Err(format!(
+                    "case {k} {case:?} (phase {}): rank {r} wrong result",
+                    phase(k, case)
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Eager groups through the slots before and after a captured group that uses them as
+/// outboxes (host-only), 2-4 ranks, random and merged orders: every result exact. (Unlike the
+/// replay test, these orders do not show a missing `DONE` wait: that test is the one that
+/// guards it.)
+#[test]
+fn eager_groups_around_a_host_only_captured_group_stay_exact() {
+    for n in [2usize, 3, 4] {
+        let cases = every_case(n, 3000);
+        for (merged, seeds) in [(true, 0..3u64), (false, 0..6u64)] {
+            for seed in seeds {
+                if let Err(e) = simulate_eager_around_captured_host_only(n, &cases, merged, seed) {
+                    panic!("n {n} merged {merged} seed {seed}: {e}");
+                }
+            }
+        }
+    }
+}
+
 /// A simulation of captured groups: (ranks, cases, all in one group, replays, merged queue,
 /// seed, tamper).
 type CapturedSim = fn(
