@@ -25,4 +25,6 @@ bash docs/device-runs/2026-11-24-s27/call10.sh
 export NCCL_P2P_DISABLE=1; OUT=/tmp/o RUNS=3 bash tests/gpu/device_one_gpu.sh  # summary: 11-round-p2p-off-summary.md
 # 12: captured sends/receives host-only after every rank handshakes with every other: 2-4 ranks, torch_graph.py 3 processes
 bash docs/device-runs/2026-11-24-s27/call12.sh
+# 13: captured all-reduces, broadcasts and reduces over 32 MiB in rounds
+bash docs/device-runs/2026-11-24-s27/call13.sh
 # Ready for nvidia-h200-x2 (not lent this session): x2_a.sh (issue 6's network path against NCCL's socket transport; P2P off against NCCL's shared memory, large and small, eager and captured), x2_b.sh (issue 7 tp2-sp).

@@ -1322,6 +1322,127 @@ pub(crate) fn host_only_offsets(
     (at <= region).then_some(offsets)
 }
 
+/// One round of a host-only capture: its operations, their outbox offsets and where each
+/// finds what it takes from each rank (see [`HostOnlyGroup`]).
+pub(crate) type HostOnlyRound = (Vec<Task>, Vec<usize>, Vec<Vec<Option<usize>>>);
+
+/// Whether any element range of `t` is an operation of the same kind on that range (an
+/// all-reduce, broadcast or reduce): such an operation can be captured in pieces.
+fn elementwise(t: &Task) -> bool {
+    matches!(
+        t.kind,
+        TaskKind::Coll(
+            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. }
+        )
+    )
+}
+
+/// The rounds a host-only capture takes `tasks` in, if it takes them: the group as it is when
+/// it fits one slot region of `region` bytes; else, a group of all-reduces, broadcasts and
+/// reduces cut into pieces of at most a region each, packed in order into rounds of at most a
+/// region (each round a handshake cycle of its own on the group's words).
+pub(crate) fn host_only_rounds(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    region: usize,
+) -> Option<Vec<Vec<Task>>> {
+    if host_only_offsets(tasks, rank, n, region).is_some() {
+        return Some(vec![tasks.to_vec()]);
+    }
+    if !tasks.iter().all(|t| elementwise(t) && supported(t)) {
+        return None;
+    }
+    let mut rounds: Vec<Vec<Task>> = vec![Vec::new()];
+    let mut used = 0usize;
+    for t in tasks {
+        let size = t.dtype.size();
+        let most = (region / size).max(1);
+        let mut done = 0usize;
+        while done < t.count {
+            let count = (t.count - done).min(most);
+            let bytes = (count * size).next_multiple_of(256);
+            if used + bytes > region {
+                rounds.push(Vec::new());
+                used = 0;
+            }
+            let at = done * size;
+            rounds.last_mut()?.push(Task {
+                send: t.send.wrapping_add(at),
+                recv: t.recv.wrapping_add(at),
+                count,
+                ..*t
+            });
+            used += bytes;
+            done += count;
+        }
+    }
+    Some(rounds)
+}
+
+/// This rank's offer for a host-only capture of `tasks` as group `index` (ability, index, and
+/// per operation its signature and, when the group is one round, its outbox offset).
+pub(crate) fn host_only_offer_of(
+    index: usize,
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    region: usize,
+    able: bool,
+) -> Vec<u8> {
+    let rounds = host_only_rounds(tasks, rank, n, region).filter(|_| able);
+    match rounds.as_deref() {
+        Some([one]) => host_only_offer(
+            index,
+            tasks,
+            host_only_offsets(one, rank, n, region).as_deref(),
+        ),
+        // Several rounds: collectives only, laid out alike on every rank.
+        Some(_) => host_only_offer(index, tasks, Some(&vec![0; tasks.len()])),
+        None => host_only_offer(index, tasks, None),
+    }
+}
+
+/// The rounds `rank` captures from every rank's offer ([`host_only_offer_of`], all able, same
+/// group): one round takes its sources from the offers ([`host_only_sources`]); several, all
+/// collectives of the same operations on every rank, find every partner's inputs where their
+/// own are.
+pub(crate) fn host_only_plan(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    region: usize,
+    offers: &[Vec<u8>],
+) -> std::result::Result<Vec<HostOnlyRound>, String> {
+    let mine = offers.get(rank).ok_or("no offer of this rank")?;
+    if offers.iter().any(|o| o.get(1..9) != mine.get(1..9)) {
+        return Err("another group index".into());
+    }
+    let rounds = host_only_rounds(tasks, rank, n, region).ok_or("the group is not taken")?;
+    if let [one] = &rounds[..] {
+        let offsets = host_only_offsets(one, rank, n, region).ok_or("the group does not fit")?;
+        return Ok(vec![(
+            one.clone(),
+            offsets,
+            host_only_sources(rank, offers)?,
+        )]);
+    }
+    if let Some(r) = offers.iter().position(|o| o != mine) {
+        return Err(format!("rank {r}'s collectives are not rank {rank}'s"));
+    }
+    rounds
+        .into_iter()
+        .map(|round| {
+            let offsets =
+                host_only_offsets(&round, rank, n, region).ok_or("a round does not fit")?;
+            let sources = (0..n)
+                .map(|j| offsets.iter().map(|&o| (j != rank).then_some(o)).collect())
+                .collect();
+            Ok((round, offsets, sources))
+        })
+        .collect()
+}
+
 /// Queues host-only group `g` of `l.rank` on [`Lane::User`].
 pub(crate) fn emit_host_only(dev: &mut dyn Device, l: &Layout, g: &HostOnlyGroup) -> Result<()> {
     let (me, n) = (l.rank, l.nranks);
@@ -1444,24 +1565,19 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     let (rank, n) = (l.rank, l.nranks);
     let streams = crate::gpu::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
-    let offsets = host_only_offsets(tasks, rank, n, l.slots as usize * l.chunk)
-        .filter(|_| crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n));
+    let region = l.slots as usize * l.chunk;
+    let able = crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n);
     // Ability, group index, and per operation its signature and outbox offset: every rank able
     // and the groups matching, or none captures it here.
-    let all = exchange(comm, &host_only_offer(index, tasks, offsets.as_deref()))?;
-    let Some(offsets) = offsets.filter(|_| all.iter().all(|o| o.first() == Some(&1))) else {
+    let all = exchange(
+        comm,
+        &host_only_offer_of(index, tasks, rank, n, region, able),
+    )?;
+    if !all.iter().all(|o| o.first() == Some(&1)) {
         tracing::debug!("rank {rank}: group {index} captured on the staged path (host-only)");
         return Ok(false);
-    };
-    let same_index = all
-        .iter()
-        .all(|o| o.get(1..9) == Some(&(index as u64).to_le_bytes()[..]));
-    let sources = if same_index {
-        host_only_sources(rank, &all)
-    } else {
-        Err("another group index".into())
     }
-    .map_err(|e| {
+    let rounds = host_only_plan(tasks, rank, n, region, &all).map_err(|e| {
         Error::invalid_usage(format!(
             "operations captured into a CUDA graph differ (group {index}): {e}"
         ))
@@ -1478,16 +1594,20 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     if verdicts.iter().any(|v| v.as_slice() != [1]) {
         return Ok(false);
     }
-    let group = HostOnlyGroup {
-        index,
-        tasks,
-        inputs: eng.device_slots.ptr(),
-        reduce_n,
-        offsets,
-        sources,
-    };
     crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
-        emit_host_only(&mut CudaDevice::new(eng, stream), l, &group)
+        let mut dev = CudaDevice::new(eng, stream);
+        for (round, offsets, sources) in rounds {
+            let group = HostOnlyGroup {
+                index,
+                tasks: &round,
+                inputs: eng.device_slots.ptr(),
+                reduce_n,
+                offsets,
+                sources,
+            };
+            emit_host_only(&mut dev, l, &group)?;
+        }
+        Ok(())
     })?;
     if index == 0 {
         tracing::info!(

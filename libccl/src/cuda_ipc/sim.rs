@@ -2276,9 +2276,25 @@ fn simulate_captured_host_only(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
+    simulate_host_only_slots(1 << 18, n, cases, one_group, replays, merged, seed, tamper)
+}
+
+/// [`simulate_captured_host_only`] with slots of `chunk` bytes (two per peer): groups larger
+/// than a slot region go in rounds.
+#[allow(clippy::too_many_arguments)]
+fn simulate_host_only_slots(
+    chunk: usize,
+    n: usize,
+    cases: &[Case],
+    one_group: bool,
+    replays: usize,
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(), String> {
     use super::captured::{self, HostOnlyGroup};
     let s = Setup {
-        chunk: 1 << 18,
+        chunk,
         mirror: true,
         ..Setup::new(n)
     };
@@ -2287,34 +2303,36 @@ fn simulate_captured_host_only(
     place_inputs(&mut mem, cases, n);
     let groups = captured_groups(cases, n, one_group);
     let region = s.slots as usize * s.chunk;
-    // Group -> rank -> its captured program, after the offers' exchange.
-    let mut programs: Vec<Vec<HostOnlyGroup>> = (0..n).map(|_| Vec::new()).collect();
+    // Rank -> its captured rounds (of every group, with the group's index), after the offers'
+    // exchange.
+    let mut plans: Vec<Vec<(usize, captured::HostOnlyRound)>> =
+        (0..n).map(|_| Vec::new()).collect();
     for (g, group) in groups.iter().enumerate() {
-        let offsets: Vec<Vec<usize>> = (0..n)
-            .map(|r| {
-                captured::host_only_offsets(&group[r], r, n, region)
-                    .ok_or(format!("group {g} does not fit rank {r}'s outbox"))
-            })
-            .collect::<std::result::Result<_, _>>()?;
         let offers: Vec<Vec<u8>> = (0..n)
-            .map(|r| captured::host_only_offer(g, &group[r], Some(&offsets[r])))
+            .map(|r| captured::host_only_offer_of(g, &group[r], r, n, region, true))
             .collect();
-        for (r, program) in programs.iter_mut().enumerate() {
-            program.push(HostOnlyGroup {
-                index: g,
-                tasks: &group[r],
-                inputs: mirror_base(r),
-                reduce_n: seed % 2 == 0,
-                offsets: offsets[r].clone(),
-                sources: captured::host_only_sources(r, &offers)?,
-            });
+        if offers.iter().any(|o| o.first() != Some(&1)) {
+            return Err(format!("group {g} is not taken host-only"));
+        }
+        for (r, plan) in plans.iter_mut().enumerate() {
+            for round in captured::host_only_plan(&group[r], r, n, region, &offers)? {
+                plan.push((g, round));
+            }
         }
     }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     for _ in 0..replays {
         for (r, dev) in devs.iter_mut().enumerate() {
-            for hg in &programs[r] {
-                captured::emit_host_only(dev, &layouts[r], hg).map_err(|e| e.to_string())?;
+            for (g, (round, offsets, sources)) in &plans[r] {
+                let hg = HostOnlyGroup {
+                    index: *g,
+                    tasks: round,
+                    inputs: mirror_base(r),
+                    reduce_n: seed % 2 == 0,
+                    offsets: offsets.clone(),
+                    sources: sources.clone(),
+                };
+                captured::emit_host_only(dev, &layouts[r], &hg).map_err(|e| e.to_string())?;
             }
         }
     }
@@ -2461,6 +2479,39 @@ fn eager_groups_around_a_host_only_captured_group_stay_exact() {
             for seed in seeds {
                 if let Err(e) = simulate_eager_around_captured_host_only(n, &cases, merged, seed) {
                     panic!("n {n} merged {merged} seed {seed}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Host-only captured all-reduces, broadcasts and reduces larger than a slot region (8 KiB
+/// here, 12 KB operations) go in rounds of pieces: exact after replays, every word reset.
+#[test]
+fn large_host_only_captured_reductions_go_in_rounds() {
+    for n in [2usize, 3, 4] {
+        let cases: Vec<Case> = captured_cases(n, 3000, 3)
+            .into_iter()
+            .filter(|c| {
+                matches!(
+                    c.kind,
+                    Kind::Coll(
+                        Collective::AllReduce
+                            | Collective::Broadcast { .. }
+                            | Collective::Reduce { .. }
+                    )
+                )
+            })
+            .collect();
+        assert!(cases.len() >= 4, "{} cases", cases.len());
+        for one_group in [false, true] {
+            for (merged, seeds) in [(true, 0..2u64), (false, 0..4u64)] {
+                for seed in seeds {
+                    if let Err(e) =
+                        simulate_host_only_slots(4096, n, &cases, one_group, 3, merged, seed, None)
+                    {
+                        panic!("n {n} one group {one_group} merged {merged} seed {seed}: {e}");
+                    }
                 }
             }
         }
