@@ -206,7 +206,9 @@ pub(crate) fn streamed_p2p(tasks: &[Task], cut: StreamCut) -> Option<usize> {
     Some(per.next_multiple_of(64))
 }
 
-fn elementwise(t: &Task) -> bool {
+/// Whether any element range of `t` is an operation of the same kind on that range (an
+/// all-reduce, broadcast or reduce), so it can run in pieces.
+pub(crate) fn elementwise(t: &Task) -> bool {
     matches!(
         t.kind,
         TaskKind::Coll(

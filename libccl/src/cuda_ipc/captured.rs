@@ -1326,34 +1326,27 @@ pub(crate) fn host_only_offsets(
 /// finds what it takes from each rank (see [`HostOnlyGroup`]).
 pub(crate) type HostOnlyRound = (Vec<Task>, Vec<usize>, Vec<Vec<Option<usize>>>);
 
-/// Whether any element range of `t` is an operation of the same kind on that range (an
-/// all-reduce, broadcast or reduce): such an operation can be captured in pieces.
-fn elementwise(t: &Task) -> bool {
-    matches!(
-        t.kind,
-        TaskKind::Coll(
-            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. }
-        )
-    )
-}
-
 /// The rounds a host-only capture takes `tasks` in, if it takes them: the group as it is when
 /// it fits one slot region of `region` bytes; else, a group of all-reduces, broadcasts and
 /// reduces cut into pieces of at most a region each, packed in order into rounds of at most a
-/// region (each round a handshake cycle of its own on the group's words).
+/// region (each round a handshake cycle of its own on the group's words). Each round with its
+/// operations' outbox offsets ([`host_only_offsets`]).
 pub(crate) fn host_only_rounds(
     tasks: &[Task],
     rank: usize,
     n: usize,
     region: usize,
-) -> Option<Vec<Vec<Task>>> {
-    if host_only_offsets(tasks, rank, n, region).is_some() {
-        return Some(vec![tasks.to_vec()]);
+) -> Option<Vec<(Vec<Task>, Vec<usize>)>> {
+    if let Some(offsets) = host_only_offsets(tasks, rank, n, region) {
+        return Some(vec![(tasks.to_vec(), offsets)]);
     }
-    if !tasks.iter().all(|t| elementwise(t) && supported(t)) {
+    if !tasks
+        .iter()
+        .all(|t| crate::pieces::elementwise(t) && supported(t))
+    {
         return None;
     }
-    let mut rounds: Vec<Vec<Task>> = vec![Vec::new()];
+    let mut rounds: Vec<(Vec<Task>, Vec<usize>)> = vec![(Vec::new(), Vec::new())];
     let mut used = 0usize;
     for t in tasks {
         let size = t.dtype.size();
@@ -1363,16 +1356,18 @@ pub(crate) fn host_only_rounds(
             let count = (t.count - done).min(most);
             let bytes = (count * size).next_multiple_of(256);
             if used + bytes > region {
-                rounds.push(Vec::new());
+                rounds.push((Vec::new(), Vec::new()));
                 used = 0;
             }
             let at = done * size;
-            rounds.last_mut()?.push(Task {
+            let (round, offsets) = rounds.last_mut()?;
+            round.push(Task {
                 send: t.send.wrapping_add(at),
                 recv: t.recv.wrapping_add(at),
                 count,
                 ..*t
             });
+            offsets.push(used);
             used += bytes;
             done += count;
         }
@@ -1392,11 +1387,7 @@ pub(crate) fn host_only_offer_of(
 ) -> Vec<u8> {
     let rounds = host_only_rounds(tasks, rank, n, region).filter(|_| able);
     match rounds.as_deref() {
-        Some([one]) => host_only_offer(
-            index,
-            tasks,
-            host_only_offsets(one, rank, n, region).as_deref(),
-        ),
+        Some([(_, offsets)]) => host_only_offer(index, tasks, Some(offsets)),
         // Several rounds: collectives only, laid out alike on every rank.
         Some(_) => host_only_offer(index, tasks, Some(&vec![0; tasks.len()])),
         None => host_only_offer(index, tasks, None),
@@ -1418,29 +1409,23 @@ pub(crate) fn host_only_plan(
     if offers.iter().any(|o| o.get(1..9) != mine.get(1..9)) {
         return Err("another group index".into());
     }
-    let rounds = host_only_rounds(tasks, rank, n, region).ok_or("the group is not taken")?;
-    if let [one] = &rounds[..] {
-        let offsets = host_only_offsets(one, rank, n, region).ok_or("the group does not fit")?;
-        return Ok(vec![(
-            one.clone(),
-            offsets,
-            host_only_sources(rank, offers)?,
-        )]);
+    let mut rounds = host_only_rounds(tasks, rank, n, region).ok_or("the group is not taken")?;
+    if rounds.len() == 1 {
+        let (one, offsets) = rounds.remove(0);
+        return Ok(vec![(one, offsets, host_only_sources(rank, offers)?)]);
     }
     if let Some(r) = offers.iter().position(|o| o != mine) {
         return Err(format!("rank {r}'s collectives are not rank {rank}'s"));
     }
-    rounds
+    Ok(rounds
         .into_iter()
-        .map(|round| {
-            let offsets =
-                host_only_offsets(&round, rank, n, region).ok_or("a round does not fit")?;
+        .map(|(round, offsets)| {
             let sources = (0..n)
                 .map(|j| offsets.iter().map(|&o| (j != rank).then_some(o)).collect())
                 .collect();
-            Ok((round, offsets, sources))
+            (round, offsets, sources)
         })
-        .collect()
+        .collect())
 }
 
 /// Queues host-only group `g` of `l.rank` on [`Lane::User`].
