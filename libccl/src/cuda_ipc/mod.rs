@@ -411,22 +411,27 @@ enum PeerReach {
     None,
 }
 
+/// `CCL_IPC_HOST_ONLY` as forced on or off (`1`, `0`), or left to `auto` (None; also what an
+/// unparsable value means, with a warning).
+fn forced_host_only(setting: &str) -> Option<bool> {
+    match setting.trim() {
+        "auto" | "" => None,
+        v => match v.parse::<i64>() {
+            Ok(v) => Some(v != 0),
+            Err(_) => {
+                tracing::warn!("CCL_IPC_HOST_ONLY={v:?} is not auto, 0 or 1; using auto");
+                None
+            }
+        },
+    }
+}
+
 impl PeerReach {
-    /// `host_only` is `CCL_IPC_HOST_ONLY` (`auto`, `1` or `0`), `p2p_off` whether the user turned
+    /// `forced` is `CCL_IPC_HOST_ONLY` ([`forced_host_only`]), `p2p_off` whether the user turned
     /// GPU peer-to-peer off, `shm_off` whether `NCCL_SHM_DISABLE` asks for sockets between local
     /// ranks. Host-only is a shared-memory transport on copy engines, so `auto` takes it where
     /// NVIDIA's NCCL would take its shared-memory transport: peer-to-peer off, shared memory on.
-    fn from_settings(host_only: &str, n: usize, p2p_off: bool, shm_off: bool) -> Self {
-        let forced = match host_only.trim() {
-            "auto" | "" => None,
-            v => match v.parse::<i64>() {
-                Ok(v) => Some(v != 0),
-                Err(_) => {
-                    tracing::warn!("CCL_IPC_HOST_ONLY={v:?} is not auto, 0 or 1; using auto");
-                    None
-                }
-            },
-        };
+    fn from_settings(forced: Option<bool>, n: usize, p2p_off: bool, shm_off: bool) -> Self {
         let host_only = n >= 2 && forced.unwrap_or(p2p_off && !shm_off);
         match (host_only, p2p_off) {
             (true, _) => PeerReach::HostOnly,
@@ -439,10 +444,9 @@ impl PeerReach {
     /// (GPUs without peer access: consumer cards, many VMs, GPUs hidden from each other):
     /// host-only, where `auto` would have chosen it had the settings said so, as NCCL falls
     /// back to its shared-memory transport there.
-    fn when_unmappable(self, host_only: &str, n: usize, shm_off: bool) -> Option<Self> {
-        let auto =
-            matches!(host_only.trim(), "auto" | "") || host_only.trim().parse::<i64>().is_err();
-        (self == PeerReach::Mapped && auto && n >= 2 && !shm_off).then_some(PeerReach::HostOnly)
+    fn when_unmappable(self, forced: Option<bool>, n: usize, shm_off: bool) -> Option<Self> {
+        (self == PeerReach::Mapped && forced.is_none() && n >= 2 && !shm_off)
+            .then_some(PeerReach::HostOnly)
     }
 }
 
@@ -739,11 +743,11 @@ fn prepare_local(
 /// GPU or not, and all reach the same decision (an engine on every rank or on none).
 pub fn attach(comm: &Comm) -> Result<()> {
     let n = comm.nranks();
-    let setting = params::CCL_IPC_HOST_ONLY.get_str();
+    let forced = forced_host_only(&params::CCL_IPC_HOST_ONLY.get_str());
     let shm_off = params::NCCL_SHM_DISABLE.get_bool();
-    let reach = PeerReach::from_settings(&setting, n, p2p_disabled(), shm_off);
+    let reach = PeerReach::from_settings(forced, n, p2p_disabled(), shm_off);
     match attach_as(comm, reach, comm.nonce())? {
-        Attached::Unmappable => match reach.when_unmappable(&setting, n, shm_off) {
+        Attached::Unmappable => match reach.when_unmappable(forced, n, shm_off) {
             Some(fallback) => {
                 tracing::info!(
                     "rank {}: cuda-ipc: a rank cannot map its peers' GPU memory (no peer \
@@ -2736,7 +2740,9 @@ mod tests {
     #[test]
     fn host_only_where_peer_to_peer_is_off_and_shared_memory_on() {
         use PeerReach::*;
-        let r = PeerReach::from_settings;
+        let r = |s: &str, n, p2p_off, shm_off| {
+            PeerReach::from_settings(forced_host_only(s), n, p2p_off, shm_off)
+        };
         assert_eq!(r("auto", 2, false, false), Mapped);
         assert_eq!(r("auto", 2, true, false), HostOnly);
         assert_eq!(r("", 2, true, false), HostOnly);
@@ -2770,14 +2776,38 @@ mod tests {
     #[test]
     fn unmappable_peers_fall_back_to_host_only_under_auto() {
         use PeerReach::*;
-        assert_eq!(Mapped.when_unmappable("auto", 2, false), Some(HostOnly));
-        assert_eq!(Mapped.when_unmappable("auto", 8, false), Some(HostOnly));
-        assert_eq!(Mapped.when_unmappable("", 2, false), Some(HostOnly));
-        assert_eq!(Mapped.when_unmappable("auto", 2, true), Option::None);
-        assert_eq!(Mapped.when_unmappable("0", 2, false), Option::None);
-        assert_eq!(Mapped.when_unmappable("1", 2, false), Option::None);
-        assert_eq!(HostOnly.when_unmappable("auto", 2, false), Option::None);
-        assert_eq!(None.when_unmappable("auto", 2, false), Option::None);
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only("auto"), 2, false),
+            Some(HostOnly)
+        );
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only("auto"), 8, false),
+            Some(HostOnly)
+        );
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only(""), 2, false),
+            Some(HostOnly)
+        );
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only("auto"), 2, true),
+            Option::None
+        );
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only("0"), 2, false),
+            Option::None
+        );
+        assert_eq!(
+            Mapped.when_unmappable(forced_host_only("1"), 2, false),
+            Option::None
+        );
+        assert_eq!(
+            HostOnly.when_unmappable(forced_host_only("auto"), 2, false),
+            Option::None
+        );
+        assert_eq!(
+            None.when_unmappable(forced_host_only("auto"), 2, false),
+            Option::None
+        );
     }
 
     /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
