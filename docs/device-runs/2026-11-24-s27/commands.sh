@@ -27,4 +27,7 @@ export NCCL_P2P_DISABLE=1; OUT=/tmp/o RUNS=3 bash tests/gpu/device_one_gpu.sh  #
 bash docs/device-runs/2026-11-24-s27/call12.sh
 # 13: captured all-reduces, broadcasts and reduces over 32 MiB in rounds
 bash docs/device-runs/2026-11-24-s27/call13.sh
+# 14: after the review clean-up (one CCL_IPC_HOST_ONLY parse, rounds carrying their offsets): call13.sh again (same
+# figures, 0 wrong), captured sendrecv -G 3 for 2 and 3 ranks (0 wrong), and the no-peer-access fallback still taken
+bash docs/device-runs/2026-11-24-s27/call13.sh
 # Ready for nvidia-h200-x2 (not lent this session): x2_a.sh (issue 6's network path against NCCL's socket transport; P2P off against NCCL's shared memory, large and small, eager and captured), x2_b.sh (issue 7 tp2-sp).
