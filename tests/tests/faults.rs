@@ -25,13 +25,7 @@ fn err_path(port: u16, r: usize) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("ccl-faults-{port}-{r}.err"))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use ccl_tests::free_port;
 
 struct RankOut {
     status: Option<i32>,

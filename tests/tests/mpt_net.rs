@@ -9,13 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use ccl_tests::free_port;
 
 fn run(n: usize, env: &[(&str, &str)]) {
     run_expecting(n, env, &["links 0shm,0socket,"]);
