@@ -267,6 +267,7 @@ pub struct GpuEngine {
     tx: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     chunks: Mutex<Vec<Chunk>>,
+    fold: Mutex<FoldScratch>,
 }
 
 // SAFETY: the pinned buffers are process-wide memory accessed through atomics or by the
@@ -294,6 +295,7 @@ pub(crate) fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
         tx: Mutex::new(Some(tx)),
         thread: Mutex::new(None),
         chunks: Mutex::new(Vec::new()),
+        fold: Mutex::new(FoldScratch::default()),
     });
     let proxy = Proxy {
         comm: comm.clone(),
@@ -602,6 +604,9 @@ fn stream_cut(comm: &Comm) -> crate::pieces::StreamCut {
 /// stream's copies to and from pinned memory overlap the proxy's transfers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
+    if let Some(fold) = fold_of(comm, &tasks) {
+        return submit_folded(comm, &eng, tasks[0], fold);
+    }
     let streams = streams_of(&eng.ctx, &tasks);
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
@@ -676,6 +681,192 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         base,
     };
     hand_over(comm, &eng, &streams, first, count, jobs, staged)
+}
+
+/// A two-rank all-reduce that goes as an exchange of the inputs folded on the GPU
+/// (`CCL_GPU_ALLREDUCE_FOLD_BYTES`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Fold {
+    bytes: usize,
+    /// Float average and PreMulSum: each rank scales its own input by this before sending.
+    prescale: Option<[u8; 8]>,
+    /// Integer average: the sum divided by the number of ranks afterwards.
+    divide: bool,
+}
+
+/// Whether `tasks` is an all-reduce [`submit_folded`] takes. Everything it looks at is the same
+/// on both ranks for a matching call (the thresholds are settings every rank shares), so both
+/// ranks exchange or neither does.
+fn fold_of(comm: &Comm, tasks: &[Task]) -> Option<Fold> {
+    let min = params::CCL_GPU_ALLREDUCE_FOLD_BYTES.get_i64();
+    if min <= 0 {
+        return None;
+    }
+    let max = params::CCL_GPU_ALLREDUCE_FOLD_MAX_BYTES.get_i64().max(0) as usize;
+    let shared_memory_only = comm.0.issue.lock().shared_memory_only;
+    fold_rule(
+        tasks,
+        comm.nranks(),
+        shared_memory_only,
+        (min as usize, max),
+        &is_device_ptr,
+    )
+}
+
+fn fold_rule(
+    tasks: &[Task],
+    nranks: usize,
+    shared_memory_only: bool,
+    (min, max): (usize, usize),
+    is_dev: &dyn Fn(usize) -> bool,
+) -> Option<Fold> {
+    let [t] = tasks else { return None };
+    if t.kind != TaskKind::Coll(ccl_collectives::Collective::AllReduce)
+        || nranks != 2
+        || shared_memory_only
+    {
+        return None;
+    }
+    let size = t.dtype.size();
+    let bytes = t.count.checked_mul(size)?;
+    // The kernels read whole elements.
+    let aligned = t.send % size == 0 && t.recv % size == 0;
+    if !(min..=max).contains(&bytes) || !aligned || !is_dev(t.send) || !is_dev(t.recv) {
+        return None;
+    }
+    let (prescale, divide) = match t.red {
+        Reduction::Plain(_) => (None, false),
+        Reduction::Avg if t.dtype.is_float() => (
+            Some(ccl_cuda::host::reduce::from_f64(
+                t.dtype,
+                1.0 / nranks as f64,
+            )),
+            false,
+        ),
+        Reduction::Avg => (None, true),
+        Reduction::PreMulSum(Scalar::Immediate(b)) => (Some(b), false),
+        // Written by earlier stream work: its value is not known when the kernels are queued.
+        Reduction::PreMulSum(Scalar::Device(_)) => return None,
+    };
+    Some(Fold {
+        bytes,
+        prescale,
+        divide,
+    })
+}
+
+/// A communicator's GPU scratch for folded all-reduces: the peer's input lands in it (and, for
+/// scaled reductions, this rank's scaled input sits behind it).
+#[derive(Default)]
+struct FoldScratch {
+    buf: Option<cuda::DeviceBuffer>,
+    /// Recorded after the last kernels that read `buf`: the next fold's stream waits for it
+    /// before anything writes `buf` again (folds may come on different streams).
+    last_use: Option<Event>,
+    /// Buffers outgrown while queued work may still read them: freed once that work is done.
+    retired: Vec<(cuda::DeviceBuffer, Event)>,
+}
+
+/// An all-reduce of two ranks as a send/receive pair of the whole inputs through the staged
+/// network path, then a fold on the GPU in rank order (`Fold`). The CPUs only move bytes: the
+/// ring (or the exchange folded on the CPU) reduces in host memory, which held a two-GPU
+/// all-reduce over the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s
+/// against host-memory send/receive 9.0, session 23).
+fn submit_folded(comm: &Comm, eng: &Arc<GpuEngine>, t: Task, fold: Fold) -> Result<()> {
+    let kernels = crate::cuda_ipc::kernels_for(&eng.ctx)?;
+    let rank = comm.rank();
+    let peer = 1 - rank;
+    let (dt, n) = (t.dtype, t.count);
+    // SAFETY: the caller's own live stream (NCCL's contract).
+    let stream = unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
+    let mut scratch = eng.fold.lock();
+    let need = if fold.prescale.is_some() {
+        2 * fold.bytes
+    } else {
+        fold.bytes
+    };
+    let base = scratch.claim(&eng.ctx, need, &stream)?;
+    let incoming = base;
+    let own = match fold.prescale {
+        Some(_) => base + fold.bytes as u64,
+        None => t.send as u64,
+    };
+    if let Some(s) = fold.prescale {
+        // SAFETY: `t.send` holds `n` elements of `dt` (the caller's buffer, checked device
+        // memory and aligned); `own` lies in the scratch claimed above for this stream.
+        unsafe { kernels.premul(&stream, dt, own, t.send as u64, n, s) }.map_err(cuda_err)?;
+    }
+    let p2p = |kind, send: u64, recv: u64| Task {
+        kind,
+        send: send as usize,
+        recv: recv as usize,
+        count: n,
+        dtype: dt,
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        stream: t.stream,
+    };
+    submit(
+        comm,
+        vec![
+            p2p(TaskKind::Send { peer }, own, 0),
+            p2p(TaskKind::Recv { peer }, 0, incoming),
+        ],
+    )?;
+    // From here on the peer has this rank's input: a failure must poison the communicator.
+    let (a, b) = if rank == 0 {
+        (own, incoming)
+    } else {
+        (incoming, own)
+    };
+    let op = t.red.arithmetic();
+    // SAFETY: `a`, `b` are the scratch (claimed for this stream until the event below) and
+    // the caller's input; `t.recv` is the caller's output of `n` elements, equal to or
+    // disjoint from each; every one stays valid until the stream has run the kernels.
+    let folded = unsafe {
+        kernels
+            .reduce(&stream, dt, op, t.recv as u64, a, b, n)
+            .and_then(|()| match fold.divide {
+                true => kernels.div_int(&stream, dt, t.recv as u64, n, 2),
+                false => Ok(()),
+            })
+    }
+    .map_err(cuda_err)
+    .and_then(|()| scratch.release(&eng.ctx, &stream));
+    folded.inspect_err(|e| comm.set_async_error(e))
+}
+
+impl FoldScratch {
+    /// A scratch of at least `bytes` for work queued next on `stream`, which is made to wait
+    /// for the previous fold's reads.
+    fn claim(&mut self, ctx: &Arc<Context>, bytes: usize, stream: &Stream) -> Result<u64> {
+        self.retired.retain(|(_, ev)| !ev.query().unwrap_or(false));
+        if !self.buf.as_ref().is_some_and(|b| b.len() >= bytes) {
+            if let (Some(old), Some(ev)) = (self.buf.take(), self.last_use.take()) {
+                self.retired.push((old, ev));
+            }
+            // Whole MiBs, so nearby sizes share one buffer.
+            let cap = bytes.max(1).div_ceil(1 << 20) << 20;
+            self.buf = Some(cuda::DeviceBuffer::new(ctx, cap).map_err(cuda_err)?);
+        }
+        if let Some(ev) = &self.last_use {
+            stream.wait_event(ev).map_err(cuda_err)?;
+        }
+        self.buf
+            .as_ref()
+            .map(|b| b.ptr())
+            .ok_or_else(|| Error::internal("fold scratch missing"))
+    }
+
+    /// Marks the scratch as read by the work queued on `stream` so far.
+    fn release(&mut self, ctx: &Arc<Context>, stream: &Stream) -> Result<()> {
+        let ev = match self.last_use.take() {
+            Some(ev) => ev,
+            None => plain_event(ctx)?,
+        };
+        stream.record(&ev).map_err(cuda_err)?;
+        self.last_use = Some(ev);
+        Ok(())
+    }
 }
 
 /// A staged group laid out in a pinned chunk: its piece copies, own-block copies on the
@@ -1809,6 +2000,86 @@ mod tests {
                 assert!(input.iter().all(|&i| i < *gates));
             }
         }
+    }
+
+    /// The GPU fold takes lone two-rank all-reduces of aligned device buffers over the network
+    /// within the window, with the scaling each reduction needs; nothing else.
+    #[test]
+    fn fold_takes_lone_two_rank_all_reduces_of_device_memory_over_the_network() {
+        use ccl_cuda::{DataType, ReduceKind};
+        let dev = |p: usize| p >= 0x1000;
+        let ar = |count| {
+            t(
+                TaskKind::Coll(Collective::AllReduce),
+                0x10_0000,
+                0x20_0000,
+                count,
+            )
+        };
+        let win = (4096, 1 << 20);
+        let rule = |ts: &[Task], n, shm| fold_rule(ts, n, shm, win, &dev);
+        let plain = Some(Fold {
+            bytes: 4096,
+            prescale: None,
+            divide: false,
+        });
+        // floats: 1024 of them is just in the window, 1023 just out; the top edge likewise.
+        assert_eq!(rule(&[ar(1024)], 2, false), plain);
+        assert_eq!(rule(&[ar(1023)], 2, false), None);
+        assert!(rule(&[ar(1 << 18)], 2, false).is_some());
+        assert_eq!(rule(&[ar((1 << 18) + 1)], 2, false), None);
+        // Three ranks, shared memory alone, a group of two, another collective: not folded.
+        assert_eq!(rule(&[ar(1024)], 3, false), None);
+        assert_eq!(rule(&[ar(1024)], 2, true), None);
+        assert_eq!(rule(&[ar(1024), ar(1024)], 2, false), None);
+        let bc = t(
+            TaskKind::Coll(Collective::Broadcast { root: 0 }),
+            0x10_0000,
+            0x20_0000,
+            1024,
+        );
+        assert_eq!(rule(&[bc], 2, false), None);
+        // Host memory or a misaligned element on either side: not folded.
+        let mut host = ar(1024);
+        host.send = 0x100;
+        assert_eq!(rule(&[host], 2, false), None);
+        let mut odd = ar(1024);
+        odd.recv += 2;
+        assert_eq!(rule(&[odd], 2, false), None);
+        // Reductions: float average scales by 1/2 before sending, integer average divides
+        // after; PreMulSum with an immediate scalar scales by it, with a device scalar it stays
+        // on the ring; max stays plain.
+        let with = |dtype, red| {
+            let mut x = ar(1024);
+            x.dtype = dtype;
+            x.red = red;
+            rule(&[x], 2, false)
+        };
+        let half = ccl_cuda::host::reduce::from_f64(DataType::Float32, 0.5);
+        assert_eq!(
+            with(DataType::Float32, Reduction::Avg).map(|f| (f.prescale, f.divide)),
+            Some((Some(half), false))
+        );
+        assert_eq!(
+            with(DataType::Int32, Reduction::Avg).map(|f| (f.prescale, f.divide)),
+            Some((None, true))
+        );
+        let s = [7, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            with(DataType::Int32, Reduction::PreMulSum(Scalar::Immediate(s))).map(|f| f.prescale),
+            Some(Some(s))
+        );
+        assert_eq!(
+            with(
+                DataType::Int32,
+                Reduction::PreMulSum(Scalar::Device(0x3000))
+            ),
+            None
+        );
+        assert_eq!(
+            with(DataType::Int32, Reduction::Plain(ReduceKind::Max)).map(|f| f.bytes),
+            Some(4096)
+        );
     }
 
     #[test]

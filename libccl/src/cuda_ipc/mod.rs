@@ -263,7 +263,7 @@ unsafe impl Send for IpcEngine {}
 unsafe impl Sync for IpcEngine {}
 
 /// The reduction kernels of a device, shared by its communicators (compiled once).
-fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
+pub(crate) fn kernels_for(ctx: &Arc<Context>) -> Result<Arc<Kernels>> {
     static ALL: std::sync::OnceLock<Mutex<Vec<Arc<Kernels>>>> = std::sync::OnceLock::new();
     let mut all = ALL.get_or_init(Default::default).lock();
     if let Some(k) = all.iter().find(|k| k.ordinal() == ctx.ordinal()) {
