@@ -683,30 +683,37 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     hand_over(comm, &eng, &streams, first, count, jobs, staged)
 }
 
-/// A two-rank all-reduce that goes as an exchange of the inputs folded on the GPU
-/// (`CCL_GPU_ALLREDUCE_FOLD_BYTES`).
+/// A two-rank reduction (all-reduce, reduce-scatter, reduce) that goes as a send/receive of
+/// the operands, folded on the GPU (`CCL_GPU_FOLD_BYTES`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Fold {
+    /// What each transfer carries (and the fold covers).
     bytes: usize,
-    /// Float average and PreMulSum: each rank scales its own input by this before sending.
+    /// Where in the send buffer the operand this rank sends starts (`None`: it sends nothing,
+    /// a reduce's root).
+    send_at: Option<usize>,
+    /// Where in the send buffer this rank's own operand starts, folded with the one it
+    /// receives into its receive buffer (`None`: it receives nothing, a reduce's other rank).
+    own_at: Option<usize>,
+    /// Float average and PreMulSum: each rank scales its operands by this before they meet.
     prescale: Option<[u8; 8]>,
     /// Integer average: the sum divided by the number of ranks afterwards.
     divide: bool,
 }
 
-/// Whether `tasks` is an all-reduce [`submit_folded`] takes. Everything it looks at is the same
-/// on both ranks for a matching call (the thresholds are settings every rank shares), so both
-/// ranks exchange or neither does.
+/// Whether `tasks` is a reduction [`submit_folded`] takes. Everything it looks at is the same
+/// on both ranks for a matching call (the thresholds are settings every rank shares, and a
+/// reduce's other rank does not look at its receive buffer), so both ranks fold or neither.
 fn fold_of(comm: &Comm, tasks: &[Task]) -> Option<Fold> {
-    let min = params::CCL_GPU_ALLREDUCE_FOLD_BYTES.get_i64();
+    let min = params::CCL_GPU_FOLD_BYTES.get_i64();
     if min <= 0 {
         return None;
     }
-    let max = params::CCL_GPU_ALLREDUCE_FOLD_MAX_BYTES.get_i64().max(0) as usize;
+    let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
     let shared_memory_only = comm.0.issue.lock().shared_memory_only;
     fold_rule(
         tasks,
-        comm.nranks(),
+        (comm.rank(), comm.nranks()),
         shared_memory_only,
         (min as usize, max),
         &is_device_ptr,
@@ -715,23 +722,30 @@ fn fold_of(comm: &Comm, tasks: &[Task]) -> Option<Fold> {
 
 fn fold_rule(
     tasks: &[Task],
-    nranks: usize,
+    (rank, nranks): (usize, usize),
     shared_memory_only: bool,
     (min, max): (usize, usize),
     is_dev: &dyn Fn(usize) -> bool,
 ) -> Option<Fold> {
+    use ccl_collectives::Collective;
     let [t] = tasks else { return None };
-    if t.kind != TaskKind::Coll(ccl_collectives::Collective::AllReduce)
-        || nranks != 2
-        || shared_memory_only
-    {
+    if nranks != 2 || shared_memory_only || rank >= nranks {
         return None;
     }
+    let peer = 1 - rank;
     let size = t.dtype.size();
     let bytes = t.count.checked_mul(size)?;
-    // The kernels read whole elements.
-    let aligned = t.send % size == 0 && t.recv % size == 0;
-    if !(min..=max).contains(&bytes) || !aligned || !is_dev(t.send) || !is_dev(t.recv) {
+    let (send_at, own_at) = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) => (Some(0), Some(0)),
+        TaskKind::Coll(Collective::ReduceScatter) => (Some(peer * bytes), Some(rank * bytes)),
+        TaskKind::Coll(Collective::Reduce { root }) if root == rank => (None, Some(0)),
+        TaskKind::Coll(Collective::Reduce { root }) if root == peer => (Some(0), None),
+        _ => return None,
+    };
+    // The kernels read whole elements; a reduce's other rank has no receive buffer.
+    let folds = own_at.is_some();
+    let usable = |p: usize| p % size == 0 && is_dev(p);
+    if !(min..=max).contains(&bytes) || !usable(t.send) || (folds && !usable(t.recv)) {
         return None;
     }
     let (prescale, divide) = match t.red {
@@ -750,6 +764,8 @@ fn fold_rule(
     };
     Some(Fold {
         bytes,
+        send_at,
+        own_at,
         prescale,
         divide,
     })
@@ -767,35 +783,47 @@ struct FoldScratch {
     retired: Vec<(cuda::DeviceBuffer, Event)>,
 }
 
-/// An all-reduce of two ranks as a send/receive pair of the whole inputs through the staged
-/// network path, then a fold on the GPU in rank order (`Fold`). The CPUs only move bytes: the
-/// ring (or the exchange folded on the CPU) reduces in host memory, which held a two-GPU
-/// all-reduce over the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s
-/// against host-memory send/receive 9.0, session 23).
+/// A reduction of two ranks as a send/receive of the operands through the staged network
+/// path into a scratch buffer on the GPU, then one kernel folding the received operand with
+/// this rank's own in rank order (`Fold`). The CPUs only move bytes: the ring (or the exchange
+/// folded on the CPU) reduces in host memory, which held a two-GPU all-reduce over the network
+/// below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s against host-memory
+/// send/receive 9.0, session 23).
 fn submit_folded(comm: &Comm, eng: &Arc<GpuEngine>, t: Task, fold: Fold) -> Result<()> {
     let kernels = crate::cuda_ipc::kernels_for(&eng.ctx)?;
     let rank = comm.rank();
     let peer = 1 - rank;
-    let (dt, n) = (t.dtype, t.count);
+    let (dt, n, bytes) = (t.dtype, t.count, fold.bytes);
     // SAFETY: the caller's own live stream (NCCL's contract).
     let stream = unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
     let mut scratch = eng.fold.lock();
-    let need = if fold.prescale.is_some() {
-        2 * fold.bytes
+    // Scratch: [incoming][own, scaled][sent, scaled], each part only where it is used.
+    let own = fold.own_at.map(|o| t.send as u64 + o as u64);
+    let sent = fold.send_at.map(|o| t.send as u64 + o as u64);
+    let scaled_parts = match fold.prescale {
+        None => 0,
+        Some(_) => usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own),
+    };
+    let parts = usize::from(own.is_some()) + scaled_parts;
+    let base = scratch.claim(&eng.ctx, parts.max(1) * bytes, &stream)?;
+    let mut next = base + if own.is_some() { bytes as u64 } else { 0 };
+    let mut scaled = |src: Option<u64>| -> Result<Option<u64>> {
+        let (Some(src), Some(s)) = (src, fold.prescale) else {
+            return Ok(src);
+        };
+        let dst = next;
+        next += bytes as u64;
+        // SAFETY: `src` holds `n` elements of `dt` of the caller's send buffer (checked device
+        // memory, aligned); `dst` is a part of the scratch claimed above for this stream.
+        unsafe { kernels.premul(&stream, dt, dst, src, n, s) }.map_err(cuda_err)?;
+        Ok(Some(dst))
+    };
+    let own_op = scaled(own)?;
+    let sent_op = if sent.is_some() && sent == own {
+        own_op
     } else {
-        fold.bytes
+        scaled(sent)?
     };
-    let base = scratch.claim(&eng.ctx, need, &stream)?;
-    let incoming = base;
-    let own = match fold.prescale {
-        Some(_) => base + fold.bytes as u64,
-        None => t.send as u64,
-    };
-    if let Some(s) = fold.prescale {
-        // SAFETY: `t.send` holds `n` elements of `dt` (the caller's buffer, checked device
-        // memory and aligned); `own` lies in the scratch claimed above for this stream.
-        unsafe { kernels.premul(&stream, dt, own, t.send as u64, n, s) }.map_err(cuda_err)?;
-    }
     let p2p = |kind, send: u64, recv: u64| Task {
         kind,
         send: send as usize,
@@ -805,32 +833,40 @@ fn submit_folded(comm: &Comm, eng: &Arc<GpuEngine>, t: Task, fold: Fold) -> Resu
         red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
         stream: t.stream,
     };
-    submit(
-        comm,
-        vec![
-            p2p(TaskKind::Send { peer }, own, 0),
-            p2p(TaskKind::Recv { peer }, 0, incoming),
-        ],
-    )?;
-    // From here on the peer has this rank's input: a failure must poison the communicator.
-    let (a, b) = if rank == 0 {
-        (own, incoming)
-    } else {
-        (incoming, own)
-    };
-    let op = t.red.arithmetic();
-    // SAFETY: `a`, `b` are the scratch (claimed for this stream until the event below) and
-    // the caller's input; `t.recv` is the caller's output of `n` elements, equal to or
-    // disjoint from each; every one stays valid until the stream has run the kernels.
-    let folded = unsafe {
-        kernels
-            .reduce(&stream, dt, op, t.recv as u64, a, b, n)
-            .and_then(|()| match fold.divide {
-                true => kernels.div_int(&stream, dt, t.recv as u64, n, 2),
-                false => Ok(()),
-            })
+    let incoming = base;
+    let mut transfers = Vec::with_capacity(2);
+    if let Some(src) = sent_op {
+        transfers.push(p2p(TaskKind::Send { peer }, src, 0));
     }
-    .map_err(cuda_err)
+    if own_op.is_some() {
+        transfers.push(p2p(TaskKind::Recv { peer }, 0, incoming));
+    }
+    submit(comm, transfers)?;
+    // From here on the peer has this rank's operand: a failure must poison the communicator.
+    let folded = match own_op {
+        None => Ok(()),
+        Some(own) => {
+            let (a, b) = if rank == 0 {
+                (own, incoming)
+            } else {
+                (incoming, own)
+            };
+            let op = t.red.arithmetic();
+            // SAFETY: `a`, `b` are the scratch (claimed for this stream until the event below)
+            // and the caller's send buffer; `t.recv` is the caller's receive buffer of `n`
+            // elements (checked device memory, aligned), equal to or disjoint from each (NCCL's
+            // in-place rule); every one stays valid until the stream has run the kernels.
+            unsafe {
+                kernels
+                    .reduce(&stream, dt, op, t.recv as u64, a, b, n)
+                    .and_then(|()| match fold.divide {
+                        true => kernels.div_int(&stream, dt, t.recv as u64, n, 2),
+                        false => Ok(()),
+                    })
+            }
+            .map_err(cuda_err)
+        }
+    }
     .and_then(|()| scratch.release(&eng.ctx, &stream));
     folded.inspect_err(|e| comm.set_async_error(e))
 }
@@ -2002,58 +2038,64 @@ mod tests {
         }
     }
 
-    /// The GPU fold takes lone two-rank all-reduces of aligned device buffers over the network
-    /// within the window, with the scaling each reduction needs; nothing else.
+    /// The GPU fold takes lone two-rank reductions of aligned device buffers over the network
+    /// within the window, with what each rank sends and folds and the scaling each reduction
+    /// needs; nothing else.
     #[test]
-    fn fold_takes_lone_two_rank_all_reduces_of_device_memory_over_the_network() {
+    fn fold_takes_lone_two_rank_reductions_of_device_memory_over_the_network() {
         use ccl_cuda::{DataType, ReduceKind};
         let dev = |p: usize| p >= 0x1000;
-        let ar = |count| {
-            t(
-                TaskKind::Coll(Collective::AllReduce),
-                0x10_0000,
-                0x20_0000,
-                count,
-            )
-        };
+        let coll = |c, count| t(TaskKind::Coll(c), 0x10_0000, 0x20_0000, count);
+        let ar = |count| coll(Collective::AllReduce, count);
         let win = (4096, 1 << 20);
-        let rule = |ts: &[Task], n, shm| fold_rule(ts, n, shm, win, &dev);
+        let rule = |ts: &[Task], rank, n, shm| fold_rule(ts, (rank, n), shm, win, &dev);
         let plain = Some(Fold {
             bytes: 4096,
+            send_at: Some(0),
+            own_at: Some(0),
             prescale: None,
             divide: false,
         });
         // floats: 1024 of them is just in the window, 1023 just out; the top edge likewise.
-        assert_eq!(rule(&[ar(1024)], 2, false), plain);
-        assert_eq!(rule(&[ar(1023)], 2, false), None);
-        assert!(rule(&[ar(1 << 18)], 2, false).is_some());
-        assert_eq!(rule(&[ar((1 << 18) + 1)], 2, false), None);
-        // Three ranks, shared memory alone, a group of two, another collective: not folded.
-        assert_eq!(rule(&[ar(1024)], 3, false), None);
-        assert_eq!(rule(&[ar(1024)], 2, true), None);
-        assert_eq!(rule(&[ar(1024), ar(1024)], 2, false), None);
-        let bc = t(
-            TaskKind::Coll(Collective::Broadcast { root: 0 }),
-            0x10_0000,
-            0x20_0000,
-            1024,
-        );
-        assert_eq!(rule(&[bc], 2, false), None);
+        assert_eq!(rule(&[ar(1024)], 0, 2, false), plain);
+        assert_eq!(rule(&[ar(1024)], 1, 2, false), plain);
+        assert_eq!(rule(&[ar(1023)], 0, 2, false), None);
+        assert!(rule(&[ar(1 << 18)], 0, 2, false).is_some());
+        assert_eq!(rule(&[ar((1 << 18) + 1)], 0, 2, false), None);
+        // Reduce-scatter: each rank sends the peer's block and folds its own.
+        let rs = coll(Collective::ReduceScatter, 1024);
+        let at = |f: Option<Fold>| f.map(|f| (f.send_at, f.own_at));
+        assert_eq!(at(rule(&[rs], 0, 2, false)), Some((Some(4096), Some(0))));
+        assert_eq!(at(rule(&[rs], 1, 2, false)), Some((Some(0), Some(4096))));
+        // Reduce: the root only receives and folds, the other rank only sends (and its receive
+        // buffer, unused, is not looked at: both ranks decide alike).
+        let mut to_one = coll(Collective::Reduce { root: 1 }, 1024);
+        assert_eq!(at(rule(&[to_one], 1, 2, false)), Some((None, Some(0))));
+        to_one.recv = 0;
+        assert_eq!(at(rule(&[to_one], 0, 2, false)), Some((Some(0), None)));
+        assert_eq!(rule(&[to_one], 1, 2, false), None);
+        // Three ranks, shared memory alone, a group of two, a collective without arithmetic:
+        // not folded.
+        assert_eq!(rule(&[ar(1024)], 0, 3, false), None);
+        assert_eq!(rule(&[ar(1024)], 0, 2, true), None);
+        assert_eq!(rule(&[ar(1024), ar(1024)], 0, 2, false), None);
+        let bc = coll(Collective::Broadcast { root: 0 }, 1024);
+        assert_eq!(rule(&[bc], 0, 2, false), None);
         // Host memory or a misaligned element on either side: not folded.
         let mut host = ar(1024);
         host.send = 0x100;
-        assert_eq!(rule(&[host], 2, false), None);
+        assert_eq!(rule(&[host], 0, 2, false), None);
         let mut odd = ar(1024);
         odd.recv += 2;
-        assert_eq!(rule(&[odd], 2, false), None);
-        // Reductions: float average scales by 1/2 before sending, integer average divides
-        // after; PreMulSum with an immediate scalar scales by it, with a device scalar it stays
-        // on the ring; max stays plain.
+        assert_eq!(rule(&[odd], 0, 2, false), None);
+        // Reductions: float average scales by 1/2 first, integer average divides after;
+        // PreMulSum with an immediate scalar scales by it, with a device scalar it stays on the
+        // ring; max stays plain.
         let with = |dtype, red| {
             let mut x = ar(1024);
             x.dtype = dtype;
             x.red = red;
-            rule(&[x], 2, false)
+            rule(&[x], 0, 2, false)
         };
         let half = ccl_cuda::host::reduce::from_f64(DataType::Float32, 0.5);
         assert_eq!(

@@ -7,7 +7,7 @@
 # printed at the end of each.
 set -u; O=$OUT
 OUT=/tmp/na ROUNDS=3 MEMS=device OPS="all_reduce sendrecv alltoall" RANGE="128M 128M" ARGS="-n 20 -w 3 -c 1" \
-  SETS="nccl:NCCL_NET=Socket ccl: ring:CCL_GPU_ALLREDUCE_FOLD_BYTES=0 xchg:CCL_GPU_ALLREDUCE_FOLD_BYTES=0,CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824,CCL_GPU_PIECE_BYTES=134217728" \
+  SETS="nccl:NCCL_NET=Socket ccl: ring:CCL_GPU_FOLD_BYTES=0 xchg:CCL_GPU_FOLD_BYTES=0,CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824,CCL_GPU_PIECE_BYTES=134217728" \
   bash tests/gpu/device_net_ab.sh > $O/a-net.txt 2>&1
 OUT=/tmp/nb SHM=1 ROUNDS=2 MEMS=device OPS="all_reduce sendrecv all_gather broadcast alltoall reduce_scatter" \
   RANGE="8M 128M" FACTOR=16 ARGS="-n 20 -w 3 -c 1" SETS="nccl: ccl:" \
