@@ -228,6 +228,7 @@ unsafe fn enqueue(
             dtype: dt,
             red,
             stream: stream as usize,
+            fold: false,
         })
     })
 }

@@ -32,14 +32,18 @@ pub struct OpHeader {
     pub bytes: u64,
 }
 
+/// The root a send/receive header carries when the GPU path made it of a reduction.
+const P2P_FOLD_ROOT: i32 = -2;
+
 impl OpHeader {
-    /// The header of the `seq`-th send or receive between two ranks, of `bytes` bytes.
-    fn p2p(seq: u64, bytes: usize) -> OpHeader {
+    /// The header of the `seq`-th send or receive between two ranks, of `bytes` bytes;
+    /// `fold`: one the GPU path made of a reduction it folds (`Task::fold`), marked by its root.
+    fn p2p(seq: u64, bytes: usize, fold: bool) -> OpHeader {
         OpHeader {
             kind: 9,
             dtype: 0,
             red: 0,
-            root: -1,
+            root: if fold { P2P_FOLD_ROOT } else { -1 },
             seq,
             count: bytes as u64,
             bytes: bytes as u64,
@@ -92,6 +96,7 @@ impl OpHeader {
             6 => "AlltoAll",
             7 => "Gather",
             8 => "Scatter",
+            9 if self.root == P2P_FOLD_ROOT => "Send/Recv of a reduction folded on the GPU",
             9 => "Send/Recv",
             _ => "?",
         };
@@ -802,7 +807,7 @@ impl Plan {
                 }
                 TaskKind::Coll(_) => return Err(Error::internal("collective in a p2p plan")),
             };
-            let mut op = XOp::new(kind, peer, OpHeader::p2p(seq, bytes));
+            let mut op = XOp::new(kind, peer, OpHeader::p2p(seq, bytes, t.fold));
             op.piece = piece_of(i);
             op.lands_in = op.piece.filter(|_| matches!(kind, XKind::Recv { .. }));
             ops.push(op);
@@ -825,7 +830,7 @@ impl Plan {
                 src: src as *const u8,
                 dst: dst as *mut u8,
             };
-            let mut op = XOp::new(copy, rank, OpHeader::p2p(0, sb));
+            let mut op = XOp::new(copy, rank, OpHeader::p2p(0, sb, false));
             // Reads the send's piece, lands in the receive's.
             op.piece = sp;
             op.lands_in = rp;
@@ -1484,6 +1489,7 @@ mod tests {
             dtype: DataType::Uint8,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         };
         let mut seqs = vec![(0u64, 0u64); 2];
         let mut plan = Plan::p2p(&[send(&a), send(&b)], 0, 2, &mut seqs, None).unwrap();
@@ -1579,12 +1585,20 @@ mod tests {
 
     /// The frames a send of `src` to rank 1 is cut into.
     fn frames_of(src: &[u8]) -> Vec<Vec<u8>> {
-        let t = p2p_task(
-            TaskKind::Send { peer: 1 },
-            src.as_ptr() as usize,
-            0,
-            src.len(),
-        );
+        frames_of_send(src, false)
+    }
+
+    /// The frames a send of `src` to rank 1 is cut into, `fold` as [`Task::fold`].
+    fn frames_of_send(src: &[u8], fold: bool) -> Vec<Vec<u8>> {
+        let t = Task {
+            fold,
+            ..p2p_task(
+                TaskKind::Send { peer: 1 },
+                src.as_ptr() as usize,
+                0,
+                src.len(),
+            )
+        };
         let mut plan = Plan::p2p(&[t], 0, 2, &mut [(0, 0); 2], None).unwrap();
         let held = Arc::new(Mutex::new(Held::default()));
         let mut links: Vec<Option<Box<dyn Link>>> =
@@ -1605,21 +1619,34 @@ mod tests {
             dtype: DataType::Uint8,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         }
     }
 
     /// Receives `src`'s frames from rank 1 over a [`PlacingLink`].
     fn receive_placed(src: &[u8], skew: usize) -> (Result<bool>, Vec<u8>, ExecStats) {
+        receive_marked(src, skew, (false, false))
+    }
+
+    /// [`receive_placed`] with the send's and the receive's [`Task::fold`].
+    fn receive_marked(
+        src: &[u8],
+        skew: usize,
+        (sent_fold, recv_fold): (bool, bool),
+    ) -> (Result<bool>, Vec<u8>, ExecStats) {
         let mut dst = vec![0u8; src.len()];
-        let t = p2p_task(
-            TaskKind::Recv { peer: 1 },
-            0,
-            dst.as_mut_ptr() as usize,
-            dst.len(),
-        );
+        let t = Task {
+            fold: recv_fold,
+            ..p2p_task(
+                TaskKind::Recv { peer: 1 },
+                0,
+                dst.as_mut_ptr() as usize,
+                dst.len(),
+            )
+        };
         let mut plan = Plan::p2p(&[t], 0, 2, &mut [(0, 0); 2], None).unwrap();
         let link = PlacingLink {
-            frames: frames_of(src).into(),
+            frames: frames_of_send(src, sent_fold).into(),
             loan: None,
             shown: None,
             skew,
@@ -1643,6 +1670,29 @@ mod tests {
         assert!(r.unwrap(), "receive not done");
         assert_eq!(dst, src);
         assert_eq!(stats.placed_bytes, 336);
+    }
+
+    /// The sends and receives the GPU path makes of a folded reduction meet only their own
+    /// kind: a user's send of the same size met by one (the ranks called them in crossed
+    /// orders) is a mismatch error naming it, not the other operation's bytes.
+    #[test]
+    fn a_folded_reductions_transfer_meets_only_another_such_transfer() {
+        let src: Vec<u8> = (0..200u32).map(|i| i as u8).collect();
+        for marks in [(false, false), (true, true)] {
+            let (r, dst, _) = receive_marked(&src, 0, marks);
+            assert!(r.unwrap(), "{marks:?}: receive not done");
+            assert_eq!(dst, src);
+        }
+        for marks in [(true, false), (false, true)] {
+            let (r, dst, _) = receive_marked(&src, 0, marks);
+            let e = r.expect_err("crossed transfers met");
+            assert!(
+                e.to_string().contains("mismatched operations")
+                    && e.to_string().contains("folded on the GPU"),
+                "{marks:?}: {e}"
+            );
+            assert!(dst.iter().all(|&b| b == 0), "{marks:?}: bytes landed");
+        }
     }
 
     /// A frame shown inside the destination but not where it belongs (the two sides cut
@@ -1712,6 +1762,7 @@ mod tests {
                 dtype: DataType::Uint32,
                 red: Reduction::Plain(ReduceKind::Sum),
                 stream: 0,
+                fold: false,
             }
         }
 

@@ -604,15 +604,21 @@ fn stream_cut(comm: &Comm) -> crate::pieces::StreamCut {
 /// stream's copies to and from pinned memory overlap the proxy's transfers.
 pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     let eng = engine(comm)?;
-    if let Some(fold) = fold_of(comm, &tasks) {
-        return submit_folded(comm, &eng, tasks[0], fold);
+    let folds = folds_of(comm, &tasks);
+    if folds.iter().any(Option::is_some) {
+        return submit_folded(comm, &eng, tasks, &folds);
     }
+    submit_staged(comm, &eng, tasks)
+}
+
+/// [`submit`] of a group with nothing to fold on the GPU.
+fn submit_staged(comm: &Comm, eng: &Arc<GpuEngine>, tasks: Vec<Task>) -> Result<()> {
     let streams = streams_of(&eng.ctx, &tasks);
     let (rank, n) = (comm.rank(), comm.nranks());
     let piece_bytes = params::CCL_GPU_PIECE_BYTES.get_i64().max(0) as usize;
     let stream = stream_cut(comm);
     if let (Some(per), [t]) = (crate::pieces::streamed(&tasks, n, stream), &tasks[..]) {
-        return submit_streamed(comm, &eng, &streams, *t, per);
+        return submit_streamed(comm, eng, &streams, *t, per);
     }
     let p2p = if params::CCL_GPU_STREAM_P2P.get_bool() {
         stream
@@ -620,7 +626,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         crate::pieces::StreamCut::OFF
     };
     if let Some(per) = crate::pieces::streamed_p2p(&tasks, p2p) {
-        return submit_streamed_p2p(comm, &eng, &streams, &tasks, per);
+        return submit_streamed_p2p(comm, eng, &streams, &tasks, per);
     }
     let whole_p2p = p2p.min > 0;
     let (jobs, gated) = crate::pieces::split(
@@ -634,7 +640,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
     )
     .into_jobs(tasks);
     let gates = gated.as_ref().map_or(jobs.len(), |g| g.gates);
-    let (first, count) = take_slots(&eng, comm, gates, "a group")?;
+    let (first, count) = take_slots(eng, comm, gates, "a group")?;
     let seq = |k: usize| first.wrapping_add(k as u32);
     let mut specs = Vec::with_capacity(jobs.len());
     {
@@ -661,7 +667,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             st.rebase(s, base);
         }
         if let Some(g) = &gated {
-            attach_gates(&eng, &mut specs, &jobs, &g.input, g.gates, first);
+            attach_gates(eng, &mut specs, &jobs, &g.input, g.gates, first);
         }
         Ok((ios, chunk, base))
     })();
@@ -680,7 +686,7 @@ pub fn submit(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         chunk,
         base,
     };
-    hand_over(comm, &eng, &streams, first, count, jobs, staged)
+    hand_over(comm, eng, &streams, first, count, jobs, staged)
 }
 
 /// A two-rank reduction (all-reduce, reduce-scatter, reduce) that goes as a send/receive of
@@ -701,34 +707,69 @@ struct Fold {
     divide: bool,
 }
 
-/// Whether `tasks` is a reduction [`submit_folded`] takes. Everything it looks at is the same
-/// on both ranks for a matching call (the thresholds are settings every rank shares, and a
-/// reduce's other rank does not look at its receive buffer), so both ranks fold or neither.
-fn fold_of(comm: &Comm, tasks: &[Task]) -> Option<Fold> {
+/// Which of a group's operations [`submit_folded`] folds on the GPU. Each is decided on the
+/// operation alone and the settings every rank shares, so a rank that groups it with other
+/// operations and one that calls it alone decide alike; a reduce's other rank does not look at
+/// its receive buffer. One that shares memory with another operation of its group stays staged
+/// (those see each other's results in call order; the fold writes after the whole group).
+fn folds_of(comm: &Comm, tasks: &[Task]) -> Vec<Option<Fold>> {
     let min = params::CCL_GPU_FOLD_BYTES.get_i64();
     if min <= 0 {
-        return None;
+        return vec![None; tasks.len()];
     }
     let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
     let shared_memory_only = comm.0.issue.lock().shared_memory_only;
-    fold_rule(
-        tasks,
-        (comm.rank(), comm.nranks()),
-        shared_memory_only,
-        (min as usize, max),
-        &is_device_ptr,
-    )
+    let who = (comm.rank(), comm.nranks());
+    let mut folds: Vec<Option<Fold>> = tasks
+        .iter()
+        .map(|t| {
+            fold_rule(
+                t,
+                who,
+                shared_memory_only,
+                (min as usize, max),
+                &is_device_ptr,
+            )
+        })
+        .collect();
+    for (i, f) in folds.iter_mut().enumerate() {
+        if f.is_some() && shares_memory(tasks, i, who) {
+            *f = None;
+        }
+    }
+    folds
+}
+
+/// Whether task `i`'s buffers overlap those of another task of the group.
+fn shares_memory(tasks: &[Task], i: usize, (rank, nranks): (usize, usize)) -> bool {
+    let ranges = |t: &Task| {
+        let size = t.dtype.size();
+        let (s, r) = crate::task::buffer_counts(t.kind, rank, nranks, t.count).unwrap_or((0, 0));
+        [
+            (t.send, s.saturating_mul(size)),
+            (t.recv, r.saturating_mul(size)),
+        ]
+    };
+    let overlap = |(a, la): (usize, usize), (b, lb): (usize, usize)| {
+        la > 0 && lb > 0 && a < b.saturating_add(lb) && b < a.saturating_add(la)
+    };
+    let mine = ranges(&tasks[i]);
+    tasks.iter().enumerate().any(|(j, t)| {
+        j != i
+            && ranges(t)
+                .into_iter()
+                .any(|o| mine.into_iter().any(|m| overlap(m, o)))
+    })
 }
 
 fn fold_rule(
-    tasks: &[Task],
+    t: &Task,
     (rank, nranks): (usize, usize),
     shared_memory_only: bool,
     (min, max): (usize, usize),
     is_dev: &dyn Fn(usize) -> bool,
 ) -> Option<Fold> {
     use ccl_collectives::Collective;
-    let [t] = tasks else { return None };
     if nranks != 2 || shared_memory_only || rank >= nranks {
         return None;
     }
@@ -771,121 +812,176 @@ fn fold_rule(
     })
 }
 
-/// A communicator's GPU scratch for folded all-reduces: the peer's input lands in it (and, for
-/// scaled reductions, this rank's scaled input sits behind it).
+/// A communicator's GPU scratch for folded reductions: the operands received land in it (and,
+/// for scaled reductions, this rank's scaled operands).
 #[derive(Default)]
 struct FoldScratch {
     buf: Option<cuda::DeviceBuffer>,
-    /// Recorded after the last kernels that read `buf`: the next fold's stream waits for it
-    /// before anything writes `buf` again (folds may come on different streams).
-    last_use: Option<Event>,
+    /// Recorded on each stream of the last group that used `buf`, after its folds: the next
+    /// group's streams wait for them before anything writes `buf` again (groups may come on
+    /// different streams).
+    last_use: Vec<Event>,
+    /// Events for the next recording.
+    spare: Vec<Event>,
     /// Buffers outgrown while queued work may still read them: freed once that work is done.
-    retired: Vec<(cuda::DeviceBuffer, Event)>,
+    retired: Vec<(cuda::DeviceBuffer, Vec<Event>)>,
 }
 
-/// A reduction of two ranks as a send/receive of the operands through the staged network
-/// path into a scratch buffer on the GPU, then one kernel folding the received operand with
-/// this rank's own in rank order (`Fold`). The CPUs only move bytes: the ring (or the exchange
-/// folded on the CPU) reduces in host memory, which held a two-GPU all-reduce over the network
-/// below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s against host-memory
-/// send/receive 9.0, session 23).
-fn submit_folded(comm: &Comm, eng: &Arc<GpuEngine>, t: Task, fold: Fold) -> Result<()> {
+/// Where one folded operation's operands are: `(own, sent, incoming)` addresses, the first two
+/// in the caller's send buffer or, scaled, in the scratch.
+struct FoldPlace {
+    own: Option<u64>,
+    sent: Option<u64>,
+    incoming: u64,
+}
+
+/// A group with reductions of two ranks to fold on the GPU: each becomes a send/receive of its
+/// operands through the staged network path (the one received landing in a scratch buffer on
+/// the GPU), inside the group where the call put it, then one kernel folds the received
+/// operand with this rank's own in rank order (`Fold`). The CPUs only move bytes: the ring (or
+/// the exchange folded on the CPU) reduces in host memory, which held a two-GPU all-reduce over
+/// the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s against
+/// host-memory send/receive 9.0, session 23).
+fn submit_folded(
+    comm: &Comm,
+    eng: &Arc<GpuEngine>,
+    tasks: Vec<Task>,
+    folds: &[Option<Fold>],
+) -> Result<()> {
     let kernels = crate::cuda_ipc::kernels_for(&eng.ctx)?;
     let rank = comm.rank();
     let peer = 1 - rank;
-    let (dt, n, bytes) = (t.dtype, t.count, fold.bytes);
-    // SAFETY: the caller's own live stream (NCCL's contract).
-    let stream = unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
-    let mut scratch = eng.fold.lock();
-    // Scratch: [incoming][own, scaled][sent, scaled], each part only where it is used.
-    let own = fold.own_at.map(|o| t.send as u64 + o as u64);
-    let sent = fold.send_at.map(|o| t.send as u64 + o as u64);
-    let scaled_parts = match fold.prescale {
-        None => 0,
-        Some(_) => usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own),
-    };
-    let parts = usize::from(own.is_some()) + scaled_parts;
-    let base = scratch.claim(&eng.ctx, parts.max(1) * bytes, &stream)?;
-    let mut next = base + if own.is_some() { bytes as u64 } else { 0 };
-    let mut scaled = |src: Option<u64>| -> Result<Option<u64>> {
-        let (Some(src), Some(s)) = (src, fold.prescale) else {
-            return Ok(src);
+    // SAFETY: the caller's own live streams (NCCL's contract).
+    let stream_of =
+        |t: &Task| unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
+    let folded: Vec<(&Task, Fold)> = tasks
+        .iter()
+        .zip(folds)
+        .filter_map(|(t, f)| f.map(|f| (t, f)))
+        .collect();
+    let streams = streams_of(
+        &eng.ctx,
+        &folded.iter().map(|(t, _)| **t).collect::<Vec<_>>(),
+    );
+    // Scratch, per folded operation: [incoming][own, scaled][sent, scaled], each part only
+    // where it is used.
+    let parts = |t: &Task, f: &Fold| {
+        let own = f.own_at.map(|o| t.send as u64 + o as u64);
+        let sent = f.send_at.map(|o| t.send as u64 + o as u64);
+        let scaled = match f.prescale {
+            None => 0,
+            Some(_) => usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own),
         };
-        let dst = next;
-        next += bytes as u64;
-        // SAFETY: `src` holds `n` elements of `dt` of the caller's send buffer (checked device
-        // memory, aligned); `dst` is a part of the scratch claimed above for this stream.
-        unsafe { kernels.premul(&stream, dt, dst, src, n, s) }.map_err(cuda_err)?;
-        Ok(Some(dst))
+        (own, sent, usize::from(own.is_some()) + scaled)
     };
-    let own_op = scaled(own)?;
-    let sent_op = if sent.is_some() && sent == own {
-        own_op
-    } else {
-        scaled(sent)?
-    };
-    let p2p = |kind, send: u64, recv: u64| Task {
-        kind,
-        send: send as usize,
-        recv: recv as usize,
-        count: n,
-        dtype: dt,
-        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-        stream: t.stream,
-    };
-    let incoming = base;
-    let mut transfers = Vec::with_capacity(2);
-    if let Some(src) = sent_op {
-        transfers.push(p2p(TaskKind::Send { peer }, src, 0));
-    }
-    if own_op.is_some() {
-        transfers.push(p2p(TaskKind::Recv { peer }, 0, incoming));
-    }
-    submit(comm, transfers)?;
-    // From here on the peer has this rank's operand: a failure must poison the communicator.
-    let folded = match own_op {
-        None => Ok(()),
-        Some(own) => {
-            let (a, b) = if rank == 0 {
-                (own, incoming)
-            } else {
-                (incoming, own)
+    let total: usize = folded.iter().map(|(t, f)| parts(t, f).2 * f.bytes).sum();
+    let mut scratch = eng.fold.lock();
+    let mut next = scratch.claim(&eng.ctx, total, &streams)?;
+    let mut places = Vec::with_capacity(folded.len());
+    for (t, f) in &folded {
+        let (own, sent, _) = parts(t, f);
+        let incoming = next;
+        if own.is_some() {
+            next += f.bytes as u64;
+        }
+        let stream = stream_of(t);
+        let mut scaled = |src: Option<u64>| -> Result<Option<u64>> {
+            let (Some(src), Some(s)) = (src, f.prescale) else {
+                return Ok(src);
             };
-            let op = t.red.arithmetic();
-            // SAFETY: `a`, `b` are the scratch (claimed for this stream until the event below)
-            // and the caller's send buffer; `t.recv` is the caller's receive buffer of `n`
-            // elements (checked device memory, aligned), equal to or disjoint from each (NCCL's
-            // in-place rule); every one stays valid until the stream has run the kernels.
-            unsafe {
-                kernels
-                    .reduce(&stream, dt, op, t.recv as u64, a, b, n)
-                    .and_then(|()| match fold.divide {
-                        true => kernels.div_int(&stream, dt, t.recv as u64, n, 2),
-                        false => Ok(()),
-                    })
-            }
-            .map_err(cuda_err)
+            let dst = next;
+            next += f.bytes as u64;
+            // SAFETY: `src` holds `t.count` elements of the caller's send buffer (checked
+            // device memory, aligned); `dst` is a part of the scratch claimed above for the
+            // group's streams.
+            unsafe { kernels.premul(&stream, t.dtype, dst, src, t.count, s) }.map_err(cuda_err)?;
+            Ok(Some(dst))
+        };
+        let own_op = scaled(own)?;
+        let sent_op = if sent.is_some() && sent == own {
+            own_op
+        } else {
+            scaled(sent)?
+        };
+        places.push(FoldPlace {
+            own: own_op,
+            sent: sent_op,
+            incoming,
+        });
+    }
+    let mut group = Vec::with_capacity(tasks.len() + folded.len());
+    let mut place = places.iter();
+    for (t, f) in tasks.iter().zip(folds) {
+        let Some(p) = f.and_then(|_| place.next()) else {
+            group.push(*t);
+            continue;
+        };
+        let transfer = |kind, send: u64, recv: u64| Task {
+            kind,
+            send: send as usize,
+            recv: recv as usize,
+            red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+            fold: true,
+            ..*t
+        };
+        if let Some(src) = p.sent {
+            group.push(transfer(TaskKind::Send { peer }, src, 0));
+        }
+        if p.own.is_some() {
+            group.push(transfer(TaskKind::Recv { peer }, 0, p.incoming));
         }
     }
-    .and_then(|()| scratch.release(&eng.ctx, &stream));
-    folded.inspect_err(|e| comm.set_async_error(e))
+    submit_staged(comm, eng, group)?;
+    // From here on the peer has this rank's operands: a failure must poison the communicator.
+    let fold_all = || -> Result<()> {
+        for ((t, f), p) in folded.iter().zip(&places) {
+            let Some(own) = p.own else { continue };
+            let (a, b) = if rank == 0 {
+                (own, p.incoming)
+            } else {
+                (p.incoming, own)
+            };
+            let (dt, n, out) = (t.dtype, t.count, t.recv as u64);
+            let stream = stream_of(t);
+            // SAFETY: `a`, `b` are the scratch (claimed for these streams until the events
+            // below) and the caller's send buffer; `out` is the caller's receive buffer of `n`
+            // elements (checked device memory, aligned), equal to or disjoint from each
+            // (NCCL's in-place rule); every one stays valid until the stream has run the
+            // kernels.
+            unsafe {
+                kernels
+                    .reduce(&stream, dt, t.red.arithmetic(), out, a, b, n)
+                    .map_err(cuda_err)?;
+                if f.divide {
+                    kernels.div_int(&stream, dt, out, n, 2).map_err(cuda_err)?;
+                }
+            }
+        }
+        Ok(())
+    };
+    fold_all()
+        .and_then(|()| scratch.release(&eng.ctx, &streams))
+        .inspect_err(|e| comm.set_async_error(e))
 }
 
 impl FoldScratch {
-    /// A scratch of at least `bytes` for work queued next on `stream`, which is made to wait
-    /// for the previous fold's reads.
-    fn claim(&mut self, ctx: &Arc<Context>, bytes: usize, stream: &Stream) -> Result<u64> {
-        self.retired.retain(|(_, ev)| !ev.query().unwrap_or(false));
+    /// A scratch of at least `bytes` for work queued next on `streams`, which are made to wait
+    /// for the previous group's folds.
+    fn claim(&mut self, ctx: &Arc<Context>, bytes: usize, streams: &[Stream]) -> Result<u64> {
+        self.retired
+            .retain(|(_, evs)| !evs.iter().all(|ev| ev.query().unwrap_or(false)));
         if !self.buf.as_ref().is_some_and(|b| b.len() >= bytes) {
-            if let (Some(old), Some(ev)) = (self.buf.take(), self.last_use.take()) {
-                self.retired.push((old, ev));
+            if let Some(old) = self.buf.take() {
+                self.retired.push((old, std::mem::take(&mut self.last_use)));
             }
             // Whole MiBs, so nearby sizes share one buffer.
             let cap = bytes.max(1).div_ceil(1 << 20) << 20;
             self.buf = Some(cuda::DeviceBuffer::new(ctx, cap).map_err(cuda_err)?);
         }
-        if let Some(ev) = &self.last_use {
-            stream.wait_event(ev).map_err(cuda_err)?;
+        for s in streams {
+            for ev in &self.last_use {
+                s.wait_event(ev).map_err(cuda_err)?;
+            }
         }
         self.buf
             .as_ref()
@@ -893,14 +989,17 @@ impl FoldScratch {
             .ok_or_else(|| Error::internal("fold scratch missing"))
     }
 
-    /// Marks the scratch as read by the work queued on `stream` so far.
-    fn release(&mut self, ctx: &Arc<Context>, stream: &Stream) -> Result<()> {
-        let ev = match self.last_use.take() {
-            Some(ev) => ev,
-            None => plain_event(ctx)?,
-        };
-        stream.record(&ev).map_err(cuda_err)?;
-        self.last_use = Some(ev);
+    /// Marks the scratch as read by the work queued on `streams` so far.
+    fn release(&mut self, ctx: &Arc<Context>, streams: &[Stream]) -> Result<()> {
+        self.spare.append(&mut self.last_use);
+        for s in streams {
+            let ev = match self.spare.pop() {
+                Some(ev) => ev,
+                None => plain_event(ctx)?,
+            };
+            s.record(&ev).map_err(cuda_err)?;
+            self.last_use.push(ev);
+        }
         Ok(())
     }
 }
@@ -1491,6 +1590,15 @@ pub fn shutdown(comm: &Comm) {
             let _ = ev.synchronize();
         }
     }
+    // The fold scratch is freed with the engine: not under kernels still queued to read it.
+    let fold = eng.fold.lock();
+    for ev in fold
+        .last_use
+        .iter()
+        .chain(fold.retired.iter().flat_map(|(_, evs)| evs))
+    {
+        let _ = ev.synchronize();
+    }
 }
 
 /// Which of the proxy's queued jobs runs next, if any is ready (its inputs in host memory):
@@ -2038,17 +2146,17 @@ mod tests {
         }
     }
 
-    /// The GPU fold takes lone two-rank reductions of aligned device buffers over the network
-    /// within the window, with what each rank sends and folds and the scaling each reduction
-    /// needs; nothing else.
+    /// The GPU fold takes two-rank reductions of aligned device buffers over the network within
+    /// the window, with what each rank sends and folds and the scaling each reduction needs;
+    /// nothing else.
     #[test]
-    fn fold_takes_lone_two_rank_reductions_of_device_memory_over_the_network() {
+    fn fold_takes_two_rank_reductions_of_device_memory_over_the_network() {
         use ccl_cuda::{DataType, ReduceKind};
         let dev = |p: usize| p >= 0x1000;
         let coll = |c, count| t(TaskKind::Coll(c), 0x10_0000, 0x20_0000, count);
         let ar = |count| coll(Collective::AllReduce, count);
         let win = (4096, 1 << 20);
-        let rule = |ts: &[Task], rank, n, shm| fold_rule(ts, (rank, n), shm, win, &dev);
+        let rule = |ts: &[Task], rank, n, shm| fold_rule(&ts[0], (rank, n), shm, win, &dev);
         let plain = Some(Fold {
             bytes: 4096,
             send_at: Some(0),
@@ -2074,11 +2182,9 @@ mod tests {
         to_one.recv = 0;
         assert_eq!(at(rule(&[to_one], 0, 2, false)), Some((Some(0), None)));
         assert_eq!(rule(&[to_one], 1, 2, false), None);
-        // Three ranks, shared memory alone, a group of two, a collective without arithmetic:
-        // not folded.
+        // Three ranks, shared memory alone, a collective without arithmetic: not folded.
         assert_eq!(rule(&[ar(1024)], 0, 3, false), None);
         assert_eq!(rule(&[ar(1024)], 0, 2, true), None);
-        assert_eq!(rule(&[ar(1024), ar(1024)], 0, 2, false), None);
         let bc = coll(Collective::Broadcast { root: 0 }, 1024);
         assert_eq!(rule(&[bc], 0, 2, false), None);
         // Host memory or a misaligned element on either side: not folded.
@@ -2122,6 +2228,36 @@ mod tests {
             with(DataType::Int32, Reduction::Plain(ReduceKind::Max)).map(|f| f.bytes),
             Some(4096)
         );
+    }
+
+    /// In a group, an operation whose buffers another one's overlap is not folded (they see
+    /// each other's results in call order); disjoint ones are, the way the peer calling them
+    /// alone decides.
+    #[test]
+    fn fold_leaves_operations_sharing_memory_in_a_group_staged() {
+        let ar = |send, recv| t(TaskKind::Coll(Collective::AllReduce), send, recv, 1024);
+        let send = |at, count| t(TaskKind::Send { peer: 1 }, at, 0, count);
+        let who = (0, 2);
+        // 4096 bytes each: [0x10000, 0x11000) -> [0x20000, 0x21000).
+        let group = [ar(0x1_0000, 0x2_0000), send(0x3_0000, 1024)];
+        assert!(!shares_memory(&group, 0, who));
+        assert!(!shares_memory(&group, 1, who));
+        // A send of the all-reduce's last float of output overlaps; one just past it does not.
+        assert!(shares_memory(
+            &[ar(0x1_0000, 0x2_0000), send(0x2_0ffc, 1)],
+            0,
+            who
+        ));
+        assert!(!shares_memory(
+            &[ar(0x1_0000, 0x2_0000), send(0x2_1000, 1)],
+            0,
+            who
+        ));
+        // An all-reduce reading another's output.
+        let chained = [ar(0x1_0000, 0x2_0000), ar(0x2_0000, 0x4_0000)];
+        assert!(shares_memory(&chained, 0, who) && shares_memory(&chained, 1, who));
+        // In place alone shares nothing with another task.
+        assert!(!shares_memory(&[ar(0x1_0000, 0x1_0000)], 0, who));
     }
 
     #[test]

@@ -760,6 +760,7 @@ mod tests {
             dtype: DataType::Float32,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         }
     }
 

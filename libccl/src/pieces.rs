@@ -656,6 +656,7 @@ mod tests {
             dtype: DataType::Uint8,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         }
     }
 
@@ -1088,6 +1089,7 @@ mod tests {
             dtype: DataType::Uint8,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         };
         let none: &mut [u8] = &mut [];
         let r0 = vec![

@@ -107,6 +107,11 @@ pub struct Task {
     pub dtype: DataType,
     pub red: Reduction,
     pub stream: usize,
+    /// A send or receive the GPU path made of a two-rank reduction it folds on the GPU
+    /// (`CCL_GPU_FOLD_BYTES`): its messages say so, so a rank whose calls cross the peer's
+    /// differently (a reduction and a send of the same size, grouped on one rank, called apart
+    /// in the other order on the other) gets a mismatch error instead of the wrong bytes.
+    pub fold: bool,
 }
 
 /// Element counts of the send and receive buffers this rank needs, per the NCCL API.
@@ -198,5 +203,6 @@ pub(crate) fn float_sum(kind: TaskKind, send: usize, recv: usize, count: usize) 
         dtype: ccl_cuda::DataType::Float32,
         red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
         stream: 0,
+        fold: false,
     }
 }

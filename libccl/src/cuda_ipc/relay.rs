@@ -152,6 +152,7 @@ mod tests {
             dtype: DataType::Float32,
             red: Reduction::Plain(ReduceKind::Sum),
             stream: 0,
+            fold: false,
         }
     }
 

@@ -420,6 +420,7 @@ fn tasks(case: &Case, k: usize, rank: usize, n: usize) -> Vec<Task> {
         dtype: case.dtype,
         red: case.red,
         stream: 0,
+        fold: false,
     };
     match case.kind {
         Kind::Coll(c) => vec![t(TaskKind::Coll(c))],
@@ -1334,6 +1335,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
                 dtype: DataType::Int32,
                 red: Reduction::Plain(ReduceKind::Sum),
                 stream: 0,
+                fold: false,
             };
             groups[a].push(t(TaskKind::Send { peer: b }, send, 0));
             groups[b].push(t(TaskKind::Recv { peer: a }, 0, recv));
@@ -1378,6 +1380,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
                     dtype: DataType::Int32,
                     red: Reduction::Plain(ReduceKind::Sum),
                     stream: 0,
+                    fold: false,
                 });
             }
         }
@@ -1530,6 +1533,7 @@ fn coalesced_collectives_in_one_group_are_exact() {
                             dtype: DataType::Int32,
                             red: Reduction::Plain(ReduceKind::Sum),
                             stream: 0,
+                            fold: false,
                         })
                         .collect()
                 };
