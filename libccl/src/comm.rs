@@ -72,6 +72,11 @@ pub struct IssueState {
     /// memory (every rank computes the same from the same table and settings): it decides
     /// which small all-reduces go in one exchange ([`crate::group`]).
     pub shared_memory_only: bool,
+    /// `NCCL_P2P_LEVEL` set and, per the topology search, some two GPUs of one host lie
+    /// farther apart than it: NCCL takes shared memory between them instead of peer-to-peer,
+    /// and so does cuda-ipc (host-only, see `CCL_IPC_HOST_ONLY`). The same on every rank (same
+    /// table, same settings).
+    pub p2p_beyond_level: bool,
     /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
     /// the collective in one small exchange -- never both for one collective): they depend
     /// on nothing else here (whether a two-rank all-reduce goes in one exchange follows from
@@ -721,6 +726,8 @@ fn build_state(
     }
     result?;
     let ring = agree_ring(rank, &table, &mut ctrl, abort)?;
+    let p2p_beyond_level =
+        params::NCCL_P2P_LEVEL.raw().is_some() && plan.as_ref().is_some_and(gpus_beyond_p2p_level);
     Ok((
         CommState {
             ctrl,
@@ -734,9 +741,30 @@ fn build_state(
             coll_seq: 0,
             p2p_seqs: vec![(0, 0); n],
             shared_memory_only,
+            p2p_beyond_level,
             schedules: Default::default(),
         },
     ))
+}
+
+/// Whether the topology search keeps any two ranks of one host off peer-to-peer because their
+/// GPUs are farther apart than `NCCL_P2P_LEVEL`.
+fn gpus_beyond_p2p_level(plan: &ccl_topology::plan::Plan) -> bool {
+    use ccl_topology::plan::{NoP2p, TransportReason};
+    plan.hosts.iter().any(|h| {
+        let ranks = &h.ranks;
+        ranks.iter().enumerate().any(|(i, &a)| {
+            ranks[i + 1..].iter().any(|&b| {
+                matches!(
+                    plan.transport(a, b).map(|t| t.reason),
+                    Some(
+                        TransportReason::SharedMemory(NoP2p::BeyondLevel { .. })
+                            | TransportReason::ShmDisabled(NoP2p::BeyondLevel { .. })
+                    )
+                )
+            })
+        })
+    })
 }
 
 /// `CCL_MPT_IFNAMES`, else the NICs a positive `NCCL_SOCKET_IFNAME` list names (two or more):
@@ -1092,8 +1120,36 @@ fn search_ring(table: &[RankInfo]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::{
-        auto_engines, copy_threads, cpu_share, link_frames, mpt_slots, place_receives, LinkFrames,
+        auto_engines, copy_threads, cpu_share, gpus_beyond_p2p_level, link_frames, mpt_slots,
+        place_receives, LinkFrames,
     };
+
+    /// `NCCL_P2P_LEVEL` nearer than the path between some two GPUs of a host (the PCIe box:
+    /// pairs under one switch are PIX, across switches PHB/SYS) sends cuda-ipc host-only, as
+    /// NCCL takes shared memory there; a level that covers every pair, or one host's GPUs on
+    /// NVLink, does not.
+    #[test]
+    fn a_p2p_level_nearer_than_some_pair_of_gpus_is_found() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/topologies");
+        let load = |f: &str| ccl_topology::xml::read_file(&dir.join(f)).unwrap();
+        let with = |level: &str| {
+            ccl_topology::TopoConfig::from_lookup(|k| {
+                (k == "NCCL_P2P_LEVEL").then(|| level.to_string())
+            })
+            .unwrap()
+        };
+        let beyond = |sys: &ccl_topology::model::System, hosts, level| {
+            let p = ccl_topology::report::plan_cluster(sys, hosts, &with(level)).unwrap();
+            gpus_beyond_p2p_level(&p)
+        };
+        let pcie = load("pcie-8gpu.xml");
+        assert!(beyond(&pcie, 1, "PIX"));
+        assert!(beyond(&pcie, 2, "NVL"));
+        assert!(!beyond(&pcie, 1, "SYS"));
+        let dgx = load("dgx-h100-nvswitch.xml");
+        assert!(!beyond(&dgx, 1, "NVL"));
+        assert!(!beyond(&dgx, 2, "PIX"));
+    }
 
     #[test]
     fn a_process_counts_on_a_share_of_the_cpus_and_at_least_one() {

@@ -450,10 +450,12 @@ impl PeerReach {
     }
 }
 
-/// Whether the user turned GPU peer-to-peer off: `NCCL_P2P_DISABLE=1`, or `NCCL_P2P_LEVEL=LOC`
-/// (or `0`), which NCCL reads as "never peer-to-peer".
-fn p2p_disabled() -> bool {
-    params::NCCL_P2P_DISABLE.get_bool()
+/// Whether the user turned GPU peer-to-peer off: `NCCL_P2P_DISABLE=1`, `NCCL_P2P_LEVEL=LOC`
+/// (or `0`), which NCCL reads as "never peer-to-peer", or a `NCCL_P2P_LEVEL` nearer than the
+/// path between some two GPUs of a host (`beyond_level`, from the topology search).
+fn p2p_disabled(beyond_level: bool) -> bool {
+    beyond_level
+        || params::NCCL_P2P_DISABLE.get_bool()
         || params::NCCL_P2P_LEVEL
             .raw()
             .and_then(|v| ccl_topology::types::PathType::parse_level(&v))
@@ -745,7 +747,8 @@ pub fn attach(comm: &Comm) -> Result<()> {
     let n = comm.nranks();
     let forced = forced_host_only(&params::CCL_IPC_HOST_ONLY.get_str());
     let shm_off = params::NCCL_SHM_DISABLE.get_bool();
-    let reach = PeerReach::from_settings(forced, n, p2p_disabled(), shm_off);
+    let beyond_level = comm.0.issue.lock().p2p_beyond_level;
+    let reach = PeerReach::from_settings(forced, n, p2p_disabled(beyond_level), shm_off);
     match attach_as(comm, reach, comm.nonce())? {
         Attached::Unmappable => match reach.when_unmappable(forced, n, shm_off) {
             Some(fallback) => {
