@@ -17,6 +17,10 @@ if [ -x tests/abi/run.sh ]; then
   # it): every type, reduction and count of coll_check, in place and out of place.
   NP=2 NCCL_SHM_DISABLE=1 CCL_NET=mpt CCL_ALLREDUCE_EXCHANGE_BYTES=1 \
     CCL_ALLREDUCE_EXCHANGE_MAX_BYTES=1073741824 tests/abi/run.sh --no-netns "$libdir"
+  # Four ranks on two hosts (network namespaces) with every all-reduce hierarchical (host
+  # reduce-scatter, all-reduce across the hosts, host all-gather; on for host memory here, by
+  # default only for GPU memory): every type, reduction and count of coll_check.
+  CCL_HIERARCHY=1 tests/abi/run.sh --no-one-host "$libdir"
 fi
 # A NIC port dies under a running all_reduce: two network namespaces joined by two veth
 # "NICs", the multipath transport's paths spread over both (CCL_MPT_IFNAMES), one cut.

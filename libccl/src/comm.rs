@@ -107,6 +107,8 @@ pub struct CommInner {
     pub ipc: Mutex<Option<std::sync::Arc<crate::cuda_ipc::IpcEngine>>>,
     /// The replay thread of operations captured into CUDA graphs, made at the first capture.
     pub graph: Mutex<Option<std::sync::Arc<crate::graph::Replayer>>>,
+    /// Sub-communicators of hierarchical all-reduces (ranks on several hosts), made at init.
+    pub hier: Mutex<Option<std::sync::Arc<crate::hier::Hierarchy>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -140,6 +142,7 @@ impl Comm {
             gpu: Mutex::new(None),
             ipc: Mutex::new(None),
             graph: Mutex::new(None),
+            hier: Mutex::new(None),
         }))
     }
 
@@ -236,6 +239,7 @@ impl Comm {
         *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
         crate::cuda_ipc::attach(self)?;
+        crate::hier::attach(self)?;
         let (ring, links) = self.describe();
         tracing::info!(
             "rank {} of {} ready: ring {ring}, links {links}",
@@ -274,6 +278,15 @@ impl Comm {
             ));
         }
         crate::cuda_ipc::check_health(self);
+        // A hierarchical all-reduce's failure (a dead peer seen on a sub-communicator) is this
+        // communicator's.
+        if let Some(h) = self.0.hier.lock().clone() {
+            for sub in [&h.local, &h.cross] {
+                if let Err(e) = sub.async_error() {
+                    self.set_async_error(&e);
+                }
+            }
+        }
         match &*self.0.async_error.lock() {
             Some(e) => Err(e.clone()),
             None => Ok(()),
@@ -329,6 +342,17 @@ impl Comm {
     /// parent rank; `SPLIT_NOCOLOR` ranks get `None`.
     pub fn split(&self, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
         self.check_usable()?;
+        self.split_unchecked(color, key, config)
+    }
+
+    /// [`Comm::split`] without the check that the communicator is ready: for the
+    /// sub-communicators init itself makes ([`crate::hier`]).
+    pub(crate) fn split_unchecked(
+        &self,
+        color: i32,
+        key: i32,
+        config: CommConfig,
+    ) -> Result<Option<Comm>> {
         if color < 0 && color != SPLIT_NOCOLOR {
             return Err(Error::invalid_argument(format!(
                 "split color {color} must be >= 0 or NCCL_SPLIT_NOCOLOR"
@@ -397,6 +421,17 @@ impl Comm {
             .map(Some)
     }
 
+    /// Whether every rank says `mine` (an allgather over the control connections): for
+    /// decisions that must be the same on all ranks.
+    pub(crate) fn agree_all(&self, mine: bool) -> Result<bool> {
+        let mut guard = self.0.state.lock();
+        let state = guard
+            .as_mut()
+            .ok_or_else(|| Error::invalid_usage("communicator has no state"))?;
+        let all = state.ctrl.allgather(&[u8::from(mine)], &self.0.abort)?;
+        Ok(all.iter().all(|b| b.first() == Some(&1)))
+    }
+
     /// A new communicator over `table` (this rank is `new_rank`) derived from this one; `tag`
     /// makes its nonce unique among the parent's children and equal on all its members.
     fn child(
@@ -415,7 +450,9 @@ impl Comm {
             *child.0.issue.lock() = issue;
             *child.0.state.lock() = Some(st);
         });
-        let r = r.and_then(|()| crate::cuda_ipc::attach(&child));
+        let r = r
+            .and_then(|()| crate::cuda_ipc::attach(&child))
+            .and_then(|()| crate::hier::attach(&child));
         child.finish_init(r.clone());
         r.map(|()| child)
     }
@@ -483,6 +520,10 @@ impl Comm {
     /// `ncclCommFinalize`: operations complete before calls return on this backend, so there
     /// is nothing left to flush; later operations are refused.
     pub fn finalize(&self) -> Result<()> {
+        if let Some(h) = self.0.hier.lock().clone() {
+            h.local.finalize()?;
+            h.cross.finalize()?;
+        }
         crate::gpu::wait_idle(self)?;
         crate::cuda_ipc::wait_idle(self)?;
         let mut life = self.0.life.lock();
@@ -502,6 +543,10 @@ impl Comm {
     /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
     /// and frees everything.
     pub fn destroy(&self) {
+        if let Some(h) = self.0.hier.lock().take() {
+            h.local.destroy();
+            h.cross.destroy();
+        }
         let idle = crate::gpu::wait_idle(self).is_ok() && crate::cuda_ipc::wait_idle(self).is_ok();
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
@@ -531,6 +576,10 @@ impl Comm {
     /// connection without goodbye, so peers blocked on us fail at once.
     pub fn abort(&self) {
         self.0.abort.store(true, Ordering::SeqCst);
+        if let Some(h) = self.0.hier.lock().take() {
+            h.local.abort();
+            h.cross.abort();
+        }
         crate::graph::shutdown(self);
         crate::gpu::shutdown(self);
         crate::cuda_ipc::shutdown(self, true);

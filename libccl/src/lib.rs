@@ -9,6 +9,7 @@ pub mod exec;
 pub mod gpu;
 pub mod graph;
 pub mod group;
+pub mod hier;
 pub mod log;
 pub mod params;
 mod pieces;

@@ -5,6 +5,7 @@
 #   tests/abi/run.sh target/release
 #   tests/abi/run.sh --quick         # smaller coll_check (counts up to 1000, root 0)
 #   tests/abi/run.sh --no-netns      # skip the network-namespace run
+#   tests/abi/run.sh --no-one-host   # skip the one-host run (step 4)
 #   tests/abi/run.sh --keep-netns    # leave cclns0/cclns1/cclhub up afterwards
 #   tests/abi/run.sh --mock          # self-test of these scripts: build tests/abi/mock_nccl.c
 #                                    # (an MPI-based stand-in) as the library and run everything
@@ -25,14 +26,15 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-QUICK=0 NETNS=1 KEEP_NETNS=0 MOCK=0 LIBDIR=
+QUICK=0 NETNS=1 ONE_HOST=1 KEEP_NETNS=0 MOCK=0 LIBDIR=
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=1 ;;
     --no-netns) NETNS=0 ;;
+    --no-one-host) ONE_HOST=0 ;;
     --keep-netns) KEEP_NETNS=1 ;;
     --mock) MOCK=1 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "run.sh: unknown option $a" >&2; exit 2 ;;
     *) LIBDIR=$a ;;
   esac
@@ -130,13 +132,15 @@ fwd_env() {
 }
 
 # ----------------------------------------------------------------------------- 4. one host
-step "4. coll_check: $NP ranks, one host (shm between ranks), NCCL_SOCKET_IFNAME=lo"
-(
-  export NCCL_SOCKET_IFNAME=lo
-  # shellcheck disable=SC2046
-  timeout "$COLL_TIMEOUT" mpirun "${MPI_OPTS[@]}" $(fwd_env) -np "$NP" "$OUT/coll_check"
-)
-result "coll_check, $NP ranks, one host" $?
+if [ "$ONE_HOST" -eq 1 ]; then
+  step "4. coll_check: $NP ranks, one host (shm between ranks), NCCL_SOCKET_IFNAME=lo"
+  (
+    export NCCL_SOCKET_IFNAME=lo
+    # shellcheck disable=SC2046
+    timeout "$COLL_TIMEOUT" mpirun "${MPI_OPTS[@]}" $(fwd_env) -np "$NP" "$OUT/coll_check"
+  )
+  result "coll_check, $NP ranks, one host" $?
+fi
 
 # ----------------------------------------------------------------------------- 5. netns
 if [ "$NETNS" -eq 1 ]; then

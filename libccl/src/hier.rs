@@ -1,0 +1,250 @@
+//! Hierarchical all-reduce for communicators that span hosts with several ranks on each: a
+//! reduce-scatter among the ranks of a host (cuda-ipc: copy engines and kernels over NVLink),
+//! an all-reduce of each rank's share among the ranks of the other hosts that hold the same
+//! share (the network path, a host's ranks each carrying 1/L of the bytes), and an all-gather
+//! among the ranks of a host. Flat, every byte of such a communicator is staged through host
+//! memory and the proxy, even between GPUs of one host.
+//!
+//! The two sub-communicators are made at init (`attach`) by splitting the communicator: one of
+//! the ranks of each host, one of the ranks holding the same place on every host. Each
+//! operation is decided on itself (its kind, count and memory, and settings every rank shares),
+//! so ranks that group it differently decide alike; its three stages run after the rest of
+//! its group, each a group of its own on the sub-communicators, in stream order.
+
+use std::sync::Arc;
+
+use ccl_collectives::Collective;
+
+use crate::comm::{Comm, CommConfig};
+use crate::error::Result;
+use crate::params;
+use crate::task::{Reduction, Scalar, Task, TaskKind};
+
+/// A communicator's two sub-communicators.
+pub struct Hierarchy {
+    /// The ranks of this rank's host, in rank order.
+    pub local: Comm,
+    /// The ranks holding this rank's place (its index among its host's ranks) on every host,
+    /// in rank order.
+    pub cross: Comm,
+    /// Whether operations on host memory take it too (`CCL_HIERARCHY=1`).
+    host_memory: bool,
+}
+
+/// How the ranks of `hosts` (each rank's host id, in rank order) sit on their hosts, if
+/// every host has the same number of ranks, at least two, and there are at least two hosts:
+/// (this rank's host index in order of first appearance, its index among its host's ranks,
+/// ranks per host).
+fn shape(hosts: &[u64], rank: usize) -> Option<(usize, usize, usize)> {
+    let mut order: Vec<u64> = Vec::new();
+    let mut count: Vec<usize> = Vec::new();
+    let mut place = Vec::with_capacity(hosts.len());
+    for &h in hosts {
+        let i = match order.iter().position(|&x| x == h) {
+            Some(i) => i,
+            None => {
+                order.push(h);
+                count.push(0);
+                order.len() - 1
+            }
+        };
+        place.push((i, count[i]));
+        count[i] += 1;
+    }
+    let per = *count.first()?;
+    if order.len() < 2 || per < 2 || count.iter().any(|&c| c != per) {
+        return None;
+    }
+    let (host, local) = *place.get(rank)?;
+    Some((host, local, per))
+}
+
+/// Makes `comm`'s hierarchy when `CCL_HIERARCHY` and the ranks' placement allow it. Collective:
+/// every rank of `comm` calls it at the end of init (the decision is the same on all: the
+/// table is, and whether every rank wants it is agreed first).
+pub(crate) fn attach(comm: &Comm) -> Result<()> {
+    let mode = params::CCL_HIERARCHY.get_str();
+    let mode = mode.trim();
+    if mode == "0" {
+        return Ok(());
+    }
+    let forced = mode == "1";
+    let hosts: Vec<u64> = {
+        let g = comm.0.state.lock();
+        match g.as_ref() {
+            Some(st) => st.table.iter().map(|i| i.host_id).collect(),
+            None => return Ok(()),
+        }
+    };
+    let Some((host, local, _)) = shape(&hosts, comm.rank()) else {
+        return Ok(());
+    };
+    // Only GPU communicators gain (host memory moves through the same transports either way),
+    // unless forced; a rank without a GPU would make the split one-sided, so all agree first.
+    let want = forced || (comm.0.cuda_dev >= 0 && crate::gpu::available());
+    if !comm.agree_all(want)? {
+        return Ok(());
+    }
+    let config = CommConfig::blocking();
+    let local_comm = comm
+        .split_unchecked(host as i32, comm.rank() as i32, config.clone())?
+        .ok_or_else(|| crate::error::Error::internal("no communicator of this host's ranks"))?;
+    let cross = comm
+        .split_unchecked(local as i32, comm.rank() as i32, config)?
+        .ok_or_else(|| crate::error::Error::internal("no communicator across the hosts"))?;
+    tracing::info!(
+        "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
+        comm.rank(),
+        local_comm.nranks(),
+        cross.nranks()
+    );
+    *comm.0.hier.lock() = Some(Arc::new(Hierarchy {
+        local: local_comm,
+        cross,
+        host_memory: forced,
+    }));
+    Ok(())
+}
+
+/// The stages of the hierarchical operations of a group, each a group of its own.
+pub(crate) type Stages = [Vec<(Comm, Task)>; 3];
+
+/// Takes out of a group the all-reduces that go hierarchically and returns the rest with
+/// their three stages (host reduce-scatter, all-reduce across the hosts, host all-gather).
+pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
+    let mut rest = Vec::with_capacity(tasks.len());
+    let mut stages: Stages = Default::default();
+    for (comm, t) in tasks {
+        let hier = comm.0.hier.lock().clone();
+        match hier.and_then(|h| stages_of(&h, &t).map(|s| (h, s))) {
+            Some((h, [rs, ar, ag])) => {
+                stages[0].push((h.local.clone(), rs));
+                stages[1].push((h.cross.clone(), ar));
+                stages[2].push((h.local.clone(), ag));
+            }
+            None => rest.push((comm, t)),
+        }
+    }
+    (rest, stages)
+}
+
+/// An all-reduce's three stages, if it goes hierarchically: its count splits evenly over the
+/// host's ranks, it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
+/// `CCL_HIERARCHY=1`), and its stream is not capturing a CUDA graph.
+fn stages_of(h: &Hierarchy, t: &Task) -> Option<[Task; 3]> {
+    // Integer average: truncating per host and again across hosts is not truncating the whole
+    // sum once, so it stays flat.
+    let int_avg = t.red == Reduction::Avg && !t.dtype.is_float();
+    if t.kind != TaskKind::Coll(Collective::AllReduce) || t.fold || int_avg {
+        return None;
+    }
+    let per = h.local.nranks();
+    let hosts = h.cross.nranks();
+    let size = t.dtype.size();
+    let min = params::CCL_HIERARCHY_MIN_BYTES.get_i64().max(0) as usize;
+    if t.count == 0 || t.count % per != 0 || t.count.checked_mul(size)? < min {
+        return None;
+    }
+    let on_gpu = crate::gpu::is_device_ptr(t.send) && crate::gpu::is_device_ptr(t.recv);
+    if !(on_gpu || h.host_memory) {
+        return None;
+    }
+    if on_gpu && crate::graph::capturing(&h.local, std::slice::from_ref(t)).unwrap_or(true) {
+        return None;
+    }
+    Some(stages(t, per, hosts, h.local.rank()))
+}
+
+/// The stages of all-reduce `t` over `per` ranks a host on `hosts` hosts, this rank `local`-th
+/// on its host: its share of the output (`count / per` elements at `local`) gets the host's
+/// reduction of that share of the inputs, then the all-reduce of it across the hosts, then
+/// every share is gathered. Reductions: the operator in both reductions; PreMulSum scales in
+/// the first and sums in the second; float average multiplies by 1/nranks in the first
+/// (NCCL's average of floats). Not for integer average ([`stages_of`] keeps it flat).
+fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
+    let share = t.count / per;
+    let at = t.recv + local * share * t.dtype.size();
+    let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
+    let (first, second) = match t.red {
+        Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
+        Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
+        Reduction::Avg if t.dtype.is_float() => {
+            let inv = ccl_cuda::host::reduce::from_f64(t.dtype, 1.0 / (per * hosts) as f64);
+            (Reduction::PreMulSum(Scalar::Immediate(inv)), sum)
+        }
+        Reduction::Avg => (sum, sum),
+    };
+    let rs = Task {
+        kind: TaskKind::Coll(Collective::ReduceScatter),
+        recv: at,
+        count: share,
+        red: first,
+        ..*t
+    };
+    let ar = Task {
+        kind: TaskKind::Coll(Collective::AllReduce),
+        send: at,
+        recv: at,
+        count: share,
+        red: second,
+        ..*t
+    };
+    let ag = Task {
+        kind: TaskKind::Coll(Collective::AllGather),
+        send: at,
+        count: share,
+        red: sum,
+        ..*t
+    };
+    [rs, ar, ag]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_of_equal_size_make_a_hierarchy_others_do_not() {
+        // Two hosts of two, interleaved: host index by first appearance, place by rank order.
+        let hosts = [7, 9, 7, 9];
+        assert_eq!(shape(&hosts, 0), Some((0, 0, 2)));
+        assert_eq!(shape(&hosts, 1), Some((1, 0, 2)));
+        assert_eq!(shape(&hosts, 2), Some((0, 1, 2)));
+        assert_eq!(shape(&hosts, 3), Some((1, 1, 2)));
+        // One host; one rank a host; hosts of unequal size: none.
+        assert_eq!(shape(&[1, 1, 1, 1], 0), None);
+        assert_eq!(shape(&[1, 2, 3], 0), None);
+        assert_eq!(shape(&[1, 1, 2, 2, 2], 0), None);
+        assert_eq!(shape(&[1, 1, 2, 2], 4), None);
+    }
+
+    /// The three stages cover the output in shares, in place as NCCL's in-place reduce-scatter
+    /// and all-gather, with each reduction's arithmetic split across them.
+    #[test]
+    fn an_all_reduce_becomes_a_host_reduce_scatter_a_cross_all_reduce_and_a_host_all_gather() {
+        use ccl_cuda::DataType;
+        let t = crate::task::float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 12);
+        let [rs, ar, ag] = stages(&t, 3, 2, 1);
+        // Share 1 of 3: 4 floats at 16 bytes into the output.
+        assert_eq!(rs.kind, TaskKind::Coll(Collective::ReduceScatter));
+        assert_eq!((rs.send, rs.recv, rs.count), (0x1000, 0x9010, 4));
+        assert_eq!(ar.kind, TaskKind::Coll(Collective::AllReduce));
+        assert_eq!((ar.send, ar.recv, ar.count), (0x9010, 0x9010, 4));
+        assert_eq!(ag.kind, TaskKind::Coll(Collective::AllGather));
+        assert_eq!((ag.send, ag.recv, ag.count), (0x9010, 0x9000, 4));
+        let reds = |dtype, red| {
+            let [a, b, _] = stages(&Task { dtype, red, ..t }, 3, 2, 0);
+            (a.red, b.red)
+        };
+        let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
+        let max = Reduction::Plain(ccl_cuda::ReduceKind::Max);
+        assert_eq!(reds(DataType::Float32, max), (max, max));
+        let sixth = ccl_cuda::host::reduce::from_f64(DataType::Float32, 1.0 / 6.0);
+        assert_eq!(
+            reds(DataType::Float32, Reduction::Avg),
+            (Reduction::PreMulSum(Scalar::Immediate(sixth)), sum)
+        );
+        let s = Reduction::PreMulSum(Scalar::Immediate([3, 0, 0, 0, 0, 0, 0, 0]));
+        assert_eq!(reds(DataType::Int32, s), (s, sum));
+    }
+}
