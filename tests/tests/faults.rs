@@ -137,6 +137,36 @@ fn killed_rank_on_another_host_turns_into_an_error_over_mpt() {
     killed_rank(true);
 }
 
+/// Four ranks on two hosts with every all-reduce hierarchical (`CCL_HIERARCHY=1`): a rank that
+/// dies mid-stream breaks the stages on the sub-communicators, and each survivor gets the
+/// error from its call and as its communicator's async error, within the timeout.
+#[test]
+fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_others() {
+    let outs = run_with(
+        "kill",
+        4,
+        &[
+            ("CCL_TIMEOUT_S", "20"),
+            ("NCCL_DEBUG", "INFO"),
+            ("CCL_HIERARCHY", "1"),
+        ],
+        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        Duration::from_secs(90),
+    );
+    assert_eq!(outs[3].status, Some(9), "the victim exits with 9");
+    for o in &outs[..3] {
+        assert!(o.stderr.contains("hierarchy: 2 ranks on this host"), "{}", o.stderr);
+        let r = code(o, "result");
+        assert!(
+            r == REMOTE_ERROR || r == SYSTEM_ERROR,
+            "survivor got {r}: {}",
+            o.stdout
+        );
+        assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
+        assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
+    }
+}
+
 fn killed_rank(hosts: bool) {
     let outs = run_with(
         "kill",
