@@ -689,23 +689,40 @@ fn submit_staged(comm: &Comm, eng: &Arc<GpuEngine>, tasks: Vec<Task>) -> Result<
     hand_over(comm, eng, &streams, first, count, jobs, staged)
 }
 
-/// A two-rank reduction (all-reduce, reduce-scatter, reduce) that goes as a send/receive of
-/// the operands, folded on the GPU (`CCL_GPU_FOLD_BYTES`).
+/// A reduction that goes as sends and receives of the operands, folded on the GPU
+/// (`CCL_GPU_FOLD_BYTES`): of two ranks an all-reduce, reduce-scatter or reduce; of three to
+/// eight ([`Wide`]) an all-reduce or reduce-scatter, block by block.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Fold {
-    /// What each transfer carries (and the fold covers).
+    /// What each transfer carries (and the fold covers): of more than two ranks, one block.
     bytes: usize,
-    /// Where in the send buffer the operand this rank sends starts (`None`: it sends nothing,
-    /// a reduce's root).
+    /// Two ranks: where in the send buffer the operand this rank sends starts (`None`: it
+    /// sends nothing, a reduce's root).
     send_at: Option<usize>,
-    /// Where in the send buffer this rank's own operand starts, folded with the one it
+    /// Where in the send buffer this rank's own operand starts, folded with the ones it
     /// receives into its receive buffer (`None`: it receives nothing, a reduce's other rank).
     own_at: Option<usize>,
     /// Float average and PreMulSum: each rank scales its operands by this before they meet.
     prescale: Option<[u8; 8]>,
     /// Integer average: the sum divided by the number of ranks afterwards.
     divide: bool,
+    /// More than two ranks.
+    wide: Option<Wide>,
 }
+
+/// A fold of `n` ranks (3 to [`REDUCE_N_MAX`]): each rank sends block `j` of its input to rank
+/// `j`, receives its own block of every other rank's input, and folds the `n` of them in rank
+/// order in one kernel; an all-reduce (`gather`) then sends its folded block to every rank and
+/// receives theirs, as an all-gather. The same bytes as the ring cross the network, each rank
+/// reaching every other at once, and no CPU reduces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Wide {
+    n: usize,
+    gather: bool,
+}
+
+/// Most ranks a wide fold takes: one kernel reads every operand.
+const REDUCE_N_MAX: usize = ccl_cuda::cuda::source::REDUCE_N_MAX;
 
 /// Which of a group's operations [`submit_folded`] folds on the GPU. Each is decided on the
 /// operation alone and the settings every rank shares, so a rank that groups it with other
@@ -720,6 +737,9 @@ fn folds_of(comm: &Comm, tasks: &[Task]) -> Vec<Option<Fold>> {
     let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
     let shared_memory_only = comm.0.issue.lock().shared_memory_only;
     let who = (comm.rank(), comm.nranks());
+    if who.1 > 2 && !params::CCL_GPU_FOLD_WIDE.get_bool() {
+        return vec![None; tasks.len()];
+    }
     let mut folds: Vec<Option<Fold>> = tasks
         .iter()
         .map(|t| {
@@ -770,17 +790,38 @@ fn fold_rule(
     is_dev: &dyn Fn(usize) -> bool,
 ) -> Option<Fold> {
     use ccl_collectives::Collective;
-    if nranks != 2 || shared_memory_only || rank >= nranks {
+    if !(2..=REDUCE_N_MAX).contains(&nranks) || shared_memory_only || rank >= nranks {
         return None;
     }
-    let peer = 1 - rank;
+    let peer = 1 - rank.min(1);
     let size = t.dtype.size();
-    let bytes = t.count.checked_mul(size)?;
-    let (send_at, own_at) = match t.kind {
-        TaskKind::Coll(Collective::AllReduce) => (Some(0), Some(0)),
-        TaskKind::Coll(Collective::ReduceScatter) => (Some(peer * bytes), Some(rank * bytes)),
-        TaskKind::Coll(Collective::Reduce { root }) if root == rank => (None, Some(0)),
-        TaskKind::Coll(Collective::Reduce { root }) if root == peer => (Some(0), None),
+    let whole = t.count.checked_mul(size)?;
+    let (bytes, send_at, own_at, wide) = match t.kind {
+        TaskKind::Coll(Collective::AllReduce) if nranks == 2 => (whole, Some(0), Some(0), None),
+        TaskKind::Coll(Collective::ReduceScatter) if nranks == 2 => {
+            (whole, Some(peer * whole), Some(rank * whole), None)
+        }
+        TaskKind::Coll(Collective::Reduce { root }) if nranks == 2 && root == rank => {
+            (whole, None, Some(0), None)
+        }
+        TaskKind::Coll(Collective::Reduce { root }) if nranks == 2 && root == peer => {
+            (whole, Some(0), None, None)
+        }
+        TaskKind::Coll(Collective::AllReduce) if nranks > 2 && t.count % nranks == 0 => {
+            let block = whole / nranks;
+            let wide = Wide {
+                n: nranks,
+                gather: true,
+            };
+            (block, None, Some(rank * block), Some(wide))
+        }
+        TaskKind::Coll(Collective::ReduceScatter) if nranks > 2 => {
+            let wide = Wide {
+                n: nranks,
+                gather: false,
+            };
+            (whole, None, Some(rank * whole), Some(wide))
+        }
         _ => return None,
     };
     // The kernels read whole elements; a reduce's other rank has no receive buffer.
@@ -809,6 +850,7 @@ fn fold_rule(
         own_at,
         prescale,
         divide,
+        wide,
     })
 }
 
@@ -827,21 +869,24 @@ struct FoldScratch {
     retired: Vec<(cuda::DeviceBuffer, Vec<Event>)>,
 }
 
-/// Where one folded operation's operands are: `(own, sent, incoming)` addresses, the first two
-/// in the caller's send buffer or, scaled, in the scratch.
+/// Where one folded operation's operands are: this rank's own and the one it sends (two
+/// ranks), or the base of the blocks it sends (wide), in the caller's send buffer or, scaled,
+/// in the scratch; and where the received ones land in the scratch, one block after another
+/// in rank order.
 struct FoldPlace {
     own: Option<u64>,
     sent: Option<u64>,
     incoming: u64,
 }
 
-/// A group with reductions of two ranks to fold on the GPU: each becomes a send/receive of its
-/// operands through the staged network path (the one received landing in a scratch buffer on
-/// the GPU), inside the group where the call put it, then one kernel folds the received
-/// operand with this rank's own in rank order (`Fold`). The CPUs only move bytes: the ring (or
-/// the exchange folded on the CPU) reduces in host memory, which held a two-GPU all-reduce over
-/// the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s against
-/// host-memory send/receive 9.0, session 23).
+/// A group with reductions to fold on the GPU ([`Fold`]): each becomes sends and receives of
+/// its operands through the staged network path (those received landing in a scratch buffer on
+/// the GPU), inside the group where the call put it; after the group one kernel per operation
+/// folds the received operands with this rank's own in rank order, and wide all-reduces then
+/// gather the folded blocks (a group of their own, after the group). The CPUs only move bytes:
+/// the ring (or the exchange folded on the CPU) reduces in host memory, which held a two-GPU
+/// all-reduce over the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s
+/// against host-memory send/receive 9.0, session 23).
 fn submit_folded(
     comm: &Comm,
     eng: &Arc<GpuEngine>,
@@ -850,7 +895,7 @@ fn submit_folded(
 ) -> Result<()> {
     let kernels = crate::cuda_ipc::kernels_for(&eng.ctx)?;
     let rank = comm.rank();
-    let peer = 1 - rank;
+    let nranks = comm.nranks();
     // SAFETY: the caller's own live streams (NCCL's contract).
     let stream_of =
         |t: &Task| unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
@@ -863,105 +908,249 @@ fn submit_folded(
         &eng.ctx,
         &folded.iter().map(|(t, _)| **t).collect::<Vec<_>>(),
     );
-    // Scratch, per folded operation: [incoming][own, scaled][sent, scaled], each part only
-    // where it is used.
-    let parts = |t: &Task, f: &Fold| {
+    // Scratch, per folded operation, in blocks of `bytes`: the received operands, then the
+    // scaled ones (two ranks: own and sent, each where used; wide: the whole input).
+    let layout = |t: &Task, f: &Fold| {
         let own = f.own_at.map(|o| t.send as u64 + o as u64);
         let sent = f.send_at.map(|o| t.send as u64 + o as u64);
-        let scaled = match f.prescale {
-            None => 0,
-            Some(_) => usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own),
+        let received = match f.wide {
+            Some(w) => w.n - 1,
+            None => usize::from(own.is_some()),
         };
-        (own, sent, usize::from(own.is_some()) + scaled)
+        let scaled = match (f.prescale, f.wide) {
+            (None, _) => 0,
+            (Some(_), Some(w)) => w.n,
+            (Some(_), None) => {
+                usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own)
+            }
+        };
+        (own, sent, received, scaled)
     };
-    let total: usize = folded.iter().map(|(t, f)| parts(t, f).2 * f.bytes).sum();
+    let total: usize = folded
+        .iter()
+        .map(|(t, f)| {
+            let (_, _, received, scaled) = layout(t, f);
+            (received + scaled) * f.bytes
+        })
+        .sum();
     let mut scratch = eng.fold.lock();
     let mut next = scratch.claim(&eng.ctx, total, &streams)?;
     let mut places = Vec::with_capacity(folded.len());
     for (t, f) in &folded {
-        let (own, sent, _) = parts(t, f);
+        let (own, sent, received, scaled) = layout(t, f);
         let incoming = next;
-        if own.is_some() {
-            next += f.bytes as u64;
-        }
+        next += (received * f.bytes) as u64;
         let stream = stream_of(t);
-        let mut scaled = |src: Option<u64>| -> Result<Option<u64>> {
-            let (Some(src), Some(s)) = (src, f.prescale) else {
-                return Ok(src);
-            };
+        let size = t.dtype.size();
+        let mut scale = |src: u64, blocks: usize| -> Result<u64> {
+            let Some(s) = f.prescale else { return Ok(src) };
             let dst = next;
-            next += f.bytes as u64;
-            // SAFETY: `src` holds `t.count` elements of the caller's send buffer (checked
-            // device memory, aligned); `dst` is a part of the scratch claimed above for the
-            // group's streams.
-            unsafe { kernels.premul(&stream, t.dtype, dst, src, t.count, s) }.map_err(cuda_err)?;
-            Ok(Some(dst))
+            next += (blocks * f.bytes) as u64;
+            let n = blocks * f.bytes / size;
+            // SAFETY: `src` holds `n` elements of the caller's send buffer (checked device
+            // memory, aligned); `dst` is a part of the scratch claimed above for the group's
+            // streams.
+            unsafe { kernels.premul(&stream, t.dtype, dst, src, n, s) }.map_err(cuda_err)?;
+            Ok(dst)
         };
-        let own_op = scaled(own)?;
-        let sent_op = if sent.is_some() && sent == own {
-            own_op
-        } else {
-            scaled(sent)?
+        let place = match f.wide {
+            Some(w) => {
+                let base = scale(t.send as u64, w.n)?;
+                FoldPlace {
+                    own: f.own_at.map(|o| base + o as u64),
+                    sent: Some(base),
+                    incoming,
+                }
+            }
+            None => {
+                let own_op = own.map(|o| scale(o, 1)).transpose()?;
+                let sent_op = if sent.is_some() && sent == own {
+                    own_op
+                } else {
+                    sent.map(|o| scale(o, 1)).transpose()?
+                };
+                FoldPlace {
+                    own: own_op,
+                    sent: sent_op,
+                    incoming,
+                }
+            }
         };
-        places.push(FoldPlace {
-            own: own_op,
-            sent: sent_op,
-            incoming,
-        });
+        debug_assert!(scaled == 0 || f.prescale.is_some());
+        places.push(place);
     }
-    let mut group = Vec::with_capacity(tasks.len() + folded.len());
+    let mut group = Vec::with_capacity(tasks.len() + folded.len() * 2);
     let mut place = places.iter();
     for (t, f) in tasks.iter().zip(folds) {
-        let Some(p) = f.and_then(|_| place.next()) else {
+        let (Some(f), Some(p)) = (f, f.and_then(|_| place.next())) else {
             group.push(*t);
             continue;
         };
-        let transfer = |kind, send: u64, recv: u64| Task {
-            kind,
-            send: send as usize,
-            recv: recv as usize,
-            red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-            fold: true,
-            ..*t
-        };
-        if let Some(src) = p.sent {
-            group.push(transfer(TaskKind::Send { peer }, src, 0));
-        }
-        if p.own.is_some() {
-            group.push(transfer(TaskKind::Recv { peer }, 0, p.incoming));
-        }
+        group.extend(fold_transfers(t, f, p, rank, nranks));
     }
     submit_staged(comm, eng, group)?;
-    // From here on the peer has this rank's operands: a failure must poison the communicator.
-    let fold_all = || -> Result<()> {
+    // From here on the peers have this rank's operands: a failure must poison the communicator.
+    let fold_all = || -> Result<Vec<Task>> {
+        let mut gathers = Vec::new();
         for ((t, f), p) in folded.iter().zip(&places) {
             let Some(own) = p.own else { continue };
-            let (a, b) = if rank == 0 {
-                (own, p.incoming)
-            } else {
-                (p.incoming, own)
-            };
-            let (dt, n, out) = (t.dtype, t.count, t.recv as u64);
+            let (dt, op) = (t.dtype, t.red.arithmetic());
+            let n = f.bytes / dt.size();
             let stream = stream_of(t);
-            // SAFETY: `a`, `b` are the scratch (claimed for these streams until the events
-            // below) and the caller's send buffer; `out` is the caller's receive buffer of `n`
-            // elements (checked device memory, aligned), equal to or disjoint from each
+            let (out, srcs) = match f.wide {
+                Some(w) => {
+                    let out = t.recv as u64
+                        + if w.gather {
+                            f.own_at.unwrap_or(0) as u64
+                        } else {
+                            0
+                        };
+                    let srcs: Vec<u64> = (0..w.n)
+                        .map(|j| match j.cmp(&rank) {
+                            std::cmp::Ordering::Equal => own,
+                            std::cmp::Ordering::Less => p.incoming + (j * f.bytes) as u64,
+                            std::cmp::Ordering::Greater => p.incoming + ((j - 1) * f.bytes) as u64,
+                        })
+                        .collect();
+                    (out, srcs)
+                }
+                None if rank == 0 => (t.recv as u64, vec![own, p.incoming]),
+                None => (t.recv as u64, vec![p.incoming, own]),
+            };
+            // SAFETY: the sources are the scratch (claimed for these streams until the events
+            // below) and the caller's send buffer; `out` is in the caller's receive buffer, `n`
+            // elements (checked device memory, aligned), equal to or disjoint from each source
             // (NCCL's in-place rule); every one stays valid until the stream has run the
             // kernels.
-            unsafe {
-                kernels
-                    .reduce(&stream, dt, t.red.arithmetic(), out, a, b, n)
-                    .map_err(cuda_err)?;
-                if f.divide {
-                    kernels.div_int(&stream, dt, out, n, 2).map_err(cuda_err)?;
-                }
+            unsafe { fold_kernels(&kernels, &stream, (dt, op), out, &srcs, n) }?;
+            if f.divide {
+                // SAFETY: as above.
+                unsafe { kernels.div_int(&stream, dt, out, n, nranks as u64) }.map_err(cuda_err)?;
+            }
+            if let Some(Wide { gather: true, .. }) = f.wide {
+                gathers.extend(gather_transfers(t, f, rank, nranks));
             }
         }
-        Ok(())
+        Ok(gathers)
     };
-    fold_all()
-        .and_then(|()| scratch.release(&eng.ctx, &streams))
-        .inspect_err(|e| comm.set_async_error(e))
+    let gathers = fold_all()
+        .and_then(|g| scratch.release(&eng.ctx, &streams).map(|()| g))
+        .inspect_err(|e| comm.set_async_error(e))?;
+    drop(scratch);
+    if gathers.is_empty() {
+        return Ok(());
+    }
+    submit_staged(comm, eng, gathers).inspect_err(|e| comm.set_async_error(e))
+}
+
+/// The sends and receives that carry one folded operation's operands, marked as such
+/// (`Task::fold`): to the peer (two ranks), or block `j` to rank `j` and every other rank's
+/// block of this rank into the scratch in rank order (wide).
+fn fold_transfers(t: &Task, f: &Fold, p: &FoldPlace, rank: usize, nranks: usize) -> Vec<Task> {
+    let transfer = |kind, send: u64, recv: u64| Task {
+        kind,
+        send: send as usize,
+        recv: recv as usize,
+        count: f.bytes / t.dtype.size(),
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        fold: true,
+        ..*t
+    };
+    let mut out = Vec::new();
+    match f.wide {
+        Some(w) => {
+            let base = p.sent.unwrap_or(t.send as u64);
+            for (slot, j) in (0..w.n).filter(|&j| j != rank).enumerate() {
+                let block = (j * f.bytes) as u64;
+                out.push(transfer(TaskKind::Send { peer: j }, base + block, 0));
+                let into = p.incoming + (slot * f.bytes) as u64;
+                out.push(transfer(TaskKind::Recv { peer: j }, 0, into));
+            }
+        }
+        None => {
+            let peer = 1 - rank.min(1);
+            debug_assert_eq!(nranks, 2);
+            if let Some(src) = p.sent {
+                out.push(transfer(TaskKind::Send { peer }, src, 0));
+            }
+            if p.own.is_some() {
+                out.push(transfer(TaskKind::Recv { peer }, 0, p.incoming));
+            }
+        }
+    }
+    out
+}
+
+/// A wide all-reduce's second half: this rank's folded block to every rank, theirs into their
+/// places in the receive buffer.
+fn gather_transfers(t: &Task, f: &Fold, rank: usize, nranks: usize) -> Vec<Task> {
+    let block = |j: usize| t.recv + j * f.bytes;
+    let transfer = |kind, send: usize, recv: usize| Task {
+        kind,
+        send,
+        recv,
+        count: f.bytes / t.dtype.size(),
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        fold: true,
+        ..*t
+    };
+    (0..nranks)
+        .filter(|&j| j != rank)
+        .flat_map(|j| {
+            [
+                transfer(TaskKind::Send { peer: j }, block(rank), 0),
+                transfer(TaskKind::Recv { peer: j }, 0, block(j)),
+            ]
+        })
+        .collect()
+}
+
+/// `out = srcs[0] (op) srcs[1] (op) ...` in source order: one kernel over every source, or,
+/// where that kernel is not to be had, a chain of two-source kernels (the same bits, unless
+/// `out` is a source other than the first: that one then leads the chain, since each step
+/// overwrites `out`; a wide fold's block is folded by one rank only, so all ranks still hold
+/// the same bits).
+///
+/// # Safety
+/// As [`ccl_cuda::cuda::kernels::Kernels::reduce_n`]: every source and `out` hold `n` elements
+/// valid until the stream has run the kernels; `out` is equal to or disjoint from each source.
+unsafe fn fold_kernels(
+    kernels: &ccl_cuda::cuda::kernels::Kernels,
+    stream: &Stream,
+    (dt, op): (ccl_cuda::DataType, ccl_cuda::ReduceKind),
+    out: u64,
+    srcs: &[u64],
+    n: usize,
+) -> Result<()> {
+    if srcs.len() > 2 {
+        // SAFETY: the caller's contract.
+        if unsafe { kernels.reduce_n(stream, dt, op, out, srcs, n) }.is_ok() {
+            return Ok(());
+        }
+    }
+    let mut order = srcs.to_vec();
+    // One step reads both sources before writing: the order stays (two ranks each fold the
+    // whole message and must get the same bits).
+    if let Some(k) = order
+        .iter()
+        .position(|&s| s == out)
+        .filter(|_| srcs.len() > 2)
+    {
+        let aliased = order.remove(k);
+        order.insert(0, aliased);
+    }
+    let (first, rest) = order
+        .split_first()
+        .ok_or_else(|| Error::internal("a fold of no operands"))?;
+    let mut acc = *first;
+    for &s in rest {
+        // SAFETY: the caller's contract; `out` is no source read after the first step (the
+        // one it equals, if any, leads), and from then on `acc` is `out`, written by the
+        // kernel before it in stream order.
+        unsafe { kernels.reduce(stream, dt, op, out, acc, s, n) }.map_err(cuda_err)?;
+        acc = out;
+    }
+    Ok(())
 }
 
 impl FoldScratch {
@@ -2163,6 +2352,7 @@ mod tests {
             own_at: Some(0),
             prescale: None,
             divide: false,
+            wide: None,
         });
         // floats: 1024 of them is just in the window, 1023 just out; the top edge likewise.
         assert_eq!(rule(&[ar(1024)], 0, 2, false), plain);
@@ -2182,8 +2372,25 @@ mod tests {
         to_one.recv = 0;
         assert_eq!(at(rule(&[to_one], 0, 2, false)), Some((Some(0), None)));
         assert_eq!(rule(&[to_one], 1, 2, false), None);
-        // Three ranks, shared memory alone, a collective without arithmetic: not folded.
-        assert_eq!(rule(&[ar(1024)], 0, 3, false), None);
+        // Three to eight ranks: all-reduces whose count splits evenly go block by block (the
+        // window is on a block: 3 x 1024 floats just in), reduce-scatters too, reduces not;
+        // nine ranks, shared memory alone, a collective without arithmetic: not folded.
+        let wide = |n, gather| Some(Wide { n, gather });
+        let w = rule(&[ar(3 * 1024)], 1, 3, false);
+        assert_eq!(
+            w.map(|f| (f.bytes, f.own_at, f.wide)),
+            Some((4096, Some(4096), wide(3, true)))
+        );
+        assert_eq!(rule(&[ar(3 * 1024 + 1)], 1, 3, false), None);
+        assert_eq!(rule(&[ar(3 * 1023)], 1, 3, false), None);
+        let rs8 = rule(&[rs], 7, 8, false);
+        assert_eq!(
+            rs8.map(|f| (f.own_at, f.wide)),
+            Some((Some(7 * 4096), wide(8, false)))
+        );
+        let to_one = coll(Collective::Reduce { root: 1 }, 1024);
+        assert_eq!(rule(&[to_one], 1, 3, false), None);
+        assert_eq!(rule(&[ar(9 * 1024)], 0, 9, false), None);
         assert_eq!(rule(&[ar(1024)], 0, 2, true), None);
         let bc = coll(Collective::Broadcast { root: 0 }, 1024);
         assert_eq!(rule(&[bc], 0, 2, false), None);
@@ -2227,6 +2434,48 @@ mod tests {
         assert_eq!(
             with(DataType::Int32, Reduction::Plain(ReduceKind::Max)).map(|f| f.bytes),
             Some(4096)
+        );
+    }
+
+    /// A wide all-reduce of three ranks, seen from rank 1: block j of its input to rank j, the
+    /// others' block 1 into the scratch in rank order; then its folded block to both and
+    /// theirs into their places; every transfer marked as a fold's.
+    #[test]
+    fn a_wide_fold_sends_blocks_to_their_owners_and_gathers_the_folded_ones() {
+        let t = t(
+            TaskKind::Coll(Collective::AllReduce),
+            0x10_0000,
+            0x20_0000,
+            3 * 1024,
+        );
+        let f = fold_rule(&t, (1, 3), false, (1, 1 << 30), &|_| true).unwrap();
+        let p = FoldPlace {
+            own: Some(0x10_1000),
+            sent: Some(0x10_0000),
+            incoming: 0x90_0000,
+        };
+        let what = |ts: Vec<Task>| -> Vec<(TaskKind, usize, usize, usize, bool)> {
+            ts.iter()
+                .map(|t| (t.kind, t.send, t.recv, t.count, t.fold))
+                .collect()
+        };
+        assert_eq!(
+            what(fold_transfers(&t, &f, &p, 1, 3)),
+            [
+                (TaskKind::Send { peer: 0 }, 0x10_0000, 0, 1024, true),
+                (TaskKind::Recv { peer: 0 }, 0, 0x90_0000, 1024, true),
+                (TaskKind::Send { peer: 2 }, 0x10_2000, 0, 1024, true),
+                (TaskKind::Recv { peer: 2 }, 0, 0x90_1000, 1024, true),
+            ]
+        );
+        assert_eq!(
+            what(gather_transfers(&t, &f, 1, 3)),
+            [
+                (TaskKind::Send { peer: 0 }, 0x20_1000, 0, 1024, true),
+                (TaskKind::Recv { peer: 0 }, 0, 0x20_0000, 1024, true),
+                (TaskKind::Send { peer: 2 }, 0x20_1000, 0, 1024, true),
+                (TaskKind::Recv { peer: 2 }, 0, 0x20_2000, 1024, true),
+            ]
         );
     }
 

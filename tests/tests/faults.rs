@@ -155,7 +155,11 @@ fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_other
     );
     assert_eq!(outs[3].status, Some(9), "the victim exits with 9");
     for o in &outs[..3] {
-        assert!(o.stderr.contains("hierarchy: 2 ranks on this host"), "{}", o.stderr);
+        assert!(
+            o.stderr.contains("hierarchy: 2 ranks on this host"),
+            "{}",
+            o.stderr
+        );
         let r = code(o, "result");
         assert!(
             r == REMOTE_ERROR || r == SYSTEM_ERROR,
