@@ -117,10 +117,13 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
     for (comm, t) in tasks {
         let hier = comm.0.hier.lock().clone();
         match hier.and_then(|h| stages_of(&h, &t).map(|s| (h, s))) {
-            Some((h, [rs, ar, ag])) => {
+            Some((h, ([rs, ar, ag], tail))) => {
                 stages[0].push((h.local.clone(), rs));
                 stages[1].push((h.cross.clone(), ar));
                 stages[2].push((h.local.clone(), ag));
+                if let Some(tail) = tail {
+                    rest.push((comm, tail));
+                }
             }
             None => rest.push((comm, t)),
         }
@@ -128,10 +131,13 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
     (rest, stages)
 }
 
-/// An all-reduce's three stages, if it goes hierarchically: its count splits evenly over the
-/// host's ranks, it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
-/// `CCL_HIERARCHY=1`), and its stream is not capturing a CUDA graph.
-fn stages_of(h: &Hierarchy, t: &Task) -> Option<[Task; 3]> {
+/// An all-reduce's three stages, if it goes hierarchically: it has at least one element per
+/// rank of a host, it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
+/// `CCL_HIERARCHY=1`), and its stream is not capturing a CUDA graph. The stages cover the
+/// largest part of the count that splits evenly over a host's ranks; the last few elements
+/// (fewer than a host's ranks), if any, are a flat all-reduce of their own, returned beside
+/// them.
+fn stages_of(h: &Hierarchy, t: &Task) -> Option<([Task; 3], Option<Task>)> {
     // Integer average: truncating per host and again across hosts is not truncating the whole
     // sum once, so it stays flat.
     let int_avg = t.red == Reduction::Avg && !t.dtype.is_float();
@@ -142,7 +148,7 @@ fn stages_of(h: &Hierarchy, t: &Task) -> Option<[Task; 3]> {
     let hosts = h.cross.nranks();
     let size = t.dtype.size();
     let min = params::CCL_HIERARCHY_MIN_BYTES.get_i64().max(0) as usize;
-    if t.count == 0 || t.count % per != 0 || t.count.checked_mul(size)? < min {
+    if t.count < per || t.count.checked_mul(size)? < min {
         return None;
     }
     let on_gpu = crate::gpu::is_device_ptr(t.send) && crate::gpu::is_device_ptr(t.recv);
@@ -152,7 +158,26 @@ fn stages_of(h: &Hierarchy, t: &Task) -> Option<[Task; 3]> {
     if on_gpu && crate::graph::capturing(&h.local, std::slice::from_ref(t)).unwrap_or(true) {
         return None;
     }
-    Some(stages(t, per, hosts, h.local.rank()))
+    let (head, tail) = split_count(t, per);
+    Some((stages(&head, per, hosts, h.local.rank()), tail))
+}
+
+/// `t` as the part of its count that splits evenly over `per` ranks and, if anything is left,
+/// an all-reduce of the rest (the same operation on the last elements).
+fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
+    let left = t.count % per;
+    let head = Task {
+        count: t.count - left,
+        ..*t
+    };
+    let at = (t.count - left) * t.dtype.size();
+    let tail = (left > 0).then_some(Task {
+        send: t.send + at,
+        recv: t.recv + at,
+        count: left,
+        ..*t
+    });
+    (head, tail)
 }
 
 /// The stages of all-reduce `t` over `per` ranks a host on `hosts` hosts, this rank `local`-th
@@ -202,6 +227,20 @@ fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A count that does not split evenly: the even part goes hierarchically, the last
+    /// elements as an all-reduce of their own right behind it.
+    #[test]
+    fn an_uneven_count_leaves_its_last_elements_to_a_flat_all_reduce() {
+        let t = crate::task::float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 14);
+        let (head, tail) = split_count(&t, 4);
+        assert_eq!((head.send, head.recv, head.count), (0x1000, 0x9000, 12));
+        let tail = tail.unwrap();
+        assert_eq!((tail.send, tail.recv, tail.count), (0x1030, 0x9030, 2));
+        assert_eq!(tail.kind, t.kind);
+        let (even, none) = split_count(&Task { count: 12, ..t }, 4);
+        assert_eq!((even.count, none.is_none()), (12, true));
+    }
 
     #[test]
     fn hosts_of_equal_size_make_a_hierarchy_others_do_not() {
