@@ -1,9 +1,10 @@
-//! Hierarchical all-reduce for communicators that span hosts with several ranks on each: a
-//! reduce-scatter among the ranks of a host (cuda-ipc: copy engines and kernels over NVLink),
-//! an all-reduce of each rank's share among the ranks of the other hosts that hold the same
-//! share (the network path, a host's ranks each carrying 1/L of the bytes), and an all-gather
-//! among the ranks of a host. Flat, every byte of such a communicator is staged through host
-//! memory and the proxy, even between GPUs of one host.
+//! Hierarchical all-reduce and broadcast for communicators that span hosts with several ranks
+//! on each. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc: copy engines
+//! and kernels over NVLink), an all-reduce of each rank's share among the ranks of the other
+//! hosts that hold the same share (the network path, a host's ranks each carrying 1/L of the
+//! bytes), and an all-gather among the ranks of a host. A broadcast: across the hosts among the
+//! ranks holding the root's index on their hosts, then on every host. Flat, every byte of such
+//! a communicator is staged through host memory and the proxy, even between GPUs of one host.
 //!
 //! The two sub-communicators are made at init (`attach`) by splitting the communicator: one of
 //! the ranks of each host, one of the ranks holding the same place on every host. Each
@@ -29,13 +30,15 @@ pub struct Hierarchy {
     pub cross: Comm,
     /// Whether operations on host memory take it too (`CCL_HIERARCHY=1`).
     host_memory: bool,
+    /// Every rank's (host index, index among its host's ranks).
+    places: Vec<(usize, usize)>,
 }
 
 /// How the ranks of `hosts` (each rank's host id, in rank order) sit on their hosts, if
 /// every host has the same number of ranks, at least two, and there are at least two hosts:
-/// (this rank's host index in order of first appearance, its index among its host's ranks,
-/// ranks per host).
-fn shape(hosts: &[u64], rank: usize) -> Option<(usize, usize, usize)> {
+/// each rank's (host index in order of first appearance, index among its host's ranks in rank
+/// order).
+fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
     let mut order: Vec<u64> = Vec::new();
     let mut count: Vec<usize> = Vec::new();
     let mut place = Vec::with_capacity(hosts.len());
@@ -55,8 +58,14 @@ fn shape(hosts: &[u64], rank: usize) -> Option<(usize, usize, usize)> {
     if order.len() < 2 || per < 2 || count.iter().any(|&c| c != per) {
         return None;
     }
-    let (host, local) = *place.get(rank)?;
-    Some((host, local, per))
+    Some(place)
+}
+
+/// A rank's place in the communicator across the hosts that holds it: how many ranks before it
+/// hold the same index on their hosts.
+fn cross_rank(places: &[(usize, usize)], rank: usize) -> Option<usize> {
+    let (_, local) = *places.get(rank)?;
+    Some(places[..rank].iter().filter(|p| p.1 == local).count())
 }
 
 /// Makes `comm`'s hierarchy when `CCL_HIERARCHY` and the ranks' placement allow it. Collective:
@@ -76,7 +85,10 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
             None => return Ok(()),
         }
     };
-    let Some((host, local, _)) = shape(&hosts, comm.rank()) else {
+    let Some(places) = places(&hosts) else {
+        return Ok(());
+    };
+    let Some(&(host, local)) = places.get(comm.rank()) else {
         return Ok(());
     };
     // Only GPU communicators gain (host memory moves through the same transports either way),
@@ -102,6 +114,7 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
         local: local_comm,
         cross,
         host_memory: forced,
+        places,
     }));
     Ok(())
 }
@@ -109,13 +122,25 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
 /// The stages of the hierarchical operations of a group, each a group of its own.
 pub(crate) type Stages = [Vec<(Comm, Task)>; 3];
 
-/// Takes out of a group the all-reduces that go hierarchically and returns the rest with
-/// their three stages (host reduce-scatter, all-reduce across the hosts, host all-gather).
+/// Takes out of a group the all-reduces and broadcasts that go hierarchically and returns the
+/// rest with their stages: for an all-reduce, a host reduce-scatter, an all-reduce across the
+/// hosts and a host all-gather; for a broadcast, a broadcast across the hosts among the ranks
+/// holding the root's index on their hosts, then a broadcast on every host from that rank.
 pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
     let mut rest = Vec::with_capacity(tasks.len());
     let mut stages: Stages = Default::default();
     for (comm, t) in tasks {
         let hier = comm.0.hier.lock().clone();
+        if let Some((h, (cross, local))) = hier
+            .clone()
+            .and_then(|h| broadcast_stages(&h, &t, comm.rank()).map(|s| (h, s)))
+        {
+            if let Some(c) = cross {
+                stages[1].push((h.cross.clone(), c));
+            }
+            stages[2].push((h.local.clone(), local));
+            continue;
+        }
         match hier.and_then(|h| stages_of(&h, &t).map(|s| (h, s))) {
             Some((h, ([rs, ar, ag], tail))) => {
                 stages[0].push((h.local.clone(), rs));
@@ -141,25 +166,74 @@ fn stages_of(h: &Hierarchy, t: &Task) -> Option<([Task; 3], Option<Task>)> {
     // Integer average: truncating per host and again across hosts is not truncating the whole
     // sum once, so it stays flat.
     let int_avg = t.red == Reduction::Avg && !t.dtype.is_float();
-    if t.kind != TaskKind::Coll(Collective::AllReduce) || t.fold || int_avg {
+    if t.kind != TaskKind::Coll(Collective::AllReduce) || int_avg {
         return None;
     }
     let per = h.local.nranks();
     let hosts = h.cross.nranks();
-    let size = t.dtype.size();
-    let min = params::CCL_HIERARCHY_MIN_BYTES.get_i64().max(0) as usize;
-    if t.count < per || t.count.checked_mul(size)? < min {
+    if t.count < per {
         return None;
     }
-    let on_gpu = crate::gpu::is_device_ptr(t.send) && crate::gpu::is_device_ptr(t.recv);
+    eligible(h, t, true)?;
+    let (head, tail) = split_count(t, per);
+    Some((stages(&head, per, hosts, h.local.rank()), tail))
+}
+
+/// Whether `t` goes hierarchically at all: the settings, its memory and its stream allow it.
+/// `reads_send`: whether this rank's send buffer is used (a broadcast's other ranks ignore
+/// theirs, so it must not sway the decision).
+fn eligible(h: &Hierarchy, t: &Task, reads_send: bool) -> Option<()> {
+    let min = params::CCL_HIERARCHY_MIN_BYTES.get_i64().max(0) as usize;
+    if t.fold || t.count.checked_mul(t.dtype.size())? < min {
+        return None;
+    }
+    let on_gpu = crate::gpu::is_device_ptr(t.recv)
+        && (!reads_send || t.send == t.recv || crate::gpu::is_device_ptr(t.send));
     if !(on_gpu || h.host_memory) {
         return None;
     }
     if on_gpu && crate::graph::capturing(&h.local, std::slice::from_ref(t)).unwrap_or(true) {
         return None;
     }
-    let (head, tail) = split_count(t, per);
-    Some((stages(&head, per, hosts, h.local.rank()), tail))
+    Some(())
+}
+
+/// A broadcast's stages on `rank`, if it goes hierarchically: across the hosts (only where this
+/// rank holds the root's index on its host; the root's data lands in every such rank's
+/// receive buffer), then on this rank's host from the rank holding that index (in place).
+fn broadcast_stages(h: &Hierarchy, t: &Task, rank: usize) -> Option<(Option<Task>, Task)> {
+    let TaskKind::Coll(Collective::Broadcast { root }) = t.kind else {
+        return None;
+    };
+    eligible(h, t, rank == root)?;
+    let (cross_root, local_root) = broadcast_roots(&h.places, root, rank)?;
+    let cross = cross_root.map(|root| Task {
+        kind: TaskKind::Coll(Collective::Broadcast { root }),
+        ..*t
+    });
+    let local = Task {
+        kind: TaskKind::Coll(Collective::Broadcast { root: local_root }),
+        send: t.recv,
+        ..*t
+    };
+    Some((cross, local))
+}
+
+/// A hierarchical broadcast from `root`, on `rank`: the root of its stage across the hosts
+/// (`None`: this rank holds another index on its host and takes no part), and the root of its
+/// host's stage (the host's rank holding the root's index).
+fn broadcast_roots(
+    places: &[(usize, usize)],
+    root: usize,
+    rank: usize,
+) -> Option<(Option<usize>, usize)> {
+    let (_, root_local) = *places.get(root)?;
+    let (_, mine) = *places.get(rank)?;
+    let cross = match mine == root_local {
+        true => Some(cross_rank(places, root)?),
+        false => None,
+    };
+    Some((cross, root_local))
 }
 
 /// `t` as the part of its count that splits evenly over `per` ranks and, if anything is left,
@@ -228,6 +302,20 @@ fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
 mod tests {
     use super::*;
 
+    /// Hosts a,b,b,a and root 3 (host a, index 1): ranks 2 and 3 hold index 1 and broadcast
+    /// across the hosts from 3 (their communicator's rank 1); every host then broadcasts from
+    /// its index-1 rank.
+    #[test]
+    fn a_broadcast_crosses_the_hosts_among_the_roots_index_then_each_host() {
+        let p = places(&[7, 9, 9, 7]).unwrap();
+        assert_eq!(broadcast_roots(&p, 3, 0), Some((None, 1)));
+        assert_eq!(broadcast_roots(&p, 3, 1), Some((None, 1)));
+        assert_eq!(broadcast_roots(&p, 3, 2), Some((Some(1), 1)));
+        assert_eq!(broadcast_roots(&p, 3, 3), Some((Some(1), 1)));
+        assert_eq!(broadcast_roots(&p, 0, 1), Some((Some(0), 0)));
+        assert_eq!(broadcast_roots(&p, 4, 1), None);
+    }
+
     /// A count that does not split evenly: the even part goes hierarchically, the last
     /// elements as an all-reduce of their own right behind it.
     #[test]
@@ -245,16 +333,16 @@ mod tests {
     #[test]
     fn hosts_of_equal_size_make_a_hierarchy_others_do_not() {
         // Two hosts of two, interleaved: host index by first appearance, place by rank order.
-        let hosts = [7, 9, 7, 9];
-        assert_eq!(shape(&hosts, 0), Some((0, 0, 2)));
-        assert_eq!(shape(&hosts, 1), Some((1, 0, 2)));
-        assert_eq!(shape(&hosts, 2), Some((0, 1, 2)));
-        assert_eq!(shape(&hosts, 3), Some((1, 1, 2)));
+        let p = places(&[7, 9, 9, 7]).unwrap();
+        assert_eq!(p, [(0, 0), (1, 0), (1, 1), (0, 1)]);
+        // The communicator of index 1 holds ranks 2 and 3 in rank order: host 1 first.
+        assert_eq!(cross_rank(&p, 2), Some(0));
+        assert_eq!(cross_rank(&p, 3), Some(1));
+        assert_eq!(cross_rank(&p, 1), Some(1));
         // One host; one rank a host; hosts of unequal size: none.
-        assert_eq!(shape(&[1, 1, 1, 1], 0), None);
-        assert_eq!(shape(&[1, 2, 3], 0), None);
-        assert_eq!(shape(&[1, 1, 2, 2, 2], 0), None);
-        assert_eq!(shape(&[1, 1, 2, 2], 4), None);
+        assert_eq!(places(&[1, 1, 1, 1]), None);
+        assert_eq!(places(&[1, 2, 3]), None);
+        assert_eq!(places(&[1, 1, 2, 2, 2]), None);
     }
 
     /// The three stages cover the output in shares, in place as NCCL's in-place reduce-scatter
