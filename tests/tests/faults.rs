@@ -224,6 +224,26 @@ fn mismatched_collectives_fail_everywhere_without_hanging() {
     );
 }
 
+/// Under hierarchical all-reduces (four ranks, two hosts, `CCL_HIERARCHY=1`) a rank calling
+/// another collective meets nobody on the communicator it called while the others wait in
+/// stages on the sub-communicators: every rank fails by `CCL_TIMEOUT_S` (the mismatch shows
+/// as a stuck operation there, not a hang).
+#[test]
+fn mismatched_collectives_under_a_hierarchy_fail_everywhere_by_the_timeout() {
+    let outs = run_with(
+        "mismatch",
+        4,
+        &[("CCL_TIMEOUT_S", "5"), ("CCL_HIERARCHY", "1")],
+        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        let r = code(o, "result");
+        assert_ne!(r, SUCCESS, "{}", o.stdout);
+        assert!(code(o, "elapsed_ms") < 15_000, "{}", o.stdout);
+    }
+}
+
 #[test]
 fn silent_peer_times_out_with_ccl_timeout_s() {
     let outs = run(
@@ -255,6 +275,24 @@ fn silent_peer_times_out_with_ccl_timeout_s() {
 #[test]
 fn abort_from_another_thread_unblocks_a_stuck_collective() {
     let outs = run("abort", 2, &[], Duration::from_secs(60));
+    let o = &outs[0];
+    assert_eq!(code(o, "abort_result"), SUCCESS, "{}", o.stdout);
+    assert_ne!(code(o, "result"), SUCCESS, "{}", o.stdout);
+    assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
+}
+
+/// The same with the all-reduce hierarchical (four ranks, two hosts, `CCL_HIERARCHY=1`): rank
+/// 0 is stuck in a stage on a sub-communicator, and aborting the communicator it called
+/// reaches it there.
+#[test]
+fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
+    let outs = run_with(
+        "abort",
+        4,
+        &[("CCL_HIERARCHY", "1")],
+        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        Duration::from_secs(60),
+    );
     let o = &outs[0];
     assert_eq!(code(o, "abort_result"), SUCCESS, "{}", o.stdout);
     assert_ne!(code(o, "result"), SUCCESS, "{}", o.stdout);
