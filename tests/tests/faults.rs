@@ -150,7 +150,7 @@ fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_other
             ("NCCL_DEBUG", "INFO"),
             ("CCL_HIERARCHY", "1"),
         ],
-        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        &two_per_host,
         Duration::from_secs(90),
     );
     assert_eq!(outs[3].status, Some(9), "the victim exits with 9");
@@ -160,15 +160,26 @@ fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_other
             "{}",
             o.stderr
         );
-        let r = code(o, "result");
-        assert!(
-            r == REMOTE_ERROR || r == SYSTEM_ERROR,
-            "survivor got {r}: {}",
-            o.stdout
-        );
-        assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
-        assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
+        survivor_failed(o);
     }
+}
+
+/// Rank `r` on host `r / 2`: two ranks a host.
+fn two_per_host(r: usize) -> Vec<(String, String)> {
+    vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))]
+}
+
+/// A survivor of a killed rank got a remote or system error from its call, the same as its
+/// async error, before the 20 s timeout.
+fn survivor_failed(o: &RankOut) {
+    let r = code(o, "result");
+    assert!(
+        r == REMOTE_ERROR || r == SYSTEM_ERROR,
+        "survivor got {r}: {}",
+        o.stdout
+    );
+    assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
+    assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
 }
 
 fn killed_rank(hosts: bool) {
@@ -184,14 +195,7 @@ fn killed_rank(hosts: bool) {
         if hosts {
             assert!(o.stderr.contains("links 0shm,0socket,2mpt"), "{}", o.stderr);
         }
-        let r = code(o, "result");
-        assert!(
-            r == REMOTE_ERROR || r == SYSTEM_ERROR,
-            "survivor got {r}: {}",
-            o.stdout
-        );
-        assert_eq!(code(o, "async"), r, "async error is set: {}", o.stdout);
-        assert!(code(o, "elapsed_ms") < 20_000, "{}", o.stdout);
+        survivor_failed(o);
     }
 }
 
@@ -234,7 +238,7 @@ fn mismatched_collectives_under_a_hierarchy_fail_everywhere_by_the_timeout() {
         "mismatch",
         4,
         &[("CCL_TIMEOUT_S", "5"), ("CCL_HIERARCHY", "1")],
-        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        &two_per_host,
         Duration::from_secs(60),
     );
     for o in &outs {
@@ -290,7 +294,7 @@ fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
         "abort",
         4,
         &[("CCL_HIERARCHY", "1")],
-        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r / 2))],
+        &two_per_host,
         Duration::from_secs(60),
     );
     let o = &outs[0];
