@@ -1,10 +1,13 @@
-//! Hierarchical all-reduce and broadcast for communicators that span hosts with several ranks
-//! on each. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc: copy engines
-//! and kernels over NVLink), an all-reduce of each rank's share among the ranks of the other
-//! hosts that hold the same share (the network path, a host's ranks each carrying 1/L of the
-//! bytes), and an all-gather among the ranks of a host. A broadcast: across the hosts among the
-//! ranks holding the root's index on their hosts, then on every host. Flat, every byte of such
-//! a communicator is staged through host memory and the proxy, even between GPUs of one host.
+//! Hierarchical all-reduce, all-gather and broadcast for communicators that span hosts with
+//! several ranks on each. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc:
+//! copy engines and kernels over NVLink), an all-reduce of each rank's share among the ranks of
+//! the other hosts that hold the same share (the network path, a host's ranks each carrying 1/L
+//! of the bytes), and an all-gather among the ranks of a host. An all-gather: each rank's block
+//! across the hosts to the ranks holding its index, then every block so gathered to the other
+//! ranks of the host, as sends and receives straight into each block's place. A broadcast:
+//! across the hosts among the ranks holding the root's index on their hosts, then on every
+//! host. Flat, every byte of such a communicator is staged through host memory and the proxy,
+//! even between GPUs of one host.
 //!
 //! The two sub-communicators are made at init (`attach`) by splitting the communicator: one of
 //! the ranks of each host, one of the ranks holding the same place on every host. Each
@@ -141,6 +144,25 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
             stages[2].push((h.local.clone(), local));
             continue;
         }
+        if let Some(h) = hier.clone() {
+            if let Some(plan) = gather_plan(&h, &t, comm.rank()) {
+                let task = |kind, send, recv| Task {
+                    kind,
+                    send,
+                    recv,
+                    count: t.count,
+                    red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+                    ..t
+                };
+                let to = |p: &P2p| match *p {
+                    P2p::Send { peer, from } => task(TaskKind::Send { peer }, from, 0),
+                    P2p::Recv { peer, into } => task(TaskKind::Recv { peer }, 0, into),
+                };
+                stages[1].extend(plan.cross.iter().map(|p| (h.cross.clone(), to(p))));
+                stages[2].extend(plan.local.iter().map(|p| (h.local.clone(), to(p))));
+                continue;
+            }
+        }
         match hier.and_then(|h| stages_of(&h, &t).map(|s| (h, s))) {
             Some((h, ([rs, ar, ag], tail))) => {
                 stages[0].push((h.local.clone(), rs));
@@ -236,6 +258,87 @@ fn broadcast_roots(
     Some((cross, root_local))
 }
 
+/// A send or receive of one block of a hierarchical all-gather, by its peer's rank in the
+/// sub-communicator and the address it reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum P2p {
+    Send { peer: usize, from: usize },
+    Recv { peer: usize, into: usize },
+}
+
+/// A hierarchical all-gather's two stages on one rank, as sends and receives of blocks (so
+/// every block lands straight where its rank's place in the output is, however the ranks sit
+/// on the hosts).
+#[derive(Debug, Default, PartialEq)]
+struct GatherPlan {
+    /// Across the hosts, among the ranks holding this rank's index on their hosts: this rank's
+    /// block to each of them (and to itself, out of place), theirs into their places.
+    cross: Vec<P2p>,
+    /// On the host: every block the cross stage brought (one per host) to each other rank of
+    /// the host, and theirs into their places.
+    local: Vec<P2p>,
+}
+
+/// An all-gather's plan, if it goes hierarchically ([`eligible`]).
+fn gather_plan(h: &Hierarchy, t: &Task, rank: usize) -> Option<GatherPlan> {
+    if t.kind != TaskKind::Coll(Collective::AllGather) {
+        return None;
+    }
+    eligible(h, t, true)?;
+    gather_blocks(&h.places, rank, t.send, t.recv, t.count * t.dtype.size())
+}
+
+/// [`gather_plan`] over `places` for `rank`, blocks of `bytes` from `send` into `recv`.
+fn gather_blocks(
+    places: &[(usize, usize)],
+    rank: usize,
+    send: usize,
+    recv: usize,
+    bytes: usize,
+) -> Option<GatherPlan> {
+    let (_, mine) = *places.get(rank)?;
+    let at = |r: usize| recv + r * bytes;
+    // The ranks holding index `l`, in rank order: a communicator across the hosts.
+    let holding =
+        |l: usize| -> Vec<usize> { (0..places.len()).filter(|&r| places[r].1 == l).collect() };
+    let column = holding(mine);
+    let mut plan = GatherPlan::default();
+    for (k, &r) in column.iter().enumerate() {
+        if r == rank && send == at(rank) {
+            continue;
+        }
+        plan.cross.push(P2p::Send {
+            peer: k,
+            from: send,
+        });
+        plan.cross.push(P2p::Recv {
+            peer: k,
+            into: at(r),
+        });
+    }
+    // The host's ranks, in rank order: the communicator of this host.
+    let host = places[rank].0;
+    let mates: Vec<usize> = (0..places.len()).filter(|&r| places[r].0 == host).collect();
+    for (q, &mate) in mates.iter().enumerate() {
+        if mate == rank {
+            continue;
+        }
+        for &r in &column {
+            plan.local.push(P2p::Send {
+                peer: q,
+                from: at(r),
+            });
+        }
+        for r in holding(places[mate].1) {
+            plan.local.push(P2p::Recv {
+                peer: q,
+                into: at(r),
+            });
+        }
+    }
+    Some(plan)
+}
+
 /// `t` as the part of its count that splits evenly over `per` ranks and, if anything is left,
 /// an all-reduce of the rest (the same operation on the last elements).
 fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
@@ -314,6 +417,76 @@ mod tests {
         assert_eq!(broadcast_roots(&p, 3, 3), Some((Some(1), 1)));
         assert_eq!(broadcast_roots(&p, 0, 1), Some((Some(0), 0)));
         assert_eq!(broadcast_roots(&p, 4, 1), None);
+    }
+
+    /// Hosts a,b,b,a (places (0,0), (1,0), (1,1), (0,1)), rank 3, out of place, 16-byte
+    /// blocks: across the hosts with rank 2 (index 1; rank 3 is that communicator's rank 1)
+    /// it sends its block to both (itself included) and takes block 2 and its own into their
+    /// places; on host a it sends blocks 2 and 3 to rank 0 (the host communicator's rank 0)
+    /// and takes rank 0's column, blocks 0 and 1.
+    #[test]
+    fn an_all_gather_moves_blocks_straight_to_their_places() {
+        let p = places(&[7, 9, 9, 7]).unwrap();
+        let (send, recv) = (0x100, 0x1000);
+        let plan = gather_blocks(&p, 3, send, recv, 16).unwrap();
+        use P2p::{Recv, Send};
+        assert_eq!(
+            plan.cross,
+            [
+                Send {
+                    peer: 0,
+                    from: send
+                },
+                Recv {
+                    peer: 0,
+                    into: 0x1020
+                },
+                Send {
+                    peer: 1,
+                    from: send
+                },
+                Recv {
+                    peer: 1,
+                    into: 0x1030
+                },
+            ]
+        );
+        assert_eq!(
+            plan.local,
+            [
+                Send {
+                    peer: 0,
+                    from: 0x1020
+                },
+                Send {
+                    peer: 0,
+                    from: 0x1030
+                },
+                Recv {
+                    peer: 0,
+                    into: 0x1000
+                },
+                Recv {
+                    peer: 0,
+                    into: 0x1010
+                },
+            ]
+        );
+        // In place (the block already in its place): no copy to itself.
+        let in_place = gather_blocks(&p, 3, 0x1030, recv, 16).unwrap();
+        assert_eq!(
+            in_place.cross,
+            [
+                Send {
+                    peer: 0,
+                    from: 0x1030
+                },
+                Recv {
+                    peer: 0,
+                    into: 0x1020
+                }
+            ]
+        );
     }
 
     /// A count that does not split evenly: the even part goes hierarchically, the last

@@ -21,6 +21,9 @@ run() { # log np wrapper env-words... -- ccl-perf args
   echo "$log rc $?: rows $(grep -cE '^ +[0-9]' $O/$log.txt), wrong $(grep -E '^ +[0-9]' $O/$log.txt | awk '{w+=$9; if ($13!="N/A") w+=$13} END {print w+0}'), $(grep -E '^ +[0-9]' $O/$log.txt | tail -n 1 | awk '{printf "%s:%s/%s ", $1, $8, $12}')"
 }
 run bcast-check 4 /tmp/hostwrap.sh CCL_NONE=1 -- broadcast -b 4 -e 20M -f 7 -n 2 -w 1 -c 1 -d float,int8 -r all
+run ag-check 4 /tmp/hostwrap.sh CCL_NONE=1 -- all_gather -b 4 -e 20M -f 7 -n 2 -w 1 -c 1 -d float,int8,bfloat16
+run ag-hier 4 /tmp/hostwrap.sh CCL_NONE=1 -- all_gather -b 128M -e 128M -n 8 -w 2 -c 1
+run ag-flat 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- all_gather -b 128M -e 128M -n 8 -w 2 -c 1
 run ar-uneven 4 /tmp/hostwrap.sh CCL_NONE=1 -- all_reduce -b 4 -e 20M -f 7 -n 2 -w 1 -c 1 -d float,bfloat16,int32 -o sum,max,avg
 run bcast-hier 4 /tmp/hostwrap.sh CCL_NONE=1 -- broadcast -b 128M -e 128M -n 8 -w 2 -c 1
 run bcast-flat 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- broadcast -b 128M -e 128M -n 8 -w 2 -c 1
