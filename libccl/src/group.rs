@@ -553,7 +553,7 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     if !tasks.is_empty() {
         run_flat(tasks)?;
     }
-    for stage in stages.into_iter().filter(|s| !s.is_empty()) {
+    for stage in stages {
         run_flat(stage)?;
     }
     Ok(())

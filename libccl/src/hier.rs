@@ -122,60 +122,92 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
     Ok(())
 }
 
-/// The stages of the hierarchical operations of a group, each a group of its own.
-pub(crate) type Stages = [Vec<(Comm, Task)>; 3];
+/// Operations to run as one group.
+pub(crate) type StageGroup = Vec<(Comm, Task)>;
 
-/// Takes out of a group the all-reduces and broadcasts that go hierarchically and returns the
-/// rest with their stages: for an all-reduce, a host reduce-scatter, an all-reduce across the
-/// hosts and a host all-gather; for a broadcast, a broadcast across the hosts among the ranks
-/// holding the root's index on their hosts, then a broadcast on every host from that rank.
+/// The stages of the hierarchical operations of a group, in rounds: each round a group of its
+/// own, holding the next stage of every communicator's sequence.
+pub(crate) type Stages = Vec<StageGroup>;
+
+/// Takes out of a group the all-reduces, all-gathers and broadcasts that go hierarchically and
+/// returns the rest with their stages: an all-reduce a host reduce-scatter, an all-reduce
+/// across the hosts and a host all-gather; an all-gather its blocks across the hosts, then
+/// within the host; a broadcast across the hosts among the ranks holding the root's index on
+/// their hosts, then on every host from that rank.
+///
+/// A communicator's operations keep their call order, each one's stages in turn, so a rank
+/// that groups them and one that calls them one by one issue the same sequence on every
+/// sub-communicator (batching one stage of every operation together would reorder an
+/// all-gather's sends behind a later all-reduce's reduce-scatter on one rank only). Different
+/// communicators of the group go side by side, round by round: on the host path a round runs
+/// to completion, and another process may hold the group's communicators in another order.
 pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
     let mut rest = Vec::with_capacity(tasks.len());
-    let mut stages: Stages = Default::default();
+    // Per communicator (by identity): its sequence of stage groups.
+    let mut seqs: Vec<(Comm, Vec<StageGroup>)> = Vec::new();
     for (comm, t) in tasks {
-        let hier = comm.0.hier.lock().clone();
-        if let Some((h, (cross, local))) = hier
-            .clone()
-            .and_then(|h| broadcast_stages(&h, &t, comm.rank()).map(|s| (h, s)))
-        {
-            if let Some(c) = cross {
-                stages[1].push((h.cross.clone(), c));
-            }
-            stages[2].push((h.local.clone(), local));
+        let Some(h) = comm.0.hier.lock().clone() else {
+            rest.push((comm, t));
             continue;
+        };
+        let Some(ops) = stages_for(&h, &t, &comm) else {
+            rest.push((comm, t));
+            continue;
+        };
+        match seqs.iter_mut().find(|(c, _)| Arc::ptr_eq(&c.0, &comm.0)) {
+            Some((_, seq)) => seq.extend(ops),
+            None => seqs.push((comm, ops)),
         }
-        if let Some(h) = hier.clone() {
-            if let Some(plan) = gather_plan(&h, &t, comm.rank()) {
-                let task = |kind, send, recv| Task {
-                    kind,
-                    send,
-                    recv,
-                    count: t.count,
-                    red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-                    ..t
-                };
-                let to = |p: &P2p| match *p {
-                    P2p::Send { peer, from } => task(TaskKind::Send { peer }, from, 0),
-                    P2p::Recv { peer, into } => task(TaskKind::Recv { peer }, 0, into),
-                };
-                stages[1].extend(plan.cross.iter().map(|p| (h.cross.clone(), to(p))));
-                stages[2].extend(plan.local.iter().map(|p| (h.local.clone(), to(p))));
-                continue;
-            }
-        }
-        match hier.and_then(|h| stages_of(&h, &t).map(|s| (h, s))) {
-            Some((h, ([rs, ar, ag], tail))) => {
-                stages[0].push((h.local.clone(), rs));
-                stages[1].push((h.cross.clone(), ar));
-                stages[2].push((h.local.clone(), ag));
-                if let Some(tail) = tail {
-                    rest.push((comm, tail));
-                }
-            }
-            None => rest.push((comm, t)),
+    }
+    let rounds = seqs.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+    let mut stages: Stages = (0..rounds).map(|_| Vec::new()).collect();
+    for (_, seq) in seqs {
+        for (i, group) in seq.into_iter().enumerate() {
+            stages[i].extend(group);
         }
     }
     (rest, stages)
+}
+
+/// One operation's stage groups on `h`'s sub-communicators, if it goes hierarchically (an
+/// all-reduce's last elements, if its count does not split evenly, first, flat on `comm`
+/// itself: in the operation's own sequence, so they keep its place among the others).
+fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
+    let rank = comm.rank();
+    if let Some((cross, local)) = broadcast_stages(h, t, rank) {
+        let mut seq = Vec::new();
+        if let Some(c) = cross {
+            seq.push(vec![(h.cross.clone(), c)]);
+        }
+        seq.push(vec![(h.local.clone(), local)]);
+        return Some(seq);
+    }
+    if let Some(plan) = gather_plan(h, t, rank) {
+        let task = |kind, send, recv| Task {
+            kind,
+            send,
+            recv,
+            red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+            ..*t
+        };
+        let to = |p: &P2p| match *p {
+            P2p::Send { peer, from } => task(TaskKind::Send { peer }, from, 0),
+            P2p::Recv { peer, into } => task(TaskKind::Recv { peer }, 0, into),
+        };
+        let on = |sub: &Comm, ps: &[P2p]| ps.iter().map(|p| (sub.clone(), to(p))).collect();
+        let seq: Vec<Vec<(Comm, Task)>> =
+            vec![on(&h.cross, &plan.cross), on(&h.local, &plan.local)];
+        return Some(seq.into_iter().filter(|g| !g.is_empty()).collect());
+    }
+    let ([rs, ar, ag], tail) = stages_of(h, t)?;
+    let mut seq: Vec<Vec<(Comm, Task)>> =
+        tail.map(|t| vec![(comm.clone(), t)]).into_iter().collect();
+    seq.extend([
+        vec![(h.local.clone(), rs)],
+        vec![(h.cross.clone(), ar)],
+        vec![(h.local.clone(), ag)],
+    ]);
+    Some(seq)
 }
 
 /// An all-reduce's three stages, if it goes hierarchically: it has at least one element per

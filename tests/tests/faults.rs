@@ -303,6 +303,23 @@ fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
     assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
 }
 
+/// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`; an all-reduce of an
+/// uneven count among them) that half the ranks group and half call one by one: exact results
+/// everywhere, no hang.
+#[test]
+fn ranks_grouping_hierarchical_operations_differently_still_meet() {
+    let outs = run_with(
+        "grouped",
+        4,
+        &[("CCL_HIERARCHY", "1"), ("CCL_TIMEOUT_S", "20")],
+        &two_per_host,
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+    }
+}
+
 #[test]
 fn garbage_unique_id_is_an_invalid_argument() {
     let outs = run("garbage-id", 1, &[], Duration::from_secs(30));

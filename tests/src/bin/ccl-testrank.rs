@@ -154,6 +154,43 @@ fn main() {
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
                 r
             }
+            // An all-gather, an all-reduce and a broadcast: the first half of the ranks call
+            // them in one group, the others one by one (NCCL allows both; a hierarchy must
+            // issue the same sequence on every sub-communicator either way).
+            "grouped" => {
+                let rank_f = rank as f32;
+                let mine: Vec<f32> = (0..count / nranks).map(|i| rank_f + i as f32).collect();
+                let mut gathered = vec![0.0f32; count];
+                let mut summed = vec![0.0f32; count];
+                let mut sent = vec![if rank == 1 { 5.0f32 } else { 0.0 }; count];
+                let (gp, mp) = (
+                    gathered.as_mut_ptr() as *mut c_void,
+                    mine.as_ptr() as *const c_void,
+                );
+                let spp = summed.as_mut_ptr() as *mut c_void;
+                let bp = sent.as_mut_ptr() as *mut c_void;
+                let together = rank < nranks / 2;
+                let mut r = 0;
+                if together {
+                    r |= ncclGroupStart();
+                }
+                r |= ncclAllGather(mp, gp, count / nranks, 7, comm, null);
+                r |= ncclAllReduce(sp, spp, count - 1, 7, 0, comm, null);
+                r |= ncclBroadcast(bp, bp, count, 7, 1, comm, null);
+                if together {
+                    r |= ncclGroupEnd();
+                }
+                let per = count / nranks;
+                let gathered_ok =
+                    (0..count).all(|i| gathered[i] == (i / per) as f32 + (i % per) as f32);
+                let summed_ok = summed[..count - 1].iter().all(|&x| x == nranks as f32);
+                let sent_ok = sent.iter().all(|&x| x == 5.0);
+                println!("gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok}");
+                if r == 0 && !(gathered_ok && summed_ok && sent_ok) {
+                    r = 99;
+                }
+                r
+            }
             s => panic!("unknown scenario {s}"),
         };
         let elapsed = start.elapsed().as_millis();
