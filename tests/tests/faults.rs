@@ -320,6 +320,25 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
     }
 }
 
+/// Communicators split off a hierarchical one (the whole again: hierarchical too, its log
+/// says so; one per host: flat) run exact all-reduces.
+#[test]
+fn communicators_split_off_a_hierarchical_one_work() {
+    let outs = run_with(
+        "split",
+        4,
+        &[("CCL_HIERARCHY", "1"), ("NCCL_DEBUG", "INFO")],
+        &two_per_host,
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        // The parent and the first child each made their two sub-communicators.
+        let made = o.stderr.matches("hierarchy: 2 ranks on this host").count();
+        assert_eq!(made, 2, "{}", o.stderr);
+    }
+}
+
 #[test]
 fn garbage_unique_id_is_an_invalid_argument() {
     let outs = run("garbage-id", 1, &[], Duration::from_secs(30));

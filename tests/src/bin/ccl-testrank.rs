@@ -191,6 +191,26 @@ fn main() {
                 }
                 r
             }
+            // Communicators split off a hierarchical one: the whole of it again (hierarchical
+            // too) and one per host (one host: flat); an all-reduce on each, checked.
+            "split" => {
+                let mut r = 0;
+                let mut checked = Vec::new();
+                for color in [0, (rank / 2) as i32] {
+                    let mut child: ncclComm_t = std::ptr::null_mut();
+                    r |= ncclCommSplit(comm, color, rank as i32, &mut child, std::ptr::null_mut());
+                    let mut n = 0;
+                    ncclCommCount(child, &mut n);
+                    r |= ncclAllReduce(sp, rp, count, 7, 0, child, null);
+                    checked.push(recv.iter().all(|&x| x == n as f32));
+                    ncclCommDestroy(child);
+                }
+                println!("split_results={checked:?}");
+                if r == 0 && checked.iter().any(|ok| !ok) {
+                    r = 99;
+                }
+                r
+            }
             s => panic!("unknown scenario {s}"),
         };
         let elapsed = start.elapsed().as_millis();
