@@ -576,7 +576,6 @@ impl Plan {
             crate::task::buffer_counts(task.kind, rank, nranks, task.count)
                 .ok_or_else(|| Error::invalid_argument("count overflows"))?;
         let scalar = match task.red {
-            Reduction::PreMulSum(Scalar::Immediate(b)) => Some(b),
             Reduction::PreMulSum(Scalar::Device(p)) => {
                 let mut b = [0u8; 8];
                 // SAFETY: the caller gave a pointer to one element of `dtype` that stays valid
@@ -584,10 +583,7 @@ impl Plan {
                 unsafe { std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), size) };
                 Some(b)
             }
-            Reduction::Avg if task.dtype.is_float() => {
-                Some(reduce::from_f64(task.dtype, 1.0 / nranks as f64))
-            }
-            _ => None,
+            _ => task.premul_scalar(nranks),
         };
         let mut prescale = None;
         let mut send_base = task.send;

@@ -830,20 +830,13 @@ fn fold_rule(
     if !(min..=max).contains(&bytes) || !usable(t.send) || (folds && !usable(t.recv)) {
         return None;
     }
-    let (prescale, divide) = match t.red {
-        Reduction::Plain(_) => (None, false),
-        Reduction::Avg if t.dtype.is_float() => (
-            Some(ccl_cuda::host::reduce::from_f64(
-                t.dtype,
-                1.0 / nranks as f64,
-            )),
-            false,
-        ),
-        Reduction::Avg => (None, true),
-        Reduction::PreMulSum(Scalar::Immediate(b)) => (Some(b), false),
-        // Written by earlier stream work: its value is not known when the kernels are queued.
-        Reduction::PreMulSum(Scalar::Device(_)) => return None,
-    };
+    // A device-resident PreMulSum scalar is written by earlier stream work: its value is not
+    // known when the kernels are queued.
+    if let Reduction::PreMulSum(Scalar::Device(_)) = t.red {
+        return None;
+    }
+    let prescale = t.premul_scalar(nranks);
+    let divide = t.red == Reduction::Avg && !t.dtype.is_float();
     Some(Fold {
         bytes,
         send_at,

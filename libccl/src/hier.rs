@@ -402,11 +402,10 @@ fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
     let (first, second) = match t.red {
         Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
         Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
-        Reduction::Avg if t.dtype.is_float() => {
-            let inv = ccl_cuda::host::reduce::from_f64(t.dtype, 1.0 / (per * hosts) as f64);
-            (Reduction::PreMulSum(Scalar::Immediate(inv)), sum)
-        }
-        Reduction::Avg => (sum, sum),
+        Reduction::Avg => match t.premul_scalar(per * hosts) {
+            Some(inv) => (Reduction::PreMulSum(Scalar::Immediate(inv)), sum),
+            None => (sum, sum),
+        },
     };
     let rs = Task {
         kind: TaskKind::Coll(Collective::ReduceScatter),

@@ -114,6 +114,22 @@ pub struct Task {
     pub fold: bool,
 }
 
+impl Task {
+    /// What every input is multiplied by before the sum, as element bytes: an immediate
+    /// PreMulSum scalar, `1/nranks` for a float Avg (so every path rounds a float Avg alike).
+    /// `None` for the others (a device-resident scalar is read where the operation runs).
+    pub(crate) fn premul_scalar(&self, nranks: usize) -> Option<[u8; 8]> {
+        match self.red {
+            Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
+            Reduction::Avg if self.dtype.is_float() => Some(ccl_cuda::host::reduce::from_f64(
+                self.dtype,
+                1.0 / nranks as f64,
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// Element counts of the send and receive buffers this rank needs, per the NCCL API.
 pub fn buffer_counts(
     kind: TaskKind,

@@ -232,18 +232,6 @@ fn handshake(
     Ok(())
 }
 
-/// What every input of `t` is multiplied by before the sum, as element bytes: PreMulSum's
-/// scalar, `1/n` for a float Avg (as the eager paths scale, so a float Avg rounds alike).
-fn premul_scalar(t: &Task, n: usize) -> Option<[u8; 8]> {
-    match t.red {
-        Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
-        Reduction::Avg if t.dtype.is_float() => {
-            Some(ccl_cuda::host::reduce::from_f64(t.dtype, 1.0 / n as f64))
-        }
-        _ => None,
-    }
-}
-
 /// `dst = srcs[0] (op) srcs[1] ...` over `elems` elements (each input scaled first for
 /// PreMulSum and float Avg; integer Avg divided once after); `dst` may be `srcs[own]`.
 fn reduce_into(
@@ -256,7 +244,7 @@ fn reduce_into(
     reduce_n: bool,
 ) -> Result<()> {
     let (dtype, op) = (t.dtype, t.red.arithmetic());
-    if let Some(scalar) = premul_scalar(t, srcs.len()) {
+    if let Some(scalar) = t.premul_scalar(srcs.len()) {
         // Own input first: in place, `dst` is that input, read before anything writes it.
         dev.kernel(
             Lane::User,
@@ -632,7 +620,7 @@ impl Device for CopyRecorder {
 fn kernels_needed(tasks: &[Task], n: usize, reduce_n: bool) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
     for t in tasks.iter().filter(|t| reduces(t.kind) && t.count > 0) {
-        if premul_scalar(t, n).is_some() {
+        if t.premul_scalar(n).is_some() {
             for k in [KernelOp::PreMul, KernelOp::PreMulAdd] {
                 if !v.contains(&(t.dtype, k)) {
                     v.push((t.dtype, k));

@@ -14,11 +14,10 @@
 use std::collections::HashMap;
 
 use ccl_collectives::Collective;
-use ccl_cuda::host::reduce as host_reduce;
 use ccl_cuda::{DataType, ReduceKind};
 
 use crate::error::{Error, Result};
-use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
+use crate::task::{buffer_counts, Reduction, Task, TaskKind};
 
 /// Bytes between flag words (one word per cache line: peers write them over NVLink).
 pub(crate) const FLAG_STRIDE: u64 = 64;
@@ -654,13 +653,7 @@ pub(crate) fn lower(
             .ok_or_else(|| Error::invalid_argument("count overflows"))?;
         let (send, recv) = (t.send, t.recv);
         let mut target = |contributions: usize, signals: bool| {
-            let scalar = match t.red {
-                Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
-                Reduction::Avg if t.dtype.is_float() => {
-                    Some(host_reduce::from_f64(t.dtype, 1.0 / n as f64))
-                }
-                _ => None,
-            };
+            let scalar = t.premul_scalar(n);
             let postdiv =
                 (matches!(t.red, Reduction::Avg) && !t.dtype.is_float()).then_some(n as u64);
             p.targets.push(Target {
