@@ -734,12 +734,12 @@ fn folds_of(comm: &Comm, tasks: &[Task]) -> Vec<Option<Fold>> {
     if min <= 0 {
         return vec![None; tasks.len()];
     }
-    let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
-    let shared_memory_only = comm.0.issue.lock().shared_memory_only;
     let who = (comm.rank(), comm.nranks());
     if who.1 > 2 && !params::CCL_GPU_FOLD_WIDE.get_bool() {
         return vec![None; tasks.len()];
     }
+    let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
+    let shared_memory_only = comm.0.issue.lock().shared_memory_only;
     let mut folds: Vec<Option<Fold>> = tasks
         .iter()
         .map(|t| {
@@ -930,7 +930,7 @@ fn submit_folded(
     let mut next = scratch.claim(&eng.ctx, total, &streams)?;
     let mut places = Vec::with_capacity(folded.len());
     for (t, f) in &folded {
-        let (own, sent, received, scaled) = layout(t, f);
+        let (own, sent, received, _) = layout(t, f);
         let incoming = next;
         next += (received * f.bytes) as u64;
         let stream = stream_of(t);
@@ -969,7 +969,6 @@ fn submit_folded(
                 }
             }
         };
-        debug_assert!(scaled == 0 || f.prescale.is_some());
         places.push(place);
     }
     let mut group = Vec::with_capacity(tasks.len() + folded.len() * 2);
@@ -999,10 +998,9 @@ fn submit_folded(
                             0
                         };
                     let srcs: Vec<u64> = (0..w.n)
-                        .map(|j| match j.cmp(&rank) {
-                            std::cmp::Ordering::Equal => own,
-                            std::cmp::Ordering::Less => p.incoming + (j * f.bytes) as u64,
-                            std::cmp::Ordering::Greater => p.incoming + ((j - 1) * f.bytes) as u64,
+                        .map(|j| match j == rank {
+                            true => own,
+                            false => received_from(p, f, j, rank),
                         })
                         .collect();
                     (out, srcs)
@@ -1036,11 +1034,16 @@ fn submit_folded(
     submit_staged(comm, eng, gathers).inspect_err(|e| comm.set_async_error(e))
 }
 
-/// The sends and receives that carry one folded operation's operands, marked as such
-/// (`Task::fold`): to the peer (two ranks), or block `j` to rank `j` and every other rank's
-/// block of this rank into the scratch in rank order (wide).
-fn fold_transfers(t: &Task, f: &Fold, p: &FoldPlace, rank: usize, nranks: usize) -> Vec<Task> {
-    let transfer = |kind, send: u64, recv: u64| Task {
+/// Where rank `j`'s operand lands in the scratch of a wide fold on `rank`: the other ranks'
+/// blocks one after another in rank order.
+fn received_from(p: &FoldPlace, f: &Fold, j: usize, rank: usize) -> u64 {
+    let slot = if j < rank { j } else { j - 1 };
+    p.incoming + (slot * f.bytes) as u64
+}
+
+/// A send or receive of one of `t`'s folded blocks, marked as a fold's (`Task::fold`).
+fn fold_transfer(t: &Task, f: &Fold, kind: TaskKind, send: u64, recv: u64) -> Task {
+    Task {
         kind,
         send: send as usize,
         recv: recv as usize,
@@ -1048,15 +1051,22 @@ fn fold_transfers(t: &Task, f: &Fold, p: &FoldPlace, rank: usize, nranks: usize)
         red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
         fold: true,
         ..*t
-    };
+    }
+}
+
+/// The sends and receives that carry one folded operation's operands: to the peer (two
+/// ranks), or block `j` to rank `j` and every other rank's block of this rank into the scratch
+/// in rank order (wide).
+fn fold_transfers(t: &Task, f: &Fold, p: &FoldPlace, rank: usize, nranks: usize) -> Vec<Task> {
+    let transfer = |kind, send, recv| fold_transfer(t, f, kind, send, recv);
     let mut out = Vec::new();
     match f.wide {
         Some(w) => {
             let base = p.sent.unwrap_or(t.send as u64);
-            for (slot, j) in (0..w.n).filter(|&j| j != rank).enumerate() {
+            for j in (0..w.n).filter(|&j| j != rank) {
                 let block = (j * f.bytes) as u64;
                 out.push(transfer(TaskKind::Send { peer: j }, base + block, 0));
-                let into = p.incoming + (slot * f.bytes) as u64;
+                let into = received_from(p, f, j, rank);
                 out.push(transfer(TaskKind::Recv { peer: j }, 0, into));
             }
         }
@@ -1077,16 +1087,8 @@ fn fold_transfers(t: &Task, f: &Fold, p: &FoldPlace, rank: usize, nranks: usize)
 /// A wide all-reduce's second half: this rank's folded block to every rank, theirs into their
 /// places in the receive buffer.
 fn gather_transfers(t: &Task, f: &Fold, rank: usize, nranks: usize) -> Vec<Task> {
-    let block = |j: usize| t.recv + j * f.bytes;
-    let transfer = |kind, send: usize, recv: usize| Task {
-        kind,
-        send,
-        recv,
-        count: f.bytes / t.dtype.size(),
-        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-        fold: true,
-        ..*t
-    };
+    let block = |j: usize| (t.recv + j * f.bytes) as u64;
+    let transfer = |kind, send, recv| fold_transfer(t, f, kind, send, recv);
     (0..nranks)
         .filter(|&j| j != rank)
         .flat_map(|j| {
