@@ -886,6 +886,16 @@ impl Ctrl {
         Ok(health)
     }
 
+    /// Which peers said goodbye or are gone (after reading what has arrived from them):
+    /// nothing more this rank sends can matter to them.
+    pub fn departed(&mut self) -> Vec<bool> {
+        let _ = self.poll_health(&|_| false);
+        self.peers
+            .iter()
+            .map(|p| p.as_ref().is_some_and(|p| p.left || p.gone.is_some()))
+            .collect()
+    }
+
     /// Tells every peer this rank failed, so they stop waiting for it at once.
     pub fn notify_error(&mut self, err: &Error) {
         let msg = format!("{:?}: {}", err.kind, err.message);

@@ -565,7 +565,7 @@ impl Comm {
             }
             // A failed communicator's peers may be gone: nothing to wait for.
             if idle && self.0.async_error.lock().is_none() {
-                linger(&mut st.links);
+                linger(&mut st.links, &mut st.ctrl);
             }
             st.ctrl.say_bye();
         }
@@ -1054,13 +1054,22 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Keeps the links up until their peers have confirmed every byte sent to them, or for
 /// [`LINGER`]: a send completes before its peer confirms it on links that resend lost
 /// datagrams themselves (`Link::unconfirmed`), and a datagram lost just before the links
-/// went would leave the peer waiting for it.
-fn linger(links: &mut [Option<Box<dyn Link>>]) {
+/// went would leave the peer waiting for it. A peer that already left in order (or died)
+/// waits for nothing and confirms nothing more: its link is not waited for (a rank that only
+/// received could otherwise wait out the whole linger for a datagram its departed peer never
+/// acknowledged, and warn).
+fn linger(links: &mut [Option<Box<dyn Link>>], ctrl: &mut bootstrap::Ctrl) {
     let until = std::time::Instant::now() + LINGER;
     loop {
+        let departed = ctrl.departed();
         let mut left = false;
-        for link in links.iter_mut().flatten() {
-            left |= link.unconfirmed();
+        for (j, link) in links.iter_mut().enumerate() {
+            if let Some(link) = link
+                .as_mut()
+                .filter(|_| !departed.get(j).copied().unwrap_or(false))
+            {
+                left |= link.unconfirmed();
+            }
         }
         if !left {
             return;
