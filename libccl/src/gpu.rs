@@ -267,7 +267,7 @@ pub struct GpuEngine {
     tx: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     chunks: Mutex<Vec<Chunk>>,
-    fold: Mutex<FoldScratch>,
+    fold: Mutex<StreamScratch>,
 }
 
 // SAFETY: the pinned buffers are process-wide memory accessed through atomics or by the
@@ -295,7 +295,7 @@ pub(crate) fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
         tx: Mutex::new(Some(tx)),
         thread: Mutex::new(None),
         chunks: Mutex::new(Vec::new()),
-        fold: Mutex::new(FoldScratch::default()),
+        fold: Mutex::new(StreamScratch::default()),
     });
     let proxy = Proxy {
         comm: comm.clone(),
@@ -739,10 +739,20 @@ fn folds_of(comm: &Comm, tasks: &[Task]) -> Vec<Option<Fold>> {
         return vec![None; tasks.len()];
     }
     let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
-    let shared_memory_only = comm.0.issue.lock().shared_memory_only;
+    let (shared_memory_only, reduces_only) = {
+        let issue = comm.0.issue.lock();
+        (issue.shared_memory_only, issue.fold_reduces_only)
+    };
     let mut folds: Vec<Option<Fold>> = tasks
         .iter()
         .map(|t| {
+            let reduce = matches!(
+                t.kind,
+                TaskKind::Coll(ccl_collectives::Collective::Reduce { .. })
+            );
+            if reduces_only && !reduce {
+                return None;
+            }
             fold_rule(
                 t,
                 who,
@@ -847,10 +857,11 @@ fn fold_rule(
     })
 }
 
-/// A communicator's GPU scratch for folded reductions: the operands received land in it (and,
-/// for scaled reductions, this rank's scaled operands).
+/// A GPU scratch buffer reused by work queued on callers' streams: a communicator's folded
+/// reductions (the operands received land in it and, for scaled reductions, this rank's scaled
+/// operands) and a hierarchy's partial reductions ([`crate::hier`]).
 #[derive(Default)]
-struct FoldScratch {
+pub(crate) struct StreamScratch {
     buf: Option<cuda::DeviceBuffer>,
     /// Recorded on each stream of the last group that used `buf`, after its folds: the next
     /// group's streams wait for them before anything writes `buf` again (groups may come on
@@ -1148,10 +1159,15 @@ unsafe fn fold_kernels(
     Ok(())
 }
 
-impl FoldScratch {
+impl StreamScratch {
     /// A scratch of at least `bytes` for work queued next on `streams`, which are made to wait
-    /// for the previous group's folds.
-    fn claim(&mut self, ctx: &Arc<Context>, bytes: usize, streams: &[Stream]) -> Result<u64> {
+    /// for the previous group's use of it.
+    pub(crate) fn claim(
+        &mut self,
+        ctx: &Arc<Context>,
+        bytes: usize,
+        streams: &[Stream],
+    ) -> Result<u64> {
         self.retired
             .retain(|(_, evs)| !evs.iter().all(|ev| ev.query().unwrap_or(false)));
         if !self.buf.as_ref().is_some_and(|b| b.len() >= bytes) {
@@ -1173,8 +1189,19 @@ impl FoldScratch {
             .ok_or_else(|| Error::internal("fold scratch missing"))
     }
 
+    /// Waits for the work queued on it so far (before it is freed under that work).
+    pub(crate) fn settle(&self) {
+        for ev in self
+            .last_use
+            .iter()
+            .chain(self.retired.iter().flat_map(|(_, evs)| evs))
+        {
+            let _ = ev.synchronize();
+        }
+    }
+
     /// Marks the scratch as read by the work queued on `streams` so far.
-    fn release(&mut self, ctx: &Arc<Context>, streams: &[Stream]) -> Result<()> {
+    pub(crate) fn release(&mut self, ctx: &Arc<Context>, streams: &[Stream]) -> Result<()> {
         self.spare.append(&mut self.last_use);
         for s in streams {
             let ev = match self.spare.pop() {
@@ -1775,14 +1802,7 @@ pub fn shutdown(comm: &Comm) {
         }
     }
     // The fold scratch is freed with the engine: not under kernels still queued to read it.
-    let fold = eng.fold.lock();
-    for ev in fold
-        .last_use
-        .iter()
-        .chain(fold.retired.iter().flat_map(|(_, evs)| evs))
-    {
-        let _ = ev.synchronize();
-    }
+    eng.fold.lock().settle();
 }
 
 /// Which of the proxy's queued jobs runs next, if any is ready (its inputs in host memory):

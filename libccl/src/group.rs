@@ -545,18 +545,26 @@ fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
-    // Hierarchical all-reduces go after the rest of the group, stage by stage, each stage a
+    // Hierarchical operations go after the rest of the group, stage by stage, each stage a
     // group on the sub-communicators (which have no hierarchy of their own).
     // A stage's failure is its sub-communicator's async error, which the communicator's own
     // reports (`Comm::async_error`).
-    let (tasks, stages) = crate::hier::take(tasks);
-    if !tasks.is_empty() {
-        run_flat(tasks)?;
-    }
-    for stage in stages {
-        run_flat(stage)?;
-    }
-    Ok(())
+    let crate::hier::Taken {
+        rest: tasks,
+        stages,
+        held,
+    } = crate::hier::take(tasks)?;
+    let ran = (|| {
+        if !tasks.is_empty() {
+            run_flat(tasks)?;
+        }
+        for stage in stages {
+            run_flat(stage)?;
+        }
+        Ok(())
+    })();
+    let released = held.release();
+    ran.and(released)
 }
 
 /// [`run`] of a group with nothing hierarchical in it.

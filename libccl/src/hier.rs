@@ -6,8 +6,13 @@
 //! across the hosts to the ranks holding its index, then every block so gathered to the other
 //! ranks of the host, as sends and receives straight into each block's place. A broadcast:
 //! across the hosts among the ranks holding the root's index on their hosts, then on every
-//! host. Flat, every byte of such a communicator is staged through host memory and the proxy,
-//! even between GPUs of one host.
+//! host. A reduce-scatter (each host's ranks consecutive in rank order): on every host, one
+//! reduce-scatter of each host's range of blocks, partial sums into a scratch; then a
+//! reduce-scatter of those across the hosts (the network carries each block's partial sums
+//! only). A reduce: on every host to the rank holding the root's index, then across the hosts
+//! to the root. Sends and receives between ranks of one host go on the host's communicator.
+//! Flat, every byte of such a communicator is staged through host memory and the proxy, even
+//! between GPUs of one host.
 //!
 //! The two sub-communicators are made at init (`attach`) by splitting the communicator: one of
 //! the ranks of each host, one of the ranks holding the same place on every host. Each
@@ -18,6 +23,8 @@
 use std::sync::Arc;
 
 use ccl_collectives::Collective;
+use ccl_cuda::cuda::{Context, Stream};
+use parking_lot::Mutex;
 
 use crate::comm::{Comm, CommConfig};
 use crate::error::Result;
@@ -35,6 +42,27 @@ pub struct Hierarchy {
     host_memory: bool,
     /// Every rank's (host index, index among its host's ranks).
     places: Vec<(usize, usize)>,
+    /// Where reduce-scatters and reduces keep their partial reductions between stages.
+    scratch: Mutex<Scratch>,
+}
+
+/// A hierarchy's scratch for partial reductions, reused group after group.
+#[derive(Default)]
+struct Scratch {
+    /// For host memory (`CCL_HIERARCHY=1`): the host path runs a group to completion, so it is
+    /// free again once the group's stages have run. Words, for any element's alignment.
+    host: Vec<u64>,
+    /// For GPU memory: the work queued on the callers' streams reads it after the call
+    /// returns, so the next group's streams wait for that first.
+    gpu: crate::gpu::StreamScratch,
+}
+
+impl Drop for Hierarchy {
+    fn drop(&mut self) {
+        // Not freed under stream work still queued to read it (the sub-communicators were
+        // destroyed or aborted first, which ends theirs).
+        self.scratch.get_mut().gpu.settle();
+    }
 }
 
 /// How the ranks of `hosts` (each rank's host id, in rank order) sit on their hosts, if
@@ -107,6 +135,7 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
     let cross = comm
         .split_unchecked(local as i32, comm.rank() as i32, config)?
         .ok_or_else(|| crate::error::Error::internal("no communicator across the hosts"))?;
+    cross.0.issue.lock().fold_reduces_only = true;
     tracing::info!(
         "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
         comm.rank(),
@@ -118,6 +147,7 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
         cross,
         host_memory: forced,
         places,
+        scratch: Mutex::new(Scratch::default()),
     }));
     Ok(())
 }
@@ -129,11 +159,33 @@ pub(crate) type StageGroup = Vec<(Comm, Task)>;
 /// own, holding the next stage of every communicator's sequence.
 pub(crate) type Stages = Vec<StageGroup>;
 
-/// Takes out of a group the all-reduces, all-gathers and broadcasts that go hierarchically and
-/// returns the rest with their stages: an all-reduce a host reduce-scatter, an all-reduce
-/// across the hosts and a host all-gather; an all-gather its blocks across the hosts, then
-/// within the host; a broadcast across the hosts among the ranks holding the root's index on
-/// their hosts, then on every host from that rank.
+/// The scratch a group's hierarchical operations hold on GPU memory: released once their
+/// stages are queued ([`Held::release`]).
+#[derive(Default)]
+pub(crate) struct Held(Vec<(Arc<Hierarchy>, Arc<Context>, Vec<Stream>)>);
+
+impl Held {
+    /// Marks each hierarchy's scratch as used by the work queued on the streams so far, so the
+    /// next group waits for it before writing there again. Called whether or not the stages
+    /// ran (queued work may read the scratch either way).
+    pub(crate) fn release(self) -> Result<()> {
+        let mut first = Ok(());
+        for (h, ctx, streams) in self.0 {
+            let r = h.scratch.lock().gpu.release(&ctx, &streams);
+            first = first.and(r);
+        }
+        first
+    }
+}
+
+/// Takes out of a group the operations that go hierarchically and returns the rest with their
+/// stages: an all-reduce a host reduce-scatter, an all-reduce across the hosts and a host
+/// all-gather; an all-gather its blocks across the hosts, then within the host; a broadcast
+/// across the hosts among the ranks holding the root's index on their hosts, then on every host
+/// from that rank; a reduce-scatter the host's reduce-scatter of every host's blocks, then a
+/// reduce-scatter of the partial sums across the hosts; a reduce on every host to the rank
+/// holding the root's index, then across the hosts to the root; a send or receive between
+/// ranks of one host the same on the host's communicator.
 ///
 /// A communicator's operations keep their call order, each one's stages in turn, so a rank
 /// that groups them and one that calls them one by one issue the same sequence on every
@@ -141,38 +193,158 @@ pub(crate) type Stages = Vec<StageGroup>;
 /// all-gather's sends behind a later all-reduce's reduce-scatter on one rank only). Different
 /// communicators of the group go side by side, round by round: on the host path a round runs
 /// to completion, and another process may hold the group's communicators in another order.
-pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Task)>, Stages) {
+pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     let mut rest = Vec::with_capacity(tasks.len());
-    // Per communicator (by identity): its sequence of stage groups.
-    let mut seqs: Vec<(Comm, Vec<StageGroup>)> = Vec::new();
+    let mut ops: Vec<CommOps> = Vec::new();
     for (comm, t) in tasks {
-        let Some(h) = comm.0.hier.lock().clone() else {
+        let h = comm.0.hier.lock().clone();
+        let Some((h, need)) = h.and_then(|h| need(&h, &t, &comm).map(|n| (h, n))) else {
             rest.push((comm, t));
             continue;
         };
-        let Some(ops) = stages_for(&h, &t, &comm) else {
-            rest.push((comm, t));
-            continue;
-        };
-        match seqs.iter_mut().find(|(c, _)| Arc::ptr_eq(&c.0, &comm.0)) {
-            Some((_, seq)) => seq.extend(ops),
-            None => seqs.push((comm, ops)),
+        match ops.iter_mut().find(|o| Arc::ptr_eq(&o.comm.0, &comm.0)) {
+            Some(o) => o.tasks.push((t, need)),
+            None => ops.push(CommOps {
+                comm,
+                h,
+                tasks: vec![(t, need)],
+            }),
         }
     }
-    let rounds = seqs.iter().map(|(_, s)| s.len()).max().unwrap_or(0);
+    let mut held = Held::default();
+    let mut seqs: Vec<Vec<StageGroup>> = Vec::with_capacity(ops.len());
+    for CommOps { comm, h, tasks: ts } in ops {
+        let at = claim(&comm, &h, &ts, &mut held)?;
+        let mut seq: Vec<StageGroup> = Vec::new();
+        // Whether the last stage group holds sends and receives on the host's communicator:
+        // the next ones join it, so that a group's transfers stay one group there (each
+        // alone, two ranks sending to each other first would wait for each other).
+        let mut open_p2p = false;
+        for ((t, _), scratch) in ts.iter().zip(at) {
+            let groups = stages_for(&h, t, &comm, scratch)
+                .ok_or_else(|| crate::error::Error::internal("hierarchy: stages vanished"))?;
+            let p2p = matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. });
+            match (seq.last_mut(), open_p2p && p2p) {
+                (Some(last), true) => last.extend(groups.into_iter().flatten()),
+                _ => seq.extend(groups),
+            }
+            open_p2p = p2p;
+        }
+        seqs.push(seq);
+    }
+    let rounds = seqs.iter().map(Vec::len).max().unwrap_or(0);
     let mut stages: Stages = (0..rounds).map(|_| Vec::new()).collect();
-    for (_, seq) in seqs {
+    for seq in seqs {
         for (i, group) in seq.into_iter().enumerate() {
             stages[i].extend(group);
         }
     }
-    (rest, stages)
+    Ok(Taken { rest, stages, held })
 }
 
-/// One operation's stage groups on `h`'s sub-communicators, if it goes hierarchically (an
-/// all-reduce's last elements, if its count does not split evenly, first, flat on `comm`
-/// itself: in the operation's own sequence, so they keep its place among the others).
-fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
+/// A group split by [`take`].
+pub(crate) struct Taken {
+    /// The operations that stay flat.
+    pub rest: Vec<(Comm, Task)>,
+    /// The hierarchical ones' stages, to run after them.
+    pub stages: Stages,
+    /// The scratch those stages use, to release once they are queued.
+    pub held: Held,
+}
+
+/// A communicator's hierarchical operations of one group, in call order.
+struct CommOps {
+    comm: Comm,
+    h: Arc<Hierarchy>,
+    tasks: Vec<(Task, Need)>,
+}
+
+/// What an operation that goes hierarchically needs of its hierarchy's scratch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Need {
+    bytes: usize,
+    /// GPU memory (else host memory).
+    gpu: bool,
+}
+
+/// Whether `t` goes hierarchically on `comm`, and the scratch it needs then.
+fn need(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Need> {
+    let rank = comm.rank();
+    match t.kind {
+        TaskKind::Coll(Collective::ReduceScatter) => {
+            let gpu = scatter_eligible(h, t)?;
+            let bytes = h.cross.nranks() * t.count * t.dtype.size();
+            Some(Need { bytes, gpu })
+        }
+        TaskKind::Coll(Collective::Reduce { root }) => {
+            let gpu = reduce_eligible(h, t, rank)?;
+            // The ranks holding the root's index keep their host's partial sum for the stage
+            // across the hosts (the root in its receive buffer).
+            let (cross, _) = broadcast_roots(&h.places, root, rank)?;
+            let bytes = match cross {
+                Some(_) if rank != root => t.count * t.dtype.size(),
+                _ => 0,
+            };
+            Some(Need { bytes, gpu })
+        }
+        _ => stages_for(h, t, comm, 0).map(|_| Need {
+            bytes: 0,
+            gpu: false,
+        }),
+    }
+}
+
+/// Scratch for a communicator's hierarchical operations of one group: each one's address (0
+/// where it needs none), parts aligned for any element and copy, one claim per kind of memory.
+fn claim(
+    comm: &Comm,
+    h: &Arc<Hierarchy>,
+    ts: &[(Task, Need)],
+    held: &mut Held,
+) -> Result<Vec<usize>> {
+    const ALIGN: usize = 256;
+    let mut at = vec![0usize; ts.len()];
+    let mut ends = [0usize; 2];
+    for (i, (_, n)) in ts.iter().enumerate() {
+        if n.bytes > 0 {
+            let end = &mut ends[usize::from(n.gpu)];
+            at[i] = *end;
+            *end += n.bytes.div_ceil(ALIGN) * ALIGN;
+        }
+    }
+    let [host_bytes, gpu_bytes] = ends;
+    if host_bytes + gpu_bytes == 0 {
+        return Ok(at);
+    }
+    let mut scratch = h.scratch.lock();
+    let mut bases = [0usize; 2];
+    if host_bytes > 0 {
+        let words = host_bytes / 8 + ALIGN / 8;
+        if scratch.host.len() < words {
+            scratch.host.resize(words, 0);
+        }
+        let p = scratch.host.as_mut_ptr() as usize;
+        bases[0] = p.div_ceil(ALIGN) * ALIGN;
+    }
+    if gpu_bytes > 0 {
+        let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
+        let users: Vec<Task> = ts.iter().filter(|(_, n)| n.gpu).map(|(t, _)| *t).collect();
+        let streams = crate::gpu::streams_of(&ctx, &users);
+        bases[1] = scratch.gpu.claim(&ctx, gpu_bytes, &streams)? as usize;
+        held.0.push((h.clone(), ctx, streams));
+    }
+    for (i, (_, n)) in ts.iter().enumerate() {
+        if n.bytes > 0 {
+            at[i] += bases[usize::from(n.gpu)];
+        }
+    }
+    Ok(at)
+}
+
+/// One operation's stage groups on `h`'s sub-communicators, if it goes hierarchically on
+/// `comm`. `scratch`: where the operation's part of the hierarchy's scratch is, as [`need`]
+/// asked.
+fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
     if let Some((cross, local)) = broadcast_stages(h, t, rank) {
         let mut seq = Vec::new();
@@ -199,57 +371,229 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
             vec![on(&h.cross, &plan.cross), on(&h.local, &plan.local)];
         return Some(seq.into_iter().filter(|g| !g.is_empty()).collect());
     }
-    let ([rs, ar, ag], tail) = stages_of(h, t)?;
-    let mut seq: Vec<Vec<(Comm, Task)>> =
-        tail.map(|t| vec![(comm.clone(), t)]).into_iter().collect();
-    seq.extend([
-        vec![(h.local.clone(), rs)],
-        vec![(h.cross.clone(), ar)],
-        vec![(h.local.clone(), ag)],
-    ]);
+    if let Some(p) = local_p2p(h, t, rank) {
+        return Some(vec![vec![(h.local.clone(), p)]]);
+    }
+    if scatter_eligible(h, t).is_some() {
+        let (local, cross) = scatter_stages(&h.places, t, rank, scratch)?;
+        let local = local.into_iter().map(|t| (h.local.clone(), t)).collect();
+        return Some(vec![local, vec![(h.cross.clone(), cross)]]);
+    }
+    if reduce_eligible(h, t, rank).is_some() {
+        let (local, cross) = reduce_stages(&h.places, t, rank, scratch)?;
+        let mut seq = vec![vec![(h.local.clone(), local)]];
+        seq.extend(cross.map(|c| vec![(h.cross.clone(), c)]));
+        return Some(seq);
+    }
+    let [host, cross, gather] = all_reduce_stages(h, t)?;
+    let seq = [(&h.local, host), (&h.cross, cross), (&h.local, gather)]
+        .into_iter()
+        .filter(|(_, ts)| !ts.is_empty())
+        .map(|(sub, ts)| ts.into_iter().map(|t| (sub.clone(), t)).collect())
+        .collect();
     Some(seq)
 }
 
-/// An all-reduce's three stages, if it goes hierarchically: it has at least one element per
-/// rank of a host, it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
-/// `CCL_HIERARCHY=1`), and its stream is not capturing a CUDA graph. The stages cover the
-/// largest part of the count that splits evenly over a host's ranks; the last few elements
-/// (fewer than a host's ranks), if any, are a flat all-reduce of their own, returned beside
-/// them.
-fn stages_of(h: &Hierarchy, t: &Task) -> Option<([Task; 3], Option<Task>)> {
-    // Integer average: truncating per host and again across hosts is not truncating the whole
-    // sum once, so it stays flat.
-    let int_avg = t.red == Reduction::Avg && !t.dtype.is_float();
-    if t.kind != TaskKind::Coll(Collective::AllReduce) || int_avg {
+/// An all-reduce's stages (on the host, across the hosts, on the host), if it goes
+/// hierarchically: it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
+/// `CCL_HIERARCHY=1`), and its stream is not capturing a CUDA graph. The largest part of the
+/// count that splits evenly over a host's ranks goes as a host reduce-scatter, an all-reduce of
+/// each share across the hosts and a host all-gather ([`stages`]); the last few elements (fewer
+/// than a host's ranks), if any, as an all-reduce on the host and then one across the hosts,
+/// beside the first two. Every part stays on the sub-communicators, so a rank that groups the
+/// all-reduce with operations of the communicator itself and one that calls them one by one
+/// issue the same sequence on it.
+fn all_reduce_stages(h: &Hierarchy, t: &Task) -> Option<[Vec<Task>; 3]> {
+    if t.kind != TaskKind::Coll(Collective::AllReduce) || int_avg(t) {
         return None;
     }
+    eligible(h, t, true, true)?;
     let per = h.local.nranks();
     let hosts = h.cross.nranks();
-    if t.count < per {
-        return None;
-    }
-    eligible(h, t, true)?;
     let (head, tail) = split_count(t, per);
-    Some((stages(&head, per, hosts, h.local.rank()), tail))
+    let mut out: [Vec<Task>; 3] = Default::default();
+    if head.count > 0 {
+        let [rs, ar, ag] = stages(&head, per, hosts, h.local.rank());
+        out = [vec![rs], vec![ar], vec![ag]];
+    }
+    if let Some(tail) = tail {
+        let (first, second) = split_reduction(t, per * hosts);
+        out[0].push(Task { red: first, ..tail });
+        out[1].push(Task {
+            send: tail.recv,
+            red: second,
+            ..tail
+        });
+    }
+    Some(out)
 }
 
-/// Whether `t` goes hierarchically at all: the settings, its memory and its stream allow it.
-/// `reads_send`: whether this rank's send buffer is used (a broadcast's other ranks ignore
-/// theirs, so it must not sway the decision).
-fn eligible(h: &Hierarchy, t: &Task, reads_send: bool) -> Option<()> {
+/// Whether `t` goes hierarchically at all: the settings, its memory and its stream allow it;
+/// if so, whether its memory is the GPU's. `reads_send` / `writes_recv`: whether this rank's
+/// send / receive buffer is used (a broadcast's other ranks ignore their send buffers, a
+/// reduce's its receive buffer, so those must not sway the decision).
+fn eligible(h: &Hierarchy, t: &Task, reads_send: bool, writes_recv: bool) -> Option<bool> {
     let min = params::CCL_HIERARCHY_MIN_BYTES.get_i64().max(0) as usize;
     if t.fold || t.count.checked_mul(t.dtype.size())? < min {
         return None;
     }
-    let on_gpu = crate::gpu::is_device_ptr(t.recv)
-        && (!reads_send || t.send == t.recv || crate::gpu::is_device_ptr(t.send));
+    let dev = crate::gpu::is_device_ptr;
+    let on_gpu = (!writes_recv || dev(t.recv))
+        && (!reads_send || (writes_recv && t.send == t.recv) || dev(t.send));
     if !(on_gpu || h.host_memory) {
         return None;
     }
     if on_gpu && crate::graph::capturing(&h.local, std::slice::from_ref(t)).unwrap_or(true) {
         return None;
     }
-    Some(())
+    Some(on_gpu)
+}
+
+/// Send or receive `t` as one on this rank's host communicator, if its peer is on this
+/// rank's host and it goes hierarchically: between GPUs of one host it then goes over cuda-ipc
+/// instead of being staged through host memory. Every such transfer to that peer goes there,
+/// so the pair's order holds; both sides decide alike (the peer's host and the count are the
+/// same on both; a transfer of nothing stays, its buffers may be NULL on one side only).
+fn local_p2p(h: &Hierarchy, t: &Task, rank: usize) -> Option<Task> {
+    let (peer, send) = match t.kind {
+        TaskKind::Send { peer } => (peer, true),
+        TaskKind::Recv { peer } => (peer, false),
+        _ => return None,
+    };
+    let (host, _) = *h.places.get(rank)?;
+    let (peer_host, peer_local) = *h.places.get(peer)?;
+    if peer_host != host || t.count == 0 {
+        return None;
+    }
+    eligible(h, t, send, !send)?;
+    let kind = match send {
+        true => TaskKind::Send { peer: peer_local },
+        false => TaskKind::Recv { peer: peer_local },
+    };
+    Some(Task { kind, ..*t })
+}
+
+/// Integer average: truncating per host and again across hosts is not truncating the whole
+/// sum once, so such reductions stay flat.
+fn int_avg(t: &Task) -> bool {
+    t.red == Reduction::Avg && !t.dtype.is_float()
+}
+
+/// Whether reduce-scatter `t` goes hierarchically (and then whether on GPU memory): the ranks
+/// of every host must be consecutive in rank order, so that each host's blocks of the input
+/// are one range a host reduce-scatter takes whole.
+fn scatter_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
+    if t.kind != TaskKind::Coll(Collective::ReduceScatter) || int_avg(t) {
+        return None;
+    }
+    hosts_consecutive(&h.places).then_some(())?;
+    eligible(h, t, true, true)
+}
+
+/// Whether every host's ranks are consecutive in rank order.
+fn hosts_consecutive(places: &[(usize, usize)]) -> bool {
+    let per = places.iter().filter(|p| p.0 == 0).count();
+    per > 0
+        && places
+            .iter()
+            .enumerate()
+            .all(|(r, &p)| p == (r / per, r % per))
+}
+
+/// Whether reduce `t` goes hierarchically on `rank` (and then whether on GPU memory).
+fn reduce_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
+    let TaskKind::Coll(Collective::Reduce { root }) = t.kind else {
+        return None;
+    };
+    if int_avg(t) {
+        return None;
+    }
+    eligible(h, t, true, rank == root)
+}
+
+/// Reduce-scatter `t`'s stages on `rank` (its host's ranks consecutive, [`scatter_eligible`]):
+/// on its host, one reduce-scatter of each host's blocks of the input (a range of the host's
+/// ranks' blocks, in order), this rank's share of each landing in `scratch` at the place its
+/// host takes among the hosts; then a reduce-scatter of those partial sums across the hosts,
+/// whose share for this rank is its own block's. Host links carry every byte once per host;
+/// the network only each block's partial sums.
+fn scatter_stages(
+    places: &[(usize, usize)],
+    t: &Task,
+    rank: usize,
+    scratch: usize,
+) -> Option<(Vec<Task>, Task)> {
+    let per = places.iter().filter(|p| p.0 == 0).count();
+    let hosts = places.len() / per.max(1);
+    places.get(rank)?;
+    let block = t.count.checked_mul(t.dtype.size())?;
+    let (first, second) = split_reduction(t, places.len());
+    let local = (0..hosts)
+        .map(|host| Task {
+            send: t.send + host * per * block,
+            recv: scratch + host * block,
+            red: first,
+            ..*t
+        })
+        .collect();
+    let cross = Task {
+        send: scratch,
+        red: second,
+        ..*t
+    };
+    Some((local, cross))
+}
+
+/// Reduce `t`'s stages on `rank`: a reduce on its host to the rank holding the root's index
+/// there (into the root's receive buffer on the root's host, into `scratch` on the others),
+/// then, among the ranks holding that index, a reduce across the hosts to the root (in place
+/// there).
+fn reduce_stages(
+    places: &[(usize, usize)],
+    t: &Task,
+    rank: usize,
+    scratch: usize,
+) -> Option<(Task, Option<Task>)> {
+    let TaskKind::Coll(Collective::Reduce { root }) = t.kind else {
+        return None;
+    };
+    let (cross_root, local_root) = broadcast_roots(places, root, rank)?;
+    let (first, second) = split_reduction(t, places.len());
+    let partial = match (rank == root, cross_root) {
+        (true, _) => t.recv,
+        (false, Some(_)) => scratch,
+        (false, None) => t.recv,
+    };
+    let local = Task {
+        kind: TaskKind::Coll(Collective::Reduce { root: local_root }),
+        recv: partial,
+        red: first,
+        ..*t
+    };
+    let cross = cross_root.map(|root| Task {
+        kind: TaskKind::Coll(Collective::Reduce { root }),
+        send: partial,
+        recv: partial,
+        red: second,
+        ..*t
+    });
+    Some((local, cross))
+}
+
+/// How a reduction splits over a first stage (among a host's ranks) and a second (across the
+/// hosts) of `nranks` ranks in all: the operator in both; PreMulSum scales in the first and
+/// sums in the second; float average multiplies by 1/nranks in the first (NCCL's average of
+/// floats). Not for integer average ([`int_avg`] keeps it flat).
+fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction) {
+    let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
+    match t.red {
+        Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
+        Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
+        Reduction::Avg => match t.premul_scalar(nranks) {
+            Some(inv) => (Reduction::PreMulSum(Scalar::Immediate(inv)), sum),
+            None => (sum, sum),
+        },
+    }
 }
 
 /// A broadcast's stages on `rank`, if it goes hierarchically: across the hosts (only where this
@@ -259,7 +603,7 @@ fn broadcast_stages(h: &Hierarchy, t: &Task, rank: usize) -> Option<(Option<Task
     let TaskKind::Coll(Collective::Broadcast { root }) = t.kind else {
         return None;
     };
-    eligible(h, t, rank == root)?;
+    eligible(h, t, rank == root, true)?;
     let (cross_root, local_root) = broadcast_roots(&h.places, root, rank)?;
     let cross = cross_root.map(|root| Task {
         kind: TaskKind::Coll(Collective::Broadcast { root }),
@@ -316,7 +660,7 @@ fn gather_plan(h: &Hierarchy, t: &Task, rank: usize) -> Option<GatherPlan> {
     if t.kind != TaskKind::Coll(Collective::AllGather) {
         return None;
     }
-    eligible(h, t, true)?;
+    eligible(h, t, true, true)?;
     gather_blocks(&h.places, rank, t.send, t.recv, t.count * t.dtype.size())
 }
 
@@ -392,21 +736,12 @@ fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
 /// The stages of all-reduce `t` over `per` ranks a host on `hosts` hosts, this rank `local`-th
 /// on its host: its share of the output (`count / per` elements at `local`) gets the host's
 /// reduction of that share of the inputs, then the all-reduce of it across the hosts, then
-/// every share is gathered. Reductions: the operator in both reductions; PreMulSum scales in
-/// the first and sums in the second; float average multiplies by 1/nranks in the first
-/// (NCCL's average of floats). Not for integer average ([`stages_of`] keeps it flat).
+/// every share is gathered; the reduction split as [`split_reduction`] says.
 fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
     let share = t.count / per;
     let at = t.recv + local * share * t.dtype.size();
     let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
-    let (first, second) = match t.red {
-        Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
-        Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
-        Reduction::Avg => match t.premul_scalar(per * hosts) {
-            Some(inv) => (Reduction::PreMulSum(Scalar::Immediate(inv)), sum),
-            None => (sum, sum),
-        },
-    };
+    let (first, second) = split_reduction(t, per * hosts);
     let rs = Task {
         kind: TaskKind::Coll(Collective::ReduceScatter),
         recv: at,
@@ -520,10 +855,10 @@ mod tests {
         );
     }
 
-    /// A count that does not split evenly: the even part goes hierarchically, the last
-    /// elements as an all-reduce of their own right behind it.
+    /// A count that does not split evenly: the even part goes as the three stages, the last
+    /// elements as an all-reduce of their own.
     #[test]
-    fn an_uneven_count_leaves_its_last_elements_to_a_flat_all_reduce() {
+    fn an_uneven_count_splits_off_its_last_elements() {
         let t = crate::task::float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 14);
         let (head, tail) = split_count(&t, 4);
         assert_eq!((head.send, head.recv, head.count), (0x1000, 0x9000, 12));
@@ -532,6 +867,67 @@ mod tests {
         assert_eq!(tail.kind, t.kind);
         let (even, none) = split_count(&Task { count: 12, ..t }, 4);
         assert_eq!((even.count, none.is_none()), (12, true));
+    }
+
+    /// Two hosts of three (ranks 0-2, 3-5), rank 4 (host 1, index 1), 4 floats a block:
+    /// on its host, one reduce-scatter of host 0's blocks (bytes 0..48 of the input) into
+    /// scratch slot 0 and one of host 1's (48..96) into slot 1; then across the hosts the two
+    /// slots, its own share (slot 1: its own block) into its receive buffer.
+    #[test]
+    fn a_reduce_scatter_reduces_each_hosts_blocks_on_the_host_then_across_the_hosts() {
+        let p = places(&[7, 7, 7, 9, 9, 9]).unwrap();
+        assert!(hosts_consecutive(&p));
+        let t = Task {
+            red: Reduction::Avg,
+            ..crate::task::float_sum(TaskKind::Coll(Collective::ReduceScatter), 0x1000, 0x9000, 4)
+        };
+        let (local, cross) = scatter_stages(&p, &t, 4, 0x5000).unwrap();
+        let at: Vec<_> = local.iter().map(|t| (t.send, t.recv, t.count)).collect();
+        assert_eq!(at, [(0x1000, 0x5000, 4), (0x1030, 0x5010, 4)]);
+        assert!(local.iter().all(|l| l.kind == t.kind));
+        let sixth = ccl_cuda::host::reduce::from_f64(ccl_cuda::DataType::Float32, 1.0 / 6.0);
+        assert_eq!(local[0].red, Reduction::PreMulSum(Scalar::Immediate(sixth)));
+        assert_eq!((cross.send, cross.recv, cross.count), (0x5000, 0x9000, 4));
+        assert_eq!(cross.red, Reduction::Plain(ccl_cuda::ReduceKind::Sum));
+        // Hosts interleaved: a host's blocks are no one range, so it stays flat.
+        assert!(!hosts_consecutive(&places(&[7, 9, 9, 7]).unwrap()));
+        assert!(!hosts_consecutive(&places(&[7, 9, 7, 9]).unwrap()));
+    }
+
+    /// Hosts a,b,b,a, root 2 (host b, index 1): every host reduces to its index-1 rank (3 on
+    /// host a, into its scratch; the root itself on host b, into its receive buffer); ranks 3
+    /// and 2 then reduce across the hosts to 2 (their communicator's rank 0), in place. Rank 0
+    /// only takes part on its host.
+    #[test]
+    fn a_reduce_goes_to_the_roots_index_on_every_host_then_across_to_the_root() {
+        let p = places(&[7, 9, 9, 7]).unwrap();
+        let t = crate::task::float_sum(
+            TaskKind::Coll(Collective::Reduce { root: 2 }),
+            0x1000,
+            0x9000,
+            8,
+        );
+        let reduce = |root| TaskKind::Coll(Collective::Reduce { root });
+        let (local, cross) = reduce_stages(&p, &t, 3, 0x5000).unwrap();
+        assert_eq!(
+            (local.kind, local.send, local.recv),
+            (reduce(1), 0x1000, 0x5000)
+        );
+        let cross = cross.unwrap();
+        assert_eq!(
+            (cross.kind, cross.send, cross.recv),
+            (reduce(0), 0x5000, 0x5000)
+        );
+        let (local, cross) = reduce_stages(&p, &t, 2, 0x5000).unwrap();
+        assert_eq!((local.kind, local.recv), (reduce(1), 0x9000));
+        let cross = cross.unwrap();
+        assert_eq!(
+            (cross.kind, cross.send, cross.recv),
+            (reduce(0), 0x9000, 0x9000)
+        );
+        let (local, cross) = reduce_stages(&p, &t, 0, 0x5000).unwrap();
+        assert_eq!((local.kind, local.send), (reduce(1), 0x1000));
+        assert!(cross.is_none());
     }
 
     #[test]

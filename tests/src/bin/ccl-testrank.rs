@@ -154,9 +154,10 @@ fn main() {
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
                 r
             }
-            // An all-gather, an all-reduce and a broadcast: the first half of the ranks call
-            // them in one group, the others one by one (NCCL allows both; a hierarchy must
-            // issue the same sequence on every sub-communicator either way).
+            // An all-gather, an all-reduce, a broadcast, a reduce-scatter and a reduce: the
+            // first half of the ranks call them in one group, the others one by one (NCCL
+            // allows both; a hierarchy must issue the same sequence on every sub-communicator
+            // either way, and give each operation its own part of its scratch).
             "grouped" => {
                 let rank_f = rank as f32;
                 let mine: Vec<f32> = (0..count / nranks).map(|i| rank_f + i as f32).collect();
@@ -177,16 +178,66 @@ fn main() {
                 r |= ncclAllGather(mp, gp, count / nranks, 7, comm, null);
                 r |= ncclAllReduce(sp, spp, count - 1, 7, 0, comm, null);
                 r |= ncclBroadcast(bp, bp, count, 7, 1, comm, null);
+                let per = count / nranks;
+                // Element i of every input: rank + i, so block b's j-th sums to
+                // sum(ranks) + nranks * (b * per + j).
+                let spread: Vec<f32> = (0..count).map(|i| rank_f + i as f32).collect();
+                let mut scattered = vec![0.0f32; per];
+                let scp = scattered.as_mut_ptr() as *mut c_void;
+                r |=
+                    ncclReduceScatter(spread.as_ptr() as *const c_void, scp, per, 7, 0, comm, null);
+                let root = nranks - 1;
+                let mut reduced = vec![0.0f32; count];
+                let rdp = reduced.as_mut_ptr() as *mut c_void;
+                r |= ncclReduce(
+                    spread.as_ptr() as *const c_void,
+                    rdp,
+                    count,
+                    7,
+                    0,
+                    root as i32,
+                    comm,
+                    null,
+                );
                 if together {
                     r |= ncclGroupEnd();
                 }
-                let per = count / nranks;
+                // Then one group on every rank (a group that mixes operations going
+                // hierarchically with others of the communicator must be grouped alike on
+                // every rank): sends and receives with the rank beside it on its host (two
+                // ranks a host; over the host's communicator) and with the one across (half the
+                // ranks on; over this one): rank + 0.5 each.
+                let partner = rank ^ 1;
+                let across = (rank + nranks / 2) % nranks;
+                let mine_p2p = vec![rank_f + 0.5; count];
+                let mut from_partner = vec![0.0f32; count];
+                let mut from_across = vec![0.0f32; count];
+                let mpp = mine_p2p.as_ptr() as *const c_void;
+                let fpp = from_partner.as_mut_ptr() as *mut c_void;
+                let fap = from_across.as_mut_ptr() as *mut c_void;
+                r |= ncclGroupStart();
+                r |= ncclSend(mpp, count, 7, partner as i32, comm, null);
+                r |= ncclRecv(fpp, count, 7, partner as i32, comm, null);
+                r |= ncclSend(mpp, count, 7, across as i32, comm, null);
+                r |= ncclRecv(fap, count, 7, across as i32, comm, null);
+                r |= ncclGroupEnd();
                 let gathered_ok =
                     (0..count).all(|i| gathered[i] == (i / per) as f32 + (i % per) as f32);
                 let summed_ok = summed[..count - 1].iter().all(|&x| x == nranks as f32);
                 let sent_ok = sent.iter().all(|&x| x == 5.0);
-                println!("gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok}");
-                if r == 0 && !(gathered_ok && summed_ok && sent_ok) {
+                let ranks_sum = (nranks * (nranks - 1) / 2) as f32;
+                let scattered_ok = (0..per)
+                    .all(|j| scattered[j] == ranks_sum + (nranks * (rank * per + j)) as f32);
+                let reduced_ok = rank != root
+                    || (0..count).all(|i| reduced[i] == ranks_sum + (nranks * i) as f32);
+                let p2p_ok = from_partner.iter().all(|&x| x == partner as f32 + 0.5)
+                    && from_across.iter().all(|&x| x == across as f32 + 0.5);
+                println!(
+                    "gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok} \
+                     scattered={scattered_ok} reduced={reduced_ok} p2p={p2p_ok}"
+                );
+                let all_ok = gathered_ok && summed_ok && sent_ok && scattered_ok && reduced_ok;
+                if r == 0 && !(all_ok && p2p_ok) {
                     r = 99;
                 }
                 r

@@ -1,6 +1,5 @@
-# NOT RUN in session 28: too little device time was left to start a machine. Ready for the next session.
-# Session 28 call 6 (nvidia-h100-x1, carry .dev = HEAD after the hierarchical broadcast and
-# uneven all-reduce counts): four ranks as processes on the one H100, two emulated hosts
+# Session 29 call 1 (prepared in session 28 as its call 6, which had no device time left; nvidia-h100-x1,
+# carry .dev = HEAD 8bd8591 release): four ranks as processes on the one H100, two emulated hosts
 # (CCL_HOSTID: ranks 0,1 and 2,3), GPU memory, defaults (CCL_HIERARCHY=auto)
 # 1) broadcast every root, all_reduce of uneven counts (sizes 4 x 7^k bytes), checked
 # 2) broadcast 128 MiB hierarchical against flat, one round
@@ -29,3 +28,9 @@ run bcast-hier 4 /tmp/hostwrap.sh CCL_NONE=1 -- broadcast -b 128M -e 128M -n 8 -
 run bcast-flat 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- broadcast -b 128M -e 128M -n 8 -w 2 -c 1
 run level-nvl 2 "" NCCL_P2P_LEVEL=NVL -- sendrecv -b 128M -e 128M -n 10 -w 2 -c 1
 run level-loc 2 "" NCCL_P2P_LEVEL=LOC -- sendrecv -b 128M -e 128M -n 10 -w 2 -c 1
+# 4) all_reduce 8-128 MiB hierarchical against flat (session 28 saw 32 MiB below flat), and the
+#    flat reduce_scatter / reduce baselines for the hierarchical ones to come
+run ar-hier-sweep 4 /tmp/hostwrap.sh CCL_NONE=1 -- all_reduce -b 8M -e 128M -f 2 -n 8 -w 2 -c 1
+run ar-flat-sweep 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- all_reduce -b 8M -e 128M -f 2 -n 8 -w 2 -c 1
+run rs-flat 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- reduce_scatter -b 8M -e 128M -f 4 -n 8 -w 2 -c 1
+run reduce-flat 4 /tmp/hostwrap.sh CCL_HIERARCHY=0 -- reduce -b 8M -e 128M -f 4 -n 8 -w 2 -c 1
