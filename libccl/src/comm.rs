@@ -77,13 +77,6 @@ pub struct IssueState {
     /// and so does cuda-ipc (host-only, see `CCL_IPC_HOST_ONLY`). The same on every rank (same
     /// table, same settings).
     pub p2p_beyond_level: bool,
-    /// The GPU fold ([`crate::gpu`], `CCL_GPU_FOLD_BYTES`) takes only this communicator's
-    /// reduces: set on a hierarchy's communicator across the hosts ([`crate::hier`]), whose
-    /// all-reduces and reduce-scatters run faster staged (one H100, four ranks on two emulated
-    /// hosts, session 29: folded, a 32 MiB all-reduce 2.2-2.3 GB/s against 3.9-4.0, a 32 MiB
-    /// reduce-scatter 1.8 against 2.9-4.2; its reduces gain folded: 4.3 against 2.2-2.6).
-    /// Every rank of it sets it alike.
-    pub fold_reduces_only: bool,
     /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
     /// the collective in one small exchange -- never both for one collective): they depend
     /// on nothing else here (whether a two-rank all-reduce goes in one exchange follows from
@@ -798,7 +791,6 @@ fn build_state(
             p2p_seqs: vec![(0, 0); n],
             shared_memory_only,
             p2p_beyond_level,
-            fold_reduces_only: false,
             schedules: Default::default(),
         },
     ))

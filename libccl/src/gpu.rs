@@ -739,20 +739,10 @@ fn folds_of(comm: &Comm, tasks: &[Task]) -> Vec<Option<Fold>> {
         return vec![None; tasks.len()];
     }
     let max = params::CCL_GPU_FOLD_MAX_BYTES.get_i64().max(0) as usize;
-    let (shared_memory_only, reduces_only) = {
-        let issue = comm.0.issue.lock();
-        (issue.shared_memory_only, issue.fold_reduces_only)
-    };
+    let shared_memory_only = comm.0.issue.lock().shared_memory_only;
     let mut folds: Vec<Option<Fold>> = tasks
         .iter()
         .map(|t| {
-            let reduce = matches!(
-                t.kind,
-                TaskKind::Coll(ccl_collectives::Collective::Reduce { .. })
-            );
-            if reduces_only && !reduce {
-                return None;
-            }
             fold_rule(
                 t,
                 who,

@@ -135,7 +135,6 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
     let cross = comm
         .split_unchecked(local as i32, comm.rank() as i32, config)?
         .ok_or_else(|| crate::error::Error::internal("no communicator across the hosts"))?;
-    cross.0.issue.lock().fold_reduces_only = true;
     tracing::info!(
         "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
         comm.rank(),

@@ -611,6 +611,14 @@ pub(crate) struct Program {
     pub local_kernels: Vec<Kernel>,
     pub targets: Vec<Target>,
     pub all_reduce: Vec<bool>,
+    /// Per task: the logical times its pieces take, from its start (the same on every rank:
+    /// computed from the task alone), and whether it is a send or receive.
+    pub spans: Vec<(u64, bool)>,
+}
+
+/// How many chunks a piece of `bytes` is cut into.
+fn chunks_of(bytes: usize, chunk: usize) -> u64 {
+    bytes.div_ceil(piece_chunk(bytes, chunk)) as u64
 }
 
 fn slice(count: usize, n: usize, i: usize) -> (usize, usize) {
@@ -640,6 +648,7 @@ pub(crate) fn lower(
         local_kernels: Vec::new(),
         targets: Vec::new(),
         all_reduce: vec![false; tasks.len()],
+        spans: Vec::with_capacity(tasks.len()),
     };
     let mut self_sends: Vec<(u64, usize)> = Vec::new();
     let mut self_recvs: Vec<(u64, usize)> = Vec::new();
@@ -652,6 +661,10 @@ pub(crate) fn lower(
             .checked_mul(sz)
             .ok_or_else(|| Error::invalid_argument("count overflows"))?;
         let (send, recv) = (t.send, t.recv);
+        // Every piece of a collective but an all-reduce's second half is one of `b` bytes from
+        // its start; the all-reduce says its own below.
+        let p2p = matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. });
+        p.spans.push((chunks_of(b, chunk), p2p));
         let mut target = |contributions: usize, signals: bool| {
             let scalar = t.premul_scalar(n);
             let postdiv =
@@ -740,12 +753,10 @@ pub(crate) fn lower(
                 p.all_reduce[ti] = true;
                 let (lo_r, len_r) = slice(t.count, n, rank);
                 let max_chunks = (0..n)
-                    .map(|i| {
-                        let bytes = slice(t.count, n, i).1 * sz;
-                        bytes.div_ceil(piece_chunk(bytes, chunk)) as u64
-                    })
+                    .map(|i| chunks_of(slice(t.count, n, i).1 * sz, chunk))
                     .max()
                     .unwrap_or(0);
+                p.spans[ti].0 = 2 * max_chunks;
                 let g = target(n - 1, true);
                 for q in peers.clone() {
                     let (lo_q, len_q) = slice(t.count, n, q);
@@ -950,13 +961,43 @@ fn chunk_times(
 }
 
 /// Chunks the program and orders it by logical time: per peer and direction, chunk k of a
-/// piece gets `max(base_t + k, previous + 1)`, computed alike by the sender and the receiver.
+/// piece gets `max(start + base_t + k, previous + 1)`, computed alike by the sender and the
+/// receiver. A collective's `start` is the sum of the spans of the group's collectives before
+/// it, the same on every rank, so each one's pieces begin at one time in both directions with
+/// every peer, whatever came before (an all-reduce's second half then follows the receives that
+/// reduce it: by a clock per peer and direction, a receive from a peer that sent this rank
+/// more before could come later than the send of its result). Sends and receives come after
+/// every collective of the group, in their order.
 pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
+    let mut starts = vec![0u64; p.spans.len()];
+    let mut clock = 0u64;
+    for (start, &(span, p2p)) in starts.iter_mut().zip(&p.spans) {
+        if !p2p {
+            *start = clock;
+            clock += span;
+        }
+    }
+    for (start, &(_, p2p)) in starts.iter_mut().zip(&p.spans) {
+        if p2p {
+            *start = clock;
+        }
+    }
+    let p2p_of = |task: usize| p.spans.get(task).is_some_and(|s| s.1);
+    let start_of = |task: usize| starts.get(task).copied().unwrap_or(0);
+    // Collectives' pieces first, then the transfers', each in group order.
+    let order = |tasks: Vec<usize>| -> Vec<usize> {
+        let mut idx: Vec<usize> = (0..tasks.len()).collect();
+        idx.sort_by_key(|&i| p2p_of(tasks[i]));
+        idx
+    };
     let mut items = Vec::new();
     for (peer, pieces) in p.tx.iter().enumerate() {
-        let spans = pieces.iter().map(|s| (s.bytes, s.base_t));
+        let idx = order(pieces.iter().map(|s| s.task).collect());
+        let spans = idx
+            .iter()
+            .map(|&i| (pieces[i].bytes, start_of(pieces[i].task) + pieces[i].base_t));
         for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
-            let s = &pieces[i];
+            let s = &pieces[idx[i]];
             let kind = ItemKind::Tx {
                 src: s.src + off as u64,
                 bytes,
@@ -966,11 +1007,14 @@ pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
         }
     }
     for (peer, pieces) in p.rx.iter().enumerate() {
-        let spans = pieces.iter().map(|r| (r.bytes, r.base_t));
+        let idx = order(pieces.iter().map(|r| r.task).collect());
+        let spans = idx
+            .iter()
+            .map(|&i| (pieces[i].bytes, start_of(pieces[i].task) + pieces[i].base_t));
         for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
             let kind = ItemKind::Rx {
                 bytes,
-                act: pieces[i].act,
+                act: pieces[idx[i]].act,
                 chunk: k,
                 off: off as u64,
             };
@@ -1831,6 +1875,79 @@ pub(crate) mod tests {
                     }
                     // In-place all-reduce still pipelines on two streams.
                     assert!(!p.aliases());
+                }
+            }
+        }
+    }
+
+    /// Groups whose earlier operations move more one way than the other between two ranks (a
+    /// receive, a reduce, an all-reduce of fewer elements than ranks) still pair up chunk for
+    /// chunk, and every all-reduce's second half still comes after its reductions: with a clock
+    /// per peer and direction, the receives of a later all-reduce fell at the time of its
+    /// result's sends and were queued after them (on one stream: the unreduced result sent).
+    #[test]
+    fn mixed_groups_keep_sends_after_their_reductions() {
+        let at = |k: usize| 0x1000_0000 + k * 0x100_0000;
+        let avg = |t: Task| Task {
+            red: Reduction::Avg,
+            ..t
+        };
+        let ar = |k: usize, count| {
+            avg(task(
+                TaskKind::Coll(Collective::AllReduce),
+                at(k),
+                at(k) + 0x80_0000,
+                count,
+            ))
+        };
+        for n in [2usize, 3, 4, 8] {
+            let groups = |r: usize| -> Vec<Vec<Task>> {
+                let recv_from_next = task(TaskKind::Recv { peer: (r + 1) % n }, 0, at(20), 3000);
+                let send_to_prev = task(
+                    TaskKind::Send {
+                        peer: (r + n - 1) % n,
+                    },
+                    at(21),
+                    0,
+                    3000,
+                );
+                let reduce = |root| {
+                    avg(task(
+                        TaskKind::Coll(Collective::Reduce { root }),
+                        at(22),
+                        at(23),
+                        5000,
+                    ))
+                };
+                vec![
+                    vec![ar(0, 3001), ar(1, 1)],
+                    vec![ar(1, 1), ar(0, 3001), ar(2, n - 1)],
+                    vec![recv_from_next, send_to_prev, ar(0, 70_001)],
+                    vec![reduce(1 % n), ar(0, 20_000), ar(1, 1)],
+                ]
+            };
+            for g in 0..4 {
+                check_pairing(&|r| groups(r)[g].clone(), n, 4096);
+                for r in 0..n {
+                    let p = lower(&groups(r)[g], r, n, 4096, 0).unwrap();
+                    let mut seen: HashMap<(usize, usize), usize> = HashMap::new();
+                    for it in &schedule(&p, 4096) {
+                        match it.kind {
+                            ItemKind::Rx {
+                                act: Act::Reduce { target, .. },
+                                chunk,
+                                ..
+                            } => *seen.entry((target, chunk)).or_default() += 1,
+                            ItemKind::Tx {
+                                after: Some(key), ..
+                            } => {
+                                let want = p.targets[key.0].contributions;
+                                let got = seen.get(&key).copied();
+                                assert_eq!(got, Some(want), "n {n} group {g} rank {r} {key:?}");
+                            }
+                            _ => {}
+                        }
+                    }
                 }
             }
         }

@@ -17,7 +17,7 @@ use super::direct_reduce;
 use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel, Lane, Layout};
 use super::relay::Relay;
 use crate::error::Result;
-use crate::task::{Reduction, Task, TaskKind};
+use crate::task::{Reduction, Scalar, Task, TaskKind};
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -1482,93 +1482,112 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
 /// exact.
 #[test]
 fn coalesced_collectives_in_one_group_are_exact() {
-    for n in [2usize, 3, 4, 8] {
-        for (single_max, direct) in [
-            (0usize, false),
-            (1 << 20, false),
-            (0, true),
-            (1 << 20, true),
-        ] {
-            let s = Setup {
-                rx_lanes: 2,
-                single_max,
-                direct,
-                ..Setup::new(n)
-            };
-            let layouts = s.layouts();
-            // (collective, count, input base, output base) for rank r.
-            let ops = |r: usize| {
-                let b = base(r) + 0x1000_0000;
-                vec![
-                    (Collective::AllReduce, 3001usize, b, b + BUF),
-                    (Collective::AllReduce, 17, b + 2 * BUF, b + 3 * BUF),
-                    (Collective::ReduceScatter, 900, b + 4 * BUF, b + 5 * BUF),
-                    (Collective::AllGather, 1200, b + 6 * BUF, b + 7 * BUF),
-                ]
-            };
-            for (merged, seed) in [(false, 1u64), (false, 2), (true, 3)] {
-                let mut mem = s.protocol_mem();
-                let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
-                let dx = DirectSim::new(n);
-                for r in 0..n {
-                    for (k, &(coll, count, inp, out)) in ops(r).iter().enumerate() {
-                        let (ie, oe) =
-                            crate::task::buffer_counts(TaskKind::Coll(coll), r, n, count).unwrap();
-                        mem.alloc(inp, ie.max(1) * 4);
-                        mem.alloc(out, oe.max(1) * 4);
-                        let data: Vec<u8> = (0..ie)
-                            .flat_map(|i| (input(r, i + k) as i32).to_le_bytes())
-                            .collect();
-                        mem.range(inp, ie * 4).copy_from_slice(&data);
-                    }
-                }
-                let group = |r: usize| -> Vec<Task> {
-                    ops(r)
-                        .into_iter()
-                        .map(|(coll, count, inp, out)| Task {
-                            kind: TaskKind::Coll(coll),
-                            send: inp as usize,
-                            recv: out as usize,
-                            count,
-                            dtype: DataType::Int32,
-                            red: Reduction::Plain(ReduceKind::Sum),
-                            stream: 0,
-                            fold: false,
-                        })
-                        .collect()
+    // Plain sums, and PreMulSum by 3 (a hierarchy's first stage scales so: a host
+    // reduce-scatter grouped with an all-reduce of an uneven count's last element). The
+    // all-reduce of one element last: its ranks but one have an empty share, which misordered
+    // its sends and receives behind the others' (an internal error, or on one stream the
+    // unreduced element sent) until the group's collectives shared one logical clock.
+    let three = Scalar::Immediate([3, 0, 0, 0, 0, 0, 0, 0]);
+    for (red, factor) in [
+        (Reduction::Plain(ReduceKind::Sum), 1i64),
+        (Reduction::PreMulSum(three), 3),
+    ] {
+        for n in [2usize, 3, 4, 8] {
+            for (single_max, direct) in [
+                (0usize, false),
+                (1 << 20, false),
+                (0, true),
+                (1 << 20, true),
+            ] {
+                let s = Setup {
+                    rx_lanes: 2,
+                    single_max,
+                    direct,
+                    ..Setup::new(n)
                 };
-                let mut counters: Vec<Counters> =
-                    (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
-                let first = seed as usize % n;
-                for r in (0..n).map(|i| (first + i) % n) {
-                    s.queue(&layouts[r], &mut counters[r], &mut devs[r], &group(r), &dx)
-                        .unwrap();
-                }
-                if let Err(e) = run(&devs, &mut mem, merged, seed) {
-                    panic!("n {n} single {single_max} direct {direct} merged {merged}: {e}");
-                }
-                for r in 0..n {
-                    for (k, &(coll, count, _, out)) in ops(r).iter().enumerate() {
-                        let sum = |i: usize| (0..n).map(|q| input(q, i + k)).sum::<i64>();
-                        let want: Vec<i64> = match coll {
-                            Collective::AllReduce => (0..count).map(sum).collect(),
-                            Collective::ReduceScatter => {
-                                (0..count).map(|i| sum(r * count + i)).collect()
-                            }
-                            _ => (0..n * count)
-                                .map(|j| input(j / count, j % count + k))
-                                .collect(),
-                        };
-                        let want: Vec<u8> = want
-                            .iter()
-                            .flat_map(|&v| (v as i32).to_le_bytes())
-                            .collect();
-                        let got = mem.read(out, want.len());
-                        assert!(
+                let layouts = s.layouts();
+                // (collective, count, input base, output base) for rank r.
+                let ops = |r: usize| {
+                    let b = base(r) + 0x1000_0000;
+                    vec![
+                        (Collective::AllReduce, 3001usize, b, b + BUF),
+                        (Collective::AllReduce, 17, b + 2 * BUF, b + 3 * BUF),
+                        (Collective::ReduceScatter, 900, b + 4 * BUF, b + 5 * BUF),
+                        (Collective::AllGather, 1200, b + 6 * BUF, b + 7 * BUF),
+                        (Collective::AllReduce, 1, b + 8 * BUF, b + 9 * BUF),
+                    ]
+                };
+                for (merged, seed) in [(false, 1u64), (false, 2), (true, 3)] {
+                    let mut mem = s.protocol_mem();
+                    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+                    let dx = DirectSim::new(n);
+                    for r in 0..n {
+                        for (k, &(coll, count, inp, out)) in ops(r).iter().enumerate() {
+                            let (ie, oe) =
+                                crate::task::buffer_counts(TaskKind::Coll(coll), r, n, count)
+                                    .unwrap();
+                            mem.alloc(inp, ie.max(1) * 4);
+                            mem.alloc(out, oe.max(1) * 4);
+                            let data: Vec<u8> = (0..ie)
+                                .flat_map(|i| (input(r, i + k) as i32).to_le_bytes())
+                                .collect();
+                            mem.range(inp, ie * 4).copy_from_slice(&data);
+                        }
+                    }
+                    let group = |r: usize| -> Vec<Task> {
+                        ops(r)
+                            .into_iter()
+                            .map(|(coll, count, inp, out)| Task {
+                                kind: TaskKind::Coll(coll),
+                                send: inp as usize,
+                                recv: out as usize,
+                                count,
+                                dtype: DataType::Int32,
+                                red: match coll {
+                                    Collective::AllGather => Reduction::Plain(ReduceKind::Sum),
+                                    _ => red,
+                                },
+                                stream: 0,
+                                fold: false,
+                            })
+                            .collect()
+                    };
+                    let mut counters: Vec<Counters> =
+                        (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
+                    let first = seed as usize % n;
+                    for r in (0..n).map(|i| (first + i) % n) {
+                        s.queue(&layouts[r], &mut counters[r], &mut devs[r], &group(r), &dx)
+                            .unwrap_or_else(|e| {
+                                panic!("{red:?} n {n} single {single_max} direct {direct}: {e}")
+                            });
+                    }
+                    if let Err(e) = run(&devs, &mut mem, merged, seed) {
+                        panic!("n {n} single {single_max} direct {direct} merged {merged}: {e}");
+                    }
+                    for r in 0..n {
+                        for (k, &(coll, count, _, out)) in ops(r).iter().enumerate() {
+                            let sum =
+                                |i: usize| factor * (0..n).map(|q| input(q, i + k)).sum::<i64>();
+                            let want: Vec<i64> = match coll {
+                                Collective::AllReduce => (0..count).map(sum).collect(),
+                                Collective::ReduceScatter => {
+                                    (0..count).map(|i| sum(r * count + i)).collect()
+                                }
+                                _ => (0..n * count)
+                                    .map(|j| input(j / count, j % count + k))
+                                    .collect(),
+                            };
+                            let want: Vec<u8> = want
+                                .iter()
+                                .flat_map(|&v| (v as i32).to_le_bytes())
+                                .collect();
+                            let got = mem.read(out, want.len());
+                            assert!(
                             got == want,
-                            "n {n} single {single_max} direct {direct} merged {merged}: rank {r} \
-                             {coll:?} #{k} wrong"
+                            "{red:?} n {n} single {single_max} direct {direct} merged {merged}: \
+                             rank {r} {coll:?} #{k} wrong"
                         );
+                        }
                     }
                 }
             }

@@ -597,6 +597,9 @@ impl<'a> Bench<'a> {
                 Some(r) => vec![Some(r)],
                 None => (0..n).map(Some).collect(),
             }
+        } else if coll == crate::coll::Coll::SendRecv {
+            // `-r K`: the sendrecv's step (`coll::sendrecv_shift`).
+            vec![s.root.filter(|&r| r < n)]
         } else {
             vec![None]
         };

@@ -31,7 +31,8 @@ SIZES (nccl-tests conventions)
 IN PLACE
   all_gather / gather: sendbuff = recvbuff + rank*count; reduce_scatter / scatter:
   recvbuff = sendbuff + rank*count; every other op: sendbuff == recvbuff.
-  sendrecv: rank r sends to (r+1)%n and receives from (r-1+n)%n in one group.
+  sendrecv: rank r sends to (r+1)%n and receives from (r-1+n)%n in one group; -r K (K > 0)
+    makes the step K: to (r+K)%n, from (r-K+n)%n.
   alltoall and sendrecv in place are timed but not checked (#wrong N/A), as in nccl-tests:
   NCCL does not support aliased buffers for them.
 

@@ -197,10 +197,19 @@ impl Coll {
                 idx: rank * param + k,
             },
             Coll::SendRecv => Source::Input {
-                rank: (rank + n - 1) % n,
+                rank: (rank + n - sendrecv_shift(root, n)) % n,
                 idx: k,
             },
         }
+    }
+}
+
+/// How far along the ranks a sendrecv sends (`-r`): rank r sends to r + shift and receives
+/// from r - shift; root 0 (the default) means 1, nccl-tests' ring.
+pub fn sendrecv_shift(root: usize, nranks: usize) -> usize {
+    match root % nranks.max(1) {
+        0 => 1,
+        k => k,
     }
 }
 
@@ -277,6 +286,11 @@ mod tests {
         assert_eq!(
             Coll::Scatter.source(2, 3, 1, 4, 3),
             Source::Input { rank: 1, idx: 11 }
+        );
+        // -r 2 on four ranks: rank 1 receives from rank 3.
+        assert_eq!(
+            Coll::SendRecv.source(1, 4, 2, 4, 3),
+            Source::Input { rank: 3, idx: 3 }
         );
         assert_eq!(
             Coll::SendRecv.source(0, 3, 0, 4, 3),

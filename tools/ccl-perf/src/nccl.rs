@@ -377,8 +377,9 @@ impl Nccl {
         let mut ops: Vec<(bool, usize, usize)> = Vec::new(); // (is_send, peer, block offset)
         match coll {
             Coll::SendRecv => {
-                ops.push((true, (c.rank + 1) % n, 0));
-                ops.push((false, (c.rank + n - 1) % n, 0));
+                let shift = crate::coll::sendrecv_shift(root, n);
+                ops.push((true, (c.rank + shift) % n, 0));
+                ops.push((false, (c.rank + n - shift) % n, 0));
             }
             Coll::AlltoAll => {
                 for p in 0..n {
