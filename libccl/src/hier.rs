@@ -10,7 +10,10 @@
 //! reduce-scatter of each host's range of blocks, partial sums into a scratch; then a
 //! reduce-scatter of those across the hosts (the network carries each block's partial sums
 //! only). A reduce: on every host to the rank holding the root's index, then across the hosts
-//! to the root. Sends and receives between ranks of one host go on the host's communicator.
+//! to the root. An all-to-all (each host's ranks consecutive): on every host, each rank's
+//! blocks for the ranks holding another's index gathered at that rank; then across the hosts
+//! among the ranks of one index, a host's blocks in one message (NCCL's PXN). Sends and
+//! receives between ranks of one host go on the host's communicator.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -183,8 +186,9 @@ impl Held {
 /// across the hosts among the ranks holding the root's index on their hosts, then on every host
 /// from that rank; a reduce-scatter the host's reduce-scatter of every host's blocks, then a
 /// reduce-scatter of the partial sums across the hosts; a reduce on every host to the rank
-/// holding the root's index, then across the hosts to the root; a send or receive between
-/// ranks of one host the same on the host's communicator.
+/// holding the root's index, then across the hosts to the root; an all-to-all its blocks
+/// gathered on the host by the index of their destination, then across the hosts; a send or
+/// receive between ranks of one host the same on the host's communicator.
 ///
 /// A communicator's operations keep their call order, each one's stages in turn, so a rank
 /// that groups them and one that calls them one by one issue the same sequence on every
@@ -273,6 +277,11 @@ fn need(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Need> {
         TaskKind::Coll(Collective::ReduceScatter) => {
             let gpu = scatter_eligible(h, t)?;
             let bytes = h.cross.nranks() * t.count * t.dtype.size();
+            Some(Need { bytes, gpu })
+        }
+        TaskKind::Coll(Collective::AlltoAll) => {
+            let gpu = alltoall_eligible(h, t)?;
+            let bytes = h.places.len() * t.count * t.dtype.size();
             Some(Need { bytes, gpu })
         }
         TaskKind::Coll(Collective::Reduce { root }) => {
@@ -372,6 +381,34 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Ve
     }
     if let Some(p) = local_p2p(h, t, rank) {
         return Some(vec![vec![(h.local.clone(), p)]]);
+    }
+    if alltoall_eligible(h, t).is_some() {
+        let per = h.local.nranks();
+        let (local, cross) =
+            alltoall_blocks(&h.places, t.send, t.recv, scratch, t.count * t.dtype.size())?;
+        let task = |p: &P2p, count| {
+            let (kind, send, recv) = match *p {
+                P2p::Send { peer, from } => (TaskKind::Send { peer }, from, 0),
+                P2p::Recv { peer, into } => (TaskKind::Recv { peer }, 0, into),
+            };
+            Task {
+                kind,
+                send,
+                recv,
+                count,
+                red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+                ..*t
+            }
+        };
+        let local = local
+            .iter()
+            .map(|p| (h.local.clone(), task(p, t.count)))
+            .collect();
+        let cross = cross
+            .iter()
+            .map(|p| (h.cross.clone(), task(p, per * t.count)))
+            .collect();
+        return Some(vec![local, cross]);
     }
     if scatter_eligible(h, t).is_some() {
         let (local, cross) = scatter_stages(&h.places, t, rank, scratch)?;
@@ -487,6 +524,61 @@ fn scatter_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
     }
     hosts_consecutive(&h.places).then_some(())?;
     eligible(h, t, true, true)
+}
+
+/// Whether all-to-all `t` goes hierarchically (and then whether on GPU memory): every host's
+/// ranks consecutive in rank order, as [`alltoall_blocks`] lays the blocks out.
+fn alltoall_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
+    if t.kind != TaskKind::Coll(Collective::AlltoAll) {
+        return None;
+    }
+    hosts_consecutive(&h.places).then_some(())?;
+    eligible(h, t, true, true)
+}
+
+/// An all-to-all's two stages on a rank (every host's ranks consecutive, `per` of them on
+/// each), blocks of `bytes`, as sends and receives: on the host, to each rank of the host
+/// (itself too) the blocks for the ranks holding that rank's index on every host, received
+/// into `scratch` by (host, sender); then across the hosts, to each host's rank holding this
+/// rank's index the `per` blocks gathered for it (one message), received straight into the
+/// output where its host's ranks' blocks go. The network carries each block once, in messages
+/// of a host's blocks; the host's links the rest -- NCCL's PXN.
+fn alltoall_blocks(
+    places: &[(usize, usize)],
+    send: usize,
+    recv: usize,
+    scratch: usize,
+    bytes: usize,
+) -> Option<(Vec<P2p>, Vec<P2p>)> {
+    let per = places.iter().filter(|p| p.0 == 0).count();
+    if per == 0 || places.len() % per != 0 {
+        return None;
+    }
+    let hosts = places.len() / per;
+    let mut local = Vec::with_capacity(2 * places.len());
+    for q in 0..per {
+        let block = |host: usize| (host * per + q) * bytes;
+        local.extend((0..hosts).map(|host| P2p::Send {
+            peer: q,
+            from: send + block(host),
+        }));
+        local.extend((0..hosts).map(|host| P2p::Recv {
+            peer: q,
+            into: scratch + block(host),
+        }));
+    }
+    let mut cross = Vec::with_capacity(2 * hosts);
+    for k in 0..hosts {
+        cross.push(P2p::Send {
+            peer: k,
+            from: scratch + k * per * bytes,
+        });
+        cross.push(P2p::Recv {
+            peer: k,
+            into: recv + k * per * bytes,
+        });
+    }
+    Some((local, cross))
 }
 
 /// Whether every host's ranks are consecutive in rank order.
@@ -891,6 +983,38 @@ mod tests {
         // Hosts interleaved: a host's blocks are no one range, so it stays flat.
         assert!(!hosts_consecutive(&places(&[7, 9, 9, 7]).unwrap()));
         assert!(!hosts_consecutive(&places(&[7, 9, 7, 9]).unwrap()));
+    }
+
+    /// Two hosts of two (ranks 0,1 and 2,3), 16-byte blocks, from rank 1's view: on its host
+    /// it sends rank 0 (its host index 0) the blocks for ranks 0 and 2 and itself those for
+    /// 1 and 3, receiving each one's into the scratch by (destination host, sender); across
+    /// the hosts it sends the two blocks gathered for each host's index-1 rank in one message
+    /// (to itself too) and takes each host's two blocks into their places.
+    #[test]
+    fn an_all_to_all_gathers_on_the_host_then_crosses_once_per_host() {
+        let p = places(&[7, 7, 9, 9]).unwrap();
+        let (send, recv, scratch) = (0x1000, 0x2000, 0x5000);
+        let (local, cross) = alltoall_blocks(&p, send, recv, scratch, 16).unwrap();
+        use P2p::{Recv, Send};
+        let s = |peer, from| Send { peer, from };
+        let r = |peer, into| Recv { peer, into };
+        assert_eq!(
+            local,
+            [
+                s(0, 0x1000),
+                s(0, 0x1020),
+                r(0, 0x5000),
+                r(0, 0x5020),
+                s(1, 0x1010),
+                s(1, 0x1030),
+                r(1, 0x5010),
+                r(1, 0x5030),
+            ]
+        );
+        assert_eq!(
+            cross,
+            [s(0, 0x5000), r(0, 0x2000), s(1, 0x5020), r(1, 0x2020)]
+        );
     }
 
     /// Hosts a,b,b,a, root 2 (host b, index 1): every host reduces to its index-1 rank (3 on

@@ -154,8 +154,8 @@ fn main() {
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
                 r
             }
-            // An all-gather, an all-reduce, a broadcast, a reduce-scatter and a reduce: the
-            // first half of the ranks call them in one group, the others one by one (NCCL
+            // An all-gather, an all-reduce, a broadcast, a reduce-scatter, a reduce and an
+            // all-to-all: the first half of the ranks call them in one group, the others one by one (NCCL
             // allows both; a hierarchy must issue the same sequence on every sub-communicator
             // either way, and give each operation its own part of its scratch).
             "grouped" => {
@@ -199,6 +199,13 @@ fn main() {
                     comm,
                     null,
                 );
+                // All-to-all: block j of rank q's input, element i: (q * nranks + j) * 1000 + i.
+                let a2a_in: Vec<f32> = (0..count)
+                    .map(|x| ((rank * nranks + x / per) * 1000 + x % per) as f32)
+                    .collect();
+                let mut a2a_out = vec![0.0f32; count];
+                let a2p = a2a_out.as_mut_ptr() as *mut c_void;
+                r |= ncclAlltoAll(a2a_in.as_ptr() as *const c_void, a2p, per, 7, comm, null);
                 if together {
                     r |= ncclGroupEnd();
                 }
@@ -230,13 +237,16 @@ fn main() {
                     .all(|j| scattered[j] == ranks_sum + (nranks * (rank * per + j)) as f32);
                 let reduced_ok = rank != root
                     || (0..count).all(|i| reduced[i] == ranks_sum + (nranks * i) as f32);
+                let a2a_ok = (0..count)
+                    .all(|x| a2a_out[x] == ((x / per * nranks + rank) * 1000 + x % per) as f32);
                 let p2p_ok = from_partner.iter().all(|&x| x == partner as f32 + 0.5)
                     && from_across.iter().all(|&x| x == across as f32 + 0.5);
                 println!(
                     "gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok} \
-                     scattered={scattered_ok} reduced={reduced_ok} p2p={p2p_ok}"
+                     scattered={scattered_ok} reduced={reduced_ok} a2a={a2a_ok} p2p={p2p_ok}"
                 );
-                let all_ok = gathered_ok && summed_ok && sent_ok && scattered_ok && reduced_ok;
+                let all_ok =
+                    gathered_ok && summed_ok && sent_ok && scattered_ok && reduced_ok && a2a_ok;
                 if r == 0 && !(all_ok && p2p_ok) {
                     r = 99;
                 }
