@@ -10,7 +10,7 @@
 //! reduce-scatter of each host's range of blocks, partial sums into a scratch; then a
 //! reduce-scatter of those across the hosts (the network carries each block's partial sums
 //! only). A reduce: on every host to the rank holding the root's index, then across the hosts
-//! to the root. An all-to-all (each host's ranks consecutive): on every host, each rank's
+//! to the root. An all-to-all (`CCL_HIERARCHY_ALLTOALL=1`, each host's ranks consecutive): on every host, each rank's
 //! blocks for the ranks holding another's index gathered at that rank; then across the hosts
 //! among the ranks of one index, a host's blocks in one message (NCCL's PXN). Sends and
 //! receives between ranks of one host go on the host's communicator.
@@ -526,10 +526,12 @@ fn scatter_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
     eligible(h, t, true, true)
 }
 
-/// Whether all-to-all `t` goes hierarchically (and then whether on GPU memory): every host's
-/// ranks consecutive in rank order, as [`alltoall_blocks`] lays the blocks out.
+/// Whether all-to-all `t` goes hierarchically (and then whether on GPU memory):
+/// `CCL_HIERARCHY_ALLTOALL=1` and every host's ranks consecutive in rank order, as
+/// [`alltoall_blocks`] lays the blocks out.
 fn alltoall_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
-    if t.kind != TaskKind::Coll(Collective::AlltoAll) {
+    if t.kind != TaskKind::Coll(Collective::AlltoAll) || !params::CCL_HIERARCHY_ALLTOALL.get_bool()
+    {
         return None;
     }
     hosts_consecutive(&h.places).then_some(())?;

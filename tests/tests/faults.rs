@@ -303,7 +303,7 @@ fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
     assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
 }
 
-/// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`; an all-reduce of an
+/// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`, all-to-all too; an all-reduce of an
 /// uneven count among them) that half the ranks group and half call one by one: exact results
 /// everywhere, no hang.
 #[test]
@@ -311,7 +311,11 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
     let outs = run_with(
         "grouped",
         4,
-        &[("CCL_HIERARCHY", "1"), ("CCL_TIMEOUT_S", "20")],
+        &[
+            ("CCL_HIERARCHY", "1"),
+            ("CCL_HIERARCHY_ALLTOALL", "1"),
+            ("CCL_TIMEOUT_S", "20"),
+        ],
         &two_per_host,
         Duration::from_secs(60),
     );

@@ -1,0 +1,32 @@
+# Session 29 call 10 (nvidia-h100-x1, carry .dev = HEAD (hierarchical all-to-all) release): four
+# ranks as processes on the one H100, two emulated hosts (ranks 0,1 and 2,3).
+# 1) alltoall checked (float / int8 / bf16, 4 B-20 MiB; in place is timed, not checked, as in
+#    nccl-tests), hierarchical; the same with hosts a,b,a,b (not consecutive: flat)
+# 2) alltoall 8-128 MiB hierarchical (default) against flat, two alternated rounds
+set -u; O=$OUT/r; mkdir -p $O
+cat > /tmp/pairs.sh <<'W'
+#!/bin/bash
+export CCL_HOSTID=emulated-host-$((OMPI_COMM_WORLD_RANK / 2))
+exec "$@"
+W
+cat > /tmp/alt.sh <<'W'
+#!/bin/bash
+export CCL_HOSTID=emulated-host-$((OMPI_COMM_WORLD_RANK % 2))
+exec "$@"
+W
+chmod +x /tmp/pairs.sh /tmp/alt.sh
+run() { # log np wrapper env-words... -- ccl-perf args
+  local log=$1 np=$2 wrap=$3; shift 3; local envs=(); while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  env NCCL_NVLS_ENABLE=0 "${envs[@]}" LD_LIBRARY_PATH=$PWD/.dev timeout -s KILL 150 mpirun --allow-run-as-root \
+    --bind-to none -np $np -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH $(env "${envs[@]}" env | grep -oE '^(CCL|NCCL)_[A-Z0-9_]+' | sed 's/^/-x /') \
+    $wrap .dev/ccl-perf "$@" --mem device > $O/$log.txt 2>&1
+  echo "$log rc $?: rows $(grep -cE '^ +[0-9]' $O/$log.txt), wrong $(grep -E '^ +[0-9]' $O/$log.txt | awk '{w+=$9; if ($13!="N/A") w+=$13} END {print w+0}')"
+  case $log in *check*) ;; *) grep -E '^ +[0-9]' $O/$log.txt | awk '{printf "%s:%s/%s ", $1, $8, $12} END {print ""}' ;; esac
+}
+run a2a-check 4 /tmp/pairs.sh CCL_NONE=1 -- alltoall -b 4 -e 20M -f 7 -n 2 -w 1 -c 1 -d float,int8,bfloat16
+run a2a-alt-check 4 /tmp/alt.sh CCL_NONE=1 -- alltoall -b 4 -e 20M -f 7 -n 2 -w 1 -c 1 -d float,int8
+for round in 1 2; do
+  run a2a-hier-$round 4 /tmp/pairs.sh CCL_NONE=1 -- alltoall -b 8M -e 128M -f 4 -n 8 -w 2 -c 1
+  run a2a-flat-$round 4 /tmp/pairs.sh CCL_HIERARCHY=0 -- alltoall -b 8M -e 128M -f 4 -n 8 -w 2 -c 1
+done
+cd $OUT && tar czf logs.tgz r && rm -rf r
