@@ -363,18 +363,11 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Ve
         return Some(seq);
     }
     if let Some(plan) = gather_plan(h, t, rank) {
-        let task = |kind, send, recv| Task {
-            kind,
-            send,
-            recv,
-            red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-            ..*t
+        let on = |sub: &Comm, ps: &[P2p]| {
+            ps.iter()
+                .map(|p| (sub.clone(), p2p_task(t, p, t.count)))
+                .collect()
         };
-        let to = |p: &P2p| match *p {
-            P2p::Send { peer, from } => task(TaskKind::Send { peer }, from, 0),
-            P2p::Recv { peer, into } => task(TaskKind::Recv { peer }, 0, into),
-        };
-        let on = |sub: &Comm, ps: &[P2p]| ps.iter().map(|p| (sub.clone(), to(p))).collect();
         let seq: Vec<Vec<(Comm, Task)>> =
             vec![on(&h.cross, &plan.cross), on(&h.local, &plan.local)];
         return Some(seq.into_iter().filter(|g| !g.is_empty()).collect());
@@ -386,27 +379,13 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Ve
         let per = h.local.nranks();
         let (local, cross) =
             alltoall_blocks(&h.places, t.send, t.recv, scratch, t.count * t.dtype.size())?;
-        let task = |p: &P2p, count| {
-            let (kind, send, recv) = match *p {
-                P2p::Send { peer, from } => (TaskKind::Send { peer }, from, 0),
-                P2p::Recv { peer, into } => (TaskKind::Recv { peer }, 0, into),
-            };
-            Task {
-                kind,
-                send,
-                recv,
-                count,
-                red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
-                ..*t
-            }
-        };
         let local = local
             .iter()
-            .map(|p| (h.local.clone(), task(p, t.count)))
+            .map(|p| (h.local.clone(), p2p_task(t, p, t.count)))
             .collect();
         let cross = cross
             .iter()
-            .map(|p| (h.cross.clone(), task(p, per * t.count)))
+            .map(|p| (h.cross.clone(), p2p_task(t, p, per * t.count)))
             .collect();
         return Some(vec![local, cross]);
     }
@@ -725,6 +704,22 @@ fn broadcast_roots(
         false => None,
     };
     Some((cross, root_local))
+}
+
+/// `p` as a send or receive of `count` of `t`'s elements.
+fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
+    let (kind, send, recv) = match *p {
+        P2p::Send { peer, from } => (TaskKind::Send { peer }, from, 0),
+        P2p::Recv { peer, into } => (TaskKind::Recv { peer }, 0, into),
+    };
+    Task {
+        kind,
+        send,
+        recv,
+        count,
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        ..*t
+    }
 }
 
 /// A send or receive of one block of a hierarchical all-gather, by its peer's rank in the
