@@ -201,16 +201,16 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     let mut ops: Vec<CommOps> = Vec::new();
     for (comm, t) in tasks {
         let h = comm.0.hier.lock().clone();
-        let Some((h, need)) = h.and_then(|h| need(&h, &t, &comm).map(|n| (h, n))) else {
+        let Some((h, plan)) = h.and_then(|h| plan(&h, &t, &comm).map(|p| (h, p))) else {
             rest.push((comm, t));
             continue;
         };
         match ops.iter_mut().find(|o| Arc::ptr_eq(&o.comm.0, &comm.0)) {
-            Some(o) => o.tasks.push((t, need)),
+            Some(o) => o.tasks.push((t, plan)),
             None => ops.push(CommOps {
                 comm,
                 h,
-                tasks: vec![(t, need)],
+                tasks: vec![(t, plan)],
             }),
         }
     }
@@ -223,9 +223,12 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
         // the next ones join it, so that a group's transfers stay one group there (each
         // alone, two ranks sending to each other first would wait for each other).
         let mut open_p2p = false;
-        for ((t, _), scratch) in ts.iter().zip(at) {
-            let groups = stages_for(&h, t, &comm, scratch)
-                .ok_or_else(|| crate::error::Error::internal("hierarchy: stages vanished"))?;
+        for ((t, plan), scratch) in ts.into_iter().zip(at) {
+            let groups = match plan {
+                Plan::Ready(groups) => groups,
+                Plan::Scratch(_) => scratch_stages(&h, &t, comm.rank(), scratch)
+                    .ok_or_else(|| crate::error::Error::internal("hierarchy: stages vanished"))?,
+            };
             let p2p = matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. });
             match (seq.last_mut(), open_p2p && p2p) {
                 (Some(last), true) => last.extend(groups.into_iter().flatten()),
@@ -259,7 +262,16 @@ pub(crate) struct Taken {
 struct CommOps {
     comm: Comm,
     h: Arc<Hierarchy>,
-    tasks: Vec<(Task, Need)>,
+    tasks: Vec<(Task, Plan)>,
+}
+
+/// How an operation that goes hierarchically is staged (decided once: the decision asks the
+/// driver about its buffers).
+enum Plan {
+    /// Its stage groups, which need no scratch.
+    Ready(Vec<StageGroup>),
+    /// Its stages are built ([`scratch_stages`]) once its part of the scratch is claimed.
+    Scratch(Need),
 }
 
 /// What an operation that goes hierarchically needs of its hierarchy's scratch.
@@ -270,36 +282,33 @@ struct Need {
     gpu: bool,
 }
 
-/// Whether `t` goes hierarchically on `comm`, and the scratch it needs then.
-fn need(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Need> {
+/// Whether `t` goes hierarchically on `comm`, and how.
+fn plan(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Plan> {
     let rank = comm.rank();
-    match t.kind {
-        TaskKind::Coll(Collective::ReduceScatter) => {
-            let gpu = scatter_eligible(h, t)?;
-            let bytes = h.cross.nranks() * t.count * t.dtype.size();
-            Some(Need { bytes, gpu })
-        }
-        TaskKind::Coll(Collective::AlltoAll) => {
-            let gpu = alltoall_eligible(h, t)?;
-            let bytes = h.places.len() * t.count * t.dtype.size();
-            Some(Need { bytes, gpu })
-        }
+    let bytes = t.count * t.dtype.size();
+    let need = match t.kind {
+        TaskKind::Coll(Collective::ReduceScatter) => Need {
+            gpu: scatter_eligible(h, t)?,
+            bytes: h.cross.nranks() * bytes,
+        },
+        TaskKind::Coll(Collective::AlltoAll) => Need {
+            gpu: alltoall_eligible(h, t)?,
+            bytes: h.places.len() * bytes,
+        },
         TaskKind::Coll(Collective::Reduce { root }) => {
             let gpu = reduce_eligible(h, t, rank)?;
             // The ranks holding the root's index keep their host's partial sum for the stage
             // across the hosts (the root in its receive buffer).
             let (cross, _) = broadcast_roots(&h.places, root, rank)?;
             let bytes = match cross {
-                Some(_) if rank != root => t.count * t.dtype.size(),
+                Some(_) if rank != root => bytes,
                 _ => 0,
             };
-            Some(Need { bytes, gpu })
+            Need { bytes, gpu }
         }
-        _ => stages_for(h, t, comm, 0).map(|_| Need {
-            bytes: 0,
-            gpu: false,
-        }),
-    }
+        _ => return ready_stages(h, t, comm).map(Plan::Ready),
+    };
+    Some(Plan::Scratch(need))
 }
 
 /// Scratch for a communicator's hierarchical operations of one group: each one's address (0
@@ -307,10 +316,21 @@ fn need(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Need> {
 fn claim(
     comm: &Comm,
     h: &Arc<Hierarchy>,
-    ts: &[(Task, Need)],
+    ops: &[(Task, Plan)],
     held: &mut Held,
 ) -> Result<Vec<usize>> {
     const ALIGN: usize = 256;
+    let none = Need {
+        bytes: 0,
+        gpu: false,
+    };
+    let ts: Vec<(Task, Need)> = ops
+        .iter()
+        .map(|(t, p)| match p {
+            Plan::Scratch(n) => (*t, *n),
+            Plan::Ready(_) => (*t, none),
+        })
+        .collect();
     let mut at = vec![0usize; ts.len()];
     let mut ends = [0usize; 2];
     for (i, (_, n)) in ts.iter().enumerate() {
@@ -349,10 +369,9 @@ fn claim(
     Ok(at)
 }
 
-/// One operation's stage groups on `h`'s sub-communicators, if it goes hierarchically on
-/// `comm`. `scratch`: where the operation's part of the hierarchy's scratch is, as [`need`]
-/// asked.
-fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Vec<StageGroup>> {
+/// The stage groups on `h`'s sub-communicators of an operation that needs no scratch, if it
+/// goes hierarchically on `comm`.
+fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
     if let Some((cross, local)) = broadcast_stages(h, t, rank) {
         let mut seq = Vec::new();
@@ -375,31 +394,6 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Ve
     if let Some(p) = local_p2p(h, t, rank) {
         return Some(vec![vec![(h.local.clone(), p)]]);
     }
-    if alltoall_eligible(h, t).is_some() {
-        let per = h.local.nranks();
-        let (local, cross) =
-            alltoall_blocks(&h.places, t.send, t.recv, scratch, t.count * t.dtype.size())?;
-        let local = local
-            .iter()
-            .map(|p| (h.local.clone(), p2p_task(t, p, t.count)))
-            .collect();
-        let cross = cross
-            .iter()
-            .map(|p| (h.cross.clone(), p2p_task(t, p, per * t.count)))
-            .collect();
-        return Some(vec![local, cross]);
-    }
-    if scatter_eligible(h, t).is_some() {
-        let (local, cross) = scatter_stages(&h.places, t, rank, scratch)?;
-        let local = local.into_iter().map(|t| (h.local.clone(), t)).collect();
-        return Some(vec![local, vec![(h.cross.clone(), cross)]]);
-    }
-    if reduce_eligible(h, t, rank).is_some() {
-        let (local, cross) = reduce_stages(&h.places, t, rank, scratch)?;
-        let mut seq = vec![vec![(h.local.clone(), local)]];
-        seq.extend(cross.map(|c| vec![(h.cross.clone(), c)]));
-        return Some(seq);
-    }
     let [host, cross, gather] = all_reduce_stages(h, t)?;
     let seq = [(&h.local, host), (&h.cross, cross), (&h.local, gather)]
         .into_iter()
@@ -407,6 +401,39 @@ fn stages_for(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Ve
         .map(|(sub, ts)| ts.into_iter().map(|t| (sub.clone(), t)).collect())
         .collect();
     Some(seq)
+}
+
+/// The stage groups of an operation [`plan`] found to go hierarchically with a part of the
+/// scratch, at `scratch`: a reduce-scatter, a reduce or an all-to-all.
+fn scratch_stages(h: &Hierarchy, t: &Task, rank: usize, scratch: usize) -> Option<Vec<StageGroup>> {
+    match t.kind {
+        TaskKind::Coll(Collective::AlltoAll) => {
+            let per = h.local.nranks();
+            let (local, cross) =
+                alltoall_blocks(&h.places, t.send, t.recv, scratch, t.count * t.dtype.size())?;
+            let local = local
+                .iter()
+                .map(|p| (h.local.clone(), p2p_task(t, p, t.count)))
+                .collect();
+            let cross = cross
+                .iter()
+                .map(|p| (h.cross.clone(), p2p_task(t, p, per * t.count)))
+                .collect();
+            Some(vec![local, cross])
+        }
+        TaskKind::Coll(Collective::ReduceScatter) => {
+            let (local, cross) = scatter_stages(&h.places, t, rank, scratch)?;
+            let local = local.into_iter().map(|t| (h.local.clone(), t)).collect();
+            Some(vec![local, vec![(h.cross.clone(), cross)]])
+        }
+        TaskKind::Coll(Collective::Reduce { .. }) => {
+            let (local, cross) = reduce_stages(&h.places, t, rank, scratch)?;
+            let mut seq = vec![vec![(h.local.clone(), local)]];
+            seq.extend(cross.map(|c| vec![(h.cross.clone(), c)]));
+            Some(seq)
+        }
+        _ => None,
+    }
 }
 
 /// An all-reduce's stages (on the host, across the hosts, on the host), if it goes
