@@ -545,8 +545,9 @@ fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
-    // Hierarchical operations go after the rest of the group, stage by stage, each stage a
-    // group on the sub-communicators (which have no hierarchy of their own).
+    // Hierarchical operations go stage by stage, each stage a group on the sub-communicators
+    // (which have no hierarchy of their own), after what stays flat before them (`hier::take`
+    // keeps each communicator's call order).
     // A stage's failure is its sub-communicator's async error, which the communicator's own
     // reports (`Comm::async_error`).
     let crate::hier::Taken {

@@ -20,8 +20,9 @@
 //! The two sub-communicators are made at init (`attach`) by splitting the communicator: one of
 //! the ranks of each host, one of the ranks holding the same place on every host. Each
 //! operation is decided on itself (its kind, count and memory, and settings every rank shares),
-//! so ranks that group it differently decide alike; its three stages run after the rest of
-//! its group, each a group of its own on the sub-communicators, in stream order.
+//! so ranks that group it differently decide alike; its stages run in its place in the
+//! communicator's call order, each a group of its own on the sub-communicators, in stream
+//! order, with the flat operations between them groups of their own ([`take`]).
 
 use std::sync::Arc;
 
@@ -190,51 +191,89 @@ impl Held {
 /// gathered on the host by the index of their destination, then across the hosts; a send or
 /// receive between ranks of one host the same on the host's communicator.
 ///
-/// A communicator's operations keep their call order, each one's stages in turn, so a rank
-/// that groups them and one that calls them one by one issue the same sequence on every
-/// sub-communicator (batching one stage of every operation together would reorder an
-/// all-gather's sends behind a later all-reduce's reduce-scatter on one rank only). Different
-/// communicators of the group go side by side, round by round: on the host path a round runs
-/// to completion, and another process may hold the group's communicators in another order.
+/// A communicator's collectives keep their call order, each hierarchical one's stages in turn
+/// and the flat ones between them as groups of their own on the communicator, then its sends
+/// and receives (the flat engine's order within a group): so a rank that groups them and one
+/// that calls them one by one issue the same sequence on the communicator and on every
+/// sub-communicator (batching one stage of every operation together, or the flat ones first,
+/// would reorder them on one rank only). Flat collectives before the first hierarchical one,
+/// and a communicator's operations when none goes hierarchically, stay in the rest, which runs
+/// first. Different communicators of the group go side by side, round by round: on the host
+/// path a round runs to completion, and another process may hold the group's communicators in
+/// another order.
 pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     let mut rest = Vec::with_capacity(tasks.len());
     let mut ops: Vec<CommOps> = Vec::new();
     for (comm, t) in tasks {
-        let h = comm.0.hier.lock().clone();
-        let Some((h, plan)) = h.and_then(|h| plan(&h, &t, &comm).map(|p| (h, p))) else {
+        let Some(h) = comm.0.hier.lock().clone() else {
             rest.push((comm, t));
             continue;
         };
+        let op = match plan(&h, &t, &comm) {
+            Some(p) => Op::Hier(t, p),
+            None => Op::Flat(t),
+        };
         match ops.iter_mut().find(|o| Arc::ptr_eq(&o.comm.0, &comm.0)) {
-            Some(o) => o.tasks.push((t, plan)),
+            Some(o) => o.ops.push(op),
             None => ops.push(CommOps {
                 comm,
                 h,
-                tasks: vec![(t, plan)],
+                ops: vec![op],
             }),
         }
     }
     let mut held = Held::default();
     let mut seqs: Vec<Vec<StageGroup>> = Vec::with_capacity(ops.len());
-    for CommOps { comm, h, tasks: ts } in ops {
-        let at = claim(&comm, &h, &ts, &mut held)?;
+    for CommOps { comm, h, ops } in ops {
+        if ops.iter().all(|o| matches!(o, Op::Flat(_))) {
+            rest.extend(ops.into_iter().map(|o| (comm.clone(), *o.task())));
+            continue;
+        }
+        // Collectives in call order, then flat sends and receives, then those on the host's
+        // communicator (across the hosts first, as when they all ran in the rest).
+        let (p2p, mut ordered): (Vec<Op>, Vec<Op>) =
+            ops.into_iter().partition(|o| is_p2p(o.task()));
+        let (flat_p2p, host_p2p): (Vec<Op>, Vec<Op>) =
+            p2p.into_iter().partition(|o| matches!(o, Op::Flat(_)));
+        ordered.extend(flat_p2p);
+        ordered.extend(host_p2p);
+        let at = claim(&comm, &h, &ordered, &mut held)?;
         let mut seq: Vec<StageGroup> = Vec::new();
-        // Whether the last stage group holds sends and receives on the host's communicator:
-        // the next ones join it, so that a group's transfers stay one group there (each
-        // alone, two ranks sending to each other first would wait for each other).
-        let mut open_p2p = false;
-        for ((t, plan), scratch) in ts.into_iter().zip(at) {
-            let groups = match plan {
-                Plan::Ready(groups) => groups,
-                Plan::Scratch(_) => scratch_stages(&h, &t, comm.rank(), scratch)
-                    .ok_or_else(|| crate::error::Error::internal("hierarchy: stages vanished"))?,
+        // Whether everything so far stayed flat (and went to the rest).
+        let mut leading = true;
+        // What the last stage group holds, if the next operation of that kind may join it: flat
+        // operations of the communicator run as one group there, and a group's transfers on
+        // the host's communicator stay one group (each alone, two ranks sending to each other
+        // first would wait for each other).
+        let mut open: Option<Segment> = None;
+        for (op, scratch) in ordered.into_iter().zip(at) {
+            let p2p = is_p2p(op.task());
+            let (segment, groups) = match op {
+                Op::Flat(t) if leading => {
+                    rest.push((comm.clone(), t));
+                    continue;
+                }
+                Op::Flat(t) => {
+                    let segment = if p2p { Segment::FlatP2p } else { Segment::Flat };
+                    (Some(segment), vec![vec![(comm.clone(), t)]])
+                }
+                Op::Hier(t, plan) => {
+                    leading = false;
+                    let groups = match plan {
+                        Plan::Ready(groups) => groups,
+                        Plan::Scratch(_) => scratch_stages(&h, &t, comm.rank(), scratch)
+                            .ok_or_else(|| {
+                                crate::error::Error::internal("hierarchy: stages vanished")
+                            })?,
+                    };
+                    (p2p.then_some(Segment::HostP2p), groups)
+                }
             };
-            let p2p = matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. });
-            match (seq.last_mut(), open_p2p && p2p) {
+            match (seq.last_mut(), segment.is_some() && segment == open) {
                 (Some(last), true) => last.extend(groups.into_iter().flatten()),
                 _ => seq.extend(groups),
             }
-            open_p2p = p2p;
+            open = segment;
         }
         seqs.push(seq);
     }
@@ -248,6 +287,21 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     Ok(Taken { rest, stages, held })
 }
 
+/// What a stage group of [`take`] holds, where operations of one kind may join it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Segment {
+    /// Flat collectives of the communicator.
+    Flat,
+    /// Flat sends and receives of the communicator.
+    FlatP2p,
+    /// Sends and receives on the host's communicator.
+    HostP2p,
+}
+
+fn is_p2p(t: &Task) -> bool {
+    matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. })
+}
+
 /// A group split by [`take`].
 pub(crate) struct Taken {
     /// The operations that stay flat.
@@ -258,11 +312,27 @@ pub(crate) struct Taken {
     pub held: Held,
 }
 
-/// A communicator's hierarchical operations of one group, in call order.
+/// A communicator's operations of one group, in call order.
 struct CommOps {
     comm: Comm,
     h: Arc<Hierarchy>,
-    tasks: Vec<(Task, Plan)>,
+    ops: Vec<Op>,
+}
+
+/// An operation of a communicator with a hierarchy.
+enum Op {
+    /// It stays on the communicator.
+    Flat(Task),
+    /// It goes hierarchically, so.
+    Hier(Task, Plan),
+}
+
+impl Op {
+    fn task(&self) -> &Task {
+        match self {
+            Op::Flat(t) | Op::Hier(t, _) => t,
+        }
+    }
 }
 
 /// How an operation that goes hierarchically is staged (decided once: the decision asks the
@@ -311,14 +381,9 @@ fn plan(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Plan> {
     Some(Plan::Scratch(need))
 }
 
-/// Scratch for a communicator's hierarchical operations of one group: each one's address (0
-/// where it needs none), parts aligned for any element and copy, one claim per kind of memory.
-fn claim(
-    comm: &Comm,
-    h: &Arc<Hierarchy>,
-    ops: &[(Task, Plan)],
-    held: &mut Held,
-) -> Result<Vec<usize>> {
+/// Scratch for a communicator's operations of one group: each one's address (0 where it
+/// needs none: flat ones too), parts aligned for any element and copy, one claim per kind of memory.
+fn claim(comm: &Comm, h: &Arc<Hierarchy>, ops: &[Op], held: &mut Held) -> Result<Vec<usize>> {
     const ALIGN: usize = 256;
     let none = Need {
         bytes: 0,
@@ -326,9 +391,9 @@ fn claim(
     };
     let ts: Vec<(Task, Need)> = ops
         .iter()
-        .map(|(t, p)| match p {
-            Plan::Scratch(n) => (*t, *n),
-            Plan::Ready(_) => (*t, none),
+        .map(|o| match o {
+            Op::Hier(t, Plan::Scratch(n)) => (*t, *n),
+            Op::Hier(t, Plan::Ready(_)) | Op::Flat(t) => (*t, none),
         })
         .collect();
     let mut at = vec![0usize; ts.len()];

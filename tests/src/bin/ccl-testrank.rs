@@ -176,8 +176,27 @@ fn main() {
                     r |= ncclGroupStart();
                 }
                 r |= ncclAllGather(mp, gp, count / nranks, 7, comm, null);
+                // Integer averages stay flat: between hierarchical operations they must keep
+                // their place in the sequence. Element i: 10 * rank + i, and then
+                // 20 * rank + i, so the averages are 15 + i and 30 + i (exact in int32).
+                let ints: Vec<i32> = (0..count as i32).map(|i| 10 * rank as i32 + i).collect();
+                let ints2: Vec<i32> = (0..count as i32).map(|i| 20 * rank as i32 + i).collect();
+                let mut avg = vec![0i32; count];
+                let mut avg2 = vec![0i32; count];
+                let avp = avg.as_mut_ptr() as *mut c_void;
+                let avp2 = avg2.as_mut_ptr() as *mut c_void;
+                r |= ncclAllReduce(ints.as_ptr() as *const c_void, avp, count, 2, 4, comm, null);
                 r |= ncclAllReduce(sp, spp, count - 1, 7, 0, comm, null);
                 r |= ncclBroadcast(bp, bp, count, 7, 1, comm, null);
+                r |= ncclAllReduce(
+                    ints2.as_ptr() as *const c_void,
+                    avp2,
+                    count,
+                    2,
+                    4,
+                    comm,
+                    null,
+                );
                 let per = count / nranks;
                 // Element i of every input: rank + i, so block b's j-th sums to
                 // sum(ranks) + nranks * (b * per + j).
@@ -209,11 +228,11 @@ fn main() {
                 if together {
                     r |= ncclGroupEnd();
                 }
-                // Then one group on every rank (a group that mixes operations going
-                // hierarchically with others of the communicator must be grouped alike on
-                // every rank): sends and receives with the rank beside it on its host (two
-                // ranks a host; over the host's communicator) and with the one across (half the
-                // ranks on; over this one): rank + 0.5 each.
+                // Then sends and receives with the rank beside it on its host (two ranks a
+                // host; over the host's communicator) and with the one across (half the ranks
+                // on; over this one): rank + 0.5 each, in one group on every rank; and an
+                // all-reduce (hierarchical), called last in that group by the first half, before
+                // it by the others: a group's collectives go before its transfers.
                 let partner = rank ^ 1;
                 let across = (rank + nranks / 2) % nranks;
                 let mine_p2p = vec![rank_f + 0.5; count];
@@ -222,15 +241,26 @@ fn main() {
                 let mpp = mine_p2p.as_ptr() as *const c_void;
                 let fpp = from_partner.as_mut_ptr() as *mut c_void;
                 let fap = from_across.as_mut_ptr() as *mut c_void;
+                let mut last_sum = vec![0.0f32; count];
+                let lsp = last_sum.as_mut_ptr() as *mut c_void;
+                if !together {
+                    r |= ncclAllReduce(sp, lsp, count, 7, 0, comm, null);
+                }
                 r |= ncclGroupStart();
                 r |= ncclSend(mpp, count, 7, partner as i32, comm, null);
                 r |= ncclRecv(fpp, count, 7, partner as i32, comm, null);
                 r |= ncclSend(mpp, count, 7, across as i32, comm, null);
                 r |= ncclRecv(fap, count, 7, across as i32, comm, null);
+                if together {
+                    r |= ncclAllReduce(sp, lsp, count, 7, 0, comm, null);
+                }
                 r |= ncclGroupEnd();
                 let gathered_ok =
                     (0..count).all(|i| gathered[i] == (i / per) as f32 + (i % per) as f32);
-                let summed_ok = summed[..count - 1].iter().all(|&x| x == nranks as f32);
+                let summed_ok = summed[..count - 1].iter().all(|&x| x == nranks as f32)
+                    && last_sum.iter().all(|&x| x == nranks as f32);
+                let avg_ok =
+                    (0..count).all(|i| avg[i] == 15 + i as i32 && avg2[i] == 30 + i as i32);
                 let sent_ok = sent.iter().all(|&x| x == 5.0);
                 let ranks_sum = (nranks * (nranks - 1) / 2) as f32;
                 let scattered_ok = (0..per)
@@ -243,10 +273,16 @@ fn main() {
                     && from_across.iter().all(|&x| x == across as f32 + 0.5);
                 println!(
                     "gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok} \
-                     scattered={scattered_ok} reduced={reduced_ok} a2a={a2a_ok} p2p={p2p_ok}"
+                     scattered={scattered_ok} reduced={reduced_ok} a2a={a2a_ok} p2p={p2p_ok} \
+                     int_avg={avg_ok}"
                 );
-                let all_ok =
-                    gathered_ok && summed_ok && sent_ok && scattered_ok && reduced_ok && a2a_ok;
+                let all_ok = gathered_ok
+                    && summed_ok
+                    && sent_ok
+                    && scattered_ok
+                    && reduced_ok
+                    && a2a_ok
+                    && avg_ok;
                 if r == 0 && !(all_ok && p2p_ok) {
                     r = 99;
                 }
