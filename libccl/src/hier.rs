@@ -1,4 +1,4 @@
-//! Hierarchical all-reduce, all-gather and broadcast for communicators that span hosts with
+//! Hierarchical collectives for communicators that span hosts with
 //! several ranks on each. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc:
 //! copy engines and kernels over NVLink), an all-reduce of each rank's share among the ranks of
 //! the other hosts that hold the same share (the network path, a host's ranks each carrying 1/L
@@ -12,8 +12,10 @@
 //! only). A reduce: on every host to the rank holding the root's index, then across the hosts
 //! to the root. An all-to-all (`CCL_HIERARCHY_ALLTOALL=1`, each host's ranks consecutive): on every host, each rank's
 //! blocks for the ranks holding another's index gathered at that rank; then across the hosts
-//! among the ranks of one index, a host's blocks in one message (NCCL's PXN). Sends and
-//! receives between ranks of one host go on the host's communicator.
+//! among the ranks of one index, a host's blocks in one message (NCCL's PXN). A gather (each
+//! host's ranks consecutive): on every host to the rank holding the root's index, then each
+//! host's blocks in one message to the root; a scatter the reverse. Sends and receives between
+//! ranks of one host go on the host's communicator.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -188,8 +190,10 @@ impl Held {
 /// from that rank; a reduce-scatter the host's reduce-scatter of every host's blocks, then a
 /// reduce-scatter of the partial sums across the hosts; a reduce on every host to the rank
 /// holding the root's index, then across the hosts to the root; an all-to-all its blocks
-/// gathered on the host by the index of their destination, then across the hosts; a send or
-/// receive between ranks of one host the same on the host's communicator.
+/// gathered on the host by the index of their destination, then across the hosts; a gather
+/// on every host to the rank holding the root's index, then each host's blocks to the root (a
+/// scatter the reverse); a send or receive between ranks of one host the same on the host's
+/// communicator.
 ///
 /// A communicator's collectives keep their call order, each hierarchical one's stages in turn
 /// and the flat ones between them as groups of their own on the communicator, then its sends
@@ -210,7 +214,15 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
             continue;
         };
         let op = match plan(&h, &t, &comm) {
-            Some(p) => Op::Hier(t, p),
+            Some(p) => {
+                tracing::trace!(
+                    "rank {}: {:?} of {} goes hierarchically",
+                    comm.rank(),
+                    t.kind,
+                    t.count
+                );
+                Op::Hier(t, p)
+            }
             None => Op::Flat(t),
         };
         match ops.iter_mut().find(|o| Arc::ptr_eq(&o.comm.0, &comm.0)) {
@@ -376,6 +388,16 @@ fn plan(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Plan> {
             };
             Need { bytes, gpu }
         }
+        TaskKind::Coll(Collective::Gather { root } | Collective::Scatter { root }) => {
+            let gpu = rooted_eligible(h, t, rank)?;
+            // The ranks holding the root's index on the other hosts keep their host's blocks
+            // between the stages.
+            let keeps = rank != root && h.places.get(rank)?.1 == h.places.get(root)?.1;
+            Need {
+                bytes: if keeps { h.local.nranks() * bytes } else { 0 },
+                gpu,
+            }
+        }
         _ => return ready_stages(h, t, comm).map(Plan::Ready),
     };
     Some(Plan::Scratch(need))
@@ -490,6 +512,20 @@ fn scratch_stages(h: &Hierarchy, t: &Task, rank: usize, scratch: usize) -> Optio
             let (local, cross) = scatter_stages(&h.places, t, rank, scratch)?;
             let local = local.into_iter().map(|t| (h.local.clone(), t)).collect();
             Some(vec![local, vec![(h.cross.clone(), cross)]])
+        }
+        TaskKind::Coll(Collective::Gather { .. } | Collective::Scatter { .. }) => {
+            let (local, cross) = rooted_stages(&h.places, t, rank, scratch)?;
+            let count = h.local.nranks() * t.count;
+            let cross: StageGroup = cross
+                .iter()
+                .map(|p| (h.cross.clone(), p2p_task(t, p, count)))
+                .collect();
+            let local = vec![(h.local.clone(), local)];
+            let seq = match t.kind {
+                TaskKind::Coll(Collective::Gather { .. }) => [local, cross],
+                _ => [cross, local],
+            };
+            Some(seq.into_iter().filter(|g| !g.is_empty()).collect())
         }
         TaskKind::Coll(Collective::Reduce { .. }) => {
             let (local, cross) = reduce_stages(&h.places, t, rank, scratch)?;
@@ -673,6 +709,94 @@ fn reduce_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
         return None;
     }
     eligible(h, t, true, rank == root)
+}
+
+/// Whether gather or scatter `t` goes hierarchically on `rank` (and then whether on GPU
+/// memory): every host's ranks must be consecutive in rank order, so that each host's blocks
+/// are one range of the root's buffer.
+fn rooted_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
+    let (root, gather) = match t.kind {
+        TaskKind::Coll(Collective::Gather { root }) => (root, true),
+        TaskKind::Coll(Collective::Scatter { root }) => (root, false),
+        _ => return None,
+    };
+    hosts_consecutive(&h.places).then_some(())?;
+    eligible(h, t, gather || rank == root, !gather || rank == root)
+}
+
+/// Gather or scatter `t`'s stages on `rank` (every host's ranks consecutive,
+/// [`rooted_eligible`]): on its host, a gather to (a scatter from) the rank holding the root's
+/// index there, whose blocks are the root's own buffer at its host's range on the root's host
+/// and `scratch` on the others; and across the hosts, among the ranks holding that index, each
+/// other host's blocks in one message to (from) the root. A gather's host stage goes first, a
+/// scatter's last. Host links carry the blocks of the host's ranks; the network each other
+/// host's blocks once, in one message.
+fn rooted_stages(
+    places: &[(usize, usize)],
+    t: &Task,
+    rank: usize,
+    scratch: usize,
+) -> Option<(Task, Vec<P2p>)> {
+    let (root, gather) = match t.kind {
+        TaskKind::Coll(Collective::Gather { root }) => (root, true),
+        TaskKind::Coll(Collective::Scatter { root }) => (root, false),
+        _ => return None,
+    };
+    let per = places.iter().filter(|p| p.0 == 0).count();
+    let hosts = places.len() / per.max(1);
+    let (root_host, root_local) = *places.get(root)?;
+    let (host, local) = *places.get(rank)?;
+    // A host's blocks, and the root's buffer holding every host's.
+    let span = per.checked_mul(t.count)?.checked_mul(t.dtype.size())?;
+    let whole = if gather { t.recv } else { t.send };
+    let at = |k: usize| Some(whole.wrapping_add(k.checked_mul(span)?));
+    let kind = |root| match gather {
+        true => TaskKind::Coll(Collective::Gather { root }),
+        false => TaskKind::Coll(Collective::Scatter { root }),
+    };
+    let mut host_stage = Task {
+        kind: kind(root_local),
+        ..*t
+    };
+    let mut cross = Vec::new();
+    if local == root_local {
+        let blocks = match host == root_host {
+            true => at(host)?,
+            false => scratch,
+        };
+        match gather {
+            true => host_stage.recv = blocks,
+            false => host_stage.send = blocks,
+        }
+        // The ranks holding the root's index are the hosts' in host order (consecutive hosts),
+        // so a host's index is its rank across the hosts.
+        if rank == root {
+            for k in (0..hosts).filter(|&k| k != root_host) {
+                cross.push(match gather {
+                    true => P2p::Recv {
+                        peer: k,
+                        into: at(k)?,
+                    },
+                    false => P2p::Send {
+                        peer: k,
+                        from: at(k)?,
+                    },
+                });
+            }
+        } else {
+            cross.push(match gather {
+                true => P2p::Send {
+                    peer: root_host,
+                    from: scratch,
+                },
+                false => P2p::Recv {
+                    peer: root_host,
+                    into: scratch,
+                },
+            });
+        }
+    }
+    Some((host_stage, cross))
 }
 
 /// Reduce-scatter `t`'s stages on `rank` (its host's ranks consecutive, [`scatter_eligible`]):
@@ -1140,6 +1264,75 @@ mod tests {
         let (local, cross) = reduce_stages(&p, &t, 0, 0x5000).unwrap();
         assert_eq!((local.kind, local.send), (reduce(1), 0x1000));
         assert!(cross.is_none());
+    }
+
+    #[test]
+    fn a_gather_collects_on_each_host_at_the_roots_index_then_crosses_once_per_host() {
+        // Three hosts of two, consecutive; root 3 (host 1, index 1); blocks of 4 floats.
+        let p = places(&[5, 5, 6, 6, 7, 7]).unwrap();
+        let gather = |root| TaskKind::Coll(Collective::Gather { root });
+        let t = crate::task::float_sum(gather(3), 0x1000, 0x9000, 4);
+        let span = 2 * 4 * 4;
+        // The root: its host's blocks straight into its buffer, the others' from each host.
+        let (local, cross) = rooted_stages(&p, &t, 3, 0).unwrap();
+        assert_eq!(
+            (local.kind, local.send, local.recv),
+            (gather(1), 0x1000, 0x9000 + span)
+        );
+        let from = |peer, k| P2p::Recv {
+            peer,
+            into: 0x9000 + k * span,
+        };
+        assert_eq!(cross, [from(0, 0), from(2, 2)]);
+        // Index 1 on another host: its host's blocks into the scratch, then to the root.
+        let (local, cross) = rooted_stages(&p, &t, 5, 0x5000).unwrap();
+        assert_eq!((local.kind, local.recv), (gather(1), 0x5000));
+        assert_eq!(
+            cross,
+            [P2p::Send {
+                peer: 1,
+                from: 0x5000
+            }]
+        );
+        // Index 0: its block to its host's index 1 only (its receive buffer untouched).
+        let (local, cross) = rooted_stages(&p, &t, 2, 0x5000).unwrap();
+        assert_eq!((local.kind, local.recv), (gather(1), 0x9000));
+        assert!(cross.is_empty());
+    }
+
+    #[test]
+    fn a_scatter_crosses_once_per_host_then_scatters_on_each_host() {
+        let p = places(&[5, 5, 6, 6]).unwrap();
+        let scatter = |root| TaskKind::Coll(Collective::Scatter { root });
+        let t = crate::task::float_sum(scatter(0), 0x1000, 0x9000, 8);
+        let span = 2 * 8 * 4;
+        let (local, cross) = rooted_stages(&p, &t, 0, 0).unwrap();
+        assert_eq!(
+            (local.kind, local.send, local.recv),
+            (scatter(0), 0x1000, 0x9000)
+        );
+        assert_eq!(
+            cross,
+            [P2p::Send {
+                peer: 1,
+                from: 0x1000 + span
+            }]
+        );
+        let (local, cross) = rooted_stages(&p, &t, 2, 0x5000).unwrap();
+        assert_eq!(
+            (local.kind, local.send, local.recv),
+            (scatter(0), 0x5000, 0x9000)
+        );
+        assert_eq!(
+            cross,
+            [P2p::Recv {
+                peer: 0,
+                into: 0x5000
+            }]
+        );
+        let (local, cross) = rooted_stages(&p, &t, 3, 0x5000).unwrap();
+        assert_eq!((local.kind, local.recv), (scatter(0), 0x9000));
+        assert!(cross.is_empty());
     }
 
     #[test]

@@ -303,9 +303,9 @@ fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
     assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
 }
 
-/// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`, all-to-all too; an all-reduce of an
-/// uneven count among them) that half the ranks group and half call one by one: exact results
-/// everywhere, no hang.
+/// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`, all-to-all too; an
+/// all-reduce of an uneven count among them, flat integer averages between them) that half the
+/// ranks group and half call one by one: exact results everywhere, no hang.
 #[test]
 fn ranks_grouping_hierarchical_operations_differently_still_meet() {
     let outs = run_with(
@@ -315,12 +315,32 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
             ("CCL_HIERARCHY", "1"),
             ("CCL_HIERARCHY_ALLTOALL", "1"),
             ("CCL_TIMEOUT_S", "20"),
+            ("NCCL_DEBUG", "TRACE"),
         ],
         &two_per_host,
         Duration::from_secs(60),
     );
     for o in &outs {
         assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        // Every kind went hierarchically (the integer averages, which must not, are checked
+        // exact above: truncating per host would be off).
+        for kind in [
+            "AllGather",
+            "AllReduce",
+            "Broadcast { root: 1 }",
+            "ReduceScatter",
+            "Reduce { root: 3 }",
+            "AlltoAll",
+            "Gather { root: 1 }",
+            "Scatter { root: 2 }",
+        ] {
+            let said = format!("Coll({kind}) of");
+            assert!(
+                o.stderr.contains(&said),
+                "{said} not hierarchical:\n{}",
+                o.stderr
+            );
+        }
     }
 }
 

@@ -154,8 +154,8 @@ fn main() {
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
                 r
             }
-            // An all-gather, an all-reduce, a broadcast, a reduce-scatter, a reduce and an
-            // all-to-all: the first half of the ranks call them in one group, the others one by one (NCCL
+            // An all-gather, an all-reduce, a broadcast, a reduce-scatter, a reduce, an
+            // all-to-all, a gather and a scatter: the first half of the ranks call them in one group, the others one by one (NCCL
             // allows both; a hierarchy must issue the same sequence on every sub-communicator
             // either way, and give each operation its own part of its scratch).
             "grouped" => {
@@ -225,6 +225,25 @@ fn main() {
                 let mut a2a_out = vec![0.0f32; count];
                 let a2p = a2a_out.as_mut_ptr() as *mut c_void;
                 r |= ncclAlltoAll(a2a_in.as_ptr() as *const c_void, a2p, per, 7, comm, null);
+                // A gather of every rank's block (rank + i) to rank 1, and a scatter from rank 2
+                // of block j: 100 * j + i.
+                let mut gathered_at = vec![0.0f32; count];
+                let gap = gathered_at.as_mut_ptr() as *mut c_void;
+                r |= ncclGather(mp, gap, per, 7, 1, comm, null);
+                let to_scatter: Vec<f32> = (0..count)
+                    .map(|x| (x / per * 100 + x % per) as f32)
+                    .collect();
+                let mut scattered_from = vec![0.0f32; per];
+                let sfp = scattered_from.as_mut_ptr() as *mut c_void;
+                r |= ncclScatter(
+                    to_scatter.as_ptr() as *const c_void,
+                    sfp,
+                    per,
+                    7,
+                    2,
+                    comm,
+                    null,
+                );
                 if together {
                     r |= ncclGroupEnd();
                 }
@@ -269,12 +288,15 @@ fn main() {
                     || (0..count).all(|i| reduced[i] == ranks_sum + (nranks * i) as f32);
                 let a2a_ok = (0..count)
                     .all(|x| a2a_out[x] == ((x / per * nranks + rank) * 1000 + x % per) as f32);
+                let rooted_ok = (rank != 1
+                    || (0..count).all(|i| gathered_at[i] == (i / per) as f32 + (i % per) as f32))
+                    && (0..per).all(|i| scattered_from[i] == (rank * 100 + i) as f32);
                 let p2p_ok = from_partner.iter().all(|&x| x == partner as f32 + 0.5)
                     && from_across.iter().all(|&x| x == across as f32 + 0.5);
                 println!(
                     "gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok} \
                      scattered={scattered_ok} reduced={reduced_ok} a2a={a2a_ok} p2p={p2p_ok} \
-                     int_avg={avg_ok}"
+                     int_avg={avg_ok} gather_scatter={rooted_ok}"
                 );
                 let all_ok = gathered_ok
                     && summed_ok
@@ -282,7 +304,8 @@ fn main() {
                     && scattered_ok
                     && reduced_ok
                     && a2a_ok
-                    && avg_ok;
+                    && avg_ok
+                    && rooted_ok;
                 if r == 0 && !(all_ok && p2p_ok) {
                     r = 99;
                 }
