@@ -960,6 +960,30 @@ fn chunk_times(
     out
 }
 
+/// One peer's pieces in one direction as chunks at their logical times: (piece, chunk index,
+/// time, offset, bytes). `what` gives a piece's (task, bytes, base time); collectives' pieces
+/// go first, then the transfers', each in group order, from their tasks' `starts`.
+fn timed<'a, P>(
+    pieces: &'a [P],
+    what: impl Fn(&P) -> (usize, usize, u64),
+    p: &Program,
+    starts: &[u64],
+    chunk: usize,
+) -> Vec<(&'a P, usize, u64, usize, usize)> {
+    let p2p_of = |task: usize| p.spans.get(task).is_some_and(|s| s.1);
+    let mut ordered: Vec<&P> = pieces.iter().collect();
+    // Stable: group order within each kind.
+    ordered.sort_by_key(|&x| p2p_of(what(x).0));
+    let spans = ordered.iter().map(|&x| {
+        let (task, bytes, base_t) = what(x);
+        (bytes, starts.get(task).copied().unwrap_or(0) + base_t)
+    });
+    chunk_times(spans, chunk)
+        .into_iter()
+        .map(|(i, k, t, off, bytes)| (ordered[i], k, t, off, bytes))
+        .collect()
+}
+
 /// Chunks the program and orders it by logical time: per peer and direction, chunk k of a
 /// piece gets `max(start + base_t + k, previous + 1)`, computed alike by the sender and the
 /// receiver. A collective's `start` is the sum of the spans of the group's collectives before
@@ -982,22 +1006,11 @@ pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
             *start = clock;
         }
     }
-    let p2p_of = |task: usize| p.spans.get(task).is_some_and(|s| s.1);
-    let start_of = |task: usize| starts.get(task).copied().unwrap_or(0);
-    // Collectives' pieces first, then the transfers', each in group order.
-    let order = |tasks: Vec<usize>| -> Vec<usize> {
-        let mut idx: Vec<usize> = (0..tasks.len()).collect();
-        idx.sort_by_key(|&i| p2p_of(tasks[i]));
-        idx
-    };
     let mut items = Vec::new();
     for (peer, pieces) in p.tx.iter().enumerate() {
-        let idx = order(pieces.iter().map(|s| s.task).collect());
-        let spans = idx
-            .iter()
-            .map(|&i| (pieces[i].bytes, start_of(pieces[i].task) + pieces[i].base_t));
-        for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
-            let s = &pieces[idx[i]];
+        for (s, k, t, off, bytes) in
+            timed(pieces, |s| (s.task, s.bytes, s.base_t), p, &starts, chunk)
+        {
             let kind = ItemKind::Tx {
                 src: s.src + off as u64,
                 bytes,
@@ -1007,14 +1020,12 @@ pub(crate) fn schedule(p: &Program, chunk: usize) -> Vec<Item> {
         }
     }
     for (peer, pieces) in p.rx.iter().enumerate() {
-        let idx = order(pieces.iter().map(|r| r.task).collect());
-        let spans = idx
-            .iter()
-            .map(|&i| (pieces[i].bytes, start_of(pieces[i].task) + pieces[i].base_t));
-        for (i, k, t, off, bytes) in chunk_times(spans, chunk) {
+        for (r, k, t, off, bytes) in
+            timed(pieces, |r| (r.task, r.bytes, r.base_t), p, &starts, chunk)
+        {
             let kind = ItemKind::Rx {
                 bytes,
-                act: pieces[idx[i]].act,
+                act: r.act,
                 chunk: k,
                 off: off as u64,
             };
