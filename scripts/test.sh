@@ -21,6 +21,10 @@ if [ -x tests/abi/run.sh ]; then
   # reduce-scatter, all-reduce across the hosts, host all-gather; on for host memory here, by
   # default only for GPU memory): every type, reduction and count of coll_check.
   CCL_HIERARCHY=1 tests/abi/run.sh --no-one-host "$libdir"
+  # Three ranks: hosts of two ranks and one (as after a shrink): all-reduces through each
+  # host's first rank, broadcasts and reduces whose root's index every host holds, the rest
+  # flat.
+  NP=3 CCL_HIERARCHY=1 tests/abi/run.sh --no-one-host "$libdir"
 fi
 # A NIC port dies under a running all_reduce: two network namespaces joined by two veth
 # "NICs", the multipath transport's paths spread over both (CCL_MPT_IFNAMES), one cut.

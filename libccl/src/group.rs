@@ -16,7 +16,7 @@ use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::{Health, UniqueId};
 use crate::comm::{Comm, CommState};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::exec::Plan;
 use crate::params;
 use crate::task::{Task, TaskKind};
@@ -554,8 +554,9 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
         rest: tasks,
         stages,
         held,
+        hierarchies,
     } = crate::hier::take(tasks)?;
-    let ran = (|| {
+    let ran: Result<()> = (|| {
         if !tasks.is_empty() {
             run_flat(tasks)?;
         }
@@ -565,6 +566,13 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
         Ok(())
     })();
     let released = held.release();
+    // A dead or silent peer breaks the sub-communicators; an error of the caller's (a bad
+    // argument, a capture it invalidated) leaves them usable.
+    if let Err(e) = &ran {
+        if matches!(e.kind, ErrorKind::Remote | ErrorKind::System) {
+            crate::hier::Taken::abort_hierarchies(&hierarchies);
+        }
+    }
     ran.and(released)
 }
 

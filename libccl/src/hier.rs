@@ -1,5 +1,4 @@
-//! Hierarchical collectives for communicators that span hosts with
-//! several ranks on each. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc:
+//! Hierarchical collectives for communicators that span hosts with several ranks on some. An all-reduce: a reduce-scatter among the ranks of a host (cuda-ipc:
 //! copy engines and kernels over NVLink), an all-reduce of each rank's share among the ranks of
 //! the other hosts that hold the same share (the network path, a host's ranks each carrying 1/L
 //! of the bytes), and an all-gather among the ranks of a host. An all-gather: each rank's block
@@ -16,6 +15,10 @@
 //! host's ranks consecutive): on every host to the rank holding the root's index, then each
 //! host's blocks in one message to the root; a scatter the reverse. Sends and receives between
 //! ranks of one host go on the host's communicator.
+//! Where hosts hold different numbers of ranks (after a shrink, say): an all-reduce goes as a
+//! reduce to each host's first rank, an all-reduce among those, a broadcast on each host;
+//! broadcasts and reduces whose root's index every host holds as above; sends and receives
+//! within a host as above; the rest flat.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -48,6 +51,12 @@ pub struct Hierarchy {
     host_memory: bool,
     /// Every rank's (host index, index among its host's ranks).
     places: Vec<(usize, usize)>,
+    /// The number of ranks of the host with the fewest: the indices every host holds.
+    fewest: usize,
+    /// Whether every host holds as many ranks (else only all-reduces, broadcasts and reduces
+    /// whose root's index every host holds, and sends and receives within a host, go
+    /// hierarchically).
+    even: bool,
     /// Where reduce-scatters and reduces keep their partial reductions between stages.
     scratch: Mutex<Scratch>,
 }
@@ -71,8 +80,8 @@ impl Drop for Hierarchy {
     }
 }
 
-/// How the ranks of `hosts` (each rank's host id, in rank order) sit on their hosts, if
-/// every host has the same number of ranks, at least two, and there are at least two hosts:
+/// How the ranks of `hosts` (each rank's host id, in rank order) sit on their hosts, if there
+/// are at least two hosts and one of them has two ranks or more (else there is nothing to gain):
 /// each rank's (host index in order of first appearance, index among its host's ranks in rank
 /// order).
 fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
@@ -91,8 +100,7 @@ fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
         place.push((i, count[i]));
         count[i] += 1;
     }
-    let per = *count.first()?;
-    if order.len() < 2 || per < 2 || count.iter().any(|&c| c != per) {
+    if order.len() < 2 || count.iter().all(|&c| c < 2) {
         return None;
     }
     Some(place)
@@ -145,12 +153,19 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
         "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
         comm.rank(),
         local_comm.nranks(),
-        cross.nranks()
+        places.iter().map(|p| p.0).max().map_or(0, |h| h + 1)
     );
+    let hosts = places.iter().map(|p| p.0).max().map_or(0, |h| h + 1);
+    let per_host: Vec<usize> = (0..hosts)
+        .map(|h| places.iter().filter(|p| p.0 == h).count())
+        .collect();
+    let fewest = per_host.iter().copied().min().unwrap_or(0);
     *comm.0.hier.lock() = Some(Arc::new(Hierarchy {
         local: local_comm,
         cross,
         host_memory: forced,
+        even: per_host.iter().all(|&c| c == fewest),
+        fewest,
         places,
         scratch: Mutex::new(Scratch::default()),
     }));
@@ -236,11 +251,13 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     }
     let mut held = Held::default();
     let mut seqs: Vec<Vec<StageGroup>> = Vec::with_capacity(ops.len());
+    let mut hierarchies = Vec::new();
     for CommOps { comm, h, ops } in ops {
         if ops.iter().all(|o| matches!(o, Op::Flat(_))) {
             rest.extend(ops.into_iter().map(|o| (comm.clone(), *o.task())));
             continue;
         }
+        hierarchies.push(h.clone());
         // Collectives in call order, then flat sends and receives, then those on the host's
         // communicator (across the hosts first, as when they all ran in the rest).
         let (p2p, mut ordered): (Vec<Op>, Vec<Op>) =
@@ -296,7 +313,12 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
             stages[i].extend(group);
         }
     }
-    Ok(Taken { rest, stages, held })
+    Ok(Taken {
+        rest,
+        stages,
+        held,
+        hierarchies,
+    })
 }
 
 /// What a stage group of [`take`] holds, where operations of one kind may join it.
@@ -322,6 +344,28 @@ pub(crate) struct Taken {
     pub stages: Stages,
     /// The scratch those stages use, to release once they are queued.
     pub held: Held,
+    /// The hierarchies the stages run on.
+    pub hierarchies: Vec<Arc<Hierarchy>>,
+}
+
+impl Taken {
+    /// After the group failed for a peer (it died, or went silent past the timeout): the sub-communicators
+    /// are broken with it, so they are aborted, which drops their connections without goodbye.
+    /// Their other ranks, waiting in a stage there for this one (which will not come), then
+    /// fail at once instead of at `CCL_TIMEOUT_S`, and fail theirs in turn. The communicators
+    /// themselves keep their connections (`ncclCommShrink` builds on them).
+    pub(crate) fn abort_hierarchies(hierarchies: &[Arc<Hierarchy>]) {
+        for h in hierarchies {
+            tracing::warn!(
+                "a hierarchical operation failed: aborting its sub-communicators (this rank is \
+                 {} of its host's, {} across the hosts)",
+                h.local.rank(),
+                h.cross.rank()
+            );
+            h.local.abort();
+            h.cross.abort();
+        }
+    }
 }
 
 /// A communicator's operations of one group, in call order.
@@ -551,6 +595,9 @@ fn all_reduce_stages(h: &Hierarchy, t: &Task) -> Option<[Vec<Task>; 3]> {
         return None;
     }
     eligible(h, t, true, true)?;
+    if !h.even {
+        return Some(leader_all_reduce(t, h.places.len(), h.local.rank()));
+    }
     let per = h.local.nranks();
     let hosts = h.cross.nranks();
     let (head, tail) = split_count(t, per);
@@ -569,6 +616,33 @@ fn all_reduce_stages(h: &Hierarchy, t: &Task) -> Option<[Vec<Task>; 3]> {
         });
     }
     Some(out)
+}
+
+/// An all-reduce's stages where hosts hold different numbers of ranks (of `nranks` in all; this
+/// rank `local`-th on its host): a reduce on every host to its first rank, in place in that
+/// rank's receive buffer; an all-reduce of those across the hosts; a broadcast on every host
+/// from its first rank. The network carries what a flat ring would across each host's
+/// boundary; the host's links the rest.
+fn leader_all_reduce(t: &Task, nranks: usize, local: usize) -> [Vec<Task>; 3] {
+    let (first, second) = split_reduction(t, nranks);
+    let reduce = Task {
+        kind: TaskKind::Coll(Collective::Reduce { root: 0 }),
+        red: first,
+        ..*t
+    };
+    let cross = Task {
+        send: t.recv,
+        red: second,
+        ..*t
+    };
+    let broadcast = Task {
+        kind: TaskKind::Coll(Collective::Broadcast { root: 0 }),
+        send: t.recv,
+        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        ..*t
+    };
+    let cross = if local == 0 { vec![cross] } else { Vec::new() };
+    [vec![reduce], cross, vec![broadcast]]
 }
 
 /// Whether `t` goes hierarchically at all: the settings, its memory and its stream allow it;
@@ -690,10 +764,11 @@ fn alltoall_blocks(
     Some((local, cross))
 }
 
-/// Whether every host's ranks are consecutive in rank order.
+/// Whether every host holds as many ranks, consecutive in rank order.
 fn hosts_consecutive(places: &[(usize, usize)]) -> bool {
     let per = places.iter().filter(|p| p.0 == 0).count();
     per > 0
+        && places.len() % per == 0
         && places
             .iter()
             .enumerate()
@@ -708,7 +783,15 @@ fn reduce_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
     if int_avg(t) {
         return None;
     }
+    root_index_everywhere(h, root)?;
     eligible(h, t, true, rank == root)
+}
+
+/// Whether every host holds a rank at the root's index on its host (some need not, where
+/// hosts hold different numbers of ranks): a broadcast or reduce then crosses the hosts among
+/// those ranks.
+fn root_index_everywhere(h: &Hierarchy, root: usize) -> Option<()> {
+    (h.places.get(root)?.1 < h.fewest).then_some(())
 }
 
 /// Whether gather or scatter `t` goes hierarchically on `rank` (and then whether on GPU
@@ -891,6 +974,7 @@ fn broadcast_stages(h: &Hierarchy, t: &Task, rank: usize) -> Option<(Option<Task
     let TaskKind::Coll(Collective::Broadcast { root }) = t.kind else {
         return None;
     };
+    root_index_everywhere(h, root)?;
     eligible(h, t, rank == root, true)?;
     let (cross_root, local_root) = broadcast_roots(&h.places, root, rank)?;
     let cross = cross_root.map(|root| Task {
@@ -961,7 +1045,7 @@ struct GatherPlan {
 
 /// An all-gather's plan, if it goes hierarchically ([`eligible`]).
 fn gather_plan(h: &Hierarchy, t: &Task, rank: usize) -> Option<GatherPlan> {
-    if t.kind != TaskKind::Coll(Collective::AllGather) {
+    if t.kind != TaskKind::Coll(Collective::AllGather) || !h.even {
         return None;
     }
     eligible(h, t, true, true)?;
@@ -1336,7 +1420,7 @@ mod tests {
     }
 
     #[test]
-    fn hosts_of_equal_size_make_a_hierarchy_others_do_not() {
+    fn two_hosts_or_more_with_a_host_of_two_ranks_make_a_hierarchy() {
         // Two hosts of two, interleaved: host index by first appearance, place by rank order.
         let p = places(&[7, 9, 9, 7]).unwrap();
         assert_eq!(p, [(0, 0), (1, 0), (1, 1), (0, 1)]);
@@ -1344,10 +1428,64 @@ mod tests {
         assert_eq!(cross_rank(&p, 2), Some(0));
         assert_eq!(cross_rank(&p, 3), Some(1));
         assert_eq!(cross_rank(&p, 1), Some(1));
-        // One host; one rank a host; hosts of unequal size: none.
+        // One host; one rank a host: none.
         assert_eq!(places(&[1, 1, 1, 1]), None);
         assert_eq!(places(&[1, 2, 3]), None);
-        assert_eq!(places(&[1, 1, 2, 2, 2]), None);
+        // Hosts of unequal size: a hierarchy, but not one of equal hosts' consecutive ranks.
+        let p = places(&[1, 1, 2, 2, 2]).unwrap();
+        assert_eq!(p, [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]);
+        assert!(!hosts_consecutive(&p));
+        assert!(!hosts_consecutive(&places(&[1, 1, 2]).unwrap()));
+        assert!(!hosts_consecutive(&places(&[1, 1, 1, 2, 2, 3]).unwrap()));
+        assert!(hosts_consecutive(&places(&[1, 1, 2, 2, 3, 3]).unwrap()));
+        assert!(!hosts_consecutive(&places(&[1, 2, 1, 2]).unwrap()));
+    }
+
+    /// Hosts of different sizes: reduce on each host to its first rank, all-reduce among the
+    /// first ranks, broadcast on each host; the scaling of an average in the first stage, by
+    /// every rank of the communicator.
+    #[test]
+    fn an_all_reduce_over_uneven_hosts_goes_through_each_hosts_first_rank() {
+        let t = Task {
+            red: Reduction::Avg,
+            ..crate::task::float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 12)
+        };
+        let [reduce, cross, bcast] = leader_all_reduce(&t, 5, 0);
+        assert_eq!(reduce.len(), 1);
+        let r = reduce[0];
+        assert_eq!(
+            (r.kind, r.send, r.recv, r.count),
+            (
+                TaskKind::Coll(Collective::Reduce { root: 0 }),
+                0x1000,
+                0x9000,
+                12
+            )
+        );
+        assert!(matches!(r.red, Reduction::PreMulSum(Scalar::Immediate(_))));
+        assert_eq!(cross.len(), 1);
+        let c = cross[0];
+        assert_eq!(
+            (c.kind, c.send, c.recv, c.red),
+            (
+                TaskKind::Coll(Collective::AllReduce),
+                0x9000,
+                0x9000,
+                Reduction::Plain(ccl_cuda::ReduceKind::Sum)
+            )
+        );
+        let b = bcast[0];
+        assert_eq!(
+            (b.kind, b.send, b.recv),
+            (
+                TaskKind::Coll(Collective::Broadcast { root: 0 }),
+                0x9000,
+                0x9000
+            )
+        );
+        // A host's other ranks take no part across the hosts.
+        let [_, cross, _] = leader_all_reduce(&t, 5, 1);
+        assert!(cross.is_empty());
     }
 
     /// The three stages cover the output in shares, in place as NCCL's in-place reduce-scatter

@@ -139,7 +139,9 @@ fn killed_rank_on_another_host_turns_into_an_error_over_mpt() {
 
 /// Four ranks on two hosts with every all-reduce hierarchical (`CCL_HIERARCHY=1`): a rank that
 /// dies mid-stream breaks the stages on the sub-communicators, and each survivor gets the
-/// error from its call and as its communicator's async error, within the timeout.
+/// error from its call and as its communicator's async error, well within the timeout (a
+/// survivor whose stage failed aborts its sub-communicators, so one waiting for it in a later
+/// stage fails at once too).
 #[test]
 fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_others() {
     let outs = run_with(
@@ -161,6 +163,7 @@ fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_other
             o.stderr
         );
         survivor_failed(o);
+        assert!(code(o, "elapsed_ms") < 10_000, "{}", o.stdout);
     }
 }
 
@@ -417,6 +420,44 @@ fn survivors_shrink_a_dead_rank_away_and_keep_working() {
 #[test]
 fn survivors_on_other_hosts_shrink_a_dead_rank_away_over_mpt() {
     survivors_shrink(true);
+}
+
+/// Four ranks on two hosts with hierarchical operations (`CCL_HIERARCHY=1`); the last dies and
+/// the survivors shrink it away: their communicator's hosts hold two ranks and one, and it is
+/// hierarchical still (each host's first rank across the hosts), its all-reduce exact.
+#[test]
+fn survivors_shrinking_a_host_to_one_rank_stay_hierarchical() {
+    let outs = run_with(
+        "shrink",
+        4,
+        &[
+            ("CCL_TIMEOUT_S", "20"),
+            ("CCL_HIERARCHY", "1"),
+            ("NCCL_DEBUG", "TRACE"),
+        ],
+        &two_per_host,
+        Duration::from_secs(60),
+    );
+    assert_eq!(outs[3].status, Some(9));
+    for (i, o) in outs[..3].iter().enumerate() {
+        assert_eq!(code(o, "shrink"), SUCCESS, "{}", o.stdout);
+        assert_eq!(code(o, "newcount"), 3, "{}", o.stdout);
+        assert_eq!(code(o, "newrank"), i as i64, "{}", o.stdout);
+        assert_eq!(code(o, "after"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        // Rank 0 waits in the all-reduce's last stage for rank 1, whose cross stage met the
+        // dead rank: it fails when rank 1 aborts its sub-communicators, not at the timeout.
+        assert!(code(o, "elapsed_ms") < 10_000, "{}", o.stdout);
+        // The parent's hierarchy, then the shrunk one's (rank 2 alone on its host now).
+        let alone = o
+            .stderr
+            .matches("hierarchy: 1 ranks on this host (index 0), 2 hosts");
+        assert_eq!(alone.count(), usize::from(i == 2), "{}", o.stderr);
+        assert_eq!(o.stderr.matches("hierarchy: ").count(), 2, "{}", o.stderr);
+        // The all-reduce every scenario starts with, the one that failed, then the shrunk
+        // communicator's.
+        let hierarchical = o.stderr.matches("Coll(AllReduce) of").count();
+        assert_eq!(hierarchical, 3, "{}", o.stderr);
+    }
 }
 
 fn survivors_shrink(hosts: bool) {
