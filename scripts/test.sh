@@ -22,8 +22,8 @@ if [ -x tests/abi/run.sh ]; then
   # default only for GPU memory): every type, reduction and count of coll_check.
   CCL_HIERARCHY=1 tests/abi/run.sh --no-one-host "$libdir"
   # Three ranks: hosts of two ranks and one (as after a shrink): all-reduces through each
-  # host's first rank, broadcasts and reduces whose root's index every host holds, the rest
-  # flat.
+  # host's first rank, all-gathers block by block, broadcasts and reduces whose root's index
+  # every host holds, the rest flat.
   NP=3 CCL_HIERARCHY=1 tests/abi/run.sh --no-one-host "$libdir"
 fi
 # A NIC port dies under a running all_reduce: two network namespaces joined by two veth

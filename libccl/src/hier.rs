@@ -16,7 +16,9 @@
 //! host's blocks in one message to the root; a scatter the reverse. Sends and receives between
 //! ranks of one host go on the host's communicator.
 //! Where hosts hold different numbers of ranks (after a shrink, say): an all-reduce goes as a
-//! reduce to each host's first rank, an all-reduce among those, a broadcast on each host;
+//! reduce to each host's first rank, an all-reduce among those, a broadcast on each host; an
+//! all-gather's blocks each cross to one rank of every other host (at the block's index modulo
+//! that host's ranks), on the communicator itself, then go to the host's other ranks;
 //! broadcasts and reduces whose root's index every host holds as above; sends and receives
 //! within a host as above; the rest flat.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
@@ -53,9 +55,9 @@ pub struct Hierarchy {
     places: Vec<(usize, usize)>,
     /// The number of ranks of the host with the fewest: the indices every host holds.
     fewest: usize,
-    /// Whether every host holds as many ranks (else only all-reduces, broadcasts and reduces
-    /// whose root's index every host holds, and sends and receives within a host, go
-    /// hierarchically).
+    /// Whether every host holds as many ranks (else only all-reduces, all-gathers, broadcasts
+    /// and reduces whose root's index every host holds, and sends and receives within a host,
+    /// go hierarchically).
     even: bool,
     /// Where reduce-scatters and reduces keep their partial reductions between stages.
     scratch: Mutex<Scratch>,
@@ -513,14 +515,34 @@ fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>>
         return Some(seq);
     }
     if let Some(plan) = gather_plan(h, t, rank) {
-        let on = |sub: &Comm, ps: &[P2p]| {
-            ps.iter()
-                .map(|p| (sub.clone(), p2p_task(t, p, t.count)))
-                .collect()
+        // Even hosts: the cross stage's peers all hold this rank's index, on its communicator
+        // across the hosts; otherwise it goes on the communicator itself.
+        let cross: StageGroup = match h.even {
+            true => plan
+                .cross
+                .iter()
+                .map(|p| {
+                    let p = p.on_peer(cross_rank(&h.places, p.peer())?);
+                    Some((h.cross.clone(), p2p_task(t, &p, t.count)))
+                })
+                .collect::<Option<_>>()?,
+            false => plan
+                .cross
+                .iter()
+                .map(|p| (comm.clone(), p2p_task(t, p, t.count)))
+                .collect(),
         };
-        let seq: Vec<Vec<(Comm, Task)>> =
-            vec![on(&h.cross, &plan.cross), on(&h.local, &plan.local)];
-        return Some(seq.into_iter().filter(|g| !g.is_empty()).collect());
+        let local = plan
+            .local
+            .iter()
+            .map(|p| (h.local.clone(), p2p_task(t, p, t.count)))
+            .collect();
+        return Some(
+            [cross, local]
+                .into_iter()
+                .filter(|g| !g.is_empty())
+                .collect(),
+        );
     }
     if let Some(p) = local_p2p(h, t, rank) {
         return Some(vec![vec![(h.local.clone(), p)]]);
@@ -1022,12 +1044,28 @@ fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
     }
 }
 
-/// A send or receive of one block of a hierarchical all-gather, by its peer's rank in the
-/// sub-communicator and the address it reads or writes.
+/// A send or receive of blocks of a hierarchical operation, by its peer's rank in the
+/// communicator it goes on and the address it reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum P2p {
     Send { peer: usize, from: usize },
     Recv { peer: usize, into: usize },
+}
+
+impl P2p {
+    fn peer(&self) -> usize {
+        match *self {
+            P2p::Send { peer, .. } | P2p::Recv { peer, .. } => peer,
+        }
+    }
+
+    /// The same with its peer numbered `peer` (on another communicator).
+    fn on_peer(self, peer: usize) -> P2p {
+        match self {
+            P2p::Send { from, .. } => P2p::Send { peer, from },
+            P2p::Recv { into, .. } => P2p::Recv { peer, into },
+        }
+    }
 }
 
 /// A hierarchical all-gather's two stages on one rank, as sends and receives of blocks (so
@@ -1035,24 +1073,28 @@ enum P2p {
 /// on the hosts).
 #[derive(Debug, Default, PartialEq)]
 struct GatherPlan {
-    /// Across the hosts, among the ranks holding this rank's index on their hosts: this rank's
-    /// block to each of them (and to itself, out of place), theirs into their places.
+    /// Across the hosts, peers by their rank in the communicator: this rank's block to one
+    /// rank of every other host, the blocks it takes for its host into their places.
     cross: Vec<P2p>,
-    /// On the host: every block the cross stage brought (one per host) to each other rank of
-    /// the host, and theirs into their places.
+    /// On the host, peers by their index there: the blocks this rank holds to each other rank
+    /// of the host (and its own into its place, out of place), theirs into their places.
     local: Vec<P2p>,
 }
 
 /// An all-gather's plan, if it goes hierarchically ([`eligible`]).
 fn gather_plan(h: &Hierarchy, t: &Task, rank: usize) -> Option<GatherPlan> {
-    if t.kind != TaskKind::Coll(Collective::AllGather) || !h.even {
+    if t.kind != TaskKind::Coll(Collective::AllGather) {
         return None;
     }
     eligible(h, t, true, true)?;
     gather_blocks(&h.places, rank, t.send, t.recv, t.count * t.dtype.size())
 }
 
-/// [`gather_plan`] over `places` for `rank`, blocks of `bytes` from `send` into `recv`.
+/// [`gather_plan`] over `places` for `rank`, blocks of `bytes` from `send` into `recv`. Each
+/// rank's block crosses to one rank of every other host: the one at its index, modulo that
+/// host's ranks (its index itself where hosts are even, so the cross stage stays among the
+/// ranks of one index); each rank then sends the blocks it holds (its own, those it took) to
+/// the other ranks of its host.
 fn gather_blocks(
     places: &[(usize, usize)],
     rank: usize,
@@ -1060,43 +1102,68 @@ fn gather_blocks(
     recv: usize,
     bytes: usize,
 ) -> Option<GatherPlan> {
-    let (_, mine) = *places.get(rank)?;
+    let (host, _) = *places.get(rank)?;
     let at = |r: usize| recv + r * bytes;
-    // The ranks holding index `l`, in rank order: a communicator across the hosts.
-    let holding =
-        |l: usize| -> Vec<usize> { (0..places.len()).filter(|&r| places[r].1 == l).collect() };
-    let column = holding(mine);
-    let mut plan = GatherPlan::default();
-    for (k, &r) in column.iter().enumerate() {
-        if r == rank && send == at(rank) {
-            continue;
-        }
-        plan.cross.push(P2p::Send {
-            peer: k,
-            from: send,
-        });
-        plan.cross.push(P2p::Recv {
-            peer: k,
-            into: at(r),
-        });
+    let hosts = places.iter().map(|p| p.0).max()? + 1;
+    // Each host's ranks by index (rank order).
+    let mut ranks_of: Vec<Vec<usize>> = vec![Vec::new(); hosts];
+    for (r, &(h, _)) in places.iter().enumerate() {
+        ranks_of[h].push(r);
     }
-    // The host's ranks, in rank order: the communicator of this host.
-    let host = places[rank].0;
-    let mates: Vec<usize> = (0..places.len()).filter(|&r| places[r].0 == host).collect();
-    for (q, &mate) in mates.iter().enumerate() {
-        if mate == rank {
+    // The rank of host `on` that takes rank `q`'s block across the hosts.
+    let taker = |q: usize, on: usize| {
+        let ranks = &ranks_of[on];
+        ranks[places[q].1 % ranks.len()]
+    };
+    let mut plan = GatherPlan::default();
+    for (q, &(on, _)) in places.iter().enumerate() {
+        if on == host {
             continue;
         }
-        for &r in &column {
-            plan.local.push(P2p::Send {
+        if taker(rank, on) == q {
+            plan.cross.push(P2p::Send {
                 peer: q,
-                from: at(r),
+                from: send,
             });
         }
-        for r in holding(places[mate].1) {
-            plan.local.push(P2p::Recv {
+        if taker(q, host) == rank {
+            plan.cross.push(P2p::Recv {
                 peer: q,
-                into: at(r),
+                into: at(q),
+            });
+        }
+    }
+    // The blocks a rank of this host holds after the cross stage, in rank order.
+    let held = |m: usize| -> Vec<usize> {
+        (0..places.len())
+            .filter(|&q| q == m || (places[q].0 != host && taker(q, host) == m))
+            .collect()
+    };
+    let mine = held(rank);
+    for (index, &mate) in ranks_of[host].iter().enumerate() {
+        if mate == rank {
+            // Its own block into its place (none in place), on the host's links.
+            if send != at(rank) {
+                plan.local.push(P2p::Send {
+                    peer: index,
+                    from: send,
+                });
+                plan.local.push(P2p::Recv {
+                    peer: index,
+                    into: at(rank),
+                });
+            }
+            continue;
+        }
+        for &q in &mine {
+            // Its own block from its input: its place may still be filling in this stage.
+            let from = if q == rank { send } else { at(q) };
+            plan.local.push(P2p::Send { peer: index, from });
+        }
+        for q in held(mate) {
+            plan.local.push(P2p::Recv {
+                peer: index,
+                into: at(q),
             });
         }
     }
@@ -1184,16 +1251,40 @@ mod tests {
         let (send, recv) = (0x100, 0x1000);
         let plan = gather_blocks(&p, 3, send, recv, 16).unwrap();
         use P2p::{Recv, Send};
+        // Across: with rank 2, the other host's rank of index 1.
         assert_eq!(
             plan.cross,
             [
+                Send {
+                    peer: 2,
+                    from: send
+                },
+                Recv {
+                    peer: 2,
+                    into: 0x1020
+                },
+            ]
+        );
+        // On the host (ranks 0 and 3): the blocks of ranks 2 and 3 to rank 0, its and rank
+        // 1's from it; its own block into its place.
+        assert_eq!(
+            plan.local,
+            [
+                Send {
+                    peer: 0,
+                    from: 0x1020
+                },
                 Send {
                     peer: 0,
                     from: send
                 },
                 Recv {
                     peer: 0,
-                    into: 0x1020
+                    into: 0x1000
+                },
+                Recv {
+                    peer: 0,
+                    into: 0x1010
                 },
                 Send {
                     peer: 1,
@@ -1205,42 +1296,174 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(
-            plan.local,
-            [
-                Send {
-                    peer: 0,
-                    from: 0x1020
-                },
-                Send {
-                    peer: 0,
-                    from: 0x1030
-                },
-                Recv {
-                    peer: 0,
-                    into: 0x1000
-                },
-                Recv {
-                    peer: 0,
-                    into: 0x1010
-                },
-            ]
-        );
         // In place (the block already in its place): no copy to itself.
         let in_place = gather_blocks(&p, 3, 0x1030, recv, 16).unwrap();
+        assert_eq!(in_place.local.len(), 4);
         assert_eq!(
             in_place.cross,
+            plan.cross
+                .iter()
+                .map(|&x| match x {
+                    Send { peer, .. } => Send { peer, from: 0x1030 },
+                    r => r,
+                })
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// Hosts of two ranks and one: the lone rank takes both blocks of the other host and sends
+    /// its own to that host's first rank, which passes it on.
+    #[test]
+    fn an_all_gather_over_uneven_hosts_crosses_each_block_once_per_host() {
+        use P2p::{Recv, Send};
+        let p = places(&[4, 4, 6]).unwrap();
+        let at = |r: usize| 0x1000 + r * 16;
+        let lone = gather_blocks(&p, 2, at(2), 0x1000, 16).unwrap();
+        assert_eq!(
+            lone.cross,
             [
                 Send {
                     peer: 0,
-                    from: 0x1030
+                    from: at(2)
                 },
                 Recv {
                     peer: 0,
-                    into: 0x1020
-                }
+                    into: at(0)
+                },
+                Recv {
+                    peer: 1,
+                    into: at(1)
+                },
             ]
         );
+        assert!(lone.local.is_empty());
+        let first = gather_blocks(&p, 0, 0x100, 0x1000, 16).unwrap();
+        assert_eq!(
+            first.cross,
+            [
+                Send {
+                    peer: 2,
+                    from: 0x100
+                },
+                Recv {
+                    peer: 2,
+                    into: at(2)
+                },
+            ]
+        );
+        // To rank 1: its own block and rank 2's; from rank 1: rank 1's.
+        assert_eq!(
+            &first.local[2..],
+            [
+                Send {
+                    peer: 1,
+                    from: 0x100
+                },
+                Send {
+                    peer: 1,
+                    from: at(2)
+                },
+                Recv {
+                    peer: 1,
+                    into: at(1)
+                },
+            ]
+        );
+        let second = gather_blocks(&p, 1, 0x200, 0x1000, 16).unwrap();
+        assert_eq!(
+            second.cross,
+            [Send {
+                peer: 2,
+                from: 0x200
+            }]
+        );
+        assert_eq!(
+            &second.local[..3],
+            [
+                Send {
+                    peer: 0,
+                    from: 0x200
+                },
+                Recv {
+                    peer: 0,
+                    into: at(0)
+                },
+                Recv {
+                    peer: 0,
+                    into: at(2)
+                },
+            ]
+        );
+    }
+
+    /// Runs every rank's all-gather plan over `hosts` (each rank's host id) as the two stage
+    /// groups would: each stage's sends read memory as it was when the stage began (its
+    /// transfers run concurrently), every send meets its receive, pair by pair in order. Each
+    /// rank's memory: block ids by address; its input at `SEND`, its output from `RECV`.
+    fn all_gather_over(hosts: &[u64], in_place: bool) -> Vec<Vec<Option<usize>>> {
+        use std::collections::{HashMap, VecDeque};
+        const RECV: usize = 0x1000;
+        const SEND: usize = 0x100;
+        let p = places(hosts).unwrap();
+        let n = p.len();
+        let send = |r: usize| if in_place { RECV + r } else { SEND };
+        let mut mem: Vec<HashMap<usize, usize>> =
+            (0..n).map(|r| HashMap::from([(send(r), r)])).collect();
+        let plans: Vec<GatherPlan> = (0..n)
+            .map(|r| gather_blocks(&p, r, send(r), RECV, 1).unwrap())
+            .collect();
+        let mates = |r: usize| -> Vec<usize> { (0..n).filter(|&q| p[q].0 == p[r].0).collect() };
+        for stage in 0..2 {
+            let start = mem.clone();
+            let mut wires: HashMap<(usize, usize), VecDeque<usize>> = HashMap::new();
+            let peer_of = |r: usize, peer: usize| if stage == 0 { peer } else { mates(r)[peer] };
+            let ops = |r: usize| {
+                if stage == 0 {
+                    &plans[r].cross
+                } else {
+                    &plans[r].local
+                }
+            };
+            for (r, held) in start.iter().enumerate() {
+                for op in ops(r) {
+                    if let P2p::Send { peer, from } = *op {
+                        let v = *held.get(&from).expect("a send of nothing");
+                        wires.entry((r, peer_of(r, peer))).or_default().push_back(v);
+                    }
+                }
+            }
+            for (r, held) in mem.iter_mut().enumerate() {
+                for op in ops(r) {
+                    if let P2p::Recv { peer, into } = *op {
+                        let wire = wires.get_mut(&(peer_of(r, peer), r)).expect("no send");
+                        held.insert(into, wire.pop_front().expect("too few sends"));
+                    }
+                }
+            }
+            assert!(
+                wires.values().all(VecDeque::is_empty),
+                "sends nobody received"
+            );
+        }
+        (0..n)
+            .map(|r| (0..n).map(|q| mem[r].get(&(RECV + q)).copied()).collect())
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// Whatever hosts the ranks sit on (even or not, interleaved or not), every rank ends
+        /// with every block in its place, each stage's transfers meeting pair by pair.
+        #[test]
+        fn an_all_gather_leaves_every_block_everywhere(
+            hosts in proptest::collection::vec(0u64..4, 2..10),
+            in_place in proptest::bool::ANY,
+        ) {
+            proptest::prop_assume!(places(&hosts).is_some());
+            let n = hosts.len();
+            for out in all_gather_over(&hosts, in_place) {
+                proptest::prop_assert_eq!(out, (0..n).map(Some).collect::<Vec<_>>());
+            }
+        }
     }
 
     /// A count that does not split evenly: the even part goes as the three stages, the last

@@ -83,13 +83,16 @@ fn ranks(n: usize, env: &[(&str, &str)]) -> Vec<Outcome> {
 
 /// [`ranks`]; every rank succeeds (exact results) and its log holds each of `expect`.
 fn run_expecting(n: usize, env: &[(&str, &str)], expect: &[&str]) {
-    for (i, o) in ranks(n, env).iter().enumerate() {
-        assert!(
-            o.ok && o.out.contains("ok"),
-            "rank {i}:\n{}\n{}",
-            o.out,
-            o.log
-        );
+    let outs = ranks(n, env);
+    // Every rank's output and log: the first to fail is often not the one that says why.
+    let all = || {
+        outs.iter()
+            .enumerate()
+            .map(|(i, o)| format!("==== rank {i}:\n{}\n{}", o.out, o.log))
+            .collect::<String>()
+    };
+    for (i, o) in outs.iter().enumerate() {
+        assert!(o.ok && o.out.contains("ok"), "rank {i} failed\n{}", all());
         for e in expect {
             assert!(o.log.contains(e), "rank {i} log lacks {e:?}:\n{}", o.log);
         }
