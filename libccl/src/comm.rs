@@ -283,13 +283,21 @@ impl Comm {
         if let Some(h) = self.0.hier.lock().clone() {
             for sub in [&h.local, &h.cross] {
                 if let Err(e) = sub.async_error() {
-                    self.set_async_error(&e);
+                    self.set_async_error(&h.explain(e, sub));
                 }
             }
         }
         match &*self.0.async_error.lock() {
             Some(e) => Err(e.clone()),
             None => Ok(()),
+        }
+    }
+
+    /// Tells every peer this rank failed with `e` (they stop waiting for it at once, and say
+    /// why), if the communicator still has its connections.
+    pub(crate) fn notify_error(&self, e: &Error) {
+        if let Some(st) = self.0.state.lock().as_mut() {
+            st.ctrl.notify_error(e);
         }
     }
 

@@ -561,7 +561,21 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
             run_flat(tasks)?;
         }
         for stage in stages {
-            run_flat(stage)?;
+            // Errors there name ranks by their place on the sub-communicator.
+            let sub = match stage.first() {
+                Some((c, _))
+                    if stage
+                        .iter()
+                        .all(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0)) =>
+                {
+                    Some(c.clone())
+                }
+                _ => None,
+            };
+            run_flat(stage).map_err(|e| match &sub {
+                Some(sub) => crate::hier::Taken::in_stage(e, sub, &hierarchies),
+                None => e,
+            })?;
         }
         Ok(())
     })();
@@ -570,7 +584,7 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // argument, a capture it invalidated) leaves them usable.
     if let Err(e) = &ran {
         if matches!(e.kind, ErrorKind::Remote | ErrorKind::System) {
-            crate::hier::Taken::abort_hierarchies(&hierarchies);
+            crate::hier::Taken::abort_hierarchies(&hierarchies, e);
         }
     }
     ran.and(released)

@@ -350,14 +350,59 @@ pub(crate) struct Taken {
     pub hierarchies: Vec<Arc<Hierarchy>>,
 }
 
+impl Hierarchy {
+    /// `e` from `sub`, if it is one of the sub-communicators (whose errors name ranks by their
+    /// place there), with which one and what its ranks are in this communicator.
+    pub(crate) fn explain(&self, e: crate::error::Error, sub: &Comm) -> crate::error::Error {
+        let index = self.local.rank();
+        let (which, ranks): (&str, Vec<usize>) = if Arc::ptr_eq(&sub.0, &self.local.0) {
+            // This rank's host: the one of the rank at its place across the hosts.
+            let host = self
+                .places
+                .iter()
+                .filter(|p| p.1 == index)
+                .nth(self.cross.rank())
+                .map(|p| p.0);
+            let ranks = (0..self.places.len())
+                .filter(|&r| Some(self.places[r].0) == host)
+                .collect();
+            ("the host's communicator", ranks)
+        } else if Arc::ptr_eq(&sub.0, &self.cross.0) {
+            let ranks = (0..self.places.len())
+                .filter(|&r| self.places[r].1 == index)
+                .collect();
+            ("the communicator across the hosts", ranks)
+        } else {
+            return e;
+        };
+        e.context(format!(
+            "in a hierarchical stage on {which}, whose ranks 0.. are this communicator's {ranks:?}"
+        ))
+    }
+}
+
 impl Taken {
-    /// After the group failed for a peer (it died, or went silent past the timeout): the sub-communicators
-    /// are broken with it, so they are aborted, which drops their connections without goodbye.
+    /// `e` from a stage group that ran on `sub` alone, explained by the hierarchy it belongs
+    /// to ([`Hierarchy::explain`]).
+    pub(crate) fn in_stage(
+        e: crate::error::Error,
+        sub: &Comm,
+        hierarchies: &[Arc<Hierarchy>],
+    ) -> crate::error::Error {
+        hierarchies.iter().fold(e, |e, h| h.explain(e, sub))
+    }
+
+    /// After the group failed with `e` for a peer (it died, or went silent past the timeout):
+    /// the sub-communicators are broken with it, so their peers are told `e` and they are
+    /// aborted, which drops their connections without goodbye.
     /// Their other ranks, waiting in a stage there for this one (which will not come), then
     /// fail at once instead of at `CCL_TIMEOUT_S`, and fail theirs in turn. The communicators
     /// themselves keep their connections (`ncclCommShrink` builds on them).
-    pub(crate) fn abort_hierarchies(hierarchies: &[Arc<Hierarchy>]) {
+    pub(crate) fn abort_hierarchies(hierarchies: &[Arc<Hierarchy>], e: &crate::error::Error) {
         for h in hierarchies {
+            // Why first, so that they report the cause, not only that this rank is gone.
+            h.local.notify_error(e);
+            h.cross.notify_error(e);
             tracing::warn!(
                 "a hierarchical operation failed: aborting its sub-communicators (this rank is \
                  {} of its host's, {} across the hosts)",

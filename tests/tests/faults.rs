@@ -164,6 +164,16 @@ fn killed_rank_under_a_hierarchical_all_reduce_turns_into_an_error_for_the_other
         );
         survivor_failed(o);
         assert!(code(o, "elapsed_ms") < 10_000, "{}", o.stdout);
+        // The message says which sub-communicator failed and what its ranks are here (its
+        // own text names ranks by their place there), and leads to a rank that is gone.
+        assert!(
+            o.stdout.contains("in a hierarchical stage on the")
+                && o.stdout
+                    .contains("whose ranks 0.. are this communicator's [")
+                && o.stdout.contains("is gone"),
+            "{}",
+            o.stdout
+        );
     }
 }
 
