@@ -35,6 +35,11 @@ def main():
     # compare libccl's own paths with each other on a one-GPU machine.
     if os.environ.get("CCL_TORCH_ONE_GPU") == "1":
         local = 0
+    # CCL_TORCH_HOSTS=K: the ranks as K emulated hosts (consecutive ranks on each, by
+    # CCL_HOSTID, which libccl reads at init), so libccl's hierarchy runs on one machine.
+    hosts = int(os.environ.get("CCL_TORCH_HOSTS", "0"))
+    if hosts > 0:
+        os.environ["CCL_HOSTID"] = f"emulated-host-{rank * hosts // world}"
     torch.cuda.set_device(local)
     dev = torch.device("cuda", local)
     dist.init_process_group("nccl", device_id=dev)
@@ -113,14 +118,15 @@ def main():
     # collectives (PyTorch turns several into grouped send/recv), and the other reductions.
     for dt in dts:
         name = str(dt).split(".")[1]
-        big = rnd(8 << 20, dt)
+        # About 8 Mi elements, a multiple of the ranks (3 ranks: hosts of 2 + 1 emulated).
+        big = rnd((8 << 20) // world * world, dt)
         y = big.clone()
         dist.all_reduce(y)
         res[f"big_all_reduce_{name}"] = y
-        y = torch.empty((8 << 20) // world, dtype=dt, device=dev)
+        y = torch.empty(big.numel() // world, dtype=dt, device=dev)
         dist.reduce_scatter_tensor(y, big)
         res[f"big_reduce_scatter_{name}"] = y
-        y = torch.empty((8 << 20) * world, dtype=dt, device=dev)
+        y = torch.empty(big.numel() * world, dtype=dt, device=dev)
         dist.all_gather_into_tensor(y, big)
         res[f"big_all_gather_{name}"] = y
     if dts:
