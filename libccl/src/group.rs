@@ -561,6 +561,23 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
             run_flat(tasks)?;
         }
         for stage in stages {
+            // The hierarchies this stage runs on: their sub-communicators, or the
+            // communicator itself (flat operations between hierarchical ones, an all-gather's
+            // stage across uneven hosts).
+            let on: Vec<std::sync::Arc<crate::hier::Hierarchy>> = hierarchies
+                .iter()
+                .filter(|h| {
+                    stage.iter().any(|(c, _)| {
+                        h.owns(c)
+                            || c.0
+                                .hier
+                                .lock()
+                                .as_ref()
+                                .is_some_and(|x| std::sync::Arc::ptr_eq(x, h))
+                    })
+                })
+                .cloned()
+                .collect();
             // Errors there name ranks by their place on the sub-communicator.
             let sub = match stage.first() {
                 Some((c, _))
@@ -572,21 +589,22 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
                 }
                 _ => None,
             };
-            run_flat(stage).map_err(|e| match &sub {
-                Some(sub) => crate::hier::Taken::in_stage(e, sub, &hierarchies),
-                None => e,
-            })?;
+            if let Err(e) = run_flat(stage) {
+                let e = match &sub {
+                    Some(sub) => crate::hier::Taken::in_stage(e, sub, &on),
+                    None => e,
+                };
+                // A dead or silent peer breaks the sub-communicators it failed on; an error
+                // of the caller's (a bad argument, a capture it invalidated) leaves them usable.
+                if matches!(e.kind, ErrorKind::Remote | ErrorKind::System) {
+                    crate::hier::Taken::abort_hierarchies(&on, &e);
+                }
+                return Err(e);
+            }
         }
         Ok(())
     })();
     let released = held.release();
-    // A dead or silent peer breaks the sub-communicators; an error of the caller's (a bad
-    // argument, a capture it invalidated) leaves them usable.
-    if let Err(e) = &ran {
-        if matches!(e.kind, ErrorKind::Remote | ErrorKind::System) {
-            crate::hier::Taken::abort_hierarchies(&hierarchies, e);
-        }
-    }
     ran.and(released)
 }
 

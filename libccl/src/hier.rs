@@ -351,6 +351,11 @@ pub(crate) struct Taken {
 }
 
 impl Hierarchy {
+    /// Whether `comm` is one of its sub-communicators.
+    pub(crate) fn owns(&self, comm: &Comm) -> bool {
+        Arc::ptr_eq(&comm.0, &self.local.0) || Arc::ptr_eq(&comm.0, &self.cross.0)
+    }
+
     /// `e` from `sub`, if it is one of the sub-communicators (whose errors name ranks by their
     /// place there), with which one and what its ranks are in this communicator.
     pub(crate) fn explain(&self, e: crate::error::Error, sub: &Comm) -> crate::error::Error {
