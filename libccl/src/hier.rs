@@ -18,9 +18,10 @@
 //! Where hosts hold different numbers of ranks (after a shrink, say): an all-reduce goes as a
 //! reduce to each host's first rank, an all-reduce among those, a broadcast on each host; an
 //! all-gather's blocks each cross to one rank of every other host (at the block's index modulo
-//! that host's ranks), on the communicator itself, then go to the host's other ranks;
-//! broadcasts and reduces whose root's index every host holds as above; sends and receives
-//! within a host as above; the rest flat.
+//! that host's ranks), on the communicator itself, then go to the host's other ranks; a
+//! broadcast whose root's index some host lacks on the root's host first, then among the hosts'
+//! first ranks, then on the other hosts; broadcasts and reduces whose root's index every host
+//! holds as above; sends and receives within a host as above; the rest flat.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -55,9 +56,9 @@ pub struct Hierarchy {
     places: Vec<(usize, usize)>,
     /// The number of ranks of the host with the fewest: the indices every host holds.
     fewest: usize,
-    /// Whether every host holds as many ranks (else only all-reduces, all-gathers, broadcasts
-    /// and reduces whose root's index every host holds, and sends and receives within a host,
-    /// go hierarchically).
+    /// Whether every host holds as many ranks (else only all-reduces, all-gathers, broadcasts,
+    /// reduces whose root's index every host holds, and sends and receives within a host, go
+    /// hierarchically).
     even: bool,
     /// Where reduce-scatters and reduces keep their partial reductions between stages.
     scratch: Mutex<Scratch>,
@@ -556,13 +557,12 @@ fn claim(comm: &Comm, h: &Arc<Hierarchy>, ops: &[Op], held: &mut Held) -> Result
 /// goes hierarchically on `comm`.
 fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
-    if let Some((cross, local)) = broadcast_stages(h, t, rank) {
-        let mut seq = Vec::new();
-        if let Some(c) = cross {
-            seq.push(vec![(h.cross.clone(), c)]);
-        }
-        seq.push(vec![(h.local.clone(), local)]);
-        return Some(seq);
+    if let Some(seq) = broadcast_stages(h, t, rank) {
+        let on = |sub| match sub {
+            Sub::Local => h.local.clone(),
+            Sub::Cross => h.cross.clone(),
+        };
+        return Some(seq.into_iter().map(|(sub, t)| vec![(on(sub), t)]).collect());
     }
     if let Some(plan) = gather_plan(h, t, rank) {
         // Even hosts: the cross stage's peers all hold this rank's index, on its communicator
@@ -1039,26 +1039,87 @@ fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction) {
     }
 }
 
-/// A broadcast's stages on `rank`, if it goes hierarchically: across the hosts (only where this
-/// rank holds the root's index on its host; the root's data lands in every such rank's
-/// receive buffer), then on this rank's host from the rank holding that index (in place).
-fn broadcast_stages(h: &Hierarchy, t: &Task, rank: usize) -> Option<(Option<Task>, Task)> {
+/// Which of a hierarchy's sub-communicators a stage goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sub {
+    Local,
+    Cross,
+}
+
+/// A broadcast's stages on `rank`, if it goes hierarchically. Where every host holds a rank at
+/// the root's index: across the hosts among those ranks (only where this rank holds it; the
+/// root's data lands in every such rank's receive buffer), then on this rank's host from the
+/// rank holding that index (in place). Where some host does not (uneven hosts): on the root's
+/// host first, then across the hosts among their first ranks from the root's host's, then on
+/// the other hosts from their first ranks.
+fn broadcast_stages(h: &Hierarchy, t: &Task, rank: usize) -> Option<Vec<(Sub, Task)>> {
     let TaskKind::Coll(Collective::Broadcast { root }) = t.kind else {
         return None;
     };
-    root_index_everywhere(h, root)?;
     eligible(h, t, rank == root, true)?;
-    let (cross_root, local_root) = broadcast_roots(&h.places, root, rank)?;
-    let cross = cross_root.map(|root| Task {
-        kind: TaskKind::Coll(Collective::Broadcast { root }),
-        ..*t
-    });
-    let local = Task {
-        kind: TaskKind::Coll(Collective::Broadcast { root: local_root }),
-        send: t.recv,
-        ..*t
+    broadcast_plan(&h.places, h.fewest, t, rank)
+}
+
+/// [`broadcast_stages`] over `places`, whose smallest host holds `fewest` ranks.
+fn broadcast_plan(
+    places: &[(usize, usize)],
+    fewest: usize,
+    t: &Task,
+    rank: usize,
+) -> Option<Vec<(Sub, Task)>> {
+    let TaskKind::Coll(Collective::Broadcast { root }) = t.kind else {
+        return None;
     };
-    Some((cross, local))
+    let bcast = |root| TaskKind::Coll(Collective::Broadcast { root });
+    let mut seq = Vec::new();
+    let (root_host, root_index) = *places.get(root)?;
+    if root_index < fewest {
+        let (cross_root, local_root) = broadcast_roots(places, root, rank)?;
+        if let Some(r) = cross_root {
+            seq.push((
+                Sub::Cross,
+                Task {
+                    kind: bcast(r),
+                    ..*t
+                },
+            ));
+        }
+        let local = Task {
+            kind: bcast(local_root),
+            send: t.recv,
+            ..*t
+        };
+        seq.push((Sub::Local, local));
+        return Some(seq);
+    }
+    let (host, index) = *places.get(rank)?;
+    let first_of_root_host = places.iter().position(|&p| p == (root_host, 0))?;
+    if host == root_host {
+        seq.push((
+            Sub::Local,
+            Task {
+                kind: bcast(root_index),
+                ..*t
+            },
+        ));
+    }
+    if index == 0 {
+        let cross = Task {
+            kind: bcast(cross_rank(places, first_of_root_host)?),
+            send: t.recv,
+            ..*t
+        };
+        seq.push((Sub::Cross, cross));
+    }
+    if host != root_host {
+        let local = Task {
+            kind: bcast(0),
+            send: t.recv,
+            ..*t
+        };
+        seq.push((Sub::Local, local));
+    }
+    Some(seq)
 }
 
 /// A hierarchical broadcast from `root`, on `rank`: the root of its stage across the hosts
@@ -1690,6 +1751,42 @@ mod tests {
         let (local, cross) = rooted_stages(&p, &t, 3, 0x5000).unwrap();
         assert_eq!((local.kind, local.recv), (scatter(0), 0x9000));
         assert!(cross.is_empty());
+    }
+
+    /// Hosts of two ranks and one, root 1 (index 1, which the second host lacks): on the
+    /// root's host first, then across the hosts from its first rank, then on the other host.
+    #[test]
+    fn a_broadcast_from_an_index_some_host_lacks_starts_on_the_roots_host() {
+        let p = places(&[4, 4, 6]).unwrap();
+        let bcast = |root| TaskKind::Coll(Collective::Broadcast { root });
+        let t = crate::task::float_sum(bcast(1), 0x1000, 0x9000, 8);
+        let stages = |rank| -> Vec<(Sub, TaskKind, usize)> {
+            broadcast_plan(&p, 1, &t, rank)
+                .unwrap()
+                .into_iter()
+                .map(|(sub, x)| (sub, x.kind, x.send))
+                .collect()
+        };
+        use Sub::{Cross, Local};
+        assert_eq!(stages(1), [(Local, bcast(1), 0x1000)]);
+        assert_eq!(
+            stages(0),
+            [(Local, bcast(1), 0x1000), (Cross, bcast(0), 0x9000)]
+        );
+        assert_eq!(
+            stages(2),
+            [(Cross, bcast(0), 0x9000), (Local, bcast(0), 0x9000)]
+        );
+        // Root 2 (index 0, on every host): across the hosts first, as on even hosts.
+        let t2 = Task {
+            kind: bcast(2),
+            ..t
+        };
+        let first = broadcast_plan(&p, 1, &t2, 0).unwrap();
+        assert_eq!(
+            first.iter().map(|(s, x)| (*s, x.kind)).collect::<Vec<_>>(),
+            [(Cross, bcast(1)), (Local, bcast(0))]
+        );
     }
 
     #[test]
