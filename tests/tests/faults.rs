@@ -357,6 +357,49 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
     }
 }
 
+/// `CCL_HIERARCHY_MIN_BYTES` as a boundary pair over the grouped scenario (blocks of 1 MiB:
+/// the all-gather's, reduce-scatter's, all-to-all's, gather's and scatter's; 4 MiB for the
+/// others): at 1 MiB every kind goes hierarchically; at 1 MiB + 1 the 1 MiB ones stay flat,
+/// among hierarchical ones in the same groups, and every result is exact either way.
+#[test]
+fn hierarchy_min_bytes_takes_operations_of_exactly_that_size() {
+    let kinds = |o: &RankOut| -> Vec<&str> {
+        [
+            "AllGather",
+            "AllReduce",
+            "Broadcast { root: 1 }",
+            "ReduceScatter",
+            "Reduce { root: 3 }",
+            "AlltoAll",
+            "Gather { root: 1 }",
+            "Scatter { root: 2 }",
+        ]
+        .into_iter()
+        .filter(|k| o.stderr.contains(&format!("Coll({k}) of")))
+        .collect()
+    };
+    for (min, hierarchical) in [("1048576", 8), ("1048577", 3)] {
+        let outs = run_with(
+            "grouped",
+            4,
+            &[
+                ("CCL_HIERARCHY", "1"),
+                ("CCL_HIERARCHY_ALLTOALL", "1"),
+                ("CCL_HIERARCHY_MIN_BYTES", min),
+                ("CCL_TIMEOUT_S", "20"),
+                ("NCCL_DEBUG", "TRACE"),
+            ],
+            &two_per_host,
+            Duration::from_secs(60),
+        );
+        for o in &outs {
+            assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+            let went = kinds(o);
+            assert_eq!(went.len(), hierarchical, "min {min}: {went:?}");
+        }
+    }
+}
+
 /// Communicators split off a hierarchical one (the whole again: hierarchical too, its log
 /// says so; one per host: flat) run exact all-reduces.
 #[test]
