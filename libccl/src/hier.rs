@@ -20,8 +20,10 @@
 //! all-gather's blocks each cross to one rank of every other host (at the block's index modulo
 //! that host's ranks), on the communicator itself, then go to the host's other ranks; a
 //! broadcast whose root's index some host lacks on the root's host first, then among the hosts'
-//! first ranks, then on the other hosts; broadcasts and reduces whose root's index every host
-//! holds as above; sends and receives within a host as above; the rest flat.
+//! first ranks, then on the other hosts; a reduce to such a root the reverse (to each host's
+//! first rank, among the first ranks to the root's host's, which sends it to the root);
+//! broadcasts and reduces whose root's index every host holds as above; sends and receives
+//! within a host as above; the rest flat.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -57,8 +59,7 @@ pub struct Hierarchy {
     /// The number of ranks of the host with the fewest: the indices every host holds.
     fewest: usize,
     /// Whether every host holds as many ranks (else only all-reduces, all-gathers, broadcasts,
-    /// reduces whose root's index every host holds, and sends and receives within a host, go
-    /// hierarchically).
+    /// reduces, and sends and receives within a host, go hierarchically).
     even: bool,
     /// Where reduce-scatters and reduces keep their partial reductions between stages.
     scratch: Mutex<Scratch>,
@@ -352,6 +353,14 @@ pub(crate) struct Taken {
 }
 
 impl Hierarchy {
+    /// The sub-communicator `sub`.
+    fn on(&self, sub: Sub) -> Comm {
+        match sub {
+            Sub::Local => self.local.clone(),
+            Sub::Cross => self.cross.clone(),
+        }
+    }
+
     /// Whether `comm` is one of its sub-communicators.
     pub(crate) fn owns(&self, comm: &Comm) -> bool {
         Arc::ptr_eq(&comm.0, &self.local.0) || Arc::ptr_eq(&comm.0, &self.cross.0)
@@ -476,12 +485,15 @@ fn plan(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Plan> {
         },
         TaskKind::Coll(Collective::Reduce { root }) => {
             let gpu = reduce_eligible(h, t, rank)?;
-            // The ranks holding the root's index keep their host's partial sum for the stage
-            // across the hosts (the root in its receive buffer).
-            let (cross, _) = broadcast_roots(&h.places, root, rank)?;
-            let bytes = match cross {
-                Some(_) if rank != root => bytes,
-                _ => 0,
+            // The ranks that reduce across the hosts keep their host's partial sum for that
+            // stage (the root in its receive buffer).
+            let bytes = match reduce_via_first_ranks(&h.places, h.fewest, root) {
+                false => match broadcast_roots(&h.places, root, rank)? {
+                    (Some(_), _) if rank != root => bytes,
+                    _ => 0,
+                },
+                true if h.places.get(rank)?.1 == 0 => bytes,
+                true => 0,
             };
             Need { bytes, gpu }
         }
@@ -558,11 +570,11 @@ fn claim(comm: &Comm, h: &Arc<Hierarchy>, ops: &[Op], held: &mut Held) -> Result
 fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
     if let Some(seq) = broadcast_stages(h, t, rank) {
-        let on = |sub| match sub {
-            Sub::Local => h.local.clone(),
-            Sub::Cross => h.cross.clone(),
-        };
-        return Some(seq.into_iter().map(|(sub, t)| vec![(on(sub), t)]).collect());
+        return Some(
+            seq.into_iter()
+                .map(|(sub, t)| vec![(h.on(sub), t)])
+                .collect(),
+        );
     }
     if let Some(plan) = gather_plan(h, t, rank) {
         // Even hosts: the cross stage's peers all hold this rank's index, on its communicator
@@ -644,10 +656,12 @@ fn scratch_stages(h: &Hierarchy, t: &Task, rank: usize, scratch: usize) -> Optio
             Some(seq.into_iter().filter(|g| !g.is_empty()).collect())
         }
         TaskKind::Coll(Collective::Reduce { .. }) => {
-            let (local, cross) = reduce_stages(&h.places, t, rank, scratch)?;
-            let mut seq = vec![vec![(h.local.clone(), local)]];
-            seq.extend(cross.map(|c| vec![(h.cross.clone(), c)]));
-            Some(seq)
+            let seq = reduce_stages(&h.places, h.fewest, t, rank, scratch)?;
+            Some(
+                seq.into_iter()
+                    .map(|(sub, t)| vec![(h.on(sub), t)])
+                    .collect(),
+            )
         }
         _ => None,
     }
@@ -855,15 +869,7 @@ fn reduce_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
     if int_avg(t) {
         return None;
     }
-    root_index_everywhere(h, root)?;
     eligible(h, t, true, rank == root)
-}
-
-/// Whether every host holds a rank at the root's index on its host (some need not, where
-/// hosts hold different numbers of ranks): a broadcast or reduce then crosses the hosts among
-/// those ranks.
-fn root_index_everywhere(h: &Hierarchy, root: usize) -> Option<()> {
-    (h.places.get(root)?.1 < h.fewest).then_some(())
 }
 
 /// Whether gather or scatter `t` goes hierarchically on `rank` (and then whether on GPU
@@ -987,40 +993,89 @@ fn scatter_stages(
     Some((local, cross))
 }
 
-/// Reduce `t`'s stages on `rank`: a reduce on its host to the rank holding the root's index
-/// there (into the root's receive buffer on the root's host, into `scratch` on the others),
-/// then, among the ranks holding that index, a reduce across the hosts to the root (in place
-/// there).
+/// Whether a reduce to `root` goes through the hosts' first ranks (its index is missing on a
+/// host holding only `fewest` ranks) rather than among the ranks holding the root's index.
+fn reduce_via_first_ranks(places: &[(usize, usize)], fewest: usize, root: usize) -> bool {
+    places.get(root).is_some_and(|p| p.1 >= fewest)
+}
+
+/// Reduce `t`'s stages on `rank` (hosts of `fewest` ranks at least). Where every host holds a
+/// rank at the root's index: a reduce on its host to the rank holding that index (into the
+/// root's receive buffer on the root's host, into `scratch` on the others), then, among the
+/// ranks holding that index, a reduce across the hosts to the root (in place there). Where some
+/// host does not: a reduce on every host to its first rank (into `scratch`), a reduce among the
+/// first ranks to the root's host's (in place), which sends the sum to the root on their host.
 fn reduce_stages(
     places: &[(usize, usize)],
+    fewest: usize,
     t: &Task,
     rank: usize,
     scratch: usize,
-) -> Option<(Task, Option<Task>)> {
+) -> Option<Vec<(Sub, Task)>> {
     let TaskKind::Coll(Collective::Reduce { root }) = t.kind else {
         return None;
     };
-    let (cross_root, local_root) = broadcast_roots(places, root, rank)?;
+    let reduce = |root| TaskKind::Coll(Collective::Reduce { root });
     let (first, second) = split_reduction(t, places.len());
-    let partial = match (rank == root, cross_root) {
-        (true, _) => t.recv,
-        (false, Some(_)) => scratch,
-        (false, None) => t.recv,
-    };
+    let mut seq = Vec::new();
+    if !reduce_via_first_ranks(places, fewest, root) {
+        let (cross_root, local_root) = broadcast_roots(places, root, rank)?;
+        let partial = match (rank == root, cross_root) {
+            (false, Some(_)) => scratch,
+            _ => t.recv,
+        };
+        let local = Task {
+            kind: reduce(local_root),
+            recv: partial,
+            red: first,
+            ..*t
+        };
+        seq.push((Sub::Local, local));
+        if let Some(root) = cross_root {
+            let cross = Task {
+                kind: reduce(root),
+                send: partial,
+                recv: partial,
+                red: second,
+                ..*t
+            };
+            seq.push((Sub::Cross, cross));
+        }
+        return Some(seq);
+    }
+    let (root_host, root_index) = *places.get(root)?;
+    let (host, index) = *places.get(rank)?;
+    let first_of_root_host = places.iter().position(|&p| p == (root_host, 0))?;
     let local = Task {
-        kind: TaskKind::Coll(Collective::Reduce { root: local_root }),
-        recv: partial,
+        kind: reduce(0),
+        recv: if index == 0 { scratch } else { t.recv },
         red: first,
         ..*t
     };
-    let cross = cross_root.map(|root| Task {
-        kind: TaskKind::Coll(Collective::Reduce { root }),
-        send: partial,
-        recv: partial,
-        red: second,
-        ..*t
-    });
-    Some((local, cross))
+    seq.push((Sub::Local, local));
+    if index == 0 {
+        let cross = Task {
+            kind: reduce(cross_rank(places, first_of_root_host)?),
+            send: scratch,
+            recv: scratch,
+            red: second,
+            ..*t
+        };
+        seq.push((Sub::Cross, cross));
+    }
+    let hop = match (host == root_host, rank) {
+        (true, r) if r == first_of_root_host => Some(P2p::Send {
+            peer: root_index,
+            from: scratch,
+        }),
+        (true, r) if r == root => Some(P2p::Recv {
+            peer: 0,
+            into: t.recv,
+        }),
+        _ => None,
+    };
+    seq.extend(hop.map(|p| (Sub::Local, p2p_task(t, &p, t.count))));
+    Some(seq)
 }
 
 /// How a reduction splits over a first stage (among a host's ranks) and a second (across the
@@ -1662,26 +1717,55 @@ mod tests {
             8,
         );
         let reduce = |root| TaskKind::Coll(Collective::Reduce { root });
-        let (local, cross) = reduce_stages(&p, &t, 3, 0x5000).unwrap();
+        // (sub-communicator, kind, send, recv) of each stage.
+        let stages = |places: &[(usize, usize)], fewest, t: &Task, rank| {
+            reduce_stages(places, fewest, t, rank, 0x5000)
+                .unwrap()
+                .into_iter()
+                .map(|(sub, x)| (sub, x.kind, x.send, x.recv))
+                .collect::<Vec<_>>()
+        };
+        use Sub::{Cross, Local};
         assert_eq!(
-            (local.kind, local.send, local.recv),
-            (reduce(1), 0x1000, 0x5000)
+            stages(&p, 2, &t, 3),
+            [
+                (Local, reduce(1), 0x1000, 0x5000),
+                (Cross, reduce(0), 0x5000, 0x5000)
+            ]
         );
-        let cross = cross.unwrap();
         assert_eq!(
-            (cross.kind, cross.send, cross.recv),
-            (reduce(0), 0x5000, 0x5000)
+            stages(&p, 2, &t, 2),
+            [
+                (Local, reduce(1), 0x1000, 0x9000),
+                (Cross, reduce(0), 0x9000, 0x9000)
+            ]
         );
-        let (local, cross) = reduce_stages(&p, &t, 2, 0x5000).unwrap();
-        assert_eq!((local.kind, local.recv), (reduce(1), 0x9000));
-        let cross = cross.unwrap();
+        assert_eq!(stages(&p, 2, &t, 0), [(Local, reduce(1), 0x1000, 0x9000)]);
+        // Hosts of two ranks and one, root 1 (index 1, which the second host lacks): on every
+        // host to its first rank, among the first ranks to rank 0, which sends it to rank 1.
+        let q = places(&[4, 4, 6]).unwrap();
+        let t = crate::task::float_sum(reduce(1), 0x1000, 0x9000, 8);
+        let send = TaskKind::Send { peer: 1 };
+        let recv = TaskKind::Recv { peer: 0 };
         assert_eq!(
-            (cross.kind, cross.send, cross.recv),
-            (reduce(0), 0x9000, 0x9000)
+            stages(&q, 1, &t, 0),
+            [
+                (Local, reduce(0), 0x1000, 0x5000),
+                (Cross, reduce(0), 0x5000, 0x5000),
+                (Local, send, 0x5000, 0)
+            ]
         );
-        let (local, cross) = reduce_stages(&p, &t, 0, 0x5000).unwrap();
-        assert_eq!((local.kind, local.send), (reduce(1), 0x1000));
-        assert!(cross.is_none());
+        assert_eq!(
+            stages(&q, 1, &t, 1),
+            [(Local, reduce(0), 0x1000, 0x9000), (Local, recv, 0, 0x9000)]
+        );
+        assert_eq!(
+            stages(&q, 1, &t, 2),
+            [
+                (Local, reduce(0), 0x1000, 0x5000),
+                (Cross, reduce(0), 0x5000, 0x5000)
+            ]
+        );
     }
 
     #[test]
