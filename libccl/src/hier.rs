@@ -22,8 +22,9 @@
 //! broadcast whose root's index some host lacks on the root's host first, then among the hosts'
 //! first ranks, then on the other hosts; a reduce to such a root the reverse (to each host's
 //! first rank, among the first ranks to the root's host's, which sends it to the root);
-//! broadcasts and reduces whose root's index every host holds as above; sends and receives
-//! within a host as above; the rest flat.
+//! broadcasts and reduces whose root's index every host holds as above; gathers and scatters
+//! (each host's ranks consecutive) as above, each host's blocks at the root's index modulo its
+//! ranks; sends and receives within a host as above; the rest flat.
 //! Flat, every byte of such a communicator is staged through host memory and the proxy, even
 //! between GPUs of one host.
 //!
@@ -58,8 +59,7 @@ pub struct Hierarchy {
     places: Vec<(usize, usize)>,
     /// The number of ranks of the host with the fewest: the indices every host holds.
     fewest: usize,
-    /// Whether every host holds as many ranks (else only all-reduces, all-gathers, broadcasts,
-    /// reduces, and sends and receives within a host, go hierarchically).
+    /// Whether every host holds as many ranks (else reduce-scatters and all-to-alls stay flat).
     even: bool,
     /// Where reduce-scatters and reduces keep their partial reductions between stages.
     scratch: Mutex<Scratch>,
@@ -294,10 +294,11 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
                     leading = false;
                     let groups = match plan {
                         Plan::Ready(groups) => groups,
-                        Plan::Scratch(_) => scratch_stages(&h, &t, comm.rank(), scratch)
-                            .ok_or_else(|| {
+                        Plan::Scratch(_) => {
+                            scratch_stages(&h, &t, &comm, scratch).ok_or_else(|| {
                                 crate::error::Error::internal("hierarchy: stages vanished")
-                            })?,
+                            })?
+                        }
                     };
                     (p2p.then_some(Segment::HostP2p), groups)
                 }
@@ -353,6 +354,18 @@ pub(crate) struct Taken {
 }
 
 impl Hierarchy {
+    /// A send or receive of `count` of `t`'s elements between hosts, its peer by its rank in
+    /// `comm`: on even hosts every such peer holds this rank's index on its host (the stages
+    /// that use this make it so), so it goes on the communicator across the hosts; otherwise on
+    /// `comm` itself.
+    fn across(&self, comm: &Comm, t: &Task, p: &P2p, count: usize) -> Option<(Comm, Task)> {
+        if self.even {
+            let p = p.on_peer(cross_rank(&self.places, p.peer())?);
+            return Some((self.cross.clone(), p2p_task(t, &p, count)));
+        }
+        Some((comm.clone(), p2p_task(t, p, count)))
+    }
+
     /// The sub-communicator `sub`.
     fn on(&self, sub: Sub) -> Comm {
         match sub {
@@ -499,9 +512,10 @@ fn plan(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Plan> {
         }
         TaskKind::Coll(Collective::Gather { root } | Collective::Scatter { root }) => {
             let gpu = rooted_eligible(h, t, rank)?;
-            // The ranks holding the root's index on the other hosts keep their host's blocks
-            // between the stages.
-            let keeps = rank != root && h.places.get(rank)?.1 == h.places.get(root)?.1;
+            // The other hosts' ranks at the root's index (modulo their ranks) keep their host's
+            // blocks between the stages.
+            let index = h.places.get(root)?.1 % h.local.nranks();
+            let keeps = rank != root && h.places.get(rank)?.1 == index;
             Need {
                 bytes: if keeps { h.local.nranks() * bytes } else { 0 },
                 gpu,
@@ -577,23 +591,11 @@ fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>>
         );
     }
     if let Some(plan) = gather_plan(h, t, rank) {
-        // Even hosts: the cross stage's peers all hold this rank's index, on its communicator
-        // across the hosts; otherwise it goes on the communicator itself.
-        let cross: StageGroup = match h.even {
-            true => plan
-                .cross
-                .iter()
-                .map(|p| {
-                    let p = p.on_peer(cross_rank(&h.places, p.peer())?);
-                    Some((h.cross.clone(), p2p_task(t, &p, t.count)))
-                })
-                .collect::<Option<_>>()?,
-            false => plan
-                .cross
-                .iter()
-                .map(|p| (comm.clone(), p2p_task(t, p, t.count)))
-                .collect(),
-        };
+        let cross: StageGroup = plan
+            .cross
+            .iter()
+            .map(|p| h.across(comm, t, p, t.count))
+            .collect::<Option<_>>()?;
         let local = plan
             .local
             .iter()
@@ -620,7 +622,8 @@ fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>>
 
 /// The stage groups of an operation [`plan`] found to go hierarchically with a part of the
 /// scratch, at `scratch`: a reduce-scatter, a reduce or an all-to-all.
-fn scratch_stages(h: &Hierarchy, t: &Task, rank: usize, scratch: usize) -> Option<Vec<StageGroup>> {
+fn scratch_stages(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Vec<StageGroup>> {
+    let rank = comm.rank();
     match t.kind {
         TaskKind::Coll(Collective::AlltoAll) => {
             let per = h.local.nranks();
@@ -643,11 +646,10 @@ fn scratch_stages(h: &Hierarchy, t: &Task, rank: usize, scratch: usize) -> Optio
         }
         TaskKind::Coll(Collective::Gather { .. } | Collective::Scatter { .. }) => {
             let (local, cross) = rooted_stages(&h.places, t, rank, scratch)?;
-            let count = h.local.nranks() * t.count;
             let cross: StageGroup = cross
                 .iter()
-                .map(|p| (h.cross.clone(), p2p_task(t, p, count)))
-                .collect();
+                .map(|(p, count)| h.across(comm, t, p, *count))
+                .collect::<Option<_>>()?;
             let local = vec![(h.local.clone(), local)];
             let seq = match t.kind {
                 TaskKind::Coll(Collective::Gather { .. }) => [local, cross],
@@ -850,6 +852,15 @@ fn alltoall_blocks(
     Some((local, cross))
 }
 
+/// Whether every host's ranks are consecutive in rank order (hosts of any sizes).
+fn hosts_contiguous(places: &[(usize, usize)]) -> bool {
+    places.first() == Some(&(0, 0))
+        && places.windows(2).all(|w| match w[1].0 == w[0].0 {
+            true => w[1].1 == w[0].1 + 1,
+            false => w[1] == (w[0].0 + 1, 0),
+        })
+}
+
 /// Whether every host holds as many ranks, consecutive in rank order.
 fn hosts_consecutive(places: &[(usize, usize)]) -> bool {
     let per = places.iter().filter(|p| p.0 == 0).count();
@@ -881,15 +892,16 @@ fn rooted_eligible(h: &Hierarchy, t: &Task, rank: usize) -> Option<bool> {
         TaskKind::Coll(Collective::Scatter { root }) => (root, false),
         _ => return None,
     };
-    hosts_consecutive(&h.places).then_some(())?;
+    hosts_contiguous(&h.places).then_some(())?;
     eligible(h, t, gather || rank == root, !gather || rank == root)
 }
 
-/// Gather or scatter `t`'s stages on `rank` (every host's ranks consecutive,
-/// [`rooted_eligible`]): on its host, a gather to (a scatter from) the rank holding the root's
-/// index there, whose blocks are the root's own buffer at its host's range on the root's host
-/// and `scratch` on the others; and across the hosts, among the ranks holding that index, each
-/// other host's blocks in one message to (from) the root. A gather's host stage goes first, a
+/// Gather or scatter `t`'s stages on `rank` (every host's ranks consecutive, of any number,
+/// [`rooted_eligible`]): on its host, a gather to (a scatter from) the rank at the root's index
+/// modulo the host's ranks (the root on its host), whose blocks are the root's own buffer at its
+/// host's range on the root's host and `scratch` on the others; and across the hosts, each
+/// other host's blocks in one message between that rank and the root (peers by their rank in
+/// the communicator, with the message's element count). A gather's host stage goes first, a
 /// scatter's last. Host links carry the blocks of the host's ranks; the network each other
 /// host's blocks once, in one message.
 fn rooted_stages(
@@ -897,30 +909,35 @@ fn rooted_stages(
     t: &Task,
     rank: usize,
     scratch: usize,
-) -> Option<(Task, Vec<P2p>)> {
+) -> Option<(Task, Vec<(P2p, usize)>)> {
     let (root, gather) = match t.kind {
         TaskKind::Coll(Collective::Gather { root }) => (root, true),
         TaskKind::Coll(Collective::Scatter { root }) => (root, false),
         _ => return None,
     };
-    let per = places.iter().filter(|p| p.0 == 0).count();
-    let hosts = places.len() / per.max(1);
-    let (root_host, root_local) = *places.get(root)?;
-    let (host, local) = *places.get(rank)?;
-    // A host's blocks, and the root's buffer holding every host's.
-    let span = per.checked_mul(t.count)?.checked_mul(t.dtype.size())?;
+    let hosts = places.iter().map(|p| p.0).max()? + 1;
+    let mut ranks_of: Vec<Vec<usize>> = vec![Vec::new(); hosts];
+    for (r, &(h, _)) in places.iter().enumerate() {
+        ranks_of[h].push(r);
+    }
+    let (root_host, root_index) = *places.get(root)?;
+    let (host, _) = *places.get(rank)?;
+    // Each host's rank that gathers (scatters) its blocks, and where they start in the root's
+    // buffer (consecutive hosts: at its first rank's block).
+    let lead = |k: usize| ranks_of[k][root_index % ranks_of[k].len()];
+    let block = t.count.checked_mul(t.dtype.size())?;
     let whole = if gather { t.recv } else { t.send };
-    let at = |k: usize| Some(whole.wrapping_add(k.checked_mul(span)?));
+    let at = |k: usize| Some(whole.wrapping_add(ranks_of[k][0].checked_mul(block)?));
     let kind = |root| match gather {
         true => TaskKind::Coll(Collective::Gather { root }),
         false => TaskKind::Coll(Collective::Scatter { root }),
     };
     let mut host_stage = Task {
-        kind: kind(root_local),
+        kind: kind(places[lead(host)].1),
         ..*t
     };
     let mut cross = Vec::new();
-    if local == root_local {
+    if rank == lead(host) {
         let blocks = match host == root_host {
             true => at(host)?,
             false => scratch,
@@ -929,32 +946,28 @@ fn rooted_stages(
             true => host_stage.recv = blocks,
             false => host_stage.send = blocks,
         }
-        // The ranks holding the root's index are the hosts' in host order (consecutive hosts),
-        // so a host's index is its rank across the hosts.
+        let count = |k: usize| ranks_of[k].len() * t.count;
         if rank == root {
             for k in (0..hosts).filter(|&k| k != root_host) {
-                cross.push(match gather {
-                    true => P2p::Recv {
-                        peer: k,
-                        into: at(k)?,
-                    },
-                    false => P2p::Send {
-                        peer: k,
-                        from: at(k)?,
-                    },
-                });
+                let peer = lead(k);
+                let p = match gather {
+                    true => P2p::Recv { peer, into: at(k)? },
+                    false => P2p::Send { peer, from: at(k)? },
+                };
+                cross.push((p, count(k)));
             }
         } else {
-            cross.push(match gather {
+            let p = match gather {
                 true => P2p::Send {
-                    peer: root_host,
+                    peer: root,
                     from: scratch,
                 },
                 false => P2p::Recv {
-                    peer: root_host,
+                    peer: root,
                     into: scratch,
                 },
-            });
+            };
+            cross.push((p, count(host)));
         }
     }
     Some((host_stage, cross))
@@ -1781,21 +1794,23 @@ mod tests {
             (local.kind, local.send, local.recv),
             (gather(1), 0x1000, 0x9000 + span)
         );
-        let from = |peer, k| P2p::Recv {
-            peer,
-            into: 0x9000 + k * span,
+        // Peers by rank: the other hosts' ranks of index 1, each host's two blocks.
+        let from = |peer, k| {
+            let p = P2p::Recv {
+                peer,
+                into: 0x9000 + k * span,
+            };
+            (p, 8)
         };
-        assert_eq!(cross, [from(0, 0), from(2, 2)]);
+        assert_eq!(cross, [from(1, 0), from(5, 2)]);
         // Index 1 on another host: its host's blocks into the scratch, then to the root.
         let (local, cross) = rooted_stages(&p, &t, 5, 0x5000).unwrap();
         assert_eq!((local.kind, local.recv), (gather(1), 0x5000));
-        assert_eq!(
-            cross,
-            [P2p::Send {
-                peer: 1,
-                from: 0x5000
-            }]
-        );
+        let to_root = P2p::Send {
+            peer: 3,
+            from: 0x5000,
+        };
+        assert_eq!(cross, [(to_root, 8)]);
         // Index 0: its block to its host's index 1 only (its receive buffer untouched).
         let (local, cross) = rooted_stages(&p, &t, 2, 0x5000).unwrap();
         assert_eq!((local.kind, local.recv), (gather(1), 0x9000));
@@ -1813,27 +1828,52 @@ mod tests {
             (local.kind, local.send, local.recv),
             (scatter(0), 0x1000, 0x9000)
         );
-        assert_eq!(
-            cross,
-            [P2p::Send {
-                peer: 1,
-                from: 0x1000 + span
-            }]
-        );
+        let to_other = P2p::Send {
+            peer: 2,
+            from: 0x1000 + span,
+        };
+        assert_eq!(cross, [(to_other, 16)]);
         let (local, cross) = rooted_stages(&p, &t, 2, 0x5000).unwrap();
         assert_eq!(
             (local.kind, local.send, local.recv),
             (scatter(0), 0x5000, 0x9000)
         );
-        assert_eq!(
-            cross,
-            [P2p::Recv {
-                peer: 0,
-                into: 0x5000
-            }]
-        );
+        let from_root = P2p::Recv {
+            peer: 0,
+            into: 0x5000,
+        };
+        assert_eq!(cross, [(from_root, 16)]);
         let (local, cross) = rooted_stages(&p, &t, 3, 0x5000).unwrap();
         assert_eq!((local.kind, local.recv), (scatter(0), 0x9000));
+        assert!(cross.is_empty());
+    }
+
+    /// Hosts of three ranks and one, consecutive; root 2 (index 2): the lone rank sends its one
+    /// block to the root, which gathers its host's three in place.
+    #[test]
+    fn a_gather_over_uneven_hosts_takes_each_hosts_blocks_at_the_roots_index_modulo_its_ranks() {
+        let p = places(&[5, 5, 5, 6]).unwrap();
+        assert!(hosts_contiguous(&p) && !hosts_consecutive(&p));
+        assert!(!hosts_contiguous(&places(&[5, 6, 5, 6]).unwrap()));
+        let gather = |root| TaskKind::Coll(Collective::Gather { root });
+        let t = crate::task::float_sum(gather(2), 0x1000, 0x9000, 4);
+        let (local, cross) = rooted_stages(&p, &t, 2, 0).unwrap();
+        assert_eq!((local.kind, local.recv), (gather(2), 0x9000));
+        let from_lone = P2p::Recv {
+            peer: 3,
+            into: 0x9000 + 3 * 16,
+        };
+        assert_eq!(cross, [(from_lone, 4)]);
+        // The lone rank holds index 2 modulo 1: it gathers its own block, then sends it.
+        let (local, cross) = rooted_stages(&p, &t, 3, 0x5000).unwrap();
+        assert_eq!((local.kind, local.recv), (gather(0), 0x5000));
+        let to_root = P2p::Send {
+            peer: 2,
+            from: 0x5000,
+        };
+        assert_eq!(cross, [(to_root, 4)]);
+        let (local, cross) = rooted_stages(&p, &t, 0, 0x5000).unwrap();
+        assert_eq!(local.kind, gather(2));
         assert!(cross.is_empty());
     }
 
