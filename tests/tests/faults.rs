@@ -357,6 +357,52 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
     }
 }
 
+/// The grouped scenario on three ranks, hosts of two and one (as a shrink leaves them): rank 0
+/// groups everything, the others call one by one; leaders and the rest run different numbers
+/// of stages, flat operations (integer averages, the reduce-scatter and all-to-all, which stay
+/// flat on uneven hosts) between hierarchical ones. Exact, no hang.
+#[test]
+fn uneven_hosts_grouped_differently_still_meet() {
+    let outs = run_with(
+        "grouped",
+        3,
+        &[
+            ("CCL_HIERARCHY", "1"),
+            ("CCL_HIERARCHY_ALLTOALL", "1"),
+            ("CCL_TIMEOUT_S", "20"),
+            ("NCCL_DEBUG", "TRACE"),
+        ],
+        &two_per_host,
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        for kind in [
+            "AllGather",
+            "AllReduce",
+            "Broadcast { root: 1 }",
+            "Reduce { root: 2 }",
+            "Gather { root: 1 }",
+            "Scatter { root: 2 }",
+        ] {
+            let said = format!("Coll({kind}) of");
+            assert!(
+                o.stderr.contains(&said),
+                "{said} not hierarchical:\n{}",
+                o.stderr
+            );
+        }
+        for kind in ["ReduceScatter", "AlltoAll"] {
+            let said = format!("Coll({kind}) of");
+            assert!(
+                !o.stderr.contains(&said),
+                "{said} hierarchical:\n{}",
+                o.stderr
+            );
+        }
+    }
+}
+
 /// `CCL_HIERARCHY_MIN_BYTES` as a boundary pair over the grouped scenario (blocks of 1 MiB:
 /// the all-gather's, reduce-scatter's, all-to-all's, gather's and scatter's; 4 MiB for the
 /// others): at 1 MiB every kind goes hierarchically; at 1 MiB + 1 the 1 MiB ones stay flat,

@@ -43,7 +43,8 @@ fn main() {
         let mut comm: ncclComm_t = std::ptr::null_mut();
         let r = ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32);
         assert_eq!(r, 0, "init: {}", last(std::ptr::null_mut()));
-        let count = 1 << 20;
+        // About 1 Mi elements, a multiple of the ranks (blocks of all-gathers and the like).
+        let count = (1 << 20) / nranks * nranks;
         let send = vec![1.0f32; count];
         let mut recv = vec![0.0f32; count];
         let sp = send.as_ptr() as *const c_void;
@@ -178,7 +179,7 @@ fn main() {
                 r |= ncclAllGather(mp, gp, count / nranks, 7, comm, null);
                 // Integer averages stay flat: between hierarchical operations they must keep
                 // their place in the sequence. Element i: 10 * rank + i, and then
-                // 20 * rank + i, so the averages are 15 + i and 30 + i (exact in int32).
+                // 20 * rank + i, so the averages are 5 (n - 1) + i and 10 (n - 1) + i (exact).
                 let ints: Vec<i32> = (0..count as i32).map(|i| 10 * rank as i32 + i).collect();
                 let ints2: Vec<i32> = (0..count as i32).map(|i| 20 * rank as i32 + i).collect();
                 let mut avg = vec![0i32; count];
@@ -252,8 +253,11 @@ fn main() {
                 // on; over this one): rank + 0.5 each, in one group on every rank; and an
                 // all-reduce (hierarchical), called last in that group by the first half, before
                 // it by the others: a group's collectives go before its transfers.
-                let partner = rank ^ 1;
+                // Odd rank counts: the last rank is its own partner, and the ring step across
+                // sends to one rank and receives from another.
+                let partner = if rank ^ 1 < nranks { rank ^ 1 } else { rank };
                 let across = (rank + nranks / 2) % nranks;
+                let across_from = (rank + nranks - nranks / 2) % nranks;
                 let mine_p2p = vec![rank_f + 0.5; count];
                 let mut from_partner = vec![0.0f32; count];
                 let mut from_across = vec![0.0f32; count];
@@ -269,7 +273,7 @@ fn main() {
                 r |= ncclSend(mpp, count, 7, partner as i32, comm, null);
                 r |= ncclRecv(fpp, count, 7, partner as i32, comm, null);
                 r |= ncclSend(mpp, count, 7, across as i32, comm, null);
-                r |= ncclRecv(fap, count, 7, across as i32, comm, null);
+                r |= ncclRecv(fap, count, 7, across_from as i32, comm, null);
                 if together {
                     r |= ncclAllReduce(sp, lsp, count, 7, 0, comm, null);
                 }
@@ -278,8 +282,11 @@ fn main() {
                     (0..count).all(|i| gathered[i] == (i / per) as f32 + (i % per) as f32);
                 let summed_ok = summed[..count - 1].iter().all(|&x| x == nranks as f32)
                     && last_sum.iter().all(|&x| x == nranks as f32);
-                let avg_ok =
-                    (0..count).all(|i| avg[i] == 15 + i as i32 && avg2[i] == 30 + i as i32);
+                let avg_ok = {
+                    // sum(10 * rank) / nranks = 5 * (nranks - 1): exact.
+                    let base = 5 * (nranks as i32 - 1);
+                    (0..count).all(|i| avg[i] == base + i as i32 && avg2[i] == 2 * base + i as i32)
+                };
                 let sent_ok = sent.iter().all(|&x| x == 5.0);
                 let ranks_sum = (nranks * (nranks - 1) / 2) as f32;
                 let scattered_ok = (0..per)
@@ -292,7 +299,7 @@ fn main() {
                     || (0..count).all(|i| gathered_at[i] == (i / per) as f32 + (i % per) as f32))
                     && (0..per).all(|i| scattered_from[i] == (rank * 100 + i) as f32);
                 let p2p_ok = from_partner.iter().all(|&x| x == partner as f32 + 0.5)
-                    && from_across.iter().all(|&x| x == across as f32 + 0.5);
+                    && from_across.iter().all(|&x| x == across_from as f32 + 0.5);
                 println!(
                     "gathered={gathered_ok} summed={summed_ok} broadcast={sent_ok} \
                      scattered={scattered_ok} reduced={reduced_ok} a2a={a2a_ok} p2p={p2p_ok} \
