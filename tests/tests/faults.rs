@@ -403,6 +403,46 @@ fn uneven_hosts_grouped_differently_still_meet() {
     }
 }
 
+/// The grouped scenario with hosts interleaved (ranks 0, 2 on one host, 1, 3 on the other):
+/// the operations that need each host's ranks consecutive (reduce-scatter, all-to-all, gather,
+/// scatter) stay flat among hierarchical ones; of each rank's two send/receive partners one is
+/// on its host now (over the host's communicator), the other not. Exact, no hang.
+#[test]
+fn interleaved_hosts_grouped_differently_still_meet() {
+    let outs = run_with(
+        "grouped",
+        4,
+        &[
+            ("CCL_HIERARCHY", "1"),
+            ("CCL_HIERARCHY_ALLTOALL", "1"),
+            ("CCL_TIMEOUT_S", "20"),
+            ("NCCL_DEBUG", "TRACE"),
+        ],
+        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r % 2))],
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        let went = |kind: &str| o.stderr.contains(&format!("Coll({kind}) of"));
+        for kind in [
+            "AllGather",
+            "AllReduce",
+            "Broadcast { root: 1 }",
+            "Reduce { root: 3 }",
+        ] {
+            assert!(went(kind), "{kind} not hierarchical:\n{}", o.stderr);
+        }
+        for kind in [
+            "ReduceScatter",
+            "AlltoAll",
+            "Gather { root: 1 }",
+            "Scatter { root: 2 }",
+        ] {
+            assert!(!went(kind), "{kind} hierarchical:\n{}", o.stderr);
+        }
+    }
+}
+
 /// `CCL_HIERARCHY_MIN_BYTES` as a boundary pair over the grouped scenario (blocks of 1 MiB:
 /// the all-gather's, reduce-scatter's, all-to-all's, gather's and scatter's; 4 MiB for the
 /// others): at 1 MiB every kind goes hierarchically; at 1 MiB + 1 the 1 MiB ones stay flat,
