@@ -316,45 +316,58 @@ fn abort_reaches_a_collective_stuck_in_a_hierarchical_stage() {
     assert!(code(o, "elapsed_ms") < 2500, "{}", o.stdout);
 }
 
+/// The grouped scenario on `n` ranks placed by `hosts`, every kind allowed to go
+/// hierarchically (`CCL_HIERARCHY=1`, all-to-all too), each operation's decision traced;
+/// `extra` adds settings.
+fn run_grouped(
+    n: usize,
+    hosts: &dyn Fn(usize) -> Vec<(String, String)>,
+    extra: &[(&str, &str)],
+) -> Vec<RankOut> {
+    let mut env = vec![
+        ("CCL_HIERARCHY", "1"),
+        ("CCL_HIERARCHY_ALLTOALL", "1"),
+        ("CCL_TIMEOUT_S", "20"),
+        ("NCCL_DEBUG", "TRACE"),
+    ];
+    env.extend_from_slice(extra);
+    run_with("grouped", n, &env, hosts, Duration::from_secs(60))
+}
+
+/// Every rank of [`run_grouped`] got exact results, and its trace says the operations of
+/// `hierarchical` went hierarchically and those of `flat` did not (kinds as `Coll(..)` prints
+/// them).
+fn assert_grouped(outs: &[RankOut], hierarchical: &[&str], flat: &[&str]) {
+    for o in outs {
+        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        let went = |kind: &str| o.stderr.contains(&format!("Coll({kind}) of"));
+        for kind in hierarchical {
+            assert!(went(kind), "{kind} not hierarchical:\n{}", o.stderr);
+        }
+        for kind in flat {
+            assert!(!went(kind), "{kind} hierarchical:\n{}", o.stderr);
+        }
+    }
+}
+
 /// Hierarchical operations (four ranks, two hosts, `CCL_HIERARCHY=1`, all-to-all too; an
 /// all-reduce of an uneven count among them, flat integer averages between them) that half the
 /// ranks group and half call one by one: exact results everywhere, no hang.
 #[test]
 fn ranks_grouping_hierarchical_operations_differently_still_meet() {
-    let outs = run_with(
-        "grouped",
-        4,
-        &[
-            ("CCL_HIERARCHY", "1"),
-            ("CCL_HIERARCHY_ALLTOALL", "1"),
-            ("CCL_TIMEOUT_S", "20"),
-            ("NCCL_DEBUG", "TRACE"),
-        ],
-        &two_per_host,
-        Duration::from_secs(60),
-    );
-    for o in &outs {
-        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
-        // Every kind went hierarchically (the integer averages, which must not, are checked
-        // exact above: truncating per host would be off).
-        for kind in [
-            "AllGather",
-            "AllReduce",
-            "Broadcast { root: 1 }",
-            "ReduceScatter",
-            "Reduce { root: 3 }",
-            "AlltoAll",
-            "Gather { root: 1 }",
-            "Scatter { root: 2 }",
-        ] {
-            let said = format!("Coll({kind}) of");
-            assert!(
-                o.stderr.contains(&said),
-                "{said} not hierarchical:\n{}",
-                o.stderr
-            );
-        }
-    }
+    // Every kind went hierarchically (the integer averages, which must not, are checked exact
+    // by the scenario: truncating per host would be off).
+    let every = [
+        "AllGather",
+        "AllReduce",
+        "Broadcast { root: 1 }",
+        "ReduceScatter",
+        "Reduce { root: 3 }",
+        "AlltoAll",
+        "Gather { root: 1 }",
+        "Scatter { root: 2 }",
+    ];
+    assert_grouped(&run_grouped(4, &two_per_host, &[]), &every, &[]);
 }
 
 /// The grouped scenario on three ranks, hosts of two and one (as a shrink leaves them): rank 0
@@ -363,44 +376,16 @@ fn ranks_grouping_hierarchical_operations_differently_still_meet() {
 /// flat on uneven hosts) between hierarchical ones. Exact, no hang.
 #[test]
 fn uneven_hosts_grouped_differently_still_meet() {
-    let outs = run_with(
-        "grouped",
-        3,
-        &[
-            ("CCL_HIERARCHY", "1"),
-            ("CCL_HIERARCHY_ALLTOALL", "1"),
-            ("CCL_TIMEOUT_S", "20"),
-            ("NCCL_DEBUG", "TRACE"),
-        ],
-        &two_per_host,
-        Duration::from_secs(60),
-    );
-    for o in &outs {
-        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
-        for kind in [
-            "AllGather",
-            "AllReduce",
-            "Broadcast { root: 1 }",
-            "Reduce { root: 2 }",
-            "Gather { root: 1 }",
-            "Scatter { root: 2 }",
-        ] {
-            let said = format!("Coll({kind}) of");
-            assert!(
-                o.stderr.contains(&said),
-                "{said} not hierarchical:\n{}",
-                o.stderr
-            );
-        }
-        for kind in ["ReduceScatter", "AlltoAll"] {
-            let said = format!("Coll({kind}) of");
-            assert!(
-                !o.stderr.contains(&said),
-                "{said} hierarchical:\n{}",
-                o.stderr
-            );
-        }
-    }
+    let hierarchical = [
+        "AllGather",
+        "AllReduce",
+        "Broadcast { root: 1 }",
+        "Reduce { root: 2 }",
+        "Gather { root: 1 }",
+        "Scatter { root: 2 }",
+    ];
+    let outs = run_grouped(3, &two_per_host, &[]);
+    assert_grouped(&outs, &hierarchical, &["ReduceScatter", "AlltoAll"]);
 }
 
 /// The grouped scenario with hosts interleaved (ranks 0, 2 on one host, 1, 3 on the other):
@@ -409,38 +394,20 @@ fn uneven_hosts_grouped_differently_still_meet() {
 /// on its host now (over the host's communicator), the other not. Exact, no hang.
 #[test]
 fn interleaved_hosts_grouped_differently_still_meet() {
-    let outs = run_with(
-        "grouped",
-        4,
-        &[
-            ("CCL_HIERARCHY", "1"),
-            ("CCL_HIERARCHY_ALLTOALL", "1"),
-            ("CCL_TIMEOUT_S", "20"),
-            ("NCCL_DEBUG", "TRACE"),
-        ],
-        &|r| vec![("CCL_HOSTID".to_string(), format!("host{}", r % 2))],
-        Duration::from_secs(60),
-    );
-    for o in &outs {
-        assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
-        let went = |kind: &str| o.stderr.contains(&format!("Coll({kind}) of"));
-        for kind in [
-            "AllGather",
-            "AllReduce",
-            "Broadcast { root: 1 }",
-            "Reduce { root: 3 }",
-        ] {
-            assert!(went(kind), "{kind} not hierarchical:\n{}", o.stderr);
-        }
-        for kind in [
-            "ReduceScatter",
-            "AlltoAll",
-            "Gather { root: 1 }",
-            "Scatter { root: 2 }",
-        ] {
-            assert!(!went(kind), "{kind} hierarchical:\n{}", o.stderr);
-        }
-    }
+    let alternate = |r: usize| vec![("CCL_HOSTID".to_string(), format!("host{}", r % 2))];
+    let hierarchical = [
+        "AllGather",
+        "AllReduce",
+        "Broadcast { root: 1 }",
+        "Reduce { root: 3 }",
+    ];
+    let flat = [
+        "ReduceScatter",
+        "AlltoAll",
+        "Gather { root: 1 }",
+        "Scatter { root: 2 }",
+    ];
+    assert_grouped(&run_grouped(4, &alternate, &[]), &hierarchical, &flat);
 }
 
 /// `CCL_HIERARCHY_MIN_BYTES` as a boundary pair over the grouped scenario (blocks of 1 MiB:
@@ -449,41 +416,18 @@ fn interleaved_hosts_grouped_differently_still_meet() {
 /// among hierarchical ones in the same groups, and every result is exact either way.
 #[test]
 fn hierarchy_min_bytes_takes_operations_of_exactly_that_size() {
-    let kinds = |o: &RankOut| -> Vec<&str> {
-        [
-            "AllGather",
-            "AllReduce",
-            "Broadcast { root: 1 }",
-            "ReduceScatter",
-            "Reduce { root: 3 }",
-            "AlltoAll",
-            "Gather { root: 1 }",
-            "Scatter { root: 2 }",
-        ]
-        .into_iter()
-        .filter(|k| o.stderr.contains(&format!("Coll({k}) of")))
-        .collect()
-    };
-    for (min, hierarchical) in [("1048576", 8), ("1048577", 3)] {
-        let outs = run_with(
-            "grouped",
-            4,
-            &[
-                ("CCL_HIERARCHY", "1"),
-                ("CCL_HIERARCHY_ALLTOALL", "1"),
-                ("CCL_HIERARCHY_MIN_BYTES", min),
-                ("CCL_TIMEOUT_S", "20"),
-                ("NCCL_DEBUG", "TRACE"),
-            ],
-            &two_per_host,
-            Duration::from_secs(60),
-        );
-        for o in &outs {
-            assert_eq!(code(o, "result"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
-            let went = kinds(o);
-            assert_eq!(went.len(), hierarchical, "min {min}: {went:?}");
-        }
-    }
+    let big = ["AllReduce", "Broadcast { root: 1 }", "Reduce { root: 3 }"];
+    let small = [
+        "AllGather",
+        "ReduceScatter",
+        "AlltoAll",
+        "Gather { root: 1 }",
+        "Scatter { root: 2 }",
+    ];
+    let every: Vec<&str> = big.iter().chain(&small).copied().collect();
+    let at = |min| run_grouped(4, &two_per_host, &[("CCL_HIERARCHY_MIN_BYTES", min)]);
+    assert_grouped(&at("1048576"), &every, &[]);
+    assert_grouped(&at("1048577"), &big, &small);
 }
 
 /// Communicators split off a hierarchical one (the whole again: hierarchical too, its log
