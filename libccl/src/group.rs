@@ -16,7 +16,7 @@ use ccl_collectives::{default_algorithm, schedule_ordered, Algorithm, Pipeline};
 
 use crate::bootstrap::{Health, UniqueId};
 use crate::comm::{Comm, CommState};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::exec::Plan;
 use crate::params;
 use crate::task::{Task, TaskKind};
@@ -556,51 +556,19 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
         held,
         hierarchies,
     } = crate::hier::take(tasks)?;
-    let ran: Result<()> = (|| {
+    let ran = (|| {
         if !tasks.is_empty() {
             run_flat(tasks)?;
         }
         for stage in stages {
-            // The hierarchies this stage runs on: their sub-communicators, or the
-            // communicator itself (flat operations between hierarchical ones, an all-gather's
-            // stage across uneven hosts).
-            let on: Vec<std::sync::Arc<crate::hier::Hierarchy>> = hierarchies
-                .iter()
-                .filter(|h| {
-                    stage.iter().any(|(c, _)| {
-                        h.owns(c)
-                            || c.0
-                                .hier
-                                .lock()
-                                .as_ref()
-                                .is_some_and(|x| std::sync::Arc::ptr_eq(x, h))
-                    })
-                })
-                .cloned()
-                .collect();
-            // Errors there name ranks by their place on the sub-communicator.
-            let sub = match stage.first() {
-                Some((c, _))
-                    if stage
-                        .iter()
-                        .all(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0)) =>
-                {
-                    Some(c.clone())
+            // The stage's communicators, for its failure only (nothing more on the way).
+            let mut comms: Vec<Comm> = Vec::new();
+            for (c, _) in &stage {
+                if !comms.iter().any(|x| std::sync::Arc::ptr_eq(&x.0, &c.0)) {
+                    comms.push(c.clone());
                 }
-                _ => None,
-            };
-            if let Err(e) = run_flat(stage) {
-                let e = match &sub {
-                    Some(sub) => crate::hier::Taken::in_stage(e, sub, &on),
-                    None => e,
-                };
-                // A dead or silent peer breaks the sub-communicators it failed on; an error
-                // of the caller's (a bad argument, a capture it invalidated) leaves them usable.
-                if matches!(e.kind, ErrorKind::Remote | ErrorKind::System) {
-                    crate::hier::Taken::abort_hierarchies(&on, &e);
-                }
-                return Err(e);
             }
+            run_flat(stage).map_err(|e| crate::hier::stage_failed(e, &comms, &hierarchies))?;
         }
         Ok(())
     })();

@@ -60,6 +60,8 @@ pub struct Hierarchy {
     host_memory: bool,
     /// Every rank's (host index, index among its host's ranks).
     places: Vec<(usize, usize)>,
+    /// This rank's host index.
+    host: usize,
     /// The number of ranks of the host with the fewest: the indices every host holds.
     fewest: usize,
     /// Whether every host holds as many ranks (else reduce-scatters and all-to-alls stay flat).
@@ -113,6 +115,16 @@ fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
     Some(place)
 }
 
+/// Each host's ranks (by host index), in rank order: a host's `i`-th holds index `i` there.
+fn ranks_by_host(places: &[(usize, usize)]) -> Vec<Vec<usize>> {
+    let hosts = places.iter().map(|p| p.0).max().map_or(0, |h| h + 1);
+    let mut ranks = vec![Vec::new(); hosts];
+    for (r, &(h, _)) in places.iter().enumerate() {
+        ranks[h].push(r);
+    }
+    ranks
+}
+
 /// A rank's place in the communicator across the hosts that holds it: how many ranks before it
 /// hold the same index on their hosts.
 fn cross_rank(places: &[(usize, usize)], rank: usize) -> Option<usize> {
@@ -156,21 +168,19 @@ pub(crate) fn attach(comm: &Comm) -> Result<()> {
     let cross = comm
         .split_unchecked(local as i32, comm.rank() as i32, config)?
         .ok_or_else(|| crate::error::Error::internal("no communicator across the hosts"))?;
+    let per_host: Vec<usize> = ranks_by_host(&places).iter().map(Vec::len).collect();
     tracing::info!(
         "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
         comm.rank(),
         local_comm.nranks(),
-        places.iter().map(|p| p.0).max().map_or(0, |h| h + 1)
+        per_host.len()
     );
-    let hosts = places.iter().map(|p| p.0).max().map_or(0, |h| h + 1);
-    let per_host: Vec<usize> = (0..hosts)
-        .map(|h| places.iter().filter(|p| p.0 == h).count())
-        .collect();
     let fewest = per_host.iter().copied().min().unwrap_or(0);
     *comm.0.hier.lock() = Some(Arc::new(Hierarchy {
         local: local_comm,
         cross,
         host_memory: forced,
+        host,
         even: per_host.iter().all(|&c| c == fewest),
         fewest,
         places,
@@ -369,16 +379,17 @@ impl Hierarchy {
         Some((comm.clone(), p2p_task(t, p, count)))
     }
 
-    /// The sub-communicator `sub`.
-    fn on(&self, sub: Sub) -> Comm {
-        match sub {
+    /// Stages each one task on a sub-communicator, as stage groups.
+    fn staged(&self, seq: Vec<(Sub, Task)>) -> Vec<StageGroup> {
+        let on = |sub| match sub {
             Sub::Local => self.local.clone(),
             Sub::Cross => self.cross.clone(),
-        }
+        };
+        seq.into_iter().map(|(sub, t)| vec![(on(sub), t)]).collect()
     }
 
     /// Whether `comm` is one of its sub-communicators.
-    pub(crate) fn owns(&self, comm: &Comm) -> bool {
+    fn owns(&self, comm: &Comm) -> bool {
         Arc::ptr_eq(&comm.0, &self.local.0) || Arc::ptr_eq(&comm.0, &self.cross.0)
     }
 
@@ -387,16 +398,7 @@ impl Hierarchy {
     pub(crate) fn explain(&self, e: crate::error::Error, sub: &Comm) -> crate::error::Error {
         let index = self.local.rank();
         let (which, ranks): (&str, Vec<usize>) = if Arc::ptr_eq(&sub.0, &self.local.0) {
-            // This rank's host: the one of the rank at its place across the hosts.
-            let host = self
-                .places
-                .iter()
-                .filter(|p| p.1 == index)
-                .nth(self.cross.rank())
-                .map(|p| p.0);
-            let ranks = (0..self.places.len())
-                .filter(|&r| Some(self.places[r].0) == host)
-                .collect();
+            let ranks = ranks_by_host(&self.places).swap_remove(self.host);
             ("the host's communicator", ranks)
         } else if Arc::ptr_eq(&sub.0, &self.cross.0) {
             let ranks = (0..self.places.len())
@@ -412,38 +414,52 @@ impl Hierarchy {
     }
 }
 
-impl Taken {
-    /// `e` from a stage group that ran on `sub` alone, explained by the hierarchy it belongs
-    /// to ([`Hierarchy::explain`]).
-    pub(crate) fn in_stage(
-        e: crate::error::Error,
-        sub: &Comm,
-        hierarchies: &[Arc<Hierarchy>],
-    ) -> crate::error::Error {
-        hierarchies.iter().fold(e, |e, h| h.explain(e, sub))
+/// `e` from a stage group that ran on `comms`: explained by the hierarchy whose
+/// sub-communicator it ran on, where that is one ([`Hierarchy::explain`]); and where a peer
+/// failed (it died, or went silent past the timeout), the sub-communicators of the hierarchies
+/// the stage ran on (theirs, or their communicator's flat operations) are broken with it, so
+/// their peers are told `e` and they are aborted, which drops their connections without
+/// goodbye. Their other ranks, waiting in a stage there for this one (which will not come),
+/// then fail at once instead of at `CCL_TIMEOUT_S`, and fail theirs in turn. The communicators
+/// themselves keep their connections (`ncclCommShrink` builds on them); an error of the
+/// caller's (a bad argument, a capture it invalidated) aborts nothing.
+pub(crate) fn stage_failed(
+    e: crate::error::Error,
+    comms: &[Comm],
+    hierarchies: &[Arc<Hierarchy>],
+) -> crate::error::Error {
+    let on: Vec<&Arc<Hierarchy>> = hierarchies
+        .iter()
+        .filter(|h| {
+            comms
+                .iter()
+                .any(|c| h.owns(c) || c.0.hier.lock().as_ref().is_some_and(|x| Arc::ptr_eq(x, h)))
+        })
+        .collect();
+    let e = match comms {
+        [sub] => on.iter().fold(e, |e, h| h.explain(e, sub)),
+        _ => e,
+    };
+    if !matches!(
+        e.kind,
+        crate::error::ErrorKind::Remote | crate::error::ErrorKind::System
+    ) {
+        return e;
     }
-
-    /// After the group failed with `e` for a peer (it died, or went silent past the timeout):
-    /// the sub-communicators are broken with it, so their peers are told `e` and they are
-    /// aborted, which drops their connections without goodbye.
-    /// Their other ranks, waiting in a stage there for this one (which will not come), then
-    /// fail at once instead of at `CCL_TIMEOUT_S`, and fail theirs in turn. The communicators
-    /// themselves keep their connections (`ncclCommShrink` builds on them).
-    pub(crate) fn abort_hierarchies(hierarchies: &[Arc<Hierarchy>], e: &crate::error::Error) {
-        for h in hierarchies {
-            // Why first, so that they report the cause, not only that this rank is gone.
-            h.local.notify_error(e);
-            h.cross.notify_error(e);
-            tracing::warn!(
-                "a hierarchical operation failed: aborting its sub-communicators (this rank is \
-                 {} of its host's, {} across the hosts)",
-                h.local.rank(),
-                h.cross.rank()
-            );
-            h.local.abort();
-            h.cross.abort();
-        }
+    for h in on {
+        // Why first, so that they report the cause, not only that this rank is gone.
+        h.local.notify_error(&e);
+        h.cross.notify_error(&e);
+        tracing::warn!(
+            "a hierarchical operation failed: aborting its sub-communicators (this rank is {} \
+             of its host's, {} across the hosts)",
+            h.local.rank(),
+            h.cross.rank()
+        );
+        h.local.abort();
+        h.cross.abort();
     }
+    e
 }
 
 /// A communicator's operations of one group, in call order.
@@ -587,11 +603,7 @@ fn claim(comm: &Comm, h: &Arc<Hierarchy>, ops: &[Op], held: &mut Held) -> Result
 fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
     if let Some(seq) = broadcast_stages(h, t, rank) {
-        return Some(
-            seq.into_iter()
-                .map(|(sub, t)| vec![(h.on(sub), t)])
-                .collect(),
-        );
+        return Some(h.staged(seq));
     }
     if let Some(plan) = gather_plan(h, t, rank) {
         let cross: StageGroup = plan
@@ -624,7 +636,7 @@ fn ready_stages(h: &Hierarchy, t: &Task, comm: &Comm) -> Option<Vec<StageGroup>>
 }
 
 /// The stage groups of an operation [`plan`] found to go hierarchically with a part of the
-/// scratch, at `scratch`: a reduce-scatter, a reduce or an all-to-all.
+/// scratch, at `scratch`: a reduce-scatter, a reduce, an all-to-all, a gather or a scatter.
 fn scratch_stages(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Option<Vec<StageGroup>> {
     let rank = comm.rank();
     match t.kind {
@@ -661,12 +673,7 @@ fn scratch_stages(h: &Hierarchy, t: &Task, comm: &Comm, scratch: usize) -> Optio
             Some(seq.into_iter().filter(|g| !g.is_empty()).collect())
         }
         TaskKind::Coll(Collective::Reduce { .. }) => {
-            let seq = reduce_stages(&h.places, h.fewest, t, rank, scratch)?;
-            Some(
-                seq.into_iter()
-                    .map(|(sub, t)| vec![(h.on(sub), t)])
-                    .collect(),
-            )
+            Some(h.staged(reduce_stages(&h.places, h.fewest, t, rank, scratch)?))
         }
         _ => None,
     }
@@ -918,11 +925,8 @@ fn rooted_stages(
         TaskKind::Coll(Collective::Scatter { root }) => (root, false),
         _ => return None,
     };
-    let hosts = places.iter().map(|p| p.0).max()? + 1;
-    let mut ranks_of: Vec<Vec<usize>> = vec![Vec::new(); hosts];
-    for (r, &(h, _)) in places.iter().enumerate() {
-        ranks_of[h].push(r);
-    }
+    let ranks_of = ranks_by_host(places);
+    let hosts = ranks_of.len();
     let (root_host, root_index) = *places.get(root)?;
     let (host, _) = *places.get(rank)?;
     // Each host's rank that gathers (scatters) its blocks, and where they start in the root's
@@ -1286,12 +1290,7 @@ fn gather_blocks(
 ) -> Option<GatherPlan> {
     let (host, _) = *places.get(rank)?;
     let at = |r: usize| recv + r * bytes;
-    let hosts = places.iter().map(|p| p.0).max()? + 1;
-    // Each host's ranks by index (rank order).
-    let mut ranks_of: Vec<Vec<usize>> = vec![Vec::new(); hosts];
-    for (r, &(h, _)) in places.iter().enumerate() {
-        ranks_of[h].push(r);
-    }
+    let ranks_of = ranks_by_host(places);
     // The rank of host `on` that takes rank `q`'s block across the hosts.
     let taker = |q: usize, on: usize| {
         let ranks = &ranks_of[on];
