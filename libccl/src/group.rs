@@ -578,7 +578,11 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
 
 /// [`run`] of a group with nothing hierarchical in it.
 fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
-    // Group by communicator, keeping call order, and lock communicators in address order so
+    // Group by communicator, keeping call order, then order the communicators by what every
+    // rank of each agrees on (its nonce, then the rank): the GPU paths queue one
+    // communicator's part of the group after the other's on a shared stream, so two ranks
+    // taking them in different orders (heap addresses differ between processes) would each
+    // wait behind the part its peer queues last. The same total order is the lock order, so
     // two threads running groups over the same communicators cannot deadlock.
     let mut comms: Vec<(Comm, Vec<Task>)> = Vec::new();
     for (c, t) in tasks {
@@ -590,7 +594,7 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
             None => comms.push((c, vec![t])),
         }
     }
-    comms.sort_by_key(|(c, _)| std::sync::Arc::as_ptr(&c.0) as usize);
+    comms.sort_by_key(|(c, _)| (c.nonce(), c.rank(), std::sync::Arc::as_ptr(&c.0) as usize));
     let mut host = Vec::new();
     let mut direct = Vec::new();
     let mut captured = Vec::new();

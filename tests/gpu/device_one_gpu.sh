@@ -5,7 +5,7 @@
 # tests (.dev/gpu_backend_test, if built), two_comms.c (two threads x two communicator sets,
 # RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, group_vs_lone.c
 # (staged, network transport), reuse.c (plain and
-# VMM), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
+# VMM), group_comm_order.c (two communicators in a group, staged and cuda-ipc), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
 # result checks, and torch_graph.py (two processes, captured and replayed). Everything under
 # $OUT; summary.md at the end, every log in one_gpu_logs.tgz. Env: RUNS (default 10).
 set -uo pipefail
@@ -55,6 +55,16 @@ if [ -x /tmp/reuse ]; then
   NCCL_CUMEM_ENABLE=1 NCCL_DEBUG=INFO timeout -s KILL 90 $M -np 2 -x NCCL_DEBUG -x ONE_GPU \
     -x NCCL_CUMEM_ENABLE /tmp/reuse > "$L/reuse_vmm.log" 2>&1
   grep -E "PASS|FAIL" "$L/reuse_vmm.log" | sed 's/^/VMM: /' | tee -a "$S"
+fi
+# Two communicators in one group on one stream, their handles in opposite orders on the two
+# ranks: staged and on cuda-ipc (the library used to queue them in address order and hang).
+build group_comm_order mpicc
+if [ -x /tmp/group_comm_order ]; then
+  for mode in ipc staged; do
+    x=""; [ $mode = staged ] && x="-x CCL_IPC_DISABLE=1"
+    timeout -s KILL 90 $M -np 2 -x ONE_GPU $x /tmp/group_comm_order > "$L/group_comm_order_$mode.log" 2>&1
+    grep -E "PASS|FAIL" "$L/group_comm_order_$mode.log" | head -n 3 | sed "s/^/$mode: /" | tee -a "$S"
+  done
 fi
 
 # ccl-perf sets CUDA_DEVICE_MAX_CONNECTIONS=32 for -g N (ranks sharing a GPU share its queues).
