@@ -109,6 +109,9 @@ pub struct CommInner {
     pub graph: Mutex<Option<std::sync::Arc<crate::graph::Replayer>>>,
     /// Sub-communicators of hierarchical all-reduces (ranks on several hosts), made at init.
     pub hier: Mutex<Option<std::sync::Arc<crate::hier::Hierarchy>>>,
+    /// Streams of its own for its part of a group whose other communicators use the same
+    /// caller's stream ([`crate::gpu::fork_shared_streams`]), made when first needed.
+    pub side_streams: Mutex<Vec<ccl_cuda::cuda::Stream>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -143,6 +146,7 @@ impl Comm {
             ipc: Mutex::new(None),
             graph: Mutex::new(None),
             hier: Mutex::new(None),
+            side_streams: Mutex::new(Vec::new()),
         }))
     }
 

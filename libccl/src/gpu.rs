@@ -558,6 +558,82 @@ impl GpuEngine {
 /// another allocation.
 const CHUNKS_PER_SIZE: usize = 2;
 
+/// The caller's streams a group's communicators share, each forked onto a stream of the
+/// communicator's own for the group ([`fork_shared_streams`]); joined back by [`Forks::join`].
+#[derive(Default)]
+#[must_use = "the caller's streams must wait for the forks (Forks::join)"]
+pub(crate) struct Forks(Vec<(Stream, Stream)>);
+
+impl Forks {
+    /// Makes each caller's stream wait for the work queued on its forks.
+    pub(crate) fn join(self) -> Result<()> {
+        for (user, side) in self.0 {
+            let ev = plain_event(side.context())?;
+            ev.record(&side).map_err(cuda_err)?;
+            user.wait_event(&ev).map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// NCCL runs the communicators of a group side by side (each on a stream of its own, joined
+/// to the caller's streams), so a rank that calls their operations one by one matches a rank
+/// that groups them. Queued one after the other on one shared stream, each part would wait
+/// for the other's peers: so every communicator's part but the first on a caller's stream
+/// moves onto a stream of the communicator's own that waits for the caller's stream first;
+/// [`Forks::join`] makes the caller's stream wait for them after everything is queued.
+/// Parts on streams no other part uses stay where they are.
+pub(crate) fn fork_shared_streams(parts: &mut [(Comm, Vec<Task>)]) -> Result<Forks> {
+    let mut first_user: Vec<(usize, usize)> = Vec::new();
+    let mut moves: Vec<(usize, usize)> = Vec::new();
+    for (i, (_, tasks)) in parts.iter().enumerate() {
+        for t in tasks {
+            match first_user.iter().find(|(s, _)| *s == t.stream) {
+                None => first_user.push((t.stream, i)),
+                Some(&(_, j)) if j != i && !moves.contains(&(i, t.stream)) => {
+                    moves.push((i, t.stream))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let mut forks = Forks::default();
+    for (i, (comm, tasks)) in parts.iter_mut().enumerate() {
+        let mine: Vec<usize> = moves
+            .iter()
+            .filter(|(p, _)| *p == i)
+            .map(|&(_, s)| s)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let ctx = device_context(comm.0.cuda_dev)?;
+        let mut pool = comm.0.side_streams.lock();
+        while pool.len() < mine.len() {
+            pool.push(Stream::with_flags(&ctx, true).map_err(cuda_err)?);
+        }
+        for (&user_raw, side) in mine.iter().zip(pool.iter()) {
+            // SAFETY: `user_raw` is the caller's own live stream (NCCL's contract); `side`
+            // lives as long as the communicator, past any work queued on it (a destroyed
+            // stream's queued work still completes).
+            let (user, side) = unsafe {
+                (
+                    Stream::from_raw(&ctx, user_raw as cuda::sys::CUstream),
+                    Stream::from_raw(&ctx, side.raw()),
+                )
+            };
+            let ev = plain_event(&ctx)?;
+            ev.record(&user).map_err(cuda_err)?;
+            side.wait_event(&ev).map_err(cuda_err)?;
+            for t in tasks.iter_mut().filter(|t| t.stream == user_raw) {
+                t.stream = side.raw() as usize;
+            }
+            forks.0.push((user, side));
+        }
+    }
+    Ok(forks)
+}
+
 /// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
 const CHUNK_WAIT: Duration = Duration::from_secs(2);
 

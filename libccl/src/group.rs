@@ -596,26 +596,36 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
     }
     comms.sort_by_key(|(c, _)| (c.nonce(), c.rank(), std::sync::Arc::as_ptr(&c.0) as usize));
     let mut host = Vec::new();
-    let mut direct = Vec::new();
+    let mut on_gpu = Vec::new();
     let mut captured = Vec::new();
     for (comm, tasks) in comms {
         if crate::graph::capturing(&comm, &tasks)? {
             captured.push((comm, tasks));
-            continue;
-        }
-        if crate::gpu::wants_gpu(&comm, &tasks)? {
-            match crate::cuda_ipc::engine_for(&comm, &tasks) {
-                Some(eng) => direct.push((comm, eng, tasks)),
-                None => crate::gpu::submit(&comm, tasks)?,
-            }
+        } else if crate::gpu::wants_gpu(&comm, &tasks)? {
+            on_gpu.push((comm, tasks));
         } else {
             crate::gpu::wait_idle(&comm)?;
             host.push((comm, tasks));
         }
     }
     capture_all(captured)?;
-    if !direct.is_empty() {
-        crate::cuda_ipc::submit(direct)?;
+    if !on_gpu.is_empty() {
+        let forks = crate::gpu::fork_shared_streams(&mut on_gpu)?;
+        let queued = (|| {
+            let mut direct = Vec::new();
+            for (comm, tasks) in on_gpu {
+                match crate::cuda_ipc::engine_for(&comm, &tasks) {
+                    Some(eng) => direct.push((comm, eng, tasks)),
+                    None => crate::gpu::submit(&comm, tasks)?,
+                }
+            }
+            if !direct.is_empty() {
+                crate::cuda_ipc::submit(direct)?;
+            }
+            Ok(())
+        })();
+        // Whatever was queued on the forks, the caller's streams wait for it.
+        queued.and(forks.join())?;
     }
     let mut guards: Vec<_> = host.iter().map(|(c, _)| c.0.state.lock()).collect();
     let mut runs = Vec::with_capacity(host.len());

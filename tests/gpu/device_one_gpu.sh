@@ -5,7 +5,8 @@
 # tests (.dev/gpu_backend_test, if built), two_comms.c (two threads x two communicator sets,
 # RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, group_vs_lone.c
 # (staged, network transport), reuse.c (plain and
-# VMM), group_comm_order.c (two communicators in a group, staged and cuda-ipc), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
+# VMM), group_comm_order.c (two communicators in a group, staged and cuda-ipc, and staged
+# against one-by-one calls), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
 # result checks, and torch_graph.py (two processes, captured and replayed). Everything under
 # $OUT; summary.md at the end, every log in one_gpu_logs.tgz. Env: RUNS (default 10).
 set -uo pipefail
@@ -57,11 +58,17 @@ if [ -x /tmp/reuse ]; then
   grep -E "PASS|FAIL" "$L/reuse_vmm.log" | sed 's/^/VMM: /' | tee -a "$S"
 fi
 # Two communicators in one group on one stream, their handles in opposite orders on the two
-# ranks: staged and on cuda-ipc (the library used to queue them in address order and hang).
+# ranks: staged and on cuda-ipc (the library used to queue them in address order and hang);
+# staged with rank 1 calling the collectives one by one (each communicator's part of the
+# group on a stream of its own, as NCCL runs them; cuda-ipc calls that a mismatch).
 build group_comm_order mpicc
 if [ -x /tmp/group_comm_order ]; then
-  for mode in ipc staged; do
-    x=""; [ $mode = staged ] && x="-x CCL_IPC_DISABLE=1"
+  for mode in ipc staged staged-mixed; do
+    x=""
+    case $mode in
+      staged) x="-x CCL_IPC_DISABLE=1" ;;
+      staged-mixed) x="-x CCL_IPC_DISABLE=1 -x GROUP_ORDER_MIXED=1" ;;
+    esac
     timeout -s KILL 90 $M -np 2 -x ONE_GPU $x /tmp/group_comm_order > "$L/group_comm_order_$mode.log" 2>&1
     grep -E "PASS|FAIL" "$L/group_comm_order_$mode.log" | head -n 3 | sed "s/^/$mode: /" | tee -a "$S"
   done

@@ -36,10 +36,11 @@ grep -E "PASS|FAIL" "$L/reuse.log" | tee -a "$S"; grep -h "straight between user
 grep -E "PASS|FAIL" "$L/reuse_vmm.log" | sed 's/^/NCCL_CUMEM_ENABLE=1 /' | tee -a "$S"
 grep -h "straight between user buffers\|no CUDA VMM\|take file descriptor" "$L/reuse_vmm.log" | sed 's/.*rank/reuse vmm: rank/' | head -n 4 | tee -a "$S"
 # Two communicators in one group on one stream, their handles in opposite orders on the two
-# ranks, on cuda-ipc and staged.
+# ranks, on cuda-ipc and staged; staged against a rank calling them one by one.
 mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/group_comm_order.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
-  -lcudart -o /tmp/group_comm_order >> "$L/two_comms.build.log" 2>&1 && for x in CCL_IPC_DISABLE=0 CCL_IPC_DISABLE=1; do
+  -lcudart -o /tmp/group_comm_order >> "$L/two_comms.build.log" 2>&1 && for x in "CCL_IPC_DISABLE=0" \
+    "CCL_IPC_DISABLE=1" "CCL_IPC_DISABLE=1 -x GROUP_ORDER_MIXED=1"; do
   timeout -s KILL 90 mpirun --allow-run-as-root --bind-to none -np 2 -x $x /tmp/group_comm_order 2>&1 \
     | grep -E "PASS|FAIL" | head -n 3 | sed "s/^/$x: /" | tee -a "$S"; done
 CHECK_ARGS='-b 8 -e 128M -f 128 -n 2 -w 1 -c 1' CHECK_TIMEOUT=40 CHECK_MODES=g$NGPU bash tests/gpu/device_check.sh | tee -a "$S"

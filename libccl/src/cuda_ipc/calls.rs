@@ -239,13 +239,29 @@ impl CallBoard {
             for &(seq, sig) in mine {
                 match Self::read(b, seq) {
                     Some(theirs) if theirs != sig => {
+                        // Both start alike: one rank grouped collectives the other did not.
+                        let hint = if theirs.ntasks != sig.ntasks
+                            && (
+                                theirs.kind,
+                                theirs.dtype,
+                                theirs.red,
+                                theirs.root,
+                                theirs.count,
+                            ) == (sig.kind, sig.dtype, sig.red, sig.root, sig.count)
+                        {
+                            "; between the GPUs of one host every rank must group its \
+                             collectives alike (the same ones between each ncclGroupStart and \
+                             ncclGroupEnd)"
+                        } else {
+                            ""
+                        };
                         return Some(Error::invalid_usage(format!(
                             "mismatched collectives on a communicator: collective #{seq} is \
-                             {} on rank {} but {} on rank {j}",
+                             {} on rank {} but {} on rank {j}{hint}",
                             sig.describe(),
                             self.boards.rank,
                             theirs.describe()
-                        )))
+                        )));
                     }
                     _ => {}
                 }
@@ -330,6 +346,33 @@ mod tests {
             "{msg}"
         );
         assert!(a.check(&ha.recent).is_some(), "rank 0 sees it too");
+        assert!(!msg.contains("group its collectives alike"), "{msg}");
+    }
+
+    #[test]
+    fn a_group_against_the_same_collective_alone_says_to_group_alike() {
+        let nonce = 0x5eed_1000 ^ std::process::id() as u64;
+        let mut a = CallBoard::create(nonce, 0, 2).unwrap();
+        let mut b = CallBoard::create(nonce, 1, 2).unwrap();
+        a.boards.open_peers(nonce).unwrap();
+        b.boards.open_peers(nonce).unwrap();
+        a.boards.unlink();
+        b.boards.unlink();
+        let (mut ha, mut hb) = (History::default(), History::default());
+        let grouped = CallSig::of(&[
+            coll(Collective::AllReduce, 256),
+            coll(Collective::AllGather, 256),
+        ])
+        .unwrap();
+        let alone = CallSig::of(&[coll(Collective::AllReduce, 256)]).unwrap();
+        a.post(ha.push(grouped), grouped);
+        b.post(hb.push(alone), alone);
+        let msg = b.check(&hb.recent).expect("a mismatch").to_string();
+        assert!(
+            msg.contains("AllReduce(count=256, Float32, op 0) (first of 2 in a group) on rank 0"),
+            "{msg}"
+        );
+        assert!(msg.contains("must group its collectives alike"), "{msg}");
     }
 
     #[test]
