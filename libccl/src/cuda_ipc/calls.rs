@@ -311,15 +311,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn peers_see_a_mismatch_by_sequence_number() {
-        let nonce = 0x5eed_0000 ^ std::process::id() as u64;
+    /// The boards of ranks 0 and 1 of a two-rank communicator, each seeing the other's, their
+    /// files already unlinked. `tag` keeps tests running at once apart.
+    fn two_boards(tag: u64) -> (CallBoard, CallBoard) {
+        let nonce = tag ^ std::process::id() as u64;
         let mut a = CallBoard::create(nonce, 0, 2).unwrap();
         let mut b = CallBoard::create(nonce, 1, 2).unwrap();
         a.boards.open_peers(nonce).unwrap();
         b.boards.open_peers(nonce).unwrap();
         a.boards.unlink();
         b.boards.unlink();
+        (a, b)
+    }
+
+    #[test]
+    fn peers_see_a_mismatch_by_sequence_number() {
+        let (a, b) = two_boards(0x5eed_0000);
         let (mut ha, mut hb) = (History::default(), History::default());
         // 100 matching collectives (the board wraps), then a different count.
         for i in 0..100 {
@@ -351,13 +358,7 @@ mod tests {
 
     #[test]
     fn a_group_against_the_same_collective_alone_says_to_group_alike() {
-        let nonce = 0x5eed_1000 ^ std::process::id() as u64;
-        let mut a = CallBoard::create(nonce, 0, 2).unwrap();
-        let mut b = CallBoard::create(nonce, 1, 2).unwrap();
-        a.boards.open_peers(nonce).unwrap();
-        b.boards.open_peers(nonce).unwrap();
-        a.boards.unlink();
-        b.boards.unlink();
+        let (a, b) = two_boards(0x5eed_1000);
         let (mut ha, mut hb) = (History::default(), History::default());
         let grouped = CallSig::of(&[
             coll(Collective::AllReduce, 256),
