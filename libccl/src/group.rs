@@ -545,6 +545,73 @@ fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
+    let (tasks, forks) = fork_hierarchical(tasks)?;
+    let ran = run_forked(tasks);
+    // Whatever was queued on the forks, the caller's streams wait for it.
+    ran.and(forks.join())
+}
+
+/// A group with hierarchical operations over several communicators that share a caller's
+/// stream: each communicator's operations move onto a stream of its own for the whole group
+/// ([`crate::gpu::fork_shared_streams`]), so its stages follow each other there while another
+/// communicator's go on theirs, as NCCL runs a group's communicators side by side. (Forked
+/// stage by stage instead, each stage would wait for the other communicators' previous stage,
+/// which a peer calling them one by one queues later.) Other groups are left as they are
+/// (`run_flat` forks a flat group's communicators itself).
+fn fork_hierarchical(tasks: Vec<(Comm, Task)>) -> Result<(Vec<(Comm, Task)>, crate::gpu::Forks)> {
+    let none = crate::gpu::Forks::default();
+    if !tasks.iter().any(|(c, _)| c.0.hier.lock().is_some()) {
+        return Ok((tasks, none));
+    }
+    // Each communicator's operations in call order, and where each call went.
+    let mut parts: Vec<(Comm, Vec<Task>)> = Vec::new();
+    let mut went = Vec::with_capacity(tasks.len());
+    for (c, t) in tasks {
+        let p = match parts
+            .iter()
+            .position(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0))
+        {
+            Some(p) => p,
+            None => {
+                parts.push((c, Vec::new()));
+                parts.len() - 1
+            }
+        };
+        parts[p].1.push(t);
+        went.push(p);
+    }
+    let mut on_gpu = Vec::new();
+    let mut from = Vec::new();
+    for (i, (c, ts)) in parts.iter_mut().enumerate() {
+        if !crate::graph::capturing(c, ts)? && crate::gpu::wants_gpu(c, ts)? {
+            on_gpu.push((c.clone(), std::mem::take(ts)));
+            from.push(i);
+        }
+    }
+    let forks = if on_gpu.len() > 1 {
+        crate::gpu::fork_shared_streams(&mut on_gpu)?
+    } else {
+        none
+    };
+    for ((_, ts), i) in on_gpu.into_iter().zip(from) {
+        parts[i].1 = ts;
+    }
+    let mut each: Vec<(Comm, std::vec::IntoIter<Task>)> = parts
+        .into_iter()
+        .map(|(c, ts)| (c, ts.into_iter()))
+        .collect();
+    let mut tasks = Vec::with_capacity(went.len());
+    for p in went {
+        let (c, ts) = &mut each[p];
+        if let Some(t) = ts.next() {
+            tasks.push((c.clone(), t));
+        }
+    }
+    Ok((tasks, forks))
+}
+
+/// [`run`] once the group's communicators have their streams.
+fn run_forked(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // Hierarchical operations go stage by stage, each stage a group on the sub-communicators
     // (which have no hierarchy of their own), after what stays flat before them (`hier::take`
     // keeps each communicator's call order).

@@ -1,11 +1,12 @@
 /*
  * group_comm_order.c -- a group holding operations of two communicators, every rank grouping
  * them the same way on one stream, must finish with exact results whatever order each process
- * happens to keep its communicators in. Two processes (mpirun -np 2): communicators A and B
- * over both; rank 0 initialises them as A then B, rank 1 as B then A (in one group each, so
- * the handles lie in memory in opposite orders on the two ranks). Then ROUNDS groups of
- * {AllReduce on A, AllReduce on B, AllGather on A, send/receive on B} on one stream, at a small
- * and a large size, and every result is checked (GROUP_ORDER_MIXED=1: rank 1 calls the
+ * happens to keep its communicators in. N processes (mpirun -np N, 2 by default in the device
+ * rounds): communicators A and B over all; even ranks initialise them as A then B, odd ranks
+ * as B then A (in one group each, so the handles lie in memory in opposite orders). Then
+ * ROUNDS (GROUP_ORDER_ROUNDS) groups of {AllReduce on A, AllReduce on B, AllGather on A, send
+ * to the next rank and receive from the previous on B} on one stream, at a small and a large
+ * size, and every result is checked (GROUP_ORDER_MIXED=1: every rank but 0 calls the
  * collectives one by one instead). A watchdog fails the run after
  * GROUP_ORDER_TIMEOUT_S seconds (a hang is what this looks for). Prints PASS/FAIL on rank 0.
  * Build like reuse.c (mpicc).
@@ -21,7 +22,7 @@
 
 #define ROUNDS 20
 
-static int rank;
+static int rank, nranks;
 
 static void watchdog(int sig) {
   (void)sig;
@@ -68,7 +69,9 @@ static float input(int c, int r, int k, size_t i) { return (float)((i % 97) + 10
 struct want_sum { int c, k; };
 static float sum_of(size_t i, void *a) {
   struct want_sum *w = a;
-  return input(w->c, 0, w->k, i) + input(w->c, 1, w->k, i);
+  float sum = 0;
+  for (int r = 0; r < nranks; r++) sum += input(w->c, r, w->k, i);
+  return sum;
 }
 struct want_gather { size_t per; int k; };
 static float gathered(size_t i, void *a) {
@@ -102,14 +105,10 @@ static float fill_block(size_t i, void *a) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2) {
-    if (rank == 0) printf("FAIL group_comm_order: needs 2 ranks\n");
-    MPI_Finalize();
-    return 1;
-  }
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  const char *nr = getenv("GROUP_ORDER_ROUNDS");
+  int rounds = nr ? atoi(nr) : ROUNDS;
   const char *one = getenv("ONE_GPU");
   cudaSetDevice(one && atoi(one) == 1 ? 0 : rank);
   const char *t = getenv("GROUP_ORDER_TIMEOUT_S");
@@ -131,12 +130,11 @@ int main(int argc, char **argv) {
   int mixed = mix && atoi(mix) == 1;
   CHECK("ncclGroupStart", ncclGroupStart());
   for (int j = 0; j < 2; j++) {
-    int c = rank == 0 || same_order ? j : 1 - j;
-    CHECK("ncclCommInitRank", ncclCommInitRank(&comms[c], 2, ids[c], rank));
+    int c = rank % 2 == 0 || same_order ? j : 1 - j;
+    CHECK("ncclCommInitRank", ncclCommInitRank(&comms[c], nranks, ids[c], rank));
   }
   CHECK("ncclGroupEnd", ncclGroupEnd());
-  if (rank == 1) printf("rank 1: handles A %p B %p\n", (void *)comms[0], (void *)comms[1]);
-  else printf("rank 0: handles A %p B %p\n", (void *)comms[0], (void *)comms[1]);
+  printf("rank %d: handles A %p B %p\n", rank, (void *)comms[0], (void *)comms[1]);
 
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -148,10 +146,10 @@ int main(int argc, char **argv) {
     cudaMalloc((void **)&ar[0], n * sizeof(float));
     cudaMalloc((void **)&ar[1], n * sizeof(float));
     cudaMalloc((void **)&ag_in, n * sizeof(float));
-    cudaMalloc((void **)&ag_out, 2 * n * sizeof(float));
+    cudaMalloc((void **)&ag_out, nranks * n * sizeof(float));
     cudaMalloc((void **)&tx, n * sizeof(float));
     cudaMalloc((void **)&rx, n * sizeof(float));
-    for (int k = 0; k < ROUNDS; k++) {
+    for (int k = 0; k < rounds; k++) {
       for (int c = 0; c < 2; c++) {
         struct fill_in f = {c, rank, k};
         fill(ar[c], n, fill_input, &f);
@@ -162,14 +160,14 @@ int main(int argc, char **argv) {
       fill(tx, n, received, &p);
       /* Rank 1 of a mixed run calls the collectives one by one (the send/receive pair still
        * grouped): NCCL runs a group's communicators side by side, so that must match too. */
-      int grouped = !(mixed && rank == 1);
+      int grouped = !(mixed && rank != 0);
       if (grouped) CHECK("ncclGroupStart", ncclGroupStart());
       CHECK("AllReduce A", ncclAllReduce(ar[0], ar[0], n, ncclFloat, ncclSum, comms[0], s));
       CHECK("AllReduce B", ncclAllReduce(ar[1], ar[1], n, ncclFloat, ncclSum, comms[1], s));
       CHECK("AllGather A", ncclAllGather(ag_in, ag_out, n, ncclFloat, comms[0], s));
       if (!grouped) CHECK("ncclGroupStart", ncclGroupStart());
-      CHECK("Send B", ncclSend(tx, n, ncclFloat, 1 - rank, comms[1], s));
-      CHECK("Recv B", ncclRecv(rx, n, ncclFloat, 1 - rank, comms[1], s));
+      CHECK("Send B", ncclSend(tx, n, ncclFloat, (rank + 1) % nranks, comms[1], s));
+      CHECK("Recv B", ncclRecv(rx, n, ncclFloat, (rank + nranks - 1) % nranks, comms[1], s));
       CHECK("ncclGroupEnd", ncclGroupEnd());
       if (cudaStreamSynchronize(s) != cudaSuccess) {
         fprintf(stderr, "FAIL group_comm_order: rank %d: stream failed\n", rank);
@@ -179,8 +177,8 @@ int main(int argc, char **argv) {
         struct want_sum w = {c, k};
         bad += count_wrong(c ? "AllReduce B" : "AllReduce A", k, ar[c], n, sum_of, &w);
       }
-      bad += count_wrong("AllGather A", k, ag_out, 2 * n, gathered, &g);
-      struct want_p2p from = {1 - rank, k};
+      bad += count_wrong("AllGather A", k, ag_out, nranks * n, gathered, &g);
+      struct want_p2p from = {(rank + nranks - 1) % nranks, k};
       bad += count_wrong("Recv B", k, rx, n, received, &from);
     }
     cudaFree(ar[0]);
@@ -195,8 +193,8 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 2; c++) ncclCommDestroy(comms[c]);
   if (rank == 0) {
     if (all == 0)
-      printf("PASS group_comm_order: %d groups of two communicators%s, 0 wrong\n", 2 * ROUNDS,
-             mixed ? " (rank 1 calling one by one)" : "");
+      printf("PASS group_comm_order: %d ranks, %d groups of two communicators%s, 0 wrong\n",
+             nranks, 2 * rounds, mixed ? " (ranks but 0 calling one by one)" : "");
     else printf("FAIL group_comm_order: %ld wrong elements\n", all);
   }
   MPI_Finalize();
