@@ -150,6 +150,12 @@ impl Comm {
         }))
     }
 
+    /// A handle with no connections, for tests of what only looks at handles.
+    #[cfg(test)]
+    pub(crate) fn unconnected(rank: usize, nranks: usize) -> Comm {
+        Comm::new_inner(rank, nranks, CommConfig::blocking(), -1)
+    }
+
     pub fn rank(&self) -> usize {
         self.0.rank
     }

@@ -584,19 +584,7 @@ impl Forks {
 /// [`Forks::join`] makes the caller's stream wait for them after everything is queued.
 /// Parts on streams no other part uses stay where they are.
 pub(crate) fn fork_shared_streams(parts: &mut [(Comm, Vec<Task>)]) -> Result<Forks> {
-    let mut first_user: Vec<(usize, usize)> = Vec::new();
-    let mut moves: Vec<(usize, usize)> = Vec::new();
-    for (i, (_, tasks)) in parts.iter().enumerate() {
-        for t in tasks {
-            match first_user.iter().find(|(s, _)| *s == t.stream) {
-                None => first_user.push((t.stream, i)),
-                Some(&(_, j)) if j != i && !moves.contains(&(i, t.stream)) => {
-                    moves.push((i, t.stream))
-                }
-                Some(_) => {}
-            }
-        }
-    }
+    let moves = streams_to_fork(parts.iter().map(|(_, ts)| ts.as_slice()));
     let mut forks = Forks::default();
     for (i, (comm, tasks)) in parts.iter_mut().enumerate() {
         let mine: Vec<usize> = moves
@@ -632,6 +620,25 @@ pub(crate) fn fork_shared_streams(parts: &mut [(Comm, Vec<Task>)]) -> Result<For
         }
     }
     Ok(forks)
+}
+
+/// Which parts of a group move off which caller's stream ([`fork_shared_streams`]): each
+/// `(part, stream)` where an earlier part uses that stream too, once.
+fn streams_to_fork<'a>(parts: impl Iterator<Item = &'a [Task]>) -> Vec<(usize, usize)> {
+    let mut first_user: Vec<(usize, usize)> = Vec::new();
+    let mut moves: Vec<(usize, usize)> = Vec::new();
+    for (i, tasks) in parts.enumerate() {
+        for t in tasks {
+            match first_user.iter().find(|(s, _)| *s == t.stream) {
+                None => first_user.push((t.stream, i)),
+                Some(&(_, j)) if j != i && !moves.contains(&(i, t.stream)) => {
+                    moves.push((i, t.stream))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    moves
 }
 
 /// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
@@ -2096,6 +2103,37 @@ pub fn mem_free(ptr: usize) -> Result<bool> {
 mod tests {
     use super::*;
     use ccl_collectives::Collective;
+
+    #[test]
+    fn only_parts_after_the_first_on_a_stream_are_forked() {
+        let on = |streams: &[usize]| -> Vec<Task> {
+            streams
+                .iter()
+                .map(|&s| Task {
+                    kind: TaskKind::Coll(Collective::AllReduce),
+                    send: 0x1000,
+                    recv: 0x1000,
+                    count: 1,
+                    dtype: ccl_cuda::DataType::Float32,
+                    red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+                    stream: s,
+                    fold: false,
+                })
+                .collect()
+        };
+        let parts = [
+            on(&[1, 1, 2]),
+            on(&[1]),
+            on(&[3]),
+            on(&[2, 1, 2]),
+            on(&[3, 3]),
+        ];
+        let moves = streams_to_fork(parts.iter().map(Vec::as_slice));
+        assert_eq!(moves, vec![(1, 1), (3, 2), (3, 1), (4, 3)]);
+        // One part alone, or parts on streams of their own, stay put.
+        assert!(streams_to_fork([on(&[1, 1])].iter().map(Vec::as_slice)).is_empty());
+        assert!(streams_to_fork([on(&[1]), on(&[2])].iter().map(Vec::as_slice)).is_empty());
+    }
 
     use crate::task::float_sum as t;
 

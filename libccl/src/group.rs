@@ -563,23 +563,7 @@ fn fork_hierarchical(tasks: Vec<(Comm, Task)>) -> Result<(Vec<(Comm, Task)>, cra
     if !tasks.iter().any(|(c, _)| c.0.hier.lock().is_some()) {
         return Ok((tasks, none));
     }
-    // Each communicator's operations in call order, and where each call went.
-    let mut parts: Vec<(Comm, Vec<Task>)> = Vec::new();
-    let mut went = Vec::with_capacity(tasks.len());
-    for (c, t) in tasks {
-        let p = match parts
-            .iter()
-            .position(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0))
-        {
-            Some(p) => p,
-            None => {
-                parts.push((c, Vec::new()));
-                parts.len() - 1
-            }
-        };
-        parts[p].1.push(t);
-        went.push(p);
-    }
+    let (mut parts, went) = by_communicator(tasks);
     let mut on_gpu = Vec::new();
     let mut from = Vec::new();
     for (i, (c, ts)) in parts.iter_mut().enumerate() {
@@ -608,6 +592,28 @@ fn fork_hierarchical(tasks: Vec<(Comm, Task)>) -> Result<(Vec<(Comm, Task)>, cra
         }
     }
     Ok((tasks, forks))
+}
+
+/// A group's operations by communicator (in order of first appearance), each communicator's in
+/// call order, and for each call in turn the index of its communicator.
+fn by_communicator(tasks: Vec<(Comm, Task)>) -> (Vec<(Comm, Vec<Task>)>, Vec<usize>) {
+    let mut parts: Vec<(Comm, Vec<Task>)> = Vec::new();
+    let mut went = Vec::with_capacity(tasks.len());
+    for (c, t) in tasks {
+        let p = match parts
+            .iter()
+            .position(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0))
+        {
+            Some(p) => p,
+            None => {
+                parts.push((c, Vec::new()));
+                parts.len() - 1
+            }
+        };
+        parts[p].1.push(t);
+        went.push(p);
+    }
+    (parts, went)
 }
 
 /// [`run`] once the group's communicators have their streams.
@@ -651,16 +657,7 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // taking them in different orders (heap addresses differ between processes) would each
     // wait behind the part its peer queues last. The same total order is the lock order, so
     // two threads running groups over the same communicators cannot deadlock.
-    let mut comms: Vec<(Comm, Vec<Task>)> = Vec::new();
-    for (c, t) in tasks {
-        match comms
-            .iter_mut()
-            .find(|(x, _)| std::sync::Arc::ptr_eq(&x.0, &c.0))
-        {
-            Some((_, v)) => v.push(t),
-            None => comms.push((c, vec![t])),
-        }
-    }
+    let (mut comms, _) = by_communicator(tasks);
     comms.sort_by_key(|(c, _)| (c.nonce(), c.rank(), std::sync::Arc::as_ptr(&c.0) as usize));
     let mut host = Vec::new();
     let mut on_gpu = Vec::new();
@@ -863,6 +860,29 @@ mod tests {
             exchange_bytes: (0, 0),
             ring_one_step: false,
         }
+    }
+
+    #[test]
+    fn a_group_splits_by_communicator_in_call_order() {
+        let (a, b, c) = (
+            Comm::unconnected(0, 2),
+            Comm::unconnected(0, 2),
+            Comm::unconnected(1, 4),
+        );
+        let calls = [(&b, 1), (&a, 2), (&b, 3), (&c, 4), (&a, 5)];
+        let tasks = calls
+            .iter()
+            .map(|&(comm, n)| (comm.clone(), task(C::AllReduce, n)))
+            .collect();
+        let (parts, went) = by_communicator(tasks);
+        let counts: Vec<Vec<usize>> = parts
+            .iter()
+            .map(|(_, ts)| ts.iter().map(|t| t.count).collect())
+            .collect();
+        assert_eq!(counts, vec![vec![1, 3], vec![2, 5], vec![4]]);
+        assert!(std::sync::Arc::ptr_eq(&parts[0].0 .0, &b.0));
+        assert!(std::sync::Arc::ptr_eq(&parts[2].0 .0, &c.0));
+        assert_eq!(went, vec![0, 1, 0, 2, 1]);
     }
 
     fn task(coll: C, count: usize) -> Task {
