@@ -584,8 +584,11 @@ impl Forks {
 /// [`Forks::join`] makes the caller's stream wait for them after everything is queued.
 /// Parts on streams no other part uses stay where they are.
 pub(crate) fn fork_shared_streams(parts: &mut [(Comm, Vec<Task>)]) -> Result<Forks> {
-    let moves = streams_to_fork(parts.iter().map(|(_, ts)| ts.as_slice()));
     let mut forks = Forks::default();
+    if parts.len() < 2 {
+        return Ok(forks);
+    }
+    let moves = streams_to_fork(parts.iter().map(|(_, ts)| ts.as_slice()));
     for (i, (comm, tasks)) in parts.iter_mut().enumerate() {
         let mine: Vec<usize> = moves
             .iter()

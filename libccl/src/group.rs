@@ -559,9 +559,16 @@ pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
 /// which a peer calling them one by one queues later.) Other groups are left as they are
 /// (`run_flat` forks a flat group's communicators itself).
 fn fork_hierarchical(tasks: Vec<(Comm, Task)>) -> Result<(Vec<(Comm, Task)>, crate::gpu::Forks)> {
-    let none = crate::gpu::Forks::default();
-    if !tasks.iter().any(|(c, _)| c.0.hier.lock().is_some()) {
-        return Ok((tasks, none));
+    // Most groups hold one communicator: nothing to split, and no memory queries here on
+    // top of the ones each stage makes.
+    let one_comm = match tasks.first() {
+        Some((first, _)) => tasks
+            .iter()
+            .all(|(c, _)| std::sync::Arc::ptr_eq(&c.0, &first.0)),
+        None => true,
+    };
+    if one_comm || !tasks.iter().any(|(c, _)| c.0.hier.lock().is_some()) {
+        return Ok((tasks, crate::gpu::Forks::default()));
     }
     let (mut parts, went) = by_communicator(tasks);
     let mut on_gpu = Vec::new();
@@ -572,11 +579,7 @@ fn fork_hierarchical(tasks: Vec<(Comm, Task)>) -> Result<(Vec<(Comm, Task)>, cra
             from.push(i);
         }
     }
-    let forks = if on_gpu.len() > 1 {
-        crate::gpu::fork_shared_streams(&mut on_gpu)?
-    } else {
-        none
-    };
+    let forks = crate::gpu::fork_shared_streams(&mut on_gpu)?;
     for ((_, ts), i) in on_gpu.into_iter().zip(from) {
         parts[i].1 = ts;
     }
