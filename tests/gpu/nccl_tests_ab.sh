@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# NVIDIA's nccl-tests, the nine ops under mpirun, once per library, in one device call:
+# busbw and #wrong per size, then ratios against the first library (summary under $OUT).
+#
+#   LIBS="nccl=/path/to/nvidia/lib old=.dev/old new=.dev/new" NGPU=2 tests/gpu/nccl_tests_ab.sh
+#
+# Each LIBS entry is name=directory holding libnccl.so.2; "nccl" with no directory means
+# NVIDIA's NCCL of the PyTorch wheel. nccl-tests' source must lie in .dev/nccl-tests (fetched
+# from NVIDIA/nccl-tests); it is built here unless .dev/nccl-tests/build exists. REPS runs
+# every library that many times, interleaved (old, new, old, new...), to see run-to-run spread.
+# Sizes: -b 8 -e 512M -f 4 (8 B, ..., 2 MiB, ..., 128 MiB, 512 MiB); EXTRA adds flags (-G 5).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}; L=$OUT/nccltests; mkdir -p "$L"
+NGPU=${NGPU:-2}; REPS=${REPS:-1}
+NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
+OPS=${OPS:-all_reduce all_gather broadcast reduce_scatter reduce alltoall gather scatter sendrecv}
+LIBS=${LIBS:-nccl old=.dev/old new=.dev/new}
+
+if [ ! -x .dev/nccl-tests/build/all_reduce_perf ]; then
+  mkdir -p /tmp/nvl && ln -sf $NV/lib/libnccl.so.2 /tmp/nvl/libnccl.so
+  make -C .dev/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi \
+    NCCL_HOME=$NV NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$L/build.log" 2>&1 \
+    || { echo "nccl-tests build failed"; tail -n 20 "$L/build.log"; exit 1; }
+fi
+for rep in $(seq 1 "$REPS"); do
+  for op in $OPS; do
+    for entry in $LIBS; do
+      name=${entry%%=*}; dir=${entry#*=}
+      [ "$name" = "$entry" ] && dir=$NV/lib
+      case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
+      [ -e "$dir/libnccl.so" ] || ln -sf libnccl.so.2 "$dir/libnccl.so" 2>/dev/null
+      LD_LIBRARY_PATH=$dir timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
+        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE .dev/nccl-tests/build/${op}_perf \
+        -b 8 -e 512M -f 4 -c 1 ${EXTRA:-} > "$L/$op.$name.$rep.log" 2>&1
+      echo "$op $name rep $rep exit $?" >> "$L/exits.txt"
+    done
+  done
+done
+python3 tests/gpu/nccl_tests_table.py "$L" $(for e in $LIBS; do echo "${e%%=*}"; done) | tee "$OUT/nccltests.md"
