@@ -157,12 +157,16 @@ pub enum Error {
 
 mod cost;
 mod direct;
+pub mod dtype;
 mod plan;
 pub mod reference;
 mod ring;
+pub mod task;
 mod tree;
 
 pub use cost::{estimate_us, CostModel};
+pub use dtype::{DataType, ReduceKind};
+pub use task::{Reduction, Scalar, Task, TaskKind};
 pub use tree::{btree_children, btree_parent};
 
 /// How Broadcast / Reduce / tree AllReduce split their data into pieces that travel through a

@@ -6,7 +6,8 @@
 //! fault path is exercised without a GPU.
 
 pub mod cuda;
-pub mod dtype;
 pub mod host;
 
+/// The element types and reductions, defined with the operations in `ccl-collectives`.
+pub use ccl_collectives::dtype;
 pub use dtype::{DataType, ReduceKind};

@@ -104,7 +104,7 @@ pub struct CommInner {
     /// The GPU engine, made at the first operation on device memory.
     pub gpu: Mutex<Option<std::sync::Arc<crate::gpu::GpuEngine>>>,
     /// Direct GPU peer transfers (cuda-ipc), set up at init when every rank can map its peers.
-    pub ipc: Mutex<Option<std::sync::Arc<crate::cuda_ipc::IpcEngine>>>,
+    pub ipc: Mutex<Option<(ccl_p2p::CommCtx, std::sync::Arc<ccl_p2p::IpcEngine>)>>,
     /// The replay thread of operations captured into CUDA graphs, made at the first capture.
     pub graph: Mutex<Option<std::sync::Arc<crate::graph::Replayer>>>,
     /// Sub-communicators of hierarchical all-reduces (ranks on several hosts), made at init.
@@ -248,7 +248,7 @@ impl Comm {
         let (state, issue) = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
         *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
-        crate::cuda_ipc::attach(self)?;
+        crate::ipc::attach(self)?;
         crate::hier::attach(self)?;
         let (ring, links) = self.describe();
         tracing::info!(
@@ -287,7 +287,7 @@ impl Comm {
                 "communicator is still initializing",
             ));
         }
-        crate::cuda_ipc::check_health(self);
+        crate::ipc::check_health(self);
         // A hierarchical all-reduce's failure (a dead peer seen on a sub-communicator) is this
         // communicator's.
         if let Some(h) = self.0.hier.lock().clone() {
@@ -469,7 +469,7 @@ impl Comm {
             *child.0.state.lock() = Some(st);
         });
         let r = r
-            .and_then(|()| crate::cuda_ipc::attach(&child))
+            .and_then(|()| crate::ipc::attach(&child))
             .and_then(|()| crate::hier::attach(&child));
         child.finish_init(r.clone());
         r.map(|()| child)
@@ -501,7 +501,7 @@ impl Comm {
             self.0.abort.store(true, Ordering::SeqCst);
             crate::graph::shutdown(self);
             crate::gpu::shutdown(self);
-            crate::cuda_ipc::shutdown(self, true);
+            crate::ipc::shutdown(self, true);
             &go_on
         } else {
             crate::gpu::wait_idle(self)?;
@@ -543,7 +543,7 @@ impl Comm {
             h.cross.finalize()?;
         }
         crate::gpu::wait_idle(self)?;
-        crate::cuda_ipc::wait_idle(self)?;
+        crate::ipc::wait_idle(self)?;
         let mut life = self.0.life.lock();
         match *life {
             Life::Ready => {
@@ -565,13 +565,13 @@ impl Comm {
             h.local.destroy();
             h.cross.destroy();
         }
-        let idle = crate::gpu::wait_idle(self).is_ok() && crate::cuda_ipc::wait_idle(self).is_ok();
+        let idle = crate::gpu::wait_idle(self).is_ok() && crate::ipc::wait_idle(self).is_ok();
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
         crate::graph::shutdown(self);
         crate::gpu::shutdown(self);
-        crate::cuda_ipc::shutdown(self, !idle);
+        crate::ipc::shutdown(self, !idle);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
             if st.exec_stats.recv_bytes + st.exec_stats.send_bytes > 0 {
@@ -600,7 +600,7 @@ impl Comm {
         }
         crate::graph::shutdown(self);
         crate::gpu::shutdown(self);
-        crate::cuda_ipc::shutdown(self, true);
+        crate::ipc::shutdown(self, true);
         let mut guard = self.0.state.lock();
         guard.take();
         *self.0.life.lock() = Life::Gone;

@@ -109,6 +109,12 @@ impl From<ccl_transports::Error> for Error {
     }
 }
 
+impl From<ccl_cuda::cuda::CudaError> for Error {
+    fn from(e: ccl_cuda::cuda::CudaError) -> Self {
+        Error::new(ErrorKind::Cuda, e.to_string())
+    }
+}
+
 impl From<ccl_collectives::Error> for Error {
     #[track_caller]
     fn from(e: ccl_collectives::Error) -> Self {

@@ -583,7 +583,7 @@ impl Plan {
                 unsafe { std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), size) };
                 Some(b)
             }
-            _ => task.premul_scalar(nranks),
+            _ => ccl_cuda::host::reduce::premul_scalar(task, nranks),
         };
         let mut prescale = None;
         let mut send_base = task.send;

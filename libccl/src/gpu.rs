@@ -21,9 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccl_cuda::cuda::{
-    self, Context, Event, EventFlags, MemoryKind, PinnedBuffer, Stream, WaitCond,
-};
+use ccl_cuda::cuda::{self, Context, Event, MemoryKind, PinnedBuffer, Stream, WaitCond};
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
@@ -38,6 +36,14 @@ use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
 /// Operations that may be outstanding on one communicator's streams.
 const SLOTS: u32 = 1024;
 const SLOT_STRIDE: usize = 64;
+
+pub(crate) use ccl_cuda::cuda::helpers::{device_context, plain_event};
+
+/// The callers' streams of a group, each once.
+pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
+    // SAFETY: the callers pass their own live cudaStream_t values (NCCL's contract).
+    unsafe { ccl_cuda::cuda::helpers::streams_from_raw(ctx, tasks.iter().map(|t| t.stream)) }
+}
 
 pub(crate) fn cuda_err(e: cuda::CudaError) -> Error {
     Error::new(ErrorKind::Cuda, e.to_string())
@@ -63,28 +69,6 @@ pub fn current_device() -> i32 {
         return -1;
     }
     cuda::current_device().ok().flatten().unwrap_or(0)
-}
-
-/// An event for ordering streams only (no timing, no blocking sync, not shared).
-pub(crate) fn plain_event(ctx: &Arc<Context>) -> Result<Event> {
-    let flags = EventFlags {
-        timing: false,
-        interprocess: false,
-        blocking_sync: false,
-    };
-    Event::new(ctx, flags).map_err(cuda_err)
-}
-
-/// The device's primary context, leaving the calling thread's current context as it was:
-/// `Context::new` makes the device's context current, and the caller's thread (a `-g N`
-/// driver switching between devices, or PyTorch) must keep the one it had.
-pub(crate) fn device_context(dev: i32) -> Result<Arc<Context>> {
-    let prev = cuda::current_device().ok().flatten();
-    let ctx = Context::new(dev).map_err(cuda_err)?;
-    if let Some(d) = prev.filter(|&d| d != dev) {
-        Context::new(d).map_err(cuda_err)?;
-    }
-    Ok(ctx)
 }
 
 pub(crate) fn is_device_ptr(p: usize) -> bool {
@@ -647,21 +631,6 @@ fn streams_to_fork<'a>(parts: impl Iterator<Item = &'a [Task]>) -> Vec<(usize, u
 /// Longest a caller waits for a staging chunk before making one more (see `GpuEngine::chunk`).
 const CHUNK_WAIT: Duration = Duration::from_secs(2);
 
-/// The distinct streams of a group's operations, in call order, as streams of `ctx`. (None is
-/// being captured into a CUDA graph: [`crate::group`] hands such groups to [`crate::graph`].)
-pub(crate) fn streams_of(ctx: &Arc<Context>, tasks: &[Task]) -> Vec<Stream> {
-    let mut raw: Vec<usize> = Vec::new();
-    for t in tasks {
-        if !raw.contains(&t.stream) {
-            raw.push(t.stream);
-        }
-    }
-    // SAFETY: the caller passes its own live cudaStream_t values (NCCL's contract).
-    raw.iter()
-        .map(|&s| unsafe { Stream::from_raw(ctx, s as cuda::sys::CUstream) })
-        .collect()
-}
-
 /// `CCL_GPU_STREAM_PIECE_BYTES` for this communicator: `auto` streams collectives
 /// ([`crate::pieces::streamed`]) over the network in pieces of 2 MiB or a sixteenth of the
 /// operation, whichever is longer (one H100, 128 MiB all-reduce: 8 MiB pieces 3.5-4.3 GB/s against 2 MiB pieces'
@@ -921,7 +890,7 @@ fn fold_rule(
     if let Reduction::PreMulSum(Scalar::Device(_)) = t.red {
         return None;
     }
-    let prescale = t.premul_scalar(nranks);
+    let prescale = ccl_cuda::host::reduce::premul_scalar(t, nranks);
     let divide = t.red == Reduction::Avg && !t.dtype.is_float();
     Some(Fold {
         bytes,
@@ -973,7 +942,7 @@ fn submit_folded(
     tasks: Vec<Task>,
     folds: &[Option<Fold>],
 ) -> Result<()> {
-    let kernels = crate::cuda_ipc::kernels_for(&eng.ctx)?;
+    let kernels = ccl_p2p::kernels_for(&eng.ctx, params::CCL_KERNEL_PRELOAD.get_bool())?;
     let rank = comm.rank();
     let nranks = comm.nranks();
     // SAFETY: the caller's own live streams (NCCL's contract).

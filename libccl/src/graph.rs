@@ -39,6 +39,7 @@ use crate::comm::{Comm, CommInner};
 use crate::error::{Error, Result};
 use crate::gpu::{cuda_err, CapturedGroup};
 use crate::task::{buffer_counts, Reduction, Task, TaskKind};
+use ccl_cuda::cuda::helpers::on_first_stream;
 
 enum Msg {
     /// Run the [`Captured`] group at this address.
@@ -134,7 +135,7 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
             });
         }
     }
-    if crate::cuda_ipc::capture(comm, &tasks)? {
+    if crate::ipc::capture(comm, &tasks)? {
         return Ok(());
     }
     let rep = replayer(comm)?;
@@ -167,32 +168,6 @@ pub(crate) fn capture(comm: &Comm, tasks: Vec<Task>) -> Result<()> {
         captured.group.tasks().len(),
         captured
     );
-    Ok(())
-}
-
-/// Queues `work` on the first of `streams` after everything queued on the others so far,
-/// and makes the others wait for it.
-pub(crate) fn on_first_stream(
-    ctx: &Arc<cuda::Context>,
-    streams: &[cuda::Stream],
-    work: impl FnOnce(&cuda::Stream) -> Result<()>,
-) -> Result<()> {
-    let Some(first) = streams.first() else {
-        return Ok(());
-    };
-    for s in &streams[1..] {
-        let ev = crate::gpu::plain_event(ctx)?;
-        ev.record(s).map_err(cuda_err)?;
-        first.wait_event(&ev).map_err(cuda_err)?;
-    }
-    work(first)?;
-    if streams.len() > 1 {
-        let ev = crate::gpu::plain_event(ctx)?;
-        ev.record(first).map_err(cuda_err)?;
-        for s in &streams[1..] {
-            s.wait_event(&ev).map_err(cuda_err)?;
-        }
-    }
     Ok(())
 }
 

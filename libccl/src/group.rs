@@ -681,13 +681,13 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
         let queued = (|| {
             let mut direct = Vec::new();
             for (comm, tasks) in on_gpu {
-                match crate::cuda_ipc::engine_for(&comm, &tasks) {
-                    Some(eng) => direct.push((comm, eng, tasks)),
+                match crate::ipc::engine_for(&comm, &tasks) {
+                    Some((ctx, eng)) => direct.push((ctx, eng, tasks)),
                     None => crate::gpu::submit(&comm, tasks)?,
                 }
             }
             if !direct.is_empty() {
-                crate::cuda_ipc::submit(direct)?;
+                crate::ipc::submit(direct)?;
             }
             Ok(())
         })();

@@ -1107,7 +1107,7 @@ fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction) {
     match t.red {
         Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
         Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
-        Reduction::Avg => match t.premul_scalar(nranks) {
+        Reduction::Avg => match ccl_cuda::host::reduce::premul_scalar(t, nranks) {
             Some(inv) => (Reduction::PreMulSum(Scalar::Immediate(inv)), sum),
             None => (sum, sum),
         },

@@ -3,17 +3,16 @@
 
 pub mod bootstrap;
 pub mod comm;
-pub mod cuda_ipc;
 pub mod error;
 pub mod exec;
 pub mod gpu;
 pub mod graph;
 pub mod group;
 pub mod hier;
+pub mod ipc;
 pub mod log;
 pub mod params;
 mod pieces;
-mod sync;
 pub mod task;
 
 pub use bootstrap::UniqueId;

@@ -206,17 +206,6 @@ pub(crate) fn streamed_p2p(tasks: &[Task], cut: StreamCut) -> Option<usize> {
     Some(per.next_multiple_of(64))
 }
 
-/// Whether any element range of `t` is an operation of the same kind on that range (an
-/// all-reduce, broadcast or reduce), so it can run in pieces.
-pub(crate) fn elementwise(t: &Task) -> bool {
-    matches!(
-        t.kind,
-        TaskKind::Coll(
-            Collective::AllReduce | Collective::Broadcast { .. } | Collective::Reduce { .. }
-        )
-    )
-}
-
 /// How the group runs (`piece_bytes` 0: whole). `whole_p2p`: the caller's sends and receives
 /// are never cut (sends and receives stream, [`streamed_p2p`]). `on_device(p)`: address `p` is
 /// GPU memory of this rank, so a cut operation's own block from and to such memory becomes a
@@ -234,7 +223,7 @@ pub(crate) fn split(
         return Split::Whole;
     }
     if let [t] = tasks {
-        if elementwise(t) {
+        if t.elementwise() {
             let p = cut(t, piece_bytes);
             return if p.len() > 1 {
                 Split::Sequential(p)
@@ -280,7 +269,7 @@ pub(crate) fn split(
                 TaskKind::Coll(_) => None,
             };
             let pieces = match p.kind {
-                TaskKind::Coll(_) if !elementwise(&p) => vec![p],
+                TaskKind::Coll(_) if !p.elementwise() => vec![p],
                 // The caller's own sends and receives stay one message each while sends and
                 // receives stream ([`streamed_p2p`]): the peer may have grouped its end alone.
                 TaskKind::Send { .. } | TaskKind::Recv { .. } if whole_p2p && p.kind == t.kind => {

@@ -21,6 +21,7 @@ pub mod context;
 pub mod driver;
 pub mod error;
 pub mod flag;
+pub mod helpers;
 pub mod ipc;
 pub mod kernels;
 pub mod memory;

@@ -29,6 +29,7 @@ use std::mem::align_of;
 
 use crate::dtype::{DataType, ReduceKind};
 use crate::host::minifloat::{BF16, E4M3, E5M2, F16};
+use ccl_collectives::task::{Reduction, Scalar, Task};
 
 /// `dst[i] = a[i] (op) b[i]` for `count` elements of `dt`.
 ///
@@ -229,6 +230,17 @@ pub fn from_f64(dt: DataType, v: f64) -> [u8; 8] {
     };
     out[..bytes.len()].copy_from_slice(bytes);
     out
+}
+
+/// What every input of `t` is multiplied by before the sum, as element bytes: an immediate
+/// PreMulSum scalar, `1/nranks` for a float Avg (so every path rounds a float Avg alike).
+/// `None` for the others (a device-resident scalar is read where the operation runs).
+pub fn premul_scalar(t: &Task, nranks: usize) -> Option<[u8; 8]> {
+    match t.red {
+        Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
+        Reduction::Avg if t.dtype.is_float() => Some(from_f64(t.dtype, 1.0 / nranks as f64)),
+        _ => None,
+    }
 }
 
 /// The value of the element of `dt` held in the first `dt.size()` bytes of `bytes`.

@@ -31,7 +31,7 @@ use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
 use super::protocol::{Device, Kernel, Lane, Layout, LongWait};
 use crate::error::{Error, Result};
 use crate::sync::{Atomic64, Ordering};
-use crate::task::{Reduction, Task, TaskKind};
+use ccl_collectives::task::{Reduction, Task, TaskKind};
 
 /// Collectives a rank may post ahead of the slowest rank.
 const SYM_RING: usize = 64;
@@ -904,7 +904,7 @@ mod tests {
     /// and the entry ends free.
     mod loom_model {
         use super::*;
-        use crate::cuda_ipc::direct::LoomWords;
+        use crate::direct::LoomWords;
         use loom::sync::Arc;
 
         fn two_ranks(patient: bool, takeover: bool) {

@@ -36,7 +36,7 @@
 //! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
 //! could map every buffer): each rank falls back to the staged captured path exactly when
 //! every other does. PreMulSum with its scalar in device memory takes the staged captured path
-//! ([`crate::graph`]).
+//! (the communicator's graph capture).
 
 use std::sync::atomic::Ordering;
 
@@ -50,9 +50,9 @@ use super::protocol::{
     Batched, Device, FusedAllReduce, FusedCopies, Kernel, Lane, Layout, FLAG_STRIDE,
 };
 use super::{CudaDevice, IpcEngine};
-use crate::comm::Comm;
+use crate::control::CommCtx;
 use crate::error::{Error, Result};
-use crate::task::{Reduction, Scalar, Task, TaskKind};
+use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 
 /// Captured groups per communicator of `n` ranks on the direct paths; later ones take the
 /// staged path. As many as 16 MiB of words per rank hold, between 1024 and 65536: an
@@ -244,7 +244,7 @@ fn reduce_into(
     reduce_n: bool,
 ) -> Result<()> {
     let (dtype, op) = (t.dtype, t.red.arithmetic());
-    if let Some(scalar) = t.premul_scalar(srcs.len()) {
+    if let Some(scalar) = ccl_cuda::host::reduce::premul_scalar(t, srcs.len()) {
         // Own input first: in place, `dst` is that input, read before anything writes it.
         dev.kernel(
             Lane::User,
@@ -520,7 +520,7 @@ fn second_and_last(
 /// The copy that moves `t`'s receive, [`parked`] at `off` in `scratch`, into place: its whole
 /// receive buffer.
 fn unpark(t: &Task, off: usize, (rank, n): (usize, usize), scratch: u64) -> (u64, u64, usize) {
-    let elems = crate::task::buffer_counts(t.kind, rank, n, t.count).map_or(0, |c| c.1);
+    let elems = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count).map_or(0, |c| c.1);
     (t.recv as u64, scratch + off as u64, elems * t.dtype.size())
 }
 
@@ -620,7 +620,7 @@ impl Device for CopyRecorder {
 fn kernels_needed(tasks: &[Task], n: usize, reduce_n: bool) -> Vec<(DataType, KernelOp)> {
     let mut v = Vec::new();
     for t in tasks.iter().filter(|t| reduces(t.kind) && t.count > 0) {
-        if t.premul_scalar(n).is_some() {
+        if ccl_cuda::host::reduce::premul_scalar(t, n).is_some() {
             for k in [KernelOp::PreMul, KernelOp::PreMulAdd] {
                 if !v.contains(&(t.dtype, k)) {
                     v.push((t.dtype, k));
@@ -892,7 +892,8 @@ pub(super) fn parked(
     let offsets = tasks
         .iter()
         .map(|t| {
-            let (send_elems, recv_elems) = crate::task::buffer_counts(t.kind, rank, n, t.count)?;
+            let (send_elems, recv_elems) =
+                ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count)?;
             let recv = span(t.recv, bytes_of(t, recv_elems));
             let lands_on_a_read = match t.kind {
                 TaskKind::Recv { .. } => sends.iter().any(|&s| overlap(recv, s)),
@@ -941,7 +942,7 @@ pub(super) fn offer(
                 }
             }
         };
-        let counts = crate::task::buffer_counts(t.kind, rank, n, t.count);
+        let counts = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count);
         let (send_read, recv_read) = read_by_partners(t, rank);
         let send = post(send_read, t.send, counts.map(|c| c.0));
         let recv = post(recv_read, t.recv, counts.map(|c| c.1));
@@ -1025,26 +1026,22 @@ fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
 }
 
 /// Every rank's `mine`, over the bootstrap network.
-fn exchange(comm: &Comm, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-    // Operations queued on the staged path first: their proxy needs the state lock this
-    // exchange holds, and a peer's proxy may be waiting for ours (as for a split).
-    crate::gpu::wait_idle(comm)?;
-    let mut guard = comm.0.state.lock();
-    let state = guard
-        .as_mut()
-        .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
-    state.ctrl.allgather(mine, &comm.0.abort)
+fn exchange(comm: &CommCtx, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    // Operations queued on the other engines first: their progress threads need the control
+    // plane this exchange holds, and a peer's may be waiting for ours (as for a split).
+    comm.control.settle_others()?;
+    comm.control.allgather(mine)
 }
 
 /// Captures `tasks` on the direct paths into the graph their stream is capturing, if every
 /// rank can; `false`: no rank did, and every rank takes the staged captured path.
-pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+pub(crate) fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     let l = &eng.layout;
     let (rank, n) = (l.rank, l.nranks);
-    let streams = crate::gpu::streams_of(&eng.ctx, tasks);
+    let streams = crate::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
-    let able = eng.direct && crate::params::CCL_GRAPH_DIRECT.get_bool();
-    let one_shot_bytes = crate::params::CCL_GRAPH_ONE_SHOT_BYTES.get_i64().max(0) as usize;
+    let able = eng.direct && eng.cfg.graph_direct;
+    let one_shot_bytes = eng.cfg.graph_one_shot_bytes.max(0) as usize;
     let mut mine = {
         let mut q = eng.queued.lock();
         offer(index, tasks, (rank, n), (able, one_shot_bytes), &mut q.bufs)
@@ -1079,11 +1076,11 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         for (dtype, op) in kernels_needed(tasks, n, reduce_n) {
             eng.kernels
                 .prepare(dtype, op)
-                .map_err(crate::gpu::cuda_err)?;
+                .map_err(crate::error::cuda_err)?;
         }
         let scratch = match parked(tasks, rank, n, one_shot_max).1 {
             0 => None,
-            bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(crate::gpu::cuda_err)?),
+            bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(crate::error::cuda_err)?),
         };
         let mut q = eng.queued.lock();
         Ok((ends_of(&offers, rank, tasks, &rows, &mut q.bufs)?, scratch))
@@ -1112,7 +1109,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         }
         _ => None,
     };
-    let fused = crate::params::CCL_GRAPH_FUSED.get_bool()
+    let fused = eng.cfg.graph_fused
         && !shared
         && n <= REDUCE_N_MAX
         && kernel.is_some_and(|(dtype, op)| match eng.kernels.prepare(dtype, op) {
@@ -1131,7 +1128,7 @@ pub(crate) fn capture(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bo
         one_shot: one_shot_max,
         fused,
     };
-    crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
+    ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
         emit(&mut CudaDevice::new(eng, stream), l, &group)
     })?;
     // The graph keeps using it at every replay, for as long as the process lives.
@@ -1328,10 +1325,7 @@ pub(crate) fn host_only_rounds(
     if let Some(offsets) = host_only_offsets(tasks, rank, n, region) {
         return Some(vec![(tasks.to_vec(), offsets)]);
     }
-    if !tasks
-        .iter()
-        .all(|t| crate::pieces::elementwise(t) && supported(t))
-    {
+    if !tasks.iter().all(|t| t.elementwise() && supported(t)) {
         return None;
     }
     let mut rounds: Vec<(Vec<Task>, Vec<usize>)> = vec![(Vec::new(), Vec::new())];
@@ -1533,13 +1527,13 @@ fn copy_unless_same(dev: &mut dyn Device, dst: u64, src: u64, bytes: u64) -> Res
 
 /// Captures `tasks` host-only ([`HostOnlyGroup`]) into the graph their stream is capturing, if
 /// every rank can; `false`: no rank did, and every rank takes the staged captured path.
-pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+pub(crate) fn capture_host_only(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     let l = &eng.layout;
     let (rank, n) = (l.rank, l.nranks);
-    let streams = crate::gpu::streams_of(&eng.ctx, tasks);
+    let streams = crate::streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let region = l.slots as usize * l.chunk;
-    let able = crate::params::CCL_GRAPH_DIRECT.get_bool() && index < groups(n);
+    let able = eng.cfg.graph_direct && index < groups(n);
     // Ability, group index, and per operation its signature and outbox offset: every rank able
     // and the groups matching, or none captures it here.
     let all = exchange(
@@ -1559,7 +1553,7 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     let ready = kernels_needed(tasks, n, reduce_n)
         .into_iter()
         .try_for_each(|(dtype, op)| eng.kernels.prepare(dtype, op))
-        .map_err(crate::gpu::cuda_err);
+        .map_err(crate::error::cuda_err);
     if let Err(e) = &ready {
         tracing::warn!("rank {rank}: a captured group goes staged: {e}");
     }
@@ -1567,7 +1561,7 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
     if verdicts.iter().any(|v| v.as_slice() != [1]) {
         return Ok(false);
     }
-    crate::graph::on_first_stream(&eng.ctx, &streams, |stream: &Stream| {
+    ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
         let mut dev = CudaDevice::new(eng, stream);
         for (round, offsets, sources) in rounds {
             let group = HostOnlyGroup {
@@ -1594,7 +1588,7 @@ pub(crate) fn capture_host_only(comm: &Comm, eng: &IpcEngine, tasks: &[Task]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::float_sum;
+    use ccl_collectives::task::float_sum;
 
     fn reach() -> impl Reach {
         struct Flat;

@@ -13,7 +13,7 @@ use ccl_cuda::DataType;
 use ccl_transports::shm::ShmBoard;
 
 use crate::error::{Error, Result};
-use crate::task::{Task, TaskKind};
+use ccl_collectives::task::{Task, TaskKind};
 
 /// Collectives remembered (and posted) per rank.
 pub(crate) const ENTRIES: usize = 64;
@@ -296,7 +296,7 @@ mod tests {
     use ccl_collectives::Collective;
     use ccl_cuda::ReduceKind;
 
-    use crate::task::Reduction;
+    use ccl_collectives::task::Reduction;
 
     fn coll(c: Collective, count: usize) -> Task {
         Task {

@@ -87,7 +87,7 @@ impl DataType {
 }
 
 /// The elementwise arithmetic a reduction step applies. `Avg` and `PreMulSum` are built from
-/// `Sum` plus a pre-multiplication or post-division (see [`crate::host::reduce`]).
+/// `Sum` plus a pre-multiplication or post-division (see `ccl_cuda::host::reduce`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
     Sum,

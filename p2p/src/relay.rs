@@ -18,7 +18,7 @@
 
 use ccl_collectives::Collective;
 
-use crate::task::{Task, TaskKind};
+use ccl_collectives::task::{Task, TaskKind};
 
 /// Most chunks one broadcast is cut into (phases = chunks + 1): each phase costs every rank
 /// a few microseconds of host time per transfer, so a 1 GiB broadcast takes 64 MiB chunks
@@ -140,7 +140,7 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::Reduction;
+    use ccl_collectives::task::Reduction;
     use ccl_cuda::{DataType, ReduceKind};
 
     fn bcast(root: usize, send: usize, recv: usize, count: usize) -> Task {

@@ -13,7 +13,7 @@
 use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS};
 use ccl_cuda::cuda::LlP2p;
 
-use crate::task::{Task, TaskKind};
+use ccl_collectives::task::{Task, TaskKind};
 
 /// The largest send or receive the kernel takes under `CCL_IPC_LL_EXCHANGE_BYTES` = `max`.
 pub(crate) fn max_bytes(max: usize) -> usize {
@@ -166,7 +166,7 @@ mod tests {
         } else {
             TaskKind::Recv { peer }
         };
-        let mut t = crate::task::float_sum(kind, ptr, ptr, count);
+        let mut t = ccl_collectives::task::float_sum(kind, ptr, ptr, count);
         t.dtype = DataType::Uint8;
         t
     }

@@ -17,7 +17,7 @@ use super::direct_reduce;
 use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel, Lane, Layout};
 use super::relay::Relay;
 use crate::error::Result;
-use crate::task::{Reduction, Scalar, Task, TaskKind};
+use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -395,7 +395,9 @@ fn buffers(case: &Case, k: usize, rank: usize, n: usize) -> (u64, u64, usize, us
     let c = case.count;
     let (se, re) = match case.kind {
         Kind::Ring => (c, c),
-        Kind::Coll(coll) => crate::task::buffer_counts(TaskKind::Coll(coll), rank, n, c).unwrap(),
+        Kind::Coll(coll) => {
+            ccl_collectives::task::buffer_counts(TaskKind::Coll(coll), rank, n, c).unwrap()
+        }
     };
     let send = base(rank) + 0x1000_0000 + k as u64 * BUF * 2;
     let mut recv = send + BUF;
@@ -539,9 +541,9 @@ fn post_exchange(
     c: &mut Counters,
 ) -> direct::Posting {
     let peer = 1 - rank;
-    let mut send = crate::task::float_sum(TaskKind::Send { peer }, 0, 0, count);
+    let mut send = ccl_collectives::task::float_sum(TaskKind::Send { peer }, 0, 0, count);
     send.send = base(rank) as usize;
-    let mut recv = crate::task::float_sum(TaskKind::Recv { peer }, 0, 0, count);
+    let mut recv = ccl_collectives::task::float_sum(TaskKind::Recv { peer }, 0, 0, count);
     recv.recv = base(rank) as usize + 1024 * 1024;
     let group = lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap();
     let mut reach = SimReach {
@@ -783,7 +785,8 @@ impl Setup {
         let sym = match sym {
             Some(t) => {
                 let sz = t.dtype.size();
-                let (sb, rb) = crate::task::buffer_counts(t.kind, l.rank, self.n, t.count).unwrap();
+                let (sb, rb) =
+                    ccl_collectives::task::buffer_counts(t.kind, l.rank, self.n, t.count).unwrap();
                 let es = reach.export(t.send as u64).map_err(e)?;
                 let ro = if direct_reduce::output_posted(&t, l.rank) {
                     reach
@@ -1133,7 +1136,7 @@ fn every_case(n: usize, count: usize) -> Vec<Case> {
         Kind::Coll(Collective::Reduce { root: 0 }),
     ] {
         v.push(Case {
-            red: Reduction::PreMulSum(crate::task::Scalar::Immediate(three)),
+            red: Reduction::PreMulSum(ccl_collectives::task::Scalar::Immediate(three)),
             ..plain(kind, false)
         });
     }
@@ -1523,9 +1526,13 @@ fn coalesced_collectives_in_one_group_are_exact() {
                     let dx = DirectSim::new(n);
                     for r in 0..n {
                         for (k, &(coll, count, inp, out)) in ops(r).iter().enumerate() {
-                            let (ie, oe) =
-                                crate::task::buffer_counts(TaskKind::Coll(coll), r, n, count)
-                                    .unwrap();
+                            let (ie, oe) = ccl_collectives::task::buffer_counts(
+                                TaskKind::Coll(coll),
+                                r,
+                                n,
+                                count,
+                            )
+                            .unwrap();
                             mem.alloc(inp, ie.max(1) * 4);
                             mem.alloc(out, oe.max(1) * 4);
                             let data: Vec<u8> = (0..ie)
@@ -2055,9 +2062,11 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                 let (src, dst) = (base(0) + 0x1000_0000, base(1) + 0x1000_0000);
                 mem.alloc(src, sb);
                 mem.alloc(dst, rb);
-                let mut send = crate::task::float_sum(TaskKind::Send { peer: 1 }, 0, 0, sb / 4);
+                let mut send =
+                    ccl_collectives::task::float_sum(TaskKind::Send { peer: 1 }, 0, 0, sb / 4);
                 send.send = src as usize;
-                let mut recv = crate::task::float_sum(TaskKind::Recv { peer: 0 }, 0, 0, rb / 4);
+                let mut recv =
+                    ccl_collectives::task::float_sum(TaskKind::Recv { peer: 0 }, 0, 0, rb / 4);
                 recv.recv = dst as usize;
                 let mut counters = [Counters::new(2, 1), Counters::new(2, 1)];
                 let mut devs = vec![SimDevice::new(), SimDevice::new()];

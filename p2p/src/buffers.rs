@@ -12,8 +12,8 @@ use ccl_cuda::cuda::{self, Context, DeviceBuffer, IpcHandle, IpcMapping, MemoryK
 use parking_lot::Mutex;
 
 use super::direct::{Export, Exported, Post, Reach};
+use crate::error::cuda_err;
 use crate::error::{Error, Result};
-use crate::gpu::cuda_err;
 
 /// Most exported handles remembered per communicator (forgotten all at once past this).
 const EXPORTS_MAX: usize = 4096;

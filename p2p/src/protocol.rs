@@ -17,7 +17,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
 
 use crate::error::{Error, Result};
-use crate::task::{buffer_counts, Reduction, Task, TaskKind};
+use ccl_collectives::task::{buffer_counts, Reduction, Task, TaskKind};
 
 /// Bytes between flag words (one word per cache line: peers write them over NVLink).
 pub(crate) const FLAG_STRIDE: u64 = 64;
@@ -666,7 +666,7 @@ pub(crate) fn lower(
         let p2p = matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. });
         p.spans.push((chunks_of(b, chunk), p2p));
         let mut target = |contributions: usize, signals: bool| {
-            let scalar = t.premul_scalar(n);
+            let scalar = ccl_cuda::host::reduce::premul_scalar(t, n);
             let postdiv =
                 (matches!(t.red, Reduction::Avg) && !t.dtype.is_float()).then_some(n as u64);
             p.targets.push(Target {
@@ -1408,7 +1408,7 @@ impl Chain {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) use crate::task::float_sum as task;
+    pub(crate) use ccl_collectives::task::float_sum as task;
 
     /// What reaches a device: one entry per call, flag batches as one entry.
     #[derive(Default)]

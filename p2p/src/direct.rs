@@ -31,7 +31,7 @@ use ccl_collectives::Collective;
 
 use crate::error::{Error, Result};
 use crate::sync::{Atomic64, Ordering};
-use crate::task::TaskKind;
+use ccl_collectives::task::TaskKind;
 
 /// Transfers a rank may post to one peer ahead of that peer's matching post.
 pub(crate) const RING: usize = 256;
@@ -1348,7 +1348,7 @@ mod tests {
                 .push(format!("copy {lane:?} {dst:#x} from {there:#x} (pull)"));
             Ok(())
         }
-        fn kernel(&mut self, lane: Lane, _: crate::cuda_ipc::protocol::Kernel) -> Result<()> {
+        fn kernel(&mut self, lane: Lane, _: crate::protocol::Kernel) -> Result<()> {
             self.0.push(format!("kernel {lane:?}"));
             Ok(())
         }

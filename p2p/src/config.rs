@@ -1,0 +1,85 @@
+//! The engine's settings, as its owner read them from the parameter registry (`ccl` builds
+//! one in one place; see `CCL_IPC_*`, `CCL_GRAPH_*` and the NCCL variables named below in
+//! docs/ENV.md). Values are kept as the registry gives them: the engine clamps them where it
+//! uses them, so an out-of-range setting behaves as it always has.
+
+/// Everything the copy-engine engine reads from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct P2pConfig {
+    /// Whether CUDA is usable here at all (a driver, a device, not `CCL_DEVICE=host`).
+    pub gpu_available: bool,
+    /// `CCL_IPC_DISABLE`.
+    pub disable: bool,
+    /// `CCL_IPC_HOST_ONLY` (auto, 0, 1).
+    pub host_only: String,
+    /// `NCCL_SHM_DISABLE`.
+    pub shm_disable: bool,
+    /// `NCCL_P2P_DISABLE`.
+    pub p2p_disable: bool,
+    /// `NCCL_P2P_LEVEL` as set (None: unset).
+    pub p2p_level: Option<String>,
+    /// `CCL_IPC_FAULT_NO_PEER_ACCESS`.
+    pub fault_no_peer_access: bool,
+    /// `CCL_KERNEL_PRELOAD`.
+    pub kernel_preload: bool,
+    /// `CCL_TIMEOUT_S`.
+    pub timeout_s: i64,
+
+    /// `CCL_IPC_CHUNK_BYTES`, `CCL_IPC_SLOTS`, `CCL_IPC_SINGLE_STREAM_BYTES`, `CCL_IPC_LL_BYTES`,
+    /// `CCL_IPC_RX_LANES`: the staged protocol's receive area and lanes.
+    pub chunk_bytes: i64,
+    pub slots: i64,
+    pub single_stream_bytes: i64,
+    pub ll_bytes: i64,
+    pub rx_lanes: i64,
+    /// `CCL_IPC_LANE_PRIORITY`.
+    pub lane_priority: String,
+    /// `CCL_IPC_WAIT_KERNEL`, `CCL_IPC_COPY_KERNEL`.
+    pub wait_kernel: String,
+    pub copy_kernel: String,
+
+    /// `CCL_IPC_DIRECT`, `CCL_IPC_DIRECT_SINGLE_BYTES`: transfers between user buffers.
+    pub direct: bool,
+    pub direct_single_bytes: i64,
+    /// `CCL_IPC_DIRECT_REDUCE_BYTES`, `_MULTI`, `_PIECE_BYTES`, `_TAKEOVER_US`,
+    /// `_TAKEOVER_MAX_BYTES`: reductions reading peers' inputs.
+    pub direct_reduce_bytes: i64,
+    pub direct_reduce_multi: bool,
+    pub direct_reduce_piece_bytes: i64,
+    pub direct_reduce_takeover_us: String,
+    pub direct_reduce_takeover_max_bytes: i64,
+    /// `CCL_IPC_LL_EXCHANGE_BYTES`.
+    pub ll_exchange_bytes: i64,
+    /// `CCL_IPC_BCAST_RELAY_BYTES`, `CCL_IPC_BCAST_RELAY_CHUNK_BYTES`.
+    pub bcast_relay_bytes: i64,
+    pub bcast_relay_chunk_bytes: i64,
+    /// `CCL_IPC_REMOTE_COPY`, `CCL_IPC_REMOTE_COPY_MIN_BYTES`.
+    pub remote_copy: bool,
+    pub remote_copy_min_bytes: i64,
+    /// `CCL_IPC_LOCAL_COPY_LANES`.
+    pub local_copy_lanes: i64,
+    /// `CCL_IPC_PUSH_WAIT_US`, `_BUSY_US`, `_MIN_BYTES`, `_ADAPT`, `CCL_IPC_EXCHANGE_WAIT_US`:
+    /// how long a direct transfer's caller waits for its peer's call.
+    pub push_wait_us: i64,
+    pub push_wait_busy_us: i64,
+    pub push_wait_min_bytes: i64,
+    pub push_wait_adapt: bool,
+    pub exchange_wait_us: i64,
+
+    /// `CCL_IPC_HOST_PATH_*`: the share of large transfers sent through pinned host memory
+    /// beside NVLink.
+    pub host_path_slot_bytes: i64,
+    pub host_path_slots: i64,
+    pub host_path_when_limited: bool,
+    pub host_path_min_bytes: i64,
+    pub host_path_permille: i64,
+    pub host_path_exchange_min_bytes: i64,
+    pub host_path_exchange_permille: i64,
+    /// `CCL_IPC_HOST_ONLY_STAGE_IN`.
+    pub host_only_stage_in: bool,
+
+    /// `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`: captured groups.
+    pub graph_direct: bool,
+    pub graph_one_shot_bytes: i64,
+    pub graph_fused: bool,
+}
