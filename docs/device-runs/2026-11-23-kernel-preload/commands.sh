@@ -1,4 +1,4 @@
-# Session 20 device calls (nvidia-h100-x1), in order.
+# Device calls of 2026-11-23 (nvidia-h100-x1), in order.
 # 1: the driver probe and the hang as found (code af23c7b + the probe)
 bash tests/gpu/device_two_comms_hang.sh
 # 2: GPU unit tests, the preload's cold / warm time, two_comms one-GPU A/B

@@ -1,4 +1,4 @@
-# Session 29 call 9 (nvidia-h100-x1, carry .dev = HEAD 9e0281e release): four ranks as processes
+# Call 9 of 2026-11-24 (nvidia-h100-x1, carry .dev = HEAD 9e0281e release): four ranks as processes
 # on the one H100, two emulated hosts (ranks 0,1 and 2,3 unless said).
 # 1) checked, every type x reduction: all_reduce of 1-5 elements and uneven counts (the last
 #    elements on the host's communicator, grouped there with the reduce-scatter: call 6 had

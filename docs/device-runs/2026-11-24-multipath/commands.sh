@@ -1,5 +1,5 @@
-# Session 23 device calls (nvidia-h100-x1, 16 CPUs), in order; each ran in the repository root with .dev carried.
-# .dev/s22 = session 22's final build (214f7b5), .dev/new = this session's mpt change (copied frames complete on leaving,
+# Device calls of 2026-11-24 (nvidia-h100-x1, 16 CPUs), in order; each ran in the repository root with .dev carried.
+# .dev/s22 = the previous day's final build (214f7b5), .dev/new = the mpt change under test (copied frames complete on leaving,
 # lazy receive announcements).
 # 1: small operations over the network path (loopback, host memory), 4 ranks (1 engine per link) and 2 ranks (8 engines per link), builds alternated
 export NCCL_NVLS_ENABLE=0; for r in 1 2; do for b in s22 new; do OUT=$OUT/np4.$b.$r NP=4 MAX=64K ITERS=500 SETS="socket:CCL_NET=socket mpt:CCL_NET=mpt" OPS="all_reduce broadcast all_gather reduce_scatter sendrecv" REPEAT=1 CCL=$PWD/.dev/$b bash tests/gpu/device_mpt_small.sh; done; done
