@@ -308,12 +308,19 @@ const SECTIONS: &[(&str, &str, &str)] = &[
 pub fn markdown() -> String {
     let mut out = String::from(
         "# Environment variables\n\n\
-         Every parameter libccl reads, generated from its registry (`libccl/src/params.rs`) by\n\
+         The parameters in libccl's registry, generated from it (`libccl/src/params.rs`) by\n\
          `cargo run -q -p ccl --example env_md > docs/ENV.md`; do not edit by hand\n\
          (`cargo test -p ccl --test env_doc` fails when this file is stale).\n\n\
          Values come from the environment first, then from `NCCL_CONF_FILE` (else `~/.nccl.conf`,\n\
          then `/etc/nccl.conf`) as `KEY=VALUE` lines. Each is read once per process.\n\
-         `ccl-perf --env` prints the values a running library sees.\n",
+         `ccl-perf --env` prints the values a running library sees.\n\n\
+         A few variables are read outside the registry: the topology search's (`NCCL_TOPO_FILE`,\n\
+         `NCCL_TOPO_DUMP_FILE`, `NCCL_IB_HCA`, `NCCL_CROSS_NIC`, `NCCL_MIN_NCHANNELS`,\n\
+         `NCCL_MAX_NCHANNELS`, `NCCL_NVB_DISABLE`, `NCCL_PXN_DISABLE`; `topology/src/config.rs`),\n\
+         the CUDA loader's (`CCL_CUDA_LIBRARY`, `CCL_NVRTC_LIBRARY`: the driver and NVRTC\n\
+         libraries to load; `CCL_KERNEL_CACHE`: the kernel cache directory, `off` for none,\n\
+         default `$XDG_CACHE_HOME/libccl` or `~/.cache/libccl`) and CUDA's own\n\
+         `CUDA_DEVICE_MAX_CONNECTIONS`.\n",
     );
     let section = |p: &Param| {
         SECTIONS
