@@ -1,6 +1,6 @@
 // Can one process drive both directions of a two-GPU exchange at full speed, by queueing the
 // peer's direction on the PEER GPU's copy engine (a stream of its own on that GPU, in a second
-// context of this process)? (Issue 5, session 13: a send waits for its peer's receive so each
+// context of this process)? (Issue 5, measured 2026-11-23: a send waits for its peer's receive so each
 // side can push its own data, because one GPU pushing and pulling at once halves both
 // directions; that wait ties the two hosts together.) MPI, 2 ranks, rank r on GPU r.
 //

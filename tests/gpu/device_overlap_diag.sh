@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where libccl's send/receive loses 39% of its bandwidth beside a GEMM (issue 5) while the copy
-# engines alone lose 1% (docs/PERFORMANCE.md, session 12). One device call, ~4 minutes:
+# engines alone lose 1% (measured 2026-11-23 with tests/gpu/ce_beside_torch_gemm.py). One device call, ~4 minutes:
 #   1. tests/gpu/ce_beside_torch_gemm.py: plain and flagged exchanges beside the GEMM, then
 #      beside a second thread that keeps launching it, and one driver call's host time then;
 #   2. tests/gpu/device_p2p.sh for sendrecv and all_gather_inplace with OVERLAP_TRACE=1 (CUPTI

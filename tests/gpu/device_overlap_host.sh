@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where the host time of overlap.py's send/receive loop goes beside the GEMM thread (issue 5,
-# session 13): OVERLAP_HOST_TIMES=1 (per-call host times of each loop, and how late a third
+# measured 2026-11-23): OVERLAP_HOST_TIMES=1 (per-call host times of each loop, and how late a third
 # Python thread wakes from 100 us sleeps), sendrecv only, NVIDIA NCCL and libccl, then libccl
 # with settings given as VARIANTS ("label:VAR=v,VAR2=v ...", a label starting with nccl runs NVIDIA NCCL). Needs .dev/libnccl.so.2.
 # SKIP_BASE=1: the variants only. Writes $OUT/overlap-host.txt.

@@ -77,7 +77,7 @@ if [ "${SKIP_OVERLAP:-0}" != 1 ]; then
   [ -n "${CCL_ENV_B:-}" ] && torch_step overlap_cclb 29535 cclb tests/gpu/overlap.py cclb
   # OVERLAP_ONE_THREAD=1: both libraries again with one host thread queueing both loops
   # (OVERLAP_ENQUEUE=interleave, as a training step does); with two threads the collective
-  # thread stalls about one GEMM in 1 call of 5-10 (session 13), which caps a faster library.
+  # thread stalls about one GEMM in 1 call of 5-10 (2026-11-23), which caps a faster library.
   if [ "${OVERLAP_ONE_THREAD:-0}" = 1 ]; then
     (export OVERLAP_ENQUEUE=interleave; torch_step overlap_nccl_1t 29537 nccl tests/gpu/overlap.py nccl_1t)
     (export OVERLAP_ENQUEUE=interleave; torch_step overlap_ccl_1t 29538 ccl tests/gpu/overlap.py ccl_1t)

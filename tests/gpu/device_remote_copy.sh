@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CCL_IPC_REMOTE_COPY=1 on the GPU machine (issue 5, session 13): the six direct ops under
+# CCL_IPC_REMOTE_COPY=1 on the GPU machine (issue 5): the six direct ops under
 # mpirun with checking (1 MiB..256 MiB) and libccl's account of the copies the peer GPU's
 # engine ran; sendrecv busbw with it off and on; then overlap.py's send/receive and in-place
 # all-gather beside the GEMM (NVIDIA NCCL, libccl, libccl with remote copies, in two-thread

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where tests/gpu/two_comms.c hangs with all four ranks on one GPU (session 19: ~1 run in 3 at
+# Where tests/gpu/two_comms.c hangs with all four ranks on one GPU (2026-11-23: ~1 run in 3 at
 # 200 iterations). RUNS runs of ITERS iterations; a run still going after LIMIT_S seconds is
 # killed and counted as hung (the device machine has no gdb). Also runs the driver probe
 # module_load_probe.cu under both loading modes. Output under $OUT (or /tmp/hang).

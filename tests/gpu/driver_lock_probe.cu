@@ -1,5 +1,5 @@
 // Which driver calls of one host thread wait while another thread of the process is blocked in
-// a kernel launch on a full queue? (Issue 5, session 14: beside overlap.py's GEMM thread, a
+// a kernel launch on a full queue? (Issue 5, 2026-11-23: beside overlap.py's GEMM thread, a
 // libccl send/receive call took 631 us of host time at the median against NVIDIA NCCL's 66,
 // while libccl's own queueing took 20-40 us.) Thread A launches 1 ms kernels on its stream
 // without end, so it soon sits in cuLaunchKernel waiting for queue space; thread B times each

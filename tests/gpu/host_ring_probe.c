@@ -1,7 +1,7 @@
 /*
  * host_ring_probe.c -- what a transfer carried wholly through a host-memory ring could move
  * between two processes' GPUs with no peer access, no proxy thread and no CPU copy: the design
- * docs/PERFORMANCE.md names for GPUs without P2P (session 26). Two processes (fork) share two
+ * libccl's host-only mode uses for GPUs without P2P (docs/GPU.md). Two processes (fork) share two
  * rings in one /dev/shm mapping (SLOTS x SLOT_BYTES of data, and a ready and a credit word per
  * slot), each registered with CUDA in each process. The sender's stream, per chunk: wait until
  * the slot's credit says the receiver emptied it, copy the chunk GPU -> ring (copy engine),

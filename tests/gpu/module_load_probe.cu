@@ -2,7 +2,7 @@
 // call libccl makes after setup (allocations, frees, registrations, streams, events, VMM maps),
 // wait for kernels and stream waits already running on the device, and does it hold up other
 // threads' launches?
-// Session 19 saw tests/gpu/two_comms.c hang about 1 run in 3 with all four ranks of two
+// On 2026-11-23 tests/gpu/two_comms.c hung about 1 run in 3 with all four ranks of two
 // communicator sets on one GPU, two threads; libccl compiles kernels on first use and held its
 // kernel table's lock while loading one. Each case below starts something that only ends when
 // a flag is set (a spinning kernel or a stream wait), then times the call under test; a

@@ -211,10 +211,11 @@ def overlapped(dev, gemm_stream, comm_stream, gemm, coll, gemm_ms, coll_ms, ng, 
     c_ev = [torch.cuda.Event(enable_timing=True) for _ in range(nc)]
     # torch creates an event's CUDA event in its first record(), and cudaEventCreate waits
     # 0.6 ms for a driver lock that another thread's launch holds while it waits for space on
-    # its full queue (tests/gpu/event_create_probe.py and driver_lock_probe.cu, session 15:
+    # its full queue (tests/gpu/event_create_probe.py and driver_lock_probe.cu, 2026-11-23:
     # a fresh Event.record() 1.58 ms at the median beside the GEMM thread, a reused one 40 us).
     # Created here, before the loops, so that neither loop measures the harness's own events.
-    # OVERLAP_LAZY_EVENTS=1 keeps the lazy creation (how sessions 11-14 measured).
+    # OVERLAP_LAZY_EVENTS=1 keeps the lazy creation (as earlier versions of this script did,
+    # to compare with their figures).
     if os.environ.get("OVERLAP_LAZY_EVENTS") != "1":
         for e in g_ev + c_ev:
             e.record()
@@ -412,7 +413,7 @@ def main():
     label = sys.argv[1]
     # OVERLAP_SWITCH_INTERVAL (seconds): the interpreter's thread switch interval (default 5 ms).
     # With two enqueueing threads, the collective thread's Event.record() stalls about one
-    # GEMM in 1 call of 5-10 (session 13); a shorter interval tells whether that is the
+    # GEMM in 1 call of 5-10 (2026-11-23); a shorter interval tells whether that is the
     # interpreter lock.
     if os.environ.get("OVERLAP_SWITCH_INTERVAL"):
         sys.setswitchinterval(float(os.environ["OVERLAP_SWITCH_INTERVAL"]))

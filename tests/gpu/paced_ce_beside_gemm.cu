@@ -1,5 +1,5 @@
-// Does pacing copy-engine traffic lower what it costs a power-capped GEMM? (Issue 5, session
-// 15: beside libccl's 256 MiB send/receive loop the bf16 GEMM of tests/gpu/overlap.py runs
+// Does pacing copy-engine traffic lower what it costs a power-capped GEMM? (Issue 5,
+// 2026-11-23: beside libccl's 256 MiB send/receive loop the bf16 GEMM of tests/gpu/overlap.py runs
 // 7-8% slower, and its SM clock drops from ~1500 to ~1410 MHz at the 700 W cap: the copies'
 // power comes out of the GEMM's clock.) Both GPUs of one process run 8192^3 bf16 GEMMs
 // (cuBLAS) on a stream each, fed by a thread each, while a thread per GPU pushes 64 MiB chunks

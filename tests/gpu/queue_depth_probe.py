@@ -1,4 +1,4 @@
-"""How much work fits on one CUDA stream before queueing blocks the host (issue 5, session 13:
+"""How much work fits on one CUDA stream before queueing blocks the host (issue 5, 2026-11-23:
 libccl's host sat ~0.6 ms in each send/receive call's driver calls once a lane held a few 256
 MiB copies, so a training loop that queues compute and communication from one thread can run
 only that far ahead of the GPU).

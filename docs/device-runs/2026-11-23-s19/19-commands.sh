@@ -1,5 +1,0 @@
-export NCCL_NVLS_ENABLE=0
-for per in 2 4; do for f in 1 0; do for op in sendrecv alltoall all_gather; do
-CCL_GRAPH_FUSED=$f NCCL_DEBUG=WARN LD_LIBRARY_PATH=$PWD/.dev timeout -s KILL 100 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x CCL_GRAPH_FUSED -x NCCL_DEBUG .dev/ccl-perf $op -g $per -b 8 -e 256K -f 8 -n 20 -w 2 -c 1 -G 10 > $OUT/p_${per}_${f}_$op.log 2>&1; echo "== $op -g $per CCL_GRAPH_FUSED=$f exit $?"; grep -E "^ +(8|32768|262144) |rror|WARN" $OUT/p_${per}_${f}_$op.log | head -4; grep -E "^ +[0-9]" $OUT/p_${per}_${f}_$op.log | awk '{w+=$9; if ($13 ~ /^[0-9]+$/) w+=$13} END {print "wrong", w+0}'; done; done; done
-timeout -s KILL 150 env CCL_GRAPH_ONE_GPU=1 CCL_GRAPH_AHEAD=64 CCL_GRAPH_HANG_S=60 LD_PRELOAD=$PWD/.dev/libnccl.so.2 NCCL_DEBUG=WARN python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_graph.py ip > $OUT/tg_ip.log 2>&1; echo "== torch_graph 2 procs exit $?"; grep -E "PASS|wrong|rror|Timeout|Traceback" $OUT/tg_ip.log | head -4
-cd $OUT && tar czf ip.tgz *.log && rm -f *.log

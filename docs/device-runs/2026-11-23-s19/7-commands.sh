@@ -1,4 +1,0 @@
-export NCCL_NVLS_ENABLE=0
-for os in 262144 0 4194304; do for per in 2 3; do echo "== all_reduce -g $per CCL_GRAPH_ONE_SHOT_BYTES=$os"
-CCL_GRAPH_ONE_SHOT_BYTES=$os LD_LIBRARY_PATH=$PWD/.dev timeout -s KILL 150 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x CCL_GRAPH_ONE_SHOT_BYTES .dev/ccl-perf all_reduce -g $per -b 8 -e 16M -f 4 -n 20 -w 2 -c 1 -G 10 > $OUT/os_${os}_$per.log 2>&1; echo "exit $?"; grep -E "^ +[0-9]|rror" $OUT/os_${os}_$per.log; done; done
-timeout -s KILL 150 env CCL_GRAPH_ONE_GPU=1 CCL_GRAPH_TIME=1 CCL_GRAPH_AHEAD=64 CCL_GRAPH_HANG_S=60 LD_PRELOAD=$PWD/.dev/libnccl.so.2 NCCL_DEBUG=WARN python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch_graph.py os > $OUT/tg_os.log 2>&1; echo "== torch_graph 2 ranks one GPU exit $?"; grep -E "PASS|wrong|rror|us/op|ahead|Timeout|Traceback" $OUT/tg_os.log | head

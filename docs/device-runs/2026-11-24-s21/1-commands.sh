@@ -1,1 +1,0 @@
-SETS="socket:CCL_NET=socket mpt1:CCL_NET=mpt,CCL_MPT_ENGINES=1 mpt2:CCL_NET=mpt,CCL_MPT_ENGINES=2 mpt:CCL_NET=mpt mptspin:CCL_NET=mpt,CCL_MPT_SPIN_US=50" OPS="all_reduce sendrecv all_gather" bash tests/gpu/device_mpt_small.sh
