@@ -1,15 +1,12 @@
-//! Per-path state and power-of-two-choices path sampling.
+//! Per-path statistics and power-of-two-choices path sampling. Whether a path is penalised
+//! or due a probe is its health, kept by [`ccl_faulttol::path`].
 
 use std::time::Duration;
 
-use super::rng::Rng;
-use super::time::{min_deadline, Instant};
+use ccl_faulttol::path::PathsHealth;
 
-/// A path that lost chunks is tested with a probe frame (no data) after
-/// `rto << min(consecutive losses, PROBE_MAX_SHIFT)`: 2 ms at most with the default RTO, so a
-/// link that comes back is in use again soon (the peer answers on the same path), while a
-/// dead one costs one lost probe, and no data, per backoff period.
-const PROBE_MAX_SHIFT: u32 = 2;
+use super::rng::Rng;
+use super::time::Instant;
 
 /// Index of a path of a connection (`0..num_paths`). On UDP: a source port; on verbs: a QP.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,112 +56,74 @@ impl PathView {
     }
 }
 
-impl PathState {
-    fn credit_delivery(&mut self, tx: Instant) {
-        if self.last_loss_tx.is_none_or_later_than(tx) {
-            self.clear_losses();
-        }
-    }
-
-    fn clear_losses(&mut self) {
-        self.consecutive_losses = 0;
-        self.probe_at = None;
-        self.probed = false;
-    }
-}
-
+/// What path choice counts per path; its health is [`ccl_faulttol::path`]'s.
 #[derive(Clone, Copy, Debug, Default)]
-struct PathState {
+struct PathStats {
     srtt: Option<Duration>,
     inflight: u32,
-    consecutive_losses: u32,
     sent: u64,
     acked: u64,
     lost: u64,
-    /// When a path with losses may carry its next probe.
-    probe_at: Option<Instant>,
-    /// A probe went out on the path since its last loss (cleared when it revives).
-    probed: bool,
-    /// Send time of the newest chunk declared lost on the path: only the acknowledgement of
-    /// a chunk sent after it shows the path works again (a late cumulative ack of a chunk
-    /// sent before an outage proves nothing).
-    last_loss_tx: Option<Instant>,
 }
 
 /// All paths of one connection.
 #[derive(Debug)]
 pub(crate) struct Paths {
-    states: Vec<PathState>,
-    rto: Duration,
-    /// Earliest `probe_at` of any path, so the common case checks one value, not all paths.
-    next_probe: Option<Instant>,
-    /// Paths with losses since their last delivery (`consecutive_losses > 0`).
-    penalised: u16,
+    stats: Vec<PathStats>,
+    health: PathsHealth<Instant>,
 }
 
 impl Paths {
     pub(crate) fn new(n: u16, rto: Duration) -> Self {
         Paths {
-            states: vec![PathState::default(); usize::from(n)],
-            rto,
-            next_probe: None,
-            penalised: 0,
+            stats: vec![PathStats::default(); usize::from(n)],
+            health: PathsHealth::new(n, rto),
         }
     }
 
     /// Whether `p` lost chunks since it last delivered one (a dead NIC's paths, say): new
     /// chunks avoid it while a path without losses is left, and it only carries probes.
     pub(crate) fn is_penalised(&self, p: PathId) -> bool {
-        self.states
-            .get(p.index())
-            .is_some_and(|s| s.consecutive_losses > 0)
-    }
-
-    /// Credits a delivery to path `id`, keeping the count of penalised paths.
-    fn deliver(&mut self, id: PathId, tx: Instant) {
-        let Some(s) = self.states.get_mut(id.index()) else {
-            return;
-        };
-        let was = s.consecutive_losses > 0;
-        s.credit_delivery(tx);
-        if was && s.consecutive_losses == 0 {
-            self.penalised = self.penalised.saturating_sub(1);
-        }
+        self.health.is_penalised(p.index())
     }
 
     pub(crate) fn len(&self) -> u16 {
-        self.states.len() as u16
+        self.stats.len() as u16
     }
 
     pub(crate) fn contains(&self, p: PathId) -> bool {
-        p.index() < self.states.len()
+        p.index() < self.stats.len()
     }
 
     pub(crate) fn view(&self, id: PathId) -> PathView {
-        let s = self.states.get(id.index()).copied().unwrap_or_default();
+        let s = self.stats.get(id.index()).copied().unwrap_or_default();
+        let losses = self
+            .health
+            .get(id.index())
+            .map_or(0, |h| h.consecutive_losses());
         let mut effective = s.srtt.unwrap_or(Duration::ZERO);
-        if s.consecutive_losses > 0 {
-            let shift = s.consecutive_losses.min(16);
-            effective = effective.max(self.rto).saturating_mul(1 << shift);
+        if losses > 0 {
+            let shift = losses.min(16);
+            effective = effective.max(self.health.rto()).saturating_mul(1 << shift);
         }
         PathView {
             id,
             srtt: s.srtt,
             effective_rtt: effective,
             inflight_chunks: s.inflight,
-            consecutive_losses: s.consecutive_losses,
+            consecutive_losses: losses,
             chunks_sent: s.sent,
             chunks_acked: s.acked,
             chunks_lost: s.lost,
         }
     }
 
-    fn state(&mut self, id: PathId) -> Option<&mut PathState> {
-        self.states.get_mut(id.index())
+    fn stats(&mut self, id: PathId) -> Option<&mut PathStats> {
+        self.stats.get_mut(id.index())
     }
 
     pub(crate) fn on_sent(&mut self, id: PathId) {
-        if let Some(s) = self.state(id) {
+        if let Some(s) = self.stats(id) {
             s.inflight += 1;
             s.sent += 1;
         }
@@ -174,88 +133,51 @@ impl Paths {
     /// once, so this path delivered it (an acknowledged retransmission may have arrived by
     /// an earlier copy on another path, which says nothing about this one).
     pub(crate) fn on_acked(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
-        if let Some(s) = self.state(id) {
+        if let Some(s) = self.stats(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.acked += 1;
         }
         if unambiguous {
-            self.deliver(id, tx);
+            self.health.on_delivery(id.index(), tx);
         }
     }
 
     /// A chunk sent on `id` at `tx` was declared lost at `now`.
     pub(crate) fn on_lost(&mut self, id: PathId, now: Instant, tx: Instant) {
-        let rto = self.rto;
-        if let Some(s) = self.state(id) {
+        if let Some(s) = self.stats(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.lost += 1;
-            s.last_loss_tx = Some(s.last_loss_tx.map_or(tx, |t| t.max(tx)));
-            s.consecutive_losses = s.consecutive_losses.saturating_add(1);
-            let first = s.consecutive_losses == 1;
-            let at = now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
-            s.probe_at = Some(at);
-            self.next_probe = min_deadline(self.next_probe, Some(at));
-            if first {
-                self.penalised += 1;
-            }
         }
+        self.health.on_loss(id.index(), now, tx);
     }
 
     /// A chunk sent at `tx` and declared lost was acknowledged after all (a spurious loss);
     /// it is no longer in flight, so only the delivery is credited.
     pub(crate) fn on_late_ack(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
-        if let Some(s) = self.state(id) {
+        if let Some(s) = self.stats(id) {
             s.acked += 1;
         }
         if unambiguous {
-            self.deliver(id, tx);
+            self.health.on_delivery(id.index(), tx);
         }
     }
 
     /// An acknowledgement arrived on `id`: if the path is penalised and was probed, it works
     /// again -- back into use with its loss count cleared. Returns whether it revived.
     pub(crate) fn revive_if_probed(&mut self, id: PathId) -> bool {
-        let Some(s) = self.states.get_mut(id.index()) else {
-            return false;
-        };
-        if s.consecutive_losses == 0 || !s.probed {
-            return false;
-        }
-        s.clear_losses();
-        self.penalised = self.penalised.saturating_sub(1);
-        true
+        self.health.on_ack_received(id.index())
     }
 
     /// A penalised path whose backoff has expired and that has nothing in flight: it gets
     /// the next probe, and its backoff is re-armed until an answer revives it.
     pub(crate) fn take_probe(&mut self, now: Instant) -> Option<PathId> {
-        if self.next_probe.is_none_or_later(now) {
-            return None;
-        }
-        let rto = self.rto;
-        let mut found = None;
-        let mut next = None;
-        for (i, s) in self.states.iter_mut().enumerate() {
-            let Some(at) = s.probe_at else { continue };
-            if found.is_none() && at <= now && s.inflight == 0 && s.consecutive_losses > 0 {
-                found = Some(PathId(i as u16));
-                s.probed = true;
-                let again =
-                    now + rto.saturating_mul(1 << s.consecutive_losses.min(PROBE_MAX_SHIFT));
-                s.probe_at = Some(again);
-                next = min_deadline(next, Some(again));
-            } else if s.consecutive_losses > 0 {
-                // Still in flight or not yet due: look again at its time (or one RTO on).
-                let at = if at <= now { now + rto } else { at };
-                next = min_deadline(next, Some(at));
-            }
-        }
-        self.next_probe = next;
-        found
+        let stats = &self.stats;
+        let idle = |i: usize| stats.get(i).is_some_and(|s| s.inflight == 0);
+        self.health.take_probe(now, idle).map(|i| PathId(i as u16))
     }
 
     pub(crate) fn on_rtt(&mut self, id: PathId, sample: Duration) {
-        if let Some(s) = self.state(id) {
+        if let Some(s) = self.stats(id) {
             s.srtt = Some(match s.srtt {
                 None => sample,
                 Some(old) => (old * 7 + sample) / 8,
@@ -285,15 +207,15 @@ impl Paths {
             i
         };
         let (a, b) = (PathId(skip(i) as u16), PathId(skip(j) as u16));
-        if self.penalised == 0 {
+        let penalised = self.health.penalised();
+        if penalised == 0 {
             return (a, b);
         }
         // Penalised picks are drawn again among the paths without losses, while any is left
         // (a dead NIC's half of the paths would otherwise get every chunk whose two samples
         // both landed on it -- a quarter of them -- each lost and resent after a timeout).
         let avoided_penalised = avoid.is_some_and(|p| self.is_penalised(p));
-        let healthy =
-            eligible.saturating_sub(u64::from(self.penalised) - u64::from(avoided_penalised));
+        let healthy = eligible.saturating_sub(u64::from(penalised) - u64::from(avoided_penalised));
         if healthy == 0 {
             return (a, b);
         }
@@ -316,23 +238,6 @@ impl Paths {
             .min_by_key(|v| (v.score(), v.id))
             .map(|v| v.id)
             .unwrap_or_default()
-    }
-}
-
-/// `Option::is_none_or` is newer than the workspace's minimum Rust version.
-trait OptionInstantExt {
-    /// No deadline, or one after `now`.
-    fn is_none_or_later(&self, now: Instant) -> bool;
-    /// No instant, or one before `t`.
-    fn is_none_or_later_than(&self, t: Instant) -> bool;
-}
-
-impl OptionInstantExt for Option<Instant> {
-    fn is_none_or_later(&self, now: Instant) -> bool {
-        self.map_or(true, |t| t > now)
-    }
-    fn is_none_or_later_than(&self, t: Instant) -> bool {
-        self.map_or(true, |x| t > x)
     }
 }
 
