@@ -1,174 +1,25 @@
 //! Communicators: init (blocking and not), split, finalize, destroy, abort, async errors.
 
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ccl_cuda::DataType;
 use ccl_transports::mpt::CcKind;
 use ccl_transports::mpt_link::{MptLink, MptLinkConfig};
 use ccl_transports::shm::{ShmLink, ShmRing};
 use ccl_transports::socket::SocketLink;
 use ccl_transports::Link;
-use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::bootstrap::{self, Ctrl, RankInfo, UniqueId};
+use crate::core::{Comm, CommConfig, CommState, IssueState, Life};
 use crate::error::{Error, ErrorKind, Result};
 use crate::params;
-use crate::task::{Scalar, Task};
 
 /// `NCCL_SPLIT_NOCOLOR`.
 pub const SPLIT_NOCOLOR: i32 = -1;
 
-/// The parts of `ncclConfig_t` libccl acts on.
-#[derive(Debug, Clone, Default)]
-pub struct CommConfig {
-    pub blocking: bool,
-    pub comm_name: Option<String>,
-    pub split_share: bool,
-}
-
-impl CommConfig {
-    pub fn blocking() -> Self {
-        CommConfig {
-            blocking: true,
-            ..Default::default()
-        }
-    }
-}
-
-/// Lifecycle of a communicator.
-#[derive(Debug, Clone, PartialEq)]
-enum Life {
-    Initializing,
-    Ready,
-    Finalized,
-    Gone,
-}
-
-/// The state the data path needs, behind the communicator's lock.
-pub struct CommState {
-    pub ctrl: Ctrl,
-    pub links: Vec<Option<Box<dyn Link>>>,
-    pub table: Vec<RankInfo>,
-
-    pub staging: Vec<u8>,
-    pub exec_stats: crate::exec::ExecStats,
-}
-
-/// What issuing operations needs, under its own lock so the API thread never waits for the
-/// proxy that holds the links.
-#[derive(Debug, Clone, Default)]
-pub struct IssueState {
-    /// Ring order from the topology search (rank 0's, so every rank agrees): ranks of one
-    /// host are adjacent, so only two ring edges per host cross the network.
-    pub ring: Vec<usize>,
-    /// Collectives issued so far (all ranks count alike; carried in operation headers).
-    pub coll_seq: u64,
-    /// Per peer: sends and receives issued so far.
-    pub p2p_seqs: Vec<(u64, u64)>,
-    /// Every rank on one host with shared memory allowed, so collectives cross only shared
-    /// memory (every rank computes the same from the same table and settings): it decides
-    /// which small all-reduces go in one exchange ([`crate::group`]).
-    pub shared_memory_only: bool,
-    /// `NCCL_P2P_LEVEL` set and, per the topology search, some two GPUs of one host lie
-    /// farther apart than it: NCCL takes shared memory between them instead of peer-to-peer,
-    /// and so does cuda-ipc (host-only, see `CCL_IPC_HOST_ONLY`). The same on every rank (same
-    /// table, same settings).
-    pub p2p_beyond_level: bool,
-    /// Schedules by (collective, count, element size, the all-to-all's buffers disjoint or
-    /// the collective in one small exchange -- never both for one collective): they depend
-    /// on nothing else here (whether a two-rank all-reduce goes in one exchange follows from
-    /// the count and element size).
-    pub schedules: std::collections::HashMap<
-        (ccl_collectives::Collective, usize, usize, bool),
-        std::sync::Arc<ccl_collectives::Schedule>,
-    >,
-}
-
-/// Shared part of a communicator.
-pub struct CommInner {
-    pub rank: usize,
-    pub nranks: usize,
-    pub cuda_dev: i32,
-    pub config: CommConfig,
-    pub abort: Arc<AtomicBool>,
-    nonce: AtomicU64,
-    life: Mutex<Life>,
-    async_error: Mutex<Option<Error>>,
-    pub state: Mutex<Option<CommState>>,
-    pub issue: Mutex<IssueState>,
-    splits: AtomicU64,
-    redops: Mutex<Vec<Option<(Scalar, DataType)>>>,
-    /// The GPU engine, made at the first operation on device memory.
-    pub gpu: Mutex<Option<std::sync::Arc<crate::gpu::GpuEngine>>>,
-    /// Direct GPU peer transfers (cuda-ipc), set up at init when every rank can map its peers.
-    pub ipc: Mutex<Option<(ccl_p2p::CommCtx, std::sync::Arc<ccl_p2p::IpcEngine>)>>,
-    /// The replay thread of operations captured into CUDA graphs, made at the first capture.
-    pub graph: Mutex<Option<std::sync::Arc<crate::graph::Replayer>>>,
-    /// Sub-communicators of hierarchical all-reduces (ranks on several hosts), made at init.
-    pub hier: Mutex<Option<std::sync::Arc<crate::hier::Hierarchy>>>,
-    /// Streams of its own for its part of a group whose other communicators use the same
-    /// caller's stream ([`crate::gpu::fork_shared_streams`]), made when first needed.
-    pub side_streams: Mutex<Vec<ccl_cuda::cuda::Stream>>,
-}
-
-/// A communicator handle (what `ncclComm_t` points at).
-#[derive(Clone)]
-pub struct Comm(pub Arc<CommInner>);
-
-impl std::fmt::Debug for Comm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Comm(rank {} of {})", self.0.rank, self.0.nranks)
-    }
-}
-
-/// First PreMulSum op handle, as NCCL numbers them.
-pub const FIRST_USER_REDOP: i32 = 5;
-
 impl Comm {
-    fn new_inner(rank: usize, nranks: usize, config: CommConfig, cuda_dev: i32) -> Comm {
-        Comm(Arc::new(CommInner {
-            rank,
-            nranks,
-            cuda_dev,
-            config,
-            abort: Arc::new(AtomicBool::new(false)),
-            nonce: AtomicU64::new(0),
-            life: Mutex::new(Life::Initializing),
-            async_error: Mutex::new(None),
-            state: Mutex::new(None),
-            issue: Mutex::new(IssueState::default()),
-            splits: AtomicU64::new(0),
-            redops: Mutex::new(Vec::new()),
-            gpu: Mutex::new(None),
-            ipc: Mutex::new(None),
-            graph: Mutex::new(None),
-            hier: Mutex::new(None),
-            side_streams: Mutex::new(Vec::new()),
-        }))
-    }
-
-    /// A handle with no connections, for tests of what only looks at handles.
-    #[cfg(test)]
-    pub(crate) fn unconnected(rank: usize, nranks: usize) -> Comm {
-        Comm::new_inner(rank, nranks, CommConfig::blocking(), -1)
-    }
-
-    pub fn rank(&self) -> usize {
-        self.0.rank
-    }
-
-    /// The communicator's bootstrap nonce (equal on all its ranks, unique per communicator).
-    pub fn nonce(&self) -> u64 {
-        self.0.nonce.load(Ordering::Relaxed)
-    }
-
-    pub fn nranks(&self) -> usize {
-        self.0.nranks
-    }
-
     /// Checks the arguments of `ncclCommInitRank*` and makes the handle; [`Comm::run_init`]
     /// then does the work (now, in a group's end, or on a thread for non-blocking configs).
     pub fn prepare(
@@ -249,7 +100,7 @@ impl Comm {
         *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
         crate::ipc::attach(self)?;
-        crate::hier::attach(self)?;
+        self.attach_hierarchy()?;
         let (ring, links) = self.describe();
         tracing::info!(
             "rank {} of {} ready: ring {ring}, links {links}",
@@ -257,6 +108,30 @@ impl Comm {
             self.0.nranks
         );
         Ok(())
+    }
+
+    /// Makes the communicator's hierarchy (a sub-communicator of this host's ranks and one
+    /// across the hosts) where [`crate::hier::wanted`] finds it gains. Collective.
+    fn attach_hierarchy(&self) -> Result<()> {
+        let Some(at) = crate::hier::wanted(self, |want| self.agree_all(want))? else {
+            return Ok(());
+        };
+        let config = CommConfig::blocking();
+        let rank = self.rank() as i32;
+        let local = self
+            .split_unchecked(at.host as i32, rank, config.clone())?
+            .ok_or_else(|| Error::internal("no communicator of this host's ranks"))?;
+        let cross = self
+            .split_unchecked(at.local as i32, rank, config)?
+            .ok_or_else(|| Error::internal("no communicator across the hosts"))?;
+        let h = crate::hier::Hierarchy::new(self, at, local, cross);
+        self.0.hier.set(Arc::new(h));
+        Ok(())
+    }
+
+    /// The hierarchy, taken out of its slot (destroy, abort).
+    fn hierarchy_taken(&self) -> Option<Arc<crate::hier::Hierarchy>> {
+        self.0.hier.take()?.into_any().downcast().ok()
     }
 
     /// `ncclCommInitRank` in one call (blocking).
@@ -290,7 +165,7 @@ impl Comm {
         crate::ipc::check_health(self);
         // A hierarchical all-reduce's failure (a dead peer seen on a sub-communicator) is this
         // communicator's.
-        if let Some(h) = self.0.hier.lock().clone() {
+        if let Some(h) = self.0.hier.get::<crate::hier::Hierarchy>() {
             for sub in [&h.local, &h.cross] {
                 if let Err(e) = sub.async_error() {
                     self.set_async_error(&h.explain(e, sub));
@@ -301,59 +176,6 @@ impl Comm {
             Some(e) => Err(e.clone()),
             None => Ok(()),
         }
-    }
-
-    /// Tells every peer this rank failed with `e` (they stop waiting for it at once, and say
-    /// why), if the communicator still has its connections.
-    pub(crate) fn notify_error(&self, e: &Error) {
-        if let Some(st) = self.0.state.lock().as_mut() {
-            st.ctrl.notify_error(e);
-        }
-    }
-
-    /// Records an error that makes the communicator unusable.
-    pub fn set_async_error(&self, e: &Error) {
-        let mut a = self.0.async_error.lock();
-        if a.is_none() {
-            *a = Some(e.clone());
-        }
-    }
-
-    /// Fails unless the communicator can take operations.
-    pub fn check_usable(&self) -> Result<()> {
-        match *self.0.life.lock() {
-            Life::Initializing => {
-                return Err(Error::invalid_usage(
-                    "communicator is still initializing (poll ncclCommGetAsyncError)",
-                ))
-            }
-            Life::Finalized => return Err(Error::invalid_usage("communicator was finalized")),
-            Life::Gone => {
-                return Err(Error::invalid_usage(
-                    "communicator was destroyed or aborted",
-                ))
-            }
-            Life::Ready => {}
-        }
-        if let Some(e) = &*self.0.async_error.lock() {
-            return Err(Error::new(
-                e.kind,
-                format!("communicator failed earlier: {}", e.message),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Validates `task` and hands it to the current group (or runs it now).
-    pub fn enqueue(&self, task: Task) -> Result<()> {
-        self.check_usable()?;
-        crate::task::validate(&task, self.0.rank, self.0.nranks)?;
-        // As NCCL: a collective of no elements is dropped once its arguments pass (every rank
-        // of a matched call drops it alike), so it costs no launch and no rendezvous.
-        if task.count == 0 && matches!(task.kind, crate::task::TaskKind::Coll(_)) {
-            return Ok(());
-        }
-        crate::group::submit(self, task)
     }
 
     /// `ncclCommSplit`: ranks with the same color form a communicator, ordered by key then
@@ -470,7 +292,7 @@ impl Comm {
         });
         let r = r
             .and_then(|()| crate::ipc::attach(&child))
-            .and_then(|()| crate::hier::attach(&child));
+            .and_then(|()| child.attach_hierarchy());
         child.finish_init(r.clone());
         r.map(|()| child)
     }
@@ -499,8 +321,8 @@ impl Comm {
         let go_on = AtomicBool::new(false);
         let abort = if abort_first {
             self.0.abort.store(true, Ordering::SeqCst);
-            crate::graph::shutdown(self);
-            crate::gpu::shutdown(self);
+            self.0.graph.shutdown(true);
+            self.0.gpu.shutdown(true);
             crate::ipc::shutdown(self, true);
             &go_on
         } else {
@@ -538,7 +360,7 @@ impl Comm {
     /// `ncclCommFinalize`: operations complete before calls return on this backend, so there
     /// is nothing left to flush; later operations are refused.
     pub fn finalize(&self) -> Result<()> {
-        if let Some(h) = self.0.hier.lock().clone() {
+        if let Some(h) = self.0.hier.get::<crate::hier::Hierarchy>() {
             h.local.finalize()?;
             h.cross.finalize()?;
         }
@@ -561,7 +383,7 @@ impl Comm {
     /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
     /// and frees everything.
     pub fn destroy(&self) {
-        if let Some(h) = self.0.hier.lock().take() {
+        if let Some(h) = self.hierarchy_taken() {
             h.local.destroy();
             h.cross.destroy();
         }
@@ -569,8 +391,8 @@ impl Comm {
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
-        crate::graph::shutdown(self);
-        crate::gpu::shutdown(self);
+        self.0.graph.shutdown(true);
+        self.0.gpu.shutdown(true);
         crate::ipc::shutdown(self, !idle);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
@@ -594,12 +416,12 @@ impl Comm {
     /// connection without goodbye, so peers blocked on us fail at once.
     pub fn abort(&self) {
         self.0.abort.store(true, Ordering::SeqCst);
-        if let Some(h) = self.0.hier.lock().take() {
+        if let Some(h) = self.hierarchy_taken() {
             h.local.abort();
             h.cross.abort();
         }
-        crate::graph::shutdown(self);
-        crate::gpu::shutdown(self);
+        self.0.graph.shutdown(true);
+        self.0.gpu.shutdown(true);
         crate::ipc::shutdown(self, true);
         let mut guard = self.0.state.lock();
         guard.take();
@@ -633,43 +455,6 @@ impl Comm {
             }
             None => (String::new(), String::new()),
         }
-    }
-
-    /// Registers a PreMulSum op and returns its `ncclRedOp_t` value.
-    pub fn create_premul(&self, scalar: Scalar, dtype: DataType) -> Result<i32> {
-        let mut ops = self.0.redops.lock();
-        let slot = match ops.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                ops.push(None);
-                ops.len() - 1
-            }
-        };
-        ops[slot] = Some((scalar, dtype));
-        i32::try_from(slot)
-            .ok()
-            .and_then(|s| s.checked_add(FIRST_USER_REDOP))
-            .ok_or_else(|| Error::invalid_usage("too many PreMulSum ops"))
-    }
-
-    pub fn destroy_premul(&self, op: i32) -> Result<()> {
-        let mut ops = self.0.redops.lock();
-        let slot = usize::try_from(op - FIRST_USER_REDOP)
-            .ok()
-            .filter(|&s| ops.get(s).is_some_and(Option::is_some))
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "reduction op {op} was not created on this communicator"
-                ))
-            })?;
-        ops[slot] = None;
-        Ok(())
-    }
-
-    /// The PreMulSum op `op`, if it exists, with the dtype it was created for.
-    pub fn premul(&self, op: i32) -> Option<(Scalar, DataType)> {
-        let slot = usize::try_from(op.checked_sub(FIRST_USER_REDOP)?).ok()?;
-        self.0.redops.lock().get(slot).copied().flatten()
     }
 }
 

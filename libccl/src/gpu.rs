@@ -25,10 +25,10 @@ use ccl_cuda::cuda::{self, Context, Event, MemoryKind, PinnedBuffer, Stream, Wai
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::comm::Comm;
+use crate::core::Comm;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CollGates, Flag, PieceGates};
-use crate::group::{plan_specs, run_plans, PlanSpec};
+use crate::host::{plan_specs, run_plans, PlanSpec};
 use crate::params;
 use crate::pieces::Gating;
 use crate::task::{buffer_counts, Reduction, Scalar, Task, TaskKind};
@@ -92,7 +92,7 @@ pub fn wants_gpu(comm: &Comm, tasks: &[Task]) -> Result<bool> {
     // Operations with no buffers at all (count 0, NULL pointers) on a communicator that
     // already works on the GPU stay in stream order there, instead of making the host wait for
     // the GPU to catch up.
-    Ok(comm.0.gpu.lock().is_some() && tasks.iter().all(|t| t.send == 0 && t.recv == 0))
+    Ok(comm.0.gpu.is_some() && tasks.iter().all(|t| t.send == 0 && t.recv == 0))
 }
 
 /// Per-operation flags in pinned, device-mapped host memory.
@@ -209,8 +209,7 @@ impl CapturedGroup {
         let eng = comm
             .0
             .gpu
-            .lock()
-            .clone()
+            .get::<GpuEngine>()
             .ok_or_else(|| Error::invalid_usage("communicator was destroyed or aborted"))?;
         let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), &self.tasks)?;
         self.st.rebase(&mut specs, self.chunk.as_ptr() as usize);
@@ -261,10 +260,11 @@ unsafe impl Send for GpuEngine {}
 unsafe impl Sync for GpuEngine {}
 
 pub(crate) fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
-    let mut slot = comm.0.gpu.lock();
-    if let Some(e) = slot.as_ref() {
-        return Ok(e.clone());
-    }
+    comm.0.gpu.get_or_make(|| start_engine(comm))
+}
+
+/// A new engine for `comm`, its proxy thread running.
+fn start_engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
     let ctx = device_context(comm.0.cuda_dev)?;
     let start = Arc::new(Slots::new(&ctx)?);
     let done = Arc::new(Slots::new(&ctx)?);
@@ -292,7 +292,6 @@ pub(crate) fn engine(comm: &Comm) -> Result<Arc<GpuEngine>> {
         .spawn(move || proxy.run(rx))
         .map_err(|e| Error::system(format!("spawn proxy thread: {e}")))?;
     *e.thread.lock() = Some(h);
-    *slot = Some(e.clone());
     Ok(e)
 }
 
@@ -1812,42 +1811,46 @@ fn order_on_streams(
 /// Waits until the proxy has finished everything submitted (host-path operations and
 /// finalize must not overtake queued GPU work).
 pub fn wait_idle(comm: &Comm) -> Result<()> {
-    let Some(eng) = comm.0.gpu.lock().clone() else {
-        return Ok(());
-    };
-    let mut rounds = 0u32;
-    while eng.completed.load(Ordering::Acquire) != eng.submitted.load(Ordering::Acquire) {
-        if comm.0.abort.load(Ordering::Relaxed) {
-            return Err(Error::system("communicator aborted"));
-        }
-        rounds = rounds.saturating_add(1);
-        if rounds < 1000 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    }
-    Ok(())
+    comm.0.gpu.wait_idle(&comm.0.abort)
 }
 
-/// Stops the proxy (after `wait_idle`, or at abort, when it releases every queued stream),
-/// then waits for the streams' last copies out of the staging chunks before freeing them.
-pub fn shutdown(comm: &Comm) {
-    let Some(eng) = comm.0.gpu.lock().take() else {
-        return;
-    };
-    eng.tx.lock().take();
-    let thread = eng.thread.lock().take();
-    if let Some(h) = thread {
-        let _ = h.join();
-    }
-    for c in eng.chunks.lock().iter() {
-        if let Some(ev) = &c.busy {
-            let _ = ev.synchronize();
+impl crate::engine::Engine for GpuEngine {
+    fn wait_idle(&self, abort: &std::sync::atomic::AtomicBool) -> Result<()> {
+        let mut rounds = 0u32;
+        while self.completed.load(Ordering::Acquire) != self.submitted.load(Ordering::Acquire) {
+            if abort.load(Ordering::Relaxed) {
+                return Err(Error::system("communicator aborted"));
+            }
+            rounds = rounds.saturating_add(1);
+            if rounds < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
+        Ok(())
     }
-    // The fold scratch is freed with the engine: not under kernels still queued to read it.
-    eng.fold.lock().settle();
+
+    /// Stops the proxy (after `wait_idle`, or at abort, when it releases every queued stream),
+    /// then waits for the streams' last copies out of the staging chunks before freeing them.
+    fn shutdown(&self, _aborted: bool) {
+        self.tx.lock().take();
+        let thread = self.thread.lock().take();
+        if let Some(h) = thread {
+            let _ = h.join();
+        }
+        for c in self.chunks.lock().iter() {
+            if let Some(ev) = &c.busy {
+                let _ = ev.synchronize();
+            }
+        }
+        // The fold scratch is freed with the engine: not under kernels still queued to read it.
+        self.fold.lock().settle();
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
 }
 
 /// Which of the proxy's queued jobs runs next, if any is ready (its inputs in host memory):

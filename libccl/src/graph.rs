@@ -35,7 +35,7 @@ use ccl_cuda::cuda::{self, RelaxedCapture};
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::comm::{Comm, CommInner};
+use crate::core::{Comm, CommCore};
 use crate::error::{Error, Result};
 use crate::gpu::{cuda_err, CapturedGroup};
 use crate::task::{buffer_counts, Reduction, Task, TaskKind};
@@ -51,7 +51,7 @@ enum Msg {
 /// lives, and its host node keeps this address (the group's pinned staging memory and two
 /// flags stay with it).
 struct Captured {
-    comm: Weak<CommInner>,
+    comm: Weak<CommCore>,
     group: CapturedGroup,
     tx: Sender<Msg>,
 }
@@ -89,21 +89,19 @@ pub(crate) fn capturing(comm: &Comm, tasks: &[Task]) -> Result<bool> {
 }
 
 fn replayer(comm: &Comm) -> Result<Arc<Replayer>> {
-    let mut slot = comm.0.graph.lock();
-    if let Some(r) = slot.as_ref() {
-        return Ok(r.clone());
-    }
+    comm.0.graph.get_or_make(|| start_replayer(comm.rank()))
+}
+
+fn start_replayer(rank: usize) -> Result<Arc<Replayer>> {
     let (tx, rx) = crossbeam::channel::unbounded();
     let thread = std::thread::Builder::new()
-        .name(format!("ccl-graph-r{}", comm.rank()))
+        .name(format!("ccl-graph-r{rank}"))
         .spawn(move || replay_loop(rx))
         .map_err(|e| Error::system(format!("spawn graph replay thread: {e}")))?;
-    let r = Arc::new(Replayer {
+    Ok(Arc::new(Replayer {
         tx,
         thread: Mutex::new(Some(thread)),
-    });
-    *slot = Some(r.clone());
-    Ok(r)
+    }))
 }
 
 /// Captures a group of `comm`'s operations into the graph its streams are capturing.
@@ -256,16 +254,24 @@ fn replay_loop(rx: Receiver<Msg>) {
     }
 }
 
-/// Stops the replay thread (communicator destroy or abort). Later replays of graphs that
-/// captured the communicator's operations run nothing and do not wait.
-pub fn shutdown(comm: &Comm) {
-    let Some(r) = comm.0.graph.lock().take() else {
-        return;
-    };
-    let _ = r.tx.send(Msg::Stop);
-    let thread = r.thread.lock().take();
-    if let Some(h) = thread {
-        let _ = h.join();
+impl crate::engine::Engine for Replayer {
+    /// Replays run on the streams that launch the graphs, not queued here.
+    fn wait_idle(&self, _: &std::sync::atomic::AtomicBool) -> Result<()> {
+        Ok(())
+    }
+
+    /// Stops the replay thread (destroy or abort): later replays of graphs that captured the
+    /// communicator's operations run nothing and do not wait.
+    fn shutdown(&self, _aborted: bool) {
+        let _ = self.tx.send(Msg::Stop);
+        let thread = self.thread.lock().take();
+        if let Some(h) = thread {
+            let _ = h.join();
+        }
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }
 

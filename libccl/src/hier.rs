@@ -44,7 +44,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::{Context, Stream};
 use parking_lot::Mutex;
 
-use crate::comm::{Comm, CommConfig};
+use crate::core::Comm;
 use crate::error::Result;
 use crate::params;
 use crate::task::{Reduction, Scalar, Task, TaskKind};
@@ -132,61 +132,96 @@ fn cross_rank(places: &[(usize, usize)], rank: usize) -> Option<usize> {
     Some(places[..rank].iter().filter(|p| p.1 == local).count())
 }
 
-/// Makes `comm`'s hierarchy when `CCL_HIERARCHY` and the ranks' placement allow it. Collective:
-/// every rank of `comm` calls it at the end of init (the decision is the same on all: the
-/// table is, and whether every rank wants it is agreed first).
-pub(crate) fn attach(comm: &Comm) -> Result<()> {
+/// Where `comm` would gain from a hierarchy: `CCL_HIERARCHY` and the ranks' placement allow
+/// one, and every rank wants it (a rank without a GPU would make the split one-sided, so all
+/// agree). Collective: every rank of `comm` calls it at the end of init (the decision is the
+/// same on all: the table is). `agree_all` is the communicator's agreement among its ranks.
+pub(crate) fn wanted(
+    comm: &Comm,
+    agree_all: impl FnOnce(bool) -> Result<bool>,
+) -> Result<Option<Placement>> {
     let mode = params::CCL_HIERARCHY.get_str();
     let mode = mode.trim();
     if mode == "0" {
-        return Ok(());
+        return Ok(None);
     }
     let forced = mode == "1";
     let hosts: Vec<u64> = {
         let g = comm.0.state.lock();
         match g.as_ref() {
             Some(st) => st.table.iter().map(|i| i.host_id).collect(),
-            None => return Ok(()),
+            None => return Ok(None),
         }
     };
     let Some(places) = places(&hosts) else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(&(host, local)) = places.get(comm.rank()) else {
-        return Ok(());
+        return Ok(None);
     };
     // Only GPU communicators gain (host memory moves through the same transports either way),
-    // unless forced; a rank without a GPU would make the split one-sided, so all agree first.
+    // unless forced.
     let want = forced || (comm.0.cuda_dev >= 0 && crate::gpu::available());
-    if !comm.agree_all(want)? {
-        return Ok(());
+    if !agree_all(want)? {
+        return Ok(None);
     }
-    let config = CommConfig::blocking();
-    let local_comm = comm
-        .split_unchecked(host as i32, comm.rank() as i32, config.clone())?
-        .ok_or_else(|| crate::error::Error::internal("no communicator of this host's ranks"))?;
-    let cross = comm
-        .split_unchecked(local as i32, comm.rank() as i32, config)?
-        .ok_or_else(|| crate::error::Error::internal("no communicator across the hosts"))?;
-    let per_host: Vec<usize> = ranks_by_host(&places).iter().map(Vec::len).collect();
-    tracing::info!(
-        "rank {}: hierarchy: {} ranks on this host (index {local}), {} hosts",
-        comm.rank(),
-        local_comm.nranks(),
-        per_host.len()
-    );
-    let fewest = per_host.iter().copied().min().unwrap_or(0);
-    *comm.0.hier.lock() = Some(Arc::new(Hierarchy {
-        local: local_comm,
-        cross,
-        host_memory: forced,
-        host,
-        even: per_host.iter().all(|&c| c == fewest),
-        fewest,
+    Ok(Some(Placement {
+        forced,
         places,
-        scratch: Mutex::new(Scratch::default()),
-    }));
-    Ok(())
+        host,
+        local,
+    }))
+}
+
+/// Where this rank sits among the hosts, as [`wanted`] found it.
+pub(crate) struct Placement {
+    forced: bool,
+    places: Vec<(usize, usize)>,
+    /// This rank's host index, and its index among its host's ranks: the colours of the
+    /// splits that make the two sub-communicators.
+    pub host: usize,
+    pub local: usize,
+}
+
+impl Hierarchy {
+    /// The hierarchy over `local` (this host's ranks) and `cross` (the ranks of this index on
+    /// every host), split from `comm` by the colours of `at`.
+    pub(crate) fn new(comm: &Comm, at: Placement, local: Comm, cross: Comm) -> Hierarchy {
+        let per_host: Vec<usize> = ranks_by_host(&at.places).iter().map(Vec::len).collect();
+        tracing::info!(
+            "rank {}: hierarchy: {} ranks on this host (index {}), {} hosts",
+            comm.rank(),
+            local.nranks(),
+            at.local,
+            per_host.len()
+        );
+        let fewest = per_host.iter().copied().min().unwrap_or(0);
+        Hierarchy {
+            local,
+            cross,
+            host_memory: at.forced,
+            host: at.host,
+            even: per_host.iter().all(|&c| c == fewest),
+            fewest,
+            places: at.places,
+            scratch: Mutex::new(Scratch::default()),
+        }
+    }
+}
+
+impl crate::engine::Engine for Hierarchy {
+    /// Its stages run on the sub-communicators, whose own lifecycle waits for them.
+    fn wait_idle(&self, _: &std::sync::atomic::AtomicBool) -> Result<()> {
+        Ok(())
+    }
+
+    /// The sub-communicators are destroyed or aborted with their parent ([`crate::comm`]);
+    /// the scratch is freed on drop, after their streams' work.
+    fn shutdown(&self, _aborted: bool) {}
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
 }
 
 /// Operations to run as one group.
@@ -241,7 +276,7 @@ pub(crate) fn take(tasks: Vec<(Comm, Task)>) -> Result<Taken> {
     let mut rest = Vec::with_capacity(tasks.len());
     let mut ops: Vec<CommOps> = Vec::new();
     for (comm, t) in tasks {
-        let Some(h) = comm.0.hier.lock().clone() else {
+        let Some(h) = comm.0.hier.get::<Hierarchy>() else {
             rest.push((comm, t));
             continue;
         };
@@ -431,9 +466,13 @@ pub(crate) fn stage_failed(
     let on: Vec<&Arc<Hierarchy>> = hierarchies
         .iter()
         .filter(|h| {
-            comms
-                .iter()
-                .any(|c| h.owns(c) || c.0.hier.lock().as_ref().is_some_and(|x| Arc::ptr_eq(x, h)))
+            comms.iter().any(|c| {
+                h.owns(c)
+                    || c.0
+                        .hier
+                        .get::<Hierarchy>()
+                        .is_some_and(|x| Arc::ptr_eq(&x, h))
+            })
         })
         .collect();
     let e = match comms {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use ccl_p2p::{CommCtx, Control, IpcEngine, P2pConfig, PeerHealth};
 
 use crate::bootstrap::Health;
-use crate::comm::{Comm, CommInner};
+use crate::core::{Comm, CommCore};
 use crate::error::{Error, ErrorKind, Result};
 use crate::params;
 use crate::task::Task;
@@ -67,7 +67,7 @@ pub fn config() -> P2pConfig {
 
 /// The communicator's control plane and error slot, held weakly: the engine lives inside the
 /// communicator and must not keep it alive.
-struct CommControl(Weak<CommInner>);
+struct CommControl(Weak<CommCore>);
 
 impl CommControl {
     fn comm(&self) -> std::result::Result<Comm, ccl_p2p::Error> {

@@ -3,20 +3,25 @@
 
 pub mod bootstrap;
 pub mod comm;
+pub mod core;
+pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod gpu;
 pub mod graph;
 pub mod group;
 pub mod hier;
+mod host;
 pub mod ipc;
 pub mod log;
 pub mod params;
 mod pieces;
+mod route;
 pub mod task;
 
 pub use bootstrap::UniqueId;
-pub use comm::{Comm, CommConfig, SPLIT_NOCOLOR};
+pub use comm::SPLIT_NOCOLOR;
+pub use core::{Comm, CommConfig};
 pub use error::{Error, ErrorKind, Result};
 pub use task::{Reduction, Scalar, Task, TaskKind};
 
