@@ -9,6 +9,9 @@
 # from NVIDIA/nccl-tests); it is built here unless .dev/nccl-tests/build exists. REPS runs
 # every library that many times, interleaved (old, new, old, new...), to see run-to-run spread.
 # Sizes: -b 8 -e 512M -f 4 (8 B, ..., 2 MiB, ..., 128 MiB, 512 MiB); EXTRA adds flags (-G 5).
+# On a machine with fewer GPUs than ranks, NCCL_TESTS_DEVICE=0 puts every rank on GPU 0 (libccl
+# allows that, NVIDIA's NCCL does not: leave "nccl" out of LIBS there); CUDA_DEVICE_MAX_CONNECTIONS
+# is passed on when set.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; L=$OUT/nccltests; mkdir -p "$L"
@@ -31,7 +34,8 @@ for rep in $(seq 1 "$REPS"); do
       case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
       [ -e "$dir/libnccl.so" ] || ln -sf libnccl.so.2 "$dir/libnccl.so" 2>/dev/null
       LD_LIBRARY_PATH=$dir timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
-        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE .dev/nccl-tests/build/${op}_perf \
+        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${NCCL_TESTS_DEVICE:+-x NCCL_TESTS_DEVICE} \
+        ${CUDA_DEVICE_MAX_CONNECTIONS:+-x CUDA_DEVICE_MAX_CONNECTIONS} .dev/nccl-tests/build/${op}_perf \
         -b 8 -e 512M -f 4 -c 1 ${EXTRA:-} > "$L/$op.$name.$rep.log" 2>&1
       echo "$op $name rep $rep exit $?" >> "$L/exits.txt"
     done
