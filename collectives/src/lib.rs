@@ -158,6 +158,7 @@ pub enum Error {
 mod cost;
 mod direct;
 pub mod dtype;
+pub mod pieces;
 mod plan;
 pub mod reference;
 mod ring;

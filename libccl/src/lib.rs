@@ -3,6 +3,7 @@
 
 pub mod bootstrap;
 pub mod comm;
+mod connect;
 pub mod core;
 pub mod engine;
 pub mod error;
