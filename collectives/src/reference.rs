@@ -471,7 +471,9 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<Vec<Deps>, Sim
     Ok(deps)
 }
 
-/// Runs every rank's schedule together and returns every rank's receive buffer.
+/// Runs every rank's schedule together and returns every rank's receive buffer. One loop on
+/// purpose: it is the reference the executors are checked against, kept as a direct reading
+/// of the execution semantics in the crate documentation.
 pub fn simulate(
     coll: Collective,
     nranks: usize,

@@ -333,7 +333,8 @@ fn finish(stream: &Stream, what: &str) {
 /// Two ranks on one GPU (two areas, two streams): an in-place exchange reads each buffer
 /// before the peer's data lands in it, and a sender that runs several launches of sends
 /// (more than the slots) ahead of a receiver that starts late delivers every message, each
-/// size exact (1, 17, 4096 bytes), on ring slots recycled by credits.
+/// size exact (1, 17, 4096 bytes), on ring slots recycled by credits. One scenario read top to
+/// bottom, hence its length.
 #[test]
 fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
     let _serial = serial();

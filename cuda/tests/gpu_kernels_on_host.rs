@@ -704,7 +704,8 @@ fn ll_p2p_host_library() -> (PathBuf, PathBuf) {
 /// sends 0..`per_pair` messages of 0..4096 bytes to every other rank (one launch per rank and
 /// round: its sends, then its receives in source order), and with probability 1/4 its first
 /// receive lands in the buffer its first send reads (in place, held back by the ticket).
-/// Checks every byte where it was meant to land and nothing around it.
+/// Checks every byte where it was meant to land and nothing around it. One simulated run read
+/// top to bottom, hence its length.
 #[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
 fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
     use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES, LL_P2P_MAX_OPS};

@@ -397,7 +397,7 @@ fn cpu_share(local: usize) -> usize {
 ///
 /// Engines are threads that copy and move datagrams, and they spend much of their time
 /// waiting on the peer, so more engines than CPUs is not waste. Two ranks on 16 CPUs (8
-/// each), 128 MiB host-memory sendrecv / all_reduce over loopback (session 16): 1 engine
+/// each), 128 MiB host-memory sendrecv / all_reduce over loopback (2026-11-23, ccl-perf): 1 engine
 /// 1.50 / 1.40 GB/s, 8 engines (with 4 copy threads) 4.64-4.76 / 4.25. Two ranks on 32 (the
 /// GPU machine): 8 engines 5.98 / 5.78 against 4 engines' 4.79 / 4.27; 16 were slower. On 2
 /// cores four engines were slower than one; 3 to 7 CPUs were not measured and keep one.

@@ -169,7 +169,7 @@ fn buffers_disjoint(t: &Task, n: usize) -> bool {
 /// all-reduce, reduce-scatter or all-gather of at most `one_shot_ranks` ranks, each sending at
 /// most `one_shot_bytes` in all. Every reduction qualifies: the ranks fold the inputs in the
 /// same order, so they hold the same bits. Where it measured a loss it is not used (16 CPUs,
-/// session 22): an all-reduce of more than two ranks over shared memory alone (the ring's short
+/// 2026-11-24, ccl-perf on the host backend): an all-reduce of more than two ranks over shared memory alone (the ring's short
 /// hops beat folding every rank's input on every rank from 2 KiB: 4 ranks, 8 KiB, 13.6-13.9 us
 /// against 17-21) or of more than half of `one_shot_ranks` (8 ranks over TCP: 51-73 us against
 /// the tree's 46-53; 6 ranks mixed). Broadcast and reduce measured no gain (their chains already take one hop per rank).
@@ -188,9 +188,9 @@ fn one_shot(
     let kind = match coll {
         C::AllReduce => n == 2 || (!shared_memory_only && n <= settings.one_shot_ranks / 2),
         // Over the multipath transport these lost to the ring while every send waited for
-        // its acknowledgement (session 22); since sends complete on leaving and small
+        // its acknowledgement; since sends complete on leaving and small
         // messages share acknowledgements, one exchange is ahead there too (4 ranks, 16
-        // CPUs: all-gather 31-40 -> 28-33 us, reduce-scatter 30-38 -> 23-36; session 23).
+        // CPUs: all-gather 31-40 -> 28-33 us, reduce-scatter 30-38 -> 23-36; 2026-11-24, ccl-perf).
         C::ReduceScatter | C::AllGather => true,
         _ => false,
     };

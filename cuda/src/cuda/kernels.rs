@@ -175,28 +175,7 @@ impl Kernels {
             to_compile = lacking(&images);
         }
         let compiling = std::time::Instant::now();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let compiled: Vec<(usize, Result<Image>)> = std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads.clamp(1, to_compile.len().max(1)))
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let j = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(&i) = to_compile.get(j) else { break };
-                            let job = &jobs[i];
-                            let name = kernel_name(job.dtype, job.ops[0]);
-                            done.push((i, self.nvrtc.compile(&job.source, &name, &self.target)));
-                        }
-                        done
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .flat_map(|w| w.join().unwrap_or_default())
-                .collect()
-        });
+        let compiled = self.compile_jobs(&jobs, &to_compile, threads);
         report.compiling = compiling.elapsed();
         report.programs = to_compile.len();
         // A compiling thread that panicked took its results with it: say so for its kernels
@@ -285,6 +264,39 @@ impl Kernels {
         }
         report.loading = loading.elapsed();
         failed
+    }
+
+    /// Compiles `jobs[i]` for every `i` in `which` on up to `threads` threads, each taking the
+    /// next job when it is done; a thread that panics loses its results (the caller reports
+    /// those kernels).
+    fn compile_jobs(
+        &self,
+        jobs: &[PreloadJob],
+        which: &[usize],
+        threads: usize,
+    ) -> Vec<(usize, Result<Image>)> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads.clamp(1, which.len().max(1)))
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let j = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&i) = which.get(j) else { break };
+                            let job = &jobs[i];
+                            let name = kernel_name(job.dtype, job.ops[0]);
+                            done.push((i, self.nvrtc.compile(&job.source, &name, &self.target)));
+                        }
+                        done
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_default())
+                .collect()
+        })
     }
 
     /// The disk cache's key of an image compiled from `source` for this device.

@@ -526,7 +526,8 @@ fn is_signed_int(dt: DataType) -> bool {
     matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
 }
 
-/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op).
+/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op). Long because it is the one table of
+/// generated CUDA per operation, read top to bottom as the code it emits.
 fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
     let mut line = |s: String| {
         out.push_str(&s);
