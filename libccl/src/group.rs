@@ -371,9 +371,8 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{Reduction, TaskKind};
+    use crate::host::tests::task;
     use ccl_collectives::Collective as C;
-    use ccl_cuda::{DataType, ReduceKind};
 
     #[test]
     fn a_group_splits_by_communicator_in_call_order() {
@@ -396,18 +395,5 @@ mod tests {
         assert!(std::sync::Arc::ptr_eq(&parts[0].0 .0, &b.0));
         assert!(std::sync::Arc::ptr_eq(&parts[2].0 .0, &c.0));
         assert_eq!(went, vec![0, 1, 0, 2, 1]);
-    }
-
-    fn task(coll: C, count: usize) -> Task {
-        Task {
-            kind: TaskKind::Coll(coll),
-            send: 0x1000,
-            recv: 0x100000,
-            count,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-            fold: false,
-        }
     }
 }

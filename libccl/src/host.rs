@@ -517,7 +517,7 @@ fn drive(runs: &mut [CommRun<'_>]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::task::Reduction;
     use ccl_collectives::Collective as C;
@@ -536,7 +536,8 @@ mod tests {
         }
     }
 
-    fn task(coll: C, count: usize) -> Task {
+    /// A float sum `coll` of `count` elements on fake addresses.
+    pub(crate) fn task(coll: C, count: usize) -> Task {
         Task {
             kind: TaskKind::Coll(coll),
             send: 0x1000,
