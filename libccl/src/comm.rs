@@ -158,7 +158,7 @@ impl Comm {
                 "communicator is still initializing",
             ));
         }
-        crate::ipc::check_health(self);
+        self.0.ipc.check_health();
         // A hierarchical all-reduce's failure (a dead peer seen on a sub-communicator) is this
         // communicator's.
         if let Some(h) = self.0.hier.get::<crate::hier::Hierarchy>() {
@@ -319,7 +319,7 @@ impl Comm {
             self.0.abort.store(true, Ordering::SeqCst);
             self.0.graph.shutdown(true);
             self.0.gpu.shutdown(true);
-            crate::ipc::shutdown(self, true);
+            self.0.ipc.shutdown(true);
             &go_on
         } else {
             crate::gpu::wait_idle(self)?;
@@ -361,7 +361,7 @@ impl Comm {
             h.cross.finalize()?;
         }
         crate::gpu::wait_idle(self)?;
-        crate::ipc::wait_idle(self)?;
+        self.0.ipc.wait_idle(&self.0.abort)?;
         let mut life = self.0.life.lock();
         match *life {
             Life::Ready => {
@@ -383,13 +383,14 @@ impl Comm {
             h.local.destroy();
             h.cross.destroy();
         }
-        let idle = crate::gpu::wait_idle(self).is_ok() && crate::ipc::wait_idle(self).is_ok();
+        let idle =
+            crate::gpu::wait_idle(self).is_ok() && self.0.ipc.wait_idle(&self.0.abort).is_ok();
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
         self.0.graph.shutdown(true);
         self.0.gpu.shutdown(true);
-        crate::ipc::shutdown(self, !idle);
+        self.0.ipc.shutdown(!idle);
         let mut guard = self.0.state.lock();
         if let Some(mut st) = guard.take() {
             if st.exec_stats.recv_bytes + st.exec_stats.send_bytes > 0 {
@@ -418,7 +419,7 @@ impl Comm {
         }
         self.0.graph.shutdown(true);
         self.0.gpu.shutdown(true);
-        crate::ipc::shutdown(self, true);
+        self.0.ipc.shutdown(true);
         let mut guard = self.0.state.lock();
         guard.take();
         *self.0.life.lock() = Life::Gone;

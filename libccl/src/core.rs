@@ -99,7 +99,7 @@ pub struct CommCore {
     /// The GPU engine, made at the first operation on device memory.
     pub gpu: EngineSlot,
     /// Direct GPU peer transfers (cuda-ipc), set up at init when every rank can map its peers.
-    pub ipc: Mutex<Option<(ccl_p2p::CommCtx, std::sync::Arc<ccl_p2p::IpcEngine>)>>,
+    pub ipc: EngineSlot,
     /// The replay thread of operations captured into CUDA graphs, made at the first capture.
     pub graph: EngineSlot,
     /// Sub-communicators of hierarchical all-reduces (ranks on several hosts), made at init.
@@ -138,7 +138,7 @@ impl Comm {
             splits: AtomicU64::new(0),
             redops: Mutex::new(Vec::new()),
             gpu: EngineSlot::default(),
-            ipc: Mutex::new(None),
+            ipc: EngineSlot::default(),
             graph: EngineSlot::default(),
             hier: EngineSlot::default(),
             side_streams: Mutex::new(Vec::new()),

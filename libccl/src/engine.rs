@@ -19,6 +19,9 @@ pub trait Engine: Send + Sync + 'static {
     /// Waits until everything it queued has run (`ncclCommFinalize`, before a destroy); gives
     /// up when `abort` is set.
     fn wait_idle(&self, abort: &AtomicBool) -> Result<()>;
+    /// Looks for trouble the caller cannot see (mismatched calls, work that cannot finish)
+    /// and records it as the communicator's async error (`ncclCommGetAsyncError`).
+    fn check_health(&self) {}
     /// Stops its threads and releases what it holds. `aborted`: peers may be gone and may
     /// still write into its memory, so what they could reach is leaked rather than freed.
     fn shutdown(&self, aborted: bool);
@@ -66,6 +69,14 @@ impl EngineSlot {
     pub fn wait_idle(&self, abort: &AtomicBool) -> Result<()> {
         let e = self.0.lock().clone();
         e.map_or(Ok(()), |e| e.wait_idle(abort))
+    }
+
+    /// Lets the engine in the slot, if any, check its health.
+    pub fn check_health(&self) {
+        let e = self.0.lock().clone();
+        if let Some(e) = e {
+            e.check_health();
+        }
     }
 
     /// Takes the engine out and shuts it down.

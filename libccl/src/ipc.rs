@@ -2,12 +2,15 @@
 //! parameter registry in one place, the communicator handed to it only as a context (rank,
 //! device, abort flag, control plane, error slot), and its errors mapped to ours.
 
+use std::any::Any;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
 use ccl_p2p::{CommCtx, Control, IpcEngine, P2pConfig, PeerHealth};
 
 use crate::bootstrap::Health;
 use crate::core::{Comm, CommCore};
+use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::params;
 use crate::task::Task;
@@ -140,16 +143,47 @@ pub fn context(comm: &Comm) -> Result<CommCtx> {
 /// GPU or not, and all reach the same decision (an engine on every rank or on none).
 pub fn attach(comm: &Comm) -> Result<()> {
     let ctx = context(comm)?;
-    let engine = ccl_p2p::attach(&ctx, &config())?;
-    *comm.0.ipc.lock() = engine.map(|e| (ctx, e));
+    if let Some(eng) = ccl_p2p::attach(&ctx, &config())? {
+        comm.0.ipc.set(Arc::new(Held { ctx, eng }));
+    }
     Ok(())
+}
+
+/// The engine with the context it was made for, as the communicator's slot holds it.
+pub struct Held {
+    ctx: CommCtx,
+    eng: Arc<IpcEngine>,
+}
+
+impl Engine for Held {
+    fn wait_idle(&self, abort: &AtomicBool) -> Result<()> {
+        Ok(ccl_p2p::wait_idle(&self.eng, abort)?)
+    }
+
+    /// Mismatched calls and stuck work become the async error.
+    fn check_health(&self) {
+        ccl_p2p::check_health(&self.ctx, &self.eng);
+    }
+
+    /// Leaks the engine after an abort: peers may still write into its memory.
+    fn shutdown(&self, aborted: bool) {
+        ccl_p2p::shutdown(self.eng.clone(), aborted);
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+fn held(comm: &Comm) -> Option<Arc<Held>> {
+    comm.0.ipc.get::<Held>()
 }
 
 /// The engine, if this group can go through it: decided from what every rank sees alike
 /// (the communicator and the kind of reduction), never from local buffer properties.
 pub fn engine_for(comm: &Comm, tasks: &[Task]) -> Option<(CommCtx, Arc<IpcEngine>)> {
-    let held = comm.0.ipc.lock().clone()?;
-    ccl_p2p::takes(tasks).then_some(held)
+    let h = held(comm)?;
+    ccl_p2p::takes(tasks).then(|| (h.ctx.clone(), h.eng.clone()))
 }
 
 /// Queues the groups of several communicators (one per GPU of a `-g N` process, say).
@@ -157,33 +191,11 @@ pub fn submit(groups: Vec<(CommCtx, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     Ok(ccl_p2p::submit(groups)?)
 }
 
-/// For `ncclCommGetAsyncError`: mismatched calls and stuck work become the async error.
-pub fn check_health(comm: &Comm) {
-    if let Some((ctx, eng)) = comm.0.ipc.lock().clone() {
-        ccl_p2p::check_health(&ctx, &eng);
-    }
-}
-
-/// Waits until the engine has run everything queued, giving up at abort.
-pub fn wait_idle(comm: &Comm) -> Result<()> {
-    match comm.0.ipc.lock().clone() {
-        Some((_, eng)) => Ok(ccl_p2p::wait_idle(&eng, &comm.0.abort)?),
-        None => Ok(()),
-    }
-}
-
-/// Releases the engine (leaking it after an abort: peers may still write into its memory).
-pub fn shutdown(comm: &Comm, aborted: bool) {
-    if let Some((_, eng)) = comm.0.ipc.lock().take() {
-        ccl_p2p::shutdown(eng, aborted);
-    }
-}
-
 /// Captures `tasks` on the direct paths into the graph their stream is capturing, when every
 /// rank can; `false`: every rank goes on to the staged captured path.
 pub fn capture(comm: &Comm, tasks: &[Task]) -> Result<bool> {
-    match comm.0.ipc.lock().clone() {
-        Some((ctx, eng)) => Ok(ccl_p2p::capture(&ctx, &eng, tasks)?),
+    match held(comm) {
+        Some(h) => Ok(ccl_p2p::capture(&h.ctx, &h.eng, tasks)?),
         None => Ok(false),
     }
 }

@@ -106,7 +106,7 @@ impl Facts {
             capturing,
             memory,
             staged_engine: comm.0.gpu.is_some(),
-            copy_engines: comm.0.ipc.lock().is_some(),
+            copy_engines: comm.0.ipc.is_some(),
             device_scalar: tasks
                 .iter()
                 .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_)))),
