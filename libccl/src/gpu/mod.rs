@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccl_cuda::cuda::{self, Context, Event, MemoryKind, PinnedBuffer, Stream, WaitCond};
+use ccl_cuda::cuda::kernels::Kernels;
 use crossbeam::channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
@@ -933,8 +934,8 @@ struct FoldPlace {
 /// folds the received operands with this rank's own in rank order, and wide all-reduces then
 /// gather the folded blocks (a group of their own, after the group). The CPUs only move bytes:
 /// the ring (or the exchange folded on the CPU) reduces in host memory, which held a two-GPU
-/// all-reduce over the network below the send/receive rate (two H200s, 128 MiB: 5.8-6.6 GB/s
-/// against host-memory send/receive 9.0, session 23).
+/// all-reduce over the network below the send/receive rate (two H200s, 128 MiB, 2026-11-24:
+/// 5.8-6.6 GB/s against 9.0 for a send/receive of host memory).
 fn submit_folded(
     comm: &Comm,
     eng: &Arc<GpuEngine>,
@@ -944,9 +945,6 @@ fn submit_folded(
     let kernels = ccl_p2p::kernels_for(&eng.ctx, params::CCL_KERNEL_PRELOAD.get_bool())?;
     let rank = comm.rank();
     let nranks = comm.nranks();
-    // SAFETY: the caller's own live streams (NCCL's contract).
-    let stream_of =
-        |t: &Task| unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) };
     let folded: Vec<(&Task, Fold)> = tasks
         .iter()
         .zip(folds)
@@ -956,39 +954,69 @@ fn submit_folded(
         &eng.ctx,
         &folded.iter().map(|(t, _)| **t).collect::<Vec<_>>(),
     );
-    // Scratch, per folded operation, in blocks of `bytes`: the received operands, then the
-    // scaled ones (two ranks: own and sent, each where used; wide: the whole input).
-    let layout = |t: &Task, f: &Fold| {
-        let own = f.own_at.map(|o| t.send as u64 + o as u64);
-        let sent = f.send_at.map(|o| t.send as u64 + o as u64);
-        let received = match f.wide {
-            Some(w) => w.n - 1,
-            None => usize::from(own.is_some()),
-        };
-        let scaled = match (f.prescale, f.wide) {
-            (None, _) => 0,
-            (Some(_), Some(w)) => w.n,
-            (Some(_), None) => {
-                usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own)
-            }
-        };
-        (own, sent, received, scaled)
+    let mut scratch = eng.fold.lock();
+    let places = place_operands(eng, &kernels, &mut scratch, &folded, &streams)?;
+    let group = with_transfers(&tasks, folds, &places, rank, nranks);
+    submit_staged(comm, eng, group)?;
+    // From here on the peers have this rank's operands: a failure must poison the communicator.
+    let gathers = fold_received(eng, &kernels, &folded, &places, rank, nranks)
+        .and_then(|g| scratch.release(&eng.ctx, &streams).map(|()| g))
+        .inspect_err(|e| comm.set_async_error(e))?;
+    drop(scratch);
+    if gathers.is_empty() {
+        return Ok(());
+    }
+    submit_staged(comm, eng, gathers).inspect_err(|e| comm.set_async_error(e))
+}
+
+/// The caller's stream of `t`.
+fn stream_of(eng: &GpuEngine, t: &Task) -> Stream {
+    // SAFETY: the caller's own live streams (NCCL's contract).
+    unsafe { Stream::from_raw(&eng.ctx, t.stream as cuda::sys::CUstream) }
+}
+
+/// A folded operation's operands in the caller's send buffer (this rank's own and the one it
+/// sends, each where used) and its share of the scratch, in blocks of `bytes`: the received
+/// operands, then the scaled ones (two ranks: own and sent, each where used; wide: the whole
+/// input). Returned as (own, sent, received, scaled).
+fn scratch_blocks(t: &Task, f: &Fold) -> (Option<u64>, Option<u64>, usize, usize) {
+    let own = f.own_at.map(|o| t.send as u64 + o as u64);
+    let sent = f.send_at.map(|o| t.send as u64 + o as u64);
+    let received = match f.wide {
+        Some(w) => w.n - 1,
+        None => usize::from(own.is_some()),
     };
+    let scaled = match (f.prescale, f.wide) {
+        (None, _) => 0,
+        (Some(_), Some(w)) => w.n,
+        (Some(_), None) => usize::from(own.is_some()) + usize::from(sent.is_some() && sent != own),
+    };
+    (own, sent, received, scaled)
+}
+
+/// Claims the scratch for the folded operations of a group (on `streams`) and places each
+/// one's operands ([`FoldPlace`]), queuing the scaling of those a reduction scales first.
+fn place_operands(
+    eng: &GpuEngine,
+    kernels: &Kernels,
+    scratch: &mut StreamScratch,
+    folded: &[(&Task, Fold)],
+    streams: &[Stream],
+) -> Result<Vec<FoldPlace>> {
     let total: usize = folded
         .iter()
         .map(|(t, f)| {
-            let (_, _, received, scaled) = layout(t, f);
+            let (_, _, received, scaled) = scratch_blocks(t, f);
             (received + scaled) * f.bytes
         })
         .sum();
-    let mut scratch = eng.fold.lock();
-    let mut next = scratch.claim(&eng.ctx, total, &streams)?;
+    let mut next = scratch.claim(&eng.ctx, total, streams)?;
     let mut places = Vec::with_capacity(folded.len());
-    for (t, f) in &folded {
-        let (own, sent, received, _) = layout(t, f);
+    for (t, f) in folded {
+        let (own, sent, received, _) = scratch_blocks(t, f);
         let incoming = next;
         next += (received * f.bytes) as u64;
-        let stream = stream_of(t);
+        let stream = stream_of(eng, t);
         let size = t.dtype.size();
         let mut scale = |src: u64, blocks: usize| -> Result<u64> {
             let Some(s) = f.prescale else { return Ok(src) };
@@ -1026,7 +1054,19 @@ fn submit_folded(
         };
         places.push(place);
     }
-    let mut group = Vec::with_capacity(tasks.len() + folded.len() * 2);
+    Ok(places)
+}
+
+/// The group as it goes to the staged path: each folded operation, where the call put it,
+/// replaced by the sends and receives of its operands.
+fn with_transfers(
+    tasks: &[Task],
+    folds: &[Option<Fold>],
+    places: &[FoldPlace],
+    rank: usize,
+    nranks: usize,
+) -> Vec<Task> {
+    let mut group = Vec::with_capacity(tasks.len() + places.len() * 2);
     let mut place = places.iter();
     for (t, f) in tasks.iter().zip(folds) {
         let (Some(f), Some(p)) = (f, f.and_then(|_| place.next())) else {
@@ -1035,58 +1075,60 @@ fn submit_folded(
         };
         group.extend(fold_transfers(t, f, p, rank, nranks));
     }
-    submit_staged(comm, eng, group)?;
-    // From here on the peers have this rank's operands: a failure must poison the communicator.
-    let fold_all = || -> Result<Vec<Task>> {
-        let mut gathers = Vec::new();
-        for ((t, f), p) in folded.iter().zip(&places) {
-            let Some(own) = p.own else { continue };
-            let (dt, op) = (t.dtype, t.red.arithmetic());
-            let n = f.bytes / dt.size();
-            let stream = stream_of(t);
-            let (out, srcs) = match f.wide {
-                Some(w) => {
-                    let out = t.recv as u64
-                        + if w.gather {
-                            f.own_at.unwrap_or(0) as u64
-                        } else {
-                            0
-                        };
-                    let srcs: Vec<u64> = (0..w.n)
-                        .map(|j| match j == rank {
-                            true => own,
-                            false => received_from(p, f, j, rank),
-                        })
-                        .collect();
-                    (out, srcs)
-                }
-                None if rank == 0 => (t.recv as u64, vec![own, p.incoming]),
-                None => (t.recv as u64, vec![p.incoming, own]),
-            };
-            // SAFETY: the sources are the scratch (claimed for these streams until the events
-            // below) and the caller's send buffer; `out` is in the caller's receive buffer, `n`
-            // elements (checked device memory, aligned), equal to or disjoint from each source
-            // (NCCL's in-place rule); every one stays valid until the stream has run the
-            // kernels.
-            unsafe { fold_kernels(&kernels, &stream, (dt, op), out, &srcs, n) }?;
-            if f.divide {
-                // SAFETY: as above.
-                unsafe { kernels.div_int(&stream, dt, out, n, nranks as u64) }.map_err(cuda_err)?;
+    group
+}
+
+/// Queues, behind the group on each folded operation's stream, the kernels that fold the
+/// received operands with this rank's own in rank order (an integer average then divided).
+/// Returns the transfers of the wide all-reduces' gathers.
+fn fold_received(
+    eng: &GpuEngine,
+    kernels: &Kernels,
+    folded: &[(&Task, Fold)],
+    places: &[FoldPlace],
+    rank: usize,
+    nranks: usize,
+) -> Result<Vec<Task>> {
+    let mut gathers = Vec::new();
+    for ((t, f), p) in folded.iter().zip(places) {
+        let Some(own) = p.own else { continue };
+        let (dt, op) = (t.dtype, t.red.arithmetic());
+        let n = f.bytes / dt.size();
+        let stream = stream_of(eng, t);
+        let (out, srcs) = match f.wide {
+            Some(w) => {
+                let out = t.recv as u64
+                    + if w.gather {
+                        f.own_at.unwrap_or(0) as u64
+                    } else {
+                        0
+                    };
+                let srcs: Vec<u64> = (0..w.n)
+                    .map(|j| match j == rank {
+                        true => own,
+                        false => received_from(p, f, j, rank),
+                    })
+                    .collect();
+                (out, srcs)
             }
-            if let Some(Wide { gather: true, .. }) = f.wide {
-                gathers.extend(gather_transfers(t, f, rank, nranks));
-            }
+            None if rank == 0 => (t.recv as u64, vec![own, p.incoming]),
+            None => (t.recv as u64, vec![p.incoming, own]),
+        };
+        // SAFETY: the sources are the scratch (claimed for these streams until the events
+        // the caller records after this) and the caller's send buffer; `out` is in the
+        // caller's receive buffer, `n` elements (checked device memory, aligned), equal to or
+        // disjoint from each source (NCCL's in-place rule); every one stays valid until the
+        // stream has run the kernels.
+        unsafe { fold_kernels(kernels, &stream, (dt, op), out, &srcs, n) }?;
+        if f.divide {
+            // SAFETY: as above.
+            unsafe { kernels.div_int(&stream, dt, out, n, nranks as u64) }.map_err(cuda_err)?;
         }
-        Ok(gathers)
-    };
-    let gathers = fold_all()
-        .and_then(|g| scratch.release(&eng.ctx, &streams).map(|()| g))
-        .inspect_err(|e| comm.set_async_error(e))?;
-    drop(scratch);
-    if gathers.is_empty() {
-        return Ok(());
+        if let Some(Wide { gather: true, .. }) = f.wide {
+            gathers.extend(gather_transfers(t, f, rank, nranks));
+        }
     }
-    submit_staged(comm, eng, gathers).inspect_err(|e| comm.set_async_error(e))
+    Ok(gathers)
 }
 
 /// Where rank `j`'s operand lands in the scratch of a wide fold on `rank`: the other ranks'
@@ -1351,7 +1393,6 @@ fn submit_streamed(
     // is set when the job ends).
     let k = k_in.max(k_out);
     let (first, count) = take_slots(eng, comm, k, "a streamed collective")?;
-    let seq = |g: usize| first.wrapping_add(g as u32);
     let mut specs = plan_specs(comm, &mut comm.0.issue.lock(), std::slice::from_ref(&task))?;
     // A buffer in host memory (the caller's) needs no copies and no gates.
     let (dev_in, dev_out) = (is_device_ptr(task.send), is_device_ptr(task.recv));
@@ -1376,19 +1417,149 @@ fn submit_streamed(
         },
         if apart_in_host { ", staged apart" } else { "" }
     );
+    let streaming = Streaming {
+        task,
+        rank,
+        n,
+        per,
+        in_bytes,
+        out_bytes,
+        k_in,
+        k_out,
+        dev_in,
+        dev_out,
+        own,
+        apart_in_host,
+    };
     let mut local = Vec::new();
     // From here on this rank has taken a sequence number its peers will match.
-    let staged = (|| {
-        let [PlanSpec::Coll { sched, .. }] = &mut specs[..] else {
+    let staged = streaming.stage(comm, eng, first, &mut specs, &mut local);
+    hand_over_streamed(comm, eng, streams, (first, count), specs, staged, &local)
+}
+
+/// A lone collective [`submit_streamed`] runs on piece gates: its buffers cut in pieces of
+/// `per` bytes, what of them goes through host memory and how.
+struct Streaming {
+    task: Task,
+    rank: usize,
+    n: usize,
+    per: usize,
+    /// Bytes of the input and the output.
+    in_bytes: usize,
+    out_bytes: usize,
+    /// Pieces of the input and of the output.
+    k_in: usize,
+    k_out: usize,
+    /// Which buffers are GPU memory (the others need no copies and no gates).
+    dev_in: bool,
+    dev_out: bool,
+    /// The own block that stays on the device.
+    own: Option<OwnBlock>,
+    /// An all-to-all in place, staged with its input and output apart in host memory.
+    apart_in_host: bool,
+}
+
+impl Streaming {
+    /// Piece `i` of the buffer at `dev` that holds `bytes`: (start, end).
+    fn piece(&self, dev: usize, i: usize, bytes: usize) -> (usize, usize) {
+        (dev + i * self.per, dev + ((i + 1) * self.per).min(bytes))
+    }
+
+    /// Lays the collective out in a pinned chunk and gates its one plan (`specs`), the copies
+    /// of own blocks on the device going to `local`. Returns each gate's copies, the chunk and
+    /// its address.
+    fn stage(
+        &self,
+        comm: &Comm,
+        eng: &GpuEngine,
+        first: u32,
+        specs: &mut [PlanSpec],
+        local: &mut Vec<crate::pieces::LocalCopy>,
+    ) -> Result<(Vec<PieceIo>, usize, usize)> {
+        let task = &self.task;
+        let (down, up) = self.schedule(specs, local)?;
+        let st = Staging::plan(&device_ranges([task], self.rank, self.n, &is_device_ptr)?);
+        // Where the input and the output start in the pinned chunk when staged apart.
+        let out_at = self.in_bytes.div_ceil(64) * 64;
+        let chunk_bytes = if self.apart_in_host {
+            out_at + self.out_bytes.div_ceil(64) * 64
+        } else {
+            st.bytes
+        };
+        // The host offset of device address `x` of the input or the output.
+        let host_off = |x: usize, input: bool| -> Result<usize> {
+            match (self.apart_in_host, input) {
+                (true, true) => Ok(x - task.send),
+                (true, false) => Ok(out_at + (x - task.recv)),
+                _ => st
+                    .offset(x)
+                    .ok_or_else(|| Error::internal("staging range lost")),
+            }
+        };
+        let sz = task.dtype.size();
+        // The parts of a piece that go through host memory: all of it but an own block that
+        // stays on the device.
+        let staged_parts = |dev: usize, i: usize, input: bool| {
+            let bytes = if input { self.in_bytes } else { self.out_bytes };
+            let (a, b) = self.piece(dev, i, bytes);
+            let stays = self.own.as_ref().and_then(|o| o.stays(sz, input));
+            let (o0, o1) = stays.map_or((b, b), |(lo, hi)| (dev + lo, dev + hi));
+            [(a, b.min(o0)), (a.max(o1), b)]
+                .into_iter()
+                .filter(|(x, y)| x < y)
+                .map(|(x, y)| Ok((x, host_off(x, input)?, y - x)))
+                .collect::<Result<Vec<_>>>()
+        };
+        let k = self.k_in.max(self.k_out);
+        let mut ios: Vec<PieceIo> = Vec::with_capacity(k);
+        for g in 0..k {
+            let mut io = PieceIo::default();
+            if let (true, Some(&p)) = (self.dev_in, down.get(g)) {
+                io.inputs = staged_parts(task.send, p, true)?;
+            }
+            if let (true, Some(&p)) = (self.dev_out, up.get(g)) {
+                io.outputs = staged_parts(task.recv, p, false)?;
+            }
+            ios.push(io);
+        }
+        let (chunk, base) = eng.chunk(chunk_bytes, &comm.0.abort)?;
+        // A buffer in host memory keeps its address.
+        let host = |dev: usize, input: bool| host_off(dev, input).map_or(dev, |o| base + o);
+        let (hs, hr) = (host(task.send, true), host(task.recv, false));
+        if self.apart_in_host {
+            if let [PlanSpec::Coll { task: t, .. }] = &mut specs[..] {
+                (t.send, t.recv) = (hs, hr);
+            }
+        } else {
+            st.rebase(specs, base);
+        }
+        let gates = self.gates(eng, first, (hs, hr), (&down, &up));
+        if let [PlanSpec::Coll { gates: g, .. }] = &mut specs[..] {
+            *g = Some(gates);
+        }
+        Ok((ios, chunk, base))
+    }
+
+    /// The schedule of the one plan in `specs` as it runs here (for buffers apart in host
+    /// memory, without the own block's copy, which goes to `local`), and the order its
+    /// pieces go down and come up ([`piece_orders`]).
+    fn schedule(
+        &self,
+        specs: &mut [PlanSpec],
+        local: &mut Vec<crate::pieces::LocalCopy>,
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        let (task, rank, n) = (&self.task, self.rank, self.n);
+        let sz = task.dtype.size();
+        let [PlanSpec::Coll { sched, .. }] = specs else {
             return Err(Error::internal("a streamed collective is not one plan"));
         };
-        if apart_in_host {
+        if self.apart_in_host {
             *sched = Arc::new(
                 ccl_collectives::alltoall_out_of_place(rank, n, task.count)
                     .map_err(|e| Error::internal(format!("all-to-all schedule: {e}")))?,
             );
         }
-        if let Some(o) = &own {
+        if let Some(o) = &self.own {
             *sched = Arc::new(without_copy(sched, o));
             let (src, dst) = (task.send + o.src * sz, task.recv + o.dst * sz);
             if src != dst {
@@ -1399,92 +1570,45 @@ fn submit_streamed(
                 });
             }
         }
-        let (down, up) = piece_orders(sched, per / sz, k_in, k_out);
-        let st = Staging::plan(&device_ranges([&task], rank, n, &is_device_ptr)?);
-        // Where the input and the output start in the pinned chunk when staged apart.
-        let out_at = in_bytes.div_ceil(64) * 64;
-        let chunk_bytes = if apart_in_host {
-            out_at + out_bytes.div_ceil(64) * 64
-        } else {
-            st.bytes
-        };
-        // The host offset of device address `x` of the input or the output.
-        let host_off = |x: usize, input: bool| -> Result<usize> {
-            match (apart_in_host, input) {
-                (true, true) => Ok(x - task.send),
-                (true, false) => Ok(out_at + (x - task.recv)),
-                _ => st
-                    .offset(x)
-                    .ok_or_else(|| Error::internal("staging range lost")),
-            }
-        };
-        let piece =
-            |dev: usize, i: usize, bytes: usize| (dev + i * per, dev + ((i + 1) * per).min(bytes));
-        // The parts of a piece that go through host memory: all of it but an own block that
-        // stays on the device.
-        let staged_parts = |dev: usize, i: usize, input: bool| {
-            let (a, b) = piece(dev, i, if input { in_bytes } else { out_bytes });
-            let stays = own.as_ref().and_then(|o| o.stays(sz, input));
-            let (o0, o1) = stays.map_or((b, b), |(lo, hi)| (dev + lo, dev + hi));
-            [(a, b.min(o0)), (a.max(o1), b)]
-                .into_iter()
-                .filter(|(x, y)| x < y)
-                .map(|(x, y)| Ok((x, host_off(x, input)?, y - x)))
-                .collect::<Result<Vec<_>>>()
-        };
-        let mut ios: Vec<PieceIo> = Vec::with_capacity(k);
-        for g in 0..k {
-            let mut io = PieceIo::default();
-            if let (true, Some(&p)) = (dev_in, down.get(g)) {
-                io.inputs = staged_parts(task.send, p, true)?;
-            }
-            if let (true, Some(&p)) = (dev_out, up.get(g)) {
-                io.outputs = staged_parts(task.recv, p, false)?;
-            }
-            ios.push(io);
-        }
-        let (chunk, base) = eng.chunk(chunk_bytes, &comm.0.abort)?;
-        // A buffer in host memory keeps its address.
-        let host = |dev: usize, input: bool| host_off(dev, input).map_or(dev, |o| base + o);
-        let (hs, hr) = (host(task.send, true), host(task.recv, false));
-        if apart_in_host {
-            if let [PlanSpec::Coll { task: t, .. }] = &mut specs[..] {
-                (t.send, t.recv) = (hs, hr);
-            }
-        } else {
-            st.rebase(&mut specs, base);
-        }
+        Ok(piece_orders(sched, self.per / sz, self.k_in, self.k_out))
+    }
+
+    /// The plan's gates, for the buffers at `hs` (input) and `hr` (output) in host memory:
+    /// each piece's host range with the flag of its gate, the inverse of the orders the
+    /// pieces go `down` and come `up`. Done slots of gates without an output piece are set
+    /// when the job ends.
+    fn gates(
+        &self,
+        eng: &GpuEngine,
+        first: u32,
+        (hs, hr): (usize, usize),
+        (down, up): (&[usize], &[usize]),
+    ) -> CollGates {
+        let seq = |g: usize| first.wrapping_add(g as u32);
         // SAFETY: the slots are pinned memory of the engine, which outlives every job; they
         // are accessed only atomically.
         let flag = |slots: &Slots, g: usize| unsafe { Flag::new(slots.atomic(seq(g)), seq(g)) };
-        // Each piece's host range with the flag of its gate (the inverse of the order).
         let pieces = |h: usize, bytes: usize, slots: &Slots, order: &[usize]| {
             let mut v = vec![(0, 0, flag(slots, 0)); order.len()];
             for (gate, &i) in order.iter().enumerate() {
-                let (a, b) = piece(h, i, bytes);
+                let (a, b) = self.piece(h, i, bytes);
                 v[i] = (a, b, flag(slots, gate));
             }
             v
         };
-        // Done slots of gates without an output piece are set when the job ends.
-        let gates = CollGates {
-            input: if dev_in {
-                pieces(hs, in_bytes, &eng.start, &down)
+        CollGates {
+            input: if self.dev_in {
+                pieces(hs, self.in_bytes, &eng.start, down)
             } else {
                 Vec::new()
             },
-            output: if dev_out {
-                pieces(hr, out_bytes, &eng.done, &up)
+            output: if self.dev_out {
+                pieces(hr, self.out_bytes, &eng.done, up)
             } else {
                 Vec::new()
             },
-        };
-        if let [PlanSpec::Coll { gates: g, .. }] = &mut specs[..] {
-            *g = Some(gates);
         }
-        Ok((ios, chunk, base))
-    })();
-    hand_over_streamed(comm, eng, streams, (first, count), specs, staged, &local)
+    }
 }
 
 /// The own block of a streamed all-to-all, or a gather's, scatter's or broadcast's at its
