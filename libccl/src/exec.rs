@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ccl_collectives::{BufId, Op, Schedule};
 use ccl_cuda::host::reduce;
 use ccl_cuda::{DataType, ReduceKind};
+pub use ccl_monitor::ExecStats;
+use ccl_monitor::TIMED_BYTES;
 use ccl_transports::Link;
 
 use crate::error::{Error, Result};
@@ -275,59 +277,6 @@ impl CollGateState {
                 }
             }
         }
-    }
-}
-
-/// Where an executor's time went, over the communicator's life (NCCL_DEBUG=INFO prints it
-/// at destroy): which side of the network path is the bottleneck shows here without a
-/// profiler. Only frames of at least [`TIMED_BYTES`] are timed and counted, so operations
-/// of a few bytes read no clock on their busy path.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ExecStats {
-    /// Copying or reducing received frames out of the links.
-    pub recv_busy: std::time::Duration,
-    pub recv_bytes: u64,
-    /// Handing frames to the links (their copy into send slots included).
-    pub send_busy: std::time::Duration,
-    pub send_bytes: u64,
-    /// Time with nothing to do: waiting for frames, link room or gates.
-    pub idle: std::time::Duration,
-    /// Received bytes the links wrote straight into their destinations (no copy here).
-    pub placed_bytes: u64,
-    /// Time steps spent with nothing left but their sends' wait for the links to have every
-    /// queued byte acknowledged (zero-copy sends end only then), and how many steps waited.
-    pub settle: std::time::Duration,
-    pub settle_steps: u64,
-}
-
-/// Smallest frame [`ExecStats`] times.
-const TIMED_BYTES: usize = 64 << 10;
-
-impl ExecStats {
-    /// One line for the log.
-    pub fn describe(&self) -> String {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        let rate = |b: u64, d: std::time::Duration| {
-            if d.is_zero() {
-                0.0
-            } else {
-                b as f64 / d.as_secs_f64() / 1e9
-            }
-        };
-        format!(
-            "(frames >= {} KiB) received {} B in {:.1} ms of copies/reductions ({:.2} GB/s), queued {} B in {:.1} ms of sends ({:.2} GB/s), idle {:.1} ms; {} B received in place (no copy); {} steps waited {:.1} ms for acknowledgements alone",
-            TIMED_BYTES >> 10,
-            self.recv_bytes,
-            ms(self.recv_busy),
-            rate(self.recv_bytes, self.recv_busy),
-            self.send_bytes,
-            ms(self.send_busy),
-            rate(self.send_bytes, self.send_busy),
-            ms(self.idle),
-            self.placed_bytes,
-            self.settle_steps,
-            ms(self.settle)
-        )
     }
 }
 
