@@ -1,7 +1,7 @@
 //! Building plans: a collective's from its schedule, a group's sends and receives as one plan,
 //! and the byte-range gates of a plan staged in pieces.
 
-use ccl_collectives::{BufId, Op, Schedule};
+use ccl_collectives::{BufId, Op, Schedule, Slice};
 use ccl_cuda::{DataType, ReduceKind};
 
 use super::buffers::take_buffer;
@@ -14,6 +14,150 @@ use crate::task::{Reduction, Scalar, Task, TaskKind};
 
 fn elem_ptr(base: usize, off_elems: usize, size: usize) -> usize {
     base.wrapping_add(off_elems.wrapping_mul(size))
+}
+
+/// The PreMulSum scalar of `task` (float Avg's 1/n too), one element of its type, if its
+/// reduction has one.
+fn premul_scalar(task: &Task, nranks: usize) -> Option<[u8; 8]> {
+    match task.red {
+        Reduction::PreMulSum(Scalar::Device(p)) => {
+            let mut b = [0u8; 8];
+            // SAFETY: the caller gave a pointer to one element of `dtype` that stays valid
+            // while operations using the op run (NCCL's contract); it was checked non-NULL.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), task.dtype.size())
+            };
+            Some(b)
+        }
+        _ => ccl_cuda::host::reduce::premul_scalar(task, nranks),
+    }
+}
+
+/// The header of every operation of collective `task`, the `seq`-th (each operation sets its
+/// own byte count).
+fn coll_header(task: &Task, seq: u64) -> OpHeader {
+    OpHeader {
+        kind: task.kind.code(),
+        dtype: task.dtype as u8,
+        red: task.red.code(),
+        root: task.kind.root().map(|r| r as i32).unwrap_or(-1),
+        seq,
+        count: task.count as u64,
+        bytes: 0,
+    }
+}
+
+/// Where a collective's buffers lie in memory, to turn its schedule's operations into raw
+/// ones on this rank.
+struct Lowering {
+    /// The send buffer the steps read: the pre-scaled copy where there is one.
+    send: usize,
+    /// The caller's own send buffer.
+    raw_send: usize,
+    recv: usize,
+    scratch: usize,
+    /// Element size.
+    size: usize,
+    rank: usize,
+    /// Whether receive-reductions of the raw input fuse its pre-scaling into the fold.
+    fuse: bool,
+}
+
+impl Lowering {
+    fn base(&self, b: BufId) -> usize {
+        match b {
+            BufId::Send => self.send,
+            BufId::Recv => self.recv,
+            BufId::Scratch => self.scratch,
+        }
+    }
+
+    fn at(&self, s: Slice) -> usize {
+        elem_ptr(self.base(s.buf), s.offset, self.size)
+    }
+
+    /// One operation of the schedule as a raw one: what it does, its peer (this rank for a
+    /// local one) and its element count.
+    fn op(&self, op: &Op) -> (XKind, usize, usize) {
+        match *op {
+            Op::Send { peer, src } => (
+                XKind::Send {
+                    src: self.at(src) as *const u8,
+                },
+                peer,
+                src.count,
+            ),
+            Op::Recv { peer, dst } => (
+                XKind::Recv {
+                    dst: self.at(dst) as *mut u8,
+                },
+                peer,
+                dst.count,
+            ),
+            Op::RecvReduce { peer, local, dst } | Op::RecvFold { peer, local, dst } => {
+                // A raw input folded into a scaled partial sum: NCCL computes
+                // fma(x, s, partial), so read the unscaled input and fuse.
+                let fused = self.fuse && local.buf == BufId::Send;
+                let local_base = if fused {
+                    self.raw_send
+                } else {
+                    self.base(local.buf)
+                };
+                (
+                    XKind::RecvReduce {
+                        local: elem_ptr(local_base, local.offset, self.size) as *const u8,
+                        dst: self.at(dst) as *mut u8,
+                        fused,
+                        local_first: matches!(op, Op::RecvFold { .. }),
+                    },
+                    peer,
+                    dst.count,
+                )
+            }
+            Op::Copy { src, dst } => (
+                XKind::Copy {
+                    src: self.at(src) as *const u8,
+                    dst: self.at(dst) as *mut u8,
+                },
+                self.rank,
+                src.count,
+            ),
+            Op::Reduce { src, local, dst } => (
+                XKind::Reduce {
+                    src: self.at(src) as *const u8,
+                    local: self.at(local) as *const u8,
+                    dst: self.at(dst) as *mut u8,
+                },
+                self.rank,
+                dst.count,
+            ),
+        }
+    }
+
+    /// A step of the schedule as raw operations, each with `hdr` and its byte count, in the
+    /// order rules of [`order_overwrites`].
+    fn step(&self, ops: &[Op], nranks: usize, hdr: OpHeader) -> Result<Vec<XOp>> {
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (kind, peer, count) = self.op(op);
+            if peer >= nranks {
+                return Err(Error::internal(format!(
+                    "schedule names peer {peer} of {nranks}"
+                )));
+            }
+            let bytes = count * self.size;
+            out.push(XOp::new(
+                kind,
+                peer,
+                OpHeader {
+                    bytes: bytes as u64,
+                    ..hdr
+                },
+            ));
+        }
+        order_overwrites(&mut out);
+        Ok(out)
+    }
 }
 
 impl Plan {
@@ -36,16 +180,7 @@ impl Plan {
         let (send_elems, recv_elems) =
             crate::task::buffer_counts(task.kind, rank, nranks, task.count)
                 .ok_or_else(|| Error::invalid_argument("count overflows"))?;
-        let scalar = match task.red {
-            Reduction::PreMulSum(Scalar::Device(p)) => {
-                let mut b = [0u8; 8];
-                // SAFETY: the caller gave a pointer to one element of `dtype` that stays valid
-                // while operations using the op run (NCCL's contract); it was checked non-NULL.
-                unsafe { std::ptr::copy_nonoverlapping(p as *const u8, b.as_mut_ptr(), size) };
-                Some(b)
-            }
-            _ => ccl_cuda::host::reduce::premul_scalar(task, nranks),
-        };
+        let scalar = premul_scalar(task, nranks);
         let mut prescale = None;
         let mut send_base = task.send;
         if let (Some(scalar), true) = (scalar, send_elems > 0) {
@@ -58,21 +193,6 @@ impl Plan {
                 elems: send_elems,
             });
         }
-        let scratch_base = scratch.as_mut_ptr() as usize;
-        let base = |b: BufId| match b {
-            BufId::Send => send_base,
-            BufId::Recv => task.recv,
-            BufId::Scratch => scratch_base,
-        };
-        let hdr = OpHeader {
-            kind: task.kind.code(),
-            dtype: task.dtype as u8,
-            red: task.red.code(),
-            root: task.kind.root().map(|r| r as i32).unwrap_or(-1),
-            seq,
-            count: task.count as u64,
-            bytes: 0,
-        };
         // Folds in rank order must compute the same operations on every rank, so no rank may
         // fuse its pre-scaling into them: with a scalar, every operand is pre-scaled by its
         // owner (the plan's `prescale`) and the folds are plain.
@@ -81,77 +201,21 @@ impl Plan {
             .iter()
             .flat_map(|s| &s.ops)
             .any(|o| matches!(o, Op::RecvFold { .. }));
-        let mut steps = Vec::with_capacity(schedule.steps.len());
-        for step in &schedule.steps {
-            let mut ops = Vec::with_capacity(step.ops.len());
-            for op in &step.ops {
-                let (kind, peer, count) = match *op {
-                    Op::Send { peer, src } => (
-                        XKind::Send {
-                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
-                        },
-                        peer,
-                        src.count,
-                    ),
-                    Op::Recv { peer, dst } => (
-                        XKind::Recv {
-                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
-                        },
-                        peer,
-                        dst.count,
-                    ),
-                    Op::RecvReduce { peer, local, dst } | Op::RecvFold { peer, local, dst } => {
-                        // A raw input folded into a scaled partial sum: NCCL computes
-                        // fma(x, s, partial), so read the unscaled input and fuse.
-                        let fused = scalar.is_some() && local.buf == BufId::Send && !ordered_folds;
-                        let local_base = if fused { task.send } else { base(local.buf) };
-                        (
-                            XKind::RecvReduce {
-                                local: elem_ptr(local_base, local.offset, size) as *const u8,
-                                dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
-                                fused,
-                                local_first: matches!(op, Op::RecvFold { .. }),
-                            },
-                            peer,
-                            dst.count,
-                        )
-                    }
-                    Op::Copy { src, dst } => (
-                        XKind::Copy {
-                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
-                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
-                        },
-                        rank,
-                        src.count,
-                    ),
-                    Op::Reduce { src, local, dst } => (
-                        XKind::Reduce {
-                            src: elem_ptr(base(src.buf), src.offset, size) as *const u8,
-                            local: elem_ptr(base(local.buf), local.offset, size) as *const u8,
-                            dst: elem_ptr(base(dst.buf), dst.offset, size) as *mut u8,
-                        },
-                        rank,
-                        dst.count,
-                    ),
-                };
-                if peer >= nranks {
-                    return Err(Error::internal(format!(
-                        "schedule names peer {peer} of {nranks}"
-                    )));
-                }
-                let bytes = count * size;
-                ops.push(XOp::new(
-                    kind,
-                    peer,
-                    OpHeader {
-                        bytes: bytes as u64,
-                        ..hdr
-                    },
-                ));
-            }
-            order_overwrites(&mut ops);
-            steps.push(ops);
-        }
+        let lowering = Lowering {
+            send: send_base,
+            raw_send: task.send,
+            recv: task.recv,
+            scratch: scratch.as_mut_ptr() as usize,
+            size,
+            rank,
+            fuse: scalar.is_some() && !ordered_folds,
+        };
+        let hdr = coll_header(task, seq);
+        let steps = schedule
+            .steps
+            .iter()
+            .map(|step| lowering.step(&step.ops, nranks, hdr))
+            .collect::<Result<Vec<_>>>()?;
         let what = PlanWhat::Coll {
             name: task.kind.name(),
             seq,

@@ -103,6 +103,21 @@ impl XOp {
         }
     }
 
+    /// Whether an earlier operation of its step (`before`) must go first: messages between one
+    /// pair of ranks are FIFO, so an operation waits for the earlier ones of its step with the
+    /// same peer and direction -- a send only until they have queued all their bytes (their
+    /// wait for the link to empty overlaps this one's frames; waiting for it drained the link
+    /// between every two pieces of a staged GPU group over the network).
+    pub(super) fn waits_behind(&self, before: &[XOp]) -> bool {
+        let sending = matches!(self.kind, XKind::Send { .. });
+        before.iter().any(|o| {
+            o.peer == self.peer
+                && !o.kind.is_local()
+                && matches!(o.kind, XKind::Send { .. }) == sending
+                && if sending { !o.queued() } else { !o.finished }
+        })
+    }
+
     /// The range a receive writes, if this is one.
     pub(super) fn receives_into(&self) -> Option<(usize, usize)> {
         match self.kind {
