@@ -158,6 +158,8 @@ pub enum Error {
 mod cost;
 mod direct;
 pub mod dtype;
+pub mod hierarchy;
+pub mod minifloat;
 pub mod pieces;
 mod plan;
 pub mod reference;

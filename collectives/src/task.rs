@@ -168,3 +168,16 @@ pub fn float_sum(kind: TaskKind, send: usize, recv: usize, count: usize) -> Task
         fold: false,
     }
 }
+
+/// What every input of `t` is multiplied by before the sum, as element bytes: an immediate
+/// PreMulSum scalar, `1/nranks` for a float Avg (so every path rounds a float Avg alike).
+/// `None` for the others (a device-resident scalar is read where the operation runs).
+pub fn premul_scalar(t: &Task, nranks: usize) -> Option<[u8; 8]> {
+    match t.red {
+        Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
+        Reduction::Avg if t.dtype.is_float() => {
+            Some(crate::dtype::from_f64(t.dtype, 1.0 / nranks as f64))
+        }
+        _ => None,
+    }
+}

@@ -29,7 +29,9 @@ use std::mem::align_of;
 
 use crate::dtype::{DataType, ReduceKind};
 use crate::host::minifloat::{BF16, E4M3, E5M2, F16};
-use ccl_collectives::task::{Reduction, Scalar, Task};
+use ccl_collectives::dtype::canonical_f32;
+pub use ccl_collectives::dtype::from_f64;
+pub use ccl_collectives::task::premul_scalar;
 
 /// `dst[i] = a[i] (op) b[i]` for `count` elements of `dt`.
 ///
@@ -203,46 +205,6 @@ pub unsafe fn div_int(dt: DataType, dst: *mut u8, count: usize, n: u64) {
     }
 }
 
-/// The element of `dt` nearest to `v` (round to nearest even; fp8 saturates to the largest
-/// finite value), as little-endian bytes in the first `dt.size()` bytes.
-///
-/// Integers: nearest integer (ties to even), clamped to the type's range; NaN gives 0.
-/// Floating types: NaN gives the type's canonical NaN (positive, all payload bits set) except
-/// for f64, which keeps `v`'s bits; an infinite `v` gives inf except for fp8,
-/// which saturates.
-pub fn from_f64(dt: DataType, v: f64) -> [u8; 8] {
-    let mut out = [0u8; 8];
-    let int = v.round_ties_even();
-    // `as` from f64 to an integer saturates at the type's bounds and maps NaN to 0.
-    let bytes: &[u8] = match dt {
-        DataType::Int8 => &(int as i8).to_le_bytes(),
-        DataType::Uint8 => &(int as u8).to_le_bytes(),
-        DataType::Int32 => &(int as i32).to_le_bytes(),
-        DataType::Uint32 => &(int as u32).to_le_bytes(),
-        DataType::Int64 => &(int as i64).to_le_bytes(),
-        DataType::Uint64 => &(int as u64).to_le_bytes(),
-        DataType::Float32 => &canonical_f32(v as f32).to_le_bytes(),
-        DataType::Float64 => &v.to_le_bytes(),
-        DataType::Float16 => &F16.encode(v).to_le_bytes(),
-        DataType::Bfloat16 => &BF16.encode(v).to_le_bytes(),
-        DataType::Float8E4M3 => &[E4M3.encode(v) as u8],
-        DataType::Float8E5M2 => &[E5M2.encode(v) as u8],
-    };
-    out[..bytes.len()].copy_from_slice(bytes);
-    out
-}
-
-/// What every input of `t` is multiplied by before the sum, as element bytes: an immediate
-/// PreMulSum scalar, `1/nranks` for a float Avg (so every path rounds a float Avg alike).
-/// `None` for the others (a device-resident scalar is read where the operation runs).
-pub fn premul_scalar(t: &Task, nranks: usize) -> Option<[u8; 8]> {
-    match t.red {
-        Reduction::PreMulSum(Scalar::Immediate(s)) => Some(s),
-        Reduction::Avg if t.dtype.is_float() => Some(from_f64(t.dtype, 1.0 / nranks as f64)),
-        _ => None,
-    }
-}
-
 /// The value of the element of `dt` held in the first `dt.size()` bytes of `bytes`.
 ///
 /// Returns NaN when `bytes` is shorter than one element. 64-bit integers beyond 2^53 round
@@ -269,18 +231,6 @@ pub fn to_f64(dt: DataType, bytes: &[u8]) -> f64 {
         DataType::Bfloat16 => BF16.decode(u16::from_le_bytes(b2x)),
         DataType::Float8E4M3 => E4M3.decode(u16::from(b0)),
         DataType::Float8E5M2 => E5M2.decode(u16::from(b0)),
-    }
-}
-
-/// The NaN NVIDIA GPUs produce for every single-precision operation with a NaN result.
-const CANONICAL_NAN_F32: u32 = 0x7fff_ffff;
-
-#[inline(always)]
-fn canonical_f32(x: f32) -> f32 {
-    if x.is_nan() {
-        f32::from_bits(CANONICAL_NAN_F32)
-    } else {
-        x
     }
 }
 

@@ -4,13 +4,13 @@
 use ccl_collectives::Collective;
 
 use super::hierarchy::Hierarchy;
-use super::placement::{hosts_consecutive, hosts_contiguous};
-use super::plan::{
+use crate::params;
+use crate::task::{Reduction, Task, TaskKind};
+use ccl_collectives::hierarchy::placement::{hosts_consecutive, hosts_contiguous};
+use ccl_collectives::hierarchy::plan::{
     broadcast_plan, gather_blocks, leader_all_reduce, split_count, split_reduction, stages,
     GatherPlan, Sub,
 };
-use crate::params;
-use crate::task::{Reduction, Task, TaskKind};
 
 /// An all-reduce's stages (on the host, across the hosts, on the host), if it goes
 /// hierarchically: it is at least `CCL_HIERARCHY_MIN_BYTES`, its buffers are GPU memory (or
@@ -118,7 +118,7 @@ pub(super) fn scatter_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
 
 /// Whether all-to-all `t` goes hierarchically (and then whether on GPU memory):
 /// `CCL_HIERARCHY_ALLTOALL=1` and every host's ranks consecutive in rank order, as
-/// [`alltoall_blocks`](super::plan::alltoall_blocks) lays the blocks out.
+/// [`alltoall_blocks`](ccl_collectives::hierarchy::plan::alltoall_blocks) lays the blocks out.
 pub(super) fn alltoall_eligible(h: &Hierarchy, t: &Task) -> Option<bool> {
     if t.kind != TaskKind::Coll(Collective::AlltoAll) || !params::CCL_HIERARCHY_ALLTOALL.get_bool()
     {

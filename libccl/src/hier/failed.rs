@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use super::hierarchy::Hierarchy;
-use super::placement::ranks_by_host;
 use crate::core::Comm;
+use ccl_collectives::hierarchy::placement::ranks_by_host;
 
 impl Hierarchy {
     /// Whether `comm` is one of its sub-communicators.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::placement::{places, ranks_by_host};
 use crate::core::Comm;
 use crate::error::Result;
 use crate::params;
+use ccl_collectives::hierarchy::placement::{places, ranks_by_host};
 
 /// A communicator's two sub-communicators.
 pub struct Hierarchy {

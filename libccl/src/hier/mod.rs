@@ -38,9 +38,9 @@
 //! communicator's call order, each a group of its own on the sub-communicators, in stream
 //! order, with the flat operations between them groups of their own ([`take()`]).
 //!
-//! Its files: `hierarchy` (the [`Hierarchy`] and whether a communicator gains from one),
-//! `placement` (where the ranks sit on their hosts), `plan` (the stage plans of each
-//! collective, pure: no communicator, no IO), `eligible` (whether an operation goes
+//! The pure parts (where the ranks sit on their hosts, the stage plans of each collective) are
+//! `ccl_collectives::hierarchy`. Its files: `hierarchy` (the [`Hierarchy`] and whether a
+//! communicator gains from one), `eligible` (whether an operation goes
 //! hierarchically), `stages` (one operation's stage groups), `take` (a group's hierarchical
 //! operations taken out, their stages in rounds, their scratch claimed), `failed` (what a
 //! failed stage does to the sub-communicators).
@@ -48,8 +48,6 @@
 mod eligible;
 mod failed;
 mod hierarchy;
-mod placement;
-mod plan;
 mod stages;
 mod take;
 

@@ -8,13 +8,13 @@ use super::eligible::{
     reduce_eligible, rooted_eligible, scatter_eligible,
 };
 use super::hierarchy::Hierarchy;
-use super::placement::cross_rank;
-use super::plan::{
+use crate::core::Comm;
+use crate::task::{Task, TaskKind};
+use ccl_collectives::hierarchy::placement::cross_rank;
+use ccl_collectives::hierarchy::plan::{
     alltoall_blocks, broadcast_roots, p2p_task, reduce_stages, reduce_via_first_ranks,
     rooted_stages, scatter_stages, P2p, Sub,
 };
-use crate::core::Comm;
-use crate::task::{Task, TaskKind};
 
 /// Operations to run as one group.
 pub(crate) type StageGroup = Vec<(Comm, Task)>;

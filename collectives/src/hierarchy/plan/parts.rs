@@ -7,12 +7,12 @@ use crate::task::{Reduction, Scalar, Task, TaskKind};
 /// hosts) of `nranks` ranks in all: the operator in both; PreMulSum scales in the first and
 /// sums in the second; float average multiplies by 1/nranks in the first (NCCL's average of
 /// floats). Not for integer average (which stays flat).
-pub(crate) fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction) {
-    let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
+pub fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction) {
+    let sum = Reduction::Plain(crate::dtype::ReduceKind::Sum);
     match t.red {
         Reduction::Plain(k) => (Reduction::Plain(k), Reduction::Plain(k)),
         Reduction::PreMulSum(s) => (Reduction::PreMulSum(s), sum),
-        Reduction::Avg => match ccl_cuda::host::reduce::premul_scalar(t, nranks) {
+        Reduction::Avg => match crate::task::premul_scalar(t, nranks) {
             Some(inv) => (Reduction::PreMulSum(Scalar::Immediate(inv)), sum),
             None => (sum, sum),
         },
@@ -21,13 +21,13 @@ pub(crate) fn split_reduction(t: &Task, nranks: usize) -> (Reduction, Reduction)
 
 /// Which of a hierarchy's sub-communicators a stage goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sub {
+pub enum Sub {
     Local,
     Cross,
 }
 
 /// `p` as a send or receive of `count` of `t`'s elements.
-pub(crate) fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
+pub fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
     let (kind, send, recv) = match *p {
         P2p::Send { peer, from } => (TaskKind::Send { peer }, from, 0),
         P2p::Recv { peer, into } => (TaskKind::Recv { peer }, 0, into),
@@ -37,7 +37,7 @@ pub(crate) fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
         send,
         recv,
         count,
-        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        red: Reduction::Plain(crate::dtype::ReduceKind::Sum),
         ..*t
     }
 }
@@ -45,20 +45,20 @@ pub(crate) fn p2p_task(t: &Task, p: &P2p, count: usize) -> Task {
 /// A send or receive of blocks of a hierarchical operation, by its peer's rank in the
 /// communicator it goes on and the address it reads or writes.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum P2p {
+pub enum P2p {
     Send { peer: usize, from: usize },
     Recv { peer: usize, into: usize },
 }
 
 impl P2p {
-    pub(crate) fn peer(&self) -> usize {
+    pub fn peer(&self) -> usize {
         match *self {
             P2p::Send { peer, .. } | P2p::Recv { peer, .. } => peer,
         }
     }
 
     /// The same with its peer numbered `peer` (on another communicator).
-    pub(crate) fn on_peer(self, peer: usize) -> P2p {
+    pub fn on_peer(self, peer: usize) -> P2p {
         match self {
             P2p::Send { from, .. } => P2p::Send { peer, from },
             P2p::Recv { into, .. } => P2p::Recv { peer, into },

@@ -1,10 +1,10 @@
 //! A broadcast's stages: across the hosts among the ranks at the root's index, then on every
 //! host; where some host lacks that index, on the root's host first.
 
-use ccl_collectives::Collective;
+use crate::Collective;
 
 use super::parts::Sub;
-use crate::hier::placement::cross_rank;
+use crate::hierarchy::placement::cross_rank;
 use crate::task::{Task, TaskKind};
 
 /// A hierarchical broadcast's stages on `rank`, over `places`, whose smallest host holds
@@ -14,7 +14,7 @@ use crate::task::{Task, TaskKind};
 /// Where some host does not (uneven hosts): on the root's host first, then across the hosts
 /// among their first ranks from the root's host's, then on the other hosts from their first
 /// ranks.
-pub(crate) fn broadcast_plan(
+pub fn broadcast_plan(
     places: &[(usize, usize)],
     fewest: usize,
     t: &Task,
@@ -78,7 +78,7 @@ pub(crate) fn broadcast_plan(
 /// A hierarchical broadcast from `root`, on `rank`: the root of its stage across the hosts
 /// (`None`: this rank holds another index on its host and takes no part), and the root of its
 /// host's stage (the host's rank holding the root's index).
-pub(crate) fn broadcast_roots(
+pub fn broadcast_roots(
     places: &[(usize, usize)],
     root: usize,
     rank: usize,
@@ -95,7 +95,7 @@ pub(crate) fn broadcast_roots(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hier::placement::places;
+    use crate::hierarchy::placement::places;
 
     /// Hosts a,b,b,a and root 3 (host a, index 1): ranks 2 and 3 hold index 1 and broadcast
     /// across the hosts from 3 (their communicator's rank 1); every host then broadcasts from

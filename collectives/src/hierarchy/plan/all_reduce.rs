@@ -2,14 +2,14 @@
 //! across the hosts and a host all-gather (the last few elements beside them); on uneven hosts
 //! through each host's first rank.
 
-use ccl_collectives::Collective;
+use crate::Collective;
 
 use super::parts::split_reduction;
 use crate::task::{Reduction, Task, TaskKind};
 
 /// `t` as the part of its count that splits evenly over `per` ranks and, if anything is left,
 /// an all-reduce of the rest (the same operation on the last elements).
-pub(crate) fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
+pub fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
     let left = t.count % per;
     let head = Task {
         count: t.count - left,
@@ -29,10 +29,10 @@ pub(crate) fn split_count(t: &Task, per: usize) -> (Task, Option<Task>) {
 /// on its host: its share of the output (`count / per` elements at `local`) gets the host's
 /// reduction of that share of the inputs, then the all-reduce of it across the hosts, then
 /// every share is gathered; the reduction split as [`split_reduction`] says.
-pub(crate) fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
+pub fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task; 3] {
     let share = t.count / per;
     let at = t.recv + local * share * t.dtype.size();
-    let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
+    let sum = Reduction::Plain(crate::dtype::ReduceKind::Sum);
     let (first, second) = split_reduction(t, per * hosts);
     let rs = Task {
         kind: TaskKind::Coll(Collective::ReduceScatter),
@@ -64,7 +64,7 @@ pub(crate) fn stages(t: &Task, per: usize, hosts: usize, local: usize) -> [Task;
 /// rank's receive buffer; an all-reduce of those across the hosts; a broadcast on every host
 /// from its first rank. The network carries what a flat ring would across each host's
 /// boundary; the host's links the rest.
-pub(crate) fn leader_all_reduce(t: &Task, nranks: usize, local: usize) -> [Vec<Task>; 3] {
+pub fn leader_all_reduce(t: &Task, nranks: usize, local: usize) -> [Vec<Task>; 3] {
     let (first, second) = split_reduction(t, nranks);
     let reduce = Task {
         kind: TaskKind::Coll(Collective::Reduce { root: 0 }),
@@ -79,7 +79,7 @@ pub(crate) fn leader_all_reduce(t: &Task, nranks: usize, local: usize) -> [Vec<T
     let broadcast = Task {
         kind: TaskKind::Coll(Collective::Broadcast { root: 0 }),
         send: t.recv,
-        red: Reduction::Plain(ccl_cuda::ReduceKind::Sum),
+        red: Reduction::Plain(crate::dtype::ReduceKind::Sum),
         ..*t
     };
     let cross = if local == 0 { vec![cross] } else { Vec::new() };
@@ -135,7 +135,7 @@ mod tests {
                 TaskKind::Coll(Collective::AllReduce),
                 0x9000,
                 0x9000,
-                Reduction::Plain(ccl_cuda::ReduceKind::Sum)
+                Reduction::Plain(crate::dtype::ReduceKind::Sum)
             )
         );
         let b = bcast[0];
@@ -156,7 +156,7 @@ mod tests {
     /// and all-gather, with each reduction's arithmetic split across them.
     #[test]
     fn an_all_reduce_becomes_a_host_reduce_scatter_a_cross_all_reduce_and_a_host_all_gather() {
-        use ccl_cuda::DataType;
+        use crate::dtype::DataType;
         let t = crate::task::float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x9000, 12);
         let [rs, ar, ag] = stages(&t, 3, 2, 1);
         // Share 1 of 3: 4 floats at 16 bytes into the output.
@@ -170,10 +170,10 @@ mod tests {
             let [a, b, _] = stages(&Task { dtype, red, ..t }, 3, 2, 0);
             (a.red, b.red)
         };
-        let sum = Reduction::Plain(ccl_cuda::ReduceKind::Sum);
-        let max = Reduction::Plain(ccl_cuda::ReduceKind::Max);
+        let sum = Reduction::Plain(crate::dtype::ReduceKind::Sum);
+        let max = Reduction::Plain(crate::dtype::ReduceKind::Max);
         assert_eq!(reds(DataType::Float32, max), (max, max));
-        let sixth = ccl_cuda::host::reduce::from_f64(DataType::Float32, 1.0 / 6.0);
+        let sixth = crate::dtype::from_f64(DataType::Float32, 1.0 / 6.0);
         assert_eq!(
             reds(DataType::Float32, Reduction::Avg),
             (Reduction::PreMulSum(Scalar::Immediate(sixth)), sum)

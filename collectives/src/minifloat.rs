@@ -11,7 +11,7 @@
 /// A binary floating-point layout: 1 sign bit, `exp_bits` exponent bits, `man_bits` stored
 /// mantissa bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MiniFloat {
+pub struct MiniFloat {
     exp_bits: u32,
     man_bits: u32,
     /// IEEE special values: the all-ones exponent holds inf (mantissa 0) and NaN. When false
@@ -22,28 +22,28 @@ pub(crate) struct MiniFloat {
     saturate: bool,
 }
 
-pub(crate) const F16: MiniFloat = MiniFloat {
+pub const F16: MiniFloat = MiniFloat {
     exp_bits: 5,
     man_bits: 10,
     ieee_specials: true,
     saturate: false,
 };
 
-pub(crate) const BF16: MiniFloat = MiniFloat {
+pub const BF16: MiniFloat = MiniFloat {
     exp_bits: 8,
     man_bits: 7,
     ieee_specials: true,
     saturate: false,
 };
 
-pub(crate) const E4M3: MiniFloat = MiniFloat {
+pub const E4M3: MiniFloat = MiniFloat {
     exp_bits: 4,
     man_bits: 3,
     ieee_specials: false,
     saturate: true,
 };
 
-pub(crate) const E5M2: MiniFloat = MiniFloat {
+pub const E5M2: MiniFloat = MiniFloat {
     exp_bits: 5,
     man_bits: 2,
     ieee_specials: true,
@@ -81,7 +81,7 @@ impl MiniFloat {
     /// The NaN every operation produces: positive, all exponent and mantissa bits set. This is
     /// the canonical NaN of CUDA's half (0x7fff), bf16 (0x7fff) and fp8 (0x7f) conversions.
     #[inline(always)]
-    pub(crate) fn nan_bits(self) -> u16 {
+    pub fn nan_bits(self) -> u16 {
         self.sign_bit() - 1
     }
 
@@ -97,7 +97,7 @@ impl MiniFloat {
 
     /// The encoding of the largest finite value.
     #[inline(always)]
-    pub(crate) fn max_finite_bits(self) -> u16 {
+    pub fn max_finite_bits(self) -> u16 {
         if self.ieee_specials {
             self.inf_bits() - 1
         } else {
@@ -141,7 +141,7 @@ impl MiniFloat {
 
     /// The exact value of an encoding (bits above the format's width are ignored).
     #[inline(always)]
-    pub(crate) fn decode(self, bits: u16) -> f64 {
+    pub fn decode(self, bits: u16) -> f64 {
         let sign = u64::from(bits & self.sign_bit() != 0) << 63;
         let exp_field = (bits >> self.man_bits) & self.exp_all_ones();
         let man = bits & self.man_mask();
@@ -166,7 +166,7 @@ impl MiniFloat {
     /// The encoding nearest to `v`, ties to even; overflow gives inf or, for saturating
     /// formats, the largest finite value. NaN gives [`MiniFloat::nan_bits`].
     #[inline(always)]
-    pub(crate) fn encode(self, v: f64) -> u16 {
+    pub fn encode(self, v: f64) -> u16 {
         let bits = v.to_bits();
         let sign = if bits >> 63 != 0 { self.sign_bit() } else { 0 };
         let a = f64::from_bits(bits & !(1 << 63));

@@ -2,19 +2,19 @@
 //! every block so gathered to the other ranks of the host, straight into their places.
 
 use super::parts::P2p;
-use crate::hier::placement::ranks_by_host;
+use crate::hierarchy::placement::ranks_by_host;
 
 /// A hierarchical all-gather's two stages on one rank, as sends and receives of blocks (so
 /// every block lands straight where its rank's place in the output is, however the ranks sit
 /// on the hosts).
 #[derive(Debug, Default, PartialEq)]
-pub(crate) struct GatherPlan {
+pub struct GatherPlan {
     /// Across the hosts, peers by their rank in the communicator: this rank's block to one
     /// rank of every other host, the blocks it takes for its host into their places.
-    pub(crate) cross: Vec<P2p>,
+    pub cross: Vec<P2p>,
     /// On the host, peers by their index there: the blocks this rank holds to each other rank
     /// of the host (and its own into its place, out of place), theirs into their places.
-    pub(crate) local: Vec<P2p>,
+    pub local: Vec<P2p>,
 }
 
 /// A hierarchical all-gather's plan over `places` for `rank`, blocks of `bytes` from `send` into `recv`. Each
@@ -22,7 +22,7 @@ pub(crate) struct GatherPlan {
 /// host's ranks (its index itself where hosts are even, so the cross stage stays among the
 /// ranks of one index); each rank then sends the blocks it holds (its own, those it took) to
 /// the other ranks of its host.
-pub(crate) fn gather_blocks(
+pub fn gather_blocks(
     places: &[(usize, usize)],
     rank: usize,
     send: usize,
@@ -95,7 +95,7 @@ pub(crate) fn gather_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hier::placement::places;
+    use crate::hierarchy::placement::places;
 
     /// Hosts a,b,b,a (places (0,0), (1,0), (1,1), (0,1)), rank 3, out of place, 16-byte
     /// blocks: across the hosts with rank 2 (index 1; rank 3 is that communicator's rank 1)

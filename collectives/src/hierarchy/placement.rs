@@ -6,7 +6,7 @@
 /// are at least two hosts and one of them has two ranks or more (else there is nothing to gain):
 /// each rank's (host index in order of first appearance, index among its host's ranks in rank
 /// order).
-pub(super) fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
+pub fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
     let mut order: Vec<u64> = Vec::new();
     let mut count: Vec<usize> = Vec::new();
     let mut place = Vec::with_capacity(hosts.len());
@@ -29,7 +29,7 @@ pub(super) fn places(hosts: &[u64]) -> Option<Vec<(usize, usize)>> {
 }
 
 /// Each host's ranks (by host index), in rank order: a host's `i`-th holds index `i` there.
-pub(super) fn ranks_by_host(places: &[(usize, usize)]) -> Vec<Vec<usize>> {
+pub fn ranks_by_host(places: &[(usize, usize)]) -> Vec<Vec<usize>> {
     let hosts = places.iter().map(|p| p.0).max().map_or(0, |h| h + 1);
     let mut ranks = vec![Vec::new(); hosts];
     for (r, &(h, _)) in places.iter().enumerate() {
@@ -40,13 +40,13 @@ pub(super) fn ranks_by_host(places: &[(usize, usize)]) -> Vec<Vec<usize>> {
 
 /// A rank's place in the communicator across the hosts that holds it: how many ranks before it
 /// hold the same index on their hosts.
-pub(super) fn cross_rank(places: &[(usize, usize)], rank: usize) -> Option<usize> {
+pub fn cross_rank(places: &[(usize, usize)], rank: usize) -> Option<usize> {
     let (_, local) = *places.get(rank)?;
     Some(places[..rank].iter().filter(|p| p.1 == local).count())
 }
 
 /// Whether every host's ranks are consecutive in rank order (hosts of any sizes).
-pub(super) fn hosts_contiguous(places: &[(usize, usize)]) -> bool {
+pub fn hosts_contiguous(places: &[(usize, usize)]) -> bool {
     places.first() == Some(&(0, 0))
         && places.windows(2).all(|w| match w[1].0 == w[0].0 {
             true => w[1].1 == w[0].1 + 1,
@@ -55,7 +55,7 @@ pub(super) fn hosts_contiguous(places: &[(usize, usize)]) -> bool {
 }
 
 /// Whether every host holds as many ranks, consecutive in rank order.
-pub(super) fn hosts_consecutive(places: &[(usize, usize)]) -> bool {
+pub fn hosts_consecutive(places: &[(usize, usize)]) -> bool {
     let per = places.iter().filter(|p| p.0 == 0).count();
     per > 0
         && places.len() % per == 0

@@ -10,7 +10,7 @@ use super::parts::P2p;
 /// rank's index the `per` blocks gathered for it (one message), received straight into the
 /// output where its host's ranks' blocks go. The network carries each block once, in messages
 /// of a host's blocks; the host's links the rest -- NCCL's PXN.
-pub(crate) fn alltoall_blocks(
+pub fn alltoall_blocks(
     places: &[(usize, usize)],
     send: usize,
     recv: usize,
@@ -51,7 +51,7 @@ pub(crate) fn alltoall_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hier::placement::places;
+    use crate::hierarchy::placement::places;
 
     /// Two hosts of two (ranks 0,1 and 2,3), 16-byte blocks, from rank 1's view: on its host
     /// it sends rank 0 (its host index 0) the blocks for ranks 0 and 2 and itself those for

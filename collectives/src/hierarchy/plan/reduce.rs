@@ -1,11 +1,11 @@
 //! A reduce-scatter's and a reduce's stages: partial reductions on every host, then across
 //! the hosts.
 
-use ccl_collectives::Collective;
+use crate::Collective;
 
 use super::broadcast::broadcast_roots;
 use super::parts::{p2p_task, split_reduction, P2p, Sub};
-use crate::hier::placement::cross_rank;
+use crate::hierarchy::placement::cross_rank;
 use crate::task::{Task, TaskKind};
 
 /// Reduce-scatter `t`'s stages on `rank` (its host's ranks consecutive):
@@ -14,7 +14,7 @@ use crate::task::{Task, TaskKind};
 /// host takes among the hosts; then a reduce-scatter of those partial sums across the hosts,
 /// whose share for this rank is its own block's. Host links carry every byte once per host;
 /// the network only each block's partial sums.
-pub(crate) fn scatter_stages(
+pub fn scatter_stages(
     places: &[(usize, usize)],
     t: &Task,
     rank: usize,
@@ -43,11 +43,7 @@ pub(crate) fn scatter_stages(
 
 /// Whether a reduce to `root` goes through the hosts' first ranks (its index is missing on a
 /// host holding only `fewest` ranks) rather than among the ranks holding the root's index.
-pub(crate) fn reduce_via_first_ranks(
-    places: &[(usize, usize)],
-    fewest: usize,
-    root: usize,
-) -> bool {
+pub fn reduce_via_first_ranks(places: &[(usize, usize)], fewest: usize, root: usize) -> bool {
     places.get(root).is_some_and(|p| p.1 >= fewest)
 }
 
@@ -57,7 +53,7 @@ pub(crate) fn reduce_via_first_ranks(
 /// ranks holding that index, a reduce across the hosts to the root (in place there). Where some
 /// host does not: a reduce on every host to its first rank (into `scratch`), a reduce among the
 /// first ranks to the root's host's (in place), which sends the sum to the root on their host.
-pub(crate) fn reduce_stages(
+pub fn reduce_stages(
     places: &[(usize, usize)],
     fewest: usize,
     t: &Task,
@@ -133,8 +129,8 @@ pub(crate) fn reduce_stages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hier::placement::hosts_consecutive;
-    use crate::hier::placement::places;
+    use crate::hierarchy::placement::hosts_consecutive;
+    use crate::hierarchy::placement::places;
     use crate::task::{Reduction, Scalar};
 
     /// Two hosts of three (ranks 0-2, 3-5), rank 4 (host 1, index 1), 4 floats a block:
@@ -153,10 +149,10 @@ mod tests {
         let at: Vec<_> = local.iter().map(|t| (t.send, t.recv, t.count)).collect();
         assert_eq!(at, [(0x1000, 0x5000, 4), (0x1030, 0x5010, 4)]);
         assert!(local.iter().all(|l| l.kind == t.kind));
-        let sixth = ccl_cuda::host::reduce::from_f64(ccl_cuda::DataType::Float32, 1.0 / 6.0);
+        let sixth = crate::dtype::from_f64(crate::dtype::DataType::Float32, 1.0 / 6.0);
         assert_eq!(local[0].red, Reduction::PreMulSum(Scalar::Immediate(sixth)));
         assert_eq!((cross.send, cross.recv, cross.count), (0x5000, 0x9000, 4));
-        assert_eq!(cross.red, Reduction::Plain(ccl_cuda::ReduceKind::Sum));
+        assert_eq!(cross.red, Reduction::Plain(crate::dtype::ReduceKind::Sum));
         // Hosts interleaved: a host's blocks are no one range, so it stays flat.
         assert!(!hosts_consecutive(&places(&[7, 9, 9, 7]).unwrap()));
         assert!(!hosts_consecutive(&places(&[7, 9, 7, 9]).unwrap()));

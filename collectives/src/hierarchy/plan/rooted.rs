@@ -1,10 +1,10 @@
 //! A gather's and a scatter's stages: on every host at the root's index (modulo its ranks),
 //! and each host's blocks in one message between that rank and the root.
 
-use ccl_collectives::Collective;
+use crate::Collective;
 
 use super::parts::P2p;
-use crate::hier::placement::ranks_by_host;
+use crate::hierarchy::placement::ranks_by_host;
 use crate::task::{Task, TaskKind};
 
 /// Gather or scatter `t`'s stages on `rank` (every host's ranks consecutive, of any number): on its
@@ -14,7 +14,7 @@ use crate::task::{Task, TaskKind};
 /// between that rank and the root (peers by their rank in the communicator, with the message's
 /// element count). A gather's host stage goes first, a scatter's last. Host links carry the blocks
 /// of the host's ranks; the network each other host's blocks once, in one message.
-pub(crate) fn rooted_stages(
+pub fn rooted_stages(
     places: &[(usize, usize)],
     t: &Task,
     rank: usize,
@@ -83,8 +83,8 @@ pub(crate) fn rooted_stages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hier::placement::places;
-    use crate::hier::placement::{hosts_consecutive, hosts_contiguous};
+    use crate::hierarchy::placement::places;
+    use crate::hierarchy::placement::{hosts_consecutive, hosts_contiguous};
 
     #[test]
     fn a_gather_collects_on_each_host_at_the_roots_index_then_crosses_once_per_host() {
