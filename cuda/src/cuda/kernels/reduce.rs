@@ -1,0 +1,203 @@
+//! The element-wise kernels: reduce two inputs or several sources, pre-multiply (and add),
+//! divide by an integer.
+
+use std::ffi::c_void;
+
+use crate::cuda::error::{CudaError, Result};
+use crate::cuda::source::{vec_elems, KernelOp, BLOCK_THREADS, REDUCE_N_MAX, UNROLL};
+use crate::cuda::stream::Stream;
+use crate::cuda::sys::*;
+use crate::dtype::{DataType, ReduceKind};
+
+use super::load::Kernels;
+
+impl Kernels {
+    /// Launches `(dt, op)` over `n` elements.
+    ///
+    /// # Safety
+    /// As the public wrappers.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: KernelOp,
+        dst: CUdeviceptr,
+        a: CUdeviceptr,
+        b: Option<CUdeviceptr>,
+        n: usize,
+        raw: u64,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_args(
+            stream,
+            dt,
+            [("dst", dst), ("a", a)]
+                .into_iter()
+                .chain(b.map(|b| ("b", b))),
+        )?;
+        let func = self.function(dt, op)?;
+        let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * UNROLL;
+        let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
+        let mut dst = dst;
+        let mut a = a;
+        let mut b = b.unwrap_or(0);
+        let mut n64 = n as u64;
+        let mut raw = raw;
+        let mut params: Vec<*mut c_void> =
+            vec![(&mut dst as *mut u64).cast(), (&mut a as *mut u64).cast()];
+        if op.is_binary() {
+            params.push((&mut b as *mut u64).cast());
+        }
+        params.push((&mut n64 as *mut u64).cast());
+        params.push((&mut raw as *mut u64).cast());
+        // SAFETY: the parameters are exactly the kernel's (pointers as u64, n, raw) and live
+        // until the call returns; the memory the kernel touches is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
+    }
+
+    /// `dst[i] = ((srcs[0][i] (op) srcs[1][i]) (op) srcs[2][i]) ...` for `n` elements of `dt`
+    /// in one kernel ([`KernelOp::ReduceN`]), bit for bit a chain of [`Kernels::reduce`]
+    /// launches in source order. Three to [`REDUCE_N_MAX`] sources.
+    ///
+    /// # Safety
+    /// Every source (readable) and `dst` (writable) is a device-accessible range of `n`
+    /// elements valid until the stream has run the kernel; `dst` is disjoint from every source
+    /// or equal to it.
+    pub unsafe fn reduce_n(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        srcs: &[CUdeviceptr],
+        n: usize,
+    ) -> Result<()> {
+        let k = srcs.len();
+        if !(3..=REDUCE_N_MAX).contains(&k) {
+            return Err(CudaError::InvalidArgument(format!(
+                "reduce_n takes 3 to {REDUCE_N_MAX} sources, not {k}"
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        self.check_sources(stream, dt, dst, srcs)?;
+        let func = self.function(dt, KernelOp::ReduceN(op.into(), k as u8))?;
+        let mut arr = SourceArray::new(srcs);
+        let unroll = (2 * UNROLL / k).max(1);
+        let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * unroll;
+        let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
+        let mut dst = dst;
+        let mut n64 = n as u64;
+        let mut raw = 0u64;
+        let mut params: Vec<*mut c_void> = vec![
+            (&mut dst as *mut u64).cast(),
+            (&mut arr as *mut SourceArray).cast(),
+            (&mut n64 as *mut u64).cast(),
+            (&mut raw as *mut u64).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (dst, the pointer array by value, n,
+        // raw) and live until the call returns; the memory is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
+    }
+
+    /// `dst[i] = a[i] (op) b[i]` for `n` elements of `dt`, queued on `stream`. Numerics are
+    /// those of [`crate::host::reduce::reduce`], bit for bit.
+    ///
+    /// # Safety
+    /// `a`, `b` (readable) and `dst` (writable) are device-accessible ranges of `n` elements
+    /// that stay valid until the stream has run the kernel; `dst` is disjoint from or equal
+    /// to each input.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dst: CUdeviceptr,
+        a: CUdeviceptr,
+        b: CUdeviceptr,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::reduce(op), dst, a, Some(b), n, 0) }
+    }
+
+    /// `dst[i] = src[i] * scalar` where `scalar` holds one element of `dt` in its first
+    /// bytes (little-endian), as [`crate::host::reduce::premul`].
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce`].
+    pub unsafe fn premul(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        n: usize,
+        scalar: [u8; 8],
+    ) -> Result<()> {
+        let raw = u64::from_le_bytes(scalar);
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::PreMul, dst, src, None, n, raw) }
+    }
+
+    /// `dst[i] = src[i] * scalar + acc[i]` rounded once, as
+    /// [`crate::host::reduce::premul_add`].
+    ///
+    /// # Safety
+    /// As [`Kernels::reduce`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn premul_add(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        acc: CUdeviceptr,
+        n: usize,
+        scalar: [u8; 8],
+    ) -> Result<()> {
+        let raw = u64::from_le_bytes(scalar);
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::PreMulAdd, dst, src, Some(acc), n, raw) }
+    }
+
+    /// `dst[i] /= divisor` in place, as [`crate::host::reduce::div_int`] (`divisor == 0`
+    /// leaves `dst` unchanged).
+    ///
+    /// # Safety
+    /// `dst` is a device-accessible range of `n` elements, valid until the kernel has run.
+    pub unsafe fn div_int(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        dst: CUdeviceptr,
+        n: usize,
+        divisor: u64,
+    ) -> Result<()> {
+        if divisor == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.launch(stream, dt, KernelOp::DivInt, dst, dst, None, n, divisor) }
+    }
+}
+
+/// The `ccl_srcs` parameter of the kernels over several sources, by value: [`REDUCE_N_MAX`]
+/// pointers, the first ones used.
+#[repr(C)]
+pub(super) struct SourceArray([u64; REDUCE_N_MAX]);
+
+impl SourceArray {
+    pub(super) fn new(srcs: &[CUdeviceptr]) -> SourceArray {
+        let mut a = SourceArray([0; REDUCE_N_MAX]);
+        for (slot, &p) in a.0.iter_mut().zip(srcs) {
+            *slot = p;
+        }
+        a
+    }
+}

@@ -1,0 +1,72 @@
+//! The kernels that wait on a flag word instead of a stream wait: a bare wait, and a wait,
+//! copy and signal in one.
+
+use std::ffi::c_void;
+
+use crate::cuda::error::Result;
+use crate::cuda::source::KernelOp;
+use crate::cuda::stream::Stream;
+use crate::cuda::sys::*;
+use crate::dtype::DataType;
+
+use super::load::Kernels;
+
+impl Kernels {
+    /// Queues a one-thread kernel on `stream` that returns once the word at `flag` reaches
+    /// `value` (cyclic `>=`): the stream waits as with a stream wait operation, other
+    /// streams sharing its hardware queue do not ([`KernelOp::WaitFlag`]).
+    ///
+    /// # Safety
+    /// `flag` is a 4-byte aligned device-accessible word valid until the kernel has run, and
+    /// something will write `value` (or later) to it, or the kernel never ends.
+    pub unsafe fn wait_flag(&self, stream: &Stream, flag: CUdeviceptr, value: u32) -> Result<()> {
+        let func = self.function(DataType::Uint8, KernelOp::WaitFlag)?;
+        let (mut flag, mut value) = (flag, value);
+        let mut params: [*mut c_void; 2] = [
+            (&mut flag as *mut CUdeviceptr).cast(),
+            (&mut value as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters match the kernel's signature; the word is the caller's
+        // contract.
+        unsafe { self.launch_raw(func, stream, 1, 1, &mut params) }
+    }
+}
+
+impl Kernels {
+    /// Queues [`KernelOp::WaitCopy`] on `stream`: once the word at `arrive` reaches `value`
+    /// (cyclic `>=`), one block copies `bytes` from `src` to `dst` and then writes
+    /// `done_value` to the word at `done`, all inside the kernel.
+    ///
+    /// # Safety
+    /// `arrive` and `done` are 4-byte aligned device-accessible words and `src` / `dst`
+    /// device-accessible ranges of `bytes` that do not overlap, all valid until the kernel
+    /// has run; something will write `value` (or later) to `arrive`, or the kernel never ends.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn wait_copy(
+        &self,
+        stream: &Stream,
+        arrive: CUdeviceptr,
+        value: u32,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: u64,
+        done: CUdeviceptr,
+        done_value: u32,
+    ) -> Result<()> {
+        let func = self.function(DataType::Uint8, KernelOp::WaitCopy)?;
+        let (mut arrive, mut value, mut dst, mut src, mut bytes, mut done, mut done_value) =
+            (arrive, value, dst, src, bytes, done, done_value);
+        let mut params: [*mut c_void; 7] = [
+            (&mut arrive as *mut CUdeviceptr).cast(),
+            (&mut value as *mut u32).cast(),
+            (&mut dst as *mut CUdeviceptr).cast(),
+            (&mut src as *mut CUdeviceptr).cast(),
+            (&mut bytes as *mut u64).cast(),
+            (&mut done as *mut CUdeviceptr).cast(),
+            (&mut done_value as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters match the kernel's signature; the ranges and words are the
+        // caller's contract.
+        unsafe { self.launch_raw(func, stream, 1, 512, &mut params) }
+    }
+}

@@ -1,0 +1,298 @@
+//! The low-latency kernels over the ranks' low-latency areas: the areas' layout, the flag and
+//! acknowledgement protocol, the exchange, the all-reduce, and the point-to-point kernel.
+
+use std::fmt::Write as _;
+
+/// Threads per block of a low-latency kernel.
+pub const LL_THREADS: u32 = 512;
+
+/// Most blocks of a low-latency kernel; each block owns a contiguous part of the message and
+/// its own flag and acknowledgement words, so blocks never wait for each other.
+pub const LL_MAX_BLOCKS: usize = 32;
+
+/// Slots per (sender, receiver) pair of the point-to-point region: a sender runs at most this
+/// many small sends ahead of its receiver's receives.
+pub const LL_P2P_SLOTS: usize = 8;
+
+/// Largest send or receive the point-to-point kernel carries (one slot).
+pub const LL_P2P_BYTES: usize = 4096;
+
+/// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
+pub const LL_P2P_MAX_OPS: usize = 32;
+
+/// Byte offset of the point-to-point region in a low-latency area: after a flag word per
+/// (sender, block) and an acknowledgement word per (peer, block), each on its own 64-byte
+/// line. The region is fixed-size, so every rank finds it at the same offset whatever its
+/// `ll_max`.
+pub fn ll_p2p_offset(nranks: usize) -> usize {
+    (2 * nranks * LL_MAX_BLOCKS * 64).div_ceil(256) * 256
+}
+
+/// Bytes of the point-to-point region's words, from [`ll_p2p_offset`]: a line per (sender,
+/// slot) holding the slot's sequence number and byte count, a credit line per receiver (the
+/// last sequence number it consumed from this rank), and this rank's ticket line (how many
+/// of its sends have read their source, for in-place receives).
+pub fn ll_p2p_words_bytes(nranks: usize) -> usize {
+    (64 * (nranks * LL_P2P_SLOTS + nranks + 1)).div_ceil(256) * 256
+}
+
+/// Byte offset of the data regions in a low-latency area: after the words and the
+/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)).
+pub fn ll_data_offset(nranks: usize) -> usize {
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+}
+
+/// Bytes of one rank's low-latency area: the words, then two buffers (by operation parity)
+/// of `ll_max` bytes per sender.
+pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
+    ll_data_offset(nranks) + nranks * 2 * ll_max
+}
+
+/// Most ranks a low-latency exchange serves (its transfer table is a kernel parameter).
+pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
+
+/// The flag, acknowledgement and buffer discipline both low-latency kernels share (launched
+/// with [`LL_MAX_BLOCKS`] blocks every time, idle ones included: each block waits for the
+/// acknowledgement its own block index got two operations back, so every index must take part
+/// every time). Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes so
+/// vector copies and element boundaries line up.
+fn ll_protocol_code(out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+#define LL_MAXB {LL_MAX_BLOCKS}
+
+static __device__ inline void ccl_ll_range(u64 bytes, u32 blk, u64* b0, u64* b1) {{
+  u64 per = (bytes + LL_MAXB - 1) / LL_MAXB;
+  per = (per + 15) & ~15ull;
+  *b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
+  *b1 = *b0 + per < bytes ? *b0 + per : bytes;
+}}
+
+/* Copies bytes [b0, b1) of `from` to the same offsets of `to`, 16 bytes at a time when both
+   are aligned. */
+static __device__ inline void ccl_ll_copy(u8* to, const u8* from, u64 b0, u64 b1, u32 tid, u32 nthreads) {{
+  if (((((u64)to) | ((u64)from)) & 15) == 0) {{
+    const u64 v0 = b0 / 16, v1 = b1 / 16;
+    for (u64 i = v0 + tid; i < v1; i += nthreads) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
+    for (u64 i = v1 * 16 + tid; i < b1; i += nthreads) to[i] = from[i];
+  }} else {{
+    for (u64 i = b0 + tid; i < b1; i += nthreads) to[i] = from[i];
+  }}
+}}
+
+/* Before overwriting a peer's buffer (parity of seq): wait for its acknowledgement of the
+   operation two back, which used the same buffer. */
+static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+  if (tid < nranks && tid != rank) {{
+    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
+    while ((int)(*ack - (seq - 2u)) < 0) {{ }}
+  }}
+  __syncthreads();
+}}
+
+/* After this block's pushes: make them visible, raise its flag at every peer, wait for every
+   peer's flag of the same block here. */
+static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+  __threadfence_system();
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
+    volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
+    while ((int)(*flag - seq) < 0) {{ }}
+  }}
+  __syncthreads();
+  __threadfence();
+}}
+
+/* After this block has read what the peers pushed: tell them their buffer is free. */
+static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+  __syncthreads();
+  if (tid < nranks && tid != rank) {{
+    __threadfence_system();
+    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + blk)) = seq;
+  }}
+}}
+"#
+    );
+}
+
+/// The low-latency exchange: per peer `q`, push `sbytes[q]` from `src[q]` into `q`'s area and
+/// copy the `rbytes[q]` that `q` pushed here to `dst[q]`; `q == rank` is a local copy. Same
+/// flag, acknowledgement and buffer discipline as the all-reduce (every block of every rank
+/// signals every peer each time, data or not), so the two kernels share one sequence.
+pub(super) fn ll_exchange_code(name: &str, out: &mut String) {
+    ll_protocol_code(out);
+    let _ = write!(
+        out,
+        r#"
+#define LL_MAXR {LL_EXCHANGE_MAX_RANKS}
+struct ccl_xfer {{ u64 src[LL_MAXR]; u64 dst[LL_MAXR]; u64 sbytes[LL_MAXR]; u64 rbytes[LL_MAXR]; }};
+
+static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u32 blk, u32 tid, u32 nthreads) {{
+  u64 b0, b1;
+  ccl_ll_range(bytes, blk, &b0, &b1);
+  ccl_ll_copy(to, from, b0, b1, tid, nthreads);
+}}
+
+extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
+  const u32 par = seq & 1u;
+  const u32 blk = blockIdx.x;
+  const u32 tid = threadIdx.x;
+  u8* mine = (u8*)areas[rank];
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) {{
+      if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+    }} else if (x.sbytes[q] > 0) {{
+      u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+      ccl_copy_part(to, (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+    }}
+  }}
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank || x.rbytes[q] == 0) continue;
+    const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
+    ccl_copy_part((u8*)x.dst[q], from, x.rbytes[q], blk, tid, blockDim.x);
+  }}
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+}}
+"#
+    );
+}
+
+/// The low-latency all-reduce (and reduce-scatter: peer `q` gets the input at
+/// `q * push_stride`, this rank's own part is at `own_off`; both 0 for all-reduce): each block
+/// pushes its part of the input into every peer's area with plain stores, fences, raises its
+/// flag there, waits for the same block's flag of every peer in its own area, and reduces all
+/// inputs in rank order (so every rank computes the same bits); see [`ll_protocol_code`].
+pub(super) fn ll_body_code(name: &str, out: &mut String) {
+    ll_protocol_code(out);
+    let _ = write!(
+        out,
+        r#"
+static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
+
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 push_stride, u64 own_off) {{
+  const P p = ccl_param(0);
+  const u32 par = seq & 1u;
+  const u32 blk = blockIdx.x;
+  const u32 tid = threadIdx.x;
+  u64 b0, b1;
+  ccl_ll_range(n * sizeof(T), blk, &b0, &b1);
+  u8* mine = (u8*)areas[rank];
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  const T* own = (const T*)((const u8*)src + own_off);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) continue;
+    u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
+    ccl_ll_copy(to, (const u8*)src + (u64)q * push_stride, b0, b1, tid, blockDim.x);
+  }}
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
+  const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
+  for (u64 i = e0 + tid; i < e1; i += blockDim.x) {{
+    T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
+    for (u32 q = 1; q < nranks; ++q) {{
+      const T x = q == rank ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
+      acc = ccl_apply(acc, x, p);
+    }}
+    dst[i] = acc;
+  }}
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+}}
+"#
+    );
+}
+
+/// The point-to-point kernel: block 0 runs the sends in order, block 1 the receives in order,
+/// side by side so that neither waits behind the other (a send waits only for a credit, which
+/// the peer's receive block returns whatever its send block is doing). A send waits until its
+/// slot's previous use was consumed, copies into the receiver's slot, fences, writes the byte
+/// count and then the sequence number, and advances this rank's ticket. A receive waits for
+/// its slot's sequence number (and, where its buffer overlaps sends of the same launch, for
+/// the ticket of the last of them: an in-place exchange reads before it writes), copies out
+/// with loads that skip L1 (the peer wrote the slot over NVLink), and returns the credit.
+/// Bytes received are the sender's count clipped to the receive; a receive whose size differs
+/// from its send's also writes 1 + the sender's rank to `err` (host-mapped memory the host
+/// reports from) if nothing is there yet.
+pub(super) fn ll_p2p_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+#define P2P_SLOTS {LL_P2P_SLOTS}u
+#define P2P_BYTES {LL_P2P_BYTES}ull
+#define P2P_OPS {LL_P2P_MAX_OPS}
+struct ccl_p2p {{
+  u64 src[P2P_OPS]; u64 sbytes[P2P_OPS]; u64 dst[P2P_OPS]; u64 rbytes[P2P_OPS];
+  u32 speer[P2P_OPS]; u32 sseq[P2P_OPS]; u32 rpeer[P2P_OPS]; u32 rseq[P2P_OPS]; u32 rafter[P2P_OPS];
+  u32 nsend; u32 nrecv;
+}};
+
+static __device__ inline void ccl_p2p_spin(const volatile u32* w, u32 value) {{
+  while ((int)(*w - value) < 0) ccl_backoff();
+}}
+
+/* Block-wide copy; loads bypass L1 when `fresh` (memory a peer wrote during this kernel). */
+static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bool fresh) {{
+  const u64 tid = threadIdx.x, step = blockDim.x;
+  u64 head = 0;
+  if (((((u64)to) | ((u64)from)) & 15) == 0) {{
+    const u64 nv = bytes / 16;
+    for (u64 i = tid; i < nv; i += step) {{
+      u32 v[4];
+      if (fresh) ccl_ld16_fresh(from + 16 * i, v);
+      else ccl_ld16(from + 16 * i, v);
+      ccl_st16(to + 16 * i, v);
+    }}
+    head = nv * 16;
+  }}
+  for (u64 i = head + tid; i < bytes; i += step) to[i] = fresh ? ((const volatile u8*)from)[i] : from[i];
+}}
+
+extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base, u32* err) {{
+  u8* mine = (u8*)areas[rank];
+  const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
+  volatile u32* ticket = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
+  __shared__ u32 got;
+  if (blockIdx.x == 0) {{
+    for (u32 i = 0; i < x.nsend; ++i) {{
+      const u32 q = x.speer[i], seq = x.sseq[i], slot = seq % P2P_SLOTS;
+      u8* peer = (u8*)areas[q];
+      if (threadIdx.x == 0) ccl_p2p_spin((const volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + q)), seq - P2P_SLOTS);
+      __syncthreads();
+      ccl_p2p_copy(peer + off + words + ((u64)rank * P2P_SLOTS + slot) * P2P_BYTES, (const u8*)x.src[i], x.sbytes[i], false);
+      __threadfence_system();
+      __syncthreads();
+      if (threadIdx.x == 0) {{
+        volatile u32* line = (volatile u32*)(peer + off + 64ull * ((u64)rank * P2P_SLOTS + slot));
+        line[1] = (u32)x.sbytes[i];
+        __threadfence_system();
+        line[0] = seq;
+        *ticket = ticket_base + i + 1;
+      }}
+    }}
+  }} else {{
+    for (u32 j = 0; j < x.nrecv; ++j) {{
+      const u32 q = x.rpeer[j], seq = x.rseq[j], slot = seq % P2P_SLOTS;
+      if (threadIdx.x == 0) {{
+        volatile u32* line = (volatile u32*)(mine + off + 64ull * ((u64)q * P2P_SLOTS + slot));
+        ccl_p2p_spin(line, seq);
+        if (x.rafter[j] > 0) ccl_p2p_spin(ticket, ticket_base + x.rafter[j]);
+        __threadfence_system();
+        got = line[1];
+      }}
+      __syncthreads();
+      const u64 n = (u64)got < x.rbytes[j] ? (u64)got : x.rbytes[j];
+      if (threadIdx.x == 0 && (u64)got != x.rbytes[j] && *(volatile u32*)err == 0) *(volatile u32*)err = q + 1;
+      ccl_p2p_copy((u8*)x.dst[j], mine + off + words + ((u64)q * P2P_SLOTS + slot) * P2P_BYTES, n, true);
+      __syncthreads();
+      if (threadIdx.x == 0) {{
+        __threadfence_system();
+        *(volatile u32*)((u8*)areas[q] + off + 64ull * (nranks * P2P_SLOTS + rank)) = seq;
+      }}
+    }}
+  }}
+}}
+"#
+    );
+}

@@ -1,0 +1,328 @@
+//! The reductions: the element operation of every (type, operation) (`ccl_apply`), the
+//! grid-stride kernel body around it, and the body over several sources at once.
+
+use std::fmt::Write as _;
+
+use crate::dtype::DataType;
+
+use super::format::format_of;
+use super::op::{KernelOp, ReduceKindKey, UNROLL};
+
+/// Unsigned type of the same width (wrapping arithmetic).
+fn unsigned_of(dt: DataType) -> &'static str {
+    match dt {
+        DataType::Int8 | DataType::Uint8 => "u8",
+        DataType::Int32 | DataType::Uint32 => "u32",
+        _ => "u64",
+    }
+}
+
+fn is_signed_int(dt: DataType) -> bool {
+    matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
+}
+
+/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op). Long because it is the one table of
+/// generated CUDA per operation, read top to bottom as the code it emits.
+pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    let bin = op.is_binary();
+    let apply_sig = if bin {
+        "static __device__ inline T ccl_apply(T x, T y, P p)"
+    } else {
+        "static __device__ inline T ccl_apply(T x, P p)"
+    };
+    if let Some(f) = format_of(dt) {
+        let t = f.tag;
+        let (param_ty, param) = match op {
+            KernelOp::DivInt => ("u64", "raw".to_string()),
+            _ => (
+                "float",
+                format!(
+                    "dec_{t}((u32)(raw & {:#x}ull))",
+                    (1u64 << (8 * dt.size())) - 1
+                ),
+            ),
+        };
+        line(format!("typedef {param_ty} P;"));
+        line(format!(
+            "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+        ));
+        let body = match op {
+            KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
+                format!("enc_{t}(add_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
+                format!("enc_{t}(mul_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => {
+                format!("enc_{t}(fmax_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
+                format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
+            }
+            KernelOp::PreMul
+            | KernelOp::LlExchange
+            | KernelOp::WaitFlag
+            | KernelOp::WaitCopy
+            | KernelOp::LlP2p
+            | KernelOp::ReduceN(..)
+            | KernelOp::GraphAllReduce(..)
+            | KernelOp::GraphCopies => {
+                format!("enc_{t}(mul_f(dec_{t}(x), p))")
+            }
+            KernelOp::PreMulAdd => format!(
+                "enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))"
+            ),
+            KernelOp::DivInt => format!("enc_{t}(d2f_odd(div_d(f2d(dec_{t}(x)), u64_to_d(p))))"),
+        };
+        line(format!("{apply_sig} {{ return (T){body}; }}"));
+        return;
+    }
+    match dt {
+        DataType::Float32 => {
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw"),
+                _ => ("float", "u2f((u32)raw)"),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return canon_f(add_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
+                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
+                // The host converts to double and back: a NaN comes out quieted, payload kept.
+                KernelOp::DivInt => {
+                    "if (nan_f(x)) return u2f(f2u(x) | 0x400000u); return d2f(div_d(f2d(x), u64_to_d(p)));"
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+        DataType::Float64 => {
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw"),
+                _ => ("double", "u2d(raw)"),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return add_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
+                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return mul_d(x, p);",
+                KernelOp::PreMulAdd => "return fma_d(x, p, y);",
+                KernelOp::DivInt => {
+                    "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+        _ => {
+            // Integers.
+            let u = unsigned_of(dt);
+            let (param_ty, param) = match op {
+                KernelOp::DivInt => ("u64", "raw".to_string()),
+                _ => ("T", "(T)raw".to_string()),
+            };
+            line(format!("typedef {param_ty} P;"));
+            line(format!(
+                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+            ));
+            let body = match op {
+                KernelOp::Reduce(ReduceKindKey::Sum)
+                | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
+                    format!("return (T)({u})((u64)({u})x + (u64)({u})y);")
+                }
+                KernelOp::Reduce(ReduceKindKey::Prod)
+                | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})y);")
+                }
+                KernelOp::Reduce(ReduceKindKey::Max)
+                | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
+                KernelOp::Reduce(ReduceKindKey::Min)
+                | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
+                KernelOp::PreMul
+                | KernelOp::LlExchange
+                | KernelOp::WaitFlag
+                | KernelOp::WaitCopy
+                | KernelOp::LlP2p
+                | KernelOp::ReduceN(..)
+                | KernelOp::GraphAllReduce(..)
+                | KernelOp::GraphCopies => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
+                }
+                KernelOp::PreMulAdd => {
+                    format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);")
+                }
+                KernelOp::DivInt => {
+                    if is_signed_int(dt) {
+                        "if (p <= 0x7fffffffffffffffull) return (T)((i64)x / (i64)p); \
+                         return (T)(((i64)x == (-0x7fffffffffffffffll - 1) && p == 0x8000000000000000ull) ? -1 : 0);"
+                            .to_string()
+                    } else {
+                        "return (T)((u64)x / p);".to_string()
+                    }
+                }
+            };
+            line(format!("{apply_sig} {{ {body} }}"));
+        }
+    }
+}
+
+/// The grid-stride kernel body around `ccl_apply`: a scalar head up to 16-byte alignment,
+/// then 16-byte vectors (`UNROLL` in flight per thread), then a scalar tail. Vectors are used
+/// when every pointer has the same offset modulo 16; otherwise the whole range is scalar.
+pub(super) fn body_code(name: &str, bin: bool, out: &mut String) {
+    let (params, same_align, load_head, load_vec_decl, load_vec, apply_vec, apply_scalar) = if bin {
+        (
+            "T* dst, const T* a, const T* b, u64 n, u64 raw",
+            "((u64)a & 15) == mis && ((u64)b & 15) == mis",
+            "const ccl_u4* va = (const ccl_u4*)(a + head); const ccl_u4* vb = (const ccl_u4*)(b + head);",
+            "ccl_vec x[UNROLL], y[UNROLL];",
+            "x[k].u = va[i]; y[k].u = vb[i];",
+            "r.e[j] = ccl_apply(x[k].e[j], y[k].e[j], p);",
+            "dst[i] = ccl_apply(a[i], b[i], p);",
+        )
+    } else {
+        (
+            "T* dst, const T* a, u64 n, u64 raw",
+            "((u64)a & 15) == mis",
+            "const ccl_u4* va = (const ccl_u4*)(a + head);",
+            "ccl_vec x[UNROLL];",
+            "x[k].u = va[i];",
+            "r.e[j] = ccl_apply(x[k].e[j], p);",
+            "dst[i] = ccl_apply(a[i], p);",
+        )
+    };
+    let _ = write!(
+        out,
+        r#"
+#define UNROLL {UNROLL}
+#define VN (16 / sizeof(T))
+union ccl_vec {{ ccl_u4 u; T e[VN]; }};
+
+extern "C" __global__ void {name}({params}) {{
+  const P p = ccl_param(raw);
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  u64 start = 0;
+  const u64 mis = (u64)dst & 15;
+  if ({same_align}) {{
+    u64 head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    for (u64 i = tid; i < head; i += stride) {{ {apply_scalar} }}
+    const u64 nv = (n - head) / VN;
+    {load_head}
+    ccl_u4* vd = (ccl_u4*)(dst + head);
+    for (u64 base = tid; base < nv; base += stride * UNROLL) {{
+      {load_vec_decl}
+#pragma unroll
+      for (int k = 0; k < UNROLL; ++k) {{
+        const u64 i = base + (u64)k * stride;
+        if (i < nv) {{ {load_vec} }}
+      }}
+#pragma unroll
+      for (int k = 0; k < UNROLL; ++k) {{
+        const u64 i = base + (u64)k * stride;
+        if (i < nv) {{
+          ccl_vec r;
+#pragma unroll
+          for (int j = 0; j < (int)VN; ++j) {{ {apply_vec} }}
+          vd[i] = r.u;
+        }}
+      }}
+    }}
+    start = head + nv * VN;
+  }}
+  for (u64 i = start + tid; i < n; i += stride) {{ {apply_scalar} }}
+}}
+"#
+    );
+}
+
+/// Most sources of a [`KernelOp::ReduceN`] kernel (the pointer array passed by value).
+pub const REDUCE_N_MAX: usize = 8;
+
+/// The body of a [`KernelOp::ReduceN`] kernel over `k` sources: the grid-stride loop of
+/// [`body_code`], but each thread first loads its vectors of every source (so reads from all
+/// of them are in flight together), then folds them in source order. Fewer vectors per source
+/// are kept in flight as `k` grows, so registers stay near the binary kernel's.
+pub(super) fn reduce_n_body_code(name: &str, k: u8, out: &mut String) {
+    let unroll = (2 * UNROLL / k as usize).max(1);
+    let _ = write!(
+        out,
+        r#"
+#define K {k}
+#define UNROLL_N {unroll}
+#define VN (16 / sizeof(T))
+union ccl_vec {{ ccl_u4 u; T e[VN]; }};
+struct ccl_srcs {{ const T* p[{max}]; }};
+
+extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
+  const P p = ccl_param(raw);
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  u64 start = 0;
+  const u64 mis = (u64)dst & 15;
+  bool same = true;
+#pragma unroll
+  for (int m = 0; m < K; ++m) same = same && (((u64)s.p[m] & 15) == mis);
+  if (same) {{
+    u64 head = ((16 - mis) & 15) / sizeof(T);
+    if (head > n) head = n;
+    for (u64 i = tid; i < head; i += stride) {{
+      T r = s.p[0][i];
+#pragma unroll
+      for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+      dst[i] = r;
+    }}
+    const u64 nv = (n - head) / VN;
+    ccl_u4* vd = (ccl_u4*)(dst + head);
+    for (u64 base = tid; base < nv; base += stride * UNROLL_N) {{
+      ccl_vec x[K][UNROLL_N];
+#pragma unroll
+      for (int m = 0; m < K; ++m) {{
+        const ccl_u4* vs = (const ccl_u4*)(s.p[m] + head);
+#pragma unroll
+        for (int u = 0; u < UNROLL_N; ++u) {{
+          const u64 i = base + (u64)u * stride;
+          if (i < nv) x[m][u].u = vs[i];
+        }}
+      }}
+#pragma unroll
+      for (int u = 0; u < UNROLL_N; ++u) {{
+        const u64 i = base + (u64)u * stride;
+        if (i < nv) {{
+          ccl_vec r = x[0][u];
+#pragma unroll
+          for (int m = 1; m < K; ++m) {{
+#pragma unroll
+            for (int j = 0; j < (int)VN; ++j) r.e[j] = ccl_apply(r.e[j], x[m][u].e[j], p);
+          }}
+          vd[i] = r.u;
+        }}
+      }}
+    }}
+    start = head + nv * VN;
+  }}
+  for (u64 i = start + tid; i < n; i += stride) {{
+    T r = s.p[0][i];
+#pragma unroll
+    for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
+    dst[i] = r;
+  }}
+}}
+"#,
+        max = REDUCE_N_MAX
+    );
+}
