@@ -355,10 +355,10 @@ const HOST_CREDIT: usize = 1;
 
 /// Two ranks: a share of every large direct transfer goes GPU -> pinned host memory -> GPU
 /// over the GPUs' PCIe links, beside the NVLink copy of the rest. One copy engine moves at
-/// most ~390-395 GB/s over NVLink on the H200 pair whatever the streams (session 3); PCIe adds
-/// ~50 GB/s each way (session 14, `tests/gpu/pcie_side_path.cu`: 512 MiB one way 394 -> 437
-/// GB/s with 10% through host memory, both ways 389 -> 408 with 6-8%: the two GPUs' PCIe
-/// traffic meets on the way to the CPU). The source's engine copies each chunk into a ring
+/// most ~390-395 GB/s over NVLink on the H200 pair whatever the streams (measured 2026-11-22);
+/// PCIe adds ~50 GB/s each way (2026-11-23, `tests/gpu/pcie_side_path.cu`: 512 MiB one way
+/// 394 -> 437 GB/s with 10% through host memory, both ways 389 -> 408 with 6-8%: the two GPUs'
+/// PCIe traffic meets on the way to the CPU). The source's engine copies each chunk into a ring
 /// in shared pinned memory (the destination's `/dev/shm` region, mapped by both) and flags
 /// it ready in the destination's flag area; the destination's engine copies it out and
 /// returns the slot's credit. Both sides cut a transfer alike from the first poster's size
@@ -520,7 +520,7 @@ pub(crate) struct Transfer {
     /// peer's GPU maps it, when that GPU's engine can run the copy instead (remote copies on,
     /// neither buffer VMM memory, which is mapped only where its owner or importer granted
     /// access). Copying through our own context's mapping from there would cross the link
-    /// twice (half speed, session 13).
+    /// twice (half speed, measured 2026-11-23).
     pub there: Option<u64>,
     /// The share that goes through host memory ([`HostPath`]); the copy over NVLink stops at
     /// its start.
@@ -557,10 +557,10 @@ pub(crate) struct Plan {
 }
 
 /// How a large local copy may be cut over idle lanes (`CCL_IPC_LOCAL_COPY_LANES`). A copy
-/// within one GPU is a driver kernel, not copy-engine work (session 12,
+/// within one GPU is a driver kernel, not copy-engine work (measured 2026-11-23 with
 /// `tests/gpu/ce_or_sm.cu`): beside a GEMM it waited for the GEMM's kernels, which is why
 /// all-gather and all-to-all kept 22-24% of their bandwidth there and send/receive 60%, and
-/// why cutting it over four lanes changed nothing (session 6). Our lanes' priority
+/// why cutting it over four lanes changed nothing (2026-11-22). Our lanes' priority
 /// (`CCL_IPC_LANE_PRIORITY`) is what gets it SMs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LocalSplit {

@@ -199,7 +199,7 @@ pub struct IpcEngine {
 /// A context of this process on the peer's GPU (two ranks): a transfer this rank would pull
 /// -- its GPU's copy engine reading the peer's memory, which halves both directions while that
 /// engine also pushes this rank's own data -- is queued on a stream there instead, so the
-/// peer GPU's engine pushes it (session 13, `tests/gpu/cross_issue.cu`: 390 GB/s each way with
+/// peer GPU's engine pushes it (2026-11-23, `tests/gpu/cross_issue.cu`: 390 GB/s each way with
 /// both queued by one process, also while the other process's kernel holds every SM of that
 /// GPU). Per receive lane: the stream there, an event of ours it waits on (the peer's "here"
 /// flag seen on our lane) and one of its own our lane waits on before writing "done". Only
@@ -1328,8 +1328,8 @@ const DEFAULT_MAX_CONNECTIONS: u32 = 8;
 /// streams then share queues, and a stream waiting for a peer at the head of a queue holds up
 /// whatever is queued behind it there, which may be the very work that would release it (four
 /// ranks on one H100, an 8 MiB average all-reduce through the slots: hung at the default 8,
-/// done in 2 s at 32; session 20). NCCL refuses two ranks on one GPU; libccl allows it for
-/// machines with fewer GPUs than ranks. Returns whether it warned.
+/// done in 2 s at 32; measured 2026-11-23). NCCL refuses two ranks on one GPU; libccl allows
+/// it for machines with fewer GPUs than ranks. Returns whether it warned.
 fn warn_of_shared_queues(rank: usize, sharing: Vec<usize>, max_connections: Option<&str>) -> bool {
     let queues = max_connections
         .and_then(|v| v.trim().parse::<u32>().ok())
@@ -1798,7 +1798,7 @@ impl Queueing {
                     exchange_until: wait.exchange.filter(|_| self.point_to_point),
                     // Sends and receives only: beside an all-to-all's or all-gather's own
                     // block (a kernel of this process on its GPU) the peer process's copy on
-                    // that GPU slowed both (session 13: 256 MiB all-to-all 370 -> 510 us).
+                    // that GPU slowed both (2026-11-23: 256 MiB all-to-all 370 -> 510 us).
                     remote_min: eng
                         .remote
                         .as_ref()
