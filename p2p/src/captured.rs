@@ -45,38 +45,13 @@ use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
-use super::direct::{Post, Reach, POST_WORDS};
-use super::protocol::{
-    Batched, Device, FusedAllReduce, FusedCopies, Kernel, Lane, Layout, FLAG_STRIDE,
-};
+use super::direct::{Post, Reach};
+use super::protocol::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use super::{CudaDevice, IpcEngine};
 use crate::control::CommCtx;
 use crate::error::{Error, Result};
+use crate::layout::{groups, Lane, Layout, DONE, HALFWAY, INPUTS, POST_WORDS};
 use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
-
-/// Captured groups per communicator of `n` ranks on the direct paths; later ones take the
-/// staged path. As many as 16 MiB of words per rank hold, between 1024 and 65536: an
-/// inference engine captures a graph per batch size, each with two all-reduces per layer
-/// (35 sizes of an 80-layer model: 5600 groups).
-pub(crate) fn groups(n: usize) -> usize {
-    ((16 << 20) / (KINDS * 4 * n.max(1))).clamp(1024, 65536)
-}
-
-/// The three words of a group per partner (see the module's steps).
-const INPUTS: usize = 0;
-const HALFWAY: usize = 1;
-const DONE: usize = 2;
-const KINDS: usize = 3;
-
-/// Bytes of the captured groups' words in a flag area of `n` ranks.
-pub(crate) fn area_bytes(n: usize) -> usize {
-    (groups(n) * KINDS * n * 4).next_multiple_of(FLAG_STRIDE as usize)
-}
-
-/// Offset of `from`'s word of `kind` for group `group` in an area of `n` ranks.
-pub(crate) fn word_offset(n: usize, group: usize, kind: usize, from: usize) -> u64 {
-    (((group * KINDS + kind) * n + from) * 4) as u64
-}
 
 fn reduces(kind: TaskKind) -> bool {
     matches!(

@@ -27,14 +27,12 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
-use super::protocol::{Device, Kernel, Lane, Layout, LongWait};
+use super::direct::{wait_for_ring, Post, PushWait, Words};
+use super::protocol::{Device, Kernel, LongWait};
 use crate::error::{Error, Result};
+use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
 use crate::sync::{Atomic64, Ordering};
 use ccl_collectives::task::{Reduction, Task, TaskKind};
-
-/// Collectives a rank may post ahead of the slowest rank.
-const SYM_RING: usize = 64;
 
 /// Largest communicator the rendezvous word can hold (one bit per rank).
 pub(crate) const MAX_RANKS: usize = 32;
@@ -44,20 +42,6 @@ const FAILED: u64 = 1 << 32;
 const PASSIVE: u64 = 1 << 33;
 const GEN_SHIFT: u32 = 34;
 const ALL_BITS: u64 = FAILED - 1;
-
-fn entry_words(n: usize) -> usize {
-    2 + n * 2 * POST_WORDS
-}
-
-/// Words of the collective rendezvous ring.
-pub(crate) fn ring_words(n: usize) -> usize {
-    SYM_RING * entry_words(n)
-}
-
-/// Where the ring starts in an inbox.
-fn ring_base(n: usize) -> usize {
-    n * RING * super::direct::ENTRY_WORDS
-}
 
 /// A collective that may run directly: one plain all-reduce, reduce-scatter or reduce of at
 /// least `min_bytes` (smaller ones do better with the one-kernel low-latency path; a reduce
@@ -134,7 +118,7 @@ impl<'a> SymEntry<'a> {
     fn new(board: &'a dyn Words, n: usize, seq: u64) -> SymEntry<'a> {
         SymEntry {
             board,
-            base: ring_base(n) + (seq % SYM_RING as u64) as usize * entry_words(n),
+            base: sym_ring_base(n) + (seq % SYM_RING as u64) as usize * sym_entry_words(n),
             gen: seq / SYM_RING as u64,
             n,
         }
@@ -708,7 +692,7 @@ mod tests {
     }
 
     fn board(n: usize) -> Vec<AtomicU64> {
-        (0..super::super::direct::inbox_words(n))
+        (0..crate::layout::inbox_words(n))
             .map(|_| AtomicU64::new(0))
             .collect()
     }
@@ -910,7 +894,7 @@ mod tests {
         fn two_ranks(patient: bool, takeover: bool) {
             loom::model(move || {
                 let n = 2;
-                let b = Arc::new(LoomWords::new(&[(ring_base(n), entry_words(n))]));
+                let b = Arc::new(LoomWords::new(&[(sym_ring_base(n), sym_entry_words(n))]));
                 let b2 = b.clone();
                 let never = || false;
                 let other = loom::thread::spawn(move || {

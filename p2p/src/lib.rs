@@ -28,6 +28,8 @@ pub mod control;
 mod direct;
 mod direct_reduce;
 pub mod error;
+mod host_path;
+mod layout;
 mod limits;
 mod protocol;
 mod relay;
@@ -58,9 +60,9 @@ pub use config::P2pConfig;
 pub use control::{CommCtx, Control, PeerHealth};
 use error::cuda_err;
 pub use error::{Error, ErrorKind, Result};
-use protocol::{
-    lower, Act, Batched, Chain, Counters, Device, Kernel, Lane, Layout, LongWait, Program,
-};
+use host_path::HostPath;
+use layout::{Lane, Layout};
+use protocol::{lower, Act, Batched, Chain, Counters, Device, Kernel, LongWait, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
@@ -489,7 +491,7 @@ fn host_shares(cfg: &P2pConfig) -> ((usize, u32), (usize, u32)) {
     let share = |min: i64, permille: i64| {
         (
             min.max(0) as usize,
-            permille.clamp(0, direct::HostPath::WHOLE.into()) as u32,
+            permille.clamp(0, HostPath::WHOLE.into()) as u32,
         )
     };
     (
@@ -511,7 +513,7 @@ struct HostRings {
 }
 
 impl HostRings {
-    /// The peer's ring and ours as the device reaches them: [`direct::HostPath`]'s
+    /// The peer's ring and ours as the device reaches them: [`HostPath`]'s
     /// `out_ring` and `in_ring`.
     fn device_ptrs(&self) -> (u64, u64) {
         (self.regs[0].device_ptr(), self.regs[1].device_ptr())
@@ -829,7 +831,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
             rx_lanes,
         ) {
             Ok((l, o)) => match CallBoard::create(nonce, rank, n).and_then(|b| {
-                let inbox = RankBoards::create("dx", nonce, rank, n, direct::inbox_words(n))?;
+                let inbox = RankBoards::create("dx", nonce, rank, n, layout::inbox_words(n))?;
                 Ok((b, inbox))
             }) {
                 Ok((b, inbox)) => (Some((l, b, inbox)), o),
@@ -879,7 +881,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
         }
     }
     let (one_way, exchange) = if host_only {
-        ((1, direct::HostPath::WHOLE), (1, direct::HostPath::WHOLE))
+        ((1, HostPath::WHOLE), (1, HostPath::WHOLE))
     } else {
         host_shares(cfg)
     };
@@ -1116,7 +1118,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
     }
     let host_path = peer_ring.as_ref().map(|rings| {
         let (out_ring, in_ring) = rings.device_ptrs();
-        direct::HostPath {
+        HostPath {
             out_ring,
             in_ring,
             slot_bytes: host_settings.slot_bytes as usize,
@@ -1152,7 +1154,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
     let high = matches!(cfg.lane_priority.trim(), "high" | "1");
     let stream = || Stream::non_blocking_with_priority(&local.ctx, high).map_err(cuda_err);
     // Every rank has mapped every peer: from here a local failure is the communicator's.
-    let direct_tx = protocol::direct_tx_lanes(n, TX_LANES);
+    let direct_tx = layout::direct_tx_lanes(n, TX_LANES);
     let tx = (0..direct_tx)
         .map(|_| stream())
         .collect::<Result<Vec<_>>>()?;

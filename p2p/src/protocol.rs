@@ -17,10 +17,8 @@ use ccl_collectives::Collective;
 use ccl_cuda::{DataType, ReduceKind};
 
 use crate::error::{Error, Result};
+use crate::layout::{Lane, Layout};
 use ccl_collectives::task::{buffer_counts, Reduction, Task, TaskKind};
-
-/// Bytes between flag words (one word per cache line: peers write them over NVLink).
-pub(crate) const FLAG_STRIDE: u64 = 64;
 
 /// Smallest chunk a piece is cut into, unless the piece itself is smaller.
 pub(crate) const MIN_CHUNK: usize = 1 << 20;
@@ -33,18 +31,6 @@ pub(crate) fn piece_chunk(bytes: usize, slot: usize) -> usize {
         .clamp(MIN_CHUNK.min(slot), slot)
         .next_multiple_of(4096)
         .min(slot)
-}
-
-/// Which queue of a communicator an operation goes on: the caller's stream, a copy lane or a
-/// receive lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Lane {
-    User,
-    Tx(usize),
-    Rx(usize),
-    /// The host path's copies ([`super::direct::HostPath`]): 0 into pinned host memory (our
-    /// outgoing share), 1 out of it (our incoming share).
-    Host(usize),
 }
 
 /// A kernel launch, with the numerics of [`ccl_cuda::host::reduce`].
@@ -374,151 +360,6 @@ impl Device for Batched<'_> {
     }
 }
 
-/// Where one rank's protocol state lives, as that rank's device sees it.
-#[derive(Debug, Clone)]
-pub(crate) struct Layout {
-    pub rank: usize,
-    pub nranks: usize,
-    /// Bytes per receive slot.
-    pub chunk: usize,
-    /// Receive slots per sender.
-    pub slots: u32,
-    pub tx_lanes: usize,
-    pub rx_lanes: usize,
-    /// Copy lanes the direct paths may use (at least `tx_lanes`; [`direct_tx_lanes`]).
-    pub direct_tx: usize,
-    /// Every rank's flags and receive area (this rank's own at `rank`).
-    pub flags: Vec<u64>,
-    pub scratch: Vec<u64>,
-    /// Two ranks: a share of large direct transfers goes through pinned host memory beside
-    /// NVLink (`CCL_IPC_HOST_PATH_PERMILLE`).
-    pub host: Option<super::direct::HostPath>,
-    /// Host-only mode: this rank's receive area mirrored in its own GPU memory, slot for slot.
-    /// A chunk to be reduced is copied there on the receive lane before its kernel runs (a
-    /// copy engine reads host memory faster than a kernel does); the slot is credited back
-    /// after the kernel, so the sender refills the slot, and so the mirror, only once the
-    /// kernel is done with it.
-    pub mirror: Option<u64>,
-}
-
-/// Most copy lanes of the direct paths.
-pub(crate) const MAX_DIRECT_TX: usize = 8;
-
-/// Copy lanes the direct paths of `n` ranks use: the staged protocol's `tx_lanes` with two
-/// ranks; with more, one per peer plus one for local copies (up to [`MAX_DIRECT_TX`]), so that
-/// pushes to several peers run on as many streams, and so copy engines, at once (on one or two
-/// lanes they queued behind each other: 0.58-0.72x NCCL on 4 GPUs, measured 2026-11-22).
-pub(crate) fn direct_tx_lanes(n: usize, tx_lanes: usize) -> usize {
-    if n <= 2 {
-        tx_lanes
-    } else {
-        n.min(MAX_DIRECT_TX).max(tx_lanes)
-    }
-}
-
-impl Layout {
-    /// The copy lane of this rank's direct copies into `peer`'s buffers: with two ranks the
-    /// peer's parity (the other lane is for local copies, [`Layout::beside_lane`]); with
-    /// more, the peer's place after this rank (rank + 1 -> lane 0, rank + 2 -> lane 1, ...),
-    /// one lane per peer while there are enough.
-    pub fn push_lane(&self, peer: usize) -> Lane {
-        if self.nranks <= 2 {
-            Lane::Tx(peer % self.tx_lanes.max(1))
-        } else {
-            let k = (peer + self.nranks - self.rank - 1) % self.nranks;
-            Lane::Tx(k % self.direct_tx.max(1))
-        }
-    }
-
-    /// The copy lane no push of this rank uses while there are enough lanes: local copies
-    /// go there, beside the pushes.
-    pub fn beside_lane(&self) -> Lane {
-        if self.nranks <= 2 {
-            Lane::Tx(self.rank % self.tx_lanes.max(1))
-        } else {
-            Lane::Tx((self.nranks - 1) % self.direct_tx.max(1))
-        }
-    }
-
-    /// The flag area: ready and credit words per peer and slot, the direct transfers' words,
-    /// the captured groups' words ([`super::captured`]), then one word per receive lane
-    /// (last: the lane count may differ between ranks).
-    pub fn flag_bytes(nranks: usize, slots: u32, rx_lanes: usize) -> usize {
-        (nranks * 2 * slots as usize + super::direct::flag_words(nranks) + rx_lanes)
-            * FLAG_STRIDE as usize
-            + super::captured::area_bytes(nranks)
-    }
-
-    /// Offset of the captured groups' words in a flag area.
-    fn captured_base(&self) -> u64 {
-        (self.direct_base() + super::direct::flag_words(self.nranks)) as u64 * FLAG_STRIDE
-    }
-
-    /// `owner`'s word of captured group `group` that `from` writes (`kind`: see
-    /// [`super::captured`]).
-    pub(crate) fn captured_word(
-        &self,
-        owner: usize,
-        group: usize,
-        kind: usize,
-        from: usize,
-    ) -> u64 {
-        self.flags[owner]
-            + self.captured_base()
-            + super::captured::word_offset(self.nranks, group, kind, from)
-    }
-
-    /// Index of the first direct-transfer word in a flag area.
-    pub(crate) fn direct_base(&self) -> usize {
-        self.nranks * 2 * self.slots as usize
-    }
-
-    /// `to`'s word that `from`'s chunk in `slot` is there.
-    fn ready(&self, to: usize, from: usize, slot: u32) -> u64 {
-        self.flags[to] + (from * 2 * self.slots as usize + slot as usize) as u64 * FLAG_STRIDE
-    }
-
-    /// `sender`'s word that `receiver` has consumed slot `slot`.
-    fn credit(&self, sender: usize, receiver: usize, slot: u32) -> u64 {
-        let i = receiver * 2 * self.slots as usize + self.slots as usize + slot as usize;
-        self.flags[sender] + i as u64 * FLAG_STRIDE
-    }
-
-    fn local(&self, lane: usize) -> u64 {
-        self.flags[self.rank]
-            + self.captured_base()
-            + super::captured::area_bytes(self.nranks) as u64
-            + lane as u64 * FLAG_STRIDE
-    }
-
-    /// Slot `slot` for `sender` in `receiver`'s area: one region per peer in rank order, the
-    /// receiver's own skipped.
-    fn slot_addr(&self, receiver: usize, sender: usize, slot: u32) -> u64 {
-        self.scratch[receiver] + self.slot_offset(receiver, sender, slot)
-    }
-
-    fn slot_offset(&self, receiver: usize, sender: usize, slot: u32) -> u64 {
-        let region = if sender < receiver {
-            sender
-        } else {
-            sender - 1
-        };
-        (region as u64 * self.slots as u64 + slot as u64) * self.chunk as u64
-    }
-
-    /// This rank's mirror of its slot `slot` for `sender` ([`Layout::mirror`]).
-    fn mirror_slot(&self, sender: usize, slot: u32) -> Option<u64> {
-        self.mirror
-            .map(|m| m + self.slot_offset(self.rank, sender, slot))
-    }
-
-    pub fn scratch_bytes(nranks: usize, slots: u32, chunk: usize) -> Option<usize> {
-        (nranks.checked_sub(1)?)
-            .checked_mul(slots as usize)?
-            .checked_mul(chunk)
-    }
-}
-
 /// Sequence numbers one rank has queued (every rank counts alike).
 #[derive(Debug, Clone)]
 pub(crate) struct Counters {
@@ -534,7 +375,7 @@ pub(crate) struct Counters {
     pub direct_in: Vec<u64>,
     /// Collectives offered to run directly (every rank counts alike).
     pub sym: u64,
-    /// Host-path chunks to / from each peer ([`super::direct::HostPath`]).
+    /// Host-path chunks to / from each peer ([`crate::host_path::HostPath`]).
     pub host_out: Vec<u64>,
     pub host_in: Vec<u64>,
 }

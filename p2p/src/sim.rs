@@ -14,9 +14,11 @@ use std::sync::atomic::AtomicU64;
 
 use super::direct::{self, Exported, Post, Reach, Words};
 use super::direct_reduce;
-use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel, Lane, Layout};
+use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel};
 use super::relay::Relay;
 use crate::error::Result;
+use crate::host_path::HostPath;
+use crate::layout::{Lane, Layout};
 use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 
 #[derive(Debug, Clone, Copy)]
@@ -617,7 +619,7 @@ impl DirectSim {
         DirectSim {
             boards: (0..n)
                 .map(|_| {
-                    (0..direct::inbox_words(n))
+                    (0..crate::layout::inbox_words(n))
                         .map(|_| AtomicU64::new(0))
                         .collect()
                 })
@@ -695,13 +697,13 @@ impl Setup {
                 chunk: self.chunk,
                 slots: self.slots,
                 tx_lanes: 2,
-                direct_tx: super::protocol::direct_tx_lanes(self.n, 2),
+                direct_tx: crate::layout::direct_tx_lanes(self.n, 2),
                 rx_lanes: self.rx_lanes,
                 flags: (0..n).map(base).collect(),
                 scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
                 mirror: self.mirror.then(|| mirror_base(r)),
                 host: self.host.filter(|_| n == 2).map(
-                    |(min_bytes, permille, slot_bytes, slots)| direct::HostPath {
+                    |(min_bytes, permille, slot_bytes, slots)| HostPath {
                         out_ring: ring_base(1 - r),
                         in_ring: ring_base(r),
                         slot_bytes,
@@ -1985,7 +1987,7 @@ fn host_path_transfers_are_exact_under_any_stream_order() {
     }
 }
 
-/// Whole transfers through the host path ([`direct::HostPath::WHOLE`]): every byte of every
+/// Whole transfers through the host path ([`HostPath::WHOLE`]): every byte of every
 /// direct transfer through rings far shorter than the transfers (2 and 3 slots of 8 KiB
 /// against 80 KB, so each moves in rounds), every data collective and exchange, in and out of
 /// place, below the threshold too, random stream orders and both ranks' streams each merged
@@ -1994,7 +1996,7 @@ fn host_path_transfers_are_exact_under_any_stream_order() {
 fn whole_transfers_through_the_host_path_are_exact_and_never_deadlock() {
     for slots in [2u32, 3] {
         let s = Setup {
-            host: Some((16 << 10, direct::HostPath::WHOLE, 8192, slots)),
+            host: Some((16 << 10, HostPath::WHOLE, 8192, slots)),
             ..Setup::new(2)
         };
         let cases = host_path_cases();
