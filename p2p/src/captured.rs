@@ -45,12 +45,12 @@ use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
-use super::direct::{Post, Reach};
 use super::protocol::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use super::{CudaDevice, IpcEngine};
 use crate::control::CommCtx;
 use crate::error::{Error, Result};
 use crate::layout::{groups, Lane, Layout, DONE, HALFWAY, INPUTS, POST_WORDS};
+use crate::rendezvous::{Post, Reach};
 use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 
 fn reduces(kind: TaskKind) -> bool {
@@ -1572,14 +1572,14 @@ mod tests {
             fn pid(&self) -> u64 {
                 7
             }
-            fn export(&mut self, ptr: u64) -> Result<super::super::direct::Export> {
-                Ok((ptr >= 0x1000).then_some(super::super::direct::Exported {
+            fn export(&mut self, ptr: u64) -> Result<crate::rendezvous::Export> {
+                Ok((ptr >= 0x1000).then_some(crate::rendezvous::Exported {
                     base: ptr & !0xfff,
                     buffer_id: ptr >> 12,
                     handle: [3; 64],
                 }))
             }
-            fn bounce(&mut self, _: usize) -> Result<(u64, super::super::direct::Exported)> {
+            fn bounce(&mut self, _: usize) -> Result<(u64, crate::rendezvous::Exported)> {
                 Err(Error::internal("no bounce buffer here"))
             }
             fn resolve(&mut self, p: &Post) -> Result<u64> {

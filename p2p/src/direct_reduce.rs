@@ -27,10 +27,10 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::direct::{wait_for_ring, Post, PushWait, Words};
 use super::protocol::{Device, Kernel, LongWait};
 use crate::error::{Error, Result};
 use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
+use crate::rendezvous::{wait_for_ring, Post, PushWait, Words};
 use crate::sync::{Atomic64, Ordering};
 use ccl_collectives::task::{Reduction, Task, TaskKind};
 
@@ -888,7 +888,7 @@ mod tests {
     /// and the entry ends free.
     mod loom_model {
         use super::*;
-        use crate::direct::LoomWords;
+        use crate::rendezvous::LoomWords;
         use loom::sync::Arc;
 
         fn two_ranks(patient: bool, takeover: bool) {

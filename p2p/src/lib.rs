@@ -33,6 +33,7 @@ mod layout;
 mod limits;
 mod protocol;
 mod relay;
+mod rendezvous;
 #[cfg(test)]
 mod sim;
 mod small_p2p;
@@ -1688,10 +1689,10 @@ impl Queueing {
         };
         let posts_output = direct_reduce::output_posted(&t, l.rank);
         let mine = if disjoint || in_place || !posts_output {
-            let pid = direct::Reach::pid(&q.bufs);
-            let si = direct::Reach::export(&mut q.bufs, s)?;
+            let pid = rendezvous::Reach::pid(&q.bufs);
+            let si = rendezvous::Reach::export(&mut q.bufs, s)?;
             let ro = if posts_output {
-                direct::Reach::export(&mut q.bufs, r)?.map(|ri| ri.post(pid, r, rb))
+                rendezvous::Reach::export(&mut q.bufs, r)?.map(|ri| ri.post(pid, r, rb))
             } else {
                 Some(direct_reduce::NO_POST)
             };
@@ -1730,7 +1731,7 @@ impl Queueing {
             &p,
             eng.layout.rank,
             &mut q.counters,
-            &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
+            &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),
             Some(std::time::Instant::now() + timeout),
             &|| abort.load(std::sync::atomic::Ordering::Relaxed),
             eng.layout.host.as_ref(),
@@ -1773,7 +1774,7 @@ impl Queueing {
         let busy = || !eng.last_done.query().unwrap_or(true);
         // Transfers and direct reductions below this never hold the host for a peer's call.
         let wait_min_bytes = eng.tuning.wait_min_bytes;
-        let push_wait = direct::PushWait {
+        let push_wait = rendezvous::PushWait {
             soft: wait.soft,
             hard: wait.hard,
             busy: &busy,
@@ -1785,7 +1786,7 @@ impl Queueing {
             let (plan, err) = posting.settle(
                 &mut q.bufs,
                 eng.layout.rank,
-                &|r| eng.inbox.of(r).map(|b| b as &dyn direct::Words),
+                &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),
                 direct::SettleHow {
                     wait: push_wait,
                     // Lanes only pay off when copies can overlap; a local setting (each rank
@@ -1851,13 +1852,13 @@ impl Queueing {
             let takeover = eng.takeover;
             let quick = takeover.filter(|_| bytes < eng.tuning.takeover_max_bytes);
             let sym_wait = if let Some(d) = quick {
-                direct::PushWait {
+                rendezvous::PushWait {
                     soft: now + d,
                     hard: now + d,
                     ..push_wait
                 }
             } else if bytes < wait_min_bytes {
-                direct::PushWait {
+                rendezvous::PushWait {
                     soft: now,
                     hard: now,
                     ..push_wait
@@ -1889,7 +1890,7 @@ impl Queueing {
             // local setting: pushes and kernels are this rank's own).
             let piece = eng.tuning.reduce_piece;
             let bufs = &mut q.bufs;
-            let mut addr = |_: usize, p: &direct::Post| direct::Reach::resolve(bufs, p);
+            let mut addr = |_: usize, p: &rendezvous::Post| rendezvous::Reach::resolve(bufs, p);
             let plan = match self.sym {
                 Some(t) => direct_reduce::SymPlan::from_outcome(
                     o, &t, l.rank, l.nranks, seq, &mut addr, piece,

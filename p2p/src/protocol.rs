@@ -735,9 +735,6 @@ impl Program {
     /// are causally ordered (the peer's second-half chunk exists only after it received ours),
     /// so only other combinations count.
     pub fn aliases(&self) -> bool {
-        let overlap = |a: u64, al: usize, b: u64, bl: usize| {
-            a < b.saturating_add(bl as u64) && b < a.saturating_add(al as u64)
-        };
         let writes: Vec<(usize, u64, usize)> = self
             .rx
             .iter()
@@ -757,6 +754,11 @@ impl Program {
             })
         })
     }
+}
+
+/// Does `[a, a+al)` overlap `[b, b+bl)`?
+pub(crate) fn overlap(a: u64, al: usize, b: u64, bl: usize) -> bool {
+    a < b.saturating_add(bl as u64) && b < a.saturating_add(al as u64)
 }
 
 #[derive(Debug, Clone, Copy)]

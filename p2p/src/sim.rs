@@ -12,13 +12,14 @@ use ccl_cuda::{DataType, ReduceKind};
 
 use std::sync::atomic::AtomicU64;
 
-use super::direct::{self, Exported, Post, Reach, Words};
+use super::direct;
 use super::direct_reduce;
 use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel};
 use super::relay::Relay;
 use crate::error::Result;
 use crate::host_path::HostPath;
 use crate::layout::{Lane, Layout};
+use crate::rendezvous::{self, Export, Exported, Post, Reach, Words};
 use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 
 #[derive(Debug, Clone, Copy)]
@@ -572,7 +573,7 @@ fn settle(
     boards: &[Vec<AtomicU64>],
     posting: direct::Posting,
     rank: usize,
-    wait: direct::PushWait<'_>,
+    wait: rendezvous::PushWait<'_>,
     wait_min_bytes: usize,
     exchange_until: Option<std::time::Instant>,
     remote_min: Option<usize>,
@@ -641,7 +642,7 @@ impl Reach for SimReach<'_> {
     fn pid(&self) -> u64 {
         1
     }
-    fn export(&mut self, ptr: u64) -> Result<direct::Export> {
+    fn export(&mut self, ptr: u64) -> Result<Export> {
         let blocked = self.unmappable.iter().any(|&(a, b)| ptr >= a && ptr < b);
         Ok((!blocked).then_some(Exported {
             base: ptr,
@@ -842,7 +843,7 @@ impl Setup {
         };
         let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
         let now = std::time::Instant::now();
-        let wait = direct::PushWait {
+        let wait = rendezvous::PushWait {
             soft: now,
             hard: now,
             busy: &|| false,
@@ -1683,7 +1684,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
         let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
         // Rank 1 posts only after rank 0 settled (or would wait forever: it is the test).
         let far = Instant::now() + Duration::from_secs(60);
-        let wait = direct::PushWait {
+        let wait = rendezvous::PushWait {
             soft: far,
             hard: if want_first {
                 far
@@ -1745,7 +1746,7 @@ fn a_send_the_receiver_copies_remotely_never_waits_for_it() {
         let (c0, c1) = counters.split_at_mut(1);
         let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
         let far = Instant::now() + Duration::from_secs(60);
-        let wait = direct::PushWait {
+        let wait = rendezvous::PushWait {
             soft: far,
             hard: Instant::now() + Duration::from_millis(50),
             busy: &|| true,
@@ -1803,7 +1804,7 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
         let settle = |posting: direct::Posting, rank: usize, exchange_until: Option<Instant>| {
             // The push window itself is over before it starts.
             let now = Instant::now();
-            let wait = direct::PushWait {
+            let wait = rendezvous::PushWait {
                 soft: now,
                 hard: now,
                 busy: &|| true,
@@ -2097,7 +2098,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                     .unwrap();
                     let now = std::time::Instant::now();
                     let how = direct::SettleHow {
-                        wait: direct::PushWait {
+                        wait: rendezvous::PushWait {
                             soft: now,
                             hard: now,
                             busy: &|| false,
