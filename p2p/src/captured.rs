@@ -45,9 +45,9 @@ use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
-use super::protocol::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use super::{CudaDevice, IpcEngine};
 use crate::control::CommCtx;
+use crate::device::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use crate::error::{Error, Result};
 use crate::layout::{groups, Lane, Layout, DONE, HALFWAY, INPUTS, POST_WORDS};
 use crate::rendezvous::{Post, Reach};

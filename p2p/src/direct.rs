@@ -25,7 +25,8 @@
 
 use std::time::Instant;
 
-use super::protocol::{overlap, Act, Counters, Device, LongWait, Program};
+use super::protocol::{overlap, Act, Counters, Program};
+use crate::device::{Device, LongWait};
 use crate::host_path::{HostPath, HostShare};
 use crate::layout::{DirectWord, HostWord, Lane, Layout};
 use crate::rendezvous::{
@@ -827,7 +828,7 @@ mod tests {
                 .push(format!("copy {lane:?} {dst:#x} from {there:#x} (pull)"));
             Ok(())
         }
-        fn kernel(&mut self, lane: Lane, _: crate::protocol::Kernel) -> Result<()> {
+        fn kernel(&mut self, lane: Lane, _: crate::device::Kernel) -> Result<()> {
             self.0.push(format!("kernel {lane:?}"));
             Ok(())
         }

@@ -27,7 +27,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::protocol::{Device, Kernel, LongWait};
+use crate::device::{Device, Kernel, LongWait};
 use crate::error::{Error, Result};
 use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
 use crate::rendezvous::{wait_for_ring, Post, PushWait, Words};

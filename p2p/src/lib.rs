@@ -18,13 +18,14 @@
 //! its work in `(t, sends before receives)` order, and every wait depends only on work that
 //! comes earlier in that order on some rank. The earliest unfinished piece of work is then
 //! never stuck behind a later one, whatever the queue merging. The protocol itself lives in
-//! [`protocol`], over a [`protocol::Device`]; this module sets it up and drives CUDA streams.
+//! [`protocol`], over a [`device::Device`]; this module sets it up and drives CUDA streams.
 
 mod buffers;
 mod calls;
 mod captured;
 pub mod config;
 pub mod control;
+mod device;
 mod direct;
 mod direct_reduce;
 pub mod error;
@@ -59,11 +60,12 @@ use buffers::Buffers;
 use calls::{CallBoard, CallSig, History, RankBoards};
 pub use config::P2pConfig;
 pub use control::{CommCtx, Control, PeerHealth};
+use device::{Batched, Device, Kernel, LongWait};
 use error::cuda_err;
 pub use error::{Error, ErrorKind, Result};
 use host_path::HostPath;
 use layout::{Lane, Layout};
-use protocol::{lower, Act, Batched, Chain, Counters, Device, Kernel, LongWait, Program};
+use protocol::{lower, Act, Chain, Counters, Program};
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy
@@ -1359,8 +1361,8 @@ pub fn takes(tasks: &[Task]) -> bool {
         .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
 }
 
-/// The protocol's queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
-/// [`protocol::Batched`], which hands consecutive flag operations over as one
+/// The protocols' queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
+/// [`Batched`], which hands consecutive flag operations over as one
 /// `cuStreamBatchMemOp`.
 struct CudaDevice<'a> {
     eng: &'a IpcEngine,
@@ -1424,13 +1426,7 @@ impl Device for CudaDevice<'_> {
         done: (u64, u32),
     ) -> Result<()> {
         if !self.eng.copy_kernel {
-            return protocol::wait_copy_signal_in_three(
-                self,
-                lane,
-                arrive,
-                (dst, src, bytes),
-                done,
-            );
+            return device::wait_copy_signal_in_three(self, lane, arrive, (dst, src, bytes), done);
         }
         let s = self.stream(lane)?;
         // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes
@@ -1457,7 +1453,7 @@ impl Device for CudaDevice<'_> {
         unsafe { s.write_value32(addr, value) }.map_err(cuda_err)
     }
 
-    fn fused_all_reduce(&mut self, lane: Lane, f: &protocol::FusedAllReduce) -> Result<bool> {
+    fn fused_all_reduce(&mut self, lane: Lane, f: &device::FusedAllReduce) -> Result<bool> {
         let s = self.stream(lane)?;
         let words = cuda::GraphWords {
             inputs: f.inputs.clone(),
@@ -1476,7 +1472,7 @@ impl Device for CudaDevice<'_> {
         Ok(true)
     }
 
-    fn fused_copies(&mut self, lane: Lane, f: &protocol::FusedCopies) -> Result<bool> {
+    fn fused_copies(&mut self, lane: Lane, f: &device::FusedCopies) -> Result<bool> {
         let s = self.stream(lane)?;
         let words = cuda::GraphWords {
             inputs: f.inputs.clone(),
@@ -1495,21 +1491,21 @@ impl Device for CudaDevice<'_> {
         Ok(true)
     }
 
-    fn flag_ops(&mut self, lane: Lane, ops: &[protocol::FlagOp]) -> Result<()> {
+    fn flag_ops(&mut self, lane: Lane, ops: &[device::FlagOp]) -> Result<()> {
         if let [op] = ops {
             // One operation: its own call is cheaper than a batch of one.
             return match *op {
-                protocol::FlagOp::Wait(addr, value) => self.wait(lane, addr, value),
-                protocol::FlagOp::Write(addr, value) => self.write(lane, addr, value),
+                device::FlagOp::Wait(addr, value) => self.wait(lane, addr, value),
+                device::FlagOp::Write(addr, value) => self.write(lane, addr, value),
             };
         }
         let ops = ops.iter().map(|op| match *op {
-            protocol::FlagOp::Wait(addr, value) => MemOp::Wait {
+            device::FlagOp::Wait(addr, value) => MemOp::Wait {
                 addr,
                 value,
                 cond: WaitCond::Geq,
             },
-            protocol::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
+            device::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
         });
         let s = self.stream(lane)?;
         // SAFETY: see the impl.
@@ -2714,8 +2710,8 @@ impl std::fmt::Debug for IpcEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::protocol::tests::task;
     use super::*;
+    use ccl_collectives::task::float_sum as task;
     use ccl_collectives::Collective;
 
     /// `auto` takes host-only exactly where NCCL would take shared memory between two GPUs;

@@ -14,8 +14,9 @@ use std::sync::atomic::AtomicU64;
 
 use super::direct;
 use super::direct_reduce;
-use super::protocol::{lower, Batched, Chain, Counters, Device, Kernel};
+use super::protocol::{lower, Chain, Counters};
 use super::relay::Relay;
+use crate::device::{Batched, Device, Kernel};
 use crate::error::Result;
 use crate::host_path::HostPath;
 use crate::layout::{Lane, Layout};
@@ -76,11 +77,7 @@ impl Device for SimDevice {
     /// The kernel's steps as the simulation's operations, in the kernel's order: set every
     /// remote word, then per partner wait and reset; reduce (in place into the "registers");
     /// the second handshake; the held result stored.
-    fn fused_all_reduce(
-        &mut self,
-        lane: Lane,
-        f: &super::protocol::FusedAllReduce,
-    ) -> Result<bool> {
+    fn fused_all_reduce(&mut self, lane: Lane, f: &crate::device::FusedAllReduce) -> Result<bool> {
         let Some(registers) = self.fused_registers else {
             return Ok(false);
         };
@@ -113,7 +110,7 @@ impl Device for SimDevice {
     }
 
     /// As the fused all-reduce: the handshake, the copies in order, the handshake.
-    fn fused_copies(&mut self, lane: Lane, f: &super::protocol::FusedCopies) -> Result<bool> {
+    fn fused_copies(&mut self, lane: Lane, f: &crate::device::FusedCopies) -> Result<bool> {
         if self.fused_registers.is_none() {
             return Ok(false);
         }
