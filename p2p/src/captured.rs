@@ -45,9 +45,10 @@ use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
-use super::{CudaDevice, IpcEngine};
 use crate::control::CommCtx;
+use crate::cuda_device::CudaDevice;
 use crate::device::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
+use crate::engine::{streams_of, IpcEngine};
 use crate::error::{Error, Result};
 use crate::layout::{groups, Lane, Layout, DONE, HALFWAY, INPUTS, POST_WORDS};
 use crate::rendezvous::{Post, Reach};
@@ -1013,7 +1014,7 @@ fn exchange(comm: &CommCtx, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
 pub(crate) fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     let l = &eng.layout;
     let (rank, n) = (l.rank, l.nranks);
-    let streams = crate::streams_of(&eng.ctx, tasks);
+    let streams = streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let able = eng.direct && eng.cfg.graph_direct;
     let one_shot_bytes = eng.cfg.graph_one_shot_bytes.max(0) as usize;
@@ -1506,7 +1507,7 @@ fn copy_unless_same(dev: &mut dyn Device, dst: u64, src: u64, bytes: u64) -> Res
 pub(crate) fn capture_host_only(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     let l = &eng.layout;
     let (rank, n) = (l.rank, l.nranks);
-    let streams = crate::streams_of(&eng.ctx, tasks);
+    let streams = streams_of(&eng.ctx, tasks);
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let region = l.slots as usize * l.chunk;
     let able = eng.cfg.graph_direct && index < groups(n);
