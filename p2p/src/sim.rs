@@ -2147,7 +2147,8 @@ fn simulate_captured(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
-    use super::captured::{self, Group, Offer};
+    use crate::captured::agree::{self, Offer};
+    use crate::captured::group::{self, Group};
     // Every third seed: all-reduces of up to 2 KiB go one-shot (the cases' small counts).
     let one_shot = if seed % 3 == 1 { 2048 } else { 0 };
     let s = Setup::new(n);
@@ -2163,23 +2164,23 @@ fn simulate_captured(
                 rank: r,
                 unmappable: &[],
             };
-            let o = captured::offer(g, t, (r, n), (true, one_shot), &mut reach);
+            let o = agree::offer(g, t, (r, n), (true, one_shot), &mut reach);
             if !o.able {
                 return Err(format!("group {g}: rank {r} cannot capture it directly"));
             }
             offers.push(Offer::decode(&o.encode()).ok_or("an offer did not round-trip")?);
         }
         for (r, t) in group.iter().enumerate() {
-            let rows = captured::matching(&offers, r)?;
+            let rows = agree::matching(&offers, r)?;
             let mut reach = SimReach {
                 rank: r,
                 unmappable: &[],
             };
             let ends =
-                captured::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
+                agree::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
             // Scratch memory for receives onto send buffers, one region per group.
             let scratch = base(r) + 0x8000_0000 + g as u64 * BUF;
-            let bytes = captured::parked(t, r, n, one_shot).1;
+            let bytes = group::parked(t, r, n, one_shot).1;
             if bytes > 0 {
                 mem.alloc(scratch, bytes);
             }
@@ -2209,7 +2210,7 @@ fn simulate_captured(
     for _ in 0..replays {
         for r in 0..n {
             for g in &programs[r] {
-                captured::emit(&mut devs[r], &layouts[r], g).map_err(|e| e.to_string())?;
+                group::emit(&mut devs[r], &layouts[r], g).map_err(|e| e.to_string())?;
             }
         }
     }
@@ -2297,7 +2298,7 @@ fn check_captured(
     Ok(())
 }
 
-/// [`simulate_captured`] for host-only mode ([`captured::HostOnlyGroup`]): the cases through
+/// [`simulate_captured`] for host-only mode ([`crate::captured::host_only::HostOnlyGroup`]): the cases through
 /// every rank's outbox (its receive slots) into the partners' GPU receive areas.
 fn simulate_captured_host_only(
     n: usize,
@@ -2324,7 +2325,7 @@ fn simulate_host_only_slots(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(), String> {
-    use super::captured::{self, HostOnlyGroup};
+    use crate::captured::host_only::{self, HostOnlyGroup};
     let s = Setup {
         chunk,
         mirror: true,
@@ -2337,17 +2338,17 @@ fn simulate_host_only_slots(
     let region = s.slots as usize * s.chunk;
     // Rank -> its captured rounds (of every group, with the group's index), after the offers'
     // exchange.
-    let mut plans: Vec<Vec<(usize, captured::HostOnlyRound)>> =
+    let mut plans: Vec<Vec<(usize, host_only::HostOnlyRound)>> =
         (0..n).map(|_| Vec::new()).collect();
     for (g, group) in groups.iter().enumerate() {
         let offers: Vec<Vec<u8>> = (0..n)
-            .map(|r| captured::host_only_offer_of(g, &group[r], r, n, region, true))
+            .map(|r| host_only::host_only_offer_of(g, &group[r], r, n, region, true))
             .collect();
         if offers.iter().any(|o| o.first() != Some(&1)) {
             return Err(format!("group {g} is not taken host-only"));
         }
         for (r, plan) in plans.iter_mut().enumerate() {
-            for round in captured::host_only_plan(&group[r], r, n, region, &offers)? {
+            for round in host_only::host_only_plan(&group[r], r, n, region, &offers)? {
                 plan.push((g, round));
             }
         }
@@ -2364,7 +2365,7 @@ fn simulate_host_only_slots(
                     offsets: offsets.clone(),
                     sources: sources.clone(),
                 };
-                captured::emit_host_only(dev, &layouts[r], &hg).map_err(|e| e.to_string())?;
+                host_only::emit_host_only(dev, &layouts[r], &hg).map_err(|e| e.to_string())?;
             }
         }
     }
@@ -2413,7 +2414,7 @@ fn simulate_eager_around_captured_host_only(
     merged: bool,
     seed: u64,
 ) -> std::result::Result<(), String> {
-    use super::captured::{self, HostOnlyGroup};
+    use crate::captured::host_only::{self, HostOnlyGroup};
     let s = Setup {
         chunk: 1 << 16,
         direct: false,
@@ -2428,7 +2429,9 @@ fn simulate_eager_around_captured_host_only(
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     let capturable = |c: &Case| {
         matches!(c.kind, Kind::Coll(_) | Kind::Ring)
-            && tasks(c, 0, 0, n).iter().all(captured::supported)
+            && tasks(c, 0, 0, n)
+                .iter()
+                .all(crate::captured::steps::supported)
     };
     let phase = |k: usize, c: &Case| if capturable(c) { k % 3 } else { 0 };
     let eager = |devs: &mut Vec<SimDevice>, counters: &mut Vec<Counters>, which: usize| {
@@ -2463,10 +2466,10 @@ fn simulate_eager_around_captured_host_only(
         .collect();
     let region = s.slots as usize * s.chunk;
     let offsets: Vec<Vec<usize>> = (0..n)
-        .map(|r| captured::host_only_offsets(&group[r], r, n, region).ok_or("no fit"))
+        .map(|r| host_only::host_only_offsets(&group[r], r, n, region).ok_or("no fit"))
         .collect::<std::result::Result<_, _>>()?;
     let offers: Vec<Vec<u8>> = (0..n)
-        .map(|r| captured::host_only_offer(0, &group[r], Some(&offsets[r])))
+        .map(|r| host_only::host_only_offer(0, &group[r], Some(&offsets[r])))
         .collect();
     for r in 0..n {
         let hg = HostOnlyGroup {
@@ -2475,9 +2478,9 @@ fn simulate_eager_around_captured_host_only(
             inputs: mirror_base(r),
             reduce_n: seed % 2 == 0,
             offsets: offsets[r].clone(),
-            sources: captured::host_only_sources(r, &offers)?,
+            sources: host_only::host_only_sources(r, &offers)?,
         };
-        captured::emit_host_only(&mut devs[r], &layouts[r], &hg).map_err(|e| e.to_string())?;
+        host_only::emit_host_only(&mut devs[r], &layouts[r], &hg).map_err(|e| e.to_string())?;
     }
     eager(&mut devs, &mut counters, 2)?;
     run(&devs, &mut mem, merged, seed)?;
@@ -2623,7 +2626,7 @@ fn captured_cases(n: usize, count: usize, replays: usize) -> Vec<Case> {
         .into_iter()
         .filter(|c| {
             let t = tasks(c, 0, 0, n);
-            t.iter().all(super::captured::supported)
+            t.iter().all(crate::captured::steps::supported)
                 && (replays == 1
                     || !c.in_place
                     || matches!(
