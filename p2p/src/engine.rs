@@ -17,11 +17,12 @@ use parking_lot::Mutex;
 use crate::buffers::Buffers;
 use crate::calls::{CallBoard, History, RankBoards};
 use crate::config::P2pConfig;
+use crate::direct::{plan, posting};
 use crate::error::{cuda_err, Result};
 use crate::layout::Layout;
 use crate::protocol::Counters;
 use crate::tuning::{Tuning, WaitKernel};
-use crate::{direct, limits, relay, small_p2p};
+use crate::{limits, relay, small_p2p};
 
 /// A peer's memory as this rank's device sees it.
 pub(crate) struct Peer {
@@ -57,7 +58,7 @@ pub(crate) struct Queued {
     pub(crate) sent_staged: u64,
     /// Bytes this rank sent as small sends through the point-to-point kernel.
     pub(crate) sent_small: u64,
-    pub(crate) push_waits: direct::PushWaits,
+    pub(crate) push_waits: plan::PushWaits,
     /// Direct reductions by how they went (shared, alone, passive, staged after the
     /// rendezvous), and the host time spent waiting for the other ranks' posts.
     pub(crate) sym_outcomes: [u64; 4],
@@ -66,7 +67,7 @@ pub(crate) struct Queued {
     /// training loop pays it directly, as it cannot launch its next kernels meanwhile.
     pub(crate) queueing: QueueTimes,
     /// Peers whose receives came late (the push wait is skipped for a while).
-    pub(crate) push_late: direct::Lateness,
+    pub(crate) push_late: posting::Lateness,
 }
 
 /// One communicator's cuda-ipc state.

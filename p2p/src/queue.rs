@@ -15,6 +15,7 @@ use crate::calls::CallSig;
 use crate::control::CommCtx;
 use crate::cuda_device::CudaDevice;
 use crate::device::Batched;
+use crate::direct::{plan, posting};
 use crate::engine::{streams_of, IpcEngine, Queued};
 use crate::error::{cuda_err, Error, Result};
 use crate::paths::{kernels_needed, reduction_paths, small_exchange, LowLatency};
@@ -227,7 +228,7 @@ fn prepare(
         point_to_point,
         staged_tx,
         posting: None,
-        plan: direct::Plan::default(),
+        plan: plan::Plan::default(),
         direct_err: None,
         sym,
         sym_post: None,
@@ -255,8 +256,8 @@ struct Queueing {
     point_to_point: bool,
     /// Bytes the staged program sends through receive slots.
     staged_tx: usize,
-    posting: Option<direct::Posting>,
-    plan: direct::Plan,
+    posting: Option<posting::Posting>,
+    plan: plan::Plan,
     /// A peer disagreed on a transfer's size (reported once everything is queued).
     direct_err: Option<Error>,
     /// An all-reduce or reduce-scatter that may run directly, its rendezvous, and the plan
@@ -326,7 +327,7 @@ impl Queueing {
         let eng = &*self.eng;
         let timeout = eng.tuning.post_timeout;
         let abort = self.comm.abort.clone();
-        self.posting = Some(direct::post_group(
+        self.posting = Some(posting::post_group(
             &mut q.bufs,
             &p,
             eng.layout.rank,
@@ -387,16 +388,16 @@ impl Queueing {
                 &mut q.bufs,
                 eng.layout.rank,
                 &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),
-                direct::SettleHow {
+                posting::SettleHow {
                     wait: push_wait,
                     // Lanes only pay off when copies can overlap; a local setting (each rank
                     // orders its own streams).
                     single_max: eng.tuning.single_max,
                     late: eng.tuning.push_wait_adapt.then_some(&mut q.push_late),
                     wait_min_bytes,
-                    local_split: direct::LocalSplit {
+                    local_split: plan::LocalSplit {
                         lanes: eng.tuning.local_copy_lanes,
-                        ..direct::LocalSplit::default()
+                        ..plan::LocalSplit::default()
                     },
                     exchange_until: wait.exchange.filter(|_| self.point_to_point),
                     // Sends and receives only: beside an all-to-all's or all-gather's own

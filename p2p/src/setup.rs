@@ -21,6 +21,7 @@ use crate::buffers::Buffers;
 use crate::calls::{self, CallBoard, History, RankBoards};
 use crate::config::P2pConfig;
 use crate::control::CommCtx;
+use crate::direct::{plan, posting};
 use crate::engine::{
     kernels_for, preload, HostRings, IpcEngine, Peer, QueueTimes, Queued, Registered, RemoteLanes,
     Watch,
@@ -30,7 +31,7 @@ use crate::host_path::HostPath;
 use crate::layout::{self, Layout};
 use crate::protocol::Counters;
 use crate::tuning::{takeover_wait, wants_wait_kernel, Tuning};
-use crate::{buffers, direct, limits, relay, small_p2p};
+use crate::{buffers, limits, relay, small_p2p};
 use offer::{bus_id_bytes, HostRing, Offer, BUS_ID_BYTES};
 use reach::{forced_host_only, p2p_disabled, PeerReach};
 
@@ -563,10 +564,10 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
             sent_direct: 0,
             sent_bounced: 0,
             sent_host: 0,
-            push_waits: direct::PushWaits::default(),
+            push_waits: plan::PushWaits::default(),
             sym_outcomes: [0; 4],
             sym_waited: Duration::ZERO,
-            push_late: direct::Lateness::default(),
+            push_late: posting::Lateness::default(),
             sent_staged: 0,
             sent_small: 0,
             queueing: QueueTimes::default(),

@@ -12,7 +12,7 @@ use ccl_cuda::{DataType, ReduceKind};
 
 use std::sync::atomic::AtomicU64;
 
-use super::direct;
+use super::direct::{self, plan, posting};
 use super::direct_reduce;
 use super::protocol::{lower, Chain, Counters};
 use super::relay::Relay;
@@ -503,7 +503,7 @@ struct Setup {
     /// Data-only operations go as direct transfers (the rendezvous in `DirectSim`).
     direct: bool,
     /// How direct groups cut their local copies over idle lanes.
-    local_split: direct::LocalSplit,
+    local_split: plan::LocalSplit,
     /// Broadcasts relayed in phases, as `submit` queues them (None: not relayed).
     relay: Option<Relay>,
     /// Two ranks: a reduction's first poster leaves it to the second instead of going staged.
@@ -539,7 +539,7 @@ fn post_exchange(
     rank: usize,
     count: usize,
     c: &mut Counters,
-) -> direct::Posting {
+) -> posting::Posting {
     let peer = 1 - rank;
     let mut send = ccl_collectives::task::float_sum(TaskKind::Send { peer }, 0, 0, count);
     send.send = base(rank) as usize;
@@ -551,7 +551,7 @@ fn post_exchange(
         unmappable: &[],
     };
     let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
-    direct::post_group(
+    posting::post_group(
         &mut reach,
         &group,
         rank,
@@ -568,13 +568,13 @@ fn post_exchange(
 /// Settles `posting` of `rank` as the device path does, with the given waits.
 fn settle(
     boards: &[Vec<AtomicU64>],
-    posting: direct::Posting,
+    posting: posting::Posting,
     rank: usize,
     wait: rendezvous::PushWait<'_>,
     wait_min_bytes: usize,
     exchange_until: Option<std::time::Instant>,
     remote_min: Option<usize>,
-) -> direct::Plan {
+) -> plan::Plan {
     let mut reach = SimReach {
         rank,
         unmappable: &[],
@@ -585,11 +585,11 @@ fn settle(
             &mut reach,
             rank,
             &boards,
-            direct::SettleHow {
+            posting::SettleHow {
                 wait,
                 single_max: 0,
                 late: None,
-                local_split: direct::LocalSplit::default(),
+                local_split: plan::LocalSplit::default(),
                 wait_min_bytes,
                 exchange_until,
                 remote_min,
@@ -677,7 +677,7 @@ impl Setup {
             rx_lanes: 1,
             single_max: 0,
             direct: true,
-            local_split: direct::LocalSplit::default(),
+            local_split: plan::LocalSplit::default(),
             relay: None,
             takeover: false,
             host: None,
@@ -763,7 +763,7 @@ impl Setup {
         } else {
             let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
             Some(
-                direct::post_group(
+                posting::post_group(
                     &mut reach,
                     &p,
                     l.rank,
@@ -847,14 +847,14 @@ impl Setup {
             futile: &|| false,
         };
         let plan = match posted.posting {
-            None => direct::Plan::default(),
+            None => plan::Plan::default(),
             Some(posting) => {
                 let (plan, mismatch) = posting
                     .settle(
                         &mut reach,
                         l.rank,
                         &boards,
-                        direct::SettleHow {
+                        posting::SettleHow {
                             wait,
                             single_max: self.single_max,
                             late: None,
@@ -958,7 +958,7 @@ impl Setup {
 
 /// One rank's group between posting and queueing.
 struct Posted {
-    posting: Option<direct::Posting>,
+    posting: Option<posting::Posting>,
     sym: Option<(Task, u64, direct_reduce::SymOutcome)>,
     staged: Vec<Task>,
 }
@@ -1179,7 +1179,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         rx_lanes,
                         single_max,
                         direct,
-                        local_split: direct::LocalSplit {
+                        local_split: plan::LocalSplit {
                             lanes,
                             min_part: 1024,
                         },
@@ -1629,7 +1629,7 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
 fn local_copies_split_over_idle_lanes_stay_exact() {
     let s = Setup {
         rx_lanes: 4,
-        local_split: direct::LocalSplit {
+        local_split: plan::LocalSplit {
             lanes: 4,
             min_part: 1024,
         },
@@ -1700,7 +1700,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
                 took < Duration::from_secs(5),
                 "waited {took:?} below the threshold"
             );
-            assert_eq!(send0.role, direct::Role::First);
+            assert_eq!(send0.role, plan::Role::First);
             assert_eq!((plan0.waits.pushed, plan0.waits.left_to_pull), (0, 1));
         } else {
             // Nobody posted within the wait: it ran its 50 ms out, then left the pull.
@@ -1708,7 +1708,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
                 took >= Duration::from_millis(50),
                 "did not wait at the threshold"
             );
-            assert_eq!(send0.role, direct::Role::First);
+            assert_eq!(send0.role, plan::Role::First);
         }
         let plan1 = settle(
             &dx.boards,
@@ -1723,7 +1723,7 @@ fn sends_below_the_wait_threshold_never_hold_the_host() {
         assert!(plan1
             .transfers
             .iter()
-            .all(|t| matches!(t.role, direct::Role::Second { .. })));
+            .all(|t| matches!(t.role, plan::Role::Second { .. })));
     }
 }
 
@@ -1755,7 +1755,7 @@ fn a_send_the_receiver_copies_remotely_never_waits_for_it() {
         let plan0 = settle(&dx.boards, posting0, 0, wait, 0, exchange, Some(remote_min));
         let took = t.elapsed();
         let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
-        assert_eq!(send0.role, direct::Role::First);
+        assert_eq!(send0.role, plan::Role::First);
         if gives_up {
             assert!(took < Duration::from_secs(5), "waited {took:?}");
         } else {
@@ -1774,7 +1774,7 @@ fn a_send_the_receiver_copies_remotely_never_waits_for_it() {
             Some(remote_min),
         );
         let pull = plan1.transfers.iter().find(|t| !t.outgoing).unwrap();
-        assert!(matches!(pull.role, direct::Role::Second { .. }));
+        assert!(matches!(pull.role, plan::Role::Second { .. }));
         assert_eq!(
             pull.there, None,
             "no context on the peer's GPU in the simulation"
@@ -1798,7 +1798,7 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
         let dx = DirectSim::new(2);
         let boards = &dx.boards;
         let post = |rank: usize| post_exchange(boards, rank, 4096, &mut Counters::new(2, 1));
-        let settle = |posting: direct::Posting, rank: usize, exchange_until: Option<Instant>| {
+        let settle = |posting: posting::Posting, rank: usize, exchange_until: Option<Instant>| {
             // The push window itself is over before it starts.
             let now = Instant::now();
             let wait = rendezvous::PushWait {
@@ -1829,11 +1829,11 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
             }
             (plan0, plan1)
         });
-        let role = |plan: &direct::Plan, outgoing: bool| {
+        let role = |plan: &plan::Plan, outgoing: bool| {
             plan.transfers
                 .iter()
                 .find(|t| t.outgoing == outgoing)
-                .map(|t| matches!(t.role, direct::Role::Second { .. }))
+                .map(|t| matches!(t.role, plan::Role::Second { .. }))
                 .unwrap()
         };
         // Rank 0 posted its receive first: rank 1 always pushes its send.
@@ -2081,7 +2081,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                     };
                     let boards = |q: usize| dx.boards.get(q).map(|b| b as &dyn Words);
                     let c = &mut counters[r];
-                    let posting = direct::post_group(
+                    let posting = posting::post_group(
                         &mut reach,
                         &p,
                         r,
@@ -2094,7 +2094,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                     )
                     .unwrap();
                     let now = std::time::Instant::now();
-                    let how = direct::SettleHow {
+                    let how = posting::SettleHow {
                         wait: rendezvous::PushWait {
                             soft: now,
                             hard: now,
@@ -2103,7 +2103,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                         },
                         single_max: 0,
                         late: None,
-                        local_split: direct::LocalSplit::default(),
+                        local_split: plan::LocalSplit::default(),
                         wait_min_bytes: 0,
                         exchange_until: None,
                         remote_min: None,
