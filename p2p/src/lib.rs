@@ -22,13 +22,13 @@
 //! The files, from the bottom up. CUDA-free, and run by the simulator in the tests (`sim`):
 //! [`layout`] and [`host_path`] say where every flag word, slot and ring lies; [`device`] is
 //! what the protocols queue on; [`rendezvous`] is how two ranks meet in host shared memory;
-//! [`protocol`] is the staged protocol through the slots; [`direct`], [`direct_reduce`] and
-//! [`relay`] are the direct paths between user buffers, [`small_p2p`] the point-to-point
-//! kernel's plan, [`captured`] the groups captured into CUDA graphs. On CUDA: [`buffers`]
-//! maps user buffers, [`engine`] is one communicator's state, [`cuda_device`] the protocols'
-//! device on its streams; [`setup`] makes it ([`attach`]), [`paths`] and [`queue`] run
-//! operations ([`takes`], [`submit`]), [`capture`] captures them into graphs, [`health`]
-//! watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
+//! [`lower`] cuts a group into pieces per peer, [`protocol`] moves them through the slots;
+//! [`direct`], [`direct_reduce`] and [`relay`] are the direct paths between user buffers,
+//! [`small_p2p`] the point-to-point kernel's plan, [`captured`] the groups captured into CUDA
+//! graphs. On CUDA: [`buffers`] maps user buffers, [`engine`] is one communicator's state,
+//! [`cuda_device`] the protocols' device on its streams; [`setup`] makes it ([`attach`]),
+//! [`paths`] and [`queue`] run operations ([`takes`], [`submit`]), [`capture`] captures them
+//! into graphs, [`health`] watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
 
 mod buffers;
 mod calls;
@@ -46,6 +46,7 @@ mod health;
 mod host_path;
 mod layout;
 mod limits;
+mod lower;
 mod paths;
 mod protocol;
 mod queue;

@@ -11,7 +11,7 @@ use ccl_cuda::{DataType, ReduceKind};
 use crate::device::Kernel;
 use crate::direct_reduce;
 use crate::error::Result;
-use crate::protocol::{lower, Act, Program};
+use crate::lower::{lower, Act, Program};
 
 /// Can this group go through cuda-ipc? Decided from what every rank sees alike (the
 /// communicator and the kind of reduction), never from local buffer properties.

@@ -18,8 +18,9 @@ use crate::device::Batched;
 use crate::direct::{plan, posting};
 use crate::engine::{streams_of, IpcEngine, Queued};
 use crate::error::{cuda_err, Error, Result};
+use crate::lower::{lower, Program};
 use crate::paths::{kernels_needed, reduction_paths, small_exchange, LowLatency};
-use crate::protocol::{lower, Chain, Program};
+use crate::protocol::Chain;
 use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
 use crate::{direct, direct_reduce, rendezvous, small_p2p};
 

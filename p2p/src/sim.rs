@@ -14,12 +14,13 @@ use std::sync::atomic::AtomicU64;
 
 use super::direct::{self, plan, posting};
 use super::direct_reduce;
-use super::protocol::{lower, Chain, Counters};
 use super::relay::Relay;
 use crate::device::{Batched, Device, Kernel};
 use crate::error::Result;
 use crate::host_path::HostPath;
 use crate::layout::{Lane, Layout};
+use crate::lower::lower;
+use crate::protocol::{Chain, Counters};
 use crate::rendezvous::{self, Export, Exported, Post, Reach, Words};
 use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
 

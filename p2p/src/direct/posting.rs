@@ -7,7 +7,8 @@ use std::time::Instant;
 use super::plan::{LocalSplit, Plan, PushWaits, Role, Transfer};
 use crate::error::{Error, Result};
 use crate::host_path::{HostPath, HostShare};
-use crate::protocol::{overlap, Act, Counters, Program};
+use crate::lower::{overlap, Act, Program};
+use crate::protocol::Counters;
 use crate::rendezvous::{
     is_vmm_id, peer_sends_first, post, resolve, Outcome, Post, PushWait, Reach, Words,
 };

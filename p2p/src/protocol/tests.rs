@@ -1,6 +1,10 @@
 use std::collections::HashMap;
 
+use ccl_collectives::task::{Reduction, Task, TaskKind};
+use ccl_collectives::Collective;
+
 use super::*;
+use crate::lower::{Act, MIN_CHUNK};
 use ccl_collectives::task::float_sum as task;
 
 /// Sender and receiver must agree on every chunk's logical time and size, pair by pair.
