@@ -358,9 +358,30 @@ impl Queueing {
         paused
     }
 
-    /// Orders the user's streams, then the direct transfers' local copies and flags, then the
-    /// low-latency kernel or the fork and local copies.
+    /// Orders the user's streams; then settles the direct transfers and queues their local
+    /// copies and flags, settles the direct reduction and queues its start, launches the
+    /// low-latency and point-to-point kernels; then forks the lanes of the staged program
+    /// and queues its local copies.
     fn begin(&mut self, q: &mut Queued, wait: Deadlines) -> Result<()> {
+        self.order_streams(q)?;
+        if let Some(posting) = self.posting.take() {
+            self.settle_direct(posting, q, wait)?;
+        }
+        if let Some((seq, o)) = self.sym_post.take() {
+            self.settle_sym(seq, o, q, wait)?;
+        }
+        self.launch_low_latency(q)?;
+        self.launch_small(q)?;
+        let eng = &*self.eng;
+        let mut cuda = CudaDevice::new(eng, &self.user[0]);
+        let mut dev = Batched::new(&mut cuda);
+        self.em.begin(&eng.layout, &mut dev)?;
+        dev.flush()
+    }
+
+    /// The group's first stream waits for the communicator's last operation (when that ran
+    /// on another stream) and for the work already queued on the group's other streams.
+    fn order_streams(&self, q: &Queued) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
         let raw = first.raw() as usize;
@@ -372,213 +393,243 @@ impl Queueing {
             ev.record(s).map_err(cuda_err)?;
             first.wait_event(&ev).map_err(cuda_err)?;
         }
-        // How long the direct paths wait for peers' posts: longer while this GPU is busy.
+        Ok(())
+    }
+
+    /// Settles the posted direct transfers into this rank's plan (a send posted first may wait
+    /// for its receiver to push), counts what they send, and queues the plan's start.
+    fn settle_direct(
+        &mut self,
+        posting: posting::Posting,
+        q: &mut Queued,
+        wait: Deadlines,
+    ) -> Result<()> {
+        let eng = &*self.eng;
         let busy = || !eng.last_done.query().unwrap_or(true);
-        // Transfers and direct reductions below this never hold the host for a peer's call.
-        let wait_min_bytes = eng.tuning.wait_min_bytes;
-        let push_wait = rendezvous::PushWait {
-            soft: wait.soft,
-            hard: wait.hard,
-            busy: &busy,
-            futile: &|| false,
-        };
-        let abort = self.comm.abort.clone();
-        let stop = || abort.load(std::sync::atomic::Ordering::Relaxed);
-        if let Some(posting) = self.posting.take() {
-            let (plan, err) = posting.settle(
-                &mut q.bufs,
-                eng.layout.rank,
-                &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),
-                posting::SettleHow {
-                    wait: push_wait,
-                    // Lanes only pay off when copies can overlap; a local setting (each rank
-                    // orders its own streams).
-                    single_max: eng.tuning.single_max,
-                    late: eng.tuning.push_wait_adapt.then_some(&mut q.push_late),
-                    wait_min_bytes,
-                    local_split: plan::LocalSplit {
-                        lanes: eng.tuning.local_copy_lanes,
-                        ..plan::LocalSplit::default()
-                    },
-                    exchange_until: wait.exchange.filter(|_| self.point_to_point),
-                    // Sends and receives only: beside an all-to-all's or all-gather's own
-                    // block (a kernel of this process on its GPU) the peer process's copy on
-                    // that GPU slowed both (2026-11-23: 256 MiB all-to-all 370 -> 510 us).
-                    remote_min: eng
-                        .remote
-                        .as_ref()
-                        .filter(|_| self.point_to_point)
-                        .map(|r| r.min_bytes),
-                    host: eng.layout.host.as_ref().map(|h| {
-                        let c = &mut q.counters;
-                        (h, &mut c.host_out, &mut c.host_in)
-                    }),
+        let abort = &self.comm.abort;
+        let stop = || abort.load(Ordering::Relaxed);
+        let (plan, err) = posting.settle(
+            &mut q.bufs,
+            eng.layout.rank,
+            &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),
+            posting::SettleHow {
+                wait: wait.push_wait(&busy),
+                // Lanes only pay off when copies can overlap; a local setting (each rank
+                // orders its own streams).
+                single_max: eng.tuning.single_max,
+                late: eng.tuning.push_wait_adapt.then_some(&mut q.push_late),
+                wait_min_bytes: eng.tuning.wait_min_bytes,
+                local_split: plan::LocalSplit {
+                    lanes: eng.tuning.local_copy_lanes,
+                    ..plan::LocalSplit::default()
                 },
+                exchange_until: wait.exchange.filter(|_| self.point_to_point),
+                // Sends and receives only: beside an all-to-all's or all-gather's own
+                // block (a kernel of this process on its GPU) the peer process's copy on
+                // that GPU slowed both (2026-11-23: 256 MiB all-to-all 370 -> 510 us).
+                remote_min: eng
+                    .remote
+                    .as_ref()
+                    .filter(|_| self.point_to_point)
+                    .map(|r| r.min_bytes),
+                host: eng.layout.host.as_ref().map(|h| {
+                    let c = &mut q.counters;
+                    (h, &mut c.host_out, &mut c.host_in)
+                }),
+            },
+            &stop,
+        )?;
+        let outgoing = || plan.transfers.iter().filter(|t| t.outgoing);
+        q.sent_direct += outgoing().map(|t| t.bytes as u64).sum::<u64>();
+        q.sent_bounced += plan.bounced as u64;
+        q.sent_host += outgoing()
+            .filter_map(|t| t.host.map(|h| t.bytes.saturating_sub(h.nvl) as u64))
+            .sum::<u64>();
+        q.push_waits.add(&plan.waits);
+        self.plan = plan;
+        self.direct_err = err;
+        let mut cuda = CudaDevice::new(eng, &self.user[0]);
+        let mut dev = Batched::new(&mut cuda);
+        self.plan.begin(&eng.layout, &mut dev)?;
+        dev.flush()
+    }
+
+    /// Settles the direct reduction's rendezvous `seq` (waiting, within limits, for the other
+    /// ranks' posts) and counts how it went; if it runs directly, drops the staged program
+    /// and queues the reduction's start.
+    fn settle_sym(
+        &mut self,
+        seq: u64,
+        o: direct_reduce::SymOutcome,
+        q: &mut Queued,
+        wait: Deadlines,
+    ) -> Result<()> {
+        let eng = &*self.eng;
+        let l = &eng.layout;
+        let busy = || !eng.last_done.query().unwrap_or(true);
+        let abort = &self.comm.abort;
+        let stop = || abort.load(Ordering::Relaxed);
+        let now = std::time::Instant::now();
+        let o = match o {
+            direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
+                eng.inbox
+                    .of(0)
+                    .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
+                l.nranks,
+                seq,
+                self.sym_wait(wait.push_wait(&busy), now),
+                eng.takeover.is_some(),
                 &stop,
-            )?;
-            q.sent_direct += plan
-                .transfers
-                .iter()
-                .filter(|t| t.outgoing)
-                .map(|t| t.bytes as u64)
-                .sum::<u64>();
-            q.sent_bounced += plan.bounced as u64;
-            q.sent_host += plan
-                .transfers
-                .iter()
-                .filter(|t| t.outgoing)
-                .filter_map(|t| t.host.map(|h| t.bytes.saturating_sub(h.nvl) as u64))
-                .sum::<u64>();
-            q.push_waits.add(&plan.waits);
-            self.plan = plan;
-            self.direct_err = err;
-            let mut cuda = CudaDevice::new(eng, first);
-            let mut dev = Batched::new(&mut cuda);
-            self.plan.begin(&eng.layout, &mut dev)?;
-            dev.flush()?;
+            )?,
+            o => o,
+        };
+        q.sym_waited += now.elapsed();
+        q.sym_outcomes[match &o {
+            direct_reduce::SymOutcome::Direct(_) => 0,
+            direct_reduce::SymOutcome::Active(_) => 1,
+            direct_reduce::SymOutcome::Passive => 2,
+            _ => 3,
+        }] += 1;
+        // Pieces of the slice: each is reduced, then pushed while the next reduces (a
+        // local setting: pushes and kernels are this rank's own).
+        let piece = eng.tuning.reduce_piece;
+        let bufs = &mut q.bufs;
+        let mut addr = |_: usize, p: &rendezvous::Post| rendezvous::Reach::resolve(bufs, p);
+        let plan = match self.sym {
+            Some(t) => direct_reduce::SymPlan::from_outcome(
+                o, &t, l.rank, l.nranks, seq, &mut addr, piece,
+            )?,
+            None => None,
         }
-        if let Some((seq, o)) = self.sym_post.take() {
-            let l = &eng.layout;
-            // Below CCL_IPC_PUSH_WAIT_MIN_BYTES the host does not wait for the other ranks'
-            // posts either: all go staged unless every rank had already posted.
-            let bytes = self
-                .sym
-                .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
-            let now = std::time::Instant::now();
-            // Two ranks may leave the reduction to whoever posts second instead of waiting
-            // (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US): the host never waits longer than that. From
-            // CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES on the first poster waits as long as
-            // any reduction would and only then leaves it to the peer, rather than going
-            // staged (a pipeline's tied-embedding all-reduce of 131 MB: the stages reach it
-            // milliseconds apart, and staged it took 786 us of host time on the late one).
-            let takeover = eng.takeover;
-            let quick = takeover.filter(|_| bytes < eng.tuning.takeover_max_bytes);
-            let sym_wait = if let Some(d) = quick {
-                rendezvous::PushWait {
-                    soft: now + d,
-                    hard: now + d,
-                    ..push_wait
-                }
-            } else if bytes < wait_min_bytes {
-                rendezvous::PushWait {
-                    soft: now,
-                    hard: now,
-                    ..push_wait
-                }
-            } else {
-                push_wait
-            };
-            let o = match o {
-                direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
-                    eng.inbox
-                        .of(0)
-                        .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?,
-                    l.nranks,
-                    seq,
-                    sym_wait,
-                    takeover.is_some(),
-                    &stop,
-                )?,
-                o => o,
-            };
-            q.sym_waited += now.elapsed();
-            q.sym_outcomes[match &o {
-                direct_reduce::SymOutcome::Direct(_) => 0,
-                direct_reduce::SymOutcome::Active(_) => 1,
-                direct_reduce::SymOutcome::Passive => 2,
-                _ => 3,
-            }] += 1;
-            // Pieces of the slice: each is reduced, then pushed while the next reduces (a
-            // local setting: pushes and kernels are this rank's own).
-            let piece = eng.tuning.reduce_piece;
-            let bufs = &mut q.bufs;
-            let mut addr = |_: usize, p: &rendezvous::Post| rendezvous::Reach::resolve(bufs, p);
-            let plan = match self.sym {
-                Some(t) => direct_reduce::SymPlan::from_outcome(
-                    o, &t, l.rank, l.nranks, seq, &mut addr, piece,
-                )?,
-                None => None,
+        .map(|mut p| {
+            p.multi = eng.reduce_n.load(Ordering::Relaxed);
+            p
+        });
+        let (Some(plan), Some(t)) = (plan, self.sym) else {
+            return Ok(());
+        };
+        q.sent_direct += match plan.role {
+            direct_reduce::SymRole::Shared => plan.count * (l.nranks - 1),
+            direct_reduce::SymRole::Active { .. } => plan.total,
+            direct_reduce::SymRole::Passive { .. } => 0,
+        } as u64
+            * t.dtype.size() as u64;
+        // Nothing goes through the slots: drop the staged program.
+        self.em = Chain::new(Vec::new());
+        self.staged_tx = 0;
+        let mut cuda = CudaDevice::new(eng, &self.user[0]);
+        let mut dev = Batched::new(&mut cuda);
+        plan.begin(l, &mut dev)?;
+        dev.flush()?;
+        self.sym_plan = Some(plan);
+        Ok(())
+    }
+
+    /// How long this rank waits for the other ranks' posts of its direct reduction, from
+    /// `now`: as the direct transfers do (`push_wait`), not at all below
+    /// `CCL_IPC_PUSH_WAIT_MIN_BYTES` (all go staged unless every rank had already posted), or,
+    /// with two ranks, only as long as `CCL_IPC_DIRECT_REDUCE_TAKEOVER_US` before leaving the
+    /// reduction to whoever posts second.
+    fn sym_wait<'a>(
+        &self,
+        push_wait: rendezvous::PushWait<'a>,
+        now: std::time::Instant,
+    ) -> rendezvous::PushWait<'a> {
+        let eng = &*self.eng;
+        let bytes = self
+            .sym
+            .map_or(0, |t| t.count.saturating_mul(t.dtype.size()));
+        // From CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES on the first poster waits as long as
+        // any reduction would and only then leaves it to the peer, rather than going staged
+        // (a pipeline's tied-embedding all-reduce of 131 MB: the stages reach it milliseconds
+        // apart, and staged it took 786 us of host time on the late one).
+        let quick = eng
+            .takeover
+            .filter(|_| bytes < eng.tuning.takeover_max_bytes);
+        if let Some(d) = quick {
+            rendezvous::PushWait {
+                soft: now + d,
+                hard: now + d,
+                ..push_wait
             }
-            .map(|mut p| {
-                p.multi = eng.reduce_n.load(Ordering::Relaxed);
-                p
-            });
-            if let (Some(plan), Some(t)) = (plan, self.sym) {
-                q.sent_direct += match plan.role {
-                    direct_reduce::SymRole::Shared => plan.count * (l.nranks - 1),
-                    direct_reduce::SymRole::Active { .. } => plan.total,
-                    direct_reduce::SymRole::Passive { .. } => 0,
-                } as u64
-                    * t.dtype.size() as u64;
-                // Nothing goes through the slots: drop the staged program.
-                self.em = Chain::new(Vec::new());
-                self.staged_tx = 0;
-                let mut cuda = CudaDevice::new(eng, first);
-                let mut dev = Batched::new(&mut cuda);
-                plan.begin(l, &mut dev)?;
-                dev.flush()?;
-                self.sym_plan = Some(plan);
+        } else if bytes < eng.tuning.wait_min_bytes {
+            rendezvous::PushWait {
+                soft: now,
+                hard: now,
+                ..push_wait
+            }
+        } else {
+            push_wait
+        }
+    }
+
+    /// The group's small collective as one low-latency kernel, if it is one.
+    fn launch_low_latency(&self, q: &mut Queued) -> Result<()> {
+        let Some(ll) = &self.ll else {
+            return Ok(());
+        };
+        let eng = &*self.eng;
+        let first = &self.user[0];
+        q.ll_seq = q.ll_seq.wrapping_add(1);
+        let l = &eng.layout;
+        let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
+        // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
+        // areas (checked when choosing this path); every rank launches the same operation
+        // with the same sequence number.
+        unsafe {
+            match ll {
+                LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => {
+                    eng.kernels.ll_all_reduce(
+                        first,
+                        t.dtype,
+                        t.red.arithmetic(),
+                        t.recv as u64,
+                        t.send as u64,
+                        t.count,
+                        areas,
+                        n,
+                        me,
+                        q.ll_seq,
+                        eng.ll_max,
+                        matches!(ll, LowLatency::ReduceScatter(_)),
+                    )
+                }
+                LowLatency::Exchange(x) => eng
+                    .kernels
+                    .ll_exchange(first, x, areas, n, me, q.ll_seq, eng.ll_max),
             }
         }
-        if let Some(ll) = &self.ll {
-            q.ll_seq = q.ll_seq.wrapping_add(1);
-            let l = &eng.layout;
-            let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
-            // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
-            // areas (checked when choosing this path); every rank launches the same operation
-            // with the same sequence number.
+        .map_err(cuda_err)
+    }
+
+    /// The group's small sends and receives as point-to-point kernels.
+    fn launch_small(&self, q: &mut Queued) -> Result<()> {
+        if self.small.is_empty() {
+            return Ok(());
+        }
+        let eng = &*self.eng;
+        let l = &eng.layout;
+        for launch in small_p2p::plan(&self.small, &mut q.small) {
+            let x = &launch.x;
+            q.sent_small += x.sbytes[..x.nsend as usize].iter().sum::<u64>();
+            // SAFETY: the buffers hold what the tasks say (validated at enqueue), each at
+            // most a slot; the areas' point-to-point words were zeroed at setup; each
+            // pair's numbers and the ticket go on in this communicator's call order (under
+            // the queue lock), as the peers' do for the matching receives and sends.
             unsafe {
-                match ll {
-                    LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => {
-                        eng.kernels.ll_all_reduce(
-                            first,
-                            t.dtype,
-                            t.red.arithmetic(),
-                            t.recv as u64,
-                            t.send as u64,
-                            t.count,
-                            areas,
-                            n,
-                            me,
-                            q.ll_seq,
-                            eng.ll_max,
-                            matches!(ll, LowLatency::ReduceScatter(_)),
-                        )
-                    }
-                    LowLatency::Exchange(x) => eng
-                        .kernels
-                        .ll_exchange(first, x, areas, n, me, q.ll_seq, eng.ll_max),
-                }
+                eng.kernels.ll_p2p(
+                    &self.user[0],
+                    x,
+                    eng.ll_areas.ptr(),
+                    l.rank as u32,
+                    l.nranks as u32,
+                    launch.ticket_base,
+                    eng.small_mismatch.device_ptr(),
+                )
             }
             .map_err(cuda_err)?;
         }
-        if !self.small.is_empty() {
-            let l = &eng.layout;
-            for launch in small_p2p::plan(&self.small, &mut q.small) {
-                let x = &launch.x;
-                q.sent_small += x.sbytes[..x.nsend as usize].iter().sum::<u64>();
-                // SAFETY: the buffers hold what the tasks say (validated at enqueue), each at
-                // most a slot; the areas' point-to-point words were zeroed at setup; each
-                // pair's numbers and the ticket go on in this communicator's call order (under
-                // the queue lock), as the peers' do for the matching receives and sends.
-                unsafe {
-                    eng.kernels.ll_p2p(
-                        first,
-                        x,
-                        eng.ll_areas.ptr(),
-                        l.rank as u32,
-                        l.nranks as u32,
-                        launch.ticket_base,
-                        eng.small_mismatch.device_ptr(),
-                    )
-                }
-                .map_err(cuda_err)?;
-            }
-        }
-        let mut cuda = CudaDevice::new(eng, first);
-        let mut dev = Batched::new(&mut cuda);
-        self.em.begin(&eng.layout, &mut dev)?;
-        dev.flush()
+        Ok(())
     }
 
     fn emit_until(&mut self, until: u64, q: &mut Queued) -> Result<()> {
@@ -626,4 +677,21 @@ struct Deadlines {
     hard: std::time::Instant,
     /// `CCL_IPC_EXCHANGE_WAIT_US`: sends to a peer the group also receives from.
     exchange: Option<std::time::Instant>,
+}
+
+impl Deadlines {
+    /// How long the direct paths wait for peers' posts: longer while this GPU is `busy`.
+    fn push_wait<'a>(&self, busy: &'a dyn Fn() -> bool) -> rendezvous::PushWait<'a> {
+        rendezvous::PushWait {
+            soft: self.soft,
+            hard: self.hard,
+            busy,
+            futile: &never,
+        }
+    }
+}
+
+/// A `PushWait::futile` that never gives up early.
+fn never() -> bool {
+    false
 }
