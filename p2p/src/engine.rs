@@ -70,6 +70,31 @@ pub(crate) struct Queued {
     pub(crate) push_late: posting::Lateness,
 }
 
+impl Queued {
+    /// Nothing queued yet on a communicator of `n` ranks, with `bufs` for its direct paths.
+    pub(crate) fn new(n: usize, rx_lanes: usize, bufs: Buffers) -> Queued {
+        Queued {
+            counters: Counters::new(n, rx_lanes),
+            last_stream: None,
+            ll_seq: 0,
+            small: small_p2p::Seqs::new(n),
+            calls: History::default(),
+            ops: 0,
+            bufs,
+            sent_direct: 0,
+            sent_bounced: 0,
+            sent_host: 0,
+            push_waits: plan::PushWaits::default(),
+            sym_outcomes: [0; 4],
+            sym_waited: Duration::ZERO,
+            push_late: posting::Lateness::default(),
+            sent_staged: 0,
+            sent_small: 0,
+            queueing: QueueTimes::default(),
+        }
+    }
+}
+
 /// One communicator's cuda-ipc state.
 pub struct IpcEngine {
     /// The settings it was made with.
