@@ -19,7 +19,7 @@ use crate::error::{cuda_err, Error, Result};
 use crate::layout::groups;
 
 /// Captures `tasks` on the direct paths into the CUDA graph their stream is capturing, when
-/// every rank can ([`crate::captured`]); `false`: every rank goes on to the staged captured
+/// every rank can (`captured`); `false`: every rank goes on to the staged captured
 /// path. Collective: every rank of a communicator with cuda-ipc calls it for the same group.
 pub fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     if eng.host_only {

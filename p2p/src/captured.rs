@@ -3,11 +3,11 @@
 //! kernel, as the eager direct paths.
 //!
 //! The eager paths number their flag values per operation, which a graph cannot replay. A
-//! captured group has words of its own instead ([`crate::layout::groups`] per communicator, in every rank's
-//! flag area, so peers reach them through the mappings made at setup) whose values are the
-//! same at every replay: 0 at rest, 1 when set. Every rank captures the same groups in the
-//! same order (NCCL's rule for captured collectives), so they meet at capture: there they agree
-//! on the group's index and exchange how each reaches the others' buffers (fixed across
+//! captured group has words of its own instead ([`crate::layout::groups`] per communicator, in
+//! every rank's flag area, so peers reach them through the mappings made at setup) whose values
+//! are the same at every replay: 0 at rest, 1 when set. Every rank captures the same groups in
+//! the same order (NCCL's rule for captured collectives), so they meet at capture: there they
+//! agree on the group's index and exchange how each reaches the others' buffers (fixed across
 //! replays), and each records on its capturing stream, with `P` its partners (every other rank
 //! for a collective, the peers of its sends and receives):
 //!
@@ -28,10 +28,10 @@
 //! after it saw this rank's `DONE`, which comes later still.
 //!
 //! Small groups take shorter forms: an all-reduce of at most `CCL_GRAPH_ONE_SHOT_BYTES` is
-//! reduced whole by every rank ([`group::one_shot`]: no `HALFWAY`); and a group that is one small
-//! reduction ([`group::fused`]) or only copies ([`group::fused_copies`]) runs as one kernel that does the
-//! handshakes itself on the same words in the same order (`CCL_GRAPH_FUSED`, a local choice:
-//! one rank's kernel meets another's parts).
+//! reduced whole by every rank (`group::one_shot`: no `HALFWAY`); and a group that is one small
+//! reduction (`group::fused`) or only copies (`group::fused_copies`) runs as one kernel that
+//! does the handshakes itself on the same words in the same order (`CCL_GRAPH_FUSED`, a local
+//! choice: one rank's kernel meets another's parts).
 //!
 //! Capture costs two rounds over the bootstrap network (the agreement, then whether every rank
 //! could map every buffer): each rank falls back to the staged captured path exactly when

@@ -119,7 +119,7 @@ pub struct IpcEngine {
     pub(crate) _flags: DeviceBuffer,
     /// This rank's receive area in its GPU memory: the staged protocol's slots, or in host-only
     /// mode (whose slots are in host memory) their mirror and the partners' inputs of captured
-    /// groups ([`captured::capture_host_only`]).
+    /// groups ([`crate::captured::host_only`]).
     pub(crate) device_slots: DeviceBuffer,
     /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
     /// array of every rank's area address as mapped here.
@@ -171,7 +171,7 @@ pub struct IpcEngine {
     /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
     pub(crate) remote: Option<RemoteLanes>,
     /// Groups captured into CUDA graphs so far (each takes the next index of
-    /// [`captured::groups`], whichever path it ends up on).
+    /// [`crate::layout::groups`], whichever path it ends up on).
     pub(crate) captured: std::sync::atomic::AtomicUsize,
 }
 

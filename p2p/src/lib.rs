@@ -20,15 +20,15 @@
 //! never stuck behind a later one, whatever the queue merging.
 //!
 //! The files, from the bottom up. CUDA-free, and run by the simulator in the tests (`sim`):
-//! [`layout`] and [`host_path`] say where every flag word, slot and ring lies; [`device`] is
-//! what the protocols queue on; [`rendezvous`] is how two ranks meet in host shared memory;
-//! [`lower`] cuts a group into pieces per peer, [`protocol`] moves them through the slots;
-//! [`direct`], [`direct_reduce`] and [`relay`] are the direct paths between user buffers,
-//! [`small_p2p`] the point-to-point kernel's plan, [`captured`] the groups captured into CUDA
-//! graphs. On CUDA: [`buffers`] maps user buffers, [`engine`] is one communicator's state,
-//! [`cuda_device`] the protocols' device on its streams; [`setup`] makes it ([`attach`]),
-//! [`paths`] and [`queue`] run operations ([`takes`], [`submit`]), [`capture`] captures them
-//! into graphs, [`health`] watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
+//! `layout` and `host_path` say where every flag word, slot and ring lies; `device` is
+//! what the protocols queue on; `rendezvous` is how two ranks meet in host shared memory;
+//! `lower` cuts a group into pieces per peer, `protocol` moves them through the slots;
+//! `direct`, `direct_reduce` and `relay` are the direct paths between user buffers,
+//! `small_p2p` the point-to-point kernel's plan, `captured` the groups captured into CUDA
+//! graphs. On CUDA: `buffers` maps user buffers, `engine` is one communicator's state,
+//! `cuda_device` the protocols' device on its streams; `setup` makes it ([`attach`]),
+//! `paths` and `queue` run operations ([`takes`], [`submit`]), `capture` captures them
+//! into graphs, `health` watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
 
 mod buffers;
 mod calls;

@@ -25,7 +25,7 @@ use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
 use crate::{direct, direct_reduce, rendezvous, small_p2p};
 
 /// Queues the groups of several communicators (one per GPU of a `-g N` process, say). A
-/// group with a relayed broadcast ([`crate::relay`]) goes in phases, each queued for every
+/// group with a relayed broadcast (`relay`) goes in phases, each queued for every
 /// communicator before the next, so a stream only ever waits on work already queued.
 pub fn submit(groups: Vec<(CommCtx, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     let mut phased = Vec::with_capacity(groups.len());

@@ -25,7 +25,7 @@ pub(crate) struct Post {
     pub offset: u64,
     pub handle: [u8; 64],
     /// The host path's share of the transfer in thousandths, as this side would cut it
-    /// ([`HostPath`]): the first poster's value holds for both sides (0: none).
+    /// ([`crate::host_path::HostPath`]): the first poster's value holds for both sides (0: none).
     pub host_permille: u32,
 }
 

@@ -12,6 +12,9 @@ use ccl_p2p::control::{CommCtx as ControlCommCtx, Control as ControlTrait};
 use ccl_p2p::error::{Error as ErrorModule, ErrorKind as ErrorKindModule};
 use ccl_p2p::{CommCtx, Control, Error, ErrorKind, IpcEngine, P2pConfig, PeerHealth, Result};
 
+/// What `submit` takes: every communicator's group.
+type Groups = Vec<(CommCtx, Arc<IpcEngine>, Vec<Task>)>;
+
 /// The same types whether named through the crate root or through their modules.
 fn same<T>(_: std::marker::PhantomData<T>, _: std::marker::PhantomData<T>) {}
 
@@ -20,7 +23,7 @@ fn the_engines_functions_keep_their_signatures() {
     let _: fn(&Arc<Context>, bool) -> Result<Arc<Kernels>> = ccl_p2p::kernels_for;
     let _: fn(&CommCtx, &P2pConfig) -> Result<Option<Arc<IpcEngine>>> = ccl_p2p::attach;
     let _: fn(&[Task]) -> bool = ccl_p2p::takes;
-    let _: fn(Vec<(CommCtx, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> = ccl_p2p::submit;
+    let _: fn(Groups) -> Result<()> = ccl_p2p::submit;
     let _: fn(&CommCtx, &IpcEngine) = ccl_p2p::check_health;
     let _: fn(&IpcEngine, &AtomicBool) -> Result<()> = ccl_p2p::wait_idle;
     let _: fn(Arc<IpcEngine>, bool) = ccl_p2p::shutdown;

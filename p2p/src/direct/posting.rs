@@ -173,9 +173,10 @@ pub(crate) struct SettleHow<'a> {
     /// before the peer calls anyway, and Megatron synchronizes right after it. None: off.
     pub exchange_until: Option<Instant>,
     /// Transfers of at least this many bytes go by remote copy (`CCL_IPC_REMOTE_COPY`,
-    /// [`Device::wait_pull_signal`]): a send does not wait for its receiver at all (left to
-    /// the receiver, it still moves at push speed, and neither host waits for the other's
-    /// call), and a receive this rank pulls is offered to the peer GPU's engine. None: off.
+    /// [`crate::device::Device::wait_pull_signal`]): a send does not wait for its receiver at
+    /// all (left to the receiver, it still moves at push speed, and neither host waits for the
+    /// other's call), and a receive this rank pulls is offered to the peer GPU's engine. None:
+    /// off.
     pub remote_min: Option<usize>,
     /// The host path and this rank's chunk counts to and from each peer (None: off).
     pub host: Option<(&'a HostPath, &'a mut Vec<u64>, &'a mut Vec<u64>)>,

@@ -72,7 +72,7 @@ pub(crate) fn p2p_disabled(cfg: &P2pConfig, beyond_level: bool) -> bool {
         || cfg
             .p2p_level
             .as_deref()
-            .and_then(|v| ccl_topology::types::PathType::parse_level(&v))
+            .and_then(ccl_topology::types::PathType::parse_level)
             == Some(ccl_topology::types::PathType::Loc)
 }
 
