@@ -11,21 +11,12 @@ use std::os::fd::{AsFd, RawFd};
 use ccl_cuda::cuda::{self, Context, DeviceBuffer, IpcHandle, IpcMapping, MemoryKind, VmmMapping};
 use parking_lot::Mutex;
 
-use super::direct::{Export, Exported, Post, Reach};
 use crate::error::cuda_err;
 use crate::error::{Error, Result};
+use crate::rendezvous::{Export, Exported, Post, Reach, VMM_ID};
 
 /// Most exported handles remembered per communicator (forgotten all at once past this).
 const EXPORTS_MAX: usize = 4096;
-
-/// Marks a post's buffer id as a VMM allocation id (CUDA's buffer ids are small counters):
-/// its "handle" then carries the owner's file descriptor and the allocation's length.
-const VMM_ID: u64 = 1 << 63;
-
-/// Whether a post's buffer id names a VMM allocation.
-pub(crate) fn is_vmm_id(id: u64) -> bool {
-    id & VMM_ID != 0
-}
 
 fn vmm_handle(fd: RawFd, len: usize) -> [u8; 64] {
     let mut h = [0u8; 64];

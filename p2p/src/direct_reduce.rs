@@ -19,22 +19,18 @@
 //! by a peer only after this rank's own kernel has read what sits there (in place: a peer
 //! pushes slice q only after reading it).
 
-#[cfg(test)]
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
-use super::direct::{wait_for_ring, Post, PushWait, Words, POST_WORDS, RING};
-use super::protocol::{Device, Kernel, Lane, Layout, LongWait};
+use crate::device::{Device, Kernel, LongWait};
 use crate::error::{Error, Result};
+use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
+use crate::rendezvous::{wait_for_ring, Post, PushWait, Words};
 use crate::sync::{Atomic64, Ordering};
 use ccl_collectives::task::{Reduction, Task, TaskKind};
-
-/// Collectives a rank may post ahead of the slowest rank.
-const SYM_RING: usize = 64;
 
 /// Largest communicator the rendezvous word can hold (one bit per rank).
 pub(crate) const MAX_RANKS: usize = 32;
@@ -44,20 +40,6 @@ const FAILED: u64 = 1 << 32;
 const PASSIVE: u64 = 1 << 33;
 const GEN_SHIFT: u32 = 34;
 const ALL_BITS: u64 = FAILED - 1;
-
-fn entry_words(n: usize) -> usize {
-    2 + n * 2 * POST_WORDS
-}
-
-/// Words of the collective rendezvous ring.
-pub(crate) fn ring_words(n: usize) -> usize {
-    SYM_RING * entry_words(n)
-}
-
-/// Where the ring starts in an inbox.
-fn ring_base(n: usize) -> usize {
-    n * RING * super::direct::ENTRY_WORDS
-}
 
 /// A collective that may run directly: one plain all-reduce, reduce-scatter or reduce of at
 /// least `min_bytes` (smaller ones do better with the one-kernel low-latency path; a reduce
@@ -134,7 +116,7 @@ impl<'a> SymEntry<'a> {
     fn new(board: &'a dyn Words, n: usize, seq: u64) -> SymEntry<'a> {
         SymEntry {
             board,
-            base: ring_base(n) + (seq % SYM_RING as u64) as usize * entry_words(n),
+            base: sym_ring_base(n) + (seq % SYM_RING as u64) as usize * sym_entry_words(n),
             gen: seq / SYM_RING as u64,
             n,
         }
@@ -529,7 +511,7 @@ impl SymPlan {
         // Peers in rotated order (me+1, me+2, ...): at every step the ranks read from, and
         // push to, a permutation of each other, so no rank's NVLink ports serve several
         // readers at once while others idle (in plain order every rank first reads rank 0:
-        // 0.51x NCCL's reduce-scatter on 4 GPUs, session 7).
+        // 0.51x NCCL's reduce-scatter on 4 GPUs, measured 2026-11-22).
         let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
         // Each peer's pushes (and then its "done") on that peer's copy lane, so pushes to
         // several peers run on several copy engines at once.
@@ -691,292 +673,4 @@ impl SymPlan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn post(addr: u64) -> Post {
-        Post {
-            pid: 1,
-            addr,
-            bytes: 8,
-            buffer_id: addr,
-            offset: 0,
-            handle: [0; 64],
-            host_permille: 0,
-        }
-    }
-
-    fn board(n: usize) -> Vec<AtomicU64> {
-        (0..super::super::direct::inbox_words(n))
-            .map(|_| AtomicU64::new(0))
-            .collect()
-    }
-
-    fn patient() -> PushWait<'static> {
-        let far = Instant::now() + Duration::from_secs(60);
-        PushWait {
-            soft: far,
-            hard: far,
-            busy: &|| true,
-            futile: &|| false,
-        }
-    }
-
-    #[test]
-    fn every_rank_posting_makes_it_direct_for_all() {
-        let (n, b) = (3, board(3));
-        let never = || false;
-        for seq in [
-            0u64,
-            1,
-            SYM_RING as u64,
-            SYM_RING as u64 + 1,
-            2 * SYM_RING as u64,
-        ] {
-            let mut outcomes = Vec::new();
-            for r in 0..n {
-                let mine = Some((post(100 * r as u64), post(100 * r as u64 + 1)));
-                outcomes.push(sym_post(&b, n, r, seq, mine, None, &never).unwrap());
-            }
-            assert_eq!(outcomes[0], SymOutcome::Pending);
-            assert_eq!(outcomes[1], SymOutcome::Pending);
-            let SymOutcome::Direct(posts) = &outcomes[2] else {
-                panic!("{outcomes:?}");
-            };
-            assert_eq!(posts[1], (post(100), post(101)));
-            for r in 0..2 {
-                let o = sym_settle(&b, n, seq, patient(), false, &never).unwrap();
-                assert_eq!(o, outcomes[2].clone(), "rank {r}");
-            }
-            // Reusable only once all three have left; the next round proves it.
-        }
-    }
-
-    #[test]
-    fn a_late_rank_or_an_unexportable_buffer_makes_it_staged_for_all() {
-        let (n, b) = (2, board(2));
-        let never = || false;
-        // Rank 0 posts and gives up at once (idle GPU); rank 1 arrives after: staged both.
-        assert_eq!(
-            sym_post(&b, n, 0, 0, Some((post(1), post(2))), None, &never).unwrap(),
-            SymOutcome::Pending
-        );
-        let now = Instant::now();
-        let idle = PushWait {
-            soft: now,
-            hard: now + Duration::from_secs(60),
-            busy: &|| false,
-            futile: &|| false,
-        };
-        assert_eq!(
-            sym_settle(&b, n, 0, idle, false, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        assert_eq!(
-            sym_post(&b, n, 1, 0, Some((post(3), post(4))), None, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        // Rank 1 cannot export: staged for both, whoever comes first.
-        assert_eq!(
-            sym_post(&b, n, 1, 1, None, None, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        assert_eq!(
-            sym_post(&b, n, 0, 1, Some((post(1), post(2))), None, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        // The entries were freed: collective SYM_RING + 1 (same entry as 1) goes direct.
-        let seq = SYM_RING as u64 + 1;
-        assert_eq!(
-            sym_post(&b, n, 0, seq, Some((post(1), post(2))), None, &never).unwrap(),
-            SymOutcome::Pending
-        );
-        assert!(matches!(
-            sym_post(&b, n, 1, seq, Some((post(3), post(4))), None, &never).unwrap(),
-            SymOutcome::Direct(_)
-        ));
-    }
-
-    #[test]
-    fn with_takeover_the_late_rank_reduces_alone_and_nobody_waits() {
-        let (n, b) = (2, board(2));
-        let never = || false;
-        let now = Instant::now();
-        let at_once = PushWait {
-            soft: now,
-            hard: now,
-            busy: &|| true,
-            futile: &|| false,
-        };
-        // Rank 0 first, gives up at once: passive; rank 1 finds that and reduces alone, even
-        // though its own buffers cannot be exported (it needs only rank 0's).
-        assert_eq!(
-            sym_post(&b, n, 0, 0, Some((post(1), post(2))), None, &never).unwrap(),
-            SymOutcome::Pending
-        );
-        assert_eq!(
-            sym_settle(&b, n, 0, at_once, true, &never).unwrap(),
-            SymOutcome::Passive
-        );
-        let SymOutcome::Active(posts) = sym_post(&b, n, 1, 0, None, None, &never).unwrap() else {
-            panic!("rank 1 should reduce alone");
-        };
-        assert_eq!(posts[0], (post(1), post(2)));
-        // Both arriving before either gives up: shared, as without takeover.
-        assert_eq!(
-            sym_post(&b, n, 1, 1, Some((post(3), post(4))), None, &never).unwrap(),
-            SymOutcome::Pending
-        );
-        assert!(matches!(
-            sym_post(&b, n, 0, 1, Some((post(1), post(2))), None, &never).unwrap(),
-            SymOutcome::Direct(_)
-        ));
-        assert!(matches!(
-            sym_settle(&b, n, 1, at_once, true, &never).unwrap(),
-            SymOutcome::Direct(_)
-        ));
-        // The first poster cannot export: staged for both, takeover or not.
-        assert_eq!(
-            sym_post(&b, n, 0, 2, None, None, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        assert_eq!(
-            sym_post(&b, n, 1, 2, Some((post(3), post(4))), None, &never).unwrap(),
-            SymOutcome::Staged
-        );
-        // Every entry was freed: the same slots serve the next round.
-        for seq in 0..3 {
-            let e = SymEntry::new(&b, n, seq);
-            assert_eq!(
-                e.word(0).unwrap().load(Ordering::Acquire) >> GEN_SHIFT,
-                1,
-                "entry {seq}"
-            );
-        }
-    }
-
-    #[test]
-    fn racing_ranks_agree_on_direct_or_staged() {
-        let n = 4;
-        let b = std::sync::Arc::new(board(n));
-        let handles: Vec<_> = (0..n)
-            .map(|r| {
-                let b = b.clone();
-                std::thread::spawn(move || {
-                    (0..4 * SYM_RING as u64)
-                        .map(|seq| {
-                            let mine = Some((post(r as u64), post(r as u64 + 10)));
-                            match sym_post(&*b, n, r, seq, mine, None, &|| false).unwrap() {
-                                SymOutcome::Pending => {
-                                    // Some ranks give up quickly, others wait.
-                                    let by = Instant::now()
-                                        + Duration::from_micros((seq + r as u64) % 3 * 40);
-                                    let w = PushWait {
-                                        soft: by,
-                                        hard: by,
-                                        busy: &|| true,
-                                        futile: &|| false,
-                                    };
-                                    sym_settle(&*b, n, seq, w, false, &|| false).unwrap()
-                                }
-                                o => o,
-                            }
-                        })
-                        .map(|o| matches!(o, SymOutcome::Direct(_)))
-                        .collect::<Vec<bool>>()
-                })
-            })
-            .collect();
-        let all: Vec<Vec<bool>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        for seq in 0..all[0].len() {
-            let first = all[0][seq];
-            assert!(
-                all.iter().all(|v| v[seq] == first),
-                "collective {seq} disagrees"
-            );
-        }
-    }
-
-    /// Model checks (loom): two ranks posting one collective, one of them giving up at its
-    /// first look or waiting (going staged, or with `takeover` leaving it to the other), in
-    /// every interleaving: both choose matching paths, whoever reduces sees the posts intact,
-    /// and the entry ends free.
-    mod loom_model {
-        use super::*;
-        use crate::direct::LoomWords;
-        use loom::sync::Arc;
-
-        fn two_ranks(patient: bool, takeover: bool) {
-            loom::model(move || {
-                let n = 2;
-                let b = Arc::new(LoomWords::new(&[(ring_base(n), entry_words(n))]));
-                let b2 = b.clone();
-                let never = || false;
-                let other = loom::thread::spawn(move || {
-                    sym_post(&*b2, n, 1, 0, Some((post(10), post(11))), None, &|| false).unwrap()
-                });
-                let at = if patient {
-                    Instant::now() + Duration::from_secs(3600)
-                } else {
-                    Instant::now()
-                };
-                let w = PushWait {
-                    soft: at,
-                    hard: at,
-                    busy: &|| true,
-                    futile: &|| false,
-                };
-                let mine =
-                    match sym_post(&*b, n, 0, 0, Some((post(0), post(1))), None, &never).unwrap() {
-                        SymOutcome::Pending => sym_settle(&*b, n, 0, w, takeover, &never).unwrap(),
-                        o => o,
-                    };
-                let theirs = match other.join().unwrap() {
-                    SymOutcome::Pending => {
-                        let patient = PushWait {
-                            soft: Instant::now() + Duration::from_secs(3600),
-                            hard: Instant::now() + Duration::from_secs(3600),
-                            busy: &|| true,
-                            futile: &|| false,
-                        };
-                        sym_settle(&*b, n, 0, patient, false, &never).unwrap()
-                    }
-                    o => o,
-                };
-                match (mine, theirs) {
-                    (SymOutcome::Direct(p), SymOutcome::Direct(q)) => {
-                        assert_eq!(p, vec![(post(0), post(1)), (post(10), post(11))]);
-                        assert_eq!(p, q);
-                    }
-                    (SymOutcome::Staged, SymOutcome::Staged) => {
-                        assert!(!patient && !takeover, "nobody gave up")
-                    }
-                    (SymOutcome::Passive, SymOutcome::Active(q)) => {
-                        assert!(!patient && takeover, "nobody gave up");
-                        assert_eq!(q[0], (post(0), post(1)));
-                    }
-                    (m, t) => panic!("rank 0 {m:?}, rank 1 {t:?}"),
-                }
-                let e = SymEntry::new(&*b, n, 0);
-                assert_eq!(e.word(0).unwrap().load(Ordering::Acquire), 1 << GEN_SHIFT);
-                assert_eq!(e.word(1).unwrap().load(Ordering::Acquire), 0);
-            });
-        }
-
-        #[test]
-        fn two_ranks_agree_when_one_gives_up_at_once() {
-            two_ranks(false, false);
-        }
-
-        #[test]
-        fn two_ranks_go_direct_when_both_wait() {
-            two_ranks(true, false);
-        }
-
-        #[test]
-        fn two_ranks_agree_when_one_leaves_it_to_the_other() {
-            two_ranks(false, true);
-        }
-    }
-}
+mod tests;

@@ -3,9 +3,9 @@
 //! At the limit the GPU's compute runs on whatever power is left, so data movement that adds
 //! bandwidth at a cost in power is a bad trade there: the host path (a share of large direct
 //! transfers through pinned host memory over PCIe) lifted send/receive beside a bf16 GEMM
-//! loop from 361 to 390 GB/s but cost the GEMM 7.0 -> 8.3-8.5% of its speed (session 15,
-//! `tests/gpu/device_overlap_ab.sh`). The decision logic here takes time and samples as
-//! arguments (no NVML, no clock), so it is tested without a GPU.
+//! loop from 361 to 390 GB/s but cost the GEMM 7.0 -> 8.3-8.5% of its speed (measured
+//! 2026-11-23 with `tests/gpu/device_overlap_ab.sh`). The decision logic here takes time and
+//! samples as arguments (no NVML, no clock), so it is tested without a GPU.
 
 use std::time::{Duration, Instant};
 

@@ -2,10 +2,10 @@
 //! transfers.
 //!
 //! A root that copies the whole buffer to each of `n - 1` peers sends `n - 1` times the
-//! buffer over its own NVLink ports: 0.37x NCCL's ring on 4 GPUs (session 7). Here the buffer
-//! is cut into chunks and each chunk into `n - 1` slices, one per non-root rank. Phase `p`
-//! scatters chunk `p` (the root sends each slice to its owner) while the non-root ranks
-//! all-gather chunk `p - 1` among themselves (each owner sends its slice to the other
+//! buffer over its own NVLink ports: 0.37x NCCL's ring on 4 GPUs (measured 2026-11-22). Here
+//! the buffer is cut into chunks and each chunk into `n - 1` slices, one per non-root rank.
+//! Phase `p` scatters chunk `p` (the root sends each slice to its owner) while the non-root
+//! ranks all-gather chunk `p - 1` among themselves (each owner sends its slice to the other
 //! non-root ranks). Every rank then sends and receives about the buffer's size once, as in a
 //! ring, and copy engines do all of it.
 //!

@@ -1,0 +1,221 @@
+//! Capturing a group into the CUDA graph its stream is capturing, on this communicator's
+//! engine.
+
+use std::sync::atomic::Ordering;
+
+use ccl_collectives::task::Task;
+use ccl_cuda::cuda::source::REDUCE_N_MAX;
+use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
+use ccl_cuda::DataType;
+
+use crate::captured::agree::{self, Ends, Offer};
+use crate::captured::group::{self, Group};
+use crate::captured::host_only::{self, HostOnlyGroup};
+use crate::captured::steps;
+use crate::control::CommCtx;
+use crate::cuda_device::CudaDevice;
+use crate::engine::{streams_of, IpcEngine};
+use crate::error::{cuda_err, Error, Result};
+use crate::layout::groups;
+
+/// Captures `tasks` on the direct paths into the CUDA graph their stream is capturing, when
+/// every rank can (`captured`); `false`: every rank goes on to the staged captured
+/// path. Collective: every rank of a communicator with cuda-ipc calls it for the same group.
+pub fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+    if eng.host_only {
+        capture_host_only(comm, eng, tasks)
+    } else {
+        capture_direct(comm, eng, tasks)
+    }
+}
+
+/// Captures `tasks` on the direct paths into the graph their stream is capturing, if every
+/// rank can; `false`: no rank did, and every rank takes the staged captured path.
+fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+    let l = &eng.layout;
+    let (rank, n) = (l.rank, l.nranks);
+    let streams = streams_of(&eng.ctx, tasks);
+    let index = eng.captured.fetch_add(1, Ordering::Relaxed);
+    let able = eng.direct && eng.cfg.graph_direct;
+    let one_shot_bytes = eng.cfg.graph_one_shot_bytes.max(0) as usize;
+    let mut mine = {
+        let mut q = eng.queued.lock();
+        agree::offer(index, tasks, (rank, n), (able, one_shot_bytes), &mut q.bufs)
+    };
+    mine.gpu = gpu_id(&eng.ctx);
+    let offers = exchange(comm, &mine.encode())?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            Offer::decode(b)
+                .ok_or_else(|| Error::remote(format!("rank {r} sent a malformed graph offer")))
+        })
+        .collect::<Result<Vec<Offer>>>()?;
+    if index == groups(n) {
+        tracing::warn!(
+            "rank {rank}: this communicator captured {index} groups into CUDA graphs; later \
+             ones go through host memory (slow)"
+        );
+    }
+    if offers.iter().any(|o| !o.able || o.index != mine.index) {
+        tracing::debug!("rank {rank}: group {index} captured on the staged path");
+        return Ok(false);
+    }
+    let one_shot_max = offers.iter().map(|o| o.one_shot).min().unwrap_or(0) as usize;
+    let rows = agree::matching(&offers, rank).map_err(|e| {
+        Error::invalid_usage(format!("operations captured into a CUDA graph differ: {e}"))
+    })?;
+    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    // Loading a module or mapping a buffer may fail here and not on a peer: a second round
+    // says whether every rank is ready, so that they still fall back together.
+    let ready = (|| -> Result<(Vec<Vec<Ends>>, Option<DeviceBuffer>)> {
+        for (dtype, op) in steps::kernels_needed(tasks, n, reduce_n) {
+            eng.kernels.prepare(dtype, op).map_err(cuda_err)?;
+        }
+        let scratch = match group::parked(tasks, rank, n, one_shot_max).1 {
+            0 => None,
+            bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(cuda_err)?),
+        };
+        let mut q = eng.queued.lock();
+        Ok((
+            agree::ends_of(&offers, rank, tasks, &rows, &mut q.bufs)?,
+            scratch,
+        ))
+    })();
+    if let Err(e) = &ready {
+        tracing::warn!("rank {rank}: a captured group goes staged: {e}");
+    }
+    let verdicts = exchange(comm, &[ready.is_ok() as u8])?;
+    if verdicts.iter().any(|v| v.as_slice() != [1]) {
+        return Ok(false);
+    }
+    let (ends, scratch) = ready?;
+    // A local choice: the kernel and the parts wait and write the same words in the same order.
+    // Not while a rank of another process shares this GPU: time-sliced, the kernel would spin
+    // through its whole slice (two processes on one H100, measured 2026-11-23: 4.5 ms per
+    // operation).
+    let shared = offers
+        .iter()
+        .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    let kernel = match tasks {
+        [t] if group::fusable_reduction(t, one_shot_max) => Some((
+            t.dtype,
+            KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8),
+        )),
+        _ if !tasks.iter().any(|t| steps::reduces(t.kind) && t.count > 0) => {
+            Some((DataType::Uint8, KernelOp::GraphCopies))
+        }
+        _ => None,
+    };
+    let fused = eng.cfg.graph_fused
+        && !shared
+        && n <= REDUCE_N_MAX
+        && kernel.is_some_and(|(dtype, op)| match eng.kernels.prepare(dtype, op) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("rank {rank}: the captured group's kernel {op:?}: {e}");
+                false
+            }
+        });
+    let group = Group {
+        index,
+        tasks,
+        ends,
+        reduce_n,
+        scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
+        one_shot: one_shot_max,
+        fused,
+    };
+    ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
+        group::emit(&mut CudaDevice::new(eng, stream), l, &group)
+    })?;
+    // The graph keeps using it at every replay, for as long as the process lives.
+    std::mem::forget(scratch);
+    if index == 0 {
+        tracing::info!("rank {rank}: groups captured into CUDA graphs take the direct paths");
+    }
+    tracing::debug!(
+        "rank {rank}: captured group {index} ({} operations) on the direct paths",
+        tasks.len()
+    );
+    Ok(true)
+}
+
+/// Captures `tasks` host-only ([`HostOnlyGroup`]) into the graph their stream is capturing, if
+/// every rank can; `false`: no rank did, and every rank takes the staged captured path.
+fn capture_host_only(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
+    let l = &eng.layout;
+    let (rank, n) = (l.rank, l.nranks);
+    let streams = streams_of(&eng.ctx, tasks);
+    let index = eng.captured.fetch_add(1, Ordering::Relaxed);
+    let region = l.slots as usize * l.chunk;
+    let able = eng.cfg.graph_direct && index < groups(n);
+    // Ability, group index, and per operation its signature and outbox offset: every rank able
+    // and the groups matching, or none captures it here.
+    let all = exchange(
+        comm,
+        &host_only::host_only_offer_of(index, tasks, rank, n, region, able),
+    )?;
+    if !all.iter().all(|o| o.first() == Some(&1)) {
+        tracing::debug!("rank {rank}: group {index} captured on the staged path (host-only)");
+        return Ok(false);
+    }
+    let rounds = host_only::host_only_plan(tasks, rank, n, region, &all).map_err(|e| {
+        Error::invalid_usage(format!(
+            "operations captured into a CUDA graph differ (group {index}): {e}"
+        ))
+    })?;
+    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    let ready = steps::kernels_needed(tasks, n, reduce_n)
+        .into_iter()
+        .try_for_each(|(dtype, op)| eng.kernels.prepare(dtype, op))
+        .map_err(cuda_err);
+    if let Err(e) = &ready {
+        tracing::warn!("rank {rank}: a captured group goes staged: {e}");
+    }
+    let verdicts = exchange(comm, &[ready.is_ok() as u8])?;
+    if verdicts.iter().any(|v| v.as_slice() != [1]) {
+        return Ok(false);
+    }
+    ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
+        let mut dev = CudaDevice::new(eng, stream);
+        for (round, offsets, sources) in rounds {
+            let group = HostOnlyGroup {
+                index,
+                tasks: &round,
+                inputs: eng.device_slots.ptr(),
+                reduce_n,
+                offsets,
+                sources,
+            };
+            host_only::emit_host_only(&mut dev, l, &group)?;
+        }
+        Ok(())
+    })?;
+    if index == 0 {
+        tracing::info!(
+            "rank {rank}: collectives, sends and receives captured into CUDA graphs go \
+             host-only (copy engines through shared host memory)"
+        );
+    }
+    Ok(true)
+}
+
+/// Every rank's `mine`, over the bootstrap network.
+fn exchange(comm: &CommCtx, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    // Operations queued on the other engines first: their progress threads need the control
+    // plane this exchange holds, and a peer's may be waiting for ours (as for a split).
+    comm.control.settle_others()?;
+    comm.control.allgather(mine)
+}
+
+/// A hash of the PCI bus id of `ctx`'s GPU (0 if unknown), the same in every process.
+fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Ok(bus) = ctx.driver().pci_bus_id(ctx.device()) else {
+        return 0;
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bus.to_ascii_lowercase().hash(&mut h);
+    h.finish() | 1
+}

@@ -1,0 +1,195 @@
+//! What every captured group queues, direct or host-only: the handshakes on its words and the
+//! reductions into a rank's output; and which operations and kernels that takes.
+
+use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
+use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::REDUCE_N_MAX;
+use ccl_cuda::cuda::KernelOp;
+use ccl_cuda::DataType;
+
+use crate::device::{Device, Kernel};
+use crate::error::Result;
+use crate::layout::{Lane, Layout};
+
+pub(crate) fn reduces(kind: TaskKind) -> bool {
+    matches!(
+        kind,
+        TaskKind::Coll(
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+        )
+    )
+}
+
+/// Whether this rank can capture `t` on the direct path: every operation can, but a
+/// reduction whose PreMulSum scalar is in device memory, which must be read in stream order at
+/// every replay (the staged path does).
+pub(crate) fn supported(t: &Task) -> bool {
+    !(reduces(t.kind) && matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
+}
+
+/// Set own word of `kind` at every partner, wait for every partner's, reset them.
+pub(crate) fn handshake(
+    dev: &mut dyn Device,
+    l: &Layout,
+    index: usize,
+    partners: &[usize],
+    kind: usize,
+) -> Result<()> {
+    for &j in partners {
+        dev.write(Lane::User, l.captured_word(j, index, kind, l.rank), 1)?;
+    }
+    for &j in partners {
+        dev.wait(Lane::User, l.captured_word(l.rank, index, kind, j), 1)?;
+    }
+    for &j in partners {
+        dev.write(Lane::User, l.captured_word(l.rank, index, kind, j), 0)?;
+    }
+    Ok(())
+}
+
+/// `dst = srcs[0] (op) srcs[1] ...` over `elems` elements (each input scaled first for
+/// PreMulSum and float Avg; integer Avg divided once after); `dst` may be `srcs[own]`.
+pub(crate) fn reduce_into(
+    dev: &mut dyn Device,
+    t: &Task,
+    dst: u64,
+    srcs: &[u64],
+    own: usize,
+    elems: usize,
+    reduce_n: bool,
+) -> Result<()> {
+    let (dtype, op) = (t.dtype, t.red.arithmetic());
+    if let Some(scalar) = ccl_cuda::host::reduce::premul_scalar(t, srcs.len()) {
+        // Own input first: in place, `dst` is that input, read before anything writes it.
+        dev.kernel(
+            Lane::User,
+            Kernel::PreMul {
+                dtype,
+                dst,
+                src: srcs[own],
+                n: elems,
+                scalar,
+            },
+        )?;
+        for (_, &src) in srcs.iter().enumerate().filter(|&(j, _)| j != own) {
+            dev.kernel(
+                Lane::User,
+                Kernel::PreMulAdd {
+                    dtype,
+                    dst,
+                    src,
+                    acc: dst,
+                    n: elems,
+                    scalar,
+                },
+            )?;
+        }
+        return Ok(());
+    }
+    match srcs.len() {
+        0 => {}
+        1 => {
+            if dst != srcs[0] {
+                dev.copy(Lane::User, dst, srcs[0], elems * dtype.size())?;
+            }
+        }
+        2 => dev.kernel(
+            Lane::User,
+            Kernel::Reduce {
+                dtype,
+                op,
+                dst,
+                a: srcs[0],
+                b: srcs[1],
+                n: elems,
+            },
+        )?,
+        k if reduce_n && k <= REDUCE_N_MAX => {
+            let mut s = [0u64; REDUCE_N_MAX];
+            s[..k].copy_from_slice(srcs);
+            dev.kernel(
+                Lane::User,
+                Kernel::ReduceN {
+                    dtype,
+                    op,
+                    dst,
+                    srcs: s,
+                    k,
+                    n: elems,
+                },
+            )?
+        }
+        _ => {
+            // A chain of two-input kernels, own input first: in place, `dst` is that input,
+            // read by the first kernel before anything writes it.
+            let mut acc = srcs[own];
+            for (_, &s) in srcs.iter().enumerate().filter(|&(j, _)| j != own) {
+                dev.kernel(
+                    Lane::User,
+                    Kernel::Reduce {
+                        dtype,
+                        op,
+                        dst,
+                        a: acc,
+                        b: s,
+                        n: elems,
+                    },
+                )?;
+                acc = dst;
+            }
+        }
+    }
+    if matches!(t.red, Reduction::Avg) && !dtype.is_float() && elems > 0 {
+        dev.kernel(
+            Lane::User,
+            Kernel::DivInt {
+                dtype,
+                dst,
+                n: elems,
+                divisor: srcs.len() as u64,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A copy within this rank on [`Lane::User`], skipped where source and destination coincide.
+pub(crate) fn copy_unless_same(dev: &mut dyn Device, dst: u64, src: u64, bytes: u64) -> Result<()> {
+    if dst == src {
+        return Ok(());
+    }
+    dev.copy(Lane::User, dst, src, bytes as usize)
+}
+
+/// The kernels a captured group of `tasks` may launch, direct or host-only, to load before
+/// capturing.
+pub(crate) fn kernels_needed(
+    tasks: &[Task],
+    n: usize,
+    reduce_n: bool,
+) -> Vec<(DataType, KernelOp)> {
+    let mut v = Vec::new();
+    for t in tasks.iter().filter(|t| reduces(t.kind) && t.count > 0) {
+        if ccl_cuda::host::reduce::premul_scalar(t, n).is_some() {
+            for k in [KernelOp::PreMul, KernelOp::PreMulAdd] {
+                if !v.contains(&(t.dtype, k)) {
+                    v.push((t.dtype, k));
+                }
+            }
+            continue;
+        }
+        let op = t.red.arithmetic();
+        let k = if n > 2 && reduce_n && n <= REDUCE_N_MAX {
+            KernelOp::ReduceN(op.into(), n as u8)
+        } else {
+            KernelOp::reduce(op)
+        };
+        if !v.contains(&(t.dtype, k)) {
+            v.push((t.dtype, k));
+        }
+        if matches!(t.red, Reduction::Avg) && !v.contains(&(t.dtype, KernelOp::DivInt)) {
+            v.push((t.dtype, KernelOp::DivInt));
+        }
+    }
+    v
+}

@@ -1,0 +1,206 @@
+use ccl_collectives::task::{float_sum, Reduction, Scalar, Task, TaskKind};
+use ccl_collectives::Collective;
+
+use super::agree::{matching, offer, Offer};
+use super::group::{parked, share};
+use super::host_only::{host_only_offer, host_only_offsets, host_only_sources};
+use crate::error::{Error, Result};
+use crate::layout::groups;
+use crate::rendezvous::{Export, Exported, Post, Reach};
+
+fn reach() -> impl Reach {
+    struct Flat;
+    impl Reach for Flat {
+        fn pid(&self) -> u64 {
+            7
+        }
+        fn export(&mut self, ptr: u64) -> Result<Export> {
+            Ok((ptr >= 0x1000).then_some(Exported {
+                base: ptr & !0xfff,
+                buffer_id: ptr >> 12,
+                handle: [3; 64],
+            }))
+        }
+        fn bounce(&mut self, _: usize) -> Result<(u64, Exported)> {
+            Err(Error::internal("no bounce buffer here"))
+        }
+        fn resolve(&mut self, p: &Post) -> Result<u64> {
+            Ok(p.addr)
+        }
+    }
+    Flat
+}
+
+/// The shares of an all-reduce cover its elements once, in order, each starting on a
+/// 256-byte boundary.
+#[test]
+fn shares_cover_every_element_once() {
+    for (count, size, n) in [
+        (1usize, 4usize, 2usize),
+        (5, 2, 3),
+        (1000, 4, 8),
+        (65, 1, 9),
+    ] {
+        let mut next = 0;
+        for k in 0..n {
+            let (lo, hi) = share(count, size, n, k);
+            assert_eq!(lo, next);
+            assert!(hi >= lo && (lo * size) % 256 == 0 || lo == count);
+            next = hi;
+        }
+        assert_eq!(next, count);
+    }
+}
+
+/// Offers round-trip; one that is cut short or carries another magic number is refused.
+#[test]
+fn offers_round_trip() {
+    let tasks = [
+        float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, 6),
+        float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
+        float_sum(TaskKind::Recv { peer: 1 }, 0, 0x4000, 4),
+    ];
+    let o = offer(5, &tasks, (0, 2), (true, 0), &mut reach());
+    assert!(o.able);
+    assert!(o.tasks[0].send.is_some() && o.tasks[0].recv.is_some());
+    assert!(o.tasks[1].send.is_some() && o.tasks[2].send.is_none());
+    let b = o.encode();
+    assert_eq!(Offer::decode(&b), Some(o.clone()));
+    assert_eq!(Offer::decode(&b[..b.len() - 8]), None);
+    let mut bad = b.clone();
+    bad[0] ^= 1;
+    assert_eq!(Offer::decode(&bad), None);
+    // A buffer no peer can map, an index past the area, a PreMulSum scalar in device
+    // memory: the staged captured path.
+    let host = [float_sum(
+        TaskKind::Coll(Collective::AllReduce),
+        0x10,
+        0x2000,
+        6,
+    )];
+    assert!(!offer(0, &host, (0, 2), (true, 0), &mut reach()).able);
+    assert!(!offer(groups(2), &tasks, (0, 2), (true, 0), &mut reach()).able);
+    assert!(offer(groups(2) - 1, &tasks, (0, 2), (true, 0), &mut reach()).able);
+    assert_eq!(
+        (groups(2), groups(8), groups(72), groups(4096)),
+        (65536, 65536, 19418, 1024)
+    );
+    let mut avg = tasks[0];
+    avg.red = Reduction::Avg;
+    assert!(offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
+    avg.red = Reduction::PreMulSum(Scalar::Device(0x9000));
+    assert!(!offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
+    let ring = [
+        float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
+        float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3008, 4),
+        float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3010, 4),
+        float_sum(TaskKind::Recv { peer: 1 }, 0, 0x5000, 4),
+    ];
+    assert!(offer(0, &ring, (0, 2), (true, 0), &mut reach()).able);
+    // The two receives onto the send's buffer go through scratch memory, 256-byte aligned.
+    assert_eq!(
+        parked(&ring, 0, 2, 0),
+        (vec![None, Some(0), None, None], 256)
+    );
+    let two = [ring[0], ring[1], ring[1]];
+    assert_eq!(parked(&two, 0, 2, 0), (vec![None, Some(0), Some(256)], 512));
+    // An in-place all-to-all parks its whole receive buffer; apart, nothing.
+    let a2a = |s, r| float_sum(TaskKind::Coll(Collective::AlltoAll), s, r, 100);
+    assert_eq!(
+        parked(&[a2a(0x3000, 0x3000)], 1, 3, 0),
+        (vec![Some(0)], 1280)
+    );
+    assert_eq!(parked(&[a2a(0x3000, 0x8000)], 1, 3, 0), (vec![None], 0));
+    // An in-place all-reduce parks its sum only when it goes one-shot.
+    let ar = float_sum(TaskKind::Coll(Collective::AllReduce), 0x3000, 0x3000, 64);
+    assert_eq!(parked(&[ar], 0, 2, 256), (vec![Some(0)], 256));
+    assert_eq!(parked(&[ar], 0, 2, 255), (vec![None], 0));
+}
+
+/// The agreement pairs every receive with the matching send and refuses groups that
+/// differ between ranks, saying how.
+#[test]
+fn matching_pairs_receives_and_refuses_different_groups() {
+    let ar = |c| float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, c);
+    let send = |p, c| float_sum(TaskKind::Send { peer: p }, 0x3000, 0, c);
+    let recv = |p, c| float_sum(TaskKind::Recv { peer: p }, 0, 0x4000, c);
+    let offers = |groups: &[Vec<Task>]| -> Vec<Offer> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(r, t)| offer(0, t, (r, groups.len()), (true, 0), &mut reach()))
+            .collect()
+    };
+    let ok = offers(&[
+        vec![send(1, 4), ar(8), recv(1, 2), send(1, 2)],
+        vec![recv(0, 4), recv(0, 2), ar(8), send(0, 2)],
+    ]);
+    assert_eq!(
+        matching(&ok, 0).unwrap(),
+        vec![
+            vec![usize::MAX, usize::MAX],
+            vec![1, 2],
+            vec![usize::MAX, 3],
+            vec![usize::MAX, usize::MAX]
+        ]
+    );
+    assert_eq!(matching(&ok, 1).unwrap()[1], vec![3, usize::MAX]);
+    let other_count = offers(&[vec![ar(8)], vec![ar(9)]]);
+    assert!(matching(&other_count, 0)
+        .unwrap_err()
+        .contains("other collectives"));
+    let short = offers(&[vec![send(1, 4)], vec![recv(0, 3)]]);
+    assert!(matching(&short, 1)
+        .unwrap_err()
+        .contains("receive of 12 bytes"));
+    let missing = offers(&[vec![send(1, 4)], vec![]]);
+    assert!(matching(&missing, 0).unwrap_err().contains("1 sends"));
+}
+
+/// Host-only capture: each rank's outbox laid out by itself; a receive finds the matching
+/// send's offset in its sender's outbox, a collective the partner's same collective's;
+/// groups that do not pair up are refused with what differs.
+#[test]
+fn host_only_sources_pair_sends_and_collectives_across_layouts() {
+    let ar = |c| float_sum(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x2000, c);
+    let send = |p, c| float_sum(TaskKind::Send { peer: p }, 0x3000, 0, c);
+    let recv = |p, c| float_sum(TaskKind::Recv { peer: p }, 0, 0x4000, c);
+    let offers = |groups: &[Vec<Task>]| -> Vec<Vec<u8>> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(r, t)| {
+                let o = host_only_offsets(t, r, groups.len(), 1 << 20);
+                host_only_offer(0, t, o.as_deref())
+            })
+            .collect()
+    };
+    // Rank 0's outbox: send (16 B) at 0, all-reduce at 256, nothing for the receive, the
+    // second send at 512; rank 1's: its all-reduce at 0, its send at 256.
+    let ok = offers(&[
+        vec![send(1, 4), ar(8), recv(1, 2), send(1, 2)],
+        vec![recv(0, 4), recv(0, 2), ar(8), send(0, 2)],
+    ]);
+    assert_eq!(
+        host_only_sources(1, &ok).unwrap()[0],
+        vec![Some(0), Some(512), Some(256), None]
+    );
+    assert_eq!(
+        host_only_sources(0, &ok).unwrap()[1],
+        vec![None, Some(0), Some(256), None]
+    );
+    let other_count = offers(&[vec![ar(8)], vec![ar(9)]]);
+    assert!(host_only_sources(0, &other_count)
+        .unwrap_err()
+        .contains("collectives"));
+    let short = offers(&[vec![send(1, 4)], vec![recv(0, 3)]]);
+    assert!(host_only_sources(1, &short)
+        .unwrap_err()
+        .contains("sends 16 bytes"));
+    let missing = offers(&[vec![send(1, 4)], vec![]]);
+    assert!(host_only_sources(1, &missing)
+        .unwrap_err()
+        .contains("more than it receives"));
+    // A send to itself is not taken (staged).
+    assert!(host_only_offsets(&[send(0, 4), recv(0, 4)], 0, 2, 1 << 20).is_none());
+}

@@ -1,0 +1,281 @@
+//! The protocols' [`Device`] on CUDA streams: the caller's stream, the engine's copy, receive
+//! and host-path lanes, and (remote copies) the peer GPU's lanes.
+
+use std::sync::atomic::Ordering;
+
+use ccl_cuda::cuda::{self, Event, MemOp, Stream, WaitCond};
+
+use crate::device::{self, Device, Kernel, LongWait};
+use crate::engine::IpcEngine;
+use crate::error::{cuda_err, Error, Result};
+use crate::layout::Lane;
+
+/// The protocols' queues on CUDA streams: [`Lane::User`] is the caller's stream. Used behind
+/// [`device::Batched`], which hands consecutive flag operations over as one
+/// `cuStreamBatchMemOp`.
+pub(crate) struct CudaDevice<'a> {
+    eng: &'a IpcEngine,
+    user: &'a Stream,
+}
+
+impl<'a> CudaDevice<'a> {
+    pub(crate) fn new(eng: &'a IpcEngine, user: &'a Stream) -> CudaDevice<'a> {
+        CudaDevice { eng, user }
+    }
+
+    fn stream(&self, lane: Lane) -> Result<&Stream> {
+        let s = match lane {
+            Lane::User => Some(self.user),
+            Lane::Tx(i) => self.eng.tx.get(i),
+            Lane::Rx(i) => self.eng.rx.get(i),
+            Lane::Host(i) => self.eng.host_lanes.get(i),
+        };
+        s.ok_or_else(|| Error::internal(format!("cuda-ipc: no stream for {lane:?}")))
+    }
+
+    fn join_event(&self, lane: Lane) -> Result<&Event> {
+        let i = match lane {
+            Lane::Tx(i) => Some(i),
+            Lane::Rx(i) => Some(self.eng.layout.direct_tx + i),
+            Lane::Host(i) => Some(self.eng.layout.direct_tx + self.eng.layout.rx_lanes + i),
+            Lane::User => None,
+        };
+        i.and_then(|i| self.eng.joins.get(i))
+            .ok_or_else(|| Error::internal(format!("cuda-ipc: no join event for {lane:?}")))
+    }
+}
+
+// SAFETY (for every method below): the addresses come from the protocol's `Layout` (flag words
+// and slots inside allocations that live as long as the engine, ours or mapped) or from the
+// caller's buffers of the operation being queued, valid until the stream has passed it (NCCL's
+// contract); kernels get ranges of exactly `n` elements, `dst` equal to or disjoint from each
+// input.
+impl Device for CudaDevice<'_> {
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.wait_value32(addr, value, WaitCond::Geq) }.map_err(cuda_err)
+    }
+
+    fn wait_long(&mut self, lane: Lane, addr: u64, value: u32, of: LongWait) -> Result<()> {
+        if !self.eng.wait_kernel.covers(of) {
+            return self.wait(lane, addr, value);
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl; the word is a flag of the layout, which a peer's stream (or
+        // an abort) writes.
+        unsafe { self.eng.kernels.wait_flag(s, addr, value) }.map_err(cuda_err)
+    }
+
+    fn wait_copy_signal(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        if !self.eng.copy_kernel {
+            return device::wait_copy_signal_in_three(self, lane, arrive, (dst, src, bytes), done);
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes
+        // `arrive`; `done` is a peer's flag mapped here), the ranges are the transfer's two
+        // buffers (ours and the peer's, mapped), disjoint, valid until the stream passes.
+        unsafe {
+            self.eng.kernels.wait_copy(
+                s,
+                arrive.0,
+                arrive.1,
+                dst,
+                src,
+                bytes as u64,
+                done.0,
+                done.1,
+            )
+        }
+        .map_err(cuda_err)
+    }
+
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.write_value32(addr, value) }.map_err(cuda_err)
+    }
+
+    fn fused_all_reduce(&mut self, lane: Lane, f: &device::FusedAllReduce) -> Result<bool> {
+        let s = self.stream(lane)?;
+        let words = cuda::GraphWords {
+            inputs: f.inputs.clone(),
+            done: f.done.clone(),
+            halfway: Vec::new(),
+        };
+        // SAFETY: see the impl: the sources are every rank's input of the captured all-reduce
+        // (peers' mapped at capture), `dst` this rank's output, `n` elements each; the words
+        // are the group's captured words of the layout, which only the group's graphs write.
+        unsafe {
+            self.eng
+                .kernels
+                .graph_all_reduce(s, f.dtype, f.op, f.dst, &f.srcs, f.n, &words, f.inplace)
+        }
+        .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    fn fused_copies(&mut self, lane: Lane, f: &device::FusedCopies) -> Result<bool> {
+        let s = self.stream(lane)?;
+        let words = cuda::GraphWords {
+            inputs: f.inputs.clone(),
+            done: f.done.clone(),
+            halfway: f.halfway.clone(),
+        };
+        // SAFETY: see the impl: the copies are the captured group's, between user buffers
+        // (peers' mapped at capture) and its scratch memory, disjoint; the words as in
+        // `fused_all_reduce`.
+        unsafe {
+            self.eng
+                .kernels
+                .graph_copies(s, &f.copies, &f.second, &words)
+        }
+        .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    fn flag_ops(&mut self, lane: Lane, ops: &[device::FlagOp]) -> Result<()> {
+        if let [op] = ops {
+            // One operation: its own call is cheaper than a batch of one.
+            return match *op {
+                device::FlagOp::Wait(addr, value) => self.wait(lane, addr, value),
+                device::FlagOp::Write(addr, value) => self.write(lane, addr, value),
+            };
+        }
+        let ops = ops.iter().map(|op| match *op {
+            device::FlagOp::Wait(addr, value) => MemOp::Wait {
+                addr,
+                value,
+                cond: WaitCond::Geq,
+            },
+            device::FlagOp::Write(addr, value) => MemOp::Write { addr, value },
+        });
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.mem_ops(ops) }.map_err(cuda_err)
+    }
+
+    fn long_wait_is_kernel(&self, of: LongWait) -> bool {
+        self.eng.wait_kernel.covers(of)
+    }
+
+    fn copy_signal_is_kernel(&self) -> bool {
+        self.eng.copy_kernel
+    }
+
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // Nothing to move (a direct transfer wholly through the host path: its NVLink part,
+        // whose peer address is then not even resolved).
+        if bytes == 0 {
+            return Ok(());
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl.
+        unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)
+    }
+
+    fn pull(
+        &mut self,
+        lane: Lane,
+        dst: u64,
+        (src, src_there): (u64, u64),
+        bytes: usize,
+    ) -> Result<()> {
+        let remote = self.eng.remote.as_ref().filter(|r| bytes >= r.min_bytes);
+        let (Some(r), Lane::Rx(i)) = (remote, lane) else {
+            return self.copy(lane, dst, src, bytes);
+        };
+        let (Some(stream_there), Some(seen_here), Some(done_there)) =
+            (r.streams.get(i), r.here.get(i), r.there.get(i))
+        else {
+            return self.copy(lane, dst, src, bytes);
+        };
+        let s = self.stream(lane)?;
+        // Each event is waited on right after it is recorded, so one per lane serves every
+        // transfer.
+        seen_here.record(s).map_err(cuda_err)?;
+        stream_there.wait_event(seen_here).map_err(cuda_err)?;
+        // SAFETY: see the impl; `src_there` is the peer's buffer as our context on its GPU
+        // maps it (`Transfer::there`: no VMM memory on either side), `dst` ours, which that
+        // context reaches through the peer access enabled for it at setup.
+        unsafe { stream_there.memcpy(dst, src_there, bytes) }.map_err(cuda_err)?;
+        done_there.record(stream_there).map_err(cuda_err)?;
+        s.wait_event(done_there).map_err(cuda_err)?;
+        r.pulls.fetch_add(1, Ordering::Relaxed);
+        r.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
+        let s = self.stream(lane)?;
+        let kn = &self.eng.kernels;
+        // SAFETY: see the impl.
+        unsafe {
+            match k {
+                Kernel::Reduce {
+                    dtype,
+                    op,
+                    dst,
+                    a,
+                    b,
+                    n,
+                } => kn.reduce(s, dtype, op, dst, a, b, n),
+                Kernel::ReduceN {
+                    dtype,
+                    op,
+                    dst,
+                    srcs,
+                    k,
+                    n,
+                } => kn.reduce_n(s, dtype, op, dst, srcs.get(..k).unwrap_or(&[]), n),
+                Kernel::PreMul {
+                    dtype,
+                    dst,
+                    src,
+                    n,
+                    scalar,
+                } => kn.premul(s, dtype, dst, src, n, scalar),
+                Kernel::PreMulAdd {
+                    dtype,
+                    dst,
+                    src,
+                    acc,
+                    n,
+                    scalar,
+                } => kn.premul_add(s, dtype, dst, src, acc, n, scalar),
+                Kernel::DivInt {
+                    dtype,
+                    dst,
+                    n,
+                    divisor,
+                } => kn.div_int(s, dtype, dst, n, divisor),
+            }
+        }
+        .map_err(cuda_err)
+    }
+
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.eng.fork.record(self.user).map_err(cuda_err)?;
+        for &l in lanes {
+            self.stream(l)?
+                .wait_event(&self.eng.fork)
+                .map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        for &l in lanes {
+            let ev = self.join_event(l)?;
+            ev.record(self.stream(l)?).map_err(cuda_err)?;
+            self.user.wait_event(ev).map_err(cuda_err)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,339 @@
+//! What this rank queues for a group's direct transfers, once settled: the local copies and
+//! "here" flags first, then the copies it does, the host path's chunks, the waits for the
+//! peers' copies and the bounce copies out.
+
+use crate::device::{Device, LongWait};
+use crate::error::Result;
+use crate::host_path::{HostPath, HostShare};
+use crate::layout::{DirectWord, HostWord, Lane, Layout};
+
+/// What this rank does in one transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Posted first: flag "here", wait "done".
+    First,
+    /// Posted second: copy, from or to the peer's buffer at this address.
+    Second { peer_addr: u64 },
+}
+
+/// One transfer as this rank takes part in it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transfer {
+    pub peer: usize,
+    /// This rank is the source.
+    pub outgoing: bool,
+    /// This rank's buffer (the bounce copy of it, where it goes through the bounce buffer).
+    pub mine: u64,
+    pub bytes: usize,
+    pub seq: u64,
+    pub role: Role,
+    /// For a transfer this rank pulls: the peer's buffer as this process's context on the
+    /// peer's GPU maps it, when that GPU's engine can run the copy instead (remote copies on,
+    /// neither buffer VMM memory, which is mapped only where its owner or importer granted
+    /// access). Copying through our own context's mapping from there would cross the link
+    /// twice (half speed, measured 2026-11-23).
+    pub there: Option<u64>,
+    /// The share that goes through host memory ([`HostPath`]); the copy over NVLink stops at
+    /// its start.
+    pub host: Option<HostShare>,
+}
+
+impl Transfer {
+    /// Bytes the copy over NVLink moves.
+    fn nvlink_bytes(&self) -> usize {
+        self.host.map_or(self.bytes, |h| h.nvl.min(self.bytes))
+    }
+}
+
+/// The direct part of one group on one rank, ready to queue.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Plan {
+    pub transfers: Vec<Transfer>,
+    /// Copies within this rank (dst, src, bytes) before the transfers: into the bounce
+    /// buffer, or a self-transfer reading what a transfer overwrites.
+    pub before: Vec<(u64, u64, usize)>,
+    /// Self-transfers independent of the transfers: beside them, on a lane of their own.
+    pub beside: Vec<(u64, u64, usize)>,
+    /// Copies out of the bounce buffer once every transfer is done.
+    pub after: Vec<(u64, u64, usize)>,
+    /// Everything on the caller's stream (small groups: no lane fork).
+    pub single: bool,
+    /// Local copies of at least two parts are cut over this many lanes (the beside lane,
+    /// then lanes no transfer of this plan uses), parts of at least `min_part` bytes.
+    pub local_split: LocalSplit,
+    /// Bytes of our sends and receives that go through the bounce buffer.
+    pub bounced: usize,
+    /// Sends posted before their receives, and what waiting for those receives cost the host.
+    pub waits: PushWaits,
+}
+
+impl Plan {
+    fn lane(&self, l: &Layout, t: &Transfer) -> Lane {
+        match (self.single, t.outgoing) {
+            (true, _) => Lane::User,
+            (false, true) => l.push_lane(t.peer),
+            (false, false) => Lane::Rx(t.peer % l.rx_lanes.max(1)),
+        }
+    }
+
+    /// The copy lane this rank's pushes do not use ([`Layout::beside_lane`]).
+    fn beside_lane(&self, l: &Layout) -> Lane {
+        if self.single {
+            Lane::User
+        } else {
+            l.beside_lane()
+        }
+    }
+
+    /// The lanes local copies are cut over: the beside lane, then (up to the split's count)
+    /// copy and receive lanes that none of this plan's own copies uses.
+    fn local_lanes(&self, l: &Layout) -> Vec<Lane> {
+        let first = self.beside_lane(l);
+        let mut v = vec![first];
+        if self.single {
+            return v;
+        }
+        let busy: Vec<Lane> = self
+            .transfers
+            .iter()
+            .filter(|t| matches!(t.role, Role::Second { .. }))
+            .map(|t| self.lane(l, t))
+            .collect();
+        let idle = (0..l.direct_tx)
+            .map(Lane::Tx)
+            .chain((0..l.rx_lanes).map(Lane::Rx))
+            .filter(|c| *c != first && !busy.contains(c));
+        v.extend(idle.take(self.local_split.lanes.saturating_sub(1)));
+        v
+    }
+
+    fn flag(t: &Transfer) -> u32 {
+        (t.seq as u32).wrapping_add(1)
+    }
+
+    /// This plan's transfers that have a host-path share, out of this rank or into it.
+    fn host_shares(&self, outgoing: bool) -> impl Iterator<Item = (&Transfer, HostShare)> {
+        self.transfers
+            .iter()
+            .filter(move |t| t.outgoing == outgoing)
+            .filter_map(|t| t.host.map(|share| (t, share)))
+    }
+
+    /// The host path's chunks, in rounds of a ring's worth of chunk numbers: round r's outgoing
+    /// chunks before its incoming ones. An outgoing chunk waits only for the credit of the chunk
+    /// a ring before it (given by the peer's incoming chunk of the round before), an incoming
+    /// one only for the peer's outgoing chunk of its own round, so with every stream of both
+    /// ranks merged into one queue each wait depends only on what the peer queued ahead of its
+    /// own matching wait: no copy into host memory waits behind a wait for the peer's, however
+    /// many chunks the plan moves (transfers of a whole share are longer than the ring, and so
+    /// may be several capped shares to one peer in one group).
+    fn queue_host_path(&self, l: &Layout, h: &HostPath, dev: &mut dyn Device) -> Result<()> {
+        let slots = u64::from(h.slots);
+        let slot_at = |c: u64| (c % slots) * h.slot_bytes as u64;
+        let chunks = |outgoing: bool| -> Vec<(&Transfer, u64, usize, usize)> {
+            self.host_shares(outgoing)
+                .flat_map(|(t, share)| share.chunks().map(move |(c, off, len)| (t, c, off, len)))
+                .collect()
+        };
+        let (outs, ins) = (chunks(true), chunks(false));
+        let (mut i, mut j) = (0, 0);
+        while i < outs.len() || j < ins.len() {
+            let round = [outs.get(i), ins.get(j)]
+                .into_iter()
+                .flatten()
+                .map(|&(_, c, _, _)| c / slots)
+                .min()
+                .unwrap_or(0);
+            while let Some(&(t, c, off, len)) = outs.get(i).filter(|x| x.1 / slots <= round) {
+                i += 1;
+                if c >= slots {
+                    let credit = l.host_word(l.rank, t.peer, HostWord::Credit);
+                    dev.wait(Lane::Host(0), credit, (c + 1 - slots) as u32)?;
+                }
+                // A peer with a longer transfer: only what we hold is sent.
+                let n = len.min(t.bytes.saturating_sub(off));
+                if n > 0 {
+                    dev.copy(
+                        Lane::Host(0),
+                        h.out_ring + slot_at(c),
+                        t.mine + off as u64,
+                        n,
+                    )?;
+                }
+                let ready = l.host_word(t.peer, l.rank, HostWord::Ready);
+                dev.write(Lane::Host(0), ready, (c + 1) as u32)?;
+            }
+            while let Some(&(t, c, off, len)) = ins.get(j).filter(|x| x.1 / slots <= round) {
+                j += 1;
+                let ready = l.host_word(l.rank, t.peer, HostWord::Ready);
+                dev.wait(Lane::Host(1), ready, (c + 1) as u32)?;
+                let n = len.min(t.bytes.saturating_sub(off));
+                if n > 0 {
+                    dev.copy(
+                        Lane::Host(1),
+                        t.mine + off as u64,
+                        h.in_ring + slot_at(c),
+                        n,
+                    )?;
+                }
+                let credit = l.host_word(t.peer, l.rank, HostWord::Credit);
+                dev.write(Lane::Host(1), credit, (c + 1) as u32)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Local copies in, then every "here" flag: nothing here waits.
+    pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        for &(dst, src, bytes) in &self.before {
+            dev.copy(Lane::User, dst, src, bytes)?;
+        }
+        for t in self.transfers.iter().filter(|t| t.role == Role::First) {
+            let at = l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Arrive);
+            dev.write(Lane::User, at, Self::flag(t))?;
+        }
+        Ok(())
+    }
+
+    /// The copies this rank does, then the waits for the peer's copies, then bounce copies out.
+    pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        let mut lanes: Vec<Lane> = Vec::new();
+        for t in &self.transfers {
+            let lane = self.lane(l, t);
+            if matches!(t.role, Role::Second { .. }) && lane != Lane::User && !lanes.contains(&lane)
+            {
+                lanes.push(lane);
+            }
+        }
+        let local = self.local_lanes(l);
+        // As many parts as there are lanes for them (every part must land on one).
+        let split = LocalSplit {
+            lanes: local.len(),
+            ..self.local_split
+        };
+        let cuts: Vec<_> = self
+            .beside
+            .iter()
+            .map(|&(dst, src, bytes)| (dst, src, split.parts(bytes)))
+            .collect();
+        // Only the lanes the local copies' parts land on join in.
+        let most_parts = cuts.iter().map(|(_, _, p)| p.len()).max().unwrap_or(0);
+        for &lane in local.iter().take(most_parts) {
+            if lane != Lane::User && !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
+        for (lane, out) in [(Lane::Host(0), true), (Lane::Host(1), false)] {
+            if self.host_shares(out).next().is_some() && !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
+        if !lanes.is_empty() {
+            dev.fork(&lanes)?;
+        }
+        for t in &self.transfers {
+            let Role::Second { peer_addr } = t.role else {
+                continue;
+            };
+            let lane = self.lane(l, t);
+            let v = Self::flag(t);
+            let (dst, src) = if t.outgoing {
+                (peer_addr, t.mine)
+            } else {
+                (t.mine, peer_addr)
+            };
+            let arrive = (
+                l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Arrive),
+                v,
+            );
+            let done = (
+                l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Done),
+                v,
+            );
+            let bytes = t.nvlink_bytes();
+            if let (false, Some(there)) = (t.outgoing, t.there) {
+                dev.wait_pull_signal(lane, arrive, (dst, src, bytes), there, done)?;
+            } else {
+                dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done)?;
+            }
+        }
+        if let Some(h) = &l.host {
+            self.queue_host_path(l, h, dev)?;
+        }
+        // Local copies after this rank's transfers: on one stream (a small group) they then
+        // run while the peers finish theirs, instead of before this rank's copies start (an
+        // 8-byte all-gather's own block cost a whole copy's latency up front).
+        for (dst, src, parts) in cuts {
+            for ((off, len), &lane) in parts.into_iter().zip(&local) {
+                dev.copy(lane, dst + off as u64, src + off as u64, len)?;
+            }
+        }
+        if !lanes.is_empty() {
+            dev.join(&lanes)?;
+        }
+        for t in self.transfers.iter().filter(|t| t.role == Role::First) {
+            let at = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Done);
+            dev.wait_long(Lane::User, at, Self::flag(t), LongWait::Transfer)?;
+        }
+        for &(dst, src, bytes) in &self.after {
+            dev.copy(Lane::User, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// How a large local copy may be cut over idle lanes (`CCL_IPC_LOCAL_COPY_LANES`). A copy
+/// within one GPU is a driver kernel, not copy-engine work (measured 2026-11-23 with
+/// `tests/gpu/ce_or_sm.cu`): beside a GEMM it waited for the GEMM's kernels, which is why
+/// all-gather and all-to-all kept 22-24% of their bandwidth there and send/receive 60%, and
+/// why cutting it over four lanes changed nothing (2026-11-22). Our lanes' priority
+/// (`CCL_IPC_LANE_PRIORITY`) is what gets it SMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LocalSplit {
+    pub lanes: usize,
+    pub min_part: usize,
+}
+
+impl Default for LocalSplit {
+    fn default() -> LocalSplit {
+        LocalSplit {
+            lanes: 1,
+            min_part: 1 << 20,
+        }
+    }
+}
+
+impl LocalSplit {
+    /// `bytes` cut into near-equal 4 KiB-aligned parts, one per lane at most: (offset, len).
+    pub fn parts(&self, bytes: usize) -> Vec<(usize, usize)> {
+        let k = self.lanes.min(bytes / self.min_part.max(1)).max(1);
+        let per = bytes.div_ceil(k).next_multiple_of(4096).max(1);
+        (0..bytes)
+            .step_by(per)
+            .map(|off| (off, per.min(bytes - off)))
+            .collect()
+    }
+}
+
+/// What the push wait did for sends posted before their receives: a pipeline whose receiver
+/// calls late pays the wait on the sender's host thread, so it is counted (and logged when
+/// the communicator goes).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PushWaits {
+    /// The receive came within the wait: this rank pushed.
+    pub pushed: u64,
+    /// The wait ran out, or the sends crossed: the receiver pulls.
+    pub left_to_pull: u64,
+    /// Host time spent waiting, in total and the longest once.
+    pub waited: std::time::Duration,
+    pub longest: std::time::Duration,
+}
+
+impl PushWaits {
+    pub(crate) fn add(&mut self, o: &PushWaits) {
+        self.pushed += o.pushed;
+        self.left_to_pull += o.left_to_pull;
+        self.waited += o.waited;
+        self.longest = self.longest.max(o.longest);
+    }
+}

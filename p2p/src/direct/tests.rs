@@ -1,0 +1,223 @@
+use super::plan::{LocalSplit, Plan, Role, Transfer};
+use super::posting::Lateness;
+use crate::device::Device;
+use crate::error::Result;
+use crate::layout::{Lane, Layout};
+
+/// The commands a plan queues, in order, one word each.
+#[derive(Default)]
+struct Recorder(Vec<String>);
+
+impl Device for Recorder {
+    fn wait(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+        self.0.push(format!("wait {lane:?} {addr:#x}"));
+        Ok(())
+    }
+    fn write(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
+        self.0.push(format!("write {lane:?} {addr:#x}"));
+        Ok(())
+    }
+    fn copy(&mut self, lane: Lane, dst: u64, _: u64, _: usize) -> Result<()> {
+        self.0.push(format!("copy {lane:?} {dst:#x}"));
+        Ok(())
+    }
+    fn pull(&mut self, lane: Lane, dst: u64, (_, there): (u64, u64), _: usize) -> Result<()> {
+        self.0
+            .push(format!("copy {lane:?} {dst:#x} from {there:#x} (pull)"));
+        Ok(())
+    }
+    fn kernel(&mut self, lane: Lane, _: crate::device::Kernel) -> Result<()> {
+        self.0.push(format!("kernel {lane:?}"));
+        Ok(())
+    }
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.0.push(format!("fork {lanes:?}"));
+        Ok(())
+    }
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.0.push(format!("join {lanes:?}"));
+        Ok(())
+    }
+}
+
+/// Rank 0's layout in a communicator of two, one receive lane.
+fn rank0_of_two() -> Layout {
+    Layout {
+        rank: 0,
+        nranks: 2,
+        chunk: 1 << 20,
+        slots: 4,
+        tx_lanes: 2,
+        direct_tx: 2,
+        rx_lanes: 1,
+        flags: vec![0x1000_0000, 0x2000_0000],
+        scratch: vec![0x1800_0000, 0x2800_0000],
+        host: None,
+        mirror: None,
+    }
+}
+
+/// A small (one-stream) all-gather of two ranks that pulls the peer's block: its own
+/// block's local copy is queued after the pull, so it runs while the peer finishes its
+/// copy rather than delaying ours; the wait for the peer's copy of our block comes last.
+#[test]
+fn a_one_stream_plan_queues_its_local_copy_after_its_transfers() {
+    let l = rank0_of_two();
+    let (own_dst, peer_dst) = (0x9000_0000u64, 0x9000_0004u64);
+    let plan = Plan {
+        transfers: vec![
+            Transfer {
+                peer: 1,
+                outgoing: true,
+                mine: 0x8000_0000,
+                bytes: 4,
+                seq: 0,
+                role: Role::First,
+                there: None,
+                host: None,
+            },
+            Transfer {
+                peer: 1,
+                outgoing: false,
+                mine: peer_dst,
+                bytes: 4,
+                seq: 0,
+                role: Role::Second {
+                    peer_addr: 0xa000_0000,
+                },
+                there: None,
+                host: None,
+            },
+        ],
+        beside: vec![(own_dst, 0x8000_0000, 4)],
+        single: true,
+        ..Plan::default()
+    };
+    let mut dev = Recorder::default();
+    plan.begin(&l, &mut dev).unwrap();
+    plan.end(&l, &mut dev).unwrap();
+    let at = |what: &str| {
+        dev.0
+            .iter()
+            .position(|c| c.starts_with(what))
+            .unwrap_or_else(|| panic!("no {what} in {:?}", dev.0))
+    };
+    let pull = at(&format!("copy User {peer_dst:#x}"));
+    let local = at(&format!("copy User {own_dst:#x}"));
+    assert!(pull < local, "{:?}", dev.0);
+    assert_eq!(
+        at("wait"),
+        pull - 1,
+        "the pull waits for the peer's flag first"
+    );
+    assert!(
+        dev.0[local + 1..].iter().any(|c| c.starts_with("wait")),
+        "{:?}",
+        dev.0
+    );
+    assert!(!dev.0.iter().any(|c| c.starts_with("fork")), "{:?}", dev.0);
+}
+
+/// A transfer this rank pulls goes to the device as a pull (which it may have the peer
+/// GPU's engine run, from the source as that GPU maps it) only when settling found it can
+/// (`Transfer::there`); a push never does.
+#[test]
+fn only_pulls_of_plain_memory_are_offered_to_the_peer_gpu() {
+    let l = rank0_of_two();
+    for there in [Some(0xb000_0000u64), None] {
+        let t = |outgoing: bool, mine: u64| Transfer {
+            peer: 1,
+            outgoing,
+            mine,
+            bytes: 64 << 20,
+            seq: 3,
+            role: Role::Second {
+                peer_addr: 0xa000_0000,
+            },
+            there,
+            host: None,
+        };
+        let plan = Plan {
+            transfers: vec![t(true, 0x8000_0000), t(false, 0x9000_0000)],
+            ..Plan::default()
+        };
+        let mut dev = Recorder::default();
+        plan.begin(&l, &mut dev).unwrap();
+        plan.end(&l, &mut dev).unwrap();
+        let pulls: Vec<&String> = dev.0.iter().filter(|c| c.ends_with("(pull)")).collect();
+        if there.is_some() {
+            assert_eq!(
+                pulls,
+                [&format!(
+                    "copy Rx(0) {:#x} from {:#x} (pull)",
+                    0x9000_0000u64, 0xb000_0000u64
+                )]
+            );
+        } else {
+            assert!(pulls.is_empty(), "{:?}", dev.0);
+        }
+        let push = format!("copy {:?} {:#x}", l.push_lane(1), 0xa000_0000u64);
+        assert!(dev.0.contains(&push), "{:?}", dev.0);
+    }
+}
+
+/// A local copy's parts cover it exactly, in order, 4 KiB-aligned, one per lane at most,
+/// none under the minimum unless the copy itself is.
+#[test]
+fn local_copy_parts_cover_the_copy_once() {
+    let split = |lanes, min_part| LocalSplit { lanes, min_part };
+    assert_eq!(split(1, 1 << 20).parts(64 << 20), vec![(0, 64 << 20)]);
+    assert_eq!(split(4, 1 << 20).parts(1 << 20), vec![(0, 1 << 20)]);
+    assert_eq!(
+        split(4, 1 << 20).parts(2 << 20),
+        vec![(0, 1 << 20), (1 << 20, 1 << 20)]
+    );
+    for (lanes, bytes) in [
+        (3usize, 10_000_000usize),
+        (4, 4096 * 3 + 1),
+        (8, 1 << 27),
+        (2, 5),
+    ] {
+        let p = split(lanes, 4096).parts(bytes);
+        assert!(p.len() <= lanes && !p.is_empty(), "{lanes} {bytes}: {p:?}");
+        let mut at = 0;
+        for &(off, len) in &p {
+            assert_eq!(off, at);
+            assert!(len > 0 && off % 4096 == 0);
+            at += len;
+        }
+        assert_eq!(at, bytes);
+    }
+}
+/// A late receiver: after each wait that runs out, twice as many sends skip the wait
+/// (up to 64); a push resets it; peers are counted apart.
+#[test]
+fn late_receivers_make_later_sends_skip_the_wait_for_a_while() {
+    let mut l = Lateness::default();
+    assert!(!l.skip_wait(1));
+    let mut skipped = Vec::new();
+    for _ in 0..8 {
+        l.waited(1, false);
+        let mut n = 0;
+        while l.skip_wait(1) {
+            n += 1;
+        }
+        skipped.push(n);
+    }
+    assert_eq!(skipped, [2, 4, 8, 16, 32, 64, 64, 64]);
+    assert!(!l.skip_wait(0), "another peer");
+    l.waited(1, false);
+    l.waited(1, true);
+    // A push resets the streak, not the skips already granted.
+    let mut n = 0;
+    while l.skip_wait(1) {
+        n += 1;
+    }
+    assert_eq!(n, 64);
+    l.waited(1, false);
+    let mut n = 0;
+    while l.skip_wait(1) {
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}

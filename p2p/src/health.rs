@@ -1,0 +1,186 @@
+//! The engine between operations: whether queued work can still finish, waiting for it to
+//! run out, and letting the engine go.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ccl_cuda::cuda;
+
+use crate::control::{CommCtx, PeerHealth};
+use crate::engine::{IpcEngine, Watch};
+use crate::error::{cuda_err, Error, Result};
+use crate::small_p2p;
+
+/// For `ncclCommGetAsyncError`: compares this rank's recent collectives with what its peers
+/// posted, and looks for queued GPU work that cannot finish; either becomes the communicator's
+/// async error. Skipped while another thread is queueing on the communicator.
+pub fn check_health(comm: &CommCtx, eng: &IpcEngine) {
+    // The caller may be capturing a CUDA graph in global mode (PyTorch polls the async error
+    // of nonblocking communicators between captured calls): the event query below would
+    // break its capture.
+    let _relaxed = cuda::RelaxedCapture::new();
+    let Some(q) = eng.queued.try_lock() else {
+        return;
+    };
+    let ops = q.ops;
+    if let Some(e) = small_mismatch(eng) {
+        drop(q);
+        comm.set_async_error(&e);
+        return;
+    }
+    if let Some(e) = eng.board.check(&q.calls.recent) {
+        drop(q);
+        comm.set_async_error(&e);
+        return;
+    }
+    drop(q);
+    check_stuck(comm, eng, ops);
+}
+
+/// A small receive whose size differed from its send's, as the point-to-point kernel reported.
+fn small_mismatch(eng: &IpcEngine) -> Option<Error> {
+    let v = eng.small_mismatch.load();
+    (v != 0).then(|| {
+        Error::invalid_usage(format!(
+            "rank {}: a receive of at most {} bytes from rank {} did not match the size of its \
+             send (ncclSend and ncclRecv counts x type sizes must agree)",
+            eng.layout.rank,
+            small_p2p::max_bytes(eng.ll_exchange_max),
+            v - 1
+        ))
+    })
+}
+
+/// With GPU work still queued: a peer that died, left or failed means that work may never
+/// finish, and `CCL_TIMEOUT_S` without any operation finishing is a failure too. Both become
+/// the async error (PyTorch's watchdog then aborts), instead of a hang with no word.
+fn check_stuck(comm: &CommCtx, eng: &IpcEngine, ops: u64) {
+    let pending = !eng.last_done.query().unwrap_or(true);
+    let mut watch = eng.watch.lock();
+    if !pending {
+        *watch = Watch::default();
+        return;
+    }
+    let now = std::time::Instant::now();
+    if let Some(health) = comm.control.poll_peers() {
+        let failed = match health {
+            PeerHealth::Ok => None,
+            // A peer that left in order (or died) may have delivered all this rank still
+            // needs: fail only if the work stays queued a while after.
+            PeerHealth::NeededPeerLeft(e) => {
+                let first = *watch.peer_left.get_or_insert(now);
+                (now.duration_since(first) > PEER_LEFT_GRACE).then_some(e)
+            }
+            PeerHealth::Failed(e) => Some(e),
+        };
+        if let Some(e) = failed {
+            comm.set_async_error(&e.context(format!(
+                "rank {}: GPU operations are still queued",
+                comm.rank()
+            )));
+            return;
+        }
+    }
+    let since = match watch.pending {
+        Some((t, seen)) if seen == ops => t,
+        _ => {
+            watch.pending = Some((now, ops));
+            now
+        }
+    };
+    let limit = eng.cfg.timeout_s;
+    if limit > 0 && now.duration_since(since) > Duration::from_secs(limit as u64) {
+        comm.set_async_error(&Error::system(format!(
+            "rank {}: GPU operations queued on this communicator made no progress for {limit} s \
+             (CCL_TIMEOUT_S); {ops} queued so far",
+            comm.rank()
+        )));
+    }
+}
+
+/// How long queued work may outlive a peer's departure before it counts as stuck.
+const PEER_LEFT_GRACE: Duration = Duration::from_secs(1);
+
+/// Waits until the engine's streams have run everything queued (finalize), giving up when the
+/// communicator is aborted.
+pub fn wait_idle(eng: &IpcEngine, abort: &AtomicBool) -> Result<()> {
+    for s in eng.tx.iter().chain(&eng.rx) {
+        while !s.query().map_err(cuda_err)? {
+            if abort.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::system("communicator aborted"));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    Ok(())
+}
+
+/// Releases the engine. After an abort its streams may wait forever on peers that are gone,
+/// and peers may still write into its memory: then it is leaked rather than freed.
+pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
+    if let Some(q) = eng.queued.try_lock() {
+        tracing::info!(
+            "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
+             the bounce buffer and {} through the host path beside NVLink, {} bytes through \
+             receive slots and {} bytes as small sends; {} transfers went without the host path \
+             while the GPU was at its power or thermal limit",
+            eng.layout.rank,
+            q.sent_direct,
+            q.sent_bounced,
+            q.sent_host,
+            q.sent_staged,
+            q.sent_small,
+            eng.host_skipped.load(Ordering::Relaxed)
+        );
+        if let Some(r) = &eng.remote {
+            tracing::info!(
+                "rank {}: cuda-ipc had the peer GPU's copy engine push {} of the transfers it \
+                 pulled ({} bytes)",
+                eng.layout.rank,
+                r.pulls.load(Ordering::Relaxed),
+                r.bytes.load(Ordering::Relaxed)
+            );
+        }
+        let t = &q.queueing;
+        tracing::info!(
+            "rank {}: cuda-ipc queued {} groups in {:.3} ms of host time ({} over 100 us, {} \
+             over 1 ms, {} us at most)",
+            eng.layout.rank,
+            t.groups,
+            t.total.as_secs_f64() * 1e3,
+            t.over_100us,
+            t.over_1ms,
+            t.longest.as_micros()
+        );
+        let w = &q.push_waits;
+        if w.pushed + w.left_to_pull > 0 {
+            tracing::info!(
+                "rank {}: {} sends posted before their receives: {} pushed after waiting, {} \
+                 left to the receiver to pull; the host waited {:.3} ms in all, {} us at most \
+                 (CCL_IPC_PUSH_WAIT_US, CCL_IPC_PUSH_WAIT_BUSY_US)",
+                eng.layout.rank,
+                w.pushed + w.left_to_pull,
+                w.pushed,
+                w.left_to_pull,
+                w.waited.as_secs_f64() * 1e3,
+                w.longest.as_micros()
+            );
+        }
+        let [shared, alone, passive, staged] = q.sym_outcomes;
+        if shared + alone + passive + staged > 0 {
+            tracing::info!(
+                "rank {}: direct reductions: {shared} shared, {alone} done alone, {passive} left \
+                 to the peer, {staged} staged after the rendezvous; the host waited {:.3} ms for \
+                 the other ranks' posts (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US)",
+                eng.layout.rank,
+                q.sym_waited.as_secs_f64() * 1e3
+            );
+        }
+    }
+    // Graphs that captured groups on the direct paths keep the flag area's addresses (ours
+    // and, mapped, the peers'): it stays for as long as the process may replay them.
+    if aborted || eng.captured.load(Ordering::Relaxed) > 0 {
+        std::mem::forget(eng);
+    }
+}

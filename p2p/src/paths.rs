@@ -1,0 +1,317 @@
+//! Which path a group's operations take, decided from what every rank sees alike: the
+//! low-latency kernel, a direct reduction, direct transfers or the staged protocol; and the
+//! kernels that path launches.
+
+use ccl_collectives::task::{Reduction, Scalar, Task, TaskKind};
+use ccl_collectives::Collective;
+use ccl_cuda::cuda::source::LL_EXCHANGE_MAX_RANKS;
+use ccl_cuda::cuda::{KernelOp, LlTransfers};
+use ccl_cuda::{DataType, ReduceKind};
+
+use crate::device::Kernel;
+use crate::direct_reduce;
+use crate::error::Result;
+use crate::lower::{lower, Act, Program};
+
+/// Can this group go through cuda-ipc? Decided from what every rank sees alike (the
+/// communicator and the kind of reduction), never from local buffer properties.
+pub fn takes(tasks: &[Task]) -> bool {
+    // A device-resident PreMulSum scalar must be read in stream order: the staged path does.
+    !tasks
+        .iter()
+        .any(|t| matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
+}
+
+/// A small collective done by one low-latency kernel per rank instead of transfers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LowLatency {
+    AllReduce(Task),
+    ReduceScatter(Task),
+    Exchange(LlTransfers),
+}
+
+/// The low-latency kernel, or else a direct reduction (`direct_reduce` bytes and up, 0: never),
+/// for a staged group. Never both: the low-latency kernel writes the result itself, and a
+/// direct reduction over it would reduce an in-place result a second time.
+pub(crate) fn reduction_paths(
+    tasks: &[Task],
+    rank: usize,
+    n: usize,
+    ll_max: usize,
+    direct_reduce: usize,
+) -> Result<(Option<LowLatency>, Option<Task>)> {
+    let ll = low_latency(tasks, rank, n, ll_max)?;
+    let sym = if ll.is_none() && direct_reduce > 0 {
+        direct_reduce::candidate(
+            tasks,
+            n,
+            direct_reduce,
+            direct_reduce.max(direct_reduce::REDUCE_MIN_BYTES),
+        )
+    } else {
+        None
+    };
+    Ok((ll, sym))
+}
+
+/// Whether a group is one data collective small enough (`max` bytes, 0: never) for the
+/// low-latency kernel rather than copy engines: at 8 B the copy engines' driver calls cost 2-3x
+/// NCCL's one kernel. Depends only on what every rank sees alike.
+pub(crate) fn small_exchange(tasks: &[Task], n: usize, max: usize) -> bool {
+    let [t] = tasks else { return false };
+    matches!(
+        t.kind,
+        TaskKind::Coll(
+            Collective::AllGather
+                | Collective::AlltoAll
+                | Collective::Broadcast { .. }
+                | Collective::Gather { .. }
+                | Collective::Scatter { .. }
+        )
+    ) && (2..=LL_EXCHANGE_MAX_RANKS).contains(&n)
+        && t.count.saturating_mul(t.dtype.size()) <= max
+}
+
+/// Chooses the low-latency kernel for a group of one small collective. The choice depends
+/// only on what every rank sees alike (kind, count, type, reduction, ranks, settings).
+fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<Option<LowLatency>> {
+    let [t] = tasks else { return Ok(None) };
+    let bytes = t.count.saturating_mul(t.dtype.size());
+    if n < 2 || t.count == 0 || bytes > ll_max {
+        return Ok(None);
+    }
+    match t.kind {
+        TaskKind::Coll(Collective::AllReduce) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::AllReduce(*t)))
+        }
+        TaskKind::Coll(Collective::ReduceScatter) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::ReduceScatter(*t)))
+        }
+        TaskKind::Coll(
+            Collective::AllGather
+            | Collective::AlltoAll
+            | Collective::Broadcast { .. }
+            | Collective::Gather { .. }
+            | Collective::Scatter { .. },
+        ) if n <= LL_EXCHANGE_MAX_RANKS => {
+            let p = lower(tasks, rank, n, usize::MAX, 0)?;
+            let mut x = LlTransfers::default();
+            for q in 0..n {
+                if let [s] = p.tx[q].as_slice() {
+                    x.src[q] = s.src;
+                    x.sbytes[q] = s.bytes as u64;
+                }
+                if let [r] = p.rx[q].as_slice() {
+                    let Act::Copy { dst } = r.act else {
+                        return Ok(None);
+                    };
+                    x.dst[q] = dst;
+                    x.rbytes[q] = r.bytes as u64;
+                }
+            }
+            if let [(dst, src, b)] = p.locals.as_slice() {
+                x.src[rank] = *src;
+                x.dst[rank] = *dst;
+                x.sbytes[rank] = *b as u64;
+            }
+            Ok(Some(LowLatency::Exchange(x)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The kernels a lowered group launches.
+pub(crate) fn kernels_needed<'a>(
+    programs: impl Iterator<Item = &'a Program>,
+    ll: Option<&LowLatency>,
+) -> Vec<(DataType, KernelOp)> {
+    let mut v = Vec::new();
+    for p in programs {
+        kernels_of(p, &mut v);
+    }
+    match ll {
+        Some(LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t)) => {
+            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
+        }
+        Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
+        None => {}
+    }
+    let mut unique = Vec::with_capacity(v.len());
+    for k in v {
+        if !unique.contains(&k) {
+            unique.push(k);
+        }
+    }
+    unique
+}
+
+/// The reduction kernels one lowered program launches.
+fn kernels_of(p: &Program, v: &mut Vec<(DataType, KernelOp)>) {
+    for k in &p.local_kernels {
+        if let Kernel::PreMul { dtype, .. } = k {
+            v.push((*dtype, KernelOp::PreMul));
+        }
+    }
+    for tg in &p.targets {
+        match tg.scalar {
+            Some(_) => {
+                v.push((tg.dtype, KernelOp::PreMul));
+                v.push((tg.dtype, KernelOp::PreMulAdd));
+                v.push((tg.dtype, KernelOp::reduce(ReduceKind::Sum)));
+            }
+            None => v.push((tg.dtype, KernelOp::reduce(tg.arith))),
+        }
+        if tg.postdiv.is_some() {
+            v.push((tg.dtype, KernelOp::DivInt));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ccl_collectives::task::float_sum as task;
+
+    #[test]
+    fn low_latency_exchange_tables_pair_up() {
+        let colls = |n: usize| {
+            [
+                Collective::AllGather,
+                Collective::AlltoAll,
+                Collective::Broadcast { root: n - 1 },
+                Collective::Gather { root: 0 },
+                Collective::Scatter { root: n / 2 },
+            ]
+        };
+        for n in 2..=LL_EXCHANGE_MAX_RANKS {
+            for c in colls(n) {
+                for count in [1usize, 5, 1000] {
+                    let tables: Vec<LlTransfers> = (0..n)
+                        .map(|r| {
+                            let t = task(TaskKind::Coll(c), 0x1000_0000, 0x2000_0000, count);
+                            match low_latency(&[t], r, n, 1 << 20).unwrap() {
+                                Some(LowLatency::Exchange(x)) => x,
+                                other => panic!("{c:?} n {n}: {other:?}"),
+                            }
+                        })
+                        .collect();
+                    for a in 0..n {
+                        for b in 0..n {
+                            if a != b {
+                                assert_eq!(
+                                    tables[a].sbytes[b], tables[b].rbytes[a],
+                                    "{c:?} n {n} count {count}: {a} -> {b}"
+                                );
+                            }
+                        }
+                        for q in n..LL_EXCHANGE_MAX_RANKS {
+                            assert_eq!((tables[a].sbytes[q], tables[a].rbytes[q]), (0, 0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn small_collectives_become_one_low_latency_kernel() {
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("all-gather of 16 bytes should be low-latency");
+        };
+        assert_eq!((x.src[0], x.sbytes[0]), (0x1000, 16));
+        assert_eq!((x.dst[0], x.rbytes[0]), (0x8000, 16));
+        assert_eq!((x.src[1], x.dst[1], x.sbytes[1]), (0x1000, 0x8010, 16));
+        // In place: no local copy.
+        let ag = task(TaskKind::Coll(Collective::AllGather), 0x8010, 0x8000, 4);
+        let Some(LowLatency::Exchange(x)) = low_latency(&[ag], 1, 2, 1 << 20).unwrap() else {
+            panic!("in-place all-gather should be low-latency");
+        };
+        assert_eq!(x.sbytes[1], 0);
+        // Broadcast: the root only sends, the others only receive.
+        let bc = task(
+            TaskKind::Coll(Collective::Broadcast { root: 0 }),
+            0x1000,
+            0x2000,
+            4,
+        );
+        let Some(LowLatency::Exchange(x)) = low_latency(&[bc], 1, 3, 1 << 20).unwrap() else {
+            panic!("broadcast should be low-latency");
+        };
+        assert_eq!(x.sbytes, [0; 8]);
+        assert_eq!((x.dst[0], x.rbytes[0], x.rbytes[2]), (0x2000, 16, 0));
+        // Too big, reductions other than all-reduce, and groups stay on the copy engines.
+        assert!(low_latency(&[ag], 1, 2, 8).unwrap().is_none());
+        let rs = task(TaskKind::Coll(Collective::ReduceScatter), 0x1000, 0x8000, 4);
+        assert!(matches!(
+            low_latency(&[rs], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::ReduceScatter(_))
+        ));
+        let mut avg = rs;
+        avg.red = Reduction::Avg;
+        assert!(low_latency(&[avg], 0, 2, 1 << 20).unwrap().is_none());
+        assert!(low_latency(&[ag, ag], 1, 2, 1 << 20).unwrap().is_none());
+        let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 4);
+        assert!(matches!(
+            low_latency(&[ar], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::AllReduce(_))
+        ));
+        // More ranks than the exchange table holds.
+        assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    /// A reduce-scatter whose slice fits the low-latency kernel while the whole input reaches
+    /// the direct-reduction threshold (1 MiB slices of 2 ranks at 2 MiB) takes the kernel
+    /// alone: both at once reduced an in-place result twice (found on the GPU machine).
+    #[test]
+    fn low_latency_and_direct_reduction_never_both() {
+        let (ll_max, dr) = (1 << 20, 2 << 20);
+        let rs = |count| {
+            task(
+                TaskKind::Coll(Collective::ReduceScatter),
+                0x1000,
+                0x1000,
+                count,
+            )
+        };
+        // float slices of 1 MiB (just the kernel), then 1 MiB + 4 B (just direct).
+        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        assert!(matches!(ll, Some(LowLatency::ReduceScatter(_))) && sym.is_none());
+        let (ll, sym) = reduction_paths(&[rs((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_some());
+        // All-reduce: the kernel up to ll_max, direct from the threshold, staged between.
+        let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
+        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_some() && sym.is_none());
+        let (ll, sym) = reduction_paths(&[ar((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_none());
+        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, dr).unwrap();
+        assert!(ll.is_none() && sym.is_some());
+        // Switched off.
+        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, 0).unwrap();
+        assert!(sym.is_none());
+    }
+
+    /// Boundary pair of the small-exchange route: exactly the limit takes the kernel, one
+    /// element more goes to the copy engines; never with the limit 0, a group of two, an
+    /// operation with arithmetic, or more ranks than the kernel serves.
+    #[test]
+    fn small_data_collectives_take_the_kernel_up_to_the_limit() {
+        let ag = |count| task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x9000, count);
+        assert!(small_exchange(&[ag(1024)], 2, 4096));
+        assert!(!small_exchange(&[ag(1025)], 2, 4096));
+        assert!(!small_exchange(&[ag(1)], 2, 0));
+        assert!(!small_exchange(&[ag(1), ag(1)], 2, 4096));
+        assert!(!small_exchange(&[ag(1)], LL_EXCHANGE_MAX_RANKS + 1, 4096));
+        assert!(!small_exchange(&[ag(1)], 1, 4096));
+        let ar = task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, 1);
+        assert!(!small_exchange(&[ar], 2, 4096));
+        let a2a = task(TaskKind::Coll(Collective::AlltoAll), 0x1000, 0x9000, 2);
+        assert!(small_exchange(&[a2a], 2, 4096));
+        // What the kernel then does with it: the exchange (the same limit as its area).
+        assert!(matches!(
+            low_latency(&[ag(1024)], 0, 2, 1 << 20).unwrap(),
+            Some(LowLatency::Exchange(_))
+        ));
+    }
+}

@@ -1,0 +1,395 @@
+//! Setting the engine up for a freshly connected communicator: every rank offers what it
+//! can and has made, all decide alike from every offer, map their peers, and build the engine.
+
+mod build;
+mod local;
+mod offer;
+mod peers;
+mod reach;
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use crate::buffers;
+use crate::config::P2pConfig;
+use crate::control::CommCtx;
+use crate::engine::{HostRings, IpcEngine};
+use crate::error::{Error, Result};
+use crate::host_path::HostPath;
+use crate::relay::Relay;
+use build::{Agreed, Parts};
+use local::{host_shares, Geometry, Mode, Prepared, Shares};
+use offer::{HostRing, Offer};
+use reach::{forced_host_only, p2p_disabled, PeerReach};
+
+/// Sets up cuda-ipc for a freshly connected communicator. Collective: every rank calls it,
+/// GPU or not, and all reach the same decision (an engine on every rank or on none).
+pub fn attach(comm: &CommCtx, cfg: &P2pConfig) -> Result<Option<Arc<IpcEngine>>> {
+    let n = comm.nranks();
+    let forced = forced_host_only(&cfg.host_only);
+    let shm_off = cfg.shm_disable;
+    let reach =
+        PeerReach::from_settings(forced, n, p2p_disabled(cfg, comm.p2p_beyond_level), shm_off);
+    match attach_as(comm, cfg, reach, comm.nonce)? {
+        Attached::Unmappable => match reach.when_unmappable(forced, n, shm_off) {
+            Some(fallback) => {
+                tracing::info!(
+                    "rank {}: cuda-ipc: a rank cannot map its peers' GPU memory (no peer \
+                     access between these GPUs?); host-only instead",
+                    comm.rank()
+                );
+                // Names of its own: the first attempt's regions may still be on their way out.
+                match attach_as(comm, cfg, fallback, !comm.nonce)? {
+                    Attached::On(e) => Ok(Some(e)),
+                    _ => Ok(None),
+                }
+            }
+            None => Ok(None),
+        },
+        Attached::On(e) => Ok(Some(e)),
+        Attached::Off => Ok(None),
+    }
+}
+
+/// How one attempt at setting up the engine ended (every rank alike: each outcome follows
+/// what all ranks exchanged).
+enum Attached {
+    On(Arc<IpcEngine>),
+    /// Settings or capabilities rule the engine out.
+    Off,
+    /// Every rank offered the engine, but some rank could not open its peers' memory.
+    Unmappable,
+}
+
+/// One attempt with `reach`, its shared-memory names built from `nonce`: every rank makes its
+/// part and offers it, all decide alike from every offer, each maps its peers, a second round
+/// says whether every rank could, and each builds its engine.
+fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> Result<Attached> {
+    let (rank, n) = (comm.rank(), comm.nranks());
+    let g = Geometry::from_config(cfg);
+    // Host-only mode: ranks of one host whose GPUs need not reach each other's memory
+    // (peer-to-peer off, or no peer access): their flag words and receive slots live in shared
+    // host memory, and with two ranks every byte of a direct transfer goes through the host
+    // path's ring.
+    let host_only = reach == PeerReach::HostOnly;
+    let mode = Mode {
+        wanted: comm.cuda_dev >= 0
+            && cfg.gpu_available
+            && reach != PeerReach::None
+            && !cfg.disable
+            && comm.one_host,
+        host_only,
+        shares: if host_only {
+            ((1, HostPath::WHOLE), (1, HostPath::WHOLE))
+        } else {
+            host_shares(cfg)
+        },
+        nonce,
+    };
+    // Kept open until every peer has tried to take it (the second allgather below).
+    let probe = nix::unistd::pipe().ok();
+    let probe_fd = probe.as_ref().map(|(r, _)| r.as_raw_fd());
+    let Prepared {
+        local,
+        offer,
+        own_flags,
+        own_slots,
+        own_ring,
+    } = local::prepare(comm, cfg, &g, &mode, probe_fd);
+    let offers = exchange_offers(comm, &offer)?;
+    let agreed = agree(&offers, &g, host_only, n);
+    let Some((local, mut board, mut inbox)) = local.filter(|_| agreed.capable) else {
+        if mode.wanted && offers.iter().any(|o| o.capable) {
+            tracing::info!(
+                "rank {rank}: cuda-ipc off for this communicator (not every rank can map its \
+                 peers, or the CCL_IPC_* settings differ between ranks)"
+            );
+        }
+        return Ok(Attached::Off);
+    };
+    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
+    if !gpu_sharing_allows(comm, &offers, host_only, max_connections.as_deref()) {
+        return Ok(Attached::Off);
+    }
+    let peers::Mapped {
+        peers,
+        host_flags,
+        opened,
+    } = peers::map_peers(
+        comm,
+        cfg,
+        &local,
+        (&mut board, &mut inbox),
+        &offers,
+        (host_only, nonce),
+        g.host_region_bytes(n),
+    );
+    // The host path: both ranks made their rings with the same settings, and this one maps
+    // the peer's.
+    let ring_settings = offers[0].host;
+    let host_rings = match own_ring {
+        Some(own) if opened.is_ok() && n == 2 && offers.iter().all(|o| o.host == ring_settings) => {
+            peers::open_peer_ring(&local.ctx, own, (nonce, rank), &ring_settings)
+                .inspect_err(|e| tracing::info!("rank {rank}: cuda-ipc host path off: {e}"))
+                .ok()
+        }
+        _ => None,
+    };
+    // Remote copies: both ranks asked, and this one can queue on the peer's GPU.
+    let remote = if opened.is_ok() && n == 2 && !host_only && offers.iter().all(|o| o.remote) {
+        match peers::remote_lanes(cfg, &local.ctx, &offers[1 - rank], g.rx_lanes) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::info!("rank {rank}: cuda-ipc remote copies off: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let oks = comm.control.allgather(&[
+        opened.is_ok() as u8,
+        takes_fds(comm, &offers) as u8,
+        remote.is_some() as u8,
+        host_rings.is_some() as u8,
+    ])?;
+    drop(probe);
+    if oks.iter().any(|b| b.first() != Some(&1)) {
+        return Ok(Attached::Unmappable);
+    }
+    let all_ok = |i: usize| oks.iter().all(|b| b.get(i) == Some(&1));
+    // Only if both can: a sender gives up waiting for its receiver because the receiver's
+    // copy will still be a push.
+    let remote = remote.filter(|_| all_ok(2));
+    if let Some(r) = &remote {
+        tracing::info!(
+            "rank {rank}: cuda-ipc remote copies on: transfers of at least {} bytes this rank \
+             pulls run on the peer GPU's copy engine",
+            r.min_bytes
+        );
+    }
+    let host_rings = host_rings.filter(|_| all_ok(3));
+    // Host-only direct transfers have no other way for the bytes: no ring on some rank, no
+    // engine on any.
+    if host_only && agreed.direct && !all_ok(3) {
+        tracing::info!("rank {rank}: cuda-ipc host-only off: a rank has no host path ring");
+        return Ok(Attached::Off);
+    }
+    let host_path = host_rings
+        .as_ref()
+        .map(|rings| host_path(rank, rings, &ring_settings, mode.shares));
+    // Every peer has mapped this rank's boards (and ring).
+    board.boards.unlink();
+    for (_, region) in own_flags.iter().chain(&own_slots) {
+        region.unlink();
+    }
+    inbox.unlink();
+    // Both ranks have mapped both rings (a ring whose path went off is removed as it drops).
+    if let Some(rings) = &host_rings {
+        rings.own.unlink();
+    }
+    let parts = Parts {
+        local,
+        board,
+        inbox,
+        peers,
+        own_flags,
+        own_slots,
+        host_flags,
+        host_path,
+        host_rings,
+        remote,
+        vmm_ok: all_ok(1),
+        max_connections,
+    };
+    let engine = build::build(comm, cfg, &g, agreed, host_only, parts)?;
+    Ok(Attached::On(Arc::new(engine)))
+}
+
+/// Every rank's offer, over the communicator's control connections.
+fn exchange_offers(comm: &CommCtx, offer: &Offer) -> Result<Vec<Offer>> {
+    comm.control
+        .allgather(&offer.encode())?
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            Offer::decode(b)
+                .ok_or_else(|| Error::remote(format!("rank {r} sent a malformed cuda-ipc offer")))
+        })
+        .collect()
+}
+
+/// The paths every rank chooses alike from every rank's offer.
+fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
+    let capable = offers.iter().all(|o| {
+        o.capable
+            && o.chunk == g.chunk as u64
+            && o.slots == g.slots
+            && o.single_max == g.single_max as u64
+            && o.host_only == host_only
+    });
+    // Host-only: direct transfers go through the host path's ring, which joins two ranks; with
+    // more (or with direct transfers off) every byte goes through the receive slots in shared
+    // host memory instead: pushed there on copy engines, copied or reduced out by kernels.
+    let direct = offers.iter().all(|o| o.direct) && (!host_only || n == 2);
+    // Paths every rank must choose alike: the smallest low-latency limit (every rank's area
+    // holds that much), direct reductions only if every rank has them on, from the largest
+    // threshold.
+    // Host-only: nothing that reads or writes a peer's GPU memory (small operations as
+    // kernels, direct reductions, relays, remote copies).
+    let ll_max = if host_only {
+        0
+    } else {
+        offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0)
+    };
+    let ll_exchange_max = offers
+        .iter()
+        .map(|o| o.ll_exchange_max as usize)
+        .min()
+        .unwrap_or(0)
+        .min(ll_max);
+    let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
+        0
+    } else {
+        offers
+            .iter()
+            .map(|o| o.direct_reduce as usize)
+            .max()
+            .unwrap_or(0)
+    };
+    // Relayed broadcasts only if every rank has them on, from the largest threshold and chunk.
+    let relay = Relay {
+        min_bytes: if host_only || offers.iter().any(|o| o.relay_min == 0) {
+            0
+        } else {
+            offers
+                .iter()
+                .map(|o| o.relay_min as usize)
+                .max()
+                .unwrap_or(0)
+        },
+        chunk_bytes: offers
+            .iter()
+            .map(|o| o.relay_chunk as usize)
+            .max()
+            .unwrap_or(1 << 20),
+    };
+    Agreed {
+        capable,
+        direct,
+        ll_max,
+        ll_exchange_max,
+        direct_reduce,
+        relay,
+    }
+}
+
+/// Whether the ranks of this communicator that share this process's GPU may run the engine
+/// (warning where they share its hardware queues).
+fn gpu_sharing_allows(
+    comm: &CommCtx,
+    offers: &[Offer],
+    host_only: bool,
+    max_connections: Option<&str>,
+) -> bool {
+    let (rank, my_pid) = (comm.rank(), comm.pids[comm.rank()]);
+    // Host-only keeps two more streams per rank waiting on host words; ranks that share a GPU
+    // in one process share its hardware queues, where such a wait can hold up the very work of
+    // the other rank that would release it (tests/gpu/two_comms.c, two communicators of two
+    // ranks on one GPU in one process: hung within 3000 iterations). Those stay staged; both
+    // ranks see the same table, so both decide alike.
+    let sharing: Vec<usize> = (0..comm.nranks())
+        .filter(|&j| comm.pids[j] == my_pid && offers[j].bus_id == offers[rank].bus_id)
+        .collect();
+    if host_only && sharing.len() > 1 {
+        tracing::info!(
+            "rank {rank}: cuda-ipc host-only off: another rank of this communicator shares this \
+             process's GPU (the staged path carries the communicator)"
+        );
+        return false;
+    }
+    warn_of_shared_queues(rank, sharing, max_connections);
+    true
+}
+
+/// Can this rank take file descriptors from every peer in another process (VMM buffers
+/// travel so)? Each offered a descriptor to try.
+fn takes_fds(comm: &CommCtx, offers: &[Offer]) -> bool {
+    let (rank, my_pid) = (comm.rank(), comm.pids[comm.rank()]);
+    offers.iter().enumerate().all(|(j, o)| {
+        j == rank
+            || comm.pids[j] == my_pid
+            || (o.probe_fd >= 0 && buffers::can_take_fd(comm.pids[j], o.probe_fd))
+    })
+}
+
+/// The host path over `rings` as both ranks made them (`settings`), with this rank's shares.
+fn host_path(rank: usize, rings: &HostRings, settings: &HostRing, shares: Shares) -> HostPath {
+    let (out_ring, in_ring) = rings.device_ptrs();
+    let (one_way, exchange) = shares;
+    let h = HostPath {
+        out_ring,
+        in_ring,
+        slot_bytes: settings.slot_bytes as usize,
+        slots: settings.slots,
+        one_way,
+        exchange,
+    };
+    tracing::info!(
+        "rank {rank}: cuda-ipc host path on: {} permille of direct transfers of at least {} \
+         bytes ({} permille from {} bytes in groups that also receive from the peer) go \
+         through pinned host memory beside NVLink, in chunks of at most {} KiB ({} slots)",
+        h.one_way.1,
+        h.one_way.0,
+        h.exchange.1,
+        h.exchange.0,
+        h.slot_bytes >> 10,
+        h.slots
+    );
+    h
+}
+
+/// Hardware queues a device gives a process's streams when `CUDA_DEVICE_MAX_CONNECTIONS`
+/// does not say.
+const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+
+/// Warns (from the lowest of them) when several ranks of this communicator share one GPU in
+/// this process (`sharing`, this rank's included) with fewer than 32 hardware queues: their
+/// streams then share queues, and a stream waiting for a peer at the head of a queue holds up
+/// whatever is queued behind it there, which may be the very work that would release it (four
+/// ranks on one H100, an 8 MiB average all-reduce through the slots: hung at the default 8,
+/// done in 2 s at 32; measured 2026-11-23). NCCL refuses two ranks on one GPU; libccl allows
+/// it for machines with fewer GPUs than ranks. Returns whether it warned.
+fn warn_of_shared_queues(rank: usize, sharing: Vec<usize>, max_connections: Option<&str>) -> bool {
+    let queues = max_connections
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    let warn = sharing.len() > 1 && sharing.first() == Some(&rank) && queues < 32;
+    if warn {
+        tracing::warn!(
+            "ranks {sharing:?} of this communicator share one GPU in this process, whose \
+             streams then share {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): a \
+             stream waiting for a peer can hold up the work that would release it, and the \
+             communicator can hang; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process \
+             starts CUDA"
+        );
+    }
+    warn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
+    /// unset or unreadable).
+    #[test]
+    fn ranks_sharing_a_gpu_are_warned_of_shared_queues() {
+        assert!(warn_of_shared_queues(0, vec![0, 2], None));
+        assert!(warn_of_shared_queues(0, vec![0, 1], Some("31")));
+        assert!(warn_of_shared_queues(1, vec![1, 3], Some("junk")));
+        assert!(!warn_of_shared_queues(2, vec![0, 2], None));
+        assert!(!warn_of_shared_queues(0, vec![0, 1], Some("32")));
+        assert!(!warn_of_shared_queues(0, vec![0], None));
+    }
+}

@@ -1,0 +1,353 @@
+//! A simulated GPU: per lane, the operations a rank queued; memory of disjoint regions; and
+//! the run of every rank's queues, lane by lane in a random order or merged into one queue.
+
+use std::collections::{HashMap, HashSet};
+
+use ccl_cuda::host::reduce as host;
+
+use crate::device::{Device, Kernel};
+use crate::error::Result;
+use crate::layout::Lane;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Op {
+    Wait(u64, u32),
+    Write(u64, u32),
+    Copy(u64, u64, usize),
+    Kernel(Kernel),
+    Record(usize),
+    WaitEvent(usize),
+}
+
+/// One rank's queues.
+pub(super) struct SimDevice {
+    pub(super) lanes: HashMap<Lane, Vec<Op>>,
+    /// Every operation in the order it was queued, for the merged mode.
+    pub(super) order: Vec<(Lane, usize)>,
+    pub(super) events: usize,
+    /// Where this device's fused all-reduce kernel keeps an in-place result (its registers);
+    /// `None`: it has no such kernel.
+    pub(super) fused_registers: Option<u64>,
+}
+
+impl SimDevice {
+    pub(super) fn new() -> SimDevice {
+        SimDevice {
+            lanes: HashMap::new(),
+            order: Vec::new(),
+            events: 0,
+            fused_registers: None,
+        }
+    }
+
+    /// The captured-group kernels' handshake as operations: set every remote word, then per
+    /// partner wait for the word here and reset it.
+    pub(super) fn handshake(&mut self, lane: Lane, words: &[(u64, u64)]) {
+        for &(remote, _) in words {
+            self.push(lane, Op::Write(remote, 1));
+        }
+        for &(_, local) in words {
+            self.push(lane, Op::Wait(local, 1));
+            self.push(lane, Op::Write(local, 0));
+        }
+    }
+
+    pub(super) fn push(&mut self, lane: Lane, op: Op) {
+        let q = self.lanes.entry(lane).or_default();
+        q.push(op);
+        self.order.push((lane, q.len() - 1));
+    }
+}
+
+impl Device for SimDevice {
+    /// The kernel's steps as the simulation's operations, in the kernel's order: set every
+    /// remote word, then per partner wait and reset; reduce (in place into the "registers");
+    /// the second handshake; the held result stored.
+    fn fused_all_reduce(&mut self, lane: Lane, f: &crate::device::FusedAllReduce) -> Result<bool> {
+        let Some(registers) = self.fused_registers else {
+            return Ok(false);
+        };
+        self.handshake(lane, &f.inputs);
+        // Each element is folded from every source before it is stored (the output may be a
+        // source): the sums gather in the "registers", stored before the second handshake, or
+        // after it in place.
+        let mut acc = f.srcs[0];
+        for &src in f.srcs[1..].iter().filter(|_| f.n > 0) {
+            let k = Kernel::Reduce {
+                dtype: f.dtype,
+                op: f.op,
+                dst: registers,
+                a: acc,
+                b: src,
+                n: f.n,
+            };
+            self.push(lane, Op::Kernel(k));
+            acc = registers;
+        }
+        let store = Op::Copy(f.dst, registers, f.n * f.dtype.size());
+        if !f.inplace && f.n > 0 {
+            self.push(lane, store);
+        }
+        self.handshake(lane, &f.done);
+        if f.inplace && f.n > 0 {
+            self.push(lane, store);
+        }
+        Ok(true)
+    }
+
+    /// As the fused all-reduce: the handshake, the copies in order, the handshake.
+    fn fused_copies(&mut self, lane: Lane, f: &crate::device::FusedCopies) -> Result<bool> {
+        if self.fused_registers.is_none() {
+            return Ok(false);
+        }
+        self.handshake(lane, &f.inputs);
+        for &(dst, src, bytes) in &f.copies {
+            self.push(lane, Op::Copy(dst, src, bytes));
+        }
+        if !f.halfway.is_empty() {
+            self.handshake(lane, &f.halfway);
+        }
+        for &(dst, src, bytes) in &f.second {
+            self.push(lane, Op::Copy(dst, src, bytes));
+        }
+        self.handshake(lane, &f.done);
+        Ok(true)
+    }
+
+    fn wait(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.push(lane, Op::Wait(addr, value));
+        Ok(())
+    }
+    fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
+        self.push(lane, Op::Write(addr, value));
+        Ok(())
+    }
+    fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        self.push(lane, Op::Copy(dst, src, bytes));
+        Ok(())
+    }
+    fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
+        self.push(lane, Op::Kernel(k));
+        Ok(())
+    }
+    fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
+        self.events += 1;
+        let id = self.events;
+        self.push(Lane::User, Op::Record(id));
+        for &l in lanes {
+            self.push(l, Op::WaitEvent(id));
+        }
+        Ok(())
+    }
+    fn join(&mut self, lanes: &[Lane]) -> Result<()> {
+        for &l in lanes {
+            self.events += 1;
+            let id = self.events;
+            self.push(l, Op::Record(id));
+            self.push(Lane::User, Op::WaitEvent(id));
+        }
+        Ok(())
+    }
+}
+
+/// Byte-addressed memory made of disjoint regions.
+#[derive(Default)]
+pub(super) struct Mem {
+    pub(super) regions: Vec<(u64, Vec<u8>)>,
+}
+
+impl Mem {
+    pub(super) fn alloc(&mut self, base: u64, len: usize) {
+        self.regions.push((base, vec![0; len]));
+    }
+
+    pub(super) fn range(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        // An empty copy touches nothing, wherever it points (a transfer wholly through the
+        // host path leaves its NVLink part empty, its peer address unresolved).
+        if len == 0 {
+            return &mut [];
+        }
+        for (base, v) in self.regions.iter_mut() {
+            if addr >= *base && addr + len as u64 <= *base + v.len() as u64 {
+                let o = (addr - *base) as usize;
+                return &mut v[o..o + len];
+            }
+        }
+        panic!("simulated access outside memory: {addr:#x}+{len}");
+    }
+
+    pub(super) fn read(&mut self, addr: u64, len: usize) -> Vec<u8> {
+        self.range(addr, len).to_vec()
+    }
+
+    pub(super) fn word(&mut self, addr: u64) -> u32 {
+        u32::from_le_bytes(self.read(addr, 4).try_into().unwrap())
+    }
+
+    pub(super) fn kernel(&mut self, k: Kernel) {
+        match k {
+            Kernel::Reduce {
+                dtype,
+                op,
+                dst,
+                a,
+                b,
+                n,
+            } => {
+                let (x, y) = (
+                    self.read(a, n * dtype.size()),
+                    self.read(b, n * dtype.size()),
+                );
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: three buffers of n elements each.
+                unsafe { host::reduce(dtype, op, out.as_mut_ptr(), x.as_ptr(), y.as_ptr(), n) };
+            }
+            Kernel::ReduceN {
+                dtype,
+                op,
+                dst,
+                srcs,
+                k,
+                n,
+            } => {
+                assert!((3..=srcs.len()).contains(&k), "a reduction of {k} sources");
+                let bytes = n * dtype.size();
+                let mut acc = self.read(srcs[0], bytes);
+                for &s in &srcs[1..k] {
+                    let y = self.read(s, bytes);
+                    let prev = acc.clone();
+                    // SAFETY: three buffers of n elements each.
+                    unsafe {
+                        host::reduce(dtype, op, acc.as_mut_ptr(), prev.as_ptr(), y.as_ptr(), n)
+                    };
+                }
+                self.range(dst, bytes).copy_from_slice(&acc);
+            }
+            Kernel::PreMul {
+                dtype,
+                dst,
+                src,
+                n,
+                scalar,
+            } => {
+                let x = self.read(src, n * dtype.size());
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: as above.
+                unsafe { host::premul(dtype, out.as_mut_ptr(), x.as_ptr(), n, scalar.as_ptr()) };
+            }
+            Kernel::PreMulAdd {
+                dtype,
+                dst,
+                src,
+                acc,
+                n,
+                scalar,
+            } => {
+                let (x, y) = (
+                    self.read(src, n * dtype.size()),
+                    self.read(acc, n * dtype.size()),
+                );
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: as above.
+                unsafe {
+                    host::premul_add(
+                        dtype,
+                        out.as_mut_ptr(),
+                        x.as_ptr(),
+                        y.as_ptr(),
+                        n,
+                        scalar.as_ptr(),
+                    )
+                };
+            }
+            Kernel::DivInt {
+                dtype,
+                dst,
+                n,
+                divisor,
+            } => {
+                let out = self.range(dst, n * dtype.size());
+                // SAFETY: n elements.
+                unsafe { host::div_int(dtype, out.as_mut_ptr(), n, divisor) };
+            }
+        }
+    }
+}
+
+/// Runs every device's queues to the end; `Err` names the stuck heads on a deadlock.
+pub(super) fn run(
+    devs: &[SimDevice],
+    mem: &mut Mem,
+    merged: bool,
+    seed: u64,
+) -> std::result::Result<(), String> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // Cursor per (device, lane), or per device in merged mode (into `order`).
+    let mut lane_pos: Vec<HashMap<Lane, usize>> = devs.iter().map(|_| HashMap::new()).collect();
+    let mut merged_pos = vec![0usize; devs.len()];
+    let mut recorded: HashSet<(usize, usize)> = HashSet::new();
+    loop {
+        let mut ready: Vec<(usize, Lane)> = Vec::new();
+        let mut stuck: Vec<String> = Vec::new();
+        for (d, dev) in devs.iter().enumerate() {
+            let heads: Vec<(Lane, usize)> = if merged {
+                dev.order.get(merged_pos[d]).copied().into_iter().collect()
+            } else {
+                dev.lanes
+                    .iter()
+                    .filter_map(|(l, q)| {
+                        let p = lane_pos[d].get(l).copied().unwrap_or(0);
+                        (p < q.len()).then_some((*l, p))
+                    })
+                    .collect()
+            };
+            for (lane, i) in heads {
+                let op = dev.lanes[&lane][i];
+                let ok = match op {
+                    Op::Wait(a, v) => (mem.word(a).wrapping_sub(v) as i32) >= 0,
+                    Op::WaitEvent(id) => recorded.contains(&(d, id)),
+                    _ => true,
+                };
+                if ok {
+                    ready.push((d, lane));
+                } else {
+                    stuck.push(format!("rank {d} {lane:?}: {op:?}"));
+                }
+            }
+        }
+        if ready.is_empty() {
+            return if stuck.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("deadlock: {}", stuck.join("; ")))
+            };
+        }
+        let (d, lane) = ready[(next() % ready.len() as u64) as usize];
+        let i = if merged {
+            merged_pos[d] += 1;
+            devs[d].order[merged_pos[d] - 1].1
+        } else {
+            let p = lane_pos[d].entry(lane).or_insert(0);
+            *p += 1;
+            *p - 1
+        };
+        match devs[d].lanes[&lane][i] {
+            Op::Write(a, v) => mem.range(a, 4).copy_from_slice(&v.to_le_bytes()),
+            Op::Copy(dst, src, n) => {
+                let b = mem.read(src, n);
+                mem.range(dst, n).copy_from_slice(&b);
+            }
+            Op::Kernel(k) => mem.kernel(k),
+            Op::Record(id) => {
+                recorded.insert((d, id));
+            }
+            Op::Wait(..) | Op::WaitEvent(_) => {}
+        }
+    }
+}

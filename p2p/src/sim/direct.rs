@@ -1,0 +1,562 @@
+//! The direct paths: random groups of sends and receives, direct reductions (shared and done
+//! by one rank), relayed broadcasts, local copies over idle lanes, and when a send waits for
+//! its receiver.
+
+use ccl_collectives::task::{Reduction, Task, TaskKind};
+use ccl_collectives::Collective;
+use ccl_cuda::{DataType, ReduceKind};
+
+use super::cases::*;
+use super::device::*;
+use super::harness::*;
+use crate::direct::{plan, posting};
+use crate::layout::Lane;
+use crate::protocol::Counters;
+use crate::relay::Relay;
+use crate::rendezvous;
+
+/// Random point-to-point groups: each rank's group holds its sends and receives in its own
+/// random order, several to the same peer (matched in order, as NCCL matches them), some to
+/// itself, sizes from a few bytes to several chunks. Every byte arrives where it should,
+/// under random lane orders and with merged queues.
+#[test]
+fn random_point_to_point_groups_deliver_every_byte() {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |m: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % m
+    };
+    for round in 0..40 {
+        let n = 2 + next(4) as usize;
+        let s = Setup {
+            slots: 2 + next(3) as u32,
+            rx_lanes: 1 + next(2) as usize,
+            single_max: if next(2) == 0 { 0 } else { 1 << 20 },
+            direct: next(2) == 0,
+            ..Setup::new(n)
+        };
+        // (from, to, count) in the order the sender issues them.
+        let transfers: Vec<(usize, usize, usize)> = (0..3 * n)
+            .map(|_| {
+                let a = next(n as u64) as usize;
+                let b = next(n as u64) as usize;
+                (a, b, [1usize, 7, 1000, 2500][next(4) as usize])
+            })
+            .collect();
+        let mut groups = point_to_point_groups(n, &transfers);
+        for g in groups.iter_mut() {
+            interleave(g, &mut next);
+        }
+        // Odd rounds add an all-reduce to every rank's group (NCCL allows collectives and
+        // point-to-point in one group): staged beside the direct transfers.
+        if round % 2 == 1 {
+            for (r, g) in groups.iter_mut().enumerate() {
+                g.push(all_reduce_beside(r));
+            }
+        }
+        for merged in [false, true] {
+            let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+            let dx = DirectSim::new(n);
+            let layouts = s.layouts();
+            // Ranks call in a random order (which side of a direct transfer copies).
+            let first = next(n as u64) as usize;
+            for r in (0..n).map(|i| (first + i) % n) {
+                let mut c = Counters::new(n, s.rx_lanes);
+                s.queue(&layouts[r], &mut c, &mut devs[r], &groups[r], &dx)
+                    .unwrap();
+            }
+            let mut mem = point_to_point_mem(&s, &transfers);
+            if let Err(e) = run(&devs, &mut mem, merged, round * 31 + 7) {
+                panic!(
+                    "round {round} n {n} direct {} merged {merged}: {e}; transfers {transfers:?}",
+                    s.direct
+                );
+            }
+            let what = format!(
+                "round {round} n {n} direct {} single {} merged {merged}",
+                s.direct, s.single_max
+            );
+            check_point_to_point(&mut mem, &transfers, &what);
+            if round % 2 == 1 {
+                check_all_reduce_beside(&mut mem, n, &what);
+            }
+        }
+    }
+}
+
+/// Transfer `i` of [`point_to_point_groups`]: its send buffer on rank `from`, its receive
+/// buffer on rank `to`.
+fn p2p_send_buffer(from: usize, i: usize) -> u64 {
+    base(from) + 0x1000_0000 + i as u64 * BUF
+}
+
+fn p2p_recv_buffer(to: usize, i: usize) -> u64 {
+    base(to) + 0x2000_0000 + i as u64 * BUF
+}
+
+/// Every rank's group of `transfers` (from, to, int32 count): sends and receives in issue
+/// order.
+fn point_to_point_groups(n: usize, transfers: &[(usize, usize, usize)]) -> Vec<Vec<Task>> {
+    let mut groups: Vec<Vec<Task>> = vec![Vec::new(); n];
+    for (i, &(a, b, count)) in transfers.iter().enumerate() {
+        let t = |kind, send: u64, recv: u64| Task {
+            kind,
+            send: send as usize,
+            recv: recv as usize,
+            count,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+            fold: false,
+        };
+        groups[a].push(t(TaskKind::Send { peer: b }, p2p_send_buffer(a, i), 0));
+        groups[b].push(t(TaskKind::Recv { peer: a }, 0, p2p_recv_buffer(b, i)));
+    }
+    groups
+}
+
+/// Interleaves a rank's group at random, keeping the issue order per (direction, peer):
+/// repeatedly takes the front of a random non-empty queue.
+fn interleave(g: &mut Vec<Task>, next: &mut impl FnMut(u64) -> u64) {
+    let key = |t: &Task| match t.kind {
+        TaskKind::Send { peer } => (0, peer),
+        TaskKind::Recv { peer } => (1, peer),
+        _ => (2, 0),
+    };
+    let mut queues: Vec<((usize, usize), std::collections::VecDeque<Task>)> = Vec::new();
+    for t in g.drain(..) {
+        match queues.iter_mut().find(|(k, _)| *k == key(&t)) {
+            Some((_, q)) => q.push_back(t),
+            None => queues.push((key(&t), std::collections::VecDeque::from([t]))),
+        }
+    }
+    while queues.iter().any(|(_, q)| !q.is_empty()) {
+        let live: Vec<usize> = (0..queues.len())
+            .filter(|&i| !queues[i].1.is_empty())
+            .collect();
+        let pick = live[next(live.len() as u64) as usize];
+        if let Some(t) = queues[pick].1.pop_front() {
+            g.push(t);
+        }
+    }
+}
+
+/// Elements of the all-reduce some rounds add beside the transfers.
+const BESIDE_COUNT: usize = 700;
+
+/// Rank `r`'s input and output of the all-reduce beside the transfers.
+fn beside_buffers(r: usize) -> (u64, u64) {
+    (base(r) + 0x3000_0000, base(r) + 0x3000_0000 + BUF)
+}
+
+fn all_reduce_beside(r: usize) -> Task {
+    let (send, recv) = beside_buffers(r);
+    Task {
+        kind: TaskKind::Coll(Collective::AllReduce),
+        send: send as usize,
+        recv: recv as usize,
+        count: BESIDE_COUNT,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        stream: 0,
+        fold: false,
+    }
+}
+
+/// Fresh memory for a run: the protocol's, every transfer's buffers (the send buffers
+/// holding numbers unique to the transfer), and every rank's all-reduce buffers and input.
+fn point_to_point_mem(s: &Setup, transfers: &[(usize, usize, usize)]) -> Mem {
+    let mut mem = s.protocol_mem();
+    for (i, &(a, b, count)) in transfers.iter().enumerate() {
+        let send = p2p_send_buffer(a, i);
+        mem.alloc(send, count * 4);
+        mem.alloc(p2p_recv_buffer(b, i), count * 4);
+        let data: Vec<u8> = (0..count)
+            .flat_map(|e| ((i * 100_000 + e) as i32).to_le_bytes())
+            .collect();
+        mem.range(send, count * 4).copy_from_slice(&data);
+    }
+    for r in 0..s.n {
+        let (send, recv) = beside_buffers(r);
+        mem.alloc(send, BESIDE_COUNT * 4);
+        mem.alloc(recv, BESIDE_COUNT * 4);
+        let data: Vec<u8> = (0..BESIDE_COUNT)
+            .flat_map(|i| (input(r, i) as i32).to_le_bytes())
+            .collect();
+        mem.range(send, BESIDE_COUNT * 4).copy_from_slice(&data);
+    }
+    mem
+}
+
+/// Every transfer's receive buffer holds what its send buffer does.
+fn check_point_to_point(mem: &mut Mem, transfers: &[(usize, usize, usize)], what: &str) {
+    for (i, &(a, b, count)) in transfers.iter().enumerate() {
+        let got = mem.read(p2p_recv_buffer(b, i), count * 4);
+        let want = mem.read(p2p_send_buffer(a, i), count * 4);
+        assert!(
+            got == want,
+            "{what}: transfer {i} {a}->{b} ({count} elements): wrong bytes"
+        );
+    }
+}
+
+/// Every rank's all-reduce beside the transfers holds the sum of the inputs.
+fn check_all_reduce_beside(mem: &mut Mem, n: usize, what: &str) {
+    let want: Vec<u8> = (0..BESIDE_COUNT)
+        .flat_map(|i| ((0..n).map(|q| input(q, i)).sum::<i64>() as i32).to_le_bytes())
+        .collect();
+    for r in 0..n {
+        let got = mem.read(beside_buffers(r).1, BESIDE_COUNT * 4);
+        assert!(
+            got == want,
+            "{what}: rank {r}'s all-reduce in the group wrong at element {:?}",
+            got.chunks(4).zip(want.chunks(4)).position(|(a, b)| a != b)
+        );
+    }
+}
+
+#[test]
+fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
+    for n in [2usize, 3, 4, 8] {
+        let s = Setup::new(n);
+        let plain = |kind, in_place| Case {
+            kind,
+            count: 3001,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place,
+        };
+        let cases = [
+            plain(Kind::Coll(Collective::AllReduce), false),
+            plain(Kind::Coll(Collective::AllReduce), true),
+            plain(Kind::Coll(Collective::ReduceScatter), false),
+            plain(Kind::Coll(Collective::ReduceScatter), true),
+            plain(Kind::Coll(Collective::Reduce { root: 0 }), false),
+            plain(Kind::Coll(Collective::Reduce { root: n - 1 }), true),
+            plain(Kind::Coll(Collective::Reduce { root: n / 2 }), false),
+        ];
+        for (merged, seed) in [(false, 0u64), (true, 4), (false, 1), (false, 2), (true, 6)] {
+            let direct = simulate(&s, &cases, merged, seed, None)
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+            // Even seeds post all ranks first, odd ones queue rank by rank; seeds 2 mod 3
+            // make one rank's buffers unmappable per case (staged for everyone).
+            let want = if seed % 3 == 2 || seed % 2 == 1 {
+                0
+            } else {
+                cases.len() * n
+            };
+            assert_eq!(direct, want, "n {n} seed {seed}: direct reductions");
+        }
+    }
+}
+
+/// Two ranks with takeover: a reduction whose first poster gives up waiting is done entirely
+/// by the second (both slices of a reduce-scatter, the whole all-reduce and the copy into the
+/// peer's output, a whole reduce into the root's output, whichever rank is root), with no host wait on either side. Exact under every stream order and call
+/// order, in place or not, and with the passive rank's partner unable to export its own
+/// buffers (the active rank needs only the passive one's).
+#[test]
+fn two_rank_reductions_done_by_one_rank_are_exact() {
+    let s = Setup {
+        takeover: true,
+        ..Setup::new(2)
+    };
+    let mut cases = Vec::new();
+    for kind in [
+        Collective::AllReduce,
+        Collective::ReduceScatter,
+        Collective::Reduce { root: 0 },
+        Collective::Reduce { root: 1 },
+    ] {
+        for in_place in [false, true] {
+            for red in [ReduceKind::Sum, ReduceKind::Max] {
+                cases.push(Case {
+                    kind: Kind::Coll(kind),
+                    count: 3001,
+                    dtype: DataType::Int32,
+                    red: Reduction::Plain(red),
+                    in_place,
+                });
+            }
+        }
+    }
+    let mut alone_total = 0;
+    for seed in 0..12u64 {
+        for merged in [false, true] {
+            let (direct, alone) = simulate_counts(&s, &cases, merged, seed, None)
+                .unwrap_or_else(|e| panic!("seed {seed} merged {merged}: {e}"));
+            if seed % 2 == 1 && seed % 3 != 2 {
+                // Rank by rank: the first poster never waits, so every case goes alone.
+                assert_eq!(alone, cases.len(), "seed {seed}");
+                assert_eq!(direct, 2 * cases.len(), "seed {seed}");
+            }
+            alone_total += alone;
+        }
+    }
+    assert!(alone_total > 0);
+}
+
+/// Broadcasts over more than two ranks relayed as a pipelined scatter and all-gather of
+/// direct transfers (one group per phase): exact under any lane order, merged queues, rank
+/// call orders and unmappable buffers, in place or not, whatever the root.
+#[test]
+fn relayed_broadcasts_are_exact_under_any_stream_order() {
+    for n in [3usize, 4, 5] {
+        let s = Setup {
+            // Four-byte elements: 3001 of them make four chunks of up to 1000.
+            relay: Some(Relay {
+                min_bytes: 1,
+                chunk_bytes: 4000,
+            }),
+            ..Setup::new(n)
+        };
+        let mut cases = Vec::new();
+        for root in [0, 1, n - 1] {
+            for in_place in [false, true] {
+                cases.push(Case {
+                    kind: Kind::Coll(Collective::Broadcast { root }),
+                    count: 3001,
+                    dtype: DataType::Int32,
+                    red: Reduction::Plain(ReduceKind::Sum),
+                    in_place,
+                });
+            }
+        }
+        for seed in 0..6 {
+            for merged in [true, false] {
+                if let Err(e) = simulate(&s, &cases, merged, seed, None) {
+                    panic!("n {n} seed {seed} merged {merged}: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// With `CCL_IPC_LOCAL_COPY_LANES` above 1 an all-gather's own block is copied in parts on
+/// several lanes that its transfers leave idle (so several copy engines move it), and the
+/// result stays exact under any lane order.
+#[test]
+fn local_copies_split_over_idle_lanes_stay_exact() {
+    let s = Setup {
+        rx_lanes: 4,
+        local_split: plan::LocalSplit {
+            lanes: 4,
+            min_part: 1024,
+        },
+        ..Setup::new(2)
+    };
+    let case = Case {
+        kind: Kind::Coll(Collective::AllGather),
+        count: 3000,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place: false,
+    };
+    // Lanes holding a copy of exactly one part of the 12000-byte own block (4096 or 3808).
+    let lanes_used = std::cell::RefCell::new(Vec::new());
+    let look = |d: &mut SimDevice, r: usize| {
+        let mut v: Vec<Lane> = d
+            .lanes
+            .iter()
+            .filter(|(_, ops)| {
+                ops.iter()
+                    .any(|op| matches!(op, Op::Copy(_, _, b) if *b == 4096 || *b == 3808))
+            })
+            .map(|(l, _)| *l)
+            .collect();
+        v.sort_by_key(|l| format!("{l:?}"));
+        lanes_used.borrow_mut().push((r, v));
+    };
+    for seed in 0..6 {
+        // Seeds 2 and 5 make a rank's buffers unmappable (bounce path): exact all the same.
+        simulate(&s, &[case], seed % 2 == 0, seed * 31 + 3, Some(&look)).unwrap();
+    }
+    let used = lanes_used.into_inner();
+    assert!(
+        used.iter().any(|(_, v)| v.len() >= 2),
+        "no rank cut its local copy over several lanes: {used:?}"
+    );
+}
+
+/// `CCL_IPC_PUSH_WAIT_MIN_BYTES`: a send below it gives up its push wait at once even with a
+/// minute of wait allowed and the GPU busy, so the receiver, posting later, does both copies
+/// (pulls ours, pushes its own); a send at the threshold still waits its window out.
+#[test]
+fn sends_below_the_wait_threshold_never_hold_the_host() {
+    use std::time::{Duration, Instant};
+    for (min, want_first) in [(1025usize, true), (1024, false)] {
+        let dx = DirectSim::new(2);
+        let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
+        let (c0, c1) = counters.split_at_mut(1);
+        let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
+        // Rank 1 posts only after rank 0 settled (or would wait forever: it is the test).
+        let far = Instant::now() + Duration::from_secs(60);
+        let wait = rendezvous::PushWait {
+            soft: far,
+            hard: if want_first {
+                far
+            } else {
+                Instant::now() + Duration::from_millis(50)
+            },
+            busy: &|| true,
+            futile: &|| false,
+        };
+        let t = Instant::now();
+        let plan0 = settle(&dx.boards, posting0, 0, wait, min, None, None);
+        let took = t.elapsed();
+        let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
+        if want_first {
+            assert!(
+                took < Duration::from_secs(5),
+                "waited {took:?} below the threshold"
+            );
+            assert_eq!(send0.role, plan::Role::First);
+            assert_eq!((plan0.waits.pushed, plan0.waits.left_to_pull), (0, 1));
+        } else {
+            // Nobody posted within the wait: it ran its 50 ms out, then left the pull.
+            assert!(
+                took >= Duration::from_millis(50),
+                "did not wait at the threshold"
+            );
+            assert_eq!(send0.role, plan::Role::First);
+        }
+        let plan1 = settle(
+            &dx.boards,
+            post_exchange(&dx.boards, 1, 256, &mut c1[0]),
+            1,
+            wait,
+            min,
+            None,
+            None,
+        );
+        // Rank 1 came second to both transfers: it copies both.
+        assert!(plan1
+            .transfers
+            .iter()
+            .all(|t| matches!(t.role, plan::Role::Second { .. })));
+    }
+}
+
+/// `CCL_IPC_REMOTE_COPY`: a send of at least the remote-copy size gives up waiting for its
+/// receiver at once, however long the exchange and push windows (the receiver will have this
+/// GPU's engine push it); one byte under that size it waits its window out. The receiver,
+/// posting later, copies both directions and marks the transfer it pulls as reachable from
+/// either GPU (no VMM memory on either side), which is what lets its device queue that copy on
+/// the peer GPU.
+#[test]
+fn a_send_the_receiver_copies_remotely_never_waits_for_it() {
+    use std::time::{Duration, Instant};
+    // Send and receive of 256 floats each: 1024 bytes.
+    for (remote_min, gives_up) in [(1024usize, true), (1025, false)] {
+        let dx = DirectSim::new(2);
+        let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
+        let (c0, c1) = counters.split_at_mut(1);
+        let posting0 = post_exchange(&dx.boards, 0, 256, &mut c0[0]);
+        let far = Instant::now() + Duration::from_secs(60);
+        let wait = rendezvous::PushWait {
+            soft: far,
+            hard: Instant::now() + Duration::from_millis(50),
+            busy: &|| true,
+            futile: &|| false,
+        };
+        let t = Instant::now();
+        // The exchange window is what a waiting send would sit out: 50 ms.
+        let exchange = Some(t + Duration::from_millis(50));
+        let plan0 = settle(&dx.boards, posting0, 0, wait, 0, exchange, Some(remote_min));
+        let took = t.elapsed();
+        let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
+        assert_eq!(send0.role, plan::Role::First);
+        if gives_up {
+            assert!(took < Duration::from_secs(5), "waited {took:?}");
+        } else {
+            assert!(
+                took >= Duration::from_millis(50),
+                "did not wait under the size"
+            );
+        }
+        let plan1 = settle(
+            &dx.boards,
+            post_exchange(&dx.boards, 1, 256, &mut c1[0]),
+            1,
+            wait,
+            0,
+            None,
+            Some(remote_min),
+        );
+        let pull = plan1.transfers.iter().find(|t| !t.outgoing).unwrap();
+        assert!(matches!(pull.role, plan::Role::Second { .. }));
+        assert_eq!(
+            pull.there, None,
+            "no context on the peer's GPU in the simulation"
+        );
+    }
+}
+
+/// `CCL_IPC_EXCHANGE_WAIT_US`: a group that sends to and receives from one peer (a pipeline
+/// exchange) waits past its push window for the peer's receive, so each side pushes its own
+/// data; the peer, posting 100 ms later, copies only its own send. With an exchange wait
+/// shorter than the peer's delay (just too short) the sender gives up and the peer copies
+/// both directions, as without one.
+#[test]
+fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
+    use std::time::{Duration, Instant};
+    let delay = Duration::from_millis(100);
+    for (exchange, each_pushes) in [
+        (Duration::from_secs(30), true),
+        (Duration::from_millis(20), false),
+    ] {
+        let dx = DirectSim::new(2);
+        let boards = &dx.boards;
+        let post = |rank: usize| post_exchange(boards, rank, 4096, &mut Counters::new(2, 1));
+        let settle = |posting: posting::Posting, rank: usize, exchange_until: Option<Instant>| {
+            // The push window itself is over before it starts.
+            let now = Instant::now();
+            let wait = rendezvous::PushWait {
+                soft: now,
+                hard: now,
+                busy: &|| true,
+                futile: &|| false,
+            };
+            settle(boards, posting, rank, wait, 0, exchange_until, None)
+        };
+        let posting0 = post(0);
+        let t = Instant::now();
+        let (plan0, plan1) = std::thread::scope(|sc| {
+            let h = sc.spawn(|| {
+                let p = settle(posting0, 0, Some(t + exchange));
+                (p, t.elapsed())
+            });
+            std::thread::sleep(delay);
+            let plan1 = settle(post(1), 1, Some(Instant::now() + exchange));
+            let (plan0, took0) = h.join().unwrap();
+            if each_pushes {
+                assert!(took0 >= delay, "rank 0 returned after {took0:?}");
+            } else {
+                assert!(
+                    took0 < delay,
+                    "rank 0 waited {took0:?} past its exchange window"
+                );
+            }
+            (plan0, plan1)
+        });
+        let role = |plan: &plan::Plan, outgoing: bool| {
+            plan.transfers
+                .iter()
+                .find(|t| t.outgoing == outgoing)
+                .map(|t| matches!(t.role, plan::Role::Second { .. }))
+                .unwrap()
+        };
+        // Rank 0 posted its receive first: rank 1 always pushes its send.
+        assert!(role(&plan1, true));
+        assert!(!role(&plan0, false));
+        // Rank 0's send: pushed by rank 0 after waiting, or pulled by rank 1.
+        assert_eq!(role(&plan0, true), each_pushes);
+        assert_eq!(role(&plan1, false), !each_pushes);
+        assert_eq!(
+            (plan0.waits.pushed, plan0.waits.left_to_pull),
+            if each_pushes { (1, 0) } else { (0, 1) }
+        );
+    }
+}

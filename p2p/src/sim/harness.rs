@@ -1,0 +1,604 @@
+//! Queueing simulated groups as the engine does: every rank's layout and memory, the host
+//! side of the direct paths (inboxes, posting and settling), then the staged program, and
+//! the whole run with every result checked.
+
+use std::sync::atomic::AtomicU64;
+
+use ccl_collectives::task::{Task, TaskKind};
+
+use super::cases::*;
+use super::device::*;
+use crate::device::Batched;
+use crate::direct::{self, plan, posting};
+use crate::direct_reduce;
+use crate::error::Result;
+use crate::host_path::HostPath;
+use crate::layout::Layout;
+use crate::lower::lower;
+use crate::protocol::{Chain, Counters};
+use crate::relay::Relay;
+use crate::rendezvous::{self, Export, Exported, Post, Reach, Words};
+
+pub(super) struct Setup {
+    pub(super) n: usize,
+    pub(super) chunk: usize,
+    pub(super) slots: u32,
+    pub(super) rx_lanes: usize,
+    pub(super) single_max: usize,
+    /// Data-only operations go as direct transfers (the rendezvous in `DirectSim`).
+    pub(super) direct: bool,
+    /// How direct groups cut their local copies over idle lanes.
+    pub(super) local_split: plan::LocalSplit,
+    /// Broadcasts relayed in phases, as `submit` queues them (None: not relayed).
+    pub(super) relay: Option<Relay>,
+    /// Two ranks: a reduction's first poster leaves it to the second instead of going staged.
+    pub(super) takeover: bool,
+    /// Two ranks: the host path, as (min bytes, permille, slot bytes, slots): rank 0's
+    /// shares; rank 1 posts twice as much one way and half in exchanges (the first poster's
+    /// share holds for both sides).
+    pub(super) host: Option<(usize, u32, usize, u32)>,
+    /// Host-only's mirror of each rank's receive area ([`Layout::mirror`]).
+    pub(super) mirror: bool,
+}
+
+impl Setup {
+    /// `n` ranks, small chunks and slots, direct paths on, everything else off.
+    pub(super) fn new(n: usize) -> Setup {
+        Setup {
+            n,
+            chunk: 4096,
+            slots: 2,
+            rx_lanes: 1,
+            single_max: 0,
+            direct: true,
+            local_split: plan::LocalSplit::default(),
+            relay: None,
+            takeover: false,
+            host: None,
+            mirror: false,
+        }
+    }
+
+    /// Every rank's flags and receive area: rank r's at base(r) and base(r) + 128 MiB.
+    pub(super) fn layouts(&self) -> Vec<Layout> {
+        let n = self.n;
+        (0..n)
+            .map(|r| Layout {
+                rank: r,
+                nranks: n,
+                chunk: self.chunk,
+                slots: self.slots,
+                tx_lanes: 2,
+                direct_tx: crate::layout::direct_tx_lanes(self.n, 2),
+                rx_lanes: self.rx_lanes,
+                flags: (0..n).map(base).collect(),
+                scratch: (0..n).map(|q| base(q) + 0x0800_0000).collect(),
+                mirror: self.mirror.then(|| mirror_base(r)),
+                host: self.host.filter(|_| n == 2).map(
+                    |(min_bytes, permille, slot_bytes, slots)| HostPath {
+                        out_ring: ring_base(1 - r),
+                        in_ring: ring_base(r),
+                        slot_bytes,
+                        slots,
+                        one_way: (min_bytes, if r == 0 { permille } else { permille * 2 }),
+                        exchange: (min_bytes, if r == 0 { permille } else { permille / 2 }),
+                    },
+                ),
+            })
+            .collect()
+    }
+
+    /// Memory holding every rank's (zeroed) flags and receive area.
+    pub(super) fn protocol_mem(&self) -> Mem {
+        let mut mem = Mem::default();
+        for r in 0..self.n {
+            mem.alloc(
+                base(r),
+                Layout::flag_bytes(self.n, self.slots, self.rx_lanes),
+            );
+            mem.alloc(
+                base(r) + 0x0800_0000,
+                Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
+            );
+            mem.alloc(bounce_base(r), BOUNCE);
+            if self.mirror {
+                mem.alloc(
+                    mirror_base(r),
+                    Layout::scratch_bytes(self.n, self.slots, self.chunk).unwrap(),
+                );
+            }
+            if let Some((_, _, slot_bytes, slots)) = self.host {
+                mem.alloc(ring_base(r), slot_bytes * slots as usize);
+            }
+        }
+        mem
+    }
+
+    /// Posts `tasks`' direct transfers and direct reduction for `l`'s rank (host only), as
+    /// `submit` does for every communicator before queuing any.
+    pub(super) fn post(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        tasks: &[Task],
+        dx: &DirectSim,
+    ) -> std::result::Result<Posted, String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
+            .iter()
+            .partition(|t| self.direct && direct::goes_direct(t.kind));
+        let mut reach = SimReach {
+            rank: l.rank,
+            unmappable: &dx.unmappable,
+        };
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let posting = if direct_tasks.is_empty() {
+            None
+        } else {
+            let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
+            Some(
+                posting::post_group(
+                    &mut reach,
+                    &p,
+                    l.rank,
+                    c,
+                    &boards,
+                    None,
+                    &|| false,
+                    l.host.as_ref(),
+                    &|| false,
+                )
+                .map_err(e)?,
+            )
+        };
+        let sym = if self.direct && direct_tasks.is_empty() {
+            direct_reduce::candidate(&staged, self.n, 1, 1)
+        } else {
+            None
+        };
+        let sym = match sym {
+            Some(t) => {
+                let sz = t.dtype.size();
+                let (sb, rb) =
+                    ccl_collectives::task::buffer_counts(t.kind, l.rank, self.n, t.count).unwrap();
+                let es = reach.export(t.send as u64).map_err(e)?;
+                let ro = if direct_reduce::output_posted(&t, l.rank) {
+                    reach
+                        .export(t.recv as u64)
+                        .map_err(e)?
+                        .map(|b| b.post(1, t.recv as u64, rb * sz))
+                } else {
+                    Some(direct_reduce::NO_POST)
+                };
+                let mine = es
+                    .zip(ro)
+                    .map(|(a, ro)| (a.post(1, t.send as u64, sb * sz), ro));
+                let seq = c.sym;
+                c.sym += 1;
+                let o = direct_reduce::sym_post(
+                    &dx.boards[0],
+                    self.n,
+                    l.rank,
+                    seq,
+                    mine,
+                    None,
+                    &|| false,
+                )
+                .map_err(e)?;
+                Some((t, seq, o))
+            }
+            None => None,
+        };
+        Ok(Posted {
+            posting,
+            sym,
+            staged,
+        })
+    }
+
+    /// Settles what `post` posted (nobody waits: every rank that will post has, or never
+    /// will) and queues it on `dev`: direct flags, the staged program or the direct
+    /// reduction, then the direct copies.
+    pub(super) fn emit(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut SimDevice,
+        posted: Posted,
+        dx: &DirectSim,
+    ) -> std::result::Result<(), String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let mut reach = SimReach {
+            rank: l.rank,
+            unmappable: &dx.unmappable,
+        };
+        let boards = |r: usize| dx.boards.get(r).map(|b| b as &dyn Words);
+        let now = std::time::Instant::now();
+        let wait = rendezvous::PushWait {
+            soft: now,
+            hard: now,
+            busy: &|| false,
+            futile: &|| false,
+        };
+        let plan = match posted.posting {
+            None => plan::Plan::default(),
+            Some(posting) => {
+                let (plan, mismatch) = posting
+                    .settle(
+                        &mut reach,
+                        l.rank,
+                        &boards,
+                        posting::SettleHow {
+                            wait,
+                            single_max: self.single_max,
+                            late: None,
+                            local_split: self.local_split,
+                            wait_min_bytes: 0,
+                            exchange_until: None,
+                            remote_min: None,
+                            host: l
+                                .host
+                                .as_ref()
+                                .map(|h| (h, &mut c.host_out, &mut c.host_in)),
+                        },
+                        &|| false,
+                    )
+                    .map_err(e)?;
+                if let Some(m) = mismatch {
+                    return Err(m.to_string());
+                }
+                plan
+            }
+        };
+        // As in production: flag operations batched, handed over before any host wait.
+        let mut dev = Batched::new(dev);
+        plan.begin(l, &mut dev).map_err(e)?;
+        dev.flush().map_err(e)?;
+        let mut staged = posted.staged;
+        let mut sym_plan = None;
+        if let Some((t, seq, o)) = posted.sym {
+            let o = match o {
+                direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
+                    &dx.boards[0],
+                    self.n,
+                    seq,
+                    wait,
+                    self.takeover,
+                    &|| false,
+                )
+                .map_err(e)?,
+                o => o,
+            };
+            if matches!(o, direct_reduce::SymOutcome::Active(_)) {
+                dx.sym_alone.set(dx.sym_alone.get() + 1);
+            }
+            // Small pieces, so the simulation pipelines several per slice.
+            let p = direct_reduce::SymPlan::from_outcome(
+                o,
+                &t,
+                l.rank,
+                self.n,
+                seq,
+                &mut |_, p| Ok(p.addr),
+                1024,
+            )
+            .map_err(e)?
+            // Every other reduction in one kernel over all inputs, the rest as the chain of
+            // two-input kernels: both must give the reference's bits, in any mix of ranks.
+            .map(|mut p| {
+                p.multi = (seq + l.rank as u64) % 2 == 1;
+                p
+            });
+            if let Some(p) = p {
+                p.begin(l, &mut dev).map_err(e)?;
+                dev.flush().map_err(e)?;
+                dx.sym_direct.set(dx.sym_direct.get() + 1);
+                sym_plan = Some(p);
+                staged.clear();
+            }
+        }
+        let mut em =
+            Chain::lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
+        em.begin(l, &mut dev).map_err(e)?;
+        dev.flush().map_err(e)?;
+        // In steps, as `submit` interleaves communicators (parts end and begin in between).
+        let mut t = 0;
+        while t < em.horizon() {
+            t += 3;
+            em.emit_until(t, l, c, &mut dev).map_err(e)?;
+            dev.flush().map_err(e)?;
+        }
+        em.end(l, &mut dev, c).map_err(e)?;
+        plan.end(l, &mut dev).map_err(e)?;
+        if let Some(p) = sym_plan {
+            p.end(l, &mut dev).map_err(e)?;
+        }
+        dev.flush().map_err(e)
+    }
+
+    /// `post` then `emit` for one rank alone (peers that call later find it settled).
+    pub(super) fn queue(
+        &self,
+        l: &Layout,
+        c: &mut Counters,
+        dev: &mut SimDevice,
+        tasks: &[Task],
+        dx: &DirectSim,
+    ) -> std::result::Result<(), String> {
+        let posted = self.post(l, c, tasks, dx)?;
+        self.emit(l, c, dev, posted, dx)
+    }
+}
+
+/// Where a rank's mirror of its receive area sits in the simulated memory.
+pub(super) fn mirror_base(rank: usize) -> u64 {
+    base(rank) + 0x0400_0000
+}
+
+/// Where a rank's host-path ring sits in the simulated memory (the peer's transfers to it).
+pub(super) fn ring_base(rank: usize) -> u64 {
+    base(rank) + 0x0E00_0000
+}
+
+/// Where a rank's bounce buffer sits in the simulated memory, and its size.
+pub(super) fn bounce_base(rank: usize) -> u64 {
+    base(rank) + 0x0C00_0000
+}
+
+pub(super) const BOUNCE: usize = 1 << 20;
+
+/// The host side of direct transfers in the simulation: every rank's rendezvous inbox, and
+/// address ranges a peer may not map (they go through the bounce buffer).
+pub(super) struct DirectSim {
+    pub(super) boards: Vec<Vec<AtomicU64>>,
+    pub(super) unmappable: Vec<(u64, u64)>,
+    /// Reductions that ran directly (every rank posted in time, or one did it alone).
+    pub(super) sym_direct: std::cell::Cell<usize>,
+    /// Of those, two-rank reductions one rank did alone (counted on the active rank).
+    pub(super) sym_alone: std::cell::Cell<usize>,
+}
+
+impl DirectSim {
+    pub(super) fn new(n: usize) -> DirectSim {
+        DirectSim {
+            boards: (0..n)
+                .map(|_| {
+                    (0..crate::layout::inbox_words(n))
+                        .map(|_| AtomicU64::new(0))
+                        .collect()
+                })
+                .collect(),
+            unmappable: Vec::new(),
+            sym_direct: std::cell::Cell::new(0),
+            sym_alone: std::cell::Cell::new(0),
+        }
+    }
+}
+
+/// One rank's view of buffers: one address space for all, so a post's address is the peer's.
+pub(super) struct SimReach<'a> {
+    pub(super) rank: usize,
+    pub(super) unmappable: &'a [(u64, u64)],
+}
+
+impl Reach for SimReach<'_> {
+    fn pid(&self) -> u64 {
+        1
+    }
+    fn export(&mut self, ptr: u64) -> Result<Export> {
+        let blocked = self.unmappable.iter().any(|&(a, b)| ptr >= a && ptr < b);
+        Ok((!blocked).then_some(Exported {
+            base: ptr,
+            buffer_id: ptr,
+            handle: [0; 64],
+        }))
+    }
+    fn bounce(&mut self, bytes: usize) -> Result<(u64, Exported)> {
+        assert!(
+            bytes <= BOUNCE,
+            "simulated bounce buffer too small for {bytes} bytes"
+        );
+        let b = bounce_base(self.rank);
+        Ok((
+            b,
+            Exported {
+                base: b,
+                buffer_id: b,
+                handle: [0; 64],
+            },
+        ))
+    }
+    fn resolve(&mut self, p: &Post) -> Result<u64> {
+        Ok(p.addr)
+    }
+}
+
+/// One rank's group between posting and queueing.
+pub(super) struct Posted {
+    pub(super) posting: Option<posting::Posting>,
+    pub(super) sym: Option<(Task, u64, direct_reduce::SymOutcome)>,
+    pub(super) staged: Vec<Task>,
+}
+
+pub(super) type Tamper<'a> = &'a dyn Fn(&mut SimDevice, usize);
+
+/// Queues `cases` one after another on every rank, runs them, checks every output. Returns
+/// how many reductions ran directly (per rank).
+pub(super) fn simulate(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<usize, String> {
+    simulate_counts(s, cases, merged, seed, tamper).map(|(direct, _)| direct)
+}
+
+/// [`simulate`], also returning how many two-rank reductions one rank did alone.
+pub(super) fn simulate_counts(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(usize, usize), String> {
+    let n = s.n;
+    let mut dx = DirectSim::new(n);
+    // With direct transfers, every third seed makes one rank's buffers unmappable per case
+    // (they go through its bounce buffer).
+    if s.direct && seed % 3 == 2 {
+        for (k, _) in cases.iter().enumerate() {
+            let r = k % n;
+            let b = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
+            dx.unmappable.push((b, b + 2 * BUF));
+        }
+    }
+    let mut order_rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut mem = s.protocol_mem();
+    let layouts = s.layouts();
+    place_inputs(&mut mem, cases, n);
+    let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
+    // Each case's groups per rank: one, or a relayed broadcast's phases (queued by every rank
+    // before the next phase, as `submit` does).
+    let groups: Vec<(usize, usize, Vec<Vec<Task>>)> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(k, case)| {
+            let per_rank: Vec<Vec<Vec<Task>>> = (0..n)
+                .map(|r| {
+                    let t = tasks(case, k, r, n);
+                    match &s.relay {
+                        Some(relay) => relay.phases(t, r, n),
+                        None => vec![t],
+                    }
+                })
+                .collect();
+            let phases = per_rank[0].len();
+            assert!(per_rank.iter().all(|p| p.len() == phases));
+            (0..phases)
+                .map(|p| (k, p, per_rank.iter().map(|v| v[p].clone()).collect()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    for (k, _phase, group) in &groups {
+        let (k, case) = (*k, &cases[*k]);
+        // Ranks call in a random order: it decides which side of each transfer copies.
+        let mut order: Vec<usize> = (0..n).filter(|&r| !group[r].is_empty()).collect();
+        for i in (1..order.len()).rev() {
+            order_rng ^= order_rng << 13;
+            order_rng ^= order_rng >> 7;
+            order_rng ^= order_rng << 17;
+            order.swap(i, (order_rng % (i as u64 + 1)) as usize);
+        }
+        if seed % 2 == 0 {
+            // Every rank posts before any queues (as one thread driving all GPUs does): the
+            // direct paths find their peers.
+            let mut posted = Vec::new();
+            for &r in &order {
+                let p = s
+                    .post(&layouts[r], &mut counters[r], &group[r], &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+                posted.push((r, p));
+            }
+            for (r, p) in posted {
+                s.emit(&layouts[r], &mut counters[r], &mut devs[r], p, &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+            }
+        } else {
+            for r in order {
+                s.queue(&layouts[r], &mut counters[r], &mut devs[r], &group[r], &dx)
+                    .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
+            }
+        }
+    }
+    if let Some(t) = tamper {
+        for (r, d) in devs.iter_mut().enumerate() {
+            t(d, r);
+        }
+    }
+    run(&devs, &mut mem, merged, seed)?;
+    for (k, case) in cases.iter().enumerate() {
+        for r in 0..n {
+            let Some(want) = expected(case, r, n) else {
+                continue;
+            };
+            let (_, recv, _, _) = buffers(case, k, r, n);
+            let want: Vec<u8> = want.iter().flat_map(|&v| encode(case.dtype, v)).collect();
+            let got = mem.read(recv, want.len());
+            if got != want {
+                return Err(format!("case {k} {case:?}: rank {r} wrong result"));
+            }
+        }
+    }
+    Ok((dx.sym_direct.get(), dx.sym_alone.get()))
+}
+
+/// Rank `rank` of two posts a group that sends `count` floats to the other rank and
+/// receives as many from it (a pipeline exchange).
+pub(super) fn post_exchange(
+    boards: &[Vec<AtomicU64>],
+    rank: usize,
+    count: usize,
+    c: &mut Counters,
+) -> posting::Posting {
+    let peer = 1 - rank;
+    let mut send = ccl_collectives::task::float_sum(TaskKind::Send { peer }, 0, 0, count);
+    send.send = base(rank) as usize;
+    let mut recv = ccl_collectives::task::float_sum(TaskKind::Recv { peer }, 0, 0, count);
+    recv.recv = base(rank) as usize + 1024 * 1024;
+    let group = lower(&[send, recv], rank, 2, usize::MAX, 0).unwrap();
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    posting::post_group(
+        &mut reach,
+        &group,
+        rank,
+        c,
+        &boards,
+        None,
+        &|| false,
+        None,
+        &|| false,
+    )
+    .unwrap()
+}
+
+/// Settles `posting` of `rank` as the device path does, with the given waits.
+pub(super) fn settle(
+    boards: &[Vec<AtomicU64>],
+    posting: posting::Posting,
+    rank: usize,
+    wait: rendezvous::PushWait<'_>,
+    wait_min_bytes: usize,
+    exchange_until: Option<std::time::Instant>,
+    remote_min: Option<usize>,
+) -> plan::Plan {
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    posting
+        .settle(
+            &mut reach,
+            rank,
+            &boards,
+            posting::SettleHow {
+                wait,
+                single_max: 0,
+                late: None,
+                local_split: plan::LocalSplit::default(),
+                wait_min_bytes,
+                exchange_until,
+                remote_min,
+                host: None,
+            },
+            &|| false,
+        )
+        .unwrap()
+        .0
+}
