@@ -653,12 +653,11 @@ fn ncclCommRegister / pncclCommRegister(comm: ncclComm_t, buff: *mut c_void, siz
     guard(|| {
         let slot = out(handle, "handle")?;
         // SAFETY: forwarded caller contract.
-        unsafe { comm_ref(comm) }?;
+        let c = unsafe { comm_ref(comm) }?;
         if buff.is_null() && size > 0 {
             return Err(Error::invalid_argument("buff is NULL"));
         }
-        // Host memory needs no registration; the handle records the range so deregister can
-        // check it.
+        c.register(buff as usize, size)?;
         *slot = Box::into_raw(Box::new(Registration { base: buff as usize, size })).cast();
         Ok(())
     })
@@ -682,10 +681,11 @@ fn ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut
     guard(|| {
         let slot = out(win, "win")?;
         // SAFETY: forwarded caller contract.
-        unsafe { comm_ref(comm) }?;
+        let c = unsafe { comm_ref(comm) }?;
         if buff.is_null() {
             return Err(Error::invalid_argument("buff is NULL"));
         }
+        c.register(buff as usize, size)?;
         *slot = Box::into_raw(Box::new(Registration { base: buff as usize, size })).cast();
         Ok(())
     })
@@ -808,7 +808,8 @@ pub unsafe fn describe_comm(comm: ncclComm_t) -> (String, String) {
     }
 }
 
-/// A registered buffer or window on the host backend.
+/// A registered buffer or window: the range, so deregistering and `ncclWinGetUserPtr` find it
+/// (the copy-engine engine keeps what it learnt of the buffer in its own cache).
 struct Registration {
     base: usize,
     #[allow(dead_code)]

@@ -130,6 +130,19 @@ impl Comm {
         self.0.hier.take()?.into_any().downcast().ok()
     }
 
+    /// `ncclCommRegister`: a buffer the caller will pass to operations again. A communicator
+    /// that cannot take operations refuses it, as NCCL does.
+    pub fn register(&self, ptr: usize, size: usize) -> Result<()> {
+        self.check_usable()?;
+        let taken = crate::ipc::register(self, ptr, size)?;
+        tracing::debug!(
+            "rank {}: registered {size} bytes at {ptr:#x}{}",
+            self.0.rank,
+            if taken { " with the copy engines" } else { "" }
+        );
+        Ok(())
+    }
+
     /// `ncclCommInitRank` in one call (blocking).
     pub fn init_rank(nranks: i32, id: &UniqueId, rank: i32, config: CommConfig) -> Result<Comm> {
         let (c, id) = Comm::prepare(nranks, id, rank, config)?;

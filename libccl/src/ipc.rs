@@ -191,6 +191,20 @@ pub fn submit(groups: Vec<(CommCtx, Arc<IpcEngine>, Vec<Task>)>) -> Result<()> {
     Ok(ccl_p2p::submit(groups)?)
 }
 
+/// `ncclCommRegister` / `ncclCommWindowRegister`: the engine learns now how its peers will
+/// reach `[ptr, ptr + size)` (its IPC handle or VMM descriptor), so the operations that use it
+/// find it in the engine's cache instead of asking the driver on their way. Host memory, and a
+/// communicator without the engine, have nothing to learn. `true`: the engine took it.
+pub fn register(comm: &Comm, ptr: usize, size: usize) -> Result<bool> {
+    match held(comm) {
+        Some(h) if size > 0 && crate::gpu::is_device_ptr(ptr) => {
+            ccl_p2p::register(&h.eng, ptr)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// Captures `tasks` on the direct paths into the graph their stream is capturing, when every
 /// rank can; `false`: every rank goes on to the staged captured path.
 pub fn capture(comm: &Comm, tasks: &[Task]) -> Result<bool> {

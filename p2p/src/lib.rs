@@ -28,7 +28,8 @@
 //! graphs. On CUDA: `buffers` maps user buffers, `engine` is one communicator's state,
 //! `cuda_device` the protocols' device on its streams; `setup` makes it ([`attach`]),
 //! `paths` and `queue` run operations ([`takes`], [`submit`]), `capture` captures them
-//! into graphs, `health` watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
+//! into graphs, `registration` learns registered buffers ahead ([`register`]), `health`
+//! watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
 
 mod buffers;
 mod calls;
@@ -50,6 +51,7 @@ mod lower;
 mod paths;
 mod protocol;
 mod queue;
+mod registration;
 mod relay;
 mod rendezvous;
 mod setup;
@@ -67,4 +69,5 @@ pub use error::{Error, ErrorKind, Result};
 pub use health::{check_health, shutdown, wait_idle};
 pub use paths::takes;
 pub use queue::submit;
+pub use registration::register;
 pub use setup::attach;

@@ -13,7 +13,8 @@
  * ncclWaitSignalDesc_t; the initializers; NCCL_VERSION; then against the library:
  * ncclGetVersion, ncclGetVersion(NULL), ncclGetErrorString for every code, ncclGetLastError(NULL),
  * and a one-rank communicator: config handling (NULL, current, old 2.19-sized, bad magic),
- * Count/UserRank/CuDevice/GetAsyncError, a 1-rank AllReduce, Finalize/Destroy.
+ * Count/UserRank/CuDevice/GetAsyncError, a 1-rank AllReduce, buffer and window registration
+ * (and a registration refused after finalize), Finalize/Destroy.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -226,6 +227,33 @@ static ncclResult_t init1(ncclComm_t* comm, ncclConfig_t* cfg) {
   return ncclCommInitRankConfig(comm, 1, id, 0, cfg);
 }
 
+/* ncclCommRegister / ncclCommWindowRegister on a live communicator: handles and windows come
+ * back, a window gives its user pointer back, the registered buffer still works in an
+ * operation, and bad arguments fail with ncclInvalidArgument and a message. */
+static void check_registration(ncclComm_t comm, int32_t* buf, size_t bytes) {
+  void* h = NULL;
+  ncclResult_t r = ncclCommRegister(comm, buf, bytes, &h);
+  CHECK(r == ncclSuccess && h != NULL, "ncclCommRegister -> %d (%s)", (int)r,
+        ncclGetLastError(NULL));
+  int32_t out[5] = {0};
+  r = ncclAllReduce(buf, out, 5, ncclInt32, ncclSum, comm, NULL);
+  CHECK(r == ncclSuccess && memcmp(buf, out, sizeof out) == 0, "allreduce on a registered buffer");
+  CHECK(ncclCommDeregister(comm, h) == ncclSuccess, "ncclCommDeregister");
+  CHECK(ncclCommDeregister(comm, NULL) == ncclInvalidArgument, "ncclCommDeregister(NULL)");
+  CHECK(ncclCommRegister(comm, NULL, 16, &h) == ncclInvalidArgument, "register NULL buffer");
+  CHECK(ncclCommRegister(comm, buf, bytes, NULL) == ncclInvalidArgument, "register NULL handle");
+  CHECK(ncclCommRegister(NULL, buf, bytes, &h) == ncclInvalidArgument, "register NULL comm");
+  const char* msg = ncclGetLastError(NULL);
+  CHECK(msg != NULL && msg[0] != '\0', "no message after a failed register");
+  void* win = NULL;
+  r = ncclCommWindowRegister(comm, buf, bytes, &win, 0);
+  CHECK(r == ncclSuccess && win != NULL, "ncclCommWindowRegister -> %d", (int)r);
+  void* user = NULL;
+  CHECK(ncclWinGetUserPtr(comm, win, &user) == ncclSuccess && user == (void*)buf,
+        "ncclWinGetUserPtr gives %p for %p", user, (void*)buf);
+  CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, "ncclCommWindowDeregister");
+}
+
 static void check_one_rank_comm(void) {
   ncclComm_t comm = NULL;
   ncclResult_t r;
@@ -250,7 +278,11 @@ static void check_one_rank_comm(void) {
   r = ncclAllReduce(in, out, 5, ncclInt32, ncclSum, comm, NULL);
   CHECK(r == ncclSuccess, "1-rank allreduce -> %d", (int)r);
   CHECK(memcmp(in, out, sizeof in) == 0, "1-rank allreduce result differs");
+  check_registration(comm, in, sizeof in);
   CHECK(ncclCommFinalize(comm) == ncclSuccess, "finalize");
+  void* late = NULL;
+  r = ncclCommRegister(comm, in, sizeof in, &late);
+  CHECK(r == ncclInvalidUsage && late == NULL, "register after finalize -> %d", (int)r);
   CHECK(ncclCommDestroy(comm) == ncclSuccess, "destroy");
 
   /* Current config, blocking. */
