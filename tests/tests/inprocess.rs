@@ -52,6 +52,8 @@ fn group(comms: &[ncclComm_t], mut f: impl FnMut(usize, ncclComm_t) -> ncclResul
     }
 }
 
+/// Every collective, type and reduction, one thread driving all ranks; one table of checks
+/// read top to bottom, hence the length.
 #[test]
 fn every_collective_with_one_thread_driving_all_ranks() {
     // 8 ranks too: more ranks expose ring order, tree depth and many-peer all-to-all bugs

@@ -20,6 +20,8 @@ fn last(comm: ncclComm_t) -> String {
         .into_owned()
 }
 
+/// One rank of a fault scenario, picked by name: one `match` arm per scenario, each read
+/// top to bottom as the story it tests, hence the length.
 fn main() {
     let scenario = std::env::args().nth(1).unwrap();
     let rank = env_usize("CCL_RANK");
