@@ -245,7 +245,7 @@ static void check_registration(ncclComm_t comm, int32_t* buf, size_t bytes) {
   CHECK(ncclCommRegister(NULL, buf, bytes, &h) == ncclInvalidArgument, "register NULL comm");
   const char* msg = ncclGetLastError(NULL);
   CHECK(msg != NULL && msg[0] != '\0', "no message after a failed register");
-  void* win = NULL;
+  ncclWindow_t win = NULL;
   r = ncclCommWindowRegister(comm, buf, bytes, &win, 0);
   CHECK(r == ncclSuccess && win != NULL, "ncclCommWindowRegister -> %d", (int)r);
   void* user = NULL;
