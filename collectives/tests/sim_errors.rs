@@ -3,22 +3,11 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use ccl_collectives::reference::{expected, simulate, ReduceOp, SimError, SimOptions};
-use ccl_collectives::{
-    schedule_with, Algorithm, BufId, Collective, Op, Pipeline, Schedule, Slice, Step,
-};
+use ccl_collectives::{schedule_with, Algorithm, Collective, Op, Pipeline, Schedule};
 
-fn s(buf: BufId, offset: usize, count: usize) -> Slice {
-    Slice { buf, offset, count }
-}
-fn snd(o: usize, c: usize) -> Slice {
-    s(BufId::Send, o, c)
-}
-fn rcv(o: usize, c: usize) -> Slice {
-    s(BufId::Recv, o, c)
-}
-fn steps(ops: Vec<Vec<Op>>) -> Vec<Step> {
-    ops.into_iter().map(|ops| Step { ops }).collect()
-}
+mod common;
+use common::{rcv, snd, steps};
+
 fn all(coll: Collective, algo: Algorithm, n: usize, count: usize, pipe: Pipeline) -> Vec<Schedule> {
     (0..n)
         .map(|r| schedule_with(coll, algo, r, n, count, pipe).unwrap())

@@ -5,21 +5,12 @@
 use ccl_collectives::reference::{check, expected, simulate, Case, ReduceOp, SimError, SimOptions};
 use ccl_collectives::{
     btree_children, btree_parent, default_algorithm, estimate_us, schedule, schedule_with, split,
-    supports, Algorithm, BufId, Collective, Error, Op, Pipeline, Schedule, Slice, Step,
+    supports, Algorithm, BufId, Collective, Error, Op, Pipeline, Schedule, Step,
 };
 
-fn s(buf: BufId, offset: usize, count: usize) -> Slice {
-    Slice { buf, offset, count }
-}
-fn snd(o: usize, c: usize) -> Slice {
-    s(BufId::Send, o, c)
-}
-fn rcv(o: usize, c: usize) -> Slice {
-    s(BufId::Recv, o, c)
-}
-fn steps(ops: Vec<Vec<Op>>) -> Vec<Step> {
-    ops.into_iter().map(|ops| Step { ops }).collect()
-}
+mod common;
+use common::{rcv, s, snd, steps};
+
 fn run(
     coll: Collective,
     algo: Algorithm,
