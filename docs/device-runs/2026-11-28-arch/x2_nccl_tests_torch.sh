@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# For nvidia-h200-x2 (not lent on 2026-11-28, so not run): NVIDIA nccl-tests nine ops under
+# nvidia-h200-x2 (run 2026-11-28, x2-nccltests.md and its logs): NVIDIA nccl-tests nine ops under
 # mpirun, NVIDIA NCCL 2.28.9 beside the build before the restructuring (.dev/old) and after it
 # (.dev/new) in one call; then the PyTorch check of the new build against NCCL.
 set -uo pipefail
