@@ -3,6 +3,19 @@
 //! Nothing here needs the CUDA toolkit to build: every function is looked up by name with
 //! `dlopen`/`dlsym` ([`libloading`]) the first time [`Driver::get`] is called. A machine
 //! without an NVIDIA driver gets [`CudaError::NoDriver`], never a panic.
+//!
+//! Why not `cudarc`'s dynamically loaded bindings (assessed on its 0.19 line, its source as of
+//! 2026-05-06): this library is loaded into other people's processes behind a C ABI, where a
+//! missing driver must be an error code and an unknown return value must not be undefined
+//! behaviour. cudarc panics when the library is missing (`panic_no_lib_found`) and when a
+//! symbol of its chosen CUDA version is (`expect("Expected symbol in library")`: at load
+//! until 0.19.4, at the first call since 0.19.5), so a `cuda-13000` build panics on a 12.x
+//! driver that lacks a newer entry point we never call; its `CUresult` is a Rust enum
+//! (`#[repr(u32)] cudaError_enum`), so a code a newer driver adds, returned through a
+//! function pointer, is an invalid value of that type; and it tries fixed library names only,
+//! where users point `CCL_CUDA_LIBRARY` at theirs. Here each entry names the symbol
+//! versions it accepts (`_v2` where the ABI changed), optional groups ([`VmmFns`]) degrade
+//! to an error for their callers only, and results stay plain integers.
 
 #![allow(non_snake_case)]
 

@@ -1,5 +1,11 @@
 //! NVRTC, the CUDA runtime compiler, loaded at run time (`libnvrtc.so.13`, `.12`, or the
 //! unversioned name), and the one call the backend needs: source in, CUBIN or PTX out.
+//!
+//! Hand-written rather than `cudarc::nvrtc` for the reasons the driver's loader gives
+//! ([`super::driver`]): cudarc panics on a missing library or symbol and types results as a
+//! Rust enum; here a missing NVRTC is an error for the kernels that need it (the copy
+//! engines run without any), the CUBIN entry points are optional (older NVRTC gives PTX),
+//! and the search covers the toolkit's own directories and `CCL_NVRTC_LIBRARY`.
 
 #![allow(non_snake_case)]
 
