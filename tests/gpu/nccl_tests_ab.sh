@@ -11,7 +11,8 @@
 # Sizes: -b 8 -e 512M -f 4 (8 B, ..., 2 MiB, ..., 128 MiB, 512 MiB); EXTRA adds flags (-G 5).
 # On a machine with fewer GPUs than ranks, NCCL_TESTS_DEVICE=0 puts every rank on GPU 0 (libccl
 # allows that, NVIDIA's NCCL does not: leave "nccl" out of LIBS there); CUDA_DEVICE_MAX_CONNECTIONS
-# is passed on when set.
+# is passed on when set. ENVS_<name>="VAR=value ..." sets variables for that library's runs only
+# (say new=.dev/new nowait=.dev/new with ENVS_nowait="CCL_IPC_PUSH_WAIT_US=0 ...").
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; L=$OUT/nccltests; mkdir -p "$L"
@@ -33,8 +34,10 @@ for rep in $(seq 1 "$REPS"); do
       [ "$name" = "$entry" ] && dir=$NV/lib
       case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
       [ -e "$dir/libnccl.so" ] || ln -sf libnccl.so.2 "$dir/libnccl.so" 2>/dev/null
-      LD_LIBRARY_PATH=$dir timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
-        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${NCCL_TESTS_DEVICE:+-x NCCL_TESTS_DEVICE} \
+      envs_var=ENVS_$name; envs=${!envs_var:-}
+      fwd=$(for kv in $envs; do printf -- '-x %s ' "${kv%%=*}"; done)
+      env $envs LD_LIBRARY_PATH=$dir timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
+        -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE $fwd ${NCCL_TESTS_DEVICE:+-x NCCL_TESTS_DEVICE} \
         ${CUDA_DEVICE_MAX_CONNECTIONS:+-x CUDA_DEVICE_MAX_CONNECTIONS} .dev/nccl-tests/build/${op}_perf \
         -b 8 -e 512M -f 4 -c 1 ${EXTRA:-} > "$L/$op.$name.$rep.log" 2>&1
       echo "$op $name rep $rep exit $?" >> "$L/exits.txt"
