@@ -1,0 +1,570 @@
+//! Link and NIC health: whether a link (a queue pair or socket on one NIC) may carry a
+//! connection's traffic, as a sans-IO state machine, and whether a NIC has any link left.
+//!
+//! A stalled link is not blamed on the timer alone: a link can be stalled only because the
+//! peer's own upstream failed and it has nothing to send. So a chunk timeout makes the link
+//! *suspect* and asks for a probe (the receiver re-sends its clear-to-send); a peer that
+//! answers is alive and the link is cleared. Only an unanswered probe, or an error
+//! completion, fails it. A failed link is probed with a backoff; once one probe is answered
+//! it is *recovering*, and only after every probe for `hold_down` has been answered is it
+//! trusted with traffic again, so a flapping link does not pull traffic back and forth.
+//!
+//! ```text
+//! from        event                                               to
+//! Ok          nothing back within chunk_timeout while expecting   Suspect, probe now
+//! Suspect     probe answered within probe_timeout                 Ok (not blamed)
+//! Suspect     any traffic arrives                                 Ok (not blamed)
+//! Suspect     probe unanswered for probe_timeout                  Failed
+//! any but     error completion, or the peer gave up on the link   Failed, probe a backoff on
+//!   Failed
+//! Failed      probe unanswered                                    Failed, longer backoff
+//! Failed      probe answered                                      Recovering
+//! Recovering  probe answered, hold_down since recovering began    Ok
+//! Recovering  probe unanswered, or error completion               Failed, longer backoff
+//! Failed,     the peer resumed traffic on it                      Ok
+//!   Recovering
+//! ```
+//!
+//! The backoff is `probe_interval << min(consecutive failures - 1, max_backoff_shift)`.
+//! Every handler first applies the timeouts due at its `now`, so the result does not depend
+//! on whether the caller called [`LinkHealth::handle_timeout`] first: an answer handed in at
+//! or after its probe's deadline is late.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::event::{Counters, EventLog, Reason, Scope, State, Transition};
+use crate::path::Timestamp;
+
+/// Timeouts and periods of link health; [`HealthConfig::default`] documents the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Longest wait for anything back on a link that owes traffic before it is suspect.
+    pub chunk_timeout: Duration,
+    /// Longest wait for a probe's answer.
+    pub probe_timeout: Duration,
+    /// Time between probes of a failed or recovering link (the backoff unit).
+    pub probe_interval: Duration,
+    /// How long a recovering link must answer every probe before it carries traffic again.
+    pub hold_down: Duration,
+    /// Cap on the backoff exponent of a link that keeps failing.
+    pub max_backoff_shift: u32,
+}
+
+impl Default for HealthConfig {
+    /// A silent link is declared failed `chunk_timeout + probe_timeout` = 150 ms after its
+    /// last sign of life, leaving 50 ms of a 200 ms link-down-to-backup budget for the
+    /// rollback exchange on the backup. 100 ms is far above a chunk's time on the wire (a
+    /// 512 KiB chunk takes 40 us at 100 Gb/s), so congestion alone does not trip it, and
+    /// the probe answers for a link that is merely slow. A failed link is probed every
+    /// 100 ms, up to every 1.6 s while it keeps failing, and must answer for 1 s before
+    /// traffic returns to it.
+    fn default() -> Self {
+        HealthConfig {
+            chunk_timeout: Duration::from_millis(100),
+            probe_timeout: Duration::from_millis(50),
+            probe_interval: Duration::from_millis(100),
+            hold_down: Duration::from_secs(1),
+            max_backoff_shift: 4,
+        }
+    }
+}
+
+impl HealthConfig {
+    /// Rejects zero timeouts and periods, which would fail or revive links at once.
+    pub fn validate(&self) -> Result<()> {
+        let zero = [
+            (self.chunk_timeout, "chunk_timeout is zero"),
+            (self.probe_timeout, "probe_timeout is zero"),
+            (self.probe_interval, "probe_interval is zero"),
+        ];
+        match zero.iter().find(|(d, _)| d.is_zero()) {
+            Some((_, why)) => Err(Error::InvalidConfig(why)),
+            None => Ok(()),
+        }
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let shift = failures
+            .saturating_sub(1)
+            .min(self.max_backoff_shift)
+            .min(31);
+        self.probe_interval.saturating_mul(1 << shift)
+    }
+}
+
+/// Where a link stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkState {
+    /// Carries traffic.
+    Ok,
+    /// Owed traffic did not come within the chunk timeout; a probe decides.
+    Suspect,
+    /// Carries no traffic; probed with a backoff.
+    Failed,
+    /// Answered a probe after failing; carries no traffic until the hold-down ends.
+    Recovering,
+}
+
+/// A probe out on the link, awaiting its answer.
+#[derive(Clone, Copy, Debug)]
+struct Outstanding<I> {
+    seq: u64,
+    deadline: I,
+}
+
+/// The health of one link.
+#[derive(Clone, Debug)]
+pub struct LinkHealth<I> {
+    id: u32,
+    cfg: HealthConfig,
+    state: LinkState,
+    /// Something is owed back on the link (a chunk's ack, data for a clear-to-send).
+    expecting: bool,
+    /// When the owed traffic is late; armed only while Ok and expecting.
+    deadline: Option<I>,
+    probe: Option<Outstanding<I>>,
+    /// When the next probe is to go out (none: no probe wanted).
+    probe_due: Option<I>,
+    failures: u32,
+    recovering_since: Option<I>,
+    next_seq: u64,
+    log: EventLog<I>,
+}
+
+impl<I: Timestamp> LinkHealth<I> {
+    /// A healthy link with caller-assigned `id` (the scope of its transition records).
+    pub fn new(id: u32, cfg: HealthConfig) -> Self {
+        LinkHealth {
+            id,
+            cfg,
+            state: LinkState::Ok,
+            expecting: false,
+            deadline: None,
+            probe: None,
+            probe_due: None,
+            failures: 0,
+            recovering_since: None,
+            next_seq: 0,
+            log: EventLog::default(),
+        }
+    }
+
+    /// The link's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Where the link stands.
+    pub fn state(&self) -> LinkState {
+        self.state
+    }
+
+    /// Whether the link may carry traffic (Ok or Suspect: a suspect link is not yet blamed).
+    pub fn is_usable(&self) -> bool {
+        matches!(self.state, LinkState::Ok | LinkState::Suspect)
+    }
+
+    /// Consecutive failures since the link was last Ok (the backoff exponent).
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Something is now owed back on the link (a chunk went out, a clear-to-send was
+    /// posted): the chunk timer starts unless already running.
+    pub fn handle_expect(&mut self, now: I) {
+        self.handle_timeout(now);
+        self.expecting = true;
+        if self.state == LinkState::Ok && self.deadline.is_none() {
+            self.deadline = Some(now + self.cfg.chunk_timeout);
+        }
+    }
+
+    /// Traffic arrived on the link; `still_expecting` says whether more is owed, which
+    /// restarts the chunk timer (a stall is measured from the last sign of life).
+    pub fn handle_arrival(&mut self, now: I, still_expecting: bool) {
+        self.handle_timeout(now);
+        self.expecting = still_expecting;
+        if self.state == LinkState::Suspect {
+            self.probe = None;
+            self.probe_due = None;
+            self.set(now, LinkState::Ok, Reason::Progress);
+        }
+        self.rearm(now);
+    }
+
+    /// Nothing is owed on the link any more (the connection moved off it).
+    pub fn handle_idle(&mut self) {
+        self.expecting = false;
+        self.deadline = None;
+    }
+
+    /// The link reported an error completion: it fails at once.
+    pub fn handle_error(&mut self, now: I) {
+        self.handle_timeout(now);
+        self.fail(now, Reason::ErrorCompletion);
+    }
+
+    /// The peer gave up on the link: fail it too, so it is probed before it is used again.
+    pub fn handle_peer_failed(&mut self, now: I) {
+        self.handle_timeout(now);
+        self.fail(now, Reason::PeerReported);
+    }
+
+    /// The peer resumed traffic on the link, its own hold-down having ended: the peer's
+    /// verdict is taken, so both ends use the link again without a second hold-down.
+    pub fn handle_peer_resumed(&mut self, now: I) {
+        self.handle_timeout(now);
+        if matches!(self.state, LinkState::Failed | LinkState::Recovering) {
+            self.make_ok(now, Reason::PeerResumed);
+        }
+    }
+
+    /// The answer to probe `seq` arrived. Returns whether it was the probe outstanding
+    /// (a stale or late answer proves nothing about the link now).
+    pub fn handle_probe_answer(&mut self, now: I, seq: u64) -> bool {
+        self.handle_timeout(now);
+        if self.probe.map(|p| p.seq) != Some(seq) {
+            return false;
+        }
+        self.probe = None;
+        match self.state {
+            LinkState::Suspect => self.make_ok(now, Reason::ProbeAnswered),
+            LinkState::Failed => {
+                self.recovering_since = Some(now);
+                self.probe_due = Some(now + self.cfg.probe_interval);
+                self.set(now, LinkState::Recovering, Reason::ProbeAnswered);
+            }
+            LinkState::Recovering => self.on_recovering_answer(now),
+            LinkState::Ok => {}
+        }
+        true
+    }
+
+    fn on_recovering_answer(&mut self, now: I) {
+        let held = self
+            .recovering_since
+            .is_some_and(|since| since + self.cfg.hold_down <= now);
+        if held {
+            self.make_ok(now, Reason::HoldDownElapsed);
+        } else {
+            self.probe_due = Some(now + self.cfg.probe_interval);
+        }
+    }
+
+    /// Applies the chunk and probe timeouts due at `now`.
+    pub fn handle_timeout(&mut self, now: I) {
+        if let Some(p) = self.probe.filter(|p| p.deadline <= now) {
+            self.probe = None;
+            self.on_probe_lost(p.deadline);
+        }
+        if self.state == LinkState::Ok && self.deadline.is_some_and(|d| d <= now) {
+            self.deadline = None;
+            self.probe_due = Some(now);
+            self.set(now, LinkState::Suspect, Reason::ChunkTimeout);
+        }
+    }
+
+    /// A probe went unanswered until `at`, its deadline (which is when the link is failed,
+    /// however late the caller noticed).
+    fn on_probe_lost(&mut self, at: I) {
+        match self.state {
+            LinkState::Suspect | LinkState::Recovering => self.fail(at, Reason::ProbeTimeout),
+            LinkState::Failed => {
+                self.failures = self.failures.saturating_add(1);
+                self.probe_due = Some(at + self.cfg.backoff(self.failures));
+            }
+            LinkState::Ok => {}
+        }
+    }
+
+    /// The probe to send now, if one is due and none is out: its sequence number, to be
+    /// echoed in the answer. The probe's deadline starts now.
+    pub fn poll_probe(&mut self, now: I) -> Option<u64> {
+        self.handle_timeout(now);
+        if self.probe.is_some() || self.probe_due.map_or(true, |due| due > now) {
+            return None;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.probe_due = None;
+        self.probe = Some(Outstanding {
+            seq,
+            deadline: now + self.cfg.probe_timeout,
+        });
+        Some(seq)
+    }
+
+    /// The earliest time the link needs [`handle_timeout`](Self::handle_timeout) or
+    /// [`poll_probe`](Self::poll_probe) again.
+    pub fn poll_timeout(&self) -> Option<I> {
+        let probe_due = self.probe_due.filter(|_| self.probe.is_none());
+        [self.deadline, self.probe.map(|p| p.deadline), probe_due]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The oldest transition not yet drained.
+    pub fn poll_transition(&mut self) -> Option<Transition<I>> {
+        self.log.poll()
+    }
+
+    /// Transitions made, per reason.
+    pub fn counters(&self) -> &Counters {
+        self.log.counters()
+    }
+
+    fn fail(&mut self, now: I, reason: Reason) {
+        if self.state == LinkState::Failed {
+            return;
+        }
+        self.failures = self.failures.saturating_add(1);
+        self.deadline = None;
+        self.probe = None;
+        self.recovering_since = None;
+        self.probe_due = Some(now + self.cfg.backoff(self.failures));
+        self.set(now, LinkState::Failed, reason);
+    }
+
+    fn make_ok(&mut self, now: I, reason: Reason) {
+        self.failures = 0;
+        self.probe = None;
+        self.probe_due = None;
+        self.recovering_since = None;
+        self.set(now, LinkState::Ok, reason);
+        self.rearm(now);
+    }
+
+    fn rearm(&mut self, now: I) {
+        let ok = self.state == LinkState::Ok && self.expecting;
+        self.deadline = ok.then(|| now + self.cfg.chunk_timeout);
+    }
+
+    fn set(&mut self, now: I, to: LinkState, reason: Reason) {
+        let from = self.state;
+        self.state = to;
+        let scope = Scope::Link(self.id);
+        self.log
+            .record(now, scope, State::Link(from), State::Link(to), reason);
+    }
+}
+
+/// Whether a NIC has a usable link left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NicState {
+    /// At least one of its links is Ok or Suspect (or it has none yet).
+    Up,
+    /// All of its links are Failed (Recovering counts as failed: it carries no traffic).
+    Down,
+}
+
+/// The aggregate health of one NIC, fed the state of each link it carries.
+#[derive(Clone, Debug)]
+pub struct NicHealth<I> {
+    id: u32,
+    links: Vec<(u32, LinkState)>,
+    state: NicState,
+    log: EventLog<I>,
+}
+
+impl<I: Timestamp> NicHealth<I> {
+    /// A NIC with caller-assigned `id` and no links yet.
+    pub fn new(id: u32) -> Self {
+        NicHealth {
+            id,
+            links: Vec::new(),
+            state: NicState::Up,
+            log: EventLog::default(),
+        }
+    }
+
+    /// Where the NIC stands.
+    pub fn state(&self) -> NicState {
+        self.state
+    }
+
+    /// Link `link` on this NIC is now in `state` (a new link is added).
+    pub fn handle_link_state(&mut self, now: I, link: u32, state: LinkState) {
+        match self.links.iter_mut().find(|(id, _)| *id == link) {
+            Some(entry) => entry.1 = state,
+            None => self.links.push((link, state)),
+        }
+        let down = self
+            .links
+            .iter()
+            .all(|(_, s)| matches!(s, LinkState::Failed | LinkState::Recovering));
+        let (to, reason) = match down {
+            true => (NicState::Down, Reason::AllLinksDown),
+            false => (NicState::Up, Reason::LinkUp),
+        };
+        if to != self.state {
+            let from = std::mem::replace(&mut self.state, to);
+            let scope = Scope::Nic(self.id);
+            self.log
+                .record(now, scope, State::Nic(from), State::Nic(to), reason);
+        }
+    }
+
+    /// Feeds a link transition in (the NIC of the link is the caller's to know).
+    pub fn handle_transition(&mut self, t: &Transition<I>) {
+        if let (Scope::Link(link), State::Link(state)) = (t.scope, t.to) {
+            self.handle_link_state(t.at, link, state);
+        }
+    }
+
+    /// The oldest transition not yet drained.
+    pub fn poll_transition(&mut self) -> Option<Transition<I>> {
+        self.log.poll()
+    }
+
+    /// Transitions made, per reason.
+    pub fn counters(&self) -> &Counters {
+        self.log.counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn link() -> LinkHealth<Duration> {
+        LinkHealth::new(7, HealthConfig::default())
+    }
+
+    /// A link made suspect at 100 ms with its probe sent then (seq 0).
+    fn suspect_probed() -> LinkHealth<Duration> {
+        let mut l = link();
+        l.handle_expect(ms(0));
+        l.handle_timeout(ms(100));
+        assert_eq!(l.state(), LinkState::Suspect);
+        assert_eq!(l.poll_probe(ms(100)), Some(0));
+        l
+    }
+
+    #[test]
+    fn idle_link_is_never_suspect() {
+        let mut l = link();
+        l.handle_timeout(ms(10_000));
+        assert_eq!((l.state(), l.poll_timeout()), (LinkState::Ok, None));
+    }
+
+    #[test]
+    fn error_completion_fails_at_once_and_schedules_a_probe() {
+        let mut l = link();
+        l.handle_error(ms(5));
+        assert_eq!(l.state(), LinkState::Failed);
+        assert_eq!(l.poll_timeout(), Some(ms(105)));
+        assert_eq!(l.poll_probe(ms(104)), None);
+        assert_eq!(l.poll_probe(ms(105)), Some(0));
+        assert_eq!(l.counters().get(Reason::ErrorCompletion), 1);
+    }
+
+    #[test]
+    fn suspect_link_that_delivers_is_not_blamed() {
+        let mut l = suspect_probed();
+        l.handle_arrival(ms(120), true);
+        assert_eq!(l.state(), LinkState::Ok);
+        assert_eq!(l.poll_timeout(), Some(ms(220)));
+        assert!(
+            !l.handle_probe_answer(ms(130), 0),
+            "probe no longer outstanding"
+        );
+    }
+
+    #[test]
+    fn failed_link_backs_off_while_probes_go_unanswered() {
+        let mut l = link();
+        l.handle_error(ms(0));
+        assert_eq!(l.poll_probe(ms(100)), Some(0));
+        l.handle_timeout(ms(150));
+        assert_eq!((l.failures(), l.poll_timeout()), (2, Some(ms(350))));
+        assert_eq!(l.poll_probe(ms(350)), Some(1));
+        l.handle_timeout(ms(400));
+        assert_eq!(l.poll_timeout(), Some(ms(800)));
+    }
+
+    #[test]
+    fn recovering_needs_the_whole_hold_down_then_is_ok() {
+        let mut l = link();
+        l.handle_error(ms(0));
+        let mut t = 100;
+        let seq = l.poll_probe(ms(t)).unwrap();
+        assert!(l.handle_probe_answer(ms(t + 1), seq));
+        assert_eq!(l.state(), LinkState::Recovering);
+        let since = t + 1;
+        while l.state() == LinkState::Recovering {
+            t = l.poll_timeout().unwrap().as_millis() as u64;
+            let seq = l.poll_probe(ms(t)).unwrap();
+            l.handle_probe_answer(ms(t + 1), seq);
+        }
+        assert_eq!(l.state(), LinkState::Ok);
+        assert!(t + 1 >= since + 1000 && t + 1 < since + 1000 + 102);
+        assert_eq!(l.failures(), 0);
+    }
+
+    #[test]
+    fn recovering_link_that_fails_a_probe_is_failed_with_a_longer_backoff() {
+        let mut l = link();
+        l.handle_error(ms(0));
+        let seq = l.poll_probe(ms(100)).unwrap();
+        l.handle_probe_answer(ms(101), seq);
+        l.poll_probe(ms(201)).unwrap();
+        l.handle_timeout(ms(251));
+        assert_eq!((l.state(), l.failures()), (LinkState::Failed, 2));
+        assert_eq!(l.poll_timeout(), Some(ms(451)));
+    }
+
+    #[test]
+    fn peer_verdicts_fail_and_revive() {
+        let mut l = link();
+        l.handle_peer_failed(ms(1));
+        assert_eq!(l.state(), LinkState::Failed);
+        l.handle_peer_resumed(ms(2));
+        assert_eq!(l.state(), LinkState::Ok);
+        assert_eq!(l.counters().get(Reason::PeerResumed), 1);
+    }
+
+    #[test]
+    fn nic_is_down_only_when_every_link_is_failed() {
+        let mut nic = NicHealth::new(1);
+        nic.handle_link_state(ms(0), 10, LinkState::Ok);
+        nic.handle_link_state(ms(0), 11, LinkState::Failed);
+        assert_eq!(nic.state(), NicState::Up);
+        nic.handle_link_state(ms(1), 10, LinkState::Recovering);
+        assert_eq!(nic.state(), NicState::Down);
+        let t = nic.poll_transition().unwrap();
+        assert_eq!((t.scope, t.reason), (Scope::Nic(1), Reason::AllLinksDown));
+        nic.handle_link_state(ms(2), 11, LinkState::Suspect);
+        assert_eq!(nic.state(), NicState::Up);
+        assert_eq!(nic.counters().total(), 2);
+    }
+
+    #[test]
+    fn nic_follows_link_transitions() {
+        let mut l = link();
+        let mut nic = NicHealth::new(0);
+        l.handle_error(ms(3));
+        while let Some(t) = l.poll_transition() {
+            nic.handle_transition(&t);
+        }
+        assert_eq!(nic.state(), NicState::Down);
+    }
+
+    #[test]
+    fn zero_timeouts_are_rejected() {
+        assert!(HealthConfig::default().validate().is_ok());
+        let cfg = HealthConfig {
+            probe_timeout: Duration::ZERO,
+            ..HealthConfig::default()
+        };
+        assert_eq!(
+            cfg.validate(),
+            Err(Error::InvalidConfig("probe_timeout is zero"))
+        );
+    }
+}
