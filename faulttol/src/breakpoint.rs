@@ -70,12 +70,15 @@ pub enum Message {
         /// The epoch to start.
         epoch: u32,
     },
-    /// Receiver to sender: rolled back to `done`, now in `epoch`; resume from `done`.
+    /// Receiver to sender: rolled back to `done`, now in `epoch`; resume from `done`. It
+    /// repeats the grant, since clear-to-sends may have been lost with the failed link.
     Rollback {
         /// The receiver's new epoch.
         epoch: u32,
         /// Bytes done, where the sender resumes.
         done: u64,
+        /// Bytes posted so far (as in [`Message::Cts`]).
+        posted: u64,
     },
     /// Either way: is this link alive? (The receiver's is its clear-to-send re-sent.)
     Probe {
@@ -372,9 +375,16 @@ impl ReceiverLedger {
         self.epoch = self.epoch.saturating_add(1).max(min_epoch);
         self.received = self.done;
         self.landed.clear();
+        self.rollback_message()
+    }
+
+    /// The [`Message::Rollback`] for the current epoch (sent again when a sender's request
+    /// finds the rollback already made).
+    pub fn rollback_message(&self) -> Message {
         Message::Rollback {
             epoch: self.epoch,
             done: self.done,
+            posted: self.posted,
         }
     }
 }
@@ -513,7 +523,8 @@ mod tests {
             r.roll_back(0),
             Message::Rollback {
                 epoch: 1,
-                done: 100
+                done: 100,
+                posted: 300
             }
         );
         assert_eq!(r.received(), 100);
@@ -524,7 +535,8 @@ mod tests {
             r.roll_back(5),
             Message::Rollback {
                 epoch: 5,
-                done: 100
+                done: 100,
+                posted: 300
             }
         );
     }

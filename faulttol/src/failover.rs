@@ -342,7 +342,14 @@ impl<I: Timestamp> SenderConn<I> {
                     self.inflight.retain(|&(end, _)| end > done);
                 }
             }
-            Message::Rollback { epoch, done } => self.on_rollback(now, link, epoch, done)?,
+            Message::Rollback {
+                epoch,
+                done,
+                posted,
+            } => {
+                self.ledger.handle_cts(posted);
+                self.on_rollback(now, link, epoch, done)?;
+            }
             Message::Probe { seq } => self.out.push_back((link, Message::ProbeAnswer { seq })),
             Message::ProbeAnswer { seq } => {
                 self.core.handle_probe_answer(now, link, seq);
@@ -532,7 +539,7 @@ impl<I: Timestamp> ReceiverConn<I> {
                     self.follow(now, link, offset, len);
                 }
             }
-            Message::Commit { epoch, offset } => self.on_commit(epoch, offset)?,
+            Message::Commit { epoch, offset } => self.on_commit(link, epoch, offset)?,
             Message::RollbackRequest { epoch } => self.on_rollback_request(now, link, epoch),
             Message::Probe { seq } => self.out.push_back((link, Message::ProbeAnswer { seq })),
             Message::ProbeAnswer { seq } => {
@@ -548,11 +555,13 @@ impl<I: Timestamp> ReceiverConn<I> {
         Ok(took)
     }
 
-    fn on_commit(&mut self, epoch: u32, offset: u64) -> Result<()> {
+    /// The ack goes back on the link the commit came on: if it is lost, that link failed,
+    /// and the sender, waiting on it, finds out; on the other link a lost ack could leave
+    /// the sender waiting on a link that answers every probe.
+    fn on_commit(&mut self, link: LinkRole, epoch: u32, offset: u64) -> Result<()> {
         if self.ledger.handle_commit(epoch, offset)? {
             let (epoch, done) = (self.ledger.epoch(), self.ledger.done());
-            self.out
-                .push_back((self.core.active(), Message::Ack { epoch, done }));
+            self.out.push_back((link, Message::Ack { epoch, done }));
         }
         Ok(())
     }
@@ -580,9 +589,7 @@ impl<I: Timestamp> ReceiverConn<I> {
     fn on_rollback_request(&mut self, now: I, link: LinkRole, epoch: u32) {
         if epoch <= self.ledger.epoch() {
             // Already rolled back (this end saw the failure too): repeat the answer.
-            let (epoch, done) = (self.ledger.epoch(), self.ledger.done());
-            self.out
-                .push_back((link, Message::Rollback { epoch, done }));
+            self.out.push_back((link, self.ledger.rollback_message()));
             return;
         }
         self.core.handle_peer_failed(now, link.other());
@@ -631,12 +638,15 @@ impl<I: Timestamp> ReceiverConn<I> {
         self.core.handle_idle(active.other());
     }
 
-    /// The next message to send and its link.
+    /// The next message to send and its link. A probe goes with the grant re-sent (the
+    /// re-sent clear-to-send): if the stall was a lost grant, that ends it.
     pub fn poll_transmit(&mut self, now: I) -> Option<(LinkRole, Message)> {
         if let Some(m) = self.out.pop_front() {
             return Some(m);
         }
         let (link, seq) = self.core.poll_probe(now)?;
+        let posted = self.ledger.posted();
+        self.out.push_back((link, Message::Cts { posted }));
         Some((link, Message::Probe { seq }))
     }
 
