@@ -670,3 +670,141 @@ impl<I: Timestamp> ReceiverConn<I> {
         self.core.counters()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A sender moved to the backup by the receiver's rollback at 1 ms, with credit for
+    /// 256 bytes of the 1024 posted.
+    fn sender_on_backup() -> SenderConn<Duration> {
+        let mut s = SenderConn::new(1, (10, 11), HealthConfig::default(), 256).unwrap();
+        s.post(ms(0), 1024);
+        let rollback = Message::Rollback {
+            epoch: 1,
+            done: 0,
+            posted: 256,
+        };
+        s.handle_message(ms(1), LinkRole::Backup, rollback).unwrap();
+        assert_eq!(s.failover().state(), ConnState::OnBackup);
+        assert_eq!(
+            s.failover().link(LinkRole::Primary).state(),
+            LinkState::Failed
+        );
+        s
+    }
+
+    #[test]
+    fn sender_switches_back_at_the_next_chunk_once_the_primary_holds() {
+        let mut s = sender_on_backup();
+        let first = s.poll_transmit(ms(1)).unwrap();
+        assert!(matches!(
+            first,
+            (LinkRole::Backup, Message::Data { offset: 0, .. })
+        ));
+        s.poll_transmit(ms(1)).unwrap();
+        let ack = Message::Ack {
+            epoch: 1,
+            done: 256,
+        };
+        s.handle_message(ms(2), LinkRole::Backup, ack).unwrap();
+        // Probe the primary until it holds (the default hold-down is 1 s).
+        let mut now = ms(1);
+        while s.failover().link(LinkRole::Primary).state() != LinkState::Ok {
+            now = s.poll_timeout().unwrap();
+            s.handle_timeout(now);
+            match s.poll_transmit(now) {
+                Some((link, Message::Probe { seq })) => {
+                    let answer = Message::ProbeAnswer { seq };
+                    s.handle_message(now, link, answer).unwrap();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let cts = Message::Cts { posted: 1024 };
+        s.handle_message(now, LinkRole::Backup, cts).unwrap();
+        let next = s.poll_transmit(now).unwrap();
+        assert!(matches!(
+            next,
+            (LinkRole::Primary, Message::Data { offset: 256, .. })
+        ));
+        let switch = Action::Switch {
+            to: LinkRole::Primary,
+            resume_from: 256,
+        };
+        assert_eq!(
+            s.poll_action(),
+            Some(Action::Switch {
+                to: LinkRole::Backup,
+                resume_from: 0
+            })
+        );
+        assert_eq!(s.poll_action(), Some(switch));
+        assert_eq!(s.counters().get(Reason::SwitchBack), 1);
+    }
+
+    #[test]
+    fn receiver_follows_only_the_newest_chunk() {
+        let mut r = ReceiverConn::new(1, (20, 21), HealthConfig::default()).unwrap();
+        r.post(ms(0), 1024);
+        r.handle_error(ms(1), LinkRole::Primary);
+        assert_eq!(r.failover().active(), LinkRole::Backup);
+        let data = |offset| Message::Data {
+            epoch: 1,
+            offset,
+            len: 256,
+        };
+        assert_eq!(r.handle_message(ms(2), LinkRole::Backup, data(0)), Ok(true));
+        // The sender switched back: chunk 1 on the primary overtakes nothing yet ...
+        assert_eq!(
+            r.handle_message(ms(3), LinkRole::Primary, data(512)),
+            Ok(true)
+        );
+        assert_eq!(r.failover().active(), LinkRole::Primary);
+        // ... and chunk 1 arriving late on the backup does not pull the receiver back.
+        assert_eq!(
+            r.handle_message(ms(4), LinkRole::Backup, data(256)),
+            Ok(true)
+        );
+        assert_eq!(r.failover().active(), LinkRole::Primary);
+        assert_eq!(r.ledger().received(), 768);
+        let primary = r.failover().link(LinkRole::Primary);
+        assert_eq!(
+            primary.state(),
+            LinkState::Ok,
+            "the sender's verdict is taken"
+        );
+    }
+
+    #[test]
+    fn messages_for_the_other_end_are_rejected() {
+        let mut s = SenderConn::<Duration>::new(1, (1, 2), HealthConfig::default(), 8).unwrap();
+        let commit = Message::Commit {
+            epoch: 0,
+            offset: 0,
+        };
+        let err = s.handle_message(ms(0), LinkRole::Primary, commit);
+        assert_eq!(err, Err(Error::WrongDirection("commit")));
+        let mut r = ReceiverConn::<Duration>::new(1, (1, 2), HealthConfig::default()).unwrap();
+        let ack = Message::Ack { epoch: 0, done: 0 };
+        assert_eq!(
+            r.handle_message(ms(0), LinkRole::Primary, ack),
+            Err(Error::WrongDirection("ack"))
+        );
+    }
+
+    #[test]
+    fn zero_timeouts_are_refused_at_construction() {
+        let cfg = HealthConfig {
+            chunk_timeout: Duration::ZERO,
+            ..HealthConfig::default()
+        };
+        assert!(SenderConn::<Duration>::new(1, (1, 2), cfg, 8).is_err());
+        assert!(SenderConn::<Duration>::new(1, (1, 2), HealthConfig::default(), 0).is_err());
+    }
+}
