@@ -61,6 +61,9 @@ pub enum Reason {
     Failover,
     /// The primary link is healthy again and traffic went back to it.
     SwitchBack,
+    /// Traffic owed on a link that works was lost (it answered a probe sent after it):
+    /// both ends roll back and resume on the same link.
+    Resync,
     /// Every link of the NIC or connection is down.
     AllLinksDown,
     /// A link of a NIC that was down is usable again.
@@ -69,7 +72,7 @@ pub enum Reason {
 
 impl Reason {
     /// Number of reasons, the length of the per-reason counters.
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     fn index(self) -> usize {
         self as usize

@@ -26,7 +26,12 @@
 //!
 //! A failed link is probed by both ends independently; the sender's view decides the
 //! switch back, and the receiver takes traffic arriving on a link as the sender's verdict
-//! that it works. A rollback arriving on a link likewise says the peer gave up on the other.
+//! that it works. A rollback the receiver starts says it gave up on the other link.
+//!
+//! The sender also resynchronises without moving (a rollback on the link it is on) when
+//! traffic was lost on a link that works again: a probe answered while chunks sent before
+//! it are still unacknowledged, or chunks left in flight on a link that failed after a
+//! switch back. Without that both ends would wait forever on links that answer probes.
 
 use std::collections::VecDeque;
 
@@ -210,12 +215,12 @@ impl<I: Timestamp> Failover<I> {
     }
 
     /// The sender asked the receiver, over `to`, to roll back.
-    pub fn begin_rollback(&mut self, now: I, to: LinkRole) {
+    pub fn begin_rollback(&mut self, now: I, to: LinkRole, reason: Reason) {
         if self.state == ConnState::Failed {
             return;
         }
         self.active = to;
-        self.set(now, ConnState::RollingBack, Reason::Failover);
+        self.set(now, ConnState::RollingBack, reason);
     }
 
     /// Both links are down.
@@ -290,6 +295,20 @@ pub struct SenderConn<I> {
     inflight: VecDeque<(u64, LinkRole)>,
     /// Epoch of the rollback request out, while rolling back.
     requested: Option<u32>,
+    /// Per link, the probe out on it and what was owed on it when it went: the end of the
+    /// newest chunk then in flight there, and whether the rollback request was.
+    probed: [Option<ProbeMark>; 2],
+}
+
+/// What a link owed when a probe went out on it. Links keep order, and the receiver acks
+/// (and answers a rollback request) on the link the chunk (or request) came on, before it
+/// answers a later probe; so whatever is still owed from before the probe when its answer
+/// arrives was lost on a link that works now, and both ends must resynchronise.
+#[derive(Clone, Copy, Debug)]
+struct ProbeMark {
+    seq: u64,
+    chunks_up_to: Option<u64>,
+    request: Option<u32>,
 }
 
 impl<I: Timestamp> SenderConn<I> {
@@ -302,6 +321,7 @@ impl<I: Timestamp> SenderConn<I> {
             out: VecDeque::new(),
             inflight: VecDeque::new(),
             requested: None,
+            probed: [None; 2],
         })
     }
 
@@ -352,7 +372,7 @@ impl<I: Timestamp> SenderConn<I> {
             }
             Message::Probe { seq } => self.out.push_back((link, Message::ProbeAnswer { seq })),
             Message::ProbeAnswer { seq } => {
-                self.core.handle_probe_answer(now, link, seq);
+                self.on_probe_answer(now, link, seq);
                 return Ok(());
             }
             Message::Data { .. } => return Err(Error::WrongDirection("data")),
@@ -366,18 +386,50 @@ impl<I: Timestamp> SenderConn<I> {
     }
 
     fn on_rollback(&mut self, now: I, link: LinkRole, epoch: u32, done: u64) -> Result<()> {
+        let solicited = self.requested == Some(epoch);
         let Some(resume_from) = self.ledger.handle_rollback(epoch, done)? else {
             return Ok(());
         };
         self.requested = None;
         self.inflight.clear();
-        self.core.handle_peer_failed(now, link.other());
+        if !solicited {
+            // The receiver rolls back on its own only when its link failed.
+            self.core.handle_peer_failed(now, link.other());
+        }
         if !self.core.link(link).is_usable() {
             // The rollback came through: the link works whatever this end thought.
             self.core.handle_peer_resumed(now, link);
         }
         self.core.switch(now, link, resume_from, Reason::Failover);
         Ok(())
+    }
+
+    fn on_probe_answer(&mut self, now: I, link: LinkRole, seq: u64) {
+        if !self.core.handle_probe_answer(now, link, seq) {
+            return;
+        }
+        let Some(mark) = self.probed[link.index()].take().filter(|m| m.seq == seq) else {
+            return;
+        };
+        let lost_chunk = mark
+            .chunks_up_to
+            .is_some_and(|end| self.inflight.iter().any(|&(e, l)| l == link && e <= end));
+        let lost_request = mark.request.is_some() && mark.request == self.requested;
+        if (lost_chunk || lost_request) && self.core.link(link).is_usable() {
+            self.resync(now, link);
+        }
+    }
+
+    /// Asks the receiver, over `link`, to roll back: a new request, or the one out again.
+    fn resync(&mut self, now: I, link: LinkRole) {
+        let epoch = match self.requested {
+            Some(epoch) => epoch,
+            None => self.ledger.epoch().saturating_add(1),
+        };
+        self.requested = Some(epoch);
+        self.out
+            .push_back((link, Message::RollbackRequest { epoch }));
+        self.core.begin_rollback(now, link, Reason::Resync);
     }
 
     /// An error completion on `link`.
@@ -404,7 +456,8 @@ impl<I: Timestamp> SenderConn<I> {
         self.inflight.iter().any(|&(_, l)| l == link) || (active && waiting)
     }
 
-    /// Moves off a failed active link and updates what each link owes.
+    /// Moves off a failed active link, resynchronises when chunks were lost with the other
+    /// one (after a switch back), and updates what each link owes.
     fn settle(&mut self, now: I) {
         if self.core.active_down() {
             let to = self.core.active().other();
@@ -415,7 +468,9 @@ impl<I: Timestamp> SenderConn<I> {
             let epoch = self.ledger.epoch().saturating_add(1);
             self.requested = Some(epoch);
             self.out.push_back((to, Message::RollbackRequest { epoch }));
-            self.core.begin_rollback(now, to);
+            self.core.begin_rollback(now, to, Reason::Failover);
+        } else if self.lost_on_other() {
+            self.resync(now, self.core.active());
         }
         for role in [LinkRole::Primary, LinkRole::Backup] {
             match self.owes(role) {
@@ -425,6 +480,16 @@ impl<I: Timestamp> SenderConn<I> {
         }
     }
 
+    /// Chunks are in flight on the inactive link, and it failed.
+    fn lost_on_other(&self) -> bool {
+        let other = self.core.active().other();
+        matches!(
+            self.core.state(),
+            ConnState::OnPrimary | ConnState::OnBackup
+        ) && !self.core.link(other).is_usable()
+            && self.inflight.iter().any(|&(_, l)| l == other)
+    }
+
     /// The next message to send and its link: control messages and probes first, then the
     /// next chunk (its payload, then its commit).
     pub fn poll_transmit(&mut self, now: I) -> Option<(LinkRole, Message)> {
@@ -432,9 +497,25 @@ impl<I: Timestamp> SenderConn<I> {
             return Some(m);
         }
         if let Some((link, seq)) = self.core.poll_probe(now) {
+            self.mark_probe(link, seq);
             return Some((link, Message::Probe { seq }));
         }
         self.next_chunk(now)
+    }
+
+    fn mark_probe(&mut self, link: LinkRole, seq: u64) {
+        let chunks_up_to = self
+            .inflight
+            .iter()
+            .filter(|&&(_, l)| l == link)
+            .map(|&(end, _)| end)
+            .max();
+        let request = self.requested.filter(|_| link == self.core.active());
+        self.probed[link.index()] = Some(ProbeMark {
+            seq,
+            chunks_up_to,
+            request,
+        });
     }
 
     fn next_chunk(&mut self, now: I) -> Option<(LinkRole, Message)> {
@@ -592,7 +673,7 @@ impl<I: Timestamp> ReceiverConn<I> {
             self.out.push_back((link, self.ledger.rollback_message()));
             return;
         }
-        self.core.handle_peer_failed(now, link.other());
+        // The other link is not blamed: the sender may be resynchronising in place.
         if !self.core.link(link).is_usable() {
             self.core.handle_peer_resumed(now, link);
         }

@@ -296,3 +296,57 @@ fn every_transition_is_recorded_and_counted() {
     assert!(o.counters.get(Reason::ErrorCompletion) >= 1);
     assert!(o.counters.get(Reason::HoldDownElapsed) >= 1);
 }
+
+#[test]
+fn short_silent_loss_on_a_link_that_works_again_is_resynchronised() {
+    let mut resyncs = 0;
+    for seed in [4, 5] {
+        let sc = Scenario::new(seed);
+        for at in steps(&sc) {
+            let mut sc = sc.clone();
+            // Shorter than detection: the probe after it is answered.
+            sc.outages[0] = Some(Outage {
+                from: at,
+                until: Some(at + ms(3)),
+                kind: OutageKind::Silent,
+            });
+            let o = run(&sc);
+            assert_exact(&sc, &o, &format!("seed {seed} 3 ms loss at {at:?}"));
+            resyncs += o.counters.get(Reason::Resync);
+        }
+    }
+    assert!(resyncs > 20, "only {resyncs} resyncs");
+}
+
+#[test]
+fn backup_failing_under_chunks_left_after_a_switch_back_loses_nothing() {
+    let mut sc = Scenario::new(8);
+    sc.chunks = 120;
+    // A slow backup, so chunks are still on it when traffic goes back to the primary.
+    sc.links[1].delay = us(1800);
+    sc.links[1].jitter = us(100);
+    sc.outages[0] = Some(Outage {
+        from: ms(20),
+        until: Some(ms(40)),
+        kind: OutageKind::Silent,
+    });
+    let back = run(&sc).switches(End::Sender, LinkRole::Primary)[0];
+    // Cut the backup just as traffic leaves it, with chunks still on it.
+    let mut resyncs = 0;
+    for off in (0..2000).step_by(100) {
+        sc.outages[1] = Some(Outage {
+            from: back + us(off),
+            until: None,
+            kind: OutageKind::Silent,
+        });
+        let o = run(&sc);
+        assert_exact(
+            &sc,
+            &o,
+            &format!("backup cut {off} us after the switch back"),
+        );
+        assert_eq!(o.sender_state, ConnState::OnPrimary);
+        resyncs += o.counters.get(Reason::Resync);
+    }
+    assert!(resyncs > 0, "the sender never resynchronised in place");
+}
