@@ -11,8 +11,11 @@
 //!              active link Failed, other usable: sender asks     RollingBack
 //!                the receiver to roll back
 //!              active link Failed, other not usable              Failed
+//!              sender: traffic lost on a link that works (see    RollingBack
+//!                below), rollback asked on the active link
 //! RollingBack  the receiver's rollback arrives                   On<the link it came on>
 //!              the link the request went on fails too            Failed
+//!              request lost on a link that works: asked again    RollingBack
 //! OnBackup     sender: primary Ok again (hold-down over),         OnPrimary
 //!                at the next chunk boundary
 //!              receiver: newest data arrives on the primary      OnPrimary

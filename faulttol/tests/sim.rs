@@ -7,7 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use ccl_faulttol::{ConnState, HealthConfig, LinkRole, LinkState, Reason, Scope, State};
+use ccl_faulttol::{
+    ConnState, HealthConfig, LinkRole, LinkState, NicHealth, NicState, Reason, Scope, State,
+};
 use common::{ms, run, us, End, Outage, OutageKind, Outcome, Scenario};
 
 /// Every transfer delivers exactly the bytes sent, once each, in order.
@@ -295,6 +297,15 @@ fn every_transition_is_recorded_and_counted() {
     }
     assert!(o.counters.get(Reason::ErrorCompletion) >= 1);
     assert!(o.counters.get(Reason::HoldDownElapsed) >= 1);
+    // The sender's NIC of the primary carries only link 10: down while it is, up after.
+    let mut nic = NicHealth::new(0);
+    let mut seen = Vec::new();
+    for t in o.transitions.iter().filter(|t| t.scope == Scope::Link(10)) {
+        nic.handle_transition(t);
+        seen.push(nic.state());
+    }
+    assert!(seen.contains(&NicState::Down), "{seen:?}");
+    assert_eq!(nic.state(), NicState::Up);
 }
 
 #[test]
@@ -349,4 +360,54 @@ fn backup_failing_under_chunks_left_after_a_switch_back_loses_nothing() {
         resyncs += o.counters.get(Reason::Resync);
     }
     assert!(resyncs > 0, "the sender never resynchronised in place");
+}
+
+#[test]
+fn backup_cut_at_every_step_of_a_failover_fails_cleanly() {
+    let mut sc = Scenario::new(12);
+    let primary = Outage {
+        from: ms(20),
+        until: None,
+        kind: OutageKind::Errors,
+    };
+    sc.outages[0] = Some(primary);
+    let o = run(&sc);
+    assert_exact(&sc, &o, "primary cut for good");
+    let end = o.completed_at.unwrap();
+    let mut times: Vec<_> = o
+        .sends
+        .into_iter()
+        .filter(|&t| t >= ms(20) && t <= end)
+        .collect();
+    times.dedup();
+    assert!(times.len() > 50, "{} steps", times.len());
+    let bound = (sc.cfg.chunk_timeout + sc.cfg.probe_timeout) * 2 + sc.pace + ms(5);
+    for at in times {
+        for kind in [OutageKind::Silent, OutageKind::Errors] {
+            let what = format!("backup cut {kind:?} at {at:?}");
+            sc.outages[1] = Some(Outage {
+                from: at,
+                until: None,
+                kind,
+            });
+            let o = run(&sc);
+            assert!(o.errors.is_empty(), "{what}: {:?}", o.errors);
+            assert_eq!(o.gaps, 0, "{what}");
+            assert!(
+                o.src.starts_with(&o.delivered),
+                "{what}: delivered a wrong byte"
+            );
+            let rx_done = o.delivered.len() as u64 == sc.total();
+            let ends = [
+                (End::Sender, o.completed_at.is_some()),
+                (End::Receiver, rx_done),
+            ];
+            for (end, finished) in ends {
+                match o.failed_at(end) {
+                    Some(t) => assert!(t - at <= bound, "{what}: {end:?} failed late"),
+                    None => assert!(finished, "{what}: {end:?} neither finished nor failed"),
+                }
+            }
+        }
+    }
 }
