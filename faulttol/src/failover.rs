@@ -6,11 +6,11 @@
 //!
 //! ```text
 //! from         event (seen by this end)                          to
-//! OnPrimary,   active link Failed, other usable: receiver        OnBackup / OnPrimary
-//!   OnBackup     rolls back and tells the sender
-//!              active link Failed, other usable: sender asks     RollingBack
-//!                the receiver to roll back
-//!              active link Failed, other not usable              Failed
+//! OnPrimary,   active link Failed, other not: receiver rolls     OnBackup / OnPrimary
+//!   OnBackup     back and tells the sender
+//!              active link Failed, other not: sender asks the    RollingBack
+//!                receiver to roll back
+//!              active link Failed, other Failed too              Failed
 //!              sender: traffic lost on a link that works (see    RollingBack
 //!                below), rollback asked on the active link
 //! RollingBack  the receiver's rollback arrives                   On<the link it came on>
@@ -199,7 +199,14 @@ impl<I: Timestamp> Failover<I> {
 
     /// The active link failed and the connection has not yet moved (or given up).
     pub fn active_down(&self) -> bool {
-        self.state != ConnState::Failed && !self.link(self.active).is_usable()
+        self.state != ConnState::Failed && self.is_down(self.active)
+    }
+
+    /// Whether `role` is failed. A recovering link is not: traffic does not go back to it
+    /// by choice, but as the last resort it beats failing the connection, and the rollback
+    /// exchange on it soon proves it one way or the other.
+    pub fn is_down(&self, role: LinkRole) -> bool {
+        self.link(role).state() == LinkState::Failed
     }
 
     /// On the backup while the primary is healthy again.
@@ -464,7 +471,7 @@ impl<I: Timestamp> SenderConn<I> {
     fn settle(&mut self, now: I) {
         if self.core.active_down() {
             let to = self.core.active().other();
-            if !self.core.link(to).is_usable() {
+            if self.core.is_down(to) {
                 self.core.fail(now);
                 return;
             }
@@ -708,7 +715,7 @@ impl<I: Timestamp> ReceiverConn<I> {
     fn settle(&mut self, now: I) {
         if self.core.active_down() {
             let to = self.core.active().other();
-            if !self.core.link(to).is_usable() {
+            if self.core.is_down(to) {
                 self.core.fail(now);
                 return;
             }
@@ -863,6 +870,33 @@ mod tests {
             LinkState::Ok,
             "the sender's verdict is taken"
         );
+    }
+
+    #[test]
+    fn recovering_primary_is_the_last_resort_when_the_backup_fails() {
+        let mut r = ReceiverConn::new(1, (20, 21), HealthConfig::default()).unwrap();
+        r.post(ms(0), 1024);
+        r.handle_error(ms(1), LinkRole::Primary);
+        while r.poll_transmit(ms(1)).is_some() {}
+        // The primary answers its first probe: recovering, not yet trusted.
+        let (link, probe) = r.poll_transmit(ms(101)).unwrap();
+        let Message::Probe { seq } = probe else {
+            panic!("{probe:?}")
+        };
+        r.handle_message(ms(102), link, Message::ProbeAnswer { seq })
+            .unwrap();
+        assert_eq!(
+            r.failover().link(LinkRole::Primary).state(),
+            LinkState::Recovering
+        );
+        r.handle_error(ms(103), LinkRole::Backup);
+        assert_eq!(r.failover().state(), ConnState::OnPrimary);
+        let rollback = std::iter::from_fn(|| r.poll_transmit(ms(103)))
+            .find(|(_, m)| matches!(m, Message::Rollback { .. }));
+        assert!(matches!(
+            rollback,
+            Some((LinkRole::Primary, Message::Rollback { epoch: 2, .. }))
+        ));
     }
 
     #[test]
