@@ -10,8 +10,14 @@
 //! and is not blamed). The end that sees the failure has the receiver roll back to what it
 //! committed; the sender rolls back to that and resumes on the backup, so no byte is lost
 //! and none delivered twice. The failed primary is probed, and once healthy for a hold-down
-//! period traffic returns to it at a chunk boundary without stalling. Every transition is
-//! logged (`tracing::info!`), counted, and queued as a record for an observer.
+//! period traffic returns to it at a chunk boundary without stalling. Traffic lost on a link
+//! that works again (it answers a probe sent after the loss) is recovered the same way,
+//! without moving. When both links are down the connection reports failure. Every
+//! transition is logged (`tracing::info!`, which `NCCL_DEBUG=INFO` maps to), counted, and
+//! queued as a record for an observer (the monitor).
+//!
+//! Timing defaults are in [`HealthConfig`]: a silent link is failed 150 ms after its last
+//! sign of life, so traffic is on the backup well within 200 ms of a link going down.
 //!
 //! - [`path`]: the health of each path of a multipath connection (the multipath transport).
 //! - [`nic`]: the health of one link (Ok, Suspect, Failed, Recovering) and of a NIC.
