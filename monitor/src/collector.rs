@@ -1,0 +1,208 @@
+//! The collector thread: drains every thread's ring, runs the windows, and feeds the file,
+//! the snapshot and the extra subscribers.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::event::{Record, Subscriber};
+use crate::export::{JsonLine, JsonWriter};
+use crate::ring::Consumer;
+use crate::window::{Event, Windows};
+use crate::{Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
+
+pub(crate) struct Collector {
+    shared: Arc<Shared>,
+    rings: Vec<Consumer<Record>>,
+    windows: Windows,
+    writer: Option<JsonWriter>,
+    subscribers: Vec<Box<dyn Subscriber + Send>>,
+    time_base: TimeBase,
+    poll: Duration,
+    batch: Vec<Record>,
+    events: Vec<Event>,
+    transitions: u64,
+    records: u64,
+    /// Drops counted by rings already retired.
+    retired_dropped: u64,
+    latest_ts: u64,
+}
+
+impl Collector {
+    pub(crate) fn new(cfg: &MonitorConfig, opts: Options, shared: Arc<Shared>) -> Result<Self, Error> {
+        let writer = match &cfg.file {
+            Some(path) => Some(JsonWriter::create(path, cfg.file_max_bytes, cfg.file_keep)?),
+            None => None,
+        };
+        Ok(Collector {
+            shared,
+            rings: Vec::new(),
+            windows: Windows::new(cfg.window_config()),
+            writer,
+            subscribers: opts.subscribers,
+            time_base: opts.time_base,
+            poll: opts.poll,
+            batch: Vec::with_capacity(4096),
+            events: Vec::with_capacity(256),
+            transitions: 0,
+            records: 0,
+            retired_dropped: 0,
+            latest_ts: 0,
+        })
+    }
+
+    pub(crate) fn spawn(self) -> Result<JoinHandle<Result<(), Error>>, Error> {
+        let shared = self.shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("ccl-monitor".into())
+            .spawn(move || self.run())
+            .map_err(Error::Spawn)?;
+        let _ = shared.collector.set(handle.thread().clone());
+        Ok(handle)
+    }
+
+    fn run(mut self) -> Result<(), Error> {
+        loop {
+            // Read before draining: whatever was pushed before a flush request is drained
+            // below, so the request can be marked done after this pass.
+            let requested = self.shared.flush_req.load(Ordering::Acquire);
+            let stopping = self.shared.stop.load(Ordering::Acquire);
+            self.rings.append(&mut self.shared.pending.lock());
+            let n = self.drain();
+            self.process();
+            let now = match self.time_base {
+                TimeBase::Clock => self.shared.clock.now_ns(),
+                TimeBase::Records => self.latest_ts,
+            };
+            self.windows.tick(now, &mut self.events);
+            let busy = n > 0 || !self.events.is_empty();
+            self.emit();
+            let flushing = requested > *self.shared.flush_done.lock();
+            if n == 0 || flushing || stopping {
+                self.flush_file();
+            }
+            if busy || flushing {
+                self.publish_snapshot();
+            }
+            self.retire();
+            self.mark_flushed(requested);
+            if stopping && n == 0 {
+                return Ok(());
+            }
+            if n == 0 {
+                std::thread::park_timeout(self.poll);
+            }
+        }
+    }
+
+    /// Moves up to one ring's worth from each ring into the batch, oldest first.
+    fn drain(&mut self) -> usize {
+        self.batch.clear();
+        for ring in &mut self.rings {
+            for _ in 0..ring.capacity() {
+                match ring.pop() {
+                    Some(r) => self.batch.push(r),
+                    None => break,
+                }
+            }
+        }
+        // Rings are drained one after another; sorting restores time order across threads
+        // within a pass.
+        self.batch.sort_by_key(Record::ts_ns);
+        self.batch.len()
+    }
+
+    fn process(&mut self) {
+        self.records += self.batch.len() as u64;
+        let batch = std::mem::take(&mut self.batch);
+        for r in &batch {
+            self.latest_ts = self.latest_ts.max(r.ts_ns());
+            match r {
+                Record::Post(w) => {
+                    self.windows.on_post(w);
+                    self.subscribers.iter().for_each(|s| s.on_post(w));
+                }
+                Record::Complete(w) => {
+                    self.windows.on_complete(w, &mut self.events);
+                    self.subscribers.iter().for_each(|s| s.on_complete(w));
+                }
+                Record::Transition(t) => {
+                    self.transitions += 1;
+                    self.subscribers.iter().for_each(|s| s.on_transition(t));
+                    self.write(&JsonLine::from_transition(t));
+                }
+            }
+        }
+        self.batch = batch;
+    }
+
+    /// Hands the analysis events to the file and the subscribers.
+    fn emit(&mut self) {
+        let events = std::mem::take(&mut self.events);
+        for e in &events {
+            match e {
+                Event::Anomaly(a) => tracing::warn!(key = ?a.key, tput_bps = a.tput_bps, baseline_bps = a.baseline_bps, culprit = ?a.culprit, "throughput anomaly"),
+                Event::Recovered(a) => tracing::info!(key = ?a.key, tput_bps = a.tput_bps, "throughput recovered"),
+                Event::Stall(s) => tracing::warn!(key = ?s.key, idle_ns = s.idle_ns, culprit = ?s.culprit, "stall"),
+                Event::Sample(_) => {}
+            }
+            self.subscribers.iter().for_each(|s| s.on_window(e));
+            self.write(&JsonLine::from_event(e));
+        }
+        self.events = events;
+        self.events.clear();
+    }
+
+    /// A file that cannot be written is given up on (with a warning) rather than stopping
+    /// the analysis.
+    fn write(&mut self, line: &JsonLine) {
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.write(line) {
+                tracing::warn!(error = %e, "monitor file write failed; no more records go to it");
+                self.writer = None;
+            }
+        }
+    }
+
+    fn flush_file(&mut self) {
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.flush() {
+                tracing::warn!(error = %e, "monitor file flush failed; no more records go to it");
+                self.writer = None;
+            }
+        }
+    }
+
+    fn publish_snapshot(&mut self) {
+        let dropped = self.retired_dropped + self.rings.iter().map(Consumer::dropped).sum::<u64>();
+        let snap = Snapshot {
+            keys: self.windows.snapshot(),
+            transitions: self.transitions,
+            records: self.records,
+            dropped,
+        };
+        *self.shared.snapshot.lock() = snap;
+    }
+
+    /// Forgets the rings of threads that ended, once they are empty.
+    fn retire(&mut self) {
+        let mut retired = 0;
+        self.rings.retain(|r| {
+            let gone = r.is_orphaned() && r.is_empty();
+            if gone {
+                retired += r.dropped();
+            }
+            !gone
+        });
+        self.retired_dropped += retired;
+    }
+
+    fn mark_flushed(&self, requested: u64) {
+        let mut done = self.shared.flush_done.lock();
+        if requested > *done {
+            *done = requested;
+            self.shared.flushed.notify_all();
+        }
+    }
+}
