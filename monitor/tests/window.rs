@@ -1,0 +1,275 @@
+//! The sliding-window analysis against exact expectations: throughput, baseline, anomaly,
+//! recovery and stall thresholds with pairs of cases either side of each boundary.
+
+use ccl_monitor::window::{Event, Key, WindowConfig, Windows};
+use ccl_monitor::{CollId, Engine, Op, Unit, Work};
+use proptest::prelude::*;
+
+const COLL: CollId = CollId {
+    comm: 0xc0ffee,
+    op: Op::AllReduce,
+    seq: 42,
+};
+
+fn work(ts_ns: u64, bytes: u64) -> Work {
+    Work {
+        ts_ns,
+        bytes,
+        peer: 3,
+        path: 1,
+        nic: 2,
+        engine: Engine::Mpt,
+        unit: Unit::Chunk,
+        coll: COLL,
+    }
+}
+
+/// A stream keeping one chunk in flight: each completion is followed at once by the next
+/// post, and time is ticked after each.
+struct Stream {
+    w: Windows,
+    t: u64,
+    events: Vec<Event>,
+}
+
+impl Stream {
+    fn new(cfg: WindowConfig) -> Self {
+        let mut w = Windows::new(cfg);
+        w.on_post(&work(0, 0));
+        Stream {
+            w,
+            t: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// `n` completions of `bytes`, `interval` ns apart.
+    fn run(&mut self, n: usize, bytes: u64, interval: u64) -> &mut Self {
+        for _ in 0..n {
+            self.t += interval;
+            self.w.on_post(&work(self.t, bytes));
+            self.w.on_complete(&work(self.t, bytes), &mut self.events);
+            self.w.tick(self.t, &mut self.events);
+        }
+        self
+    }
+
+    /// The events of one key (every key sees the same stream here), by kind.
+    fn of(&self, kind: fn(&Event) -> bool) -> Vec<Event> {
+        self.events
+            .iter()
+            .filter(|e| e.key() == Key::Path(1) && kind(e))
+            .copied()
+            .collect()
+    }
+
+    fn tput(&self) -> f64 {
+        self.w.snapshot()[1].tput_bps
+    }
+}
+
+fn is_anomaly(e: &Event) -> bool {
+    matches!(e, Event::Anomaly(_))
+}
+fn is_recovered(e: &Event) -> bool {
+    matches!(e, Event::Recovered(_))
+}
+fn is_stall(e: &Event) -> bool {
+    matches!(e, Event::Stall(_))
+}
+fn is_sample(e: &Event) -> bool {
+    matches!(e, Event::Sample(_))
+}
+
+/// Window 8, drop 0.5 (recover 0.75), the baseline frozen at the first full window.
+fn frozen() -> WindowConfig {
+    WindowConfig {
+        baseline_alpha: 0.0,
+        ..WindowConfig::new(8, 0.5, 1_000_000)
+    }
+}
+
+#[test]
+fn window_throughput_is_bytes_after_the_oldest_over_the_span() {
+    let mut s = Stream::new(frozen());
+    // 1000 B every 1000 ns: 1 B/ns.
+    s.run(20, 1000, 1000);
+    assert_eq!(s.tput(), 1e9);
+    // One 8000 B chunk after 1000 ns: the window holds 6 x 1000 B + 8000 B over 7000 ns.
+    s.run(1, 8000, 1000);
+    assert_eq!(s.tput(), 14_000.0 * 1e9 / 7000.0);
+    let keys: Vec<Key> = s.w.snapshot().iter().map(|k| k.key).collect();
+    assert_eq!(keys, [Key::Peer(3), Key::Path(1), Key::Nic(2)]);
+}
+
+/// Baseline 1e9 B/s, threshold 0.5e9: seven slow intervals of T ns give 1000/T B/ns.
+#[test]
+fn anomaly_threshold_boundary_pairs() {
+    // (slow interval, anomalies)
+    let table = [(1999, 0), (2000, 0), (2001, 1), (4000, 1)];
+    for (slow, want) in table {
+        let mut s = Stream::new(frozen());
+        s.run(20, 1000, 1000);
+        let switch = s.t;
+        s.run(30, 1000, slow);
+        let got = s.of(is_anomaly);
+        assert_eq!(got.len(), want, "slow interval {slow}");
+        if let Some(Event::Anomaly(a)) = got.first() {
+            assert_eq!(a.baseline_bps, 1e9);
+            assert!(a.tput_bps < 0.5e9);
+            assert_eq!((a.culprit.coll, a.culprit.peer, a.culprit.path), (COLL, 3, 1));
+            if slow == 2001 {
+                // Only a window of seven slow intervals is below: 7000/14007 < 0.5.
+                assert_eq!(a.ts_ns, switch + 7 * 2001);
+            } else {
+                // 7000 B over 4 x 1000 + 3 x 4000 ns = 0.4375 B/ns: the third crosses.
+                assert_eq!(a.ts_ns, switch + 3 * 4000);
+            }
+        }
+    }
+}
+
+/// After an anomaly at a quarter of the baseline, recovery needs 0.75e9 B/s.
+#[test]
+fn recovery_threshold_boundary_pairs() {
+    // (fast interval after the drop, recoveries)
+    let table = [(1333, 1), (1334, 0), (1000, 1)];
+    for (fast, want) in table {
+        let mut s = Stream::new(frozen());
+        s.run(20, 1000, 1000).run(20, 1000, 4000);
+        assert_eq!(s.of(is_anomaly).len(), 1);
+        let back = s.t;
+        s.run(30, 1000, fast);
+        let got = s.of(is_recovered);
+        assert_eq!(got.len(), want, "fast interval {fast}");
+        if let Some(Event::Recovered(r)) = got.first() {
+            assert!(r.ts_ns > back && r.tput_bps >= 0.75e9, "{r:?}");
+        }
+        assert_eq!(s.of(is_anomaly).len(), 1, "no second anomaly");
+    }
+}
+
+/// stall_after 1 ms: a gap of exactly 1 ms is not a stall, 1 ns more is.
+#[test]
+fn stall_boundary_pairs() {
+    let table = [(999_999, 0), (1_000_000, 0), (1_000_001, 1), (5_000_000, 1)];
+    for (gap, want) in table {
+        let mut w = Windows::new(frozen());
+        let mut out = Vec::new();
+        w.on_post(&work(5000, 100));
+        w.tick(5000 + gap, &mut out);
+        if want == 1 {
+            w.tick(5000 + gap + 1, &mut out);
+        }
+        let stalls: Vec<_> = out.iter().filter(|e| is_stall(e)).collect();
+        assert_eq!(stalls.len(), want * 3, "gap {gap}: one per key, once");
+        if let Some(Event::Stall(s)) = stalls.first() {
+            assert_eq!((s.key, s.idle_ns, s.outstanding), (Key::Peer(3), gap, 1));
+            assert_eq!((s.culprit.coll, s.culprit.path, s.culprit.nic), (COLL, 1, 2));
+        }
+    }
+}
+
+#[test]
+fn no_stall_without_outstanding_work_and_again_after_progress() {
+    let mut w = Windows::new(frozen());
+    let mut out = Vec::new();
+    w.on_post(&work(0, 100));
+    w.on_complete(&work(10, 100), &mut out);
+    w.tick(10_000_000, &mut out);
+    assert!(!out.iter().any(is_stall), "idle is not stalled");
+    w.on_post(&work(10_000_000, 100));
+    w.tick(11_000_001, &mut out);
+    w.on_complete(&work(11_000_002, 100), &mut out);
+    w.on_post(&work(11_000_002, 100));
+    w.tick(12_000_002, &mut out);
+    w.tick(12_000_003, &mut out);
+    let at: Vec<u64> = out.iter().filter(|e| is_stall(e)).map(Event::ts_ns).collect();
+    assert_eq!(at, [11_000_001; 3].into_iter().chain([12_000_003; 3]).collect::<Vec<_>>());
+    assert_eq!(w.snapshot()[0].stalls, 2);
+}
+
+/// Samples: one per key per 10 us bucket, from the first completion with an interval.
+#[test]
+fn samples_at_most_one_per_ten_microseconds() {
+    let mut s = Stream::new(frozen());
+    s.run(10, 300, 3000);
+    let at: Vec<u64> = s.of(is_sample).iter().map(Event::ts_ns).collect();
+    assert_eq!(at, [6000, 12_000, 21_000, 30_000]);
+    if let Some(Event::Sample(x)) = s.of(is_sample).last() {
+        assert_eq!((x.bytes, x.completions, x.tput_bps), (3000, 10, 1e8));
+    }
+}
+
+/// Time with nothing outstanding is not in the span: bursts separated by long pauses keep
+/// their rate.
+#[test]
+fn idle_time_between_operations_is_not_slowness() {
+    let mut w = Windows::new(WindowConfig::new(8, 0.5, 1_000_000));
+    let mut out = Vec::new();
+    let mut t = 0;
+    for _op in 0..10 {
+        t += 50_000_000;
+        for _ in 0..5 {
+            w.on_post(&work(t, 1000));
+            t += 1000;
+            w.on_complete(&work(t, 1000), &mut out);
+            w.tick(t, &mut out);
+        }
+    }
+    assert!(!out.iter().any(|e| is_anomaly(e) || is_stall(e)), "{out:?}");
+    assert_eq!(w.snapshot()[0].tput_bps, 1e9);
+    assert_eq!(w.snapshot()[0].baseline_bps, 1e9);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A constant rate never alarms, and the window reads that rate exactly.
+    #[test]
+    fn constant_rate_reads_exactly_and_never_alarms(
+        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 2usize..32,
+        n in 0usize..100,
+    ) {
+        let mut s = Stream::new(WindowConfig::new(window, 0.5, 10_000_000));
+        s.run(window + n, bytes, interval);
+        let want = bytes as f64 * 1e9 / interval as f64;
+        prop_assert!((s.tput() - want).abs() <= want * 1e-12);
+        prop_assert!((s.w.snapshot()[1].baseline_bps - want).abs() <= want * 1e-12);
+        prop_assert!(s.of(|e| !is_sample(e)).is_empty());
+    }
+
+    /// A drop to at most 0.4 of the rate alarms exactly once, within one window of slow
+    /// completions, and recovers exactly once after the rate returns.
+    #[test]
+    fn drop_alarms_once_and_recovers_once(
+        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 2usize..=16,
+        factor in 0.05f64..=0.4, extra in 0usize..40,
+    ) {
+        let slow = (interval as f64 / factor).ceil() as u64;
+        let mut s = Stream::new(WindowConfig::new(window, 0.5, u64::MAX));
+        s.run(2 * window, bytes, interval);
+        let switch = s.t;
+        s.run(window + extra, bytes, slow);
+        let back = s.t;
+        s.run(2 * window, bytes, interval);
+        let anomalies = s.of(is_anomaly);
+        let recoveries = s.of(is_recovered);
+        prop_assert_eq!(anomalies.len(), 1);
+        prop_assert_eq!(recoveries.len(), 1);
+        let at = anomalies[0].ts_ns();
+        prop_assert!(at > switch && at <= switch + (window as u64 - 1) * slow, "{} {}", at, switch);
+        prop_assert!(recoveries[0].ts_ns() > back);
+    }
+
+    /// A single gap alarms as a stall iff it is longer than stall_after.
+    #[test]
+    fn stall_iff_gap_exceeds_stall_after(stall in 1u64..1_000_000_000, gap_frac in 0.0f64..2.0) {
+        let gap = (stall as f64 * gap_frac) as u64;
+        let mut w = Windows::new(WindowConfig::new(8, 0.5, stall));
+        let mut out = Vec::new();
+        w.on_post(&work(1000, 1));
+        w.tick(1000 + gap, &mut out);
+        prop_assert_eq!(out.iter().filter(|e| is_stall(e)).count(), if gap > stall { 3 } else { 0 });
+    }
+}
