@@ -25,7 +25,10 @@ pub struct Clock {
 enum Source {
     Instant,
     /// Nanoseconds are `(tsc - tsc0) * mult >> SHIFT`.
-    Tsc { tsc0: u64, mult: u64 },
+    Tsc {
+        tsc0: u64,
+        mult: u64,
+    },
 }
 
 impl Clock {
@@ -104,7 +107,6 @@ fn duration_ns(d: Duration) -> u64 {
 fn read_tsc() -> u64 {
     // SAFETY: RDTSC exists on every x86_64 CPU, reads no memory and has no preconditions;
     // it is only `unsafe` because all intrinsics are.
-    #[allow(unused_unsafe)]
     unsafe {
         core::arch::x86_64::_rdtsc()
     }
@@ -183,6 +185,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         let (c1, wall) = (clock.now_ns(), duration_ns(t0.elapsed()));
         let diff = (c1 - c0).abs_diff(wall);
-        assert!(diff < wall / 50 + 200_000, "clock {} ns, wall {wall} ns", c1 - c0);
+        assert!(
+            diff < wall / 50 + 200_000,
+            "clock {} ns, wall {wall} ns",
+            c1 - c0
+        );
     }
 }

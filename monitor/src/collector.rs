@@ -30,7 +30,11 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
-    pub(crate) fn new(cfg: &MonitorConfig, opts: Options, shared: Arc<Shared>) -> Result<Self, Error> {
+    pub(crate) fn new(
+        cfg: &MonitorConfig,
+        opts: Options,
+        shared: Arc<Shared>,
+    ) -> Result<Self, Error> {
         let writer = match &cfg.file {
             Some(path) => Some(JsonWriter::create(path, cfg.file_max_bytes, cfg.file_keep)?),
             None => None,
@@ -142,9 +146,15 @@ impl Collector {
         let events = std::mem::take(&mut self.events);
         for e in &events {
             match e {
-                Event::Anomaly(a) => tracing::warn!(key = ?a.key, tput_bps = a.tput_bps, baseline_bps = a.baseline_bps, culprit = ?a.culprit, "throughput anomaly"),
-                Event::Recovered(a) => tracing::info!(key = ?a.key, tput_bps = a.tput_bps, "throughput recovered"),
-                Event::Stall(s) => tracing::warn!(key = ?s.key, idle_ns = s.idle_ns, culprit = ?s.culprit, "stall"),
+                Event::Anomaly(a) => {
+                    tracing::warn!(key = ?a.key, tput_bps = a.tput_bps, baseline_bps = a.baseline_bps, culprit = ?a.culprit, "throughput anomaly")
+                }
+                Event::Recovered(a) => {
+                    tracing::info!(key = ?a.key, tput_bps = a.tput_bps, "throughput recovered")
+                }
+                Event::Stall(s) => {
+                    tracing::warn!(key = ?s.key, idle_ns = s.idle_ns, culprit = ?s.culprit, "stall")
+                }
                 Event::Sample(_) => {}
             }
             self.subscribers.iter().for_each(|s| s.on_window(e));

@@ -62,10 +62,7 @@ pub fn channel<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         tail: AtomicUsize::new(0),
         dropped: AtomicU64::new(0),
     });
-    (
-        Producer { ring: ring.clone() },
-        Consumer { ring },
-    )
+    (Producer { ring: ring.clone() }, Consumer { ring })
 }
 
 impl<T: Copy + Send> Producer<T> {

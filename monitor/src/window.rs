@@ -390,7 +390,10 @@ fn judge(cfg: &WindowConfig, key: Key, st: &mut KeyState, w: &Work, out: &mut Ve
             Some(_) => {}
         }
         // Only healthy windows move the baseline, so a slow spell does not become the norm.
-        if let Some(b) = st.baseline.filter(|&b| !st.anomalous && tput >= cfg.recover * b) {
+        if let Some(b) = st
+            .baseline
+            .filter(|&b| !st.anomalous && tput >= cfg.recover * b)
+        {
             st.baseline = Some(b + cfg.baseline_alpha * (tput - b));
         }
     }

@@ -126,7 +126,11 @@ fn quarter_rate_for_300ms_is_flagged_within_1ms_and_recovers() {
         ..Options::default()
     };
     let mon = Monitor::with_options(&cfg, opts).unwrap();
-    assert_eq!(monitor_threads_settle(2), 2, "collector and metrics endpoint");
+    assert_eq!(
+        monitor_threads_settle(2),
+        2,
+        "collector and metrics endpoint"
+    );
     let producers: Vec<_> = [(1, 0, 0), (2, 1, 1)]
         .map(|(peer, path, nic)| {
             let p = mon.publisher();
@@ -146,47 +150,86 @@ fn quarter_rate_for_300ms_is_flagged_within_1ms_and_recovers() {
 fn check_snapshot(mon: &Monitor, chunks: &[u64]) {
     let snap = mon.snapshot();
     assert_eq!((snap.dropped, snap.transitions), (0, 1));
-    for (i, key) in [(0, Key::Peer(1)), (0, Key::Path(0)), (1, Key::Path(1)), (1, Key::Nic(1))] {
+    for (i, key) in [
+        (0, Key::Peer(1)),
+        (0, Key::Path(0)),
+        (1, Key::Path(1)),
+        (1, Key::Nic(1)),
+    ] {
         let k = snap.key(key).unwrap();
         assert_eq!(k.bytes, chunks[i] * CHUNK, "{key:?}");
         assert_eq!((k.completions, k.outstanding), (chunks[i], 1), "{key:?}");
-        assert_eq!((k.anomalies, k.stalls, k.anomalous), (1, 0, false), "{key:?}");
+        assert_eq!(
+            (k.anomalies, k.stalls, k.anomalous),
+            (1, 0, false),
+            "{key:?}"
+        );
         let nominal = CHUNK as f64 * 1e9 / INTERVAL as f64;
-        assert!((k.baseline_bps / nominal - 1.0).abs() < 0.05, "{key:?} {k:?}");
+        assert!(
+            (k.baseline_bps / nominal - 1.0).abs() < 0.05,
+            "{key:?} {k:?}"
+        );
     }
 }
 
 fn check_events(events: &[Event]) {
-    for key in [Key::Peer(1), Key::Peer(2), Key::Path(0), Key::Path(1), Key::Nic(0), Key::Nic(1)] {
+    for key in [
+        Key::Peer(1),
+        Key::Peer(2),
+        Key::Path(0),
+        Key::Path(1),
+        Key::Nic(0),
+        Key::Nic(1),
+    ] {
         let of_key: Vec<&Event> = events.iter().filter(|e| e.key() == key).collect();
         assert_eq!(of_key.len(), 2, "{key:?}: {of_key:?}");
         let (Event::Anomaly(a), Event::Recovered(r)) = (of_key[0], of_key[1]) else {
             panic!("{key:?}: {of_key:?}");
         };
-        assert!((DROP_START..DROP_START + MS).contains(&a.ts_ns), "{key:?} {a:?}");
+        assert!(
+            (DROP_START..DROP_START + MS).contains(&a.ts_ns),
+            "{key:?} {a:?}"
+        );
         assert!(a.tput_bps < 0.5 * a.baseline_bps);
-        assert_eq!((a.culprit.coll.comm, a.culprit.coll.op), (0xabc, Op::AllReduce));
-        assert!((DROP_END..DROP_END + MS).contains(&r.ts_ns), "{key:?} {r:?}");
+        assert_eq!(
+            (a.culprit.coll.comm, a.culprit.coll.op),
+            (0xabc, Op::AllReduce)
+        );
+        assert!(
+            (DROP_END..DROP_END + MS).contains(&r.ts_ns),
+            "{key:?} {r:?}"
+        );
     }
 }
 
 fn check_file(file: &Path) {
     let text = std::fs::read_to_string(file).unwrap();
-    assert!(text.lines().all(|l| l.starts_with("{\"ts_ns\":")), "every record has ts_ns first");
+    assert!(
+        text.lines().all(|l| l.starts_with("{\"ts_ns\":")),
+        "every record has ts_ns first"
+    );
     let anomalies = lines_of(file, LineKind::Anomaly, "path", 0);
     assert_eq!(anomalies.len(), 1);
     let a = &anomalies[0];
     assert!((DROP_START..DROP_START + MS).contains(&a.ts_ns), "{a:?}");
-    assert_eq!((a.peer, a.path, a.nic, a.op), (Some(1), Some(0), Some(0), Some(Op::AllReduce)));
+    assert_eq!(
+        (a.peer, a.path, a.nic, a.op),
+        (Some(1), Some(0), Some(0), Some(Op::AllReduce))
+    );
     let rec = lines_of(file, LineKind::Recovered, "path", 0);
     assert_eq!(rec.len(), 1);
     assert!((DROP_END..DROP_END + MS).contains(&rec[0].ts_ns));
     let tr = lines_of(file, LineKind::Transition, "nic", 0);
     assert_eq!(tr.len(), 1);
-    assert_eq!((tr[0].from.as_deref(), tr[0].to.as_deref()), (Some("healthy"), Some("degraded")));
+    assert_eq!(
+        (tr[0].from.as_deref(), tr[0].to.as_deref()),
+        (Some("healthy"), Some("degraded"))
+    );
     // The time series: 10 us resolution, time-ordered per key, quarter rate while slow.
     let samples = lines_of(file, LineKind::Sample, "path", 1);
-    assert!(samples.windows(2).all(|w| w[1].ts_ns / 10_000 > w[0].ts_ns / 10_000));
+    assert!(samples
+        .windows(2)
+        .all(|w| w[1].ts_ns / 10_000 > w[0].ts_ns / 10_000));
     let mid = samples.iter().find(|s| s.ts_ns > 350 * MS).unwrap();
     let ratio = mid.tput_bps.unwrap() / mid.baseline_bps.unwrap();
     assert!((0.2..0.3).contains(&ratio), "{mid:?}");

@@ -7,13 +7,15 @@ use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use ccl_monitor::{
-    CollId, Engine, Monitor, MonitorConfig, Op, Scope, Transition, Unit, Work,
-};
+use ccl_monitor::{CollId, Engine, Monitor, MonitorConfig, Op, Scope, Transition, Unit, Work};
 
 fn get(addr: SocketAddr, path: &str) -> (String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/plain\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/plain\r\n\r\n"
+    )
+    .unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").unwrap();
@@ -86,8 +88,14 @@ fn validate(body: &str) -> HashMap<(String, Vec<(String, String)>), f64> {
                 "TYPE" => {
                     let t = rest.unwrap();
                     assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&t));
-                    assert!(!samples.keys().any(|(n, _)| n == name), "TYPE after samples of {name}");
-                    assert!(typed.insert(name.to_owned(), t.to_owned()).is_none(), "second TYPE");
+                    assert!(
+                        !samples.keys().any(|(n, _)| n == name),
+                        "TYPE after samples of {name}"
+                    );
+                    assert!(
+                        typed.insert(name.to_owned(), t.to_owned()).is_none(),
+                        "second TYPE"
+                    );
                 }
                 _ => {}
             }
@@ -103,11 +111,17 @@ fn validate(body: &str) -> HashMap<(String, Vec<(String, String)>), f64> {
         assert!(is_name(name, true), "bad metric name {name:?}");
         assert!(typed.contains_key(name), "{name} has no TYPE");
         if current.as_deref() != Some(name) {
-            assert!(done.insert(name.to_owned()), "samples of {name} not grouped together");
+            assert!(
+                done.insert(name.to_owned()),
+                "samples of {name} not grouped together"
+            );
             current = Some(name.to_owned());
         }
         let v = value.parse().unwrap_or(f64::NAN);
-        assert!(samples.insert((name.to_owned(), labels), v).is_none(), "duplicate series {line}");
+        assert!(
+            samples.insert((name.to_owned(), labels), v).is_none(),
+            "duplicate series {line}"
+        );
     }
     samples
 }
@@ -177,16 +191,39 @@ fn metrics_endpoint_serves_valid_exposition_over_tcp() {
 
     let (head, body) = get(addr, "/metrics");
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
     let samples = validate(&body);
-    assert_eq!(samples[&key("ccl_monitor_bytes_total", "peer", "7")], 40960.0);
-    assert_eq!(samples[&key("ccl_monitor_completions_total", "nic", "0")], 5.0);
-    assert_eq!(samples[&key("ccl_monitor_completions_total", "nic", "1")], 5.0);
+    assert_eq!(
+        samples[&key("ccl_monitor_bytes_total", "peer", "7")],
+        40960.0
+    );
+    assert_eq!(
+        samples[&key("ccl_monitor_completions_total", "nic", "0")],
+        5.0
+    );
+    assert_eq!(
+        samples[&key("ccl_monitor_completions_total", "nic", "1")],
+        5.0
+    );
     assert_eq!(samples[&key("ccl_monitor_outstanding", "path", "0")], 0.0);
-    assert_eq!(samples[&("ccl_monitor_transitions_total".into(), vec![])], 1.0);
-    assert_eq!(samples[&("ccl_monitor_dropped_records_total".into(), vec![])], 0.0);
+    assert_eq!(
+        samples[&("ccl_monitor_transitions_total".into(), vec![])],
+        1.0
+    );
+    assert_eq!(
+        samples[&("ccl_monitor_dropped_records_total".into(), vec![])],
+        0.0
+    );
     assert_eq!(samples[&("ccl_monitor_records_total".into(), vec![])], 21.0);
-    for name in ["ccl_monitor_throughput_bytes_per_second", "ccl_monitor_anomalies_total", "ccl_monitor_stalls_total", "ccl_monitor_baseline_bytes_per_second"] {
+    for name in [
+        "ccl_monitor_throughput_bytes_per_second",
+        "ccl_monitor_anomalies_total",
+        "ccl_monitor_stalls_total",
+        "ccl_monitor_baseline_bytes_per_second",
+    ] {
         assert!(samples.contains_key(&key(name, "peer", "7")), "{name}");
     }
 
@@ -195,5 +232,8 @@ fn metrics_endpoint_serves_valid_exposition_over_tcp() {
     let snap = mon.snapshot();
     assert_eq!(snap.keys.len(), 4, "peer 7, path 0, nics 0 and 1");
     mon.shutdown().unwrap();
-    assert!(TcpStream::connect(addr).is_err(), "the endpoint stops with the monitor");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "the endpoint stops with the monitor"
+    );
 }

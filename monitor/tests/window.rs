@@ -117,7 +117,10 @@ fn anomaly_threshold_boundary_pairs() {
         if let Some(Event::Anomaly(a)) = got.first() {
             assert_eq!(a.baseline_bps, 1e9);
             assert!(a.tput_bps < 0.5e9);
-            assert_eq!((a.culprit.coll, a.culprit.peer, a.culprit.path), (COLL, 3, 1));
+            assert_eq!(
+                (a.culprit.coll, a.culprit.peer, a.culprit.path),
+                (COLL, 3, 1)
+            );
             if slow == 2001 {
                 // Only a window of seven slow intervals is below: 7000/14007 < 0.5.
                 assert_eq!(a.ts_ns, switch + 7 * 2001);
@@ -165,7 +168,10 @@ fn stall_boundary_pairs() {
         assert_eq!(stalls.len(), want * 3, "gap {gap}: one per key, once");
         if let Some(Event::Stall(s)) = stalls.first() {
             assert_eq!((s.key, s.idle_ns, s.outstanding), (Key::Peer(3), gap, 1));
-            assert_eq!((s.culprit.coll, s.culprit.path, s.culprit.nic), (COLL, 1, 2));
+            assert_eq!(
+                (s.culprit.coll, s.culprit.path, s.culprit.nic),
+                (COLL, 1, 2)
+            );
         }
     }
 }
@@ -184,8 +190,18 @@ fn no_stall_without_outstanding_work_and_again_after_progress() {
     w.on_post(&work(11_000_002, 100));
     w.tick(12_000_002, &mut out);
     w.tick(12_000_003, &mut out);
-    let at: Vec<u64> = out.iter().filter(|e| is_stall(e)).map(Event::ts_ns).collect();
-    assert_eq!(at, [11_000_001; 3].into_iter().chain([12_000_003; 3]).collect::<Vec<_>>());
+    let at: Vec<u64> = out
+        .iter()
+        .filter(|e| is_stall(e))
+        .map(Event::ts_ns)
+        .collect();
+    assert_eq!(
+        at,
+        [11_000_001; 3]
+            .into_iter()
+            .chain([12_000_003; 3])
+            .collect::<Vec<_>>()
+    );
     assert_eq!(w.snapshot()[0].stalls, 2);
 }
 

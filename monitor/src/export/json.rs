@@ -291,10 +291,12 @@ mod tests {
         // Two lines per file, two rotated files kept.
         let mut w = JsonWriter::create(&path, line_len * 2, 2).unwrap();
         for ts in 100..107 {
-            w.write(&JsonLine::from_transition(&transition(ts))).unwrap();
+            w.write(&JsonLine::from_transition(&transition(ts)))
+                .unwrap();
         }
         w.flush().unwrap();
-        let ts = |p: &Path| -> Vec<u64> { read_lines(p).unwrap().iter().map(|l| l.ts_ns).collect() };
+        let ts =
+            |p: &Path| -> Vec<u64> { read_lines(p).unwrap().iter().map(|l| l.ts_ns).collect() };
         assert_eq!(ts(&path), [106]);
         assert_eq!(ts(&rotated(&path, 1)), [104, 105]);
         assert_eq!(ts(&rotated(&path, 2)), [102, 103]);

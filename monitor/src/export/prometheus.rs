@@ -18,13 +18,48 @@ type Field = fn(&KeyStats) -> f64;
 
 /// The per-key families: name, type, help, value.
 const KEYED: [(&str, &str, &str, Field); 7] = [
-    ("ccl_monitor_bytes_total", "counter", "Bytes completed.", |k| k.bytes as f64),
-    ("ccl_monitor_completions_total", "counter", "Work requests completed.", |k| k.completions as f64),
-    ("ccl_monitor_throughput_bytes_per_second", "gauge", "Throughput over the latest window of completions.", |k| k.tput_bps),
-    ("ccl_monitor_baseline_bytes_per_second", "gauge", "Moving baseline of healthy window throughput.", |k| k.baseline_bps),
-    ("ccl_monitor_outstanding", "gauge", "Work requests posted and not yet completed.", |k| k.outstanding as f64),
-    ("ccl_monitor_anomalies_total", "counter", "Throughput drops below the threshold.", |k| k.anomalies as f64),
-    ("ccl_monitor_stalls_total", "counter", "Spells with work outstanding and no completion.", |k| k.stalls as f64),
+    (
+        "ccl_monitor_bytes_total",
+        "counter",
+        "Bytes completed.",
+        |k| k.bytes as f64,
+    ),
+    (
+        "ccl_monitor_completions_total",
+        "counter",
+        "Work requests completed.",
+        |k| k.completions as f64,
+    ),
+    (
+        "ccl_monitor_throughput_bytes_per_second",
+        "gauge",
+        "Throughput over the latest window of completions.",
+        |k| k.tput_bps,
+    ),
+    (
+        "ccl_monitor_baseline_bytes_per_second",
+        "gauge",
+        "Moving baseline of healthy window throughput.",
+        |k| k.baseline_bps,
+    ),
+    (
+        "ccl_monitor_outstanding",
+        "gauge",
+        "Work requests posted and not yet completed.",
+        |k| k.outstanding as f64,
+    ),
+    (
+        "ccl_monitor_anomalies_total",
+        "counter",
+        "Throughput drops below the threshold.",
+        |k| k.anomalies as f64,
+    ),
+    (
+        "ccl_monitor_stalls_total",
+        "counter",
+        "Spells with work outstanding and no completion.",
+        |k| k.stalls as f64,
+    ),
 ];
 
 /// The exposition text of a snapshot.
@@ -34,16 +69,35 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for k in &s.keys {
             let (scope, id) = (k.key.scope(), k.key.id());
-            let _ = writeln!(out, "{name}{{scope=\"{scope}\",id=\"{id}\"}} {}", float(value(k)));
+            let _ = writeln!(
+                out,
+                "{name}{{scope=\"{scope}\",id=\"{id}\"}} {}",
+                float(value(k))
+            );
         }
     }
     let globals = [
-        ("ccl_monitor_transitions_total", "Health and failover transitions reported.", s.transitions),
-        ("ccl_monitor_records_total", "Records the collector processed.", s.records),
-        ("ccl_monitor_dropped_records_total", "Records dropped because a ring was full.", s.dropped),
+        (
+            "ccl_monitor_transitions_total",
+            "Health and failover transitions reported.",
+            s.transitions,
+        ),
+        (
+            "ccl_monitor_records_total",
+            "Records the collector processed.",
+            s.records,
+        ),
+        (
+            "ccl_monitor_dropped_records_total",
+            "Records dropped because a ring was full.",
+            s.dropped,
+        ),
     ];
     for (name, help, v) in globals {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
     }
     out
 }
@@ -141,7 +195,11 @@ fn answer(mut stream: TcpStream, snapshot: &Mutex<Snapshot>) -> std::io::Result<
         let body = render(&snapshot.lock());
         ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
     } else {
-        ("404 Not Found", "text/plain; charset=utf-8", "not found\n".to_owned())
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found\n".to_owned(),
+        )
     };
     let reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

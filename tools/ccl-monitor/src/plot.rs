@@ -1,0 +1,172 @@
+//! Throughput per path over time, anomalies (red), recoveries (green) and transitions
+//! (orange) as vertical lines. PNG output carries no text (drawing text would need a system
+//! font library); SVG output has the axis labels, caption and legend.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use ccl_monitor::export::{JsonLine, LineKind};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::{io_err, Error};
+
+const SIZE: (u32, u32) = (1200, 600);
+
+/// Line colours for paths, none of them the markers' red, green or orange.
+const PATH_COLORS: [RGBColor; 6] = [
+    RGBColor(0, 90, 200),
+    RGBColor(145, 30, 180),
+    RGBColor(0, 150, 150),
+    RGBColor(20, 20, 20),
+    RGBColor(200, 0, 170),
+    RGBColor(120, 90, 40),
+];
+
+/// What is drawn, in milliseconds and GB/s.
+#[derive(Debug, Default, PartialEq)]
+pub struct PlotData {
+    pub paths: BTreeMap<u64, Vec<(f64, f64)>>,
+    pub anomalies: Vec<f64>,
+    pub recoveries: Vec<f64>,
+    pub transitions: Vec<f64>,
+}
+
+impl PlotData {
+    pub fn from_lines(lines: &[JsonLine]) -> Self {
+        let mut d = PlotData::default();
+        for l in lines {
+            let ms = l.ts_ns as f64 / 1e6;
+            let on_path = l.scope == "path";
+            match l.kind {
+                Some(LineKind::Sample) if on_path => {
+                    let gbps = l.tput_bps.unwrap_or(0.0) / 1e9;
+                    d.paths.entry(l.id).or_default().push((ms, gbps));
+                }
+                Some(LineKind::Anomaly) if on_path => d.anomalies.push(ms),
+                Some(LineKind::Recovered) if on_path => d.recoveries.push(ms),
+                Some(LineKind::Transition) => d.transitions.push(ms),
+                _ => {}
+            }
+        }
+        d
+    }
+
+    /// Time and throughput ranges, never empty.
+    fn ranges(&self) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
+        let times = self.paths.values().flatten().map(|p| p.0);
+        let marks = self
+            .anomalies
+            .iter()
+            .chain(&self.recoveries)
+            .chain(&self.transitions);
+        let all: Vec<f64> = times.chain(marks.copied()).collect();
+        let t0 = all.iter().copied().fold(f64::INFINITY, f64::min);
+        let t1 = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let top = self
+            .paths
+            .values()
+            .flatten()
+            .map(|p| p.1)
+            .fold(0.0, f64::max);
+        let (t0, t1) = if t0 < t1 {
+            (t0, t1)
+        } else {
+            (0.0, t0.max(0.0) + 1.0)
+        };
+        (t0..t1, 0.0..if top > 0.0 { top * 1.1 } else { 1.0 })
+    }
+}
+
+fn draw_err(e: impl std::fmt::Display) -> Error {
+    Error::Plot(e.to_string())
+}
+
+/// Writes the plot of `lines` to `out`, PNG or SVG by its extension.
+pub fn plot(lines: &[JsonLine], out: &Path) -> Result<(), Error> {
+    let data = PlotData::from_lines(lines);
+    match out.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => {
+            draw(SVGBackend::new(out, SIZE).into_drawing_area(), &data, true)
+        }
+        Some(e) if e.eq_ignore_ascii_case("png") => write_png(&data, out),
+        _ => Err(Error::Format(out.to_owned())),
+    }
+}
+
+fn write_png(data: &PlotData, out: &Path) -> Result<(), Error> {
+    let (w, h) = SIZE;
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    draw(
+        BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+        data,
+        false,
+    )?;
+    let file = File::create(out).map_err(io_err(out))?;
+    let mut enc = png::Encoder::new(BufWriter::new(file), w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header()?;
+    writer.write_image_data(&rgb)?;
+    writer.finish()?;
+    Ok(())
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    d: &PlotData,
+    text: bool,
+) -> Result<(), Error>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(draw_err)?;
+    let (xs, ys) = d.ranges();
+    let ymax = ys.end;
+    let mut builder = ChartBuilder::on(&root);
+    builder.margin(20);
+    if text {
+        builder
+            .caption("throughput per path", ("sans-serif", 22))
+            .x_label_area_size(40)
+            .y_label_area_size(60);
+    }
+    let mut chart = builder.build_cartesian_2d(xs, ys).map_err(draw_err)?;
+    let mut mesh = chart.configure_mesh();
+    if text {
+        mesh.x_desc("time (ms)").y_desc("GB/s");
+    } else {
+        mesh.disable_x_axis().disable_y_axis();
+    }
+    mesh.draw().map_err(draw_err)?;
+    for (i, (path, pts)) in d.paths.iter().enumerate() {
+        let color = PATH_COLORS[i % PATH_COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(draw_err)?
+            .label(format!("path {path}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+    }
+    let marks = [
+        (&d.anomalies, RED),
+        (&d.recoveries, GREEN),
+        (&d.transitions, RGBColor(255, 140, 0)),
+    ];
+    for (times, color) in marks {
+        let lines = times
+            .iter()
+            .map(|&t| PathElement::new([(t, 0.0), (t, ymax)], color.stroke_width(1)));
+        chart.draw_series(lines).map_err(draw_err)?;
+    }
+    if text && !d.paths.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(draw_err)?;
+    }
+    root.present().map_err(draw_err)
+}
