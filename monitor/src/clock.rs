@@ -107,9 +107,7 @@ fn duration_ns(d: Duration) -> u64 {
 fn read_tsc() -> u64 {
     // SAFETY: RDTSC exists on every x86_64 CPU, reads no memory and has no preconditions;
     // it is only `unsafe` because all intrinsics are.
-    unsafe {
-        core::arch::x86_64::_rdtsc()
-    }
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
