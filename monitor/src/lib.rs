@@ -104,7 +104,8 @@ pub struct Options {
     pub time_base: TimeBase,
     /// Also given every record and analysis event, on the collector thread.
     pub subscribers: Vec<Box<dyn Subscriber + Send>>,
-    /// How long the collector sleeps when it found nothing to do.
+    /// How long the collector sleeps when it found nothing to do; passes that keep finding
+    /// nothing sleep up to 8 times longer.
     pub poll: Duration,
 }
 

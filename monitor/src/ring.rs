@@ -30,6 +30,9 @@ unsafe impl<T: Send> Send for Ring<T> {}
 /// The writing end. Not `Clone`: a single producer is what makes the ring sound.
 pub struct Producer<T> {
     ring: Arc<Ring<T>>,
+    /// The consumer's `head` as last read: re-read only when the ring looks full, so a push
+    /// does not pull the consumer's cache line every time.
+    head: usize,
 }
 
 /// The reading end. Not `Clone`, for the same reason.
@@ -62,7 +65,11 @@ pub fn channel<T: Copy + Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         tail: AtomicUsize::new(0),
         dropped: AtomicU64::new(0),
     });
-    (Producer { ring: ring.clone() }, Consumer { ring })
+    let producer = Producer {
+        ring: ring.clone(),
+        head: 0,
+    };
+    (producer, Consumer { ring })
 }
 
 impl<T: Copy + Send> Producer<T> {
@@ -71,15 +78,19 @@ impl<T: Copy + Send> Producer<T> {
     pub fn push(&mut self, v: T) -> bool {
         let r = &*self.ring;
         let tail = r.tail.load(Ordering::Relaxed);
-        let head = r.head.load(Ordering::Acquire);
-        if tail.wrapping_sub(head) > r.mask {
-            r.dropped.fetch_add(1, Ordering::Relaxed);
-            return false;
+        if tail.wrapping_sub(self.head) > r.mask {
+            self.head = r.head.load(Ordering::Acquire);
+            if tail.wrapping_sub(self.head) > r.mask {
+                r.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
         }
         r.slots[tail & r.mask].with_mut(|p| {
-            // SAFETY: `tail - head <= mask`, so slot `tail` is outside `head..tail`: the
-            // consumer does not read it until the Release store below publishes it, and the
-            // Acquire load of `head` ordered its last read of this slot before this write.
+            // SAFETY: `tail - head <= mask` for a `head` read (Acquire) from the consumer at
+            // some point, and the real head only grows, so slot `tail` is outside the
+            // consumer's `head..tail`: it does not read the slot until the Release store below
+            // publishes it, and the Acquire load of `head` that freed the slot ordered the
+            // consumer's last read of it before this write.
             unsafe { (*p).write(v) };
         });
         r.tail.store(tail.wrapping_add(1), Ordering::Release);
