@@ -6,6 +6,39 @@
 //! Wiring: build a [`Monitor`] from a [`MonitorConfig`], hand its [`Publisher`] (or any
 //! [`Subscriber`]) to transports and engines, and have them call `post`/`complete` with a
 //! [`Work`] stamped by [`Publisher::now_ns`]. A disabled monitor's publisher costs one branch.
+//! Windows are kept per peer (the connection), per path and per NIC.
+//!
+//! ```
+//! use ccl_monitor::{CollId, Engine, Key, Monitor, MonitorConfig, Op, Subscriber, Unit, Work};
+//!
+//! // A transport generic over its subscriber; given `()` its calls compile away.
+//! struct Transport<S: Subscriber> {
+//!     events: S,
+//! }
+//!
+//! impl<S: Subscriber> Transport<S> {
+//!     fn chunk(&self, posted_ns: u64, done_ns: u64, bytes: u64) {
+//!         let coll = CollId { comm: 7, op: Op::AllReduce, seq: 0 };
+//!         let w = Work {
+//!             ts_ns: posted_ns, bytes, peer: 1, path: 0, nic: 0,
+//!             engine: Engine::Mpt, unit: Unit::Chunk, coll,
+//!         };
+//!         self.events.on_post(&w);
+//!         self.events.on_complete(&Work { ts_ns: done_ns, ..w });
+//!     }
+//! }
+//!
+//! let cfg = MonitorConfig { enabled: true, ..MonitorConfig::default() };
+//! let monitor = Monitor::new(&cfg)?;
+//! let publisher = monitor.publisher();
+//! let transport = Transport { events: publisher.clone() };
+//! let t = publisher.now_ns();
+//! transport.chunk(t, t + 40_000, 1 << 20);
+//! monitor.flush()?;
+//! let peer = monitor.snapshot().key(Key::Peer(1)).copied();
+//! assert_eq!(peer.map(|k| (k.bytes, k.completions)), Some((1 << 20, 1)));
+//! # Ok::<(), ccl_monitor::Error>(())
+//! ```
 
 pub mod clock;
 mod collector;

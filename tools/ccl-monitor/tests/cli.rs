@@ -80,3 +80,83 @@ fn plot_refuses_other_formats() {
     assert!(!ok);
     assert!(err.contains("must end in .png or .svg"), "{err}");
 }
+
+/// A file the monitor itself wrote: one path whose rate halves and returns (threshold 0.6).
+fn monitor_file(dir: &Path) -> PathBuf {
+    use ccl_monitor::{CollId, Engine, Monitor, MonitorConfig, Op, Options, TimeBase, Unit, Work};
+    let file = dir.join("m.jsonl");
+    let cfg = MonitorConfig {
+        enabled: true,
+        drop: 0.6,
+        file: Some(file.clone()),
+        ..MonitorConfig::default()
+    };
+    let opts = Options {
+        time_base: TimeBase::Records,
+        ..Options::default()
+    };
+    let mon = Monitor::with_options(&cfg, opts).unwrap();
+    let p = mon.publisher();
+    let w = |ts_ns| Work {
+        ts_ns,
+        bytes: 10_000,
+        peer: 4,
+        path: 2,
+        nic: 1,
+        engine: Engine::Socket,
+        unit: Unit::Frame,
+        coll: CollId {
+            comm: 9,
+            op: Op::ReduceScatter,
+            seq: 1,
+        },
+    };
+    let mut t = 0;
+    p.post(&w(t));
+    for i in 0..300 {
+        // 10 us per frame (1 GB/s), 20 us for frames 100..200.
+        t += if (100..200).contains(&i) {
+            20_000
+        } else {
+            10_000
+        };
+        p.post(&w(t));
+        p.complete(&w(t));
+    }
+    mon.shutdown().unwrap();
+    file
+}
+
+#[test]
+fn summary_and_plot_of_a_file_the_monitor_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = monitor_file(dir.path());
+    let (ok, out, err) = run(&["summary", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // 300 frames of 10 kB; windows read 1 GB/s, 0.5 GB/s at the slowest; one anomaly.
+    for scope in [["peer", "4"], ["nic", "1"], ["path", "2"]] {
+        let row = rows.iter().find(|r| r[..2] == scope).unwrap();
+        assert_eq!(row[2], "3000000", "{out}");
+        assert_eq!(
+            (row[4], row[5], row[6], row[7]),
+            ("0.500", "1", "0", "0"),
+            "{out}"
+        );
+    }
+    let png_path = dir.path().join("m.png");
+    let (ok, _, err) = run(&[
+        "plot",
+        file.to_str().unwrap(),
+        "--out",
+        png_path.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        &std::fs::read(&png_path).unwrap()[..8],
+        b"\x89PNG\r\n\x1a\n"
+    );
+}
