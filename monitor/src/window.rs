@@ -362,7 +362,9 @@ impl Windows {
     }
 }
 
-/// Updates throughput, baseline and anomaly state after a completion.
+/// Updates throughput, baseline and anomaly state after a completion. The window spans busy
+/// time only, so every window judged here measured time with work outstanding: an idle key
+/// cannot look slow.
 fn judge(cfg: &WindowConfig, key: Key, st: &mut KeyState, w: &Work, out: &mut Vec<Event>) {
     let Some(tput) = st.window_tput() else {
         return;

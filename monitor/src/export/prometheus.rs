@@ -178,7 +178,9 @@ fn serve(listener: TcpListener, stop: &AtomicBool, snapshot: &Mutex<Snapshot>) {
 
 /// Reads one request head (bounded in size and time) and answers it.
 fn answer(mut stream: TcpStream, snapshot: &Mutex<Snapshot>) -> std::io::Result<()> {
+    // One client at a time: a stuck one must not hold the endpoint for long.
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 512];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
