@@ -12,9 +12,16 @@ use crate::ring::Consumer;
 use crate::window::{Event, Windows};
 use crate::{Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
 
+/// One producing thread's ring.
+struct Source {
+    ring: Consumer<Record>,
+    /// The newest timestamp it delivered.
+    latest_ts: Option<u64>,
+}
+
 pub(crate) struct Collector {
     shared: Arc<Shared>,
-    rings: Vec<Consumer<Record>>,
+    rings: Vec<Source>,
     windows: Windows,
     writer: Option<JsonWriter>,
     subscribers: Vec<Box<dyn Subscriber + Send>>,
@@ -26,7 +33,6 @@ pub(crate) struct Collector {
     records: u64,
     /// Drops counted by rings already retired.
     retired_dropped: u64,
-    latest_ts: u64,
 }
 
 impl Collector {
@@ -52,7 +58,6 @@ impl Collector {
             transitions: 0,
             records: 0,
             retired_dropped: 0,
-            latest_ts: 0,
         })
     }
 
@@ -73,12 +78,12 @@ impl Collector {
             // below, so the request can be marked done after this pass.
             let requested = self.shared.flush_req.load(Ordering::Acquire);
             let stopping = self.shared.stop.load(Ordering::Acquire);
-            self.rings.append(&mut self.shared.pending.lock());
+            self.adopt();
             let n = self.drain();
             self.process();
             let now = match self.time_base {
                 TimeBase::Clock => self.shared.clock.now_ns(),
-                TimeBase::Records => self.latest_ts,
+                TimeBase::Records => self.records_time(),
             };
             self.windows.tick(now, &mut self.events);
             let busy = n > 0 || !self.events.is_empty();
@@ -104,13 +109,25 @@ impl Collector {
         }
     }
 
+    /// Takes over the rings threads registered since the last pass.
+    fn adopt(&mut self) {
+        let pending = std::mem::take(&mut *self.shared.pending.lock());
+        self.rings.extend(pending.into_iter().map(|ring| Source {
+            ring,
+            latest_ts: None,
+        }));
+    }
+
     /// Moves up to one ring's worth from each ring into the batch, oldest first.
     fn drain(&mut self) -> usize {
         self.batch.clear();
-        for ring in &mut self.rings {
-            for _ in 0..ring.capacity() {
-                match ring.pop() {
-                    Some(r) => self.batch.push(r),
+        for src in &mut self.rings {
+            for _ in 0..src.ring.capacity() {
+                match src.ring.pop() {
+                    Some(r) => {
+                        src.latest_ts = src.latest_ts.max(Some(r.ts_ns()));
+                        self.batch.push(r);
+                    }
                     None => break,
                 }
             }
@@ -121,11 +138,20 @@ impl Collector {
         self.batch.len()
     }
 
+    /// Simulated time: the earliest of the producers' newest timestamps. A producer that is
+    /// behind may still deliver records up to then, so a key it feeds is not yet stalled.
+    fn records_time(&self) -> u64 {
+        self.rings
+            .iter()
+            .filter_map(|s| s.latest_ts)
+            .min()
+            .unwrap_or(0)
+    }
+
     fn process(&mut self) {
         self.records += self.batch.len() as u64;
         let batch = std::mem::take(&mut self.batch);
         for r in &batch {
-            self.latest_ts = self.latest_ts.max(r.ts_ns());
             match r {
                 Record::Post(w) => {
                     self.windows.on_post(w);
@@ -189,7 +215,8 @@ impl Collector {
     }
 
     fn publish_snapshot(&mut self) {
-        let dropped = self.retired_dropped + self.rings.iter().map(Consumer::dropped).sum::<u64>();
+        let dropped =
+            self.retired_dropped + self.rings.iter().map(|s| s.ring.dropped()).sum::<u64>();
         let snap = Snapshot {
             keys: self.windows.snapshot(),
             transitions: self.transitions,
@@ -202,10 +229,10 @@ impl Collector {
     /// Forgets the rings of threads that ended, once they are empty.
     fn retire(&mut self) {
         let mut retired = 0;
-        self.rings.retain(|r| {
-            let gone = r.is_orphaned() && r.is_empty();
+        self.rings.retain(|s| {
+            let gone = s.ring.is_orphaned() && s.ring.is_empty();
             if gone {
-                retired += r.dropped();
+                retired += s.ring.dropped();
             }
             !gone
         });

@@ -128,7 +128,8 @@ pub enum TimeBase {
     /// The monitor's clock: records are stamped with [`Publisher::now_ns`].
     #[default]
     Clock,
-    /// The latest record timestamp: for replays and simulations with made-up times.
+    /// Record timestamps: the earliest of the producing threads' newest, for replays and
+    /// simulations with made-up times (a producer that falls silent holds time back).
     Records,
 }
 

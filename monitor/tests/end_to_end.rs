@@ -23,9 +23,15 @@ const DROP_END: u64 = 500 * MS;
 const END: u64 = 700 * MS;
 
 /// One connection's transfer: one chunk always in flight, the next posted as one completes;
-/// intervals jitter by up to 3% and are four times longer during the drop. Returns the
-/// chunks completed.
-fn transfer(p: &Publisher, peer: u32, path: u16, nic: u16) -> u64 {
+/// intervals jitter by up to 3% and are four times longer during the drop. `started` runs
+/// after the first post, `halfway` once simulated time passes 350 ms. Returns the chunks
+/// completed.
+fn transfer(
+    p: &Publisher,
+    (peer, path, nic): (u32, u16, u16),
+    started: impl FnOnce(),
+    halfway: impl FnOnce(),
+) -> u64 {
     let w = |ts_ns, seq| Work {
         ts_ns,
         bytes: CHUNK,
@@ -42,8 +48,15 @@ fn transfer(p: &Publisher, peer: u32, path: u16, nic: u16) -> u64 {
     };
     let (mut t, mut n) = (0u64, 0u64);
     p.post(&w(t, 0));
+    started();
     let mut told = false;
+    let mut halfway = Some(halfway);
     while t < END {
+        if t > 350 * MS {
+            if let Some(f) = halfway.take() {
+                f();
+            }
+        }
         let jitter = INTERVAL * ((n * 7919) % 7) / 100;
         let slow = (DROP_START..DROP_END).contains(&t);
         t += (INTERVAL - 3 * INTERVAL / 100 + jitter) * if slow { 4 } else { 1 };
@@ -131,14 +144,29 @@ fn quarter_rate_for_300ms_is_flagged_within_1ms_and_recovers() {
         2,
         "collector and metrics endpoint"
     );
-    let producers: Vec<_> = [(1, 0, 0), (2, 1, 1)]
-        .map(|(peer, path, nic)| {
+    // The second producer starts only when the first is halfway, and lets the collector see
+    // its first post then: their simulated times differ by 350 ms while both run, and
+    // neither may look stalled because the other ran ahead.
+    let half = std::sync::Barrier::new(2);
+    let chunks: Vec<u64> = std::thread::scope(|s| {
+        let first = s.spawn(|| {
             let p = mon.publisher();
-            std::thread::spawn(move || transfer(&p, peer, path, nic))
-        })
-        .into_iter()
-        .collect();
-    let chunks: Vec<u64> = producers.into_iter().map(|h| h.join().unwrap()).collect();
+            transfer(
+                &p,
+                (1, 0, 0),
+                || {},
+                || {
+                    half.wait();
+                },
+            )
+        });
+        let second = s.spawn(|| {
+            let p = mon.publisher();
+            half.wait();
+            transfer(&p, (2, 1, 1), || mon.flush().unwrap(), || {})
+        });
+        [first, second].map(|h| h.join().unwrap()).to_vec()
+    });
     mon.flush().unwrap();
     check_snapshot(&mon, &chunks);
     check_events(&seen.0.lock().unwrap());
