@@ -9,8 +9,7 @@
 
 use std::collections::VecDeque;
 
-use crate::failover::ConnState;
-use crate::nic::{LinkState, NicState};
+use crate::state::{ConnState, LinkState, NicState};
 
 /// Records an [`EventLog`] keeps before it drops the oldest: well over what an observer
 /// polling once per operation misses, small enough to be harmless when none polls.

@@ -43,6 +43,7 @@ use crate::error::{Error, Result};
 use crate::event::{Counters, EventLog, Reason, Scope, State, Transition};
 use crate::nic::{HealthConfig, LinkHealth, LinkState};
 use crate::path::Timestamp;
+pub use crate::state::ConnState;
 
 /// One of a connection's two links.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,19 +66,6 @@ impl LinkRole {
     fn index(self) -> usize {
         self as usize
     }
-}
-
-/// Where a connection stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ConnState {
-    /// Traffic on the primary link.
-    OnPrimary,
-    /// Traffic on the backup link.
-    OnBackup,
-    /// The sender gave up on its link and waits for the receiver's rollback on the other.
-    RollingBack,
-    /// Both links down; terminal.
-    Failed,
 }
 
 impl ConnState {

@@ -32,6 +32,7 @@ pub mod event;
 pub mod failover;
 pub mod nic;
 pub mod path;
+pub mod state;
 
 pub use breakpoint::{Chunk, Message, ReceiverLedger, SenderLedger};
 pub use error::{Error, Result};

@@ -35,6 +35,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::event::{Counters, EventLog, Reason, Scope, State, Transition};
 use crate::path::Timestamp;
+pub use crate::state::{LinkState, NicState};
 
 /// Timeouts and periods of link health; [`HealthConfig::default`] documents the defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,19 +92,6 @@ impl HealthConfig {
             .min(31);
         self.probe_interval.saturating_mul(1 << shift)
     }
-}
-
-/// Where a link stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LinkState {
-    /// Carries traffic.
-    Ok,
-    /// Owed traffic did not come within the chunk timeout; a probe decides.
-    Suspect,
-    /// Carries no traffic; probed with a backoff.
-    Failed,
-    /// Answered a probe after failing; carries no traffic until the hold-down ends.
-    Recovering,
 }
 
 /// A probe out on the link, awaiting its answer.
@@ -348,15 +336,6 @@ impl<I: Timestamp> LinkHealth<I> {
         self.log
             .record(now, scope, State::Link(from), State::Link(to), reason);
     }
-}
-
-/// Whether a NIC has a usable link left.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NicState {
-    /// At least one of its links is Ok or Suspect (or it has none yet).
-    Up,
-    /// All of its links are Failed (Recovering counts as failed: it carries no traffic).
-    Down,
 }
 
 /// The aggregate health of one NIC, fed the state of each link it carries.

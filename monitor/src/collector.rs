@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::event::{Record, Subscriber};
+use crate::event::Record;
 use crate::export::{JsonLine, JsonWriter};
 use crate::ring::Consumer;
+use crate::subscriber::Subscriber;
 use crate::window::{Event, Windows};
 use crate::{Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
 

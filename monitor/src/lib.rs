@@ -48,6 +48,7 @@ pub mod export;
 mod publish;
 pub mod ring;
 pub mod stats;
+pub mod subscriber;
 mod sync;
 pub mod window;
 
@@ -63,9 +64,10 @@ use serde::Serialize;
 
 pub use clock::Clock;
 pub use config::MonitorConfig;
-pub use event::{CollId, Engine, Op, Record, Scope, Subscriber, Transition, Unit, Work};
+pub use event::{CollId, Engine, Op, Record, Scope, Transition, Unit, Work};
 pub use publish::Publisher;
 pub use stats::{ExecStats, TIMED_BYTES};
+pub use subscriber::Subscriber;
 pub use window::{Event, Key, KeyStats, WindowConfig};
 
 /// Everything that goes wrong in this crate.

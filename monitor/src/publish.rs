@@ -5,8 +5,9 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::event::{Record, Subscriber, Transition, Work};
+use crate::event::{Record, Transition, Work};
 use crate::ring::{self, Producer};
+use crate::subscriber::Subscriber;
 use crate::Shared;
 
 thread_local! {
