@@ -12,6 +12,7 @@ pub mod mpt_link;
 pub mod par;
 pub mod shm;
 pub mod socket;
+pub mod socket_failover;
 
 use std::io;
 

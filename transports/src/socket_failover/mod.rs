@@ -1,0 +1,603 @@
+//! TCP links with a backup: a primary connection on the first NIC and a backup on the
+//! second, both connected at setup, driven by the fault-tolerance machines of
+//! [`ccl_faulttol::failover`] ([`SenderConn`] for the stream this side sends,
+//! [`ReceiverConn`] for the one it receives).
+//!
+//! Each direction is one byte stream: every frame the user sends is a u64 length and its
+//! bytes. The sender keeps the stream from the last acknowledged byte in a window and cuts
+//! it into chunks (`Data` with the ledger's epoch and offset, then `Commit`); the receiver
+//! lands chunks at their offsets, acks committed bytes, and shows the user only committed
+//! bytes, so a rollback (to the last committed byte, in a new epoch) never takes back
+//! anything the user saw. On an error on a connection, or a chunk timeout that a probe
+//! confirms, both ends roll back and resume on the other connection; the failed one is
+//! probed, and once it has answered for the hold-down, traffic returns to it. Every
+//! transition is logged (`tracing::info!`) by the machines themselves.
+//!
+//! A background thread drives the link when its user has not for a while, so a peer's
+//! probes are answered while this rank is busy elsewhere: without it an idle rank would
+//! look dead and be failed over (and then failed) by its peer.
+
+mod wire;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverConn, SenderConn};
+
+use crate::{Error, Link, Result};
+use wire::{To, Wire};
+
+/// Bytes of a chunk: the unit the sender commits, the receiver acks and a rollback resends.
+pub const CHUNK_BYTES: usize = 256 * 1024;
+/// The background thread drives a link its user left alone this long.
+const IDLE_DRIVE: Duration = Duration::from_millis(5);
+/// Bytes a wire may hold queued before the sender stops cutting chunks for it: enough to
+/// keep the kernel fed, little to resend after a failure.
+const WIRE_HIGH: usize = 2 * CHUNK_BYTES;
+const FRAME_HDR: usize = 8;
+
+/// Settings of a failover link.
+#[derive(Clone, Copy, Debug)]
+pub struct FailoverConfig {
+    /// Largest frame `try_send` accepts.
+    pub max_frame: usize,
+    /// Timeouts and hold-down of link health.
+    pub health: HealthConfig,
+    /// Names this link's machines in the transition records (the peer's rank, say).
+    pub id: u64,
+}
+
+const ROLES: [LinkRole; 2] = [LinkRole::Primary, LinkRole::Backup];
+
+fn idx(role: LinkRole) -> usize {
+    match role {
+        LinkRole::Primary => 0,
+        LinkRole::Backup => 1,
+    }
+}
+
+fn proto(e: ccl_faulttol::Error) -> Error {
+    Error::Protocol(format!("failover link: {e}"))
+}
+
+/// The state both the user and the background thread drive.
+struct Inner {
+    wires: [Wire; 2],
+    tx: SenderConn<Instant>,
+    rx: ReceiverConn<Instant>,
+    /// Stream bytes sent from `send_base` on (`[acked, posted)` is what matters).
+    send: Vec<u8>,
+    send_base: u64,
+    /// Stream bytes received, `recv[0]` being byte `recv_base`; sized to the window.
+    recv: Vec<u8>,
+    recv_base: u64,
+    /// Received bytes the user has popped.
+    consumed: u64,
+    window: usize,
+    /// When traffic moved and to which link, until the first ack there says it flows.
+    switched: Option<(LinkRole, Instant)>,
+    failed: Option<String>,
+    id: u64,
+}
+
+impl Inner {
+    fn new(streams: [TcpStream; 2], cfg: &FailoverConfig) -> Result<Self> {
+        let [p, b] = streams;
+        let wires = [Wire::new(p, CHUNK_BYTES)?, Wire::new(b, CHUNK_BYTES)?];
+        let links = ((2 * cfg.id) as u32, (2 * cfg.id + 1) as u32);
+        let chunk = CHUNK_BYTES as u64;
+        let tx = SenderConn::new(2 * cfg.id, links, cfg.health, chunk).map_err(proto)?;
+        let mut rx = ReceiverConn::new(2 * cfg.id + 1, links, cfg.health).map_err(proto)?;
+        // Half the window holds the frame being read while the other half fills, so a
+        // largest frame always fits past the consumed point.
+        let window = (8 << 20).max(4 * (cfg.max_frame + FRAME_HDR));
+        rx.post(Instant::now(), window as u64);
+        Ok(Inner {
+            wires,
+            tx,
+            rx,
+            send: Vec::with_capacity(window),
+            send_base: 0,
+            recv: vec![0; window],
+            recv_base: 0,
+            consumed: 0,
+            window,
+            switched: None,
+            failed: None,
+            id: cfg.id,
+        })
+    }
+
+    /// Reads, applies timeouts, transmits; returns whether anything moved.
+    fn drive(&mut self, now: Instant) -> Result<bool> {
+        self.check()?;
+        let mut moved = false;
+        for role in ROLES {
+            moved |= self.read_wire(now, role);
+        }
+        if self.tx.poll_timeout().is_some_and(|t| t <= now) {
+            self.tx.handle_timeout(now);
+        }
+        if self.rx.poll_timeout().is_some_and(|t| t <= now) {
+            self.rx.handle_timeout(now);
+        }
+        self.transmit(now);
+        for role in ROLES {
+            match self.wires[idx(role)].flush() {
+                Ok(n) => moved |= n > 0,
+                Err(e) => self.wire_failed(now, role, &e),
+            }
+        }
+        self.actions(now);
+        self.check()?;
+        Ok(moved)
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.failed {
+            Some(why) => Err(Error::Unreachable(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn wire_failed(&mut self, now: Instant, role: LinkRole, e: &Error) {
+        if self.wires[idx(role)].is_dead() {
+            return;
+        }
+        tracing::info!("failover link {}: {role:?} connection lost: {e}", self.id);
+        self.wires[idx(role)].kill();
+        self.tx.handle_error(now, role);
+        self.rx.handle_error(now, role);
+    }
+
+    /// Handles what arrived on `role`, up to a budget so one busy wire does not starve the
+    /// other.
+    fn read_wire(&mut self, now: Instant, role: LinkRole) -> bool {
+        let mut budget = 4 * self.window;
+        let mut moved = false;
+        while budget > 0 {
+            let m = match self.wires[idx(role)].next() {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(e) => {
+                    self.wire_failed(now, role, &e);
+                    break;
+                }
+            };
+            budget = budget.saturating_sub(wire::MSG_HDR + m.payload.len());
+            moved = true;
+            if let Err(e) = self.dispatch(now, role, m) {
+                // A message the machines reject is dropped: the protocol recovers from loss.
+                tracing::debug!("failover link {}: {e}", self.id);
+            }
+        }
+        moved
+    }
+
+    fn dispatch(&mut self, now: Instant, role: LinkRole, m: wire::Incoming) -> Result<()> {
+        match m.to {
+            To::Sender => {
+                let acked = self.tx.ledger().acked();
+                self.tx.handle_message(now, role, m.msg).map_err(proto)?;
+                if self.tx.ledger().acked() > acked {
+                    self.note_flowing(now, role);
+                }
+            }
+            To::Receiver => {
+                if self.rx.handle_message(now, role, m.msg).map_err(proto)? {
+                    if let Message::Data { offset, .. } = m.msg {
+                        let at = (offset - self.recv_base) as usize;
+                        let bytes = self.wires[idx(role)].bytes(m.payload);
+                        self.recv[at..at + bytes.len()].copy_from_slice(bytes);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The first ack on the link traffic moved to: it carries data now.
+    fn note_flowing(&mut self, now: Instant, role: LinkRole) {
+        if let Some((to, at)) = self.switched.filter(|&(to, _)| to == role) {
+            tracing::info!(
+                "failover link {}: traffic flowing on {to:?}, first ack {:.1} ms after the switch",
+                self.id,
+                (now - at).as_secs_f64() * 1e3
+            );
+            self.switched = None;
+        }
+    }
+
+    fn transmit(&mut self, now: Instant) {
+        while let Some((role, msg)) = self.rx.poll_transmit(now) {
+            self.wires[idx(role)].push(To::Sender, msg, &[]);
+        }
+        loop {
+            let active = self.tx.failover().active();
+            if self.wires[idx(active)].backlog() > WIRE_HIGH {
+                break;
+            }
+            let Some((role, msg)) = self.tx.poll_transmit(now) else {
+                break;
+            };
+            let payload = match msg {
+                Message::Data { offset, len, .. } => {
+                    let at = (offset - self.send_base) as usize;
+                    &self.send[at..at + len as usize]
+                }
+                _ => &[][..],
+            };
+            self.wires[idx(role)].push(To::Receiver, msg, payload);
+        }
+    }
+
+    fn actions(&mut self, now: Instant) {
+        while let Some(a) = self.tx.poll_action() {
+            self.action(now, "send", a);
+        }
+        while let Some(a) = self.rx.poll_action() {
+            self.action(now, "receive", a);
+        }
+        // The machines logged and counted their transitions; the records are not kept.
+        while self.tx.poll_transition().is_some() {}
+        while self.rx.poll_transition().is_some() {}
+    }
+
+    fn action(&mut self, now: Instant, side: &str, a: Action) {
+        match a {
+            Action::Switch { to, resume_from } => {
+                tracing::info!(
+                    "failover link {}: {side} stream on {to:?} from byte {resume_from}",
+                    self.id
+                );
+                if side == "send" {
+                    self.switched = Some((to, now));
+                }
+            }
+            Action::Failed => {
+                let why = format!(
+                    "failover link {}: both connections down ({side} stream)",
+                    self.id
+                );
+                tracing::warn!("{why}");
+                self.failed = Some(why);
+            }
+        }
+    }
+
+    /// Appends a frame to the send stream if the window has room.
+    fn queue_frame(&mut self, now: Instant, frame: &[u8]) -> bool {
+        let acked = self.tx.ledger().acked();
+        let need = FRAME_HDR + frame.len();
+        if self.send.len() + need > self.window && acked > self.send_base {
+            self.send.drain(..(acked - self.send_base) as usize);
+            self.send_base = acked;
+        }
+        if self.send.len() + need > self.window {
+            return false;
+        }
+        self.send
+            .extend_from_slice(&(frame.len() as u64).to_le_bytes());
+        self.send.extend_from_slice(frame);
+        self.tx.post(now, need as u64);
+        true
+    }
+
+    /// The next whole frame committed and not yet popped: its place in `recv`.
+    fn ready_frame(&self) -> Result<Option<std::ops::Range<usize>>> {
+        let done = self.rx.ledger().done();
+        if done < self.consumed + FRAME_HDR as u64 {
+            return Ok(None);
+        }
+        let at = (self.consumed - self.recv_base) as usize;
+        let mut len = [0u8; FRAME_HDR];
+        len.copy_from_slice(&self.recv[at..at + FRAME_HDR]);
+        let len = u64::from_le_bytes(len);
+        if len > (self.window / 4) as u64 {
+            return Err(Error::Protocol(format!(
+                "failover link {}: frame of {len} bytes",
+                self.id
+            )));
+        }
+        if done < self.consumed + FRAME_HDR as u64 + len {
+            return Ok(None);
+        }
+        Ok(Some(at + FRAME_HDR..at + FRAME_HDR + len as usize))
+    }
+
+    /// The user took `n` stream bytes; past half the window, the rest moves to the front
+    /// and the freed space is granted to the sender.
+    fn consume(&mut self, now: Instant, n: u64) {
+        self.consumed += n;
+        let used = (self.consumed - self.recv_base) as usize;
+        if used < self.window / 2 {
+            return;
+        }
+        let posted = self.rx.ledger().posted();
+        let live = (posted - self.recv_base) as usize;
+        self.recv.copy_within(used..live, 0);
+        self.recv_base = self.consumed;
+        let grant = self.recv_base + self.window as u64 - posted;
+        self.rx.post(now, grant);
+    }
+
+    /// Bytes sent and not yet acknowledged (or not yet handed to the kernel).
+    fn pending(&self) -> bool {
+        self.failed.is_none()
+            && (!self.tx.is_complete()
+                || self.wires.iter().any(|w| w.backlog() > 0 && !w.is_dead()))
+    }
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    stop: AtomicBool,
+    /// Microseconds since `epoch` at which the user last drove the link.
+    last_user: AtomicU64,
+    epoch: Instant,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock left the state as it was mid-call; the link
+        // fails on its own if that state is broken, so keep going rather than panic too.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn touch(&self) {
+        let us = self.epoch.elapsed().as_micros() as u64;
+        self.last_user.store(us, Ordering::Relaxed);
+    }
+
+    fn user_idle(&self) -> bool {
+        let now = self.epoch.elapsed().as_micros() as u64;
+        now.saturating_sub(self.last_user.load(Ordering::Relaxed)) >= IDLE_DRIVE.as_micros() as u64
+    }
+}
+
+/// The user drives the link: the background thread stays out while it does.
+fn drive(sh: &Shared) -> Result<(bool, MutexGuard<'_, Inner>)> {
+    sh.touch();
+    let mut g = sh.lock();
+    let moved = g.drive(Instant::now())?;
+    Ok((moved, g))
+}
+
+fn background(sh: &Shared) {
+    while !sh.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(IDLE_DRIVE);
+        if !sh.user_idle() {
+            continue;
+        }
+        if let Ok(mut g) = sh.inner.try_lock() {
+            let _ = g.drive(Instant::now());
+        }
+    }
+}
+
+/// A framed link over a primary and a backup TCP connection that fails over between them
+/// with no byte lost or repeated.
+pub struct FailoverSocketLink {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    max_frame: usize,
+    /// The frame `peek` showed, copied out of the shared window, and its stream length.
+    frame: Vec<u8>,
+    peeked: Option<u64>,
+}
+
+impl FailoverSocketLink {
+    /// A link over connected `primary` and `backup` streams to one peer (which builds its
+    /// end from the same two connections, in the same roles).
+    pub fn new(primary: TcpStream, backup: TcpStream, cfg: FailoverConfig) -> Result<Self> {
+        let inner = Inner::new([primary, backup], &cfg)?;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            stop: AtomicBool::new(false),
+            last_user: AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
+        let sh = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("ccl-sockfo".into())
+            .spawn(move || background(&sh))
+            .map_err(|e| Error::io("spawn failover link thread", e))?;
+        Ok(FailoverSocketLink {
+            shared,
+            thread: Some(thread),
+            max_frame: cfg.max_frame,
+            frame: Vec::new(),
+            peeked: None,
+        })
+    }
+
+    fn drive(&self) -> Result<(bool, MutexGuard<'_, Inner>)> {
+        drive(&self.shared)
+    }
+
+    /// Which connection each stream is on (send, receive) and whether each connection is
+    /// still open: for tests and diagnostics.
+    pub fn status(&self) -> FailoverStatus {
+        let g = self.shared.lock();
+        FailoverStatus {
+            send_on: g.tx.failover().active(),
+            receive_on: g.rx.failover().active(),
+            send_state: g.tx.failover().state(),
+            open: [!g.wires[0].is_dead(), !g.wires[1].is_dead()],
+        }
+    }
+}
+
+/// Where a failover link stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailoverStatus {
+    /// The connection this side's stream goes on.
+    pub send_on: LinkRole,
+    /// The connection the peer's stream comes on.
+    pub receive_on: LinkRole,
+    /// The sending machine's state.
+    pub send_state: ConnState,
+    /// Whether the primary and the backup connection are still open.
+    pub open: [bool; 2],
+}
+
+impl Drop for FailoverSocketLink {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Link for FailoverSocketLink {
+    fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    fn try_send(&mut self, frame: &[u8]) -> Result<bool> {
+        if frame.len() > self.max_frame {
+            return Err(Error::Protocol(format!(
+                "frame of {} bytes exceeds the failover link's limit {}",
+                frame.len(),
+                self.max_frame
+            )));
+        }
+        let (_, mut g) = self.drive()?;
+        let now = Instant::now();
+        if !g.queue_frame(now, frame) {
+            return Ok(false);
+        }
+        // Out at once rather than at the next call.
+        g.drive(now)?;
+        Ok(true)
+    }
+
+    fn peek(&mut self) -> Result<Option<&[u8]>> {
+        if self.peeked.is_none() {
+            let (_, g) = drive(&self.shared)?;
+            let Some(r) = g.ready_frame()? else {
+                return Ok(None);
+            };
+            self.frame.clear();
+            self.frame.extend_from_slice(&g.recv[r.clone()]);
+            self.peeked = Some((FRAME_HDR + r.len()) as u64);
+        }
+        Ok(Some(&self.frame))
+    }
+
+    fn pop(&mut self) {
+        if let Some(n) = self.peeked.take() {
+            self.shared.lock().consume(Instant::now(), n);
+        }
+    }
+
+    fn flush(&mut self) -> Result<bool> {
+        Ok(self.drive()?.0)
+    }
+
+    fn has_pending(&self) -> bool {
+        self.shared.lock().pending()
+    }
+
+    fn unconfirmed(&mut self) -> bool {
+        match self.drive() {
+            Ok((_, g)) => !g.tx.is_complete(),
+            Err(_) => false,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "socket"
+    }
+}
+
+/// Connects the primary and backup streams to one peer over `ctrl`, a connected stream to
+/// it: each side listens on its two NICs (`nics`, primary first) and tells the other where;
+/// the side with `dial` set connects to the peer's, the other accepts. Blocking; both
+/// sides write before they read, so peers handled in the same order on every rank cannot
+/// deadlock.
+pub fn connect_pair(
+    ctrl: &mut TcpStream,
+    nics: [std::net::IpAddr; 2],
+    dial: bool,
+    timeout: Duration,
+) -> Result<(TcpStream, TcpStream)> {
+    use std::io::{Read, Write};
+    let listeners = [bind(nics[0])?, bind(nics[1])?];
+    let mut hello = String::new();
+    for l in &listeners {
+        let a = l
+            .local_addr()
+            .map_err(|e| Error::io("failover link: listener address", e))?;
+        hello.push_str(&format!("{a}\n"));
+    }
+    let mut msg = (hello.len() as u32).to_le_bytes().to_vec();
+    msg.extend_from_slice(hello.as_bytes());
+    ctrl.set_nonblocking(false)
+        .map_err(|e| Error::io("failover link: hello", e))?;
+    ctrl.set_read_timeout(Some(timeout))
+        .map_err(|e| Error::io("failover link: hello", e))?;
+    ctrl.write_all(&msg)
+        .map_err(|e| Error::io("failover link: send hello", e))?;
+    let mut len = [0u8; 4];
+    ctrl.read_exact(&mut len)
+        .map_err(|e| Error::io("failover link: read hello", e))?;
+    let mut theirs = vec![0u8; u32::from_le_bytes(len).min(4096) as usize];
+    ctrl.read_exact(&mut theirs)
+        .map_err(|e| Error::io("failover link: read hello", e))?;
+    let peer = parse_hello(&theirs)?;
+    let deadline = Instant::now() + timeout;
+    let get = |k: usize| match dial {
+        true => TcpStream::connect_timeout(&peer[k], timeout)
+            .map_err(|e| Error::io(format!("failover link: connect to {}", peer[k]), e)),
+        false => accept(&listeners[k], deadline),
+    };
+    Ok((get(0)?, get(1)?))
+}
+
+fn bind(ip: std::net::IpAddr) -> Result<TcpListener> {
+    TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| Error::io(format!("failover link: listen on {ip}"), e))
+}
+
+fn parse_hello(b: &[u8]) -> Result<[SocketAddr; 2]> {
+    let bad = || Error::Protocol("failover link: malformed hello".into());
+    let text = std::str::from_utf8(b).map_err(|_| bad())?;
+    let mut it = text
+        .lines()
+        .map(|l| l.parse::<SocketAddr>().map_err(|_| bad()));
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => Ok([a?, b?]),
+        _ => Err(bad()),
+    }
+}
+
+fn accept(l: &TcpListener, deadline: Instant) -> Result<TcpStream> {
+    l.set_nonblocking(true)
+        .map_err(|e| Error::io("failover link: accept", e))?;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)
+                    .map_err(|e| Error::io("failover link: accept", e))?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(Error::Unreachable(
+                        "failover link: peer did not connect".into(),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(Error::io("failover link: accept", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+//! Failover over real loopback TCP: connections cut (shut down) or silenced (a proxy that
+//! stops forwarding) mid-transfer.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+const MAX: usize = 64 * 1024;
+
+fn fast() -> HealthConfig {
+    HealthConfig {
+        chunk_timeout: Duration::from_millis(30),
+        probe_timeout: Duration::from_millis(20),
+        probe_interval: Duration::from_millis(20),
+        hold_down: Duration::from_millis(150),
+        max_backoff_shift: 1,
+    }
+}
+
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (b, _) = l.accept().unwrap();
+    (a, b)
+}
+
+/// Two linked ends, and clones of end a's primary and backup streams to cut them with.
+fn links(
+    primary: (TcpStream, TcpStream),
+) -> (FailoverSocketLink, FailoverSocketLink, [TcpStream; 2]) {
+    let (bp0, bp1) = tcp_pair();
+    let cuts = [primary.0.try_clone().unwrap(), bp0.try_clone().unwrap()];
+    let cfg = |id| FailoverConfig {
+        max_frame: MAX,
+        health: fast(),
+        id,
+    };
+    let a = FailoverSocketLink::new(primary.0, bp0, cfg(1)).unwrap();
+    let b = FailoverSocketLink::new(primary.1, bp1, cfg(2)).unwrap();
+    (a, b, cuts)
+}
+
+fn frames(n: usize, salt: u8) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            let len = (i * 7919 + 13) % MAX;
+            (0..len).map(|j| (i + j) as u8 ^ salt).collect()
+        })
+        .collect()
+}
+
+/// Sends `want` both ways, calling `cut` once `cut_at` frames of a's have been queued;
+/// asserts every frame arrives once, in order, intact, within `limit`.
+fn exchange(
+    a: &mut FailoverSocketLink,
+    b: &mut FailoverSocketLink,
+    n: usize,
+    cut_at: usize,
+    cut: &mut dyn FnMut(),
+    limit: Duration,
+) {
+    let (fa, fb) = (frames(n, 0), frames(n, 0x5a));
+    let (mut sa, mut sb, mut ga, mut gb) = (0, 0, 0, 0);
+    let mut cut_done = false;
+    let t0 = Instant::now();
+    while ga < n || gb < n || a.has_pending() || b.has_pending() {
+        assert!(t0.elapsed() < limit, "stuck: sent {sa}/{sb}, got {gb}/{ga}");
+        if !cut_done && sa >= cut_at {
+            cut();
+            cut_done = true;
+        }
+        if sa < n && a.try_send(&fa[sa]).unwrap() {
+            sa += 1;
+        }
+        if sb < n && b.try_send(&fb[sb]).unwrap() {
+            sb += 1;
+        }
+        if let Some(f) = b.peek().unwrap() {
+            assert_eq!(f, &fa[gb][..], "frame {gb} a -> b");
+            b.pop();
+            gb += 1;
+        }
+        if let Some(f) = a.peek().unwrap() {
+            assert_eq!(f, &fb[ga][..], "frame {ga} b -> a");
+            a.pop();
+            ga += 1;
+        }
+        a.flush().unwrap();
+        b.flush().unwrap();
+    }
+    assert!(
+        a.peek().unwrap().is_none() && b.peek().unwrap().is_none(),
+        "nothing twice"
+    );
+}
+
+#[test]
+fn primary_cut_at_several_points_loses_and_repeats_nothing() {
+    for cut_at in [0, 1, 9, 40, 79] {
+        let (mut a, mut b, cuts) = links(tcp_pair());
+        let mut cut = || cuts[0].shutdown(Shutdown::Both).unwrap();
+        exchange(&mut a, &mut b, 80, cut_at, &mut cut, Duration::from_secs(5));
+        for s in [a.status(), b.status()] {
+            assert_eq!(
+                (s.send_on, s.receive_on),
+                (LinkRole::Backup, LinkRole::Backup),
+                "{cut_at}: {s:?}"
+            );
+            assert_eq!(s.open, [false, true]);
+        }
+    }
+}
+
+#[test]
+fn both_connections_cut_is_an_error_within_a_bound() {
+    let (mut a, mut b, cuts) = links(tcp_pair());
+    let mut none = || {};
+    exchange(&mut a, &mut b, 4, 0, &mut none, Duration::from_secs(5));
+    for c in &cuts {
+        c.shutdown(Shutdown::Both).unwrap();
+    }
+    let t0 = Instant::now();
+    let (mut ea, mut eb) = (None, None);
+    while (ea.is_none() || eb.is_none()) && t0.elapsed() < Duration::from_secs(2) {
+        if ea.is_none() {
+            ea = a.try_send(&[1; 100]).and_then(|_| a.flush()).err();
+        }
+        if eb.is_none() {
+            eb = b.peek().map(|_| ()).err();
+        }
+    }
+    assert!(matches!(ea, Some(Error::Unreachable(_))), "{ea:?}");
+    assert!(matches!(eb, Some(Error::Unreachable(_))), "{eb:?}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert!(!a.has_pending());
+}
+
+/// Forwards bytes both ways between two streams until `mute` is set, then forwards
+/// nothing (nor closes anything): a link gone silent, as a NIC that goes down.
+fn proxy(mute: Arc<AtomicBool>) -> (TcpStream, TcpStream) {
+    let (a, a_far) = tcp_pair();
+    let (b_far, b) = tcp_pair();
+    for (mut from, mut to) in [
+        (a_far.try_clone().unwrap(), b_far.try_clone().unwrap()),
+        (b_far, a_far),
+    ] {
+        let mute = Arc::clone(&mute);
+        from.set_read_timeout(Some(Duration::from_millis(2)))
+            .unwrap();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                while mute.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                match from.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        if to.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                    Err(_) => return,
+                }
+            }
+        });
+    }
+    (a, b)
+}
+
+#[test]
+fn silent_primary_fails_over_on_timeout_and_traffic_returns_after_hold_down() {
+    let mute = Arc::new(AtomicBool::new(false));
+    let (mut a, mut b, _cuts) = links(proxy(Arc::clone(&mute)));
+    let mut silence = || mute.store(true, Ordering::Relaxed);
+    exchange(&mut a, &mut b, 60, 20, &mut silence, Duration::from_secs(5));
+    for s in [a.status(), b.status()] {
+        assert_eq!(
+            (s.send_on, s.receive_on),
+            (LinkRole::Backup, LinkRole::Backup),
+            "{s:?}"
+        );
+        assert_eq!(s.open, [true, true], "a silent link is not closed");
+    }
+    mute.store(false, Ordering::Relaxed);
+    // Keep traffic going until both streams are back on the primary.
+    let t0 = Instant::now();
+    let mut none = || {};
+    while [a.status(), b.status()]
+        .iter()
+        .any(|s| s.send_on != LinkRole::Primary)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{:?} {:?}",
+            a.status(),
+            b.status()
+        );
+        exchange(&mut a, &mut b, 4, 0, &mut none, Duration::from_secs(5));
+    }
+    exchange(&mut a, &mut b, 20, 0, &mut none, Duration::from_secs(5));
+}
+
+#[test]
+fn pair_connects_over_a_control_stream() {
+    let (mut c0, mut c1) = tcp_pair();
+    let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let t = Duration::from_secs(5);
+    let h = std::thread::spawn(move || connect_pair(&mut c1, [lo, lo], false, t).unwrap());
+    let (p0, b0) = connect_pair(&mut c0, [lo, lo], true, t).unwrap();
+    let (p1, b1) = h.join().unwrap();
+    let cfg = |id| FailoverConfig {
+        max_frame: MAX,
+        health: fast(),
+        id,
+    };
+    let mut a = FailoverSocketLink::new(p0, b0, cfg(1)).unwrap();
+    let mut b = FailoverSocketLink::new(p1, b1, cfg(2)).unwrap();
+    let mut none = || {};
+    exchange(&mut a, &mut b, 10, 0, &mut none, Duration::from_secs(5));
+}
