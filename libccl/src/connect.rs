@@ -76,7 +76,16 @@ pub(crate) fn build_state(
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
+    // TCP with a backup connection on a second NIC, when two are selected.
+    let failover_nics = match (&mpt, remote_links) {
+        (None, 1..) => socket_failover_nics()?,
+        _ => None,
+    };
     for (j, s) in data.into_iter().enumerate() {
+        if let (Some(s), Some(nics)) = (s.as_ref(), failover_nics) {
+            links[j] = Some(failover_link(s, nics, rank, j, frame)?);
+            continue;
+        }
         if let Some(s) = s {
             links[j] = Some(match &mpt {
                 Some((cfg, strict)) => match MptLink::over_tcp(s, cfg.clone())?.probe(probe)? {
@@ -155,6 +164,40 @@ pub(crate) fn build_state(
             schedules: Default::default(),
         },
     ))
+}
+
+/// The two NICs of a `CCL_NET=socket` failover link (primary first): the first two that
+/// `CCL_MPT_IFNAMES` or `NCCL_SOCKET_IFNAME` select; `None` with fewer than two.
+fn socket_failover_nics() -> Result<Option<[std::net::IpAddr; 2]>> {
+    let ips = mpt_nics()?;
+    if ips.len() < 2 {
+        return Ok(None);
+    }
+    tracing::info!(
+        "socket links fail over: primary on {}, backup on {}",
+        ips[0],
+        ips[1]
+    );
+    Ok(Some([ips[0], ips[1]]))
+}
+
+/// Connects the primary and backup streams to rank `j` over the data stream `s` (the lower
+/// rank dials) and builds the failover link on them.
+fn failover_link(
+    s: &std::net::TcpStream,
+    nics: [std::net::IpAddr; 2],
+    rank: usize,
+    j: usize,
+    frame: usize,
+) -> Result<Box<dyn Link>> {
+    use ccl_transports::socket_failover::{connect_pair, FailoverConfig, FailoverSocketLink};
+    let mut ctrl = s
+        .try_clone()
+        .map_err(|e| Error::system(format!("failover link to rank {j}: {e}")))?;
+    let (primary, backup) =
+        connect_pair(&mut ctrl, nics, rank < j, bootstrap::bootstrap_timeout())?;
+    let cfg = FailoverConfig::new(frame, j as u64);
+    Ok(Box::new(FailoverSocketLink::new(primary, backup, cfg)?))
 }
 
 /// Whether the topology search keeps any two ranks of one host off peer-to-peer because their

@@ -27,7 +27,7 @@ pub fn init() {
         }
         let builder = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-                "ccl={filter},ccl_transports={filter}"
+                "ccl={filter},ccl_transports={filter},ccl_faulttol={filter}"
             )))
             .with_target(false);
         let host = nix::unistd::gethostname()

@@ -138,7 +138,17 @@ impl Paths {
             s.acked += 1;
         }
         if unambiguous {
-            self.health.on_delivery(id.index(), tx);
+            self.delivered(id, tx);
+        }
+    }
+
+    /// Credits a delivery; a path that had losses is healthy again (logged, with the time
+    /// the subscriber stamps, so a NIC's return can be read off the log).
+    fn delivered(&mut self, id: PathId, tx: Instant) {
+        let was = self.is_penalised(id);
+        self.health.on_delivery(id.index(), tx);
+        if was && !self.is_penalised(id) {
+            tracing::info!("mpt path {}: delivers again, back in use", id.index());
         }
     }
 
@@ -148,7 +158,11 @@ impl Paths {
             s.inflight = s.inflight.saturating_sub(1);
             s.lost += 1;
         }
+        let was = self.is_penalised(id);
         self.health.on_loss(id.index(), now, tx);
+        if !was && self.is_penalised(id) {
+            tracing::info!("mpt path {}: chunk lost, penalised", id.index());
+        }
     }
 
     /// A chunk sent at `tx` and declared lost was acknowledged after all (a spurious loss);
@@ -158,14 +172,18 @@ impl Paths {
             s.acked += 1;
         }
         if unambiguous {
-            self.health.on_delivery(id.index(), tx);
+            self.delivered(id, tx);
         }
     }
 
     /// An acknowledgement arrived on `id`: if the path is penalised and was probed, it works
     /// again -- back into use with its loss count cleared. Returns whether it revived.
     pub(crate) fn revive_if_probed(&mut self, id: PathId) -> bool {
-        self.health.on_ack_received(id.index())
+        let revived = self.health.on_ack_received(id.index());
+        if revived {
+            tracing::info!("mpt path {}: probe answered, back in use", id.index());
+        }
+        revived
     }
 
     /// A penalised path whose backoff has expired and that has nothing in flight: it gets
@@ -173,7 +191,11 @@ impl Paths {
     pub(crate) fn take_probe(&mut self, now: Instant) -> Option<PathId> {
         let stats = &self.stats;
         let idle = |i: usize| stats.get(i).is_some_and(|s| s.inflight == 0);
-        self.health.take_probe(now, idle).map(|i| PathId(i as u16))
+        let probe = self.health.take_probe(now, idle).map(|i| PathId(i as u16));
+        if let Some(p) = probe {
+            tracing::debug!("mpt path {}: probed", p.index());
+        }
+        probe
     }
 
     pub(crate) fn on_rtt(&mut self, id: PathId, sample: Duration) {

@@ -50,6 +50,18 @@ pub struct FailoverConfig {
     pub id: u64,
 }
 
+impl FailoverConfig {
+    /// Frames of up to `max_frame` bytes, the default health timing (a silent connection
+    /// is failed 150 ms after its last sign of life; 1 s hold-down before switching back).
+    pub fn new(max_frame: usize, id: u64) -> Self {
+        FailoverConfig {
+            max_frame,
+            health: HealthConfig::default(),
+            id,
+        }
+    }
+}
+
 const ROLES: [LinkRole; 2] = [LinkRole::Primary, LinkRole::Backup];
 
 fn idx(role: LinkRole) -> usize {
