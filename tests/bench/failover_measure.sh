@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tests/bench/failover_measure.sh LOGDIR -- how fast traffic leaves a dead NIC and comes back.
+#
+# The two "hosts" and two "NICs" of nic_failover.sh (namespaces cclnic0/cclnic1, veth nic0
+# 10.78.0.0/24 and nic1 10.78.1.0/24), RANKS_PER_HOST ranks per host (default 1), host memory.
+# For each transport (NET: socket = the failover TCP link, primary on nic0 and backup on nic1;
+# mpt = the multipath transport with paths on both NICs) and each op (all_reduce, sendrecv,
+# alltoall, SIZE 64M, checked with -c 1):
+#   backup-alone  everything on nic1 only (bootstrap included): the backup's own busbw;
+#   cut-for-good  nic0 of host 0 down CUT_AT_S (1) s in, to the end: busbw while on the backup
+#                 (the first second on nic0 included);
+#   cut-and-back  nic0 down DOWN_AT_S (2) s in, up UP_AFTER_S (4) s later: every result exact;
+#                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
+#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again.
+# Environment: LIBDIR (default target/release), ITERS (per run; raise it if a run ends before
+# the cut: the line says "late"), NETS ("socket mpt"), OPS. Needs root and iproute2.
+set -uo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
+LOG=$(realpath -m "$1"); mkdir -p "$LOG"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
+LIBDIR=$(realpath "${LIBDIR:-target/release}")
+SIZE=${SIZE:-64M} ITERS=${ITERS:-40} RPH=${RANKS_PER_HOST:-1}
+CUT_AT_S=${CUT_AT_S:-1} DOWN_AT_S=${DOWN_AT_S:-2} UP_AFTER_S=${UP_AFTER_S:-4}
+NETS=${NETS:-socket mpt} OPS=${OPS:-all_reduce sendrecv alltoall}
+NS=(cclnic0 cclnic1)
+exec 8>/tmp/ccl-nic-failover.lock
+flock -w 900 8 || { echo "failover_measure: another run holds the lock"; exit 2; }
+
+# Namespace setup as in nic_failover.sh.
+down() { for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done; }
+up() {
+  down
+  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
+  for k in 0 1; do
+    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
+    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
+    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
+    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
+  done
+}
+trap down EXIT
+up > "$LOG/netns.log" 2>&1 || { echo "namespace setup failed"; cat "$LOG/netns.log"; exit 2; }
+
+now() { date +%s.%N; }
+# Seconds (epoch) of a tracing line's RFC 3339 stamp.
+stamp() { date -d "$(echo "$1" | awk '{print $1}')" +%s.%N; }
+# The first line of FILE matching RE whose stamp is at or after T: its epoch seconds.
+first_after() {
+  local file=$1 re=$2 t=$3 line s
+  while IFS= read -r line; do
+    s=$(stamp "$line" 2>/dev/null) || continue
+    awk -v a="$s" -v b="$t" 'BEGIN { exit !(a >= b) }' && { echo "$s"; return; }
+  done < <(grep -a -E "$re" "$file" | sed 's/\x1b\[[0-9;]*m//g')
+}
+ms() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f ms", (a - b) * 1000 }' || echo "n/a"; }
+
+# run NAME NET OP MODE(alone|forever|back): starts the ranks, cuts as MODE says, waits.
+run() {
+  local name=$1 net=$2 op=$3 mode=$4 port=$((20000 + RANDOM % 20000)) n=$((2 * RPH))
+  local comm=10.78.0.1 ifname=nic nics=nic0,nic1
+  [ "$mode" = alone ] && { comm=10.78.1.1; ifname=nic1; nics=nic1; }
+  local pids=() r h
+  for ((r = n - 1; r >= 0; r--)); do
+    h=$((r / RPH))
+    ip netns exec "cclnic$h" env CCL_RANK=$r CCL_NRANKS=$n NCCL_COMM_ID=$comm:$port \
+      NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
+      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" \
+      -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
+    pids[r]=$!
+  done
+  T_DOWN= T_UP=
+  if [ "$mode" != alone ]; then
+    sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
+    LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
+    T_DOWN=$(now); ip -n cclnic0 link set nic0 down
+    if [ "$mode" = back ]; then
+      sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic0 link set nic0 up
+      kill -0 "${pids[0]}" 2>/dev/null || LATE=1
+    fi
+  fi
+  RC=0
+  for p in "${pids[@]}"; do wait "$p" || RC=$?; done
+  ip -n cclnic0 link set nic0 up
+  local line; line=$(grep -E "^ +[0-9]" "$LOG/$name.rank0.log" | head -1)
+  # Out-of-place busbw (GB/s); exactness is checked on both halves by `exact`.
+  BUSBW=$(echo "$line" | awk '{print $8}')
+}
+
+# ccl-perf prints out-of-place then in-place figures; column 9 and the last are their #wrong
+# (N/A where in place is not checked).
+exact() { grep -E "^ +[0-9]" "$1" | awk '{ ok = ($9 == 0 || $9 == "N/A") && ($NF == 0 || $NF == "N/A"); exit !ok }'; }
+
+status=0
+printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' net op case rc exact busbw timings
+for net in $NETS; do
+  if [ "$net" = socket ]; then
+    down_re='traffic flowing on Backup'; up_re='traffic flowing on Primary'
+  else
+    down_re='mpt path [0-9]+: chunk lost, penalised'; up_re='mpt path [0-9]+: (probe answered|delivers again)'
+  fi
+  for op in $OPS; do
+    for mode in alone forever back; do
+      name=$net-$op-$mode; LATE=0
+      run "$name" "$net" "$op" "$mode"
+      ok=no; exact "$LOG/$name.rank0.log" && [ "$RC" = 0 ] && ok=yes
+      [ "$ok" = yes ] || status=1
+      t=""
+      if [ "$mode" != alone ]; then
+        logs=$(ls "$LOG/$name".rank*.log)
+        f=; for l in $logs; do x=$(first_after "$l" "$down_re" "$T_DOWN"); [ -n "$x" ] && { [ -z "$f" ] || awk -v a="$x" -v b="$f" 'BEGIN{exit !(a<b)}'; } && f=$x; done
+        t="down->backup $(ms "$f" "$T_DOWN")"
+        if [ "$mode" = back ]; then
+          g=; for l in $logs; do x=$(first_after "$l" "$up_re" "$T_UP"); [ -n "$x" ] && { [ -z "$g" ] || awk -v a="$x" -v b="$g" 'BEGIN{exit !(a<b)}'; } && g=$x; done
+          t="$t, up->nic0 $(ms "$g" "$T_UP")"
+        fi
+        [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
+      fi
+      printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' "$net" "$op" "$mode" "$RC" "$ok" "$BUSBW" "$t"
+    done
+  done
+done
+exit $status
