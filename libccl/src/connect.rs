@@ -76,9 +76,9 @@ pub(crate) fn build_state(
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
-    // TCP with a backup connection on a second NIC, when two are selected.
+    // TCP with a backup connection on a second NIC, when two are selected and asked for.
     let failover_nics = match (&mpt, remote_links) {
-        (None, 1..) => socket_failover_nics()?,
+        (None, 1..) if params::CCL_SOCKET_FAILOVER.get_bool() => socket_failover_nics()?,
         _ => None,
     };
     for (j, s) in data.into_iter().enumerate() {

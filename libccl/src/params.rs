@@ -45,6 +45,7 @@ params! {
     CCL_HOSTID = ("CCL_HOSTID", "", "Overrides the host identity (hostname + boot id + network namespace).");
     CCL_DEVICE = ("CCL_DEVICE", "", "host: never use the CUDA driver, every buffer is host memory (the host backend). Unset (or anything else): the CUDA backend when the driver finds a GPU, else the host backend.");
     CCL_SHM_SLOT_BYTES = ("CCL_SHM_SLOT_BYTES", "262144", "Bytes per shared-memory ring slot (largest frame).");
+    CCL_SOCKET_FAILOVER = ("CCL_SOCKET_FAILOVER", "0", "CCL_NET=socket with two NICs selected (CCL_MPT_IFNAMES or an NCCL_SOCKET_IFNAME list): 1: each link to another host keeps a backup TCP connection on the second NIC and fails over to it, resuming from the last byte the receiver confirmed (primary back after a hold-down); 0 (the default while a backup can still be declared dead when a rank does not service its link for longer than the probe timeout, seen on a loaded 2-core machine on 2026-11-29): one TCP connection per link.");
     CCL_SOCKET_FRAME_BYTES = ("CCL_SOCKET_FRAME_BYTES", "auto", "Largest frame on a link between hosts, 4 KiB..64 MiB, or auto (the default): 512 KiB, except 16 MiB on a multipath (mpt) link that runs several engines (both sides have 8 or more CPUs per rank), where a frame is split over the engines and each frame costs a round of receive postings, pops and part headers (GPU machine, network path, 128 MiB: sendrecv 1.64 -> 2.38-3.01 GB/s, all_reduce 1.71 -> 2.50-2.83 with 4 MiB against 512 KiB; 16 CPUs, two ranks of 8 engines, 16 MiB against 4 MiB: host-memory sendrecv 4.33 -> 5.87, all_reduce 4.13 -> 5.57, GPU-memory all_reduce 4.31 -> 4.86; one engine on 2 cores lost 15-25% with 4 MiB frames). mpt links keep CCL_MPT_INFLIGHT_BYTES / frame frames in flight, 4 to 16: at 16 MiB frames 4, 64 MiB per direction of a link (the several-engine frames apply only to a rank's few remote links: its 8 engines are shared over them). Every rank must use the same value.");
     CCL_NET = ("CCL_NET", "", "Transport between hosts: mpt (UDP multipath) or socket (TCP); overrides NCCL_NET. Unset (and NCCL_NET unset): mpt, with a pair whose datagrams do not get through (CCL_MPT_PROBE_MS) falling back to TCP; mpt by name: such a pair fails init.");
     CCL_MPT_PROBE_MS = ("CCL_MPT_PROBE_MS", "3000", "mpt: how long link setup waits for the peer's probe datagram before the pair falls back to TCP (mpt by default) or fails (CCL_NET=mpt).");
@@ -249,6 +250,7 @@ const SWITCHES: &[&str] = &[
     "CCL_IPC_DIRECT",
     "CCL_IPC_DIRECT_REDUCE_MULTI",
     "CCL_IPC_PUSH_WAIT_ADAPT",
+    "CCL_SOCKET_FAILOVER",
     "CCL_IPC_REMOTE_COPY",
     "CCL_IPC_HOST_ONLY_STAGE_IN",
     "CCL_IPC_FAULT_NO_PEER_ACCESS",

@@ -63,7 +63,7 @@ run() {
   for ((r = n - 1; r >= 0; r--)); do
     h=$((r / RPH))
     ip netns exec "cclnic$h" env CCL_RANK=$r CCL_NRANKS=$n NCCL_COMM_ID=$comm:$port \
-      NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
+      NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_SOCKET_FAILOVER=1 CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
       LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
