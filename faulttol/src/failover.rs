@@ -151,6 +151,11 @@ impl<I: Timestamp> Failover<I> {
         self.with_link(role, |l| l.handle_arrival(now, still_expecting));
     }
 
+    /// Another stream's traffic arrived on `role` (see [`LinkHealth::handle_alive`]).
+    pub fn handle_alive(&mut self, now: I, role: LinkRole) {
+        self.with_link(role, |l| l.handle_alive(now));
+    }
+
     /// Nothing is owed on `role` any more.
     pub fn handle_idle(&mut self, role: LinkRole) {
         self.with_link(role, LinkHealth::handle_idle);
@@ -350,6 +355,13 @@ impl<I: Timestamp> SenderConn<I> {
         let r = self.on_message(now, link, msg);
         self.settle(now);
         r
+    }
+
+    /// The other direction's traffic arrived on `link`: it is alive (see
+    /// [`LinkHealth::handle_alive`]).
+    pub fn handle_alive(&mut self, now: I, link: LinkRole) {
+        self.core.handle_alive(now, link);
+        self.settle(now);
     }
 
     fn on_message(&mut self, now: I, link: LinkRole, msg: Message) -> Result<()> {
@@ -607,6 +619,13 @@ impl<I: Timestamp> ReceiverConn<I> {
         let r = self.on_message(now, link, msg);
         self.settle(now);
         r
+    }
+
+    /// The other direction's traffic arrived on `link`: it is alive (see
+    /// [`LinkHealth::handle_alive`]).
+    pub fn handle_alive(&mut self, now: I, link: LinkRole) {
+        self.core.handle_alive(now, link);
+        self.settle(now);
     }
 
     fn on_message(&mut self, now: I, link: LinkRole, msg: Message) -> Result<bool> {

@@ -181,6 +181,14 @@ impl<I: Timestamp> LinkHealth<I> {
         self.rearm(now);
     }
 
+    /// Traffic of another stream that shares the link arrived (one TCP connection carries
+    /// both directions, and an answer owed here may queue behind the other direction's data):
+    /// a sign of life that leaves what is owed on this link as it was.
+    pub fn handle_alive(&mut self, now: I) {
+        let owed = self.expecting;
+        self.handle_arrival(now, owed);
+    }
+
     /// Nothing is owed on the link any more (the connection moved off it).
     pub fn handle_idle(&mut self) {
         self.expecting = false;

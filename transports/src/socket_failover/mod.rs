@@ -190,6 +190,12 @@ impl Inner {
     }
 
     fn dispatch(&mut self, now: Instant, role: LinkRole, m: wire::Incoming) -> Result<()> {
+        // One connection carries both directions: what arrives for one end proves the
+        // connection alive to the other, whose own answers may queue behind this data.
+        match m.to {
+            To::Sender => self.rx.handle_alive(now, role),
+            To::Receiver => self.tx.handle_alive(now, role),
+        }
         match m.to {
             To::Sender => {
                 let acked = self.tx.ledger().acked();
