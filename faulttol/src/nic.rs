@@ -452,6 +452,19 @@ mod tests {
     }
 
     #[test]
+    fn the_other_directions_traffic_keeps_a_link_alive_and_owing() {
+        let mut l = suspect_probed();
+        l.handle_alive(ms(120));
+        assert_eq!(l.state(), LinkState::Ok);
+        // Still owed: the chunk timer restarts from the sign of life.
+        assert_eq!(l.poll_timeout(), Some(ms(220)));
+        // Owed nothing: the sign of life starts no timer.
+        let mut idle = link();
+        idle.handle_alive(ms(5));
+        assert_eq!((idle.state(), idle.poll_timeout()), (LinkState::Ok, None));
+    }
+
+    #[test]
     fn suspect_link_that_delivers_is_not_blamed() {
         let mut l = suspect_probed();
         l.handle_arrival(ms(120), true);
