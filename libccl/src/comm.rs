@@ -95,6 +95,7 @@ impl Comm {
         let (state, issue) = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
         *self.0.issue.lock() = issue;
         *self.0.state.lock() = Some(state);
+        self.attach_monitor()?;
         crate::ipc::attach(self)?;
         self.attach_hierarchy()?;
         let (ring, links) = self.describe();
@@ -103,6 +104,19 @@ impl Comm {
             self.0.rank,
             self.0.nranks
         );
+        Ok(())
+    }
+
+    /// Has the links report to the process's throughput monitor when `CCL_MONITOR` is on.
+    fn attach_monitor(&self) -> Result<()> {
+        let Some(monitor) = crate::monitor::acquire()? else {
+            return Ok(());
+        };
+        if let Some(st) = self.0.state.lock().as_mut() {
+            let comm = self.0.nonce.load(Ordering::Relaxed);
+            crate::monitor::attach(&monitor, &mut st.links, comm);
+        }
+        *self.0.monitor.lock() = Some(monitor);
         Ok(())
     }
 
@@ -300,6 +314,7 @@ impl Comm {
             *child.0.state.lock() = Some(st);
         });
         let r = r
+            .and_then(|()| child.attach_monitor())
             .and_then(|()| crate::ipc::attach(&child))
             .and_then(|()| child.attach_hierarchy());
         child.finish_init(r.clone());
@@ -419,7 +434,20 @@ impl Comm {
             }
             st.ctrl.say_bye();
         }
+        drop(guard);
+        self.release_monitor();
         *self.0.life.lock() = Life::Gone;
+    }
+
+    /// Lets go of the monitor (after the links, which report to it, are gone); the last
+    /// communicator's release stops it and completes its file.
+    fn release_monitor(&self) {
+        let m = self.0.monitor.lock().take();
+        if let Some(m) = m {
+            if let Err(e) = m.flush() {
+                tracing::warn!("rank {}: monitor flush: {e}", self.0.rank);
+            }
+        }
     }
 
     /// `ncclCommAbort`: stops any operation in flight (from any thread) and drops every
@@ -435,6 +463,8 @@ impl Comm {
         self.0.ipc.shutdown(true);
         let mut guard = self.0.state.lock();
         guard.take();
+        drop(guard);
+        self.release_monitor();
         *self.0.life.lock() = Life::Gone;
     }
 

@@ -107,6 +107,9 @@ pub struct CommCore {
     /// Streams of its own for its part of a group whose other communicators use the same
     /// caller's stream ([`the GPU engine's stream forks`]), made when first needed.
     pub side_streams: Mutex<Vec<ccl_cuda::cuda::Stream>>,
+    /// The process's throughput monitor while `CCL_MONITOR` is on (see [`crate::monitor`]);
+    /// dropped at destroy, so the last communicator's destroy stops it.
+    pub monitor: Mutex<Option<Arc<ccl_monitor::Monitor>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -142,6 +145,7 @@ impl Comm {
             graph: EngineSlot::default(),
             hier: EngineSlot::default(),
             side_streams: Mutex::new(Vec::new()),
+            monitor: Mutex::new(None),
         }))
     }
 

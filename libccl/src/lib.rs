@@ -15,6 +15,7 @@ pub mod hier;
 mod host;
 pub mod ipc;
 pub mod log;
+pub mod monitor;
 pub mod params;
 mod pieces;
 mod route;

@@ -122,6 +122,14 @@ params! {
     CCL_IPC_HOST_PATH_SLOT_BYTES = ("CCL_IPC_HOST_PATH_SLOT_BYTES", "8388608", "cuda-ipc: the host path's chunk size at most (rounded down to 4 KiB); a transfer's share is cut into equal chunks, as few as fit but at least four while each holds 1 MiB (one chunk would copy into host memory and out again one after the other).");
     CCL_IPC_HOST_PATH_SLOTS = ("CCL_IPC_HOST_PATH_SLOTS", "8", "cuda-ipc: chunks in the host path's ring per direction (2-64); a transfer's share never exceeds the ring. Used only if both ranks have the same slots and slot size.");
     CCL_IPC_LL_BYTES = ("CCL_IPC_LL_BYTES", "1048576", "cuda-ipc: all-reduces of at most this many bytes run as one low-latency kernel per rank (0: never); every rank must use the same value.");
+    CCL_MONITOR = ("CCL_MONITOR", "0", "1: the throughput monitor records every chunk the multipath transport posts and completes (bytes, peer, path, NIC) and keeps sliding-window throughput per peer, path and NIC, reporting drops below CCL_MONITOR_DROP x baseline, recoveries, stalls and path health changes. One monitor per process, shared by its communicators (one collector thread, one file, one port). 0 (the default): off, one branch per chunk.");
+    CCL_MONITOR_WINDOW = ("CCL_MONITOR_WINDOW", "8", "Monitor: completions per throughput window (2-4096); smaller reacts sooner and is noisier.");
+    CCL_MONITOR_DROP = ("CCL_MONITOR_DROP", "0.5", "Monitor: a window below this fraction of its key's baseline is an anomaly (above 0, below 1); it ends halfway back to the baseline.");
+    CCL_MONITOR_FILE = ("CCL_MONITOR_FILE", "", "Monitor: JSON lines file of throughput samples, anomalies, recoveries, stalls and transitions (%p: the process id), rotated by size; read it with `ccl-monitor summary|plot`. Empty: no file.");
+    CCL_MONITOR_PORT = ("CCL_MONITOR_PORT", "", "Monitor: Prometheus metrics on 127.0.0.1 at this port (0 picks one). Empty: no endpoint.");
+    CCL_MONITOR_STALL_US = ("CCL_MONITOR_STALL_US", "100000", "Monitor: no completion for this many microseconds with work outstanding on a key is a stall.");
+    CCL_MONITOR_FILE_BYTES = ("CCL_MONITOR_FILE_BYTES", "67108864", "Monitor: size at which CCL_MONITOR_FILE rotates (at least 4096).");
+    CCL_MONITOR_FILE_KEEP = ("CCL_MONITOR_FILE_KEEP", "4", "Monitor: rotated files kept (FILE.1 the newest).");
     CCL_RANK = ("CCL_RANK", "", "Rank of this process for manually launched ccl-perf.");
     CCL_NRANKS = ("CCL_NRANKS", "", "Number of ranks for manually launched ccl-perf.");
 }

@@ -108,4 +108,19 @@ pub trait Link: Send {
     }
     /// Short name for logs ("shm", "socket").
     fn kind(&self) -> &'static str;
+    /// Starts telling `m`'s monitor about the link's work (posts and completions of its
+    /// chunks, path health). Links that have nothing to report ignore it (the default).
+    fn attach_monitor(&mut self, m: &LinkMonitor) {
+        let _ = m;
+    }
+}
+
+/// Where a link reports to the throughput monitor, and as whom.
+#[derive(Clone, Debug)]
+pub struct LinkMonitor {
+    pub publisher: ccl_monitor::Publisher,
+    /// The peer's rank in the communicator.
+    pub peer: u32,
+    /// The communicator's hash, naming it in the monitor's alerts.
+    pub comm: u64,
 }

@@ -12,6 +12,7 @@ use crate::mpt::{frame::DATA_HEADER_LEN, Connection, Instant, MptConfig};
 use crate::{Error, Result};
 
 use super::config::MptLinkConfig;
+use super::monitor::EngineMon;
 use super::progress::Inner;
 use super::shared::{nanos_since, Shared, Wake};
 use super::slab::{Loan, Slab};
@@ -91,6 +92,7 @@ pub(super) fn start_engine(
         peer,
         sleeping: false,
         copy_job: None,
+        mon: EngineMon::off(cfg.local_ips.len()),
     };
     let shared = Arc::new(Shared {
         inner: Mutex::new(inner),

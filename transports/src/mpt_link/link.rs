@@ -403,4 +403,12 @@ impl Link for MptLink {
     fn kind(&self) -> &'static str {
         "mpt"
     }
+
+    fn attach_monitor(&mut self, m: &crate::LinkMonitor) {
+        for (e, engine) in self.engines.iter().enumerate() {
+            let mut inner = engine.shared.lock();
+            let inner = &mut *inner;
+            inner.mon.attach(m, &inner.conn, e);
+        }
+    }
 }

@@ -49,6 +49,7 @@ mod config;
 mod engine;
 mod hello;
 mod link;
+mod monitor;
 mod parts;
 mod progress;
 mod recv;

@@ -5,6 +5,7 @@ use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths};
 use crate::mpt::{Connection, Event, Instant, PathId};
 use crate::{Error, Result};
 
+use super::monitor::EngineMon;
 use super::parts::PART_HEADER;
 use super::slab::{Loan, Slab};
 
@@ -50,6 +51,8 @@ pub(super) struct Inner {
     pub(super) sleeping: bool,
     /// A part of a split frame for the engine thread to copy and queue (`engine_copy`).
     pub(super) copy_job: Option<CopyJob>,
+    /// What the throughput monitor is told (off unless [`crate::Link::attach_monitor`]).
+    pub(super) mon: EngineMon,
 }
 
 /// One part of a split frame, handed to the engine thread that carries it
@@ -226,11 +229,14 @@ impl Inner {
         }
         moved |= self.transmit(now, send_slab);
         self.drain_events();
+        self.mon.settle(&self.conn);
         moved
     }
 
     fn transmit(&mut self, now: Instant, send_slab: &Slab) -> bool {
         let mut moved = false;
+        // One clock reading per round stamps its chunks (0, unread, when the monitor is off).
+        let mon_ns = self.mon.now_ns();
         loop {
             while !self.tx.is_full() {
                 let Some(t) = self.conn.poll_transmit(now) else {
@@ -286,6 +292,11 @@ impl Inner {
                     }
                     if ext != 0 {
                         len += in_slot;
+                    }
+                }
+                if self.mon.is_on() {
+                    if let Some(p) = t.payload {
+                        self.mon.posted(mon_ns, t.path.0, u64::from(p.len));
                     }
                 }
                 if self.udp.inject_drop() {

@@ -1,0 +1,109 @@
+//! The throughput monitor's place in libccl: its settings from the parameter registry, and
+//! the one monitor of the process, which its communicators share.
+//!
+//! One per process rather than per communicator: the file and the metrics port are the
+//! process's (two communicators could not both write `CCL_MONITOR_FILE` or bind its port), and
+//! each monitor runs a collector thread, which a rank with a hierarchy (three communicators)
+//! would pay three times on a host with few cores. Communicators hold it through an `Arc`; it
+//! stops (flushing its file) when the last one is destroyed.
+
+use std::sync::{Arc, Weak};
+
+use ccl_monitor::{Monitor, MonitorConfig};
+use ccl_transports::{Link, LinkMonitor};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::params;
+
+/// The registry's monitor parameters.
+const PARAMS: [params::Param; 8] = [
+    params::CCL_MONITOR,
+    params::CCL_MONITOR_WINDOW,
+    params::CCL_MONITOR_DROP,
+    params::CCL_MONITOR_FILE,
+    params::CCL_MONITOR_PORT,
+    params::CCL_MONITOR_STALL_US,
+    params::CCL_MONITOR_FILE_BYTES,
+    params::CCL_MONITOR_FILE_KEEP,
+];
+
+/// The monitor's settings, from the registry: the one place they are read.
+pub fn config() -> Result<MonitorConfig> {
+    let mut cfg = MonitorConfig::from_lookup(|name| {
+        PARAMS
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.get_str())
+            .filter(|v| !v.trim().is_empty())
+    })
+    .map_err(|e| Error::invalid_argument(e.to_string()))?;
+    // Every process of a job reads the same setting: each writes its own file.
+    cfg.file = cfg.file.map(|f| {
+        let f = f
+            .to_string_lossy()
+            .replace("%p", &std::process::id().to_string());
+        f.into()
+    });
+    Ok(cfg)
+}
+
+/// The process's monitor, while some communicator holds it.
+static PROCESS: Mutex<Weak<Monitor>> = Mutex::new(Weak::new());
+
+/// The process's monitor (started now if no communicator holds one), or `None` when
+/// `CCL_MONITOR` is off.
+pub fn acquire() -> Result<Option<Arc<Monitor>>> {
+    let cfg = config()?;
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let mut slot = PROCESS.lock();
+    if let Some(m) = slot.upgrade() {
+        return Ok(Some(m));
+    }
+    let m = Arc::new(Monitor::new(&cfg).map_err(|e| Error::system(format!("monitor: {e}")))?);
+    *slot = Arc::downgrade(&m);
+    tracing::info!(file = ?cfg.file, port = ?cfg.port, "throughput monitor on");
+    Ok(Some(m))
+}
+
+/// Has every link of a communicator (`links[j]` to rank `j`) report to `monitor`.
+pub fn attach(monitor: &Monitor, links: &mut [Option<Box<dyn Link>>], comm: u64) {
+    let publisher = monitor.publisher();
+    for (peer, link) in links.iter_mut().enumerate() {
+        if let Some(l) = link {
+            l.attach_monitor(&LinkMonitor {
+                publisher: publisher.clone(),
+                peer: peer as u32,
+                comm,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_off_and_match_the_crate() {
+        let cfg = config().unwrap();
+        if std::env::var_os("CCL_MONITOR").is_none() {
+            assert_eq!(cfg, MonitorConfig::default());
+        }
+    }
+
+    #[test]
+    fn registry_defaults_parse_as_the_crate_defaults() {
+        let cfg = MonitorConfig::from_lookup(|n| {
+            PARAMS
+                .iter()
+                .find(|p| p.name == n)
+                .map(|p| p.default.to_string())
+                .filter(|v| !v.is_empty())
+        })
+        .unwrap();
+        assert_eq!(cfg, MonitorConfig::default());
+    }
+}
