@@ -64,8 +64,30 @@ pub fn acquire() -> Result<Option<Arc<Monitor>>> {
     }
     let m = Arc::new(Monitor::new(&cfg).map_err(|e| Error::system(format!("monitor: {e}")))?);
     *slot = Arc::downgrade(&m);
-    tracing::info!(file = ?cfg.file, port = ?cfg.port, "throughput monitor on");
+    tracing::info!(
+        file = ?cfg.file,
+        port = ?cfg.port,
+        "throughput monitor on; its clock's 0 is CLOCK_MONOTONIC {} ns",
+        clock_origin(&m)
+    );
     Ok(Some(m))
+}
+
+/// The `CLOCK_MONOTONIC` reading (ns) at which the monitor's clock read 0: adding it to a
+/// record's `ts_ns` puts the record on the clock scripts and other processes read.
+fn clock_origin(m: &Monitor) -> u64 {
+    let p = m.publisher();
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) } != 0 {
+        return 0;
+    }
+    let mono = u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(t.tv_nsec).unwrap_or(0);
+    mono.saturating_sub(p.now_ns())
 }
 
 /// Has every link of a communicator (`links[j]` to rank `j`) report to `monitor`.

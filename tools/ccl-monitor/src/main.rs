@@ -32,6 +32,16 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// One plot per file, side by side (one run analysed with several windows, say).
+    Panels {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// A caption per file, in order (SVG only).
+        #[arg(long)]
+        label: Vec<String>,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
@@ -44,6 +54,14 @@ fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
             let lines = ccl_monitor_tool::load(&files)?;
             ccl_monitor_tool::plot::plot(&lines, &out)?;
             tracing::info!(out = %out.display(), "plot written");
+        }
+        Cmd::Panels { files, label, out } => {
+            let mut sets = Vec::new();
+            for (i, f) in files.iter().enumerate() {
+                let name = label.get(i).cloned().unwrap_or_else(|| f.display().to_string());
+                sets.push((name, ccl_monitor_tool::load(std::slice::from_ref(f))?));
+            }
+            ccl_monitor_tool::plot::plot_panels(&sets, &out)?;
         }
     }
     Ok(())

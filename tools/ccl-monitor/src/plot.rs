@@ -104,12 +104,16 @@ fn write_png(data: &PlotData, out: &Path) -> Result<(), Error> {
         data,
         false,
     )?;
+    encode_png(&rgb, SIZE, out)
+}
+
+fn encode_png(rgb: &[u8], (w, h): (u32, u32), out: &Path) -> Result<(), Error> {
     let file = File::create(out).map_err(io_err(out))?;
     let mut enc = png::Encoder::new(BufWriter::new(file), w, h);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
     let mut writer = enc.write_header()?;
-    writer.write_image_data(&rgb)?;
+    writer.write_image_data(rgb)?;
     writer.finish()?;
     Ok(())
 }
@@ -123,13 +127,70 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(draw_err)?;
+    chart(&root, d, text, "throughput per path")?;
+    root.present().map_err(draw_err)
+}
+
+/// Writes one panel per set of lines, side by side (the same run's analyses with different
+/// windows, say), each captioned with its label in SVG output.
+pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], out: &Path) -> Result<(), Error> {
+    let data: Vec<(String, PlotData)> = sets
+        .iter()
+        .map(|(l, lines)| (l.clone(), PlotData::from_lines(lines)))
+        .collect();
+    let size = (PANEL_W * data.len().max(1) as u32, SIZE.1);
+    match out.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => {
+            panels(SVGBackend::new(out, size).into_drawing_area(), &data, true)
+        }
+        Some(e) if e.eq_ignore_ascii_case("png") => {
+            let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+            panels(
+                BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(),
+                &data,
+                false,
+            )?;
+            encode_png(&rgb, size, out)
+        }
+        _ => Err(Error::Format(out.to_owned())),
+    }
+}
+
+/// Width of one panel of [`plot_panels`].
+const PANEL_W: u32 = 600;
+
+fn panels<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    data: &[(String, PlotData)],
+    text: bool,
+) -> Result<(), Error>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(draw_err)?;
+    let areas = root.split_evenly((1, data.len().max(1)));
+    for (area, (label, d)) in areas.iter().zip(data) {
+        chart(area, d, text, label)?;
+    }
+    root.present().map_err(draw_err)
+}
+
+fn chart<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &PlotData,
+    text: bool,
+    caption: &str,
+) -> Result<(), Error>
+where
+    DB::ErrorType: 'static,
+{
     let (xs, ys) = d.ranges();
     let ymax = ys.end;
-    let mut builder = ChartBuilder::on(&root);
+    let mut builder = ChartBuilder::on(root);
     builder.margin(20);
     if text {
         builder
-            .caption("throughput per path", ("sans-serif", 22))
+            .caption(caption, ("sans-serif", 22))
             .x_label_area_size(40)
             .y_label_area_size(60);
     }
@@ -168,5 +229,5 @@ where
             .draw()
             .map_err(draw_err)?;
     }
-    root.present().map_err(draw_err)
+    Ok(())
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# tests/bench/monitor_overhead.sh LOGDIR -- what the throughput monitor costs.
+#
+# The two namespace hosts of nic_failover.sh, two ranks over the multipath transport on both
+# NICs, host memory. For all_reduce and sendrecv at 1 MiB and 64 MiB, runs monitor off and
+# on alternately (REPS pairs) and prints busbw (out-of-place, rank 0) and the CPU time
+# (user + system, getrusage of each rank's process) of both ranks together, and the on/off
+# ratios of their medians. Environment: LIBDIR (target/release), REPS (3), ITERS_SMALL (200),
+# ITERS_LARGE (10). Needs root and iproute2.
+set -uo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
+LOG=$(realpath -m "$1"); mkdir -p "$LOG"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
+LIBDIR=$(realpath "${LIBDIR:-target/release}")
+REPS=${REPS:-3} ITERS_SMALL=${ITERS_SMALL:-200} ITERS_LARGE=${ITERS_LARGE:-10}
+NS=(cclnic0 cclnic1)
+exec 8>/tmp/ccl-nic-failover.lock
+flock -w 900 8 || { echo "monitor_overhead: another namespace run holds the lock"; exit 2; }
+down() { for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done; }
+up() {
+  down
+  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
+  for k in 0 1; do
+    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
+    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
+    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
+    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
+  done
+}
+trap down EXIT
+up > "$LOG/netns.log" 2>&1 || { echo "monitor_overhead: namespace setup failed"; exit 2; }
+
+# one COLL SIZE ITERS MON TAG: both ranks; each rank's CPU seconds in TAG.rankR.cpu.
+one() {
+  local coll=$1 size=$2 iters=$3 mon=$4 tag=$5
+  local port=$((20000 + RANDOM % 20000))
+  for r in 1 0; do
+    ip netns exec "cclnic$r" env CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
+      NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES=nic0,nic1 CCL_MONITOR="$mon" \
+      CCL_MONITOR_FILE="$LOG/$tag.%p.jsonl" LD_LIBRARY_PATH="$LIBDIR" \
+      python3 -c 'import resource, subprocess, sys
+rc = subprocess.run(sys.argv[2:]).returncode
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{u.ru_utime + u.ru_stime:.3f}\n")
+sys.exit(rc)' "$LOG/$tag.rank$r.cpu" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$coll" --mem host \
+      -b "$size" -e "$size" -n "$iters" -w 2 -c 0 > "$LOG/$tag.rank$r.log" 2>&1 &
+    pids[r]=$!
+  done
+  wait "${pids[0]}"; wait "${pids[1]}"
+  local bw cpu
+  bw=$(grep -E "^ +[0-9]" "$LOG/$tag.rank0.log" | awk '{print $8}' | head -1)
+  cpu=$(cat "$LOG/$tag.rank0.cpu" "$LOG/$tag.rank1.cpu" 2>/dev/null | awk '{s += $1} END {print s}')
+  echo "$coll $size $mon $bw $cpu" >> "$LOG/raw.txt"
+}
+
+: > "$LOG/raw.txt"
+for case in "all_reduce 1M $ITERS_SMALL" "sendrecv 1M $ITERS_SMALL" \
+            "all_reduce 64M $ITERS_LARGE" "sendrecv 64M $ITERS_LARGE"; do
+  set -- $case
+  for k in $(seq "$REPS"); do
+    one "$1" "$2" "$3" 0 "$1-$2-off-$k"
+    one "$1" "$2" "$3" 1 "$1-$2-on-$k"
+  done
+done
+python3 - "$LOG/raw.txt" <<'EOF' | tee "$LOG/overhead.txt"
+import statistics, sys
+rows = {}
+for l in open(sys.argv[1]):
+    c, s, m, bw, cpu = l.split()
+    rows.setdefault((c, s), {}).setdefault(m, []).append((float(bw), float(cpu)))
+print(f"{'collective':<11}{'size':>5}  {'busbw off':>10}{'busbw on':>10}{'ratio':>7}  {'cpu s off':>10}{'cpu s on':>10}{'ratio':>7}   (medians; runs off/on)")
+for (c, s), m in rows.items():
+    med = lambda k, i: statistics.median(r[i] for r in m.get(k, [(0, 0)]))
+    bo, bn, co, cn = med("0", 0), med("1", 0), med("0", 1), med("1", 1)
+    runs = lambda k: ",".join(f"{r[0]:.3f}/{r[1]:.2f}" for r in m.get(k, []))
+    print(f"{c:<11}{s:>5}  {bo:>10.3f}{bn:>10.3f}{bn/bo if bo else 0:>7.3f}  {co:>10.2f}{cn:>10.2f}{cn/co if co else 0:>7.3f}   off {runs('0')}  on {runs('1')}")
+EOF

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# tests/bench/monitor_tbf.sh LOGDIR -- does the throughput monitor see a NIC slow down?
+#
+# The two namespace "hosts" of nic_failover.sh (cclnic0/cclnic1, NICs nic0 and nic1). Two
+# ranks run `ccl-perf sendrecv` on host memory over the multipath transport on both NICs with
+# CCL_MONITOR=1. First a run without shaping measures host 0's nic1 rate (its tx bytes over
+# the run); then, in the monitored runs, TBF_AT_S into the run a `tc qdisc ... tbf` on host
+# 0's nic1 cuts it to a quarter of that rate for TBF_MS (300) ms. The qdisc changes are
+# stamped with CLOCK_MONOTONIC, the clock whose reading at the monitor's zero each rank logs,
+# so the monitor's anomaly and recovery are timed against them; the changes also go into the
+# plotted file as transitions (orange lines).
+#
+# Writes LOGDIR/summary.txt, docs/monitor-tbf.png/.svg (window CCL_MONITOR_WINDOW, 8) and
+# docs/monitor-windows.png/.svg (the same experiment with windows 2, 8 and 32: three runs,
+# since the file holds window samples, not raw records; 2 is the smallest window, one
+# interval). Environment: LIBDIR (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1),
+# TBF_MS (300). Needs root and iproute2 (tc); leaves nothing behind.
+set -uo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
+LOG=$(realpath -m "$1"); mkdir -p "$LOG"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
+LIBDIR=$(realpath "${LIBDIR:-target/release}")
+SIZE=${SIZE:-4M} ITERS=${ITERS:-400} TBF_AT_S=${TBF_AT_S:-1} TBF_MS=${TBF_MS:-300}
+NS=(cclnic0 cclnic1)
+exec 8>/tmp/ccl-nic-failover.lock
+flock -w 900 8 || { echo "monitor_tbf: another namespace run holds the lock"; exit 2; }
+down() { for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done; }
+up() {
+  down
+  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
+  for k in 0 1; do
+    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
+    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
+    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
+    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
+  done
+}
+trap down EXIT
+up > "$LOG/netns.log" 2>&1 || { echo "monitor_tbf: namespace setup failed"; cat "$LOG/netns.log"; exit 2; }
+
+# run NAME [ENV=VALUE ...]: both ranks, rank r's output in NAME.rankR.log.
+run() {
+  local name=$1; shift
+  local port=$((20000 + RANDOM % 20000))
+  for r in 1 0; do
+    ip netns exec "cclnic$r" env CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
+      NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES=nic0,nic1 NCCL_DEBUG=INFO "$@" \
+      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" sendrecv --mem host \
+      -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 2 -c 0 > "$LOG/$name.rank$r.log" 2>&1 &
+    pids[r]=$!
+  done
+}
+wait_ranks() { wait "${pids[0]}"; local a=$?; wait "${pids[1]}"; return $((a | $?)); }
+tx_bytes() { ip -n cclnic0 -s -j link show nic1 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
+
+# The unshaped rate of host 0's nic1.
+b0=$(tx_bytes); t0=$(date +%s%N)
+run plain; wait_ranks || { echo "monitor_tbf: unshaped run failed"; tail "$LOG"/plain.rank0.log; exit 1; }
+b1=$(tx_bytes); t1=$(date +%s%N)
+RATE_BPS=$(( (b1 - b0) * 8 * 1000000000 / (t1 - t0) ))
+TBF_BPS=$((RATE_BPS / 4))
+echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tbf at $((TBF_BPS / 1000000)) Mbit/s for $TBF_MS ms" | tee "$LOG/summary.txt"
+
+# shaped NAME WINDOW: a monitored run with the qdisc change TBF_AT_S in; its times in NAME.tc.
+shaped() {
+  local name=$1 w=$2
+  run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl"
+  python3 - "$LOG/$name.tc" "$TBF_AT_S" "$TBF_MS" "$TBF_BPS" <<'EOF'
+import subprocess, sys, time
+out, at, ms, bps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+tc = ["ip", "netns", "exec", "cclnic0", "tc", "qdisc"]
+time.sleep(at)
+with open(out, "w") as f:
+    t = time.monotonic_ns()
+    subprocess.run(tc + ["add", "dev", "nic1", "root", "tbf", "rate", f"{bps}bit",
+                         "burst", "64kb", "latency", "50ms"], check=True)
+    f.write(f"add {t} {time.monotonic_ns()}\n")
+    time.sleep(ms / 1000)
+    t = time.monotonic_ns()
+    subprocess.run(tc + ["del", "dev", "nic1", "root"], check=True)
+    f.write(f"del {t} {time.monotonic_ns()}\n")
+EOF
+  wait_ranks || { echo "monitor_tbf: $name failed"; tail "$LOG/$name.rank0.log"; return 1; }
+}
+
+# analyse NAME: times of host 0's (rank 0's) first nic-1 anomaly after the qdisc went on and
+# first recovery after it came off, on the qdisc's clock; writes NAME.marked.jsonl (rank 0's
+# file with the qdisc changes as transitions) for plotting.
+analyse() {
+  python3 - "$LOG" "$1" <<'EOF'
+import json, re, sys
+log, name = sys.argv[1], sys.argv[2]
+text = open(f"{log}/{name}.rank0.log").read()
+origin = int(re.search(r"clock's 0 is CLOCK_MONOTONIC (\d+) ns", text).group(1))
+# Rank 0's file, as its monitor logged it.
+mine = re.search(r'file=Some\("([^"]+)"\)', text).group(1)
+lines = [json.loads(l) for l in open(mine)]
+tc = {k: (int(a), int(b)) for k, a, b in (l.split() for l in open(f"{log}/{name}.tc"))}
+add, dele = (tc["add"][1] - origin, tc["del"][1] - origin)
+def first(kind, after, scope):
+    ts = [l["ts_ns"] for l in lines if l.get("type") == kind and l["scope"] == scope
+          and (scope != "nic" or l["id"] == 1) and l["ts_ns"] >= after]
+    return min(ts) if ts else None
+out = [f"{name}: qdisc on at {add/1e6:.1f} ms, off at {dele/1e6:.1f} ms (monitor clock)"]
+for scope in ("nic", "path", "peer"):
+    a, r = first("anomaly", add, scope), first("recovered", dele, scope)
+    fa = f"{(a-add)/1e6:+.1f} ms after tbf on" if a is not None else "none"
+    fr = f"{(r-dele)/1e6:+.1f} ms after tbf off" if r is not None else "none"
+    out.append(f"  {scope:<5} first anomaly {fa}; first recovery {fr}")
+print("\n".join(out))
+with open(f"{log}/{name}.marked.jsonl", "w") as f:
+    for l in lines:
+        f.write(json.dumps(l) + "\n")
+    for ts, frm, to in ((add, "full", "tbf"), (dele, "tbf", "full")):
+        f.write(json.dumps({"ts_ns": ts, "type": "transition", "scope": "nic", "id": 1,
+                            "from": frm, "to": to, "reason": "tc qdisc"}) + "\n")
+EOF
+}
+
+tool=$LIBDIR/ccl-monitor
+status=0
+for w in 8 2 32; do
+  shaped "w$w" "$w" || { status=1; continue; }
+  analyse "w$w" | tee -a "$LOG/summary.txt"
+done
+if [ -f "$LOG/w8.marked.jsonl" ]; then
+  "$tool" summary "$LOG/w8.marked.jsonl" | tee -a "$LOG/summary.txt"
+  for ext in png svg; do "$tool" plot "$LOG/w8.marked.jsonl" --out "docs/monitor-tbf.$ext"; done
+fi
+if [ -f "$LOG/w2.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
+  for ext in png svg; do
+    "$tool" panels "$LOG/w2.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
+      --label "window 2" --label "window 8" --label "window 32" --out "docs/monitor-windows.$ext"
+  done
+fi
+exit $status
