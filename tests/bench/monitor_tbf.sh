@@ -51,13 +51,14 @@ run() {
   done
 }
 wait_ranks() { wait "${pids[0]}"; local a=$?; wait "${pids[1]}"; return $((a | $?)); }
-tx_bytes() { ip -n cclnic0 -s -j link show nic1 | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["stats64"]["tx"]["bytes"])'; }
+tx_bytes() { ip netns exec cclnic0 cat /sys/class/net/nic1/statistics/tx_bytes; }
 
 # The unshaped rate of host 0's nic1.
 b0=$(tx_bytes); t0=$(date +%s%N)
 run plain; wait_ranks || { echo "monitor_tbf: unshaped run failed"; tail "$LOG"/plain.rank0.log; exit 1; }
 b1=$(tx_bytes); t1=$(date +%s%N)
-RATE_BPS=$(( (b1 - b0) * 8 * 1000000000 / (t1 - t0) ))
+# In microseconds: bytes x 8 x 1e9 overflows shell arithmetic.
+RATE_BPS=$(( (b1 - b0) * 8 * 1000000 / ((t1 - t0) / 1000) ))
 TBF_BPS=$((RATE_BPS / 4))
 echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tbf at $((TBF_BPS / 1000000)) Mbit/s for $TBF_MS ms" | tee "$LOG/summary.txt"
 
@@ -65,10 +66,12 @@ echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tb
 shaped() {
   local name=$1 w=$2
   run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl"
-  python3 - "$LOG/$name.tc" "$TBF_AT_S" "$TBF_MS" "$TBF_BPS" <<'EOF'
+  # Inside host 0's namespace, so each change costs a tc exec and no more (CLOCK_MONOTONIC
+  # is the same in every namespace); the line has the readings before and after it.
+  ip netns exec cclnic0 python3 - "$LOG/$name.tc" "$TBF_AT_S" "$TBF_MS" "$TBF_BPS" <<'EOF'
 import subprocess, sys, time
 out, at, ms, bps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-tc = ["ip", "netns", "exec", "cclnic0", "tc", "qdisc"]
+tc = ["tc", "qdisc"]
 time.sleep(at)
 with open(out, "w") as f:
     t = time.monotonic_ns()
@@ -93,20 +96,39 @@ log, name = sys.argv[1], sys.argv[2]
 text = open(f"{log}/{name}.rank0.log").read()
 origin = int(re.search(r"clock's 0 is CLOCK_MONOTONIC (\d+) ns", text).group(1))
 # Rank 0's file, as its monitor logged it.
-mine = re.search(r'file=Some\("([^"]+)"\)', text).group(1)
+mine = re.search(r'Some\("([^"]+\.jsonl)"\)', text).group(1)
 lines = [json.loads(l) for l in open(mine)]
 tc = {k: (int(a), int(b)) for k, a, b in (l.split() for l in open(f"{log}/{name}.tc"))}
+# The qdisc changed somewhere between the two readings: the later one is when it held.
 add, dele = (tc["add"][1] - origin, tc["del"][1] - origin)
-def first(kind, after, scope):
-    ts = [l["ts_ns"] for l in lines if l.get("type") == kind and l["scope"] == scope
-          and (scope != "nic" or l["id"] == 1) and l["ts_ns"] >= after]
-    return min(ts) if ts else None
-out = [f"{name}: qdisc on at {add/1e6:.1f} ms, off at {dele/1e6:.1f} ms (monitor clock)"]
-for scope in ("nic", "path", "peer"):
-    a, r = first("anomaly", add, scope), first("recovered", dele, scope)
-    fa = f"{(a-add)/1e6:+.1f} ms after tbf on" if a is not None else "none"
-    fr = f"{(r-dele)/1e6:+.1f} ms after tbf off" if r is not None else "none"
-    out.append(f"  {scope:<5} first anomaly {fa}; first recovery {fr}")
+unc = max(tc["add"][1] - tc["add"][0], tc["del"][1] - tc["del"][0]) / 1e6
+out = [f"{name}: qdisc on at {add/1e6:.1f} ms, off at {dele/1e6:.1f} ms (monitor clock; tc took up to {unc:.1f} ms)"]
+def nic1(kind):
+    return [l for l in lines if l.get("type") == kind and l["scope"] == "nic" and l["id"] == 1]
+samples = nic1("sample")
+def mean_ratio(t0, t1):
+    """nic 1's mean sample throughput over [t0, t1) against nic 0's."""
+    m = lambda nic: [l["tput_bps"] for l in lines if l.get("type") == "sample"
+                     and l["scope"] == "nic" and l["id"] == nic and t0 <= l["ts_ns"] < t1]
+    a, b = m(1), m(0)
+    return (sum(a) / len(a)) / (sum(b) / len(b)) if a and b else float("nan")
+span = dele - add
+out.append(f"  nic1/nic0 mean window throughput: {mean_ratio(add - span, add):.2f} before, "
+           f"{mean_ratio(add, dele):.2f} under tbf, {mean_ratio(dele, dele + span):.2f} after")
+# The detector's view, sample by sample: below CCL_MONITOR_DROP (0.5) x baseline, and back
+# to the recovery threshold (0.75 x baseline).
+low = [l["ts_ns"] for l in samples if l["ts_ns"] >= add and l["tput_bps"] < 0.5 * l["baseline_bps"]]
+back = [l["ts_ns"] for l in samples if l["ts_ns"] >= dele and l["tput_bps"] >= 0.75 * l["baseline_bps"]]
+fmt = lambda v, t0: f"{(v - t0) / 1e6:+.1f} ms" if v is not None else "never"
+out.append(f"  nic1 first window below 0.5 x baseline {fmt(min(low, default=None), add)} after tbf on; "
+           f"first back above 0.75 x {fmt(min(back, default=None), dele)} after tbf off")
+alerts = sorted((l["ts_ns"], l["type"]) for l in nic1("anomaly") + nic1("recovered"))
+before = [k for t, k in alerts if t < add]
+state = "anomalous" if before and before[-1] == "anomaly" else "normal"
+fa = min((t for t, k in alerts if k == "anomaly" and t >= add), default=None)
+fr = min((t for t, k in alerts if k == "recovered" and t >= dele), default=None)
+out.append(f"  nic1 alerts: {state} at tbf on; first anomaly event {fmt(fa, add)} after tbf on, "
+           f"first recovery event {fmt(fr, dele)} after tbf off; {len(alerts)} alert events in the run")
 print("\n".join(out))
 with open(f"{log}/{name}.marked.jsonl", "w") as f:
     for l in lines:
@@ -125,12 +147,17 @@ for w in 8 2 32; do
 done
 if [ -f "$LOG/w8.marked.jsonl" ]; then
   "$tool" summary "$LOG/w8.marked.jsonl" | tee -a "$LOG/summary.txt"
-  for ext in png svg; do "$tool" plot "$LOG/w8.marked.jsonl" --out "docs/monitor-tbf.$ext"; done
+  # The NICs around the qdisc change, 20 ms buckets (see `ccl-monitor plot --help`).
+  span=$(python3 -c 'import json,sys; t=[json.loads(l)["ts_ns"]/1e6 for l in open(sys.argv[1]) if "tc qdisc" in l]; print(f"--from-ms {t[0]-700:.0f} --to-ms {t[1]+700:.0f}")' "$LOG/w8.marked.jsonl")
+  for ext in png svg; do
+    "$tool" plot "$LOG/w8.marked.jsonl" --scope nic --bucket-ms 20 $span --out "docs/monitor-tbf.$ext"
+  done
 fi
 if [ -f "$LOG/w2.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
   for ext in png svg; do
     "$tool" panels "$LOG/w2.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
-      --label "window 2" --label "window 8" --label "window 32" --out "docs/monitor-windows.$ext"
+      --label "window 2" --label "window 8" --label "window 32" --scope nic --bucket-ms 5 \
+      --from-ms 700 --to-ms 2600 --out "docs/monitor-windows.$ext"
   done
 fi
 exit $status

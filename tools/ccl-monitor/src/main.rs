@@ -24,13 +24,15 @@ enum Cmd {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Throughput timeline per path, anomalies and transitions marked.
+    /// Throughput timeline per path (or NIC, peer), anomalies and transitions marked.
     Plot {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Output image: PATH.png or PATH.svg.
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        view: ViewArgs,
     },
     /// One plot per file, side by side (one run analysed with several windows, say).
     Panels {
@@ -41,7 +43,38 @@ enum Cmd {
         label: Vec<String>,
         #[arg(long)]
         out: PathBuf,
+        #[command(flatten)]
+        view: ViewArgs,
     },
+}
+
+/// What of a file a plot shows.
+#[derive(clap::Args)]
+struct ViewArgs {
+    /// Keys drawn: path (the default, with every transition marked), nic or peer (with that
+    /// scope's alerts and transitions marked).
+    #[arg(long, value_parser = ["path", "nic", "peer"])]
+    scope: Option<String>,
+    /// Average the samples over buckets of this many milliseconds (0: every sample).
+    #[arg(long, default_value_t = 0.0)]
+    bucket_ms: f64,
+    /// Draw from this time on (ms, the file's clock).
+    #[arg(long)]
+    from_ms: Option<f64>,
+    /// Draw up to this time (ms).
+    #[arg(long)]
+    to_ms: Option<f64>,
+}
+
+impl ViewArgs {
+    fn view(&self) -> ccl_monitor_tool::plot::View {
+        ccl_monitor_tool::plot::View {
+            scope: self.scope.clone(),
+            bucket_ms: self.bucket_ms.max(0.0),
+            from_ms: self.from_ms.unwrap_or(f64::NEG_INFINITY),
+            to_ms: self.to_ms.unwrap_or(f64::INFINITY),
+        }
+    }
 }
 
 fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
@@ -50,18 +83,23 @@ fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
             let rows = ccl_monitor_tool::summary::summarize(&ccl_monitor_tool::load(&files)?);
             print!("{}", ccl_monitor_tool::summary::render(&rows));
         }
-        Cmd::Plot { files, out } => {
+        Cmd::Plot { files, out, view } => {
             let lines = ccl_monitor_tool::load(&files)?;
-            ccl_monitor_tool::plot::plot(&lines, &out)?;
+            ccl_monitor_tool::plot::plot_view(&lines, &view.view(), &out)?;
             tracing::info!(out = %out.display(), "plot written");
         }
-        Cmd::Panels { files, label, out } => {
+        Cmd::Panels {
+            files,
+            label,
+            out,
+            view,
+        } => {
             let mut sets = Vec::new();
             for (i, f) in files.iter().enumerate() {
                 let name = label.get(i).cloned().unwrap_or_else(|| f.display().to_string());
                 sets.push((name, ccl_monitor_tool::load(std::slice::from_ref(f))?));
             }
-            ccl_monitor_tool::plot::plot_panels(&sets, &out)?;
+            ccl_monitor_tool::plot::plot_panels(&sets, &view.view(), &out)?;
         }
     }
     Ok(())

@@ -28,27 +28,75 @@ const PATH_COLORS: [RGBColor; 6] = [
 /// What is drawn, in milliseconds and GB/s.
 #[derive(Debug, Default, PartialEq)]
 pub struct PlotData {
+    /// Throughput per key of the drawn scope (paths by default), by key id.
     pub paths: BTreeMap<u64, Vec<(f64, f64)>>,
     pub anomalies: Vec<f64>,
     pub recoveries: Vec<f64>,
     pub transitions: Vec<f64>,
+    /// The scope the series are of (`path` when empty).
+    pub scope: String,
+}
+
+/// Which part of a file is drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct View {
+    /// The keys drawn (`path`, `nic`, `peer`), and whose alerts and transitions are marked;
+    /// `None`: paths, with every transition marked.
+    pub scope: Option<String>,
+    /// Samples averaged over buckets of this many milliseconds (0: drawn as they are). The
+    /// windows of a busy key can be a fraction of a millisecond long, and a timeline of
+    /// seconds drawn from them is mostly noise.
+    pub bucket_ms: f64,
+    /// The time span drawn, in milliseconds.
+    pub from_ms: f64,
+    pub to_ms: f64,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        View {
+            scope: None,
+            bucket_ms: 0.0,
+            from_ms: f64::NEG_INFINITY,
+            to_ms: f64::INFINITY,
+        }
+    }
 }
 
 impl PlotData {
     pub fn from_lines(lines: &[JsonLine]) -> Self {
-        let mut d = PlotData::default();
+        Self::from_lines_in(lines, &View::default())
+    }
+
+    /// What `view` shows of `lines`.
+    pub fn from_lines_in(lines: &[JsonLine], view: &View) -> Self {
+        let scope = view.scope.as_deref().unwrap_or("path");
+        let mut d = PlotData {
+            scope: scope.to_owned(),
+            ..PlotData::default()
+        };
         for l in lines {
             let ms = l.ts_ns as f64 / 1e6;
-            let on_path = l.scope == "path";
+            if ms < view.from_ms || ms > view.to_ms {
+                continue;
+            }
+            let mine = l.scope == scope;
             match l.kind {
-                Some(LineKind::Sample) if on_path => {
+                Some(LineKind::Sample) if mine => {
                     let gbps = l.tput_bps.unwrap_or(0.0) / 1e9;
                     d.paths.entry(l.id).or_default().push((ms, gbps));
                 }
-                Some(LineKind::Anomaly) if on_path => d.anomalies.push(ms),
-                Some(LineKind::Recovered) if on_path => d.recoveries.push(ms),
-                Some(LineKind::Transition) => d.transitions.push(ms),
+                Some(LineKind::Anomaly) if mine => d.anomalies.push(ms),
+                Some(LineKind::Recovered) if mine => d.recoveries.push(ms),
+                Some(LineKind::Transition) if mine || view.scope.is_none() => {
+                    d.transitions.push(ms)
+                }
                 _ => {}
+            }
+        }
+        if view.bucket_ms > 0.0 {
+            for pts in d.paths.values_mut() {
+                *pts = bucketed(pts, view.bucket_ms);
             }
         }
         d
@@ -80,13 +128,40 @@ impl PlotData {
     }
 }
 
+/// The mean of the points in each `ms`-long bucket, at the bucket's middle.
+fn bucketed(pts: &[(f64, f64)], ms: f64) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    let mut cur: Option<(f64, f64, u32)> = None;
+    for &(t, v) in pts {
+        let b = (t / ms).floor();
+        match cur {
+            Some((cb, sum, n)) if cb == b => cur = Some((cb, sum + v, n + 1)),
+            _ => {
+                if let Some((cb, sum, n)) = cur {
+                    out.push(((cb + 0.5) * ms, sum / f64::from(n)));
+                }
+                cur = Some((b, v, 1));
+            }
+        }
+    }
+    if let Some((cb, sum, n)) = cur {
+        out.push(((cb + 0.5) * ms, sum / f64::from(n)));
+    }
+    out
+}
+
 fn draw_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
 
 /// Writes the plot of `lines` to `out`, PNG or SVG by its extension.
 pub fn plot(lines: &[JsonLine], out: &Path) -> Result<(), Error> {
-    let data = PlotData::from_lines(lines);
+    plot_view(lines, &View::default(), out)
+}
+
+/// [`plot`] of what `view` shows.
+pub fn plot_view(lines: &[JsonLine], view: &View, out: &Path) -> Result<(), Error> {
+    let data = PlotData::from_lines_in(lines, view);
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => {
             draw(SVGBackend::new(out, SIZE).into_drawing_area(), &data, true)
@@ -133,10 +208,14 @@ where
 
 /// Writes one panel per set of lines, side by side (the same run's analyses with different
 /// windows, say), each captioned with its label in SVG output.
-pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], out: &Path) -> Result<(), Error> {
+pub fn plot_panels(
+    sets: &[(String, Vec<JsonLine>)],
+    view: &View,
+    out: &Path,
+) -> Result<(), Error> {
     let data: Vec<(String, PlotData)> = sets
         .iter()
-        .map(|(l, lines)| (l.clone(), PlotData::from_lines(lines)))
+        .map(|(l, lines)| (l.clone(), PlotData::from_lines_in(lines, view)))
         .collect();
     let size = (PANEL_W * data.len().max(1) as u32, SIZE.1);
     match out.extension().and_then(|e| e.to_str()) {
@@ -202,12 +281,13 @@ where
         mesh.disable_x_axis().disable_y_axis();
     }
     mesh.draw().map_err(draw_err)?;
+    let scope = if d.scope.is_empty() { "path" } else { &d.scope };
     for (i, (path, pts)) in d.paths.iter().enumerate() {
         let color = PATH_COLORS[i % PATH_COLORS.len()];
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(draw_err)?
-            .label(format!("path {path}"))
+            .label(format!("{scope} {path}"))
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }
     let marks = [
