@@ -156,7 +156,7 @@ fi
 if [ -f "$LOG/w2.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
   for ext in png svg; do
     "$tool" panels "$LOG/w2.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
-      --label "window 2" --label "window 8" --label "window 32" --scope nic --bucket-ms 5 \
+      --label "window 2" --label "window 8" --label "window 32" --scope nic --bucket-ms 20 \
       --from-ms 700 --to-ms 2600 --out "docs/monitor-windows.$ext"
   done
 fi

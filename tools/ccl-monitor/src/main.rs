@@ -96,7 +96,10 @@ fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
         } => {
             let mut sets = Vec::new();
             for (i, f) in files.iter().enumerate() {
-                let name = label.get(i).cloned().unwrap_or_else(|| f.display().to_string());
+                let name = label
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| f.display().to_string());
                 sets.push((name, ccl_monitor_tool::load(std::slice::from_ref(f))?));
             }
             ccl_monitor_tool::plot::plot_panels(&sets, &view.view(), &out)?;

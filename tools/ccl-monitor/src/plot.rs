@@ -208,11 +208,7 @@ where
 
 /// Writes one panel per set of lines, side by side (the same run's analyses with different
 /// windows, say), each captioned with its label in SVG output.
-pub fn plot_panels(
-    sets: &[(String, Vec<JsonLine>)],
-    view: &View,
-    out: &Path,
-) -> Result<(), Error> {
+pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], view: &View, out: &Path) -> Result<(), Error> {
     let data: Vec<(String, PlotData)> = sets
         .iter()
         .map(|(l, lines)| (l.clone(), PlotData::from_lines_in(lines, view)))

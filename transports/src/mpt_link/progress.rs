@@ -296,7 +296,7 @@ impl Inner {
                 }
                 if self.mon.is_on() {
                     if let Some(p) = t.payload {
-                        self.mon.posted(mon_ns, t.path.0, u64::from(p.len));
+                        self.mon.posted(mon_ns, t.path.0, p.len);
                     }
                 }
                 if self.udp.inject_drop() {
