@@ -6,13 +6,15 @@
 # on alternately (REPS pairs) and prints busbw (out-of-place, rank 0) and the CPU time
 # (user + system, getrusage of each rank's process) of both ranks together, and the on/off
 # ratios of their medians. Environment: LIBDIR (target/release), REPS (3), ITERS_SMALL (200),
-# ITERS_LARGE (10). Needs root and iproute2.
+# ITERS_LARGE (10), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M).
+# Needs root and iproute2.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
 LOG=$(realpath -m "$1"); mkdir -p "$LOG"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 REPS=${REPS:-3} ITERS_SMALL=${ITERS_SMALL:-200} ITERS_LARGE=${ITERS_LARGE:-10}
+FILE=${FILE:-1} SIZES=${SIZES:-1M 64M}
 NS=(cclnic0 cclnic1)
 exec 8>/tmp/ccl-nic-failover.lock
 flock -w 900 8 || { echo "monitor_overhead: another namespace run holds the lock"; exit 2; }
@@ -37,7 +39,7 @@ one() {
   for r in 1 0; do
     ip netns exec "cclnic$r" env CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
       NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES=nic0,nic1 CCL_MONITOR="$mon" \
-      CCL_MONITOR_FILE="$LOG/$tag.%p.jsonl" LD_LIBRARY_PATH="$LIBDIR" \
+      CCL_MONITOR_FILE="$([ "$FILE" = 1 ] && echo "$LOG/$tag.%p.jsonl")" LD_LIBRARY_PATH="$LIBDIR" \
       python3 -c 'import resource, subprocess, sys
 rc = subprocess.run(sys.argv[2:]).returncode
 u = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,8 +56,12 @@ sys.exit(rc)' "$LOG/$tag.rank$r.cpu" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$co
 }
 
 : > "$LOG/raw.txt"
-for case in "all_reduce 1M $ITERS_SMALL" "sendrecv 1M $ITERS_SMALL" \
-            "all_reduce 64M $ITERS_LARGE" "sendrecv 64M $ITERS_LARGE"; do
+cases=()
+for size in $SIZES; do
+  iters=$ITERS_LARGE; [ "$size" = 1M ] && iters=$ITERS_SMALL
+  cases+=("all_reduce $size $iters" "sendrecv $size $iters")
+done
+for case in "${cases[@]}"; do
   set -- $case
   for k in $(seq "$REPS"); do
     one "$1" "$2" "$3" 0 "$1-$2-off-$k"
