@@ -54,7 +54,7 @@ static PROCESS: Mutex<Weak<Monitor>> = Mutex::new(Weak::new());
 /// The process's monitor (started now if no communicator holds one), or `None` when
 /// `CCL_MONITOR` is off.
 pub fn acquire() -> Result<Option<Arc<Monitor>>> {
-    let cfg = config()?;
+    let mut cfg = config()?;
     if !cfg.enabled {
         return Ok(None);
     }
@@ -62,7 +62,17 @@ pub fn acquire() -> Result<Option<Arc<Monitor>>> {
     if let Some(m) = slot.upgrade() {
         return Ok(Some(m));
     }
-    let m = Arc::new(Monitor::new(&cfg).map_err(|e| Error::system(format!("monitor: {e}")))?);
+    let m = match Monitor::new(&cfg) {
+        // Several processes of a host read the same CCL_MONITOR_PORT: the first gets it, the
+        // others record without an endpoint rather than fail init.
+        Err(ccl_monitor::Error::Bind(e)) => {
+            tracing::warn!("CCL_MONITOR_PORT={:?}: {e}; no metrics endpoint", cfg.port);
+            cfg.port = None;
+            Monitor::new(&cfg)
+        }
+        m => m,
+    };
+    let m = Arc::new(m.map_err(|e| Error::system(format!("monitor: {e}")))?);
     *slot = Arc::downgrade(&m);
     tracing::info!(
         file = ?cfg.file,

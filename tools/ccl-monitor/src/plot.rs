@@ -119,10 +119,13 @@ impl PlotData {
             .flatten()
             .map(|p| p.1)
             .fold(0.0, f64::max);
+        // Nothing to draw leaves t0 infinite: an unbounded axis never finishes its mesh.
         let (t0, t1) = if t0 < t1 {
             (t0, t1)
-        } else {
+        } else if t0.is_finite() {
             (0.0, t0.max(0.0) + 1.0)
+        } else {
+            (0.0, 1.0)
         };
         (t0..t1, 0.0..if top > 0.0 { top * 1.1 } else { 1.0 })
     }
@@ -306,4 +309,73 @@ where
             .map_err(draw_err)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn line(ms: u64, kind: LineKind, scope: &str, id: u64, gbps: f64) -> JsonLine {
+        JsonLine {
+            ts_ns: ms * 1_000_000,
+            kind: Some(kind),
+            scope: scope.to_owned(),
+            id,
+            tput_bps: Some(gbps * 1e9),
+            ..JsonLine::default()
+        }
+    }
+
+    #[test]
+    fn a_view_picks_its_scope_span_and_buckets() {
+        let lines = vec![
+            line(1, LineKind::Sample, "nic", 1, 1.0),
+            line(3, LineKind::Sample, "nic", 1, 3.0),
+            line(12, LineKind::Sample, "nic", 1, 5.0),
+            line(12, LineKind::Sample, "path", 0, 9.0),
+            line(13, LineKind::Anomaly, "nic", 1, 0.1),
+            line(14, LineKind::Anomaly, "path", 0, 0.1),
+            line(15, LineKind::Transition, "path", 0, 0.0),
+            line(16, LineKind::Transition, "nic", 1, 0.0),
+            line(50, LineKind::Sample, "nic", 1, 7.0),
+        ];
+        let view = View {
+            scope: Some("nic".into()),
+            bucket_ms: 10.0,
+            from_ms: 0.0,
+            to_ms: 40.0,
+        };
+        let d = PlotData::from_lines_in(&lines, &view);
+        assert_eq!(d.scope, "nic");
+        assert_eq!(d.paths[&1], vec![(5.0, 2.0), (15.0, 5.0)]);
+        assert_eq!(
+            (d.anomalies.clone(), d.transitions.clone()),
+            (vec![13.0], vec![16.0])
+        );
+        // The default view: paths, every transition.
+        let d = PlotData::from_lines(&lines);
+        assert_eq!(d.paths[&0], vec![(12.0, 9.0)]);
+        assert_eq!(d.transitions, vec![15.0, 16.0]);
+    }
+
+    #[test]
+    fn panels_write_png_and_svg() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = vec![
+            line(1, LineKind::Sample, "nic", 0, 1.0),
+            line(2, LineKind::Sample, "nic", 0, 2.0),
+        ];
+        // The second panel has nothing to draw (and must not hang doing so).
+        let sets = vec![("a".to_owned(), lines), ("b".to_owned(), Vec::new())];
+        let view = View {
+            scope: Some("nic".into()),
+            ..View::default()
+        };
+        for ext in ["png", "svg"] {
+            let out = dir.path().join(format!("p.{ext}"));
+            plot_panels(&sets, &view, &out).unwrap();
+            assert!(std::fs::metadata(&out).unwrap().len() > 0);
+        }
+    }
 }
