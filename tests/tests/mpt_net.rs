@@ -249,3 +249,33 @@ fn mpt_by_name_fails_init_when_no_datagram_gets_through() {
         );
     }
 }
+
+/// With `CCL_MONITOR=1` each rank's monitor writes its file (`%p`: one per process) with
+/// throughput samples of its peer, and the communicator's destroy completes it.
+#[test]
+fn the_monitor_records_each_ranks_peer() {
+    let dir = std::env::temp_dir().join(format!("ccl-monitor-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("mon.%p.jsonl");
+    run(
+        2,
+        &[
+            ("CCL_MONITOR", "1"),
+            ("CCL_MONITOR_FILE", file.to_str().unwrap()),
+        ],
+    );
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let peer_samples = text
+            .lines()
+            .filter(|l| l.contains(r#""type":"sample","scope":"peer""#))
+            .count();
+        assert!(peer_samples > 0, "{}: no peer samples", f.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
