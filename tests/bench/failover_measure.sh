@@ -22,24 +22,8 @@ LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-64M} ITERS=${ITERS:-40} RPH=${RANKS_PER_HOST:-1}
 CUT_AT_S=${CUT_AT_S:-1} DOWN_AT_S=${DOWN_AT_S:-2} UP_AFTER_S=${UP_AFTER_S:-4}
 NETS=${NETS:-socket mpt} OPS=${OPS:-all_reduce sendrecv alltoall}
-NS=(cclnic0 cclnic1)
-exec 8>/tmp/ccl-nic-failover.lock
-flock -w 900 8 || { echo "failover_measure: another run holds the lock"; exit 2; }
-
-# Namespace setup as in nic_failover.sh.
-down() { for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done; }
-up() {
-  down
-  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
-  for k in 0 1; do
-    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
-    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
-    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
-    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
-  done
-}
-trap down EXIT
-up > "$LOG/netns.log" 2>&1 || { echo "namespace setup failed"; cat "$LOG/netns.log"; exit 2; }
+source tests/bench/two_hosts.sh
+two_hosts_up failover_measure "$LOG"
 
 now() { date +%s.%N; }
 # Seconds (epoch) of a tracing line's RFC 3339 stamp.

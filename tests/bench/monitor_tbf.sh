@@ -21,22 +21,8 @@ LOG=$(realpath -m "$1"); mkdir -p "$LOG"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-4M} ITERS=${ITERS:-400} TBF_AT_S=${TBF_AT_S:-1} TBF_MS=${TBF_MS:-300}
-NS=(cclnic0 cclnic1)
-exec 8>/tmp/ccl-nic-failover.lock
-flock -w 900 8 || { echo "monitor_tbf: another namespace run holds the lock"; exit 2; }
-down() { for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done; }
-up() {
-  down
-  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
-  for k in 0 1; do
-    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
-    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
-    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
-    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
-  done
-}
-trap down EXIT
-up > "$LOG/netns.log" 2>&1 || { echo "monitor_tbf: namespace setup failed"; cat "$LOG/netns.log"; exit 2; }
+source tests/bench/two_hosts.sh
+two_hosts_up monitor_tbf "$LOG"
 
 # run NAME [ENV=VALUE ...]: both ranks, rank r's output in NAME.rankR.log.
 run() {

@@ -29,28 +29,8 @@ LOG=$(realpath -m "$1"); mkdir -p "$LOG"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-64M} ITERS=${ITERS:-150} CUT_AT_S=${CUT_AT_S:-1} CUT_S=${CUT_S:-2}
-NS=(cclnic0 cclnic1)
-# One run at a time on a machine: the namespaces are machine-wide, and a second run's setup
-# would tear down the first's under it.
-exec 8>/tmp/ccl-nic-failover.lock
-flock -w 900 8 || { echo "nic_failover: another run holds /tmp/ccl-nic-failover.lock"; exit 2; }
-
-down() {
-  for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-}
-up() {
-  down
-  for ns in "${NS[@]}"; do ip netns add "$ns" && ip -n "$ns" link set lo up || return 1; done
-  for k in 0 1; do
-    # Both ends made inside the namespaces: nothing appears in the root namespace.
-    ip -n cclnic0 link add "nic$k" type veth peer name "nic$k" netns cclnic1 || return 1
-    ip -n cclnic0 addr add "10.78.$k.1/24" dev "nic$k" || return 1
-    ip -n cclnic1 addr add "10.78.$k.2/24" dev "nic$k" || return 1
-    ip -n cclnic0 link set "nic$k" up && ip -n cclnic1 link set "nic$k" up || return 1
-  done
-}
-trap down EXIT
-up > "$LOG/netns.log" 2>&1 || { echo "nic_failover: namespace setup failed (root and iproute2 needed)"; cat "$LOG/netns.log"; exit 2; }
+source tests/bench/two_hosts.sh
+two_hosts_up nic_failover "$LOG"
 
 echo "nic_failover: congestion control ${CCL_MPT_CC:-cubic (default)}, $SIZE x $ITERS all_reduce, cut ${CUT_AT_S} s in"
 status=0
