@@ -4,6 +4,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::fp8_value;
+
 use ccl_cuda::host::reduce::{from_f64, premul, premul_add, to_f64};
 use ccl_cuda::DataType;
 
@@ -50,30 +54,6 @@ fn premul_add_all_ways(dt: DataType, src: &[u8], acc: &[u8], scalar: &[u8]) -> V
         assert_eq!(r, &results[0], "{dt:?}: premul_add ways differ");
     }
     results.swap_remove(0)
-}
-
-fn fp8_value(bits: u8, exp_bits: u32, man_bits: u32, ieee: bool) -> f64 {
-    let bias = (1 << (exp_bits - 1)) - 1;
-    let e = i32::from(bits >> man_bits) & ((1 << exp_bits) - 1);
-    let m = f64::from(bits & ((1 << man_bits) - 1));
-    let sign = if bits & 0x80 != 0 { -1.0 } else { 1.0 };
-    let top = e == (1 << exp_bits) - 1;
-    if ieee && top {
-        return if m == 0.0 {
-            sign * f64::INFINITY
-        } else {
-            f64::NAN
-        };
-    }
-    if !ieee && top && m == f64::from((1u8 << man_bits) - 1) {
-        return f64::NAN;
-    }
-    let frac = m / f64::from(1u32 << man_bits);
-    if e == 0 {
-        sign * frac * 2f64.powi(1 - bias)
-    } else {
-        sign * (1.0 + frac) * 2f64.powi(e - bias)
-    }
 }
 
 /// A narrow format whose every finite value is an integer multiple of `2^-q`, with its
