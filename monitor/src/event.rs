@@ -107,9 +107,10 @@ impl Record {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
+    /// A record of every field set, for this crate's tests.
     pub(crate) const W: Work = Work {
         ts_ns: 1,
         bytes: 2,

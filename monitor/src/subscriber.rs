@@ -68,7 +68,8 @@ impl<S: Subscriber + ?Sized> Subscriber for std::sync::Arc<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CollId, Engine, Op, Scope, Unit};
+    use crate::event::tests::W;
+    use crate::event::Scope;
     use std::cell::Cell;
 
     #[derive(Default)]
@@ -85,21 +86,6 @@ mod tests {
             self.2.set(self.2.get() + 1);
         }
     }
-
-    const W: Work = Work {
-        ts_ns: 1,
-        bytes: 2,
-        peer: 3,
-        path: 4,
-        nic: 5,
-        engine: Engine::Shm,
-        unit: Unit::Copy,
-        coll: CollId {
-            comm: 6,
-            op: Op::Broadcast,
-            seq: 7,
-        },
-    };
 
     #[test]
     fn a_pair_feeds_both_and_unit_ignores() {
