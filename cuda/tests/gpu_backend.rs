@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use ccl_cuda::cuda::source::{KernelOp, ReduceKindKey};
-use ccl_cuda::cuda::{Context, DeviceBuffer, Driver, Flag, Kernels, Nvrtc, Stream, WaitCond};
+use ccl_cuda::cuda::{
+    Context, DeviceBuffer, Driver, Flag, Kernels, Nvrtc, PinnedBuffer, Stream, WaitCond,
+};
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
 
@@ -314,6 +316,72 @@ fn wait_copy_kernel_copies_after_its_flag_then_signals() {
         assert!(got[..off].iter().all(|&b| b == 0xEE));
         assert_eq!(&got[off..off + len], &src[..len], "round {round}");
         assert!(got[off + len..].iter().all(|&b| b == 0xEE));
+    }
+}
+
+/// The mail-copy kernel copies nothing before its slot holds its tag, then every block marks
+/// the slot seen and the grid copies exactly the bytes the slot names (capped at the send's).
+#[test]
+fn mail_copy_kernel_waits_for_its_slot_then_copies() {
+    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let stream = Stream::with_flags(&ctx, true).unwrap();
+    let slot = PinnedBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
+    // The receiver's "here": the copy waits for it as well as for its slot.
+    let go = Flag::new(&ctx).unwrap();
+    // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words and outlives `word`'s
+    // uses; host and kernel touch them only as whole 8-byte words.
+    let word = |i: usize| unsafe { AtomicU64::from_ptr(slot.as_ptr().cast::<u64>().add(i)) };
+    let bytes = (8 << 20) + 3;
+    let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + 3) as u8).collect();
+    let (ds, dd) = (
+        DeviceBuffer::new(&ctx, bytes + 64).unwrap(),
+        DeviceBuffer::new(&ctx, bytes + 64).unwrap(),
+    );
+    ds.write(0, &src).unwrap();
+    for (round, (named, blocks)) in [(bytes, 16u32), (1000, 3)].into_iter().enumerate() {
+        let tag = 7 + round as u64;
+        dd.write(0, &vec![0xEE; bytes + 64]).unwrap();
+        // SAFETY: the slot is pinned and device-mapped, written below; both buffers hold
+        // `bytes` and outlive the work (finished below).
+        unsafe {
+            kernels
+                .mail_copy(
+                    &stream,
+                    (go.device_ptr(), tag as u32),
+                    slot.device_ptr(),
+                    tag,
+                    ds.ptr(),
+                    bytes as u64,
+                    (blocks, 256),
+                )
+                .unwrap()
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!stream.query().unwrap(), "ran before its slot was filled");
+        if round == 0 {
+            // Slot first, "here" later: still nothing until both.
+            word(MAIL_DST).store(dd.ptr(), Ordering::Relaxed);
+            word(MAIL_BYTES).store(named as u64, Ordering::Relaxed);
+            word(MAIL_TAG).store(tag, Ordering::Release);
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!stream.query().unwrap(), "ran before its receiver's flag");
+        }
+        go.store(tag as u32);
+        word(MAIL_DST).store(dd.ptr(), Ordering::Relaxed);
+        word(MAIL_BYTES).store(named as u64, Ordering::Relaxed);
+        word(MAIL_TAG).store(tag, Ordering::Release);
+        finish(&stream, "mail copy");
+        for b in 0..blocks as usize {
+            assert_eq!(word(MAIL_SEEN + b).load(Ordering::Acquire), tag, "block {b}");
+        }
+        let mut got = vec![0u8; bytes + 64];
+        dd.read(0, &mut got).unwrap();
+        assert_eq!(&got[..named], &src[..named], "round {round}");
+        assert!(got[named..].iter().all(|&b| b == 0xEE));
     }
 }
 

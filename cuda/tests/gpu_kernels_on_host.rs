@@ -412,6 +412,7 @@ fn check_against_host(dir: &Path, lib_path: &Path) {
                         | KernelOp::LlExchange
                         | KernelOp::WaitFlag
                         | KernelOp::WaitCopy
+                        | KernelOp::MailCopy
                         | KernelOp::LlP2p => {
                             unreachable!("not in KernelOp::ALL")
                         }
@@ -536,6 +537,7 @@ fn low_latency_kernel_sources_compile() {
             KernelOp::LlExchange,
             KernelOp::WaitFlag,
             KernelOp::WaitCopy,
+            KernelOp::MailCopy,
             KernelOp::LlP2p,
         ]) {
             let prims = format!("{HOST_PRIMITIVES}{BLOCK_STUBS}");
@@ -591,6 +593,77 @@ fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
         .arg("-o")
         .arg(&so));
     (dir, so)
+}
+
+type MailCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u64, u64, *const u8, u64);
+
+/// The mail-copy kernel's C++, run on the host as one thread of one block (the slot already
+/// filled): copies the bytes the slot names, capped at the send's own length, marks the slot
+/// seen with the tag, and copies nothing when the slot names no destination.
+#[test]
+fn mail_copy_kernel_copies_what_its_slot_names() {
+    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let name = kernel_name(DataType::Uint8, KernelOp::MailCopy);
+    let src = format!(
+        "{HOST_INCLUDES}{}",
+        kernel_source_with(
+            DataType::Uint8,
+            KernelOp::MailCopy,
+            &format!("{HOST_PRIMITIVES}{BLOCK_STUBS}")
+        )
+        .replace("extern \"C\" __global__", "extern \"C\"")
+    );
+    let (dir, so) = build_shared("mail_copy", &src, "-O1");
+    // SAFETY: the library was just built from the kernel source, with no initialisers.
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    // SAFETY: the symbol is the kernel, whose parameters are those of `MailCopyFn`.
+    let f: libloading::Symbol<MailCopyFn> = unsafe { lib.get(name.as_bytes()) }.unwrap();
+    // (slot's bytes, the send's bytes, destination named, offsets): the copy is the smaller.
+    for (named, max, to_dst, src_off, dst_off) in [
+        (4096usize, 4096usize, true, 0usize, 0usize),
+        (5000, 4099, true, 0, 0),
+        (77, 1000, true, 1, 3),
+        (640, 640, true, 16, 48),
+        (640, 640, false, 0, 0),
+    ] {
+        let src: Vec<u8> = (0..8192).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0xEEu8; 8192];
+        let (sa, da) = (
+            src.as_ptr().align_offset(16) + src_off,
+            dst.as_ptr().align_offset(16) + dst_off,
+        );
+        let mut slot = [0u64; MAIL_SLOT_WORDS];
+        let tag = 0x1234_5678_9abc;
+        slot[MAIL_TAG] = tag;
+        slot[MAIL_DST] = if to_dst {
+            dst[da..].as_mut_ptr() as u64
+        } else {
+            0
+        };
+        slot[MAIL_BYTES] = named as u64;
+        // SAFETY: the slot holds the tag (the call returns) and names a range inside `dst`
+        // of at most `named` bytes, capped at `max`, which `src` holds from `sa`.
+        unsafe {
+            f(
+                std::ptr::null(),
+                0,
+                slot.as_mut_ptr(),
+                tag,
+                src[sa..].as_ptr(),
+                max as u64,
+            )
+        };
+        assert_eq!(slot[MAIL_SEEN], tag, "slot not marked seen");
+        let n = if to_dst { named.min(max) } else { 0 };
+        assert!(dst[..da].iter().all(|&b| b == 0xEE), "written before");
+        assert_eq!(&dst[da..da + n], &src[sa..sa + n], "copy of {n} bytes");
+        assert!(dst[da + n..].iter().all(|&b| b == 0xEE), "written after");
+    }
+    drop(lib);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64, *mut u32, u32);

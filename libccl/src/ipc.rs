@@ -54,6 +54,8 @@ pub fn config() -> P2pConfig {
         push_wait_min_bytes: CCL_IPC_PUSH_WAIT_MIN_BYTES.get_i64(),
         push_wait_adapt: CCL_IPC_PUSH_WAIT_ADAPT.get_bool(),
         exchange_wait_us: CCL_IPC_EXCHANGE_WAIT_US.get_i64(),
+        mailed_push: CCL_IPC_MAILED_PUSH.get_bool(),
+        mail_blocks: CCL_IPC_MAIL_BLOCKS.get_i64(),
         host_path_slot_bytes: CCL_IPC_HOST_PATH_SLOT_BYTES.get_i64(),
         host_path_slots: CCL_IPC_HOST_PATH_SLOTS.get_i64(),
         host_path_when_limited: CCL_IPC_HOST_PATH_WHEN_LIMITED.get_bool(),

@@ -126,10 +126,7 @@ impl Reach for Buffers {
     }
 
     fn resolve(&mut self, p: &Post) -> Result<u64> {
-        if p.pid == self.pid {
-            return Ok(p.addr);
-        }
-        Ok(mapping(&self.ctx, p)? + p.offset)
+        resolve_post(&self.ctx, self.pid, p)
     }
 
     fn resolve_there(&mut self, p: &Post) -> Result<Option<u64>> {
@@ -141,6 +138,15 @@ impl Reach for Buffers {
         }
         Ok(Some(mapping(there, p)? + p.offset))
     }
+}
+
+/// The address of a peer's posted buffer in this process (`pid`), mapped through `ctx` (the
+/// mapping kept for the process's lifetime).
+pub(crate) fn resolve_post(ctx: &Arc<Context>, pid: u64, p: &Post) -> Result<u64> {
+    if p.pid == pid {
+        return Ok(p.addr);
+    }
+    Ok(mapping(ctx, p)? + p.offset)
 }
 
 /// A peer's allocation mapped here: a legacy IPC mapping, or an imported VMM allocation

@@ -65,6 +65,10 @@ pub struct P2pConfig {
     pub push_wait_min_bytes: i64,
     pub push_wait_adapt: bool,
     pub exchange_wait_us: i64,
+    /// `CCL_IPC_MAILED_PUSH`, `CCL_IPC_MAIL_BLOCKS`: sends posted before their receives are
+    /// pushed by a kernel once the receiver posts, instead of waiting ([`crate::mail`]).
+    pub mailed_push: bool,
+    pub mail_blocks: i64,
 
     /// `CCL_IPC_HOST_PATH_*`: the share of large transfers sent through pinned host memory
     /// beside NVLink.

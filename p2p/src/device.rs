@@ -164,6 +164,22 @@ pub(crate) trait Device {
     ) -> Result<()> {
         self.copy(lane, dst, src, bytes)
     }
+    /// A mailed send's copy ([`crate::mail`]): once the word at `arrive.0` reaches
+    /// `arrive.1` and the mailbox slot at `mail.0` holds the tag `mail.1`, copy from `src`
+    /// to the destination the slot names, at most `bytes` (then the caller writes "done").
+    fn mail_copy(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        mail: (u64, u64),
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (lane, arrive, mail, src, bytes);
+        Err(crate::error::Error::internal(
+            "cuda-ipc: this device cannot copy mailed sends",
+        ))
+    }
     /// A captured group that is one small all-reduce, as one kernel that does the group's two
     /// handshakes itself ([`super::captured`]); `false`: this device has no such kernel, and
     /// the caller queues the handshakes and the reduction as parts.
@@ -302,6 +318,17 @@ impl Device for Batched<'_> {
     fn pull(&mut self, lane: Lane, dst: u64, src: (u64, u64), bytes: usize) -> Result<()> {
         self.flush()?;
         self.inner.pull(lane, dst, src, bytes)
+    }
+    fn mail_copy(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        mail: (u64, u64),
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        self.flush()?;
+        self.inner.mail_copy(lane, arrive, mail, src, bytes)
     }
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()> {
         self.hold(lane, FlagOp::Write(addr, value))

@@ -166,7 +166,9 @@ pub struct IpcEngine {
     pub(crate) board: CallBoard,
     /// Direct transfers on (every rank asked for them), and every rank's rendezvous inbox.
     pub(crate) direct: bool,
-    pub(crate) inbox: RankBoards,
+    pub(crate) inbox: Arc<RankBoards>,
+    /// Sends posted before their receives go without waiting (`CCL_IPC_MAILED_PUSH`).
+    pub(crate) mail: Option<crate::mail::Mail>,
     pub(crate) watch: Mutex<Watch>,
     /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
     pub(crate) remote: Option<RemoteLanes>,

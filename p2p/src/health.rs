@@ -154,13 +154,15 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
             t.longest.as_micros()
         );
         let w = &q.push_waits;
-        if w.pushed + w.left_to_pull > 0 {
+        if w.pushed + w.left_to_pull + w.mailed > 0 {
             tracing::info!(
-                "rank {}: {} sends posted before their receives: {} pushed after waiting, {} \
-                 left to the receiver to pull; the host waited {:.3} ms in all, {} us at most \
+                "rank {}: {} sends posted before their receives: {} mailed (pushed by a kernel \
+                 once the receiver posted, no wait), {} pushed after waiting, {} left to the \
+                 receiver to pull; the host waited {:.3} ms in all, {} us at most \
                  (CCL_IPC_PUSH_WAIT_US, CCL_IPC_PUSH_WAIT_BUSY_US)",
                 eng.layout.rank,
-                w.pushed + w.left_to_pull,
+                w.pushed + w.left_to_pull + w.mailed,
+                w.mailed,
                 w.pushed,
                 w.left_to_pull,
                 w.waited.as_secs_f64() * 1e3,

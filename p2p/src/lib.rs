@@ -47,6 +47,7 @@ mod health;
 mod host_path;
 mod layout;
 mod limits;
+mod mail;
 mod lower;
 mod paths;
 mod protocol;

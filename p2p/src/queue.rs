@@ -19,6 +19,7 @@ use crate::direct::{plan, posting};
 use crate::engine::{streams_of, IpcEngine, Queued};
 use crate::error::{cuda_err, Error, Result};
 use crate::lower::{lower, Program};
+use crate::mail::MailJob;
 use crate::paths::{kernels_needed, reduction_paths, small_exchange, LowLatency};
 use crate::protocol::Chain;
 use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
@@ -408,6 +409,20 @@ impl Queueing {
         let busy = || !eng.last_done.query().unwrap_or(true);
         let abort = &self.comm.abort;
         let stop = || abort.load(Ordering::Relaxed);
+        let rank = eng.layout.rank;
+        let mail = eng.mail.as_ref().map(|m| {
+            move |peer: usize, seq: u64, bytes: usize| {
+                m.send(|slot, tag| MailJob {
+                    slot,
+                    tag,
+                    src: rank,
+                    dst: peer,
+                    seq,
+                    bytes: bytes as u64,
+                    abort: abort.clone(),
+                })
+            }
+        });
         let (plan, err) = posting.settle(
             &mut q.bufs,
             eng.layout.rank,
@@ -436,6 +451,7 @@ impl Queueing {
                     let c = &mut q.counters;
                     (h, &mut c.host_out, &mut c.host_in)
                 }),
+                mail: mail.as_ref().map(|m| m as _),
             },
             &stop,
         )?;
@@ -447,7 +463,9 @@ impl Queueing {
             .sum::<u64>();
         q.push_waits.add(&plan.waits);
         self.plan = plan;
-        self.direct_err = err;
+        // The mail thread's errors (a receive of another size than its mailed send) surface
+        // at the next group, as a peer's size disagreement does here.
+        self.direct_err = err.or_else(|| eng.mail.as_ref().and_then(|m| m.take_error()));
         let mut cuda = CudaDevice::new(eng, &self.user[0]);
         let mut dev = Batched::new(&mut cuda);
         self.plan.begin(&eng.layout, &mut dev)?;

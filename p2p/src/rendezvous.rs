@@ -286,6 +286,23 @@ pub(crate) fn resolve(
     }
 }
 
+/// For a send this side posted and left pending (its copy mailed, [`crate::mail`]): the
+/// receiver's post once it has come (the entry is then free for the transfer `RING` later),
+/// or None while it has not.
+pub(crate) fn take_if_posted(board: &dyn Words, src: usize, seq: u64) -> Result<Option<Post>> {
+    let e = Entry::new(board, src, seq);
+    let w = e.word(0)?.load(Ordering::Acquire);
+    if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & FINAL != 0 {
+        return Err(Error::internal(format!(
+            "cuda-ipc: mailed transfer {seq} from rank {src} is not pending (entry {w:#x})"
+        )));
+    }
+    if w & DST == 0 {
+        return Ok(None);
+    }
+    e.take(false).map(Some)
+}
+
 /// Has `peer` posted (and so is waiting on, or gave up waiting on) a send to this rank that
 /// this rank has not posted the receive of yet? Then both ranks sit in a send waiting for the
 /// other's receive (two sends called before the two receives): waiting is futile.

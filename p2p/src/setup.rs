@@ -191,7 +191,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
     let parts = Parts {
         local,
         board,
-        inbox,
+        inbox: std::sync::Arc::new(inbox),
         peers,
         own_flags,
         own_slots,

@@ -14,6 +14,16 @@ pub(crate) enum Role {
     First,
     /// Posted second: copy, from or to the peer's buffer at this address.
     Second { peer_addr: u64 },
+    /// A send posted first, pushed without waiting for its receiver ([`crate::mail`]): the
+    /// copy kernel waits on the mailbox slot at this device address for this tag.
+    Mailed { slot: u64, tag: u64 },
+}
+
+impl Role {
+    /// This rank copies (it was second, or its send is mailed).
+    pub(crate) fn copies(&self) -> bool {
+        !matches!(self, Role::First)
+    }
 }
 
 /// One transfer as this rank takes part in it.
@@ -96,7 +106,7 @@ impl Plan {
         let busy: Vec<Lane> = self
             .transfers
             .iter()
-            .filter(|t| matches!(t.role, Role::Second { .. }))
+            .filter(|t| t.role.copies())
             .map(|t| self.lane(l, t))
             .collect();
         let idle = (0..l.direct_tx)
@@ -183,6 +193,22 @@ impl Plan {
         Ok(())
     }
 
+    /// A mailed send: the copy kernel (after the receiver's "here"), then "done".
+    fn queue_mailed(
+        &self,
+        l: &Layout,
+        t: &Transfer,
+        mail: (u64, u64),
+        dev: &mut dyn Device,
+    ) -> Result<()> {
+        let lane = self.lane(l, t);
+        let v = Self::flag(t);
+        let arrive = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Arrive);
+        dev.mail_copy(lane, (arrive, v), mail, t.mine, t.nvlink_bytes())?;
+        let done = l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Done);
+        dev.write(lane, done, v)
+    }
+
     /// Local copies in, then every "here" flag: nothing here waits.
     pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         for &(dst, src, bytes) in &self.before {
@@ -200,7 +226,7 @@ impl Plan {
         let mut lanes: Vec<Lane> = Vec::new();
         for t in &self.transfers {
             let lane = self.lane(l, t);
-            if matches!(t.role, Role::Second { .. }) && lane != Lane::User && !lanes.contains(&lane)
+            if t.role.copies() && lane != Lane::User && !lanes.contains(&lane)
             {
                 lanes.push(lane);
             }
@@ -232,8 +258,13 @@ impl Plan {
             dev.fork(&lanes)?;
         }
         for t in &self.transfers {
-            let Role::Second { peer_addr } = t.role else {
-                continue;
+            let peer_addr = match t.role {
+                Role::First => continue,
+                Role::Second { peer_addr } => peer_addr,
+                Role::Mailed { slot, tag } => {
+                    self.queue_mailed(l, t, (slot, tag), dev)?;
+                    continue;
+                }
             };
             let lane = self.lane(l, t);
             let v = Self::flag(t);
@@ -324,6 +355,8 @@ pub(crate) struct PushWaits {
     pub pushed: u64,
     /// The wait ran out, or the sends crossed: the receiver pulls.
     pub left_to_pull: u64,
+    /// Not waited for: mailed ([`crate::mail`]), this rank pushes once the receiver posts.
+    pub mailed: u64,
     /// Host time spent waiting, in total and the longest once.
     pub waited: std::time::Duration,
     pub longest: std::time::Duration,
@@ -333,6 +366,7 @@ impl PushWaits {
     pub(crate) fn add(&mut self, o: &PushWaits) {
         self.pushed += o.pushed;
         self.left_to_pull += o.left_to_pull;
+        self.mailed += o.mailed;
         self.waited += o.waited;
         self.longest = self.longest.max(o.longest);
     }

@@ -180,6 +180,11 @@ pub(crate) struct SettleHow<'a> {
     pub remote_min: Option<usize>,
     /// The host path and this rank's chunk counts to and from each peer (None: off).
     pub host: Option<(&'a HostPath, &'a mut Vec<u64>, &'a mut Vec<u64>)>,
+    /// Mailed sends (`CCL_IPC_MAILED_PUSH`, [`crate::mail`]): a send posted before its
+    /// receive is handed to the mail thread, given (peer, transfer number, bytes), instead
+    /// of waiting; it returns the mailbox slot and tag (None: no slot free, then it waits
+    /// as without). None: off.
+    pub mail: Option<&'a dyn Fn(usize, u64, usize) -> Option<(u64, u64)>>,
 }
 
 impl Posting {
@@ -205,7 +210,13 @@ impl Posting {
             // Remote copies apply from this size: a send need not wait for its receiver, a
             // receive may be pulled on the peer GPU's engine.
             let remote = how.remote_min.is_some_and(|m| w.bytes >= m);
+            let mailed = match (w.outcome, how.mail) {
+                (Outcome::Pending, Some(mail)) if !remote => mail(w.peer, w.seq, w.bytes),
+                _ => None,
+            };
+            plan.waits.mailed += u64::from(mailed.is_some());
             let outcome = match w.outcome {
+                _ if mailed.is_some() => Outcome::Pending,
                 Outcome::Pending => self.wait_for_receiver(
                     w,
                     rank,
@@ -219,8 +230,14 @@ impl Posting {
             };
             // The first poster's size and share cut the transfer for the host path on both
             // sides.
-            let (role, bytes, first, there) = match outcome {
-                Outcome::Second(t) => {
+            let (role, bytes, first, there) = match (outcome, mailed) {
+                (_, Some((slot, tag))) => (
+                    Role::Mailed { slot, tag },
+                    w.bytes,
+                    (w.bytes, w.host_permille),
+                    None,
+                ),
+                (Outcome::Second(t), None) => {
                     if t.bytes != w.bytes as u64 && mismatch.is_none() {
                         mismatch = Some(w.size_mismatch(&t, rank));
                     }
@@ -438,6 +455,7 @@ fn trace_roles(plan: &Plan, rank: usize, started: Instant) {
             let how = match t.role {
                 Role::First => "peer copies",
                 Role::Second { .. } if t.outgoing => "push",
+                Role::Mailed { .. } => "push, mailed",
                 Role::Second { .. } => "pull",
             };
             format!("#{} {dir} {} {} B: {how}", t.seq, t.peer, t.bytes)

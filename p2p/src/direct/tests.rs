@@ -30,6 +30,19 @@ impl Device for Recorder {
         self.0.push(format!("kernel {lane:?}"));
         Ok(())
     }
+    fn mail_copy(
+        &mut self,
+        lane: Lane,
+        (arrive, _): (u64, u32),
+        (slot, tag): (u64, u64),
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        self.0.push(format!(
+            "mail {lane:?} after {arrive:#x} slot {slot:#x} tag {tag} from {src:#x} {bytes}"
+        ));
+        Ok(())
+    }
     fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
         self.0.push(format!("fork {lanes:?}"));
         Ok(())
@@ -220,4 +233,49 @@ fn late_receivers_make_later_sends_skip_the_wait_for_a_while() {
         n += 1;
     }
     assert_eq!(n, 2);
+}
+
+/// A mailed send is queued on its push lane as the mail copy (waiting for the receiver's
+/// "here" word) followed by the "done" write the receiver waits on; the receive beside it, left
+/// to the peer, waits for the peer's "done" on the caller's stream after the join.
+#[test]
+fn a_mailed_send_queues_its_mail_copy_then_done_on_its_push_lane() {
+    use crate::layout::DirectWord;
+    let l = rank0_of_two();
+    let t = |outgoing: bool, mine: u64, role: Role| Transfer {
+        peer: 1,
+        outgoing,
+        mine,
+        bytes: 8 << 20,
+        seq: 5,
+        role,
+        there: None,
+        host: None,
+    };
+    let mailed = Role::Mailed {
+        slot: 0xc000,
+        tag: 9,
+    };
+    let plan = Plan {
+        transfers: vec![t(true, 0x8000_0000, mailed), t(false, 0x9000_0000, Role::First)],
+        ..Plan::default()
+    };
+    let mut dev = Recorder::default();
+    plan.begin(&l, &mut dev).unwrap();
+    plan.end(&l, &mut dev).unwrap();
+    let lane = l.push_lane(1);
+    let arrive = l.direct_word(0, 1, true, DirectWord::Arrive);
+    let done = l.direct_word(1, 0, false, DirectWord::Done);
+    let mail = format!(
+        "mail {lane:?} after {arrive:#x} slot 0xc000 tag 9 from {:#x} {}",
+        0x8000_0000u64,
+        8 << 20
+    );
+    let i = dev.0.iter().position(|c| *c == mail).unwrap_or_else(|| panic!("{:?}", dev.0));
+    assert_eq!(dev.0[i + 1], format!("write {lane:?} {done:#x}"), "{:?}", dev.0);
+    assert!(dev.0[..i].iter().any(|c| c.starts_with("fork")), "{:?}", dev.0);
+    let join = dev.0.iter().position(|c| c.starts_with("join")).unwrap();
+    let peer_done = l.direct_word(0, 1, false, DirectWord::Done);
+    assert_eq!(dev.0[join + 1], format!("wait User {peer_done:#x}"), "{:?}", dev.0);
+    assert!(!dev.0.iter().any(|c| c.starts_with("copy")), "{:?}", dev.0);
 }

@@ -2,6 +2,7 @@
 //! is the communicator's.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ccl_cuda::cuda::helpers::plain_event;
@@ -47,7 +48,7 @@ pub(super) struct Agreed {
 pub(super) struct Parts {
     pub local: Local,
     pub board: CallBoard,
-    pub inbox: RankBoards,
+    pub inbox: Arc<RankBoards>,
     pub peers: Vec<Option<Peer>>,
     /// Host-only: this rank's flag words and receive slots, then every peer's, registered.
     pub own_flags: Option<Registered>,
@@ -72,6 +73,16 @@ pub(super) fn build(
     p: Parts,
 ) -> Result<IpcEngine> {
     let (rank, n) = (comm.rank(), comm.nranks());
+    let mail = if cfg.mailed_push && a.direct && !host_only {
+        Some(crate::mail::Mail::new(
+            &p.local.ctx,
+            p.inbox.clone(),
+            std::process::id() as u64,
+            cfg.mail_blocks.clamp(1, 1024) as u32,
+        )?)
+    } else {
+        None
+    };
     let Parts {
         local,
         board,
@@ -187,6 +198,7 @@ pub(super) fn build(
         board,
         direct: a.direct,
         inbox,
+        mail,
         watch: Mutex::new(Watch::default()),
         remote,
         captured: AtomicUsize::new(0),

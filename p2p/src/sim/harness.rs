@@ -240,6 +240,7 @@ impl Setup {
                                 .host
                                 .as_ref()
                                 .map(|h| (h, &mut c.host_out, &mut c.host_in)),
+                            mail: None,
                         },
                         &|| false,
                     )
@@ -567,6 +568,42 @@ pub(super) fn post_exchange(
     .unwrap()
 }
 
+/// Settles `posting` of `rank` with mailed sends (`mail` hands out slots) and push waits of
+/// a minute: a send that waited for its receiver would hold the test that long.
+pub(super) fn settle_mailed(
+    boards: &[Vec<AtomicU64>],
+    posting: posting::Posting,
+    rank: usize,
+    mail: &dyn Fn(usize, u64, usize) -> Option<(u64, u64)>,
+) -> plan::Plan {
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    let how = posting::SettleHow {
+        wait: rendezvous::PushWait {
+            soft: far,
+            hard: far,
+            busy: &|| true,
+            futile: &|| false,
+        },
+        single_max: 0,
+        late: None,
+        local_split: plan::LocalSplit::default(),
+        wait_min_bytes: 0,
+        exchange_until: Some(far),
+        remote_min: None,
+        host: None,
+        mail: Some(mail),
+    };
+    posting
+        .settle(&mut reach, rank, &boards, how, &|| false)
+        .unwrap()
+        .0
+}
+
 /// Settles `posting` of `rank` as the device path does, with the given waits.
 pub(super) fn settle(
     boards: &[Vec<AtomicU64>],
@@ -596,6 +633,7 @@ pub(super) fn settle(
                 exchange_until,
                 remote_min,
                 host: None,
+                mail: None,
             },
             &|| false,
         )

@@ -64,6 +64,13 @@ pub enum KernelOp {
     ///
     /// [`wait_copy_code`]: super::wait::wait_copy_code
     WaitCopy,
+    /// A send queued before its receiver posted: every block waits until a host-mapped
+    /// mailbox slot holds the operation's tag, reads the destination address and length an
+    /// engine thread wrote there, and the grid copies (see [`mail_copy_code`]; compiled under
+    /// `Uint8`).
+    ///
+    /// [`mail_copy_code`]: super::wait::mail_copy_code
+    MailCopy,
     /// A group's small sends and receives as one kernel of two blocks over the ranks'
     /// low-latency areas: per (sender, receiver) pair a ring of [`LL_P2P_SLOTS`] slots with a
     /// flag each and a credit word back, so a send needs no rendezvous with its receive (see
@@ -137,6 +144,7 @@ impl KernelOp {
             KernelOp::LlExchange => "ll_exchange",
             KernelOp::WaitFlag => "wait_flag",
             KernelOp::WaitCopy => "wait_copy",
+            KernelOp::MailCopy => "mail_copy",
             KernelOp::LlP2p => "ll_p2p",
             KernelOp::ReduceN(ReduceKindKey::Sum, _) => "reduce_n_sum",
             KernelOp::ReduceN(ReduceKindKey::Prod, _) => "reduce_n_prod",

@@ -10,7 +10,7 @@ use super::ll::{ll_body_code, ll_exchange_code, ll_p2p_code};
 use super::op::{kernel_name, KernelOp};
 use super::prelude::{typed_prelude, COMMON, DEVICE_PRIMITIVES, HEADER};
 use super::reduce::{body_code, op_code, reduce_n_body_code};
-use super::wait::{wait_copy_code, wait_flag_code};
+use super::wait::{mail_copy_code, wait_copy_code, wait_flag_code};
 
 /// The complete source of one kernel (one NVRTC program).
 pub fn kernel_source(dt: DataType, op: KernelOp) -> String {
@@ -34,6 +34,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
     }
     if op == KernelOp::WaitCopy {
         wait_copy_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
+    if op == KernelOp::MailCopy {
+        mail_copy_code(&kernel_name(dt, op), &mut s);
         return s;
     }
     if op == KernelOp::LlP2p {
@@ -69,6 +73,7 @@ pub fn batchable(op: KernelOp) -> bool {
         KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
+            | KernelOp::MailCopy
             | KernelOp::LlP2p
             | KernelOp::GraphCopies
     )

@@ -66,3 +66,70 @@ extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u
 "#
     );
 }
+
+/// A mailbox slot of [`mail_copy_code`]: 64 words of host-mapped memory. Word
+/// [`MAIL_TAG`] holds the tag of the send the slot serves (written last by the engine
+/// thread), [`MAIL_DST`] the destination as this process maps it (0: copy nothing, the
+/// communicator is going away), [`MAIL_BYTES`] the bytes to copy; from [`MAIL_SEEN`] on, one
+/// word per block, where each block stores the tag once it has read the slot (then the slot
+/// may serve another send).
+pub const MAIL_SLOT_WORDS: usize = 64;
+pub const MAIL_TAG: usize = 0;
+pub const MAIL_DST: usize = 1;
+pub const MAIL_BYTES: usize = 2;
+pub const MAIL_SEEN: usize = 8;
+/// Most blocks a mail copy runs with (one "seen" word each).
+pub const MAIL_MAX_BLOCKS: usize = MAIL_SLOT_WORDS - MAIL_SEEN;
+
+/// The copy of a send whose destination was unknown when it was queued: thread 0 of every
+/// block first waits for `arrive` to reach `value` as [`wait_flag_code`] does (none: the
+/// stream waited already), then polls the slot's tag (volatile: the host writes it), takes the destination and
+/// length, and marks the slot seen; then the grid copies, 16 bytes a thread a step and four
+/// steps in flight when both ends are 16-byte aligned, and fences its stores system-wide
+/// (a stream write after the kernel tells the receiver).
+pub(super) fn mail_copy_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
+
+{SPIN}
+extern "C" __global__ void {name}(const u32* arrive, u32 value, u64* slot, u64 tag, const u8* src, u64 max_bytes) {{
+  __shared__ u64 s_dst, s_bytes;
+  if (threadIdx.x == 0) {{
+    if (arrive) ccl_spin_until(arrive, value);
+    volatile u64* v = (volatile u64*)slot;
+    while (v[{MAIL_TAG}] != tag) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(256);
+#endif
+    }}
+    __threadfence_system();
+    s_dst = v[{MAIL_DST}];
+    const u64 b = v[{MAIL_BYTES}];
+    s_bytes = s_dst == 0 ? 0 : (b < max_bytes ? b : max_bytes);
+    v[{MAIL_SEEN} + blockIdx.x] = tag;
+  }}
+  __syncthreads();
+  u8* dst = (u8*)s_dst;
+  const u64 bytes = s_bytes;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x, step = (u64)gridDim.x * blockDim.x;
+  u64 head = 0;
+  if ((((u64)dst | (u64)src) & 15) == 0) {{
+    const u64 nv = bytes / 16;
+    const ccl_v16* s16 = (const ccl_v16*)src;
+    ccl_v16* d16 = (ccl_v16*)dst;
+    u64 i = tid;
+    for (; i + 3 * step < nv; i += 4 * step) {{
+      const ccl_v16 a = s16[i], b = s16[i + step], c = s16[i + 2 * step], d = s16[i + 3 * step];
+      d16[i] = a; d16[i + step] = b; d16[i + 2 * step] = c; d16[i + 3 * step] = d;
+    }}
+    for (; i < nv; i += step) d16[i] = s16[i];
+    head = nv * 16;
+  }}
+  for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+  __threadfence_system();
+}}
+"#
+    );
+}

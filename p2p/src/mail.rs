@@ -1,0 +1,324 @@
+//! Sends posted before their receivers, queued without waiting (`CCL_IPC_MAILED_PUSH`).
+//!
+//! A copy across processes needs the destination's address, which the sender learns only
+//! when its receiver calls. Instead of holding the sender's host thread until then (the push
+//! wait) or leaving the copy to the receiver (which then pushes and pulls on one GPU's copy
+//! engines, half speed each way), the sender queues at its call a kernel that waits on a
+//! mailbox slot in host-mapped memory and then copies ([`ccl_cuda::cuda::source`]'s
+//! `MAIL_*` layout). The engine's mail thread watches the rendezvous entries of such sends;
+//! once a receiver has posted, it maps the receiver's buffer in this process and writes the
+//! address and length into the slot. So neither host waits for the other, and each GPU
+//! pushes its own data; the price is a few SMs for the copy itself. The receiver's side is
+//! unchanged: it finds the send pending, posts, and waits on its stream for "done".
+//!
+//! [`MailState`] is the protocol without threads or CUDA (tested here); [`Mail`] runs it on
+//! a thread against pinned memory.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+use ccl_cuda::cuda::{Context, PinnedBuffer};
+use parking_lot::Mutex;
+
+use crate::calls::RankBoards;
+use crate::error::{cuda_err, Error, Result};
+use crate::rendezvous::{self, Post, Words};
+
+/// One mailed send: the rendezvous entry to watch and the slot to fill.
+#[derive(Debug, Clone)]
+pub(crate) struct MailJob {
+    pub slot: usize,
+    pub tag: u64,
+    /// The transfer: from `src` (this rank) to `dst`, its number between them, our length.
+    pub src: usize,
+    pub dst: usize,
+    pub seq: u64,
+    pub bytes: u64,
+    /// The communicator's abort flag: set, the slot is filled with "copy nothing".
+    pub abort: Arc<AtomicBool>,
+}
+
+/// Words the slots live in: pinned memory in production, a vector in tests.
+pub(crate) trait SlotWords: Send + Sync {
+    fn word(&self, i: usize) -> &AtomicU64;
+}
+
+impl SlotWords for Vec<AtomicU64> {
+    fn word(&self, i: usize) -> &AtomicU64 {
+        &self[i]
+    }
+}
+
+/// Pinned, device-mapped slots.
+pub(crate) struct PinnedSlots {
+    buf: PinnedBuffer,
+    words: usize,
+}
+
+// SAFETY: the buffer is process-wide pinned memory that host code touches only through
+// `AtomicU64`s (and the device through whole aligned words); it is freed on drop, after the
+// mail thread that shares it has been joined.
+unsafe impl Send for PinnedSlots {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedSlots {}
+
+impl SlotWords for PinnedSlots {
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.words, "mailbox word {i} outside {}", self.words);
+        // SAFETY: `i` is inside the buffer (checked), which is page-aligned (so every word is
+        // 8-byte aligned), lives as long as `self`, and is only accessed as whole atomic words.
+        unsafe { AtomicU64::from_ptr(self.buf.as_ptr().cast::<u64>().add(i)) }
+    }
+}
+
+/// Which slot serves which send: a ring of slots, each reused once every block of the kernel
+/// it last served has read it.
+#[derive(Debug)]
+pub(crate) struct Claims {
+    next_tag: u64,
+    /// Per slot: the tag it last served and that kernel's block count (0: never used).
+    last: Vec<(u64, u32)>,
+}
+
+impl Claims {
+    pub(crate) fn new(slots: usize) -> Claims {
+        Claims {
+            next_tag: 1,
+            last: vec![(0, 0); slots],
+        }
+    }
+
+    /// A free slot for a kernel of `blocks` blocks, and the tag it will wait for (None: the
+    /// slot next in the ring is still in use, as when more sends are in flight than slots).
+    pub(crate) fn claim(&mut self, words: &dyn SlotWords, blocks: u32) -> Option<(usize, u64)> {
+        let tag = self.next_tag;
+        let slot = (tag % self.last.len() as u64) as usize;
+        let (prev, prev_blocks) = self.last[slot];
+        let base = slot * MAIL_SLOT_WORDS;
+        let free = (0..prev_blocks as usize)
+            .all(|b| words.word(base + MAIL_SEEN + b).load(Ordering::Acquire) == prev);
+        if !free {
+            return None;
+        }
+        self.next_tag += 1;
+        self.last[slot] = (tag, blocks);
+        Some((slot, tag))
+    }
+}
+
+/// Writes a slot's destination and length, then its tag (release: a kernel that sees the tag
+/// sees the rest). `dst` 0: the kernel copies nothing.
+pub(crate) fn fill(words: &dyn SlotWords, slot: usize, tag: u64, dst: u64, bytes: u64) {
+    let base = slot * MAIL_SLOT_WORDS;
+    words.word(base + MAIL_DST).store(dst, Ordering::Relaxed);
+    words.word(base + MAIL_BYTES).store(bytes, Ordering::Relaxed);
+    words.word(base + MAIL_TAG).store(tag, Ordering::Release);
+}
+
+/// What one look at a mailed send found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The receiver has not posted yet.
+    Waiting,
+    /// The slot is filled (with the receiver's buffer, or with nothing after an abort).
+    Filled,
+}
+
+/// The mail thread's protocol: looks at a send's rendezvous entry and fills its slot once the
+/// receiver has posted. `map` turns the receiver's post into an address of this process.
+pub(crate) fn step(
+    job: &MailJob,
+    board: &dyn Words,
+    words: &dyn SlotWords,
+    map: &mut dyn FnMut(&Post) -> Result<u64>,
+) -> Result<Step> {
+    if job.abort.load(Ordering::Relaxed) {
+        fill(words, job.slot, job.tag, 0, 0);
+        return Ok(Step::Filled);
+    }
+    let Some(theirs) = rendezvous::take_if_posted(board, job.src, job.seq)? else {
+        return Ok(Step::Waiting);
+    };
+    let bytes = job.bytes.min(theirs.bytes);
+    let mismatch = (theirs.bytes != job.bytes).then(|| {
+        Error::invalid_usage(format!(
+            "rank {} sends {} bytes to rank {}, which receives {} bytes (transfer {} between \
+             them)",
+            job.src, job.bytes, job.dst, theirs.bytes, job.seq
+        ))
+    });
+    let dst = if bytes == 0 { Ok(0) } else { map(&theirs) };
+    match dst {
+        Ok(dst) => fill(words, job.slot, job.tag, dst, bytes),
+        Err(e) => {
+            // The receiver still gets its "done" (after a copy of nothing): the error is the
+            // communicator's from here on.
+            fill(words, job.slot, job.tag, 0, 0);
+            return Err(e);
+        }
+    }
+    mismatch.map_or(Ok(Step::Filled), Err)
+}
+
+/// The mailed sends of one engine: its slots, the claims on them, and the thread that fills
+/// them.
+pub(crate) struct Mail {
+    words: Arc<PinnedSlots>,
+    claims: Mutex<Claims>,
+    /// Blocks and threads per block of the copy kernel (`CCL_IPC_MAIL_BLOCKS`).
+    pub(crate) grid: (u32, u32),
+    jobs: Mutex<Option<Sender<MailJob>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The first error the thread met (a size mismatch, a mapping that failed): the next
+    /// operation returns it.
+    error: Arc<Mutex<Option<Error>>>,
+}
+
+impl Mail {
+    /// Slots in the ring: more sends than this in flight at once take the push wait instead.
+    pub(crate) const SLOTS: usize = 1024;
+
+    /// Slots for this engine and its mail thread, which watches `inbox` and maps receivers'
+    /// buffers through `ctx` (`pid`: this process; a post of it needs no mapping).
+    pub(crate) fn new(
+        ctx: &Arc<Context>,
+        inbox: Arc<RankBoards>,
+        pid: u64,
+        blocks: u32,
+    ) -> Result<Mail> {
+        let words = MAIL_SLOT_WORDS * Self::SLOTS;
+        let buf = PinnedBuffer::new(ctx, words * 8).map_err(cuda_err)?;
+        let words = Arc::new(PinnedSlots { buf, words });
+        for i in 0..words.words {
+            words.word(i).store(0, Ordering::Relaxed);
+        }
+        let (tx, rx) = mpsc::channel();
+        let error = Arc::new(Mutex::new(None));
+        let thread = {
+            let (words, error, ctx) = (words.clone(), error.clone(), ctx.clone());
+            std::thread::Builder::new()
+                .name("ccl-mail".into())
+                .spawn(move || run(rx, &*words, &inbox, &ctx, pid, &error))
+                .map_err(|e| Error::system(format!("cuda-ipc: no mail thread: {e}")))?
+        };
+        Ok(Mail {
+            words,
+            claims: Mutex::new(Claims::new(Self::SLOTS)),
+            grid: (blocks.clamp(1, ccl_cuda::cuda::source::MAIL_MAX_BLOCKS as u32), 512),
+            jobs: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            error,
+        })
+    }
+
+    /// Claims a slot for a send to `dst` and hands it to the mail thread: the slot's device
+    /// address and the tag its kernel waits for (None: no slot free, or the thread is gone).
+    pub(crate) fn send(&self, job: impl FnOnce(usize, u64) -> MailJob) -> Option<(u64, u64)> {
+        let (slot, tag) = self.claims.lock().claim(&*self.words, self.grid.0)?;
+        let jobs = self.jobs.lock();
+        jobs.as_ref()?.send(job(slot, tag)).ok()?;
+        let at = self.words.buf.device_ptr() + (slot * MAIL_SLOT_WORDS * 8) as u64;
+        Some((at, tag))
+    }
+
+    /// The thread's first error, once.
+    pub(crate) fn take_error(&self) -> Option<Error> {
+        self.error.lock().take()
+    }
+}
+
+impl Drop for Mail {
+    /// Closes the job queue: the thread fills what is left with "copy nothing" and ends.
+    fn drop(&mut self) {
+        self.jobs.lock().take();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The mail thread: takes jobs, looks at each pending send's entry, backs off while nothing
+/// moves. When the queue closes, pending sends get "copy nothing" (their communicator is
+/// going away, and a kernel must not spin forever).
+fn run(
+    rx: Receiver<MailJob>,
+    words: &dyn SlotWords,
+    inbox: &RankBoards,
+    ctx: &Arc<Context>,
+    pid: u64,
+    error: &Mutex<Option<Error>>,
+) {
+    let mut pending: Vec<MailJob> = Vec::new();
+    let mut spins = 0u32;
+    let bound = ctx.bind().is_ok();
+    let mut map = |p: &Post| -> Result<u64> {
+        if !bound {
+            return Err(Error::system("cuda-ipc: the mail thread has no CUDA context"));
+        }
+        crate::buffers::resolve_post(ctx, pid, p)
+    };
+    loop {
+        let closed = if pending.is_empty() {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(j) => {
+                    pending.push(j);
+                    false
+                }
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => true,
+            }
+        } else {
+            false
+        };
+        let mut closed = closed;
+        loop {
+            match rx.try_recv() {
+                Ok(j) => pending.push(j),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        if closed {
+            for j in pending.drain(..) {
+                fill(words, j.slot, j.tag, 0, 0);
+            }
+            return;
+        }
+        let before = pending.len();
+        pending.retain(|j| {
+            let Some(board) = inbox.of(j.dst) else {
+                record(error, Error::internal(format!("cuda-ipc: no inbox of rank {}", j.dst)));
+                fill(words, j.slot, j.tag, 0, 0);
+                return false;
+            };
+            match step(j, board, words, &mut map) {
+                Ok(Step::Waiting) => true,
+                Ok(Step::Filled) => false,
+                Err(e) => {
+                    record(error, e);
+                    false
+                }
+            }
+        });
+        if pending.len() < before {
+            spins = 0;
+        } else {
+            crate::sync::backoff(&mut spins);
+        }
+    }
+}
+
+fn record(slot: &Mutex<Option<Error>>, e: Error) {
+    tracing::warn!("{e}");
+    slot.lock().get_or_insert(e);
+}
+
+#[cfg(test)]
+mod tests;
