@@ -300,6 +300,7 @@ fn run_case(
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
+            | KernelOp::MailCopy
             | KernelOp::LlP2p => return Err("not an element-wise kernel".into()),
         }
     }
@@ -324,6 +325,7 @@ fn run_case(
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
+            | KernelOp::MailCopy
             | KernelOp::LlP2p => return Err("not an element-wise kernel".into()),
         }
     }

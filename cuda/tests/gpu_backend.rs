@@ -376,7 +376,11 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
         word(MAIL_TAG).store(tag, Ordering::Release);
         finish(&stream, "mail copy");
         for b in 0..blocks as usize {
-            assert_eq!(word(MAIL_SEEN + b).load(Ordering::Acquire), tag, "block {b}");
+            assert_eq!(
+                word(MAIL_SEEN + b).load(Ordering::Acquire),
+                tag,
+                "block {b}"
+            );
         }
         let mut got = vec![0u8; bytes + 64];
         dd.read(0, &mut got).unwrap();

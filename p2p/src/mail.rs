@@ -115,7 +115,9 @@ impl Claims {
 pub(crate) fn fill(words: &dyn SlotWords, slot: usize, tag: u64, dst: u64, bytes: u64) {
     let base = slot * MAIL_SLOT_WORDS;
     words.word(base + MAIL_DST).store(dst, Ordering::Relaxed);
-    words.word(base + MAIL_BYTES).store(bytes, Ordering::Relaxed);
+    words
+        .word(base + MAIL_BYTES)
+        .store(bytes, Ordering::Relaxed);
     words.word(base + MAIL_TAG).store(tag, Ordering::Release);
 }
 
@@ -208,7 +210,10 @@ impl Mail {
         Ok(Mail {
             words,
             claims: Mutex::new(Claims::new(Self::SLOTS)),
-            grid: (blocks.clamp(1, ccl_cuda::cuda::source::MAIL_MAX_BLOCKS as u32), 512),
+            grid: (
+                blocks.clamp(1, ccl_cuda::cuda::source::MAIL_MAX_BLOCKS as u32),
+                512,
+            ),
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             error,
@@ -257,7 +262,9 @@ fn run(
     let bound = ctx.bind().is_ok();
     let mut map = |p: &Post| -> Result<u64> {
         if !bound {
-            return Err(Error::system("cuda-ipc: the mail thread has no CUDA context"));
+            return Err(Error::system(
+                "cuda-ipc: the mail thread has no CUDA context",
+            ));
         }
         crate::buffers::resolve_post(ctx, pid, p)
     };
@@ -294,7 +301,10 @@ fn run(
         let before = pending.len();
         pending.retain(|j| {
             let Some(board) = inbox.of(j.dst) else {
-                record(error, Error::internal(format!("cuda-ipc: no inbox of rank {}", j.dst)));
+                record(
+                    error,
+                    Error::internal(format!("cuda-ipc: no inbox of rank {}", j.dst)),
+                );
                 fill(words, j.slot, j.tag, 0, 0);
                 return false;
             };

@@ -226,8 +226,7 @@ impl Plan {
         let mut lanes: Vec<Lane> = Vec::new();
         for t in &self.transfers {
             let lane = self.lane(l, t);
-            if t.role.copies() && lane != Lane::User && !lanes.contains(&lane)
-            {
+            if t.role.copies() && lane != Lane::User && !lanes.contains(&lane) {
                 lanes.push(lane);
             }
         }

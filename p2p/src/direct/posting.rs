@@ -151,6 +151,10 @@ pub(crate) struct Posting {
     bytes: usize,
 }
 
+/// Hands a mailed send to the mail thread: (peer, transfer number, bytes) in, the mailbox
+/// slot's device address and tag out (None: no slot free).
+pub(crate) type MailFn = dyn Fn(usize, u64, usize) -> Option<(u64, u64)>;
+
 /// How a rank settles its posted transfers.
 pub(crate) struct SettleHow<'a> {
     /// How long pending sends wait for their receivers.
@@ -184,7 +188,7 @@ pub(crate) struct SettleHow<'a> {
     /// receive is handed to the mail thread, given (peer, transfer number, bytes), instead
     /// of waiting; it returns the mailbox slot and tag (None: no slot free, then it waits
     /// as without). None: off.
-    pub mail: Option<&'a dyn Fn(usize, u64, usize) -> Option<(u64, u64)>>,
+    pub mail: Option<&'a MailFn>,
 }
 
 impl Posting {

@@ -257,7 +257,10 @@ fn a_mailed_send_queues_its_mail_copy_then_done_on_its_push_lane() {
         tag: 9,
     };
     let plan = Plan {
-        transfers: vec![t(true, 0x8000_0000, mailed), t(false, 0x9000_0000, Role::First)],
+        transfers: vec![
+            t(true, 0x8000_0000, mailed),
+            t(false, 0x9000_0000, Role::First),
+        ],
         ..Plan::default()
     };
     let mut dev = Recorder::default();
@@ -271,11 +274,29 @@ fn a_mailed_send_queues_its_mail_copy_then_done_on_its_push_lane() {
         0x8000_0000u64,
         8 << 20
     );
-    let i = dev.0.iter().position(|c| *c == mail).unwrap_or_else(|| panic!("{:?}", dev.0));
-    assert_eq!(dev.0[i + 1], format!("write {lane:?} {done:#x}"), "{:?}", dev.0);
-    assert!(dev.0[..i].iter().any(|c| c.starts_with("fork")), "{:?}", dev.0);
+    let i = dev
+        .0
+        .iter()
+        .position(|c| *c == mail)
+        .unwrap_or_else(|| panic!("{:?}", dev.0));
+    assert_eq!(
+        dev.0[i + 1],
+        format!("write {lane:?} {done:#x}"),
+        "{:?}",
+        dev.0
+    );
+    assert!(
+        dev.0[..i].iter().any(|c| c.starts_with("fork")),
+        "{:?}",
+        dev.0
+    );
     let join = dev.0.iter().position(|c| c.starts_with("join")).unwrap();
     let peer_done = l.direct_word(0, 1, false, DirectWord::Done);
-    assert_eq!(dev.0[join + 1], format!("wait User {peer_done:#x}"), "{:?}", dev.0);
+    assert_eq!(
+        dev.0[join + 1],
+        format!("wait User {peer_done:#x}"),
+        "{:?}",
+        dev.0
+    );
     assert!(!dev.0.iter().any(|c| c.starts_with("copy")), "{:?}", dev.0);
 }

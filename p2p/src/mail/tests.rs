@@ -58,7 +58,11 @@ fn a_mailed_send_is_filled_once_its_receiver_posts_and_not_before() {
     assert_eq!(o, Outcome::Pending);
     let j = job(2, 77, 0, 256, &no);
     assert_eq!(step(&j, &b, &w, &mut map_shifted).unwrap(), Step::Waiting);
-    assert_eq!(slot_of(&w, 2), (0, 0, 0), "slot written before the receiver posted");
+    assert_eq!(
+        slot_of(&w, 2),
+        (0, 0, 0),
+        "slot written before the receiver posted"
+    );
     // The receiver finds the send pending and leaves the copy to it.
     let o = post(&b, 1, 0, false, &post_of(256, 0x4000), None, &stop).unwrap();
     assert_eq!(o, Outcome::First);
@@ -78,7 +82,10 @@ fn a_size_mismatch_copies_the_smaller_and_is_an_error() {
     post(&b, 1, 3, true, &post_of(1000, 0x10), None, &|| false).unwrap();
     post(&b, 1, 3, false, &post_of(600, 0x8000), None, &|| false).unwrap();
     let e = step(&job(0, 5, 3, 1000, &no), &b, &w, &mut map_shifted).unwrap_err();
-    assert!(e.to_string().contains("rank 1 sends 1000 bytes to rank 0"), "{e}");
+    assert!(
+        e.to_string().contains("rank 1 sends 1000 bytes to rank 0"),
+        "{e}"
+    );
     assert_eq!(slot_of(&w, 0), (5, 0x9000, 600));
 }
 

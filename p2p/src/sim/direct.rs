@@ -567,10 +567,10 @@ fn an_exchange_waits_for_its_peer_so_that_each_side_pushes_its_own() {
 /// receiver's buffer: each side pushes its own data and neither host waited.
 #[test]
 fn a_mailed_send_never_waits_and_still_pushes_its_own_data() {
+    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SLOT_WORDS, MAIL_TAG};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
-    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SLOT_WORDS, MAIL_TAG};
 
     let dx = DirectSim::new(2);
     let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
@@ -582,21 +582,52 @@ fn a_mailed_send_never_waits_and_still_pushes_its_own_data() {
         Some((0xA000 + h.len() as u64, 40 + h.len() as u64))
     };
     let t = Instant::now();
-    let plan0 = settle_mailed(&dx.boards, post_exchange(&dx.boards, 0, 256, &mut c0[0]), 0, &mail);
+    let plan0 = settle_mailed(
+        &dx.boards,
+        post_exchange(&dx.boards, 0, 256, &mut c0[0]),
+        0,
+        &mail,
+    );
     assert!(t.elapsed() < Duration::from_secs(5), "rank 0 waited");
     let send0 = plan0.transfers.iter().find(|t| t.outgoing).unwrap();
-    assert_eq!(send0.role, plan::Role::Mailed { slot: 0xA001, tag: 41 });
+    assert_eq!(
+        send0.role,
+        plan::Role::Mailed {
+            slot: 0xA001,
+            tag: 41
+        }
+    );
     assert_eq!(*handed.lock().unwrap(), vec![(1, 0, 1024)]);
     assert_eq!(
-        (plan0.waits.mailed, plan0.waits.pushed, plan0.waits.left_to_pull),
+        (
+            plan0.waits.mailed,
+            plan0.waits.pushed,
+            plan0.waits.left_to_pull
+        ),
         (1, 0, 0)
     );
     // Rank 1 posts second: it pushes its own send and leaves rank 0's to rank 0.
-    let plan1 = settle_mailed(&dx.boards, post_exchange(&dx.boards, 1, 256, &mut c1[0]), 1, &mail);
-    let role1 = |out: bool| plan1.transfers.iter().find(|t| t.outgoing == out).unwrap().role;
+    let plan1 = settle_mailed(
+        &dx.boards,
+        post_exchange(&dx.boards, 1, 256, &mut c1[0]),
+        1,
+        &mail,
+    );
+    let role1 = |out: bool| {
+        plan1
+            .transfers
+            .iter()
+            .find(|t| t.outgoing == out)
+            .unwrap()
+            .role
+    };
     assert!(matches!(role1(true), plan::Role::Second { .. }));
     assert_eq!(role1(false), plan::Role::First);
-    assert_eq!(handed.lock().unwrap().len(), 1, "rank 1 mailed a send it could push");
+    assert_eq!(
+        handed.lock().unwrap().len(),
+        1,
+        "rank 1 mailed a send it could push"
+    );
     // The mail thread's look at rank 0's send now finds rank 1's receive buffer.
     let words: Vec<std::sync::atomic::AtomicU64> =
         (0..MAIL_SLOT_WORDS).map(|_| Default::default()).collect();

@@ -574,7 +574,7 @@ pub(super) fn settle_mailed(
     boards: &[Vec<AtomicU64>],
     posting: posting::Posting,
     rank: usize,
-    mail: &dyn Fn(usize, u64, usize) -> Option<(u64, u64)>,
+    mail: &posting::MailFn,
 ) -> plan::Plan {
     let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut reach = SimReach {
