@@ -153,7 +153,7 @@ pub(crate) struct Posting {
 
 /// Hands a mailed send to the mail thread: (peer, transfer number, bytes) in, the mailbox
 /// slot's device address and tag out (None: no slot free).
-pub(crate) type MailFn = dyn Fn(usize, u64, usize) -> Option<(u64, u64)>;
+pub(crate) type MailFn<'a> = dyn Fn(usize, u64, usize) -> Option<(u64, u64)> + 'a;
 
 /// How a rank settles its posted transfers.
 pub(crate) struct SettleHow<'a> {
@@ -188,7 +188,7 @@ pub(crate) struct SettleHow<'a> {
     /// receive is handed to the mail thread, given (peer, transfer number, bytes), instead
     /// of waiting; it returns the mailbox slot and tag (None: no slot free, then it waits
     /// as without). None: off.
-    pub mail: Option<&'a MailFn>,
+    pub mail: Option<&'a MailFn<'a>>,
 }
 
 impl Posting {

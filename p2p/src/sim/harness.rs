@@ -574,7 +574,7 @@ pub(super) fn settle_mailed(
     boards: &[Vec<AtomicU64>],
     posting: posting::Posting,
     rank: usize,
-    mail: &posting::MailFn,
+    mail: &posting::MailFn<'_>,
 ) -> plan::Plan {
     let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut reach = SimReach {
