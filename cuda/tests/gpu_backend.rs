@@ -330,8 +330,6 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
     let kernels = Kernels::new(&ctx).unwrap();
     let stream = Stream::with_flags(&ctx, true).unwrap();
     let slot = PinnedBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
-    // The receiver's "here": the copy waits for it as well as for its slot.
-    let go = Flag::new(&ctx).unwrap();
     // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words and outlives `word`'s
     // uses; host and kernel touch them only as whole 8-byte words.
     let word = |i: usize| unsafe { AtomicU64::from_ptr(slot.as_ptr().cast::<u64>().add(i)) };
@@ -351,7 +349,6 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
             kernels
                 .mail_copy(
                     &stream,
-                    (go.device_ptr(), tag as u32),
                     slot.device_ptr(),
                     tag,
                     ds.ptr(),
@@ -362,15 +359,6 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
         };
         std::thread::sleep(Duration::from_millis(20));
         assert!(!stream.query().unwrap(), "ran before its slot was filled");
-        if round == 0 {
-            // Slot first, "here" later: still nothing until both.
-            word(MAIL_DST).store(dd.ptr(), Ordering::Relaxed);
-            word(MAIL_BYTES).store(named as u64, Ordering::Relaxed);
-            word(MAIL_TAG).store(tag, Ordering::Release);
-            std::thread::sleep(Duration::from_millis(20));
-            assert!(!stream.query().unwrap(), "ran before its receiver's flag");
-        }
-        go.store(tag as u32);
         word(MAIL_DST).store(dd.ptr(), Ordering::Relaxed);
         word(MAIL_BYTES).store(named as u64, Ordering::Relaxed);
         word(MAIL_TAG).store(tag, Ordering::Release);

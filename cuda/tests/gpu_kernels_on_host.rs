@@ -595,7 +595,7 @@ fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
     (dir, so)
 }
 
-type MailCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u64, u64, *const u8, u64);
+type MailCopyFn = unsafe extern "C" fn(*mut u64, u64, *const u8, u64);
 
 /// The mail-copy kernel's C++, run on the host as one thread of one block (the slot already
 /// filled): copies the bytes the slot names, capped at the send's own length, marks the slot
@@ -646,16 +646,7 @@ fn mail_copy_kernel_copies_what_its_slot_names() {
         slot[MAIL_BYTES] = named as u64;
         // SAFETY: the slot holds the tag (the call returns) and names a range inside `dst`
         // of at most `named` bytes, capped at `max`, which `src` holds from `sa`.
-        unsafe {
-            f(
-                std::ptr::null(),
-                0,
-                slot.as_mut_ptr(),
-                tag,
-                src[sa..].as_ptr(),
-                max as u64,
-            )
-        };
+        unsafe { f(slot.as_mut_ptr(), tag, src[sa..].as_ptr(), max as u64) };
         assert_eq!(slot[MAIL_SEEN], tag, "slot not marked seen");
         let n = if to_dst { named.min(max) } else { 0 };
         assert!(dst[..da].iter().all(|&b| b == 0xEE), "written before");

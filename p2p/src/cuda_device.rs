@@ -109,23 +109,19 @@ impl Device for CudaDevice<'_> {
             .mail
             .as_ref()
             .ok_or_else(|| Error::internal("cuda-ipc: a mailed send without mailboxes"))?;
-        // Where a stream wait would hold the hardware queue every stream shares, the kernel
-        // waits for the receiver itself (as the wait kernel would).
-        let arrive = if self.eng.wait_kernel.covers(LongWait::Transfer) {
-            arrive
-        } else {
-            self.wait(lane, arrive.0, arrive.1)?;
-            (0, 0)
-        };
+        // The receiver may call late: where a stream wait would hold the hardware queue every
+        // stream shares, the one-thread wait kernel waits instead (one SM slot, not the
+        // copy's blocks, spinning meanwhile).
+        self.wait_long(lane, arrive.0, arrive.1, LongWait::Transfer)?;
         let s = self.stream(lane)?;
-        // SAFETY: see the impl: `arrive` is a flag of the layout (or none), the slot one of
+        // SAFETY: see the impl: the slot is one of
         // the engine's mailboxes, claimed for this send, which its mail thread fills with the
         // receiver's buffer as mapped here (disjoint from ours) or with nothing; `src` is this
         // rank's buffer of `bytes`, valid until the stream passes.
         unsafe {
             self.eng
                 .kernels
-                .mail_copy(s, arrive, slot, tag, src, bytes as u64, mail.grid)
+                .mail_copy(s, slot, tag, src, bytes as u64, mail.grid)
         }
         .map_err(cuda_err)
     }

@@ -73,22 +73,18 @@ impl Kernels {
 
 impl Kernels {
     /// Queues [`KernelOp::MailCopy`] on `stream` with `blocks` blocks of `threads`: once the
-    /// word at `arrive.0` reaches `arrive.1` (cyclic `>=`; address 0: no wait) and the
     /// mailbox slot at `slot` holds `tag`, the grid copies from `src` to the destination the
     /// slot names, at most `max_bytes` (see [`crate::cuda::source::MAIL_SLOT_WORDS`]).
     ///
     /// # Safety
-    /// `arrive.0` is 0 or a 4-byte aligned device-accessible word that something will bring
-    /// to `arrive.1`; `slot` is a device-accessible, 8-byte aligned mailbox slot valid until the kernel has
+    /// `slot` is a device-accessible, 8-byte aligned mailbox slot valid until the kernel has
     /// run, into which the host will write `tag` (or the kernel never ends) after a
     /// destination of at least the bytes it names, valid and disjoint from `src` until the
     /// stream passes, and `src` a device-accessible range of `max_bytes`; `blocks` is at most
     /// [`crate::cuda::source::MAIL_MAX_BLOCKS`].
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn mail_copy(
         &self,
         stream: &Stream,
-        arrive: (CUdeviceptr, u32),
         slot: CUdeviceptr,
         tag: u64,
         src: CUdeviceptr,
@@ -96,11 +92,8 @@ impl Kernels {
         (blocks, threads): (u32, u32),
     ) -> Result<()> {
         let func = self.function(DataType::Uint8, KernelOp::MailCopy)?;
-        let (mut arrive, mut value) = arrive;
         let (mut slot, mut tag, mut src, mut max_bytes) = (slot, tag, src, max_bytes);
-        let mut params: [*mut c_void; 6] = [
-            (&mut arrive as *mut CUdeviceptr).cast(),
-            (&mut value as *mut u32).cast(),
+        let mut params: [*mut c_void; 4] = [
             (&mut slot as *mut CUdeviceptr).cast(),
             (&mut tag as *mut u64).cast(),
             (&mut src as *mut CUdeviceptr).cast(),

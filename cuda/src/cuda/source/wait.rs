@@ -82,8 +82,7 @@ pub const MAIL_SEEN: usize = 8;
 pub const MAIL_MAX_BLOCKS: usize = MAIL_SLOT_WORDS - MAIL_SEEN;
 
 /// The copy of a send whose destination was unknown when it was queued: thread 0 of every
-/// block first waits for `arrive` to reach `value` as [`wait_flag_code`] does (none: the
-/// stream waited already), then polls the slot's tag (volatile: the host writes it), takes the destination and
+/// block polls the slot's tag (volatile: the host writes it), takes the destination and
 /// length, and marks the slot seen; then the grid copies, 16 bytes a thread a step and four
 /// steps in flight when both ends are 16-byte aligned, and fences its stores system-wide
 /// (a stream write after the kernel tells the receiver).
@@ -93,11 +92,9 @@ pub(super) fn mail_copy_code(name: &str, out: &mut String) {
         r#"
 struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
 
-{SPIN}
-extern "C" __global__ void {name}(const u32* arrive, u32 value, u64* slot, u64 tag, const u8* src, u64 max_bytes) {{
+extern "C" __global__ void {name}(u64* slot, u64 tag, const u8* src, u64 max_bytes) {{
   __shared__ u64 s_dst, s_bytes;
   if (threadIdx.x == 0) {{
-    if (arrive) ccl_spin_until(arrive, value);
     volatile u64* v = (volatile u64*)slot;
     while (v[{MAIL_TAG}] != tag) {{
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
