@@ -377,6 +377,53 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
     }
 }
 
+/// A stream stuck on a device-memory word that nobody will write (a dead peer's "done") is
+/// released by this process writing the word from another stream, as an abort would, with
+/// a stream memory write (`by_copy` false) or a copy from host memory (true). Run alone
+/// with `CUDA_DEVICE_MAX_CONNECTIONS=1` too: then every stream shares one hardware queue.
+fn release_stuck_wait(by_copy: bool) {
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let stuck = Stream::with_flags(&ctx, true).unwrap();
+    let word = DeviceBuffer::new(&ctx, 64).unwrap();
+    word.write(0, &[0u8; 64]).unwrap();
+    let after = Flag::new(&ctx).unwrap();
+    // SAFETY: the word and the flag outlive the streams' work (the test waits for it below,
+    // or leaks the process's GPU state on failure, which ends the test binary's use of it).
+    unsafe {
+        stuck.wait_value32(word.ptr(), 5, WaitCond::Geq).unwrap();
+        after.stream_write(&stuck, 1).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(after.load(), 0, "the wait did not hold");
+    let release = Stream::with_flags(&ctx, true).unwrap();
+    let five = 5u32.to_le_bytes();
+    // SAFETY: the word is 4-byte aligned device memory of 64 bytes; `five` lives until the
+    // stream is synchronised below (or the test fails, leaving the copy queued).
+    unsafe {
+        if by_copy {
+            release.memcpy_htod(word.ptr(), five.as_ptr(), 4).unwrap();
+        } else {
+            release.write_value32(word.ptr(), 5).unwrap();
+        }
+    }
+    after
+        .wait_host(Duration::from_secs(5), |v| v == 1)
+        .expect("the write from another stream did not release the stuck wait");
+    release.synchronize().unwrap();
+    stuck.synchronize().unwrap();
+}
+
+#[test]
+fn a_stream_write_from_another_stream_releases_a_stuck_wait() {
+    release_stuck_wait(false);
+}
+
+#[test]
+fn a_host_copy_from_another_stream_releases_a_stuck_wait() {
+    release_stuck_wait(true);
+}
+
 /// Waits for a stream with a deadline, so a kernel that never ends fails the test instead of
 /// hanging it.
 fn finish(stream: &Stream, what: &str) {

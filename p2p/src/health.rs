@@ -180,9 +180,75 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
             );
         }
     }
+    if aborted {
+        release_waits(&eng);
+    }
     // Graphs that captured groups on the direct paths keep the flag area's addresses (ours
     // and, mapped, the peers'): it stays for as long as the process may replay them.
     if aborted || eng.captured.load(Ordering::Relaxed) > 0 {
         std::mem::forget(eng);
     }
+}
+
+/// How long an abort waits for the GPU to take the released flags.
+const RELEASE_DEADLINE: Duration = Duration::from_millis(500);
+
+/// After an abort: moves every word of this rank's flag area (which peers write and this
+/// rank's streams and wait kernels wait on, cyclically `>=`) a quarter of the u32 circle
+/// ahead, from a stream of its own, so that waits for a peer that is gone end and the
+/// process's GPU work behind them runs again (the aborted operations' data is garbage: the
+/// communicator is gone). Where every stream shares one hardware queue
+/// (`CUDA_DEVICE_MAX_CONNECTIONS=1`) the release queues behind a stuck stream wait and never
+/// runs: the abort gives up after [`RELEASE_DEADLINE`] and says so.
+fn release_waits(eng: &Arc<IpcEngine>) {
+    let e = eng.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("ccl-release".into())
+        .spawn(move || {
+            let _ = tx.send(bump_flags(&e));
+        });
+    if let Err(err) = spawned {
+        tracing::warn!(
+            "rank {}: abort: no thread to release the GPU's waits: {err}",
+            eng.layout.rank
+        );
+        return;
+    }
+    match rx.recv_timeout(RELEASE_DEADLINE) {
+        Ok(Ok(words)) => tracing::info!(
+            "rank {}: abort released the GPU's waits ({words} flag words moved on)",
+            eng.layout.rank
+        ),
+        Ok(Err(err)) => tracing::warn!(
+            "rank {}: abort: releasing the GPU's waits: {err}",
+            eng.layout.rank
+        ),
+        Err(_) => tracing::warn!(
+            "rank {}: abort: the GPU's waits were not released within {} ms (streams that share \
+             one hardware queue, CUDA_DEVICE_MAX_CONNECTIONS=1, queue the release behind them)",
+            eng.layout.rank,
+            RELEASE_DEADLINE.as_millis()
+        ),
+    }
+}
+
+/// Reads the flag area, adds 2^30 to every word and writes it back, on a stream of its own.
+fn bump_flags(eng: &IpcEngine) -> Result<usize> {
+    let buf = &eng._flags;
+    let len = buf.len() / 4 * 4;
+    let s = ccl_cuda::cuda::Stream::with_flags(&eng.ctx, true).map_err(cuda_err)?;
+    let mut words = vec![0u8; len];
+    // SAFETY: the range is the flag area's own (it lives as long as the engine, which the
+    // caller keeps), and `words` holds `len` bytes until the synchronize returns.
+    unsafe { s.memcpy_dtoh(words.as_mut_ptr(), buf.ptr(), len) }.map_err(cuda_err)?;
+    s.synchronize().map_err(cuda_err)?;
+    for w in words.chunks_exact_mut(4) {
+        let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]).wrapping_add(1 << 30);
+        w.copy_from_slice(&v.to_le_bytes());
+    }
+    // SAFETY: as above, `words` borrowed until the synchronize returns.
+    unsafe { s.memcpy_htod(buf.ptr(), words.as_ptr(), len) }.map_err(cuda_err)?;
+    s.synchronize().map_err(cuda_err)?;
+    Ok(len / 4)
 }
