@@ -89,6 +89,7 @@ static int survivor(int rank, ncclComm_t comm, float *buf, size_t n, cudaStream_
          "on the old stream %s\n",
          pass ? "PASS" : "FAIL", rank, (int)a, detect, abort_s, drained >= 0 ? "yes" : "no",
          drained, init ? "made" : "failed", on_new ? "yes" : "no", on_old ? "yes" : "no");
+  fflush(stdout);
   if (init) ncclCommDestroy(c2);
   return pass ? 0 : 1;
 }
