@@ -3,7 +3,7 @@
 # every rank on GPU 0: libccl allows that (NVIDIA's NCCL refuses it), so nothing here is
 # compared with NCCL -- device_round.sh does that on two GPUs. Checks: the CUDA backend's unit
 # tests (.dev/gpu_backend_test, if built), two_comms.c (two threads x two communicator sets,
-# RUNS short runs and one of 10,000 iterations), peer_dies.c, mismatch.c, group_vs_lone.c
+# RUNS short runs and one of 10,000 iterations), peer_dies.c, abort_recovers.c, mismatch.c, group_vs_lone.c
 # (staged, network transport), reuse.c (plain and
 # VMM), group_comm_order.c (two communicators in a group, staged and cuda-ipc, and staged
 # against one-by-one calls), the nine ops at -g 2, 3 and 4 in one process and seven under mpirun -np 2, all with
@@ -43,6 +43,7 @@ if [ -x /tmp/two_comms ]; then
 fi
 
 build peer_dies && timeout -s KILL 60 /tmp/peer_dies 2>&1 | tail -n 3 | tee -a "$S"
+build abort_recovers && { timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"; }
 build mismatch && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
 # The staged path over the network transport: a large all-reduce / all-to-all called alone by
 # one rank and in a group by the other.

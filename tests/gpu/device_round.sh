@@ -5,7 +5,8 @@
 # see torch_compare.py), then busbw/latency beside NCCL. Everything under $OUT; summary.md at
 # the end (libccl measured with direct transfers on and off). Env: NGPU (N, default 2),
 # PERF_OPS, PERF_SIZES, MPI_PERF_OPS. two_comms.c, peer_dies.c, mismatch.c and reuse.c are
-# two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is.
+# two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is; abort_recovers.c
+# runs three ranks over the GPUs there are.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
@@ -22,6 +23,9 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/two_comms
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/peer_dies.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/peer_dies >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/peer_dies 2>&1 | tail -n 3 | tee -a "$S"
+gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/abort_recovers.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -o /tmp/abort_recovers >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.c -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/mismatch >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
