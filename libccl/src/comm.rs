@@ -98,6 +98,7 @@ impl Comm {
         self.attach_monitor()?;
         crate::ipc::attach(self)?;
         self.attach_hierarchy()?;
+        crate::profiler::attach(self);
         let (ring, links) = self.describe();
         tracing::info!(
             "rank {} of {} ready: ring {ring}, links {links}",
@@ -205,7 +206,11 @@ impl Comm {
     /// parent rank; `SPLIT_NOCOLOR` ranks get `None`.
     pub fn split(&self, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
         self.check_usable()?;
-        self.split_unchecked(color, key, config)
+        let child = self.split_unchecked(color, key, config)?;
+        if let Some(c) = child.as_ref().filter(|c| c.check_usable().is_ok()) {
+            crate::profiler::attach(c);
+        }
+        Ok(child)
     }
 
     /// [`Comm::split`] without the check that the communicator is ready: for the
@@ -378,7 +383,9 @@ impl Comm {
             .position(|&r| r == self.0.rank)
             .ok_or_else(|| Error::internal("this rank is missing from its own shrink"))?;
         let tag = format!("shrink{k}|{survivors:?}");
-        self.child(new_rank, table, &listener, &tag, config)
+        let child = self.child(new_rank, table, &listener, &tag, config)?;
+        crate::profiler::attach(&child);
+        Ok(child)
     }
 
     /// `ncclCommFinalize`: operations complete before calls return on this backend, so there
@@ -416,6 +423,7 @@ impl Comm {
         if !idle {
             self.0.abort.store(true, Ordering::SeqCst);
         }
+        crate::profiler::detach(self, !idle);
         self.0.graph.shutdown(true);
         self.0.gpu.shutdown(true);
         self.0.ipc.shutdown(!idle);
@@ -461,6 +469,7 @@ impl Comm {
         self.0.graph.shutdown(true);
         self.0.gpu.shutdown(true);
         self.0.ipc.shutdown(true);
+        crate::profiler::detach(self, true);
         let mut guard = self.0.state.lock();
         guard.take();
         drop(guard);

@@ -110,6 +110,10 @@ pub struct CommCore {
     /// The process's throughput monitor while `CCL_MONITOR` is on (see [`crate::monitor`]);
     /// dropped at destroy, so the last communicator's destroy stops it.
     pub monitor: Mutex<Option<Arc<ccl_monitor::Monitor>>>,
+    /// Its profiler plugin context while `NCCL_PROFILER_PLUGIN` loaded one, finalised at
+    /// destroy or abort. Held without naming its type (`crate::profiler` reads it), as the
+    /// engine slots are, so this module does not depend on the profiler.
+    pub profiler: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// A communicator handle (what `ncclComm_t` points at).
@@ -146,6 +150,7 @@ impl Comm {
             hier: EngineSlot::default(),
             side_streams: Mutex::new(Vec::new()),
             monitor: Mutex::new(None),
+            profiler: Mutex::new(None),
         }))
     }
 

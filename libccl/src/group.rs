@@ -209,10 +209,19 @@ fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
-    let (tasks, forks) = fork_hierarchical(tasks)?;
-    let ran = run_forked(tasks);
-    // Whatever was queued on the forks, the caller's streams wait for it.
-    ran.and(forks.join())
+    // Profiler plugins see the group as the caller made it (before hierarchical operations
+    // become stages on sub-communicators).
+    let watch = crate::profiler::Watch::start(&tasks);
+    let ran = (|| {
+        let (tasks, forks) = fork_hierarchical(tasks)?;
+        let ran = run_forked(tasks);
+        // Whatever was queued on the forks, the caller's streams wait for it.
+        ran.and(forks.join())
+    })();
+    if let Some(w) = watch {
+        w.finish(ran.is_ok());
+    }
+    ran
 }
 
 /// A group with hierarchical operations over several communicators that share a caller's

@@ -18,6 +18,7 @@ pub mod log;
 pub mod monitor;
 pub mod params;
 mod pieces;
+pub mod profiler;
 mod route;
 pub mod task;
 
