@@ -161,7 +161,11 @@ pub fn detach(comm: &Comm, bounded: bool) {
         }
     }
     drop(pending);
-    prof.plugin.finalize(prof.ctx.0);
+    // As NCCL: a plugin that returned no context (the inspector when it is not enabled) is
+    // not finalised.
+    if !prof.ctx.0.is_null() {
+        prof.plugin.finalize(prof.ctx.0);
+    }
 }
 
 /// The communicator's context out of its untyped slot.
