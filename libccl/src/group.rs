@@ -42,29 +42,38 @@ pub fn in_group() -> bool {
 
 /// `ncclGroupEnd`: at the outermost level, runs pending inits then every queued operation.
 pub fn end() -> Result<()> {
-    let (tasks, inits, error) = GROUP.with(|g| {
+    let outer = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(Error::invalid_usage("ncclGroupEnd without ncclGroupStart"));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok((Vec::new(), Vec::new(), None));
+            return Ok(None);
         }
-        Ok((
+        Ok(Some((
             std::mem::take(&mut g.tasks),
             std::mem::take(&mut g.inits),
             g.error.take(),
-        ))
+        )))
     })?;
-    if let Some(e) = error {
-        return Err(e.context("an earlier call in this group failed; the group was not run"));
-    }
-    run_inits(inits)?;
-    if tasks.is_empty() {
+    let Some((tasks, inits, error)) = outer else {
         return Ok(());
-    }
-    run(tasks)
+    };
+    let api = crate::profiler::take_api();
+    api.ending();
+    let ran = (|| {
+        if let Some(e) = error {
+            return Err(e.context("an earlier call in this group failed; the group was not run"));
+        }
+        run_inits(inits)?;
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        run(tasks, &api)
+    })();
+    api.finish();
+    ran
 }
 
 /// `ncclGroupSimulateEnd`: closes the group without running it and returns an estimate of
@@ -84,6 +93,8 @@ pub fn simulate_end() -> Result<f64> {
         }
         g.error = None;
         g.inits.clear();
+        // The group ends here, unrun: its API events end with it.
+        crate::profiler::take_api().finish();
         Ok(std::mem::take(&mut g.tasks))
     })?;
     Ok(tasks
@@ -122,20 +133,23 @@ impl Comm {
 
 /// Queues `task` in the current group, or runs it now outside one.
 pub fn submit(comm: &Comm, task: Task) -> Result<()> {
-    let queued = GROUP.with(|g| {
+    let depth = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth > 0 {
             g.tasks.push((comm.clone(), task));
-            true
-        } else {
-            false
         }
+        g.depth
     });
-    if queued {
-        Ok(())
-    } else {
-        run(vec![(comm.clone(), task)])
+    crate::profiler::appended(comm, &task, depth);
+    if depth > 0 {
+        return Ok(());
     }
+    // A call outside a group is a group of one, its API events included.
+    let api = crate::profiler::take_api();
+    api.ending();
+    let ran = run(vec![(comm.clone(), task)], &api);
+    api.finish();
+    ran
 }
 
 /// Defers a communicator's init to the group's end (several ranks initialised by one thread
@@ -208,10 +222,10 @@ fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
 
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
-pub(crate) fn run(tasks: Vec<(Comm, Task)>) -> Result<()> {
+pub(crate) fn run(tasks: Vec<(Comm, Task)>, api: &crate::profiler::ApiGroup) -> Result<()> {
     // Profiler plugins see the group as the caller made it (before hierarchical operations
     // become stages on sub-communicators).
-    let watch = crate::profiler::Watch::start(&tasks);
+    let watch = crate::profiler::Watch::start(&tasks, api);
     let ran = (|| {
         let (tasks, forks) = fork_hierarchical(tasks)?;
         let ran = run_forked(tasks);

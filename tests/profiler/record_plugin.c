@@ -7,6 +7,7 @@
  *
  * The structures below follow the profiler ABI as docs/PROFILER.md lays it out (64-bit). */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +46,36 @@ struct kch_d {
   uint64_t t0;
 };
 
+struct group_api_d {
+  bool captured;
+  int depth;
+};
+
+struct coll_api_d {
+  const char *func;
+  size_t count;
+  const char *dtype;
+  int root;
+  void *stream;
+  bool captured;
+};
+
+struct p2p_api_d {
+  const char *func;
+  size_t count;
+  const char *dtype;
+  void *stream;
+  bool captured;
+};
+
 struct descr {
   uint64_t type; /* version 4: a uint8_t; its byte is this word's first (little-endian) */
   void *parent;
   int rank;
   union {
+    struct group_api_d group_api;
+    struct coll_api_d coll_api;
+    struct p2p_api_d p2p_api;
     struct coll_d coll;
     struct p2p_d p2p;
     struct kch_d kch;
@@ -130,9 +156,9 @@ static int start_event(void *context, void **handle, struct descr *d) {
 #endif
     fprintf(c->out,
             "start id=%lu type=coll func=%s count=%zu dtype=%s root=%d seq=%llu nch=%u algo=%s "
-            "proto=%s group=%lu rank=%d\n",
+            "proto=%s group=%lu rank=%d parent=%lu\n",
             e->id, x->func, x->count, x->dtype, x->root, (unsigned long long)x->seq, x->nch,
-            x->algo, x->proto, id_of(group), d->rank);
+            x->algo, x->proto, id_of(group), d->rank, id_of(d->parent));
   } else if (type == (1 << 2)) {
     struct p2p_d *x = &d->u.p2p;
 #ifdef RECORD_V4
@@ -140,11 +166,24 @@ static int start_event(void *context, void **handle, struct descr *d) {
 #else
     void *group = x->group;
 #endif
-    fprintf(c->out, "start id=%lu type=p2p func=%s count=%zu dtype=%s peer=%d nch=%u group=%lu\n",
-            e->id, x->func, x->count, x->dtype, x->peer, x->nch, id_of(group));
+    fprintf(c->out,
+            "start id=%lu type=p2p func=%s count=%zu dtype=%s peer=%d nch=%u group=%lu "
+            "parent=%lu\n",
+            e->id, x->func, x->count, x->dtype, x->peer, x->nch, id_of(group), id_of(d->parent));
   } else if (type == (1 << 6)) {
     fprintf(c->out, "start id=%lu type=kernel parent=%lu ch=%u t0=%llu\n", e->id,
             id_of(d->parent), d->u.kch.ch, (unsigned long long)d->u.kch.t0);
+  } else if (type == (1 << 8)) {
+    fprintf(c->out, "start id=%lu type=groupapi depth=%d captured=%d\n", e->id,
+            d->u.group_api.depth, d->u.group_api.captured);
+  } else if (type == (1 << 9)) {
+    struct coll_api_d *x = &d->u.coll_api;
+    fprintf(c->out, "start id=%lu type=collapi func=%s count=%zu dtype=%s root=%d parent=%lu\n",
+            e->id, x->func, x->count, x->dtype, x->root, id_of(d->parent));
+  } else if (type == (1 << 10)) {
+    struct p2p_api_d *x = &d->u.p2p_api;
+    fprintf(c->out, "start id=%lu type=p2papi func=%s count=%zu dtype=%s parent=%lu\n", e->id,
+            x->func, x->count, x->dtype, id_of(d->parent));
   } else {
     fprintf(c->out, "start id=%lu type=other%llu\n", e->id, (unsigned long long)type);
   }
@@ -161,7 +200,8 @@ static int stop_event(void *handle) {
   fprintf(e->c->out, "stop id=%lu\n", e->id);
   fflush(e->c->out);
   pthread_mutex_unlock(&lock);
-  free(e);
+  /* Not freed: a stopped API event stays the parent of later events (as in NCCL), so its
+   * handle must stay readable; a test run is short. */
   return 0;
 }
 

@@ -242,6 +242,72 @@ fn check_full(lines: &[Line], rank: u64) {
     }
 }
 
+/// The API events a v5 plugin gets besides (NCCL starts them for a mask with any operation
+/// bit): one group API event per group, recorded at the group's start-call end (23) and its
+/// end-call start (24) and stopped after the group; one call event per operation, stopped
+/// within the call and named as the operation's parent.
+fn check_api(lines: &[Line]) {
+    let gapis = starts(lines, "groupapi");
+    assert_eq!(gapis.len(), 4);
+    let groups = starts(lines, "group");
+    for (ga, g) in gapis.iter().zip(&groups) {
+        assert_eq!((ga.num("depth"), ga.num("captured")), (1, 0));
+        let id = ga.num("id");
+        let recs: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].verb == "record" && lines[i].num("id") == id)
+            .collect();
+        let states: Vec<u64> = recs.iter().map(|&i| lines[i].num("state")).collect();
+        assert_eq!(states, vec![23, 24]);
+        assert!(at(lines, "stop", id) > at(lines, "stop", g.num("id")));
+    }
+    let capis = starts(lines, "collapi");
+    let got: Vec<String> = capis
+        .iter()
+        .map(|l| {
+            ["func", "count", "dtype", "root"]
+                .map(|k| l.get(k))
+                .join(" ")
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            "AllReduce 1024 ncclFloat32 0",
+            "Broadcast 10 ncclFloat64 1",
+            "AllReduce 1024 ncclFloat32 0",
+        ]
+    );
+    let papis = starts(lines, "p2papi");
+    let got: Vec<String> = papis
+        .iter()
+        .map(|l| ["func", "count", "dtype"].map(|k| l.get(k)).join(" "))
+        .collect();
+    assert_eq!(got, vec!["Send 256 ncclInt32", "Recv 256 ncclInt32"]);
+    let gapi_ids: Vec<u64> = gapis.iter().map(|l| l.num("id")).collect();
+    let parents: Vec<u64> = capis
+        .iter()
+        .chain(&papis)
+        .map(|l| l.num("parent"))
+        .collect();
+    assert_eq!(
+        parents,
+        vec![
+            gapi_ids[0],
+            gapi_ids[2],
+            gapi_ids[3],
+            gapi_ids[1],
+            gapi_ids[1]
+        ]
+    );
+    let ops: Vec<u64> = starts(lines, "coll")
+        .iter()
+        .chain(&starts(lines, "p2p"))
+        .map(|l| l.num("parent"))
+        .collect();
+    let apis: Vec<u64> = capis.iter().chain(&papis).map(|l| l.num("id")).collect();
+    assert_eq!(ops, apis);
+}
+
 #[test]
 fn a_v5_plugin_sees_every_group_operation_and_kernel_channel() {
     let dir = scratch("v5");
@@ -252,8 +318,11 @@ fn a_v5_plugin_sees_every_group_operation_and_kernel_channel() {
         ("RECORD_PLUGIN_FILE", prefix.display().to_string()),
     ]);
     for r in 0..2u64 {
-        check_full(&read_lines(&dir.join(format!("events.{r}"))), r);
+        let lines = read_lines(&dir.join(format!("events.{r}")));
+        check_full(&lines, r);
+        check_api(&lines);
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -266,8 +335,14 @@ fn a_v4_plugin_gets_the_same_events() {
         ("RECORD_PLUGIN_FILE", prefix.display().to_string()),
     ]);
     for r in 0..2u64 {
-        check_full(&read_lines(&dir.join(format!("events.{r}"))), r);
+        let lines = read_lines(&dir.join(format!("events.{r}")));
+        check_full(&lines, r);
+        // Version 4 has no API events.
+        assert!(!lines
+            .iter()
+            .any(|l| l.verb == "start" && l.get("type").ends_with("api")));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -290,8 +365,15 @@ fn the_activation_mask_is_honoured() {
         assert!(colls.iter().all(|c| c.num("nch") == 0));
         assert!(starts(&lines, "p2p").is_empty());
         assert!(starts(&lines, "kernel").is_empty());
-        assert!(!lines.iter().any(|l| l.verb == "record"));
+        // NCCL's rules: collectives bring group and call API events, but no p2p ones.
+        assert_eq!(starts(&lines, "groupapi").len(), 4);
+        assert_eq!(starts(&lines, "collapi").len(), 3);
+        assert!(starts(&lines, "p2papi").is_empty());
+        assert!(!lines
+            .iter()
+            .any(|l| l.verb == "record" && l.get("state") == "22"));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -322,4 +404,5 @@ fn a_missing_plugin_or_failing_init_only_warns() {
     // `none` loads nothing and says nothing.
     let errs = run_ranks(&[("NCCL_PROFILER_PLUGIN", "none".to_string())]);
     assert!(errs.iter().all(|e| !e.contains("profiler")), "{errs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

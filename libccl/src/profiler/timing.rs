@@ -14,7 +14,6 @@ use std::sync::{Arc, OnceLock};
 use ccl_cuda::cuda::{Context, Event, EventFlags, Stream};
 use crossbeam::channel::{unbounded, Sender};
 
-use super::Part;
 use crate::core::Comm;
 use crate::task::Task;
 
@@ -82,9 +81,13 @@ impl Starts {
     }
 }
 
+/// What the timing thread calls with a part's spans: per stream, its start and end (ns).
+pub(super) type Report = Box<dyn FnOnce(&dyn Fn(usize) -> Option<(u64, u64)>) + Send>;
+
 struct Pending {
-    part: Part,
+    starts: Starts,
     ends: Vec<Event>,
+    report: Report,
 }
 
 fn queue() -> Option<&'static Sender<Pending>> {
@@ -96,7 +99,7 @@ fn queue() -> Option<&'static Sender<Pending>> {
                 .name("ccl-profiler".into())
                 .spawn(move || {
                     for p in rx {
-                        report(p);
+                        wait_and_report(p);
                     }
                 })
                 .map_err(|e| tracing::warn!("PROFILER: no timing thread: {e}"))
@@ -106,32 +109,29 @@ fn queue() -> Option<&'static Sender<Pending>> {
         .as_ref()
 }
 
-/// Hands a GPU-timed part to the timing thread (which completes it), after recording its end
-/// events here. If that cannot be done the part completes now, untimed.
-pub(super) fn submit(part: Part) {
-    let super::Timing::Gpu(starts) = &part.timing else {
-        part.complete(&|_| None);
-        return;
-    };
+/// Records the end events here (before the caller queues more work on its streams) and
+/// hands them to the timing thread, which calls `report` once they have passed. If that
+/// cannot be done, `report` runs now, untimed.
+pub(super) fn submit(starts: Starts, report: Report) {
     let (Some(ends), Some(q)) = (starts.record_ends(), queue()) else {
-        part.complete(&|_| None);
+        report(&|_| None);
         return;
     };
-    part.prof.queued();
-    let prof = Arc::clone(&part.prof);
-    if let Err(e) = q.send(Pending { part, ends }) {
-        // The thread is gone: complete here rather than leave events open.
-        e.into_inner().part.complete(&|_| None);
-        prof.done();
+    if let Err(e) = q.send(Pending {
+        starts,
+        ends,
+        report,
+    }) {
+        // The thread is gone: report here rather than leave events open.
+        (e.into_inner().report)(&|_| None);
     }
 }
 
-/// Waits for a part's end events and reports its operations with their execution times.
-fn report(p: Pending) {
-    let super::Timing::Gpu(starts) = &p.part.timing else {
-        return;
-    };
-    let spans: Vec<(usize, Option<(u64, u64)>)> = starts
+/// Waits for a part's end events and reports its streams' execution spans.
+fn wait_and_report(p: Pending) {
+    let t0 = p.starts.t0;
+    let spans: Vec<(usize, Option<(u64, u64)>)> = p
+        .starts
         .streams
         .iter()
         .zip(&p.ends)
@@ -140,10 +140,7 @@ fn report(p: Pending) {
                 .synchronize()
                 .and_then(|()| Event::elapsed_ms(start, end))
                 .ok();
-            let span = ms.map(|ms| {
-                let ns = (f64::from(ms.max(0.0)) * 1e6) as u64;
-                (starts.t0, starts.t0 + ns)
-            });
+            let span = ms.map(|ms| (t0, t0 + (f64::from(ms.max(0.0)) * 1e6) as u64));
             (*raw, span)
         })
         .collect();
@@ -153,6 +150,5 @@ fn report(p: Pending) {
             .find(|(s, _)| *s == stream)
             .and_then(|(_, span)| *span)
     };
-    p.part.complete(&lookup);
-    p.part.prof.done();
+    (p.report)(&lookup);
 }
