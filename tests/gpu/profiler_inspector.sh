@@ -6,8 +6,11 @@
 #   NCCL_SRC=.dev/nccl LIBDIR=.dev/new tests/gpu/profiler_inspector.sh
 #
 # NCCL_SRC  a copy of NVIDIA/nccl's tree (only plugins/profiler/inspector is used; the device
-#           has no internet, so it travels with the working tree), default .dev/nccl
-# LIBDIR    the directory holding libccl's libnccl.so.2, default .dev/new
+#           has no internet, so it travels with the working tree: after fetching NVIDIA/nccl,
+#           `git -C <mirror> archive HEAD plugins/profiler/inspector | tar -x -C .dev/nccl`),
+#           default .dev/nccl
+# LIBDIR    the directory holding libccl's libnccl.so.2 (scripts/build-lib.sh release, copied
+#           there), default .dev/new
 # nccl-tests' source must lie in .dev/nccl-tests; it is built unless its build/ exists.
 # NGPU (2), MIN (1M), MAX (1G), ITERS (20), WARMUP (5); WITH_NCCL=1 also runs NVIDIA's NCCL of
 # the PyTorch wheel the same way, as a reference for the plugin itself. Logs under $OUT.
