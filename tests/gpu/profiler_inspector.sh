@@ -53,60 +53,6 @@ for entry in $runs; do
     .dev/nccl-tests/build/all_reduce_perf -b "$MIN" -e "$MAX" -f 2 -c 0 -n "$ITERS" -w "$WARMUP" \
     > "$L/all_reduce.$name.log" 2>&1
   echo "$name: all_reduce_perf exit $?; inspector files: $(ls "$dump" | wc -l)"
-  python3 - "$L/all_reduce.$name.log" "$dump" "$NGPU" "$name" <<'EOF' | tee "$L/compare.$name.md"
-import json, os, statistics, sys
-log, dump, n, name = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-# nccl-tests rows: size count type redop root | time algbw busbw #wrong (out of place) | same in place
-tests = {}
-for line in open(log, errors="replace"):
-    f = line.split()
-    if len(f) >= 13 and f[0].isdigit():
-        try:
-            tests[int(f[0])] = (float(f[7]), float(f[11]))
-        except ValueError:
-            pass
-# inspector: JSON objects, one after the other, in every rank's file
-times, sources = {}, {}
-dec = json.JSONDecoder()
-for fn in sorted(os.listdir(dump)):
-    text = open(os.path.join(dump, fn), errors="replace").read()
-    i = 0
-    while True:
-        while i < len(text) and text[i] not in "{":
-            i += 1
-        if i >= len(text):
-            break
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except ValueError:
-            i += 1
-            continue
-        p = obj.get("coll_perf") if isinstance(obj, dict) else None
-        if not p or p.get("coll") != "AllReduce":
-            continue
-        size = int(p["coll_msg_size_bytes"])
-        times.setdefault(size, []).append(float(p["coll_exec_time_us"]))
-        src = p.get("coll_timing_source", "?")
-        sources[src] = sources.get(src, 0) + 1
-factor = 2.0 * (n - 1) / n
-print(f"\n{name}: all_reduce_perf busbw (GB/s) beside the inspector's, {n} ranks; "
-      f"inspector timing sources {sources}")
-print("| bytes | nccl-tests oop | nccl-tests ip | inspector (median us) | inspector busbw | records | inspector / nccl-tests |")
-print("|---|---|---|---|---|---|---|")
-worst = 0.0
-for size in sorted(tests):
-    oop, ip = tests[size]
-    ts = times.get(size, [])
-    if not ts:
-        print(f"| {size} | {oop:.2f} | {ip:.2f} | - | - | 0 | - |")
-        continue
-    t = statistics.median(ts)
-    bw = size / 1e9 / (t / 1e6) * factor if t > 0 else 0.0
-    ref = (oop + ip) / 2
-    ratio = bw / ref if ref > 0 else 0.0
-    if t >= 20:
-        worst = max(worst, abs(ratio - 1))
-    print(f"| {size} | {oop:.2f} | {ip:.2f} | {t:.0f} | {bw:.2f} | {len(ts)} | {ratio:.3f} |")
-print(f"\nlargest difference where an operation takes 20 us or more: {worst * 100:.1f}%")
-EOF
+  python3 tests/gpu/inspector_compare.py "$L/all_reduce.$name.log" "$dump" "$NGPU" "$name" \
+    | tee "$L/compare.$name.md"
 done
