@@ -26,14 +26,23 @@ fn scratch(tag: &str) -> PathBuf {
 fn build_plugin(dir: &Path, defines: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiler/record_plugin.c");
     let out = dir.join("librecord.so");
-    let st = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
-        .args(defines)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc");
+    // $CC, else cc, else gcc (what scripts/deps.sh installs).
+    let compilers = std::env::var("CC")
+        .into_iter()
+        .chain(["cc".into(), "gcc".into()]);
+    let st = compilers
+        .filter_map(|c| {
+            Command::new(c)
+                .args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"])
+                .args(defines)
+                .arg("-o")
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .ok()
+        })
+        .next()
+        .expect("no C compiler (cc, gcc)");
     assert!(st.success(), "building {}", src.display());
     out
 }
