@@ -13,7 +13,8 @@
 #           there), default .dev/new
 # nccl-tests' source must lie in .dev/nccl-tests; it is built unless its build/ exists.
 # NGPU (2), MIN (1M), MAX (1G), ITERS (20), WARMUP (5); WITH_NCCL=1 also runs NVIDIA's NCCL of
-# the PyTorch wheel the same way, as a reference for the plugin itself. Logs under $OUT.
+# the PyTorch wheel the same way, as a reference for the plugin itself. With one GPU,
+# NCCL_TESTS_DEVICE=0 puts both ranks on it (libccl only). Logs under $OUT.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; L=$OUT/inspector; mkdir -p "$L"
@@ -44,13 +45,14 @@ for entry in $runs; do
   name=${entry%%=*}; dir=${entry#*=}
   [ -e "$dir/libnccl.so" ] || ln -sf libnccl.so.2 "$dir/libnccl.so" 2>/dev/null
   dump=$L/dump-$name; rm -rf "$dump"; mkdir -p "$dump"
-  LD_LIBRARY_PATH=$dir NCCL_PROFILER_PLUGIN=$PLUGIN NCCL_INSPECTOR_ENABLE=1 \
+  # The plugin needs libcudart from CUDA_HOME, wherever the loader looks by default.
+  LD_LIBRARY_PATH=$dir:$CUDA_HOME/lib64 NCCL_PROFILER_PLUGIN=$PLUGIN NCCL_INSPECTOR_ENABLE=1 \
     NCCL_INSPECTOR_DUMP_DIR=$dump NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000 \
     NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
     timeout -s KILL 300 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
     -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NCCL_PROFILER_PLUGIN -x NCCL_INSPECTOR_ENABLE \
     -x NCCL_INSPECTOR_DUMP_DIR -x NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS -x NCCL_DEBUG \
-    .dev/nccl-tests/build/all_reduce_perf -b "$MIN" -e "$MAX" -f 2 -c 0 -n "$ITERS" -w "$WARMUP" \
+    ${NCCL_TESTS_DEVICE:+-x NCCL_TESTS_DEVICE} .dev/nccl-tests/build/all_reduce_perf -b "$MIN" -e "$MAX" -f 2 -c 0 -n "$ITERS" -w "$WARMUP" \
     > "$L/all_reduce.$name.log" 2>&1
   echo "$name: all_reduce_perf exit $?; inspector files: $(ls "$dump" | wc -l)"
   python3 tests/gpu/inspector_compare.py "$L/all_reduce.$name.log" "$dump" "$NGPU" "$name" \
