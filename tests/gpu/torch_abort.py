@@ -10,6 +10,7 @@ seconds each step took.
 
 CCL_TORCH_ONE_GPU=1 puts every rank on GPU 0 (libccl allows it; NVIDIA's NCCL does not).
 """
+import faulthandler
 import os
 import time
 
@@ -30,6 +31,8 @@ def drained(stream, secs):
 
 
 def main():
+    # A hang shows where it is: every thread's stack, then the process ends.
+    faulthandler.dump_traceback_later(int(os.environ.get("CCL_TORCH_ABORT_DEADLINE_S", "60")), exit=True)
     rank = int(os.environ["RANK"])
     local = 0 if os.environ.get("CCL_TORCH_ONE_GPU") == "1" else int(os.environ["LOCAL_RANK"])
     n_dev = torch.cuda.device_count()
@@ -45,6 +48,7 @@ def main():
     big = torch.ones(16 << 20, device=dev)
     t0 = time.monotonic()
     failed = None
+    print(f"rank {rank}: queued the all-reduce the dead rank will never join", flush=True)
     try:
         work = dist.all_reduce(big, async_op=True)
         work.wait(timeout=__import__("datetime").timedelta(seconds=30))
@@ -52,10 +56,13 @@ def main():
     except Exception as e:  # the pending work fails once the communicator is aborted
         failed = type(e).__name__
     detect = time.monotonic() - t0
+    print(f"rank {rank}: pending work ended ({failed}) after {detect:.2f} s", flush=True)
     stream_s = drained(torch.cuda.current_stream(), 5)
+    print(f"rank {rank}: stream drained: {stream_s}", flush=True)
     t1 = time.monotonic()
     dist.destroy_process_group()
     destroy_s = time.monotonic() - t1
+    print(f"rank {rank}: old group destroyed in {destroy_s:.3f} s", flush=True)
     port = int(os.environ["MASTER_PORT"]) + 17
     dist.init_process_group(
         "nccl",
