@@ -63,14 +63,10 @@ def main():
     dist.destroy_process_group()
     destroy_s = time.monotonic() - t1
     print(f"rank {rank}: old group destroyed in {destroy_s:.3f} s", flush=True)
+    # A store of the survivors' own (torchrun's agent store still counts three workers).
     port = int(os.environ["MASTER_PORT"]) + 17
-    dist.init_process_group(
-        "nccl",
-        init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}",
-        rank=rank,
-        world_size=2,
-        device_id=dev,
-    )
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], port, 2, rank == 0)
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=2, device_id=dev)
     ok = True
     for i in range(5):
         y = torch.full((4 << 20,), float(rank + 1 + i), device=dev)
