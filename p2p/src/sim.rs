@@ -10,4 +10,5 @@ mod device;
 mod direct;
 mod harness;
 mod host_path;
+mod mail;
 mod staged;

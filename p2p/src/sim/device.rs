@@ -17,6 +17,8 @@ pub(super) enum Op {
     Kernel(Kernel),
     Record(usize),
     WaitEvent(usize),
+    /// A mailed send's copy: (slot index, tag, source, bytes at most).
+    Mail(u64, u64, u64, usize),
 }
 
 /// One rank's queues.
@@ -128,6 +130,20 @@ impl Device for SimDevice {
     }
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
         self.push(lane, Op::Kernel(k));
+        Ok(())
+    }
+    /// The receiver's "here", then the copy once the simulated mail thread filled the slot
+    /// (`slot` is an index into [`super::mail::SimMail`]'s words).
+    fn mail_copy(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (slot, tag): (u64, u64),
+        src: u64,
+        bytes: usize,
+    ) -> Result<()> {
+        self.push(lane, Op::Wait(arrive.0, arrive.1));
+        self.push(lane, Op::Mail(slot, tag, src, bytes));
         Ok(())
     }
     fn fork(&mut self, lanes: &[Lane]) -> Result<()> {
@@ -281,6 +297,18 @@ pub(super) fn run(
     merged: bool,
     seed: u64,
 ) -> std::result::Result<(), String> {
+    run_mailed(devs, mem, merged, seed, None)
+}
+
+/// [`run`] with the mail thread of mailed sends (its slots and the ranks' inboxes): it fills a
+/// slot at random points, and whenever nothing else can go on.
+pub(super) fn run_mailed(
+    devs: &[SimDevice],
+    mem: &mut Mem,
+    merged: bool,
+    seed: u64,
+    mail: Option<(&super::mail::SimMail, &[Vec<std::sync::atomic::AtomicU64>])>,
+) -> std::result::Result<(), String> {
     let mut rng = seed | 1;
     let mut next = move || {
         rng ^= rng << 13;
@@ -312,6 +340,7 @@ pub(super) fn run(
                 let ok = match op {
                     Op::Wait(a, v) => (mem.word(a).wrapping_sub(v) as i32) >= 0,
                     Op::WaitEvent(id) => recorded.contains(&(d, id)),
+                    Op::Mail(slot, tag, ..) => mail.is_some_and(|(m, _)| m.filled(slot, tag)),
                     _ => true,
                 };
                 if ok {
@@ -319,6 +348,12 @@ pub(super) fn run(
                 } else {
                     stuck.push(format!("rank {d} {lane:?}: {op:?}"));
                 }
+            }
+        }
+        if let Some((m, boards)) = mail {
+            if m.pending() && (ready.is_empty() || next() % 3 == 0) {
+                m.step_one(next(), boards)?;
+                continue;
             }
         }
         if ready.is_empty() {
@@ -346,6 +381,11 @@ pub(super) fn run(
             Op::Kernel(k) => mem.kernel(k),
             Op::Record(id) => {
                 recorded.insert((d, id));
+            }
+            Op::Mail(slot, tag, src, bytes) => {
+                if let Some((m, _)) = mail {
+                    m.copy(mem, slot, tag, src, bytes);
+                }
             }
             Op::Wait(..) | Op::WaitEvent(_) => {}
         }

@@ -17,8 +17,8 @@ use crate::rendezvous;
 
 /// Random point-to-point groups: each rank's group holds its sends and receives in its own
 /// random order, several to the same peer (matched in order, as NCCL matches them), some to
-/// itself, sizes from a few bytes to several chunks. Every byte arrives where it should,
-/// under random lane orders and with merged queues.
+/// itself, sizes from a few bytes to several chunks, every third round with mailed sends.
+/// Every byte arrives where it should, under random lane orders and with merged queues.
 #[test]
 fn random_point_to_point_groups_deliver_every_byte() {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -35,6 +35,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
             rx_lanes: 1 + next(2) as usize,
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
             direct: next(2) == 0,
+            mailed: round % 3 == 2,
             ..Setup::new(n)
         };
         // (from, to, count) in the order the sender issues them.
@@ -58,7 +59,10 @@ fn random_point_to_point_groups_deliver_every_byte() {
         }
         for merged in [false, true] {
             let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
-            let dx = DirectSim::new(n);
+            let mut dx = DirectSim::new(n);
+            if s.mailed {
+                dx.mail = Some(super::mail::SimMail::new());
+            }
             let layouts = s.layouts();
             // Ranks call in a random order (which side of a direct transfer copies).
             let first = next(n as u64) as usize;
@@ -68,7 +72,8 @@ fn random_point_to_point_groups_deliver_every_byte() {
                     .unwrap();
             }
             let mut mem = point_to_point_mem(&s, &transfers);
-            if let Err(e) = run(&devs, &mut mem, merged, round * 31 + 7) {
+            if let Err(e) = super::mail::run_with_mail(&devs, &mut mem, merged, round * 31 + 7, &dx)
+            {
                 panic!(
                     "round {round} n {n} direct {} merged {merged}: {e}; transfers {transfers:?}",
                     s.direct
@@ -285,7 +290,7 @@ fn two_rank_reductions_done_by_one_rank_are_exact() {
     let mut alone_total = 0;
     for seed in 0..12u64 {
         for merged in [false, true] {
-            let (direct, alone) = simulate_counts(&s, &cases, merged, seed, None)
+            let (direct, alone, _) = simulate_counts(&s, &cases, merged, seed, None)
                 .unwrap_or_else(|e| panic!("seed {seed} merged {merged}: {e}"));
             if seed % 2 == 1 && seed % 3 != 2 {
                 // Rank by rank: the first poster never waits, so every case goes alone.

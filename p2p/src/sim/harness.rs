@@ -39,6 +39,9 @@ pub(super) struct Setup {
     pub(super) host: Option<(usize, u32, usize, u32)>,
     /// Host-only's mirror of each rank's receive area ([`Layout::mirror`]).
     pub(super) mirror: bool,
+    /// Sends posted before their receives are mailed (`CCL_IPC_MAILED_PUSH`): the mail thread
+    /// fills their slots at random points of the run.
+    pub(super) mailed: bool,
 }
 
 impl Setup {
@@ -56,6 +59,7 @@ impl Setup {
             takeover: false,
             host: None,
             mirror: false,
+            mailed: false,
         }
     }
 
@@ -220,6 +224,12 @@ impl Setup {
             busy: &|| false,
             futile: &|| false,
         };
+        let rank = l.rank;
+        let hand = |peer: usize, seq: u64, bytes: usize| {
+            dx.mail
+                .as_ref()
+                .and_then(|m| m.hand(rank, peer, seq, bytes))
+        };
         let plan = match posted.posting {
             None => plan::Plan::default(),
             Some(posting) => {
@@ -240,7 +250,7 @@ impl Setup {
                                 .host
                                 .as_ref()
                                 .map(|h| (h, &mut c.host_out, &mut c.host_in)),
-                            mail: None,
+                            mail: dx.mail.is_some().then_some(&hand as &posting::MailFn<'_>),
                         },
                         &|| false,
                     )
@@ -357,6 +367,8 @@ pub(super) struct DirectSim {
     pub(super) sym_direct: std::cell::Cell<usize>,
     /// Of those, two-rank reductions one rank did alone (counted on the active rank).
     pub(super) sym_alone: std::cell::Cell<usize>,
+    /// Mailed sends, when the setup mails them.
+    pub(super) mail: Option<super::mail::SimMail>,
 }
 
 impl DirectSim {
@@ -372,6 +384,7 @@ impl DirectSim {
             unmappable: Vec::new(),
             sym_direct: std::cell::Cell::new(0),
             sym_alone: std::cell::Cell::new(0),
+            mail: None,
         }
     }
 }
@@ -432,19 +445,23 @@ pub(super) fn simulate(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<usize, String> {
-    simulate_counts(s, cases, merged, seed, tamper).map(|(direct, _)| direct)
+    simulate_counts(s, cases, merged, seed, tamper).map(|(direct, ..)| direct)
 }
 
-/// [`simulate`], also returning how many two-rank reductions one rank did alone.
+/// [`simulate`], also returning how many two-rank reductions one rank did alone and how many
+/// sends were mailed.
 pub(super) fn simulate_counts(
     s: &Setup,
     cases: &[Case],
     merged: bool,
     seed: u64,
     tamper: Option<Tamper<'_>>,
-) -> std::result::Result<(usize, usize), String> {
+) -> std::result::Result<(usize, usize, usize), String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
+    if s.mailed {
+        dx.mail = Some(super::mail::SimMail::new());
+    }
     // With direct transfers, every third seed makes one rank's buffers unmappable per case
     // (they go through its bounce buffer).
     if s.direct && seed % 3 == 2 {
@@ -518,7 +535,7 @@ pub(super) fn simulate_counts(
             t(d, r);
         }
     }
-    run(&devs, &mut mem, merged, seed)?;
+    super::mail::run_with_mail(&devs, &mut mem, merged, seed, &dx)?;
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
             let Some(want) = expected(case, r, n) else {
@@ -532,7 +549,8 @@ pub(super) fn simulate_counts(
             }
         }
     }
-    Ok((dx.sym_direct.get(), dx.sym_alone.get()))
+    let mailed = dx.mail.as_ref().map_or(0, |m| m.handed.get());
+    Ok((dx.sym_direct.get(), dx.sym_alone.get(), mailed))
 }
 
 /// Rank `rank` of two posts a group that sends `count` floats to the other rank and

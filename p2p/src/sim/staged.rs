@@ -42,6 +42,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         takeover: false,
                         host: None,
                         mirror: false,
+                        mailed: false,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
@@ -232,6 +233,26 @@ fn every_collective_is_exact_with_five_and_eight_ranks() {
                 if let Err(e) = simulate(&s, &cases, merged, 17, None) {
                     panic!("n {n} direct {direct} merged {merged}: {e}");
                 }
+            }
+        }
+    }
+}
+
+/// Mailed sends (`CCL_IPC_MAILED_PUSH`): every collective on 2, 3, 5 and 8 ranks, with the
+/// mail thread filling slots at random points, under random lane orders and the merged queue,
+/// exact.
+#[test]
+fn every_collective_is_exact_with_mailed_sends() {
+    for n in [2usize, 3, 5, 8] {
+        let s = Setup {
+            mailed: true,
+            ..Setup::new(n)
+        };
+        let cases = every_case(n, 3000);
+        for (merged, seed) in [(false, 5u64), (false, 6), (true, 7)] {
+            match simulate_counts(&s, &cases, merged, seed, None) {
+                Ok((.., mailed)) => assert!(mailed > 0, "n {n}: no send was mailed"),
+                Err(e) => panic!("n {n} merged {merged} seed {seed}: {e}"),
             }
         }
     }

@@ -1,0 +1,116 @@
+//! The mail thread of mailed sends in the simulation ([`crate::mail`]): the slots as atomic
+//! words, the jobs handed over at settling, and the thread's step run at random points of a
+//! run (every rank has posted by then, as when the thread looks late).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+
+use super::device::{run_mailed, Mem, SimDevice};
+use super::harness::DirectSim;
+use crate::mail::{step, Claims, MailJob, Step};
+
+/// Slots the simulated engines share (as many as one engine has: a run's sends all fit).
+const SLOTS: usize = crate::mail::Mail::SLOTS;
+
+pub(super) struct SimMail {
+    words: Vec<AtomicU64>,
+    claims: RefCell<Claims>,
+    jobs: RefCell<Vec<MailJob>>,
+    /// Sends mailed so far.
+    pub(super) handed: std::cell::Cell<usize>,
+}
+
+impl SimMail {
+    pub(super) fn new() -> SimMail {
+        SimMail {
+            words: (0..SLOTS * MAIL_SLOT_WORDS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            claims: RefCell::new(Claims::new(SLOTS)),
+            jobs: RefCell::new(Vec::new()),
+            handed: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Claims a slot for rank `src`'s send to `dst` and queues the job; the slot index stands
+    /// for its device address. No slot free: None (the send then settles as without mail).
+    pub(super) fn hand(
+        &self,
+        src: usize,
+        dst: usize,
+        seq: u64,
+        bytes: usize,
+    ) -> Option<(u64, u64)> {
+        let (slot, tag) = self.claims.borrow_mut().claim(&self.words, 1)?;
+        self.handed.set(self.handed.get() + 1);
+        self.jobs.borrow_mut().push(MailJob {
+            slot,
+            tag,
+            src,
+            dst,
+            seq,
+            bytes: bytes as u64,
+            abort: Arc::new(AtomicBool::new(false)),
+        });
+        Some((slot as u64, tag))
+    }
+
+    fn word(&self, slot: u64, i: usize) -> &AtomicU64 {
+        &self.words[slot as usize * MAIL_SLOT_WORDS + i]
+    }
+
+    pub(super) fn filled(&self, slot: u64, tag: u64) -> bool {
+        self.word(slot, MAIL_TAG).load(Ordering::Acquire) == tag
+    }
+
+    pub(super) fn pending(&self) -> bool {
+        !self.jobs.borrow().is_empty()
+    }
+
+    /// The thread looks at one pending send (picked by `pick`): filled, it leaves the list.
+    pub(super) fn step_one(&self, pick: u64, boards: &[Vec<AtomicU64>]) -> Result<(), String> {
+        let mut jobs = self.jobs.borrow_mut();
+        let i = (pick % jobs.len() as u64) as usize;
+        let j = &jobs[i];
+        match step(j, &boards[j.dst], &self.words, &mut |p| Ok(p.addr))
+            .map_err(|e| e.to_string())?
+        {
+            Step::Filled => {
+                jobs.swap_remove(i);
+            }
+            Step::Waiting => {}
+        }
+        Ok(())
+    }
+
+    /// The kernel: copies what the slot names (at most `max` bytes) and marks it seen.
+    pub(super) fn copy(&self, mem: &mut Mem, slot: u64, tag: u64, src: u64, max: usize) {
+        let dst = self.word(slot, MAIL_DST).load(Ordering::Acquire);
+        let bytes = (self.word(slot, MAIL_BYTES).load(Ordering::Acquire) as usize).min(max);
+        if dst != 0 && bytes > 0 {
+            let b = mem.read(src, bytes);
+            mem.range(dst, bytes).copy_from_slice(&b);
+        }
+        self.word(slot, MAIL_SEEN).store(tag, Ordering::Release);
+    }
+}
+
+/// Runs the devices' queues with `dx`'s mail thread, if it mails.
+pub(super) fn run_with_mail(
+    devs: &[SimDevice],
+    mem: &mut Mem,
+    merged: bool,
+    seed: u64,
+    dx: &DirectSim,
+) -> Result<(), String> {
+    run_mailed(
+        devs,
+        mem,
+        merged,
+        seed,
+        dx.mail.as_ref().map(|m| (m, &dx.boards[..])),
+    )
+}
