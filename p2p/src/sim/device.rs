@@ -290,6 +290,22 @@ impl Mem {
     }
 }
 
+/// The mail thread of mailed sends, as a run drives it ([`super::mail::SimMail`]).
+pub(super) trait MailThread {
+    /// Whether the slot holds the tag (the copy may run).
+    fn filled(&self, slot: u64, tag: u64) -> bool;
+    /// Whether some slot is still to be filled.
+    fn pending(&self) -> bool;
+    /// One look at a pending send (picked by `pick`), against the ranks' inboxes.
+    fn step_one(
+        &self,
+        pick: u64,
+        boards: &[Vec<std::sync::atomic::AtomicU64>],
+    ) -> std::result::Result<(), String>;
+    /// The copy kernel: what the slot names, at most `max` bytes from `src`.
+    fn copy(&self, mem: &mut Mem, slot: u64, tag: u64, src: u64, max: usize);
+}
+
 /// Runs every device's queues to the end; `Err` names the stuck heads on a deadlock.
 pub(super) fn run(
     devs: &[SimDevice],
@@ -307,7 +323,7 @@ pub(super) fn run_mailed(
     mem: &mut Mem,
     merged: bool,
     seed: u64,
-    mail: Option<(&super::mail::SimMail, &[Vec<std::sync::atomic::AtomicU64>])>,
+    mail: Option<(&dyn MailThread, &[Vec<std::sync::atomic::AtomicU64>])>,
 ) -> std::result::Result<(), String> {
     let mut rng = seed | 1;
     let mut next = move || {

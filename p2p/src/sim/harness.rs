@@ -535,7 +535,7 @@ pub(super) fn simulate_counts(
             t(d, r);
         }
     }
-    super::mail::run_with_mail(&devs, &mut mem, merged, seed, &dx)?;
+    run_with_mail(&devs, &mut mem, merged, seed, &dx)?;
     for (k, case) in cases.iter().enumerate() {
         for r in 0..n {
             let Some(want) = expected(case, r, n) else {
@@ -657,4 +657,19 @@ pub(super) fn settle(
         )
         .unwrap()
         .0
+}
+
+/// Runs the devices' queues with `dx`'s mail thread, if it mails.
+pub(super) fn run_with_mail(
+    devs: &[SimDevice],
+    mem: &mut Mem,
+    merged: bool,
+    seed: u64,
+    dx: &DirectSim,
+) -> std::result::Result<(), String> {
+    let mail = dx
+        .mail
+        .as_ref()
+        .map(|m| (m as &dyn super::device::MailThread, &dx.boards[..]));
+    super::device::run_mailed(devs, mem, merged, seed, mail)
 }

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
 
-use super::device::{run_mailed, Mem, SimDevice};
-use super::harness::DirectSim;
+use super::device::{MailThread, Mem};
 use crate::mail::{step, Claims, MailJob, Step};
 
 /// Slots the simulated engines share (as many as one engine has: a run's sends all fit).
@@ -61,17 +60,19 @@ impl SimMail {
     fn word(&self, slot: u64, i: usize) -> &AtomicU64 {
         &self.words[slot as usize * MAIL_SLOT_WORDS + i]
     }
+}
 
-    pub(super) fn filled(&self, slot: u64, tag: u64) -> bool {
+impl MailThread for SimMail {
+    fn filled(&self, slot: u64, tag: u64) -> bool {
         self.word(slot, MAIL_TAG).load(Ordering::Acquire) == tag
     }
 
-    pub(super) fn pending(&self) -> bool {
+    fn pending(&self) -> bool {
         !self.jobs.borrow().is_empty()
     }
 
     /// The thread looks at one pending send (picked by `pick`): filled, it leaves the list.
-    pub(super) fn step_one(&self, pick: u64, boards: &[Vec<AtomicU64>]) -> Result<(), String> {
+    fn step_one(&self, pick: u64, boards: &[Vec<AtomicU64>]) -> Result<(), String> {
         let mut jobs = self.jobs.borrow_mut();
         let i = (pick % jobs.len() as u64) as usize;
         let j = &jobs[i];
@@ -87,7 +88,7 @@ impl SimMail {
     }
 
     /// The kernel: copies what the slot names (at most `max` bytes) and marks it seen.
-    pub(super) fn copy(&self, mem: &mut Mem, slot: u64, tag: u64, src: u64, max: usize) {
+    fn copy(&self, mem: &mut Mem, slot: u64, tag: u64, src: u64, max: usize) {
         let dst = self.word(slot, MAIL_DST).load(Ordering::Acquire);
         let bytes = (self.word(slot, MAIL_BYTES).load(Ordering::Acquire) as usize).min(max);
         if dst != 0 && bytes > 0 {
@@ -96,21 +97,4 @@ impl SimMail {
         }
         self.word(slot, MAIL_SEEN).store(tag, Ordering::Release);
     }
-}
-
-/// Runs the devices' queues with `dx`'s mail thread, if it mails.
-pub(super) fn run_with_mail(
-    devs: &[SimDevice],
-    mem: &mut Mem,
-    merged: bool,
-    seed: u64,
-    dx: &DirectSim,
-) -> Result<(), String> {
-    run_mailed(
-        devs,
-        mem,
-        merged,
-        seed,
-        dx.mail.as_ref().map(|m| (m, &dx.boards[..])),
-    )
 }
