@@ -319,11 +319,19 @@ fn run(
         });
         if pending.len() < before {
             spins = 0;
+        } else if spins < LOOK_AGAIN_YIELDS {
+            // A kernel may be spinning on one of these slots: look again soon.
+            spins += 1;
+            std::thread::yield_now();
         } else {
-            crate::sync::backoff(&mut spins);
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
 }
+
+/// Looks the mail thread takes, yielding in between, before it sleeps between looks (a
+/// receiver that is late by more than a few milliseconds can wait 20 us more).
+const LOOK_AGAIN_YIELDS: u32 = 4096;
 
 fn record(slot: &Mutex<Option<Error>>, e: Error) {
     tracing::warn!("{e}");
