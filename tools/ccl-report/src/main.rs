@@ -1,0 +1,54 @@
+//! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg]`: the ratio table
+//! of nccl-tests logs (markdown on stdout) and its plot.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use ccl_report::{plot, ratios, read_lib, table, Error};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Ratio tables and plots of NVIDIA nccl-tests logs (OP.LIB.REP.log files)")]
+struct Args {
+    /// Folder of the logs (as tests/gpu/nccl_tests_ab.sh leaves them).
+    dir: PathBuf,
+    /// The baseline library's name in the file names.
+    #[arg(long, default_value = "nccl")]
+    base: String,
+    /// The library measured against it.
+    #[arg(long, default_value = "new")]
+    lib: String,
+    /// Plot files to write (.png, .svg); may be given more than once.
+    #[arg(long)]
+    plot: Vec<PathBuf>,
+    /// The plot's caption (SVG).
+    #[arg(long, default_value = "libccl against NVIDIA NCCL")]
+    caption: String,
+}
+
+fn run(a: &Args) -> Result<(), Error> {
+    let (base, lib) = (read_lib(&a.dir, &a.base)?, read_lib(&a.dir, &a.lib)?);
+    let r = ratios(&base, &lib);
+    print!("{}", table(&r, (&a.base, &a.lib), (base.wrong, lib.wrong)));
+    let colours: Vec<String> = r
+        .keys()
+        .zip(plot::OP_COLORS.iter().cycle())
+        .map(|(op, (c, _))| format!("{op} {c}"))
+        .collect();
+    println!("\nPlot colours: {}.", colours.join(", "));
+    for out in &a.plot {
+        plot::plot(&r, &a.caption, out)?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let a = Args::parse();
+    match run(&a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ccl-report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The ratio against message size, one line per op, a grey line at 1 and a dashed one at the
+//! 0.95 noise floor. PNG output carries no text (drawing text needs a system font library):
+//! its colours are [`OP_COLORS`] in the ops' alphabetical order, which `ccl-report` prints;
+//! SVG output has the axes' labels, the caption and the legend.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::{size_name, Error, Ratios};
+
+const SIZE: (u32, u32) = (1200, 700);
+
+/// One colour per op (nine ops: nccl-tests' whole set).
+pub const OP_COLORS: [(&str, RGBColor); 9] = [
+    ("blue", RGBColor(0, 90, 200)),
+    ("orange", RGBColor(230, 120, 0)),
+    ("green", RGBColor(0, 150, 60)),
+    ("red", RGBColor(200, 30, 30)),
+    ("purple", RGBColor(130, 60, 180)),
+    ("brown", RGBColor(120, 80, 40)),
+    ("pink", RGBColor(220, 90, 170)),
+    ("olive", RGBColor(120, 120, 0)),
+    ("cyan", RGBColor(0, 160, 170)),
+];
+
+fn draw_err(e: impl std::fmt::Display) -> Error {
+    Error::Plot(e.to_string())
+}
+
+/// Writes the plot of `r` to `out`, PNG or SVG by its extension.
+pub fn plot(r: &Ratios, caption: &str, out: &Path) -> Result<(), Error> {
+    match out.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") => chart(
+            SVGBackend::new(out, SIZE).into_drawing_area(),
+            r,
+            Some(caption),
+        ),
+        Some(e) if e.eq_ignore_ascii_case("png") => {
+            let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
+            chart(
+                BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+                r,
+                None,
+            )?;
+            encode_png(&rgb, out)
+        }
+        _ => Err(Error::Format(out.to_owned())),
+    }
+}
+
+fn encode_png(rgb: &[u8], out: &Path) -> Result<(), Error> {
+    let io = |e| Error::Io(out.to_owned(), e);
+    let file = File::create(out).map_err(io)?;
+    let mut enc = png::Encoder::new(BufWriter::new(file), SIZE.0, SIZE.1);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc.write_header().map_err(draw_err)?;
+    w.write_image_data(rgb).map_err(draw_err)?;
+    w.finish().map_err(draw_err)
+}
+
+/// The chart: x is log2 of the size, y the ratio (0 to a bit over the highest).
+fn chart<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    r: &Ratios,
+    caption: Option<&str>,
+) -> Result<(), Error>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(draw_err)?;
+    let pts = |v: &[(u64, f64)]| -> Vec<(f64, f64)> {
+        v.iter()
+            .map(|&(s, x)| ((s.max(1) as f64).log2(), x))
+            .collect()
+    };
+    let all: Vec<(f64, f64)> = r.values().flat_map(|v| pts(v)).collect();
+    let x0 = all
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(3.0);
+    let x1 = all.iter().map(|p| p.0).fold(0.0, f64::max).max(x0 + 1.0);
+    let y1 = all.iter().map(|p| p.1).fold(1.2, f64::max) * 1.05;
+    let mut b = ChartBuilder::on(&root);
+    b.margin(20);
+    if let Some(c) = caption {
+        b.caption(c, ("sans-serif", 22))
+            .x_label_area_size(40)
+            .y_label_area_size(60);
+    }
+    let mut chart = b.build_cartesian_2d(x0..x1, 0.0..y1).map_err(draw_err)?;
+    let mut mesh = chart.configure_mesh();
+    if caption.is_some() {
+        mesh.x_desc("message size")
+            .y_desc("time ratio")
+            .x_label_formatter(&|x| size_name(2f64.powf(x.round()) as u64));
+    } else {
+        mesh.disable_x_axis().disable_y_axis();
+    }
+    mesh.draw().map_err(draw_err)?;
+    for (y, style) in [
+        (1.0, ShapeStyle::from(BLACK.mix(0.5)).stroke_width(2)),
+        (0.95, ShapeStyle::from(BLACK.mix(0.3)).stroke_width(1)),
+    ] {
+        chart
+            .draw_series(std::iter::once(PathElement::new([(x0, y), (x1, y)], style)))
+            .map_err(draw_err)?;
+    }
+    for (i, (op, v)) in r.iter().enumerate() {
+        let color = OP_COLORS[i % OP_COLORS.len()].1;
+        chart
+            .draw_series(LineSeries::new(pts(v), color.stroke_width(2)))
+            .map_err(draw_err)?
+            .label(op.as_str())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+    }
+    if caption.is_some() && !r.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(draw_err)?;
+    }
+    root.present().map_err(draw_err)
+}
