@@ -181,6 +181,9 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
         }
     }
     if aborted {
+        if let Some(m) = &eng.mail {
+            m.close();
+        }
         release_waits(&eng);
     }
     // Graphs that captured groups on the direct paths keep the flag area's addresses (ours

@@ -236,10 +236,17 @@ impl Mail {
     }
 }
 
-impl Drop for Mail {
-    /// Closes the job queue: the thread fills what is left with "copy nothing" and ends.
-    fn drop(&mut self) {
+impl Mail {
+    /// Closes the job queue: the thread fills what is left with "copy nothing" and ends (also
+    /// for an engine leaked after an abort, which is never dropped).
+    pub(crate) fn close(&self) {
         self.jobs.lock().take();
+    }
+}
+
+impl Drop for Mail {
+    fn drop(&mut self) {
+        self.close();
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
