@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use crate::bootstrap::UniqueId;
 use crate::core::Comm;
 use crate::error::{Error, Result};
-use crate::route::{route, Facts, Route};
+use crate::route::{route, Facts, Part, Route, Submit};
 use crate::task::Task;
 
 #[derive(Default)]
@@ -187,39 +187,6 @@ pub fn run_inits(inits: Vec<(Comm, UniqueId)>) -> Result<()> {
     first.map_or(Ok(()), Err)
 }
 
-/// Captures each communicator's part of a group into the graphs its streams capture. Capturing
-/// on the direct paths meets the communicator's other ranks, so one thread driving several
-/// GPUs (nccl-tests' `-g`) captures its communicators on threads of their own, at once: one
-/// after the other, the first would wait for ranks the same thread captures later.
-fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
-    if captured.len() <= 1 {
-        return match captured.into_iter().next() {
-            Some((comm, tasks)) => crate::graph::capture(&comm, tasks),
-            None => Ok(()),
-        };
-    }
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = captured
-            .into_iter()
-            .map(|(comm, tasks)| {
-                s.spawn(move || {
-                    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
-                    let _current = ctx.scope().map_err(crate::gpu::cuda_err)?;
-                    crate::graph::capture(&comm, tasks)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal("a capture thread panicked")))
-            })
-            .collect()
-    });
-    results.into_iter().collect()
-}
-
 /// Runs a group's operations: on the GPU path they are handed to each communicator's proxy
 /// and ordered on the caller's streams; otherwise they run here to completion.
 pub(crate) fn run(tasks: Vec<(Comm, Task)>, api: &crate::profiler::ApiGroup) -> Result<()> {
@@ -349,25 +316,51 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
     // two threads running groups over the same communicators cannot deadlock.
     let (mut comms, _) = by_communicator(tasks);
     comms.sort_by_key(|(c, _)| (c.nonce(), c.rank(), std::sync::Arc::as_ptr(&c.0) as usize));
-    let mut host = Vec::new();
-    let mut on_gpu = Vec::new();
-    let mut routes = Vec::new();
-    let mut captured = Vec::new();
+    // Per engine, in the order the engines go (captures, the GPU, the host), its parts in
+    // the communicators' order.
+    let mut by_engine: [Vec<(Part, Route)>; 3] = Default::default();
     for (comm, tasks) in comms {
-        match route(&Facts::gather(&comm, &tasks)?) {
-            Route::Capture => captured.push((comm, tasks)),
-            r @ (Route::CopyEngines | Route::Staged) => {
-                on_gpu.push((comm, tasks));
-                routes.push(r);
-            }
-            Route::Host => {
-                crate::gpu::wait_idle(&comm)?;
-                host.push((comm, tasks));
-            }
+        let r = route(&Facts::gather(&comm, &tasks)?);
+        by_engine[engine_of(r).0].push(((comm, tasks), r));
+    }
+    for (i, parts) in by_engine.into_iter().enumerate() {
+        if !parts.is_empty() {
+            ENGINES[i].submit(parts)?;
         }
     }
-    capture_all(captured)?;
-    if !on_gpu.is_empty() {
+    Ok(())
+}
+
+/// The engines a group's parts go to, in the order they go.
+static ENGINES: [&dyn Submit; 3] = [&Capturing, &OnGpu, &OnHost];
+
+/// Which engine runs a route's parts: its index in [`ENGINES`], and the engine.
+pub(crate) fn engine_of(r: Route) -> (usize, &'static dyn Submit) {
+    let i = match r {
+        Route::Capture => 0,
+        Route::CopyEngines | Route::Staged => 1,
+        Route::Host => 2,
+    };
+    (i, ENGINES[i])
+}
+
+/// Graph capture: each part into the graphs its streams capture.
+struct Capturing;
+
+impl Submit for Capturing {
+    fn submit(&self, parts: Vec<(Part, Route)>) -> Result<()> {
+        capture_all(parts.into_iter().map(|(p, _)| p).collect())
+    }
+}
+
+/// The GPU engines: the copy-engine engine where the route says so and the communicator has
+/// it, the staged engine otherwise, every part on streams of its own where parts share a
+/// caller's stream.
+struct OnGpu;
+
+impl Submit for OnGpu {
+    fn submit(&self, parts: Vec<(Part, Route)>) -> Result<()> {
+        let (mut on_gpu, routes): (Vec<Part>, Vec<Route>) = parts.into_iter().unzip();
         let forks = crate::gpu::fork_shared_streams(&mut on_gpu)?;
         let queued = (|| {
             let mut direct = Vec::new();
@@ -386,9 +379,53 @@ fn run_flat(tasks: Vec<(Comm, Task)>) -> Result<()> {
             Ok(())
         })();
         // Whatever was queued on the forks, the caller's streams wait for it.
-        queued.and(forks.join())?;
+        queued.and(forks.join())
     }
-    crate::host::run(host)
+}
+
+/// The host executor, once each communicator's GPU work has run.
+struct OnHost;
+
+impl Submit for OnHost {
+    fn submit(&self, parts: Vec<(Part, Route)>) -> Result<()> {
+        for ((comm, _), _) in &parts {
+            crate::gpu::wait_idle(comm)?;
+        }
+        crate::host::run(parts.into_iter().map(|(p, _)| p).collect())
+    }
+}
+
+/// Captures each communicator's part of a group into the graphs its streams capture. Capturing
+/// on the direct paths meets the communicator's other ranks, so one thread driving several
+/// GPUs (nccl-tests' `-g`) captures its communicators on threads of their own, at once: one
+/// after the other, the first would wait for ranks the same thread captures later.
+fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
+    if captured.len() <= 1 {
+        return match captured.into_iter().next() {
+            Some((comm, tasks)) => crate::graph::capture(&comm, tasks),
+            None => Ok(()),
+        };
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = captured
+            .into_iter()
+            .map(|(comm, tasks)| {
+                s.spawn(move || {
+                    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
+                    let _current = ctx.scope().map_err(crate::gpu::cuda_err)?;
+                    crate::graph::capture(&comm, tasks)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("a capture thread panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -418,5 +455,29 @@ mod tests {
         assert!(std::sync::Arc::ptr_eq(&parts[0].0 .0, &b.0));
         assert!(std::sync::Arc::ptr_eq(&parts[2].0 .0, &c.0));
         assert_eq!(went, vec![0, 1, 0, 2, 1]);
+    }
+
+    /// Every route has its engine, captures go first and the host last (a host part waits for
+    /// its communicator's GPU work, queued by then), and both GPU routes share one engine (their
+    /// parts fork shared streams together).
+    #[test]
+    fn every_route_goes_to_one_engine_in_a_fixed_order() {
+        let at = |r| engine_of(r).0;
+        assert_eq!(at(Route::Capture), 0);
+        assert_eq!(at(Route::CopyEngines), 1);
+        assert_eq!(at(Route::Staged), 1);
+        assert_eq!(at(Route::Host), 2);
+        for r in [
+            Route::Capture,
+            Route::CopyEngines,
+            Route::Staged,
+            Route::Host,
+        ] {
+            let (i, e) = engine_of(r);
+            assert!(std::ptr::eq(
+                e as *const dyn Submit as *const u8,
+                ENGINES[i] as *const dyn Submit as *const u8
+            ));
+        }
     }
 }

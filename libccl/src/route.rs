@@ -21,6 +21,19 @@ use crate::core::Comm;
 use crate::error::Result;
 use crate::task::{Reduction, Scalar, Task};
 
+/// A communicator's part of a group.
+pub type Part = (Comm, Vec<Task>);
+
+/// An engine as a group reaches it: it takes every part the routes sent it, all at once, as
+/// NCCL launches a group (the copy-engine engine posts every communicator's part before it
+/// settles any, or ranks that one thread drives would wait for each other; the host executor
+/// runs its parts side by side). Which engine a route sends to is one table
+/// (`crate::group::engine_of`).
+pub trait Submit: Sync {
+    /// Queues (GPU) or runs (host) `parts`, each with the route that sent it here.
+    fn submit(&self, parts: Vec<(Part, Route)>) -> Result<()>;
+}
+
 /// Where the buffers of a part live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Memory {
