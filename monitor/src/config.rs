@@ -12,8 +12,11 @@ use crate::Error;
 pub struct MonitorConfig {
     /// `CCL_MONITOR`: whether anything is recorded at all (default off).
     pub enabled: bool,
-    /// `CCL_MONITOR_WINDOW`: completions per throughput window (default 8).
+    /// `CCL_MONITOR_WINDOW`: completions per throughput window (default 8; 1 is each
+    /// completion over the busy time since the previous one).
     pub window: usize,
+    /// `CCL_MONITOR_SPAN_US`: the least busy time a window spans (default 400 us; 0: none).
+    pub min_span: Duration,
     /// `CCL_MONITOR_DROP`: anomaly threshold as a fraction of the baseline (default 0.5).
     pub drop: f64,
     /// `CCL_MONITOR_FILE`: JSON lines output, rotated by size (default none).
@@ -36,6 +39,7 @@ impl Default for MonitorConfig {
         MonitorConfig {
             enabled: false,
             window: 8,
+            min_span: Duration::from_nanos(crate::window::DEFAULT_MIN_SPAN_NS),
             drop: 0.5,
             file: None,
             port: None,
@@ -79,8 +83,8 @@ impl MonitorConfig {
         }
         if let Some(v) = lookup("CCL_MONITOR_WINDOW") {
             c.window = parse_int("CCL_MONITOR_WINDOW", &v)?;
-            if !(2..=4096).contains(&c.window) {
-                return Err(bad("CCL_MONITOR_WINDOW", &v, "must be 2 to 4096"));
+            if !(1..=4096).contains(&c.window) {
+                return Err(bad("CCL_MONITOR_WINDOW", &v, "must be 1 to 4096"));
             }
         }
         if let Some(v) = lookup("CCL_MONITOR_DROP") {
@@ -110,6 +114,13 @@ impl MonitorConfig {
             }
             self.stall_after = Duration::from_micros(us);
         }
+        if let Some(v) = lookup("CCL_MONITOR_SPAN_US") {
+            let us: u64 = parse_int("CCL_MONITOR_SPAN_US", &v)?;
+            if us > 1_000_000 {
+                return Err(bad("CCL_MONITOR_SPAN_US", &v, "must be at most 1000000"));
+            }
+            self.min_span = Duration::from_micros(us);
+        }
         if let Some(v) = lookup("CCL_MONITOR_FILE_BYTES") {
             self.file_max_bytes = parse_int("CCL_MONITOR_FILE_BYTES", &v)?;
             if self.file_max_bytes < 4096 {
@@ -125,7 +136,8 @@ impl MonitorConfig {
     /// The analysis settings these imply.
     pub fn window_config(&self) -> WindowConfig {
         let stall = u64::try_from(self.stall_after.as_nanos()).unwrap_or(u64::MAX);
-        WindowConfig::new(self.window, self.drop, stall)
+        let span = u64::try_from(self.min_span.as_nanos()).unwrap_or(u64::MAX);
+        WindowConfig::new(self.window, self.drop, stall).with_min_span(span)
     }
 }
 
@@ -159,6 +171,7 @@ mod tests {
             ("CCL_MONITOR_FILE", "/tmp/m.jsonl"),
             ("CCL_MONITOR_PORT", "9400"),
             ("CCL_MONITOR_STALL_US", "2500"),
+            ("CCL_MONITOR_SPAN_US", "100"),
             ("CCL_MONITOR_FILE_BYTES", "1048576"),
             ("CCL_MONITOR_FILE_KEEP", "2"),
         ])
@@ -171,19 +184,21 @@ mod tests {
         let w = c.window_config();
         assert_eq!((w.window, w.drop, w.recover), (16, 0.25, 0.625));
         assert_eq!(w.stall_after_ns, 2_500_000);
+        assert_eq!((w.min_span_ns, w.baseline_every_ns), (100_000, 100_000));
     }
 
     #[test]
     fn bad_values_name_the_setting_and_the_value() {
         let cases = [
             ("CCL_MONITOR", "maybe"),
-            ("CCL_MONITOR_WINDOW", "1"),
+            ("CCL_MONITOR_WINDOW", "0"),
             ("CCL_MONITOR_WINDOW", "eight"),
             ("CCL_MONITOR_DROP", "1.0"),
             ("CCL_MONITOR_DROP", "0"),
             ("CCL_MONITOR_DROP", "NaN"),
             ("CCL_MONITOR_PORT", "70000"),
             ("CCL_MONITOR_STALL_US", "0"),
+            ("CCL_MONITOR_SPAN_US", "2000000"),
             ("CCL_MONITOR_FILE_BYTES", "10"),
         ];
         for (name, value) in cases {

@@ -1,9 +1,13 @@
 //! Sliding-window throughput, baselines, anomalies and stalls: sans-IO, time comes in with the
 //! records (or [`Windows::tick`]) and events go out into a caller's `Vec`.
 //!
-//! Throughput is the bytes of the last W completions over the *busy* time they span: time
-//! when the key had no work outstanding is not counted, so a pause between two collectives
-//! does not look like a slow network.
+//! Throughput is the bytes of the last W completions over the *busy* time since the
+//! completion before them, the window reaching further back until it spans a minimum time:
+//! time when the key had no work outstanding is not counted, so a pause between two
+//! collectives does not look like a slow network, and acknowledgements that arrive in a batch
+//! are neither a burst nor (the first of them) a stall. Completions with the same timestamp
+//! are one observation, judged once time has moved past it. The baseline is the median of
+//! recent healthy windows, so spikes do not drag it up.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -42,14 +46,22 @@ impl Key {
 /// Tuning of the analysis.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WindowConfig {
-    /// Completions per window (at least 2: one interval).
+    /// Completions per window (at least 1): a window is the last `window` completions' bytes
+    /// over the busy time since the completion before them.
     pub window: usize,
+    /// A window also reaches back until it spans at least this much busy time, so that a
+    /// batch of acknowledgements microseconds apart is not read as a burst of bandwidth.
+    pub min_span_ns: u64,
     /// An anomaly starts when throughput falls below `drop` x baseline.
     pub drop: f64,
     /// ... and ends when it is back to at least `recover` x baseline.
     pub recover: f64,
-    /// Weight of a healthy window in the baseline (0 freezes the first full window's value).
-    pub baseline_alpha: f64,
+    /// The baseline is the median of this many healthy window estimates; nothing is judged
+    /// until that many were taken.
+    pub baseline_len: usize,
+    /// At most one baseline estimate per this much busy time, so the median covers
+    /// `baseline_len` x this, not a few overlapping windows.
+    pub baseline_every_ns: u64,
     /// No completion for longer than this with work outstanding is a stall.
     pub stall_after_ns: u64,
     /// At most one throughput sample per key per this many nanoseconds.
@@ -62,17 +74,33 @@ impl Default for WindowConfig {
     }
 }
 
+/// The minimum span of a window unless configured: long enough that rounds of
+/// acknowledgements up to 150 us apart neither read as bursts nor as drops (the replays in
+/// tests/window.rs), short enough that a 4x drop shows within 1 ms.
+pub const DEFAULT_MIN_SPAN_NS: u64 = 400_000;
+
 impl WindowConfig {
     /// The defaults for everything but the three user settings; recovery is halfway from the
     /// drop threshold back to the baseline, so a rate hovering at the threshold does not flap.
     pub fn new(window: usize, drop: f64, stall_after_ns: u64) -> Self {
         WindowConfig {
-            window: window.max(2),
+            window: window.max(1),
+            min_span_ns: DEFAULT_MIN_SPAN_NS,
             drop,
             recover: drop + (1.0 - drop) / 2.0,
-            baseline_alpha: 0.125,
+            baseline_len: 16,
+            baseline_every_ns: DEFAULT_MIN_SPAN_NS,
             stall_after_ns,
             resolution_ns: 10_000,
+        }
+    }
+
+    /// The same with another minimum span (baseline estimates taken once per span).
+    pub fn with_min_span(self, min_span_ns: u64) -> Self {
+        WindowConfig {
+            min_span_ns,
+            baseline_every_ns: min_span_ns.max(self.resolution_ns),
+            ..self
         }
     }
 }
@@ -176,10 +204,27 @@ pub struct KeyStats {
     pub stalled: bool,
 }
 
+/// Completions that share a busy-time stamp (one progress round's acknowledgements), as one
+/// observation.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    stamp: u64,
+    bytes: u64,
+    count: u64,
+}
+
+/// Entries a window may hold while reaching back for its minimum span; beyond this it is
+/// judged on what it has.
+const MAX_HISTORY: usize = 8192;
+
 #[derive(Debug)]
 struct KeyState {
-    /// (busy-time stamp, bytes) of the last W completions.
-    ring: VecDeque<(u64, u64)>,
+    /// The window: the entry before the last `window` completions (its bytes do not count),
+    /// then those, reaching further back while the span is below the minimum.
+    ring: VecDeque<Entry>,
+    /// Bytes and completions of the entries after the front.
+    sum_bytes: u64,
+    sum_count: u64,
     outstanding: u64,
     /// Busy time accumulated before the current busy period.
     busy_ns: u64,
@@ -187,6 +232,16 @@ struct KeyState {
     busy_since: Option<u64>,
     last_ts: u64,
     last_progress: u64,
+    /// The latest completion, not judged yet: it is judged once time moves past it, so the
+    /// completions of one round count together.
+    pending: Option<Work>,
+    /// Recent healthy estimates, oldest first, and the busy time the next may be taken at.
+    healthy: VecDeque<f64>,
+    next_healthy_at: u64,
+    /// Healthy estimates (with the busy time their window ended) waiting for a later window
+    /// that starts after them to be healthy too: the first windows of a slide downwards still
+    /// read healthy, and must not pull the baseline along.
+    probation: VecDeque<(u64, f64)>,
     baseline: Option<f64>,
     tput: f64,
     anomalous: bool,
@@ -200,14 +255,20 @@ struct KeyState {
 }
 
 impl KeyState {
-    fn new(w: &Work, window: usize) -> Self {
+    fn new(w: &Work) -> Self {
         KeyState {
-            ring: VecDeque::with_capacity(window + 1),
+            ring: VecDeque::new(),
+            sum_bytes: 0,
+            sum_count: 0,
             outstanding: 0,
             busy_ns: 0,
             busy_since: None,
             last_ts: w.ts_ns,
             last_progress: w.ts_ns,
+            pending: None,
+            healthy: VecDeque::new(),
+            next_healthy_at: 0,
+            probation: VecDeque::new(),
             baseline: None,
             tput: 0.0,
             anomalous: false,
@@ -228,6 +289,13 @@ impl KeyState {
         }
     }
 
+    /// The wall time at which the busy clock reads `stamp` (`stamp` in the current busy
+    /// period or at its start).
+    fn wall_at(&self, stamp: u64) -> Option<u64> {
+        let since = self.busy_since?;
+        Some(since + stamp.saturating_sub(self.busy_ns))
+    }
+
     fn post(&mut self, w: &Work) {
         let ts = w.ts_ns.max(self.last_ts);
         if self.outstanding == 0 {
@@ -239,8 +307,8 @@ impl KeyState {
         self.last_work = Culprit::of(w);
     }
 
-    /// Records the completion in the window; returns its busy-time stamp.
-    fn complete(&mut self, w: &Work, window: usize) {
+    /// Records the completion in the window (merged with an entry of the same stamp).
+    fn complete(&mut self, w: &Work, cfg: &WindowConfig) {
         let ts = w.ts_ns.max(self.last_ts);
         if self.busy_since.is_none() {
             // The post was not seen (the monitor started mid-operation): count the time since
@@ -253,10 +321,14 @@ impl KeyState {
             self.busy_ns = stamp;
             self.busy_since = None;
         }
-        self.ring.push_back((stamp, w.bytes));
-        if self.ring.len() > window {
-            self.ring.pop_front();
-        }
+        self.push(
+            Entry {
+                stamp,
+                bytes: w.bytes,
+                count: 1,
+            },
+            cfg,
+        );
         self.last_ts = ts;
         self.last_progress = ts;
         self.stalled = false;
@@ -264,13 +336,86 @@ impl KeyState {
         self.completions += 1;
     }
 
-    /// Bytes per second over the window: the bytes completed after the oldest entry over the
-    /// busy time since it.
-    fn window_tput(&self) -> Option<f64> {
+    fn push(&mut self, e: Entry, cfg: &WindowConfig) {
+        let len = self.ring.len();
+        match self.ring.back_mut() {
+            Some(b) if b.stamp == e.stamp && len > 1 => {
+                b.bytes += e.bytes;
+                b.count += e.count;
+            }
+            Some(_) => self.ring.push_back(e),
+            None => {
+                // The first entry only opens the window.
+                self.ring.push_back(Entry { bytes: 0, count: 0, ..e });
+                return;
+            }
+        }
+        self.sum_bytes += e.bytes;
+        self.sum_count += e.count;
+        // Drop the front while what remains is still a whole window.
+        while let (Some(second), Some(back)) = (self.ring.get(1), self.ring.back()) {
+            let whole = self.sum_count - second.count >= cfg.window as u64
+                && back.stamp - second.stamp >= cfg.min_span_ns;
+            if !whole && self.ring.len() <= MAX_HISTORY {
+                break;
+            }
+            self.sum_bytes -= second.bytes;
+            self.sum_count -= second.count;
+            self.ring.pop_front();
+        }
+    }
+
+    /// Whether the window holds `window` completions over at least the minimum span.
+    fn full(&self, cfg: &WindowConfig) -> bool {
+        let span = self.span().unwrap_or(0);
+        self.sum_count >= cfg.window as u64
+            && (span >= cfg.min_span_ns || self.ring.len() >= MAX_HISTORY)
+    }
+
+    fn span(&self) -> Option<u64> {
         let (first, last) = (self.ring.front()?, self.ring.back()?);
-        let span = last.0.checked_sub(first.0).filter(|&s| s > 0)?;
-        let bytes: u64 = self.ring.iter().skip(1).map(|e| e.1).sum();
-        Some(bytes as f64 * 1e9 / span as f64)
+        last.stamp.checked_sub(first.stamp).filter(|&s| s > 0)
+    }
+
+    /// Bytes per second over the window.
+    fn window_tput(&self) -> Option<f64> {
+        Some(self.sum_bytes as f64 * 1e9 / self.span()? as f64)
+    }
+
+    /// A healthy window: confirms the estimates its window lies wholly after, and takes its
+    /// own on probation (at most one per `baseline_every_ns`).
+    fn learn(&mut self, cfg: &WindowConfig, tput: f64) {
+        let (Some(front), Some(back)) = (self.ring.front(), self.ring.back()) else {
+            return;
+        };
+        let (front, back) = (front.stamp, back.stamp);
+        while let Some(&(_, v)) = self.probation.front().filter(|(at, _)| *at <= front) {
+            self.probation.pop_front();
+            self.confirm(cfg, v);
+        }
+        if back >= self.next_healthy_at {
+            self.next_healthy_at = back.saturating_add(cfg.baseline_every_ns);
+            self.probation.push_back((back, tput));
+        }
+    }
+
+    /// Takes an estimate into the baseline: the median of the last `baseline_len`.
+    fn confirm(&mut self, cfg: &WindowConfig, tput: f64) {
+        let len = cfg.baseline_len.max(1);
+        self.healthy.push_back(tput);
+        if self.healthy.len() > len {
+            self.healthy.pop_front();
+        }
+        if self.healthy.len() >= len {
+            let mut v: Vec<f64> = self.healthy.iter().copied().collect();
+            v.sort_by(f64::total_cmp);
+            let m = v.len() / 2;
+            self.baseline = Some(if v.len() % 2 == 1 {
+                v[m]
+            } else {
+                (v[m - 1] + v[m]) / 2.0
+            });
+        }
     }
 
     fn stats(&self, key: Key) -> KeyStats {
@@ -313,10 +458,7 @@ impl Windows {
     }
 
     fn state(&mut self, key: Key, w: &Work) -> &mut KeyState {
-        let window = self.cfg.window;
-        self.keys
-            .entry(key)
-            .or_insert_with(|| KeyState::new(w, window))
+        self.keys.entry(key).or_insert_with(|| KeyState::new(w))
     }
 
     /// A work request was posted on the keys it names.
@@ -326,22 +468,32 @@ impl Windows {
         }
     }
 
-    /// A work request completed: updates its keys' windows and reports what changed.
+    /// A work request completed: judges the key's previous completion if this one is later,
+    /// and whether the time since the last progress already means a drop, then adds it.
     pub fn on_complete(&mut self, w: &Work, out: &mut Vec<Event>) {
         let cfg = self.cfg;
         for key in Self::keys_of(w) {
             let st = self.state(key, w);
-            st.complete(w, cfg.window);
-            judge(&cfg, key, st, w, out);
+            if st.pending.is_some_and(|p| p.ts_ns < w.ts_ns) {
+                settle(&cfg, key, st, out);
+            }
+            gap(&cfg, key, st, w.ts_ns, out);
+            st.complete(w, &cfg);
+            st.pending = Some(*w);
         }
     }
 
-    /// Time has reached `now_ns`: reports keys that stalled.
+    /// Time has reached `now_ns`: judges completions up to it, and reports keys whose
+    /// throughput fell below the threshold or that stalled while waiting for a completion.
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Event>) {
-        let limit = self.cfg.stall_after_ns;
+        let cfg = self.cfg;
         for (&key, st) in &mut self.keys {
+            if st.pending.is_some_and(|p| p.ts_ns <= now_ns) {
+                settle(&cfg, key, st, out);
+            }
+            gap(&cfg, key, st, now_ns, out);
             let idle = now_ns.saturating_sub(st.last_progress);
-            if st.outstanding == 0 || st.stalled || idle <= limit {
+            if st.outstanding == 0 || st.stalled || idle <= cfg.stall_after_ns {
                 continue;
             }
             st.stalled = true;
@@ -362,44 +514,74 @@ impl Windows {
     }
 }
 
-/// Updates throughput, baseline and anomaly state after a completion. The window spans busy
-/// time only, so every window judged here measured time with work outstanding: an idle key
-/// cannot look slow.
-fn judge(cfg: &WindowConfig, key: Key, st: &mut KeyState, w: &Work, out: &mut Vec<Event>) {
+fn alert(key: Key, ts_ns: u64, tput: f64, b: f64, culprit: Culprit) -> Alert {
+    Alert {
+        ts_ns,
+        key,
+        tput_bps: tput,
+        baseline_bps: b,
+        culprit,
+    }
+}
+
+/// Judges the window as of the pending completion: throughput, anomaly or recovery, the
+/// baseline. The window spans busy time only, so an idle key cannot look slow.
+fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>) {
+    let Some(w) = st.pending.take() else {
+        return;
+    };
     let Some(tput) = st.window_tput() else {
         return;
     };
     st.tput = tput;
-    if st.ring.len() >= cfg.window {
-        let alert = |b: f64| Alert {
-            ts_ns: w.ts_ns,
-            key,
-            tput_bps: tput,
-            baseline_bps: b,
-            culprit: Culprit::of(w),
-        };
+    if st.full(cfg) {
         match st.baseline {
-            None => st.baseline = Some(tput),
             Some(b) if !st.anomalous && tput < cfg.drop * b => {
                 st.anomalous = true;
+                st.probation.clear();
                 st.anomalies += 1;
-                out.push(Event::Anomaly(alert(b)));
+                out.push(Event::Anomaly(alert(key, w.ts_ns, tput, b, Culprit::of(&w))));
             }
             Some(b) if st.anomalous && tput >= cfg.recover * b => {
                 st.anomalous = false;
-                out.push(Event::Recovered(alert(b)));
+                out.push(Event::Recovered(alert(key, w.ts_ns, tput, b, Culprit::of(&w))));
             }
-            Some(_) => {}
+            _ => {}
         }
-        // Only healthy windows move the baseline, so a slow spell does not become the norm.
-        if let Some(b) = st
-            .baseline
-            .filter(|&b| !st.anomalous && tput >= cfg.recover * b)
-        {
-            st.baseline = Some(b + cfg.baseline_alpha * (tput - b));
+        // Only healthy windows feed the baseline, so a slow spell does not become the norm;
+        // the median keeps a few windows over a batch of acknowledgements from moving it.
+        if !st.anomalous && st.baseline.map_or(true, |b| tput >= cfg.recover * b) {
+            st.learn(cfg, tput);
         }
     }
     sample(cfg, key, st, w.ts_ns, out);
+}
+
+/// With work outstanding and no completion since, the window stretched to `now` is a bound
+/// on throughput: below the threshold it is an anomaly, stamped when the bound crossed it.
+fn gap(cfg: &WindowConfig, key: Key, st: &mut KeyState, now: u64, out: &mut Vec<Event>) {
+    let (Some(b), Some(front)) = (st.baseline, st.ring.front()) else {
+        return;
+    };
+    if st.anomalous || st.outstanding == 0 || st.pending.is_some() || !st.full(cfg) {
+        return;
+    }
+    let span = st.busy_at(now).saturating_sub(front.stamp);
+    let threshold = cfg.drop * b;
+    // Credit the completion under way with the window's mean size: without it the bound
+    // would read a steady rate low by a factor window / (window + 1) just before each
+    // completion.
+    let bytes = st.sum_bytes as f64 * (1.0 + 1.0 / st.sum_count.max(1) as f64);
+    if span == 0 || bytes * 1e9 >= threshold * span as f64 {
+        return;
+    }
+    let cross = front.stamp + (bytes * 1e9 / threshold).ceil() as u64;
+    let at = st.wall_at(cross).unwrap_or(now).min(now);
+    st.anomalous = true;
+    st.probation.clear();
+    st.anomalies += 1;
+    let tput = bytes * 1e9 / span as f64;
+    out.push(Event::Anomaly(alert(key, at, tput, b, st.last_work)));
 }
 
 fn sample(cfg: &WindowConfig, key: Key, st: &mut KeyState, ts: u64, out: &mut Vec<Event>) {

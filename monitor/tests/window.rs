@@ -1,5 +1,6 @@
 //! The sliding-window analysis against exact expectations: throughput, baseline, anomaly,
-//! recovery and stall thresholds with pairs of cases either side of each boundary.
+//! recovery and stall thresholds with pairs of cases either side of each boundary, and
+//! replays of batched acknowledgements (steady, and with a 4x drop for 300 ms).
 
 use ccl_monitor::window::{Event, Key, WindowConfig, Windows};
 use ccl_monitor::{CollId, Engine, Op, Unit, Work};
@@ -81,11 +82,22 @@ fn is_sample(e: &Event) -> bool {
     matches!(e, Event::Sample(_))
 }
 
-/// Window 8, drop 0.5 (recover 0.75), the baseline frozen at the first full window.
+/// Window 8, drop 0.5 (recover 0.75), no minimum span, the baseline frozen at the first
+/// full window (one estimate, never replaced).
 fn frozen() -> WindowConfig {
     WindowConfig {
-        baseline_alpha: 0.0,
-        ..WindowConfig::new(8, 0.5, 1_000_000)
+        baseline_len: 1,
+        baseline_every_ns: u64::MAX,
+        ..WindowConfig::new(8, 0.5, 1_000_000).with_min_span(0)
+    }
+}
+
+/// `window` completions, no minimum span, the median of the last 4 estimates (every window).
+fn tracking(window: usize, stall_after_ns: u64) -> WindowConfig {
+    WindowConfig {
+        baseline_len: 4,
+        baseline_every_ns: 0,
+        ..WindowConfig::new(window, 0.5, stall_after_ns).with_min_span(0)
     }
 }
 
@@ -95,14 +107,14 @@ fn window_throughput_is_bytes_after_the_oldest_over_the_span() {
     // 1000 B every 1000 ns: 1 B/ns.
     s.run(20, 1000, 1000);
     assert_eq!(s.tput(), 1e9);
-    // One 8000 B chunk after 1000 ns: the window holds 6 x 1000 B + 8000 B over 7000 ns.
+    // One 8000 B chunk after 1000 ns: the window holds 7 x 1000 B + 8000 B over 8000 ns.
     s.run(1, 8000, 1000);
-    assert_eq!(s.tput(), 14_000.0 * 1e9 / 7000.0);
+    assert_eq!(s.tput(), 15_000.0 * 1e9 / 8000.0);
     let keys: Vec<Key> = s.w.snapshot().iter().map(|k| k.key).collect();
     assert_eq!(keys, [Key::Peer(3), Key::Path(1), Key::Nic(2)]);
 }
 
-/// Baseline 1e9 B/s, threshold 0.5e9: seven slow intervals of T ns give 1000/T B/ns.
+/// Baseline 1e9 B/s, threshold 0.5e9: eight slow intervals of T ns give 1000/T B/ns.
 #[test]
 fn anomaly_threshold_boundary_pairs() {
     // (slow interval, anomalies)
@@ -122,10 +134,11 @@ fn anomaly_threshold_boundary_pairs() {
                 (COLL, 3, 1)
             );
             if slow == 2001 {
-                // Only a window of seven slow intervals is below: 7000/14007 < 0.5.
-                assert_eq!(a.ts_ns, switch + 7 * 2001);
+                // Only a window of eight slow intervals is below: 8000/16008 < 0.5.
+                assert_eq!(a.ts_ns, switch + 8 * 2001);
             } else {
-                // 7000 B over 4 x 1000 + 3 x 4000 ns = 0.4375 B/ns: the third crosses.
+                // 8000 B over 5 x 1000 + 3 x 4000 ns = 0.47 B/ns: the third crosses (the
+                // bound while waiting for it, 9000 B over 18000 ns, is not below).
                 assert_eq!(a.ts_ns, switch + 3 * 4000);
             }
         }
@@ -221,7 +234,7 @@ fn samples_at_most_one_per_ten_microseconds() {
 /// their rate.
 #[test]
 fn idle_time_between_operations_is_not_slowness() {
-    let mut w = Windows::new(WindowConfig::new(8, 0.5, 1_000_000));
+    let mut w = Windows::new(tracking(8, 1_000_000));
     let mut out = Vec::new();
     let mut t = 0;
     for _op in 0..10 {
@@ -238,17 +251,109 @@ fn idle_time_between_operations_is_not_slowness() {
     assert_eq!(w.snapshot()[0].baseline_bps, 1e9);
 }
 
+/// A link that serves 32 KiB chunks back to back (16 kept outstanding) at `rate(t)` bytes
+/// per second, acknowledged the way the multipath transport sees it: in rounds 20-150 us
+/// apart (pseudo-random), each round's chunks in one to three groups a few microseconds
+/// apart. Runs until `end_ns`; returns the events of the NIC key.
+fn batched_acks(cfg: WindowConfig, end_ns: u64, rate: impl Fn(u64) -> f64) -> Vec<Event> {
+    const CHUNK: u64 = 32 << 10;
+    let mut w = Windows::new(cfg);
+    let mut out = Vec::new();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |lo: u64, hi: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        lo + seed % (hi - lo + 1)
+    };
+    for _ in 0..16 {
+        w.on_post(&work(0, CHUNK));
+    }
+    // When the link finishes the oldest chunk in flight.
+    let mut due = CHUNK as f64 * 1e9 / rate(0);
+    let mut round = 0;
+    while round < end_ns {
+        round += next(20_000, 150_000);
+        let mut t = round;
+        while due <= round as f64 {
+            // A new group of acknowledgements now and then, within the round.
+            if next(0, 3) == 0 {
+                t += next(1_000, 3_000);
+            }
+            w.on_complete(&work(t, CHUNK), &mut out);
+            w.on_post(&work(t, CHUNK));
+            due += CHUNK as f64 * 1e9 / rate(due as u64);
+        }
+        w.tick(t, &mut out);
+    }
+    out.retain(|e| e.key() == Key::Nic(2) && !is_sample(e));
+    out
+}
+
+const GBPS2: f64 = 2e9;
+
+#[test]
+fn batched_acks_at_a_steady_rate_raise_nothing() {
+    for window in [1, 8, 32] {
+        let cfg = WindowConfig::new(window, 0.5, 100_000_000);
+        let events = batched_acks(cfg, 1_000_000_000, |_| GBPS2);
+        assert_eq!(events, [], "window {window}");
+    }
+}
+
+#[test]
+fn batched_acks_baseline_stays_at_the_link_rate() {
+    let mut w = Windows::new(WindowConfig::new(8, 0.5, 100_000_000));
+    let mut out = Vec::new();
+    // One chunk stays outstanding throughout, so all of it is busy time.
+    w.on_post(&work(0, 32 << 10));
+    for k in 1..=20_000u64 {
+        let t = k / 8 * 131_072 + k % 8 * 1000;
+        w.on_post(&work(t, 32 << 10));
+        w.on_complete(&work(t, 32 << 10), &mut out);
+        w.tick(t, &mut out);
+    }
+    let nic = w.snapshot()[2];
+    // Eight 32 KiB chunks every 131072 ns: 2 GB/s, acknowledged 1 us apart.
+    assert!((nic.baseline_bps / GBPS2 - 1.0).abs() < 0.05, "{nic:?}");
+    assert_eq!(nic.anomalies, 0);
+}
+
+/// A quarter of the rate from 500 ms to 800 ms: one anomaly within 1 ms of the drop, one
+/// recovery within 1 ms of the end, nothing else.
+#[test]
+fn batched_acks_with_a_quarter_rate_for_300_ms_alarm_once_and_recover_once() {
+    let (on, off) = (500_000_000u64, 800_000_000u64);
+    for window in [1, 8, 32] {
+        let cfg = WindowConfig::new(window, 0.5, 100_000_000);
+        let rate = |t: u64| if (on..off).contains(&t) { GBPS2 / 4.0 } else { GBPS2 };
+        let events = batched_acks(cfg, 1_000_000_000, rate);
+        assert_eq!(events.len(), 2, "window {window}: {events:?}");
+        let (Event::Anomaly(a), Event::Recovered(r)) = (events[0], events[1]) else {
+            panic!("window {window}: {events:?}");
+        };
+        assert!(a.ts_ns > on && a.ts_ns - on <= 1_000_000, "window {window}: {a:?}");
+        assert!(r.ts_ns > off && r.ts_ns - off <= 1_000_000, "window {window}: {r:?}");
+        assert!(a.tput_bps < 0.5 * a.baseline_bps && r.tput_bps >= 0.75 * r.baseline_bps);
+        eprintln!(
+            "window {window}: anomaly +{} us, recovery +{} us",
+            (a.ts_ns - on) / 1000,
+            (r.ts_ns - off) / 1000
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     /// A constant rate never alarms, and the window reads that rate exactly.
     #[test]
     fn constant_rate_reads_exactly_and_never_alarms(
-        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 2usize..32,
-        n in 0usize..100,
+        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 1usize..32,
+        n in 4usize..100,
     ) {
-        let mut s = Stream::new(WindowConfig::new(window, 0.5, 10_000_000));
-        s.run(window + n, bytes, interval);
+        let mut s = Stream::new(tracking(window, 10_000_000));
+        s.run(5 * (window + 1) + n, bytes, interval);
         let want = bytes as f64 * 1e9 / interval as f64;
         prop_assert!((s.tput() - want).abs() <= want * 1e-12);
         prop_assert!((s.w.snapshot()[1].baseline_bps - want).abs() <= want * 1e-12);
@@ -259,12 +364,12 @@ proptest! {
     /// completions, and recovers exactly once after the rate returns.
     #[test]
     fn drop_alarms_once_and_recovers_once(
-        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 2usize..=16,
+        bytes in 1u64..(1 << 20), interval in 100u64..100_000, window in 1usize..=16,
         factor in 0.05f64..=0.4, extra in 0usize..40,
     ) {
         let slow = (interval as f64 / factor).ceil() as u64;
-        let mut s = Stream::new(WindowConfig::new(window, 0.5, u64::MAX));
-        s.run(2 * window, bytes, interval);
+        let mut s = Stream::new(tracking(window, u64::MAX));
+        s.run(2 * window + 4, bytes, interval);
         let switch = s.t;
         s.run(window + extra, bytes, slow);
         let back = s.t;
@@ -274,7 +379,7 @@ proptest! {
         prop_assert_eq!(anomalies.len(), 1);
         prop_assert_eq!(recoveries.len(), 1);
         let at = anomalies[0].ts_ns();
-        prop_assert!(at > switch && at <= switch + (window as u64 - 1) * slow, "{} {}", at, switch);
+        prop_assert!(at > switch && at <= switch + window as u64 * slow, "{} {}", at, switch);
         prop_assert!(recoveries[0].ts_ns() > back);
     }
 

@@ -11,9 +11,8 @@
 # plotted file as transitions (orange lines).
 #
 # Writes LOGDIR/summary.txt, docs/monitor-tbf.png/.svg (window CCL_MONITOR_WINDOW, 8) and
-# docs/monitor-windows.png/.svg (the same experiment with windows 2, 8 and 32: three runs,
-# since the file holds window samples, not raw records; 2 is the smallest window, one
-# interval). Environment: LIBDIR (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1),
+# docs/monitor-windows.png/.svg (the same experiment with windows 1, 8 and 32: three runs,
+# since the file holds window samples, not raw records). Environment: LIBDIR (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1),
 # TBF_MS (300). Needs root and iproute2 (tc); leaves nothing behind.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
@@ -127,7 +126,7 @@ EOF
 
 tool=$LIBDIR/ccl-monitor
 status=0
-for w in 8 2 32; do
+for w in 8 1 32; do
   shaped "w$w" "$w" || { status=1; continue; }
   analyse "w$w" | tee -a "$LOG/summary.txt"
 done
@@ -139,10 +138,10 @@ if [ -f "$LOG/w8.marked.jsonl" ]; then
     "$tool" plot "$LOG/w8.marked.jsonl" --scope nic --bucket-ms 20 $span --out "docs/monitor-tbf.$ext"
   done
 fi
-if [ -f "$LOG/w2.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
+if [ -f "$LOG/w1.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
   for ext in png svg; do
-    "$tool" panels "$LOG/w2.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
-      --label "window 2" --label "window 8" --label "window 32" --scope nic --bucket-ms 20 \
+    "$tool" panels "$LOG/w1.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
+      --label "window 1" --label "window 8" --label "window 32" --scope nic --bucket-ms 20 \
       --from-ms 700 --to-ms 2600 --out "docs/monitor-windows.$ext"
   done
 fi
