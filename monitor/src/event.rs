@@ -51,6 +51,57 @@ pub struct CollId {
     pub seq: u64,
 }
 
+impl Op {
+    const ALL: [Op; 9] = [
+        Op::AllReduce,
+        Op::AllGather,
+        Op::ReduceScatter,
+        Op::Broadcast,
+        Op::Reduce,
+        Op::AllToAll,
+        Op::Send,
+        Op::Recv,
+        Op::Other,
+    ];
+
+    /// The operation NCCL's API names `name` ("AllReduce", "Send"...); `Other` for the rest.
+    pub fn from_name(name: &str) -> Op {
+        match name {
+            "AllReduce" => Op::AllReduce,
+            "AllGather" => Op::AllGather,
+            "ReduceScatter" => Op::ReduceScatter,
+            "Broadcast" => Op::Broadcast,
+            "Reduce" => Op::Reduce,
+            "AlltoAll" | "AllToAll" => Op::AllToAll,
+            "Send" => Op::Send,
+            "Recv" => Op::Recv,
+            _ => Op::Other,
+        }
+    }
+}
+
+impl CollId {
+    /// The bits of a packed sequence number: the top byte holds the operation.
+    const SEQ_BITS: u32 = 56;
+
+    /// The operation and sequence number in one word, for a cell that transports read
+    /// without a lock (sequence numbers beyond 2^56 wrap).
+    pub fn pack(op: Op, seq: u64) -> u64 {
+        let code = Op::ALL.iter().position(|&o| o == op).unwrap_or(8) as u64;
+        (code << Self::SEQ_BITS) | (seq & ((1 << Self::SEQ_BITS) - 1))
+    }
+
+    /// The identity of `comm`'s operation packed by [`CollId::pack`].
+    pub fn unpack(comm: u64, packed: u64) -> CollId {
+        let code = (packed >> Self::SEQ_BITS) as usize;
+        CollId {
+            comm,
+            op: Op::ALL.get(code).copied().unwrap_or(Op::Other),
+            seq: packed & ((1 << Self::SEQ_BITS) - 1),
+        }
+    }
+}
+
 /// One posted or completed work request: a chunk on a connection, a frame, or a copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Work {
@@ -125,6 +176,24 @@ pub(crate) mod tests {
             seq: 7,
         },
     };
+
+    #[test]
+    fn packed_identity_round_trips() {
+        for op in Op::ALL {
+            let id = CollId::unpack(9, CollId::pack(op, 12345));
+            assert_eq!(
+                id,
+                CollId {
+                    comm: 9,
+                    op,
+                    seq: 12345
+                }
+            );
+        }
+        assert_eq!(CollId::unpack(1, CollId::pack(Op::Send, 1 << 56)).seq, 0);
+        assert_eq!(Op::from_name("AlltoAll"), Op::AllToAll);
+        assert_eq!(Op::from_name("Gather"), Op::Other);
+    }
 
     #[test]
     fn records_carry_their_timestamp() {

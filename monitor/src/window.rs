@@ -136,6 +136,8 @@ pub struct Sample {
     /// Bytes and completions so far on this key.
     pub bytes: u64,
     pub completions: u64,
+    /// The operation of the latest completion.
+    pub coll: CollId,
 }
 
 /// Throughput fell below (or came back above) its threshold.
@@ -346,7 +348,11 @@ impl KeyState {
             Some(_) => self.ring.push_back(e),
             None => {
                 // The first entry only opens the window.
-                self.ring.push_back(Entry { bytes: 0, count: 0, ..e });
+                self.ring.push_back(Entry {
+                    bytes: 0,
+                    count: 0,
+                    ..e
+                });
                 return;
             }
         }
@@ -540,11 +546,23 @@ fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>)
                 st.anomalous = true;
                 st.probation.clear();
                 st.anomalies += 1;
-                out.push(Event::Anomaly(alert(key, w.ts_ns, tput, b, Culprit::of(&w))));
+                out.push(Event::Anomaly(alert(
+                    key,
+                    w.ts_ns,
+                    tput,
+                    b,
+                    Culprit::of(&w),
+                )));
             }
             Some(b) if st.anomalous && tput >= cfg.recover * b => {
                 st.anomalous = false;
-                out.push(Event::Recovered(alert(key, w.ts_ns, tput, b, Culprit::of(&w))));
+                out.push(Event::Recovered(alert(
+                    key,
+                    w.ts_ns,
+                    tput,
+                    b,
+                    Culprit::of(&w),
+                )));
             }
             _ => {}
         }
@@ -554,7 +572,7 @@ fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>)
             st.learn(cfg, tput);
         }
     }
-    sample(cfg, key, st, w.ts_ns, out);
+    sample(cfg, key, st, &w, out);
 }
 
 /// With work outstanding and no completion since, the window stretched to `now` is a bound
@@ -584,7 +602,8 @@ fn gap(cfg: &WindowConfig, key: Key, st: &mut KeyState, now: u64, out: &mut Vec<
     out.push(Event::Anomaly(alert(key, at, tput, b, st.last_work)));
 }
 
-fn sample(cfg: &WindowConfig, key: Key, st: &mut KeyState, ts: u64, out: &mut Vec<Event>) {
+fn sample(cfg: &WindowConfig, key: Key, st: &mut KeyState, w: &Work, out: &mut Vec<Event>) {
+    let ts = w.ts_ns;
     let bucket = ts / cfg.resolution_ns.max(1);
     if st.sample_bucket == Some(bucket) {
         return;
@@ -597,6 +616,7 @@ fn sample(cfg: &WindowConfig, key: Key, st: &mut KeyState, ts: u64, out: &mut Ve
         baseline_bps: st.baseline.unwrap_or(0.0),
         bytes: st.bytes,
         completions: st.completions,
+        coll: w.coll,
     }));
 }
 

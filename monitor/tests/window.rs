@@ -326,14 +326,26 @@ fn batched_acks_with_a_quarter_rate_for_300_ms_alarm_once_and_recover_once() {
     let (on, off) = (500_000_000u64, 800_000_000u64);
     for window in [1, 8, 32] {
         let cfg = WindowConfig::new(window, 0.5, 100_000_000);
-        let rate = |t: u64| if (on..off).contains(&t) { GBPS2 / 4.0 } else { GBPS2 };
+        let rate = |t: u64| {
+            if (on..off).contains(&t) {
+                GBPS2 / 4.0
+            } else {
+                GBPS2
+            }
+        };
         let events = batched_acks(cfg, 1_000_000_000, rate);
         assert_eq!(events.len(), 2, "window {window}: {events:?}");
         let (Event::Anomaly(a), Event::Recovered(r)) = (events[0], events[1]) else {
             panic!("window {window}: {events:?}");
         };
-        assert!(a.ts_ns > on && a.ts_ns - on <= 1_000_000, "window {window}: {a:?}");
-        assert!(r.ts_ns > off && r.ts_ns - off <= 1_000_000, "window {window}: {r:?}");
+        assert!(
+            a.ts_ns > on && a.ts_ns - on <= 1_000_000,
+            "window {window}: {a:?}"
+        );
+        assert!(
+            r.ts_ns > off && r.ts_ns - off <= 1_000_000,
+            "window {window}: {r:?}"
+        );
         assert!(a.tput_bps < 0.5 * a.baseline_bps && r.tput_bps >= 0.75 * r.baseline_bps);
         eprintln!(
             "window {window}: anomaly +{} us, recovery +{} us",

@@ -113,6 +113,12 @@ pub trait Link: Send {
     fn attach_monitor(&mut self, m: &LinkMonitor) {
         let _ = m;
     }
+    /// The frames sent from now on belong to the `seq`-th operation `op` of the
+    /// communicator: links that report to the monitor name it in their records. By default
+    /// ignored.
+    fn begin_op(&mut self, op: ccl_monitor::Op, seq: u64) {
+        let _ = (op, seq);
+    }
 }
 
 /// Where a link reports to the throughput monitor, and as whom.

@@ -76,3 +76,64 @@ fn a_link_without_a_monitor_reports_nothing() {
     m.flush().unwrap();
     assert_eq!(m.snapshot().records, 0);
 }
+
+/// The operations of the completions a monitor saw: (comm, op, seq, chunks, bytes).
+#[derive(Clone, Default)]
+struct Ops(std::sync::Arc<std::sync::Mutex<Vec<(u64, ccl_monitor::Op, u64, u64, u64)>>>);
+
+impl ccl_monitor::Subscriber for Ops {
+    fn on_complete(&self, w: &ccl_monitor::Work) {
+        let mut v = self.0.lock().unwrap();
+        let id = (w.coll.comm, w.coll.op, w.coll.seq);
+        match v.iter_mut().find(|e| (e.0, e.1, e.2) == id) {
+            Some(e) => {
+                e.3 += 1;
+                e.4 += w.bytes;
+            }
+            None => v.push((id.0, id.1, id.2, 1, w.bytes)),
+        }
+    }
+}
+
+#[test]
+fn chunks_carry_the_operation_they_were_sent_for() {
+    use ccl_monitor::Op;
+    let ops = Ops::default();
+    let m = Monitor::with_options(
+        &MonitorConfig {
+            enabled: true,
+            ..MonitorConfig::default()
+        },
+        ccl_monitor::Options {
+            subscribers: vec![Box::new(ops.clone())],
+            ..ccl_monitor::Options::default()
+        },
+    )
+    .unwrap();
+    let (mut a, mut b) = link_pair(small_link(1, 0.0));
+    a.attach_monitor(&LinkMonitor {
+        publisher: m.publisher(),
+        peer: 1,
+        comm: 7,
+    });
+    a.begin_op(Op::AllReduce, 5);
+    exchange_frames(&mut a, &mut b, &[pattern(200_000, 1)], false);
+    a.begin_op(Op::Send, 6);
+    exchange_frames(&mut a, &mut b, &[pattern(100_000, 2)], false);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        m.flush().unwrap();
+        let open = m.snapshot().key(Key::Peer(1)).map_or(1, |k| k.outstanding);
+        if open == 0 || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop((a, b));
+    let mut seen = ops.0.lock().unwrap().clone();
+    seen.sort_by_key(|e| e.2);
+    let ids: Vec<_> = seen.iter().map(|e| (e.0, e.1, e.2)).collect();
+    assert_eq!(ids, [(7, Op::AllReduce, 5), (7, Op::Send, 6)]);
+    // Each frame's bytes under its own operation (and no chunk of one under the other).
+    assert_eq!((seen[0].4, seen[1].4), (200_000, 100_000), "{seen:?}");
+}

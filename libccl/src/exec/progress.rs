@@ -7,7 +7,7 @@ use ccl_transports::Link;
 
 use super::gates::{overlap, CollGateState, PieceGates};
 use super::op::{XKind, XOp};
-use super::plan::Plan;
+use super::plan::{Plan, PlanWhat};
 use super::recv::{recv_op, Arith};
 use super::send::send_op;
 use crate::error::{Error, Result};
@@ -24,6 +24,7 @@ impl Plan {
         let mut progressed = false;
         if !self.started {
             self.start();
+            self.announce(links);
         }
         while self.cur < self.steps.len() {
             let (moved, all_done) = self.run_step(links, staging, stats)?;
@@ -46,6 +47,28 @@ impl Plan {
             }
         }
         Ok(progressed)
+    }
+
+    /// Tells the links which operation their next frames belong to, for the monitor's
+    /// records: a collective to every link, a group of sends to the links it sends on (each
+    /// with its own sequence number).
+    fn announce(&self, links: &mut [Option<Box<dyn Link>>]) {
+        match self.what {
+            PlanWhat::Coll { name, seq, .. } => {
+                let op = ccl_monitor::Op::from_name(name);
+                for link in links.iter_mut().flatten() {
+                    link.begin_op(op, seq);
+                }
+            }
+            PlanWhat::P2p { .. } => {
+                let sends = self.steps.iter().flatten();
+                for o in sends.filter(|o| matches!(o.kind, XKind::Send { .. })) {
+                    if let Some(Some(link)) = links.get_mut(o.peer) {
+                        link.begin_op(ccl_monitor::Op::Send, o.hdr.seq);
+                    }
+                }
+            }
+        }
     }
 
     /// What the first call does before any step: gated pieces the plan writes nothing into are

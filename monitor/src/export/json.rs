@@ -94,6 +94,9 @@ impl JsonLine {
             baseline_bps: Some(s.baseline_bps),
             bytes: Some(s.bytes),
             completions: Some(s.completions),
+            comm: Some(s.coll.comm),
+            op: Some(s.coll.op),
+            seq: Some(s.coll.seq),
             ..JsonLine::keyed(s.ts_ns, LineKind::Sample, s.key)
         }
     }

@@ -80,8 +80,16 @@ impl ViewArgs {
 fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
     match cli.cmd {
         Cmd::Summary { files } => {
-            let rows = ccl_monitor_tool::summary::summarize(&ccl_monitor_tool::load(&files)?);
+            let lines = ccl_monitor_tool::load(&files)?;
+            let rows = ccl_monitor_tool::summary::summarize(&lines);
             print!("{}", ccl_monitor_tool::summary::render(&rows));
+            let colls = ccl_monitor_tool::summary::collectives(&lines);
+            if !colls.is_empty() {
+                print!(
+                    "\n{}",
+                    ccl_monitor_tool::summary::render_collectives(&colls)
+                );
+            }
         }
         Cmd::Plot { files, out, view } => {
             let lines = ccl_monitor_tool::load(&files)?;

@@ -88,3 +88,99 @@ pub fn render(rows: &[Row]) -> String {
     }
     out
 }
+
+/// One communicator's operations of one kind, as the lines name them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollRow {
+    pub comm: u64,
+    /// As the file spells it (`all_reduce`, `send`...).
+    pub op: String,
+    /// Distinct sequence numbers seen, and the lowest and highest.
+    pub ops: u64,
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub anomalies: u64,
+    pub stalls: u64,
+    /// The sequence numbers that had an anomaly or a stall, in order.
+    pub alerted: Vec<u64>,
+}
+
+/// The operations the lines name (samples, alerts and stalls carry them), by communicator
+/// and kind.
+pub fn collectives(lines: &[JsonLine]) -> Vec<CollRow> {
+    let mut seen: BTreeMap<(u64, String), (CollRow, std::collections::BTreeSet<u64>)> =
+        BTreeMap::new();
+    for l in lines {
+        let (Some(comm), Some(op), Some(seq)) = (l.comm, l.op, l.seq) else {
+            continue;
+        };
+        let name = serde_json::to_value(op)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let (row, seqs) = seen.entry((comm, name.clone())).or_insert_with(|| {
+            let row = CollRow {
+                comm,
+                op: name,
+                first_seq: seq,
+                last_seq: seq,
+                ..CollRow::default()
+            };
+            (row, Default::default())
+        });
+        seqs.insert(seq);
+        row.first_seq = row.first_seq.min(seq);
+        row.last_seq = row.last_seq.max(seq);
+        let alert = match l.kind {
+            Some(LineKind::Anomaly) => {
+                row.anomalies += 1;
+                true
+            }
+            Some(LineKind::Stall) => {
+                row.stalls += 1;
+                true
+            }
+            _ => false,
+        };
+        if alert && !row.alerted.contains(&seq) {
+            row.alerted.push(seq);
+        }
+    }
+    seen.into_values()
+        .map(|(mut row, seqs)| {
+            row.ops = seqs.len() as u64;
+            row.alerted.sort_unstable();
+            row
+        })
+        .collect()
+}
+
+/// The operations as a table; at most 10 alerted sequence numbers are listed per row.
+pub fn render_collectives(rows: &[CollRow]) -> String {
+    let mut out = format!(
+        "{:<18} {:<14} {:>6} {:>15} {:>9} {:>6}  alerted seq\n",
+        "comm", "op", "ops", "seq", "anomalies", "stalls"
+    );
+    for r in rows {
+        let mut alerted: Vec<String> = r.alerted.iter().take(10).map(u64::to_string).collect();
+        if r.alerted.len() > 10 {
+            alerted.push(format!("(+{})", r.alerted.len() - 10));
+        }
+        let _ = writeln!(
+            out,
+            "{:<18} {:<14} {:>6} {:>15} {:>9} {:>6}  {}",
+            format!("{:#x}", r.comm),
+            r.op,
+            r.ops,
+            format!("{}-{}", r.first_seq, r.last_seq),
+            r.anomalies,
+            r.stalls,
+            if alerted.is_empty() {
+                "-".to_owned()
+            } else {
+                alerted.join(",")
+            }
+        );
+    }
+    out
+}

@@ -78,6 +78,11 @@ pub struct MptLink {
     pub(super) last_full: bool,
     /// Several engines: `MptLinkConfig::inline_bytes`.
     pub(super) inline_bytes: usize,
+    /// The operation whose frames are being sent ([`CollId::pack`]ed), which the engines
+    /// stamp on their monitor records; `None` until a monitor is attached.
+    ///
+    /// [`CollId::pack`]: ccl_monitor::CollId::pack
+    pub(super) mon_op: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Several engines: the last frame sent went inline on the lead engine (`flush` drives
     /// the lead while it holds unacknowledged messages).
     pub(super) send_inline: bool,
@@ -405,10 +410,28 @@ impl Link for MptLink {
     }
 
     fn attach_monitor(&mut self, m: &crate::LinkMonitor) {
+        let op = self
+            .mon_op
+            .get_or_insert_with(|| {
+                let other = ccl_monitor::CollId::pack(ccl_monitor::Op::Other, 0);
+                std::sync::Arc::new(std::sync::atomic::AtomicU64::new(other))
+            })
+            .clone();
         for (e, engine) in self.engines.iter().enumerate() {
             let mut inner = engine.shared.lock();
             let inner = &mut *inner;
-            inner.mon.attach(m, &inner.conn, e);
+            inner.mon.attach(m, &inner.conn, e, op.clone());
+        }
+    }
+
+    fn begin_op(&mut self, op: ccl_monitor::Op, seq: u64) {
+        if let Some(cell) = &self.mon_op {
+            // Relaxed: the engines' threads read it when they next post a chunk; a chunk
+            // posted around the change may carry either operation.
+            cell.store(
+                ccl_monitor::CollId::pack(op, seq),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 }

@@ -8,6 +8,9 @@
 //! branch per round and per chunk. Everything here is sized when the monitor is attached;
 //! nothing on the data path allocates.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use ccl_monitor::{CollId, Engine, Op, Publisher, Scope, Transition, Unit, Work};
 
 use crate::mpt::Connection;
@@ -30,16 +33,21 @@ struct PathMark {
     lost_bytes: u64,
     /// Chunks posted since the last round.
     posted: u32,
-    /// Sizes of the chunks posted and not completed yet, a ring of `REMEMBERED`: the core
-    /// says how many chunks of a path were acknowledged, not which, and a path delivers
-    /// (nearly) in order, so they are taken oldest first. A mean would misstate frames'
-    /// short last chunks (by 10% on 200 kB frames of 32 KiB chunks).
-    sizes: Box<[u32]>,
+    /// Sizes and operations ([`CollId::pack`]ed) of the chunks posted and not completed
+    /// yet, a ring of `REMEMBERED`: the core says how many chunks of a path were
+    /// acknowledged, not which, and a path delivers (nearly) in order, so they are taken
+    /// oldest first. A mean would misstate frames' short last chunks (by 10% on 200 kB
+    /// frames of 32 KiB chunks).
+    sizes: Box<[(u32, u64)]>,
     head: usize,
     len: usize,
-    /// Chunks posted while the ring was full, and their bytes.
+    /// Chunks posted while the ring was full, and their bytes; they count for the
+    /// operation of the latest.
     spill_chunks: u64,
     spill_bytes: u64,
+    spill_op: u64,
+    /// The operation of the chunk completed last.
+    last_op: u64,
     lossy: bool,
 }
 
@@ -52,38 +60,44 @@ impl PathMark {
             lost_chunks: 0,
             lost_bytes: 0,
             posted: 0,
-            sizes: vec![0; REMEMBERED].into_boxed_slice(),
+            sizes: vec![(0, 0); REMEMBERED].into_boxed_slice(),
             head: 0,
             len: 0,
             spill_chunks: 0,
             spill_bytes: 0,
+            spill_op: 0,
+            last_op: 0,
             lossy,
         }
     }
 
-    fn push(&mut self, bytes: u32) {
+    fn push(&mut self, bytes: u32, op: u64) {
         self.posted = self.posted.saturating_add(1);
         if self.len < self.sizes.len() {
             let i = (self.head + self.len) % self.sizes.len();
-            self.sizes[i] = bytes;
+            self.sizes[i] = (bytes, op);
             self.len += 1;
         } else {
             self.spill_chunks += 1;
             self.spill_bytes += u64::from(bytes);
+            self.spill_op = op;
         }
     }
 
-    /// The oldest open chunk's size; `None` when nothing is open.
+    /// The oldest open chunk's size (and records its operation as the last); `None` when
+    /// nothing is open.
     fn pop(&mut self) -> Option<u64> {
         if self.len > 0 {
-            let b = self.sizes[self.head];
+            let (b, op) = self.sizes[self.head];
             self.head = (self.head + 1) % self.sizes.len();
             self.len -= 1;
+            self.last_op = op;
             return Some(u64::from(b));
         }
         let mean = self.spill_bytes.checked_div(self.spill_chunks)?;
         self.spill_chunks -= 1;
         self.spill_bytes -= mean;
+        self.last_op = self.spill_op;
         Some(mean)
     }
 }
@@ -93,7 +107,10 @@ impl PathMark {
 pub(super) struct EngineMon {
     publisher: Publisher,
     peer: u32,
-    coll: CollId,
+    /// The communicator's hash.
+    comm: u64,
+    /// The operation being sent, set by the link ([`crate::Link::begin_op`]).
+    op: Option<Arc<AtomicU64>>,
     /// This engine's first path number in the monitor's keys (engines' paths do not share
     /// numbers).
     path_base: u16,
@@ -107,11 +124,8 @@ impl EngineMon {
         EngineMon {
             publisher: Publisher::off(),
             peer: 0,
-            coll: CollId {
-                comm: 0,
-                op: Op::Other,
-                seq: 0,
-            },
+            comm: 0,
+            op: None,
             path_base: 0,
             nics: nics.max(1) as u16,
             paths: Vec::new(),
@@ -120,14 +134,17 @@ impl EngineMon {
 
     /// Starts recording for `m` on engine `engine`'s connection; counts so far are the
     /// baseline (nothing before this is reported).
-    pub(super) fn attach(&mut self, m: &LinkMonitor, conn: &Connection, engine: usize) {
+    pub(super) fn attach(
+        &mut self,
+        m: &LinkMonitor,
+        conn: &Connection,
+        engine: usize,
+        op: Arc<AtomicU64>,
+    ) {
         self.publisher = m.publisher.clone();
         self.peer = m.peer;
-        self.coll = CollId {
-            comm: m.comm,
-            op: Op::Other,
-            seq: 0,
-        };
+        self.comm = m.comm;
+        self.op = Some(op);
         self.paths = conn
             .paths()
             .map(|v| {
@@ -155,7 +172,15 @@ impl EngineMon {
         self.publisher.now_ns()
     }
 
-    fn work(&self, ts_ns: u64, path: u16, bytes: u64) -> Work {
+    /// The operation being sent now, packed.
+    fn current_op(&self) -> u64 {
+        match &self.op {
+            Some(cell) => cell.load(Ordering::Relaxed),
+            None => CollId::pack(Op::Other, 0),
+        }
+    }
+
+    fn work(&self, ts_ns: u64, path: u16, bytes: u64, op: u64) -> Work {
         Work {
             ts_ns,
             bytes,
@@ -165,19 +190,20 @@ impl EngineMon {
             nic: path % self.nics,
             engine: Engine::Mpt,
             unit: Unit::Chunk,
-            coll: self.coll,
+            coll: CollId::unpack(self.comm, op),
         }
     }
 
     /// A chunk of `bytes` left on `path`.
     #[inline]
     pub(super) fn posted(&mut self, ts_ns: u64, path: u16, bytes: u32) {
+        let op = self.current_op();
         let Some(m) = self.paths.get_mut(usize::from(path)) else {
             return;
         };
-        m.push(bytes);
+        m.push(bytes, op);
         self.publisher
-            .post(&self.work(ts_ns, path, u64::from(bytes)));
+            .post(&self.work(ts_ns, path, u64::from(bytes), op));
     }
 
     /// Reports the chunks acknowledged or lost since the last call, and paths that started
@@ -232,16 +258,18 @@ impl EngineMon {
             else {
                 return;
             };
+            let Some(m) = self.paths.get_mut(usize::from(path)) else {
+                return;
+            };
+            let op = m.last_op;
             let bytes = if k < acked {
                 size
-            } else if let Some(m) = self.paths.get_mut(usize::from(path)) {
+            } else {
                 m.lost_chunks += 1;
                 m.lost_bytes += size;
                 0
-            } else {
-                0
             };
-            self.publisher.complete(&self.work(now, path, bytes));
+            self.publisher.complete(&self.work(now, path, bytes, op));
         }
     }
 
@@ -259,7 +287,8 @@ impl EngineMon {
             };
             m.lost_chunks -= 1;
             m.lost_bytes -= size;
-            let w = self.work(now, path, size);
+            let op = m.last_op;
+            let w = self.work(now, path, size, op);
             self.publisher.post(&w);
             self.publisher.complete(&w);
         }

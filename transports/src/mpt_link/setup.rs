@@ -205,6 +205,7 @@ impl MptEndpoint {
             send_inline: false,
             recv_inline: n > 1 && cfg.inline_bytes > 0,
             lead_driven: false,
+            mon_op: None,
         })
     }
 }
