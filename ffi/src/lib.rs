@@ -23,6 +23,7 @@ use ccl_cuda::{DataType, ReduceKind};
 use parking_lot::Mutex;
 
 pub mod config;
+pub mod ext;
 
 pub type ncclResult_t = c_int;
 pub const NCCL_SUCCESS: ncclResult_t = 0;

@@ -84,6 +84,24 @@ pub fn acquire() -> Result<Option<Arc<Monitor>>> {
     Ok(Some(m))
 }
 
+/// The process monitor's state as JSON (`cclMonitorSnapshot`): `{"enabled":..}` and the
+/// fields of [`ccl_monitor::Snapshot`]; with no monitor running, `enabled` is false and the
+/// rest empty.
+pub fn snapshot_json() -> Result<String> {
+    #[derive(serde::Serialize)]
+    struct Out {
+        enabled: bool,
+        #[serde(flatten)]
+        snapshot: ccl_monitor::Snapshot,
+    }
+    let monitor = PROCESS.lock().upgrade();
+    let out = Out {
+        enabled: monitor.as_ref().is_some_and(|m| m.is_enabled()),
+        snapshot: monitor.map(|m| m.snapshot()).unwrap_or_default(),
+    };
+    serde_json::to_string(&out).map_err(|e| Error::internal(format!("monitor snapshot: {e}")))
+}
+
 /// The `CLOCK_MONOTONIC` reading (ns) at which the monitor's clock read 0: adding it to a
 /// record's `ts_ns` puts the record on the clock scripts and other processes read.
 fn clock_origin(m: &Monitor) -> u64 {
@@ -118,6 +136,19 @@ pub fn attach(monitor: &Monitor, links: &mut [Option<Box<dyn Link>>], comm: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_without_a_monitor_is_empty() {
+        if PROCESS.lock().upgrade().is_none() {
+            let v: serde_json::Value = serde_json::from_str(&snapshot_json().unwrap()).unwrap();
+            assert_eq!(v["enabled"], false);
+            assert_eq!(v["keys"], serde_json::json!([]));
+            assert_eq!(
+                (v["records"].as_u64(), v["dropped"].as_u64()),
+                (Some(0), Some(0))
+            );
+        }
+    }
 
     #[test]
     fn defaults_are_off_and_match_the_crate() {

@@ -87,6 +87,9 @@ impl Collector {
                 TimeBase::Records => self.records_time(),
             };
             self.windows.tick(now, &mut self.events);
+            if stopping {
+                self.windows.finish(&mut self.events);
+            }
             let busy = n > 0 || !self.events.is_empty();
             self.emit();
             let flushing = requested > *self.shared.flush_done.lock();

@@ -62,6 +62,9 @@ pub struct WindowConfig {
     /// At most one baseline estimate per this much busy time, so the median covers
     /// `baseline_len` x this, not a few overlapping windows.
     pub baseline_every_ns: u64,
+    /// Completions within this long of the previous one join its observation: one round of
+    /// acknowledgements, however the engine threads stamp it, is judged once, whole.
+    pub merge_ns: u64,
     /// No completion for longer than this with work outstanding is a stall.
     pub stall_after_ns: u64,
     /// At most one throughput sample per key per this many nanoseconds.
@@ -79,6 +82,10 @@ impl Default for WindowConfig {
 /// tests/window.rs), short enough that a 4x drop shows within 1 ms.
 pub const DEFAULT_MIN_SPAN_NS: u64 = 400_000;
 
+/// Completions this close count as one observation unless configured: wider than the
+/// spread of one round's stamps, narrower than a chunk's time on a fast path.
+pub const DEFAULT_MERGE_NS: u64 = 20_000;
+
 impl WindowConfig {
     /// The defaults for everything but the three user settings; recovery is halfway from the
     /// drop threshold back to the baseline, so a rate hovering at the threshold does not flap.
@@ -90,6 +97,7 @@ impl WindowConfig {
             recover: drop + (1.0 - drop) / 2.0,
             baseline_len: 16,
             baseline_every_ns: DEFAULT_MIN_SPAN_NS,
+            merge_ns: DEFAULT_MERGE_NS,
             stall_after_ns,
             resolution_ns: 10_000,
         }
@@ -210,7 +218,12 @@ pub struct KeyStats {
 /// observation.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// Busy-time stamps of the observation's last and first completions.
     stamp: u64,
+    first: u64,
+    /// Wall time of its last completion, and the key's bytes up to and including it.
+    wall: u64,
+    cum: u64,
     bytes: u64,
     count: u64,
 }
@@ -234,9 +247,14 @@ struct KeyState {
     busy_since: Option<u64>,
     last_ts: u64,
     last_progress: u64,
+    /// The total only: its last progress before the current round (completions within
+    /// `merge_ns`).
+    prev_progress: u64,
     /// The latest completion, not judged yet: it is judged once time moves past it, so the
     /// completions of one round count together.
     pending: Option<Work>,
+    /// When the pending observation's first completion came (it spans at most `merge_ns`).
+    pending_since: u64,
     /// Recent healthy estimates, oldest first, and the busy time the next may be taken at.
     healthy: VecDeque<f64>,
     next_healthy_at: u64,
@@ -244,7 +262,11 @@ struct KeyState {
     /// that starts after them to be healthy too: the first windows of a slide downwards still
     /// read healthy, and must not pull the baseline along.
     probation: VecDeque<(u64, f64)>,
+    /// Peers: bytes per second; NICs and paths: their bytes per byte of the others' (see
+    /// [`relative`]).
     baseline: Option<f64>,
+    /// Bytes per second per unit of the baseline, as of the latest judgement.
+    scale: f64,
     tput: f64,
     anomalous: bool,
     stalled: bool,
@@ -267,11 +289,14 @@ impl KeyState {
             busy_since: None,
             last_ts: w.ts_ns,
             last_progress: w.ts_ns,
+            prev_progress: w.ts_ns,
             pending: None,
+            pending_since: 0,
             healthy: VecDeque::new(),
             next_healthy_at: 0,
             probation: VecDeque::new(),
             baseline: None,
+            scale: 1.0,
             tput: 0.0,
             anomalous: false,
             stalled: false,
@@ -326,6 +351,9 @@ impl KeyState {
         self.push(
             Entry {
                 stamp,
+                first: stamp,
+                wall: ts,
+                cum: self.bytes + w.bytes,
                 bytes: w.bytes,
                 count: 1,
             },
@@ -341,7 +369,10 @@ impl KeyState {
     fn push(&mut self, e: Entry, cfg: &WindowConfig) {
         let len = self.ring.len();
         match self.ring.back_mut() {
-            Some(b) if b.stamp == e.stamp && len > 1 => {
+            Some(b) if e.stamp <= b.first.saturating_add(cfg.merge_ns) && len > 1 => {
+                b.stamp = b.stamp.max(e.stamp);
+                b.wall = b.wall.max(e.wall);
+                b.cum = e.cum;
                 b.bytes += e.bytes;
                 b.count += e.count;
             }
@@ -381,6 +412,20 @@ impl KeyState {
     fn span(&self) -> Option<u64> {
         let (first, last) = (self.ring.front()?, self.ring.back()?);
         last.stamp.checked_sub(first.stamp).filter(|&s| s > 0)
+    }
+
+    /// The key's bytes completed in the wall-time interval `(from, to]`, as far as the
+    /// window reaches back (`None` if `from` is before it).
+    fn bytes_between(&self, from: u64, to: u64) -> Option<u64> {
+        let front = self.ring.front()?;
+        if from < front.wall {
+            return None;
+        }
+        let upto = |t: u64| match self.ring.partition_point(|e| e.wall <= t) {
+            0 => front.cum - front.bytes,
+            i => self.ring[i - 1].cum,
+        };
+        Some(upto(to).saturating_sub(upto(from)))
     }
 
     /// Bytes per second over the window.
@@ -428,7 +473,7 @@ impl KeyState {
         KeyStats {
             key,
             tput_bps: self.tput,
-            baseline_bps: self.baseline.unwrap_or(0.0),
+            baseline_bps: self.baseline.map_or(0.0, |b| b * self.scale),
             bytes: self.bytes,
             completions: self.completions,
             outstanding: self.outstanding,
@@ -445,6 +490,19 @@ impl KeyState {
 pub struct Windows {
     cfg: WindowConfig,
     keys: BTreeMap<Key, KeyState>,
+    /// Every completion of every key: what NICs and paths are judged against.
+    total: Option<KeyState>,
+    /// NICs and paths now anomalous: while one is, the others' shares rise, and must not
+    /// become their norm (it would make them look slow once it recovers).
+    anomalous_shares: usize,
+}
+
+/// What a key's throughput is measured in: peers in bytes per second, NICs and paths
+/// against the rest of the traffic (the rate of every other key together, over about the
+/// same time). A host whose threads were not scheduled for a while slows every NIC at
+/// once; judged so, that is no NIC's fault, while a NIC that falls behind its siblings is.
+fn relative(key: Key) -> bool {
+    !matches!(key, Key::Peer(_))
 }
 
 impl Windows {
@@ -452,6 +510,8 @@ impl Windows {
         Windows {
             cfg,
             keys: BTreeMap::new(),
+            total: None,
+            anomalous_shares: 0,
         }
     }
 
@@ -472,32 +532,59 @@ impl Windows {
         for key in Self::keys_of(w) {
             self.state(key, w).post(w);
         }
+        self.total.get_or_insert_with(|| KeyState::new(w)).post(w);
     }
 
     /// A work request completed: judges the key's previous completion if this one is later,
     /// and whether the time since the last progress already means a drop, then adds it.
     pub fn on_complete(&mut self, w: &Work, out: &mut Vec<Event>) {
         let cfg = self.cfg;
+        // The keys are judged against the total as of before this completion, which is when
+        // their pending completions happened.
         for key in Self::keys_of(w) {
-            let st = self.state(key, w);
-            if st.pending.is_some_and(|p| p.ts_ns < w.ts_ns) {
-                settle(&cfg, key, st, out);
+            let Windows {
+                keys,
+                total,
+                anomalous_shares,
+                ..
+            } = self;
+            let st = keys.entry(key).or_insert_with(|| KeyState::new(w));
+            let (was, learn) = (st.anomalous, !relative(key) || *anomalous_shares == 0);
+            if st.pending.is_some() && w.ts_ns > st.pending_since.saturating_add(cfg.merge_ns) {
+                settle(&cfg, key, st, total.as_ref(), learn, out);
             }
-            gap(&cfg, key, st, w.ts_ns, out);
+            gap(&cfg, key, st, w.ts_ns, total.as_ref(), out);
+            count_shares(anomalous_shares, key, was, st.anomalous);
             st.complete(w, &cfg);
+            if st.pending.is_none() {
+                st.pending_since = w.ts_ns;
+            }
             st.pending = Some(*w);
         }
+        let t = self.total.get_or_insert_with(|| KeyState::new(w));
+        if w.ts_ns > t.last_progress.saturating_add(cfg.merge_ns) {
+            t.prev_progress = t.last_progress;
+        }
+        t.complete(w, &total_config(&cfg));
     }
 
     /// Time has reached `now_ns`: judges completions up to it, and reports keys whose
     /// throughput fell below the threshold or that stalled while waiting for a completion.
     pub fn tick(&mut self, now_ns: u64, out: &mut Vec<Event>) {
         let cfg = self.cfg;
-        for (&key, st) in &mut self.keys {
-            if st.pending.is_some_and(|p| p.ts_ns <= now_ns) {
-                settle(&cfg, key, st, out);
+        let Windows {
+            keys,
+            total,
+            anomalous_shares,
+            ..
+        } = self;
+        for (&key, st) in keys.iter_mut() {
+            let (was, learn) = (st.anomalous, !relative(key) || *anomalous_shares == 0);
+            if st.pending.is_some() && now_ns >= st.pending_since.saturating_add(cfg.merge_ns) {
+                settle(&cfg, key, st, total.as_ref(), learn, out);
             }
-            gap(&cfg, key, st, now_ns, out);
+            gap(&cfg, key, st, now_ns, total.as_ref(), out);
+            count_shares(anomalous_shares, key, was, st.anomalous);
             let idle = now_ns.saturating_sub(st.last_progress);
             if st.outstanding == 0 || st.stalled || idle <= cfg.stall_after_ns {
                 continue;
@@ -514,10 +601,63 @@ impl Windows {
         }
     }
 
+    /// Judges every observation still open (at the end: no later completion or tick will).
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let cfg = self.cfg;
+        let Windows {
+            keys,
+            total,
+            anomalous_shares,
+            ..
+        } = self;
+        for (&key, st) in keys.iter_mut() {
+            let (was, learn) = (st.anomalous, !relative(key) || *anomalous_shares == 0);
+            settle(&cfg, key, st, total.as_ref(), learn, out);
+            count_shares(anomalous_shares, key, was, st.anomalous);
+        }
+    }
+
     /// Every key's current state, in key order.
     pub fn snapshot(&self) -> Vec<KeyStats> {
         self.keys.iter().map(|(&k, st)| st.stats(k)).collect()
     }
+}
+
+/// The total keeps completions apart (another key's window may end inside a round) and
+/// reaches back far enough to cover any key's
+/// window (a NIC's window of `window` completions spans longer than the total's).
+fn total_config(cfg: &WindowConfig) -> WindowConfig {
+    WindowConfig {
+        window: cfg.window.saturating_mul(16),
+        min_span_ns: cfg.min_span_ns.saturating_mul(16),
+        merge_ns: 0,
+        ..*cfg
+    }
+}
+
+/// A NIC's or path's bytes over its window against what every other key completed in the
+/// same wall-time interval, and the latter (`None` without a total reaching that far back,
+/// or when nothing else moved: a key carrying everything is left to its peer key).
+fn share(total: Option<&KeyState>, st: &KeyState, bytes: f64, to: u64) -> Option<(f64, f64)> {
+    let from = st.ring.front()?.wall;
+    let all = total?.bytes_between(from, to)?;
+    let others = all.saturating_sub(st.sum_bytes) as f64;
+    (others > 0.0).then(|| (bytes / others, others))
+}
+
+/// Keeps the count of anomalous NICs and paths as `key` goes from `was` to `now`.
+fn count_shares(n: &mut usize, key: Key, was: bool, now: bool) {
+    if relative(key) && was != now {
+        *n = if now { *n + 1 } else { n.saturating_sub(1) };
+    }
+}
+
+/// The window's bytes with the observation under way credited at the window's mean: without
+/// it a window stretched to the next observation would read a steady rate low by a factor
+/// n / (n + 1) for n observations (rounds of acknowledgements) in the window.
+fn open_bytes(st: &KeyState) -> f64 {
+    let n = st.ring.len().saturating_sub(1).max(1);
+    st.sum_bytes as f64 * (1.0 + 1.0 / n as f64)
 }
 
 fn alert(key: Key, ts_ns: u64, tput: f64, b: f64, culprit: Culprit) -> Alert {
@@ -531,8 +671,17 @@ fn alert(key: Key, ts_ns: u64, tput: f64, b: f64, culprit: Culprit) -> Alert {
 }
 
 /// Judges the window as of the pending completion: throughput, anomaly or recovery, the
-/// baseline. The window spans busy time only, so an idle key cannot look slow.
-fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>) {
+/// baseline (peers in bytes per second, NICs and paths as their bytes over the others'
+/// in the same interval; fed only if `learn`). The window spans busy time only, so an idle
+/// key cannot look slow.
+fn settle(
+    cfg: &WindowConfig,
+    key: Key,
+    st: &mut KeyState,
+    total: Option<&KeyState>,
+    learn: bool,
+    out: &mut Vec<Event>,
+) {
     let Some(w) = st.pending.take() else {
         return;
     };
@@ -540,36 +689,49 @@ fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>)
         return;
     };
     st.tput = tput;
+    let unit = if relative(key) {
+        match share(
+            total,
+            st,
+            st.sum_bytes as f64,
+            st.ring.back().map_or(0, |e| e.wall),
+        ) {
+            Some((v, _)) if v > 0.0 => tput / v,
+            _ => {
+                sample(cfg, key, st, &w, out);
+                return;
+            }
+        }
+    } else {
+        1.0
+    };
+    st.scale = unit;
+    let v = tput / unit;
     if st.full(cfg) {
+        let culprit = Culprit::of(&w);
         match st.baseline {
-            Some(b) if !st.anomalous && tput < cfg.drop * b => {
+            Some(b) if !st.anomalous && v < cfg.drop * b => {
                 st.anomalous = true;
                 st.probation.clear();
                 st.anomalies += 1;
-                out.push(Event::Anomaly(alert(
-                    key,
-                    w.ts_ns,
-                    tput,
-                    b,
-                    Culprit::of(&w),
-                )));
+                out.push(Event::Anomaly(alert(key, w.ts_ns, tput, b * unit, culprit)));
             }
-            Some(b) if st.anomalous && tput >= cfg.recover * b => {
+            Some(b) if st.anomalous && v >= cfg.recover * b => {
                 st.anomalous = false;
                 out.push(Event::Recovered(alert(
                     key,
                     w.ts_ns,
                     tput,
-                    b,
-                    Culprit::of(&w),
+                    b * unit,
+                    culprit,
                 )));
             }
             _ => {}
         }
         // Only healthy windows feed the baseline, so a slow spell does not become the norm;
         // the median keeps a few windows over a batch of acknowledgements from moving it.
-        if !st.anomalous && st.baseline.map_or(true, |b| tput >= cfg.recover * b) {
-            st.learn(cfg, tput);
+        if learn && !st.anomalous && st.baseline.map_or(true, |b| v >= cfg.recover * b) {
+            st.learn(cfg, v);
         }
     }
     sample(cfg, key, st, &w, out);
@@ -577,20 +739,59 @@ fn settle(cfg: &WindowConfig, key: Key, st: &mut KeyState, out: &mut Vec<Event>)
 
 /// With work outstanding and no completion since, the window stretched to `now` is a bound
 /// on throughput: below the threshold it is an anomaly, stamped when the bound crossed it.
-fn gap(cfg: &WindowConfig, key: Key, st: &mut KeyState, now: u64, out: &mut Vec<Event>) {
+/// A NIC or path is stretched only to the total's latest completion, and judged against
+/// the total's rate then: it is behind only if others delivered while it waited (while
+/// nothing completes anywhere, the engine is not running, and the peer key says so).
+fn gap(
+    cfg: &WindowConfig,
+    key: Key,
+    st: &mut KeyState,
+    now: u64,
+    total: Option<&KeyState>,
+    out: &mut Vec<Event>,
+) {
     let (Some(b), Some(front)) = (st.baseline, st.ring.front()) else {
         return;
     };
     if st.anomalous || st.outstanding == 0 || st.pending.is_some() || !st.full(cfg) {
         return;
     }
+    let bytes = open_bytes(st);
+    if relative(key) {
+        let Some(t) = total else {
+            return;
+        };
+        // Others' completions of the round now arriving are not ahead of this key's, which
+        // may be about to arrive in it.
+        let others_at = if now <= t.last_progress.saturating_add(cfg.merge_ns) {
+            t.prev_progress
+        } else {
+            t.last_progress
+        };
+        let Some((v, others)) = share(Some(t), st, bytes, others_at.min(now)) else {
+            return;
+        };
+        if v >= cfg.drop * b {
+            return;
+        }
+        st.anomalous = true;
+        st.probation.clear();
+        st.anomalies += 1;
+        let span = st.busy_at(others_at).saturating_sub(front.stamp).max(1);
+        let tput = bytes * 1e9 / span as f64;
+        let base = b * others * 1e9 / span as f64;
+        out.push(Event::Anomaly(alert(
+            key,
+            others_at.min(now),
+            tput,
+            base,
+            st.last_work,
+        )));
+        return;
+    }
     let span = st.busy_at(now).saturating_sub(front.stamp);
     let threshold = cfg.drop * b;
-    // Credit the completion under way with the window's mean size: without it the bound
-    // would read a steady rate low by a factor window / (window + 1) just before each
-    // completion.
-    let bytes = st.sum_bytes as f64 * (1.0 + 1.0 / st.sum_count.max(1) as f64);
-    if span == 0 || bytes * 1e9 >= threshold * span as f64 {
+    if span == 0 || threshold <= 0.0 || bytes * 1e9 >= threshold * span as f64 {
         return;
     }
     let cross = front.stamp + (bytes * 1e9 / threshold).ceil() as u64;
@@ -613,7 +814,7 @@ fn sample(cfg: &WindowConfig, key: Key, st: &mut KeyState, w: &Work, out: &mut V
         ts_ns: ts,
         key,
         tput_bps: st.tput,
-        baseline_bps: st.baseline.unwrap_or(0.0),
+        baseline_bps: st.baseline.map_or(0.0, |b| b * st.scale),
         bytes: st.bytes,
         completions: st.completions,
         coll: w.coll,

@@ -12,10 +12,10 @@
 #
 # Steps (each prints its own "N passed, M failed" line; the script exits 1 if any step fails):
 #   1. build into target/abi/: header compile checks (gcc -std=c99 -pedantic, g++ -std=c++11,
-#      both -Wall -Wextra -Werror, also with CCL_CONFIG_V2_30), abi_check, abi_check_230,
-#      coll_check (mpicc);
+#      both -Wall -Wextra -Werror, also with CCL_CONFIG_V2_30; ccl_ext.h too), abi_check,
+#      abi_check_230, ext_check, coll_check (mpicc);
 #   2. check_symbols.sh (header <-> symbols.txt <-> exports of LIBDIR/libnccl.so.2);
-#   3. abi_check and abi_check_230;
+#   3. abi_check, abi_check_230 and ext_check (libccl's own functions, ccl_ext.h);
 #   4. coll_check, 4 ranks on one host: the library uses shared memory between ranks;
 #   5. coll_check, 4 ranks in two network namespaces (ranks 0,1 in cclns0, 2,3 in cclns1):
 #      shared memory inside a namespace, TCP across.
@@ -92,10 +92,15 @@ for def in "" "-DCCL_CONFIG_V2_30"; do
   b gcc -std=c99 -pedantic -Wall -Wextra -Werror $def -I ffi/include -c "$OUT/hdr.c" -o "$OUT/hdr_c.o"
   b g++ -std=c++11 -pedantic -Wall -Wextra -Werror $def -I ffi/include -c "$OUT/hdr.cc" -o "$OUT/hdr_cc.o"
 done
+printf '#include "ccl_ext.h"\nint main(void) { size_t n = 0; return (int)cclMonitorSnapshot(NULL, 0, &n); }\n' > "$OUT/ext_hdr.c"
+cp "$OUT/ext_hdr.c" "$OUT/ext_hdr.cc"
+b gcc -std=c99 -pedantic -Wall -Wextra -Werror -I ffi/include -c "$OUT/ext_hdr.c" -o "$OUT/ext_hdr_c.o"
+b g++ -std=c++11 -pedantic -Wall -Wextra -Werror -I ffi/include -c "$OUT/ext_hdr.cc" -o "$OUT/ext_hdr_cc.o"
 b gcc -std=c11 -O1 -Wall -Wextra -Werror -I ffi/include tests/abi/abi_check.c "${LINK[@]}" -o "$OUT/abi_check"
+b gcc -std=gnu11 -O1 -Wall -Wextra -Werror -I ffi/include tests/abi/ext_check.c "${LINK[@]}" -o "$OUT/ext_check"
 b gcc -std=c11 -O1 -Wall -Wextra -Werror -DCCL_CONFIG_V2_30 -I ffi/include tests/abi/abi_check.c "${LINK[@]}" -o "$OUT/abi_check_230"
 b mpicc -std=gnu11 -O2 -Wall -Wextra -Werror -I ffi/include tests/abi/coll_check.c "${LINK[@]}" -lm -ldl -o "$OUT/coll_check"
-result "build (header C99/C++11, abi_check, abi_check_230, coll_check)" $build_rc
+result "build (headers C99/C++11, abi_check, abi_check_230, ext_check, coll_check)" $build_rc
 if [ $build_rc -ne 0 ]; then
   printf '\n==== summary\n'; printf '  %s\n' "${SUMMARY[@]}"; exit 1
 fi
@@ -112,6 +117,11 @@ fi
 step "3. abi_check"
 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} timeout 300 "$OUT/abi_check"; result "abi_check" $?
 NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} timeout 300 "$OUT/abi_check_230"; result "abi_check_230 (96-byte ncclConfig_t)" $?
+if [ "$MOCK" -eq 1 ]; then
+  echo "  (ext_check skipped for the stand-in library: it has no ccl_ext.h functions)"
+else
+  NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} timeout 300 "$OUT/ext_check"; result "ext_check (ccl_ext.h)" $?
+fi
 
 # ----------------------------------------------------------------------------- mpirun options
 # --allow-run-as-root   we are root in CI and on the device machine.
