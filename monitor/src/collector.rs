@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::event::Record;
 use crate::export::{JsonLine, JsonWriter};
+use crate::packed::Packed;
 use crate::ring::Consumer;
 use crate::subscriber::Subscriber;
 use crate::window::{Event, Windows};
@@ -15,7 +16,7 @@ use crate::{Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
 
 /// One producing thread's ring.
 struct Source {
-    ring: Consumer<Record>,
+    ring: Consumer<Packed>,
     /// The newest timestamp it delivered.
     latest_ts: Option<u64>,
 }
@@ -28,7 +29,7 @@ pub(crate) struct Collector {
     subscribers: Vec<Box<dyn Subscriber + Send>>,
     time_base: TimeBase,
     poll: Duration,
-    batch: Vec<Record>,
+    batch: Vec<Packed>,
     events: Vec<Event>,
     transitions: u64,
     records: u64,
@@ -138,7 +139,7 @@ impl Collector {
         }
         // Rings are drained one after another; sorting restores time order across threads
         // within a pass.
-        self.batch.sort_by_key(Record::ts_ns);
+        self.batch.sort_by_key(Packed::ts_ns);
         self.batch.len()
     }
 
@@ -155,20 +156,22 @@ impl Collector {
     fn process(&mut self) {
         self.records += self.batch.len() as u64;
         let batch = std::mem::take(&mut self.batch);
-        for r in &batch {
-            match r {
-                Record::Post(w) => {
-                    self.windows.on_post(w);
-                    self.subscribers.iter().for_each(|s| s.on_post(w));
+        for p in &batch {
+            // Subscribers see a record of several posts or completions once, with their
+            // total bytes.
+            match p.unpack() {
+                (Record::Post(w), n) => {
+                    self.windows.on_post_n(&w, n);
+                    self.subscribers.iter().for_each(|s| s.on_post(&w));
                 }
-                Record::Complete(w) => {
-                    self.windows.on_complete(w, &mut self.events);
-                    self.subscribers.iter().for_each(|s| s.on_complete(w));
+                (Record::Complete(w), n) => {
+                    self.windows.on_complete_n(&w, n, &mut self.events);
+                    self.subscribers.iter().for_each(|s| s.on_complete(&w));
                 }
-                Record::Transition(t) => {
+                (Record::Transition(t), _) => {
                     self.transitions += 1;
-                    self.subscribers.iter().for_each(|s| s.on_transition(t));
-                    self.write(&JsonLine::from_transition(t));
+                    self.subscribers.iter().for_each(|s| s.on_transition(&t));
+                    self.write(&JsonLine::from_transition(&t));
                 }
             }
         }

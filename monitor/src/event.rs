@@ -139,7 +139,7 @@ pub struct Transition {
     pub reason: &'static str,
 }
 
-/// Any record, as it travels through a ring.
+/// Any record (in the rings they travel packed, with a count of posts or completions).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Record {
     Post(Work),

@@ -45,6 +45,7 @@ mod collector;
 pub mod config;
 pub mod event;
 pub mod export;
+mod packed;
 mod publish;
 pub mod ring;
 pub mod stats;
@@ -171,7 +172,7 @@ pub(crate) struct Shared {
     ring_capacity: usize,
     clock: Clock,
     /// Rings registered by threads and not yet adopted by the collector.
-    pending: Mutex<Vec<ring::Consumer<Record>>>,
+    pending: Mutex<Vec<ring::Consumer<packed::Packed>>>,
     stop: AtomicBool,
     flush_req: AtomicU64,
     flush_done: Mutex<u64>,

@@ -5,14 +5,15 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::event::{Record, Transition, Work};
+use crate::event::{Transition, Work};
+use crate::packed::Packed;
 use crate::ring::{self, Producer};
 use crate::subscriber::Subscriber;
 use crate::Shared;
 
 thread_local! {
     /// This thread's ring for each live monitor, by monitor id (rarely more than one).
-    static RINGS: RefCell<Vec<(u64, Producer<Record>)>> = const { RefCell::new(Vec::new()) };
+    static RINGS: RefCell<Vec<(u64, Producer<Packed>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A cheap handle for emitting records; clone it freely.
@@ -59,16 +60,29 @@ impl Publisher {
     /// Emits a post.
     #[inline]
     pub fn post(&self, w: &Work) {
-        if let Some(s) = &self.shared {
-            push(s, Record::Post(*w));
-        }
+        self.post_many(w, 1);
     }
 
     /// Emits a completion.
     #[inline]
     pub fn complete(&self, w: &Work) {
+        self.complete_many(w, 1);
+    }
+
+    /// Emits `n` posts at once, `w.bytes` their total: one record for a round's chunks of
+    /// one path.
+    #[inline]
+    pub fn post_many(&self, w: &Work, n: u32) {
         if let Some(s) = &self.shared {
-            push(s, Record::Complete(*w));
+            push(s, Packed::work(w, n, false));
+        }
+    }
+
+    /// Emits `n` completions at once, `w.bytes` their total.
+    #[inline]
+    pub fn complete_many(&self, w: &Work, n: u32) {
+        if let Some(s) = &self.shared {
+            push(s, Packed::work(w, n, true));
         }
     }
 
@@ -76,7 +90,7 @@ impl Publisher {
     #[inline]
     pub fn transition(&self, t: &Transition) {
         if let Some(s) = &self.shared {
-            push(s, Record::Transition(*t));
+            push(s, Packed::transition(t));
         }
     }
 }
@@ -95,7 +109,7 @@ impl Subscriber for Publisher {
     }
 }
 
-fn push(s: &Arc<Shared>, r: Record) {
+fn push(s: &Arc<Shared>, r: Packed) {
     // Fails only while the thread is being torn down, when a lost record does not matter.
     let _ = RINGS.try_with(|rings| {
         let Ok(mut rings) = rings.try_borrow_mut() else {
@@ -118,7 +132,7 @@ fn push(s: &Arc<Shared>, r: Record) {
 
 /// A new ring for this thread, handed to monitor `s`'s collector.
 #[cold]
-fn register(s: &Shared) -> Producer<Record> {
+fn register(s: &Shared) -> Producer<Packed> {
     let (p, c) = ring::channel(s.ring_capacity);
     s.pending.lock().push(c);
     if let Some(t) = s.collector.get() {

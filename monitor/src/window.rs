@@ -255,16 +255,21 @@ struct KeyState {
     pending: Option<Work>,
     /// When the pending observation's first completion came (it spans at most `merge_ns`).
     pending_since: u64,
-    /// Recent healthy estimates, oldest first, and the busy time the next may be taken at.
-    healthy: VecDeque<f64>,
+    /// Recent healthy estimates (in the key's unit, and in bytes per second), oldest
+    /// first, and the busy time the next may be taken at.
+    healthy: VecDeque<(f64, f64)>,
     next_healthy_at: u64,
     /// Healthy estimates (with the busy time their window ended) waiting for a later window
     /// that starts after them to be healthy too: the first windows of a slide downwards still
     /// read healthy, and must not pull the baseline along.
-    probation: VecDeque<(u64, f64)>,
+    probation: VecDeque<(u64, f64, f64)>,
     /// Peers: bytes per second; NICs and paths: their bytes per byte of the others' (see
     /// [`relative`]).
     baseline: Option<f64>,
+    /// The median of the same windows' rates in bytes per second: a NIC recovers only when
+    /// back to its rate as well as its share (when the others have nothing left to do, a
+    /// slow NIC finishing alone is not behind them, but it is still slow).
+    rate_baseline: Option<f64>,
     /// Bytes per second per unit of the baseline, as of the latest judgement.
     scale: f64,
     tput: f64,
@@ -296,6 +301,7 @@ impl KeyState {
             next_healthy_at: 0,
             probation: VecDeque::new(),
             baseline: None,
+            rate_baseline: None,
             scale: 1.0,
             tput: 0.0,
             anomalous: false,
@@ -323,19 +329,19 @@ impl KeyState {
         Some(since + stamp.saturating_sub(self.busy_ns))
     }
 
-    fn post(&mut self, w: &Work) {
+    fn post(&mut self, w: &Work, n: u32) {
         let ts = w.ts_ns.max(self.last_ts);
         if self.outstanding == 0 {
             self.busy_since = Some(ts);
             self.last_progress = ts;
         }
-        self.outstanding += 1;
+        self.outstanding += u64::from(n);
         self.last_ts = ts;
         self.last_work = Culprit::of(w);
     }
 
     /// Records the completion in the window (merged with an entry of the same stamp).
-    fn complete(&mut self, w: &Work, cfg: &WindowConfig) {
+    fn complete(&mut self, w: &Work, n: u32, cfg: &WindowConfig) {
         let ts = w.ts_ns.max(self.last_ts);
         if self.busy_since.is_none() {
             // The post was not seen (the monitor started mid-operation): count the time since
@@ -343,7 +349,7 @@ impl KeyState {
             self.busy_since = Some(self.last_ts);
         }
         let stamp = self.busy_at(ts);
-        self.outstanding = self.outstanding.saturating_sub(1);
+        self.outstanding = self.outstanding.saturating_sub(u64::from(n));
         if self.outstanding == 0 {
             self.busy_ns = stamp;
             self.busy_since = None;
@@ -355,7 +361,7 @@ impl KeyState {
                 wall: ts,
                 cum: self.bytes + w.bytes,
                 bytes: w.bytes,
-                count: 1,
+                count: u64::from(n),
             },
             cfg,
         );
@@ -363,7 +369,7 @@ impl KeyState {
         self.last_progress = ts;
         self.stalled = false;
         self.bytes += w.bytes;
-        self.completions += 1;
+        self.completions += u64::from(n);
     }
 
     fn push(&mut self, e: Entry, cfg: &WindowConfig) {
@@ -435,38 +441,38 @@ impl KeyState {
 
     /// A healthy window: confirms the estimates its window lies wholly after, and takes its
     /// own on probation (at most one per `baseline_every_ns`).
-    fn learn(&mut self, cfg: &WindowConfig, tput: f64) {
+    fn learn(&mut self, cfg: &WindowConfig, v: f64, tput: f64) {
         let (Some(front), Some(back)) = (self.ring.front(), self.ring.back()) else {
             return;
         };
         let (front, back) = (front.stamp, back.stamp);
-        while let Some(&(_, v)) = self.probation.front().filter(|(at, _)| *at <= front) {
+        while let Some(&(_, v, t)) = self.probation.front().filter(|p| p.0 <= front) {
             self.probation.pop_front();
-            self.confirm(cfg, v);
+            self.confirm(cfg, v, t);
         }
         if back >= self.next_healthy_at {
             self.next_healthy_at = back.saturating_add(cfg.baseline_every_ns);
-            self.probation.push_back((back, tput));
+            self.probation.push_back((back, v, tput));
         }
     }
 
-    /// Takes an estimate into the baseline: the median of the last `baseline_len`.
-    fn confirm(&mut self, cfg: &WindowConfig, tput: f64) {
+    /// Takes an estimate into the baselines: the medians of the last `baseline_len`.
+    fn confirm(&mut self, cfg: &WindowConfig, v: f64, tput: f64) {
         let len = cfg.baseline_len.max(1);
-        self.healthy.push_back(tput);
+        self.healthy.push_back((v, tput));
         if self.healthy.len() > len {
             self.healthy.pop_front();
         }
         if self.healthy.len() >= len {
-            let mut v: Vec<f64> = self.healthy.iter().copied().collect();
-            v.sort_by(f64::total_cmp);
-            let m = v.len() / 2;
-            self.baseline = Some(if v.len() % 2 == 1 {
-                v[m]
-            } else {
-                (v[m - 1] + v[m]) / 2.0
-            });
+            self.baseline = median(self.healthy.iter().map(|h| h.0));
+            self.rate_baseline = median(self.healthy.iter().map(|h| h.1));
         }
+    }
+
+    /// Whether a window of `v` (the key's unit) and `tput` is back from an anomaly.
+    fn recovered(&self, cfg: &WindowConfig, v: f64, tput: f64) -> bool {
+        let back = |x: f64, b: Option<f64>| b.is_some_and(|b| x >= cfg.recover * b);
+        back(v, self.baseline) && back(tput, self.rate_baseline)
     }
 
     fn stats(&self, key: Key) -> KeyStats {
@@ -529,15 +535,27 @@ impl Windows {
 
     /// A work request was posted on the keys it names.
     pub fn on_post(&mut self, w: &Work) {
+        self.on_post_n(w, 1);
+    }
+
+    /// `n` work requests were posted, `w.bytes` their total.
+    pub fn on_post_n(&mut self, w: &Work, n: u32) {
         for key in Self::keys_of(w) {
-            self.state(key, w).post(w);
+            self.state(key, w).post(w, n);
         }
-        self.total.get_or_insert_with(|| KeyState::new(w)).post(w);
+        self.total
+            .get_or_insert_with(|| KeyState::new(w))
+            .post(w, n);
     }
 
     /// A work request completed: judges the key's previous completion if this one is later,
     /// and whether the time since the last progress already means a drop, then adds it.
     pub fn on_complete(&mut self, w: &Work, out: &mut Vec<Event>) {
+        self.on_complete_n(w, 1, out);
+    }
+
+    /// `n` work requests completed at once, `w.bytes` their total.
+    pub fn on_complete_n(&mut self, w: &Work, n: u32, out: &mut Vec<Event>) {
         let cfg = self.cfg;
         // The keys are judged against the total as of before this completion, which is when
         // their pending completions happened.
@@ -555,7 +573,7 @@ impl Windows {
             }
             gap(&cfg, key, st, w.ts_ns, total.as_ref(), out);
             count_shares(anomalous_shares, key, was, st.anomalous);
-            st.complete(w, &cfg);
+            st.complete(w, n, &cfg);
             if st.pending.is_none() {
                 st.pending_since = w.ts_ns;
             }
@@ -565,7 +583,7 @@ impl Windows {
         if w.ts_ns > t.last_progress.saturating_add(cfg.merge_ns) {
             t.prev_progress = t.last_progress;
         }
-        t.complete(w, &total_config(&cfg));
+        t.complete(w, n, &total_config(&cfg));
     }
 
     /// Time has reached `now_ns`: judges completions up to it, and reports keys whose
@@ -645,6 +663,17 @@ fn share(total: Option<&KeyState>, st: &KeyState, bytes: f64, to: u64) -> Option
     (others > 0.0).then(|| (bytes / others, others))
 }
 
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[m]),
+        _ => Some((v[m - 1] + v[m]) / 2.0),
+    }
+}
+
 /// Keeps the count of anomalous NICs and paths as `key` goes from `was` to `now`.
 fn count_shares(n: &mut usize, key: Key, was: bool, now: bool) {
     if relative(key) && was != now {
@@ -716,7 +745,7 @@ fn settle(
                 st.anomalies += 1;
                 out.push(Event::Anomaly(alert(key, w.ts_ns, tput, b * unit, culprit)));
             }
-            Some(b) if st.anomalous && v >= cfg.recover * b => {
+            Some(b) if st.anomalous && st.recovered(cfg, v, tput) => {
                 st.anomalous = false;
                 out.push(Event::Recovered(alert(
                     key,
@@ -731,7 +760,7 @@ fn settle(
         // Only healthy windows feed the baseline, so a slow spell does not become the norm;
         // the median keeps a few windows over a batch of acknowledgements from moving it.
         if learn && !st.anomalous && st.baseline.map_or(true, |b| v >= cfg.recover * b) {
-            st.learn(cfg, v);
+            st.learn(cfg, v, tput);
         }
     }
     sample(cfg, key, st, &w, out);

@@ -48,6 +48,11 @@ struct PathMark {
     spill_op: u64,
     /// The operation of the chunk completed last.
     last_op: u64,
+    /// Posts of this round not yet published (one record per path and round), their bytes
+    /// and operation.
+    round_posts: u32,
+    round_bytes: u64,
+    round_op: u64,
     lossy: bool,
 }
 
@@ -67,6 +72,9 @@ impl PathMark {
             spill_bytes: 0,
             spill_op: 0,
             last_op: 0,
+            round_posts: 0,
+            round_bytes: 0,
+            round_op: 0,
             lossy,
         }
     }
@@ -116,6 +124,8 @@ pub(super) struct EngineMon {
     path_base: u16,
     nics: u16,
     paths: Vec<PathMark>,
+    /// When this round's first chunk was posted.
+    round_ts: u64,
 }
 
 impl EngineMon {
@@ -129,6 +139,7 @@ impl EngineMon {
             path_base: 0,
             nics: nics.max(1) as u16,
             paths: Vec::new(),
+            round_ts: 0,
         }
     }
 
@@ -194,16 +205,41 @@ impl EngineMon {
         }
     }
 
-    /// A chunk of `bytes` left on `path`.
+    /// A chunk of `bytes` left on `path`; published with the round's others of the path
+    /// ([`EngineMon::settle`]).
     #[inline]
     pub(super) fn posted(&mut self, ts_ns: u64, path: u16, bytes: u32) {
         let op = self.current_op();
+        let Some(m) = self.paths.get(usize::from(path)) else {
+            return;
+        };
+        if m.round_posts > 0 && m.round_op != op {
+            self.publish_posts(path);
+        }
+        if self.paths.iter().all(|m| m.round_posts == 0) {
+            self.round_ts = ts_ns;
+        }
         let Some(m) = self.paths.get_mut(usize::from(path)) else {
             return;
         };
         m.push(bytes, op);
-        self.publisher
-            .post(&self.work(ts_ns, path, u64::from(bytes), op));
+        m.round_posts += 1;
+        m.round_bytes += u64::from(bytes);
+        m.round_op = op;
+    }
+
+    /// Publishes `path`'s posts of this round as one record.
+    fn publish_posts(&mut self, path: u16) {
+        let Some(m) = self.paths.get_mut(usize::from(path)) else {
+            return;
+        };
+        let (n, bytes, op) = (m.round_posts, m.round_bytes, m.round_op);
+        m.round_posts = 0;
+        m.round_bytes = 0;
+        if n > 0 {
+            let w = self.work(self.round_ts, path, bytes, op);
+            self.publisher.post_many(&w, n);
+        }
     }
 
     /// Reports the chunks acknowledged or lost since the last call, and paths that started
@@ -213,6 +249,9 @@ impl EngineMon {
     pub(super) fn settle(&mut self, conn: &Connection) {
         if !self.is_on() {
             return;
+        }
+        for path in 0..self.paths.len() {
+            self.publish_posts(path as u16);
         }
         let now = self.publisher.now_ns();
         for (i, v) in conn.paths().enumerate() {
@@ -247,19 +286,19 @@ impl EngineMon {
         }
     }
 
-    /// One completion per chunk, so the monitor's count of outstanding work stays true;
-    /// a lost chunk completes with no bytes (its resend is posted again, on some path).
+    /// One completion per chunk, so the monitor's count of outstanding work stays true,
+    /// published as one record per run of chunks of one operation (acknowledged ones, then
+    /// lost ones); a lost chunk completes with no bytes (its resend is posted again, on some
+    /// path).
     fn complete(&mut self, now: u64, path: u16, acked: u64, lost: u64) {
+        // (operation, chunks, bytes) of the run being gathered.
+        let mut run: Option<(u64, u32, u64)> = None;
         for k in 0..acked + lost {
-            let Some(size) = self
-                .paths
-                .get_mut(usize::from(path))
-                .and_then(PathMark::pop)
-            else {
-                return;
-            };
             let Some(m) = self.paths.get_mut(usize::from(path)) else {
                 return;
+            };
+            let Some(size) = m.pop() else {
+                break;
             };
             let op = m.last_op;
             let bytes = if k < acked {
@@ -269,7 +308,18 @@ impl EngineMon {
                 m.lost_bytes += size;
                 0
             };
-            self.publisher.complete(&self.work(now, path, bytes, op));
+            run = match run {
+                // A run does not mix acknowledged and lost chunks (the latter carry no bytes).
+                Some((o, n, b)) if o == op && k != acked => Some((o, n + 1, b + bytes)),
+                Some((o, n, b)) => {
+                    self.publisher.complete_many(&self.work(now, path, b, o), n);
+                    Some((op, 1, bytes))
+                }
+                None => Some((op, 1, bytes)),
+            };
+        }
+        if let Some((o, n, b)) = run {
+            self.publisher.complete_many(&self.work(now, path, b, o), n);
         }
     }
 
