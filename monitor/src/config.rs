@@ -15,7 +15,7 @@ pub struct MonitorConfig {
     /// `CCL_MONITOR_WINDOW`: completions per throughput window (default 8; 1 is each
     /// completion over the busy time since the previous one).
     pub window: usize,
-    /// `CCL_MONITOR_SPAN_US`: the least busy time a window spans (default 400 us; 0: none).
+    /// `CCL_MONITOR_SPAN_US`: the least busy time a window spans (default 1000 us; 0: none).
     pub min_span: Duration,
     /// `CCL_MONITOR_DROP`: anomaly threshold as a fraction of the baseline (default 0.5).
     pub drop: f64,

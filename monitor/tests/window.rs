@@ -90,6 +90,7 @@ fn frozen() -> WindowConfig {
         baseline_len: 1,
         baseline_every_ns: u64::MAX,
         merge_ns: 0,
+        resolution_ns: 10_000,
         ..WindowConfig::new(8, 0.5, 1_000_000).with_min_span(0)
     }
 }

@@ -12,14 +12,18 @@
 #
 # Writes LOGDIR/summary.txt, docs/monitor-tbf.png/.svg (window CCL_MONITOR_WINDOW, 8) and
 # docs/monitor-windows.png/.svg (the same experiment with windows 1, 8 and 32: three runs,
-# since the file holds window samples, not raw records). Environment: LIBDIR (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1),
-# TBF_MS (300). Needs root and iproute2 (tc); leaves nothing behind.
+# since the file holds window samples, not raw records). Environment: LIBDIR
+# (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1), TBF_MS (300), SPAN_US (unset: the
+# library's CCL_MONITOR_SPAN_US default; 0 shows the windows' own effect), FIGS ("tbf
+# windows": which of the two figures to write). Needs root and iproute2 (tc); leaves nothing
+# behind.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
 LOG=$(realpath -m "$1"); mkdir -p "$LOG"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-4M} ITERS=${ITERS:-400} TBF_AT_S=${TBF_AT_S:-1} TBF_MS=${TBF_MS:-300}
+SPAN_US=${SPAN_US-} FIGS=${FIGS:-tbf windows}
 source tests/bench/two_hosts.sh
 two_hosts_up monitor_tbf "$LOG"
 
@@ -50,7 +54,8 @@ echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tb
 # shaped NAME WINDOW: a monitored run with the qdisc change TBF_AT_S in; its times in NAME.tc.
 shaped() {
   local name=$1 w=$2
-  run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl"
+  run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl" \
+    ${SPAN_US:+CCL_MONITOR_SPAN_US=$SPAN_US}
   # Inside host 0's namespace, so each change costs a tc exec and no more (CLOCK_MONOTONIC
   # is the same in every namespace); the line has the readings before and after it.
   ip netns exec cclnic0 python3 - "$LOG/$name.tc" "$TBF_AT_S" "$TBF_MS" "$TBF_BPS" <<'EOF'
@@ -114,6 +119,12 @@ fa = min((t for t, k in alerts if k == "anomaly" and t >= add), default=None)
 fr = min((t for t, k in alerts if k == "recovered" and t >= dele), default=None)
 out.append(f"  nic1 alerts: {state} at tbf on; first anomaly event {fmt(fa, add)} after tbf on, "
            f"first recovery event {fmt(fr, dele)} after tbf off; {len(alerts)} alert events in the run")
+# Alerts nothing caused: anomalies of any NIC away from the shaped spell (100 ms after it
+# for the queued chunks to drain), and of the peer (a host that stalls every NIC).
+away = lambda l: not (add <= l["ts_ns"] <= dele + 100_000_000)
+nic_other = [l for l in lines if l.get("type") == "anomaly" and l["scope"] == "nic" and away(l)]
+peer = [l for l in lines if l.get("type") == "anomaly" and l["scope"] == "peer"]
+out.append(f"  NIC anomalies away from the spell: {len(nic_other)}; peer anomalies in the run: {len(peer)}")
 print("\n".join(out))
 with open(f"{log}/{name}.marked.jsonl", "w") as f:
     for l in lines:
@@ -135,11 +146,13 @@ if [ -f "$LOG/w8.marked.jsonl" ]; then
   # The NICs around the qdisc change, 20 ms buckets (see `ccl-monitor plot --help`).
   span=$(python3 -c 'import json,sys; t=[json.loads(l)["ts_ns"]/1e6 for l in open(sys.argv[1]) if "tc qdisc" in l]; print(f"--from-ms {t[0]-700:.0f} --to-ms {t[1]+700:.0f}")' "$LOG/w8.marked.jsonl")
   for ext in png svg; do
+    [[ " $FIGS " == *" tbf "* ]] || continue
     "$tool" plot "$LOG/w8.marked.jsonl" --scope nic --bucket-ms 20 $span --out "docs/monitor-tbf.$ext"
   done
 fi
 if [ -f "$LOG/w1.marked.jsonl" ] && [ -f "$LOG/w32.marked.jsonl" ]; then
   for ext in png svg; do
+    [[ " $FIGS " == *" windows "* ]] || continue
     "$tool" panels "$LOG/w1.marked.jsonl" "$LOG/w8.marked.jsonl" "$LOG/w32.marked.jsonl" \
       --label "window 1" --label "window 8" --label "window 32" --scope nic --bucket-ms 20 \
       --from-ms 700 --to-ms 2600 --out "docs/monitor-windows.$ext"

@@ -77,9 +77,12 @@ fn a_link_without_a_monitor_reports_nothing() {
     assert_eq!(m.snapshot().records, 0);
 }
 
-/// The operations of the completions a monitor saw: (comm, op, seq, chunks, bytes).
+/// (comm, op, seq, records, bytes) of one operation.
+type OpSeen = (u64, ccl_monitor::Op, u64, u64, u64);
+
+/// The operations of the completions a monitor saw.
 #[derive(Clone, Default)]
-struct Ops(std::sync::Arc<std::sync::Mutex<Vec<(u64, ccl_monitor::Op, u64, u64, u64)>>>);
+struct Ops(std::sync::Arc<std::sync::Mutex<Vec<OpSeen>>>);
 
 impl ccl_monitor::Subscriber for Ops {
     fn on_complete(&self, w: &ccl_monitor::Work) {
