@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::params;
 
 /// The registry's monitor parameters.
-const PARAMS: [params::Param; 9] = [
+const PARAMS: [params::Param; 10] = [
     params::CCL_MONITOR,
     params::CCL_MONITOR_WINDOW,
     params::CCL_MONITOR_DROP,
@@ -25,6 +25,7 @@ const PARAMS: [params::Param; 9] = [
     params::CCL_MONITOR_PORT,
     params::CCL_MONITOR_STALL_US,
     params::CCL_MONITOR_SPAN_US,
+    params::CCL_MONITOR_POLL_US,
     params::CCL_MONITOR_FILE_BYTES,
     params::CCL_MONITOR_FILE_KEEP,
 ];

@@ -54,7 +54,7 @@ impl Collector {
             writer,
             subscribers: opts.subscribers,
             time_base: opts.time_base,
-            poll: opts.poll,
+            poll: opts.poll.unwrap_or(cfg.poll),
             batch: Vec::with_capacity(4096),
             events: Vec::with_capacity(256),
             transitions: 0,

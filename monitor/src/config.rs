@@ -32,6 +32,11 @@ pub struct MonitorConfig {
     pub file_keep: usize,
     /// Records each producing thread's ring holds (default 16384).
     pub ring_capacity: usize,
+    /// `CCL_MONITOR_POLL_US`: how often the collector drains the rings while records come
+    /// (default 10 ms). Events carry the time they happened; they are reported up to this
+    /// much later. Shorter costs more: each pass wakes a thread that competes with the
+    /// engines for the cores (docs/PERFORMANCE.md has 1 ms against 10 ms).
+    pub poll: Duration,
 }
 
 impl Default for MonitorConfig {
@@ -47,6 +52,7 @@ impl Default for MonitorConfig {
             file_max_bytes: 64 << 20,
             file_keep: 4,
             ring_capacity: 16 << 10,
+            poll: Duration::from_millis(10),
         }
     }
 }
@@ -121,6 +127,13 @@ impl MonitorConfig {
             }
             self.min_span = Duration::from_micros(us);
         }
+        if let Some(v) = lookup("CCL_MONITOR_POLL_US") {
+            let us: u64 = parse_int("CCL_MONITOR_POLL_US", &v)?;
+            if !(100..=1_000_000).contains(&us) {
+                return Err(bad("CCL_MONITOR_POLL_US", &v, "must be 100 to 1000000"));
+            }
+            self.poll = Duration::from_micros(us);
+        }
         if let Some(v) = lookup("CCL_MONITOR_FILE_BYTES") {
             self.file_max_bytes = parse_int("CCL_MONITOR_FILE_BYTES", &v)?;
             if self.file_max_bytes < 4096 {
@@ -172,6 +185,7 @@ mod tests {
             ("CCL_MONITOR_PORT", "9400"),
             ("CCL_MONITOR_STALL_US", "2500"),
             ("CCL_MONITOR_SPAN_US", "100"),
+            ("CCL_MONITOR_POLL_US", "2000"),
             ("CCL_MONITOR_FILE_BYTES", "1048576"),
             ("CCL_MONITOR_FILE_KEEP", "2"),
         ])
@@ -181,6 +195,7 @@ mod tests {
         assert_eq!(c.file, Some(PathBuf::from("/tmp/m.jsonl")));
         assert_eq!(c.stall_after, Duration::from_micros(2500));
         assert_eq!((c.file_max_bytes, c.file_keep), (1 << 20, 2));
+        assert_eq!(c.poll, Duration::from_millis(2));
         let w = c.window_config();
         assert_eq!((w.window, w.drop, w.recover), (16, 0.25, 0.625));
         assert_eq!(w.stall_after_ns, 2_500_000);
@@ -199,6 +214,7 @@ mod tests {
             ("CCL_MONITOR_PORT", "70000"),
             ("CCL_MONITOR_STALL_US", "0"),
             ("CCL_MONITOR_SPAN_US", "2000000"),
+            ("CCL_MONITOR_POLL_US", "50"),
             ("CCL_MONITOR_FILE_BYTES", "10"),
         ];
         for (name, value) in cases {

@@ -141,9 +141,9 @@ pub struct Options {
     pub time_base: TimeBase,
     /// Also given every record and analysis event, on the collector thread.
     pub subscribers: Vec<Box<dyn Subscriber + Send>>,
-    /// How long the collector sleeps when it found nothing to do; passes that keep finding
-    /// nothing sleep up to 8 times longer.
-    pub poll: Duration,
+    /// How long the collector sleeps when it found nothing to do (passes that keep finding
+    /// nothing sleep up to 8 times longer); `None`: the config's `poll`.
+    pub poll: Option<Duration>,
 }
 
 impl Default for Options {
@@ -151,7 +151,7 @@ impl Default for Options {
         Options {
             time_base: TimeBase::Clock,
             subscribers: Vec::new(),
-            poll: Duration::from_millis(1),
+            poll: None,
         }
     }
 }
