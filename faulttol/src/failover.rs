@@ -139,6 +139,12 @@ impl<I: Timestamp> Failover<I> {
         while let Some(t) = link.poll_transition() {
             self.log.forward(t);
         }
+        let failed = self
+            .links
+            .each_ref()
+            .map(|l| l.state() == LinkState::Failed);
+        self.links[0].set_last_resort(failed[1]);
+        self.links[1].set_last_resort(failed[0]);
     }
 
     /// Something is owed back on `role` (see [`LinkHealth::handle_expect`]).
@@ -174,6 +180,11 @@ impl<I: Timestamp> Failover<I> {
     /// The peer resumed traffic on `role`.
     pub fn handle_peer_resumed(&mut self, now: I, role: LinkRole) {
         self.with_link(role, |l| l.handle_peer_resumed(now));
+    }
+
+    /// A fresh connection replaced `role`'s (see [`LinkHealth::handle_reconnected`]).
+    pub fn handle_reconnected(&mut self, now: I, role: LinkRole) {
+        self.with_link(role, |l| l.handle_reconnected(now));
     }
 
     /// The answer to probe `seq` arrived on `role`; returns whether it was outstanding.
@@ -448,6 +459,19 @@ impl<I: Timestamp> SenderConn<I> {
         self.settle(now);
     }
 
+    /// A fresh connection replaced `link`'s: what was in flight on the old one is lost. A
+    /// failed link is probed at once; on one in use, chunks or a rollback request out on
+    /// it are asked for again by a rollback at once, rather than after a chunk timeout.
+    pub fn handle_reconnected(&mut self, now: I, link: LinkRole) {
+        self.core.handle_reconnected(now, link);
+        let rolling = self.core.state() == ConnState::RollingBack && link == self.core.active();
+        let lost = rolling || self.inflight.iter().any(|&(_, l)| l == link);
+        if lost && self.core.link(link).is_usable() {
+            self.resync(now, link);
+        }
+        self.settle(now);
+    }
+
     /// Applies the timeouts due at `now`.
     pub fn handle_timeout(&mut self, now: I) {
         self.core.handle_timeout(now);
@@ -708,6 +732,18 @@ impl<I: Timestamp> ReceiverConn<I> {
     /// An error completion on `link`.
     pub fn handle_error(&mut self, now: I, link: LinkRole) {
         self.core.handle_error(now, link);
+        self.settle(now);
+    }
+
+    /// A fresh connection replaced `link`'s: what was in flight on the old one is lost. A
+    /// failed link is probed at once; on the active one the grant goes again (acks lost
+    /// with it are found by the sender's own timeout).
+    pub fn handle_reconnected(&mut self, now: I, link: LinkRole) {
+        self.core.handle_reconnected(now, link);
+        if link == self.core.active() {
+            let posted = self.ledger.posted();
+            self.out.push_back((link, Message::Cts { posted }));
+        }
         self.settle(now);
     }
 

@@ -14,7 +14,10 @@
 //! Ok          nothing back within chunk_timeout while expecting   Suspect, probe now
 //! Suspect     probe answered within probe_timeout                 Ok (not blamed)
 //! Suspect     any traffic arrives                                 Ok (not blamed)
-//! Suspect     probe unanswered for probe_timeout                  Failed
+//! Suspect     probe unanswered for probe_timeout                  Failed (the last link:
+//!                                                                   probe again, Failed
+//!                                                                   once suspect for
+//!                                                                   last_link_grace)
 //! any but     error completion, or the peer gave up on the link   Failed, probe a backoff on
 //!   Failed
 //! Failed      probe unanswered                                    Failed, longer backoff
@@ -23,9 +26,15 @@
 //! Recovering  probe unanswered, or error completion               Failed, longer backoff
 //! Failed,     the peer resumed traffic on it                      Ok
 //!   Recovering
+//! not Ok      reconnected (a fresh connection replaced the old)   same, probe now
 //! ```
 //!
 //! The backoff is `probe_interval << min(consecutive failures - 1, max_backoff_shift)`.
+//!
+//! The last link of a connection (the other one failed) is failed less readily: an
+//! unanswered probe there ends the connection, and on a loaded host a healthy peer can go
+//! unscheduled for longer than a probe timeout. So it is probed again until it has been
+//! suspect for `last_link_grace`; any sign of life in between clears it.
 //! Every handler first applies the timeouts due at its `now`, so the result does not depend
 //! on whether the caller called [`LinkHealth::handle_timeout`] first: an answer handed in at
 //! or after its probe's deadline is late.
@@ -50,6 +59,9 @@ pub struct HealthConfig {
     pub hold_down: Duration,
     /// Cap on the backoff exponent of a link that keeps failing.
     pub max_backoff_shift: u32,
+    /// How long the last usable link of a connection may stay suspect, probed again and
+    /// again, before it is failed (and the connection with it).
+    pub last_link_grace: Duration,
 }
 
 impl Default for HealthConfig {
@@ -58,15 +70,19 @@ impl Default for HealthConfig {
     /// rollback exchange on the backup. 100 ms is far above a chunk's time on the wire (a
     /// 512 KiB chunk takes 40 us at 100 Gb/s), so congestion alone does not trip it, and
     /// the probe answers for a link that is merely slow. A failed link is probed every
-    /// 100 ms, up to every 1.6 s while it keeps failing, and must answer for 1 s before
-    /// traffic returns to it.
+    /// 100 ms, up to every 400 ms while it keeps failing, and must answer every probe for
+    /// 400 ms before traffic returns to it: with a reconnection probed at once, traffic is
+    /// back within about half a second of a link coming up (the target is 1 s), while a
+    /// link that flaps faster than the hold-down never gets it back. The last link of a
+    /// connection is failed only after 2 s without a sign of life.
     fn default() -> Self {
         HealthConfig {
             chunk_timeout: Duration::from_millis(100),
             probe_timeout: Duration::from_millis(50),
             probe_interval: Duration::from_millis(100),
-            hold_down: Duration::from_secs(1),
-            max_backoff_shift: 4,
+            hold_down: Duration::from_millis(400),
+            max_backoff_shift: 2,
+            last_link_grace: Duration::from_secs(2),
         }
     }
 }
@@ -116,6 +132,10 @@ pub struct LinkHealth<I> {
     probe_due: Option<I>,
     failures: u32,
     recovering_since: Option<I>,
+    /// When the link became suspect (while it is).
+    suspect_since: Option<I>,
+    /// The other link of the connection is failed: see `last_link_grace`.
+    last_resort: bool,
     next_seq: u64,
     log: EventLog<I>,
 }
@@ -133,6 +153,8 @@ impl<I: Timestamp> LinkHealth<I> {
             probe_due: None,
             failures: 0,
             recovering_since: None,
+            suspect_since: None,
+            last_resort: false,
             next_seq: 0,
             log: EventLog::default(),
         }
@@ -187,6 +209,23 @@ impl<I: Timestamp> LinkHealth<I> {
     pub fn handle_alive(&mut self, now: I) {
         let owed = self.expecting;
         self.handle_arrival(now, owed);
+    }
+
+    /// Whether this is the connection's last usable link (the other one failed), which is
+    /// then failed only after `last_link_grace` of unanswered probes.
+    pub fn set_last_resort(&mut self, last: bool) {
+        self.last_resort = last;
+    }
+
+    /// A fresh connection replaced the link's old one. A probe out went with the old one,
+    /// so it is forgotten, and a link not Ok is probed now rather than at its backoff: the
+    /// new connection working is the news a failed link waits for.
+    pub fn handle_reconnected(&mut self, now: I) {
+        self.handle_timeout(now);
+        if self.state != LinkState::Ok {
+            self.probe = None;
+            self.probe_due = Some(now);
+        }
     }
 
     /// Nothing is owed on the link any more (the connection moved off it).
@@ -264,7 +303,11 @@ impl<I: Timestamp> LinkHealth<I> {
     /// A probe went unanswered until `at`, its deadline (which is when the link is failed,
     /// however late the caller noticed).
     fn on_probe_lost(&mut self, at: I) {
+        let grace = self
+            .suspect_since
+            .is_some_and(|since| at < since + self.cfg.last_link_grace);
         match self.state {
+            LinkState::Suspect if self.last_resort && grace => self.probe_due = Some(at),
             LinkState::Suspect | LinkState::Recovering => self.fail(at, Reason::ProbeTimeout),
             LinkState::Failed => {
                 self.failures = self.failures.saturating_add(1);
@@ -340,6 +383,7 @@ impl<I: Timestamp> LinkHealth<I> {
     fn set(&mut self, now: I, to: LinkState, reason: Reason) {
         let from = self.state;
         self.state = to;
+        self.suspect_since = (to == LinkState::Suspect).then_some(now);
         let scope = Scope::Link(self.id);
         self.log
             .record(now, scope, State::Link(from), State::Link(to), reason);
@@ -486,6 +530,54 @@ mod tests {
         assert_eq!(l.poll_probe(ms(350)), Some(1));
         l.handle_timeout(ms(400));
         assert_eq!(l.poll_timeout(), Some(ms(800)));
+        // The backoff is capped at 400 ms (max_backoff_shift 2).
+        assert_eq!(l.poll_probe(ms(800)), Some(2));
+        l.handle_timeout(ms(850));
+        assert_eq!((l.failures(), l.poll_timeout()), (4, Some(ms(1250))));
+    }
+
+    #[test]
+    fn reconnected_failed_link_is_probed_at_once() {
+        let mut l = link();
+        l.handle_error(ms(0));
+        assert_eq!(l.poll_probe(ms(100)), Some(0));
+        l.handle_reconnected(ms(120));
+        // The probe out went with the old connection: a new one goes now, not at 350 ms.
+        assert_eq!(l.poll_probe(ms(120)), Some(1));
+        assert!(!l.handle_probe_answer(ms(121), 0), "the old probe's answer");
+        assert!(l.handle_probe_answer(ms(121), 1));
+        assert_eq!(l.state(), LinkState::Recovering);
+        // A healthy link is left alone.
+        let mut ok = link();
+        ok.handle_reconnected(ms(5));
+        assert_eq!((ok.state(), ok.poll_probe(ms(5))), (LinkState::Ok, None));
+    }
+
+    #[test]
+    fn last_link_is_probed_again_until_the_grace_ends() {
+        let mut l = suspect_probed();
+        l.set_last_resort(true);
+        // Probe 0 lost at 150 ms: probed again, still suspect.
+        l.handle_timeout(ms(150));
+        assert_eq!(l.state(), LinkState::Suspect);
+        assert_eq!(l.poll_probe(ms(150)), Some(1));
+        // A sign of life clears it, and the grace starts over at the next suspicion.
+        l.handle_alive(ms(160));
+        assert_eq!(l.state(), LinkState::Ok);
+        l.handle_timeout(ms(260));
+        let mut seq = l.poll_probe(ms(260)).unwrap();
+        let mut t = 310;
+        while t < 260 + 2000 {
+            l.handle_timeout(ms(t));
+            assert_eq!(l.state(), LinkState::Suspect, "{t} ms");
+            seq = l.poll_probe(ms(t)).unwrap();
+            t += 50;
+        }
+        assert_eq!(seq, 41);
+        // The probe lost at 2260 ms, the end of the grace, fails it.
+        l.handle_timeout(ms(t));
+        assert_eq!(l.state(), LinkState::Failed);
+        assert_eq!(l.counters().get(Reason::ProbeTimeout), 1);
     }
 
     #[test]
@@ -503,7 +595,8 @@ mod tests {
             l.handle_probe_answer(ms(t + 1), seq);
         }
         assert_eq!(l.state(), LinkState::Ok);
-        assert!(t + 1 >= since + 1000 && t + 1 < since + 1000 + 102);
+        let hold = HealthConfig::default().hold_down.as_millis() as u64;
+        assert!(t + 1 >= since + hold && t + 1 < since + hold + 102);
         assert_eq!(l.failures(), 0);
     }
 

@@ -229,8 +229,11 @@ fn innocent_link_answering_its_probes_is_never_blamed() {
     assert_eq!(r.counters().get(Reason::ProbeAnswered), 10);
 }
 
+/// Both links silent: the primary fails after a chunk and a probe timeout; the backup, the
+/// last link, after a chunk timeout and the last-link grace of re-sent probes (the default
+/// grace is a whole number of probe timeouts, so the last probe is lost right at its end).
 #[test]
-fn both_links_silent_fail_the_connection_within_two_detections() {
+fn both_links_silent_fail_the_connection_after_the_last_link_grace() {
     let mut s = sender_in_flight();
     let mut failed = None;
     while let Some(at) = s.poll_timeout() {
@@ -241,7 +244,9 @@ fn both_links_silent_fail_the_connection_within_two_detections() {
             break;
         }
     }
-    let bound = (cfg().chunk_timeout + cfg().probe_timeout) * 2;
+    let c = cfg();
+    assert!((c.last_link_grace.as_nanos() % c.probe_timeout.as_nanos()) == 0);
+    let bound = c.chunk_timeout * 2 + c.probe_timeout + c.last_link_grace;
     assert_eq!(failed, Some(T0 + bound));
     assert_eq!(s.failover().state(), ConnState::Failed);
     assert_eq!(
@@ -267,4 +272,43 @@ fn error_completions_on_both_links_fail_at_once() {
     let actions: Vec<_> = std::iter::from_fn(|| r.poll_action()).collect();
     assert_eq!(actions.last(), Some(&Action::Failed));
     assert_eq!(r.failover().state(), ConnState::Failed);
+}
+
+/// A last link (the other failed) suspect since `T0`, a probe lost every probe timeout:
+/// returns it with the probe out whose deadline is `T0 + last_link_grace + offset`.
+fn last_link_probed_until(offset: Duration) -> LinkHealth<Duration> {
+    let c = HealthConfig {
+        last_link_grace: cfg().last_link_grace + offset,
+        ..cfg()
+    };
+    let mut l = LinkHealth::new(1, c);
+    l.set_last_resort(true);
+    l.handle_expect(T0 - c.chunk_timeout);
+    l.handle_timeout(T0);
+    let mut at = T0;
+    while at + c.probe_timeout < T0 + cfg().last_link_grace {
+        assert!(l.poll_probe(at).is_some());
+        at += c.probe_timeout;
+        l.handle_timeout(at);
+        assert_eq!(l.state(), LinkState::Suspect);
+    }
+    assert!(l.poll_probe(at).is_some());
+    l
+}
+
+#[test]
+fn last_link_probe_lost_just_before_the_grace_ends_is_probed_again() {
+    // The grace ends a nanosecond after the probe's deadline.
+    let mut l = last_link_probed_until(NS);
+    l.handle_timeout(T0 + cfg().last_link_grace);
+    assert_eq!(l.state(), LinkState::Suspect);
+    assert!(l.poll_probe(T0 + cfg().last_link_grace).is_some());
+}
+
+#[test]
+fn last_link_probe_lost_at_the_end_of_the_grace_fails_it() {
+    let mut l = last_link_probed_until(Duration::ZERO);
+    l.handle_timeout(T0 + cfg().last_link_grace);
+    assert_eq!(l.state(), LinkState::Failed);
+    assert_eq!(l.counters().get(Reason::ProbeTimeout), 1);
 }

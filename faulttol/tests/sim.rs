@@ -208,7 +208,11 @@ fn both_links_cut_fails_both_ends_in_bounded_time() {
                 o.src.starts_with(&o.delivered),
                 "{what}: delivered a wrong byte"
             );
-            let bound = (sc.cfg.chunk_timeout + sc.cfg.probe_timeout) * 2 + sc.pace + ms(5);
+            // The last link is failed only after its grace of re-sent probes.
+            let bound = (sc.cfg.chunk_timeout + sc.cfg.probe_timeout) * 2
+                + sc.cfg.last_link_grace
+                + sc.pace
+                + ms(5);
             for end in [End::Sender, End::Receiver] {
                 let at = o
                     .failed_at(end)
@@ -381,7 +385,11 @@ fn backup_cut_at_every_step_of_a_failover_fails_cleanly() {
         .collect();
     times.dedup();
     assert!(times.len() > 50, "{} steps", times.len());
-    let bound = (sc.cfg.chunk_timeout + sc.cfg.probe_timeout) * 2 + sc.pace + ms(5);
+    // The last link is failed only after its grace of re-sent probes.
+    let bound = (sc.cfg.chunk_timeout + sc.cfg.probe_timeout) * 2
+        + sc.cfg.last_link_grace
+        + sc.pace
+        + ms(5);
     for at in times {
         for kind in [OutageKind::Silent, OutageKind::Errors] {
             let what = format!("backup cut {kind:?} at {at:?}");

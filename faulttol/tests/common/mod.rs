@@ -102,6 +102,7 @@ pub fn test_config() -> HealthConfig {
         probe_interval: ms(5),
         hold_down: ms(30),
         max_backoff_shift: 3,
+        last_link_grace: ms(20),
     }
 }
 
