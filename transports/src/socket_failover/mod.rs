@@ -342,11 +342,12 @@ impl Inner {
         self.rx.post(now, grant);
     }
 
-    /// Bytes sent and not yet acknowledged (or not yet handed to the kernel).
+    /// Bytes sent and not yet acknowledged. Bytes queued on a wire do not count once
+    /// everything is acknowledged: what is left there is control traffic (acks, grants,
+    /// probes) that the background thread flushes, and on a connection gone silent it
+    /// never drains, so counting it would hold every send on this link forever.
     fn pending(&self) -> bool {
-        self.failed.is_none()
-            && (!self.tx.is_complete()
-                || self.wires.iter().any(|w| w.backlog() > 0 && !w.is_dead()))
+        self.failed.is_none() && !self.tx.is_complete()
     }
 }
 

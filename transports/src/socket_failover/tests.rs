@@ -18,6 +18,7 @@ fn fast() -> HealthConfig {
         probe_interval: Duration::from_millis(20),
         hold_down: Duration::from_millis(150),
         max_backoff_shift: 1,
+        last_link_grace: Duration::from_millis(100),
     }
 }
 
@@ -224,4 +225,31 @@ fn pair_connects_over_a_control_stream() {
     let mut b = FailoverSocketLink::new(p1, b1, cfg(2)).unwrap();
     let mut none = || {};
     exchange(&mut a, &mut b, 10, 0, &mut none, Duration::from_secs(5));
+}
+
+#[test]
+fn primary_silent_for_good_mid_transfer_both_ways_completes_on_the_backup() {
+    for cut_at in [3, 50, 200] {
+        let mute = Arc::new(AtomicBool::new(false));
+        let (mut a, mut b, _cuts) = links(proxy(Arc::clone(&mute)));
+        let mut silence = || mute.store(true, Ordering::Relaxed);
+        exchange(
+            &mut a,
+            &mut b,
+            400,
+            cut_at,
+            &mut silence,
+            Duration::from_secs(20),
+        );
+        for s in [a.status(), b.status()] {
+            assert_eq!(
+                (s.send_on, s.receive_on),
+                (LinkRole::Backup, LinkRole::Backup),
+                "{cut_at}: {s:?}"
+            );
+        }
+        // And it keeps going there.
+        let mut none = || {};
+        exchange(&mut a, &mut b, 100, 0, &mut none, Duration::from_secs(10));
+    }
 }
