@@ -182,7 +182,7 @@ fn socket_failover_nics() -> Result<Option<[std::net::IpAddr; 2]>> {
 }
 
 /// Connects the primary and backup streams to rank `j` over the data stream `s` (the lower
-/// rank dials) and builds the failover link on them.
+/// rank dials) and builds the failover link on them, its primary redialed when it fails.
 fn failover_link(
     s: &std::net::TcpStream,
     nics: [std::net::IpAddr; 2],
@@ -194,10 +194,11 @@ fn failover_link(
     let mut ctrl = s
         .try_clone()
         .map_err(|e| Error::system(format!("failover link to rank {j}: {e}")))?;
-    let (primary, backup) =
+    let (primary, backup, redial) =
         connect_pair(&mut ctrl, nics, rank < j, bootstrap::bootstrap_timeout())?;
     let cfg = FailoverConfig::new(frame, j as u64);
-    Ok(Box::new(FailoverSocketLink::new(primary, backup, cfg)?))
+    let link = FailoverSocketLink::with_redial(primary, backup, cfg, redial)?;
+    Ok(Box::new(link))
 }
 
 /// Whether the topology search keeps any two ranks of one host off peer-to-peer because their

@@ -13,10 +13,14 @@
 //! probed, and once it has answered for the hold-down, traffic returns to it. Every
 //! transition is logged (`tracing::info!`) by the machines themselves.
 //!
+//! A primary connection that failed is replaced by a fresh one ([`redial`]): the old
+//! one, even once its path is back, would wait out TCP's retransmission backoff.
+//!
 //! A background thread drives the link when its user has not for a while, so a peer's
 //! probes are answered while this rank is busy elsewhere: without it an idle rank would
 //! look dead and be failed over (and then failed) by its peer.
 
+mod redial;
 mod wire;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -28,6 +32,8 @@ use std::time::{Duration, Instant};
 use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverConn, SenderConn};
 
 use crate::{Error, Link, Result};
+pub use redial::Redial;
+use redial::Redialer;
 use wire::{To, Wire};
 
 /// Bytes of a chunk: the unit the sender commits, the receiver acks and a rollback resends.
@@ -93,10 +99,11 @@ struct Inner {
     switched: Option<(LinkRole, Instant)>,
     failed: Option<String>,
     id: u64,
+    redial: Redialer,
 }
 
 impl Inner {
-    fn new(streams: [TcpStream; 2], cfg: &FailoverConfig) -> Result<Self> {
+    fn new(streams: [TcpStream; 2], cfg: &FailoverConfig, redial: Redial) -> Result<Self> {
         let [p, b] = streams;
         let wires = [Wire::new(p, CHUNK_BYTES)?, Wire::new(b, CHUNK_BYTES)?];
         let links = ((2 * cfg.id) as u32, (2 * cfg.id + 1) as u32);
@@ -120,12 +127,19 @@ impl Inner {
             switched: None,
             failed: None,
             id: cfg.id,
+            redial: Redialer::new(redial, cfg.id)?,
         })
     }
 
     /// Reads, applies timeouts, transmits; returns whether anything moved.
     fn drive(&mut self, now: Instant) -> Result<bool> {
         self.check()?;
+        let failed = |f: &ccl_faulttol::Failover<Instant>| f.is_down(LinkRole::Primary);
+        let want =
+            self.wires[0].is_dead() || failed(self.tx.failover()) || failed(self.rx.failover());
+        if let Some(s) = self.redial.poll(now, want) {
+            self.replace_primary(now, s);
+        }
         let mut moved = false;
         for role in ROLES {
             moved |= self.read_wire(now, role);
@@ -146,6 +160,22 @@ impl Inner {
         self.actions(now);
         self.check()?;
         Ok(moved)
+    }
+
+    /// Swaps a fresh connection in for the primary's; the machines probe it at once.
+    fn replace_primary(&mut self, now: Instant, s: TcpStream) {
+        let w = match Wire::new(s, CHUNK_BYTES) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!("failover link {}: new primary connection: {e}", self.id);
+                return;
+            }
+        };
+        self.wires[0].kill();
+        self.wires[0] = w;
+        tracing::info!("failover link {}: primary connection replaced", self.id);
+        self.tx.handle_reconnected(now, LinkRole::Primary);
+        self.rx.handle_reconnected(now, LinkRole::Primary);
     }
 
     fn check(&self) -> Result<()> {
@@ -410,9 +440,21 @@ pub struct FailoverSocketLink {
 
 impl FailoverSocketLink {
     /// A link over connected `primary` and `backup` streams to one peer (which builds its
-    /// end from the same two connections, in the same roles).
+    /// end from the same two connections, in the same roles), whose primary is never
+    /// replaced.
     pub fn new(primary: TcpStream, backup: TcpStream, cfg: FailoverConfig) -> Result<Self> {
-        let inner = Inner::new([primary, backup], &cfg)?;
+        Self::with_redial(primary, backup, cfg, Redial::Never)
+    }
+
+    /// As [`new`](Self::new), with a failed primary replaced by a fresh connection as
+    /// `redial` says (what [`connect_pair`] returns).
+    pub fn with_redial(
+        primary: TcpStream,
+        backup: TcpStream,
+        cfg: FailoverConfig,
+        redial: Redial,
+    ) -> Result<Self> {
+        let inner = Inner::new([primary, backup], &cfg, redial)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             stop: AtomicBool::new(false),
@@ -538,13 +580,14 @@ impl Link for FailoverSocketLink {
 /// it: each side listens on its two NICs (`nics`, primary first) and tells the other where;
 /// the side with `dial` set connects to the peer's, the other accepts. Blocking; both
 /// sides write before they read, so peers handled in the same order on every rank cannot
-/// deadlock.
+/// deadlock. Also returns how the primary is replaced later: the dialing side dials the
+/// same listener again, which the other side keeps.
 pub fn connect_pair(
     ctrl: &mut TcpStream,
     nics: [std::net::IpAddr; 2],
     dial: bool,
     timeout: Duration,
-) -> Result<(TcpStream, TcpStream)> {
+) -> Result<(TcpStream, TcpStream, Redial)> {
     use std::io::{Read, Write};
     let listeners = [bind(nics[0])?, bind(nics[1])?];
     let mut hello = String::new();
@@ -575,7 +618,19 @@ pub fn connect_pair(
             .map_err(|e| Error::io(format!("failover link: connect to {}", peer[k]), e)),
         false => accept(&listeners[k], deadline),
     };
-    Ok((get(0)?, get(1)?))
+    let (primary, backup) = (get(0)?, get(1)?);
+    let redial = match dial {
+        true => Redial::Dial(peer[0]),
+        false => {
+            let ip = primary
+                .peer_addr()
+                .map_err(|e| Error::io("failover link: peer address", e))?
+                .ip();
+            let [listener, _] = listeners;
+            Redial::Accept { listener, peer: ip }
+        }
+    };
+    Ok((primary, backup, redial))
 }
 
 fn bind(ip: std::net::IpAddr) -> Result<TcpListener> {

@@ -214,8 +214,10 @@ fn pair_connects_over_a_control_stream() {
     let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let t = Duration::from_secs(5);
     let h = std::thread::spawn(move || connect_pair(&mut c1, [lo, lo], false, t).unwrap());
-    let (p0, b0) = connect_pair(&mut c0, [lo, lo], true, t).unwrap();
-    let (p1, b1) = h.join().unwrap();
+    let (p0, b0, r0) = connect_pair(&mut c0, [lo, lo], true, t).unwrap();
+    let (p1, b1, r1) = h.join().unwrap();
+    assert!(matches!(r0, Redial::Dial(_)), "{r0:?}");
+    assert!(matches!(r1, Redial::Accept { .. }), "{r1:?}");
     let cfg = |id| FailoverConfig {
         max_frame: MAX,
         health: fast(),
@@ -252,4 +254,53 @@ fn primary_silent_for_good_mid_transfer_both_ways_completes_on_the_backup() {
         let mut none = || {};
         exchange(&mut a, &mut b, 100, 0, &mut none, Duration::from_secs(10));
     }
+}
+
+/// Like `links`, with a's primary going through the silencing proxy and a redialing to
+/// b's primary listener directly (a fresh connection works while the old one stays
+/// silent, as after a path comes back while TCP still backs off on the old connection).
+fn redialing_links(mute: &Arc<AtomicBool>) -> (FailoverSocketLink, FailoverSocketLink) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (pa, pb) = proxy(Arc::clone(mute));
+    let (ba, bb) = tcp_pair();
+    let cfg = |id| FailoverConfig {
+        max_frame: MAX,
+        health: fast(),
+        id,
+    };
+    let accept = Redial::Accept {
+        listener: l,
+        peer: addr.ip(),
+    };
+    let a = FailoverSocketLink::with_redial(pa, ba, cfg(1), Redial::Dial(addr)).unwrap();
+    let b = FailoverSocketLink::with_redial(pb, bb, cfg(2), accept).unwrap();
+    (a, b)
+}
+
+#[test]
+fn silent_primary_is_redialed_and_traffic_returns_to_it() {
+    let mute = Arc::new(AtomicBool::new(false));
+    let (mut a, mut b) = redialing_links(&mute);
+    let mut silence = || mute.store(true, Ordering::Relaxed);
+    exchange(&mut a, &mut b, 60, 20, &mut silence, Duration::from_secs(5));
+    // The old primary stays silent for good; a fresh connection replaces it.
+    let t0 = Instant::now();
+    let mut none = || {};
+    while [a.status(), b.status()]
+        .iter()
+        .any(|s| s.send_on != LinkRole::Primary || s.receive_on != LinkRole::Primary)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{:?} {:?}",
+            a.status(),
+            b.status()
+        );
+        exchange(&mut a, &mut b, 4, 0, &mut none, Duration::from_secs(5));
+    }
+    for s in [a.status(), b.status()] {
+        assert_eq!(s.open, [true, true], "{s:?}");
+    }
+    exchange(&mut a, &mut b, 40, 0, &mut none, Duration::from_secs(5));
 }
