@@ -139,12 +139,10 @@ impl<I: Timestamp> Failover<I> {
         while let Some(t) = link.poll_transition() {
             self.log.forward(t);
         }
-        let failed = self
-            .links
-            .each_ref()
-            .map(|l| l.state() == LinkState::Failed);
-        self.links[0].set_last_resort(failed[1]);
-        self.links[1].set_last_resort(failed[0]);
+        // A recovering link carries no traffic either: the other is the one left.
+        let unusable = self.links.each_ref().map(|l| !l.is_usable());
+        self.links[0].set_last_resort(unusable[1]);
+        self.links[1].set_last_resort(unusable[0]);
     }
 
     /// Something is owed back on `role` (see [`LinkHealth::handle_expect`]).
@@ -940,6 +938,55 @@ mod tests {
             rollback,
             Some((LinkRole::Primary, Message::Rollback { epoch: 2, .. }))
         ));
+    }
+
+    #[test]
+    fn active_link_is_kept_for_the_grace_while_the_other_only_recovers() {
+        let mut r = ReceiverConn::new(1, (20, 21), HealthConfig::default()).unwrap();
+        r.post(ms(0), 1024);
+        r.handle_error(ms(1), LinkRole::Backup);
+        while r.poll_transmit(ms(1)).is_some() {}
+        // The backup answers its first probe (recovering); the primary goes suspect.
+        r.handle_timeout(ms(101));
+        let mut answered = false;
+        while let Some((link, m)) = r.poll_transmit(ms(101)) {
+            if let (LinkRole::Backup, Message::Probe { seq }) = (link, m) {
+                let answer = Message::ProbeAnswer { seq };
+                r.handle_message(ms(102), link, answer).unwrap();
+                answered = true;
+            }
+        }
+        assert!(answered);
+        let state = |r: &ReceiverConn<Duration>, l| r.failover().link(l).state();
+        assert_eq!(state(&r, LinkRole::Backup), LinkState::Recovering);
+        assert_eq!(state(&r, LinkRole::Primary), LinkState::Suspect);
+        // The primary's probes go unanswered: while it is the only link that may carry
+        // traffic it is probed again (several probe timeouts) rather than failed.
+        let mut now = ms(102);
+        while state(&r, LinkRole::Backup) == LinkState::Recovering {
+            assert_eq!(r.failover().state(), ConnState::OnPrimary, "{now:?}");
+            assert_eq!(state(&r, LinkRole::Primary), LinkState::Suspect, "{now:?}");
+            now = r.poll_timeout().unwrap();
+            r.handle_timeout(now);
+            // The backup keeps answering; the primary stays silent.
+            while let Some((link, m)) = r.poll_transmit(now) {
+                if let (LinkRole::Backup, Message::Probe { seq }) = (link, m) {
+                    let answer = Message::ProbeAnswer { seq };
+                    r.handle_message(now, link, answer).unwrap();
+                }
+            }
+        }
+        assert!(now >= ms(102) + HealthConfig::default().hold_down);
+        // The backup held: the primary's next lost probe fails it, and traffic moves.
+        let held = now;
+        while r.failover().state() == ConnState::OnPrimary {
+            now = r.poll_timeout().unwrap();
+            r.handle_timeout(now);
+            while r.poll_transmit(now).is_some() {}
+        }
+        assert!(now - held <= HealthConfig::default().probe_timeout);
+        assert_eq!(state(&r, LinkRole::Primary), LinkState::Failed);
+        assert_eq!(r.failover().state(), ConnState::OnBackup);
     }
 
     #[test]

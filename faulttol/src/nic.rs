@@ -31,13 +31,15 @@
 //!
 //! The backoff is `probe_interval << min(consecutive failures - 1, max_backoff_shift)`.
 //!
-//! The last link of a connection (the other one failed) is failed less readily: an
-//! unanswered probe there ends the connection, and on a loaded host a healthy peer can go
-//! unscheduled for longer than a probe timeout. So it is probed again until it has been
-//! suspect for `last_link_grace`; any sign of life in between clears it.
 //! Every handler first applies the timeouts due at its `now`, so the result does not depend
 //! on whether the caller called [`LinkHealth::handle_timeout`] first: an answer handed in at
 //! or after its probe's deadline is late.
+//!
+//! The last link of a connection (the other one failed, or recovering and so carrying no
+//! traffic) is failed less readily: an unanswered probe there ends the connection, and on a
+//! loaded host a healthy peer can go unscheduled for longer than a probe timeout. So it is
+//! probed again until it has been suspect for `last_link_grace`; any sign of life in
+//! between clears it.
 
 use std::time::Duration;
 
@@ -134,7 +136,7 @@ pub struct LinkHealth<I> {
     recovering_since: Option<I>,
     /// When the link became suspect (while it is).
     suspect_since: Option<I>,
-    /// The other link of the connection is failed: see `last_link_grace`.
+    /// The other link of the connection carries no traffic: see `last_link_grace`.
     last_resort: bool,
     next_seq: u64,
     log: EventLog<I>,
@@ -211,8 +213,8 @@ impl<I: Timestamp> LinkHealth<I> {
         self.handle_arrival(now, owed);
     }
 
-    /// Whether this is the connection's last usable link (the other one failed), which is
-    /// then failed only after `last_link_grace` of unanswered probes.
+    /// Whether this is the connection's last usable link (the other is failed or
+    /// recovering), which is then failed only after `last_link_grace` of unanswered probes.
     pub fn set_last_resort(&mut self, last: bool) {
         self.last_resort = last;
     }
