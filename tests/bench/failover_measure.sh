@@ -11,9 +11,14 @@
 #                 (the first second on nic0 included);
 #   cut-and-back  nic0 down DOWN_AT_S (2) s in, up UP_AFTER_S (4) s later: every result exact;
 #                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
-#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again.
+#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again;
+#   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
+#                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
+#                 seconds of the cut ("exact" then means: all did); the line gives the last
+#                 rank's exit after the cut.
 # Environment: LIBDIR (default target/release), ITERS (per run; raise it if a run ends before
-# the cut: the line says "late"), NETS ("socket mpt"), OPS. Needs root and iproute2.
+# the cut: the line says "late"), NETS ("socket mpt"), OPS, MODES ("alone forever back
+# both"). Needs root and iproute2.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
 LOG=$(realpath -m "$1"); mkdir -p "$LOG"
@@ -22,6 +27,7 @@ LIBDIR=$(realpath "${LIBDIR:-target/release}")
 SIZE=${SIZE:-64M} ITERS=${ITERS:-40} RPH=${RANKS_PER_HOST:-1}
 CUT_AT_S=${CUT_AT_S:-1} DOWN_AT_S=${DOWN_AT_S:-2} UP_AFTER_S=${UP_AFTER_S:-4}
 NETS=${NETS:-socket mpt} OPS=${OPS:-all_reduce sendrecv alltoall}
+MODES=${MODES:-alone forever back both} BOTH_TIMEOUT_S=${BOTH_TIMEOUT_S:-10}
 source tests/bench/two_hosts.sh
 two_hosts_up failover_measure "$LOG"
 
@@ -38,7 +44,7 @@ first_after() {
 }
 ms() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f ms", (a - b) * 1000 }' || echo "n/a"; }
 
-# run NAME NET OP MODE(alone|forever|back): starts the ranks, cuts as MODE says, waits.
+# run NAME NET OP MODE(alone|forever|back|both): starts the ranks, cuts as MODE says, waits.
 run() {
   local name=$1 net=$2 op=$3 mode=$4 port=$((20000 + RANDOM % 20000)) n=$((2 * RPH))
   local comm=10.78.0.1 ifname=nic nics=nic0,nic1
@@ -48,6 +54,7 @@ run() {
     h=$((r / RPH))
     ip netns exec "cclnic$h" env CCL_RANK=$r CCL_NRANKS=$n NCCL_COMM_ID=$comm:$port \
       NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_SOCKET_FAILOVER=1 CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
+      CCL_TIMEOUT_S=$([ "$mode" = both ] && echo "$BOTH_TIMEOUT_S" || echo 0) \
       LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
@@ -57,14 +64,27 @@ run() {
     sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
     LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     T_DOWN=$(now); ip -n cclnic0 link set nic0 down
+    [ "$mode" = both ] && ip -n cclnic0 link set nic1 down
     if [ "$mode" = back ]; then
       sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic0 link set nic0 up
       kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     fi
   fi
-  RC=0
-  for p in "${pids[@]}"; do wait "$p" || RC=$?; done
-  ip -n cclnic0 link set nic0 up
+  RC=0 LAST_EXIT= FAILED=0
+  if [ "$mode" = both ]; then
+    # When each rank exits, to 50 ms.
+    local left=$n
+    while [ "$left" -gt 0 ]; do
+      left=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=$((left + 1)); done
+      [ "$left" -gt 0 ] && sleep 0.05
+    done
+    LAST_EXIT=$(now)
+  fi
+  for p in "${pids[@]}"; do
+    if wait "$p"; then :; else RC=$?; FAILED=$((FAILED + 1)); fi
+  done
+  ip -n cclnic0 link set nic0 up; ip -n cclnic0 link set nic1 up
   local line; line=$(grep -E "^ +[0-9]" "$LOG/$name.rank0.log" | head -1)
   # Out-of-place busbw (GB/s); exactness is checked on both halves by `exact`.
   BUSBW=$(echo "$line" | awk '{print $8}')
@@ -83,13 +103,19 @@ for net in $NETS; do
     down_re='mpt path [0-9]+: chunk lost, penalised'; up_re='mpt path [0-9]+: (probe answered|delivers again)'
   fi
   for op in $OPS; do
-    for mode in alone forever back; do
+    for mode in $MODES; do
       name=$net-$op-$mode; LATE=0
       run "$name" "$net" "$op" "$mode"
       ok=no; exact "$LOG/$name.rank0.log" && [ "$RC" = 0 ] && ok=yes
-      [ "$ok" = yes ] || status=1
       t=""
-      if [ "$mode" != alone ]; then
+      if [ "$mode" = both ]; then
+        # Every rank failed, the last within BOTH_TIMEOUT_S of the cut.
+        ok=no; BUSBW=
+        awk -v a="$LAST_EXIT" -v b="$T_DOWN" -v s="$BOTH_TIMEOUT_S" 'BEGIN { exit !(a - b <= s) }' &&
+          [ "$FAILED" = $((2 * RPH)) ] && ok=yes
+        t="ranks failed $FAILED/$((2 * RPH)), last exit $(ms "$LAST_EXIT" "$T_DOWN") after the cut"
+        [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
+      elif [ "$mode" != alone ]; then
         logs=$(ls "$LOG/$name".rank*.log)
         f=; for l in $logs; do x=$(first_after "$l" "$down_re" "$T_DOWN"); [ -n "$x" ] && { [ -z "$f" ] || awk -v a="$x" -v b="$f" 'BEGIN{exit !(a<b)}'; } && f=$x; done
         t="down->backup $(ms "$f" "$T_DOWN")"
@@ -99,6 +125,7 @@ for net in $NETS; do
         fi
         [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
       fi
+      [ "$ok" = yes ] || status=1
       printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' "$net" "$op" "$mode" "$RC" "$ok" "$BUSBW" "$t"
     done
   done
