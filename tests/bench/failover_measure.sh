@@ -11,7 +11,9 @@
 #                 (the first second on nic0 included);
 #   cut-and-back  nic0 down DOWN_AT_S (2) s in, up UP_AFTER_S (4) s later: every result exact;
 #                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
-#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again;
+#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again,
+#                 counted from just before the `ip link set` (the line also gives how long the
+#                 command took: on a loaded machine that delay is part of the figures);
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
 #                 seconds of the cut ("exact" then means: all did); the line gives the last
@@ -59,14 +61,16 @@ run() {
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
   done
-  T_DOWN= T_UP=
+  T_DOWN= T_UP= CUT_MS= UP_MS=
   if [ "$mode" != alone ]; then
     sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
     LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     T_DOWN=$(now); ip -n cclnic0 link set nic0 down
     [ "$mode" = both ] && ip -n cclnic0 link set nic1 down
+    CUT_MS=$(ms "$(now)" "$T_DOWN")
     if [ "$mode" = back ]; then
       sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic0 link set nic0 up
+      UP_MS=$(ms "$(now)" "$T_UP")
       kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     fi
   fi
@@ -123,6 +127,8 @@ for net in $NETS; do
           g=; for l in $logs; do x=$(first_after "$l" "$up_re" "$T_UP"); [ -n "$x" ] && { [ -z "$g" ] || awk -v a="$x" -v b="$g" 'BEGIN{exit !(a<b)}'; } && g=$x; done
           t="$t, up->nic0 $(ms "$g" "$T_UP")"
         fi
+        # Times count from before the ip command; on a loaded machine it can take long.
+        t="$t [ip down took $CUT_MS${UP_MS:+, up $UP_MS}]"
         [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
       fi
       [ "$ok" = yes ] || status=1
