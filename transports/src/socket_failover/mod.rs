@@ -372,12 +372,20 @@ impl Inner {
         self.rx.post(now, grant);
     }
 
-    /// Bytes sent and not yet acknowledged. Bytes queued on a wire do not count once
-    /// everything is acknowledged: what is left there is control traffic (acks, grants,
-    /// probes) that the background thread flushes, and on a connection gone silent it
-    /// never drains, so counting it would hold every send on this link forever.
+    /// Bytes sent and not yet acknowledged, or bytes (acks the peer waits for, say) not
+    /// yet handed to the kernel on a connection that may still carry them. A connection
+    /// either end has failed does not count: one gone silent never drains, and counting it
+    /// would hold every send on this link forever.
     fn pending(&self) -> bool {
-        self.failed.is_none() && !self.tx.is_complete()
+        let usable = |role: LinkRole| {
+            !self.wires[idx(role)].is_dead()
+                && self.tx.failover().link(role).is_usable()
+                && self.rx.failover().link(role).is_usable()
+        };
+        let queued = ROLES
+            .iter()
+            .any(|&r| usable(r) && self.wires[idx(r)].backlog() > 0);
+        self.failed.is_none() && (!self.tx.is_complete() || queued)
     }
 }
 
@@ -566,7 +574,7 @@ impl Link for FailoverSocketLink {
 
     fn unconfirmed(&mut self) -> bool {
         match self.drive() {
-            Ok((_, g)) => !g.tx.is_complete(),
+            Ok((_, g)) => g.pending(),
             Err(_) => false,
         }
     }
