@@ -13,7 +13,9 @@
 #                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
 #                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again,
 #                 counted from just before the `ip link set` (the line also gives how long the
-#                 command took: on a loaded machine that delay is part of the figures);
+#                 command took: on a loaded machine that delay is part of the figures), and
+#                 for link up also from the moment the kernel reports nic0's state UP (its
+#                 link watcher runs at most once a second, so that can be up to 1 s later);
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
 #                 seconds of the cut ("exact" then means: all did); the line gives the last
@@ -61,7 +63,7 @@ run() {
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
   done
-  T_DOWN= T_UP= CUT_MS= UP_MS=
+  T_DOWN= T_UP= T_OPER= CUT_MS= UP_MS=
   if [ "$mode" != alone ]; then
     sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
     LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
@@ -71,6 +73,15 @@ run() {
     if [ "$mode" = back ]; then
       sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic0 link set nic0 up
       UP_MS=$(ms "$(now)" "$T_UP")
+      # The kernel passes traffic on a device only once its link watcher has seen the
+      # carrier (which it does at most once a second): that moment, when the operational
+      # state turns UP, is the link coming up.
+      local i
+      for ((i = 0; i < 300; i++)); do
+        ip -n cclnic0 -o link show nic0 | grep -q 'state UP' && break
+        sleep 0.01
+      done
+      T_OPER=$(now)
       kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     fi
   fi
@@ -125,7 +136,7 @@ for net in $NETS; do
         t="down->backup $(ms "$f" "$T_DOWN")"
         if [ "$mode" = back ]; then
           g=; for l in $logs; do x=$(first_after "$l" "$up_re" "$T_UP"); [ -n "$x" ] && { [ -z "$g" ] || awk -v a="$x" -v b="$g" 'BEGIN{exit !(a<b)}'; } && g=$x; done
-          t="$t, up->nic0 $(ms "$g" "$T_UP")"
+          t="$t, up->nic0 $(ms "$g" "$T_UP") (link UP $(ms "$T_OPER" "$T_UP") after the command, then $(ms "$g" "$T_OPER"))"
         fi
         # Times count from before the ip command; on a loaded machine it can take long.
         t="$t [ip down took $CUT_MS${UP_MS:+, up $UP_MS}]"
