@@ -304,3 +304,38 @@ fn silent_primary_is_redialed_and_traffic_returns_to_it() {
     }
     exchange(&mut a, &mut b, 40, 0, &mut none, Duration::from_secs(5));
 }
+
+#[test]
+fn frames_acknowledged_before_the_peer_closes_are_still_delivered() {
+    let (mut a, mut b, cuts) = links(tcp_pair());
+    // The clones would keep a's connections open.
+    drop(cuts);
+    let fa = frames(40, 3);
+    let mut sent = 0;
+    let t0 = Instant::now();
+    // b's background thread lands and acknowledges the frames; b's user takes none yet.
+    while sent < fa.len() || a.has_pending() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "sent {sent}");
+        if sent < fa.len() && a.try_send(&fa[sent]).unwrap() {
+            sent += 1;
+        }
+        a.flush().unwrap();
+    }
+    // a is done and goes away, closing both connections.
+    drop(a);
+    std::thread::sleep(Duration::from_millis(50));
+    for (i, f) in fa.iter().enumerate() {
+        assert_eq!(b.peek().unwrap(), Some(&f[..]), "frame {i}");
+        b.pop();
+    }
+    // Then the closed link reports itself.
+    let t0 = Instant::now();
+    let err = loop {
+        match b.peek() {
+            Err(e) => break e,
+            Ok(None) => assert!(t0.elapsed() < Duration::from_secs(2), "no error"),
+            Ok(Some(f)) => panic!("a frame of {} bytes too many", f.len()),
+        }
+    };
+    assert!(matches!(err, Error::Unreachable(_)), "{err:?}");
+}
