@@ -22,7 +22,7 @@
 #                 rank's exit after the cut.
 # Environment: LIBDIR (default target/release), ITERS (per run; raise it if a run ends before
 # the cut: the line says "late"), NETS ("socket mpt"), OPS, MODES ("alone forever back
-# both"). Needs root and iproute2.
+# both"), ARP_RETRANS_MS (below). Needs root and iproute2.
 set -uo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
 LOG=$(realpath -m "$1"); mkdir -p "$LOG"
@@ -34,6 +34,16 @@ NETS=${NETS:-socket mpt} OPS=${OPS:-all_reduce sendrecv alltoall}
 MODES=${MODES:-alone forever back both} BOTH_TIMEOUT_S=${BOTH_TIMEOUT_S:-10}
 source tests/bench/two_hosts.sh
 two_hosts_up failover_measure "$LOG"
+# An ARP request sent after `ip link set up` but before the kernel's link watcher activates the
+# device is dropped, and the neighbour entry then waits the ARP retry time (1 s by default)
+# before asking again: on a loaded machine that alone can hold a reconnection for a second.
+# ARP_RETRANS_MS (default 100; "" keeps the kernel's) shortens the retry on the NICs.
+ARP_RETRANS_MS=${ARP_RETRANS_MS-100}
+if [ -n "$ARP_RETRANS_MS" ]; then
+  for h in 0 1; do for k in 0 1; do
+    ip netns exec "cclnic$h" sysctl -qw "net.ipv4.neigh.nic$k.retrans_time_ms=$ARP_RETRANS_MS"
+  done; done
+fi
 
 now() { date +%s.%N; }
 # Seconds (epoch) of a tracing line's RFC 3339 stamp.
