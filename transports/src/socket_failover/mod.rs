@@ -58,7 +58,8 @@ pub struct FailoverConfig {
 
 impl FailoverConfig {
     /// Frames of up to `max_frame` bytes, the default health timing (a silent connection
-    /// is failed 150 ms after its last sign of life; 1 s hold-down before switching back).
+    /// is failed 150 ms after its last sign of life, the last one after 2 s; 400 ms hold-down
+    /// before switching back).
     pub fn new(max_frame: usize, id: u64) -> Self {
         FailoverConfig {
             max_frame,
