@@ -19,7 +19,10 @@
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
 #                 seconds of the cut ("exact" then means: all did); the line gives the last
-#                 rank's exit after the cut.
+#                 rank's exit after the cut;
+#   plain, armed  no cut: one NIC (nic0) without failover, and both NICs with failover on (the
+#                 backup armed); give them several times in MODES, the end prints each one's
+#                 median busbw and armed / plain.
 # Environment: LIBDIR (default target/release), ITERS (per run; raise it if a run ends before
 # the cut: the line says "late"), NETS ("socket mpt"), OPS, MODES ("alone forever back
 # both"), ARP_RETRANS_MS (below). Needs root and iproute2.
@@ -61,20 +64,21 @@ ms() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.
 # run NAME NET OP MODE(alone|forever|back|both): starts the ranks, cuts as MODE says, waits.
 run() {
   local name=$1 net=$2 op=$3 mode=$4 port=$((20000 + RANDOM % 20000)) n=$((2 * RPH))
-  local comm=10.78.0.1 ifname=nic nics=nic0,nic1
+  local comm=10.78.0.1 ifname=nic nics=nic0,nic1 fo=1
   [ "$mode" = alone ] && { comm=10.78.1.1; ifname=nic1; nics=nic1; }
+  [ "$mode" = plain ] && { ifname=nic0; nics=nic0; fo=0; }
   local pids=() r h
   for ((r = n - 1; r >= 0; r--)); do
     h=$((r / RPH))
     ip netns exec "cclnic$h" env CCL_RANK=$r CCL_NRANKS=$n NCCL_COMM_ID=$comm:$port \
-      NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_SOCKET_FAILOVER=1 CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
+      NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_SOCKET_FAILOVER=$fo CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
       CCL_TIMEOUT_S=$([ "$mode" = both ] && echo "$BOTH_TIMEOUT_S" || echo 0) \
       LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
   done
   T_DOWN= T_UP= T_OPER= CUT_MS= UP_MS=
-  if [ "$mode" != alone ]; then
+  if [ "$mode" != alone ] && [ "$mode" != plain ] && [ "$mode" != armed ]; then
     sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
     LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
     T_DOWN=$(now); ip -n cclnic0 link set nic0 down
@@ -120,6 +124,7 @@ run() {
 exact() { grep -E "^ +[0-9]" "$1" | awk '{ ok = ($9 == 0 || $9 == "N/A") && ($NF == 0 || $NF == "N/A"); exit !ok }'; }
 
 status=0
+declare -A COST
 printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' net op case rc exact busbw timings
 for net in $NETS; do
   if [ "$net" = socket ]; then
@@ -140,6 +145,8 @@ for net in $NETS; do
           [ "$FAILED" = $((2 * RPH)) ] && ok=yes
         t="ranks failed $FAILED/$((2 * RPH)), last exit $(ms "$LAST_EXIT" "$T_DOWN") after the cut"
         [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
+      elif [ "$mode" = plain ] || [ "$mode" = armed ]; then
+        COST["$net $op $mode"]="${COST["$net $op $mode"]:-} $BUSBW"
       elif [ "$mode" != alone ]; then
         logs=$(ls "$LOG/$name".rank*.log)
         f=; for l in $logs; do x=$(first_after "$l" "$down_re" "$T_DOWN"); [ -n "$x" ] && { [ -z "$f" ] || awk -v a="$x" -v b="$f" 'BEGIN{exit !(a<b)}'; } && f=$x; done
@@ -155,6 +162,18 @@ for net in $NETS; do
       [ "$ok" = yes ] || status=1
       printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' "$net" "$op" "$mode" "$RC" "$ok" "$BUSBW" "$t"
     done
+  done
+done
+# Modes plain (one NIC, no failover) and armed (both NICs, failover on, no cut), repeated in
+# MODES: the median busbw of each and their ratio, per transport and op.
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+for net in $NETS; do
+  for op in $OPS; do
+    a=${COST["$net $op armed"]:-}; p=${COST["$net $op plain"]:-}
+    [ -n "$a" ] && [ -n "$p" ] || continue
+    ma=$(echo "$a" | median); mp=$(echo "$p" | median)
+    printf '%-7s %-10s armed/plain busbw %s / %s = %s (runs:%s /%s)\n' "$net" "$op" "$ma" "$mp" \
+      "$(awk -v a="$ma" -v b="$mp" 'BEGIN { printf "%.3f", a / b }')" "$a" "$p"
   done
 done
 exit $status
