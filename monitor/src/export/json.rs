@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::event::{Op, Scope, Transition};
-use crate::window::{Alert, Event, Key, Sample, Stall};
+use crate::window::{Alert, Culprit, Event, Key, Sample, Stall};
 use crate::Error;
 
 /// What a line reports.
@@ -73,19 +73,26 @@ impl JsonLine {
         }
     }
 
-    fn alert(kind: LineKind, a: &Alert) -> Self {
-        let c = a.culprit;
+    /// The line's operation, peer, path and NIC: those of the work an event blames.
+    fn blaming(self, c: &Culprit) -> Self {
         JsonLine {
-            tput_bps: Some(a.tput_bps),
-            baseline_bps: Some(a.baseline_bps),
             comm: Some(c.coll.comm),
             op: Some(c.coll.op),
             seq: Some(c.coll.seq),
             peer: Some(c.peer),
             path: Some(c.path),
             nic: Some(c.nic),
+            ..self
+        }
+    }
+
+    fn alert(kind: LineKind, a: &Alert) -> Self {
+        JsonLine {
+            tput_bps: Some(a.tput_bps),
+            baseline_bps: Some(a.baseline_bps),
             ..JsonLine::keyed(a.ts_ns, kind, a.key)
         }
+        .blaming(&a.culprit)
     }
 
     fn sample(s: &Sample) -> Self {
@@ -102,18 +109,12 @@ impl JsonLine {
     }
 
     fn stall(s: &Stall) -> Self {
-        let c = s.culprit;
         JsonLine {
             idle_ns: Some(s.idle_ns),
             outstanding: Some(s.outstanding),
-            comm: Some(c.coll.comm),
-            op: Some(c.coll.op),
-            seq: Some(c.coll.seq),
-            peer: Some(c.peer),
-            path: Some(c.path),
-            nic: Some(c.nic),
             ..JsonLine::keyed(s.ts_ns, LineKind::Stall, s.key)
         }
+        .blaming(&s.culprit)
     }
 
     /// The line for an analysis event.
