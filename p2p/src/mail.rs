@@ -276,19 +276,14 @@ fn run(
         crate::buffers::resolve_post(ctx, pid, p)
     };
     loop {
-        let closed = if pending.is_empty() {
+        let mut closed = false;
+        if pending.is_empty() {
             match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(j) => {
-                    pending.push(j);
-                    false
-                }
+                Ok(j) => pending.push(j),
                 Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => true,
+                Err(RecvTimeoutError::Disconnected) => closed = true,
             }
-        } else {
-            false
-        };
-        let mut closed = closed;
+        }
         loop {
             match rx.try_recv() {
                 Ok(j) => pending.push(j),

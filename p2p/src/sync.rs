@@ -42,7 +42,14 @@ impl Atomic64 for std::sync::atomic::AtomicU64 {
         std::sync::atomic::AtomicU64::fetch_add(self, value, order)
     }
     fn pause(&self, spins: &mut u32) {
-        backoff(spins);
+        *spins += 1;
+        if *spins < 64 {
+            std::hint::spin_loop();
+        } else if *spins < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
     }
 }
 
@@ -68,17 +75,5 @@ impl Atomic64 for loom::sync::atomic::AtomicU64 {
     }
     fn pause(&self, _spins: &mut u32) {
         loom::thread::yield_now();
-    }
-}
-
-/// One step of a poll's back-off: spin, then yield, then sleep 20 us a look.
-pub(crate) fn backoff(spins: &mut u32) {
-    *spins = spins.saturating_add(1);
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else if *spins < 256 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(20));
     }
 }
