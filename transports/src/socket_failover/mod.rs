@@ -20,6 +20,7 @@
 //! probes are answered while this rank is busy elsewhere: without it an idle rank would
 //! look dead and be failed over (and then failed) by its peer.
 
+mod bufs;
 mod redial;
 mod wire;
 
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverConn, SenderConn};
 
 use crate::{Error, Link, Result};
+use bufs::{RecvWindow, SendRing};
 pub use redial::Redial;
 use redial::Redialer;
 use wire::{To, Wire};
@@ -87,12 +89,10 @@ struct Inner {
     wires: [Wire; 2],
     tx: SenderConn<Instant>,
     rx: ReceiverConn<Instant>,
-    /// Stream bytes sent from `send_base` on (`[acked, posted)` is what matters).
-    send: Vec<u8>,
-    send_base: u64,
-    /// Stream bytes received, `recv[0]` being byte `recv_base`; sized to the window.
-    recv: Vec<u8>,
-    recv_base: u64,
+    /// Stream bytes sent and not yet both acknowledged and written by every connection.
+    send: SendRing,
+    /// Stream bytes received, sized to the window.
+    recv: RecvWindow,
     /// Received bytes the user has popped.
     consumed: u64,
     window: usize,
@@ -119,10 +119,8 @@ impl Inner {
             wires,
             tx,
             rx,
-            send: Vec::with_capacity(window),
-            send_base: 0,
-            recv: vec![0; window],
-            recv_base: 0,
+            send: SendRing::new(window),
+            recv: RecvWindow::new(window),
             consumed: 0,
             window,
             switched: None,
@@ -153,7 +151,7 @@ impl Inner {
         }
         self.transmit(now);
         for role in ROLES {
-            match self.wires[idx(role)].flush() {
+            match self.wires[idx(role)].flush(&self.send) {
                 Ok(n) => moved |= n > 0,
                 Err(e) => self.wire_failed(now, role, &e),
             }
@@ -202,7 +200,8 @@ impl Inner {
         let mut budget = 4 * self.window;
         let mut moved = false;
         while budget > 0 {
-            let m = match self.wires[idx(role)].next() {
+            let epoch = self.rx.ledger().epoch();
+            let m = match self.wires[idx(role)].next(&mut self.recv, epoch) {
                 Ok(Some(m)) => m,
                 Ok(None) => break,
                 Err(e) => {
@@ -210,7 +209,11 @@ impl Inner {
                     break;
                 }
             };
-            budget = budget.saturating_sub(wire::MSG_HDR + m.payload.len());
+            let len = match m.msg {
+                Message::Data { len, .. } => len as usize,
+                _ => 0,
+            };
+            budget = budget.saturating_sub(wire::MSG_HDR + len);
             moved = true;
             if let Err(e) = self.dispatch(now, role, m) {
                 // A message the machines reject is dropped: the protocol recovers from loss.
@@ -237,10 +240,11 @@ impl Inner {
             }
             To::Receiver => {
                 if self.rx.handle_message(now, role, m.msg).map_err(proto)? {
-                    if let Message::Data { offset, .. } = m.msg {
-                        let at = (offset - self.recv_base) as usize;
-                        let bytes = self.wires[idx(role)].bytes(m.payload);
-                        self.recv[at..at + bytes.len()].copy_from_slice(bytes);
+                    if let Message::Data { offset, len, .. } = m.msg {
+                        // The payload follows on the wire: read in place from there.
+                        self.recv.reserve(offset, len as usize);
+                        let epoch = self.rx.ledger().epoch();
+                        self.wires[idx(role)].land(offset, epoch);
                     }
                 }
             }
@@ -262,7 +266,7 @@ impl Inner {
 
     fn transmit(&mut self, now: Instant) {
         while let Some((role, msg)) = self.rx.poll_transmit(now) {
-            self.wires[idx(role)].push(To::Sender, msg, &[]);
+            self.wires[idx(role)].push(To::Sender, msg);
         }
         loop {
             let active = self.tx.failover().active();
@@ -272,14 +276,7 @@ impl Inner {
             let Some((role, msg)) = self.tx.poll_transmit(now) else {
                 break;
             };
-            let payload = match msg {
-                Message::Data { offset, len, .. } => {
-                    let at = (offset - self.send_base) as usize;
-                    &self.send[at..at + len as usize]
-                }
-                _ => &[][..],
-            };
-            self.wires[idx(role)].push(To::Receiver, msg, payload);
+            self.wires[idx(role)].push(To::Receiver, msg);
         }
     }
 
@@ -319,31 +316,32 @@ impl Inner {
 
     /// Appends a frame to the send stream if the window has room.
     fn queue_frame(&mut self, now: Instant, frame: &[u8]) -> bool {
-        let acked = self.tx.ledger().acked();
         let need = FRAME_HDR + frame.len();
-        if self.send.len() + need > self.window && acked > self.send_base {
-            self.send.drain(..(acked - self.send_base) as usize);
-            self.send_base = acked;
+        if self.send.room() < need {
+            let acked = self.tx.ledger().acked();
+            for w in &mut self.wires {
+                w.detach_before(acked, &self.send);
+            }
+            self.send.release(acked);
+            if self.send.room() < need {
+                return false;
+            }
         }
-        if self.send.len() + need > self.window {
-            return false;
-        }
-        self.send
-            .extend_from_slice(&(frame.len() as u64).to_le_bytes());
-        self.send.extend_from_slice(frame);
+        let hdr = (frame.len() as u64).to_le_bytes();
+        self.send.append(&[&hdr, frame]);
         self.tx.post(now, need as u64);
         true
     }
 
-    /// The next whole frame committed and not yet popped: its place in `recv`.
-    fn ready_frame(&self) -> Result<Option<std::ops::Range<usize>>> {
+    /// The next whole frame committed and not yet popped: its stream offset and length.
+    fn ready_frame(&self) -> Result<Option<(u64, usize)>> {
         let done = self.rx.ledger().done();
         if done < self.consumed + FRAME_HDR as u64 {
             return Ok(None);
         }
-        let at = (self.consumed - self.recv_base) as usize;
         let mut len = [0u8; FRAME_HDR];
-        len.copy_from_slice(&self.recv[at..at + FRAME_HDR]);
+        // SAFETY: committed bytes (below `done`), dropped at once.
+        len.copy_from_slice(unsafe { self.recv.frame(self.consumed, FRAME_HDR) });
         let len = u64::from_le_bytes(len);
         if len > (self.window / 4) as u64 {
             return Err(Error::Protocol(format!(
@@ -354,22 +352,20 @@ impl Inner {
         if done < self.consumed + FRAME_HDR as u64 + len {
             return Ok(None);
         }
-        Ok(Some(at + FRAME_HDR..at + FRAME_HDR + len as usize))
+        Ok(Some((self.consumed + FRAME_HDR as u64, len as usize)))
     }
 
-    /// The user took `n` stream bytes; past half the window, the rest moves to the front
-    /// and the freed space is granted to the sender.
+    /// The user took `n` stream bytes; past half the window, the bytes landed since move
+    /// to the front and the freed space is granted to the sender.
     fn consume(&mut self, now: Instant, n: u64) {
         self.consumed += n;
-        let used = (self.consumed - self.recv_base) as usize;
+        let used = (self.consumed - self.recv.base()) as usize;
         if used < self.window / 2 {
             return;
         }
         let posted = self.rx.ledger().posted();
-        let live = (posted - self.recv_base) as usize;
-        self.recv.copy_within(used..live, 0);
-        self.recv_base = self.consumed;
-        let grant = self.recv_base + self.window as u64 - posted;
+        self.recv.compact(self.consumed);
+        let grant = self.recv.base() + self.window as u64 - posted;
         self.rx.post(now, grant);
     }
 
@@ -442,10 +438,15 @@ pub struct FailoverSocketLink {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     max_frame: usize,
-    /// The frame `peek` showed, copied out of the shared window, and its stream length.
-    frame: Vec<u8>,
-    peeked: Option<u64>,
+    /// The frame `peek` showed, in place in the receive window (its first byte and
+    /// length), and its stream length.
+    peeked: Option<(*const u8, usize, u64)>,
 }
+
+// SAFETY: the only field that is not `Send` on its own is `peeked`, a pointer into the
+// receive window that the shared state owns (kept alive by `shared`); it is read only
+// through `&mut self` (`peek`), so moving the link to another thread changes nothing.
+unsafe impl Send for FailoverSocketLink {}
 
 impl FailoverSocketLink {
     /// A link over connected `primary` and `backup` streams to one peer (which builds its
@@ -479,7 +480,6 @@ impl FailoverSocketLink {
             shared,
             thread: Some(thread),
             max_frame: cfg.max_frame,
-            frame: Vec::new(),
             peeked: None,
         })
     }
@@ -553,19 +553,24 @@ impl Link for FailoverSocketLink {
             // Frames committed before the link failed are still handed out: a peer that
             // got its last acks and closed its connections leaves its last frames here.
             let driven = g.drive(Instant::now());
-            let Some(r) = g.ready_frame()? else {
+            let Some((off, len)) = g.ready_frame()? else {
                 driven?;
                 return Ok(None);
             };
-            self.frame.clear();
-            self.frame.extend_from_slice(&g.recv[r.clone()]);
-            self.peeked = Some((FRAME_HDR + r.len()) as u64);
+            // SAFETY: committed bytes (`ready_frame` checked them against `done`), which
+            // no chunk overwrites; the window moves them only in `consume`, which `pop`
+            // calls after this frame is given up.
+            let f = unsafe { g.recv.frame(off, len) };
+            self.peeked = Some((f.as_ptr(), len, (FRAME_HDR + len) as u64));
         }
-        Ok(Some(&self.frame))
+        let (p, len, _) = self.peeked.expect("set above");
+        // SAFETY: the frame `peek` found, still in place (see above); the slice borrows
+        // `self`, so it is gone before `pop` can move it.
+        Ok(Some(unsafe { std::slice::from_raw_parts(p, len) }))
     }
 
     fn pop(&mut self) {
-        if let Some(n) = self.peeked.take() {
+        if let Some((_, _, n)) = self.peeked.take() {
             self.shared.lock().consume(Instant::now(), n);
         }
     }

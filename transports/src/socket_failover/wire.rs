@@ -6,12 +6,13 @@
 //! endian -- and a `Data` message is followed by its payload. One connection carries both
 //! directions' machines, so the destination byte says which of the peer's two gets it.
 
-use std::io::{self, Read, Write};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::ops::Range;
 
 use ccl_faulttol::Message;
 
+use super::bufs::{RecvWindow, SendRing};
 use crate::{Error, Result};
 
 /// Bytes of a message header.
@@ -26,23 +27,46 @@ pub enum To {
     Sender,
 }
 
-/// A message read off the wire, with the place of its payload in the wire's buffer.
+/// A message read off the wire. A `Data` message's payload follows: the caller says where
+/// it goes with [`Wire::land`] before the next [`Wire::next`], or it is read and dropped.
 pub struct Incoming {
     pub to: To,
     pub msg: Message,
-    pub payload: Range<usize>,
 }
 
-/// One TCP connection: a send buffer drained as the kernel takes it, a receive buffer
-/// large enough for a whole largest message.
+/// Bytes of the header buffer: a burst of small messages in one read, and at most this
+/// much of a payload copied rather than read in place.
+const IN_BYTES: usize = 4096;
+/// Messages handed to the kernel in one `writev`.
+const WRITE_BATCH: usize = 16;
+
+/// A queued message: its header and, for `Data`, its payload's place in the send stream
+/// (or its own copy, once the stream let those bytes go).
+struct Item {
+    hdr: [u8; MSG_HDR],
+    off: u64,
+    len: usize,
+    owned: Option<Box<[u8]>>,
+}
+
+/// One TCP connection. Sending writes headers and payloads straight out of the send ring
+/// (one `writev` for several messages); receiving reads headers through a small buffer and
+/// payloads straight into the receive window.
 pub struct Wire {
     stream: TcpStream,
-    out: Vec<u8>,
-    out_pos: usize,
-    inb: Vec<u8>,
+    queue: VecDeque<Item>,
+    /// Bytes of the first queued message the kernel took already.
+    head_done: usize,
+    queued: usize,
+    inb: Box<[u8]>,
     in_start: usize,
     in_end: usize,
     max_payload: usize,
+    /// Payload bytes of the last `Data` message not read yet, and the stream offset the
+    /// next one lands at (`None`: dropped) with the epoch it was taken in.
+    pay_left: usize,
+    pay_to: Option<u64>,
+    pay_epoch: u32,
     dead: bool,
 }
 
@@ -112,12 +136,16 @@ impl Wire {
             .map_err(|e| Error::io("failover link: TCP_NODELAY", e))?;
         Ok(Wire {
             stream,
-            out: Vec::new(),
-            out_pos: 0,
-            inb: vec![0; 2 * (max_payload + MSG_HDR)],
+            queue: VecDeque::new(),
+            head_done: 0,
+            queued: 0,
+            inb: vec![0; IN_BYTES].into_boxed_slice(),
             in_start: 0,
             in_end: 0,
             max_payload,
+            pay_left: 0,
+            pay_to: None,
+            pay_epoch: 0,
             dead: false,
         })
     }
@@ -132,18 +160,22 @@ impl Wire {
         if !self.dead {
             self.dead = true;
             let _ = self.stream.shutdown(Shutdown::Both);
-            self.out = Vec::new();
-            self.out_pos = 0;
+            self.queue = VecDeque::new();
+            self.head_done = 0;
+            self.queued = 0;
+            self.pay_left = 0;
+            self.pay_to = None;
         }
     }
 
     /// Bytes queued here and not yet taken by the kernel.
     pub fn backlog(&self) -> usize {
-        self.out.len() - self.out_pos
+        self.queued
     }
 
-    /// Queues `msg` (and for `Data`, `payload`); dropped on a dead connection.
-    pub fn push(&mut self, to: To, msg: Message, payload: &[u8]) {
+    /// Queues `msg`; a `Data` message's payload is read from the send ring when written.
+    /// Dropped on a dead connection.
+    pub fn push(&mut self, to: To, msg: Message) {
         if self.dead {
             return;
         }
@@ -155,60 +187,161 @@ impl Wire {
         for (i, x) in f.iter().enumerate() {
             hdr[8 + 8 * i..16 + 8 * i].copy_from_slice(&x.to_le_bytes());
         }
-        self.out.extend_from_slice(&hdr);
-        self.out.extend_from_slice(payload);
+        let (off, len) = match msg {
+            Message::Data { offset, len, .. } => (offset, len as usize),
+            _ => (0, 0),
+        };
+        self.queued += MSG_HDR + len;
+        self.queue.push_back(Item {
+            hdr,
+            off,
+            len,
+            owned: None,
+        });
     }
 
-    /// Hands queued bytes to the kernel; returns how many went.
-    pub fn flush(&mut self) -> Result<usize> {
+    /// Copies out of `ring` the queued payloads that start before `to`, which the ring is
+    /// about to let go (a connection that stopped writing keeps them queued).
+    pub fn detach_before(&mut self, to: u64, ring: &SendRing) {
+        for it in self.queue.iter_mut() {
+            if it.len > 0 && it.owned.is_none() && it.off < to {
+                if let Some((a, b)) = ring.get(it.off, it.len) {
+                    it.owned = Some([a, b].concat().into_boxed_slice());
+                }
+            }
+        }
+    }
+
+    /// Hands queued bytes to the kernel, payloads read from `ring`; returns how many went.
+    pub fn flush(&mut self, ring: &SendRing) -> Result<usize> {
         let mut moved = 0;
-        while !self.dead && self.backlog() > 0 {
-            match self.stream.write(&self.out[self.out_pos..]) {
+        while !self.dead && self.queued > 0 {
+            let mut iov = [IoSlice::new(&[]); 3 * WRITE_BATCH];
+            let mut k = 0;
+            let mut skip = self.head_done;
+            for it in self.queue.iter().take(WRITE_BATCH) {
+                let (a, b) = match (&it.owned, it.len) {
+                    (_, 0) => (&[][..], &[][..]),
+                    (Some(o), _) => (&o[..], &[][..]),
+                    (None, len) => ring.get(it.off, len).ok_or_else(|| {
+                        Error::Protocol("failover link: queued chunk left the window".into())
+                    })?,
+                };
+                for part in [&it.hdr[..], a, b] {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    iov[k] = IoSlice::new(&part[skip..]);
+                    k += 1;
+                    skip = 0;
+                }
+            }
+            match self.stream.write_vectored(&iov[..k]) {
                 Ok(0) => {
                     return Err(Error::PeerClosed {
                         what: "failover link wire".into(),
                     })
                 }
                 Ok(n) => {
-                    self.out_pos += n;
+                    self.advance(n);
                     moved += n;
                 }
                 Err(e) if would_block(&e) => break,
                 Err(e) => return Err(Error::io("failover link: send", e)),
             }
         }
-        if self.backlog() == 0 {
-            self.out.clear();
-            self.out_pos = 0;
-        }
         Ok(moved)
     }
 
-    /// The next whole message that has arrived, if any. Its payload stays in place until
-    /// the next call.
-    pub fn next(&mut self) -> Result<Option<Incoming>> {
+    fn advance(&mut self, mut n: usize) {
+        self.queued -= n;
+        while let Some(it) = self.queue.front() {
+            let left = MSG_HDR + it.len - self.head_done;
+            if n < left {
+                self.head_done += n;
+                return;
+            }
+            n -= left;
+            self.head_done = 0;
+            self.queue.pop_front();
+        }
+    }
+
+    /// Where the payload of the `Data` message `next` just returned goes: stream offset
+    /// `off` of `win` (reserved there by the caller), taken in receiving epoch `epoch`.
+    pub fn land(&mut self, off: u64, epoch: u32) {
+        self.pay_to = Some(off);
+        self.pay_epoch = epoch;
+    }
+
+    /// The next whole message header that has arrived, if any, once the previous
+    /// message's payload has been read (into `win`, or dropped). `epoch` is the receiving
+    /// epoch now: the rest of a payload taken in an earlier one is dropped, as a rollback
+    /// gave its place to the chunks resent since (which may be committed and read by now).
+    pub fn next(&mut self, win: &mut RecvWindow, epoch: u32) -> Result<Option<Incoming>> {
         if self.dead {
             return Ok(None);
         }
+        if self.pay_epoch != epoch {
+            self.pay_to = None;
+        }
         loop {
+            if self.pay_left > 0 {
+                if !self.read_payload(win)? {
+                    return Ok(None);
+                }
+                continue;
+            }
             if let Some(m) = self.parse()? {
                 return Ok(Some(m));
             }
-            if self.in_end == self.inb.len() {
+            if self.in_start > 0 {
                 self.inb.copy_within(self.in_start..self.in_end, 0);
                 self.in_end -= self.in_start;
                 self.in_start = 0;
             }
             match self.stream.read(&mut self.inb[self.in_end..]) {
-                Ok(0) => {
-                    return Err(Error::PeerClosed {
-                        what: "failover link wire".into(),
-                    })
-                }
+                Ok(0) => return Err(closed()),
                 Ok(n) => self.in_end += n,
                 Err(e) if would_block(&e) => return Ok(None),
                 Err(e) => return Err(Error::io("failover link: receive", e)),
             }
+        }
+    }
+
+    /// Reads payload bytes: first those the header buffer holds, then straight from the
+    /// socket into their place. Returns false when the socket has nothing more now.
+    fn read_payload(&mut self, win: &mut RecvWindow) -> Result<bool> {
+        let have = (self.in_end - self.in_start).min(self.pay_left);
+        if have > 0 {
+            if let Some(o) = self.pay_to {
+                let src = &self.inb[self.in_start..self.in_start + have];
+                win.dst(o, have).copy_from_slice(src);
+                self.pay_to = Some(o + have as u64);
+            }
+            self.in_start += have;
+            self.pay_left -= have;
+            return Ok(true);
+        }
+        self.in_start = 0;
+        self.in_end = 0;
+        let got = match self.pay_to {
+            Some(o) => self.stream.read(win.dst(o, self.pay_left)),
+            None => {
+                let n = self.pay_left.min(self.inb.len());
+                self.stream.read(&mut self.inb[..n])
+            }
+        };
+        match got {
+            Ok(0) => Err(closed()),
+            Ok(n) => {
+                self.pay_left -= n;
+                self.pay_to = self.pay_to.map(|o| o + n as u64);
+                Ok(true)
+            }
+            Err(e) if would_block(&e) => Ok(false),
+            Err(e) => Err(Error::io("failover link: receive", e)),
         }
     }
 
@@ -236,20 +369,15 @@ impl Wire {
                 self.max_payload
             )));
         }
-        if avail.len() < MSG_HDR + len {
-            return Ok(None);
-        }
-        let start = self.in_start + MSG_HDR;
-        self.in_start = start + len;
-        Ok(Some(Incoming {
-            to,
-            msg,
-            payload: start..start + len,
-        }))
+        self.in_start += MSG_HDR;
+        self.pay_left = len;
+        self.pay_to = None;
+        Ok(Some(Incoming { to, msg }))
     }
+}
 
-    /// The bytes of a payload `next` returned.
-    pub fn bytes(&self, r: Range<usize>) -> &[u8] {
-        &self.inb[r]
+fn closed() -> Error {
+    Error::PeerClosed {
+        what: "failover link wire".into(),
     }
 }
