@@ -304,9 +304,16 @@ impl Inner {
                 }
             }
             Action::Failed => {
+                let l = self.tx.ledger();
                 let why = format!(
-                    "failover link {}: both connections down ({side} stream)",
-                    self.id
+                    "failover link {}: both connections down ({side} stream; sent {} of {} \
+                     bytes acknowledged, credit to {}, {} and {} bytes queued)",
+                    self.id,
+                    l.acked(),
+                    l.posted(),
+                    l.credit(),
+                    self.wires[0].backlog(),
+                    self.wires[1].backlog()
                 );
                 tracing::warn!("{why}");
                 self.failed = Some(why);
@@ -369,20 +376,32 @@ impl Inner {
         self.rx.post(now, grant);
     }
 
+    /// Whether `role`'s connection is open and neither end has failed it.
+    fn usable(&self, role: LinkRole) -> bool {
+        !self.wires[idx(role)].is_dead()
+            && self.tx.failover().link(role).is_usable()
+            && self.rx.failover().link(role).is_usable()
+    }
+
     /// Bytes sent and not yet acknowledged, or bytes (acks the peer waits for, say) not
     /// yet handed to the kernel on a connection that may still carry them. A connection
     /// either end has failed does not count: one gone silent never drains, and counting it
     /// would hold every send on this link forever.
     fn pending(&self) -> bool {
-        let usable = |role: LinkRole| {
-            !self.wires[idx(role)].is_dead()
-                && self.tx.failover().link(role).is_usable()
-                && self.rx.failover().link(role).is_usable()
-        };
         let queued = ROLES
             .iter()
-            .any(|&r| usable(r) && self.wires[idx(r)].backlog() > 0);
+            .any(|&r| self.usable(r) && self.wires[idx(r)].backlog() > 0);
         self.failed.is_none() && (!self.tx.is_complete() || queued)
+    }
+}
+
+impl Inner {
+    /// Whether a connection that may still carry them has bytes in the kernel that the
+    /// peer has not received (see [`Wire::kernel_unacked`]).
+    fn kernel_unacked(&self) -> bool {
+        ROLES
+            .iter()
+            .any(|&r| self.usable(r) && self.wires[idx(r)].kernel_unacked())
     }
 }
 
@@ -576,7 +595,15 @@ impl Link for FailoverSocketLink {
     }
 
     fn flush(&mut self) -> Result<bool> {
-        Ok(self.drive()?.0)
+        self.shared.touch();
+        let mut g = self.shared.lock();
+        match g.drive(Instant::now()) {
+            Ok(moved) => Ok(moved),
+            // Every byte sent was acknowledged: a peer that got them all and left (closing
+            // both connections) fails the link, but no send of this side is lost by it.
+            Err(_) if g.tx.is_complete() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     fn has_pending(&self) -> bool {
@@ -585,7 +612,7 @@ impl Link for FailoverSocketLink {
 
     fn unconfirmed(&mut self) -> bool {
         match self.drive() {
-            Ok((_, g)) => g.pending(),
+            Ok((_, g)) => g.pending() || g.kernel_unacked(),
             Err(_) => false,
         }
     }

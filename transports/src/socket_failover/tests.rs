@@ -339,3 +339,31 @@ fn frames_acknowledged_before_the_peer_closes_are_still_delivered() {
     };
     assert!(matches!(err, Error::Unreachable(_)), "{err:?}");
 }
+
+#[test]
+fn sends_acknowledged_before_the_peer_leaves_complete_without_an_error() {
+    let (mut a, mut b, cuts) = links(tcp_pair());
+    drop(cuts);
+    assert!(a.try_send(b"the last frame").unwrap());
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(5), "not delivered");
+        if let Some(f) = b.peek().unwrap() {
+            assert_eq!(f, b"the last frame");
+            b.pop();
+            break;
+        }
+    }
+    // a's background thread takes the ack; a's user has not looked since.
+    while a.has_pending() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "never acknowledged");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // b had everything and leaves; a's link fails, and only then a's user polls its send.
+    drop(b);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!a.flush().unwrap());
+    assert!(!a.has_pending());
+    // A new send has nowhere to go.
+    assert!(a.try_send(b"one more").is_err());
+}

@@ -173,6 +173,22 @@ impl Wire {
         self.queued
     }
 
+    /// Whether the kernel holds bytes of this connection that the peer's TCP has not
+    /// acknowledged. Closing a socket with unread input resets the connection and drops
+    /// such bytes, an ack the peer waits for among them: the link is held until they are
+    /// through.
+    pub fn kernel_unacked(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        if self.dead {
+            return false;
+        }
+        let mut n: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ on a TCP socket) writes one int through the pointer,
+        // which points at `n`, alive for the call; the descriptor is owned by `stream`.
+        let rc = unsafe { libc::ioctl(self.stream.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        rc == 0 && n > 0
+    }
+
     /// Queues `msg`; a `Data` message's payload is read from the send ring when written.
     /// Dropped on a dead connection.
     pub fn push(&mut self, to: To, msg: Message) {
