@@ -133,8 +133,12 @@ for net in $NETS; do
     down_re='mpt path [0-9]+: chunk lost, penalised'; up_re='mpt path [0-9]+: (probe answered|delivers again)'
   fi
   for op in $OPS; do
+    declare -A SEEN=()
     for mode in $MODES; do
-      name=$net-$op-$mode; LATE=0
+      # A mode given several times keeps each run's logs: the second is NAME.2, and so on.
+      SEEN[$mode]=$((${SEEN[$mode]:-0} + 1))
+      name=$net-$op-$mode; [ "${SEEN[$mode]}" = 1 ] || name=$name.${SEEN[$mode]}
+      LATE=0
       run "$name" "$net" "$op" "$mode"
       ok=no; exact "$LOG/$name.rank0.log" && [ "$RC" = 0 ] && ok=yes
       t=""
