@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ccl_transports::mpt::sim::{ConnHandle, FabricConfig, Sim, SimAction};
-use ccl_transports::mpt::{CcKind, Instant, MptConfig, MptError, PathId};
+use ccl_transports::mpt::{CcKind, Instant, MptConfig, MptError, PathId, QUIET_ROUNDS};
 
 /// Bytes of message `i` of a test: position- and message-dependent so misplacement shows.
 fn pattern(len: usize, salt: u64) -> Vec<u8> {
@@ -421,6 +421,66 @@ fn a_sender_waiting_for_the_peers_receive_fails_when_every_path_dies() {
         "{r:?} at {:?}",
         sim.now()
     );
+}
+
+/// A connection that only receives (its peer has nothing to send, so nothing is in flight
+/// either way) when every path dies: its probes of the peer go unanswered and it fails with
+/// `PeerSilent` within the quiet period and the retry budget of probes -- it used to wait
+/// until the application's timeout.
+#[test]
+fn a_receiver_waiting_on_a_peer_cut_off_from_every_path_fails_within_the_budget() {
+    let c = cfg(CcKind::Cubic);
+    let mut sim = Sim::new(121, 2, c.num_paths, lossy(0.0)).unwrap();
+    let (_, b) = sim.connect(0, 1, &c).unwrap();
+    sim.post_recv(b, 100_000, 0).unwrap();
+    let cut = Instant::from_micros(5_000);
+    paths_down(&mut sim, cut, 0..c.num_paths, true);
+    let r = sim.run(Instant::from_micros(60_000_000));
+    assert_eq!(r, Err(MptError::PeerSilent(c.max_rto_retries)));
+    assert_eq!(
+        sim.conn(b).unwrap().error(),
+        Some(&MptError::PeerSilent(c.max_rto_retries))
+    );
+    // Quiet period, then one probe per rto_max: 0.5 + 50 * 0.064 s after the cut, at most.
+    let bound = c.rto_max * (QUIET_ROUNDS + c.max_rto_retries + 1);
+    assert!(
+        sim.now() < cut + bound,
+        "failed at {:?}, bound {bound:?}",
+        sim.now()
+    );
+    assert!(
+        sim.now() > cut + c.rto_max * c.max_rto_retries,
+        "{:?}",
+        sim.now()
+    );
+}
+
+/// A receive posted long before its send (a pipeline stage waiting for the one before):
+/// the healthy peer answers every probe, nothing fails, and the message arrives exact when
+/// it is finally sent 20 s later. The probes cost one datagram each way per quiet period.
+#[test]
+fn a_receive_posted_long_before_its_send_on_a_healthy_connection_does_not_fail() {
+    let c = cfg(CcKind::Cubic);
+    let mut sim = Sim::new(122, 2, c.num_paths, lossy(0.0)).unwrap();
+    let (a, b) = sim.connect(0, 1, &c).unwrap();
+    sim.post_recv(b, 100_000, 0).unwrap();
+    let late = Instant::from_micros(20_000_000);
+    sim.run_until(late).unwrap();
+    assert!(sim.conn(b).unwrap().error().is_none());
+    let probes = sim.conn(b).unwrap().stats().probes_sent;
+    let quiet = c.rto_max * QUIET_ROUNDS;
+    let periods = (20_000_000 / quiet.as_micros()) as u64;
+    assert!(
+        (periods - 2..=periods + 1).contains(&probes),
+        "{probes} probes in 20 s, {periods} quiet periods"
+    );
+    let data = pattern(100_000, 5);
+    sim.send(a, data.clone(), 0).unwrap();
+    sim.run(Instant::from_micros(25_000_000)).unwrap();
+    let got = sim.received(b);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].data == data, "bytes differ");
+    assert_eq!(sim.handle_errors(a) + sim.handle_errors(b), 0);
 }
 
 /// Small messages stay on their dedicated path until it dies, then move.

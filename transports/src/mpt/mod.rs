@@ -35,7 +35,9 @@ pub mod verbs;
 
 pub use cc::{AckSample, CongestionControl, CreditPoll, LossEvent, LossKind, Pacing, SenderView};
 pub use config::{CcKind, CcParams, MptConfig, CC_ENV_VAR};
-pub use conn::{ConnStats, Connection, Event, PayloadRef, Placement, RecvId, SendId, Transmit};
+pub use conn::{
+    ConnStats, Connection, Event, PayloadRef, Placement, RecvId, SendId, Transmit, QUIET_ROUNDS,
+};
 pub use frame::{AckFrame, DataFrame, Echo, Frame, ProbeFrame};
 pub use header::ChunkHeader;
 pub use path::{PathId, PathView};
@@ -95,6 +97,10 @@ pub enum MptError {
         "connection failed: more than {0} consecutive retransmission timeouts without progress"
     )]
     RetriesExhausted(u32),
+    /// A connection waiting to receive heard nothing from its peer, which answered none of
+    /// this many probes in a row.
+    #[error("connection failed: the peer answered none of {0} probes while a receive waited")]
+    PeerSilent(u32),
     /// The simulator has nothing left to do but transfers are incomplete.
     #[error("simulation stalled at {at_ns} ns with transfers incomplete")]
     SimStalled {

@@ -351,7 +351,11 @@ impl Inner {
                     self.recv_done[s] = Some(len as usize);
                 }
                 Event::Failed(e) => {
-                    self.unreachable |= matches!(e, crate::mpt::MptError::RetriesExhausted(_));
+                    self.unreachable |= matches!(
+                        e,
+                        crate::mpt::MptError::RetriesExhausted(_)
+                            | crate::mpt::MptError::PeerSilent(_)
+                    );
                     self.fail(e.to_string());
                 }
             }

@@ -54,6 +54,7 @@ mod sender;
 mod state;
 mod timers;
 mod types;
+mod watch;
 
 use std::time::Duration;
 
@@ -66,6 +67,7 @@ use super::MptError;
 
 pub use state::Connection;
 pub use types::{ConnStats, Event, PayloadRef, Placement, RecvId, SendId, Transmit};
+pub use watch::QUIET_ROUNDS;
 
 use state::{slot_of, RecvSlot, SendSlot, MAX_BACKOFF_SHIFT};
 
@@ -166,6 +168,7 @@ impl Connection {
                 expected: self.local_fid,
             });
         }
+        self.watch_heard();
         match frame {
             Frame::Data(d) => self.on_data(now, path, d, payload),
             Frame::Ack(a) => {
@@ -214,6 +217,12 @@ impl Connection {
             self.probes_unanswered += 1;
             self.probe_pending = true;
             self.probe_backoff = (self.probe_backoff + 1).min(MAX_BACKOFF_SHIFT);
+        }
+        if self.watch.deadline().is_some_and(|t| t <= now) {
+            self.on_watch_timeout();
+            if self.failed.is_some() {
+                return;
+            }
         }
         if self.pacing_deadline.is_some_and(|t| t <= now) {
             self.pacing_deadline = None;
@@ -268,6 +277,9 @@ impl Connection {
             let path = PathId(self.rng.below(u64::from(self.paths.len())) as u16);
             return Some(self.probe(path));
         }
+        if let Some(t) = self.poll_watch_probe() {
+            return Some(t);
+        }
         // A path that lost chunks is tested with a probe (no data: a lost probe costs no
         // retransmission, which a credit-paced sender would only find by timeout), once per
         // backoff period; the answer brings it back into use.
@@ -280,6 +292,7 @@ impl Connection {
         }
         self.update_probe(now);
         self.update_credit_stall(now);
+        self.update_watch(now);
         None
     }
 
@@ -292,6 +305,7 @@ impl Connection {
         t = min_deadline(t, self.pacing_deadline);
         t = min_deadline(t, self.reorder_deadline);
         t = min_deadline(t, self.credit_stall);
+        t = min_deadline(t, self.watch.deadline());
         t = min_deadline(t, self.held.map(|(_, at)| at + self.cfg.ack_delay));
         min_deadline(t, self.credit_next)
     }
@@ -378,6 +392,7 @@ impl Connection {
             && self.held.is_none()
             && !self.ack_needed
             && !self.probe_pending
+            && !self.watch.is_pending()
             && self.probe_replies.is_empty()
     }
 }

@@ -14,6 +14,7 @@ use crate::mpt::time::Instant;
 use crate::mpt::MptError;
 
 use super::types::{ConnStats, Event};
+use super::watch::Watch;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct SendSlot {
@@ -170,6 +171,8 @@ pub struct Connection {
     pub(super) spurious_floor_at: Instant,
     pub(super) credit_total: u64,
     pub(super) credit_next: Option<Instant>,
+    /// Whether the peer still answers while this side waits to receive.
+    pub(super) watch: Watch,
 }
 
 impl Connection {
@@ -252,6 +255,7 @@ impl Connection {
             spurious_floor_at: Instant::ZERO,
             credit_total: 0,
             credit_next: None,
+            watch: Watch::default(),
             cc,
             local_fid,
             remote_fid,
