@@ -18,7 +18,15 @@
 //!
 //! A background thread drives the link when its user has not for a while, so a peer's
 //! probes are answered while this rank is busy elsewhere: without it an idle rank would
-//! look dead and be failed over (and then failed) by its peer.
+//! look dead and be failed over (and then failed) by its peer. It also resends what a
+//! failover rolls back after the user's send completed: a send completes once its bytes
+//! are with the kernel (as on a plain TCP link), not once the peer acknowledged them;
+//! [`Link::unconfirmed`] reports those until the acks come.
+//!
+//! The data path copies each byte once more than a plain TCP link, on the sending side
+//! (into the send ring, which holds what is not acknowledged): connections write chunks
+//! straight from the ring, and read them straight into the receive window, where the user
+//! reads frames in place.
 
 mod bufs;
 mod redial;
@@ -388,10 +396,25 @@ impl Inner {
     /// either end has failed does not count: one gone silent never drains, and counting it
     /// would hold every send on this link forever.
     fn pending(&self) -> bool {
-        let queued = ROLES
+        self.failed.is_none() && (!self.tx.is_complete() || self.queued())
+    }
+
+    /// Bytes queued on a connection that may still carry them.
+    fn queued(&self) -> bool {
+        ROLES
             .iter()
-            .any(|&r| self.usable(r) && self.wires[idx(r)].backlog() > 0);
-        self.failed.is_none() && (!self.tx.is_complete() || queued)
+            .any(|&r| self.usable(r) && self.wires[idx(r)].backlog() > 0)
+    }
+
+    /// Bytes posted and not yet handed to the kernel: cut into no chunk yet (waiting for
+    /// credit, say), or queued on a connection that may still carry them. Bytes handed
+    /// over and not yet acknowledged are the link's own business: the send ring keeps them
+    /// and whoever drives the link next (its user, or the background thread) resends them
+    /// if a connection fails, so a send need not wait for the peer's ack -- which, on a
+    /// loaded host, waits for the peer to be scheduled.
+    fn unsent(&self) -> bool {
+        let l = self.tx.ledger();
+        self.failed.is_none() && (l.transmitted() < l.posted() || self.queued())
     }
 }
 
@@ -566,26 +589,26 @@ impl Link for FailoverSocketLink {
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {
-        if self.peeked.is_none() {
-            self.shared.touch();
-            let mut g = self.shared.lock();
-            // Frames committed before the link failed are still handed out: a peer that
-            // got its last acks and closed its connections leaves its last frames here.
-            let driven = g.drive(Instant::now());
-            let Some((off, len)) = g.ready_frame()? else {
-                driven?;
-                return Ok(None);
-            };
-            // SAFETY: committed bytes (`ready_frame` checked them against `done`), which
-            // no chunk overwrites; the window moves them only in `consume`, which `pop`
-            // calls after this frame is given up.
-            let f = unsafe { g.recv.frame(off, len) };
-            self.peeked = Some((f.as_ptr(), len, (FRAME_HDR + len) as u64));
+        if let Some((p, len, _)) = self.peeked {
+            // SAFETY: the frame an earlier `peek` found, still in place (see below); the
+            // slice borrows `self`, so it is gone before `pop` can move it.
+            return Ok(Some(unsafe { std::slice::from_raw_parts(p, len) }));
         }
-        let (p, len, _) = self.peeked.expect("set above");
-        // SAFETY: the frame `peek` found, still in place (see above); the slice borrows
-        // `self`, so it is gone before `pop` can move it.
-        Ok(Some(unsafe { std::slice::from_raw_parts(p, len) }))
+        self.shared.touch();
+        let mut g = self.shared.lock();
+        // Frames committed before the link failed are still handed out: a peer that got
+        // its last acks and closed its connections leaves its last frames here.
+        let driven = g.drive(Instant::now());
+        let Some((off, len)) = g.ready_frame()? else {
+            driven?;
+            return Ok(None);
+        };
+        // SAFETY: committed bytes (`ready_frame` checked them against `done`), which no
+        // chunk overwrites; the window moves them only in `consume`, which `pop` calls
+        // after this frame is given up; the slice borrows `self`, so it is gone by then.
+        let f = unsafe { g.recv.frame(off, len) };
+        self.peeked = Some((f.as_ptr(), len, (FRAME_HDR + len) as u64));
+        Ok(Some(f))
     }
 
     fn pop(&mut self) {
@@ -607,7 +630,7 @@ impl Link for FailoverSocketLink {
     }
 
     fn has_pending(&self) -> bool {
-        self.shared.lock().pending()
+        self.shared.lock().unsent()
     }
 
     fn unconfirmed(&mut self) -> bool {
