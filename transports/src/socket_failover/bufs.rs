@@ -1,71 +1,10 @@
-//! The two stream windows of a failover link, addressed by stream offset.
-//!
-//! [`SendRing`] holds the bytes sent and not yet acknowledged (and not yet written by a
-//! connection that queued them): the frames are copied in once, and connections write
-//! their chunks straight out of it. [`RecvWindow`] is where chunks are read into, straight
-//! from the socket, and where the user reads whole frames in place: it is linear (a frame
-//! is always one slice) and moves its live bytes to the front now and then.
+//! The receive side's stream window of a failover link, addressed by stream offset:
+//! [`RecvWindow`] is where chunks are read into, straight from the socket, and where the
+//! user reads whole frames in place. It is linear (a frame is always one slice) and moves
+//! its live bytes to the front now and then.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
-
-/// A ring of `cap` bytes holding stream bytes `[start, end)`.
-pub struct SendRing {
-    buf: Box<[u8]>,
-    start: u64,
-    end: u64,
-}
-
-impl SendRing {
-    pub fn new(cap: usize) -> Self {
-        SendRing {
-            buf: vec![0; cap].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    /// Forgets the bytes before `to` (acknowledged and written everywhere).
-    pub fn release(&mut self, to: u64) {
-        self.start = self.start.max(to.min(self.end));
-    }
-
-    /// Bytes that can be appended now.
-    pub fn room(&self) -> usize {
-        self.buf.len() - (self.end - self.start) as usize
-    }
-
-    /// Appends `parts`, one after the other; the caller checked [`room`](Self::room).
-    pub fn append(&mut self, parts: &[&[u8]]) {
-        for p in parts {
-            let (a, b) = self.split_mut(self.end, p.len());
-            let n = a.len();
-            a.copy_from_slice(&p[..n]);
-            b.copy_from_slice(&p[n..]);
-            self.end += p.len() as u64;
-        }
-    }
-
-    fn split_mut(&mut self, off: u64, len: usize) -> (&mut [u8], &mut [u8]) {
-        let cap = self.buf.len();
-        let at = (off % cap as u64) as usize;
-        let first = len.min(cap - at);
-        let (head, tail) = self.buf.split_at_mut(at);
-        (&mut tail[..first], &mut head[..len - first])
-    }
-
-    /// Stream bytes `[off, off + len)` as at most two slices; `None` if any of them was
-    /// released or not yet appended.
-    pub fn get(&self, off: u64, len: usize) -> Option<(&[u8], &[u8])> {
-        if off < self.start || off + len as u64 > self.end {
-            return None;
-        }
-        let cap = self.buf.len();
-        let at = (off % cap as u64) as usize;
-        let first = len.min(cap - at);
-        Some((&self.buf[at..at + first], &self.buf[..len - first]))
-    }
-}
 
 /// A linear buffer of stream bytes: byte `base + i` at index `i`.
 ///
@@ -162,20 +101,6 @@ impl RecvWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ring_wraps_and_releases() {
-        let mut r = SendRing::new(8);
-        r.append(&[b"abc", b"defg"]);
-        assert_eq!(r.room(), 1);
-        r.release(5);
-        r.append(&[b"xyz"]);
-        assert_eq!(r.room(), 3);
-        let (a, b) = r.get(5, 5).unwrap();
-        assert_eq!([a, b].concat(), b"fgxyz");
-        assert!(r.get(4, 2).is_none());
-        assert!(r.get(9, 2).is_none());
-    }
 
     #[test]
     fn window_compacts_live_bytes() {

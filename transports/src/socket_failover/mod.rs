@@ -30,6 +30,7 @@
 
 mod bufs;
 mod redial;
+mod ring;
 mod wire;
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -41,9 +42,10 @@ use std::time::{Duration, Instant};
 use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverConn, SenderConn};
 
 use crate::{Error, Link, Result};
-use bufs::{RecvWindow, SendRing};
+use bufs::RecvWindow;
 pub use redial::Redial;
 use redial::Redialer;
+use ring::SendRing;
 use wire::{To, Wire};
 
 /// Bytes of a chunk: the unit the sender commits, the receiver acks and a rollback resends.
@@ -334,22 +336,46 @@ impl Inner {
     }
 
     /// Appends a frame to the send stream if the window has room.
-    fn queue_frame(&mut self, now: Instant, frame: &[u8]) -> bool {
+    ///
+    /// # Safety
+    /// With `lent`, the frame's bytes are read where they are: they must stay valid and
+    /// unchanged until [`SendRing::materialize`] has run.
+    unsafe fn queue_frame(&mut self, now: Instant, frame: &[u8], lent: bool) -> bool {
         let need = FRAME_HDR + frame.len();
         if self.send.room() < need {
-            let acked = self.tx.ledger().acked();
-            for w in &mut self.wires {
-                w.detach_before(acked, &self.send);
-            }
-            self.send.release(acked);
+            self.release_acked();
             if self.send.room() < need {
                 return false;
             }
         }
         let hdr = (frame.len() as u64).to_le_bytes();
-        self.send.append(&[&hdr, frame]);
+        self.send.append(&[&hdr]);
+        match lent {
+            // SAFETY: the caller's promise.
+            true => unsafe { self.send.append_lent(frame) },
+            false => self.send.append(&[frame]),
+        }
         self.tx.post(now, need as u64);
         true
+    }
+
+    /// Lets the ring forget the acknowledged bytes; connections that still queue some of
+    /// them (a silent one) take copies first.
+    fn release_acked(&mut self) {
+        let acked = self.tx.ledger().acked();
+        for w in &mut self.wires {
+            w.detach_before(acked, &self.send);
+        }
+        self.send.release(acked);
+    }
+
+    /// Copies the lent bytes still unacknowledged into the ring: the lender gets its
+    /// memory back.
+    fn end_loans(&mut self) {
+        if self.send.has_holes() {
+            self.release_acked();
+            self.send.materialize();
+        }
     }
 
     /// The next whole frame committed and not yet popped: its stream offset and length.
@@ -547,6 +573,41 @@ impl FailoverSocketLink {
     }
 }
 
+impl FailoverSocketLink {
+    /// Queues `frame` (copied, or with `lent` read in place) and drives the link.
+    ///
+    /// # Safety
+    /// With `lent`, as [`Link::try_send_deferred`].
+    unsafe fn send_frame(&mut self, frame: &[u8], lent: bool) -> Result<bool> {
+        if frame.len() > self.max_frame {
+            return Err(Error::Protocol(format!(
+                "frame of {} bytes exceeds the failover link's limit {}",
+                frame.len(),
+                self.max_frame
+            )));
+        }
+        self.shared.touch();
+        let mut g = self.shared.lock();
+        g.check()?;
+        let now = Instant::now();
+        // Only a full ring needs the acks that arrived meanwhile before it takes the frame;
+        // otherwise one drive after queueing does everything.
+        // SAFETY: the caller's promise for `lent`; `has_pending` and `quiesce` end the
+        // loan (`end_loans`) before the lender may reuse the memory.
+        let queued = unsafe { g.queue_frame(now, frame, lent) };
+        if !queued {
+            g.drive(now)?;
+            // SAFETY: as above.
+            if !unsafe { g.queue_frame(now, frame, lent) } {
+                return Ok(false);
+            }
+        }
+        // Out at once rather than at the next call.
+        g.drive(now)?;
+        Ok(true)
+    }
+}
+
 /// Where a failover link stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FailoverStatus {
@@ -575,28 +636,8 @@ impl Link for FailoverSocketLink {
     }
 
     fn try_send(&mut self, frame: &[u8]) -> Result<bool> {
-        if frame.len() > self.max_frame {
-            return Err(Error::Protocol(format!(
-                "frame of {} bytes exceeds the failover link's limit {}",
-                frame.len(),
-                self.max_frame
-            )));
-        }
-        self.shared.touch();
-        let mut g = self.shared.lock();
-        g.check()?;
-        let now = Instant::now();
-        // Only a full ring needs the acks that arrived meanwhile before it takes the frame;
-        // otherwise one drive after queueing does everything.
-        if !g.queue_frame(now, frame) {
-            g.drive(now)?;
-            if !g.queue_frame(now, frame) {
-                return Ok(false);
-            }
-        }
-        // Out at once rather than at the next call.
-        g.drive(now)?;
-        Ok(true)
+        // SAFETY: not lent: the ring copies the frame.
+        unsafe { self.send_frame(frame, false) }
     }
 
     fn peek(&mut self) -> Result<Option<&[u8]>> {
@@ -641,7 +682,24 @@ impl Link for FailoverSocketLink {
     }
 
     fn has_pending(&self) -> bool {
-        self.shared.lock().unsent()
+        let mut g = self.shared.lock();
+        if g.unsent() {
+            return true;
+        }
+        // The send completes: what it lent and is not acknowledged yet (a tail the acks
+        // have not caught up with) is copied now, and only that.
+        g.end_loans();
+        false
+    }
+
+    unsafe fn try_send_deferred(&mut self, frame: &[u8]) -> Result<bool> {
+        // SAFETY: the caller keeps `frame` valid and unchanged until `has_pending` is
+        // false or `quiesce` returned, and both end the loan first.
+        unsafe { self.send_frame(frame, true) }
+    }
+
+    fn quiesce(&mut self) {
+        self.shared.lock().end_loans();
     }
 
     fn unconfirmed(&mut self) -> bool {

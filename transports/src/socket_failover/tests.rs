@@ -367,3 +367,47 @@ fn sends_acknowledged_before_the_peer_leaves_complete_without_an_error() {
     // A new send has nowhere to go.
     assert!(a.try_send(b"one more").is_err());
 }
+
+/// Frames lent with `try_send_deferred` while the primary is silent (nothing sent on it is
+/// acknowledged), the lender's memory overwritten as soon as each send completes: the
+/// failover resends bytes whose memory is gone, so the link must have copied what was not
+/// acknowledged when the send completed.
+#[test]
+fn lent_frames_arrive_intact_after_their_memory_is_reused_and_the_primary_fails() {
+    let mute = Arc::new(AtomicBool::new(false));
+    let (mut a, mut b, _cuts) = links(proxy(Arc::clone(&mute)));
+    let mut none = || {};
+    exchange(&mut a, &mut b, 4, 0, &mut none, Duration::from_secs(5));
+    mute.store(true, Ordering::Relaxed);
+    let fa = frames(8, 9);
+    let mut buf = vec![0u8; MAX];
+    let t0 = Instant::now();
+    for (i, f) in fa.iter().enumerate() {
+        buf[..f.len()].copy_from_slice(f);
+        // SAFETY: `buf` is neither changed nor dropped until `has_pending` is false.
+        while !unsafe { a.try_send_deferred(&buf[..f.len()]) }.unwrap() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "full at {i}");
+        }
+        while a.has_pending() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "stuck at {i}");
+            a.flush().unwrap();
+        }
+        buf.fill(0xee);
+    }
+    assert_eq!(
+        a.status().send_on,
+        LinkRole::Primary,
+        "sent before the failover"
+    );
+    let mut got = 0;
+    while got < fa.len() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "got {got}");
+        a.flush().unwrap();
+        if let Some(f) = b.peek().unwrap() {
+            assert_eq!(f, &fa[got][..], "frame {got}");
+            b.pop();
+            got += 1;
+        }
+    }
+    assert_eq!(a.status().send_on, LinkRole::Backup);
+}

@@ -12,7 +12,8 @@ use std::net::{Shutdown, TcpStream};
 
 use ccl_faulttol::Message;
 
-use super::bufs::{RecvWindow, SendRing};
+use super::bufs::RecvWindow;
+use super::ring::SendRing;
 use crate::{Error, Result};
 
 /// Bytes of a message header.
@@ -37,8 +38,8 @@ pub struct Incoming {
 /// Bytes of the header buffer: a burst of small messages in one read, and at most this
 /// much of a payload copied rather than read in place.
 const IN_BYTES: usize = 4096;
-/// Messages handed to the kernel in one `writev`.
-const WRITE_BATCH: usize = 16;
+/// Slices handed to the kernel in one `writev` (headers and pieces of payloads).
+const WRITE_SLICES: usize = 64;
 
 /// A queued message: its header and, for `Data`, its payload's place in the send stream
 /// (or its own copy, once the stream let those bytes go).
@@ -221,8 +222,9 @@ impl Wire {
     pub fn detach_before(&mut self, to: u64, ring: &SendRing) {
         for it in self.queue.iter_mut() {
             if it.len > 0 && it.owned.is_none() && it.off < to {
-                if let Some((a, b)) = ring.get(it.off, it.len) {
-                    it.owned = Some([a, b].concat().into_boxed_slice());
+                let mut v = Vec::with_capacity(it.len);
+                if ring.pieces(it.off, it.len, |s| v.extend_from_slice(s)) {
+                    it.owned = Some(v.into_boxed_slice());
                 }
             }
         }
@@ -232,28 +234,31 @@ impl Wire {
     pub fn flush(&mut self, ring: &SendRing) -> Result<usize> {
         let mut moved = 0;
         while !self.dead && self.queued > 0 {
-            let mut iov = [IoSlice::new(&[]); 3 * WRITE_BATCH];
-            let mut k = 0;
-            let mut skip = self.head_done;
-            for it in self.queue.iter().take(WRITE_BATCH) {
-                let (a, b) = match (&it.owned, it.len) {
-                    (_, 0) => (&[][..], &[][..]),
-                    (Some(o), _) => (&o[..], &[][..]),
-                    (None, len) => ring.get(it.off, len).ok_or_else(|| {
-                        Error::Protocol("failover link: queued chunk left the window".into())
-                    })?,
-                };
-                for part in [&it.hdr[..], a, b] {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                        continue;
+            let mut g = Gather {
+                iov: [IoSlice::new(&[]); WRITE_SLICES],
+                k: 0,
+                skip: self.head_done,
+            };
+            for it in self.queue.iter() {
+                g.add(&it.hdr);
+                let ok = match (&it.owned, it.len) {
+                    (_, 0) => true,
+                    (Some(o), _) => {
+                        g.add(o);
+                        true
                     }
-                    iov[k] = IoSlice::new(&part[skip..]);
-                    k += 1;
-                    skip = 0;
+                    (None, len) => ring.pieces(it.off, len, |s| g.add(s)),
+                };
+                if !ok {
+                    return Err(Error::Protocol(
+                        "failover link: queued chunk left the window".into(),
+                    ));
+                }
+                if g.k == WRITE_SLICES {
+                    break;
                 }
             }
-            match self.stream.write_vectored(&iov[..k]) {
+            match self.stream.write_vectored(&g.iov[..g.k]) {
                 Ok(0) => {
                     return Err(Error::PeerClosed {
                         what: "failover link wire".into(),
@@ -389,6 +394,28 @@ impl Wire {
         self.pay_left = len;
         self.pay_to = None;
         Ok(Some(Incoming { to, msg }))
+    }
+}
+
+/// The slices of one `writev`: the queued bytes from the first not yet written, up to
+/// [`WRITE_SLICES`] slices (the stream is bytes: they may stop anywhere, even inside a
+/// message).
+struct Gather<'a> {
+    iov: [IoSlice<'a>; WRITE_SLICES],
+    k: usize,
+    /// Bytes still to pass over: those the kernel took already.
+    skip: usize,
+}
+
+impl<'a> Gather<'a> {
+    fn add(&mut self, part: &'a [u8]) {
+        if self.skip >= part.len() {
+            self.skip -= part.len();
+        } else if self.k < WRITE_SLICES {
+            self.iov[self.k] = IoSlice::new(&part[self.skip..]);
+            self.k += 1;
+            self.skip = 0;
+        }
     }
 }
 

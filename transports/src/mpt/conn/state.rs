@@ -14,7 +14,6 @@ use crate::mpt::time::Instant;
 use crate::mpt::MptError;
 
 use super::types::{ConnStats, Event};
-use super::watch::Watch;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct SendSlot {
@@ -261,6 +260,29 @@ impl Connection {
             remote_fid,
             cfg: config,
         })
+    }
+}
+
+/// Where the peer watch stands (see `watch.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Watch {
+    /// When the next probe is due; `None` while nothing is awaited (or not yet armed).
+    pub(super) deadline: Option<Instant>,
+    /// Probes sent since the peer was last heard from.
+    pub(super) unanswered: u32,
+    /// A probe is due to go out.
+    pub(super) pending: bool,
+    /// The path the next probe takes.
+    pub(super) next_path: u16,
+}
+
+impl Watch {
+    pub(super) fn is_pending(&self) -> bool {
+        self.pending
+    }
+
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 }
 

@@ -14,36 +14,13 @@ use crate::mpt::path::PathId;
 use crate::mpt::time::Instant;
 use crate::mpt::MptError;
 
-use super::state::Connection;
+use super::state::{Connection, Watch};
 use super::types::Transmit;
 
 /// A connection waiting to receive probes its peer after this many `rto_max` without a
 /// frame from it (512 ms at the default 64 ms): an idle healthy connection costs one probe
 /// and its answer per such period.
 pub const QUIET_ROUNDS: u32 = 8;
-
-/// Where the watch stands.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Watch {
-    /// When the next probe is due; `None` while nothing is awaited (or not yet armed).
-    deadline: Option<Instant>,
-    /// Probes sent since the peer was last heard from.
-    unanswered: u32,
-    /// A probe is due to go out.
-    pending: bool,
-    /// The path the next probe takes.
-    next_path: u16,
-}
-
-impl Watch {
-    pub(super) fn is_pending(&self) -> bool {
-        self.pending
-    }
-
-    pub(super) fn deadline(&self) -> Option<Instant> {
-        self.deadline
-    }
-}
 
 impl Connection {
     /// A frame came from the peer: it is alive, and the quiet period starts again.
