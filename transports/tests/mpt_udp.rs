@@ -819,3 +819,15 @@ fn engines_place_their_parts_of_split_frames() {
         assert_eq!(b.placed_bytes(), (total - 1000) as u64);
     }
 }
+
+/// Two linked sides left alone longer than the peer watch's quiet period and its whole probe
+/// budget (8 + 50 times `rto_max`, 3.7 s): every receive slot stays posted, so both watch,
+/// and the engine threads answer each other's probes; nothing fails, and frames then cross
+/// both ways intact.
+#[test]
+fn an_idle_healthy_link_is_not_failed_by_the_peer_watch() {
+    let (mut a, mut b) = link_pair(frames::small_link(1, 0.0));
+    std::thread::sleep(Duration::from_millis(4500));
+    let frames = vec![pattern(1000, 1), pattern(100_000, 2)];
+    exchange_frames(&mut a, &mut b, &frames, false);
+}
