@@ -40,6 +40,10 @@
 //! * credits a path with a delivery only for chunks sent once (Karn: an acknowledged
 //!   retransmission may have arrived by its earlier copy on another path).
 //!
+//! A connection waiting to receive that hears nothing from its peer probes it, and fails
+//! when the probes go unanswered (the peer watch, `watch.rs`): it has no timeout of its own
+//! to count otherwise.
+//!
 //! # Receiving
 //!
 //! `post_recv` posts a receive of up to `capacity` bytes. A new chunk yields a
