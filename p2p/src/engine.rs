@@ -251,10 +251,27 @@ pub(crate) struct QueueTimes {
     pub(crate) longest: Duration,
     pub(crate) over_100us: u64,
     pub(crate) over_1ms: u64,
+    /// The total split by phase ([`Phases`]): where a host-bound loop's time goes.
+    pub(crate) phases: Phases,
+}
+
+/// A group's host time by phase of `submit_phase`: lowering and locking, posting the direct
+/// transfers, settling them (push waits included) and beginning, emitting and ending.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Phases {
+    pub(crate) prepare: Duration,
+    pub(crate) post: Duration,
+    pub(crate) begin: Duration,
+    pub(crate) emit: Duration,
 }
 
 impl QueueTimes {
-    pub(crate) fn add(&mut self, d: Duration) {
+    /// Counts one group of `d` in all, split as `p`.
+    pub(crate) fn add(&mut self, d: Duration, p: Phases) {
+        self.phases.prepare += p.prepare;
+        self.phases.post += p.post;
+        self.phases.begin += p.begin;
+        self.phases.emit += p.emit;
         self.groups += 1;
         self.total += d;
         self.longest = self.longest.max(d);

@@ -145,13 +145,18 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
         let t = &q.queueing;
         tracing::info!(
             "rank {}: cuda-ipc queued {} groups in {:.3} ms of host time ({} over 100 us, {} \
-             over 1 ms, {} us at most)",
+             over 1 ms, {} us at most; prepared and locked {:.3} ms, posted {:.3}, settled and \
+             begun {:.3}, emitted and ended {:.3})",
             eng.layout.rank,
             t.groups,
             t.total.as_secs_f64() * 1e3,
             t.over_100us,
             t.over_1ms,
-            t.longest.as_micros()
+            t.longest.as_micros(),
+            t.phases.prepare.as_secs_f64() * 1e3,
+            t.phases.post.as_secs_f64() * 1e3,
+            t.phases.begin.as_secs_f64() * 1e3,
+            t.phases.emit.as_secs_f64() * 1e3,
         );
         let w = &q.push_waits;
         if w.pushed + w.left_to_pull + w.mailed > 0 {

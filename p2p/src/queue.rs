@@ -16,7 +16,7 @@ use crate::control::CommCtx;
 use crate::cuda_device::CudaDevice;
 use crate::device::Batched;
 use crate::direct::{plan, posting};
-use crate::engine::{streams_of, IpcEngine, Queued};
+use crate::engine::{streams_of, IpcEngine, Phases, Queued};
 use crate::error::{cuda_err, Error, Result};
 use crate::lower::{lower, Program};
 use crate::mail::MailJob;
@@ -128,8 +128,14 @@ fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
         q.end(g).map_err(|e| poison(&q.comm, e))?;
     }
     let took = started.elapsed();
+    let phases = Phases {
+        prepare: locked,
+        post: posted - locked,
+        begin: begun - posted,
+        emit: took - begun,
+    };
     for g in guards.iter_mut() {
-        g.queueing.add(took);
+        g.queueing.add(took, phases);
     }
     // Where a group's host time goes (NCCL_DEBUG=TRACE): a host-bound loop beside a compute
     // thread showed 0.67 ms per send/receive call with little of it in push waits.

@@ -14,21 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "nccl.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int gpu_of(int rank) {
-  const char *v = getenv("ONE_GPU");
-  int n = 1;
-  if (v && atoi(v) == 1) return 0;
-  cudaGetDeviceCount(&n);
-  return rank % (n > 0 ? n : 1);
-}
 
 /* Polls a stream for up to `secs`: its seconds to drain, or -1 if it did not. */
 static double drain(cudaStream_t st, double secs) {
@@ -101,8 +88,8 @@ int main(void) {
   pid_t one = fork();
   pid_t two = one == 0 ? -1 : fork();
   int rank = one == 0 ? 1 : two == 0 ? 2 : 0;
-  if (cudaSetDevice(gpu_of(rank)) != cudaSuccess) {
-    printf("SKIP abort_recovers: no GPU %d\n", gpu_of(rank));
+  if (cudaSetDevice(gpu_of(rank, 1)) != cudaSuccess) {
+    printf("SKIP abort_recovers: no GPU %d\n", gpu_of(rank, 1));
     return 0;
   }
   ncclComm_t comm;
