@@ -7,8 +7,14 @@
 mod host_cpp;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
-use ccl_cuda::cuda::source::{kernel_name, KernelOp};
+use ccl_cuda::cuda::source::{
+    kernel_name, ll_data_offset, ll_p2p_offset, ll_spin_words_bytes, KernelOp, LL_P2P_SLOTS,
+};
+use ccl_cuda::cuda::LlP2p;
 use ccl_cuda::DataType;
 use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn, Xs};
 
@@ -20,9 +26,7 @@ use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn, Xs};
 /// top to bottom, hence its length.
 #[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
 fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
-    use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES, LL_P2P_MAX_OPS};
-    use ccl_cuda::cuda::LlP2p;
-    use std::sync::mpsc;
+    use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS};
     let slot = LL_P2P_BYTES;
     let most = per_pair * (n - 1);
     assert!(most <= LL_P2P_MAX_OPS);
@@ -225,5 +229,95 @@ fn ll_p2p_kernel_runs_on_host_threads_exactly() {
     let (dir, so) = ll_p2p_host_library();
     run_ll_p2p_on_host(&so, 2, 300, 12, 0x9E37_79B9_7F4A_7C15);
     run_ll_p2p_on_host(&so, 4, 150, 4, 0xD1B5_4A32_D192_ED03);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One launch of the host-built kernel for `rank` of two with `x`, both blocks on threads of
+/// their own; the sender of the returned channel's message is that launch ending.
+fn launch(
+    so: &Path,
+    table: &'static [u64],
+    rank: u32,
+    x: LlP2p,
+    err: &'static mut u32,
+) -> mpsc::Receiver<()> {
+    let so = so.to_path_buf();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: the library was just built from the kernel source, with no initialisers.
+        let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+        let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
+        // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
+        let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
+        // SAFETY: the symbol is the block setter of the host primitives, `void(unsigned)`.
+        let set_block: unsafe extern "C" fn(u32) = unsafe {
+            *lib.get::<unsafe extern "C" fn(u32)>(b"ccl_host_set_block")
+                .unwrap()
+        };
+        let err_at = err as *mut u32 as usize;
+        let off = ll_p2p_offset(2) as u64;
+        std::thread::scope(|s| {
+            for b in 0..2u32 {
+                s.spawn(move || {
+                    // SAFETY: the table, the areas and every buffer in `x` are leaked by the
+                    // caller (they outlive any thread still spinning); the words start at zero.
+                    unsafe { set_block(b) };
+                    unsafe { kernel(x, table.as_ptr(), rank, 2, off, 0, err_at as *mut u32) };
+                });
+            }
+        });
+        let _ = tx.send(());
+        std::mem::forget(lib);
+    });
+    rx
+}
+
+/// A receive whose sender never sends, and a ninth send to a receiver that never receives (past
+/// the eight slots it waits for a credit): both spin on a peer that is gone until the words of
+/// their rank's low-latency area that kernels spin on ([`ll_spin_words_bytes`]) move a quarter
+/// of the u32 circle ahead, as an abort moves them; then the launch ends.
+#[test]
+fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let (dir, so) = ll_p2p_host_library();
+    for receiving in [true, false] {
+        // Leaked: a thread that never ends would still read them.
+        let areas: &'static mut [Vec<u64>] = Vec::leak(
+            (0..2)
+                .map(|_| vec![0u64; ll_data_offset(2) / 8 + 8])
+                .collect(),
+        );
+        let table: &'static [u64] = Vec::leak(areas.iter().map(|a| a.as_ptr() as u64).collect());
+        let buf: &'static mut [u8] = Vec::leak(vec![7u8; 64 * LL_P2P_SLOTS]);
+        let mut x = LlP2p::default();
+        let rank = if receiving {
+            (x.nrecv, x.rpeer[0], x.rseq[0], x.rbytes[0]) = (1, 0, 1, 16);
+            x.dst[0] = buf.as_mut_ptr() as u64;
+            1
+        } else {
+            for i in 0..=LL_P2P_SLOTS {
+                (x.speer[i], x.sseq[i], x.sbytes[i]) = (1, i as u32 + 1, 16);
+                x.src[i] = buf.as_ptr() as u64 + 64 * i as u64;
+            }
+            x.nsend = LL_P2P_SLOTS as u32 + 1;
+            0
+        };
+        let done = launch(&so, table, rank, x, Box::leak(Box::new(0u32)));
+        assert!(
+            done.recv_timeout(Duration::from_millis(300)).is_err(),
+            "receiving {receiving}: the launch ended with its peer gone"
+        );
+        let words = table[rank as usize] as *const AtomicU32;
+        for i in 0..ll_spin_words_bytes(2) / 4 {
+            // SAFETY: the area holds ll_data_offset(2) > ll_spin_words_bytes(2) bytes, 8-aligned.
+            unsafe { &*words.add(i) }.fetch_add(1 << 30, Ordering::SeqCst);
+        }
+        assert!(
+            done.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "receiving {receiving}: still spinning after the words moved on"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
