@@ -259,9 +259,10 @@ fn launch(
         std::thread::scope(|s| {
             for b in 0..2u32 {
                 s.spawn(move || {
+                    // SAFETY: sets this thread's block index, a thread-local of the library.
+                    unsafe { set_block(b) };
                     // SAFETY: the table, the areas and every buffer in `x` are leaked by the
                     // caller (they outlive any thread still spinning); the words start at zero.
-                    unsafe { set_block(b) };
                     unsafe { kernel(x, table.as_ptr(), rank, 2, off, 0, err_at as *mut u32) };
                 });
             }
