@@ -135,6 +135,9 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     pub(crate) ll_exchange_max: usize,
+    /// The throughput monitor's timing of copy-engine transfers, once the communicator has a
+    /// monitor ([`crate::monitor_copies`]).
+    pub(crate) copies: std::sync::OnceLock<crate::copy_monitor::CopyMonitor>,
     /// Broadcasts over more than two ranks that go as a pipelined scatter and all-gather.
     pub(crate) relay: relay::Relay,
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole

@@ -120,6 +120,10 @@ pub fn wait_idle(eng: &IpcEngine, abort: &AtomicBool) -> Result<()> {
 /// Releases the engine. After an abort its streams may wait forever on peers that are gone,
 /// and peers may still write into its memory: then it is leaked rather than freed.
 pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
+    // What ended since the last group (wait_idle has waited for the rest, unless aborted).
+    if let Some(m) = eng.copies.get() {
+        m.poll();
+    }
     if let Some(q) = eng.queued.try_lock() {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \

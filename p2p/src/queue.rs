@@ -68,6 +68,12 @@ type PhaseGroup = (CommCtx, Arc<IpcEngine>, Vec<Task>, Option<CallSig>);
 /// later call would drain.
 fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
     let started = std::time::Instant::now();
+    // The monitor learns of copies that ended since the last group (nothing when it is off).
+    for (_, eng, _, _) in &groups {
+        if let Some(m) = eng.copies.get() {
+            m.poll();
+        }
+    }
     let mut qs: Vec<Queueing> = Vec::with_capacity(groups.len());
     for (comm, eng, tasks, sig) in groups {
         qs.push(prepare(&comm, eng, &tasks, sig)?);
@@ -167,6 +173,7 @@ fn prepare(
     tasks: &[Task],
     sig: Option<CallSig>,
 ) -> Result<Queueing> {
+    let tasks_all = tasks;
     let user = streams_of(&eng.ctx, tasks);
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
@@ -225,6 +232,7 @@ fn prepare(
     }
     let staged_tx = em.sent_bytes();
     Ok(Queueing {
+        op: crate::copy_monitor::op_of(tasks_all),
         comm: comm.clone(),
         eng,
         user,
@@ -246,6 +254,8 @@ fn prepare(
 
 /// A group being queued on one communicator's streams.
 struct Queueing {
+    /// What the monitor's records of its copies name ([`crate::copy_monitor::op_of`]).
+    op: ccl_monitor::Op,
     comm: CommCtx,
     eng: Arc<IpcEngine>,
     user: Vec<Stream>,
@@ -670,6 +680,13 @@ impl Queueing {
         let eng = &*self.eng;
         let first = &self.user[0];
         let mut cuda = CudaDevice::new(eng, first);
+        if let Some(m) = eng.copies.get() {
+            cuda = cuda.for_op(ccl_monitor::CollId {
+                comm: m.comm,
+                op: self.op,
+                seq: q.ops,
+            });
+        }
         let mut dev = Batched::new(&mut cuda);
         self.em.end(&eng.layout, &mut dev, &mut q.counters)?;
         self.plan.end(&eng.layout, &mut dev)?;
