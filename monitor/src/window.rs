@@ -70,6 +70,10 @@ pub struct WindowConfig {
     /// At most one throughput sample per key per this many nanoseconds (100 us unless
     /// configured: each is a line of the JSON file).
     pub resolution_ns: u64,
+    /// Whether a window whose `window` completions reach back further than the minimum span
+    /// is also judged on its latest minimum span: a drop then shows as soon as at window 1,
+    /// and so do dips of about the span that the completions would have smoothed.
+    pub early: bool,
 }
 
 impl Default for WindowConfig {
@@ -103,6 +107,7 @@ impl WindowConfig {
             merge_ns: DEFAULT_MERGE_NS,
             stall_after_ns,
             resolution_ns: 100_000,
+            early: true,
         }
     }
 
@@ -443,7 +448,7 @@ impl KeyState {
     /// so) it is what lets a window of 8 see a drop as soon as a window of 1 does.
     fn recent(&self, cfg: &WindowConfig) -> Option<(u64, u64, u64)> {
         let (back, second) = (self.ring.back()?, self.ring.get(1)?);
-        if cfg.min_span_ns == 0 || back.stamp - second.stamp < cfg.min_span_ns {
+        if !cfg.early || cfg.min_span_ns == 0 || back.stamp - second.stamp < cfg.min_span_ns {
             return None;
         }
         let cut = back.stamp - cfg.min_span_ns;

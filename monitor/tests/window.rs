@@ -446,6 +446,21 @@ fn large_chunks_a_quarter_rate_alarms_within_1_ms_at_every_window() {
         }
         assert_eq!(events.len(), 4, "window {window}: {events:?}");
     }
+    // Judged on its 32 completions alone, the window sees it 2 ms later.
+    let cfg = WindowConfig {
+        early: false,
+        ..WindowConfig::new(32, 0.5, 100_000_000)
+    };
+    let rate = |nic, t| match nic == 1 && (on..off).contains(&t) {
+        true => GBPS2 / 4.0,
+        false => GBPS2,
+    };
+    let events = batched_acks_of(128 << 10, cfg, 1_000_000_000, 0..0, rate);
+    let a = of_key(&events, Key::Nic(1))[0];
+    assert!(
+        matches!(a, Event::Anomaly(_)) && a.ts_ns() - on > 2_000_000,
+        "{a:?}"
+    );
 }
 
 /// The engine not scheduled for 2 ms (no acknowledgements on either NIC, then all at once):
