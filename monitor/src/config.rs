@@ -41,6 +41,10 @@ pub struct MonitorConfig {
     /// is also judged on its latest span (default on: a drop shows within about the span
     /// at any window; off: the completions smooth short dips as well).
     pub early: bool,
+    /// `CCL_MONITOR_SAMPLE_US`: at most one throughput sample per key per this long in the
+    /// JSON file (default 1 ms; 10 us to 1 s). Alerts carry their exact times whatever it
+    /// is; finer costs more (100 us wrote ten times the lines, most of the collector's work).
+    pub sample: Duration,
 }
 
 impl Default for MonitorConfig {
@@ -58,6 +62,7 @@ impl Default for MonitorConfig {
             ring_capacity: 16 << 10,
             poll: Duration::from_millis(10),
             early: true,
+            sample: Duration::from_millis(1),
         }
     }
 }
@@ -142,6 +147,13 @@ impl MonitorConfig {
             }
             self.poll = Duration::from_micros(us);
         }
+        if let Some(v) = lookup("CCL_MONITOR_SAMPLE_US") {
+            let us: u64 = parse_int("CCL_MONITOR_SAMPLE_US", &v)?;
+            if !(10..=1_000_000).contains(&us) {
+                return Err(bad("CCL_MONITOR_SAMPLE_US", &v, "must be 10 to 1000000"));
+            }
+            self.sample = Duration::from_micros(us);
+        }
         if let Some(v) = lookup("CCL_MONITOR_FILE_BYTES") {
             self.file_max_bytes = parse_int("CCL_MONITOR_FILE_BYTES", &v)?;
             if self.file_max_bytes < 4096 {
@@ -160,6 +172,7 @@ impl MonitorConfig {
         let span = u64::try_from(self.min_span.as_nanos()).unwrap_or(u64::MAX);
         WindowConfig {
             early: self.early,
+            resolution_ns: u64::try_from(self.sample.as_nanos()).unwrap_or(u64::MAX),
             ..WindowConfig::new(self.window, self.drop, stall).with_min_span(span)
         }
     }
@@ -200,6 +213,7 @@ mod tests {
             ("CCL_MONITOR_FILE_BYTES", "1048576"),
             ("CCL_MONITOR_FILE_KEEP", "2"),
             ("CCL_MONITOR_EARLY", "0"),
+            ("CCL_MONITOR_SAMPLE_US", "250"),
         ])
         .unwrap();
         assert!(c.enabled);
@@ -213,6 +227,7 @@ mod tests {
         assert_eq!(w.stall_after_ns, 2_500_000);
         assert_eq!((w.min_span_ns, w.baseline_every_ns), (100_000, 100_000));
         assert!(!c.early && !w.early && MonitorConfig::default().window_config().early);
+        assert_eq!(w.resolution_ns, 250_000);
     }
 
     #[test]
@@ -230,6 +245,7 @@ mod tests {
             ("CCL_MONITOR_POLL_US", "50"),
             ("CCL_MONITOR_FILE_BYTES", "10"),
             ("CCL_MONITOR_EARLY", "soon"),
+            ("CCL_MONITOR_SAMPLE_US", "5"),
         ];
         for (name, value) in cases {
             let err = from(&[(name, value)]).unwrap_err().to_string();

@@ -55,7 +55,9 @@ echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tb
 # shaped NAME WINDOW: a monitored run with the qdisc change TBF_AT_S in; its times in NAME.tc.
 shaped() {
   local name=$1 w=$2
+  # Samples every 100 us (the default is 1 ms): the analysis times windows by them.
   run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl" \
+    CCL_MONITOR_SAMPLE_US="${CCL_MONITOR_SAMPLE_US:-100}" \
     ${SPAN_US:+CCL_MONITOR_SPAN_US=$SPAN_US}
   # Inside host 0's namespace, so each change costs a tc exec and no more (CLOCK_MONOTONIC
   # is the same in every namespace); the line has the readings before and after it.
