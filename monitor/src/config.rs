@@ -43,7 +43,7 @@ pub struct MonitorConfig {
     pub early: bool,
     /// `CCL_MONITOR_SAMPLE_US`: at most one throughput sample per key per this long in the
     /// JSON file (default 1 ms; 10 us to 1 s). Alerts carry their exact times whatever it
-    /// is; finer costs more (100 us wrote ten times the lines, most of the collector's work).
+    /// is; finer costs more (100 us wrote ten times the lines).
     pub sample: Duration,
 }
 

@@ -67,8 +67,9 @@ pub struct WindowConfig {
     pub merge_ns: u64,
     /// No completion for longer than this with work outstanding is a stall.
     pub stall_after_ns: u64,
-    /// At most one throughput sample per key per this many nanoseconds (100 us unless
-    /// configured: each is a line of the JSON file).
+    /// At most one throughput sample per key per this many nanoseconds (100 us from
+    /// [`WindowConfig::new`]; the monitor sets `CCL_MONITOR_SAMPLE_US`, 1 ms by default: each
+    /// is a line of the JSON file).
     pub resolution_ns: u64,
     /// Whether a window whose `window` completions reach back further than the minimum span
     /// is also judged on its latest minimum span: a drop then shows as soon as at window 1,
