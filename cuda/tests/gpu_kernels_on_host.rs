@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod host_cpp;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -16,49 +18,7 @@ use ccl_cuda::cuda::source::{
 };
 use ccl_cuda::host::reduce as host;
 use ccl_cuda::{DataType, ReduceKind};
-
-const HOST_INCLUDES: &str = "#include <cstring>\n#include <cmath>\n#include <sched.h>\n";
-
-const HOST_PRIMITIVES: &str = r#"
-#define __device__
-#define __global__
-struct ccl_dim3 { unsigned x, y, z; };
-static const ccl_dim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};
-typedef unsigned char u8;
-typedef signed char i8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef int i32;
-typedef unsigned long long u64;
-typedef long long i64;
-static inline u32 f2u(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
-static inline float u2f(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
-static inline u64 d2u(double d) { u64 u; std::memcpy(&u, &d, 8); return u; }
-static inline double u2d(u64 u) { double d; std::memcpy(&d, &u, 8); return d; }
-static inline float add_f(float x, float y) { return x + y; }
-static inline float mul_f(float x, float y) { return x * y; }
-static inline float fma_f(float x, float y, float z) { return std::fmaf(x, y, z); }
-static inline double add_d(double x, double y) { return x + y; }
-static inline double sub_d(double x, double y) { return x - y; }
-static inline double mul_d(double x, double y) { return x * y; }
-static inline double div_d(double x, double y) { return x / y; }
-static inline double fma_d(double x, double y, double z) { return std::fma(x, y, z); }
-static inline double f2d(float x) { return (double)x; }
-static inline float d2f(double x) { return (float)x; }
-static inline float d2f_rz(double x) {
-  float f = (float)x;
-  if (std::fabs((double)f) > std::fabs(x)) f = std::nextafterf(f, 0.0f);
-  return f;
-}
-static inline double u64_to_d(u64 x) { return (double)x; }
-static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
-static inline void ccl_ld16(const void* p, u32* v) { std::memcpy(v, p, 16); }
-static inline void ccl_ld16_fresh(const void* p, u32* v) {
-  for (int i = 0; i < 16; ++i) ((u8*)v)[i] = ((const volatile u8*)p)[i];
-}
-static inline void ccl_st16(void* p, const u32* v) { std::memcpy(p, v, 16); }
-static inline void ccl_backoff() { sched_yield(); }
-"#;
+use host_cpp::{build_shared, gxx, gxx_here, HOST_INCLUDES, HOST_PRIMITIVES};
 
 /// Block-level CUDA built-ins as no-ops, for kernels run as one host thread.
 const BLOCK_STUBS: &str =
@@ -68,15 +28,6 @@ const BLOCK_STUBS: &str =
 type Zip = unsafe extern "C" fn(*mut u8, *const u8, *const u8, u64, u64);
 type Map = unsafe extern "C" fn(*mut u8, *const u8, u64, u64);
 
-/// Whether g++ is here to build the kernel sources for the host; says why a test skips if not.
-fn gxx_here(skip_message: &str) -> bool {
-    let here = Command::new("g++").arg("--version").output().is_ok();
-    if !here {
-        eprintln!("{skip_message}");
-    }
-    here
-}
-
 /// Removes the build folder, then fails listing every failure if there were any.
 fn finish(dir: &Path, failures: &[String]) {
     let _ = std::fs::remove_dir_all(dir);
@@ -85,16 +36,6 @@ fn finish(dir: &Path, failures: &[String]) {
         "{} failures:\n{}",
         failures.len(),
         failures.join("\n")
-    );
-}
-
-/// Runs a g++ command that must succeed (its errors are the failure message).
-fn gxx(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -577,24 +518,6 @@ fn syntax_check(f: &Path) -> Result<(), String> {
     }
 }
 
-/// Builds a kernel's host C++ as a shared library in a fresh temporary folder (returned, for
-/// the caller to remove) and returns the library's path.
-fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("ccl-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cpp, so) = (
-        dir.join(format!("{tag}.cpp")),
-        dir.join(format!("lib{tag}.so")),
-    );
-    std::fs::write(&cpp, src).unwrap();
-    gxx(Command::new("g++")
-        .args(["-std=c++17", opt, "-fPIC", "-shared", "-Wall", "-pthread"])
-        .arg(&cpp)
-        .arg("-o")
-        .arg(&so));
-    (dir, so)
-}
-
 type MailCopyFn = unsafe extern "C" fn(*mut u64, u64, *const u8, u64);
 
 /// The mail-copy kernel's C++, run on the host as one thread of one block (the slot already
@@ -727,255 +650,5 @@ fn wait_copy_kernel_copies_then_signals() {
             &src[sa + src_off..sa + src_off + bytes]
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-type LlP2pFn =
-    unsafe extern "C" fn(ccl_cuda::cuda::LlP2p, *const u64, u32, u32, u64, u32, *mut u32);
-
-/// A tiny deterministic generator (xorshift), so the schedule below is the same every run.
-struct Xs(u64);
-
-impl Xs {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
-/// Builds the point-to-point kernel's C++ for the host: a per-thread block index (set through
-/// `ccl_host_set_block`) and fences that order the host's stores as the GPU's do.
-fn ll_p2p_host_library() -> (PathBuf, PathBuf) {
-    let prims = HOST_PRIMITIVES.replace(
-        "threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};",
-        "threadIdx = {0, 0, 0};\nstatic thread_local ccl_dim3 blockIdx = {0, 0, 0};\n\
-         extern \"C\" void ccl_host_set_block(unsigned b) { blockIdx.x = b; }",
-    );
-    let stubs = "#define __shared__\nstatic inline void __syncthreads() {}\n\
-                 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n\
-                 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }\n";
-    let src = format!(
-        "{HOST_INCLUDES}{}",
-        kernel_source_with(DataType::Uint8, KernelOp::LlP2p, &format!("{prims}{stubs}"))
-            .replace("extern \"C\" __global__", "extern \"C\"")
-    );
-    build_shared("ll_p2p", &src, "-O2")
-}
-
-/// One run of the host-built kernel: `n` ranks, `rounds` rounds; in each round every rank
-/// sends 0..`per_pair` messages of 0..4096 bytes to every other rank (one launch per rank and
-/// round: its sends, then its receives in source order), and with probability 1/4 its first
-/// receive lands in the buffer its first send reads (in place, held back by the ticket).
-/// Checks every byte where it was meant to land and nothing around it. One simulated run read
-/// top to bottom, hence its length.
-#[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
-fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
-    use ccl_cuda::cuda::source::{ll_data_offset, ll_p2p_offset, LL_P2P_BYTES, LL_P2P_MAX_OPS};
-    use ccl_cuda::cuda::LlP2p;
-    use std::sync::mpsc;
-    let slot = LL_P2P_BYTES;
-    let most = per_pair * (n - 1);
-    assert!(most <= LL_P2P_MAX_OPS);
-    let area = ll_data_offset(n);
-    let areas: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; area / 8 + 8]).collect();
-    let table: Vec<u64> = areas.iter().map(|a| a.as_ptr() as u64).collect();
-    let mut err = 0u32;
-    let mut rng = Xs(seed);
-    // sizes[k][r][p]: the messages r sends p in round k.
-    let sizes: Vec<Vec<Vec<Vec<usize>>>> = (0..rounds)
-        .map(|_| {
-            (0..n)
-                .map(|r| {
-                    (0..n)
-                        .map(|p| {
-                            let c = if p == r {
-                                0
-                            } else {
-                                rng.below(per_pair as u64 + 1)
-                            };
-                            (0..c)
-                                .map(|_| rng.below(slot as u64 + 1) as usize)
-                                .collect()
-                        })
-                        .collect()
-                })
-                .collect()
-        })
-        .collect();
-    let in_place: Vec<Vec<bool>> = (0..rounds)
-        .map(|_| (0..n).map(|_| rng.below(4) == 0).collect())
-        .collect();
-    let at = |k: usize, m: usize| (k * most + m) * slot;
-    let mut sendbuf: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            (0..rounds * most * slot)
-                .map(|i| (i * 31 + r * 7 + 1) as u8)
-                .collect()
-        })
-        .collect();
-    let want = sendbuf.clone();
-    let mut recvbuf: Vec<Vec<u8>> = (0..n).map(|_| vec![0xEEu8; rounds * most * slot]).collect();
-    // Where each receive lands: (in the send buffer?, offset).
-    let land = |k: usize, r: usize, j: usize| {
-        let sends_any = sizes[k][r].iter().any(|v| !v.is_empty());
-        if in_place[k][r] && j == 0 && sends_any {
-            (true, at(k, 0))
-        } else {
-            (false, at(k, j))
-        }
-    };
-    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); n];
-    let mut sent = vec![vec![0u32; n]; n];
-    let mut received = vec![vec![0u32; n]; n];
-    let mut ticket = vec![0u32; n];
-    for k in 0..rounds {
-        for r in 0..n {
-            let mut x = LlP2p::default();
-            for p in 0..n {
-                for &b in &sizes[k][r][p] {
-                    let m = x.nsend as usize;
-                    sent[r][p] += 1;
-                    x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
-                    (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, p as u32, sent[r][p]);
-                    x.nsend += 1;
-                }
-            }
-            for p in 0..n {
-                for &b in &sizes[k][p][r] {
-                    let j = x.nrecv as usize;
-                    received[r][p] += 1;
-                    let (into_send, off) = land(k, r, j);
-                    x.dst[j] = if into_send {
-                        x.rafter[j] = 1;
-                        sendbuf[r].as_mut_ptr() as u64 + off as u64
-                    } else {
-                        recvbuf[r].as_mut_ptr() as u64 + off as u64
-                    };
-                    (x.rbytes[j], x.rpeer[j], x.rseq[j]) = (b as u64, p as u32, received[r][p]);
-                    x.nrecv += 1;
-                }
-            }
-            launches[r].push((x, ticket[r]));
-            ticket[r] += x.nsend;
-        }
-    }
-    // A last launch pair: rank 0 sends 8 bytes, rank 1 expects 16 (a mismatch).
-    let mut probe = [0xEEu8; 16];
-    {
-        let mut x = LlP2p::default();
-        sent[0][1] += 1;
-        (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) =
-            (1, sendbuf[0].as_ptr() as u64, 8, 1, sent[0][1]);
-        launches[0].push((x, ticket[0]));
-        let mut y = LlP2p::default();
-        received[1][0] += 1;
-        (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) =
-            (1, probe.as_mut_ptr() as u64, 16, 0, received[1][0]);
-        launches[1].push((y, ticket[1]));
-    }
-
-    // SAFETY: the library was just built from the kernel source, with no initialisers.
-    let lib = unsafe { libloading::Library::new(so) }.unwrap();
-    let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
-    // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
-    let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
-    // SAFETY: the symbol is the block setter of the primitives above, `void(unsigned)`.
-    let set_block: unsafe extern "C" fn(u32) = unsafe {
-        *lib.get::<unsafe extern "C" fn(u32)>(b"ccl_host_set_block")
-            .unwrap()
-    };
-    let table_at = table.as_ptr() as usize;
-    let err_at = &mut err as *mut u32 as usize;
-    let off = ll_p2p_offset(n) as u64;
-    let (done_tx, done_rx) = mpsc::channel();
-    for (r, mine) in launches.into_iter().enumerate() {
-        let done = done_tx.clone();
-        std::thread::spawn(move || {
-            for (x, base) in mine {
-                std::thread::scope(|s| {
-                    for b in 0..2u32 {
-                        s.spawn(move || {
-                            // SAFETY: every address in `x` and the table points into buffers
-                            // the caller keeps alive until every rank reports done (or leaks
-                            // on timeout); the areas' words start at zero.
-                            unsafe {
-                                set_block(b);
-                                kernel(
-                                    x,
-                                    table_at as *const u64,
-                                    r as u32,
-                                    n as u32,
-                                    off,
-                                    base,
-                                    err_at as *mut u32,
-                                );
-                            }
-                        });
-                    }
-                });
-            }
-            let _ = done.send(r);
-        });
-    }
-    for _ in 0..n {
-        assert!(
-            done_rx
-                .recv_timeout(std::time::Duration::from_secs(120))
-                .is_ok(),
-            "a rank's launches did not finish (deadlock in the kernel's protocol?)"
-        );
-    }
-    for k in 0..rounds {
-        for r in 0..n {
-            let mut j = 0;
-            for p in 0..n {
-                // p's send index of its messages to r: after those to lower ranks.
-                let first: usize = sizes[k][p][..r].iter().map(Vec::len).sum();
-                for (i, &b) in sizes[k][p][r].iter().enumerate() {
-                    let from = &want[p][at(k, first + i)..at(k, first + i) + b];
-                    let (into_send, base) = land(k, r, j);
-                    let buf = if into_send { &sendbuf[r] } else { &recvbuf[r] };
-                    // (assert!, not assert_eq!: a failure names the message, not 4 KiB of it)
-                    assert!(
-                        &buf[base..base + b] == from,
-                        "n {n} round {k}: message {i} from {p} to {r} ({b} bytes) differs"
-                    );
-                    if into_send {
-                        assert!(
-                            buf[base + b..base + slot] == want[r][base + b..base + slot],
-                            "n {n} round {k}: {r}'s send buffer changed past the receive"
-                        );
-                    } else {
-                        assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
-                    }
-                    j += 1;
-                }
-            }
-        }
-    }
-    // The mismatched send read rank 0's first send buffer as the rounds left it.
-    assert_eq!(&probe[..8], &sendbuf[0][..8]);
-    assert!(probe[8..].iter().all(|&v| v == 0xEE));
-    assert_eq!(err, 1, "the mismatch names rank 0 (+1)");
-    // The buffers the kernels wrote through raw addresses live to here.
-    drop((sendbuf.as_mut_ptr(), recvbuf.as_mut_ptr(), areas));
-}
-
-/// The point-to-point kernel's C++ run on the host by real threads: a thread per block (block
-/// 0 sends, block 1 receives, side by side as on the GPU), each rank's launches one after
-/// another as on its stream. Two ranks with up to 12 messages a round between them (past the 8
-/// slots, so sends wait for credits the peer's receive block returns meanwhile), and four
-/// ranks with up to 4 messages per pair (every rank's slots and credits per peer); some
-/// receives in place; a size mismatch at the end names its sender.
-#[test]
-fn ll_p2p_kernel_runs_on_host_threads_exactly() {
-    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
-        return;
-    }
-    let (dir, so) = ll_p2p_host_library();
-    run_ll_p2p_on_host(&so, 2, 300, 12, 0x9E37_79B9_7F4A_7C15);
-    run_ll_p2p_on_host(&so, 4, 150, 4, 0xD1B5_4A32_D192_ED03);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -146,6 +146,12 @@ pub fn context(comm: &Comm) -> Result<CommCtx> {
 pub fn attach(comm: &Comm) -> Result<()> {
     let ctx = context(comm)?;
     if let Some(eng) = ccl_p2p::attach(&ctx, &config())? {
+        // The links report to the monitor already (`attach_monitor` ran first): the copy
+        // engines too.
+        if let Some(m) = comm.0.monitor.lock().as_ref() {
+            let hash = comm.0.nonce.load(std::sync::atomic::Ordering::Relaxed);
+            ccl_p2p::monitor_copies(&eng, m.publisher(), hash);
+        }
         comm.0.ipc.set(Arc::new(Held { ctx, eng }));
     }
     Ok(())

@@ -37,6 +37,29 @@ pub(crate) struct Collector {
     retired_dropped: u64,
 }
 
+/// The collector's nice value: it needs a few percent of a core on average and its rings
+/// hold many passes of records, while a transport thread it preempts for a pass stalls a
+/// transfer (on a machine with few cores every pass took an engine's or executor's core).
+const COLLECTOR_NICE: libc::c_int = 10;
+
+/// Lowers this thread's scheduling priority to [`COLLECTOR_NICE`] (best effort).
+fn yield_to_data_threads() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions and returns this thread's id.
+        let tid = unsafe { libc::gettid() };
+        // SAFETY: setpriority with PRIO_PROCESS and a thread id changes only that thread's
+        // nice value; lowering it needs no privilege and touches no memory of ours.
+        let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, COLLECTOR_NICE) };
+        if r != 0 {
+            tracing::debug!(
+                "monitor collector keeps its priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 impl Collector {
     pub(crate) fn new(
         cfg: &MonitorConfig,
@@ -74,6 +97,7 @@ impl Collector {
     }
 
     fn run(mut self) -> Result<(), Error> {
+        yield_to_data_threads();
         let mut idle_passes = 0u32;
         loop {
             // Read before draining: whatever was pushed before a flush request is drained

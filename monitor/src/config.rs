@@ -37,6 +37,14 @@ pub struct MonitorConfig {
     /// much later. Shorter costs more: each pass wakes a thread that competes with the
     /// engines for the cores (docs/PERFORMANCE.md has 1 ms against 10 ms).
     pub poll: Duration,
+    /// `CCL_MONITOR_EARLY`: a window of completions that reach back further than the span
+    /// is also judged on its latest span (default on: a drop shows within about the span
+    /// at any window; off: the completions smooth short dips as well).
+    pub early: bool,
+    /// `CCL_MONITOR_SAMPLE_US`: at most one throughput sample per key per this long in the
+    /// JSON file (default 1 ms; 10 us to 1 s). Alerts carry their exact times whatever it
+    /// is; finer costs more (100 us wrote ten times the lines).
+    pub sample: Duration,
 }
 
 impl Default for MonitorConfig {
@@ -53,6 +61,8 @@ impl Default for MonitorConfig {
             file_keep: 4,
             ring_capacity: 16 << 10,
             poll: Duration::from_millis(10),
+            early: true,
+            sample: Duration::from_millis(1),
         }
     }
 }
@@ -108,6 +118,9 @@ impl MonitorConfig {
         if let Some(v) = lookup("CCL_MONITOR_PORT") {
             c.port = Some(parse_int("CCL_MONITOR_PORT", &v)?);
         }
+        if let Some(v) = lookup("CCL_MONITOR_EARLY") {
+            c.early = parse_bool("CCL_MONITOR_EARLY", &v)?;
+        }
         c.parse_sizes(&lookup)?;
         Ok(c)
     }
@@ -134,6 +147,13 @@ impl MonitorConfig {
             }
             self.poll = Duration::from_micros(us);
         }
+        if let Some(v) = lookup("CCL_MONITOR_SAMPLE_US") {
+            let us: u64 = parse_int("CCL_MONITOR_SAMPLE_US", &v)?;
+            if !(10..=1_000_000).contains(&us) {
+                return Err(bad("CCL_MONITOR_SAMPLE_US", &v, "must be 10 to 1000000"));
+            }
+            self.sample = Duration::from_micros(us);
+        }
         if let Some(v) = lookup("CCL_MONITOR_FILE_BYTES") {
             self.file_max_bytes = parse_int("CCL_MONITOR_FILE_BYTES", &v)?;
             if self.file_max_bytes < 4096 {
@@ -150,7 +170,11 @@ impl MonitorConfig {
     pub fn window_config(&self) -> WindowConfig {
         let stall = u64::try_from(self.stall_after.as_nanos()).unwrap_or(u64::MAX);
         let span = u64::try_from(self.min_span.as_nanos()).unwrap_or(u64::MAX);
-        WindowConfig::new(self.window, self.drop, stall).with_min_span(span)
+        WindowConfig {
+            early: self.early,
+            resolution_ns: u64::try_from(self.sample.as_nanos()).unwrap_or(u64::MAX),
+            ..WindowConfig::new(self.window, self.drop, stall).with_min_span(span)
+        }
     }
 }
 
@@ -188,6 +212,8 @@ mod tests {
             ("CCL_MONITOR_POLL_US", "2000"),
             ("CCL_MONITOR_FILE_BYTES", "1048576"),
             ("CCL_MONITOR_FILE_KEEP", "2"),
+            ("CCL_MONITOR_EARLY", "0"),
+            ("CCL_MONITOR_SAMPLE_US", "250"),
         ])
         .unwrap();
         assert!(c.enabled);
@@ -200,6 +226,8 @@ mod tests {
         assert_eq!((w.window, w.drop, w.recover), (16, 0.25, 0.625));
         assert_eq!(w.stall_after_ns, 2_500_000);
         assert_eq!((w.min_span_ns, w.baseline_every_ns), (100_000, 100_000));
+        assert!(!c.early && !w.early && MonitorConfig::default().window_config().early);
+        assert_eq!(w.resolution_ns, 250_000);
     }
 
     #[test]
@@ -216,6 +244,8 @@ mod tests {
             ("CCL_MONITOR_SPAN_US", "2000000"),
             ("CCL_MONITOR_POLL_US", "50"),
             ("CCL_MONITOR_FILE_BYTES", "10"),
+            ("CCL_MONITOR_EARLY", "soon"),
+            ("CCL_MONITOR_SAMPLE_US", "5"),
         ];
         for (name, value) in cases {
             let err = from(&[(name, value)]).unwrap_err().to_string();

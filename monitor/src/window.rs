@@ -67,9 +67,14 @@ pub struct WindowConfig {
     pub merge_ns: u64,
     /// No completion for longer than this with work outstanding is a stall.
     pub stall_after_ns: u64,
-    /// At most one throughput sample per key per this many nanoseconds (100 us unless
-    /// configured: each is a line of the JSON file).
+    /// At most one throughput sample per key per this many nanoseconds (100 us from
+    /// [`WindowConfig::new`]; the monitor sets `CCL_MONITOR_SAMPLE_US`, 1 ms by default: each
+    /// is a line of the JSON file).
     pub resolution_ns: u64,
+    /// Whether a window whose `window` completions reach back further than the minimum span
+    /// is also judged on its latest minimum span: a drop then shows as soon as at window 1,
+    /// and so do dips of about the span that the completions would have smoothed.
+    pub early: bool,
 }
 
 impl Default for WindowConfig {
@@ -103,6 +108,7 @@ impl WindowConfig {
             merge_ns: DEFAULT_MERGE_NS,
             stall_after_ns,
             resolution_ns: 100_000,
+            early: true,
         }
     }
 
@@ -437,6 +443,23 @@ impl KeyState {
         Some(upto(to).saturating_sub(upto(from)))
     }
 
+    /// When the window's `window` completions reach back further than the minimum span: its
+    /// latest minimum span of busy time, as (bytes, busy ns, wall time of its start). A drop
+    /// fills that part first; with slow completions (large chunks, or a drop that made them
+    /// so) it is what lets a window of 8 see a drop as soon as a window of 1 does.
+    fn recent(&self, cfg: &WindowConfig) -> Option<(u64, u64, u64)> {
+        let (back, second) = (self.ring.back()?, self.ring.get(1)?);
+        if !cfg.early || cfg.min_span_ns == 0 || back.stamp - second.stamp < cfg.min_span_ns {
+            return None;
+        }
+        let cut = back.stamp - cfg.min_span_ns;
+        // The latest entry at least the span before the last (the second is one).
+        let i = self.ring.partition_point(|e| e.stamp <= cut);
+        let front = self.ring.get(i.checked_sub(1)?)?;
+        let span = back.stamp.checked_sub(front.stamp).filter(|&s| s > 0)?;
+        Some((back.cum - front.cum, span, front.wall))
+    }
+
     /// Bytes per second over the window.
     fn window_tput(&self) -> Option<f64> {
         Some(self.sum_bytes as f64 * 1e9 / self.span()? as f64)
@@ -661,9 +684,37 @@ fn total_config(cfg: &WindowConfig) -> WindowConfig {
 /// or when nothing else moved: a key carrying everything is left to its peer key).
 fn share(total: Option<&KeyState>, st: &KeyState, bytes: f64, to: u64) -> Option<(f64, f64)> {
     let from = st.ring.front()?.wall;
+    share_between(total, from, to, st.sum_bytes, bytes)
+}
+
+/// [`share`] over `(from, to]`, in which the key itself completed `own` bytes.
+fn share_between(
+    total: Option<&KeyState>,
+    from: u64,
+    to: u64,
+    own: u64,
+    bytes: f64,
+) -> Option<(f64, f64)> {
     let all = total?.bytes_between(from, to)?;
-    let others = all.saturating_sub(st.sum_bytes) as f64;
+    let others = all.saturating_sub(own) as f64;
     (others > 0.0).then(|| (bytes / others, others))
+}
+
+/// The window's [`KeyState::recent`] part in the key's unit, and in bytes per second.
+fn recent_value(
+    cfg: &WindowConfig,
+    key: Key,
+    st: &KeyState,
+    total: Option<&KeyState>,
+) -> Option<(f64, f64)> {
+    let (bytes, span, from) = st.recent(cfg)?;
+    let tput = bytes as f64 * 1e9 / span as f64;
+    if !relative(key) {
+        return Some((tput, tput));
+    }
+    let to = st.ring.back()?.wall;
+    let (v, _) = share_between(total, from, to, bytes, bytes as f64)?;
+    Some((v, tput))
 }
 
 fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
@@ -741,14 +792,23 @@ fn settle(
     let v = tput / unit;
     if st.full(cfg) {
         let culprit = Culprit::of(&w);
+        // The window closes at its `window` completions or its minimum span, whichever a
+        // drop reaches first: it is below if either part is, and back once both are.
+        let recent = recent_value(cfg, key, st, total);
+        let (low, low_tput) = match recent {
+            Some((rv, rt)) if rv < v => (rv, rt),
+            _ => (v, tput),
+        };
+        let back = recent.map_or(true, |(rv, rt)| st.recovered(cfg, rv, rt));
         match st.baseline {
-            Some(b) if !st.anomalous && v < cfg.drop * b => {
+            Some(b) if !st.anomalous && low < cfg.drop * b => {
                 st.anomalous = true;
                 st.probation.clear();
                 st.anomalies += 1;
-                out.push(Event::Anomaly(alert(key, w.ts_ns, tput, b * unit, culprit)));
+                let a = alert(key, w.ts_ns, low_tput, b * unit, culprit);
+                out.push(Event::Anomaly(a));
             }
-            Some(b) if st.anomalous && st.recovered(cfg, v, tput) => {
+            Some(b) if st.anomalous && back && st.recovered(cfg, v, tput) => {
                 st.anomalous = false;
                 out.push(Event::Recovered(alert(
                     key,
@@ -762,7 +822,7 @@ fn settle(
         }
         // Only healthy windows feed the baseline, so a slow spell does not become the norm;
         // the median keeps a few windows over a batch of acknowledgements from moving it.
-        if learn && !st.anomalous && st.baseline.map_or(true, |b| v >= cfg.recover * b) {
+        if learn && !st.anomalous && st.baseline.map_or(true, |b| low >= cfg.recover * b) {
             st.learn(cfg, v, tput);
         }
     }

@@ -270,3 +270,28 @@ fn disabled_monitor_is_inert() {
     assert_eq!(mon.snapshot(), ccl_monitor::Snapshot::default());
     assert_eq!(mon.metrics_addr(), None);
 }
+
+/// The collector runs at nice 10: it must not take the cores from the threads moving data.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_collector_runs_at_a_lower_priority() {
+    let m = Monitor::new(&MonitorConfig {
+        enabled: true,
+        ..MonitorConfig::default()
+    })
+    .unwrap();
+    m.flush().unwrap();
+    let nice = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
+            (comm.trim() == "ccl-monitor").then_some(())?;
+            let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+            // Fields after the parenthesised name: state is the 3rd field, nice the 19th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split(' ').nth(16)?.parse::<i32>().ok()
+        })
+        .collect::<Vec<_>>();
+    assert!(nice.contains(&10), "{nice:?}");
+}

@@ -266,11 +266,21 @@ fn batched_acks(
     pause: std::ops::Range<u64>,
     rate: impl Fn(u16, u64) -> f64,
 ) -> Vec<Event> {
-    const CHUNK: u64 = 32 << 10;
+    batched_acks_of(32 << 10, cfg, end_ns, pause, rate)
+}
+
+/// [`batched_acks`] with chunks of `chunk` bytes.
+fn batched_acks_of(
+    chunk: u64,
+    cfg: WindowConfig,
+    end_ns: u64,
+    pause: std::ops::Range<u64>,
+    rate: impl Fn(u16, u64) -> f64,
+) -> Vec<Event> {
     let on = |nic: u16, ts_ns: u64| Work {
         path: nic,
         nic,
-        ..work(ts_ns, CHUNK)
+        ..work(ts_ns, chunk)
     };
     let mut w = Windows::new(cfg);
     let mut out = Vec::new();
@@ -287,7 +297,7 @@ fn batched_acks(
         }
     }
     // When each NIC finishes its oldest chunk in flight.
-    let mut due = [0, 1].map(|nic| CHUNK as f64 * 1e9 / rate(nic, 0));
+    let mut due = [0, 1].map(|nic| chunk as f64 * 1e9 / rate(nic, 0));
     let mut round = 0;
     while round < end_ns {
         round += next(20_000, 150_000);
@@ -308,7 +318,7 @@ fn batched_acks(
             }
             w.on_complete(&on(nic, t), &mut out);
             w.on_post(&on(nic, t));
-            *d += CHUNK as f64 * 1e9 / rate(nic, *d as u64);
+            *d += chunk as f64 * 1e9 / rate(nic, *d as u64);
         }
         w.tick(t, &mut out);
     }
@@ -398,6 +408,59 @@ fn batched_acks_with_a_quarter_rate_for_300_ms_alarm_once_and_recover_once() {
         }
         assert_eq!(events.len(), 4, "window {window}: {events:?}");
     }
+}
+
+/// The same drop with 128 KiB chunks: 15 a millisecond per NIC, under 4 once NIC 1 slows, so
+/// a window of 32 completions reaches back 8 ms into the drop (it alarmed +2.97 ms after it);
+/// its latest millisecond of busy time sees the drop as soon as a window of 1 does.
+#[test]
+fn large_chunks_a_quarter_rate_alarms_within_1_ms_at_every_window() {
+    let (on, off) = (500_000_000u64, 800_000_000u64);
+    for window in [1, 8, 32] {
+        let cfg = WindowConfig::new(window, 0.5, 100_000_000);
+        let steady = batched_acks_of(128 << 10, cfg, 1_000_000_000, 0..0, |_, _| GBPS2);
+        assert_eq!(steady, [], "window {window}");
+        let rate = |nic, t| {
+            if nic == 1 && (on..off).contains(&t) {
+                GBPS2 / 4.0
+            } else {
+                GBPS2
+            }
+        };
+        let events = batched_acks_of(128 << 10, cfg, 1_000_000_000, 0..0, rate);
+        for key in [Key::Nic(1), Key::Path(1)] {
+            let got = of_key(&events, key);
+            let [Event::Anomaly(a), Event::Recovered(r)] = got[..] else {
+                panic!("window {window}, {key:?}: {got:?}");
+            };
+            assert!(
+                a.ts_ns > on && a.ts_ns - on <= 1_000_000,
+                "window {window}: {a:?}"
+            );
+            assert!(r.ts_ns > off, "window {window}: {r:?}");
+            eprintln!(
+                "128 KiB, window {window}, {key:?}: anomaly +{} us, recovery +{} us",
+                (a.ts_ns - on) / 1000,
+                (r.ts_ns - off) / 1000
+            );
+        }
+        assert_eq!(events.len(), 4, "window {window}: {events:?}");
+    }
+    // Judged on its 32 completions alone, the window sees it 2 ms later.
+    let cfg = WindowConfig {
+        early: false,
+        ..WindowConfig::new(32, 0.5, 100_000_000)
+    };
+    let rate = |nic, t| match nic == 1 && (on..off).contains(&t) {
+        true => GBPS2 / 4.0,
+        false => GBPS2,
+    };
+    let events = batched_acks_of(128 << 10, cfg, 1_000_000_000, 0..0, rate);
+    let a = of_key(&events, Key::Nic(1))[0];
+    assert!(
+        matches!(a, Event::Anomaly(_)) && a.ts_ns() - on > 2_000_000,
+        "{a:?}"
+    );
 }
 
 /// The engine not scheduled for 2 ms (no acknowledgements on either NIC, then all at once):

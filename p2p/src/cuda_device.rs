@@ -16,11 +16,26 @@ use crate::layout::Lane;
 pub(crate) struct CudaDevice<'a> {
     eng: &'a IpcEngine,
     user: &'a Stream,
+    /// The peer of the direct transfer whose copies are being queued ([`Device::annotate`]).
+    peer: Option<usize>,
+    /// The operation the copies belong to, for the monitor's records.
+    coll: Option<ccl_monitor::CollId>,
 }
 
 impl<'a> CudaDevice<'a> {
     pub(crate) fn new(eng: &'a IpcEngine, user: &'a Stream) -> CudaDevice<'a> {
-        CudaDevice { eng, user }
+        CudaDevice {
+            eng,
+            user,
+            peer: None,
+            coll: None,
+        }
+    }
+
+    /// Names the operation the copies queued through this device belong to.
+    pub(crate) fn for_op(mut self, coll: ccl_monitor::CollId) -> CudaDevice<'a> {
+        self.coll = Some(coll);
+        self
     }
 
     fn stream(&self, lane: Lane) -> Result<&Stream> {
@@ -206,8 +221,20 @@ impl Device for CudaDevice<'_> {
             return Ok(());
         }
         let s = self.stream(lane)?;
+        let timed = match (self.peer, self.coll, self.eng.copies.get()) {
+            (Some(peer), Some(coll), Some(m)) => m.start(s).map(|st| (m, st, peer, coll)),
+            _ => None,
+        };
         // SAFETY: see the impl.
-        unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)
+        unsafe { s.memcpy(dst, src, bytes) }.map_err(cuda_err)?;
+        if let Some((m, st, peer, coll)) = timed {
+            m.finish(s, st, peer, lane, bytes, coll);
+        }
+        Ok(())
+    }
+
+    fn annotate(&mut self, peer: Option<usize>) {
+        self.peer = peer;
     }
 
     fn pull(

@@ -214,6 +214,10 @@ pub(crate) trait Device {
     }
     /// Whether [`Device::wait_long`] of this kind is something other than a flag wait (a
     /// kernel), which [`Batched`] must not hold back.
+    /// The copies queued from here on move a direct transfer's data to or from `peer` (`None`:
+    /// they do not), so the monitor may time them ([`crate::copy_monitor`]).
+    fn annotate(&mut self, _peer: Option<usize>) {}
+
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {
         let _ = of;
         false
@@ -354,6 +358,9 @@ impl Device for Batched<'_> {
             self.hold(lane, *op)?;
         }
         Ok(())
+    }
+    fn annotate(&mut self, peer: Option<usize>) {
+        self.inner.annotate(peer);
     }
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {
         self.inner.long_wait_is_kernel(of)

@@ -135,6 +135,9 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     pub(crate) ll_exchange_max: usize,
+    /// The throughput monitor's timing of copy-engine transfers, once the communicator has a
+    /// monitor ([`crate::monitor_copies`]).
+    pub(crate) copies: std::sync::OnceLock<crate::copy_monitor::CopyMonitor>,
     /// Broadcasts over more than two ranks that go as a pipelined scatter and all-gather.
     pub(crate) relay: relay::Relay,
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
@@ -251,10 +254,27 @@ pub(crate) struct QueueTimes {
     pub(crate) longest: Duration,
     pub(crate) over_100us: u64,
     pub(crate) over_1ms: u64,
+    /// The total split by phase ([`Phases`]): where a host-bound loop's time goes.
+    pub(crate) phases: Phases,
+}
+
+/// A group's host time by phase of `submit_phase`: lowering and locking, posting the direct
+/// transfers, settling them (push waits included) and beginning, emitting and ending.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Phases {
+    pub(crate) prepare: Duration,
+    pub(crate) post: Duration,
+    pub(crate) begin: Duration,
+    pub(crate) emit: Duration,
 }
 
 impl QueueTimes {
-    pub(crate) fn add(&mut self, d: Duration) {
+    /// Counts one group of `d` in all, split as `p`.
+    pub(crate) fn add(&mut self, d: Duration, p: Phases) {
+        self.phases.prepare += p.prepare;
+        self.phases.post += p.post;
+        self.phases.begin += p.begin;
+        self.phases.emit += p.emit;
         self.groups += 1;
         self.total += d;
         self.longest = self.longest.max(d);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccl_cuda::cuda;
+use ccl_cuda::cuda::source::ll_spin_words_bytes;
 
 use crate::control::{CommCtx, PeerHealth};
 use crate::engine::{IpcEngine, Watch};
@@ -119,6 +120,10 @@ pub fn wait_idle(eng: &IpcEngine, abort: &AtomicBool) -> Result<()> {
 /// Releases the engine. After an abort its streams may wait forever on peers that are gone,
 /// and peers may still write into its memory: then it is leaked rather than freed.
 pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
+    // What ended since the last group (wait_idle has waited for the rest, unless aborted).
+    if let Some(m) = eng.copies.get() {
+        m.poll();
+    }
     if let Some(q) = eng.queued.try_lock() {
         tracing::info!(
             "rank {}: cuda-ipc sent {} bytes straight between user buffers, {} of them through \
@@ -145,13 +150,18 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
         let t = &q.queueing;
         tracing::info!(
             "rank {}: cuda-ipc queued {} groups in {:.3} ms of host time ({} over 100 us, {} \
-             over 1 ms, {} us at most)",
+             over 1 ms, {} us at most; prepared and locked {:.3} ms, posted {:.3}, settled and \
+             begun {:.3}, emitted and ended {:.3})",
             eng.layout.rank,
             t.groups,
             t.total.as_secs_f64() * 1e3,
             t.over_100us,
             t.over_1ms,
-            t.longest.as_micros()
+            t.longest.as_micros(),
+            t.phases.prepare.as_secs_f64() * 1e3,
+            t.phases.post.as_secs_f64() * 1e3,
+            t.phases.begin.as_secs_f64() * 1e3,
+            t.phases.emit.as_secs_f64() * 1e3,
         );
         let w = &q.push_waits;
         if w.pushed + w.left_to_pull + w.mailed > 0 {
@@ -197,7 +207,8 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
 const RELEASE_DEADLINE: Duration = Duration::from_millis(500);
 
 /// After an abort: moves every word of this rank's flag area (which peers write and this
-/// rank's streams and wait kernels wait on, cyclically `>=`) a quarter of the u32 circle
+/// rank's streams and wait kernels wait on, cyclically `>=`) and of its low-latency area's
+/// words (what the low-latency kernels spin on, the same way) a quarter of the u32 circle
 /// ahead, from a stream of its own, so that waits for a peer that is gone end and the
 /// process's GPU work behind them runs again (the aborted operations' data is garbage: the
 /// communicator is gone). Where every stream shares one hardware queue
@@ -236,22 +247,34 @@ fn release_waits(eng: &Arc<IpcEngine>) {
     }
 }
 
-/// Reads the flag area, adds 2^30 to every word and writes it back, on a stream of its own.
+/// Moves on, from a stream of its own, every word a kernel or stream of this rank may spin on:
+/// the flag area, and the words of its low-latency area (the low-latency kernels' flags and
+/// acknowledgements, the point-to-point kernel's slot, credit and ticket lines), which the
+/// kernels of small and mid-size operations wait on.
 fn bump_flags(eng: &IpcEngine) -> Result<usize> {
-    let buf = &eng._flags;
-    let len = buf.len() / 4 * 4;
     let s = ccl_cuda::cuda::Stream::with_flags(&eng.ctx, true).map_err(cuda_err)?;
+    let ll_words = ll_spin_words_bytes(eng.layout.nranks);
+    let flags = bump(&s, eng._flags.ptr(), eng._flags.len())?;
+    let ll = bump(&s, eng._ll.ptr(), ll_words.min(eng._ll.len()))?;
+    Ok(flags + ll)
+}
+
+/// Reads `len` bytes of device memory at `ptr`, adds 2^30 to every 32-bit word and writes them
+/// back on `s`: the words it returns how many of.
+fn bump(s: &ccl_cuda::cuda::Stream, ptr: u64, len: usize) -> Result<usize> {
+    let len = len / 4 * 4;
     let mut words = vec![0u8; len];
-    // SAFETY: the range is the flag area's own (it lives as long as the engine, which the
-    // caller keeps), and `words` holds `len` bytes until the synchronize returns.
-    unsafe { s.memcpy_dtoh(words.as_mut_ptr(), buf.ptr(), len) }.map_err(cuda_err)?;
+    // SAFETY: the range lies in one of the engine's own buffers (the caller's contract: they
+    // live as long as the engine, which the caller keeps), and `words` holds `len` bytes until
+    // the synchronize returns.
+    unsafe { s.memcpy_dtoh(words.as_mut_ptr(), ptr, len) }.map_err(cuda_err)?;
     s.synchronize().map_err(cuda_err)?;
     for w in words.chunks_exact_mut(4) {
         let v = u32::from_le_bytes([w[0], w[1], w[2], w[3]]).wrapping_add(1 << 30);
         w.copy_from_slice(&v.to_le_bytes());
     }
     // SAFETY: as above, `words` borrowed until the synchronize returns.
-    unsafe { s.memcpy_htod(buf.ptr(), words.as_ptr(), len) }.map_err(cuda_err)?;
+    unsafe { s.memcpy_htod(ptr, words.as_ptr(), len) }.map_err(cuda_err)?;
     s.synchronize().map_err(cuda_err)?;
     Ok(len / 4)
 }

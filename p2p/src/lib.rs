@@ -37,6 +37,7 @@ mod capture;
 mod captured;
 pub mod config;
 pub mod control;
+mod copy_monitor;
 mod cuda_device;
 mod device;
 mod direct;
@@ -72,3 +73,13 @@ pub use paths::takes;
 pub use queue::submit;
 pub use registration::register;
 pub use setup::attach;
+
+/// Has the engine time its copy-engine transfers for the throughput monitor whose handle is
+/// `publisher` (records carry `comm`, the communicator's hash). Once per engine; later calls
+/// change nothing.
+pub fn monitor_copies(eng: &IpcEngine, publisher: ccl_monitor::Publisher, comm: u64) {
+    if publisher.is_on() {
+        let m = copy_monitor::CopyMonitor::new(eng.ctx.clone(), publisher, comm);
+        let _ = eng.copies.set(m);
+    }
+}

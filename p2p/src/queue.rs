@@ -16,7 +16,7 @@ use crate::control::CommCtx;
 use crate::cuda_device::CudaDevice;
 use crate::device::Batched;
 use crate::direct::{plan, posting};
-use crate::engine::{streams_of, IpcEngine, Queued};
+use crate::engine::{streams_of, IpcEngine, Phases, Queued};
 use crate::error::{cuda_err, Error, Result};
 use crate::lower::{lower, Program};
 use crate::mail::MailJob;
@@ -68,6 +68,12 @@ type PhaseGroup = (CommCtx, Arc<IpcEngine>, Vec<Task>, Option<CallSig>);
 /// later call would drain.
 fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
     let started = std::time::Instant::now();
+    // The monitor learns of copies that ended since the last group (nothing when it is off).
+    for (_, eng, _, _) in &groups {
+        if let Some(m) = eng.copies.get() {
+            m.poll();
+        }
+    }
     let mut qs: Vec<Queueing> = Vec::with_capacity(groups.len());
     for (comm, eng, tasks, sig) in groups {
         qs.push(prepare(&comm, eng, &tasks, sig)?);
@@ -128,8 +134,14 @@ fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
         q.end(g).map_err(|e| poison(&q.comm, e))?;
     }
     let took = started.elapsed();
+    let phases = Phases {
+        prepare: locked,
+        post: posted - locked,
+        begin: begun - posted,
+        emit: took - begun,
+    };
     for g in guards.iter_mut() {
-        g.queueing.add(took);
+        g.queueing.add(took, phases);
     }
     // Where a group's host time goes (NCCL_DEBUG=TRACE): a host-bound loop beside a compute
     // thread showed 0.67 ms per send/receive call with little of it in push waits.
@@ -161,6 +173,7 @@ fn prepare(
     tasks: &[Task],
     sig: Option<CallSig>,
 ) -> Result<Queueing> {
+    let tasks_all = tasks;
     let user = streams_of(&eng.ctx, tasks);
     if user.is_empty() {
         return Err(Error::internal("cuda-ipc: a group without operations"));
@@ -219,6 +232,7 @@ fn prepare(
     }
     let staged_tx = em.sent_bytes();
     Ok(Queueing {
+        op: crate::copy_monitor::op_of(tasks_all),
         comm: comm.clone(),
         eng,
         user,
@@ -240,6 +254,8 @@ fn prepare(
 
 /// A group being queued on one communicator's streams.
 struct Queueing {
+    /// What the monitor's records of its copies name ([`crate::copy_monitor::op_of`]).
+    op: ccl_monitor::Op,
     comm: CommCtx,
     eng: Arc<IpcEngine>,
     user: Vec<Stream>,
@@ -664,6 +680,13 @@ impl Queueing {
         let eng = &*self.eng;
         let first = &self.user[0];
         let mut cuda = CudaDevice::new(eng, first);
+        if let Some(m) = eng.copies.get() {
+            cuda = cuda.for_op(ccl_monitor::CollId {
+                comm: m.comm,
+                op: self.op,
+                seq: q.ops,
+            });
+        }
         let mut dev = Batched::new(&mut cuda);
         self.em.end(&eng.layout, &mut dev, &mut q.counters)?;
         self.plan.end(&eng.layout, &mut dev)?;

@@ -14,7 +14,8 @@
 # docs/monitor-windows.png/.svg (the same experiment with windows 1, 8 and 32: three runs,
 # since the file holds window samples, not raw records). Environment: LIBDIR
 # (target/release), SIZE (4M), ITERS (400), TBF_AT_S (1), TBF_MS (300), SPAN_US (unset: the
-# library's CCL_MONITOR_SPAN_US default; 0 shows the windows' own effect), FIGS ("tbf
+# library's CCL_MONITOR_SPAN_US default; 0 shows the windows' own effect; CCL_MONITOR_EARLY and
+# the other CCL_MONITOR_* settings pass through), FIGS ("tbf
 # windows": which of the two figures to write). Needs root and iproute2 (tc); leaves nothing
 # behind.
 set -uo pipefail
@@ -54,7 +55,9 @@ echo "monitor_tbf: nic1 unshaped $((RATE_BPS / 1000000)) Mbit/s over the run; tb
 # shaped NAME WINDOW: a monitored run with the qdisc change TBF_AT_S in; its times in NAME.tc.
 shaped() {
   local name=$1 w=$2
+  # Samples every 100 us (the default is 1 ms): the analysis times windows by them.
   run "$name" CCL_MONITOR=1 CCL_MONITOR_WINDOW="$w" CCL_MONITOR_FILE="$LOG/$name.%p.jsonl" \
+    CCL_MONITOR_SAMPLE_US="${CCL_MONITOR_SAMPLE_US:-100}" \
     ${SPAN_US:+CCL_MONITOR_SPAN_US=$SPAN_US}
   # Inside host 0's namespace, so each change costs a tc exec and no more (CLOCK_MONOTONIC
   # is the same in every namespace); the line has the readings before and after it.
@@ -112,6 +115,9 @@ back = [l["ts_ns"] for l in samples if l["ts_ns"] >= dele and l["tput_bps"] >= 0
 fmt = lambda v, t0: f"{(v - t0) / 1e6:+.1f} ms" if v is not None else "never"
 out.append(f"  nic1 first window below 0.5 x baseline {fmt(min(low, default=None), add)} after tbf on; "
            f"first back above 0.75 x {fmt(min(back, default=None), dele)} after tbf off")
+# The 2-core machine may not run the engines for milliseconds around the tc exec: the
+# first nic-1 observation after the qdisc went on is when the monitor could first see it.
+seen = min((l["ts_ns"] for l in samples if l["ts_ns"] >= add), default=None)
 alerts = sorted((l["ts_ns"], l["type"]) for l in nic1("anomaly") + nic1("recovered"))
 before = [k for t, k in alerts if t < add]
 state = "anomalous" if before and before[-1] == "anomaly" else "normal"
@@ -119,6 +125,8 @@ fa = min((t for t, k in alerts if k == "anomaly" and t >= add), default=None)
 fr = min((t for t, k in alerts if k == "recovered" and t >= dele), default=None)
 out.append(f"  nic1 alerts: {state} at tbf on; first anomaly event {fmt(fa, add)} after tbf on, "
            f"first recovery event {fmt(fr, dele)} after tbf off; {len(alerts)} alert events in the run")
+out.append(f"  nic1 first completion after tbf on {fmt(seen, add)}; first anomaly event "
+           f"{fmt(fa, seen) if seen is not None else 'never'} after it")
 # Alerts nothing caused: anomalies of any NIC away from the shaped spell (100 ms after it
 # for the queued chunks to drain), and of the peer (a host that stalls every NIC).
 away = lambda l: not (add <= l["ts_ns"] <= dele + 100_000_000)

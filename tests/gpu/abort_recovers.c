@@ -5,30 +5,19 @@
  * operation on it drains (the GPU is usable again), then the survivors make a new
  * communicator of two in the same processes and run exact all-reduces, on the old stream and
  * on a new one. Three processes forked before any CUDA call, GPUs by rank (ONE_GPU=1: all on
- * GPU 0). Prints one line per survivor and PASS / FAIL. Build like two_comms.c.
+ * GPU 0). ABORT_OP / ABORT_COUNT choose the operation left waiting (see pending_op). Prints
+ * one line per survivor and PASS / FAIL. Build like two_comms.c.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "nccl.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int gpu_of(int rank) {
-  const char *v = getenv("ONE_GPU");
-  int n = 1;
-  if (v && atoi(v) == 1) return 0;
-  cudaGetDeviceCount(&n);
-  return rank % (n > 0 ? n : 1);
-}
 
 /* Polls a stream for up to `secs`: its seconds to drain, or -1 if it did not. */
 static double drain(cudaStream_t st, double secs) {
@@ -56,8 +45,22 @@ static int exact_all_reduce(ncclComm_t comm, int rank, float *buf, size_t n, cud
   return ok;
 }
 
+/* The operation left waiting for the dead rank: ABORT_OP=all_gather, or an all-reduce;
+ * ABORT_COUNT floats (per rank for the all-gather), by default the whole buffer (a copy-engine
+ * path); a few thousand take the low-latency kernels, which spin on the GPU instead. */
+static void pending_op(ncclComm_t comm, float *buf, size_t n, cudaStream_t st) {
+  const char *op = getenv("ABORT_OP"), *c = getenv("ABORT_COUNT");
+  size_t count = c ? strtoull(c, NULL, 10) : n;
+  if (op && strcmp(op, "all_gather") == 0) {
+    if (count * 4 > n) count = n / 4;
+    ncclAllGather(buf, buf + count, count, ncclFloat, comm, st);
+  } else {
+    ncclAllReduce(buf, buf, count < n ? count : n, ncclFloat, ncclSum, comm, st);
+  }
+}
+
 static int survivor(int rank, ncclComm_t comm, float *buf, size_t n, cudaStream_t st, int fd[2]) {
-  ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, st);
+  pending_op(comm, buf, n, st);
   double t0 = now();
   ncclResult_t a = ncclSuccess;
   while (now() - t0 < 20) {
@@ -101,8 +104,8 @@ int main(void) {
   pid_t one = fork();
   pid_t two = one == 0 ? -1 : fork();
   int rank = one == 0 ? 1 : two == 0 ? 2 : 0;
-  if (cudaSetDevice(gpu_of(rank)) != cudaSuccess) {
-    printf("SKIP abort_recovers: no GPU %d\n", gpu_of(rank));
+  if (cudaSetDevice(gpu_of(rank, 1)) != cudaSuccess) {
+    printf("SKIP abort_recovers: no GPU %d\n", gpu_of(rank, 1));
     return 0;
   }
   ncclComm_t comm;

@@ -44,6 +44,11 @@ fi
 
 build peer_dies && timeout -s KILL 60 /tmp/peer_dies 2>&1 | tail -n 3 | tee -a "$S"
 build abort_recovers && { timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"; }
+# The same with the pending operation on the low-latency kernels, which spin on the GPU: an
+# all-reduce of 64 KiB and an all-gather of 16 KiB per rank.
+for v in "ABORT_COUNT=16384" "ABORT_OP=all_gather ABORT_COUNT=4096"; do
+  echo "$v:" | tee -a "$S"; env $v timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"
+done
 build mismatch && timeout -s KILL 60 /tmp/mismatch 2>&1 | tail -n 3 | tee -a "$S"
 # The staged path over the network transport: a large all-reduce / all-to-all called alone by
 # one rank and in a group by the other.

@@ -11,7 +11,7 @@
 # Sizes: -b 8 -e 512M -f 4 (8 B, ..., 2 MiB, ..., 128 MiB, 512 MiB); EXTRA adds flags (-G 5).
 # On a machine with fewer GPUs than ranks, NCCL_TESTS_DEVICE=0 puts every rank on GPU 0 (libccl
 # allows that, NVIDIA's NCCL does not: leave "nccl" out of LIBS there); CUDA_DEVICE_MAX_CONNECTIONS
-# is passed on when set. ENVS_<name>="VAR=value ..." sets variables for that library's runs only
+# and CUDA_MPS_PIPE_DIRECTORY (tests/gpu/mps.sh) are passed on when set. ENVS_<name>="VAR=value ..." sets variables for that library's runs only
 # (say new=.dev/new nowait=.dev/new with ENVS_nowait="CCL_IPC_PUSH_WAIT_US=0 ...").
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -38,7 +38,8 @@ for rep in $(seq 1 "$REPS"); do
       fwd=$(for kv in $envs; do printf -- '-x %s ' "${kv%%=*}"; done)
       env $envs LD_LIBRARY_PATH=$dir timeout -s KILL 120 mpirun --allow-run-as-root --bind-to none -np "$NGPU" \
         -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE $fwd ${NCCL_TESTS_DEVICE:+-x NCCL_TESTS_DEVICE} \
-        ${CUDA_DEVICE_MAX_CONNECTIONS:+-x CUDA_DEVICE_MAX_CONNECTIONS} .dev/nccl-tests/build/${op}_perf \
+        ${CUDA_DEVICE_MAX_CONNECTIONS:+-x CUDA_DEVICE_MAX_CONNECTIONS} \
+        ${CUDA_MPS_PIPE_DIRECTORY:+-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY} .dev/nccl-tests/build/${op}_perf \
         -b 8 -e 512M -f 4 -c 1 ${EXTRA:-} > "$L/$op.$name.$rep.log" 2>&1
       echo "$op $name rep $rep exit $?" >> "$L/exits.txt"
     done

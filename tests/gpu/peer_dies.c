@@ -13,28 +13,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "nccl.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* ONE_GPU=1: every rank on GPU 0 (libccl allows it; NVIDIA's NCCL refuses two ranks on one
- * GPU), so a one-GPU machine runs this test too. */
-static int gpu_of(int rank) {
-  const char *v = getenv("ONE_GPU");
-  return v && atoi(v) == 1 ? 0 : rank;
-}
 
 int main(void) {
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
   pid_t pid = fork();
   int rank = pid == 0 ? 1 : 0;
-  if (cudaSetDevice(gpu_of(rank)) != cudaSuccess) {
-    printf("SKIP peer_dies: no GPU %d\n", gpu_of(rank));
+  if (cudaSetDevice(gpu_of(rank, 0)) != cudaSuccess) {
+    printf("SKIP peer_dies: no GPU %d\n", gpu_of(rank, 0));
     return 0;
   }
   ncclComm_t comm;

@@ -43,6 +43,9 @@
 #   RUN_TIMEOUT          seconds per run (default 60 + 1.5 * ITERS + 10 * (NPROC - 2))
 #   EXTRA_ARGS=""        appended to every train_gpt.py command line
 #   MEGATRON_PIN_CPUS=1  (train_gpt.py) each rank keeps to its own block of CPUs
+#   MEGATRON_ONE_GPU=1   (train_gpt.py) every rank on GPU 0, libccl only (NVIDIA's NCCL refuses
+#                        two ranks on one GPU; LIBS="ccl ..."): with MPS (tests/gpu/mps.sh) a
+#                        one-GPU machine shows libccl's host costs in a real training loop
 #   MICRO_BATCH=8 SEQ=1024  the model's micro-batch and sequence length. At 8 the GPU is the
 #                        bottleneck, as in real training, and one library's runs agree to ~0.5%;
 #                        MICRO_BATCH=2 (the default before 2026-11-23) is host-bound (the GPU

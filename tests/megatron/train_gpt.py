@@ -202,7 +202,11 @@ def main():
     import numpy as np
     import torch
 
-    torch.cuda.set_device(local_rank)
+    # MEGATRON_ONE_GPU=1: every rank on GPU 0 (with MPS, tests/gpu/mps.sh, they run side by
+    # side): libccl's host costs in a real training loop on a one-GPU machine. NVIDIA's NCCL
+    # refuses two ranks on one GPU, so such runs are libccl only.
+    gpu = 0 if os.environ.get("MEGATRON_ONE_GPU", "0") == "1" else local_rank
+    torch.cuda.set_device(gpu)
     deterministic = not args.no_deterministic
     if deterministic:
         # warn_only: an op without a deterministic kernel warns instead of failing the run;
@@ -257,7 +261,7 @@ def main():
     })
 
     # WORLD communicator first (Megatron-Bridge does this barrier too): one all_reduce.
-    torch.distributed.barrier(device_ids=[local_rank])
+    torch.distributed.barrier(device_ids=[gpu])
 
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=args.tp,
@@ -413,7 +417,7 @@ def main():
         "total_s": round(time.perf_counter() - T_START, 2),
     })
 
-    torch.distributed.barrier(device_ids=[local_rank])
+    torch.distributed.barrier(device_ids=[gpu])
     torch.distributed.destroy_process_group()
 
 

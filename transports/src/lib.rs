@@ -7,12 +7,15 @@
 //! then release it (`pop`). Nothing here blocks: a full or empty link answers at once, which
 //! lets one thread progress many operations on many links without deadlock.
 
+mod frame_mon;
 pub mod mpt;
 pub mod mpt_link;
 pub mod par;
 pub mod shm;
 pub mod socket;
 pub mod socket_failover;
+
+pub use frame_mon::{NIC_NONE, SHM_PATH, SINGLE_PATH};
 
 use std::io;
 

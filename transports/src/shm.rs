@@ -12,6 +12,9 @@ use std::os::unix::io::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ccl_monitor::Engine;
+
+use crate::frame_mon::{FrameMon, NIC_NONE, SHM_PATH};
 use crate::{Error, Link, Result};
 
 const MAGIC: u64 = 0x6363_6c2d_7368_6d31; // "ccl-shm1"
@@ -413,6 +416,7 @@ pub struct ShmLink {
     tx_head: u64,
     rx_head_cache: u64,
     rx_tail: u64,
+    mon: FrameMon,
 }
 
 impl ShmLink {
@@ -428,6 +432,7 @@ impl ShmLink {
             tx_head,
             rx_head_cache: rx_tail,
             rx_tail,
+            mon: FrameMon::off(Engine::Shm, SHM_PATH, NIC_NONE),
         }
     }
 }
@@ -453,6 +458,7 @@ impl Link for ShmLink {
             }
         }
         let idx = (self.tx_head % n) as usize;
+        let t0 = self.mon.now_ns();
         // SAFETY: slot `idx` is free (the reader has consumed it: head - tail < n, observed
         // with Acquire), it is `slot_bytes` long and frame.len() <= slot_bytes; the frame is
         // our memory, disjoint from the mapping.
@@ -466,6 +472,11 @@ impl Link for ShmLink {
         self.tx
             .word(HEAD_OFF)
             .store(self.tx_head, Ordering::Release);
+        if self.mon.is_on() {
+            // Delivered once written: the copy is the frame's whole time on the link.
+            self.mon.posted(t0, frame.len() as u64);
+            self.mon.completed(self.mon.now_ns(), frame.len() as u64);
+        }
         Ok(true)
     }
 
@@ -509,6 +520,14 @@ impl Link for ShmLink {
 
     fn kind(&self) -> &'static str {
         "shm"
+    }
+
+    fn attach_monitor(&mut self, m: &crate::LinkMonitor) {
+        self.mon.attach(m);
+    }
+
+    fn begin_op(&mut self, op: ccl_monitor::Op, seq: u64) {
+        self.mon.begin_op(op, seq);
     }
 }
 

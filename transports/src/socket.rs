@@ -6,9 +6,12 @@
 //! frames so a whole frame can be looked at in place.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 
-use crate::{Error, Link, Result};
+use ccl_monitor::Engine;
+
+use crate::frame_mon::{FrameMon, SINGLE_PATH};
+use crate::{Error, Link, LinkMonitor, Result};
 
 const HDR: usize = 8;
 
@@ -27,6 +30,9 @@ pub struct SocketLink {
     /// Length of the frame `peek` returned, consumed by `pop`.
     peeked: Option<usize>,
     peer: String,
+    /// Stream bytes (headers included) handed to the kernel so far, for the monitor.
+    sent: u64,
+    mon: FrameMon,
 }
 
 impl SocketLink {
@@ -52,7 +58,25 @@ impl SocketLink {
             in_end: 0,
             peeked: None,
             peer,
+            sent: 0,
+            mon: FrameMon::off(Engine::Socket, SINGLE_PATH, 0),
         })
+    }
+
+    /// Tells the monitor about a frame of `len` bytes accepted now, `written` bytes of it
+    /// (header included) already in the kernel: done now if all are, else once flushed.
+    #[cold]
+    fn record_send(&mut self, len: usize, written: usize) {
+        let t = self.mon.now_ns();
+        self.mon.posted(t, len as u64);
+        // Bytes of the stream before this frame, still in `out`.
+        let before = self.sent + self.pending_out() as u64;
+        self.sent += written as u64;
+        if written == HDR + len {
+            self.mon.completed(t, len as u64);
+        } else {
+            self.mon.owe(before + (HDR + len) as u64, len as u64);
+        }
     }
 
     fn pending_out(&self) -> usize {
@@ -111,6 +135,9 @@ impl Link for SocketLink {
             return Ok(false);
         }
         let total = HDR + frame.len();
+        if self.mon.is_on() {
+            self.record_send(frame.len(), written);
+        }
         if written < total {
             if written < HDR {
                 self.out.extend_from_slice(&hdr[written..]);
@@ -178,6 +205,7 @@ impl Link for SocketLink {
                 Ok(0) => return Err(self.closed()),
                 Ok(n) => {
                     self.out_pos += n;
+                    self.sent += n as u64;
                     moved = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -189,6 +217,9 @@ impl Link for SocketLink {
             self.out.clear();
             self.out_pos = 0;
         }
+        if moved && self.mon.owes() {
+            self.mon.reached(self.sent);
+        }
         Ok(moved)
     }
 
@@ -199,12 +230,82 @@ impl Link for SocketLink {
     fn kind(&self) -> &'static str {
         "socket"
     }
+
+    fn attach_monitor(&mut self, m: &LinkMonitor) {
+        let nic = self
+            .stream
+            .local_addr()
+            .ok()
+            .and_then(|a| interface_index(a.ip()))
+            .unwrap_or(0);
+        self.mon = FrameMon::off(Engine::Socket, SINGLE_PATH, nic);
+        self.mon.attach(m);
+    }
+
+    fn begin_op(&mut self, op: ccl_monitor::Op, seq: u64) {
+        self.mon.begin_op(op, seq);
+    }
+}
+
+/// The index of the interface that holds address `ip` (the NIC a socket bound to it uses),
+/// if one does and the index fits the monitor's NIC numbers.
+pub fn interface_index(ip: IpAddr) -> Option<u16> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `list`, which we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs built, not freed yet.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its real type;
+        // we read the larger form only for the matching family.
+        let addr = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                    Some(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if addr == Some(ip) {
+            // SAFETY: ifa_name is the interface's NUL-terminated name, alive with the list.
+            let idx = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+            found = u16::try_from(idx).ok().filter(|&i| i != 0);
+            break;
+        }
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once; no reference into it survives.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    #[test]
+    fn loopback_is_an_interface() {
+        assert!(interface_index(IpAddr::V4(Ipv4Addr::LOCALHOST)).is_some());
+        assert_eq!(
+            interface_index(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7))),
+            None
+        );
+    }
 
     fn pair(max: usize) -> (SocketLink, SocketLink) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -284,7 +284,10 @@ impl Plan {
             if let (false, Some(there)) = (t.outgoing, t.there) {
                 dev.wait_pull_signal(lane, arrive, (dst, src, bytes), there, done)?;
             } else {
-                dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done)?;
+                dev.annotate(Some(t.peer));
+                let r = dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done);
+                dev.annotate(None);
+                r?;
             }
         }
         if let Some(h) = &l.host {

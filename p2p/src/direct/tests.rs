@@ -4,9 +4,10 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::layout::{Lane, Layout};
 
-/// The commands a plan queues, in order, one word each.
+/// The commands a plan queues, in order, one word each; the peer named by the last
+/// annotation; the copies queued while one was named, with its peer.
 #[derive(Default)]
-struct Recorder(Vec<String>);
+struct Recorder(Vec<String>, Option<usize>, Vec<(usize, u64)>);
 
 impl Device for Recorder {
     fn wait(&mut self, lane: Lane, addr: u64, _: u32) -> Result<()> {
@@ -19,7 +20,13 @@ impl Device for Recorder {
     }
     fn copy(&mut self, lane: Lane, dst: u64, _: u64, _: usize) -> Result<()> {
         self.0.push(format!("copy {lane:?} {dst:#x}"));
+        if let Some(peer) = self.1 {
+            self.2.push((peer, dst));
+        }
         Ok(())
+    }
+    fn annotate(&mut self, peer: Option<usize>) {
+        self.1 = peer;
     }
     fn pull(&mut self, lane: Lane, dst: u64, (_, there): (u64, u64), _: usize) -> Result<()> {
         self.0
@@ -299,4 +306,59 @@ fn a_mailed_send_queues_its_mail_copy_then_done_on_its_push_lane() {
         dev.0
     );
     assert!(!dev.0.iter().any(|c| c.starts_with("copy")), "{:?}", dev.0);
+}
+
+/// The copies the monitor may time ([`crate::copy_monitor`]) are exactly those that move a
+/// transfer's data, each named with its transfer's peer: a push and a pull of this rank are,
+/// its own block's local copy and the transfer the peer copies are not, and nothing is left
+/// named once the plan is queued.
+#[test]
+fn only_the_transfers_copies_are_named_with_their_peer() {
+    let mut l = rank0_of_two();
+    l.nranks = 3;
+    l.flags.push(0x3000_0000);
+    l.scratch.push(0x3800_0000);
+    let transfer = |peer, outgoing, mine, role| Transfer {
+        peer,
+        outgoing,
+        mine,
+        bytes: 4 << 20,
+        seq: 0,
+        role,
+        there: None,
+        host: None,
+    };
+    let plan = Plan {
+        transfers: vec![
+            transfer(
+                1,
+                true,
+                0x8000_0000,
+                Role::Second {
+                    peer_addr: 0xa000_0000,
+                },
+            ),
+            transfer(
+                2,
+                false,
+                0x9000_0000,
+                Role::Second {
+                    peer_addr: 0xb000_0000,
+                },
+            ),
+            transfer(2, true, 0x8000_0000, Role::First),
+        ],
+        beside: vec![(0x9100_0000, 0x8000_0000, 4 << 20)],
+        ..Plan::default()
+    };
+    let mut dev = Recorder::default();
+    plan.begin(&l, &mut dev).unwrap();
+    plan.end(&l, &mut dev).unwrap();
+    assert_eq!(dev.2, [(1, 0xa000_0000), (2, 0x9000_0000)], "{:?}", dev.0);
+    assert_eq!(dev.1, None);
+    assert!(
+        dev.0.iter().any(|c| c.ends_with("0x91000000")),
+        "{:?}",
+        dev.0
+    );
 }

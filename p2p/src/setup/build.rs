@@ -165,6 +165,7 @@ pub(super) fn build(
         copy_kernel,
         ll_max: a.ll_max,
         ll_exchange_max: a.ll_exchange_max,
+        copies: std::sync::OnceLock::new(),
         relay: a.relay,
         takeover,
         tuning: Tuning::from_config(cfg),

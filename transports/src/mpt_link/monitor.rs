@@ -126,6 +126,8 @@ pub(super) struct EngineMon {
     paths: Vec<PathMark>,
     /// When this round's first chunk was posted.
     round_ts: u64,
+    /// Whether a chunk was posted this round (`round_ts` is set).
+    round_open: bool,
 }
 
 impl EngineMon {
@@ -140,6 +142,7 @@ impl EngineMon {
             nics: nics.max(1) as u16,
             paths: Vec::new(),
             round_ts: 0,
+            round_open: false,
         }
     }
 
@@ -216,8 +219,9 @@ impl EngineMon {
         if m.round_posts > 0 && m.round_op != op {
             self.publish_posts(path);
         }
-        if self.paths.iter().all(|m| m.round_posts == 0) {
+        if !self.round_open {
             self.round_ts = ts_ns;
+            self.round_open = true;
         }
         let Some(m) = self.paths.get_mut(usize::from(path)) else {
             return;
@@ -250,8 +254,13 @@ impl EngineMon {
         if !self.is_on() {
             return;
         }
-        for path in 0..self.paths.len() {
-            self.publish_posts(path as u16);
+        if self.round_open {
+            for path in 0..self.paths.len() {
+                if self.paths[path].round_posts > 0 {
+                    self.publish_posts(path as u16);
+                }
+            }
+            self.round_open = false;
         }
         let now = self.publisher.now_ns();
         for (i, v) in conn.paths().enumerate() {

@@ -224,12 +224,18 @@ impl Inner {
                 }
             }
         }
-        if self.conn.poll_timeout().is_some_and(|t| t <= now) {
+        let timed_out = self.conn.poll_timeout().is_some_and(|t| t <= now);
+        if timed_out {
             self.conn.handle_timeout(now);
         }
         moved |= self.transmit(now, send_slab);
         self.drain_events();
-        self.mon.settle(&self.conn);
+        // Chunks leave a path's flight only on what arrived or a timeout, and are posted only
+        // by a transmission: a round that did none has nothing to tell the monitor (most
+        // rounds of a polling engine).
+        if moved || timed_out {
+            self.mon.settle(&self.conn);
+        }
         moved
     }
 

@@ -29,6 +29,7 @@
 //! reads frames in place.
 
 mod bufs;
+mod monitor;
 mod redial;
 mod ring;
 mod wire;
@@ -43,6 +44,7 @@ use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverC
 
 use crate::{Error, Link, Result};
 use bufs::RecvWindow;
+pub use monitor::{reason_name, state_name, FAILOVER_PATHS};
 pub use redial::Redial;
 use redial::Redialer;
 use ring::SendRing;
@@ -115,6 +117,7 @@ struct Inner {
     failed: Option<String>,
     id: u64,
     redial: Redialer,
+    mon: monitor::FoMon,
 }
 
 impl Inner {
@@ -141,6 +144,7 @@ impl Inner {
             failed: None,
             id: cfg.id,
             redial: Redialer::new(redial, cfg.id)?,
+            mon: monitor::FoMon::off(cfg.id),
         })
     }
 
@@ -248,8 +252,12 @@ impl Inner {
             To::Sender => {
                 let acked = self.tx.ledger().acked();
                 self.tx.handle_message(now, role, m.msg).map_err(proto)?;
-                if self.tx.ledger().acked() > acked {
+                let new = self.tx.ledger().acked();
+                if new > acked {
                     self.note_flowing(now, role);
+                    if self.mon.is_on() {
+                        self.mon.acked(new);
+                    }
                 }
             }
             To::Receiver => {
@@ -301,9 +309,17 @@ impl Inner {
         while let Some(a) = self.rx.poll_action() {
             self.action(now, "receive", a);
         }
-        // The machines logged and counted their transitions; the records are not kept.
-        while self.tx.poll_transition().is_some() {}
-        while self.rx.poll_transition().is_some() {}
+        // The machines logged and counted their transitions; the monitor, if on, gets them.
+        while let Some(t) = self.tx.poll_transition() {
+            if self.mon.is_on() {
+                self.mon.transition(&t);
+            }
+        }
+        while let Some(t) = self.rx.poll_transition() {
+            if self.mon.is_on() {
+                self.mon.transition(&t);
+            }
+        }
     }
 
     fn action(&mut self, now: Instant, side: &str, a: Action) {
@@ -356,6 +372,11 @@ impl Inner {
             false => self.send.append(&[frame]),
         }
         self.tx.post(now, need as u64);
+        if self.mon.is_on() {
+            let end = self.send.end();
+            self.mon
+                .queued(self.tx.failover().active(), frame.len(), end);
+        }
         true
     }
 
@@ -711,6 +732,21 @@ impl Link for FailoverSocketLink {
 
     fn kind(&self) -> &'static str {
         "socket"
+    }
+
+    fn attach_monitor(&mut self, m: &crate::LinkMonitor) {
+        let mut g = self.shared.lock();
+        let nics = [0, 1].map(|i| {
+            g.wires[i]
+                .local_ip()
+                .and_then(crate::socket::interface_index)
+                .unwrap_or(crate::NIC_NONE)
+        });
+        g.mon.attach(m, nics);
+    }
+
+    fn begin_op(&mut self, op: ccl_monitor::Op, seq: u64) {
+        self.shared.lock().mon.begin_op(op, seq);
     }
 }
 

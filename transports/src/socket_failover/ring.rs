@@ -55,6 +55,11 @@ impl SendRing {
         }
     }
 
+    /// The stream offset just past the last byte appended.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
     /// Bytes that can be appended now.
     pub fn room(&self) -> usize {
         self.buf.len() - (self.end - self.start) as usize

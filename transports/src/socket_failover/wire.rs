@@ -151,6 +151,11 @@ impl Wire {
         })
     }
 
+    /// The address this end of the connection is bound to.
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.stream.local_addr().ok().map(|a| a.ip())
+    }
+
     /// Whether an error or end of stream was seen: nothing more goes or comes on it.
     pub fn is_dead(&self) -> bool {
         self.dead

@@ -36,6 +36,14 @@ pub fn ll_p2p_words_bytes(nranks: usize) -> usize {
     (64 * (nranks * LL_P2P_SLOTS + nranks + 1)).div_ceil(256) * 256
 }
 
+/// Bytes at the start of a low-latency area holding every word a low-latency kernel of this
+/// rank spins on (flags, acknowledgements, the point-to-point slot, credit and ticket lines),
+/// cyclically `>=`: moving each a quarter of the u32 circle ahead ends every such spin, which
+/// is how an abort releases kernels left waiting on a dead peer.
+pub fn ll_spin_words_bytes(nranks: usize) -> usize {
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
+}
+
 /// Byte offset of the data regions in a low-latency area: after the words and the
 /// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)).
 pub fn ll_data_offset(nranks: usize) -> usize {

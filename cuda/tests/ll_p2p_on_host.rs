@@ -1,0 +1,324 @@
+//! The point-to-point kernel's C++ run on the host by real threads (CI has no GPU): every
+//! message where it belongs, and a receive or send left waiting on a dead peer ends once its
+//! rank's low-latency words move on, as an abort moves them.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod host_cpp;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use ccl_cuda::cuda::source::{
+    kernel_name, ll_data_offset, ll_p2p_offset, ll_spin_words_bytes, KernelOp, LL_P2P_SLOTS,
+};
+use ccl_cuda::cuda::LlP2p;
+use ccl_cuda::DataType;
+use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn, Xs};
+
+/// One run of the host-built kernel: `n` ranks, `rounds` rounds; in each round every rank
+/// sends 0..`per_pair` messages of 0..4096 bytes to every other rank (one launch per rank and
+/// round: its sends, then its receives in source order), and with probability 1/4 its first
+/// receive lands in the buffer its first send reads (in place, held back by the ticket).
+/// Checks every byte where it was meant to land and nothing around it. One simulated run read
+/// top to bottom, hence its length.
+#[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
+fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
+    use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS};
+    let slot = LL_P2P_BYTES;
+    let most = per_pair * (n - 1);
+    assert!(most <= LL_P2P_MAX_OPS);
+    let area = ll_data_offset(n);
+    let areas: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; area / 8 + 8]).collect();
+    let table: Vec<u64> = areas.iter().map(|a| a.as_ptr() as u64).collect();
+    let mut err = 0u32;
+    let mut rng = Xs(seed);
+    // sizes[k][r][p]: the messages r sends p in round k.
+    let sizes: Vec<Vec<Vec<Vec<usize>>>> = (0..rounds)
+        .map(|_| {
+            (0..n)
+                .map(|r| {
+                    (0..n)
+                        .map(|p| {
+                            let c = if p == r {
+                                0
+                            } else {
+                                rng.below(per_pair as u64 + 1)
+                            };
+                            (0..c)
+                                .map(|_| rng.below(slot as u64 + 1) as usize)
+                                .collect()
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let in_place: Vec<Vec<bool>> = (0..rounds)
+        .map(|_| (0..n).map(|_| rng.below(4) == 0).collect())
+        .collect();
+    let at = |k: usize, m: usize| (k * most + m) * slot;
+    let mut sendbuf: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            (0..rounds * most * slot)
+                .map(|i| (i * 31 + r * 7 + 1) as u8)
+                .collect()
+        })
+        .collect();
+    let want = sendbuf.clone();
+    let mut recvbuf: Vec<Vec<u8>> = (0..n).map(|_| vec![0xEEu8; rounds * most * slot]).collect();
+    // Where each receive lands: (in the send buffer?, offset).
+    let land = |k: usize, r: usize, j: usize| {
+        let sends_any = sizes[k][r].iter().any(|v| !v.is_empty());
+        if in_place[k][r] && j == 0 && sends_any {
+            (true, at(k, 0))
+        } else {
+            (false, at(k, j))
+        }
+    };
+    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); n];
+    let mut sent = vec![vec![0u32; n]; n];
+    let mut received = vec![vec![0u32; n]; n];
+    let mut ticket = vec![0u32; n];
+    for k in 0..rounds {
+        for r in 0..n {
+            let mut x = LlP2p::default();
+            for p in 0..n {
+                for &b in &sizes[k][r][p] {
+                    let m = x.nsend as usize;
+                    sent[r][p] += 1;
+                    x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
+                    (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, p as u32, sent[r][p]);
+                    x.nsend += 1;
+                }
+            }
+            for p in 0..n {
+                for &b in &sizes[k][p][r] {
+                    let j = x.nrecv as usize;
+                    received[r][p] += 1;
+                    let (into_send, off) = land(k, r, j);
+                    x.dst[j] = if into_send {
+                        x.rafter[j] = 1;
+                        sendbuf[r].as_mut_ptr() as u64 + off as u64
+                    } else {
+                        recvbuf[r].as_mut_ptr() as u64 + off as u64
+                    };
+                    (x.rbytes[j], x.rpeer[j], x.rseq[j]) = (b as u64, p as u32, received[r][p]);
+                    x.nrecv += 1;
+                }
+            }
+            launches[r].push((x, ticket[r]));
+            ticket[r] += x.nsend;
+        }
+    }
+    // A last launch pair: rank 0 sends 8 bytes, rank 1 expects 16 (a mismatch).
+    let mut probe = [0xEEu8; 16];
+    {
+        let mut x = LlP2p::default();
+        sent[0][1] += 1;
+        (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) =
+            (1, sendbuf[0].as_ptr() as u64, 8, 1, sent[0][1]);
+        launches[0].push((x, ticket[0]));
+        let mut y = LlP2p::default();
+        received[1][0] += 1;
+        (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) =
+            (1, probe.as_mut_ptr() as u64, 16, 0, received[1][0]);
+        launches[1].push((y, ticket[1]));
+    }
+
+    // SAFETY: the library was just built from the kernel source, with no initialisers.
+    let lib = unsafe { libloading::Library::new(so) }.unwrap();
+    let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
+    // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
+    let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
+    // SAFETY: the symbol is the block setter of the primitives above, `void(unsigned)`.
+    let set_block: unsafe extern "C" fn(u32) = unsafe {
+        *lib.get::<unsafe extern "C" fn(u32)>(b"ccl_host_set_block")
+            .unwrap()
+    };
+    let table_at = table.as_ptr() as usize;
+    let err_at = &mut err as *mut u32 as usize;
+    let off = ll_p2p_offset(n) as u64;
+    let (done_tx, done_rx) = mpsc::channel();
+    for (r, mine) in launches.into_iter().enumerate() {
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            for (x, base) in mine {
+                std::thread::scope(|s| {
+                    for b in 0..2u32 {
+                        s.spawn(move || {
+                            // SAFETY: every address in `x` and the table points into buffers
+                            // the caller keeps alive until every rank reports done (or leaks
+                            // on timeout); the areas' words start at zero.
+                            unsafe {
+                                set_block(b);
+                                kernel(
+                                    x,
+                                    table_at as *const u64,
+                                    r as u32,
+                                    n as u32,
+                                    off,
+                                    base,
+                                    err_at as *mut u32,
+                                );
+                            }
+                        });
+                    }
+                });
+            }
+            let _ = done.send(r);
+        });
+    }
+    for _ in 0..n {
+        assert!(
+            done_rx
+                .recv_timeout(std::time::Duration::from_secs(120))
+                .is_ok(),
+            "a rank's launches did not finish (deadlock in the kernel's protocol?)"
+        );
+    }
+    for k in 0..rounds {
+        for r in 0..n {
+            let mut j = 0;
+            for p in 0..n {
+                // p's send index of its messages to r: after those to lower ranks.
+                let first: usize = sizes[k][p][..r].iter().map(Vec::len).sum();
+                for (i, &b) in sizes[k][p][r].iter().enumerate() {
+                    let from = &want[p][at(k, first + i)..at(k, first + i) + b];
+                    let (into_send, base) = land(k, r, j);
+                    let buf = if into_send { &sendbuf[r] } else { &recvbuf[r] };
+                    // (assert!, not assert_eq!: a failure names the message, not 4 KiB of it)
+                    assert!(
+                        &buf[base..base + b] == from,
+                        "n {n} round {k}: message {i} from {p} to {r} ({b} bytes) differs"
+                    );
+                    if into_send {
+                        assert!(
+                            buf[base + b..base + slot] == want[r][base + b..base + slot],
+                            "n {n} round {k}: {r}'s send buffer changed past the receive"
+                        );
+                    } else {
+                        assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
+                    }
+                    j += 1;
+                }
+            }
+        }
+    }
+    // The mismatched send read rank 0's first send buffer as the rounds left it.
+    assert_eq!(&probe[..8], &sendbuf[0][..8]);
+    assert!(probe[8..].iter().all(|&v| v == 0xEE));
+    assert_eq!(err, 1, "the mismatch names rank 0 (+1)");
+    // The buffers the kernels wrote through raw addresses live to here.
+    drop((sendbuf.as_mut_ptr(), recvbuf.as_mut_ptr(), areas));
+}
+
+/// The point-to-point kernel's C++ run on the host by real threads: a thread per block (block
+/// 0 sends, block 1 receives, side by side as on the GPU), each rank's launches one after
+/// another as on its stream. Two ranks with up to 12 messages a round between them (past the 8
+/// slots, so sends wait for credits the peer's receive block returns meanwhile), and four
+/// ranks with up to 4 messages per pair (every rank's slots and credits per peer); some
+/// receives in place; a size mismatch at the end names its sender.
+#[test]
+fn ll_p2p_kernel_runs_on_host_threads_exactly() {
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let (dir, so) = ll_p2p_host_library();
+    run_ll_p2p_on_host(&so, 2, 300, 12, 0x9E37_79B9_7F4A_7C15);
+    run_ll_p2p_on_host(&so, 4, 150, 4, 0xD1B5_4A32_D192_ED03);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One launch of the host-built kernel for `rank` of two with `x`, both blocks on threads of
+/// their own; the sender of the returned channel's message is that launch ending.
+fn launch(
+    so: &Path,
+    table: &'static [u64],
+    rank: u32,
+    x: LlP2p,
+    err: &'static mut u32,
+) -> mpsc::Receiver<()> {
+    let so = so.to_path_buf();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: the library was just built from the kernel source, with no initialisers.
+        let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+        let name = kernel_name(DataType::Uint8, KernelOp::LlP2p);
+        // SAFETY: the symbol is the kernel, whose parameters are those of `LlP2pFn`.
+        let kernel: LlP2pFn = unsafe { *lib.get::<LlP2pFn>(name.as_bytes()).unwrap() };
+        // SAFETY: the symbol is the block setter of the host primitives, `void(unsigned)`.
+        let set_block: unsafe extern "C" fn(u32) = unsafe {
+            *lib.get::<unsafe extern "C" fn(u32)>(b"ccl_host_set_block")
+                .unwrap()
+        };
+        let err_at = err as *mut u32 as usize;
+        let off = ll_p2p_offset(2) as u64;
+        std::thread::scope(|s| {
+            for b in 0..2u32 {
+                s.spawn(move || {
+                    // SAFETY: sets this thread's block index, a thread-local of the library.
+                    unsafe { set_block(b) };
+                    // SAFETY: the table, the areas and every buffer in `x` are leaked by the
+                    // caller (they outlive any thread still spinning); the words start at zero.
+                    unsafe { kernel(x, table.as_ptr(), rank, 2, off, 0, err_at as *mut u32) };
+                });
+            }
+        });
+        let _ = tx.send(());
+        std::mem::forget(lib);
+    });
+    rx
+}
+
+/// A receive whose sender never sends, and a ninth send to a receiver that never receives (past
+/// the eight slots it waits for a credit): both spin on a peer that is gone until the words of
+/// their rank's low-latency area that kernels spin on ([`ll_spin_words_bytes`]) move a quarter
+/// of the u32 circle ahead, as an abort moves them; then the launch ends.
+#[test]
+fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let (dir, so) = ll_p2p_host_library();
+    for receiving in [true, false] {
+        // Leaked: a thread that never ends would still read them.
+        let areas: &'static mut [Vec<u64>] = Vec::leak(
+            (0..2)
+                .map(|_| vec![0u64; ll_data_offset(2) / 8 + 8])
+                .collect(),
+        );
+        let table: &'static [u64] = Vec::leak(areas.iter().map(|a| a.as_ptr() as u64).collect());
+        let buf: &'static mut [u8] = Vec::leak(vec![7u8; 64 * LL_P2P_SLOTS]);
+        let mut x = LlP2p::default();
+        let rank = if receiving {
+            (x.nrecv, x.rpeer[0], x.rseq[0], x.rbytes[0]) = (1, 0, 1, 16);
+            x.dst[0] = buf.as_mut_ptr() as u64;
+            1
+        } else {
+            for i in 0..=LL_P2P_SLOTS {
+                (x.speer[i], x.sseq[i], x.sbytes[i]) = (1, i as u32 + 1, 16);
+                x.src[i] = buf.as_ptr() as u64 + 64 * i as u64;
+            }
+            x.nsend = LL_P2P_SLOTS as u32 + 1;
+            0
+        };
+        let done = launch(&so, table, rank, x, Box::leak(Box::new(0u32)));
+        assert!(
+            done.recv_timeout(Duration::from_millis(300)).is_err(),
+            "receiving {receiving}: the launch ended with its peer gone"
+        );
+        let words = table[rank as usize] as *const AtomicU32;
+        for i in 0..ll_spin_words_bytes(2) / 4 {
+            // SAFETY: the area holds ll_data_offset(2) > ll_spin_words_bytes(2) bytes, 8-aligned.
+            unsafe { &*words.add(i) }.fetch_add(1 << 30, Ordering::SeqCst);
+        }
+        assert!(
+            done.recv_timeout(Duration::from_secs(10)).is_ok(),
+            "receiving {receiving}: still spinning after the words moved on"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,174 @@
+//! Copy-engine transfers for the throughput monitor (`CCL_MONITOR=1`). The GPU runs a copy, so
+//! only the GPU knows when it ran: each copy of a direct transfer this rank makes is bracketed
+//! by two timing events on its lane, and once the second has passed, the events' own interval
+//! becomes a post and a completion record (engine `copy_engine`, unit `copy`, the peer, the
+//! lane as the path). The host sees an event pass only when it looks (at the communicator's
+//! next group, and at its end), so the completion is stamped then and the post that interval
+//! before it: windows see each copy's real rate, placed late by at most the gap between two
+//! groups. Local copies, copies inside kernels (`CCL_IPC_COPY_KERNEL`, mailed sends) and
+//! copies the peer's GPU makes for this rank are not timed here.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ccl_collectives::task::{Task, TaskKind};
+use ccl_collectives::Collective;
+use ccl_cuda::cuda::{Context, Event, Stream};
+use ccl_monitor::{CollId, Engine, Op, Publisher, Unit, Work};
+use parking_lot::Mutex;
+
+use crate::layout::Lane;
+
+/// Timed copies in flight past which new ones go untimed (a GPU far behind its host, or an
+/// event that never passes, must not grow the queue without end).
+const MOST_PENDING: usize = 4096;
+
+/// One communicator's timed copies.
+pub(crate) struct CopyMonitor {
+    publisher: Publisher,
+    ctx: Arc<Context>,
+    /// The communicator's hash, as its links' records carry it.
+    pub(crate) comm: u64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Oldest first: copies on different lanes may end out of order, but one not yet passed
+    /// holds the later ones back only until the next look.
+    pending: VecDeque<(Event, Event, Work)>,
+    /// Event pairs to reuse (creating events costs driver calls).
+    free: Vec<(Event, Event)>,
+}
+
+/// A copy whose start event is recorded: what [`CopyMonitor::finish`] completes.
+pub(crate) struct Started(Event, Event);
+
+impl CopyMonitor {
+    pub(crate) fn new(ctx: Arc<Context>, publisher: Publisher, comm: u64) -> CopyMonitor {
+        CopyMonitor {
+            publisher,
+            ctx,
+            comm,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Records a copy's start on `s`; `None` (the copy goes untimed) when too many are in
+    /// flight or the events cannot be made or recorded.
+    pub(crate) fn start(&self, s: &Stream) -> Option<Started> {
+        let reused = {
+            let mut g = self.inner.lock();
+            if g.pending.len() >= MOST_PENDING {
+                return None;
+            }
+            g.free.pop()
+        };
+        let (a, b) = match reused {
+            Some(pair) => pair,
+            None => (
+                Event::timing(&self.ctx).ok()?,
+                Event::timing(&self.ctx).ok()?,
+            ),
+        };
+        a.record(s).ok()?;
+        Some(Started(a, b))
+    }
+
+    /// Records the copy's end on `s` and queues it for [`CopyMonitor::poll`].
+    pub(crate) fn finish(
+        &self,
+        s: &Stream,
+        st: Started,
+        peer: usize,
+        lane: Lane,
+        bytes: usize,
+        coll: CollId,
+    ) {
+        let Started(a, b) = st;
+        if b.record(s).is_err() {
+            return;
+        }
+        let work = Work {
+            ts_ns: 0,
+            bytes: bytes as u64,
+            peer: peer as u32,
+            path: path_of(lane),
+            nic: 0,
+            engine: Engine::CopyEngine,
+            unit: Unit::Copy,
+            coll,
+        };
+        self.inner.lock().pending.push_back((a, b, work));
+    }
+
+    /// Publishes every timed copy, oldest first, whose end event has passed.
+    pub(crate) fn poll(&self) {
+        let mut g = self.inner.lock();
+        while let Some((a, b, w)) = g.pending.front() {
+            if !b.query().unwrap_or(true) {
+                return;
+            }
+            let took_ns = Event::elapsed_ms(a, b).map_or(0, |ms| (f64::from(ms) * 1e6) as u64);
+            let now = self.publisher.now_ns();
+            let mut w = *w;
+            w.ts_ns = now.saturating_sub(took_ns);
+            self.publisher.post(&w);
+            w.ts_ns = now;
+            self.publisher.complete(&w);
+            if let Some((a, b, _)) = g.pending.pop_front() {
+                g.free.push((a, b));
+            }
+        }
+    }
+}
+
+/// The operation a group's records name: its first task's (a group of several collectives is
+/// named by its first, as NCCL's profiler names a group's parts one by one).
+pub(crate) fn op_of(tasks: &[Task]) -> Op {
+    match tasks.first().map(|t| t.kind) {
+        Some(TaskKind::Coll(c)) => match c {
+            Collective::AllReduce => Op::AllReduce,
+            Collective::AllGather => Op::AllGather,
+            Collective::ReduceScatter => Op::ReduceScatter,
+            Collective::Broadcast { .. } => Op::Broadcast,
+            Collective::Reduce { .. } => Op::Reduce,
+            Collective::AlltoAll => Op::AllToAll,
+            Collective::Gather { .. } | Collective::Scatter { .. } => Op::Other,
+        },
+        Some(TaskKind::Send { .. }) => Op::Send,
+        Some(TaskKind::Recv { .. }) => Op::Recv,
+        None => Op::Other,
+    }
+}
+
+/// A lane as a record's path: copy lanes from 0, receive lanes from 16, host-path lanes from
+/// 32, the caller's stream 255.
+pub(crate) fn path_of(lane: Lane) -> u16 {
+    match lane {
+        Lane::Tx(i) => i as u16,
+        Lane::Rx(i) => 16 + i as u16,
+        Lane::Host(i) => 32 + i as u16,
+        Lane::User => 255,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lane_is_a_path_of_its_own() {
+        let lanes = [
+            Lane::Tx(0),
+            Lane::Tx(7),
+            Lane::Rx(0),
+            Lane::Rx(3),
+            Lane::Host(0),
+            Lane::Host(1),
+            Lane::User,
+        ];
+        let paths: Vec<u16> = lanes.iter().map(|&l| path_of(l)).collect();
+        assert_eq!(paths, [0, 7, 16, 19, 32, 33, 255]);
+    }
+}

@@ -1,0 +1,28 @@
+/* common.h -- what the forked multi-process GPU tests (peer_dies.c, abort_recovers.c) share:
+ * a monotonic clock and the GPU a rank runs on. */
+#ifndef CCL_GPU_TEST_COMMON_H
+#define CCL_GPU_TEST_COMMON_H
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ONE_GPU=1: every rank on GPU 0 (libccl allows it; NVIDIA's NCCL refuses two ranks on one
+ * GPU), so a one-GPU machine runs the test too. Otherwise GPU `rank`, or with `wrap` the
+ * ranks dealt round the visible GPUs (a test of more ranks than GPUs). */
+static int gpu_of(int rank, int wrap) {
+  const char *v = getenv("ONE_GPU");
+  int n = 1;
+  if (v && atoi(v) == 1) return 0;
+  if (!wrap) return rank;
+  cudaGetDeviceCount(&n);
+  return rank % (n > 0 ? n : 1);
+}
+
+#endif
