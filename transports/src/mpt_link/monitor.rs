@@ -27,10 +27,11 @@ struct PathMark {
     inflight: u32,
     lost: u64,
     acked: u64,
-    /// Chunks completed as lost (with no bytes) and their sizes, for a late acknowledgement
-    /// of one (its first copy arrived after all) to report.
-    lost_chunks: u64,
-    lost_bytes: u64,
+    /// Sizes of the chunks completed as lost (with no bytes), oldest first, at most
+    /// `REMEMBERED`, for a late acknowledgement of one (its first copy arrived after all) to
+    /// report with its own size: taken oldest first, as acknowledgements come in order
+    /// (a mean misstated them by a frame's short last chunk).
+    lost_sizes: std::collections::VecDeque<u64>,
     /// Chunks posted since the last round.
     posted: u32,
     /// Sizes and operations ([`CollId::pack`]ed) of the chunks posted and not completed
@@ -62,8 +63,7 @@ impl PathMark {
             inflight,
             lost,
             acked,
-            lost_chunks: 0,
-            lost_bytes: 0,
+            lost_sizes: std::collections::VecDeque::new(),
             posted: 0,
             sizes: vec![(0, 0); REMEMBERED].into_boxed_slice(),
             head: 0,
@@ -313,8 +313,10 @@ impl EngineMon {
             let bytes = if k < acked {
                 size
             } else {
-                m.lost_chunks += 1;
-                m.lost_bytes += size;
+                if m.lost_sizes.len() == REMEMBERED {
+                    m.lost_sizes.pop_front();
+                }
+                m.lost_sizes.push_back(size);
                 0
             };
             run = match run {
@@ -341,11 +343,9 @@ impl EngineMon {
             let Some(m) = self.paths.get_mut(usize::from(path)) else {
                 return;
             };
-            let Some(size) = m.lost_bytes.checked_div(m.lost_chunks) else {
+            let Some(size) = m.lost_sizes.pop_front() else {
                 return;
             };
-            m.lost_chunks -= 1;
-            m.lost_bytes -= size;
             let op = m.last_op;
             let w = self.work(now, path, size, op);
             self.publisher.post(&w);
