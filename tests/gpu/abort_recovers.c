@@ -104,22 +104,12 @@ int main(void) {
   pid_t one = fork();
   pid_t two = one == 0 ? -1 : fork();
   int rank = one == 0 ? 1 : two == 0 ? 2 : 0;
-  if (cudaSetDevice(gpu_of(rank, 1)) != cudaSuccess) {
-    printf("SKIP abort_recovers: no GPU %d\n", gpu_of(rank, 1));
-    return 0;
-  }
-  ncclComm_t comm;
-  if (ncclCommInitRank(&comm, 3, id, rank) != ncclSuccess) {
-    printf("FAIL abort_recovers: rank %d init: %s\n", rank, ncclGetLastError(NULL));
-    return 1;
-  }
   size_t n = 16 << 20;
+  ncclComm_t comm;
   float *buf;
   cudaStream_t st;
-  cudaMalloc((void **)&buf, n * sizeof(float));
-  cudaStreamCreate(&st);
-  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, st);
-  cudaStreamSynchronize(st);
+  int started = start_rank("abort_recovers", 3, id, rank, 1, n, &comm, &buf, &st);
+  if (started >= 0) return started;
   if (rank == 2) _exit(0); /* dies: no destroy, no goodbye */
   if (rank == 0) waitpid(two, NULL, 0);
   int rc = survivor(rank, comm, buf, n, st, fd);

@@ -4,8 +4,11 @@
 #define CCL_GPU_TEST_COMMON_H
 
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "nccl.h"
 
 static double now(void) {
   struct timespec t;
@@ -23,6 +26,26 @@ static int gpu_of(int rank, int wrap) {
   if (!wrap) return rank;
   cudaGetDeviceCount(&n);
   return rank % (n > 0 ? n : 1);
+}
+
+/* Rank `rank` of `nranks` on its GPU (gpu_of with `wrap`): a communicator, a buffer of `n`
+ * floats and a stream, after one small all-reduce (every rank connected). 0 when ready; else
+ * the test's exit status, having printed SKIP (no such GPU: 0) or FAIL (1). */
+static int start_rank(const char *test, int nranks, ncclUniqueId id, int rank, int wrap,
+                      size_t n, ncclComm_t *comm, float **buf, cudaStream_t *st) {
+  if (cudaSetDevice(gpu_of(rank, wrap)) != cudaSuccess) {
+    printf("SKIP %s: no GPU %d\n", test, gpu_of(rank, wrap));
+    return 0;
+  }
+  if (ncclCommInitRank(comm, nranks, id, rank) != ncclSuccess) {
+    printf("FAIL %s: rank %d init: %s\n", test, rank, ncclGetLastError(NULL));
+    return 1;
+  }
+  cudaMalloc((void **)buf, n * sizeof(float));
+  cudaStreamCreate(st);
+  ncclAllReduce(*buf, *buf, 1024, ncclFloat, ncclSum, *comm, *st);
+  cudaStreamSynchronize(*st);
+  return -1;
 }
 
 #endif

@@ -21,22 +21,12 @@ int main(void) {
   if (ncclGetUniqueId(&id) != ncclSuccess) return 2;
   pid_t pid = fork();
   int rank = pid == 0 ? 1 : 0;
-  if (cudaSetDevice(gpu_of(rank, 0)) != cudaSuccess) {
-    printf("SKIP peer_dies: no GPU %d\n", gpu_of(rank, 0));
-    return 0;
-  }
-  ncclComm_t comm;
-  if (ncclCommInitRank(&comm, 2, id, rank) != ncclSuccess) {
-    printf("FAIL peer_dies: rank %d init: %s\n", rank, ncclGetLastError(NULL));
-    return 1;
-  }
   size_t n = 16 << 20;
+  ncclComm_t comm;
   float *buf;
   cudaStream_t st;
-  cudaMalloc((void **)&buf, n * sizeof(float));
-  cudaStreamCreate(&st);
-  ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, comm, st);
-  cudaStreamSynchronize(st);
+  int started = start_rank("peer_dies", 2, id, rank, 0, n, &comm, &buf, &st);
+  if (started >= 0) return started;
   if (rank == 1) _exit(0); /* dies: no destroy, no goodbye */
   int status;
   waitpid(pid, &status, 0);
