@@ -150,7 +150,9 @@ pub fn attach(comm: &Comm) -> Result<()> {
         // engines too.
         if let Some(m) = comm.0.monitor.lock().as_ref() {
             let hash = comm.0.nonce.load(std::sync::atomic::Ordering::Relaxed);
-            ccl_p2p::monitor_copies(&eng, m.publisher(), hash);
+            let every =
+                crate::monitor::config().map_or(std::time::Duration::from_millis(1), |c| c.sample);
+            ccl_p2p::monitor_copies(&eng, m.publisher(), hash, every);
         }
         comm.0.ipc.set(Arc::new(Held { ctx, eng }));
     }

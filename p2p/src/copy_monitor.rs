@@ -1,8 +1,12 @@
 //! Copy-engine transfers for the throughput monitor (`CCL_MONITOR=1`). The GPU runs a copy, so
-//! only the GPU knows when it ran: each copy of a direct transfer this rank makes is bracketed
-//! by two timing events on its lane, and once the second has passed, the events' own interval
+//! only the GPU knows when it ran: a copy of a direct transfer this rank makes is bracketed by
+//! two timing events on its lane, and once the second has passed, the events' own interval
 //! becomes a post and a completion record (engine `copy_engine`, unit `copy`, the peer, the
-//! lane as the path). The host sees an event pass only when it looks (at the communicator's
+//! lane as the path). Copies are sampled: at most one per lane per `CCL_MONITOR_SAMPLE_US` is
+//! timed, because the two event records and the later query cost the calling thread a few
+//! microseconds, a fifth of a 1 MiB send (one H200 under MPS, 2026-11-29,
+//! `tests/gpu/device_monitor.sh`: sendrecv 1 MiB at 0.81 of its busbw with every copy timed).
+//! A record therefore gives a copy's true rate, and the byte counts are the sampled copies'. The host sees an event pass only when it looks (at the communicator's
 //! next group, and at its end), so the completion is stamped then and the post that interval
 //! before it: windows see each copy's real rate, placed late by at most the gap between two
 //! groups. Local copies, copies inside kernels (`CCL_IPC_COPY_KERNEL`, mailed sends) and
@@ -10,6 +14,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ccl_collectives::task::{Task, TaskKind};
 use ccl_collectives::Collective;
@@ -29,6 +34,8 @@ pub(crate) struct CopyMonitor {
     ctx: Arc<Context>,
     /// The communicator's hash, as its links' records carry it.
     pub(crate) comm: u64,
+    /// The least time between two timed copies of one lane.
+    every_ns: u64,
     inner: Mutex<Inner>,
 }
 
@@ -39,27 +46,55 @@ struct Inner {
     pending: VecDeque<(Event, Event, Work)>,
     /// Event pairs to reuse (creating events costs driver calls).
     free: Vec<(Event, Event)>,
+    /// When each path last had a copy timed, by [`path_of`].
+    last_ns: Vec<(u16, u64)>,
+}
+
+impl Inner {
+    /// Whether a copy on `path` at `now` is timed (and if so, notes it).
+    fn due(&mut self, path: u16, now: u64, every_ns: u64) -> bool {
+        match self.last_ns.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, t)) if now.saturating_sub(*t) < every_ns => false,
+            Some((_, t)) => {
+                *t = now;
+                true
+            }
+            None => {
+                self.last_ns.push((path, now));
+                true
+            }
+        }
+    }
 }
 
 /// A copy whose start event is recorded: what [`CopyMonitor::finish`] completes.
 pub(crate) struct Started(Event, Event);
 
 impl CopyMonitor {
-    pub(crate) fn new(ctx: Arc<Context>, publisher: Publisher, comm: u64) -> CopyMonitor {
+    /// Times at most one copy per lane per `every`.
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        publisher: Publisher,
+        comm: u64,
+        every: Duration,
+    ) -> CopyMonitor {
         CopyMonitor {
             publisher,
             ctx,
             comm,
+            every_ns: u64::try_from(every.as_nanos()).unwrap_or(u64::MAX),
             inner: Mutex::new(Inner::default()),
         }
     }
 
-    /// Records a copy's start on `s`; `None` (the copy goes untimed) when too many are in
-    /// flight or the events cannot be made or recorded.
-    pub(crate) fn start(&self, s: &Stream) -> Option<Started> {
+    /// Records the start on `s` of a copy on `lane`; `None` (the copy goes untimed) when its
+    /// lane had one timed lately, too many are in flight, or the events cannot be made or
+    /// recorded.
+    pub(crate) fn start(&self, s: &Stream, lane: Lane) -> Option<Started> {
+        let now = self.publisher.now_ns();
         let reused = {
             let mut g = self.inner.lock();
-            if g.pending.len() >= MOST_PENDING {
+            if g.pending.len() >= MOST_PENDING || !g.due(path_of(lane), now, self.every_ns) {
                 return None;
             }
             g.free.pop()
@@ -105,6 +140,9 @@ impl CopyMonitor {
     /// Publishes every timed copy, oldest first, whose end event has passed.
     pub(crate) fn poll(&self) {
         let mut g = self.inner.lock();
+        if g.pending.is_empty() {
+            return;
+        }
         while let Some((a, b, w)) = g.pending.front() {
             if !b.query().unwrap_or(true) {
                 return;
@@ -170,5 +208,23 @@ mod tests {
         ];
         let paths: Vec<u16> = lanes.iter().map(|&l| path_of(l)).collect();
         assert_eq!(paths, [0, 7, 16, 19, 32, 33, 255]);
+    }
+
+    #[test]
+    fn each_lane_times_one_copy_per_interval() {
+        let mut g = Inner::default();
+        let every = 1_000_000;
+        let seen: Vec<bool> = [
+            (0, 0),
+            (0, 999_999),
+            (16, 500_000),
+            (0, 1_000_000),
+            (16, 1_400_000),
+            (16, 1_500_000),
+        ]
+        .iter()
+        .map(|&(path, now)| g.due(path, now, every))
+        .collect();
+        assert_eq!(seen, [true, false, true, true, false, true]);
     }
 }

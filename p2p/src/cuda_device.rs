@@ -222,7 +222,7 @@ impl Device for CudaDevice<'_> {
         }
         let s = self.stream(lane)?;
         let timed = match (self.peer, self.coll, self.eng.copies.get()) {
-            (Some(peer), Some(coll), Some(m)) => m.start(s).map(|st| (m, st, peer, coll)),
+            (Some(peer), Some(coll), Some(m)) => m.start(s, lane).map(|st| (m, st, peer, coll)),
             _ => None,
         };
         // SAFETY: see the impl.

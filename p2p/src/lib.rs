@@ -75,11 +75,16 @@ pub use registration::register;
 pub use setup::attach;
 
 /// Has the engine time its copy-engine transfers for the throughput monitor whose handle is
-/// `publisher` (records carry `comm`, the communicator's hash). Once per engine; later calls
-/// change nothing.
-pub fn monitor_copies(eng: &IpcEngine, publisher: ccl_monitor::Publisher, comm: u64) {
+/// `publisher` (records carry `comm`, the communicator's hash), at most one copy per lane per
+/// `every` (the monitor's `CCL_MONITOR_SAMPLE_US`). Once per engine; later calls change nothing.
+pub fn monitor_copies(
+    eng: &IpcEngine,
+    publisher: ccl_monitor::Publisher,
+    comm: u64,
+    every: std::time::Duration,
+) {
     if publisher.is_on() {
-        let m = copy_monitor::CopyMonitor::new(eng.ctx.clone(), publisher, comm);
+        let m = copy_monitor::CopyMonitor::new(eng.ctx.clone(), publisher, comm, every);
         let _ = eng.copies.set(m);
     }
 }

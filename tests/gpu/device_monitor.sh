@@ -13,6 +13,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; L=$OUT/monitor; mkdir -p "$L"; S=$OUT/monitor.md; : > "$S"
 LIB=${LIB:-.dev}; NGPU=${NGPU:-2}; REPS=${REPS:-3}
 source tests/gpu/mps.sh
+bash tests/gpu/nccl_tests_build.sh "$L" || exit 1
 say() { echo "$*" | tee -a "$S"; }
 run() { # OP SIZE MON TAG
   local op=$1 size=$2 mon=$3 tag=$4

@@ -21,12 +21,7 @@ NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl
 OPS=${OPS:-all_reduce all_gather broadcast reduce_scatter reduce alltoall gather scatter sendrecv}
 LIBS=${LIBS:-nccl old=.dev/old new=.dev/new}
 
-if [ ! -x .dev/nccl-tests/build/all_reduce_perf ]; then
-  mkdir -p /tmp/nvl && ln -sf $NV/lib/libnccl.so.2 /tmp/nvl/libnccl.so
-  make -C .dev/nccl-tests -j"$(nproc)" MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi \
-    NCCL_HOME=$NV NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$L/build.log" 2>&1 \
-    || { echo "nccl-tests build failed"; tail -n 20 "$L/build.log"; exit 1; }
-fi
+bash tests/gpu/nccl_tests_build.sh "$L" || exit 1
 for rep in $(seq 1 "$REPS"); do
   for op in $OPS; do
     for entry in $LIBS; do
