@@ -158,6 +158,7 @@ pub enum Error {
 mod cost;
 mod direct;
 pub mod dtype;
+pub mod fold;
 pub mod hierarchy;
 pub mod minifloat;
 pub mod pieces;

@@ -46,6 +46,7 @@ pub mod config;
 pub mod event;
 pub mod export;
 mod packed;
+pub mod plugin;
 mod publish;
 pub mod ring;
 pub mod stats;
@@ -95,9 +96,16 @@ pub enum Error {
     CollectorPanicked,
     #[error("the monitor's collector did not answer within {0:?}")]
     Timeout(Duration),
+    /// `NCCL_PROFILER_PLUGIN` names a library that does not load or lacks the interface.
+    #[error("profiler plugin: {0}")]
+    Plugin(String),
 }
 
 impl Error {
+    pub(crate) fn plugin(why: impl Into<String>) -> Self {
+        Error::Plugin(why.into())
+    }
+
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_owned(),

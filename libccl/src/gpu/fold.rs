@@ -347,8 +347,8 @@ unsafe fn fold_kernels(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::fold_rule::fold_rule;
     use crate::task::float_sum as t;
+    use ccl_collectives::fold::fold_rule;
     use ccl_collectives::Collective;
 
     /// A wide all-reduce of three ranks, seen from rank 1: block j of its input to rank j, the

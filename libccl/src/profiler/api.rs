@@ -53,7 +53,7 @@ pub(crate) fn appended(comm: &Comm, task: &Task, depth: usize) {
     let handle = prof
         .filter(|p| p.plugin.version >= 5)
         .map(|p| call_event(comm, &p, task, depth))
-        .unwrap_or(Ptr(std::ptr::null_mut()));
+        .unwrap_or(Ptr::NULL);
     API.with(|a| a.borrow_mut().ops.push(handle));
 }
 
@@ -72,10 +72,12 @@ fn call_event(comm: &Comm, prof: &Arc<Profiler>, task: &Task, depth: usize) -> P
                 group_depth: depth.max(1) as i32,
             };
             let h = prof.start(&mut d);
-            prof.plugin.record(h.0, ffi::STATE_GROUP_START_API_STOP, 0);
+            prof.plugin.record(h, ffi::STATE_GROUP_START_API_STOP, 0);
             a.group = Some((Arc::clone(prof), h));
         }
-        a.group.as_ref().map_or(std::ptr::null_mut(), |(_, h)| h.0)
+        a.group
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |(_, h)| h.as_ptr())
     });
     let mut d;
     match task.kind {
@@ -100,12 +102,12 @@ fn call_event(comm: &Comm, prof: &Arc<Profiler>, task: &Task, depth: usize) -> P
                 graph_captured: captured,
             };
         }
-        _ => return Ptr(std::ptr::null_mut()),
+        _ => return Ptr::NULL,
     }
     let h = prof.start(&mut d);
     // NCCL stops the call's event when the call returns and still names it as the parent of
     // the operation's event: plugins keep it alive by reference counts.
-    prof.plugin.stop(h.0);
+    prof.plugin.stop(h);
     h
 }
 
@@ -118,14 +120,14 @@ impl ApiGroup {
     /// `ncclGroupEnd` begins: `ncclProfilerGroupEndApiStart` on the group API event.
     pub(crate) fn ending(&self) {
         if let Some((prof, h)) = &self.group {
-            prof.plugin.record(h.0, ffi::STATE_GROUP_END_API_START, 0);
+            prof.plugin.record(*h, ffi::STATE_GROUP_END_API_START, 0);
         }
     }
 
     /// The group's calls returned: the group API event stops.
     pub(crate) fn finish(self) {
         if let Some((prof, h)) = self.group {
-            prof.plugin.stop(h.0);
+            prof.plugin.stop(h);
         }
     }
 }

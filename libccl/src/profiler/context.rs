@@ -2,7 +2,7 @@
 //! `init` and `finalize`, and what every event needs (the mask, NCCL's names for operations
 //! and types).
 
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -56,14 +56,7 @@ fn plugin() -> Option<&'static Plugin> {
         .as_ref()
 }
 
-/// A plugin handle or context: plugins are called from any thread, as NCCL calls them from
-/// its API and proxy threads.
-#[derive(Clone, Copy)]
-pub(super) struct Ptr(pub(super) *mut c_void);
-// SAFETY: an opaque pointer the plugin gave us; we only hand it back to the plugin.
-unsafe impl Send for Ptr {}
-// SAFETY: as above.
-unsafe impl Sync for Ptr {}
+pub(super) use super::ffi::Handle as Ptr;
 
 /// One communicator's plugin context.
 pub struct Profiler {
@@ -109,7 +102,7 @@ pub fn attach(comm: &Comm) {
             );
             let prof = Profiler {
                 plugin,
-                ctx: Ptr(ctx),
+                ctx,
                 mask,
                 rank,
                 _name: name,
@@ -155,8 +148,8 @@ pub fn detach(comm: &Comm, bounded: bool) {
     drop(pending);
     // As NCCL: a plugin that returned no context (the inspector when it is not enabled) is
     // not finalised.
-    if !prof.ctx.0.is_null() {
-        prof.plugin.finalize(prof.ctx.0);
+    if !prof.ctx.is_null() {
+        prof.plugin.finalize(prof.ctx);
     }
 }
 
@@ -171,19 +164,19 @@ impl Profiler {
     }
 
     pub(super) fn start(&self, descr: &mut EventDescr) -> Ptr {
-        Ptr(self.plugin.start(self.ctx.0, descr))
+        self.plugin.start(self.ctx, descr)
     }
 
     /// The kernel-channel events of a completed operation: channel 0 from `t0` to `t1` (ns).
     pub(super) fn kernel_channel(&self, parent: Ptr, t0: u64, t1: u64) {
-        let mut d = EventDescr::new(kind::KERNEL_CH, parent.0, self.rank);
+        let mut d = EventDescr::new(kind::KERNEL_CH, parent.as_ptr(), self.rank);
         d.u.kernel_ch = ffi::KernelChDescr {
             channel_id: 0,
             p_timer: t0,
         };
         let h = self.start(&mut d);
-        self.plugin.record_kernel_stop(h.0, t1.max(t0 + 1));
-        self.plugin.stop(h.0);
+        self.plugin.record_kernel_stop(h, t1.max(t0 + 1));
+        self.plugin.stop(h);
     }
 
     pub(super) fn queued(&self) {

@@ -3,13 +3,13 @@
 //! operation, with one kernel-channel event per operation that carries its execution time.
 //! `docs/PROFILER.md` says what a plugin receives and why the timestamps are what they are.
 //!
-//! The C ABI lives in [`ffi`], a communicator's context in [`context`], the API events in
+//! The C ABI lives in `ccl_monitor::plugin` (here [`ffi`]), a communicator's context in [`context`], the API events in
 //! `api`; this module reports a group's operations. With no plugin loaded the cost on the data
 //! path is one atomic load per call and per group.
 
 mod api;
 mod context;
-pub mod ffi;
+pub use ccl_monitor::plugin as ffi;
 mod timing;
 
 use std::ffi::c_void;
@@ -53,7 +53,7 @@ impl Part {
     /// timed) then the stops: operations, then the group.
     fn complete(&self, spans: &dyn Fn(usize) -> Option<(u64, u64)>) {
         for op in &self.ops {
-            if op.handle.0.is_null() {
+            if op.handle.is_null() {
                 continue;
             }
             if self.prof.wants(kind::KERNEL_CH) {
@@ -61,9 +61,9 @@ impl Part {
                     self.prof.kernel_channel(op.handle, t0, t1);
                 }
             }
-            self.prof.plugin.stop(op.handle.0);
+            self.prof.plugin.stop(op.handle);
         }
-        self.prof.plugin.stop(self.group.0);
+        self.prof.plugin.stop(self.group);
     }
 }
 
@@ -96,7 +96,7 @@ impl Watch {
         if ACTIVE.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let null = Ptr(std::ptr::null_mut());
+        let null = Ptr::NULL;
         let mut comms: Vec<CommCalls<'_>> = Vec::new();
         for (i, (c, t)) in tasks.iter().enumerate() {
             let parent = api.ops.get(i).copied().unwrap_or(null);
@@ -174,7 +174,7 @@ fn start_part(comm: &Comm, prof: Arc<Profiler>, calls: &[(Task, Ptr)]) -> (Part,
     let ops = calls
         .iter()
         .map(|(t, api)| {
-            let parent = if v4 { group.0 } else { api.0 };
+            let parent = if v4 { group.as_ptr() } else { api.as_ptr() };
             let handle = match t.kind {
                 TaskKind::Coll(c) if prof.wants(kind::COLL | TASK_BITS) => {
                     let mut d = EventDescr::new(kind::COLL, parent, rank);
@@ -191,7 +191,7 @@ fn start_part(comm: &Comm, prof: Arc<Profiler>, calls: &[(Task, Ptr)]) -> (Part,
                         n_warps: 0,
                         algo: algo.as_ptr(),
                         proto: c"Simple".as_ptr(),
-                        parent_group: group.0,
+                        parent_group: group.as_ptr(),
                     };
                     prof.start(&mut d)
                 }
@@ -211,11 +211,11 @@ fn start_part(comm: &Comm, prof: Arc<Profiler>, calls: &[(Task, Ptr)]) -> (Part,
                         count: t.count,
                         peer: peer as i32,
                         n_channels: channels,
-                        parent_group: group.0,
+                        parent_group: group.as_ptr(),
                     };
                     prof.start(&mut d)
                 }
-                _ => Ptr(std::ptr::null_mut()),
+                _ => Ptr::NULL,
             };
             Op {
                 handle,

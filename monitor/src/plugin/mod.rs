@@ -1,4 +1,4 @@
-//! FFI: the C ABI of NCCL's profiler plugins (interface versions 4, 5 and 6, as NCCL 2.28-2.30
+//! The monitor's bridge to NVIDIA's tools: the C ABI of NCCL's profiler plugins (interface versions 4, 5 and 6, as NCCL 2.28-2.30
 //! load them) and the loading of a plugin library by NCCL's name rules. Layouts and offsets
 //! are in `docs/PROFILER.md`; the unit tests below pin them.
 //!
@@ -7,7 +7,9 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
-use crate::error::{Error, Result};
+use crate::Error;
+
+type Result<T> = std::result::Result<T, Error>;
 
 /// Event type bits (`ncclProfile*`), also the bits of the activation mask.
 pub mod kind {
@@ -220,6 +222,30 @@ enum InitFn {
     V4(InitV4),
 }
 
+/// A plugin's communicator context or event handle, exactly as the plugin returned it (or
+/// null: none), so that only values the plugin made are handed back to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle(*mut c_void);
+
+// SAFETY: an opaque pointer the plugin gave us, only handed back to it; plugins are called
+// from any thread, as NCCL calls them from its API and proxy threads.
+unsafe impl Send for Handle {}
+// SAFETY: as above.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    pub const NULL: Handle = Handle(std::ptr::null_mut());
+
+    /// The pointer, for a descriptor's parent fields.
+    pub fn as_ptr(self) -> *mut c_void {
+        self.0
+    }
+
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
+
 /// A loaded plugin: its version, name and functions. The library stays loaded for the rest
 /// of the process (plugins may keep threads and pointers into themselves until exit).
 pub struct Plugin {
@@ -272,7 +298,7 @@ impl Plugin {
                 Err(e) => why.push(format!("{name}: {e}")),
             }
         }
-        Err(Error::invalid_usage(format!(
+        Err(Error::plugin(format!(
             "no profiler plugin loaded ({})",
             why.join("; ")
         )))
@@ -311,7 +337,7 @@ impl Plugin {
             );
             return Plugin::assemble(lib, path, 4, name, init, start, stop, record, fin);
         }
-        Err(Error::invalid_usage(format!(
+        Err(Error::plugin(format!(
             "{path}: exports no profiler interface libccl supports (ncclProfiler_v6, _v5, _v4)"
         )))
     }
@@ -328,7 +354,7 @@ impl Plugin {
         record: Option<RecordState>,
         fin: Option<Finalize>,
     ) -> Result<Plugin> {
-        let missing = || Error::invalid_usage(format!("{path}: a profiler function is NULL"));
+        let missing = || Error::plugin(format!("{path}: a profiler function is NULL"));
         let name = if name.is_null() {
             String::from("(unnamed)")
         } else {
@@ -352,14 +378,14 @@ impl Plugin {
 
     /// The plugin's `init` for one communicator: its context and activation mask, or the
     /// plugin's error code.
-    pub(crate) fn init(
+    pub fn init(
         &self,
         comm_id: u64,
         comm_name: &CStr,
         n_nodes: i32,
         nranks: i32,
         rank: i32,
-    ) -> std::result::Result<(*mut c_void, u64), i32> {
+    ) -> std::result::Result<(Handle, u64), i32> {
         ccl_sink_installed();
         let mut ctx: *mut c_void = std::ptr::null_mut();
         let mut mask: c_int = 0;
@@ -399,44 +425,44 @@ impl Plugin {
         } else {
             mask as u32 as u64
         };
-        Ok((ctx, mask))
+        Ok((Handle(ctx), mask))
     }
 
     /// `startEvent`: the plugin's handle for the event (null when it does not track it).
-    pub(crate) fn start(&self, ctx: *mut c_void, descr: &mut EventDescr) -> *mut c_void {
+    pub fn start(&self, ctx: Handle, descr: &mut EventDescr) -> Handle {
         let mut handle: *mut c_void = std::ptr::null_mut();
         // SAFETY: `descr` is a complete, zero-padded descriptor of the size every version
         // reads; the context is the one `init` returned for this communicator.
-        let _ = unsafe { (self.start_event)(ctx, &mut handle, descr) };
-        handle
+        let _ = unsafe { (self.start_event)(ctx.0, &mut handle, descr) };
+        Handle(handle)
     }
 
     /// `stopEvent` of a non-null handle.
-    pub(crate) fn stop(&self, handle: *mut c_void) {
+    pub fn stop(&self, handle: Handle) {
         if !handle.is_null() {
             // SAFETY: a handle this plugin returned from `startEvent`, stopped once.
-            let _ = unsafe { (self.stop_event)(handle) };
+            let _ = unsafe { (self.stop_event)(handle.0) };
         }
     }
 
     /// `recordEventState(handle, ncclProfilerKernelChStop, {pTimer})`.
-    pub(crate) fn record_kernel_stop(&self, handle: *mut c_void, p_timer: u64) {
+    pub fn record_kernel_stop(&self, handle: Handle, p_timer: u64) {
         self.record(handle, STATE_KERNEL_CH_STOP, p_timer);
     }
 
     /// `recordEventState` with a state whose arguments are `pTimer` (or ignored).
-    pub(crate) fn record(&self, handle: *mut c_void, state: c_int, p_timer: u64) {
+    pub fn record(&self, handle: Handle, state: c_int, p_timer: u64) {
         if !handle.is_null() {
             let mut args = StateArgs { p_timer };
             // SAFETY: a live handle of this plugin; the arguments outlive the call.
-            let _ = unsafe { (self.record_event_state)(handle, state, &mut args) };
+            let _ = unsafe { (self.record_event_state)(handle.0, state, &mut args) };
         }
     }
 
     /// `finalize` of a communicator's context.
-    pub(crate) fn finalize(&self, ctx: *mut c_void) {
+    pub fn finalize(&self, ctx: Handle) {
         // SAFETY: the context `init` returned, finalised once after its last event.
-        let _ = unsafe { (self.finalize)(ctx) };
+        let _ = unsafe { (self.finalize)(ctx.0) };
     }
 }
 
@@ -447,7 +473,7 @@ impl Plugin {
 unsafe fn read_table<T>(table: *const T) -> Result<&'static T> {
     // SAFETY: per the contract; the library is never unloaded, so the table lives as long
     // as the process.
-    unsafe { table.as_ref() }.ok_or_else(|| Error::invalid_usage("profiler symbol is NULL"))
+    unsafe { table.as_ref() }.ok_or_else(|| Error::plugin("profiler symbol is NULL"))
 }
 
 /// Routes the plugin's log lines into libccl's log (`NCCL_DEBUG`), as NCCL's own logger does.
