@@ -164,6 +164,7 @@ pub mod minifloat;
 pub mod pieces;
 mod plan;
 pub mod reference;
+pub mod relay;
 mod ring;
 pub mod task;
 mod tree;

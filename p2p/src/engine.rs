@@ -22,7 +22,7 @@ use crate::error::{cuda_err, Result};
 use crate::layout::Layout;
 use crate::protocol::Counters;
 use crate::tuning::{Tuning, WaitKernel};
-use crate::{limits, relay, small_p2p};
+use crate::{limits, small_p2p};
 
 /// A peer's memory as this rank's device sees it.
 pub(crate) struct Peer {
@@ -139,7 +139,7 @@ pub struct IpcEngine {
     /// monitor ([`crate::monitor_copies`]).
     pub(crate) copies: std::sync::OnceLock<crate::copy_monitor::CopyMonitor>,
     /// Broadcasts over more than two ranks that go as a pipelined scatter and all-gather.
-    pub(crate) relay: relay::Relay,
+    pub(crate) relay: ccl_collectives::relay::Relay,
     /// Two ranks: how long a direct reduction's first poster waits before leaving the whole
     /// reduction to its peer (`CCL_IPC_DIRECT_REDUCE_TAKEOVER_US`; None: never).
     pub(crate) takeover: Option<Duration>,

@@ -54,7 +54,6 @@ mod paths;
 mod protocol;
 mod queue;
 mod registration;
-mod relay;
 mod rendezvous;
 mod setup;
 #[cfg(test)]

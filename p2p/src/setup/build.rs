@@ -20,8 +20,8 @@ use crate::error::{cuda_err, Result};
 use crate::host_path::HostPath;
 use crate::layout::{self, Layout};
 use crate::limits;
-use crate::relay::Relay;
 use crate::tuning::{takeover_wait, wants_wait_kernel, Tuning};
+use ccl_collectives::relay::Relay;
 
 /// Copy lanes (streams) per communicator: chunk `seq` of a pair goes on lane `seq % TX_LANES`,
 /// so one lane's flag operations and copy launch overlap the other lane's copy and the copy

@@ -12,8 +12,8 @@ use super::harness::*;
 use crate::direct::{plan, posting};
 use crate::layout::Lane;
 use crate::protocol::Counters;
-use crate::relay::Relay;
 use crate::rendezvous;
+use ccl_collectives::relay::Relay;
 
 /// Random point-to-point groups: each rank's group holds its sends and receives in its own
 /// random order, several to the same peer (matched in order, as NCCL matches them), some to

@@ -16,8 +16,8 @@ use crate::host_path::HostPath;
 use crate::layout::Layout;
 use crate::lower::lower;
 use crate::protocol::{Chain, Counters};
-use crate::relay::Relay;
 use crate::rendezvous::{self, Export, Exported, Post, Reach, Words};
+use ccl_collectives::relay::Relay;
 
 pub(super) struct Setup {
     pub(super) n: usize,

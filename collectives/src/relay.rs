@@ -16,9 +16,8 @@
 //! root, rank count, settings agreed at setup), so the transfers pair up. This module is
 //! CUDA-free: it only rewrites tasks.
 
-use ccl_collectives::Collective;
-
-use ccl_collectives::task::{Task, TaskKind};
+use crate::task::{Task, TaskKind};
+use crate::Collective;
 
 /// Most chunks one broadcast is cut into (phases = chunks + 1): each phase costs every rank
 /// a few microseconds of host time per transfer, so a 1 GiB broadcast takes 64 MiB chunks
@@ -27,7 +26,7 @@ const MAX_CHUNKS: usize = 16;
 
 /// When and how broadcasts are relayed (agreed by every rank at setup).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Relay {
+pub struct Relay {
     /// Broadcasts of at least this many bytes are relayed (0: never).
     pub min_bytes: usize,
     /// Bytes per chunk (one phase's scatter).
@@ -140,8 +139,8 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ccl_collectives::task::Reduction;
-    use ccl_cuda::{DataType, ReduceKind};
+    use crate::task::Reduction;
+    use crate::{DataType, ReduceKind};
 
     fn bcast(root: usize, send: usize, recv: usize, count: usize) -> Task {
         Task {
