@@ -297,6 +297,7 @@ fn run_case(
             | KernelOp::ReduceN(..)
             | KernelOp::GraphAllReduce(..)
             | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy
@@ -322,6 +323,7 @@ fn run_case(
             | KernelOp::ReduceN(..)
             | KernelOp::GraphAllReduce(..)
             | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake
             | KernelOp::LlExchange
             | KernelOp::WaitFlag
             | KernelOp::WaitCopy

@@ -350,6 +350,7 @@ fn check_against_host(dir: &Path, lib_path: &Path) {
                         | KernelOp::ReduceN(..)
                         | KernelOp::GraphAllReduce(..)
                         | KernelOp::GraphCopies
+                        | KernelOp::GraphHandshake
                         | KernelOp::LlExchange
                         | KernelOp::WaitFlag
                         | KernelOp::WaitCopy

@@ -91,12 +91,13 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     }
     let (ends, scratch) = ready?;
     // A local choice: the kernel and the parts wait and write the same words in the same order.
-    // Not while a rank of another process shares this GPU: time-sliced, the kernel would spin
-    // through its whole slice (two processes on one H100, measured 2026-11-23: 4.5 ms per
-    // operation).
-    let shared = offers
-        .iter()
-        .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    // Not while a rank of another process shares this GPU in time slices: the kernel would
+    // spin through its whole slice (two processes on one H100, measured 2026-11-23: 4.5 ms per
+    // operation); under MPS they run side by side.
+    let shared = !eng.ctx.mps_enabled()
+        && offers
+            .iter()
+            .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
     let kernel = match tasks {
         [t] if group::fusable_reduction(t, one_shot_max) => Some((
             t.dtype,
@@ -110,13 +111,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     let fused = eng.cfg.graph_fused
         && !shared
         && n <= REDUCE_N_MAX
-        && kernel.is_some_and(|(dtype, op)| match eng.kernels.prepare(dtype, op) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!("rank {rank}: the captured group's kernel {op:?}: {e}");
-                false
-            }
-        });
+        && kernel.is_some_and(|(dtype, op)| prepared(eng, rank, dtype, op));
     let group = Group {
         index,
         tasks,
@@ -126,8 +121,17 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         one_shot: one_shot_max,
         fused,
     };
+    // The handshakes of a group that is not one kernel spin in a kernel of their own where
+    // spinning is as safe as for the fused kernels: a batch of stream waits is re-polled by
+    // the GPU's front end, which cost a captured 4-rank group of copies 40 us (one H200
+    // under MPS, 2026-11-29, `tests/gpu/graph_nodes.c`).
+    let handshakes = eng.cfg.graph_handshake_kernel
+        && !shared
+        && n <= REDUCE_N_MAX
+        && prepared(eng, rank, DataType::Uint8, KernelOp::GraphHandshake);
     ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
-        group::emit(&mut CudaDevice::new(eng, stream), l, &group)
+        let mut dev = CudaDevice::new(eng, stream).with_handshake_kernel(handshakes);
+        group::emit(&mut dev, l, &group)
     })?;
     // The graph keeps using it at every replay, for as long as the process lives.
     std::mem::forget(scratch);
@@ -218,4 +222,15 @@ fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bus.to_ascii_lowercase().hash(&mut h);
     h.finish() | 1
+}
+
+/// Whether the captured group's kernel `op` is loaded (a warning and `false` if it cannot be).
+fn prepared(eng: &IpcEngine, rank: usize, dtype: DataType, op: KernelOp) -> bool {
+    match eng.kernels.prepare(dtype, op) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("rank {rank}: the captured group's kernel {op:?}: {e}");
+            false
+        }
+    }
 }

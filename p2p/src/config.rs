@@ -82,8 +82,10 @@ pub struct P2pConfig {
     /// `CCL_IPC_HOST_ONLY_STAGE_IN`.
     pub host_only_stage_in: bool,
 
-    /// `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`: captured groups.
+    /// `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`,
+    /// `CCL_GRAPH_HANDSHAKE_KERNEL`: captured groups.
     pub graph_direct: bool,
     pub graph_one_shot_bytes: i64,
     pub graph_fused: bool,
+    pub graph_handshake_kernel: bool,
 }

@@ -20,6 +20,8 @@ pub(crate) struct CudaDevice<'a> {
     peer: Option<usize>,
     /// The operation the copies belong to, for the monitor's records.
     coll: Option<ccl_monitor::CollId>,
+    /// Captured groups' handshakes as a kernel ([`Device::handshake_kernel`]).
+    handshakes: bool,
 }
 
 impl<'a> CudaDevice<'a> {
@@ -29,7 +31,14 @@ impl<'a> CudaDevice<'a> {
             user,
             peer: None,
             coll: None,
+            handshakes: false,
         }
+    }
+
+    /// Has captured groups' handshakes run as a spinning kernel (its program loaded).
+    pub(crate) fn with_handshake_kernel(mut self, on: bool) -> CudaDevice<'a> {
+        self.handshakes = on;
+        self
     }
 
     /// Names the operation the copies queued through this device belong to.
@@ -212,6 +221,17 @@ impl Device for CudaDevice<'_> {
 
     fn copy_signal_is_kernel(&self) -> bool {
         self.eng.copy_kernel
+    }
+
+    fn handshake_is_kernel(&self) -> bool {
+        self.handshakes
+    }
+
+    fn handshake_kernel(&mut self, lane: Lane, words: &[(u64, u64)]) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl; the words are the captured group's words of the layout, which
+        // only the group's graphs write.
+        unsafe { self.eng.kernels.graph_handshake(s, words) }.map_err(cuda_err)
     }
 
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {

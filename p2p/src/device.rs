@@ -212,12 +212,27 @@ pub(crate) trait Device {
         }
         Ok(())
     }
-    /// Whether [`Device::wait_long`] of this kind is something other than a flag wait (a
-    /// kernel), which [`Batched`] must not hold back.
     /// The copies queued from here on move a direct transfer's data to or from `peer` (`None`:
     /// they do not), so the monitor may time them ([`crate::copy_monitor`]).
     fn annotate(&mut self, _peer: Option<usize>) {}
 
+    /// Whether [`Device::handshake_kernel`] is there: a captured group's handshakes as a kernel
+    /// that spins on the words, instead of flag waits and writes.
+    fn handshake_is_kernel(&self) -> bool {
+        false
+    }
+    /// One handshake of a captured group on `lane`: per partner, set this rank's word there
+    /// (`words[j].0`) to 1, then per partner wait until its word here (`words[j].1`) is 1 and
+    /// reset it -- the waits and writes [`crate::captured`] queues otherwise, in that order.
+    fn handshake_kernel(&mut self, lane: Lane, words: &[(u64, u64)]) -> Result<()> {
+        let _ = (lane, words);
+        Err(crate::error::Error::internal(
+            "cuda-ipc: this device has no handshake kernel",
+        ))
+    }
+
+    /// Whether [`Device::wait_long`] of this kind is something other than a flag wait (a
+    /// kernel), which [`Batched`] must not hold back.
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {
         let _ = of;
         false
@@ -361,6 +376,13 @@ impl Device for Batched<'_> {
     }
     fn annotate(&mut self, peer: Option<usize>) {
         self.inner.annotate(peer);
+    }
+    fn handshake_is_kernel(&self) -> bool {
+        self.inner.handshake_is_kernel()
+    }
+    fn handshake_kernel(&mut self, lane: Lane, words: &[(u64, u64)]) -> Result<()> {
+        self.flush()?;
+        self.inner.handshake_kernel(lane, words)
     }
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {
         self.inner.long_wait_is_kernel(of)

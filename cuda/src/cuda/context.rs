@@ -92,6 +92,14 @@ impl Context {
         self.drv.compute_capability(self.dev)
     }
 
+    /// Whether this device's contexts run through MPS, so that processes sharing it run their
+    /// kernels side by side rather than in time slices (`false` where the driver cannot say).
+    pub fn mps_enabled(&self) -> bool {
+        self.drv
+            .attribute(self.dev, CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
+            .is_ok_and(|v| v == 1)
+    }
+
     /// Number of streaming multiprocessors.
     pub fn sm_count(&self) -> Result<i32> {
         self.drv

@@ -37,6 +37,8 @@ pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 
 pub const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: CUdevice_attribute = 16;
+/// Contexts on the device are shared through MPS (CUDA 12.3 and later drivers).
+pub const CU_DEVICE_ATTRIBUTE_MPS_ENABLED: CUdevice_attribute = 133;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: CUdevice_attribute = 75;
 pub const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: CUdevice_attribute = 76;
 

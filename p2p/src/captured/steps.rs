@@ -27,7 +27,8 @@ pub(crate) fn supported(t: &Task) -> bool {
     !(reduces(t.kind) && matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
 }
 
-/// Set own word of `kind` at every partner, wait for every partner's, reset them.
+/// Set own word of `kind` at every partner, wait for every partner's, reset them (as one
+/// kernel where the device has it, [`Device::handshake_kernel`]).
 pub(crate) fn handshake(
     dev: &mut dyn Device,
     l: &Layout,
@@ -35,6 +36,18 @@ pub(crate) fn handshake(
     partners: &[usize],
     kind: usize,
 ) -> Result<()> {
+    if dev.handshake_is_kernel() {
+        let words: Vec<(u64, u64)> = partners
+            .iter()
+            .map(|&j| {
+                (
+                    l.captured_word(j, index, kind, l.rank),
+                    l.captured_word(l.rank, index, kind, j),
+                )
+            })
+            .collect();
+        return dev.handshake_kernel(Lane::User, &words);
+    }
     for &j in partners {
         dev.write(Lane::User, l.captured_word(j, index, kind, l.rank), 1)?;
     }

@@ -30,6 +30,9 @@ pub(super) struct SimDevice {
     /// Where this device's fused all-reduce kernel keeps an in-place result (its registers);
     /// `None`: it has no such kernel.
     pub(super) fused_registers: Option<u64>,
+    /// Captured groups' handshakes in the handshake kernel's order
+    /// ([`Device::handshake_kernel`]) rather than as flag waits and writes.
+    pub(super) handshake_kernel: bool,
 }
 
 impl SimDevice {
@@ -39,6 +42,7 @@ impl SimDevice {
             order: Vec::new(),
             events: 0,
             fused_registers: None,
+            handshake_kernel: false,
         }
     }
 
@@ -62,6 +66,14 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
+    fn handshake_is_kernel(&self) -> bool {
+        self.handshake_kernel
+    }
+    /// The kernel's steps: set every remote word, then per partner wait and reset.
+    fn handshake_kernel(&mut self, lane: Lane, words: &[(u64, u64)]) -> Result<()> {
+        self.handshake(lane, words);
+        Ok(())
+    }
     /// The kernel's steps as the simulation's operations, in the kernel's order: set every
     /// remote word, then per partner wait and reset; reduce (in place into the "registers");
     /// the second handshake; the held result stored.

@@ -131,6 +131,43 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// One handshake as a one-thread kernel ([`KernelOp::GraphHandshake`]): per peer, set
+    /// this rank's word there (`words[j].0`) to 1, then wait until the peer's word here
+    /// (`words[j].1`) is 1 and reset it.
+    ///
+    /// # Safety
+    /// The words are device words (ours, or peers' mapped here) that only this protocol
+    /// writes, valid until the stream has passed the launch.
+    pub unsafe fn graph_handshake(
+        &self,
+        stream: &Stream,
+        words: &[(CUdeviceptr, CUdeviceptr)],
+    ) -> Result<()> {
+        let np = words.len();
+        if np > REDUCE_N_MAX {
+            return Err(CudaError::InvalidArgument(format!(
+                "graph_handshake: {np} peers"
+            )));
+        }
+        let func = self.function(DataType::Uint8, KernelOp::GraphHandshake)?;
+        let mut w = GraphWords {
+            inputs: words.to_vec(),
+            ..GraphWords::default()
+        }
+        .by_value();
+        let mut np32 = np as u32;
+        let mut params: [*mut c_void; 2] = [
+            (&mut w as *mut WordArrays).cast(),
+            (&mut np32 as *mut u32).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (the word arrays by value, the
+        // number of peers) and live until the call returns; the words are the caller's
+        // contract.
+        unsafe { self.launch_raw(func, stream, 1, 1, &mut params) }
+    }
+}
+
 /// The words of a [`Kernels::graph_all_reduce`]: per peer, (this rank's word at the peer, the
 /// peer's word here), for the handshake before the reduction and the one after.
 #[derive(Debug, Clone, Default)]

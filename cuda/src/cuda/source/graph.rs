@@ -98,6 +98,20 @@ static __device__ inline void ccl_graph_handshake(u32* const* remote, u32* const
 }
 "#;
 
+/// The body of [`KernelOp::GraphHandshake`]: one thread, the handshake on `w`'s "inputs"
+/// words (the parts of a captured group name each handshake's words there).
+pub(super) fn graph_handshake_code(name: &str, out: &mut String) {
+    let _ = write!(
+        out,
+        r#"
+{GRAPH_HANDSHAKE}
+extern "C" __global__ void {name}(ccl_gwords w, u32 np) {{
+  if (threadIdx.x == 0) ccl_graph_handshake(w.rin, w.lin, np);
+}}
+"#
+    );
+}
+
 /// Most copies of a [`KernelOp::GraphCopies`] kernel (passed by value).
 pub const GRAPH_COPIES_MAX: usize = 16;
 

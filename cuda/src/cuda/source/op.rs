@@ -33,6 +33,12 @@ pub enum KernelOp {
     /// [`GRAPH_COPIES_MAX`]: super::GRAPH_COPIES_MAX
     /// [`graph_copies_code`]: super::graph::graph_copies_code
     GraphCopies,
+    /// One handshake of a captured group's parts (the one of [`KernelOp::GraphAllReduce`]) as a
+    /// one-thread kernel: it spins on the peers' words, where a batch of stream waits is
+    /// re-polled by the GPU's front end (a captured 4-rank group of copies took 40 us with
+    /// stream waits on one H200 under MPS, 2026-11-29, `tests/gpu/graph_nodes.c`). Compiled
+    /// under `Uint8`.
+    GraphHandshake,
     /// `dst[i] = src[i] * scalar`.
     PreMul,
     /// `dst[i] = src[i] * scalar + acc[i]`, rounded once.
@@ -155,6 +161,7 @@ impl KernelOp {
             KernelOp::GraphAllReduce(ReduceKindKey::Max, _) => "graph_allreduce_max",
             KernelOp::GraphAllReduce(ReduceKindKey::Min, _) => "graph_allreduce_min",
             KernelOp::GraphCopies => "graph_copies",
+            KernelOp::GraphHandshake => "graph_handshake",
         }
     }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::dtype::DataType;
 
-use super::graph::{graph_all_reduce_code, graph_copies_code};
+use super::graph::{graph_all_reduce_code, graph_copies_code, graph_handshake_code};
 use super::ll::{ll_body_code, ll_exchange_code, ll_p2p_code};
 use super::op::{kernel_name, KernelOp};
 use super::prelude::{typed_prelude, COMMON, DEVICE_PRIMITIVES, HEADER};
@@ -48,6 +48,10 @@ pub fn kernel_source_with(dt: DataType, op: KernelOp, primitives: &str) -> Strin
         graph_copies_code(&kernel_name(dt, op), &mut s);
         return s;
     }
+    if op == KernelOp::GraphHandshake {
+        graph_handshake_code(&kernel_name(dt, op), &mut s);
+        return s;
+    }
     s.push_str(COMMON);
     typed_prelude(dt, &mut s);
     typed_kernel(dt, op, &mut s);
@@ -76,6 +80,7 @@ pub fn batchable(op: KernelOp) -> bool {
             | KernelOp::MailCopy
             | KernelOp::LlP2p
             | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake
     )
 }
 

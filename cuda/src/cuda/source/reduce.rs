@@ -71,7 +71,8 @@ pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
             | KernelOp::LlP2p
             | KernelOp::ReduceN(..)
             | KernelOp::GraphAllReduce(..)
-            | KernelOp::GraphCopies => {
+            | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake => {
                 format!("enc_{t}(mul_f(dec_{t}(x), p))")
             }
             KernelOp::PreMulAdd => format!(
@@ -97,7 +98,8 @@ pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return canon_f(mul_f(x, p));",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake => "return canon_f(mul_f(x, p));",
                 KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
                 // The host converts to double and back: a NaN comes out quieted, payload kept.
                 KernelOp::DivInt => {
@@ -120,7 +122,8 @@ pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
                 KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies => "return mul_d(x, p);",
+                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies
+            | KernelOp::GraphHandshake => "return mul_d(x, p);",
                 KernelOp::PreMulAdd => "return fma_d(x, p, y);",
                 KernelOp::DivInt => {
                     "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
@@ -160,7 +163,8 @@ pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
                 | KernelOp::LlP2p
                 | KernelOp::ReduceN(..)
                 | KernelOp::GraphAllReduce(..)
-                | KernelOp::GraphCopies => {
+                | KernelOp::GraphCopies
+                | KernelOp::GraphHandshake => {
                     format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
                 }
                 KernelOp::PreMulAdd => {
