@@ -5,7 +5,7 @@
 //! kinds of words (its "inputs" and its "done"): a rank sets a partner's word of one kind
 //! again only after the other kind's handshake, by which time the partner has reset it.
 
-#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed unwrap is a failed test
 
 mod host_cpp;
 
