@@ -14,6 +14,7 @@ pub mod group;
 pub mod hier;
 mod host;
 pub mod ipc;
+mod link_nics;
 pub mod log;
 pub mod monitor;
 pub mod params;

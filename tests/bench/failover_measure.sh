@@ -3,15 +3,18 @@
 #
 # The two "hosts" and two "NICs" of nic_failover.sh (namespaces cclnic0/cclnic1, veth nic0
 # 10.78.0.0/24 and nic1 10.78.1.0/24), RANKS_PER_HOST ranks per host (default 1), host memory.
-# For each transport (NET: socket = the failover TCP link, primary on nic0 and backup on nic1;
-# mpt = the multipath transport with paths on both NICs) and each op (all_reduce, sendrecv,
-# alltoall, SIZE 64M, checked with -c 1):
+# For each transport (NET: socket = the failover TCP link, the primary on the NIC the topology
+# plan gives the lower rank of the pair -- a host's first rank nic0, its second nic1 -- and the
+# backup on the other; mpt = the multipath transport with paths on both NICs) and each op
+# (all_reduce, sendrecv, alltoall, SIZE 64M, checked with -c 1):
 #   backup-alone  everything on nic1 only (bootstrap included): the backup's own busbw;
 #   cut-for-good  nic0 of host 0 down CUT_AT_S (1) s in, to the end: busbw while on the backup
 #                 (the first second on nic0 included);
 #   cut-and-back  nic0 down DOWN_AT_S (2) s in, up UP_AFTER_S (4) s later: every result exact;
 #                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
-#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again,
+#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again
+#                 (for mpt: the first chunk sent on a path of nic0 after its revival and
+#                 acknowledged, the "data flows again" line; "probe answered" carries no data),
 #                 counted from just before the `ip link set` (the line also gives how long the
 #                 command took: on a loaded machine that delay is part of the figures), and
 #                 for link up also from the moment the kernel reports nic0's state UP (its
@@ -130,7 +133,9 @@ for net in $NETS; do
   if [ "$net" = socket ]; then
     down_re='traffic flowing on Backup'; up_re='traffic flowing on Primary'
   else
-    down_re='mpt path [0-9]+: chunk lost, penalised'; up_re='mpt path [0-9]+: (probe answered|delivers again)'
+    # Paths on NIC 0 (nic0, the first of CCL_MPT_IFNAMES) only: the cut one.
+    down_re='mpt path [0-9]+ on NIC 0: chunk lost, penalised'
+    up_re='mpt path [0-9]+ on NIC 0: data flows again'
   fi
   for op in $OPS; do
     declare -A SEEN=()
