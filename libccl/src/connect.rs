@@ -72,16 +72,16 @@ pub(crate) fn build_state(
     // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
     let remote_links = data.iter().filter(|s| s.is_some()).count();
-    let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers)?;
-    let shared_memory_only = shm_ok && table.iter().all(|t| t.host_id == my_host);
-    let probe = std::time::Duration::from_millis(
-        params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
-    );
     // The NICs of links to other hosts, this rank's primary (from the topology plan) first.
     let nics = match remote_links {
         0 => LinkNics::default(),
         _ => LinkNics::for_rank(&table, rank)?,
     };
+    let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers, &nics.ips)?;
+    let shared_memory_only = shm_ok && table.iter().all(|t| t.host_id == my_host);
+    let probe = std::time::Duration::from_millis(
+        params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
+    );
     // TCP with a backup connection on a second NIC: by default when two are selected.
     let failover = mpt.is_none() && nics.ips.len() >= 2 && params::CCL_SOCKET_FAILOVER.get_bool();
     for (j, s) in data.into_iter().enumerate() {
@@ -236,25 +236,18 @@ fn gpus_beyond_p2p_level(plan: &ccl_topology::plan::Plan) -> bool {
     })
 }
 
-/// The local addresses to spread mpt paths over, in list order ([`link_nics::selected_nics`];
-/// empty: the link's own); each link puts its own first NIC first.
-fn mpt_nics() -> Result<Vec<std::net::IpAddr>> {
-    let (_, ips) = link_nics::selected_nics()?;
-    if !ips.is_empty() {
-        tracing::info!("mpt paths spread over {} NICs: {ips:?}", ips.len());
-    }
-    Ok(ips)
-}
-
 /// The multipath link settings, and whether it was asked for by name (then a link whose probe
 /// fails is an error, not a fallback to TCP): the default when neither `CCL_NET` nor
-/// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport.
+/// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport. `nics`: the
+/// local addresses to spread paths over, in list order (each link puts its own first NIC
+/// first); empty: the link's own.
 fn mpt_link_config(
     frames: &LinkFrames,
     rank: usize,
     cpus: usize,
     remote_links: usize,
     copy_helpers: usize,
+    nics: &[std::net::IpAddr],
 ) -> Result<Option<(MptLinkConfig, bool)>> {
     let ccl_net = params::CCL_NET.get_str();
     let from_ccl = !ccl_net.trim().is_empty();
@@ -298,6 +291,9 @@ fn mpt_link_config(
         1..=ccl_transports::mpt_link::MAX_ENGINES,
     )?
     .unwrap_or(auto_engines(cpus, remote_links));
+    if !nics.is_empty() {
+        tracing::info!("mpt paths spread over {} NICs: {nics:?}", nics.len());
+    }
     let inflight = params::CCL_MPT_INFLIGHT_BYTES
         .get_i64()
         .clamp(1 << 20, 1 << 30) as usize;
@@ -324,7 +320,7 @@ fn mpt_link_config(
                 &params::CCL_MPT_PLACE_RECEIVES.get_str(),
                 copy_helpers,
             )?,
-            local_ips: mpt_nics()?,
+            local_ips: nics.to_vec(),
             nic_ids: Vec::new(),
             spin: std::time::Duration::from_micros(params::CCL_MPT_SPIN_US.get_i64().max(0) as u64),
             inline_bytes: params::CCL_MPT_INLINE_BYTES.get_i64().max(0) as usize,
