@@ -259,7 +259,7 @@ impl Paths {
         let idle = |i: usize| stats.get(i).is_some_and(|s| s.inflight == 0);
         let probe = self.health.take_probe(now, idle).map(|i| PathId(i as u16));
         if let Some(p) = probe {
-            tracing::debug!("mpt path {}: probed", p.index());
+            tracing::debug!("mpt {}: probed", self.name(p));
         }
         probe
     }
