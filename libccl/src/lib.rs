@@ -22,6 +22,7 @@ mod pieces;
 pub mod profiler;
 mod route;
 pub mod task;
+mod topo_plan;
 
 pub use bootstrap::UniqueId;
 pub use comm::SPLIT_NOCOLOR;

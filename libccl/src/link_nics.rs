@@ -115,7 +115,7 @@ fn nic_plan(table: &[RankInfo], names: &[String]) -> Option<Plan> {
         .inspect_err(|e| tracing::warn!("NIC list for the topology: {e}"))
         .ok()?,
     );
-    crate::connect::plan_with(table, &cfg)
+    crate::topo_plan::plan_with(table, &cfg)
 }
 
 /// The interface names of `rank`'s primary and backup NIC in `plan`.
