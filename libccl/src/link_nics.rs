@@ -43,7 +43,10 @@ impl LinkNics {
                 .as_ref()
                 .map(|p| plan_nic_names(p, rank))
                 .unwrap_or_default();
-            preferred_order(&names, primary.as_deref(), backup.as_deref())
+            let order = preferred_order(&names, primary.as_deref(), backup.as_deref());
+            let host = table.get(rank).map(|t| t.host_id);
+            let local = table.iter().filter(|t| Some(t.host_id) == host).count();
+            widest_order(&PROCESS_ORDER, &names, local, order)
         };
         let nics = LinkNics { names, ips, mine };
         if nics.ips.len() >= 2 {
@@ -70,6 +73,29 @@ impl LinkNics {
             .iter()
             .filter_map(|&k| self.ips.get(k).copied())
             .collect()
+    }
+}
+
+/// The NIC order of this process in the communicator with the most ranks on its host so far:
+/// that many ranks, the NIC names, the order.
+type Widest = std::sync::Mutex<Option<(usize, Vec<String>, Vec<usize>)>>;
+
+static PROCESS_ORDER: Widest = std::sync::Mutex::new(None);
+
+/// The order to use, given the plan's `order` for a communicator with `local` ranks on this
+/// host: the order from the communicator with more ranks here, if one was set up before over
+/// the same NICs. A communicator split off another (the hierarchy's one rank per host, say)
+/// sees only its own ranks, and each would be its host's first and take the first NIC; the
+/// widest one spread its ranks over the NICs, and each process keeps its place in that spread.
+fn widest_order(widest: &Widest, names: &[String], local: usize, order: Vec<usize>) -> Vec<usize> {
+    let mut w = widest.lock().unwrap_or_else(|p| p.into_inner());
+    match &*w {
+        Some((n, ns, o)) if *n > local && ns == names => o.clone(),
+        Some((n, ns, _)) if *n >= local && ns == names => order,
+        _ => {
+            *w = Some((local, names.to_vec(), order.clone()));
+            order
+        }
     }
 }
 
@@ -188,7 +214,7 @@ pub(crate) fn agree(s: &TcpStream, rank: usize, peer: usize, mine: &[usize]) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{link_order, plan_nic_names, preferred_order};
+    use super::{link_order, plan_nic_names, preferred_order, widest_order};
 
     fn names(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
@@ -205,6 +231,26 @@ mod tests {
         assert_eq!(preferred_order(&n, None, None), [0, 1, 2]);
         assert_eq!(preferred_order(&n, Some("nic1"), Some("nic1")), [1, 0, 2]);
         assert!(preferred_order(&[], Some("nic0"), None).is_empty());
+    }
+
+    /// A communicator split off a wider one keeps each process's place in the wider spread;
+    /// an equally wide or wider one, or one over other NICs, uses its own plan.
+    #[test]
+    fn a_narrower_communicator_keeps_the_widest_ones_order() {
+        let widest: super::Widest = std::sync::Mutex::new(None);
+        let n = names(&["nic0", "nic1"]);
+        // The world: two ranks here, this one second on its host.
+        assert_eq!(widest_order(&widest, &n, 2, vec![1, 0]), [1, 0]);
+        // The hierarchy's cross-host communicator: one rank here, its plan says nic0.
+        assert_eq!(widest_order(&widest, &n, 1, vec![0, 1]), [1, 0]);
+        // Another as wide: its own plan.
+        assert_eq!(widest_order(&widest, &n, 2, vec![0, 1]), [0, 1]);
+        // Other NICs: its own plan, and it becomes the reference.
+        let other = names(&["eth0", "eth1"]);
+        assert_eq!(widest_order(&widest, &other, 1, vec![0, 1]), [0, 1]);
+        // A wider one: its own plan, and the reference from then on.
+        assert_eq!(widest_order(&widest, &n, 4, vec![0, 1]), [0, 1]);
+        assert_eq!(widest_order(&widest, &n, 1, vec![1, 0]), [0, 1]);
     }
 
     #[test]
