@@ -221,8 +221,9 @@ pub fn named_interface_ips(names: &[&str]) -> Result<Vec<IpAddr>> {
 /// The NICs that a positive `NCCL_SOCKET_IFNAME` list names (`eth`, `ens1,ens2`; not `^...`
 /// exclusions), when it names two or more that are up and not loopback: as NCCL's socket
 /// transport does, the multipath transport then uses them all (`CCL_MPT_IFNAMES` unset).
-/// Sorted by name, so hosts with alike NICs pair them alike; at most `max`.
-pub fn socket_ifname_nics(max: usize) -> Result<Vec<IpAddr>> {
+/// Sorted by name, so hosts with alike NICs pair them alike; at most `max`. Each with its
+/// name.
+pub fn socket_ifname_nics(max: usize) -> Result<Vec<(String, IpAddr)>> {
     match params::NCCL_SOCKET_IFNAME.raw() {
         Some(spec) if !spec.trim().starts_with('^') => {
             Ok(nics_matching(&spec, &interface_addresses()?, max))
@@ -231,7 +232,7 @@ pub fn socket_ifname_nics(max: usize) -> Result<Vec<IpAddr>> {
     }
 }
 
-fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
+fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<(String, IpAddr)> {
     let mut names: Vec<&str> = all
         .iter()
         .filter(|a| a.up && !a.loopback && ifname_matches(spec, &a.name))
@@ -242,14 +243,14 @@ fn nics_matching(spec: &str, all: &[IfAddr], max: usize) -> Vec<IpAddr> {
     if names.len() < 2 {
         return Vec::new();
     }
-    let mut ips: Vec<IpAddr> = names
+    let mut ips: Vec<(String, IpAddr)> = names
         .iter()
-        .filter_map(|&n| address_of(all, n).map(|a| a.ip))
+        .filter_map(|&n| address_of(all, n).map(|a| (n.to_string(), a.ip)))
         .collect();
     // One address family: a path cannot connect across families, so with any IPv4 NIC the
     // IPv6-only ones stay out.
-    if ips.iter().any(IpAddr::is_ipv4) {
-        ips.retain(IpAddr::is_ipv4);
+    if ips.iter().any(|(_, ip)| ip.is_ipv4()) {
+        ips.retain(|(_, ip)| ip.is_ipv4());
     }
     if ips.len() < 2 {
         return Vec::new();
@@ -960,6 +961,12 @@ mod tests {
             v.iter()
                 .map(|s| s.parse::<IpAddr>().unwrap())
                 .collect::<Vec<_>>()
+        };
+        let nics_matching = |spec: &str, all: &[IfAddr], max: usize| -> Vec<IpAddr> {
+            nics_matching(spec, all, max)
+                .into_iter()
+                .map(|(_, ip)| ip)
+                .collect()
         };
         assert_eq!(
             nics_matching("eth", &all, 8),

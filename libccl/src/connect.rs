@@ -14,7 +14,9 @@ use ccl_transports::Link;
 use crate::bootstrap::{self, Ctrl, RankInfo};
 use crate::core::{CommState, IssueState};
 use crate::error::{Error, Result};
+use crate::link_nics::{self, LinkNics};
 use crate::params;
+use crate::topo_plan::topo_plan;
 
 pub(crate) fn my_info(rank: usize, listener: &TcpListener) -> Result<RankInfo> {
     Ok(RankInfo {
@@ -71,24 +73,38 @@ pub(crate) fn build_state(
     // checks that datagrams flow both ways. By default a pair whose probe fails falls back to
     // TCP over the same stream (both sides learn the outcome); asked for explicitly, mpt fails.
     let remote_links = data.iter().filter(|s| s.is_some()).count();
-    let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers)?;
+    // The NICs of links to other hosts, this rank's primary (from the topology plan) first.
+    let nics = match remote_links {
+        0 => LinkNics::default(),
+        _ => LinkNics::for_rank(&table, rank)?,
+    };
+    let mpt = mpt_link_config(&frames, rank, cpus, remote_links, helpers, &nics.ips)?;
     let shared_memory_only = shm_ok && table.iter().all(|t| t.host_id == my_host);
     let probe = std::time::Duration::from_millis(
         params::CCL_MPT_PROBE_MS.get_i64().clamp(1, 600_000) as u64,
     );
-    // TCP with a backup connection on a second NIC, when two are selected and asked for.
-    let failover_nics = match (&mpt, remote_links) {
-        (None, 1..) if params::CCL_SOCKET_FAILOVER.get_bool() => socket_failover_nics()?,
-        _ => None,
-    };
+    // TCP with a backup connection on a second NIC: by default when two are selected.
+    let failover = mpt.is_none() && nics.ips.len() >= 2 && params::CCL_SOCKET_FAILOVER.get_bool();
     for (j, s) in data.into_iter().enumerate() {
-        if let (Some(s), Some(nics)) = (s.as_ref(), failover_nics) {
-            links[j] = Some(failover_link(s, nics, rank, j, frame)?);
+        let Some(s) = s else { continue };
+        // Both ends agree on the NIC order of the link (the lower rank's) before either
+        // binds anything to it.
+        let order = match (failover || mpt.is_some()) && nics.ips.len() >= 2 {
+            true => Some(link_nics::agree(&s, rank, j, &nics.mine)?),
+            false => None,
+        };
+        if let (true, Some(order)) = (failover, &order) {
+            links[j] = Some(failover_link(&s, &nics, order, rank, j, frame)?);
             continue;
         }
-        if let Some(s) = s {
-            links[j] = Some(match &mpt {
-                Some((cfg, strict)) => match MptLink::over_tcp(s, cfg.clone())?.probe(probe)? {
+        links[j] = Some(match &mpt {
+            Some((cfg, strict)) => {
+                let mut cfg = cfg.clone();
+                if let Some(order) = &order {
+                    cfg.local_ips = nics.ips_in(order);
+                    cfg.nic_ids = order.iter().map(|&k| k as u16).collect();
+                }
+                match MptLink::over_tcp(s, cfg)?.probe(probe)? {
                     Ok(link) => Box::new(link),
                     Err((_, why)) if *strict => {
                         return Err(Error::system(format!(
@@ -101,10 +117,10 @@ pub(crate) fn build_state(
                         );
                         Box::new(SocketLink::new(tcp, frame)?)
                     }
-                },
-                None => Box::new(SocketLink::new(s, frame)?),
-            });
-        }
+                }
+            }
+            None => Box::new(SocketLink::new(s, frame)?),
+        });
     }
     // Shared memory: each rank creates its incoming ring per local peer, sends the name,
     // maps the peer's ring, acknowledges, and unlinks its own once the peer has mapped it.
@@ -166,36 +182,36 @@ pub(crate) fn build_state(
     ))
 }
 
-/// The two NICs of a `CCL_NET=socket` failover link (primary first): the first two that
-/// `CCL_MPT_IFNAMES` or `NCCL_SOCKET_IFNAME` select; `None` with fewer than two.
-fn socket_failover_nics() -> Result<Option<[std::net::IpAddr; 2]>> {
-    let ips = mpt_nics()?;
-    if ips.len() < 2 {
-        return Ok(None);
-    }
-    tracing::info!(
-        "socket links fail over: primary on {}, backup on {}",
-        ips[0],
-        ips[1]
-    );
-    Ok(Some([ips[0], ips[1]]))
-}
-
 /// Connects the primary and backup streams to rank `j` over the data stream `s` (the lower
-/// rank dials) and builds the failover link on them, its primary redialed when it fails.
+/// rank dials) on the first two NICs of `order` (the link's, agreed by both ends), and
+/// builds the failover link on them, its primary redialed when it fails.
 fn failover_link(
     s: &std::net::TcpStream,
-    nics: [std::net::IpAddr; 2],
+    nics: &LinkNics,
+    order: &[usize],
     rank: usize,
     j: usize,
     frame: usize,
 ) -> Result<Box<dyn Link>> {
     use ccl_transports::socket_failover::{connect_pair, FailoverConfig, FailoverSocketLink};
+    let ips = nics.ips_in(order);
+    let [primary, backup, ..] = ips[..] else {
+        return Err(Error::internal("failover link with fewer than two NICs"));
+    };
+    tracing::info!(
+        "rank {rank}: link to rank {j} fails over: primary {}, backup {}",
+        nics.describe(&order[..1]),
+        nics.describe(&order[1..2])
+    );
     let mut ctrl = s
         .try_clone()
         .map_err(|e| Error::system(format!("failover link to rank {j}: {e}")))?;
-    let (primary, backup, redial) =
-        connect_pair(&mut ctrl, nics, rank < j, bootstrap::bootstrap_timeout())?;
+    let (primary, backup, redial) = connect_pair(
+        &mut ctrl,
+        [primary, backup],
+        rank < j,
+        bootstrap::bootstrap_timeout(),
+    )?;
     let cfg = FailoverConfig::new(frame, j as u64);
     let link = FailoverSocketLink::with_redial(primary, backup, cfg, redial)?;
     Ok(Box::new(link))
@@ -221,42 +237,18 @@ fn gpus_beyond_p2p_level(plan: &ccl_topology::plan::Plan) -> bool {
     })
 }
 
-/// `CCL_MPT_IFNAMES`, else the NICs a positive `NCCL_SOCKET_IFNAME` list names (two or more):
-/// the local addresses to spread mpt paths over (empty: the link's own).
-fn mpt_nics() -> Result<Vec<std::net::IpAddr>> {
-    let spec = params::CCL_MPT_IFNAMES.get_str();
-    let names: Vec<&str> = spec
-        .split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .collect();
-    if names.len() > ccl_transports::mpt_link::MAX_NICS {
-        return Err(Error::invalid_argument(format!(
-            "CCL_MPT_IFNAMES names {} interfaces; at most {}",
-            names.len(),
-            ccl_transports::mpt_link::MAX_NICS
-        )));
-    }
-    let ips = if names.is_empty() {
-        crate::bootstrap::socket_ifname_nics(ccl_transports::mpt_link::MAX_NICS)?
-    } else {
-        crate::bootstrap::named_interface_ips(&names)?
-    };
-    if !ips.is_empty() {
-        tracing::info!("mpt paths spread over {} NICs: {ips:?}", ips.len());
-    }
-    Ok(ips)
-}
-
 /// The multipath link settings, and whether it was asked for by name (then a link whose probe
 /// fails is an error, not a fallback to TCP): the default when neither `CCL_NET` nor
-/// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport.
+/// `NCCL_NET` is set, or either says `mpt`. `None`: the TCP socket transport. `nics`: the
+/// local addresses to spread paths over, in list order (each link puts its own first NIC
+/// first); empty: the link's own.
 fn mpt_link_config(
     frames: &LinkFrames,
     rank: usize,
     cpus: usize,
     remote_links: usize,
     copy_helpers: usize,
+    nics: &[std::net::IpAddr],
 ) -> Result<Option<(MptLinkConfig, bool)>> {
     let ccl_net = params::CCL_NET.get_str();
     let from_ccl = !ccl_net.trim().is_empty();
@@ -300,6 +292,9 @@ fn mpt_link_config(
         1..=ccl_transports::mpt_link::MAX_ENGINES,
     )?
     .unwrap_or(auto_engines(cpus, remote_links));
+    if !nics.is_empty() {
+        tracing::info!("mpt paths spread over {} NICs: {nics:?}", nics.len());
+    }
     let inflight = params::CCL_MPT_INFLIGHT_BYTES
         .get_i64()
         .clamp(1 << 20, 1 << 30) as usize;
@@ -326,7 +321,8 @@ fn mpt_link_config(
                 &params::CCL_MPT_PLACE_RECEIVES.get_str(),
                 copy_helpers,
             )?,
-            local_ips: mpt_nics()?,
+            local_ips: nics.to_vec(),
+            nic_ids: Vec::new(),
             spin: std::time::Duration::from_micros(params::CCL_MPT_SPIN_US.get_i64().max(0) as u64),
             inline_bytes: params::CCL_MPT_INLINE_BYTES.get_i64().max(0) as usize,
             split_bytes: params::CCL_MPT_SPLIT_BYTES.get_i64().clamp(4096, 1 << 30) as usize,
@@ -539,34 +535,6 @@ fn agree_ring(
         }
         Ok(ring)
     }
-}
-
-/// The topology search over this host's system (discovered once per process) for the
-/// ranks of `table`; `None` (with a warning) when discovery or the search fails.
-fn topo_plan(table: &[RankInfo]) -> Option<ccl_topology::plan::Plan> {
-    use ccl_topology::plan::{plan, HostSystems, RankInfo as TopoRank};
-    static SYSTEM: std::sync::OnceLock<Option<ccl_topology::System>> = std::sync::OnceLock::new();
-    let cfg = ccl_topology::TopoConfig::from_env()
-        .inspect_err(|e| tracing::warn!("topology settings: {e}"))
-        .ok()?;
-    let sys = SYSTEM
-        .get_or_init(|| {
-            ccl_topology::discover::system(&cfg)
-                .inspect_err(|e| tracing::warn!("topology discovery failed: {e}"))
-                .ok()
-        })
-        .clone()?;
-    let ranks: Vec<TopoRank> = table
-        .iter()
-        .map(|i| TopoRank {
-            host: i.host_id,
-            gpu: None,
-            numa: None,
-        })
-        .collect();
-    plan(&ranks, &HostSystems::uniform(sys), &cfg)
-        .inspect_err(|e| tracing::warn!("topology search failed: {e}"))
-        .ok()
 }
 
 /// Channel 0's ring from the topology search; rank order if the search fails.

@@ -14,6 +14,7 @@ pub mod group;
 pub mod hier;
 mod host;
 pub mod ipc;
+mod link_nics;
 pub mod log;
 pub mod monitor;
 pub mod params;
@@ -21,6 +22,7 @@ mod pieces;
 pub mod profiler;
 mod route;
 pub mod task;
+mod topo_plan;
 
 pub use bootstrap::UniqueId;
 pub use comm::SPLIT_NOCOLOR;

@@ -3,15 +3,21 @@
 #
 # The two "hosts" and two "NICs" of nic_failover.sh (namespaces cclnic0/cclnic1, veth nic0
 # 10.78.0.0/24 and nic1 10.78.1.0/24), RANKS_PER_HOST ranks per host (default 1), host memory.
-# For each transport (NET: socket = the failover TCP link, primary on nic0 and backup on nic1;
-# mpt = the multipath transport with paths on both NICs) and each op (all_reduce, sendrecv,
-# alltoall, SIZE 64M, checked with -c 1):
+# For each transport (NET: socket = the failover TCP link, the primary on the NIC the topology
+# plan gives the lower rank of the pair -- a host's first rank nic0, its second nic1 -- and the
+# backup on the other; mpt = the multipath transport with paths on both NICs) and each op
+# (all_reduce, sendrecv, alltoall, SIZE 64M, checked with -c 1):
 #   backup-alone  everything on nic1 only (bootstrap included): the backup's own busbw;
 #   cut-for-good  nic0 of host 0 down CUT_AT_S (1) s in, to the end: busbw while on the backup
 #                 (the first second on nic0 included);
 #   cut-and-back  nic0 down DOWN_AT_S (2) s in, up UP_AFTER_S (4) s later: every result exact;
 #                 from the library's own log (NCCL_DEBUG=INFO, timestamps of the subscriber):
-#                 link down -> traffic flowing on the backup, link up -> traffic on nic0 again,
+#                 link down -> traffic flowing on the backup, link up -> nic0 ready again (socket:
+#                 the sender's switch back; mpt: a nic0 path's probe answered) and traffic on
+#                 nic0 again (socket: the first ack on the primary; mpt: the first chunk sent on
+#                 a nic0 path after its revival and acknowledged, "data flows again"), which
+#                 comes later when the ranks had nothing to send at that moment (between two
+#                 operations, ccl-perf checking results),
 #                 counted from just before the `ip link set` (the line also gives how long the
 #                 command took: on a loaded machine that delay is part of the figures), and
 #                 for link up also from the moment the kernel reports nic0's state UP (its
@@ -129,8 +135,14 @@ printf '%-7s %-10s %-13s %-5s %-6s %9s  %s\n' net op case rc exact busbw timings
 for net in $NETS; do
   if [ "$net" = socket ]; then
     down_re='traffic flowing on Backup'; up_re='traffic flowing on Primary'
+    # The sender's switch back (the new primary probed, the hold-down over): the link is ready.
+    ready_re='send stream on Primary'
   else
-    down_re='mpt path [0-9]+: chunk lost, penalised'; up_re='mpt path [0-9]+: (probe answered|delivers again)'
+    # Paths on NIC 0 (nic0, the first of CCL_MPT_IFNAMES) only: the cut one.
+    down_re='mpt path [0-9]+ on NIC 0: chunk lost, penalised'
+    up_re='mpt path [0-9]+ on NIC 0: data flows again'
+    # A nic0 path back in use (its probe answered): the link is ready.
+    ready_re='mpt path [0-9]+ on NIC 0: (probe answered|delivers again)'
   fi
   for op in $OPS; do
     declare -A SEEN=()
@@ -157,7 +169,10 @@ for net in $NETS; do
         t="down->backup $(ms "$f" "$T_DOWN")"
         if [ "$mode" = back ]; then
           g=; for l in $logs; do x=$(first_after "$l" "$up_re" "$T_UP"); [ -n "$x" ] && { [ -z "$g" ] || awk -v a="$x" -v b="$g" 'BEGIN{exit !(a<b)}'; } && g=$x; done
-          t="$t, up->nic0 $(ms "$g" "$T_UP") (link UP $(ms "$T_OPER" "$T_UP") after the command, then $(ms "$g" "$T_OPER"))"
+          k=; for l in $logs; do x=$(first_after "$l" "$ready_re" "$T_UP"); [ -n "$x" ] && { [ -z "$k" ] || awk -v a="$x" -v b="$k" 'BEGIN{exit !(a<b)}'; } && k=$x; done
+          # Ready: nic0 back in use; traffic: its first acknowledged bytes, later when the
+          # ranks had nothing to send then (between two operations, checking results).
+          t="$t, up->nic0 ready $(ms "$k" "$T_UP"), traffic $(ms "$g" "$T_UP") (link UP $(ms "$T_OPER" "$T_UP") after the command, then $(ms "$g" "$T_OPER"))"
         fi
         # Times count from before the ip command; on a loaded machine it can take long.
         t="$t [ip down took $CUT_MS${UP_MS:+, up $UP_MS}]"

@@ -303,3 +303,27 @@ fn topo_file_and_dump_file_through_the_config() {
         .contains("missing.xml"));
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// An interface that is up but has no carrier yet (`lowerlayerdown`, as a veth whose peer is
+/// not up yet, or any port in the second after `ip link set up` before the kernel's link
+/// watcher runs) is a port of the host; one that is down (`IFF_UP` clear) is not.
+#[test]
+fn an_interface_up_without_a_carrier_is_a_port() {
+    let root = std::env::temp_dir().join(format!("ccl-topo-carrier-{}", std::process::id()));
+    let _t = Tree(root.clone());
+    for (name, state, flags) in [
+        ("nic0", "up", "0x1003"),
+        ("nic1", "lowerlayerdown", "0x1003"),
+        ("nic2", "down", "0x1002"),
+    ] {
+        put(&root, &format!("sys/class/net/{name}/operstate"), state);
+        put(&root, &format!("sys/class/net/{name}/flags"), flags);
+    }
+    let sys = discover::sysfs::discover(&root, &[]);
+    let names: Vec<String> = sys
+        .nets()
+        .iter()
+        .map(|&n| sys.net(n).unwrap().name.clone())
+        .collect();
+    assert_eq!(names, ["nic0", "nic1"]);
+}

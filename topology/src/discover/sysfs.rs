@@ -228,7 +228,11 @@ pub fn discover(fs_root: &Path, cuda: &[CudaGpu]) -> System {
     {
         let name = file_name(&ifp);
         let state = read(&ifp.join("operstate")).unwrap_or_default();
-        if !(state == "up" || state == "unknown") {
+        // Brought up but without a carrier yet (the kernel reports a new link up to a second
+        // after `ip link set up`, and a cable may be out for a moment): still a port of this
+        // host, as NCCL and the bootstrap count an interface that is up (IFF_UP).
+        let admin_up = read_hex(&ifp.join("flags")).is_some_and(|f| f & 1 != 0);
+        if !(state == "up" || state == "unknown" || admin_up) {
             continue;
         }
         let speed = read(&ifp.join("speed"))

@@ -157,6 +157,10 @@ pub struct MptConfig {
     pub cc_params: CcParams,
     /// Seed of the path sampler (power-of-two choice), so runs are reproducible.
     pub seed: u64,
+    /// The NIC of each path as the host numbers its NICs (path `i` on `path_nics[i % len]`),
+    /// named in the log lines of path health so that a NIC's return can be read off them;
+    /// empty (the default): not known, not named.
+    pub path_nics: Vec<u16>,
 }
 
 impl Default for MptConfig {
@@ -176,6 +180,7 @@ impl Default for MptConfig {
             cc: CcKind::Cubic,
             cc_params: CcParams::default(),
             seed: 0x5EED,
+            path_nics: Vec::new(),
         }
     }
 }

@@ -71,13 +71,65 @@ struct PathStats {
 pub(crate) struct Paths {
     stats: Vec<PathStats>,
     health: PathsHealth<Instant>,
+    /// Each path's NIC, for the log ([`super::MptConfig::path_nics`]).
+    nics: Vec<Option<u16>>,
+    /// Paths brought back into use (after losses) that have not yet delivered a chunk sent
+    /// since: the first such delivery is logged, as the moment data flows on the path again
+    /// (a revival by probe answers carries no data).
+    awaiting_data: Vec<Option<Instant>>,
+}
+
+/// How a path is named in the log: `path 3`, or `path 3 on NIC 1` when its NIC is known.
+struct PathName(u16, Option<u16>);
+
+impl std::fmt::Display for PathName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(nic) => write!(f, "path {} on NIC {nic}", self.0),
+            None => write!(f, "path {}", self.0),
+        }
+    }
 }
 
 impl Paths {
-    pub(crate) fn new(n: u16, rto: Duration) -> Self {
+    pub(crate) fn new(n: u16, rto: Duration, path_nics: &[u16]) -> Self {
+        let nics = (0..usize::from(n))
+            .map(|i| match path_nics.len() {
+                0 => None,
+                len => path_nics.get(i % len).copied(),
+            })
+            .collect();
         Paths {
             stats: vec![PathStats::default(); usize::from(n)],
             health: PathsHealth::new(n, rto),
+            nics,
+            awaiting_data: vec![None; usize::from(n)],
+        }
+    }
+
+    fn name(&self, id: PathId) -> PathName {
+        PathName(id.0, self.nics.get(id.index()).copied().flatten())
+    }
+
+    /// `id` is back in use at `now`: its next delivered chunk sent from then on is logged.
+    fn back_in_use(&mut self, id: PathId, now: Instant) {
+        if let Some(a) = self.awaiting_data.get_mut(id.index()) {
+            *a = Some(now);
+        }
+    }
+
+    /// A chunk of `bytes` sent on `id` at `tx` was acknowledged: the first since the path
+    /// came back into use is logged with its size.
+    fn first_data(&mut self, id: PathId, tx: Instant, bytes: u32) {
+        let Some(a) = self.awaiting_data.get_mut(id.index()) else {
+            return;
+        };
+        if a.is_some_and(|since| tx >= since) {
+            *a = None;
+            tracing::info!(
+                "mpt {}: data flows again, {bytes} bytes delivered",
+                self.name(id)
+            );
         }
     }
 
@@ -129,16 +181,17 @@ impl Paths {
         }
     }
 
-    /// A chunk sent on `id` at `tx` was acknowledged. `unambiguous`: the chunk was sent
-    /// once, so this path delivered it (an acknowledged retransmission may have arrived by
-    /// an earlier copy on another path, which says nothing about this one).
-    pub(crate) fn on_acked(&mut self, id: PathId, tx: Instant, unambiguous: bool) {
+    /// A chunk of `bytes` sent on `id` at `tx` was acknowledged. `unambiguous`: the chunk
+    /// was sent once, so this path delivered it (an acknowledged retransmission may have
+    /// arrived by an earlier copy on another path, which says nothing about this one).
+    pub(crate) fn on_acked(&mut self, id: PathId, tx: Instant, unambiguous: bool, bytes: u32) {
         if let Some(s) = self.stats(id) {
             s.inflight = s.inflight.saturating_sub(1);
             s.acked += 1;
         }
         if unambiguous {
             self.delivered(id, tx);
+            self.first_data(id, tx, bytes);
         }
     }
 
@@ -148,7 +201,9 @@ impl Paths {
         let was = self.is_penalised(id);
         self.health.on_delivery(id.index(), tx);
         if was && !self.is_penalised(id) {
-            tracing::info!("mpt path {}: delivers again, back in use", id.index());
+            tracing::info!("mpt {}: delivers again, back in use", self.name(id));
+            // That delivery was data: [`Self::first_data`] logs it.
+            self.back_in_use(id, tx);
         }
     }
 
@@ -161,7 +216,8 @@ impl Paths {
         let was = self.is_penalised(id);
         self.health.on_loss(id.index(), now, tx);
         if !was && self.is_penalised(id) {
-            tracing::info!("mpt path {}: chunk lost, penalised", id.index());
+            tracing::info!("mpt {}: chunk lost, penalised", self.name(id));
+            self.back_in_use_cleared(id);
         }
     }
 
@@ -176,12 +232,22 @@ impl Paths {
         }
     }
 
-    /// An acknowledgement arrived on `id`: if the path is penalised and was probed, it works
-    /// again -- back into use with its loss count cleared. Returns whether it revived.
-    pub(crate) fn revive_if_probed(&mut self, id: PathId) -> bool {
+    /// A path that lost chunks waits for a revival before its deliveries count as data
+    /// flowing again.
+    fn back_in_use_cleared(&mut self, id: PathId) {
+        if let Some(a) = self.awaiting_data.get_mut(id.index()) {
+            *a = None;
+        }
+    }
+
+    /// An acknowledgement arrived on `id` at `now`: if the path is penalised and was probed,
+    /// it works again -- back into use with its loss count cleared. Returns whether it
+    /// revived.
+    pub(crate) fn revive_if_probed(&mut self, id: PathId, now: Instant) -> bool {
         let revived = self.health.on_ack_received(id.index());
         if revived {
-            tracing::info!("mpt path {}: probe answered, back in use", id.index());
+            tracing::info!("mpt {}: probe answered, back in use", self.name(id));
+            self.back_in_use(id, now);
         }
         revived
     }
@@ -193,7 +259,7 @@ impl Paths {
         let idle = |i: usize| stats.get(i).is_some_and(|s| s.inflight == 0);
         let probe = self.health.take_probe(now, idle).map(|i| PathId(i as u16));
         if let Some(p) = probe {
-            tracing::debug!("mpt path {}: probed", p.index());
+            tracing::debug!("mpt {}: probed", self.name(p));
         }
         probe
     }
@@ -273,7 +339,7 @@ mod tests {
     #[test]
     fn sampling_keeps_off_penalised_paths_while_others_remain() {
         let rto = Duration::from_micros(500);
-        let mut paths = Paths::new(8, rto);
+        let mut paths = Paths::new(8, rto, &[]);
         let mut rng = Rng::new(5);
         let t = Instant::from_micros(10);
         for p in [1u16, 3, 5, 7] {
@@ -289,7 +355,7 @@ mod tests {
         }
         // Path 3 delivers a chunk sent after its loss: it is sampled again.
         paths.on_sent(PathId(3));
-        paths.on_acked(PathId(3), Instant::from_micros(20), true);
+        paths.on_acked(PathId(3), Instant::from_micros(20), true, 1);
         assert!(!paths.is_penalised(PathId(3)));
         let mut three = false;
         for _ in 0..2000 {
@@ -318,7 +384,7 @@ mod tests {
 
     #[test]
     fn sampling_is_distinct_and_avoids() {
-        let paths = Paths::new(4, Duration::from_micros(500));
+        let paths = Paths::new(4, Duration::from_micros(500), &[]);
         let mut rng = Rng::new(3);
         let mut seen = [0u32; 4];
         for _ in 0..2000 {
@@ -329,12 +395,12 @@ mod tests {
             seen[a.index()] += 1;
         }
         assert!(seen[0] > 0 && seen[1] > 0 && seen[3] > 0 && seen[2] == 0);
-        let one = Paths::new(1, Duration::from_micros(500));
+        let one = Paths::new(1, Duration::from_micros(500), &[]);
         assert_eq!(
             one.sample_two(&mut rng, Some(PathId(0))),
             (PathId(0), PathId(0))
         );
-        let two = Paths::new(2, Duration::from_micros(500));
+        let two = Paths::new(2, Duration::from_micros(500), &[]);
         assert_eq!(
             two.sample_two(&mut rng, Some(PathId(0))),
             (PathId(1), PathId(1))
@@ -343,7 +409,7 @@ mod tests {
 
     #[test]
     fn losses_penalise_until_acked() {
-        let mut paths = Paths::new(3, Duration::from_micros(500));
+        let mut paths = Paths::new(3, Duration::from_micros(500), &[]);
         paths.on_rtt(PathId(0), Duration::from_micros(10));
         paths.on_rtt(PathId(1), Duration::from_micros(20));
         paths.on_rtt(PathId(2), Duration::from_micros(30));
@@ -357,11 +423,11 @@ mod tests {
         assert_eq!(paths.best(), PathId(1));
         paths.on_sent(PathId(0));
         // A late ack of a chunk sent no later than the loss proves nothing...
-        paths.on_acked(PathId(0), Instant::ZERO, true);
+        paths.on_acked(PathId(0), Instant::ZERO, true, 1);
         assert_eq!(paths.best(), PathId(1));
         // ...one sent after it does.
         paths.on_sent(PathId(0));
-        paths.on_acked(PathId(0), Instant::from_micros(1), true);
+        paths.on_acked(PathId(0), Instant::from_micros(1), true, 1);
         assert_eq!(paths.best(), PathId(0));
         paths.on_rtt(PathId(0), Duration::from_micros(18));
         assert_eq!(paths.view(PathId(0)).srtt, Some(Duration::from_micros(11)));
@@ -370,7 +436,7 @@ mod tests {
     #[test]
     fn dead_path_is_probed_with_backoff() {
         let rto = Duration::from_micros(500);
-        let mut paths = Paths::new(2, rto);
+        let mut paths = Paths::new(2, rto, &[]);
         paths.on_sent(PathId(1));
         paths.on_lost(PathId(1), Instant::ZERO, Instant::ZERO);
         // One loss: probe after 2 RTOs, then not again while the probe is unresolved.
@@ -394,8 +460,45 @@ mod tests {
         );
         // A probe that gets through heals the path.
         paths.on_sent(PathId(1));
-        paths.on_acked(PathId(1), Instant::from_micros(3200), true);
+        paths.on_acked(PathId(1), Instant::from_micros(3200), true, 1);
         assert_eq!(paths.view(PathId(1)).consecutive_losses, 0);
         assert_eq!(paths.take_probe(Instant::from_micros(99_999)), None);
+    }
+
+    /// After a revival by a probe answer (no data), the first chunk sent from then on and
+    /// acknowledged is the moment data flows again; a chunk sent before the revival (still
+    /// in flight through the outage) is not, nor is a retransmission, nor anything after.
+    #[test]
+    fn data_flows_again_with_the_first_chunk_sent_after_a_revival() {
+        let rto = Duration::from_micros(500);
+        let mut paths = Paths::new(4, rto, &[0, 1]);
+        assert_eq!(paths.name(PathId(3)).to_string(), "path 3 on NIC 1");
+        assert_eq!(
+            Paths::new(2, rto, &[]).name(PathId(1)).to_string(),
+            "path 1"
+        );
+        let t = Instant::from_micros;
+        paths.on_sent(PathId(1));
+        paths.on_lost(PathId(1), t(100), t(0));
+        assert_eq!(paths.awaiting_data[1], None);
+        assert_eq!(paths.take_probe(t(1100)), Some(PathId(1)));
+        assert!(paths.revive_if_probed(PathId(1), t(1200)));
+        assert_eq!(paths.awaiting_data[1], Some(t(1200)));
+        // Sent at 50, before the revival: not yet.
+        paths.on_acked(PathId(1), t(50), true, 1000);
+        assert_eq!(paths.awaiting_data[1], Some(t(1200)));
+        // A retransmission sent after it: ambiguous, not yet.
+        paths.on_sent(PathId(1));
+        paths.on_acked(PathId(1), t(1300), false, 1000);
+        assert_eq!(paths.awaiting_data[1], Some(t(1200)));
+        paths.on_sent(PathId(1));
+        paths.on_acked(PathId(1), t(1300), true, 1000);
+        assert_eq!(paths.awaiting_data[1], None);
+        // A path revived by a delivery (data) is marked at that chunk's send time.
+        paths.on_sent(PathId(2));
+        paths.on_lost(PathId(2), t(2000), t(1900));
+        paths.on_sent(PathId(2));
+        paths.delivered(PathId(2), t(2100));
+        assert_eq!(paths.awaiting_data[2], Some(t(2100)));
     }
 }

@@ -70,6 +70,11 @@ pub struct MptLinkConfig {
     /// probing the dead ones, which come back when the port does. Empty: every path on the
     /// address the link was bound to. At most [`MAX_NICS`].
     pub local_ips: Vec<IpAddr>,
+    /// The host-wide number of each entry of `local_ips` (its place in the host's list of
+    /// NICs), which the monitor reports as a path's NIC: a link may order its NICs its own
+    /// way (its primary first) and NIC 1 must still be the same port on every link. Empty
+    /// (or shorter): an entry's place in `local_ips`.
+    pub nic_ids: Vec<u16>,
     /// How long an engine thread that found nothing to do keeps polling before it parks in
     /// `poll` (zero: it parks at once). Spinning saves the wake-up of a parked thread on
     /// every burst, at the price of a core per engine while traffic flows.
@@ -106,6 +111,7 @@ impl Default for MptLinkConfig {
             async_copy: false,
             zero_copy: false,
             local_ips: Vec::new(),
+            nic_ids: Vec::new(),
             spin: Duration::ZERO,
             place_receives: false,
             inline_bytes: 0,

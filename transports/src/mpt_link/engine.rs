@@ -50,6 +50,10 @@ pub(super) fn start_engine(
         cc: cfg.cc,
         ack_delay: cfg.ack_delay,
         seed: sub.seed,
+        // Path `i` binds the `i % len`-th local address; its NIC by the host's numbering.
+        path_nics: (0..cfg.local_ips.len())
+            .map(|k| cfg.nic_ids.get(k).copied().unwrap_or(k as u16))
+            .collect(),
         ..MptConfig::default()
     };
     let mut conn = Connection::new(mcfg, sub.fid, peer_fid)
@@ -92,7 +96,7 @@ pub(super) fn start_engine(
         peer,
         sleeping: false,
         copy_job: None,
-        mon: EngineMon::off(cfg.local_ips.len()),
+        mon: EngineMon::off(cfg.local_ips.len(), &cfg.nic_ids),
     };
     let shared = Arc::new(Shared {
         inner: Mutex::new(inner),

@@ -123,6 +123,8 @@ pub(super) struct EngineMon {
     /// numbers).
     path_base: u16,
     nics: u16,
+    /// Host-wide NIC number of each of the link's NICs (`MptLinkConfig::nic_ids`).
+    nic_ids: Vec<u16>,
     paths: Vec<PathMark>,
     /// When this round's first chunk was posted.
     round_ts: u64,
@@ -131,8 +133,8 @@ pub(super) struct EngineMon {
 }
 
 impl EngineMon {
-    /// Off: records nothing (and allocates nothing).
-    pub(super) fn off(nics: usize) -> Self {
+    /// Off: records nothing (and allocates nothing beyond the NIC numbers, once per engine).
+    pub(super) fn off(nics: usize, nic_ids: &[u16]) -> Self {
         EngineMon {
             publisher: Publisher::off(),
             peer: 0,
@@ -140,6 +142,9 @@ impl EngineMon {
             op: None,
             path_base: 0,
             nics: nics.max(1) as u16,
+            nic_ids: (0..nics.max(1))
+                .map(|k| nic_ids.get(k).copied().unwrap_or(k as u16))
+                .collect(),
             paths: Vec::new(),
             round_ts: 0,
             round_open: false,
@@ -200,8 +205,13 @@ impl EngineMon {
             bytes,
             peer: self.peer,
             path: self.path_base.saturating_add(path),
-            // Path `i` binds the `i % nics`-th local address (`MptLinkConfig::local_ips`).
-            nic: path % self.nics,
+            // Path `i` binds the `i % nics`-th local address (`MptLinkConfig::local_ips`),
+            // reported by its host-wide number.
+            nic: self
+                .nic_ids
+                .get(usize::from(path % self.nics))
+                .copied()
+                .unwrap_or(path % self.nics),
             engine: Engine::Mpt,
             unit: Unit::Chunk,
             coll: CollId::unpack(self.comm, op),

@@ -145,7 +145,8 @@ impl Connection {
         match c.state {
             ChunkState::Outstanding => {
                 self.inflight_bytes -= u64::from(c.len);
-                self.paths.on_acked(c.path, c.tx_time, c.retransmits == 0);
+                self.paths
+                    .on_acked(c.path, c.tx_time, c.retransmits == 0, c.len);
             }
             ChunkState::Lost => {
                 self.lost -= 1;

@@ -179,7 +179,7 @@ impl Connection {
                 self.probes_unanswered = 0;
                 // An acknowledgement on a path that lost chunks, while a probe of it is out:
                 // the path works again (both ways: the probe got there, the answer back).
-                if self.paths.revive_if_probed(path) {
+                if self.paths.revive_if_probed(path, now) {
                     self.stats.paths_revived += 1;
                 }
                 self.on_ack(now, &a);

@@ -199,7 +199,7 @@ impl Connection {
         let seed = config.seed ^ (u64::from(local_fid) << 32) ^ u64::from(remote_fid);
         Ok(Connection {
             rng: Rng::new(seed),
-            paths: Paths::new(config.num_paths, config.rto),
+            paths: Paths::new(config.num_paths, config.rto, &config.path_nics),
             small_path: PathId(0),
             srtt: None,
             rttvar: Duration::ZERO,
