@@ -38,6 +38,7 @@
 pub mod config;
 pub mod discover;
 pub mod error;
+pub mod link_order;
 pub mod model;
 pub mod nic;
 pub mod paths;
