@@ -139,20 +139,14 @@ impl Relay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::Reduction;
-    use crate::{DataType, ReduceKind};
 
     fn bcast(root: usize, send: usize, recv: usize, count: usize) -> Task {
-        Task {
-            kind: TaskKind::Coll(Collective::Broadcast { root }),
+        crate::task::float_sum(
+            TaskKind::Coll(Collective::Broadcast { root }),
             send,
             recv,
             count,
-            dtype: DataType::Float32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            stream: 0,
-            fold: false,
-        }
+        )
     }
 
     const RELAY: Relay = Relay {
