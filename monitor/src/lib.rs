@@ -48,6 +48,7 @@ pub mod export;
 mod packed;
 mod publish;
 pub mod ring;
+mod select;
 pub mod stats;
 pub mod subscriber;
 mod sync;

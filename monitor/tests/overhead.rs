@@ -125,11 +125,20 @@ fn collector_cpu_under_load() {
     .unwrap();
     let p = mon.publisher();
     std::thread::sleep(Duration::from_millis(50));
-    let thread = find_thread("ccl-monitor").unwrap();
-    // schedstat's first field: nanoseconds on a CPU (stat's ticks are too coarse here).
-    let on_cpu = || -> Duration {
-        let s = std::fs::read_to_string(thread.join("schedstat")).unwrap();
-        Duration::from_nanos(s.split(' ').next().unwrap().parse().unwrap())
+    // schedstat's first field: nanoseconds on a CPU (stat's ticks are too coarse here), of
+    // every collector thread: the one that worked is this monitor's.
+    let on_cpu = || -> Vec<(std::path::PathBuf, u64)> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| Some(t.ok()?.path()))
+            .filter(|d| {
+                std::fs::read_to_string(d.join("comm")).is_ok_and(|c| c.trim() == "ccl-monitor")
+            })
+            .filter_map(|d| {
+                let s = std::fs::read_to_string(d.join("schedstat")).ok()?;
+                Some((d, s.split(' ').next()?.parse().ok()?))
+            })
+            .collect()
     };
     let before = on_cpu();
     let t0 = Instant::now();
@@ -160,7 +169,13 @@ fn collector_cpu_under_load() {
         }
     }
     mon.flush().unwrap();
-    let used = on_cpu() - before;
+    let after = on_cpu();
+    let used = after
+        .iter()
+        .filter_map(|(d, ns)| Some(ns - before.iter().find(|(b, _)| b == d)?.1))
+        .max()
+        .map(Duration::from_nanos)
+        .unwrap();
     let snap = mon.snapshot();
     let bytes = std::fs::metadata(dir.path().join("m.jsonl")).unwrap().len();
     println!(

@@ -61,9 +61,22 @@ for l in open(sys.argv[1]):
     c, s, m, bw, cpu = l.split()
     rows.setdefault((c, s), {}).setdefault(m, []).append((float(bw), float(cpu)))
 print(f"{'collective':<11}{'size':>5}  {'busbw off':>10}{'busbw on':>10}{'ratio':>7}  {'cpu s off':>10}{'cpu s on':>10}{'ratio':>7}   (medians; runs off/on)")
+paired = []
 for (c, s), m in rows.items():
     med = lambda k, i: statistics.median(r[i] for r in m.get(k, [(0, 0)]))
     bo, bn, co, cn = med("0", 0), med("1", 0), med("0", 1), med("1", 1)
     runs = lambda k: ",".join(f"{r[0]:.3f}/{r[1]:.2f}" for r in m.get(k, []))
     print(f"{c:<11}{s:>5}  {bo:>10.3f}{bn:>10.3f}{bn/bo if bo else 0:>7.3f}  {co:>10.2f}{cn:>10.2f}{cn/co if co else 0:>7.3f}   off {runs('0')}  on {runs('1')}")
+    # Each on run against the off run just before it: load that drifts over minutes cancels.
+    pairs = [(n[0] / o[0], n[1] / o[1]) for o, n in zip(m.get("0", []), m.get("1", [])) if o[0] and o[1]]
+    paired.append((c, s, pairs))
+print("\npaired on/off ratios (each on run against the off run before it): median [quartiles]")
+for c, s, pairs in paired:
+    def q(i):
+        v = sorted(p[i] for p in pairs)
+        if len(v) < 2:
+            return f"{v[0] if v else 0:.3f}"
+        qs = statistics.quantiles(v, n=4)
+        return f"{statistics.median(v):.3f} [{qs[0]:.3f}, {qs[2]:.3f}]"
+    print(f"{c:<11}{s:>5}  busbw {q(0)}  cpu {q(1)}  ({len(pairs)} pairs)")
 EOF
