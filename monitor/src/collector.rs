@@ -152,7 +152,7 @@ impl Collector {
             // A busy monitor drains every poll: passing again at once (as it did) found the
             // few records of the last microseconds and wrote the file each time, twice the
             // passes and a write per poll. Idle, the sleep doubles up to 8 polls (an idle
-            // monitor wakes ~25 times a second at the default 10 ms).
+            // monitor wakes ~12 times a second at the default 10 ms).
             let polls = if n == 0 {
                 1 << idle_passes.min(4) >> 1
             } else {
