@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::event::Record;
-use crate::export::{JsonLine, JsonWriter};
+use crate::export::JsonWriter;
 use crate::packed::Packed;
 use crate::ring::Consumer;
 use crate::subscriber::Subscriber;
@@ -60,6 +60,19 @@ fn yield_to_data_threads() {
     }
 }
 
+/// This thread's CPU time (user and system) in microseconds; 0 where it cannot be read.
+fn thread_cpu_us() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0) / 1000
+}
+
 impl Collector {
     pub(crate) fn new(
         cfg: &MonitorConfig,
@@ -99,13 +112,15 @@ impl Collector {
     fn run(mut self) -> Result<(), Error> {
         yield_to_data_threads();
         let mut idle_passes = 0u32;
+        let mut passes = 0u64;
         loop {
+            passes += 1;
             // Read before draining: whatever was pushed before a flush request is drained
             // below, so the request can be marked done after this pass.
             let requested = self.shared.flush_req.load(Ordering::Acquire);
             let stopping = self.shared.stop.load(Ordering::Acquire);
             self.adopt();
-            let n = self.drain();
+            let (n, backlog) = self.drain();
             self.process();
             let now = match self.time_base {
                 TimeBase::Clock => self.shared.clock.now_ns(),
@@ -127,15 +142,35 @@ impl Collector {
             self.retire();
             self.mark_flushed(requested);
             if stopping && n == 0 {
+                self.report_cost(passes);
                 return Ok(());
             }
-            // Idle, the sleep doubles up to 8 polls: an idle monitor wakes ~125 times a second
-            // (at the default 1 ms), a busy one drains every poll.
             idle_passes = if n == 0 { idle_passes + 1 } else { 0 };
-            if n == 0 {
-                std::thread::park_timeout(self.poll * (1 << idle_passes.min(4) >> 1));
+            if stopping || backlog {
+                continue;
             }
+            // A busy monitor drains every poll: passing again at once (as it did) found the
+            // few records of the last microseconds and wrote the file each time, twice the
+            // passes and a write per poll. Idle, the sleep doubles up to 8 polls (an idle
+            // monitor wakes ~12 times a second at the default 10 ms).
+            let polls = if n == 0 {
+                1 << idle_passes.min(4) >> 1
+            } else {
+                1
+            };
+            std::thread::park_timeout(self.poll * polls);
         }
+    }
+
+    /// Logs what the collector cost this process, for the overhead benchmark to read
+    /// (`tests/bench/monitor_overhead.sh`): its thread's CPU time against the records.
+    fn report_cost(&self, passes: u64) {
+        tracing::info!(
+            cpu_us = thread_cpu_us(),
+            records = self.records,
+            passes,
+            "monitor collector done"
+        );
     }
 
     /// Takes over the rings threads registered since the last pass.
@@ -147,10 +182,14 @@ impl Collector {
         }));
     }
 
-    /// Moves up to one ring's worth from each ring into the batch, oldest first.
-    fn drain(&mut self) -> usize {
+    /// Moves up to one ring's worth from each ring into the batch, oldest first. Also says
+    /// whether some ring was over half full: then the next pass follows at once rather than
+    /// after a poll, before the ring fills and drops records.
+    fn drain(&mut self) -> (usize, bool) {
         self.batch.clear();
+        let mut backlog = false;
         for src in &mut self.rings {
+            let from = self.batch.len();
             for _ in 0..src.ring.capacity() {
                 match src.ring.pop() {
                     Some(r) => {
@@ -160,11 +199,12 @@ impl Collector {
                     None => break,
                 }
             }
+            backlog |= self.batch.len() - from > src.ring.capacity() / 2;
         }
         // Rings are drained one after another; sorting restores time order across threads
         // within a pass.
         self.batch.sort_by_key(Packed::ts_ns);
-        self.batch.len()
+        (self.batch.len(), backlog)
     }
 
     /// Simulated time: the earliest of the producers' newest timestamps. A producer that is
@@ -195,7 +235,7 @@ impl Collector {
                 (Record::Transition(t), _) => {
                     self.transitions += 1;
                     self.subscribers.iter().for_each(|s| s.on_transition(&t));
-                    self.write(&JsonLine::from_transition(&t));
+                    self.write(|w| w.write_transition(&t));
                 }
             }
         }
@@ -219,7 +259,7 @@ impl Collector {
                 Event::Sample(_) => {}
             }
             self.subscribers.iter().for_each(|s| s.on_window(e));
-            self.write(&JsonLine::from_event(e));
+            self.write(|w| w.write_event(e));
         }
         self.events = events;
         self.events.clear();
@@ -227,9 +267,9 @@ impl Collector {
 
     /// A file that cannot be written is given up on (with a warning) rather than stopping
     /// the analysis.
-    fn write(&mut self, line: &JsonLine) {
+    fn write(&mut self, line: impl FnOnce(&mut JsonWriter) -> Result<(), Error>) {
         if let Some(w) = &mut self.writer {
-            if let Err(e) = w.write(line) {
+            if let Err(e) = line(w) {
                 tracing::warn!(error = %e, "monitor file write failed; no more records go to it");
                 self.writer = None;
             }

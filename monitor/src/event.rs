@@ -64,6 +64,21 @@ impl Op {
         Op::Other,
     ];
 
+    /// The operation's name in the JSON file (serde's name for it, without the quotes).
+    pub(crate) fn wire_name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::AllGather => "all_gather",
+            Op::ReduceScatter => "reduce_scatter",
+            Op::Broadcast => "broadcast",
+            Op::Reduce => "reduce",
+            Op::AllToAll => "all_to_all",
+            Op::Send => "send",
+            Op::Recv => "recv",
+            Op::Other => "other",
+        }
+    }
+
     /// The operation NCCL's API names `name` ("AllReduce", "Send"...); `Other` for the rest.
     pub fn from_name(name: &str) -> Op {
         match name {
@@ -193,6 +208,14 @@ pub(crate) mod tests {
         assert_eq!(CollId::unpack(1, CollId::pack(Op::Send, 1 << 56)).seq, 0);
         assert_eq!(Op::from_name("AlltoAll"), Op::AllToAll);
         assert_eq!(Op::from_name("Gather"), Op::Other);
+    }
+
+    #[test]
+    fn wire_names_are_serde_names() {
+        for op in Op::ALL {
+            let quoted = serde_json::to_string(&op).unwrap();
+            assert_eq!(quoted, format!("\"{}\"", op.wire_name()));
+        }
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod packed;
 pub mod plugin;
 mod publish;
 pub mod ring;
+mod select;
 pub mod stats;
 pub mod subscriber;
 mod sync;

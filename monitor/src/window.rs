@@ -11,6 +11,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use crate::select::{median, partition_from_back};
+
 use serde::{Deserialize, Serialize};
 
 use crate::event::{CollId, Op, Work};
@@ -436,7 +438,8 @@ impl KeyState {
         if from < front.wall {
             return None;
         }
-        let upto = |t: u64| match self.ring.partition_point(|e| e.wall <= t) {
+        // Walls only grow, and the times asked about are mostly the latest few milliseconds.
+        let upto = |t: u64| match partition_from_back(&self.ring, |e| e.wall <= t) {
             0 => front.cum - front.bytes,
             i => self.ring[i - 1].cum,
         };
@@ -715,17 +718,6 @@ fn recent_value(
     let to = st.ring.back()?.wall;
     let (v, _) = share_between(total, from, to, bytes, bytes as f64)?;
     Some((v, tput))
-}
-
-fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    match v.len() {
-        0 => None,
-        n if n % 2 == 1 => Some(v[m]),
-        _ => Some((v[m - 1] + v[m]) / 2.0),
-    }
 }
 
 /// Keeps the count of anomalous NICs and paths as `key` goes from `was` to `now`.

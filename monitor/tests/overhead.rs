@@ -109,3 +109,78 @@ fn idle_collector_cpu() {
     assert!(used < Duration::from_millis(100), "{used:?}");
     drop(mon);
 }
+
+/// The collector's CPU time for a steady multipath-like load: five paths on two NICs, each
+/// posting and completing a 64 KiB chunk every 250 us (40,000 records a second, what one
+/// rank of `tests/bench/monitor_overhead.sh` at 1 MiB emits), for 2 s, with the JSON file on.
+#[test]
+#[ignore = "timing; run in release with --ignored"]
+fn collector_cpu_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let mon = Monitor::new(&MonitorConfig {
+        enabled: true,
+        file: Some(dir.path().join("m.jsonl")),
+        ..MonitorConfig::default()
+    })
+    .unwrap();
+    let p = mon.publisher();
+    std::thread::sleep(Duration::from_millis(50));
+    // schedstat's first field: nanoseconds on a CPU (stat's ticks are too coarse here), of
+    // every collector thread: the one that worked is this monitor's.
+    let on_cpu = || -> Vec<(std::path::PathBuf, u64)> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| Some(t.ok()?.path()))
+            .filter(|d| {
+                std::fs::read_to_string(d.join("comm")).is_ok_and(|c| c.trim() == "ccl-monitor")
+            })
+            .filter_map(|d| {
+                let s = std::fs::read_to_string(d.join("schedstat")).ok()?;
+                Some((d, s.split(' ').next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let before = on_cpu();
+    let t0 = Instant::now();
+    let mut ticks = 0u64;
+    while t0.elapsed() < Duration::from_secs(2) {
+        let now = p.now_ns();
+        for path in 0..5u16 {
+            let w = Work {
+                path,
+                nic: path % 2,
+                bytes: 64 << 10,
+                coll: CollId {
+                    comm: 1,
+                    op: Op::AllReduce,
+                    seq: ticks / 16,
+                },
+                ..work(now)
+            };
+            p.post(&w);
+            if ticks > 0 {
+                p.complete(&w);
+            }
+        }
+        ticks += 1;
+        let next = t0 + Duration::from_micros(250) * ticks as u32;
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    }
+    mon.flush().unwrap();
+    let after = on_cpu();
+    let used = after
+        .iter()
+        .filter_map(|(d, ns)| Some(ns - before.iter().find(|(b, _)| b == d)?.1))
+        .max()
+        .map(Duration::from_nanos)
+        .unwrap();
+    let snap = mon.snapshot();
+    let bytes = std::fs::metadata(dir.path().join("m.jsonl")).unwrap().len();
+    println!(
+        "collector under load: {used:?} of CPU for {} records in 2 s ({} dropped), {bytes} bytes of JSON",
+        snap.records, snap.dropped
+    );
+    assert_eq!(snap.dropped, 0);
+}
