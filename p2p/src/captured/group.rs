@@ -7,7 +7,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 
 use super::agree::Ends;
-use super::steps::{handshake, reduce_into, reduces};
+use super::steps::{handshake, reduce_into, reduces, word_pairs};
 use crate::device::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use crate::error::Result;
 use crate::layout::{Lane, Layout, DONE, HALFWAY, INPUTS};
@@ -293,19 +293,6 @@ pub(crate) fn parked(
 fn unpark(t: &Task, off: usize, (rank, n): (usize, usize), scratch: u64) -> (u64, u64, usize) {
     let elems = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count).map_or(0, |c| c.1);
     (t.recv as u64, scratch + off as u64, elems * t.dtype.size())
-}
-
-/// Per partner: (this rank's word of `kind` there, the partner's word here).
-fn word_pairs(l: &Layout, index: usize, partners: &[usize], kind: usize) -> Vec<(u64, u64)> {
-    partners
-        .iter()
-        .map(|&j| {
-            (
-                l.captured_word(j, index, kind, l.rank),
-                l.captured_word(l.rank, index, kind, j),
-            )
-        })
-        .collect()
 }
 
 /// Most bytes a one-kernel group ([`fused`], [`fused_copies`]) reduces or copies: one block

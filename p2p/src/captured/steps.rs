@@ -27,6 +27,24 @@ pub(crate) fn supported(t: &Task) -> bool {
     !(reduces(t.kind) && matches!(t.red, Reduction::PreMulSum(Scalar::Device(_))))
 }
 
+/// Per partner: (this rank's word of `kind` there, the partner's word here).
+pub(crate) fn word_pairs(
+    l: &Layout,
+    index: usize,
+    partners: &[usize],
+    kind: usize,
+) -> Vec<(u64, u64)> {
+    partners
+        .iter()
+        .map(|&j| {
+            (
+                l.captured_word(j, index, kind, l.rank),
+                l.captured_word(l.rank, index, kind, j),
+            )
+        })
+        .collect()
+}
+
 /// Set own word of `kind` at every partner, wait for every partner's, reset them (as one
 /// kernel where the device has it, [`Device::handshake_kernel`]).
 pub(crate) fn handshake(
@@ -37,15 +55,7 @@ pub(crate) fn handshake(
     kind: usize,
 ) -> Result<()> {
     if dev.handshake_is_kernel() {
-        let words: Vec<(u64, u64)> = partners
-            .iter()
-            .map(|&j| {
-                (
-                    l.captured_word(j, index, kind, l.rank),
-                    l.captured_word(l.rank, index, kind, j),
-                )
-            })
-            .collect();
+        let words = word_pairs(l, index, partners, kind);
         return dev.handshake_kernel(Lane::User, &words);
     }
     for &j in partners {
