@@ -96,6 +96,48 @@ fn reduce_matches_host() {
     }
 }
 
+/// `memcpy_batch` copies every block of a batch (more than one call's worth) exactly, and the
+/// legacy default stream says it takes no batch.
+#[test]
+fn a_batch_of_copies_moves_every_block() {
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    assert!(!Stream::legacy_default(&ctx).batches_copies());
+    if !stream.batches_copies() {
+        eprintln!("skipping: the driver has no cuMemcpyBatchAsync");
+        return;
+    }
+    let blocks = ccl_cuda::cuda::stream::MAX_COPIES_PER_BATCH + 5;
+    let block = 4096 + 12;
+    let src: Vec<u8> = (0..blocks * block).map(|i| (i * 31 + 7) as u8).collect();
+    let (ds, dd) = (
+        DeviceBuffer::new(&ctx, src.len()).unwrap(),
+        DeviceBuffer::new(&ctx, src.len()).unwrap(),
+    );
+    ds.write(0, &src).unwrap();
+    // Block i lands in slot blocks-1-i.
+    let copies: Vec<(u64, u64, usize)> = (0..blocks)
+        .map(|i| {
+            let to = (blocks - 1 - i) * block;
+            (dd.ptr() + to as u64, ds.ptr() + (i * block) as u64, block)
+        })
+        .collect();
+    // SAFETY: disjoint blocks of two live buffers, synchronised before they are read.
+    unsafe { stream.memcpy_batch(&copies) }.unwrap();
+    stream.synchronize().unwrap();
+    let mut got = vec![0u8; src.len()];
+    dd.read(0, &mut got).unwrap();
+    for i in 0..blocks {
+        let to = (blocks - 1 - i) * block;
+        assert_eq!(
+            got[to..to + block],
+            src[i * block..(i + 1) * block],
+            "block {i}"
+        );
+    }
+}
+
 /// `preload` compiles what the disk cache lacks on several threads, loads what it has, and
 /// leaves nothing for a launch to load (a launch after it compiles nothing more).
 #[test]

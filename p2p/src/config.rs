@@ -56,6 +56,9 @@ pub struct P2pConfig {
     /// `CCL_IPC_REMOTE_COPY`, `CCL_IPC_REMOTE_COPY_MIN_BYTES`.
     pub remote_copy: bool,
     pub remote_copy_min_bytes: i64,
+    /// `CCL_IPC_BATCH_COPIES`: a group's direct copies as one driver batch (more than two
+    /// ranks).
+    pub batch_copies: bool,
     /// `CCL_IPC_LOCAL_COPY_LANES`.
     pub local_copy_lanes: i64,
     /// `CCL_IPC_PUSH_WAIT_US`, `_BUSY_US`, `_MIN_BYTES`, `_ADAPT`, `CCL_IPC_EXCHANGE_WAIT_US`:

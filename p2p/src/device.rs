@@ -196,6 +196,21 @@ pub(crate) trait Device {
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()>;
+    /// `copies` (dst, src, bytes) on `lane` as one batch: after earlier work on the lane,
+    /// before later work, in any order among themselves and on as many copy engines as the
+    /// device likes. No copy may read or write what another writes.
+    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+        for &(dst, src, bytes) in copies {
+            self.copy(lane, dst, src, bytes)?;
+        }
+        Ok(())
+    }
+    /// Whether [`Device::copy_batch`] on `lane` is a real batch: the copies run side by side
+    /// (otherwise they would run one after another, where one lane per copy runs them at once).
+    fn batches_copies(&self, lane: Lane) -> bool {
+        let _ = lane;
+        false
+    }
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()>;
     /// Later work on each of `lanes` waits for what [`Lane::User`] has queued so far.
     fn fork(&mut self, lanes: &[Lane]) -> Result<()>;
@@ -355,6 +370,13 @@ impl Device for Batched<'_> {
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()> {
         self.flush()?;
         self.inner.copy(lane, dst, src, bytes)
+    }
+    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+        self.flush()?;
+        self.inner.copy_batch(lane, copies)
+    }
+    fn batches_copies(&self, lane: Lane) -> bool {
+        self.inner.batches_copies(lane)
     }
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
         self.flush()?;

@@ -156,11 +156,62 @@ unsafe fn lookup<T: Copy>(lib: &Library, library: &str, names: &[&str]) -> Resul
     })
 }
 
+/// `cuMemcpyBatchAsync` as CUDA 13 declares it (`_v2`): dsts, srcs, sizes, count, attrs,
+/// attribute start indices, attribute count, stream.
+pub type BatchCopyV2 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    CUstream,
+) -> CUresult;
+/// CUDA 12.8's `cuMemcpyBatchAsync`: the same with the index of a failing copy (may be null)
+/// before the stream.
+pub type BatchCopyV1 = unsafe extern "C" fn(
+    *mut CUdeviceptr,
+    *mut CUdeviceptr,
+    *mut usize,
+    usize,
+    *mut CUmemcpyAttributes,
+    *mut usize,
+    usize,
+    *mut usize,
+    CUstream,
+) -> CUresult;
+
+/// The driver's batched copy, in whichever form it exports (none before CUDA 12.8). Optional:
+/// without it callers issue one copy per call.
+#[derive(Clone, Copy)]
+pub enum BatchCopyFn {
+    V2(BatchCopyV2),
+    V1(BatchCopyV1),
+}
+
+impl BatchCopyFn {
+    /// # Safety
+    /// `lib` is a CUDA driver library, whose `cuMemcpyBatchAsync_v2` / `cuMemcpyBatchAsync`
+    /// have the types above (CUDA 13 and 12.8 headers).
+    unsafe fn load(lib: &Library, library: &str) -> Option<BatchCopyFn> {
+        // SAFETY: the caller vouches for the symbol types.
+        if let Ok(f) = unsafe { lookup::<BatchCopyV2>(lib, library, &["cuMemcpyBatchAsync_v2"]) } {
+            return Some(BatchCopyFn::V2(f));
+        }
+        // SAFETY: as above.
+        unsafe { lookup::<BatchCopyV1>(lib, library, &["cuMemcpyBatchAsync"]) }
+            .ok()
+            .map(BatchCopyFn::V1)
+    }
+}
+
 /// The loaded driver library and its function table.
 pub struct Driver {
     /// The function table; calling any entry is `unsafe` (raw C API).
     pub fns: DriverFns,
     vmm: Result<VmmFns>,
+    batch_copy: Option<BatchCopyFn>,
     path: String,
     version: c_int,
     // Keeps the library mapped; the function pointers above point into it.
@@ -173,6 +224,7 @@ impl std::fmt::Debug for Driver {
             .field("path", &self.path)
             .field("version", &self.version)
             .field("vmm", &self.vmm.is_ok())
+            .field("batch_copy", &self.batch_copy.is_some())
             .finish()
     }
 }
@@ -224,12 +276,15 @@ impl Driver {
             if let Err(e) = &vmm {
                 tracing::debug!("CUDA virtual memory management unavailable: {e}");
             }
+            // SAFETY: as above, for the batched copy.
+            let batch_copy = unsafe { BatchCopyFn::load(&lib, name) };
             let mut version: c_int = 0;
             // SAFETY: cuDriverGetVersion writes one int (works before cuInit).
             let r = unsafe { (fns.cuDriverGetVersion)(&mut version) };
             let drv = Driver {
                 fns,
                 vmm,
+                batch_copy,
                 path: name.to_string(),
                 version,
                 _lib: lib,
@@ -251,6 +306,11 @@ impl Driver {
     /// kept them from binding.
     pub fn vmm(&self) -> Result<&VmmFns> {
         self.vmm.as_ref().map_err(Clone::clone)
+    }
+
+    /// `cuMemcpyBatchAsync`, where the driver has it (CUDA 12.8 and later).
+    pub fn batch_copy(&self) -> Option<BatchCopyFn> {
+        self.batch_copy
     }
 
     /// The library that was loaded.

@@ -96,6 +96,24 @@ pub struct CUstreamMemOpValueParams {
 
 const _: () = assert!(std::mem::size_of::<CUstreamMemOpValueParams>() == 48);
 
+/// `CUmemcpySrcAccessOrder`: `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`, the source is read in
+/// stream order (the only order a collective's buffers allow).
+pub const CU_MEMCPY_SRC_ACCESS_ORDER_STREAM: c_uint = 0x1;
+/// `CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`: the driver keeps the batch's copies on copy
+/// engines rather than kernels, so they leave the SMs to the user's compute.
+pub const CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE: c_uint = 0x1;
+
+/// `CUmemcpyAttributes` (CUDA 12.8+): how `cuMemcpyBatchAsync` treats the copies an entry
+/// applies to. The location hints matter only for managed or non-CUDA memory and stay invalid.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CUmemcpyAttributes {
+    pub src_access_order: c_uint,
+    pub src_loc_hint: CUmemLocation,
+    pub dst_loc_hint: CUmemLocation,
+    pub flags: c_uint,
+}
+
 pub const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 0x1;
 
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: this thread may make any call while a capture runs.
@@ -213,5 +231,15 @@ mod tests {
         assert_eq!(size_of::<CUmemAccessDesc>(), 12);
         assert_eq!(offset_of!(CUmemAccessDesc, flags), 8);
         assert_eq!(size_of::<CUmemGenericAllocationHandle>(), 8);
+    }
+
+    #[test]
+    fn batch_copy_attributes_match_cuda_h() {
+        // cuda.h (12.8 - 13.x): srcAccessOrder, srcLocHint, dstLocHint, flags.
+        assert_eq!(size_of::<CUmemcpyAttributes>(), 24);
+        assert_eq!(align_of::<CUmemcpyAttributes>(), 4);
+        assert_eq!(offset_of!(CUmemcpyAttributes, src_loc_hint), 4);
+        assert_eq!(offset_of!(CUmemcpyAttributes, dst_loc_hint), 12);
+        assert_eq!(offset_of!(CUmemcpyAttributes, flags), 20);
     }
 }

@@ -223,6 +223,9 @@ impl Plan {
 
     /// The copies this rank does, then the waits for the peer's copies, then bounce copies out.
     pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        if self.batchable(dev) {
+            return self.end_batched(l, dev);
+        }
         let mut lanes: Vec<Lane> = Vec::new();
         for t in &self.transfers {
             let lane = self.lane(l, t);
@@ -304,6 +307,56 @@ impl Plan {
         if !lanes.is_empty() {
             dev.join(&lanes)?;
         }
+        self.finish(l, dev)
+    }
+
+    /// Whether this rank's copies can go as one batch on the caller's stream: the device
+    /// batches there, and every copy is a plain one of ours (no host-path share, no mailed
+    /// send, no pull run on the peer's GPU, no wait-copy-signal kernel).
+    fn batchable(&self, dev: &dyn Device) -> bool {
+        let plain = |t: &Transfer| match t.role {
+            Role::First => true,
+            Role::Second { .. } => t.host.is_none() && (t.outgoing || t.there.is_none()),
+            Role::Mailed { .. } => false,
+        };
+        self.transfers.iter().any(|t| t.role.copies())
+            && self.transfers.iter().all(plain)
+            && !dev.copy_signal_is_kernel()
+            && dev.batches_copies(Lane::User)
+    }
+
+    /// [`Plan::end`] as one batch on the caller's stream: a wait for every peer whose buffer
+    /// this rank copies to or from, every such copy and every local copy in one batch, then
+    /// every "done". A copy may so start only once the last of those peers arrived, but the
+    /// driver runs the batch on several copy engines at once, where one stream per peer did
+    /// not (see [`ccl_cuda::cuda::stream::Stream::memcpy_batch`]), with three calls instead of
+    /// three per transfer and no lane fork. No cycle: a peer's arrival is queued in its
+    /// [`Plan::begin`], ahead of anything it waits for in this group.
+    fn end_batched(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        let mut copies = Vec::with_capacity(self.transfers.len() + self.beside.len());
+        for t in &self.transfers {
+            let Role::Second { peer_addr } = t.role else {
+                continue;
+            };
+            let arrive = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Arrive);
+            dev.wait(Lane::User, arrive, Self::flag(t))?;
+            copies.push(if t.outgoing {
+                (peer_addr, t.mine, t.bytes)
+            } else {
+                (t.mine, peer_addr, t.bytes)
+            });
+        }
+        copies.extend_from_slice(&self.beside);
+        dev.copy_batch(Lane::User, &copies)?;
+        for t in self.transfers.iter().filter(|t| t.role.copies()) {
+            let done = l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Done);
+            dev.write(Lane::User, done, Self::flag(t))?;
+        }
+        self.finish(l, dev)
+    }
+
+    /// The waits for the copies the peers do, then the bounce copies out.
+    fn finish(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         for t in self.transfers.iter().filter(|t| t.role == Role::First) {
             let at = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Done);
             dev.wait_long(Lane::User, at, Self::flag(t), LongWait::Transfer)?;

@@ -140,6 +140,10 @@ pub(super) fn build(
         a.ll_exchange_max,
     )?;
     let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
+    let batch_copies = cfg.batch_copies && n > 2 && local.ctx.driver().batch_copy().is_some();
+    if cfg.batch_copies && n > 2 && !batch_copies {
+        tracing::info!("rank {rank}: the driver has no cuMemcpyBatchAsync: a copy lane per peer");
+    }
     // Host-only never pauses the host path at a power limit: it is the only way for the bytes.
     let host_limits = host_limits(cfg, &local.ctx, layout.host.is_some() && !host_only);
     tracing::info!(
@@ -163,6 +167,7 @@ pub(super) fn build(
         single_stream_max: g.single_max,
         wait_kernel,
         copy_kernel,
+        batch_copies,
         ll_max: a.ll_max,
         ll_exchange_max: a.ll_exchange_max,
         copies: std::sync::OnceLock::new(),

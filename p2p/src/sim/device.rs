@@ -33,6 +33,10 @@ pub(super) struct SimDevice {
     /// Captured groups' handshakes in the handshake kernel's order
     /// ([`Device::handshake_kernel`]) rather than as flag waits and writes.
     pub(super) handshake_kernel: bool,
+    /// [`Device::copy_batch`] is a batch (its copies queued last first: a batch has no
+    /// order), and how many batches were queued.
+    pub(super) batch_copies: bool,
+    pub(super) batches: usize,
 }
 
 impl SimDevice {
@@ -43,6 +47,8 @@ impl SimDevice {
             events: 0,
             fused_registers: None,
             handshake_kernel: false,
+            batch_copies: false,
+            batches: 0,
         }
     }
 
@@ -66,6 +72,16 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
+    fn batches_copies(&self, _lane: Lane) -> bool {
+        self.batch_copies
+    }
+    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+        self.batches += 1;
+        for &(dst, src, bytes) in copies.iter().rev() {
+            self.copy(lane, dst, src, bytes)?;
+        }
+        Ok(())
+    }
     fn handshake_is_kernel(&self) -> bool {
         self.handshake_kernel
     }

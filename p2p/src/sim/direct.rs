@@ -652,3 +652,31 @@ fn a_mailed_send_never_waits_and_still_pushes_its_own_data() {
         (41, base(1) + 1024 * 1024, 1024)
     );
 }
+
+/// `CCL_IPC_BATCH_COPIES`: with more than two ranks a rank's direct copies (its own block
+/// included) go as one batch on the caller's stream, queued in reverse (a batch has no
+/// order), beside ranks that still use a lane per peer; every collective stays exact under
+/// any lane order and with every queue merged into one, and batches were really queued.
+#[test]
+fn batched_copies_stay_exact_beside_per_lane_ranks() {
+    for n in [3, 4, 8] {
+        let s = Setup::new(n);
+        let cases = every_case(n, 700);
+        let batches = std::cell::Cell::new(0);
+        let count = |d: &mut SimDevice, _r: usize| batches.set(batches.get() + d.batches);
+        // Seeds 2, 3 mod 5 batch on every rank, 4 mod 5 on odd ranks; even seeds post all
+        // ranks first, 7 makes a rank's buffers unmappable (bounce copies).
+        for (seed, merged) in [
+            (2u64, false),
+            (3, true),
+            (4, false),
+            (7, true),
+            (12, false),
+            (9, true),
+        ] {
+            simulate(&s, &cases, merged, seed, Some(&count))
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+        }
+        assert!(batches.get() > 0, "n {n}: no batch queued");
+    }
+}

@@ -476,6 +476,11 @@ pub(super) fn simulate_counts(
     let layouts = s.layouts();
     place_inputs(&mut mem, cases, n);
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
+    // Batched copies: with seeds 2, 3 mod 5 on every rank, 4 mod 5 on odd ranks (a batching
+    // rank and a per-lane one pair up through the same words).
+    for (r, d) in devs.iter_mut().enumerate() {
+        d.batch_copies = matches!(seed % 5, 2 | 3) || (seed % 5 == 4 && r % 2 == 1);
+    }
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     // Each case's groups per rank: one, or a relayed broadcast's phases (queued by every rank
     // before the next phase, as `submit` does).
