@@ -385,6 +385,15 @@ pub fn bootstrap_timeout() -> Duration {
     Duration::from_secs(params::CCL_BOOTSTRAP_TIMEOUT_S.get_i64().max(1) as u64)
 }
 
+/// How long a connected peer may stay silent in an exchange: `CCL_TIMEOUT_S` when set (a peer
+/// whose network died never closes its end, and its init may have failed), else as init.
+pub fn peer_silence_limit() -> Duration {
+    match params::CCL_TIMEOUT_S.get_i64() {
+        t if t > 0 => bootstrap_timeout().min(Duration::from_secs(t as u64)),
+        _ => bootstrap_timeout(),
+    }
+}
+
 /// Starts the root rendezvous on `listener` for the communicator tagged `nonce`. It serves
 /// one communicator and exits; a root nobody contacts exits after the bootstrap timeout.
 pub fn spawn_root(listener: TcpListener, nonce: u64) -> Result<()> {
@@ -772,7 +781,7 @@ impl Ctrl {
 
     /// Receives the next bootstrap message from rank `j`.
     pub fn recv(&mut self, j: usize, abort: &AtomicBool) -> Result<Vec<u8>> {
-        let deadline = Instant::now() + bootstrap_timeout();
+        let deadline = Instant::now() + peer_silence_limit();
         loop {
             let p = self.peer(j)?;
             if let Some(m) = p.inbox.pop_front() {
@@ -782,7 +791,7 @@ impl Ctrl {
             match read_msg(&mut p.stream) {
                 Ok((tag, body)) => Self::handle(p, j, tag, body),
                 Err(e) if timed_out(&e) => keep_waiting(abort, deadline, || {
-                    format!("rank {j} sent nothing for {:?}", bootstrap_timeout())
+                    format!("rank {j} sent nothing for {:?}", peer_silence_limit())
                 })?,
                 Err(e) => {
                     p.failed = Some(format!("control connection to rank {j} broke: {e}"));
@@ -919,76 +928,4 @@ impl Ctrl {
 pub type AbortFlag = Arc<AtomicBool>;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unique_id_round_trips_and_rejects_garbage() {
-        let a: SocketAddr = "10.1.2.3:4567".parse().unwrap();
-        let id = UniqueId::encode(a, 0xdead_beef);
-        assert_eq!(id.decode().unwrap(), (a, 0xdead_beef));
-        let v6: SocketAddr = "[fd00::1]:99".parse().unwrap();
-        assert_eq!(UniqueId::encode(v6, 1).decode().unwrap(), (v6, 1));
-        let mut bad = id;
-        bad.0[0] = b'X';
-        assert_eq!(bad.decode().unwrap_err().kind, ErrorKind::InvalidArgument);
-        let mut bad = id;
-        bad.0[100] = 1;
-        assert_eq!(bad.decode().unwrap_err().kind, ErrorKind::InvalidArgument);
-        assert!(UniqueId([0x5a; 128]).decode().is_err());
-    }
-
-    #[test]
-    fn ifname_spec_syntax() {
-        assert!(ifname_matches("eth", "eth0"));
-        // NCCL_SOCKET_IFNAME naming several NICs spreads mpt paths over them (IPv4 first,
-        // sorted by name, loopback and down ones left out); one NIC, or none: no spreading.
-        let ifa = |name: &str, ip: &str, up: bool| IfAddr {
-            name: name.into(),
-            ip: ip.parse().unwrap(),
-            up,
-            loopback: name == "lo",
-        };
-        let all = [
-            ifa("eth3", "fd00::3", true),
-            ifa("eth1", "fd00::2", true),
-            ifa("eth1", "10.0.1.1", true),
-            ifa("eth0", "10.0.0.1", true),
-            ifa("eth2", "10.0.2.1", false),
-            ifa("lo", "127.0.0.1", true),
-        ];
-        let ips = |v: &[&str]| {
-            v.iter()
-                .map(|s| s.parse::<IpAddr>().unwrap())
-                .collect::<Vec<_>>()
-        };
-        let nics_matching = |spec: &str, all: &[IfAddr], max: usize| -> Vec<IpAddr> {
-            nics_matching(spec, all, max)
-                .into_iter()
-                .map(|(_, ip)| ip)
-                .collect()
-        };
-        assert_eq!(
-            nics_matching("eth", &all, 8),
-            ips(&["10.0.0.1", "10.0.1.1"])
-        );
-        assert_eq!(nics_matching("eth", &all, 1), ips(&["10.0.0.1"]));
-        // IPv6-only NICs count only when no NIC has IPv4 (eth3 above stayed out).
-        let v6 = [ifa("ib1", "fd00::11", true), ifa("ib0", "fd00::10", true)];
-        assert_eq!(nics_matching("ib", &v6, 8), ips(&["fd00::10", "fd00::11"]));
-        assert_eq!(nics_matching("eth0", &all, 8), ips(&[]));
-        assert_eq!(nics_matching("lo,eth0", &all, 8), ips(&[]));
-        assert_eq!(
-            nics_matching("=eth1,eth0", &all, 8),
-            ips(&["10.0.0.1", "10.0.1.1"])
-        );
-        assert!(!ifname_matches("eth", "lo"));
-        assert!(ifname_matches("^docker,lo", "eth0"));
-        assert!(!ifname_matches("^docker,lo", "docker0"));
-        assert!(ifname_matches("=eth0", "eth0"));
-        assert!(!ifname_matches("=eth0", "eth01"));
-        assert!(!ifname_matches("^=eth0", "eth0"));
-        assert!(ifname_matches("^=eth0", "eth01"));
-        assert!(ifname_matches("veth,eth", "veth1"));
-    }
-}
+mod tests;

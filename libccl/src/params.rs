@@ -40,7 +40,7 @@ params! {
     NCCL_PROTO = ("NCCL_PROTO", "", "Protocols allowed (LL, LL128, Simple; ^ excludes): parsed, one protocol on the host backend.");
     NCCL_BUFFSIZE = ("NCCL_BUFFSIZE", "4194304", "Bytes of buffering per peer connection and direction.");
     NCCL_CONF_FILE = ("NCCL_CONF_FILE", "", "File of KEY=VALUE defaults (else ~/.nccl.conf, /etc/nccl.conf).");
-    CCL_TIMEOUT_S = ("CCL_TIMEOUT_S", "0", "Seconds without progress before a collective fails with a system error (0: never).");
+    CCL_TIMEOUT_S = ("CCL_TIMEOUT_S", "0", "Seconds without progress before a collective fails with a system error (0: never). Also how long a connected peer may stay silent in init's and ncclCommSplit's exchanges (0: CCL_BOOTSTRAP_TIMEOUT_S): a peer whose network died never closes its control connection.");
     CCL_WARN_STUCK_S = ("CCL_WARN_STUCK_S", "300", "Seconds without progress before a warning names the stuck operation and peer.");
     CCL_BOOTSTRAP_TIMEOUT_S = ("CCL_BOOTSTRAP_TIMEOUT_S", "300", "Seconds init may wait for all ranks to arrive.");
     CCL_HOSTID = ("CCL_HOSTID", "", "Overrides the host identity (hostname + boot id + network namespace).");

@@ -289,6 +289,29 @@ fn silent_peer_times_out_with_ccl_timeout_s() {
     assert!(o.stdout.contains("CCL_TIMEOUT_S"), "{}", o.stdout);
 }
 
+/// A peer silent in a control-plane exchange (a split here; init's exchanges are the same
+/// receive) fails the others by `CCL_TIMEOUT_S`, not the bootstrap timeout: a peer whose
+/// network died never closes its control connection (found with both NICs of a host cut
+/// while the ranks were still initialising: the others waited the full 300 s).
+#[test]
+fn silent_peer_in_a_control_exchange_times_out_with_ccl_timeout_s() {
+    let outs = run(
+        "silent-split",
+        2,
+        &[("CCL_TIMEOUT_S", "3")],
+        Duration::from_secs(60),
+    );
+    let o = &outs[0];
+    assert_eq!(code(o, "result"), SYSTEM_ERROR, "{}", o.stdout);
+    let ms = code(o, "elapsed_ms");
+    assert!(
+        (3000..7000).contains(&ms),
+        "gave up after {ms} ms: {}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("sent nothing"), "{}", o.stdout);
+}
+
 #[test]
 fn abort_from_another_thread_unblocks_a_stuck_collective() {
     let outs = run("abort", 2, &[], Duration::from_secs(60));

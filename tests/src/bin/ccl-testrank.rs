@@ -94,6 +94,17 @@ fn main() {
                     ncclAllReduce(sp, rp, count, 7, 0, comm, null)
                 }
             }
+            // The last rank goes silent while the others split the communicator (an exchange
+            // over the control connections, as init's): they must fail by CCL_TIMEOUT_S too.
+            "silent-split" => {
+                if rank == nranks - 1 {
+                    std::thread::sleep(std::time::Duration::from_secs(8));
+                    0
+                } else {
+                    let mut child: ncclComm_t = std::ptr::null_mut();
+                    ncclCommSplit(comm, 0, rank as i32, &mut child, std::ptr::null_mut())
+                }
+            }
             // Rank 0 is stuck waiting for a peer that never calls; another thread aborts.
             "abort" => {
                 if rank == 0 {
