@@ -41,6 +41,8 @@ SIZE=${SIZE:-64M} ITERS=${ITERS:-40} RPH=${RANKS_PER_HOST:-1}
 CUT_AT_S=${CUT_AT_S:-1} DOWN_AT_S=${DOWN_AT_S:-2} UP_AFTER_S=${UP_AFTER_S:-4}
 NETS=${NETS:-socket mpt} OPS=${OPS:-all_reduce sendrecv alltoall}
 MODES=${MODES:-alone forever back both} BOTH_TIMEOUT_S=${BOTH_TIMEOUT_S:-10}
+# Host memory even where a GPU is (MEM=device: GPU buffers, the network path staging them).
+MEM=${MEM:-host}
 source tests/bench/two_hosts.sh
 two_hosts_up failover_measure "$LOG"
 # An ARP request sent after `ip link set up` but before the kernel's link watcher activates the
@@ -79,7 +81,7 @@ run() {
     ip netns exec "cclnic$h" env CCL_RANK=$r CCL_NRANKS=$n NCCL_COMM_ID=$comm:$port \
       NCCL_SOCKET_IFNAME=$ifname CCL_NET=$net CCL_SOCKET_FAILOVER=$fo CCL_MPT_IFNAMES=$nics NCCL_DEBUG=INFO \
       CCL_TIMEOUT_S=$([ "$mode" = both ] && echo "$BOTH_TIMEOUT_S" || echo 0) \
-      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" \
+      LD_LIBRARY_PATH="$LIBDIR" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$op" --mem "$MEM" \
       -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 1 -c 1 > "$LOG/$name.rank$r.log" 2>&1 &
     pids[r]=$!
   done
