@@ -3,14 +3,17 @@
 # all-gather / all-to-all with no library (tests/gpu/ce_ceiling_n.c), NVIDIA's nccl-tests nine
 # ops beside NVIDIA NCCL (ratio table and plot by ccl-report when cargo is here, else the
 # logs), and NCCL's own copy-engine collectives (nccl-tests -R 2 -x 2) for all-gather and
-# all-to-all. LIB (default .dev/new) holds libccl's libnccl.so.2. Everything under $OUT.
+# all-to-all. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
+# with CCL_IPC_BATCH_COPIES=0 (a copy lane per peer instead of one driver batch per rank).
+# Everything under $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
 gcc -O2 tests/gpu/ce_ceiling_n.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
   -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -o /tmp/ce_ceiling_n \
   && timeout -s KILL 150 /tmp/ce_ceiling_n $((1 << 30)) ${CEIL_ITERS:-5} | tee "$OUT/ceiling.txt"
-OUT=$OUT/ab LIBS="nccl ccl=$LIB" NGPU=$NGPU bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+OUT=$OUT/ab LIBS="nccl ccl=$LIB lanes=$LIB" ENVS_lanes=CCL_IPC_BATCH_COPIES=0 NGPU=$NGPU \
+  bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
 cat "$OUT/ab/nccltests.md"
 OUT=$OUT/ce OPS="all_gather alltoall" EXTRA="-R 2 -x 2 -b 64M -e 1G -f 4" LIBS="nccl" NGPU=$NGPU \
   bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
