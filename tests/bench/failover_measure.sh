@@ -28,7 +28,8 @@
 #                 rank's exit after the cut;
 #   plain, armed  no cut: one NIC (nic0) without failover, and both NICs with failover on (the
 #                 backup armed); give them several times in MODES, the end prints each one's
-#                 median busbw and armed / plain.
+#                 median busbw and armed / plain (alone and forever repeated likewise:
+#                 forever / alone, the backup's share of its own busbw).
 # Environment: LIBDIR (default target/release), ITERS (per run; raise it if a run ends before
 # the cut: the line says "late"), NETS ("socket mpt"), OPS, MODES ("alone forever back
 # both"), ARP_RETRANS_MS (below). Needs root and iproute2.
@@ -163,9 +164,10 @@ for net in $NETS; do
           [ "$FAILED" = $((2 * RPH)) ] && ok=yes
         t="ranks failed $FAILED/$((2 * RPH)), last exit $(ms "$LAST_EXIT" "$T_DOWN") after the cut"
         [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
-      elif [ "$mode" = plain ] || [ "$mode" = armed ]; then
+      elif [ "$mode" = plain ] || [ "$mode" = armed ] || [ "$mode" = alone ]; then
         COST["$net $op $mode"]="${COST["$net $op $mode"]:-} $BUSBW"
-      elif [ "$mode" != alone ]; then
+      else
+        [ "$mode" = forever ] && COST["$net $op $mode"]="${COST["$net $op $mode"]:-} $BUSBW"
         logs=$(ls "$LOG/$name".rank*.log)
         f=; for l in $logs; do x=$(first_after "$l" "$down_re" "$T_DOWN"); [ -n "$x" ] && { [ -z "$f" ] || awk -v a="$x" -v b="$f" 'BEGIN{exit !(a<b)}'; } && f=$x; done
         t="down->backup $(ms "$f" "$T_DOWN")"
@@ -185,16 +187,20 @@ for net in $NETS; do
     done
   done
 done
-# Modes plain (one NIC, no failover) and armed (both NICs, failover on, no cut), repeated in
-# MODES: the median busbw of each and their ratio, per transport and op.
+# Pairs of modes repeated in MODES -- armed (both NICs, failover on, no cut) against plain (one
+# NIC, no failover), forever (nic0 cut for good) against alone (nic1 only): the median busbw
+# of each and their ratio, per transport and op.
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-for net in $NETS; do
-  for op in $OPS; do
-    a=${COST["$net $op armed"]:-}; p=${COST["$net $op plain"]:-}
-    [ -n "$a" ] && [ -n "$p" ] || continue
-    ma=$(echo "$a" | median); mp=$(echo "$p" | median)
-    printf '%-7s %-10s armed/plain busbw %s / %s = %s (runs:%s /%s)\n' "$net" "$op" "$ma" "$mp" \
-      "$(awk -v a="$ma" -v b="$mp" 'BEGIN { printf "%.3f", a / b }')" "$a" "$p"
+for pair in "armed plain" "forever alone"; do
+  set -- $pair
+  for net in $NETS; do
+    for op in $OPS; do
+      a=${COST["$net $op $1"]:-}; p=${COST["$net $op $2"]:-}
+      [ -n "$a" ] && [ -n "$p" ] || continue
+      ma=$(echo "$a" | median); mp=$(echo "$p" | median)
+      printf '%-7s %-10s %s/%s busbw %s / %s = %s (runs:%s /%s)\n' "$net" "$op" "$1" "$2" "$ma" "$mp" \
+        "$(awk -v a="$ma" -v b="$mp" 'BEGIN { printf "%.3f", a / b }')" "$a" "$p"
+    done
   done
 done
 exit $status
