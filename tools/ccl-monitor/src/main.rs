@@ -18,11 +18,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Per peer, NIC and path: bytes, mean and min window throughput, anomalies, stalls,
-    /// transitions.
+    /// transitions, and the anomalies that lasted.
     Summary {
         /// A monitor file, and optionally its rotated predecessors.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// An anomaly lasted when this many milliseconds passed before its recovery (or the
+        /// file's end).
+        #[arg(long, default_value_t = 5.0)]
+        lasting_ms: f64,
     },
     /// Throughput timeline per path (or NIC, peer), anomalies and transitions marked.
     Plot {
@@ -79,17 +83,20 @@ impl ViewArgs {
 
 fn run(cli: Cli) -> Result<(), ccl_monitor_tool::Error> {
     match cli.cmd {
-        Cmd::Summary { files } => {
+        Cmd::Summary { files, lasting_ms } => {
             let lines = ccl_monitor_tool::load(&files)?;
-            let rows = ccl_monitor_tool::summary::summarize(&lines);
-            print!("{}", ccl_monitor_tool::summary::render(&rows));
+            let lasting_ns = (lasting_ms.max(0.0) * 1e6) as u64;
+            let rows = ccl_monitor_tool::summary::summarize(&lines, lasting_ns);
+            let header = format!(">={lasting_ms}ms");
+            let mut text = ccl_monitor_tool::summary::render(&rows, &header);
             let colls = ccl_monitor_tool::summary::collectives(&lines);
             if !colls.is_empty() {
-                print!(
-                    "\n{}",
-                    ccl_monitor_tool::summary::render_collectives(&colls)
-                );
+                text.push('\n');
+                text.push_str(&ccl_monitor_tool::summary::render_collectives(&colls));
             }
+            // A reader that stops early (`| head`) is no error of ours.
+            use std::io::Write as _;
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
         }
         Cmd::Plot { files, out, view } => {
             let lines = ccl_monitor_tool::load(&files)?;

@@ -17,9 +17,16 @@ pub struct Row {
     pub min_bps: Option<f64>,
     pub samples: u64,
     pub anomalies: u64,
+    /// Anomalies that lasted at least the summary's threshold (to their recovery, or to the
+    /// file's end): at 1 ms of judgement a key dips below half its baseline for a moment
+    /// hundreds of times a run (a peer's acknowledgements late by a millisecond), which an
+    /// operator reads apart from a drop that holds.
+    pub lasting: u64,
     pub stalls: u64,
     pub transitions: u64,
     sum_bps: f64,
+    /// When the anomaly still open began.
+    open_since: Option<u64>,
 }
 
 /// Peers first, then NICs, paths and communicators, each by id.
@@ -33,9 +40,11 @@ fn rank(scope: &str) -> u8 {
     }
 }
 
-/// The figures of every key the lines mention.
-pub fn summarize(lines: &[JsonLine]) -> Vec<Row> {
+/// The figures of every key the lines mention; an anomaly counts as lasting when it held for
+/// at least `lasting_ns`.
+pub fn summarize(lines: &[JsonLine], lasting_ns: u64) -> Vec<Row> {
     let mut rows: BTreeMap<(u8, String, u64), Row> = BTreeMap::new();
+    let end = lines.iter().map(|l| l.ts_ns).max().unwrap_or(0);
     for l in lines {
         let Some(kind) = l.kind else { continue };
         let row = rows
@@ -47,13 +56,28 @@ pub fn summarize(lines: &[JsonLine]) -> Vec<Row> {
             });
         match kind {
             LineKind::Sample => add_sample(row, l),
-            LineKind::Anomaly => row.anomalies += 1,
+            LineKind::Anomaly => {
+                row.anomalies += 1;
+                row.open_since = Some(l.ts_ns);
+            }
             LineKind::Stall => row.stalls += 1,
             LineKind::Transition => row.transitions += 1,
-            LineKind::Recovered => {}
+            LineKind::Recovered => close(row, l.ts_ns, lasting_ns),
         }
     }
-    rows.into_values().collect()
+    rows.into_values()
+        .map(|mut r| {
+            close(&mut r, end, lasting_ns);
+            r
+        })
+        .collect()
+}
+
+/// Ends the key's open anomaly at `ts_ns`, counting it when it lasted.
+fn close(row: &mut Row, ts_ns: u64, lasting_ns: u64) {
+    if let Some(from) = row.open_since.take() {
+        row.lasting += u64::from(ts_ns.saturating_sub(from) >= lasting_ns);
+    }
 }
 
 fn add_sample(row: &mut Row, l: &JsonLine) {
@@ -65,17 +89,26 @@ fn add_sample(row: &mut Row, l: &JsonLine) {
     row.min_bps = Some(row.min_bps.map_or(t, |m| m.min(t)));
 }
 
-/// The rows as a table, throughput in GB/s.
-pub fn render(rows: &[Row]) -> String {
+/// The rows as a table, throughput in GB/s; `lasting` names the threshold of the lasting
+/// anomalies' column.
+pub fn render(rows: &[Row], lasting: &str) -> String {
     let gbps = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.3}", v / 1e9));
     let mut out = format!(
-        "{:<5} {:>6} {:>16} {:>10} {:>10} {:>9} {:>6} {:>11}\n",
-        "scope", "id", "bytes", "mean GB/s", "min GB/s", "anomalies", "stalls", "transitions"
+        "{:<5} {:>6} {:>16} {:>10} {:>10} {:>9} {:>6} {:>11} {:>9}\n",
+        "scope",
+        "id",
+        "bytes",
+        "mean GB/s",
+        "min GB/s",
+        "anomalies",
+        "stalls",
+        "transitions",
+        lasting
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<5} {:>6} {:>16} {:>10} {:>10} {:>9} {:>6} {:>11}",
+            "{:<5} {:>6} {:>16} {:>10} {:>10} {:>9} {:>6} {:>11} {:>9}",
             r.scope,
             r.id,
             r.bytes,
@@ -83,7 +116,8 @@ pub fn render(rows: &[Row]) -> String {
             gbps(r.min_bps),
             r.anomalies,
             r.stalls,
-            r.transitions
+            r.transitions,
+            r.lasting
         );
     }
     out

@@ -23,17 +23,38 @@ fn summary_of_the_fixture() {
     let (ok, out, err) = run(&["summary", fixture().to_str().unwrap()]);
     assert!(ok, "{err}");
     let want = "\
-scope     id            bytes  mean GB/s   min GB/s anomalies stalls transitions
-peer       1             3000      1.500      1.000         0      0           0
-nic        0             1000      2.000      2.000         0      1           1
-path       0             6000      2.000      1.000         1      0           0
-path       1             8000      4.000      4.000         0      0           0
-comm     171                0          -          -         0      0           1
+scope     id            bytes  mean GB/s   min GB/s anomalies stalls transitions     >=5ms
+peer       1             3000      1.500      1.000         0      0           0         0
+nic        0             1000      2.000      2.000         0      1           1         0
+path       0             6000      2.000      1.000         1      0           0         0
+path       1             8000      4.000      4.000         0      0           0         0
+comm     171                0          -          -         0      0           1         0
 
 comm               op                ops             seq anomalies stalls  alerted seq
 0x1                all_reduce          2             2-3         1      1  2,3
 ";
     assert_eq!(out, want);
+}
+
+/// An anomaly lasted when its recovery came at least `--lasting-ms` after it: the fixture's
+/// path 0 recovers 20 us after its anomaly.
+#[test]
+fn summary_counts_the_anomalies_that_lasted() {
+    let path0_lasting = |ms: &str| {
+        let (ok, out, err) = run(&["summary", "--lasting-ms", ms, fixture().to_str().unwrap()]);
+        assert!(ok, "{err}");
+        let row: Vec<String> = out
+            .lines()
+            .find(|l| l.starts_with("path       0"))
+            .expect(&out)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        assert!(out.starts_with("scope"), "{out}");
+        (row[7].clone(), row[8].clone())
+    };
+    assert_eq!(path0_lasting("0.02"), ("0".into(), "1".into()));
+    assert_eq!(path0_lasting("0.021"), ("0".into(), "0".into()));
 }
 
 #[test]
