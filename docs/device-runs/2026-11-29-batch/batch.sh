@@ -32,6 +32,12 @@ elif [ "$PART" = 2 ]; then
   OUT=$OUT/p8 NGPU=8 NCCL_TESTS_DEVICE=0 LIBS="lanes=.dev batch=.dev" EXTRA="-e 16M" \
     OPS="all_gather alltoall" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
   summary p8
+elif [ "$PART" = 4 ]; then
+  # The direct reductions' pushes batched too (branch batch-reduce built into .dev).
+  MPS=1; source tests/gpu/mps.sh
+  OUT=$OUT/p4 NGPU=4 NCCL_TESTS_DEVICE=0 REPS=2 LIBS="lanes=.dev batch=.dev" EXTRA="-b 4M -e 64M -f 2" \
+    OPS="all_reduce reduce_scatter reduce" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+  summary p4
 else
   OUT=$OUT/p3 MPS=1 NGPU=4 NCCL_TESTS_DEVICE=0 LIBS="lanes=.dev batch=.dev" SIZES="1M 16M" \
     OPS="all_gather alltoall" bash tests/gpu/device_host_cost.sh 2>&1 | grep -vE "^\s*$" | head -n 60
