@@ -4,7 +4,7 @@
 # eager and captured us per call (tests/gpu/graph_nodes.c), and NVIDIA's nccl-tests with
 # checking. PART=1: backend test, graph_nodes, nccl-tests of the copy collectives with four
 # ranks; PART=2: the other ops with four ranks, the copy collectives with eight; PART=3: host
-# time per call (-C 1).
+# time per call (-C 1); PART=4: the reductions, lanes against batch (branch batch-reduce).
 set -uo pipefail
 export OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PART=${PART:-1}
