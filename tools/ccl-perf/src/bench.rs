@@ -154,8 +154,16 @@ impl<'a> Bench<'a> {
         let g = s.ngpus;
         let nranks = nprocs * g;
 
-        // Memory: device when a GPU is found (unless --mem host).
-        let cuda = if cli.mem == "host" {
+        // Memory: device when a GPU is found (unless --mem host, or libccl is told to read
+        // every buffer as host memory: GPU buffers would make it fault).
+        let host_backend = std::env::var("CCL_DEVICE").is_ok_and(|v| v == "host");
+        if host_backend && cli.mem == "device" {
+            return Err(Error(
+                "--mem device with CCL_DEVICE=host: the library would read GPU buffers as host memory"
+                    .into(),
+            ));
+        }
+        let cuda = if cli.mem == "host" || host_backend {
             None
         } else {
             Cuda::load()?.map(Rc::new)

@@ -55,7 +55,7 @@ LAUNCH
                                issued for all N inside ncclGroupStart/End.
   With -g G under mpirun or CCL_RANK, each process drives G ranks (rank = proc*G + i).
   Buffers are device memory when libcuda.so.1 finds a GPU (device = local rank % count),
-  else host memory with a NULL stream (--mem host forces it).
+  else host memory with a NULL stream (--mem host, or libccl's CCL_DEVICE=host, forces it).
 
 PARAMETERS
   ccl-perf --env [--nccl-lib PATH] lists every parameter of the loaded library, its value and

@@ -146,6 +146,34 @@ fn wrong_results_and_nccl_errors_fail_the_run() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `CCL_DEVICE=host` tells libccl every buffer is host memory: ccl-perf then allocates host
+/// buffers by default and refuses `--mem device` (GPU buffers read as host memory fault).
+#[test]
+fn the_host_backend_setting_means_host_buffers() {
+    let Some((full, _)) = mock() else { return };
+    let host = [("CCL_DEVICE", "host")];
+    let out = run(
+        &full,
+        &["all_reduce", "-b", "64", "-e", "64", "-g", "2"],
+        &host,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("host memory"));
+    let out = run(
+        &full,
+        &["all_reduce", "-b", "64", "-e", "64", "--mem", "device"],
+        &host,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CCL_DEVICE=host"), "{err}");
+}
+
 #[test]
 fn output_layout_and_json() {
     let Some((full, _)) = mock() else { return };
