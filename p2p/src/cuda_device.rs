@@ -25,17 +25,6 @@ pub(crate) struct CudaDevice<'a> {
 }
 
 impl<'a> CudaDevice<'a> {
-    /// One batch of copies none of which is empty (the driver refuses those).
-    fn batch_call(&self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
-        if copies.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: see the impl below; the plan's batched copies write disjoint ranges that
-        // no other copy of the batch reads (a transfer's destination, a local copy's own
-        // block).
-        unsafe { self.stream(lane)?.memcpy_batch(copies) }.map_err(cuda_err)
-    }
-
     pub(crate) fn new(eng: &'a IpcEngine, user: &'a Stream) -> CudaDevice<'a> {
         CudaDevice {
             eng,
@@ -271,17 +260,9 @@ impl Device for CudaDevice<'_> {
             }
             return Ok(());
         }
-        let mut nonzero = [(0, 0, 0); cuda::stream::MAX_COPIES_PER_BATCH];
-        let mut n = 0;
-        for &c in copies.iter().filter(|c| c.2 > 0) {
-            if n == nonzero.len() {
-                self.batch_call(lane, &nonzero[..n])?;
-                n = 0;
-            }
-            nonzero[n] = c;
-            n += 1;
-        }
-        self.batch_call(lane, &nonzero[..n])
+        // SAFETY: see the impl; the plan's batched copies write disjoint ranges that no other
+        // copy of the batch reads (a transfer's destination, a local copy's own block).
+        unsafe { self.stream(lane)?.memcpy_batch(copies) }.map_err(cuda_err)
     }
 
     /// Off while the monitor times copies: it times each copy between two events of its

@@ -271,12 +271,13 @@ impl Stream {
     }
 
     /// Queues `copies` (dst, src, bytes) with one `cuMemcpyBatchAsync` call per
-    /// [`MAX_COPIES_PER_BATCH`]: the batch as a whole runs in stream order, its copies in any
-    /// order and on as many copy engines as the driver likes. On four H200s one batch per GPU
-    /// moved an all-gather's blocks at 351-384 GB/s where one stream per peer reached 190-208
-    /// (a probe with no library, 2026-11-28, `../shared/DEVICE.md`), and it is one driver call
-    /// instead of one per copy. Sources are read in stream order; the copies are asked to stay
-    /// off the SMs (`PREFER_OVERLAP_WITH_COMPUTE`).
+    /// [`MAX_COPIES_PER_BATCH`] non-empty copies (empty ones are left out): the batch as a
+    /// whole runs in stream order, its copies in any order and on as many copy engines as the
+    /// driver likes. On four H200s one batch per GPU moved an all-gather's blocks at 351-384
+    /// GB/s where one stream per peer reached 190-208 (a probe with no library, 2026-11-28,
+    /// `../shared/DEVICE.md`), and it is one driver call instead of one per copy. Sources are
+    /// read in stream order; the copies are asked to stay off the SMs
+    /// (`PREFER_OVERLAP_WITH_COMPUTE`).
     ///
     /// # Safety
     /// As [`Stream::memcpy`] for every copy; no copy's destination overlaps another copy's
@@ -289,49 +290,73 @@ impl Stream {
             });
         };
         let _g = self.ctx.scope()?;
-        for part in copies.chunks(MAX_COPIES_PER_BATCH) {
-            let (mut dsts, mut srcs, mut sizes) = (
-                [0; MAX_COPIES_PER_BATCH],
-                [0; MAX_COPIES_PER_BATCH],
-                [0; MAX_COPIES_PER_BATCH],
-            );
-            for (i, &(d, s, n)) in part.iter().enumerate() {
-                (dsts[i], srcs[i], sizes[i]) = (d, s, n);
+        let mut batch = [(0, 0, 0); MAX_COPIES_PER_BATCH];
+        let mut count = 0;
+        for &c in copies.iter().filter(|c| c.2 > 0) {
+            if count == MAX_COPIES_PER_BATCH {
+                // SAFETY: as this function's.
+                unsafe { self.batch_call(f, &batch[..count]) }?;
+                count = 0;
             }
-            let mut attrs = CUmemcpyAttributes {
-                src_access_order: CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
-                flags: CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE,
-                ..Default::default()
-            };
-            let mut first = 0usize;
-            let (d, s, n, count) = (
-                dsts.as_mut_ptr(),
-                srcs.as_mut_ptr(),
-                sizes.as_mut_ptr(),
-                part.len(),
-            );
-            // SAFETY: the three arrays hold `count` entries; one attribute entry applies from
-            // copy 0 on (laid out as cuda.h's, checked in `sys`); a null failure index is
-            // allowed; the caller vouches for the ranges.
-            let r = unsafe {
-                match f {
-                    BatchCopyFn::V2(f) => f(d, s, n, count, &mut attrs, &mut first, 1, self.raw),
-                    BatchCopyFn::V1(f) => f(
-                        d,
-                        s,
-                        n,
-                        count,
-                        &mut attrs,
-                        &mut first,
-                        1,
-                        std::ptr::null_mut(),
-                        self.raw,
-                    ),
-                }
-            };
-            self.check("cuMemcpyBatchAsync", r)?;
+            batch[count] = c;
+            count += 1;
         }
-        Ok(())
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: as this function's.
+        unsafe { self.batch_call(f, &batch[..count]) }
+    }
+
+    /// One `cuMemcpyBatchAsync` call over `copies` (1 to [`MAX_COPIES_PER_BATCH`] of them).
+    ///
+    /// # Safety
+    /// As [`Stream::memcpy_batch`].
+    unsafe fn batch_call(
+        &self,
+        f: BatchCopyFn,
+        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+    ) -> Result<()> {
+        let (mut dsts, mut srcs, mut sizes) = (
+            [0; MAX_COPIES_PER_BATCH],
+            [0; MAX_COPIES_PER_BATCH],
+            [0; MAX_COPIES_PER_BATCH],
+        );
+        for (i, &(d, s, n)) in copies.iter().enumerate() {
+            (dsts[i], srcs[i], sizes[i]) = (d, s, n);
+        }
+        let mut attrs = CUmemcpyAttributes {
+            src_access_order: CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            flags: CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE,
+            ..Default::default()
+        };
+        let mut first = 0usize;
+        let (d, s, n, count) = (
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            copies.len(),
+        );
+        // SAFETY: the three arrays hold `count` entries; one attribute entry applies from copy
+        // 0 on (laid out as cuda.h's, checked in `sys`); a null failure index is allowed; the
+        // caller vouches for the ranges.
+        let r = unsafe {
+            match f {
+                BatchCopyFn::V2(f) => f(d, s, n, count, &mut attrs, &mut first, 1, self.raw),
+                BatchCopyFn::V1(f) => f(
+                    d,
+                    s,
+                    n,
+                    count,
+                    &mut attrs,
+                    &mut first,
+                    1,
+                    std::ptr::null_mut(),
+                    self.raw,
+                ),
+            }
+        };
+        self.check("cuMemcpyBatchAsync", r)
     }
 
     /// Copy between the memories of two contexts (a copy engine moves it over NVLink/PCIe).
