@@ -130,14 +130,16 @@ impl Inner {
         let mut rx = ReceiverConn::new(2 * cfg.id + 1, links, cfg.health).map_err(proto)?;
         // Half the window holds the frame being read while the other half fills, so a
         // largest frame always fits past the consumed point.
-        let window = (WINDOW_MIN).max(4 * (cfg.max_frame + FRAME_HDR));
+        let recv = RecvWindow::new(WINDOW_MIN.max(4 * (cfg.max_frame + FRAME_HDR)))
+            .map_err(|e| Error::io("failover link: receive window", e))?;
+        let window = recv.len();
         rx.post(Instant::now(), window as u64);
         Ok(Inner {
             wires,
             tx,
             rx,
             send: SendRing::new(window),
-            recv: RecvWindow::new(window),
+            recv,
             consumed: 0,
             window,
             switched: None,
@@ -421,8 +423,8 @@ impl Inner {
         Ok(Some((self.consumed + FRAME_HDR as u64, len as usize)))
     }
 
-    /// The user took `n` stream bytes; past half the window, the bytes landed since move
-    /// to the front and the freed space is granted to the sender.
+    /// The user took `n` stream bytes; past half the window, the space they held is
+    /// granted to the sender (in halves: each grant is a message).
     fn consume(&mut self, now: Instant, n: u64) {
         self.consumed += n;
         let used = (self.consumed - self.recv.base()) as usize;
@@ -430,7 +432,7 @@ impl Inner {
             return;
         }
         let posted = self.rx.ledger().posted();
-        self.recv.compact(self.consumed);
+        self.recv.release(self.consumed);
         let grant = self.recv.base() + self.window as u64 - posted;
         self.rx.post(now, grant);
     }

@@ -117,6 +117,16 @@ fn primary_cut_at_several_points_loses_and_repeats_nothing() {
 }
 
 #[test]
+fn frames_wrapping_the_receive_ring_many_times_survive_a_cut() {
+    // About 19 MiB each way through 2 MiB windows: frames cross the ring's end and the
+    // rollback resends into bytes the ring already reused.
+    let (mut a, mut b, cuts) = links(tcp_pair());
+    let mut cut = || cuts[0].shutdown(Shutdown::Both).unwrap();
+    exchange(&mut a, &mut b, 600, 300, &mut cut, Duration::from_secs(20));
+    assert_eq!(a.status().send_on, LinkRole::Backup);
+}
+
+#[test]
 fn both_connections_cut_is_an_error_within_a_bound() {
     let (mut a, mut b, cuts) = links(tcp_pair());
     let mut none = || {};
