@@ -66,6 +66,10 @@ impl Mirror {
                 return Err(io::Error::last_os_error());
             }
         }
+        // A forked child (a data loader's worker, say) would share this memory, not copy it:
+        // keep it out of children altogether. Advice only, so its failure changes nothing.
+        // SAFETY: the reservation made in `new`, mapped above.
+        unsafe { libc::madvise(self.ptr.as_ptr().cast(), 2 * self.len, libc::MADV_DONTFORK) };
         Ok(())
     }
 }
