@@ -5,8 +5,8 @@
 # NICs, host memory. For all_reduce and sendrecv at 1 MiB and 64 MiB, runs monitor off and
 # on alternately (REPS pairs) and prints busbw (out-of-place, rank 0) and the CPU time
 # (user + system, getrusage of each rank's process) of both ranks together, and the on/off
-# ratios of their medians, and the median and quartiles of each on run's ratio to the off run
-# just before it. Environment: LIBDIR (target/release), REPS (3), ITERS_SMALL (200),
+# ratios of their medians, the median and quartiles of each on run's ratio to the off run
+# just before it, and each run's UDP datagrams dropped for a full receive buffer. Environment: LIBDIR (target/release), REPS (3), ITERS_SMALL (200),
 # ITERS_LARGE (10), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M),
 # ACCOUNT (0; 1: one more monitored run per case with NCCL_DEBUG=INFO, whose collectors log
 # their own CPU time at exit: printed as a share of the ranks' CPU, a figure the load of other
@@ -21,11 +21,22 @@ FILE=${FILE:-1} SIZES=${SIZES:-1M 64M}
 source tests/bench/two_hosts.sh
 two_hosts_up monitor_overhead "$LOG"
 
+# UDP datagrams both namespaces dropped for a full receive buffer so far (the multipath
+# transport then retransmits: a run that lost many is slower for that, not for the monitor).
+udp_drops() {
+  local ns s=0
+  for ns in cclnic0 cclnic1; do
+    s=$((s + $(ip netns exec "$ns" awk '/^Udp:/ { if (h) { print $6; exit } h = 1 }' /proc/net/snmp)))
+  done
+  echo "$s"
+}
+
 # one COLL SIZE ITERS MON TAG [ENV=VALUE]: both ranks; each rank's CPU seconds in
 # TAG.rankR.cpu.
 one() {
   local coll=$1 size=$2 iters=$3 mon=$4 tag=$5 extra=${6:-}
-  local port=$((20000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 20000)) drops0
+  drops0=$(udp_drops)
   for r in 1 0; do
     ip netns exec "cclnic$r" env ${extra:+"$extra"} CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
       NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES=nic0,nic1 CCL_MONITOR="$mon" \
@@ -43,7 +54,7 @@ sys.exit(rc)' "$LOG/$tag.rank$r.cpu" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$co
   bw=$(grep -E "^ +[0-9]" "$LOG/$tag.rank0.log" | awk '{print $8}' | head -1)
   cpu=$(cat "$LOG/$tag.rank0.cpu" "$LOG/$tag.rank1.cpu" 2>/dev/null | awk '{s += $1} END {print s}')
   # The accounting runs (logging on) stay out of the table.
-  [ -n "$extra" ] || echo "$coll $size $mon $bw $cpu" >> "$LOG/raw.txt"
+  [ -n "$extra" ] || echo "$coll $size $mon $bw $cpu $(($(udp_drops) - drops0))" >> "$LOG/raw.txt"
 }
 
 : > "$LOG/raw.txt"
@@ -75,8 +86,8 @@ python3 - "$LOG/raw.txt" "$LOG/account.txt" <<'EOF' | tee "$LOG/overhead.txt"
 import statistics, sys
 rows = {}
 for l in open(sys.argv[1]):
-    c, s, m, bw, cpu = l.split()
-    rows.setdefault((c, s), {}).setdefault(m, []).append((float(bw), float(cpu)))
+    c, s, m, bw, cpu, drops = (l.split() + ["0"])[:6]
+    rows.setdefault((c, s), {}).setdefault(m, []).append((float(bw), float(cpu), int(drops)))
 print(f"{'collective':<11}{'size':>5}  {'busbw off':>10}{'busbw on':>10}{'ratio':>7}  {'cpu s off':>10}{'cpu s on':>10}{'ratio':>7}   (medians; runs off/on)")
 paired = []
 for (c, s), m in rows.items():
@@ -96,6 +107,10 @@ for c, s, pairs in paired:
         qs = statistics.quantiles(v, n=4)
         return f"{statistics.median(v):.3f} [{qs[0]:.3f}, {qs[2]:.3f}]"
     print(f"{c:<11}{s:>5}  busbw {q(0)}  cpu {q(1)}  ({len(pairs)} pairs)")
+print("\nUDP datagrams dropped for a full receive buffer, per run (both namespaces)")
+for (c, s), m in rows.items():
+    drops = lambda k: " ".join(str(r[2]) for r in m.get(k, []))
+    print(f"{c:<11}{s:>5}  off {drops('0')}  on {drops('1')}")
 acct = [l.split() for l in open(sys.argv[2]) if l.strip()]
 if acct:
     print("\nthe collectors' CPU time (NCCL_DEBUG=INFO run, both ranks) against the ranks' CPU time")
