@@ -114,6 +114,8 @@ fn lasting_c_str(msg: &str) -> *const c_char {
 }
 
 fn set_last_error(msg: &str) {
+    // A program's first call may be the one that fails, before anything installed the log.
+    ccl::log::init();
     tracing::warn!("{msg}");
     *last_error_global().lock() = msg.to_string();
 }

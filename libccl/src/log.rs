@@ -1,5 +1,6 @@
 //! Logging: `NCCL_DEBUG` levels mapped onto `tracing`, installed once per process.
 
+use std::io::IsTerminal;
 use std::sync::Once;
 
 use crate::params;
@@ -25,9 +26,10 @@ pub fn init() {
                 crate::NCCL_VERSION_CODE
             );
         }
+        let subsys = params::NCCL_DEBUG_SUBSYS.get_str();
         let builder = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
-                "ccl={filter},ccl_transports={filter},ccl_faulttol={filter}"
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives(
+                &subsys, filter,
             )))
             .with_target(false);
         let host = nix::unistd::gethostname()
@@ -50,7 +52,192 @@ pub fn init() {
                 .with_writer(std::sync::Mutex::new(f))
                 .with_ansi(false)
                 .try_init(),
-            None => builder.with_writer(std::io::stderr).try_init(),
+            // Colours only for a person at a terminal, not in a job's captured log.
+            None => builder
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .try_init(),
         };
     });
+}
+
+/// NCCL's debug subsystems and the modules whose messages belong to each. A message's tracing
+/// target is its module's path, and a filter directive covers every target that begins with
+/// it (`ccl` covers `ccl_p2p` too), the longest matching one deciding.
+const SUBSYSTEMS: &[(&str, &[&str])] = &[
+    (
+        "INIT",
+        &[
+            "ccl::comm",
+            "ccl::core",
+            "ccl::connect",
+            "ccl::engine",
+            "ccl::topo_plan",
+            "ccl_cuda",
+        ],
+    ),
+    ("BOOTSTRAP", &["ccl::bootstrap"]),
+    ("ENV", &["ccl::params", "ccl::log"]),
+    (
+        "COLL",
+        &[
+            "ccl::exec",
+            "ccl::group",
+            "ccl::route",
+            "ccl::host",
+            "ccl::pieces",
+            "ccl::task",
+            "ccl::graph",
+            "ccl::gpu",
+            "ccl::hier",
+            "ccl_collectives",
+        ],
+    ),
+    ("P2P", &["ccl_p2p", "ccl::ipc"]),
+    ("SHM", &["ccl_transports::shm"]),
+    ("NET", &["ccl_transports", "ccl_faulttol", "ccl::link_nics"]),
+    ("GRAPH", &["ccl_topology"]),
+    ("TUNING", &["ccl_p2p::tuning"]),
+    ("PROXY", &["ccl::gpu::proxy"]),
+    ("ALLOC", &["ccl::gpu::alloc"]),
+    ("REG", &["ccl_p2p::registration"]),
+    ("PROFILE", &["ccl::profiler", "ccl::monitor", "ccl_monitor"]),
+    // The C API's own crate (`nccl`): the text of every error a call returns.
+    ("CALL", &["nccl"]),
+];
+
+/// The filter for `NCCL_DEBUG_SUBSYS` (a comma list of [`SUBSYSTEMS`] names; `^` first: all
+/// but those; empty or ALL: all) at `level`. Warnings and errors show whatever the list, as
+/// in NCCL; the list only chooses whose info and trace messages do.
+fn directives(subsys: &str, level: &str) -> String {
+    let spec = subsys.trim();
+    let invert = spec.starts_with('^');
+    let names: Vec<String> = spec
+        .trim_start_matches('^')
+        .split(',')
+        .map(|n| n.trim().to_ascii_uppercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    let all = names.is_empty() || (!invert && names.iter().any(|n| n == "ALL"));
+    if all || !matches!(level, "info" | "trace") {
+        return format!("ccl={level},nccl={level}");
+    }
+    let pick = |on: bool| if on { level } else { "warn" };
+    // Modules in no subsystem follow the list's sense: shown with "^X", hidden with "X".
+    let mut d = vec![format!("ccl={}", pick(invert))];
+    for (name, modules) in SUBSYSTEMS {
+        let on = names.iter().any(|n| n == name) != invert;
+        d.extend(modules.iter().map(|m| format!("{m}={}", pick(on))));
+    }
+    d.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// What a subscriber with the filter for `subsys` at `level` prints of one message from
+    /// each target.
+    fn shown(subsys: &str, level: &str, targets: &[&str]) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives(
+                subsys, level,
+            )))
+            .with_writer(move || out.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            for &t in targets {
+                // The macros need a literal target: one arm per target these tests use.
+                match t {
+                    "ccl::bootstrap" => tracing::info!(target: "ccl::bootstrap", "info from {t}"),
+                    "ccl_transports::mpt" => {
+                        tracing::info!(target: "ccl_transports::mpt", "info from {t}")
+                    }
+                    "ccl_transports::shm" => {
+                        tracing::info!(target: "ccl_transports::shm", "info from {t}")
+                    }
+                    "ccl_p2p::health" => tracing::info!(target: "ccl_p2p::health", "info from {t}"),
+                    "ccl::error" => tracing::info!(target: "ccl::error", "info from {t}"),
+                    "nccl" => tracing::warn!(target: "nccl", "warning from {t}"),
+                    "ccl_p2p::warned" => {
+                        tracing::warn!(target: "ccl_p2p::warned", "warning from {t}")
+                    }
+                    _ => unreachable!("no arm for {t}"),
+                }
+            }
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    const ALL: &[&str] = &[
+        "ccl::bootstrap",
+        "ccl_transports::mpt",
+        "ccl_transports::shm",
+        "ccl_p2p::health",
+        "ccl::error",
+        "nccl",
+        "ccl_p2p::warned",
+    ];
+
+    fn from(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.split(" from ").nth(1))
+            .collect()
+    }
+
+    #[test]
+    fn unset_or_all_shows_every_subsystem() {
+        for subsys in ["", "ALL", " all "] {
+            assert_eq!(from(&shown(subsys, "info", ALL)), ALL, "{subsys:?}");
+        }
+    }
+
+    #[test]
+    fn a_list_shows_its_subsystems_info_and_everyones_warnings() {
+        let got = shown("INIT,NET", "info", ALL);
+        assert_eq!(
+            from(&got),
+            ["ccl_transports::mpt", "nccl", "ccl_p2p::warned"],
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn a_caret_shows_all_but_the_listed() {
+        let got = shown("^NET,P2P", "info", ALL);
+        assert_eq!(
+            from(&got),
+            [
+                "ccl::bootstrap",
+                "ccl_transports::shm",
+                "ccl::error",
+                "nccl",
+                "ccl_p2p::warned"
+            ],
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn api_errors_show_at_warn() {
+        // The C API's crate is `nccl`, outside the `ccl` prefix: its warnings once went
+        // nowhere.
+        assert_eq!(from(&shown("", "warn", ALL)), ["nccl", "ccl_p2p::warned"]);
+    }
 }

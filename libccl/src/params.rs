@@ -26,7 +26,7 @@ macro_rules! params {
 
 params! {
     NCCL_DEBUG = ("NCCL_DEBUG", "", "Log level: VERSION, WARN, INFO, TRACE (empty: errors only).");
-    NCCL_DEBUG_SUBSYS = ("NCCL_DEBUG_SUBSYS", "", "Comma list of subsystems to log (INIT, COLL, P2P, NET, ...); accepted, all are logged.");
+    NCCL_DEBUG_SUBSYS = ("NCCL_DEBUG_SUBSYS", "", "Comma list of subsystems whose INFO and TRACE messages NCCL_DEBUG shows: INIT, BOOTSTRAP, ENV, COLL, P2P, SHM, NET, GRAPH (topology), TUNING, PROXY, ALLOC, REG, PROFILE (monitor and profiler plugins), CALL, or ALL; a leading ^ shows all but the listed. Warnings show whatever the list. Unset: every subsystem (NCCL shows INIT,BOOTSTRAP,ENV by default; libccl's scripts read the INFO messages of every subsystem).");
     NCCL_DEBUG_FILE = ("NCCL_DEBUG_FILE", "", "Write logs to this file (%h host, %p pid are expanded) instead of stderr.");
     NCCL_COMM_ID = ("NCCL_COMM_ID", "", "host:port of the bootstrap root; rank 0 listens there, ncclGetUniqueId returns it.");
     NCCL_SOCKET_IFNAME = ("NCCL_SOCKET_IFNAME", "", "Interfaces for bootstrap and sockets: prefix list, ^ excludes, = exact match.");

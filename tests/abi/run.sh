@@ -121,6 +121,11 @@ if [ "$MOCK" -eq 1 ]; then
   echo "  (ext_check skipped for the stand-in library: it has no ccl_ext.h functions)"
 else
   NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} timeout 300 "$OUT/ext_check"; result "ext_check (ccl_ext.h)" $?
+  # NCCL_DEBUG=WARN shows the text of an error a call returns, as NCCL does.
+  NCCL_DEBUG=WARN NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} timeout 300 "$OUT/abi_check" \
+    > /dev/null 2> "$OUT/abi_check.warn.txt"
+  grep -q "uniqueId is NULL" "$OUT/abi_check.warn.txt"
+  result "NCCL_DEBUG=WARN shows a failed call's error (ncclGetUniqueId(NULL))" $?
 fi
 
 # ----------------------------------------------------------------------------- mpirun options
