@@ -1,7 +1,11 @@
 //! Logging: `NCCL_DEBUG` levels mapped onto `tracing`, installed once per process.
 
-use std::io::IsTerminal;
 use std::sync::Once;
+
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use crate::params;
 
@@ -27,15 +31,15 @@ pub fn init() {
             );
         }
         let subsys = params::NCCL_DEBUG_SUBSYS.get_str();
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(directives(
-                &subsys, filter,
-            )))
-            .with_target(false);
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default();
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(directives(
+                &subsys, filter,
+            )))
+            .event_format(NcclFormat { host: host.clone() });
         let file = params::NCCL_DEBUG_FILE.raw().and_then(|p| {
             let p = p
                 .replace("%h", &host)
@@ -48,17 +52,50 @@ pub fn init() {
         });
         // A second subscriber (the host program installed its own) is fine: keep theirs.
         let _ = match file {
-            Some(f) => builder
-                .with_writer(std::sync::Mutex::new(f))
-                .with_ansi(false)
-                .try_init(),
-            // Colours only for a person at a terminal, not in a job's captured log.
-            None => builder
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .try_init(),
+            Some(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
+            None => builder.with_writer(std::io::stderr).try_init(),
         };
     });
+}
+
+/// Lines as NCCL writes them (`host:pid:tid NCCL WARN text`, which is what people grep job
+/// logs for), after an RFC 3339 time (NCCL's timestamp comes first too, and the namespace
+/// benchmarks read it). NCCL's `[device]` is left out: a message does not know it.
+struct NcclFormat {
+    host: String,
+}
+
+impl<S, N> FormatEvent<S, N> for NcclFormat
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        SystemTime.format_time(&mut w)?;
+        // NCCL has no error level: its errors are warnings.
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR | tracing::Level::WARN => "WARN",
+            tracing::Level::INFO => "INFO",
+            _ => "TRACE",
+        };
+        let tid = nix::unistd::gettid();
+        write!(
+            w,
+            " {}:{}:{tid} NCCL {level} ",
+            self.host,
+            std::process::id()
+        )?;
+        // Through a writer of its own, which has no colour codes (the subscriber's may).
+        let mut text = String::new();
+        ctx.field_format()
+            .format_fields(Writer::new(&mut text), event)?;
+        writeln!(w, "{text}")
+    }
 }
 
 /// NCCL's debug subsystems and the modules whose messages belong to each. A message's tracing
@@ -157,8 +194,8 @@ mod tests {
             .with_env_filter(tracing_subscriber::EnvFilter::new(directives(
                 subsys, level,
             )))
+            .event_format(NcclFormat { host: "h".into() })
             .with_writer(move || out.clone())
-            .with_ansi(false)
             .finish();
         tracing::subscriber::with_default(sub, || {
             for &t in targets {
@@ -176,6 +213,9 @@ mod tests {
                     "nccl" => tracing::warn!(target: "nccl", "warning from {t}"),
                     "ccl_p2p::warned" => {
                         tracing::warn!(target: "ccl_p2p::warned", "warning from {t}")
+                    }
+                    "ccl_monitor::fields" => {
+                        tracing::info!(target: "ccl_monitor::fields", cpu_us = 7, "info from {t}")
                     }
                     _ => unreachable!("no arm for {t}"),
                 }
@@ -232,6 +272,31 @@ mod tests {
             ],
             "{got}"
         );
+    }
+
+    #[test]
+    fn lines_read_as_nccls() {
+        let got = shown("", "info", &["nccl", "ccl::bootstrap"]);
+        let lines: Vec<&str> = got.lines().collect();
+        assert_eq!(lines.len(), 2, "{got}");
+        let pid = std::process::id();
+        for (line, level) in lines.iter().zip(["WARN", "INFO"]) {
+            let mut f = line.split(' ');
+            let time = f.next().unwrap();
+            assert!(time.ends_with('Z') && time.contains('T'), "{line}");
+            let who = f.next().unwrap();
+            assert!(who.starts_with(&format!("h:{pid}:")), "{line}");
+            assert_eq!((f.next(), f.next()), (Some("NCCL"), Some(level)), "{line}");
+        }
+    }
+
+    #[test]
+    fn fields_are_plain_text() {
+        // Scripts read `cpu_us=N` from the monitor's last line, and no colour codes belong
+        // in a job's log.
+        let got = shown("", "info", &["ccl_monitor::fields"]);
+        assert!(got.contains("cpu_us=7"), "{got:?}");
+        assert!(!got.contains('\x1b'), "{got:?}");
     }
 
     #[test]
