@@ -175,9 +175,12 @@ impl Inner {
     /// bytes all went needs nothing the peer said, and reading then cost a receive call per
     /// send (the receives, `peek`, read anyway).
     fn push(&mut self, now: Instant) -> Result<bool> {
+        if now >= self.read_due {
+            return self.drive(now);
+        }
         let moved = self.drive_with(now, false)?;
-        match self.unsent() || now >= self.read_due {
-            true => Ok(self.drive_with(now, true)? || moved),
+        match self.unsent() {
+            true => Ok(self.drive(now)? || moved),
             false => Ok(moved),
         }
     }
@@ -195,17 +198,17 @@ impl Inner {
         let mut moved = false;
         if reads {
             self.read_due = now + IDLE_WIRE_READ;
-        }
-        for role in ROLES {
-            if reads && self.reads_now(now, role) {
-                moved |= self.read_wire(now, role);
+            for role in ROLES {
+                if self.reads_now(now, role) {
+                    moved |= self.read_wire(now, role);
+                }
             }
-        }
-        if reads && self.tx.poll_timeout().is_some_and(|t| t <= now) {
-            self.tx.handle_timeout(now);
-        }
-        if reads && self.rx.poll_timeout().is_some_and(|t| t <= now) {
-            self.rx.handle_timeout(now);
+            if self.tx.poll_timeout().is_some_and(|t| t <= now) {
+                self.tx.handle_timeout(now);
+            }
+            if self.rx.poll_timeout().is_some_and(|t| t <= now) {
+                self.rx.handle_timeout(now);
+            }
         }
         self.transmit(now);
         for role in ROLES {
