@@ -9,8 +9,11 @@
 //! A record therefore gives a copy's true rate, and the byte counts are the sampled copies'. The host sees an event pass only when it looks (at the communicator's
 //! next group, and at its end), so the completion is stamped then and the post that interval
 //! before it: windows see each copy's real rate, placed late by at most the gap between two
-//! groups. Local copies, copies inside kernels (`CCL_IPC_COPY_KERNEL`, mailed sends) and
-//! copies the peer's GPU makes for this rank are not timed here.
+//! groups. A batch of copies (`CCL_IPC_BATCH_COPIES`, more than two ranks) is timed as one,
+//! each peer's copy recorded with its own bytes over the batch's interval: the copies run side
+//! by side, so the records add up to the batch's rate. Local copies, copies inside kernels
+//! (`CCL_IPC_COPY_KERNEL`, mailed sends) and copies the peer's GPU makes for this rank are not
+//! timed here.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -39,13 +42,18 @@ pub(crate) struct CopyMonitor {
     inner: Mutex<Inner>,
 }
 
+/// Two events and the records of what ran between them.
+type Timed = (Event, Event, Vec<Work>);
+
 #[derive(Default)]
 struct Inner {
     /// Oldest first: copies on different lanes may end out of order, but one not yet passed
-    /// holds the later ones back only until the next look.
-    pending: VecDeque<(Event, Event, Work)>,
-    /// Event pairs to reuse (creating events costs driver calls).
-    free: Vec<(Event, Event)>,
+    /// holds the later ones back only until the next look. Each pair of events brackets one
+    /// copy, or one batch of copies with a record per peer.
+    pending: VecDeque<Timed>,
+    /// Event pairs and record lists to reuse (creating events costs driver calls, and the
+    /// lists are the data path's only allocation here).
+    free: Vec<Timed>,
     /// When each path last had a copy timed, by [`path_of`].
     last_ns: Vec<(u16, u64)>,
 }
@@ -68,7 +76,7 @@ impl Inner {
 }
 
 /// A copy whose start event is recorded: what [`CopyMonitor::finish`] completes.
-pub(crate) struct Started(Event, Event);
+pub(crate) struct Started(Event, Event, Vec<Work>);
 
 impl CopyMonitor {
     /// Times at most one copy per lane per `every`.
@@ -99,15 +107,16 @@ impl CopyMonitor {
             }
             g.free.pop()
         };
-        let (a, b) = match reused {
-            Some(pair) => pair,
+        let (a, b, works) = match reused {
+            Some(t) => t,
             None => (
                 Event::timing(&self.ctx).ok()?,
                 Event::timing(&self.ctx).ok()?,
+                Vec::new(),
             ),
         };
         a.record(s).ok()?;
-        Some(Started(a, b))
+        Some(Started(a, b, works))
     }
 
     /// Records the copy's end on `s` and queues it for [`CopyMonitor::poll`].
@@ -120,11 +129,27 @@ impl CopyMonitor {
         bytes: usize,
         coll: CollId,
     ) {
-        let Started(a, b) = st;
+        self.finish_batch(s, st, lane, std::iter::once((peer, bytes)), coll);
+    }
+
+    /// Records the end on `s` of a batch of copies (`parts`: peer and bytes of each copy
+    /// that moves a direct transfer) and queues it. The batch's copies run side by side, so
+    /// each is recorded over the whole batch's interval with its own bytes: a peer's rate is
+    /// then at most its copy's own, and their sum is the batch's.
+    pub(crate) fn finish_batch(
+        &self,
+        s: &Stream,
+        st: Started,
+        lane: Lane,
+        parts: impl Iterator<Item = (usize, usize)>,
+        coll: CollId,
+    ) {
+        let Started(a, b, mut works) = st;
         if b.record(s).is_err() {
             return;
         }
-        let work = Work {
+        works.clear();
+        works.extend(parts.map(|(peer, bytes)| Work {
             ts_ns: 0,
             bytes: bytes as u64,
             peer: peer as u32,
@@ -133,8 +158,8 @@ impl CopyMonitor {
             engine: Engine::CopyEngine,
             unit: Unit::Copy,
             coll,
-        };
-        self.inner.lock().pending.push_back((a, b, work));
+        }));
+        self.inner.lock().pending.push_back((a, b, works));
     }
 
     /// Publishes every timed copy, oldest first, whose end event has passed.
@@ -143,19 +168,21 @@ impl CopyMonitor {
         if g.pending.is_empty() {
             return;
         }
-        while let Some((a, b, w)) = g.pending.front() {
+        while let Some((a, b, works)) = g.pending.front() {
             if !b.query().unwrap_or(true) {
                 return;
             }
             let took_ns = Event::elapsed_ms(a, b).map_or(0, |ms| (f64::from(ms) * 1e6) as u64);
             let now = self.publisher.now_ns();
-            let mut w = *w;
-            w.ts_ns = now.saturating_sub(took_ns);
-            self.publisher.post(&w);
-            w.ts_ns = now;
-            self.publisher.complete(&w);
-            if let Some((a, b, _)) = g.pending.pop_front() {
-                g.free.push((a, b));
+            for &w in works {
+                let mut w = w;
+                w.ts_ns = now.saturating_sub(took_ns);
+                self.publisher.post(&w);
+                w.ts_ns = now;
+                self.publisher.complete(&w);
+            }
+            if let Some(t) = g.pending.pop_front() {
+                g.free.push(t);
             }
         }
     }

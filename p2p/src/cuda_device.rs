@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use ccl_cuda::cuda::{self, Event, MemOp, Stream, WaitCond};
 
-use crate::device::{self, Device, Kernel, LongWait};
+use crate::device::{self, BatchCopy, Device, Kernel, LongWait};
 use crate::engine::IpcEngine;
 use crate::error::{cuda_err, Error, Result};
 use crate::layout::Lane;
@@ -253,24 +253,34 @@ impl Device for CudaDevice<'_> {
         Ok(())
     }
 
-    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+    fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         if !self.batches_copies(lane) {
-            for &(dst, src, bytes) in copies {
-                self.copy(lane, dst, src, bytes)?;
+            for c in copies {
+                self.peer = c.peer;
+                self.copy(lane, c.dst, c.src, c.bytes)?;
             }
+            self.peer = None;
             return Ok(());
         }
+        let s = self.stream(lane)?;
+        let timed = match (self.coll, self.eng.copies.get()) {
+            (Some(coll), Some(m)) => m.start(s, lane).map(|st| (m, st, coll)),
+            _ => None,
+        };
+        let plain: Vec<(u64, u64, usize)> =
+            copies.iter().map(|c| (c.dst, c.src, c.bytes)).collect();
         // SAFETY: see the impl; the plan's batched copies write disjoint ranges that no other
         // copy of the batch reads (a transfer's destination, a local copy's own block).
-        unsafe { self.stream(lane)?.memcpy_batch(copies) }.map_err(cuda_err)
+        unsafe { s.memcpy_batch(&plain) }.map_err(cuda_err)?;
+        if let Some((m, st, coll)) = timed {
+            let parts = copies.iter().filter_map(|c| c.peer.map(|p| (p, c.bytes)));
+            m.finish_batch(s, st, lane, parts, coll);
+        }
+        Ok(())
     }
 
-    /// Off while the monitor times copies: it times each copy between two events of its
-    /// own lane, per peer, which a batch does not have.
     fn batches_copies(&self, lane: Lane) -> bool {
-        self.eng.batch_copies
-            && self.eng.copies.get().is_none()
-            && self.stream(lane).is_ok_and(|s| s.batches_copies())
+        self.eng.batch_copies && self.stream(lane).is_ok_and(|s| s.batches_copies())
     }
 
     fn annotate(&mut self, peer: Option<usize>) {

@@ -71,6 +71,16 @@ pub(crate) fn wait_copy_signal_in_three<D: Device + ?Sized>(
 }
 
 /// What a [`Device::wait_long`] waits for.
+/// One copy of a [`Device::copy_batch`]: `bytes` from `src` to `dst`, moving `peer`'s direct
+/// transfer (`None`: a copy within this GPU), which the monitor's copy timing names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchCopy {
+    pub dst: u64,
+    pub src: u64,
+    pub bytes: usize,
+    pub peer: Option<usize>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LongWait {
     /// A direct transfer's first side, for the peer's copy.
@@ -196,13 +206,15 @@ pub(crate) trait Device {
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
     fn copy(&mut self, lane: Lane, dst: u64, src: u64, bytes: usize) -> Result<()>;
-    /// `copies` (dst, src, bytes) on `lane` as one batch: after earlier work on the lane,
-    /// before later work, in any order among themselves and on as many copy engines as the
-    /// device likes. No copy may read or write what another writes.
-    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
-        for &(dst, src, bytes) in copies {
-            self.copy(lane, dst, src, bytes)?;
+    /// `copies` on `lane` as one batch: after earlier work on the lane, before later work,
+    /// in any order among themselves and on as many copy engines as the device likes. No
+    /// copy may read or write what another writes.
+    fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
+        for c in copies {
+            self.annotate(c.peer);
+            self.copy(lane, c.dst, c.src, c.bytes)?;
         }
+        self.annotate(None);
         Ok(())
     }
     /// Whether [`Device::copy_batch`] on `lane` is a real batch: the copies run side by side
@@ -371,7 +383,7 @@ impl Device for Batched<'_> {
         self.flush()?;
         self.inner.copy(lane, dst, src, bytes)
     }
-    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+    fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.flush()?;
         self.inner.copy_batch(lane, copies)
     }

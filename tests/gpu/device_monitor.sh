@@ -8,7 +8,8 @@
 #   NGPU=2 tests/gpu/device_monitor.sh                      (two GPUs)
 #   MPS=1 NGPU=2 NCCL_TESTS_DEVICE=0 tests/gpu/device_monitor.sh   (one GPU, under MPS)
 # LIB (default .dev) holds libnccl.so.2; .dev/ccl-monitor the tool (cargo build --release -p
-# ccl-monitor-tool). Summary in $OUT/monitor.md.
+# ccl-monitor-tool). OPS and SIZES choose the cases (with more than two ranks, all_gather and
+# alltoall show the batched copies timed as a whole). Summary in $OUT/monitor.md.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; L=$OUT/monitor; mkdir -p "$L"; S=$OUT/monitor.md; : > "$S"
 LIB=${LIB:-.dev}; NGPU=${NGPU:-2}; REPS=${REPS:-3}
@@ -30,8 +31,8 @@ sys.exit(rc)' "$L/$tag.cpu" timeout -s KILL 120 mpirun --allow-run-as-root --bin
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 say "| op | size | busbw off | busbw on | on/off | CPU s off | CPU s on | on/off | #wrong |"
 say "|---|---|---:|---:|---:|---:|---:|---:|---:|"
-for op in all_reduce sendrecv; do
-  for size in 1M 64M; do
+for op in ${OPS:-all_reduce sendrecv}; do
+  for size in ${SIZES:-1M 64M}; do
     for rep in $(seq 1 "$REPS"); do
       for mon in 0 1; do run "$op" "$size" "$mon" "$op.$size.m$mon.$rep"; done
     done
@@ -43,7 +44,7 @@ for op in all_reduce sendrecv; do
   done
 done
 if [ -x .dev/ccl-monitor ]; then
-  f=$(ls -t "$L"/sendrecv.64M.m1.*.jsonl 2>/dev/null | head -n 1)
+  f=$(ls -t "$L"/*.m1.*.jsonl 2>/dev/null | head -n 1)
   say "## ccl-monitor summary of ${f##*/}"
   [ -n "$f" ] && .dev/ccl-monitor summary "$f" 2>&1 | head -n 40 | tee -a "$S"
 fi

@@ -2,7 +2,7 @@
 //! "here" flags first, then the copies it does, the host path's chunks, the waits for the
 //! peers' copies and the bounce copies out.
 
-use crate::device::{Device, LongWait};
+use crate::device::{BatchCopy, Device, LongWait};
 use crate::error::Result;
 use crate::host_path::{HostPath, HostShare};
 use crate::layout::{DirectWord, HostWord, Lane, Layout};
@@ -340,13 +340,24 @@ impl Plan {
             };
             let arrive = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Arrive);
             dev.wait(Lane::User, arrive, Self::flag(t))?;
-            copies.push(if t.outgoing {
-                (peer_addr, t.mine, t.bytes)
-            } else {
-                (t.mine, peer_addr, t.bytes)
+            let (dst, src) = match t.outgoing {
+                true => (peer_addr, t.mine),
+                false => (t.mine, peer_addr),
+            };
+            let peer = Some(t.peer);
+            copies.push(BatchCopy {
+                dst,
+                src,
+                bytes: t.bytes,
+                peer,
             });
         }
-        copies.extend_from_slice(&self.beside);
+        copies.extend(self.beside.iter().map(|&(dst, src, bytes)| BatchCopy {
+            dst,
+            src,
+            bytes,
+            peer: None,
+        }));
         dev.copy_batch(Lane::User, &copies)?;
         for t in self.transfers.iter().filter(|t| t.role.copies()) {
             let done = l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Done);

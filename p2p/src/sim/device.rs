@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use ccl_cuda::host::reduce as host;
 
-use crate::device::{Device, Kernel};
+use crate::device::{BatchCopy, Device, Kernel};
 use crate::error::Result;
 use crate::layout::Lane;
 
@@ -75,10 +75,10 @@ impl Device for SimDevice {
     fn batches_copies(&self, _lane: Lane) -> bool {
         self.batch_copies
     }
-    fn copy_batch(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<()> {
+    fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.batches += 1;
-        for &(dst, src, bytes) in copies.iter().rev() {
-            self.copy(lane, dst, src, bytes)?;
+        for c in copies.iter().rev() {
+            self.copy(lane, c.dst, c.src, c.bytes)?;
         }
         Ok(())
     }
