@@ -307,7 +307,10 @@ pub struct RankInfo {
     pub host_id: u64,
     pub hostname: String,
     pub pid: u32,
-    pub cuda_dev: i32,
+    /// The PCI bus id of the rank's GPU (as CUDA writes it, `0000:18:00.0`); `None` without
+    /// one. Bus ids, not device ordinals: `CUDA_VISIBLE_DEVICES` renumbers ordinals per
+    /// process, so only the bus id names the same GPU in every rank's topology.
+    pub gpu_bus: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]

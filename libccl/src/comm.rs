@@ -90,7 +90,7 @@ impl Comm {
             }
         }
         let listener = bootstrap::listen()?;
-        let info = my_info(self.0.rank, &listener)?;
+        let info = my_info(self.0.rank, &listener, self.0.cuda_dev)?;
         let table = bootstrap::rendezvous(root, nonce, self.0.nranks, &info, &self.0.abort)?;
         let (state, issue) = build_state(self.0.rank, table, &listener, nonce, &self.0.abort)?;
         *self.0.issue.lock() = issue;
@@ -240,7 +240,7 @@ impl Comm {
             Some(bootstrap::listen()?)
         };
         let info = match &listener {
-            Some(l) => Some(my_info(0, l)?),
+            Some(l) => Some(my_info(0, l, self.0.cuda_dev)?),
             None => None,
         };
         #[derive(Serialize, Deserialize)]
@@ -361,7 +361,7 @@ impl Comm {
         let survivors: Vec<usize> = (0..n).filter(|&r| !excluded[r]).collect();
         let k = self.0.splits.fetch_add(1, Ordering::Relaxed);
         let listener = bootstrap::listen()?;
-        let mine = serde_json::to_vec(&my_info(0, &listener)?)
+        let mine = serde_json::to_vec(&my_info(0, &listener, self.0.cuda_dev)?)
             .map_err(|e| Error::internal(format!("encode shrink info: {e}")))?;
         let all = {
             let mut guard = self.0.state.lock();

@@ -18,7 +18,8 @@ use crate::link_nics::{self, LinkNics};
 use crate::params;
 use crate::topo_plan::topo_plan;
 
-pub(crate) fn my_info(rank: usize, listener: &TcpListener) -> Result<RankInfo> {
+/// This rank's card; `cuda_dev` is the communicator's device (-1: none).
+pub(crate) fn my_info(rank: usize, listener: &TcpListener, cuda_dev: i32) -> Result<RankInfo> {
     Ok(RankInfo {
         rank,
         addr: listener
@@ -27,7 +28,7 @@ pub(crate) fn my_info(rank: usize, listener: &TcpListener) -> Result<RankInfo> {
         host_id: bootstrap::host_id(),
         hostname: bootstrap::hostname(),
         pid: std::process::id(),
-        cuda_dev: -1,
+        gpu_bus: crate::gpu::pci_bus_id(cuda_dev),
     })
 }
 

@@ -1,6 +1,7 @@
 //! Which NIC a link to another host uses first: the topology plan's primary NIC of the rank
-//! (the one closest to its GPU or CPU, ranks of one host spread over NICs tied for closest),
-//! then its backup NIC, then the other selected NICs in list order.
+//! (the one closest to its GPU, found by the GPU's PCI bus id, else to its CPU; ranks of one
+//! host spread over NICs tied for closest), then its backup NIC (the next closest), then the
+//! other selected NICs in list order.
 //!
 //! The NICs are those `CCL_MPT_IFNAMES` names, else those a positive `NCCL_SOCKET_IFNAME`
 //! list selects: the same list on every host, so a NIC's place in it (its rail) means the same
@@ -121,7 +122,7 @@ fn nic_plan(table: &[RankInfo], names: &[String]) -> Option<Plan> {
         .inspect_err(|e| tracing::warn!("NIC list for the topology: {e}"))
         .ok()?,
     );
-    crate::topo_plan::plan_with(table, &cfg)
+    crate::topo_plan::plan_with(table, &cfg, crate::topo_plan::Placement::Gpu)
 }
 
 /// Sends this rank's order over the data stream `s` to `peer` and reads the peer's; returns
@@ -156,69 +157,4 @@ pub(crate) fn agree(s: &TcpStream, rank: usize, peer: usize, mine: &[usize]) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::{link_order, plan_nic_names, preferred_order};
-
-    /// A host without RDMA devices as the topology discovers it from sysfs: two socket
-    /// interfaces up (veth, no PCI device) besides loopback.
-    fn host_root(dir: &std::path::Path) {
-        for (name, state) in [("lo", "unknown"), ("nic0", "up"), ("nic1", "up")] {
-            let d = dir.join("sys/class/net").join(name);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("operstate"), state).unwrap();
-            std::fs::write(d.join("speed"), "10000").unwrap();
-        }
-    }
-
-    /// Two hosts of two ranks with the selected interfaces nic0 and nic1: the plan spreads
-    /// each host's ranks over both (first rank nic0, second nic1), each with the other as
-    /// backup, and the link orders follow the lower rank.
-    #[test]
-    fn ranks_of_a_host_spread_their_primaries_over_the_selected_nics() {
-        use ccl_topology::plan::{plan, HostSystems, RankInfo};
-        let dir = std::env::temp_dir().join(format!("ccl-link-nics-{}", std::process::id()));
-        host_root(&dir);
-        let (sys, _) = ccl_topology::discover::discover_local(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut cfg = ccl_topology::TopoConfig {
-            net: Some(ccl_topology::NetSelect::Socket),
-            ..Default::default()
-        };
-        cfg.socket_ifname =
-            Some(ccl_topology::DeviceFilter::parse("X", "=nic0,nic1", false).unwrap());
-        let ranks: Vec<RankInfo> = [7u64, 7, 9, 9]
-            .iter()
-            .map(|&host| RankInfo {
-                host,
-                gpu: None,
-                numa: None,
-            })
-            .collect();
-        let p = plan(&ranks, &HostSystems::uniform(sys), &cfg).unwrap();
-        let list: Vec<String> = ["nic0", "nic1"].map(String::from).to_vec();
-        let orders: Vec<Vec<usize>> = (0..4)
-            .map(|r| {
-                let (primary, backup) = plan_nic_names(&p, r);
-                preferred_order(&list, primary.as_deref(), backup.as_deref())
-            })
-            .collect();
-        assert_eq!(orders, [vec![0, 1], vec![1, 0], vec![0, 1], vec![1, 0]]);
-        assert_eq!(
-            plan_nic_names(&p, 1),
-            (Some("nic1".to_string()), Some("nic0".to_string()))
-        );
-        // Rank 1's links to host 9 run on nic1 first; rank 0's on nic0.
-        assert_eq!(link_order(2, 1, &orders[2], &orders[1]), [1, 0]);
-        assert_eq!(link_order(0, 3, &orders[0], &orders[3]), [0, 1]);
-        // One interface selected (the list of NCCL_SOCKET_IFNAME=nic1): it is every rank's.
-        cfg.socket_ifname = Some(ccl_topology::DeviceFilter::parse("X", "=nic1", false).unwrap());
-        let dir = std::env::temp_dir().join(format!("ccl-link-nics1-{}", std::process::id()));
-        host_root(&dir);
-        let (sys, _) = ccl_topology::discover::discover_local(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        let p = plan(&ranks, &HostSystems::uniform(sys), &cfg).unwrap();
-        for r in 0..4 {
-            assert_eq!(plan_nic_names(&p, r), (Some("nic1".to_string()), None));
-        }
-    }
-}
+mod tests;

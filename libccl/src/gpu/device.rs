@@ -45,6 +45,16 @@ pub fn current_device() -> i32 {
     cuda::current_device().ok().flatten().unwrap_or(0)
 }
 
+/// The PCI bus id of CUDA device `dev` (`None` for -1, without CUDA, or when the driver
+/// cannot say).
+pub(crate) fn pci_bus_id(dev: i32) -> Option<String> {
+    if dev < 0 || !available() {
+        return None;
+    }
+    let d = cuda::Driver::get().ok()?;
+    d.device(dev).and_then(|h| d.pci_bus_id(h)).ok()
+}
+
 pub(crate) fn is_device_ptr(p: usize) -> bool {
     p != 0
         && cuda::pointer_info(p as u64)

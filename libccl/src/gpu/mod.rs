@@ -44,7 +44,7 @@ mod streamed;
 pub use alloc::{mem_alloc, mem_free};
 pub(crate) use captured::CapturedGroup;
 pub use device::{available, current_device, wants_gpu};
-pub(crate) use device::{cuda_err, device_context, is_device_ptr, streams_of};
+pub(crate) use device::{cuda_err, device_context, is_device_ptr, pci_bus_id, streams_of};
 pub(crate) use engine::engine;
 pub use engine::GpuEngine;
 pub(crate) use forks::{fork_shared_streams, Forks};
