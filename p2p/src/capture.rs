@@ -130,7 +130,11 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         && n <= REDUCE_N_MAX
         && prepared(eng, rank, DataType::Uint8, KernelOp::GraphHandshake);
     ccl_cuda::cuda::helpers::on_first_stream::<Error>(&eng.ctx, &streams, |stream: &Stream| {
-        let mut dev = CudaDevice::new(eng, stream).with_handshake_kernel(handshakes);
+        // Copies no larger than the eager low-latency exchange's (0 in the zero-SM setting)
+        // in one kernel, as eager calls of those sizes run on SMs too.
+        let mut dev = CudaDevice::new(eng, stream)
+            .with_handshake_kernel(handshakes)
+            .with_copy_kernel(eng.ll_exchange_max);
         group::emit(&mut dev, l, &group)
     })?;
     // The graph keeps using it at every replay, for as long as the process lives.

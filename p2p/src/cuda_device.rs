@@ -22,6 +22,9 @@ pub(crate) struct CudaDevice<'a> {
     coll: Option<ccl_monitor::CollId>,
     /// Captured groups' handshakes as a kernel ([`Device::handshake_kernel`]).
     handshakes: bool,
+    /// Captured groups' copies of at most this many bytes each as one kernel
+    /// ([`Device::copies_kernel`]; 0: copy engines).
+    copy_kernel_max: usize,
 }
 
 impl<'a> CudaDevice<'a> {
@@ -32,7 +35,15 @@ impl<'a> CudaDevice<'a> {
             peer: None,
             coll: None,
             handshakes: false,
+            copy_kernel_max: 0,
         }
+    }
+
+    /// Has a captured group's copies of at most `max` bytes each run as one kernel between
+    /// its handshake kernels (0: on copy engines).
+    pub(crate) fn with_copy_kernel(mut self, max: usize) -> CudaDevice<'a> {
+        self.copy_kernel_max = max;
+        self
     }
 
     /// Has captured groups' handshakes run as a spinning kernel (its program loaded).
@@ -191,6 +202,20 @@ impl Device for CudaDevice<'_> {
                 .graph_copies(s, &f.copies, &f.second, &words)
         }
         .map_err(cuda_err)?;
+        Ok(true)
+    }
+
+    fn copies_kernel(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<bool> {
+        if copies.is_empty()
+            || copies.len() > ccl_cuda::cuda::source::GRAPH_COPIES_MAX
+            || copies.iter().any(|c| c.2 > self.copy_kernel_max)
+        {
+            return Ok(false);
+        }
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl: the copies are the captured group's, from partners' buffers
+        // (mapped at capture) into its own, disjoint, between its handshakes.
+        unsafe { self.eng.kernels.graph_copies_wide(s, copies) }.map_err(cuda_err)?;
         Ok(true)
     }
 

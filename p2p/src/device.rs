@@ -202,6 +202,13 @@ pub(crate) trait Device {
         let _ = (lane, f);
         Ok(false)
     }
+    /// A captured group's copies (dst, src, bytes) on `lane` as one kernel, in any order among
+    /// themselves, with no handshake (the caller queues those); `false`: this device does not
+    /// take them so (none loaded, too many, too large), and the caller queues the copies.
+    fn copies_kernel(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<bool> {
+        let _ = (lane, copies);
+        Ok(false)
+    }
     /// Writes `value` to the word at `addr` after earlier work on `lane`, whose writes are
     /// visible first.
     fn write(&mut self, lane: Lane, addr: u64, value: u32) -> Result<()>;
@@ -386,6 +393,10 @@ impl Device for Batched<'_> {
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.flush()?;
         self.inner.copy_batch(lane, copies)
+    }
+    fn copies_kernel(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<bool> {
+        self.flush()?;
+        self.inner.copies_kernel(lane, copies)
     }
     fn batches_copies(&self, lane: Lane) -> bool {
         self.inner.batches_copies(lane)

@@ -47,7 +47,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     let mut b = Batched::new(dev);
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
     let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
-    let halfway = first_phase(&mut b, l, g, &parked)?;
+    // A group that only copies may copy in one kernel (one graph node instead of one
+    // copy-engine node per copy, which follow one another); the same words either way.
+    let halfway = match copies_of_first_phase(l, g, &parked)? {
+        Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
+        _ => first_phase(&mut b, l, g, &parked)?,
+    };
     second_and_last(&mut b, l, g, &partners, &parked, halfway)?;
     b.flush()
 }
@@ -372,11 +377,9 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
     {
         return Ok(None);
     }
-    let mut rec = CopyRecorder::default();
-    let halfway = first_phase(&mut rec, l, g, &parked)?;
-    if rec.other {
+    let Some((copies, halfway)) = copies_of_first_phase(l, g, &parked)? else {
         return Ok(None);
-    }
+    };
     // The second phase of a group without reductions: its parked receives, into place.
     let second: Vec<(u64, u64, usize)> = g
         .tasks
@@ -384,12 +387,12 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
         .zip(&parked)
         .filter_map(|(t, park)| park.map(|off| unpark(t, off, (rank, n), g.scratch)))
         .collect();
-    let total: usize = rec.copies.iter().chain(&second).map(|c| c.2).sum();
-    if total > FUSED_MAX_BYTES || rec.copies.len() + second.len() > GRAPH_COPIES_MAX {
+    let total: usize = copies.iter().chain(&second).map(|c| c.2).sum();
+    if total > FUSED_MAX_BYTES || copies.len() + second.len() > GRAPH_COPIES_MAX {
         return Ok(None);
     }
     Ok(Some(FusedCopies {
-        copies: rec.copies,
+        copies,
         second,
         inputs: word_pairs(l, g.index, &partners, INPUTS),
         halfway: if halfway {
@@ -399,6 +402,24 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
         },
         done: word_pairs(l, g.index, &partners, DONE),
     }))
+}
+
+/// A copy as the one-kernel forms take it: (dst, src, bytes).
+type Copy = (u64, u64, usize);
+
+/// The first phase of group `g` recorded, if it only copies: its copies, and whether it
+/// needs `HALFWAY`.
+fn copies_of_first_phase(
+    l: &Layout,
+    g: &Group,
+    parked: &[Option<usize>],
+) -> Result<Option<(Vec<Copy>, bool)>> {
+    if g.tasks.iter().any(|t| reduces(t.kind) && t.count > 0) {
+        return Ok(None);
+    }
+    let mut rec = CopyRecorder::default();
+    let halfway = first_phase(&mut rec, l, g, parked)?;
+    Ok((!rec.other).then_some((rec.copies, halfway)))
 }
 
 /// Records a first phase's copies; anything else it would queue marks it `other`.

@@ -89,6 +89,8 @@ fn simulate_captured(
     // ranks as flag waits and writes (the two forms must meet too).
     for (r, d) in devs.iter_mut().enumerate() {
         d.handshake_kernel = seed % 4 >= 2 && r % 2 == 1;
+        // Seeds 4-7 mod 8: ranks 0 and 3 mod 4 copy a group's copies in one kernel.
+        d.copy_kernel = seed % 8 >= 4 && r % 4 % 3 == 0;
     }
     for _ in 0..replays {
         for r in 0..n {
@@ -478,6 +480,24 @@ fn the_simulation_catches_a_captured_group_that_does_not_wait_for_done() {
     for seed in 0..4u64 {
         simulate_captured(n, &cases, true, 3, false, seed, None).unwrap();
     }
+}
+
+/// Ranks that copy a group's copies in one kernel (in no order among themselves) meet ranks
+/// that queue them on copy engines, exact over every case and replay; and the kernel did run.
+#[test]
+fn captured_copies_in_one_kernel_meet_copies_on_copy_engines() {
+    let launched = std::cell::Cell::new(0usize);
+    let count = |d: &mut SimDevice, _r: usize| launched.set(launched.get() + d.copy_kernels);
+    for n in [2, 4, 8] {
+        let cases = captured_cases(n, 1000, 3);
+        for one_group in [false, true] {
+            for seed in [5u64, 7, 13, 15] {
+                simulate_captured(n, &cases, one_group, 3, false, seed, Some(&count))
+                    .unwrap_or_else(|e| panic!("n {n} one group {one_group} seed {seed}: {e}"));
+            }
+        }
+    }
+    assert!(launched.get() > 0, "no group copied in one kernel");
 }
 
 /// Host-only captured collectives (every kind, type, reduction and root the cases hold, in and

@@ -37,6 +37,10 @@ pub(super) struct SimDevice {
     /// order), and how many batches were queued.
     pub(super) batch_copies: bool,
     pub(super) batches: usize,
+    /// [`Device::copies_kernel`] takes a captured group's copies (queued last first: the
+    /// kernel's copies run in no order), and how many such kernels were queued.
+    pub(super) copy_kernel: bool,
+    pub(super) copy_kernels: usize,
 }
 
 impl SimDevice {
@@ -49,6 +53,8 @@ impl SimDevice {
             handshake_kernel: false,
             batch_copies: false,
             batches: 0,
+            copy_kernel: false,
+            copy_kernels: 0,
         }
     }
 
@@ -84,6 +90,16 @@ impl Device for SimDevice {
     }
     fn handshake_is_kernel(&self) -> bool {
         self.handshake_kernel
+    }
+    fn copies_kernel(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<bool> {
+        if !self.copy_kernel {
+            return Ok(false);
+        }
+        self.copy_kernels += 1;
+        for &(dst, src, bytes) in copies.iter().rev() {
+            self.push(lane, Op::Copy(dst, src, bytes));
+        }
+        Ok(true)
     }
     /// The kernel's steps: set every remote word, then per partner wait and reset.
     fn handshake_kernel(&mut self, lane: Lane, words: &[(u64, u64)]) -> Result<()> {

@@ -82,6 +82,19 @@ impl Kernels {
         second: &[(CUdeviceptr, CUdeviceptr, usize)],
         words: &GraphWords,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { self.graph_copies_form(stream, first, second, words, false) }
+    }
+
+    /// [`Self::graph_copies`], or with `wide` [`Self::graph_copies_wide`] (`first` only).
+    unsafe fn graph_copies_form(
+        &self,
+        stream: &Stream,
+        first: &[(CUdeviceptr, CUdeviceptr, usize)],
+        second: &[(CUdeviceptr, CUdeviceptr, usize)],
+        words: &GraphWords,
+        wide: bool,
+    ) -> Result<()> {
         let np = words.inputs.len();
         let halfway = !words.halfway.is_empty();
         if first.len() + second.len() > GRAPH_COPIES_MAX
@@ -114,8 +127,8 @@ impl Kernels {
         }
         .by_value();
         let (mut ncopies, mut nfirst) = ((first.len() + second.len()) as u32, first.len() as u32);
-        let (mut np32, mut half32) = (np as u32, u32::from(halfway));
-        let mut params: [*mut c_void; 7] = [
+        let (mut np32, mut half32, mut wide32) = (np as u32, u32::from(halfway), u32::from(wide));
+        let mut params: [*mut c_void; 8] = [
             (&mut c as *mut Copies).cast(),
             (&mut ncopies as *mut u32).cast(),
             (&mut nfirst as *mut u32).cast(),
@@ -123,12 +136,42 @@ impl Kernels {
             (&mut h as *mut WordArrays).cast(),
             (&mut np32 as *mut u32).cast(),
             (&mut half32 as *mut u32).cast(),
+            (&mut wide32 as *mut u32).cast(),
         ];
+        let blocks = if wide { wide_blocks(first) } else { 1 };
         // SAFETY: the parameters are exactly the kernel's (the copies and two word arrays by
-        // value, the counts, the halfway flag) and live until the call returns; memory and
-        // words are the caller's contract.
-        unsafe { self.launch_raw(func, stream, 1, GRAPH_AR_THREADS, &mut params) }
+        // value, the counts, the halfway and wide flags) and live until the call returns;
+        // memory and words are the caller's contract. Only the wide form, which waits for
+        // nothing, has more than one block.
+        unsafe { self.launch_raw(func, stream, blocks, GRAPH_AR_THREADS, &mut params) }
     }
+
+    /// `copies` (dst, src, bytes) as one kernel of as many blocks as they fill (up to
+    /// [`GRAPH_WIDE_BLOCKS`]), with no handshake: for a captured group's parts, between its
+    /// handshake kernels, where one node replaces a copy-engine node per copy.
+    ///
+    /// # Safety
+    /// As [`Self::graph_copies`]'s copies.
+    pub unsafe fn graph_copies_wide(
+        &self,
+        stream: &Stream,
+        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+    ) -> Result<()> {
+        // SAFETY: the caller's contract; no words are touched.
+        unsafe { self.graph_copies_form(stream, copies, &[], &GraphWords::default(), true) }
+    }
+}
+
+/// Most blocks of [`Kernels::graph_copies_wide`]: the low-latency exchange's count, enough
+/// for NVLink from the GPU's SMs at these sizes.
+const GRAPH_WIDE_BLOCKS: u32 = 32;
+
+/// Blocks for `copies`: one per 32 KiB, at least one, at most [`GRAPH_WIDE_BLOCKS`].
+fn wide_blocks(copies: &[(CUdeviceptr, CUdeviceptr, usize)]) -> u32 {
+    let bytes: usize = copies.iter().map(|c| c.2).sum();
+    u32::try_from(bytes.div_ceil(32 << 10))
+        .unwrap_or(u32::MAX)
+        .clamp(1, GRAPH_WIDE_BLOCKS)
 }
 
 impl Kernels {

@@ -119,7 +119,10 @@ pub const GRAPH_COPIES_MAX: usize = 16;
 /// the "inputs ready" words, the first `nfirst` copies in turn with the whole block (16-byte
 /// vectors when both ends are 16-byte aligned, else bytes), with `halfway` the handshake on the
 /// "halfway" words (`h`'s first two arrays) and the other copies (a receive parked in scratch
-/// memory moves into place there), then the handshake on the "done" words.
+/// memory moves into place there), then the handshake on the "done" words. With `wide`, no
+/// handshake at all (the parts queue theirs as kernels around it) and any number of blocks,
+/// every thread of the grid striding over each copy: blocks cannot wait for one another, so
+/// only a kernel without handshakes may have more than one.
 pub(super) fn graph_copies_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
@@ -128,8 +131,7 @@ pub(super) fn graph_copies_code(name: &str, out: &mut String) {
 struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
 struct ccl_gcopies {{ u64 dst[{max}]; u64 src[{max}]; u64 bytes[{max}]; }};
 
-static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u32 to) {{
-  const u64 tid = threadIdx.x, step = blockDim.x;
+static __device__ inline void ccl_copies(const ccl_gcopies& c, u32 from, u32 to, u64 tid, u64 step) {{
   for (u32 m = from; m < to; ++m) {{
     u8* dst = (u8*)c.dst[m];
     const u8* src = (const u8*)c.src[m];
@@ -142,10 +144,18 @@ static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u
     }}
     for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
   }}
+}}
+
+static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u32 to) {{
+  ccl_copies(c, from, to, threadIdx.x, blockDim.x);
   __syncthreads();
 }}
 
-extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, u32 nfirst, ccl_gwords w, ccl_gwords h, u32 np, u32 halfway) {{
+extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, u32 nfirst, ccl_gwords w, ccl_gwords h, u32 np, u32 halfway, u32 wide) {{
+  if (wide) {{
+    ccl_copies(c, 0, ncopies, (u64)blockIdx.x * blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x);
+    return;
+  }}
   if (threadIdx.x == 0) ccl_graph_handshake(w.rin, w.lin, np);
   __syncthreads();
   ccl_block_copies(c, 0, nfirst);
