@@ -405,7 +405,7 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
 }
 
 /// A copy as the one-kernel forms take it: (dst, src, bytes).
-type Copy = (u64, u64, usize);
+type CopyOp = (u64, u64, usize);
 
 /// The first phase of group `g` recorded, if it only copies: its copies, and whether it
 /// needs `HALFWAY`.
@@ -413,7 +413,7 @@ fn copies_of_first_phase(
     l: &Layout,
     g: &Group,
     parked: &[Option<usize>],
-) -> Result<Option<(Vec<Copy>, bool)>> {
+) -> Result<Option<(Vec<CopyOp>, bool)>> {
     if g.tasks.iter().any(|t| reduces(t.kind) && t.count > 0) {
         return Ok(None);
     }
