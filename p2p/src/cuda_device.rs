@@ -206,7 +206,10 @@ impl Device for CudaDevice<'_> {
     }
 
     fn copies_kernel(&mut self, lane: Lane, copies: &[(u64, u64, usize)]) -> Result<bool> {
-        if copies.is_empty()
+        // One copy stays on a copy engine: the kernel only won where it ran several side by
+        // side (one H200, four ranks under MPS, 2026-11-29: a captured broadcast or send of
+        // 128-512 KiB took 5-7% longer as a kernel, all-gathers and all-to-alls 20-28% less).
+        if copies.len() < 2
             || copies.len() > ccl_cuda::cuda::source::GRAPH_COPIES_MAX
             || copies.iter().any(|c| c.2 > self.copy_kernel_max)
         {
