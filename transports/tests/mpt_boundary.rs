@@ -181,10 +181,12 @@ fn message_of_exactly_8k_is_sprayed() {
 /// All paths go dark just after the only chunk left (so its ack is lost) and come back at
 /// 7 ms. Timeouts fire at 0.5, 1.5, 3.5 and 7.5 ms after the send (500 us doubling);
 /// meanwhile the paths, penalised, are probed (no data) every 2 ms at most, and the first
-/// probe after 7 ms is answered with the cumulative acknowledgement of the chunk.
-fn outage(max_rto_retries: u32) -> (Result<(), MptError>, Sim, u64) {
+/// probe after 7 ms is answered with the cumulative acknowledgement of the chunk. The budget:
+/// more than `max_rto_retries` timeouts over at least `fail_after` since the first.
+fn outage(max_rto_retries: u32, fail_after: Duration) -> (Result<(), MptError>, Sim, u64) {
     let cfg = MptConfig {
         max_rto_retries,
+        fail_after,
         cc: CcKind::None,
         num_paths: 4,
         // The timeouts below are the bare RTO's (a whole-message chunk's adds `ack_delay`).
@@ -222,7 +224,7 @@ fn outage(max_rto_retries: u32) -> (Result<(), MptError>, Sim, u64) {
 
 #[test]
 fn retry_budget_just_enough() {
-    let (r, sim, rtos) = outage(3);
+    let (r, sim, rtos) = outage(3, Duration::ZERO);
     r.unwrap();
     assert_eq!(rtos, 3);
     // A probe leaves as the paths come back at 7 ms; its answer, 10 us later, acknowledges the
@@ -234,11 +236,28 @@ fn retry_budget_just_enough() {
 
 #[test]
 fn retry_budget_one_too_small() {
-    let (r, sim, rtos) = outage(2);
+    let (r, sim, rtos) = outage(2, Duration::ZERO);
     assert_eq!(r, Err(MptError::RetriesExhausted(2)));
     assert_eq!(rtos, 3);
     // The third timeout, 3.5 ms after the send, ends it: the paths are still dark.
     assert_eq!(sim.now(), Instant::from_micros(3_505));
+}
+
+/// The same count with a time floor: the third timeout comes 3 ms after the first, so a
+/// floor of 3 ms ends the connection there, and one of 3.001 ms lets it live to the paths'
+/// return (a peer stalled a few seconds is not a dead network).
+#[test]
+fn retry_budget_time_floor_just_reached() {
+    let (r, sim, rtos) = outage(2, Duration::from_micros(3_000));
+    assert_eq!(r, Err(MptError::RetriesExhausted(2)));
+    assert_eq!((rtos, sim.now()), (3, Instant::from_micros(3_505)));
+}
+
+#[test]
+fn retry_budget_time_floor_just_missed() {
+    let (r, sim, rtos) = outage(2, Duration::from_micros(3_001));
+    r.unwrap();
+    assert_eq!((rtos, sim.now()), (3, Instant::from_micros(7_010)));
 }
 
 #[test]

@@ -143,8 +143,13 @@ pub struct MptConfig {
     /// timeout adds this delay, so both ends should use the same value.
     pub ack_delay: Duration,
     /// Consecutive timeouts without any acknowledged chunk before the connection fails
-    /// (default 50, UCCL's abort threshold).
+    /// (default 50, UCCL's abort threshold), and as many unanswered probes.
     pub max_rto_retries: u32,
+    /// And at least this long since the first of them (default 6 s): at the capped backoff
+    /// 50 timeouts pass in about 3 s, shorter than a stall of a peer that is alive (an
+    /// overloaded host left three test ranks' processes without a core for about 4 s,
+    /// 2026-11-29, and the connection gave up on a working network).
+    pub fail_after: Duration,
     /// For datapaths that carry only the 8-bit CSN (verbs): a new chunk waits until this long
     /// after the last transmission of the chunk `256 - window` before it, so no stale copy of
     /// that chunk can still be in flight when its CSN becomes ambiguous (see
@@ -176,6 +181,7 @@ impl Default for MptConfig {
             rto_max: Duration::from_millis(64),
             ack_delay: Duration::from_micros(100),
             max_rto_retries: 50,
+            fail_after: Duration::from_secs(6),
             csn_reuse_guard: Duration::ZERO,
             cc: CcKind::Cubic,
             cc_params: CcParams::default(),

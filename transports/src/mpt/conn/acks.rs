@@ -97,6 +97,7 @@ impl Connection {
             self.consecutive_rtos = 0;
             self.rto_backoff = 0;
             self.rto_counted_at = None;
+            self.rtos_since = None;
         }
         if self.snd_una > una_before {
             self.dupacks = 0;

@@ -177,6 +177,7 @@ impl Connection {
             Frame::Data(d) => self.on_data(now, path, d, payload),
             Frame::Ack(a) => {
                 self.probes_unanswered = 0;
+                self.probes_since = None;
                 // An acknowledgement on a path that lost chunks, while a probe of it is out:
                 // the path works again (both ways: the probe got there, the answer back).
                 if self.paths.revive_if_probed(path, now) {
@@ -214,7 +215,8 @@ impl Connection {
         }
         if self.probe_deadline.is_some_and(|t| t <= now) {
             self.probe_deadline = None;
-            if self.probes_unanswered > self.cfg.max_rto_retries {
+            let since = *self.probes_since.get_or_insert(now);
+            if self.budget_spent(self.probes_unanswered, since, now) {
                 self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
                 return;
             }
@@ -223,7 +225,7 @@ impl Connection {
             self.probe_backoff = (self.probe_backoff + 1).min(MAX_BACKOFF_SHIFT);
         }
         if self.watch.deadline().is_some_and(|t| t <= now) {
-            self.on_watch_timeout();
+            self.on_watch_timeout(now);
             if self.failed.is_some() {
                 return;
             }

@@ -160,6 +160,10 @@ pub struct Connection {
     /// timeout period are one timeout (else 50 chunks in flight on dead paths spent the whole
     /// budget in one period: a 160 ms outage failed the connection).
     pub(super) rto_counted_at: Option<Instant>,
+    /// When the timeouts counted in `consecutive_rtos` began (`None`: none counted).
+    pub(super) rtos_since: Option<Instant>,
+    /// When the probes counted in `probes_unanswered` began.
+    pub(super) probes_since: Option<Instant>,
     /// Timeout floor learnt from spurious timeouts (`Duration::ZERO`: none), and when it was
     /// last raised. A host whose threads are descheduled for milliseconds (more engine and
     /// copy threads than CPUs) stretches round trips far past the unloaded `srtt + 4 rttvar`
@@ -250,6 +254,8 @@ impl Connection {
             credit_stall: None,
             credit_override: false,
             rto_counted_at: None,
+            rtos_since: None,
+            probes_since: None,
             spurious_floor: Duration::ZERO,
             spurious_floor_at: Instant::ZERO,
             credit_total: 0,
@@ -270,6 +276,8 @@ pub(super) struct Watch {
     pub(super) deadline: Option<Instant>,
     /// Probes sent since the peer was last heard from.
     pub(super) unanswered: u32,
+    /// When the first of them went.
+    pub(super) since: Option<Instant>,
     /// A probe is due to go out.
     pub(super) pending: bool,
     /// The path the next probe takes.

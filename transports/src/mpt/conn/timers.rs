@@ -155,12 +155,20 @@ impl Connection {
     fn count_timeout(&mut self, now: Instant) -> bool {
         self.rto_counted_at = Some(now);
         self.consecutive_rtos += 1;
-        if self.consecutive_rtos > self.cfg.max_rto_retries {
+        let since = *self.rtos_since.get_or_insert(now);
+        if self.budget_spent(self.consecutive_rtos, since, now) {
             self.fail(MptError::RetriesExhausted(self.cfg.max_rto_retries));
             return false;
         }
         self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF_SHIFT);
         true
+    }
+
+    /// Whether `count` timeouts or unanswered probes, the first at `since`, end the connection:
+    /// more than `max_rto_retries` of them over at least `fail_after`.
+    pub(super) fn budget_spent(&self, count: u32, since: Instant, now: Instant) -> bool {
+        count > self.cfg.max_rto_retries
+            && now.saturating_duration_since(since) >= self.cfg.fail_after
     }
 
     /// Arms the timeout for chunk `seq`, just sent.

@@ -7,7 +7,7 @@
 //! the connection sends a probe, which the peer's connection answers on the same path
 //! whatever its application is doing; then one every `rto_max`, on each path in turn.
 //! Any frame from the peer ends the watch; `max_rto_retries` probes in a row unanswered
-//! fail the connection ([`MptError::PeerSilent`]). A healthy peer that simply has nothing
+//! over at least `fail_after` fail the connection ([`MptError::PeerSilent`]). A healthy peer that simply has nothing
 //! to send yet (a receive posted long before its send is normal) answers every probe.
 
 use crate::mpt::path::PathId;
@@ -27,6 +27,7 @@ impl Connection {
     pub(super) fn watch_heard(&mut self) {
         self.watch.deadline = None;
         self.watch.unanswered = 0;
+        self.watch.since = None;
         self.watch.pending = false;
     }
 
@@ -48,9 +49,10 @@ impl Connection {
 
     /// The watch's timer fired: the next probe goes, or past the budget the connection
     /// fails.
-    pub(super) fn on_watch_timeout(&mut self) {
+    pub(super) fn on_watch_timeout(&mut self, now: Instant) {
         self.watch.deadline = None;
-        if self.watch.unanswered >= self.cfg.max_rto_retries {
+        let since = *self.watch.since.get_or_insert(now);
+        if self.budget_spent(self.watch.unanswered + 1, since, now) {
             self.fail(MptError::PeerSilent(self.watch.unanswered));
             return;
         }
