@@ -132,11 +132,23 @@ fn chunks_carry_the_operation_they_were_sent_for() {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    // No loss is injected, but a rank held off its core past the 500 us timeout resends
+    // (a loaded 2-core CI machine did): a resend's bytes count again, on its own path.
+    let resent = a.retransmits();
     drop((a, b));
     let mut seen = ops.0.lock().unwrap().clone();
     seen.sort_by_key(|e| e.2);
     let ids: Vec<_> = seen.iter().map(|e| (e.0, e.1, e.2)).collect();
     assert_eq!(ids, [(7, Op::AllReduce, 5), (7, Op::Send, 6)]);
     // Each frame's bytes under its own operation (and no chunk of one under the other).
-    assert_eq!((seen[0].4, seen[1].4), (200_000, 100_000), "{seen:?}");
+    let bytes = (seen[0].4, seen[1].4);
+    if resent == 0 {
+        assert_eq!(bytes, (200_000, 100_000), "{seen:?}");
+    } else {
+        assert!(bytes.0 >= 200_000 && bytes.1 >= 100_000, "{seen:?}");
+        assert!(
+            bytes.0 + bytes.1 <= 300_000 + resent * 32 * 1024,
+            "{seen:?}, {resent} resent"
+        );
+    }
 }

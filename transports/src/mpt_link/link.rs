@@ -127,7 +127,6 @@ impl MptLink {
             .collect()
     }
 
-    /// Chunks retransmitted so far, over all engines.
     /// Received bytes written straight to destinations lent with [`Link::lend`].
     pub fn placed_bytes(&self) -> u64 {
         self.engines
@@ -136,6 +135,7 @@ impl MptLink {
             .sum()
     }
 
+    /// Chunks retransmitted so far, over all engines.
     pub fn retransmits(&self) -> u64 {
         self.engines
             .iter()
