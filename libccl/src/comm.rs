@@ -37,6 +37,7 @@ impl Comm {
         device: Option<i32>,
     ) -> Result<(Comm, UniqueId)> {
         crate::log::init();
+        crate::env_notes::tell_once();
         if nranks < 1 {
             return Err(Error::invalid_argument(format!(
                 "nranks {nranks} must be at least 1"

@@ -6,6 +6,7 @@ pub mod comm;
 mod connect;
 pub mod core;
 pub mod engine;
+mod env_notes;
 pub mod error;
 pub mod exec;
 pub mod gpu;

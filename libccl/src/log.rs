@@ -105,7 +105,7 @@ where
 const SUBSYSTEMS: &[(&str, &[&str])] = &[
     ("INIT", &["ccl::comm", "ccl::core", "ccl::connect", "ccl::engine", "ccl::topo_plan", "ccl_cuda"]),
     ("BOOTSTRAP", &["ccl::bootstrap"]),
-    ("ENV", &["ccl::params", "ccl::log"]),
+    ("ENV", &["ccl::params", "ccl::log", "ccl::env_notes"]),
     ("COLL", &["ccl::exec", "ccl::group", "ccl::route", "ccl::host", "ccl::pieces", "ccl::task",
                "ccl::graph", "ccl::gpu", "ccl::hier", "ccl_collectives"]),
     ("P2P", &["ccl_p2p", "ccl::ipc"]),

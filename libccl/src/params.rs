@@ -335,7 +335,10 @@ pub fn markdown() -> String {
          (`cargo test -p ccl --test env_doc` fails when this file is stale).\n\n\
          Values come from the environment first, then from `NCCL_CONF_FILE` (else `~/.nccl.conf`,\n\
          then `/etc/nccl.conf`) as `KEY=VALUE` lines. Each is read once per process.\n\
-         `ccl-perf --env` prints the values a running library sees.\n\n\
+         `ccl-perf --env` prints the values a running library sees. With `NCCL_DEBUG=INFO` the\n\
+         first communicator of a process lists every `NCCL_` and `CCL_` variable set: those\n\
+         libccl reads with their values, the `NCCL_` ones it does not read, and `CCL_` names\n\
+         that are no setting of libccl's, with the nearest one (a mistyped `CCL_MONITR=1`).\n\n\
          A few variables are read outside the registry: the topology search's (`NCCL_TOPO_FILE`,\n\
          `NCCL_TOPO_DUMP_FILE`, `NCCL_IB_HCA`, `NCCL_CROSS_NIC`, `NCCL_MIN_NCHANNELS`,\n\
          `NCCL_MAX_NCHANNELS`, `NCCL_NVB_DISABLE`, `NCCL_PXN_DISABLE`; `topology/src/config.rs`),\n\
