@@ -6,28 +6,17 @@
 
 use crate::params;
 
-/// Variables read outside the registry: the topology search's (`topology/src/config.rs`) and
-/// the CUDA loader's.
-const READ_ELSEWHERE: &[&str] = &[
-    "NCCL_TOPO_FILE",
-    "NCCL_TOPO_DUMP_FILE",
-    "NCCL_IB_HCA",
-    "NCCL_CROSS_NIC",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_NVB_DISABLE",
-    "NCCL_PXN_DISABLE",
-    "NCCL_IB_ADDR_FAMILY",
-    "NCCL_IB_GID_INDEX",
-    "NCCL_IB_PKEY",
-    "NCCL_IB_RETRY_CNT",
-    "NCCL_IB_SL",
-    "NCCL_IB_TC",
-    "NCCL_IB_TIMEOUT",
-    "CCL_CUDA_LIBRARY",
-    "CCL_NVRTC_LIBRARY",
-    "CCL_KERNEL_CACHE",
-];
+/// Whether `name` is read outside the registry: by the topology search, the verbs datapath or
+/// the CUDA backend.
+fn read_elsewhere(name: &str) -> bool {
+    [
+        ccl_topology::config::ENV_VARS,
+        ccl_transports::mpt::verbs::ENV_VARS,
+        ccl_cuda::cuda::ENV_VARS,
+    ]
+    .iter()
+    .any(|list| list.contains(&name))
+}
 
 /// Logs [`notes`] of this process's environment, once.
 pub(crate) fn tell_once() {
@@ -49,7 +38,7 @@ pub(crate) fn notes(vars: &[(String, String)]) -> Vec<String> {
     ours.sort();
     ours.into_iter()
         .map(|(name, value)| {
-            if params::find(name).is_some() || READ_ELSEWHERE.contains(&name.as_str()) {
+            if params::find(name).is_some() || read_elsewhere(name) {
                 format!("{name} set by environment to {value}")
             } else if name.starts_with("NCCL_") {
                 format!("{name} is set (to {value}); libccl does not read it")

@@ -6,6 +6,24 @@ use std::path::PathBuf;
 use crate::error::{Result, TopoError};
 use crate::types::PathType;
 
+/// The environment variables [`TopoConfig::from_env`] reads (for the report of what a process
+/// sets, `NCCL_DEBUG=INFO`).
+pub const ENV_VARS: &[&str] = &[
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NVB_DISABLE",
+    "NCCL_PXN_DISABLE",
+    "NCCL_NET",
+    "NCCL_IB_HCA",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_CROSS_NIC",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_TOPO_FILE",
+    "NCCL_TOPO_DUMP_FILE",
+];
+
 /// Which network the ranks use between hosts (`NCCL_NET`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NetSelect {
@@ -284,6 +302,23 @@ fn parse_count(var: &str, v: Option<String>) -> Result<Option<usize>> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    /// [`ENV_VARS`] names exactly what the configuration asks for.
+    #[test]
+    fn env_vars_lists_every_variable_read() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        TopoConfig::from_lookup(|k| {
+            asked.borrow_mut().push(k.to_string());
+            None
+        })
+        .unwrap();
+        let mut asked = asked.into_inner();
+        asked.sort();
+        asked.dedup();
+        let mut listed: Vec<String> = ENV_VARS.iter().map(|s| s.to_string()).collect();
+        listed.sort();
+        assert_eq!(asked, listed);
+    }
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<TopoConfig> {
         let m: HashMap<String, String> = pairs

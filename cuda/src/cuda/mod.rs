@@ -16,6 +16,10 @@
 //! * [`Kernels`]: NVRTC-compiled reductions for every type and operation, matching
 //!   [`crate::host::reduce`] bit for bit, cached on disk.
 
+/// The environment variables the backend reads outside libccl's registry: which driver and
+/// NVRTC libraries to load, where compiled kernels are cached.
+pub const ENV_VARS: &[&str] = &["CCL_CUDA_LIBRARY", "CCL_NVRTC_LIBRARY", "CCL_KERNEL_CACHE"];
+
 pub mod cache;
 pub mod context;
 pub mod driver;

@@ -17,6 +17,17 @@
 //!
 //! [`loader`] and [`device`] are the thin unsafe layer over the library.
 
+/// The environment variables the verbs datapath reads (queue-pair attributes, GID choice).
+pub const ENV_VARS: &[&str] = &[
+    "NCCL_IB_TIMEOUT",
+    "NCCL_IB_RETRY_CNT",
+    "NCCL_IB_SL",
+    "NCCL_IB_TC",
+    "NCCL_IB_PKEY",
+    "NCCL_IB_GID_INDEX",
+    "NCCL_IB_ADDR_FAMILY",
+];
+
 pub mod device;
 pub mod ffi;
 pub mod gid;
