@@ -98,17 +98,20 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         && offers
             .iter()
             .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    let copies_only = !tasks.iter().any(|t| steps::reduces(t.kind) && t.count > 0);
+    // The zero-SM setting (`CCL_IPC_LL_EXCHANGE_BYTES=0`) keeps a group that only copies off
+    // the SMs captured too: copies on copy engines, handshakes as stream waits and writes.
+    let zero_sm = copies_only && eng.ll_exchange_max == 0;
     let kernel = match tasks {
         [t] if group::fusable_reduction(t, one_shot_max) => Some((
             t.dtype,
             KernelOp::GraphAllReduce(t.red.arithmetic().into(), n as u8),
         )),
-        _ if !tasks.iter().any(|t| steps::reduces(t.kind) && t.count > 0) => {
-            Some((DataType::Uint8, KernelOp::GraphCopies))
-        }
+        _ if copies_only => Some((DataType::Uint8, KernelOp::GraphCopies)),
         _ => None,
     };
     let fused = eng.cfg.graph_fused
+        && !zero_sm
         && !shared
         && n <= REDUCE_N_MAX
         && kernel.is_some_and(|(dtype, op)| prepared(eng, rank, dtype, op));
@@ -126,6 +129,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     // the GPU's front end, which cost a captured 4-rank group of copies 40 us (one H200
     // under MPS, 2026-11-29, `tests/gpu/graph_nodes.c`).
     let handshakes = eng.cfg.graph_handshake_kernel
+        && !zero_sm
         && !shared
         && n <= REDUCE_N_MAX
         && prepared(eng, rank, DataType::Uint8, KernelOp::GraphHandshake);
