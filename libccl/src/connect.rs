@@ -306,6 +306,9 @@ fn mpt_link_config(
             ack_delay: std::time::Duration::from_micros(
                 params::CCL_MPT_ACK_DELAY_US.get_i64().clamp(0, 10_000) as u64,
             ),
+            fail_after: std::time::Duration::from_millis(
+                params::CCL_MPT_FAIL_AFTER_MS.get_i64().clamp(0, 3_600_000) as u64,
+            ),
             max_frame: frames.mpt_one,
             slots: mpt_slots(frames.mpt_one, inflight),
             engines_max_frame: Some(frames.mpt_several),

@@ -42,6 +42,8 @@ pub struct MptLinkConfig {
     pub chunk_size: u32,
     /// See `MptConfig::ack_delay`.
     pub ack_delay: Duration,
+    /// See `MptConfig::fail_after`.
+    pub fail_after: Duration,
     /// Seed of loss injection and path sampling.
     pub seed: u64,
     /// Engines (sub-links, each with its own connection, paths and thread), 1..=16; a link
@@ -104,6 +106,7 @@ impl Default for MptLinkConfig {
             cc: CcKind::Cubic,
             chunk_size: 32 * 1024,
             ack_delay: MptConfig::default().ack_delay,
+            fail_after: MptConfig::default().fail_after,
             seed: 0x5EED,
             engines: 1,
             split_bytes: 256 * 1024,

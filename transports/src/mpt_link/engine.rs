@@ -49,6 +49,7 @@ pub(super) fn start_engine(
         max_messages: cfg.slots,
         cc: cfg.cc,
         ack_delay: cfg.ack_delay,
+        fail_after: cfg.fail_after,
         seed: sub.seed,
         // Path `i` binds the `i % len`-th local address; its NIC by the host's numbering.
         path_nics: (0..cfg.local_ips.len())
