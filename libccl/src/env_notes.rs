@@ -22,7 +22,10 @@ fn read_elsewhere(name: &str) -> bool {
 pub(crate) fn tell_once() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let vars: Vec<(String, String)> = std::env::vars().collect();
+        // `vars()` would panic on a variable that is not UTF-8 (and so across the C API).
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+            .collect();
         for line in notes(&vars) {
             tracing::info!("{line}");
         }
