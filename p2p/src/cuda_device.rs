@@ -283,12 +283,7 @@ impl Device for CudaDevice<'_> {
 
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         if !self.batches_copies(lane) {
-            for c in copies {
-                self.peer = c.peer;
-                self.copy(lane, c.dst, c.src, c.bytes)?;
-            }
-            self.peer = None;
-            return Ok(());
+            return device::copy_one_by_one(self, lane, copies);
         }
         let s = self.stream(lane)?;
         let timed = match (self.coll, self.eng.copies.get()) {

@@ -70,7 +70,6 @@ pub(crate) fn wait_copy_signal_in_three<D: Device + ?Sized>(
     dev.write(lane, done.0, done.1)
 }
 
-/// What a [`Device::wait_long`] waits for.
 /// One copy of a [`Device::copy_batch`]: `bytes` from `src` to `dst`, moving `peer`'s direct
 /// transfer (`None`: a copy within this GPU), which the monitor's copy timing names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +80,22 @@ pub struct BatchCopy {
     pub peer: Option<usize>,
 }
 
+/// `copies` as plain copies on `lane`, one after another, each named with its peer
+/// ([`Device::annotate`]): a [`Device::copy_batch`] where the device has no batch.
+pub(crate) fn copy_one_by_one<D: Device + ?Sized>(
+    dev: &mut D,
+    lane: Lane,
+    copies: &[BatchCopy],
+) -> Result<()> {
+    for c in copies {
+        dev.annotate(c.peer);
+        dev.copy(lane, c.dst, c.src, c.bytes)?;
+    }
+    dev.annotate(None);
+    Ok(())
+}
+
+/// What a [`Device::wait_long`] waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LongWait {
     /// A direct transfer's first side, for the peer's copy.
@@ -217,12 +232,7 @@ pub(crate) trait Device {
     /// in any order among themselves and on as many copy engines as the device likes. No
     /// copy may read or write what another writes.
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
-        for c in copies {
-            self.annotate(c.peer);
-            self.copy(lane, c.dst, c.src, c.bytes)?;
-        }
-        self.annotate(None);
-        Ok(())
+        copy_one_by_one(self, lane, copies)
     }
     /// Whether [`Device::copy_batch`] on `lane` is a real batch: the copies run side by side
     /// (otherwise they would run one after another, where one lane per copy runs them at once).

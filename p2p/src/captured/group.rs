@@ -49,8 +49,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
     // A group that only copies may copy in one kernel (one graph node instead of one
     // copy-engine node per copy, which follow one another); the same words either way.
-    let halfway = match copies_of_first_phase(l, g, &parked)? {
-        Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
+    let recorded = match g.fused {
+        true => copies_of_first_phase(l, g, &parked)?,
+        false => None,
+    };
+    let halfway = match recorded {
+        Some((copies, halfway)) if b.copies_kernel(Lane::User, &copies)? => halfway,
         _ => first_phase(&mut b, l, g, &parked)?,
     };
     second_and_last(&mut b, l, g, &partners, &parked, halfway)?;
