@@ -48,8 +48,8 @@ pub struct P2pConfig {
     pub direct_reduce_piece_bytes: i64,
     pub direct_reduce_takeover_us: String,
     pub direct_reduce_takeover_max_bytes: i64,
-    /// `CCL_IPC_LL_EXCHANGE_BYTES`.
-    pub ll_exchange_bytes: i64,
+    /// `CCL_IPC_LL_EXCHANGE_BYTES` (None: `auto`, see [`P2pConfig::ll_exchange_for`]).
+    pub ll_exchange_bytes: Option<i64>,
     /// `CCL_IPC_BCAST_RELAY_BYTES`, `CCL_IPC_BCAST_RELAY_CHUNK_BYTES`.
     pub bcast_relay_bytes: i64,
     pub bcast_relay_chunk_bytes: i64,
@@ -91,4 +91,62 @@ pub struct P2pConfig {
     pub graph_one_shot_bytes: i64,
     pub graph_fused: bool,
     pub graph_handshake_kernel: bool,
+}
+
+/// The largest low-latency area per sender: the kernels' flags pair every 8 data bytes with 8
+/// flag bytes, so a rank's area is `2 x ranks x this`.
+pub const LL_AREA_MAX: usize = 4 << 20;
+
+impl P2pConfig {
+    /// The exchange threshold with `n` ranks (`CCL_IPC_LL_EXCHANGE_BYTES`; 0: never). `auto`
+    /// is the crossover measured with NVIDIA nccl-tests beside NCCL on two H200s (2026-11-29,
+    /// docs/device-runs/2026-11-29-x2/x2-midband.md): two ranks take the kernel up to 2 MiB per
+    /// rank (all-gather, all-to-all, broadcast, gather, scatter of 2 MiB ran 1.03-1.27x NCCL on
+    /// it against 0.65-0.86x on copy engines; from 8 MiB copy engines match it). More ranks
+    /// keep 512 KiB until a machine with more GPUs measures theirs.
+    pub fn ll_exchange_for(&self, n: usize) -> usize {
+        match self.ll_exchange_bytes {
+            Some(b) => b.max(0) as usize,
+            None if n == 2 => 2 << 20,
+            None => 512 << 10,
+        }
+    }
+
+    /// Bytes per sender of this rank's low-latency area with `n` ranks: the largest
+    /// low-latency all-reduce (`CCL_IPC_LL_BYTES`) or exchange it takes, at most
+    /// [`LL_AREA_MAX`].
+    pub fn ll_area_for(&self, n: usize) -> usize {
+        let reduce = self.ll_bytes.max(0) as usize;
+        reduce.max(self.ll_exchange_for(n)).min(LL_AREA_MAX) & !15
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `auto` is 2 MiB with two ranks and 512 KiB with more; a number is taken as it is (a
+    /// negative one as 0: never); the area holds the larger of the exchange and the
+    /// all-reduce limits, at most 4 MiB, in whole 16-byte words.
+    #[test]
+    fn exchange_threshold_and_area_follow_the_rank_count_and_the_settings() {
+        let mut c = P2pConfig {
+            ll_bytes: 1 << 20,
+            ..P2pConfig::default()
+        };
+        assert_eq!(
+            (c.ll_exchange_for(2), c.ll_exchange_for(4)),
+            (2 << 20, 512 << 10)
+        );
+        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (2 << 20, 1 << 20));
+        c.ll_exchange_bytes = Some(0);
+        assert_eq!((c.ll_exchange_for(2), c.ll_area_for(2)), (0, 1 << 20));
+        c.ll_exchange_bytes = Some(-5);
+        assert_eq!(c.ll_exchange_for(2), 0);
+        c.ll_exchange_bytes = Some(64 << 20);
+        assert_eq!(c.ll_area_for(3), LL_AREA_MAX);
+        c.ll_exchange_bytes = Some((1 << 20) + 100);
+        c.ll_bytes = 0;
+        assert_eq!(c.ll_area_for(2), (1 << 20) + 96);
+    }
 }

@@ -124,9 +124,11 @@ pub struct IpcEngine {
     /// mode (whose slots are in host memory) their mirror and the partners' inputs of captured
     /// groups ([`crate::captured::host_only`]).
     pub(crate) device_slots: DeviceBuffer,
-    /// Largest low-latency all-reduce in bytes (0: none), this rank's area, and the device
-    /// array of every rank's area address as mapped here.
+    /// Bytes per sender of every rank's low-latency area (0: none; the kernels' stride), the
+    /// largest low-latency all-reduce or reduce-scatter in bytes, this rank's area, and the
+    /// device array of every rank's area address as mapped here.
     pub(crate) ll_max: usize,
+    pub(crate) ll_reduce_max: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub(crate) direct_reduce: usize,
     /// More than two ranks: a direct reduction reduces its slice in one kernel over every

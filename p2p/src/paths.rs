@@ -32,15 +32,25 @@ pub(crate) enum LowLatency {
 
 /// The low-latency kernel, or else a direct reduction (`direct_reduce` bytes and up, 0: never),
 /// for a staged group. Never both: the low-latency kernel writes the result itself, and a
-/// direct reduction over it would reduce an in-place result a second time.
+/// direct reduction over it would reduce an in-place result a second time. Reductions take
+/// the kernel up to `ll_reduce_max` bytes, data collectives up to `ll_area` (what the areas
+/// hold).
 pub(crate) fn reduction_paths(
     tasks: &[Task],
     rank: usize,
     n: usize,
-    ll_max: usize,
+    ll_reduce_max: usize,
+    ll_area: usize,
     direct_reduce: usize,
 ) -> Result<(Option<LowLatency>, Option<Task>)> {
-    let ll = low_latency(tasks, rank, n, ll_max)?;
+    let reduces = tasks.iter().any(|t| {
+        matches!(
+            t.kind,
+            TaskKind::Coll(Collective::AllReduce | Collective::ReduceScatter)
+        )
+    });
+    let limit = if reduces { ll_reduce_max } else { ll_area };
+    let ll = low_latency(tasks, rank, n, limit.min(ll_area))?;
     let sym = if ll.is_none() && direct_reduce > 0 {
         direct_reduce::candidate(
             tasks,
@@ -275,20 +285,20 @@ mod tests {
             )
         };
         // float slices of 1 MiB (just the kernel), then 1 MiB + 4 B (just direct).
-        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, ll_max, ll_max, dr).unwrap();
         assert!(matches!(ll, Some(LowLatency::ReduceScatter(_))) && sym.is_none());
-        let (ll, sym) = reduction_paths(&[rs((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[rs((1 << 18) + 1)], 0, 2, ll_max, ll_max, dr).unwrap();
         assert!(ll.is_none() && sym.is_some());
         // All-reduce: the kernel up to ll_max, direct from the threshold, staged between.
         let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
-        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, ll_max, ll_max, dr).unwrap();
         assert!(ll.is_some() && sym.is_none());
-        let (ll, sym) = reduction_paths(&[ar((1 << 18) + 1)], 0, 2, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[ar((1 << 18) + 1)], 0, 2, ll_max, ll_max, dr).unwrap();
         assert!(ll.is_none() && sym.is_none());
-        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, ll_max, dr).unwrap();
         assert!(ll.is_none() && sym.is_some());
         // Switched off.
-        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, 0).unwrap();
+        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, ll_max, 0).unwrap();
         assert!(sym.is_none());
     }
 
@@ -313,5 +323,27 @@ mod tests {
             low_latency(&[ag(1024)], 0, 2, 1 << 20).unwrap(),
             Some(LowLatency::Exchange(_))
         ));
+    }
+
+    /// Reductions stop at their own limit while data collectives go on to what the areas
+    /// hold: with 1 MiB for all-reduces and 2 MiB areas, a 2 MiB all-gather part takes the
+    /// kernel and a 2 MiB all-reduce does not; one element over the area, neither.
+    #[test]
+    fn reductions_and_exchanges_have_their_own_low_latency_limits() {
+        let (reduce, area) = (1 << 20, 2 << 20);
+        let ag = |count| task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x9000, count);
+        let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
+        // Counts of floats: 4 bytes each.
+        let (ll, _) = reduction_paths(&[ag(area / 4)], 0, 2, reduce, area, 0).unwrap();
+        assert!(matches!(ll, Some(LowLatency::Exchange(_))));
+        let (ll, _) = reduction_paths(&[ag(area / 4 + 1)], 0, 2, reduce, area, 0).unwrap();
+        assert!(ll.is_none());
+        let (ll, _) = reduction_paths(&[ar(reduce / 4)], 0, 2, reduce, area, 0).unwrap();
+        assert!(matches!(ll, Some(LowLatency::AllReduce(_))));
+        let (ll, _) = reduction_paths(&[ar(area / 4)], 0, 2, reduce, area, 0).unwrap();
+        assert!(ll.is_none());
+        // A reduction limit above the area is cut to it.
+        let (ll, _) = reduction_paths(&[ar(area / 4 + 1)], 0, 2, 4 << 20, area, 0).unwrap();
+        assert!(ll.is_none());
     }
 }

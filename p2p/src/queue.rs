@@ -199,6 +199,7 @@ fn prepare(
         tasks,
         l.rank,
         l.nranks,
+        eng.ll_reduce_max,
         eng.ll_max,
         if eng.direct && direct.is_none() {
             eng.direct_reduce

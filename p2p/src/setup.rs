@@ -240,14 +240,18 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     let ll_max = if host_only {
         0
     } else {
-        offers.iter().map(|o| o.ll_max as usize).min().unwrap_or(0)
+        offers.iter().map(|o| o.ll_area as usize).min().unwrap_or(0)
     };
-    let ll_exchange_max = offers
-        .iter()
-        .map(|o| o.ll_exchange_max as usize)
-        .min()
-        .unwrap_or(0)
-        .min(ll_max);
+    let agreed_min = |f: fn(&Offer) -> u64| {
+        offers
+            .iter()
+            .map(|o| f(o) as usize)
+            .min()
+            .unwrap_or(0)
+            .min(ll_max)
+    };
+    let ll_reduce_max = agreed_min(|o| o.ll_reduce);
+    let ll_exchange_max = agreed_min(|o| o.ll_exchange_max);
     let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
@@ -278,6 +282,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         capable,
         direct,
         ll_max,
+        ll_reduce_max,
         ll_exchange_max,
         direct_reduce,
         relay,
@@ -391,5 +396,38 @@ mod tests {
         assert!(!warn_of_shared_queues(2, vec![0, 2], None));
         assert!(!warn_of_shared_queues(0, vec![0, 1], Some("32")));
         assert!(!warn_of_shared_queues(0, vec![0], None));
+    }
+
+    fn offer(area: u64, reduce: u64, exchange: u64) -> Offer {
+        let mut o = Offer::none();
+        (o.capable, o.ll_area, o.ll_reduce, o.ll_exchange_max) = (true, area, reduce, exchange);
+        o
+    }
+
+    /// Every rank uses the smallest area any rank mapped, and no all-reduce or exchange
+    /// larger than it; host-only ranks (no peer GPU memory) none at all.
+    #[test]
+    fn low_latency_limits_are_the_smallest_offered_and_fit_the_smallest_area() {
+        let g = Geometry::from_config(&P2pConfig::default());
+        let offers = [
+            offer(2 << 20, 1 << 20, 2 << 20),
+            offer(4 << 20, 4 << 20, 4 << 20),
+        ];
+        let a = agree(&offers, &g, false, 2);
+        assert_eq!(
+            (a.ll_max, a.ll_reduce_max, a.ll_exchange_max),
+            (2 << 20, 1 << 20, 2 << 20)
+        );
+        let offers = [
+            offer(1 << 20, 1 << 20, 4 << 20),
+            offer(4 << 20, 4 << 20, 4 << 20),
+        ];
+        let a = agree(&offers, &g, false, 2);
+        assert_eq!(
+            (a.ll_max, a.ll_reduce_max, a.ll_exchange_max),
+            (1 << 20, 1 << 20, 1 << 20)
+        );
+        let a = agree(&offers, &g, true, 2);
+        assert_eq!((a.ll_max, a.ll_reduce_max, a.ll_exchange_max), (0, 0, 0));
     }
 }

@@ -35,9 +35,10 @@ pub(super) struct Agreed {
     pub capable: bool,
     /// Direct transfers (every rank asked for them).
     pub direct: bool,
-    /// Largest low-latency all-reduce, and data collective through the low-latency kernel
-    /// (bytes; 0: none).
+    /// Bytes per sender of every rank's low-latency area, the largest low-latency all-reduce,
+    /// and data collective through the low-latency kernel (bytes; 0: none).
     pub ll_max: usize,
+    pub ll_reduce_max: usize,
     pub ll_exchange_max: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub direct_reduce: usize,
@@ -169,6 +170,7 @@ pub(super) fn build(
         copy_kernel,
         batch_copies,
         ll_max: a.ll_max,
+        ll_reduce_max: a.ll_reduce_max,
         ll_exchange_max: a.ll_exchange_max,
         copies: std::sync::OnceLock::new(),
         relay: a.relay,

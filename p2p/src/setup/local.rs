@@ -12,7 +12,7 @@ use ccl_cuda::DataType;
 
 use super::offer::{bus_id_bytes, HostRing, Offer};
 use crate::calls::{self, CallBoard, RankBoards};
-use crate::config::P2pConfig;
+use crate::config::{P2pConfig, LL_AREA_MAX};
 use crate::control::CommCtx;
 use crate::engine::{kernels_for, preload, Registered};
 use crate::error::{cuda_err, Error, Result};
@@ -31,8 +31,8 @@ pub(super) struct Geometry {
     pub slots: u32,
     /// Groups of at most this many bytes stay on the caller's stream.
     pub single_max: usize,
-    /// Largest low-latency all-reduce (bytes) this rank's area holds.
-    pub ll_max: usize,
+    /// Largest low-latency all-reduce (bytes) this rank takes.
+    pub ll_reduce: usize,
     pub rx_lanes: usize,
 }
 
@@ -42,7 +42,7 @@ impl Geometry {
             chunk: (cfg.chunk_bytes.clamp(4096, 1 << 30) as usize) & !255,
             slots: cfg.slots.clamp(2, 64) as u32,
             single_max: cfg.single_stream_bytes.max(0) as usize,
-            ll_max: (cfg.ll_bytes.clamp(0, 1 << 22) as usize) & !15,
+            ll_reduce: (cfg.ll_bytes.clamp(0, LL_AREA_MAX as i64) as usize) & !15,
             rx_lanes: cfg.rx_lanes.clamp(1, MAX_RX_LANES as i64) as usize,
         }
     }
@@ -198,7 +198,8 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
     } else {
         IpcHandle::of(&ctx, scratch.ptr()).map_err(cuda_err)?.0
     };
-    let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, g.ll_max.max(256)))
+    let ll_area = cfg.ll_area_for(nranks);
+    let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, ll_area.max(256)))
         .map_err(cuda_err)?;
     // Flags and acknowledgements start at zero (the data regions need no initial value).
     let words = cuda::source::ll_data_offset(nranks);
@@ -211,9 +212,10 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         chunk: g.chunk as u64,
         slots: g.slots,
         single_max: g.single_max as u64,
-        ll_max: g.ll_max as u64,
+        ll_area: ll_area as u64,
+        ll_reduce: g.ll_reduce as u64,
         direct_reduce: cfg.direct_reduce_bytes.max(0) as u64,
-        ll_exchange_max: cfg.ll_exchange_bytes.max(0) as u64,
+        ll_exchange_max: cfg.ll_exchange_for(nranks) as u64,
         relay_min: cfg.bcast_relay_bytes.max(0) as u64,
         relay_chunk: cfg.bcast_relay_chunk_bytes.max(1 << 20) as u64,
         probe_fd: -1,

@@ -13,7 +13,10 @@ pub(crate) struct Offer {
     pub(crate) chunk: u64,
     pub(crate) slots: u32,
     pub(crate) single_max: u64,
-    pub(crate) ll_max: u64,
+    /// Bytes per sender of this rank's low-latency area, and its largest low-latency
+    /// all-reduce (`CCL_IPC_LL_BYTES`): the smallest over the ranks of each is used.
+    pub(crate) ll_area: u64,
+    pub(crate) ll_reduce: u64,
     /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
     pub(crate) direct_reduce: u64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
@@ -51,7 +54,8 @@ impl Offer {
             chunk: 0,
             slots: 0,
             single_max: 0,
-            ll_max: 0,
+            ll_area: 0,
+            ll_reduce: 0,
             direct_reduce: 0,
             ll_exchange_max: 0,
             relay_min: 0,
@@ -82,7 +86,7 @@ impl Offer {
         b.extend_from_slice(&self.chunk.to_le_bytes());
         b.extend_from_slice(&self.slots.to_le_bytes());
         b.extend_from_slice(&self.single_max.to_le_bytes());
-        b.extend_from_slice(&self.ll_max.to_le_bytes());
+        b.extend_from_slice(&self.ll_area.to_le_bytes());
         b.extend_from_slice(&self.flags_ptr.to_le_bytes());
         b.extend_from_slice(&self.scratch_ptr.to_le_bytes());
         b.extend_from_slice(&self.ll_ptr.to_le_bytes());
@@ -97,6 +101,7 @@ impl Offer {
         b.extend_from_slice(&self.bus_id);
         b.extend_from_slice(&self.host.slot_bytes.to_le_bytes());
         b.extend_from_slice(&self.host.slots.to_le_bytes());
+        b.extend_from_slice(&self.ll_reduce.to_le_bytes());
         b
     }
 
@@ -115,7 +120,7 @@ impl Offer {
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);
         o.single_max = u64::from_le_bytes(u64_at(17)?);
-        o.ll_max = u64::from_le_bytes(u64_at(25)?);
+        o.ll_area = u64::from_le_bytes(u64_at(25)?);
         o.flags_ptr = u64::from_le_bytes(u64_at(33)?);
         o.scratch_ptr = u64::from_le_bytes(u64_at(41)?);
         o.ll_ptr = u64::from_le_bytes(u64_at(49)?);
@@ -135,14 +140,30 @@ impl Offer {
             slot_bytes: u64::from_le_bytes(u64_at(at)?),
             slots: u32::from_le_bytes(u32_at(at + 8)?),
         };
+        o.ll_reduce = u64::from_le_bytes(u64_at(at + 12)?);
         Some(o)
     }
 }
 
 pub(crate) const BUS_ID_BYTES: usize = 16;
 
-const OFFER_BYTES: usize =
-    1 + 4 + 8 + 4 + 8 + 8 + 8 + 8 + 8 + 3 * IPC_HANDLE_SIZE + 8 + 4 + 8 + 16 + BUS_ID_BYTES + 12;
+const OFFER_BYTES: usize = 1
+    + 4
+    + 8
+    + 4
+    + 8
+    + 8
+    + 8
+    + 8
+    + 8
+    + 3 * IPC_HANDLE_SIZE
+    + 8
+    + 4
+    + 8
+    + 16
+    + BUS_ID_BYTES
+    + 12
+    + 8;
 
 /// A PCI bus id as the offer carries it (lower case, NUL-padded, cut to [`BUS_ID_BYTES`]).
 pub(crate) fn bus_id_bytes(id: &str) -> [u8; BUS_ID_BYTES] {
@@ -188,7 +209,8 @@ mod tests {
         o.chunk = 8 << 20;
         o.slots = 4;
         o.single_max = 1 << 19;
-        o.ll_max = 1 << 20;
+        o.ll_area = 2 << 20;
+        o.ll_reduce = 1 << 20;
         o.direct_reduce = 2 << 20;
         o.probe_fd = 17;
         o.ll_exchange_max = 4096;
@@ -213,11 +235,21 @@ mod tests {
                 d.chunk,
                 d.slots,
                 d.single_max,
-                d.ll_max,
+                d.ll_area,
+                d.ll_reduce,
                 d.direct_reduce,
                 d.flags_ptr
             ),
-            (3, 8 << 20, 4, 1 << 19, 1 << 20, 2 << 20, 0x7000_0000_1000)
+            (
+                3,
+                8 << 20,
+                4,
+                1 << 19,
+                2 << 20,
+                1 << 20,
+                2 << 20,
+                0x7000_0000_1000
+            )
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
         assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
