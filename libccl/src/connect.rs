@@ -194,7 +194,9 @@ fn failover_link(
     j: usize,
     frame: usize,
 ) -> Result<Box<dyn Link>> {
-    use ccl_transports::socket_failover::{connect_pair, FailoverConfig, FailoverSocketLink};
+    use ccl_transports::socket_failover::{
+        connect_pair, FailoverConfig, FailoverSocketLink, PrimaryNic,
+    };
     let ips = nics.ips_in(order);
     let [primary, backup, ..] = ips[..] else {
         return Err(Error::internal("failover link with fewer than two NICs"));
@@ -214,7 +216,12 @@ fn failover_link(
         bootstrap::bootstrap_timeout(),
     )?;
     let cfg = FailoverConfig::new(frame, j as u64);
-    let link = FailoverSocketLink::with_redial(primary, backup, cfg, redial)?;
+    // Followed by name, so a primary NIC that comes back renumbered is found again.
+    let nic = primary
+        .local_addr()
+        .ok()
+        .and_then(|a| PrimaryNic::holding(a.ip()));
+    let link = FailoverSocketLink::with_readdress(primary, backup, cfg, redial, nic)?;
     Ok(Box::new(link))
 }
 

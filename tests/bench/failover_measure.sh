@@ -22,6 +22,11 @@
 #                 command took: on a loaded machine that delay is part of the figures), and
 #                 for link up also from the moment the kernel reports nic0's state UP (its
 #                 link watcher runs at most once a second, so that can be up to 1 s later);
+#   renumber      as cut-and-back, on host RENUMBER_HOST (default 1: the side that accepts the
+#                 failover links' redials), and nic0 comes back with another address
+#                 (10.78.0.h+11 for 10.78.0.h+1; the bootstrap goes over nic1, whose address
+#                 stays): the link must find the new address (socket: the peer redials the
+#                 new listener); the old address is put back after the run;
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
 #                 seconds of the cut ("exact" then means: all did); the line gives the last
@@ -73,8 +78,10 @@ ms() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { printf "%.
 # run NAME NET OP MODE(alone|forever|back|both): starts the ranks, cuts as MODE says, waits.
 run() {
   local name=$1 net=$2 op=$3 mode=$4 port=$((20000 + RANDOM % 20000)) n=$((2 * RPH))
-  local comm=10.78.0.1 ifname=nic nics=nic0,nic1 fo=1
+  local comm=10.78.0.1 ifname=nic nics=nic0,nic1 fo=1 ch=0
   [ "$mode" = alone ] && { comm=10.78.1.1; ifname=nic1; nics=nic1; }
+  [ "$mode" = renumber ] && { comm=10.78.1.1; ch=${RENUMBER_HOST:-1}; }
+  local old=10.78.0.$((ch + 1))/24 new=10.78.0.$((ch + 11))/24
   [ "$mode" = plain ] && { ifname=nic0; nics=nic0; fo=0; }
   local pids=() r h
   for ((r = n - 1; r >= 0; r--)); do
@@ -88,20 +95,23 @@ run() {
   done
   T_DOWN= T_UP= T_OPER= CUT_MS= UP_MS=
   if [ "$mode" != alone ] && [ "$mode" != plain ] && [ "$mode" != armed ]; then
-    sleep "$([ "$mode" = back ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
+    sleep "$([ "$mode" = back ] || [ "$mode" = renumber ] && echo "$DOWN_AT_S" || echo "$CUT_AT_S")"
     LATE=0; kill -0 "${pids[0]}" 2>/dev/null || LATE=1
-    T_DOWN=$(now); ip -n cclnic0 link set nic0 down
+    T_DOWN=$(now); ip -n cclnic$ch link set nic0 down
     [ "$mode" = both ] && ip -n cclnic0 link set nic1 down
     CUT_MS=$(ms "$(now)" "$T_DOWN")
-    if [ "$mode" = back ]; then
-      sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic0 link set nic0 up
+    if [ "$mode" = renumber ]; then
+      ip -n cclnic$ch addr del "$old" dev nic0; ip -n cclnic$ch addr add "$new" dev nic0
+    fi
+    if [ "$mode" = back ] || [ "$mode" = renumber ]; then
+      sleep "$UP_AFTER_S"; T_UP=$(now); ip -n cclnic$ch link set nic0 up
       UP_MS=$(ms "$(now)" "$T_UP")
       # The kernel passes traffic on a device only once its link watcher has seen the
       # carrier (which it does at most once a second): that moment, when the operational
       # state turns UP, is the link coming up.
       local i
       for ((i = 0; i < 300; i++)); do
-        ip -n cclnic0 -o link show nic0 | grep -q 'state UP' && break
+        ip -n cclnic$ch -o link show nic0 | grep -q 'state UP' && break
         sleep 0.01
       done
       T_OPER=$(now)
@@ -123,6 +133,10 @@ run() {
     if wait "$p"; then :; else RC=$?; FAILED=$((FAILED + 1)); fi
   done
   ip -n cclnic0 link set nic0 up; ip -n cclnic0 link set nic1 up
+  if [ "$mode" = renumber ]; then
+    ip -n cclnic$ch addr del "$new" dev nic0; ip -n cclnic$ch addr add "$old" dev nic0
+    ip -n cclnic$ch link set nic0 up
+  fi
   local line; line=$(grep -E "^ +[0-9]" "$LOG/$name.rank0.log" | head -1)
   # Out-of-place busbw (GB/s); exactness is checked on both halves by `exact`.
   BUSBW=$(echo "$line" | awk '{print $8}')
@@ -171,7 +185,7 @@ for net in $NETS; do
         logs=$(ls "$LOG/$name".rank*.log)
         f=; for l in $logs; do x=$(first_after "$l" "$down_re" "$T_DOWN"); [ -n "$x" ] && { [ -z "$f" ] || awk -v a="$x" -v b="$f" 'BEGIN{exit !(a<b)}'; } && f=$x; done
         t="down->backup $(ms "$f" "$T_DOWN")"
-        if [ "$mode" = back ]; then
+        if [ "$mode" = back ] || [ "$mode" = renumber ]; then
           g=; for l in $logs; do x=$(first_after "$l" "$up_re" "$T_UP"); [ -n "$x" ] && { [ -z "$g" ] || awk -v a="$x" -v b="$g" 'BEGIN{exit !(a<b)}'; } && g=$x; done
           k=; for l in $logs; do x=$(first_after "$l" "$ready_re" "$T_UP"); [ -n "$x" ] && { [ -z "$k" ] || awk -v a="$x" -v b="$k" 'BEGIN{exit !(a<b)}'; } && k=$x; done
           # Ready: nic0 back in use; traffic: its first acknowledged bytes, later when the

@@ -8,6 +8,7 @@
 //! lets one thread progress many operations on many links without deadlock.
 
 mod frame_mon;
+pub mod ifaddr;
 pub mod mpt;
 pub mod mpt_link;
 pub mod par;

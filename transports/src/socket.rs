@@ -6,7 +6,7 @@
 //! frames so a whole frame can be looked at in place.
 
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{IpAddr, TcpStream};
+use std::net::TcpStream;
 
 use ccl_monitor::Engine;
 
@@ -247,55 +247,12 @@ impl Link for SocketLink {
     }
 }
 
-/// The index of the interface that holds address `ip` (the NIC a socket bound to it uses),
-/// if one does and the index fits the monitor's NIC numbers.
-pub fn interface_index(ip: IpAddr) -> Option<u16> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head into `list`, which we free below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs built, not freed yet.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its real type;
-        // we read the larger form only for the matching family.
-        let addr = unsafe {
-            match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                    Some(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                    Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if addr == Some(ip) {
-            // SAFETY: ifa_name is the interface's NUL-terminated name, alive with the list.
-            let idx = unsafe { libc::if_nametoindex(ifa.ifa_name) };
-            found = u16::try_from(idx).ok().filter(|&i| i != 0);
-            break;
-        }
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once; no reference into it survives.
-    unsafe { libc::freeifaddrs(list) };
-    found
-}
+pub use crate::ifaddr::interface_index;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
     use std::net::{Ipv4Addr, TcpListener};
 
     #[test]

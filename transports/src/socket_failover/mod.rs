@@ -30,6 +30,7 @@
 
 mod bufs;
 mod monitor;
+mod readdress;
 mod redial;
 mod ring;
 mod wire;
@@ -45,6 +46,8 @@ use ccl_faulttol::{Action, ConnState, HealthConfig, LinkRole, Message, ReceiverC
 use crate::{Error, Link, Result};
 use bufs::RecvWindow;
 pub use monitor::{reason_name, state_name, FAILOVER_PATHS};
+pub use readdress::PrimaryNic;
+use readdress::Readdress;
 pub use redial::Redial;
 use redial::Redialer;
 use ring::SendRing;
@@ -129,12 +132,23 @@ struct Inner {
     failed: Option<String>,
     id: u64,
     redial: Redialer,
+    /// This side's primary NIC, followed while the primary is failed (None: not followed).
+    readdress: Option<Readdress>,
     mon: monitor::FoMon,
 }
 
 impl Inner {
-    fn new(streams: [TcpStream; 2], cfg: &FailoverConfig, redial: Redial) -> Result<Self> {
+    fn new(
+        streams: [TcpStream; 2],
+        cfg: &FailoverConfig,
+        redial: Redial,
+        nic: Option<PrimaryNic>,
+    ) -> Result<Self> {
         let [p, b] = streams;
+        let readdress = match (nic, p.local_addr()) {
+            (Some(nic), Ok(a)) => Some(Readdress::new(nic, a.ip())),
+            _ => None,
+        };
         let wires = [Wire::new(p, CHUNK_BYTES)?, Wire::new(b, CHUNK_BYTES)?];
         let links = ((2 * cfg.id) as u32, (2 * cfg.id + 1) as u32);
         let chunk = CHUNK_BYTES as u64;
@@ -160,6 +174,7 @@ impl Inner {
             failed: None,
             id: cfg.id,
             redial: Redialer::new(redial, cfg.id)?,
+            readdress,
             mon: monitor::FoMon::off(cfg.id),
         })
     }
@@ -192,6 +207,16 @@ impl Inner {
         let failed = |f: &ccl_faulttol::Failover<Instant>| f.is_down(LinkRole::Primary);
         let want =
             self.wires[0].is_dead() || failed(self.tx.failover()) || failed(self.rx.failover());
+        if want {
+            let id = self.id;
+            if let Some(to) = self
+                .readdress
+                .as_mut()
+                .and_then(|r| r.poll(now, &mut self.redial, id))
+            {
+                self.wires[1].push_moved(to);
+            }
+        }
         if let Some(s) = self.redial.poll(now, want) {
             self.replace_primary(now, s);
         }
@@ -277,7 +302,11 @@ impl Inner {
         while budget > 0 {
             let epoch = self.rx.ledger().epoch();
             let m = match self.wires[idx(role)].next(&mut self.recv, epoch) {
-                Ok(Some(m)) => m,
+                Ok(Some(wire::Arrived::Message(m))) => m,
+                Ok(Some(wire::Arrived::Moved(to))) => {
+                    self.redial.peer_moved(to, self.id);
+                    continue;
+                }
                 Ok(None) => break,
                 Err(e) => {
                     self.wire_failed(now, role, &e);
@@ -614,7 +643,20 @@ impl FailoverSocketLink {
         cfg: FailoverConfig,
         redial: Redial,
     ) -> Result<Self> {
-        let inner = Inner::new([primary, backup], &cfg, redial)?;
+        Self::with_readdress(primary, backup, cfg, redial, None)
+    }
+
+    /// As [`with_redial`](Self::with_redial), following this side's primary NIC (`nic`)
+    /// while the primary is failed: if it comes back with another address, the redial
+    /// goes there (see [`PrimaryNic`]).
+    pub fn with_readdress(
+        primary: TcpStream,
+        backup: TcpStream,
+        cfg: FailoverConfig,
+        redial: Redial,
+        nic: Option<PrimaryNic>,
+    ) -> Result<Self> {
+        let inner = Inner::new([primary, backup], &cfg, redial, nic)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
             stop: AtomicBool::new(false),

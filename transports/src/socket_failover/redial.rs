@@ -36,8 +36,9 @@ pub enum Redial {
 }
 
 /// What the dialing thread and the link share.
-#[derive(Default)]
 struct Slot {
+    /// The peer's primary listener: moves when the peer's primary NIC is renumbered.
+    target: Mutex<SocketAddr>,
     /// The link wants a fresh primary connection.
     want: AtomicBool,
     /// The newest connection made and not yet taken.
@@ -69,11 +70,16 @@ impl Redialer {
         let kind = match how {
             Redial::Never => Kind::Never,
             Redial::Dial(addr) => {
-                let slot = Arc::new(Slot::default());
+                let slot = Arc::new(Slot {
+                    target: Mutex::new(addr),
+                    want: AtomicBool::new(false),
+                    made: Mutex::new(None),
+                    stop: AtomicBool::new(false),
+                });
                 let s = Arc::clone(&slot);
                 let thread = std::thread::Builder::new()
                     .name("ccl-sockfo-dial".into())
-                    .spawn(move || dial_loop(&s, addr, id))
+                    .spawn(move || dial_loop(&s, id))
                     .map_err(|e| Error::io("spawn failover dial thread", e))?;
                 Kind::Dial {
                     slot,
@@ -130,6 +136,49 @@ impl Redialer {
     }
 }
 
+impl Redialer {
+    /// The peer's primary moved to `to` (its NIC renumbered): the dialing side dials there
+    /// from now on, the accepting side takes connections from its new address.
+    pub fn peer_moved(&mut self, to: SocketAddr, id: u64) {
+        match &mut self.kind {
+            Kind::Never => {}
+            Kind::Dial { slot, .. } => {
+                let mut target = slot.target.lock().unwrap_or_else(|p| p.into_inner());
+                if *target != to {
+                    *target = to;
+                    tracing::info!("failover link {id}: the peer's primary listens at {to} now");
+                }
+            }
+            Kind::Accept { peer, .. } => {
+                if *peer != to.ip() {
+                    *peer = to.ip();
+                    tracing::info!("failover link {id}: the peer's primary dials from {peer} now");
+                }
+            }
+        }
+    }
+
+    /// This side's primary NIC holds `ip` now: the accepting side listens there instead
+    /// (the old address is gone with the old listener) and returns where; the dialing side
+    /// returns `ip` itself (connections leave from it).
+    pub fn moved_to(&mut self, ip: IpAddr) -> Result<SocketAddr> {
+        match &mut self.kind {
+            Kind::Accept { listener, .. } => {
+                let l = TcpListener::bind(SocketAddr::new(ip, 0))
+                    .map_err(|e| Error::io(format!("failover link: listen on {ip}"), e))?;
+                l.set_nonblocking(true)
+                    .map_err(|e| Error::io("failover link: listener", e))?;
+                let at = l
+                    .local_addr()
+                    .map_err(|e| Error::io("failover link: listener address", e))?;
+                *listener = l;
+                Ok(at)
+            }
+            _ => Ok(SocketAddr::new(ip, 0)),
+        }
+    }
+}
+
 impl Drop for Redialer {
     fn drop(&mut self) {
         if let Kind::Dial { slot, thread } = &mut self.kind {
@@ -141,7 +190,7 @@ impl Drop for Redialer {
     }
 }
 
-fn dial_loop(slot: &Slot, addr: SocketAddr, id: u64) {
+fn dial_loop(slot: &Slot, id: u64) {
     let mut last: Option<Instant> = None;
     while !slot.stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(5));
@@ -150,6 +199,7 @@ fn dial_loop(slot: &Slot, addr: SocketAddr, id: u64) {
             continue;
         }
         last = Some(Instant::now());
+        let addr = *slot.target.lock().unwrap_or_else(|p| p.into_inner());
         match TcpStream::connect_timeout(&addr, DIAL_WAIT) {
             Ok(s) => {
                 tracing::info!("failover link {id}: new primary connection to {addr}");

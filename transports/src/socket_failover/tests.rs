@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -312,6 +312,69 @@ fn silent_primary_is_redialed_and_traffic_returns_to_it() {
     for s in [a.status(), b.status()] {
         assert_eq!(s.open, [true, true], "{s:?}");
     }
+    exchange(&mut a, &mut b, 40, 0, &mut none, Duration::from_secs(5));
+}
+
+/// b's primary NIC comes back with another address while the primary is silent: b listens
+/// there instead (its old listener goes, as the old address would), tells a over the
+/// backup, and a's redial reaches the new listener, so traffic returns to the primary. The
+/// old listener's address refuses from then on: without the word a could not come back.
+#[test]
+fn a_primary_renumbered_while_down_is_redialed_at_its_new_address() {
+    let mute = Arc::new(AtomicBool::new(false));
+    let old: std::net::IpAddr = "127.0.0.3".parse().unwrap();
+    let new: std::net::IpAddr = "127.0.0.4".parse().unwrap();
+    let l = TcpListener::bind((old, 0)).unwrap();
+    let addr = l.local_addr().unwrap();
+    let (pa, pb) = proxy(Arc::clone(&mute));
+    let (ba, bb) = tcp_pair();
+    let cfg = |id| FailoverConfig {
+        max_frame: MAX,
+        health: fast(),
+        id,
+    };
+    let b_nic = Arc::new(Mutex::new(pb.local_addr().unwrap().ip()));
+    let nic = {
+        let b_nic = Arc::clone(&b_nic);
+        PrimaryNic::from_fn(move || Some(*b_nic.lock().unwrap()))
+    };
+    let accept = Redial::Accept {
+        listener: l,
+        peer: "127.0.0.1".parse().unwrap(),
+    };
+    let mut a = FailoverSocketLink::with_redial(pa, ba, cfg(1), Redial::Dial(addr)).unwrap();
+    let mut b = FailoverSocketLink::with_readdress(pb, bb, cfg(2), accept, Some(nic)).unwrap();
+    // The NIC is renumbered as the primary goes silent; b looks only while it is failed.
+    let mut silence = || {
+        *b_nic.lock().unwrap() = new;
+        mute.store(true, Ordering::Relaxed)
+    };
+    exchange(&mut a, &mut b, 60, 20, &mut silence, Duration::from_secs(5));
+    let t0 = Instant::now();
+    let mut none = || {};
+    while [a.status(), b.status()]
+        .iter()
+        .any(|s| s.send_on != LinkRole::Primary || s.receive_on != LinkRole::Primary)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{:?} {:?}",
+            a.status(),
+            b.status()
+        );
+        exchange(&mut a, &mut b, 4, 0, &mut none, Duration::from_secs(5));
+    }
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err(),
+        "the old listener is gone"
+    );
+    let g = b.shared.lock();
+    assert_eq!(
+        g.wires[0].local_ip(),
+        Some(new),
+        "b's primary is at its new address"
+    );
+    drop(g);
     exchange(&mut a, &mut b, 40, 0, &mut none, Duration::from_secs(5));
 }
 

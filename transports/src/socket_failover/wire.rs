@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 
 use ccl_faulttol::Message;
 
@@ -33,6 +33,53 @@ pub enum To {
 pub struct Incoming {
     pub to: To,
     pub msg: Message,
+}
+
+/// What [`Wire::next`] read: a breakpoint-protocol message, or the link's own word that the
+/// peer's primary moved to a new address (its NIC was renumbered while it was down).
+pub enum Arrived {
+    Message(Incoming),
+    Moved(SocketAddr),
+}
+
+/// The kind byte of a [`Arrived::Moved`] message (the protocol's own kinds are 0-7).
+const KIND_MOVED: u8 = 8;
+
+/// A moved message's fields: family and port, then the address's 4 or 16 bytes.
+fn moved_fields(a: SocketAddr) -> [u64; 3] {
+    let mut ip = [0u8; 16];
+    let family = match a.ip() {
+        IpAddr::V4(v4) => {
+            ip[..4].copy_from_slice(&v4.octets());
+            4u64
+        }
+        IpAddr::V6(v6) => {
+            ip.copy_from_slice(&v6.octets());
+            6
+        }
+    };
+    [
+        family << 16 | u64::from(a.port()),
+        u64_at(&ip, 0),
+        u64_at(&ip, 8),
+    ]
+}
+
+fn moved_addr(f: [u64; 3]) -> Result<SocketAddr> {
+    let mut ip = [0u8; 16];
+    ip[..8].copy_from_slice(&f[1].to_le_bytes());
+    ip[8..].copy_from_slice(&f[2].to_le_bytes());
+    let port = (f[0] & 0xffff) as u16;
+    let ip = match f[0] >> 16 {
+        4 => IpAddr::from([ip[0], ip[1], ip[2], ip[3]]),
+        6 => IpAddr::from(ip),
+        k => {
+            return Err(Error::Protocol(format!(
+                "failover link: address family {k}"
+            )))
+        }
+    };
+    Ok(SocketAddr::new(ip, port))
 }
 
 /// Bytes of the header buffer: a burst of small messages in one read, and at most this
@@ -202,13 +249,7 @@ impl Wire {
             return;
         }
         let (kind, epoch, f) = fields(msg);
-        let mut hdr = [0u8; MSG_HDR];
-        hdr[0] = kind;
-        hdr[1] = matches!(to, To::Sender) as u8;
-        hdr[4..8].copy_from_slice(&epoch.to_le_bytes());
-        for (i, x) in f.iter().enumerate() {
-            hdr[8 + 8 * i..16 + 8 * i].copy_from_slice(&x.to_le_bytes());
-        }
+        let hdr = header(kind, matches!(to, To::Sender) as u8, epoch, f);
         let (off, len) = match msg {
             Message::Data { offset, len, .. } => (offset, len as usize),
             _ => (0, 0),
@@ -218,6 +259,20 @@ impl Wire {
             hdr,
             off,
             len,
+            owned: None,
+        });
+    }
+
+    /// Queues word that this side's primary now listens at, or dials from, `a`.
+    pub fn push_moved(&mut self, a: SocketAddr) {
+        if self.dead {
+            return;
+        }
+        self.queued += MSG_HDR;
+        self.queue.push_back(Item {
+            hdr: header(KIND_MOVED, 0, 0, moved_fields(a)),
+            off: 0,
+            len: 0,
             owned: None,
         });
     }
@@ -305,7 +360,7 @@ impl Wire {
     /// message's payload has been read (into `win`, or dropped). `epoch` is the receiving
     /// epoch now: the rest of a payload taken in an earlier one is dropped, as a rollback
     /// gave its place to the chunks resent since (which may be committed and read by now).
-    pub fn next(&mut self, win: &mut RecvWindow, epoch: u32) -> Result<Option<Incoming>> {
+    pub fn next(&mut self, win: &mut RecvWindow, epoch: u32) -> Result<Option<Arrived>> {
         if self.dead {
             return Ok(None);
         }
@@ -371,7 +426,7 @@ impl Wire {
         }
     }
 
-    fn parse(&mut self) -> Result<Option<Incoming>> {
+    fn parse(&mut self) -> Result<Option<Arrived>> {
         let avail = &self.inb[self.in_start..self.in_end];
         if avail.len() < MSG_HDR {
             return Ok(None);
@@ -379,6 +434,10 @@ impl Wire {
         let mut e = [0u8; 4];
         e.copy_from_slice(&avail[4..8]);
         let f = [u64_at(avail, 8), u64_at(avail, 16), u64_at(avail, 24)];
+        if avail[0] == KIND_MOVED {
+            self.in_start += MSG_HDR;
+            return moved_addr(f).map(|a| Some(Arrived::Moved(a)));
+        }
         let msg = message(avail[0], u32::from_le_bytes(e), f)?;
         let to = if avail[1] == 0 {
             To::Receiver
@@ -398,8 +457,19 @@ impl Wire {
         self.in_start += MSG_HDR;
         self.pay_left = len;
         self.pay_to = None;
-        Ok(Some(Incoming { to, msg }))
+        Ok(Some(Arrived::Message(Incoming { to, msg })))
     }
+}
+
+fn header(kind: u8, to: u8, epoch: u32, f: [u64; 3]) -> [u8; MSG_HDR] {
+    let mut hdr = [0u8; MSG_HDR];
+    hdr[0] = kind;
+    hdr[1] = to;
+    hdr[4..8].copy_from_slice(&epoch.to_le_bytes());
+    for (i, x) in f.iter().enumerate() {
+        hdr[8 + 8 * i..16 + 8 * i].copy_from_slice(&x.to_le_bytes());
+    }
+    hdr
 }
 
 /// The slices of one `writev`: the queued bytes from the first not yet written, up to
@@ -427,5 +497,21 @@ impl<'a> Gather<'a> {
 fn closed() -> Error {
     Error::PeerClosed {
         what: "failover link wire".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The moved word carries IPv4 and IPv6 addresses and their ports exactly, and an
+    /// unknown family is a protocol error.
+    #[test]
+    fn moved_addresses_round_trip() {
+        for a in ["10.1.2.3:40000", "[fd00::1:2]:65535", "0.0.0.0:0"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(moved_addr(moved_fields(a)).unwrap(), a);
+        }
+        assert!(moved_addr([5 << 16, 0, 0]).is_err());
     }
 }
