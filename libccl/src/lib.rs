@@ -18,7 +18,7 @@ pub mod ipc;
 mod link_nics;
 pub mod log;
 pub mod monitor;
-pub mod params;
+pub use ccl_params as params;
 mod pieces;
 pub mod profiler;
 mod route;

@@ -348,7 +348,7 @@ const SECTIONS: &[(&str, &str, &str)] = &[
 pub fn markdown() -> String {
     let mut out = String::from(
         "# Environment variables\n\n\
-         The parameters in libccl's registry, generated from it (`libccl/src/params.rs`) by\n\
+         The parameters in libccl's registry, generated from it (`params/src/lib.rs`) by\n\
          `cargo run -q -p ccl --example env_md > docs/ENV.md`; do not edit by hand\n\
          (`cargo test -p ccl --test env_doc` fails when this file is stale).\n\n\
          Values come from the environment first, then from `NCCL_CONF_FILE` (else `~/.nccl.conf`,\n\
