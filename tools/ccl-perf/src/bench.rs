@@ -128,6 +128,9 @@ pub struct Bench<'a> {
 }
 
 impl<'a> Bench<'a> {
+    /// Loads the library, learns this process's ranks and devices, makes the communicators,
+    /// streams and buffers: the steps depend on each other's results in this order (as
+    /// nccl-tests' own setup does), so they read best as one function.
     pub fn setup(
         cli: &Cli,
         s: Settings,
