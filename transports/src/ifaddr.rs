@@ -62,12 +62,21 @@ pub fn name_of(ip: IpAddr) -> Option<String> {
     list().into_iter().find(|a| a.ip == ip).map(|a| a.name)
 }
 
-/// The first address of `ip`'s family (IPv4 when `v4`) on interface `name`, if it has one.
-pub fn address_on(name: &str, v4: bool) -> Option<IpAddr> {
-    list()
-        .into_iter()
-        .find(|a| a.name == name && a.ip.is_ipv4() == v4)
-        .map(|a| a.ip)
+/// An address on interface `name` of the same kind as `like`: `like` itself while the
+/// interface holds it, else its first address of the same family and, for IPv6, the same
+/// scope (a NIC's link-local address never stands in for its global one).
+pub fn address_on(name: &str, like: IpAddr) -> Option<IpAddr> {
+    pick(&list(), name, like)
+}
+
+fn pick(list: &[IfAddr], name: &str, like: IpAddr) -> Option<IpAddr> {
+    let link_local =
+        |ip: &IpAddr| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+    let mut same = list.iter().filter(|a| {
+        a.name == name && a.ip.is_ipv4() == like.is_ipv4() && link_local(&a.ip) == link_local(&like)
+    });
+    let first = same.clone().next().map(|a| a.ip);
+    same.find(|a| a.ip == like).map(|a| a.ip).or(first)
 }
 
 /// The index of the interface that holds address `ip` (the NIC a socket bound to it uses),
@@ -88,8 +97,35 @@ mod tests {
     fn loopback_is_found_by_address_and_by_name() {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         let name = name_of(lo).expect("an interface holds 127.0.0.1");
-        assert_eq!(address_on(&name, true), Some(lo));
+        assert_eq!(address_on(&name, lo), Some(lo));
         assert_eq!(name_of("203.0.113.7".parse().unwrap()), None);
-        assert_eq!(address_on("no-such-nic0", true), None);
+        assert_eq!(address_on("no-such-nic0", lo), None);
+    }
+
+    /// A renumbered NIC's new address is of the old one's kind: the same family, and for
+    /// IPv6 a global address for a global one, never the link-local one listed first; an
+    /// address the NIC still holds is kept even when others come first.
+    #[test]
+    fn a_nic_s_address_is_picked_by_family_and_scope() {
+        let a = |name: &str, ip: &str| IfAddr {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+        };
+        let list = [
+            a("nic0", "fe80::1"),
+            a("nic0", "10.0.0.9"),
+            a("nic0", "2001:db8::9"),
+            a("nic0", "10.0.0.7"),
+            a("nic1", "10.0.1.1"),
+        ];
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(pick(&list, "nic0", ip("10.0.0.1")), Some(ip("10.0.0.9")));
+        assert_eq!(pick(&list, "nic0", ip("10.0.0.7")), Some(ip("10.0.0.7")));
+        assert_eq!(
+            pick(&list, "nic0", ip("2001:db8::1")),
+            Some(ip("2001:db8::9"))
+        );
+        assert_eq!(pick(&list, "nic0", ip("fe80::2")), Some(ip("fe80::1")));
+        assert_eq!(pick(&list, "nic2", ip("10.0.0.1")), None);
     }
 }

@@ -28,9 +28,8 @@ impl PrimaryNic {
     /// interface holds `ip`).
     pub fn holding(ip: IpAddr) -> Option<PrimaryNic> {
         let name = crate::ifaddr::name_of(ip)?;
-        let v4 = ip.is_ipv4();
         Some(PrimaryNic(Arc::new(move || {
-            crate::ifaddr::address_on(&name, v4)
+            crate::ifaddr::address_on(&name, ip)
         })))
     }
 
