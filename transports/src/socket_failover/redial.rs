@@ -134,9 +134,7 @@ impl Redialer {
             }
         }
     }
-}
 
-impl Redialer {
     /// The peer's primary moved to `to` (its NIC renumbered): the dialing side dials there
     /// from now on, the accepting side takes connections from its new address.
     pub fn peer_moved(&mut self, to: SocketAddr, id: u64) {
