@@ -50,6 +50,9 @@ pub struct P2pConfig {
     pub direct_reduce_takeover_max_bytes: i64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (None: `auto`, see [`P2pConfig::ll_exchange_for`]).
     pub ll_exchange_bytes: Option<i64>,
+    /// `CCL_IPC_LL_PACK_BYTES`: low-latency operations moving at most this many bytes per
+    /// peer go in packed lines.
+    pub ll_pack_bytes: i64,
     /// `CCL_IPC_BCAST_RELAY_BYTES`, `CCL_IPC_BCAST_RELAY_CHUNK_BYTES`.
     pub bcast_relay_bytes: i64,
     pub bcast_relay_chunk_bytes: i64,

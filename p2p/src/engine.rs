@@ -140,6 +140,9 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     pub(crate) ll_exchange_max: usize,
+    /// Low-latency operations of at most this many bytes per peer go in packed lines
+    /// (`CCL_IPC_LL_PACK_BYTES`, agreed).
+    pub(crate) ll_pack_max: usize,
     /// The throughput monitor's timing of copy-engine transfers, once the communicator has a
     /// monitor ([`crate::monitor_copies`]).
     pub(crate) copies: std::sync::OnceLock<crate::copy_monitor::CopyMonitor>,

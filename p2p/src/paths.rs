@@ -27,6 +27,8 @@ pub fn takes(tasks: &[Task]) -> bool {
 pub(crate) enum LowLatency {
     AllReduce(Task),
     ReduceScatter(Task),
+    /// A reduce: the all-reduce kernel with only the root pushed to and reducing.
+    Reduce(Task, usize),
     Exchange(LlTransfers),
 }
 
@@ -46,7 +48,9 @@ pub(crate) fn reduction_paths(
     let reduces = tasks.iter().any(|t| {
         matches!(
             t.kind,
-            TaskKind::Coll(Collective::AllReduce | Collective::ReduceScatter)
+            TaskKind::Coll(
+                Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
+            )
         )
     });
     let limit = if reduces { ll_reduce_max } else { ll_area };
@@ -97,6 +101,9 @@ fn low_latency(tasks: &[Task], rank: usize, n: usize, ll_max: usize) -> Result<O
         TaskKind::Coll(Collective::ReduceScatter) if matches!(t.red, Reduction::Plain(_)) => {
             Ok(Some(LowLatency::ReduceScatter(*t)))
         }
+        TaskKind::Coll(Collective::Reduce { root }) if matches!(t.red, Reduction::Plain(_)) => {
+            Ok(Some(LowLatency::Reduce(*t, root)))
+        }
         TaskKind::Coll(
             Collective::AllGather
             | Collective::AlltoAll
@@ -140,9 +147,9 @@ pub(crate) fn kernels_needed<'a>(
         kernels_of(p, &mut v);
     }
     match ll {
-        Some(LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t)) => {
-            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())))
-        }
+        Some(
+            LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) | LowLatency::Reduce(t, _),
+        ) => v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into()))),
         Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
         None => {}
     }
@@ -268,6 +275,29 @@ mod tests {
         ));
         // More ranks than the exchange table holds.
         assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    /// A small reduce takes the all-reduce kernel with its root (every rank alike, root or
+    /// not), within the reductions' limit rather than the exchange's.
+    #[test]
+    fn small_reduces_take_the_kernel_with_their_root() {
+        let red = |count| {
+            task(
+                TaskKind::Coll(Collective::Reduce { root: 1 }),
+                0x1000,
+                0x2000,
+                count,
+            )
+        };
+        for rank in 0..3 {
+            let (ll, sym) = reduction_paths(&[red(4)], rank, 3, 1024, 4096, 1 << 20).unwrap();
+            assert!(matches!(ll, Some(LowLatency::Reduce(t, 1)) if t.count == 4) && sym.is_none());
+        }
+        let (ll, _) = reduction_paths(&[red(257)], 0, 2, 1024, 4096, 1 << 20).unwrap();
+        assert!(ll.is_none(), "1028 bytes are over the reductions' 1024");
+        let mut avg = red(4);
+        avg.red = Reduction::Avg;
+        assert!(low_latency(&[avg], 0, 2, 1 << 20).unwrap().is_none());
     }
 
     /// A reduce-scatter whose slice fits the low-latency kernel while the whole input reaches

@@ -613,25 +613,37 @@ impl Queueing {
         // with the same sequence number.
         unsafe {
             match ll {
-                LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => {
-                    eng.kernels.ll_all_reduce(
-                        first,
-                        t.dtype,
-                        t.red.arithmetic(),
-                        t.recv as u64,
-                        t.send as u64,
-                        t.count,
-                        areas,
-                        n,
-                        me,
-                        q.ll_seq,
-                        eng.ll_max,
-                        matches!(ll, LowLatency::ReduceScatter(_)),
-                    )
-                }
-                LowLatency::Exchange(x) => eng
-                    .kernels
-                    .ll_exchange(first, x, areas, n, me, q.ll_seq, eng.ll_max),
+                LowLatency::AllReduce(t)
+                | LowLatency::ReduceScatter(t)
+                | LowLatency::Reduce(t, _) => eng.kernels.ll_all_reduce(
+                    first,
+                    t.dtype,
+                    t.red.arithmetic(),
+                    t.recv as u64,
+                    t.send as u64,
+                    t.count,
+                    areas,
+                    n,
+                    me,
+                    q.ll_seq,
+                    eng.ll_max,
+                    matches!(ll, LowLatency::ReduceScatter(_)),
+                    match ll {
+                        LowLatency::Reduce(_, root) => Some(*root as u32),
+                        _ => None,
+                    },
+                    eng.ll_pack_max,
+                ),
+                LowLatency::Exchange(x) => eng.kernels.ll_exchange(
+                    first,
+                    x,
+                    areas,
+                    n,
+                    me,
+                    q.ll_seq,
+                    eng.ll_max,
+                    eng.ll_pack_max,
+                ),
             }
         }
         .map_err(cuda_err)

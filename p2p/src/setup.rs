@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::host_path::HostPath;
 use build::{Agreed, Parts};
 use ccl_collectives::relay::Relay;
+use ccl_cuda::cuda::source::LL_PACK_MAX;
 use local::{host_shares, Geometry, Mode, Prepared, Shares};
 use offer::{HostRing, Offer};
 use reach::{forced_host_only, p2p_disabled, PeerReach};
@@ -252,6 +253,16 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     };
     let ll_reduce_max = agreed_min(|o| o.ll_reduce);
     let ll_exchange_max = agreed_min(|o| o.ll_exchange_max);
+    let ll_pack_max = if ll_max == 0 {
+        0
+    } else {
+        offers
+            .iter()
+            .map(|o| o.ll_pack as usize)
+            .min()
+            .unwrap_or(0)
+            .min(LL_PACK_MAX)
+    };
     let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
@@ -284,6 +295,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         ll_max,
         ll_reduce_max,
         ll_exchange_max,
+        ll_pack_max,
         direct_reduce,
         relay,
     }
@@ -429,5 +441,39 @@ mod tests {
         );
         let a = agree(&offers, &g, true, 2);
         assert_eq!((a.ll_max, a.ll_reduce_max, a.ll_exchange_max), (0, 0, 0));
+    }
+
+    /// Packed lines up to the smallest limit offered, at most what the packed buffers hold,
+    /// and none without low-latency areas (host-only) or when one rank has them off.
+    #[test]
+    fn the_packed_limit_is_the_smallest_offered() {
+        let g = Geometry::from_config(&P2pConfig::default());
+        let packing = |a: u64, b: u64| {
+            let mut offers = [
+                offer(1 << 20, 1 << 20, 1 << 20),
+                offer(1 << 20, 1 << 20, 1 << 20),
+            ];
+            (offers[0].ll_pack, offers[1].ll_pack) = (a, b);
+            offers
+        };
+        assert_eq!(agree(&packing(16384, 8192), &g, false, 2).ll_pack_max, 8192);
+        assert_eq!(
+            agree(&packing(1 << 30, 1 << 30), &g, false, 2).ll_pack_max,
+            LL_PACK_MAX
+        );
+        assert_eq!(agree(&packing(0, 16384), &g, false, 2).ll_pack_max, 0);
+        assert_eq!(agree(&packing(16384, 16384), &g, true, 2).ll_pack_max, 0);
+    }
+
+    /// The packed limit travels in the offer (appended: the rest keeps its offsets).
+    #[test]
+    fn the_offer_carries_the_packed_limit() {
+        let mut o = offer(2 << 20, 1 << 20, 2 << 20);
+        o.ll_pack = 12345;
+        let back = Offer::decode(&o.encode()).expect("an offer decodes");
+        assert_eq!(
+            (back.ll_pack, back.ll_reduce, back.ll_area),
+            (12345, 1 << 20, 2 << 20)
+        );
     }
 }

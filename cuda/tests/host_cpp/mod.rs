@@ -50,6 +50,9 @@ static inline void ccl_ld16_fresh(const void* p, u32* v) {
   for (int i = 0; i < 16; ++i) ((u8*)v)[i] = ((const volatile u8*)p)[i];
 }
 static inline void ccl_st16(void* p, const u32* v) { std::memcpy(p, v, 16); }
+static inline void ccl_st16_volatile(void* p, const u32* v) {
+  for (int i = 0; i < 4; ++i) ((volatile u32*)p)[i] = v[i];
+}
 static inline void ccl_backoff() { sched_yield(); }
 "#;
 

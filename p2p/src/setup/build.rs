@@ -40,6 +40,8 @@ pub(super) struct Agreed {
     pub ll_max: usize,
     pub ll_reduce_max: usize,
     pub ll_exchange_max: usize,
+    /// Low-latency operations of at most this many bytes per peer go in packed lines.
+    pub ll_pack_max: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub direct_reduce: usize,
     pub relay: Relay,
@@ -172,6 +174,7 @@ pub(super) fn build(
         ll_max: a.ll_max,
         ll_reduce_max: a.ll_reduce_max,
         ll_exchange_max: a.ll_exchange_max,
+        ll_pack_max: a.ll_pack_max,
         copies: std::sync::OnceLock::new(),
         relay: a.relay,
         takeover,

@@ -201,7 +201,8 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
     let ll_area = cfg.ll_area_for(nranks);
     let ll = DeviceBuffer::new(&ctx, cuda::source::ll_area_bytes(nranks, ll_area.max(256)))
         .map_err(cuda_err)?;
-    // Flags and acknowledgements start at zero (the data regions need no initial value).
+    // Flags, acknowledgements and packed lines start at zero (the data regions need no
+    // initial value).
     let words = cuda::source::ll_data_offset(nranks);
     ll.write(0, &vec![0u8; words]).map_err(cuda_err)?;
     let ll_handle = IpcHandle::of(&ctx, ll.ptr()).map_err(cuda_err)?.0;
@@ -216,6 +217,7 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         ll_reduce: g.ll_reduce as u64,
         direct_reduce: cfg.direct_reduce_bytes.max(0) as u64,
         ll_exchange_max: cfg.ll_exchange_for(nranks) as u64,
+        ll_pack: cfg.ll_pack_bytes.max(0) as u64,
         relay_min: cfg.bcast_relay_bytes.max(0) as u64,
         relay_chunk: cfg.bcast_relay_chunk_bytes.max(1 << 20) as u64,
         probe_fd: -1,

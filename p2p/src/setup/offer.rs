@@ -21,6 +21,8 @@ pub(crate) struct Offer {
     pub(crate) direct_reduce: u64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
     pub(crate) ll_exchange_max: u64,
+    /// `CCL_IPC_LL_PACK_BYTES` (0: off): the smallest over the ranks is used.
+    pub(crate) ll_pack: u64,
     /// `CCL_IPC_BCAST_RELAY_BYTES` (0: off, on any rank) and `_CHUNK_BYTES`.
     pub(crate) relay_min: u64,
     pub(crate) relay_chunk: u64,
@@ -58,6 +60,7 @@ impl Offer {
             ll_reduce: 0,
             direct_reduce: 0,
             ll_exchange_max: 0,
+            ll_pack: 0,
             relay_min: 0,
             relay_chunk: 0,
             probe_fd: -1,
@@ -102,6 +105,7 @@ impl Offer {
         b.extend_from_slice(&self.host.slot_bytes.to_le_bytes());
         b.extend_from_slice(&self.host.slots.to_le_bytes());
         b.extend_from_slice(&self.ll_reduce.to_le_bytes());
+        b.extend_from_slice(&self.ll_pack.to_le_bytes());
         b
     }
 
@@ -141,6 +145,7 @@ impl Offer {
             slots: u32::from_le_bytes(u32_at(at + 8)?),
         };
         o.ll_reduce = u64::from_le_bytes(u64_at(at + 12)?);
+        o.ll_pack = u64::from_le_bytes(u64_at(at + 20)?);
         Some(o)
     }
 }
@@ -163,6 +168,7 @@ const OFFER_BYTES: usize = 1
     + 16
     + BUS_ID_BYTES
     + 12
+    + 8
     + 8;
 
 /// A PCI bus id as the offer carries it (lower case, NUL-padded, cut to [`BUS_ID_BYTES`]).

@@ -5,8 +5,8 @@ use std::ffi::c_void;
 
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::source::{
-    ll_data_offset, ll_p2p_offset, KernelOp, LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES,
-    LL_P2P_MAX_OPS, LL_THREADS,
+    ll_data_offset, ll_p2p_offset, ll_pack_offset, KernelOp, LL_EVERY_RANK, LL_EXCHANGE_MAX_RANKS,
+    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_PACK_MAX, LL_THREADS,
 };
 use crate::cuda::stream::Stream;
 use crate::cuda::sys::*;
@@ -19,7 +19,9 @@ impl Kernels {
     /// the areas' layout): blocks that each push their part of `src` into every peer's area,
     /// wait for the peers' same part and write the reduction in rank order to `dst`. With
     /// `scatter`, a reduce-scatter: `src` holds `nranks * n` elements, part `q` goes to rank
-    /// `q`, and `dst` gets the reduction of this rank's part.
+    /// `q`, and `dst` gets the reduction of this rank's part. With `root`, a reduce: only rank
+    /// `root` writes `dst` (the others' `dst` is not touched). Inputs of at most `pack_max`
+    /// bytes go in packed lines (see [`crate::cuda::source::LL_PACK_MAX`]).
     ///
     /// # Safety
     /// `src`/`dst` hold `n` elements (`dst` equal to or disjoint from `src`); `areas` is a
@@ -41,6 +43,8 @@ impl Kernels {
         seq: u32,
         ll_max: usize,
         scatter: bool,
+        root: Option<u32>,
+        pack_max: usize,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
@@ -59,7 +63,9 @@ impl Kernels {
         let part = (n * dt.size()) as u64;
         let mut push_stride = if scatter { part } else { 0 };
         let mut own_off = if scatter { rank as u64 * part } else { 0 };
-        let mut params: [*mut c_void; 11] = [
+        let mut root = root.unwrap_or(LL_EVERY_RANK);
+        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, part, pack_max);
+        let mut params: [*mut c_void; 15] = [
             (&mut dst as *mut u64).cast(),
             (&mut src as *mut u64).cast(),
             (&mut n64 as *mut u64).cast(),
@@ -71,12 +77,25 @@ impl Kernels {
             (&mut data_off as *mut u64).cast(),
             (&mut push_stride as *mut u64).cast(),
             (&mut own_off as *mut u64).cast(),
+            (&mut root as *mut u32).cast(),
+            (&mut pk_off as *mut u64).cast(),
+            (&mut pk_max as *mut u64).cast(),
+            (&mut packed as *mut u32).cast(),
         ];
         let blocks = LL_MAX_BLOCKS as u32;
         // SAFETY: the parameters match the kernel's signature in order and size; the memory
         // is the caller's contract.
         unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }
     }
+}
+
+/// The packed buffers' offset and size, and whether an operation moving `peer_bytes` to or
+/// from a peer goes in packed lines: at most `pack_max` bytes (every rank's agreed limit, so
+/// every rank decides alike from what it moves to its peers).
+fn packing(nranks: u32, peer_bytes: u64, pack_max: usize) -> (u64, u64, u32) {
+    let off = ll_pack_offset(nranks as usize) as u64;
+    let packed = pack_max > 0 && peer_bytes <= pack_max.min(LL_PACK_MAX) as u64;
+    (off, LL_PACK_MAX as u64, packed as u32)
 }
 
 /// The transfer table of a low-latency exchange (the kernel's `ccl_xfer`, passed by value):
@@ -92,7 +111,8 @@ pub struct LlTransfers {
 }
 
 impl Kernels {
-    /// Queues the low-latency exchange of `xfer` (see [`LlTransfers`]).
+    /// Queues the low-latency exchange of `xfer` (see [`LlTransfers`]), in packed lines when
+    /// no peer's part is over `pack_max` bytes.
     ///
     /// # Safety
     /// Every range in `xfer` is device-accessible and valid until the stream has run the
@@ -109,6 +129,7 @@ impl Kernels {
         rank: u32,
         seq: u32,
         ll_max: usize,
+        pack_max: usize,
     ) -> Result<()> {
         if nranks as usize > LL_EXCHANGE_MAX_RANKS
             || xfer
@@ -128,7 +149,13 @@ impl Kernels {
         let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
         let mut llmax = ll_max as u64;
         let mut data_off = ll_data_offset(nranks as usize) as u64;
-        let mut params: [*mut c_void; 7] = [
+        let peer_bytes = (0..nranks as usize)
+            .filter(|&q| q != rank as usize)
+            .map(|q| xfer.sbytes[q].max(xfer.rbytes[q]))
+            .max()
+            .unwrap_or(0);
+        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, peer_bytes, pack_max);
+        let mut params: [*mut c_void; 10] = [
             (&mut x as *mut LlTransfers).cast(),
             (&mut areas as *mut u64).cast(),
             (&mut nranks as *mut u32).cast(),
@@ -136,6 +163,9 @@ impl Kernels {
             (&mut seq as *mut u32).cast(),
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
+            (&mut pk_off as *mut u64).cast(),
+            (&mut pk_max as *mut u64).cast(),
+            (&mut packed as *mut u32).cast(),
         ];
         let blocks = LL_MAX_BLOCKS as u32;
         // SAFETY: the parameters match the kernel's signature (`ccl_xfer` has this struct's

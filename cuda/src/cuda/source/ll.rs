@@ -44,14 +44,26 @@ pub fn ll_spin_words_bytes(nranks: usize) -> usize {
     ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
 }
 
-/// Byte offset of the data regions in a low-latency area: after the words and the
-/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)).
-pub fn ll_data_offset(nranks: usize) -> usize {
+/// Most payload bytes per peer an operation in packed lines carries (the packed buffers'
+/// size: two lines' bytes per payload byte).
+pub const LL_PACK_MAX: usize = 64 << 10;
+
+/// Byte offset of the packed buffers in a low-latency area: after the words and the
+/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)); per
+/// sender, two buffers (by operation parity) of `2 * LL_PACK_MAX` bytes of lines. They start
+/// zeroed with the words (a line is read by the number in it).
+pub fn ll_pack_offset(nranks: usize) -> usize {
     ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
 }
 
-/// Bytes of one rank's low-latency area: the words, then two buffers (by operation parity)
-/// of `ll_max` bytes per sender.
+/// Byte offset of the data regions in a low-latency area: after the packed buffers. What
+/// comes before it is zeroed at setup.
+pub fn ll_data_offset(nranks: usize) -> usize {
+    ll_pack_offset(nranks) + nranks * 2 * 2 * LL_PACK_MAX
+}
+
+/// Bytes of one rank's low-latency area: the words, the packed buffers, then two buffers (by
+/// operation parity) of `ll_max` bytes per sender.
 pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
     ll_data_offset(nranks) + nranks * 2 * ll_max
 }
@@ -89,11 +101,14 @@ static __device__ inline void ccl_ll_copy(u8* to, const u8* from, u64 b0, u64 b1
   }}
 }}
 
-/* Before overwriting a peer's buffer (parity of seq): wait for its acknowledgement of the
-   operation two back, which used the same buffer. */
+/* Before overwriting a peer's buffers (parity of seq): wait until every block of every peer
+   acknowledged the operation two back, which used the same buffers. Every block, not just
+   this one: a block's part of a message depends on the message's size, and a packed
+   operation waits for no flag, so nothing else says the peer has left that operation. */
 static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
-  if (tid < nranks && tid != rank) {{
-    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)tid * LL_MAXB + blk));
+  for (u32 w = tid; w < nranks * LL_MAXB; w += blockDim.x) {{
+    if (w / LL_MAXB == rank) continue;
+    volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + w));
     while ((int)(*ack - (seq - 2u)) < 0) {{ }}
   }}
   __syncthreads();
@@ -111,6 +126,61 @@ static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine,
   }}
   __syncthreads();
   __threadfence();
+}}
+
+/* Packed lines (operations of at most the packed limit per peer): 16 bytes carry 8 payload
+   bytes, each 4-byte half followed by the operation's sequence number, written by one 16-byte
+   store of which each 8-byte half lands whole. A reader knows a line is complete when both
+   numbers match, so the writer needs no fence and no flag: one NVLink crossing instead of
+   data, fence, flag. The packed buffers are used only this way, so a stale line carries an
+   older number. */
+static __device__ inline u64 ccl_pk_gather(const u8* p, u64 avail) {{
+  if (avail >= 8 && (((u64)p) & 7) == 0) return *(const u64*)p;
+  u64 v = 0;
+  for (u32 k = 0; k < 8 && k < avail; ++k) v |= (u64)p[k] << (8 * k);
+  return v;
+}}
+
+static __device__ inline void ccl_pk_scatter(u8* p, u64 v, u64 avail) {{
+  if (avail >= 8 && (((u64)p) & 7) == 0) {{ *(u64*)p = v; return; }}
+  for (u32 k = 0; k < 8 && k < avail; ++k) p[k] = (u8)(v >> (8 * k));
+}}
+
+static __device__ inline void ccl_pk_put(u8* line, u64 v, u32 seq) {{
+  u32 w[4] = {{ (u32)v, seq, (u32)(v >> 32), seq }};
+  ccl_st16_volatile(line, w);
+}}
+
+/* Waits for a packed line of operation `seq`. `ack` is a word of this rank's area that an
+   abort moves a quarter of the u32 circle on (a peer's acknowledgement, never more than two
+   operations from `seq` otherwise): then it gives up, and what it returns is garbage. */
+static __device__ inline u64 ccl_pk_take(const u8* line, u32 seq, const volatile u32* ack) {{
+  u32 w[4];
+  for (u32 n = 1;; ++n) {{
+    ccl_ld16_fresh(line, w);
+    if (w[1] == seq && w[3] == seq) break;
+    if ((n & 1023u) == 0 && (int)(*ack - seq) > (1 << 29)) break;
+  }}
+  return (u64)w[0] | ((u64)w[2] << 32);
+}}
+
+/* Lines [l0, l1) of `lines` that block `blk` owns. */
+static __device__ inline void ccl_pk_range(u64 lines, u32 blk, u64* l0, u64* l1) {{
+  const u64 per = (lines + LL_MAXB - 1) / LL_MAXB;
+  *l0 = (u64)blk * per < lines ? (u64)blk * per : lines;
+  *l1 = *l0 + per < lines ? *l0 + per : lines;
+}}
+
+/* Where rank `from`'s packed lines of parity `par` sit in an area. */
+static __device__ inline u8* ccl_pk_slot(u8* area, u64 pk_off, u64 pk_max, u32 from, u32 par) {{
+  return area + pk_off + ((u64)from * 2 + par) * 2 * pk_max;
+}}
+
+/* A packed operation raises no flag anyone waits for, but still moves this block's flag at
+   every peer on, so a flag never falls behind the sequence by half the u32 circle (a later
+   flagged operation compares cyclically). */
+static __device__ inline void ccl_pk_flag(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+  if (tid < nranks && tid != rank) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
 }}
 
 /* After this block has read what the peers pushed: tell them their buffer is free. */
@@ -143,12 +213,44 @@ static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u
   ccl_ll_copy(to, from, b0, b1, tid, nthreads);
 }}
 
-extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off) {{
+/* The exchange in packed lines: pushes, then each peer's lines as they arrive. */
+static __device__ inline void ccl_pk_exchange(const ccl_xfer& x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 pk_off, u64 pk_max) {{
+  const u32 par = seq & 1u, blk = blockIdx.x, tid = threadIdx.x;
+  u8* mine = (u8*)areas[rank];
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank) {{
+      if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
+      continue;
+    }}
+    u8* to = ccl_pk_slot((u8*)areas[q], pk_off, pk_max, rank, par);
+    const u8* from = (const u8*)x.src[q];
+    u64 l0, l1;
+    ccl_pk_range((x.sbytes[q] + 7) / 8, blk, &l0, &l1);
+    for (u64 i = l0 + tid; i < l1; i += blockDim.x) ccl_pk_put(to + 16 * i, ccl_pk_gather(from + 8 * i, x.sbytes[q] - 8 * i), seq);
+  }}
+  ccl_pk_flag(areas, nranks, rank, seq, blk, tid);
+  __syncthreads();
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank || x.rbytes[q] == 0) continue;
+    const u8* from = ccl_pk_slot(mine, pk_off, pk_max, q, par);
+    const volatile u32* ack = (const volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)q * LL_MAXB + blk));
+    u64 l0, l1;
+    ccl_pk_range((x.rbytes[q] + 7) / 8, blk, &l0, &l1);
+    for (u64 i = l0 + tid; i < l1; i += blockDim.x) ccl_pk_scatter((u8*)x.dst[q] + 8 * i, ccl_pk_take(from + 16 * i, seq, ack), x.rbytes[q] - 8 * i);
+  }}
+}}
+
+extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 pk_off, u64 pk_max, u32 packed) {{
   const u32 par = seq & 1u;
   const u32 blk = blockIdx.x;
   const u32 tid = threadIdx.x;
   u8* mine = (u8*)areas[rank];
   ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  if (packed) {{
+    ccl_pk_exchange(x, areas, nranks, rank, seq, pk_off, pk_max);
+    ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+    return;
+  }}
   for (u32 q = 0; q < nranks; ++q) {{
     if (q == rank) {{
       if (x.src[q] != x.dst[q]) ccl_copy_part((u8*)x.dst[q], (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
@@ -169,19 +271,57 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
     );
 }
 
+/// `root` of the low-latency all-reduce kernel when every rank gets the result.
+pub const LL_EVERY_RANK: u32 = u32::MAX;
+
 /// The low-latency all-reduce (and reduce-scatter: peer `q` gets the input at
 /// `q * push_stride`, this rank's own part is at `own_off`; both 0 for all-reduce): each block
 /// pushes its part of the input into every peer's area with plain stores, fences, raises its
 /// flag there, waits for the same block's flag of every peer in its own area, and reduces all
 /// inputs in rank order (so every rank computes the same bits); see [`ll_protocol_code`].
+/// With `root` other than [`LL_EVERY_RANK`], a reduce: only `root` gets pushes and reduces,
+/// while flags and acknowledgements still go between every pair (the protocol's invariant).
 pub(super) fn ll_body_code(name: &str, out: &mut String) {
     ll_protocol_code(out);
     let _ = write!(
         out,
         r#"
 static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatile T*)p; }}
+#define CCL_LL_EVERY_RANK {LL_EVERY_RANK}u
 
-extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 push_stride, u64 own_off) {{
+union ccl_pk_elems {{ u64 u; T t[8 / sizeof(T)]; }};
+
+/* The reduction in packed lines: pushes, then per line the inputs in rank order as they
+   arrive (the same order, so the same bits, as the flagged kernel). */
+static __device__ inline void ccl_pk_reduce(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max) {{
+  const P p = ccl_param(0);
+  const u32 par = seq & 1u, blk = blockIdx.x, tid = threadIdx.x;
+  u8* mine = (u8*)areas[rank];
+  const u64 bytes = n * sizeof(T);
+  u64 l0, l1;
+  ccl_pk_range((bytes + 7) / 8, blk, &l0, &l1);
+  for (u32 q = 0; q < nranks; ++q) {{
+    if (q == rank || (root != CCL_LL_EVERY_RANK && q != root)) continue;
+    u8* to = ccl_pk_slot((u8*)areas[q], pk_off, pk_max, rank, par);
+    const u8* from = (const u8*)src + (u64)q * push_stride;
+    for (u64 i = l0 + tid; i < l1; i += blockDim.x) ccl_pk_put(to + 16 * i, ccl_pk_gather(from + 8 * i, bytes - 8 * i), seq);
+  }}
+  ccl_pk_flag(areas, nranks, rank, seq, blk, tid);
+  if (root != CCL_LL_EVERY_RANK && root != rank) return;
+  const u8* own = (const u8*)src + own_off;
+  for (u64 i = l0 + tid; i < l1; i += blockDim.x) {{
+    ccl_pk_elems acc, x;
+    for (u32 q = 0; q < nranks; ++q) {{
+      const volatile u32* ack = (const volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + (u64)q * LL_MAXB + blk));
+      x.u = q == rank ? ccl_pk_gather(own + 8 * i, bytes - 8 * i) : ccl_pk_take(ccl_pk_slot(mine, pk_off, pk_max, q, par) + 16 * i, seq, ack);
+      if (q == 0) acc = x;
+      else for (u32 k = 0; k < 8 / sizeof(T); ++k) acc.t[k] = ccl_apply(acc.t[k], x.t[k], p);
+    }}
+    ccl_pk_scatter((u8*)dst + 8 * i, acc.u, bytes - 8 * i);
+  }}
+}}
+
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max, u32 packed) {{
   const P p = ccl_param(0);
   const u32 par = seq & 1u;
   const u32 blk = blockIdx.x;
@@ -190,15 +330,20 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
   ccl_ll_range(n * sizeof(T), blk, &b0, &b1);
   u8* mine = (u8*)areas[rank];
   ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  if (packed) {{
+    ccl_pk_reduce(dst, src, n, areas, nranks, rank, seq, push_stride, own_off, root, pk_off, pk_max);
+    ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+    return;
+  }}
   const T* own = (const T*)((const u8*)src + own_off);
   for (u32 q = 0; q < nranks; ++q) {{
-    if (q == rank) continue;
+    if (q == rank || (root != CCL_LL_EVERY_RANK && q != root)) continue;
     u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
     ccl_ll_copy(to, (const u8*)src + (u64)q * push_stride, b0, b1, tid, blockDim.x);
   }}
   ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
   const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
-  for (u64 i = e0 + tid; i < e1; i += blockDim.x) {{
+  for (u64 i = e0 + tid; i < e1 && (root == CCL_LL_EVERY_RANK || root == rank); i += blockDim.x) {{
     T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
     for (u32 q = 1; q < nranks; ++q) {{
       const T x = q == rank ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
