@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40's before / after on two H200s (nvidia-h200-x2) with the build of 85072eb in .dev/new
+# Issue 40's before / after on two H200s (nvidia-h200-x2) with the build of 245a99c in .dev/new
 # and 8269214 (before the restructuring) in .dev/old: NVIDIA nccl-tests nine ops 8 B - 512 MiB
 # (-f 4) beside NVIDIA NCCL 2.28.9, then 2 MiB best of three (-n 200 -w 20).
 set -uo pipefail
