@@ -47,13 +47,23 @@ static inline double u64_to_d(u64 x) { return (double)x; }
 static inline u32 rni_u32(float x) { return (u32)std::nearbyintf(x); }
 static inline void ccl_ld16(const void* p, u32* v) { std::memcpy(v, p, 16); }
 static inline void ccl_ld16_fresh(const void* p, u32* v) {
-  for (int i = 0; i < 16; ++i) ((u8*)v)[i] = ((const volatile u8*)p)[i];
+  // Two whole 8-byte loads, as the GPU's 16-byte load is two whole halves (packed lines rely
+  // on it); the callers pass 16-byte-aligned addresses.
+  u64 a = __atomic_load_n((const u64*)p, __ATOMIC_ACQUIRE);
+  u64 b = __atomic_load_n((const u64*)p + 1, __ATOMIC_ACQUIRE);
+  std::memcpy(v, &a, 8);
+  std::memcpy(v + 2, &b, 8);
 }
 static inline void ccl_st16(void* p, const u32* v) { std::memcpy(p, v, 16); }
 static inline void ccl_st16_volatile(void* p, const u32* v) {
-  for (int i = 0; i < 4; ++i) ((volatile u32*)p)[i] = v[i];
+  u64 a, b;
+  std::memcpy(&a, v, 8);
+  std::memcpy(&b, v + 2, 8);
+  __atomic_store_n((u64*)p, a, __ATOMIC_RELEASE);
+  __atomic_store_n((u64*)p + 1, b, __ATOMIC_RELEASE);
 }
 static inline void ccl_backoff() { sched_yield(); }
+static inline void ccl_spin() { sched_yield(); }
 "#;
 
 /// Whether g++ is here to build the kernel sources for the host; says why a test skips if not.

@@ -276,3 +276,20 @@ impl Kernels {
         unsafe { self.launch_raw(func, stream, 2, 256, &mut params) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packed when every peer's part fits the agreed limit (and the packed buffers); never with
+    /// the limit at 0; the buffers' place and size do not depend on the operation.
+    #[test]
+    fn an_operation_is_packed_up_to_the_agreed_limit() {
+        let off = ll_pack_offset(4) as u64;
+        assert_eq!(packing(4, 16384, 16384), (off, LL_PACK_MAX as u64, 1));
+        assert_eq!(packing(4, 16385, 16384), (off, LL_PACK_MAX as u64, 0));
+        assert_eq!(packing(4, 8, 0).2, 0);
+        assert_eq!(packing(4, LL_PACK_MAX as u64, usize::MAX).2, 1);
+        assert_eq!(packing(4, LL_PACK_MAX as u64 + 1, usize::MAX).2, 0);
+    }
+}

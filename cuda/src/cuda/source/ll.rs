@@ -109,7 +109,7 @@ static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u
   for (u32 w = tid; w < nranks * LL_MAXB; w += blockDim.x) {{
     if (w / LL_MAXB == rank) continue;
     volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + w));
-    while ((int)(*ack - (seq - 2u)) < 0) {{ }}
+    while ((int)(*ack - (seq - 2u)) < 0) ccl_spin();
   }}
   __syncthreads();
 }}
@@ -122,7 +122,7 @@ static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine,
   if (tid < nranks && tid != rank) {{
     *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
     volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
-    while ((int)(*flag - seq) < 0) {{ }}
+    while ((int)(*flag - seq) < 0) ccl_spin();
   }}
   __syncthreads();
   __threadfence();
@@ -160,6 +160,7 @@ static __device__ inline u64 ccl_pk_take(const u8* line, u32 seq, const volatile
     ccl_ld16_fresh(line, w);
     if (w[1] == seq && w[3] == seq) break;
     if ((n & 1023u) == 0 && (int)(*ack - seq) > (1 << 29)) break;
+    ccl_spin();
   }}
   return (u64)w[0] | ((u64)w[2] << 32);
 }}

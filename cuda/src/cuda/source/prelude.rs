@@ -46,6 +46,9 @@ static __device__ inline void ccl_ld16(const void* p, u32* v) { asm volatile("ld
 static __device__ inline void ccl_ld16_fresh(const void* p, u32* v) { asm volatile("ld.global.cv.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p)); }
 static __device__ inline void ccl_st16(void* p, const u32* v) { asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory"); }
 static __device__ inline void ccl_st16_volatile(void* p, const u32* v) { asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory"); }
+/* A spin loop's pause: nothing on the GPU (a spin there costs one warp), a yield where the
+   tests run the kernels as host threads. */
+static __device__ inline void ccl_spin() {}
 static __device__ inline void ccl_backoff() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   __nanosleep(64);
