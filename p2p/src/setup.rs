@@ -238,30 +238,15 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     // threshold.
     // Host-only: nothing that reads or writes a peer's GPU memory (small operations as
     // kernels, direct reductions, relays, remote copies).
-    let ll_max = if host_only {
-        0
-    } else {
-        offers.iter().map(|o| o.ll_area as usize).min().unwrap_or(0)
-    };
-    let agreed_min = |f: fn(&Offer) -> u64| {
-        offers
-            .iter()
-            .map(|o| f(o) as usize)
-            .min()
-            .unwrap_or(0)
-            .min(ll_max)
-    };
-    let ll_reduce_max = agreed_min(|o| o.ll_reduce);
-    let ll_exchange_max = agreed_min(|o| o.ll_exchange_max);
+    let lowest = |f: fn(&Offer) -> u64| offers.iter().map(|o| f(o) as usize).min().unwrap_or(0);
+    let ll_max = if host_only { 0 } else { lowest(|o| o.ll_area) };
+    let ll_reduce_max = lowest(|o| o.ll_reduce).min(ll_max);
+    let ll_exchange_max = lowest(|o| o.ll_exchange_max).min(ll_max);
+    // Packed lines live in buffers of their own, there whenever the areas are.
     let ll_pack_max = if ll_max == 0 {
         0
     } else {
-        offers
-            .iter()
-            .map(|o| o.ll_pack as usize)
-            .min()
-            .unwrap_or(0)
-            .min(LL_PACK_MAX)
+        lowest(|o| o.ll_pack).min(LL_PACK_MAX)
     };
     let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
