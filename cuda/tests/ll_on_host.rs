@@ -99,13 +99,20 @@ impl Drop for Kernels {
 }
 
 fn build() -> Kernels {
+    // Tests run side by side in one process: each builds in folders of its own.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (d1, so1) = build_shared(
-        "ll_exchange",
+        &format!("ll_exchange{k}"),
         &host_source(DataType::Uint8, KernelOp::LlExchange),
         "-O2",
     );
     let sum = KernelOp::LlAllReduce(ReduceKindKey::from(ReduceKind::Sum));
-    let (d2, so2) = build_shared("ll_reduce", &host_source(DataType::Int32, sum), "-O2");
+    let (d2, so2) = build_shared(
+        &format!("ll_reduce{k}"),
+        &host_source(DataType::Int32, sum),
+        "-O2",
+    );
     // SAFETY: libraries just built from the kernel sources, with no initialisers that matter.
     let (exchange, reduce) = unsafe {
         (
@@ -298,6 +305,64 @@ fn exchange_case(
     (xs, want)
 }
 
+/// An all-reduce of about `c` bytes in two shots, as the engine launches it with more than two
+/// ranks: the reduce-scatter into each rank's part of the output, then the all-gather of the
+/// parts in place. Returns the inputs, the outputs (empty in place: the inputs hold the
+/// result) and the sums every rank must hold.
+#[allow(clippy::type_complexity)] // three per-rank buffer lists, named at the caller
+fn two_shot_op(
+    op: usize,
+    n: usize,
+    c: usize,
+    in_place: bool,
+    launches: &mut [Vec<Launch>],
+) -> (Vec<Vec<i32>>, Vec<Vec<i32>>, Vec<Vec<i32>>) {
+    let part = c.div_ceil(4 * n).max(1);
+    let count = part * n;
+    let mut input: Vec<Vec<i32>> = (0..n)
+        .map(|r| {
+            (0..count)
+                .map(|i| i as i32 * 5 - r as i32 * 77 + op as i32)
+                .collect()
+        })
+        .collect();
+    let want: Vec<Vec<i32>> = (0..n)
+        .map(|_| {
+            (0..count)
+                .map(|i| (0..n).map(|r| input[r][i]).sum())
+                .collect()
+        })
+        .collect();
+    let mut output: Vec<Vec<i32>> = (0..n).map(|_| vec![-5; count]).collect();
+    let packed = part * 4 <= PACK;
+    let pb = (part * 4) as u64;
+    for r in 0..n {
+        let src = input[r].as_mut_ptr() as u64;
+        let buf = if in_place {
+            src
+        } else {
+            output[r].as_mut_ptr() as u64
+        };
+        launches[r].push(Launch::Reduce {
+            dst: buf + r as u64 * pb,
+            src,
+            n: part as u64,
+            push_stride: pb,
+            own_off: r as u64 * pb,
+            root: LL_EVERY_RANK,
+            packed,
+        });
+        let mut x = LlTransfers::default();
+        for q in (0..n).filter(|&q| q != r) {
+            (x.src[q], x.sbytes[q]) = (buf + r as u64 * pb, pb);
+            (x.dst[q], x.rbytes[q]) = (buf + q as u64 * pb, pb);
+        }
+        launches[r].push(Launch::Exchange(x, packed));
+    }
+    let output = if in_place { Vec::new() } else { output };
+    (input, output, want)
+}
+
 /// Every rank's output buffers of one operation, what they must hold, and what it was.
 type Checked<T> = (Vec<Vec<T>>, Vec<Vec<T>>, String);
 
@@ -335,8 +400,16 @@ fn sequence(n: usize, ops: usize, seed: u64) {
             ));
             inputs.push(input);
         } else {
-            // all-reduce (0), in place (1), reduce to root (2), reduce-scatter (3)
-            let kind = rng.below(4);
+            // all-reduce (0), in place (1), reduce to root (2), reduce-scatter (3), all-reduce
+            // in two shots (4), in place (5)
+            let kind = rng.below(6);
+            if kind >= 4 {
+                let (input, output, want) = two_shot_op(op, n, c, kind == 5, &mut launches);
+                let what = format!("op {op}: two-shot all-reduce, in place {}", kind == 5);
+                ints.push((output, want, what));
+                int_inputs.push(input);
+                continue;
+            }
             let count = c.div_ceil(4);
             let packed = count * 4 <= PACK;
             let parts = if kind == 3 { n } else { 1 };
@@ -454,4 +527,43 @@ fn a_packed_receive_from_a_dead_peer_ends_when_the_words_move_on() {
     run(&k, &a, vec![vec![Launch::Exchange(x, true)], Vec::new()]);
     mover.join().unwrap();
     drop(output);
+}
+
+/// All-reduces in two shots on 4 and 8 ranks, packed and flagged, in place and not, one after
+/// another on the same areas: every rank ends with every sum.
+#[test]
+fn two_shot_all_reduces_on_four_and_eight_ranks() {
+    if !gxx_here("skipping: no g++ to run the low-latency kernels on the host") {
+        return;
+    }
+    let k = build();
+    for n in [4, 8] {
+        let a = areas(n);
+        let mut launches: Vec<Vec<Launch>> = vec![Vec::new(); n];
+        let cases: Vec<(usize, bool)> =
+            [(64, false), (4096, true), (PACK * n, false), (12000, true)]
+                .into_iter()
+                .filter(|&(c, _)| c.div_ceil(4 * n) * 4 <= LL_MAX)
+                .collect();
+        let done: Vec<_> = cases
+            .iter()
+            .enumerate()
+            .map(|(op, &(c, in_place))| two_shot_op(op, n, c, in_place, &mut launches))
+            .collect();
+        run(&k, &a, launches);
+        for (i, (input, output, want)) in done.iter().enumerate() {
+            for r in 0..n {
+                let got = if output.is_empty() {
+                    &input[r]
+                } else {
+                    &output[r]
+                };
+                assert!(
+                    got == &want[r],
+                    "n {n}, case {:?}: rank {r} differs",
+                    cases[i]
+                );
+            }
+        }
+    }
 }

@@ -45,6 +45,7 @@ pub fn config() -> P2pConfig {
         direct_reduce_takeover_max_bytes: CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES.get_i64(),
         ll_exchange_bytes: CCL_IPC_LL_EXCHANGE_BYTES.get_auto_i64(),
         ll_pack_bytes: CCL_IPC_LL_PACK_BYTES.get_i64(),
+        ll_two_shot_bytes: CCL_IPC_LL_TWO_SHOT_BYTES.get_i64(),
         bcast_relay_bytes: CCL_IPC_BCAST_RELAY_BYTES.get_i64(),
         bcast_relay_chunk_bytes: CCL_IPC_BCAST_RELAY_CHUNK_BYTES.get_i64(),
         remote_copy: CCL_IPC_REMOTE_COPY.get_bool(),

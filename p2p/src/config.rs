@@ -53,6 +53,9 @@ pub struct P2pConfig {
     /// `CCL_IPC_LL_PACK_BYTES`: low-latency operations moving at most this many bytes per
     /// peer go in packed lines.
     pub ll_pack_bytes: i64,
+    /// `CCL_IPC_LL_TWO_SHOT_BYTES` (0: never): low-latency all-reduces of more than two ranks
+    /// from this many bytes go in two shots.
+    pub ll_two_shot_bytes: i64,
     /// `CCL_IPC_BCAST_RELAY_BYTES`, `CCL_IPC_BCAST_RELAY_CHUNK_BYTES`.
     pub bcast_relay_bytes: i64,
     pub bcast_relay_chunk_bytes: i64,

@@ -143,6 +143,9 @@ pub struct IpcEngine {
     /// Low-latency operations of at most this many bytes per peer go in packed lines
     /// (`CCL_IPC_LL_PACK_BYTES`, agreed).
     pub(crate) ll_pack_max: usize,
+    /// Low-latency all-reduces of more than two ranks from this many bytes go in two shots
+    /// (`CCL_IPC_LL_TWO_SHOT_BYTES`, agreed; 0: never).
+    pub(crate) ll_two_shot_min: usize,
     /// The throughput monitor's timing of copy-engine transfers, once the communicator has a
     /// monitor ([`crate::monitor_copies`]).
     pub(crate) copies: std::sync::OnceLock<crate::copy_monitor::CopyMonitor>,

@@ -29,6 +29,9 @@ pub(crate) enum LowLatency {
     ReduceScatter(Task),
     /// A reduce: the all-reduce kernel with only the root pushed to and reducing.
     Reduce(Task, usize),
+    /// An all-reduce in two shots: the kernel as a reduce-scatter into this rank's part of
+    /// the output, then the exchange as an all-gather of the parts in place.
+    AllReduceTwoShot(Task),
     Exchange(LlTransfers),
 }
 
@@ -66,6 +69,35 @@ pub(crate) fn reduction_paths(
         None
     };
     Ok((ll, sym))
+}
+
+/// An all-reduce chosen for the low-latency kernel goes in two shots instead with more than
+/// two ranks, from `min` bytes (0: never), when its elements divide by the ranks (the parts of
+/// the reduce-scatter are equal). Depends only on what every rank sees alike.
+pub(crate) fn two_shot(ll: Option<LowLatency>, n: usize, min: usize) -> Option<LowLatency> {
+    match ll {
+        Some(LowLatency::AllReduce(t))
+            if n > 2
+                && n <= LL_EXCHANGE_MAX_RANKS
+                && min > 0
+                && t.count % n == 0
+                && t.count.saturating_mul(t.dtype.size()) >= min =>
+        {
+            Some(LowLatency::AllReduceTwoShot(t))
+        }
+        other => other,
+    }
+}
+
+/// The second shot's transfer table: every rank's part of `buf` (`part` bytes at `q * part`)
+/// gathered in place, this rank sending its own part to every peer.
+pub(crate) fn gather_parts(buf: u64, part: u64, rank: usize, n: usize) -> LlTransfers {
+    let mut x = LlTransfers::default();
+    for q in (0..n).filter(|&q| q != rank) {
+        (x.src[q], x.sbytes[q]) = (buf + rank as u64 * part, part);
+        (x.dst[q], x.rbytes[q]) = (buf + q as u64 * part, part);
+    }
+    x
 }
 
 /// Whether a group is one data collective small enough (`max` bytes, 0: never) for the
@@ -150,6 +182,10 @@ pub(crate) fn kernels_needed<'a>(
         Some(
             LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) | LowLatency::Reduce(t, _),
         ) => v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into()))),
+        Some(LowLatency::AllReduceTwoShot(t)) => {
+            v.push((t.dtype, KernelOp::LlAllReduce(t.red.arithmetic().into())));
+            v.push((DataType::Uint8, KernelOp::LlExchange));
+        }
         Some(LowLatency::Exchange(_)) => v.push((DataType::Uint8, KernelOp::LlExchange)),
         None => {}
     }
@@ -275,6 +311,64 @@ mod tests {
         ));
         // More ranks than the exchange table holds.
         assert!(low_latency(&[bc], 1, 9, 1 << 20).unwrap().is_none());
+    }
+
+    /// Two shots only for more than two ranks, from the threshold, with equal parts; every
+    /// other choice passes through.
+    #[test]
+    fn all_reduces_go_in_two_shots_from_the_threshold() {
+        let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
+        let shot = |count, n, min| two_shot(Some(LowLatency::AllReduce(ar(count))), n, min);
+        assert!(matches!(
+            shot(4096, 4, 16384),
+            Some(LowLatency::AllReduceTwoShot(_))
+        ));
+        assert!(
+            matches!(shot(4092, 4, 16384), Some(LowLatency::AllReduce(_))),
+            "below 16 KiB"
+        );
+        assert!(
+            matches!(shot(4098, 4, 16384), Some(LowLatency::AllReduce(_))),
+            "parts unequal"
+        );
+        assert!(
+            matches!(shot(4096, 2, 16384), Some(LowLatency::AllReduce(_))),
+            "two ranks"
+        );
+        assert!(
+            matches!(shot(4104, 9, 16384), Some(LowLatency::AllReduce(_))),
+            "past the table"
+        );
+        assert!(
+            matches!(shot(1 << 20, 8, 0), Some(LowLatency::AllReduce(_))),
+            "off"
+        );
+        let rs = task(
+            TaskKind::Coll(Collective::ReduceScatter),
+            0x1000,
+            0x8000,
+            4096,
+        );
+        assert!(matches!(
+            two_shot(Some(LowLatency::ReduceScatter(rs)), 4, 1),
+            Some(LowLatency::ReduceScatter(_))
+        ));
+        assert!(two_shot(None, 4, 1).is_none());
+    }
+
+    /// The second shot sends this rank's part to every peer and takes each peer's part into
+    /// its place, nothing to or from itself.
+    #[test]
+    fn the_second_shot_gathers_every_part_in_place() {
+        let x = gather_parts(0x10000, 0x100, 2, 4);
+        assert_eq!(&x.src[..4], &[0x10200, 0x10200, 0, 0x10200]);
+        assert_eq!(&x.sbytes[..4], &[0x100, 0x100, 0, 0x100]);
+        assert_eq!(&x.dst[..4], &[0x10000, 0x10100, 0, 0x10300]);
+        assert_eq!(&x.rbytes[..4], &[0x100, 0x100, 0, 0x100]);
+        assert_eq!(
+            (&x.sbytes[4..], &x.rbytes[4..]),
+            (&[0u64; 4][..], &[0u64; 4][..])
+        );
     }
 
     /// A small reduce takes the all-reduce kernel with its root (every rank alike, root or

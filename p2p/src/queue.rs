@@ -20,7 +20,9 @@ use crate::engine::{streams_of, IpcEngine, Phases, Queued};
 use crate::error::{cuda_err, Error, Result};
 use crate::lower::{lower, Program};
 use crate::mail::MailJob;
-use crate::paths::{kernels_needed, reduction_paths, small_exchange, LowLatency};
+use crate::paths::{
+    gather_parts, kernels_needed, reduction_paths, small_exchange, two_shot, LowLatency,
+};
 use crate::protocol::Chain;
 use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
 use crate::{direct, direct_reduce, rendezvous, small_p2p};
@@ -207,6 +209,7 @@ fn prepare(
             0
         },
     )?;
+    let ll = two_shot(ll, l.nranks, eng.ll_two_shot_min);
     let lowered: &[Task] = if ll.is_some() { &[] } else { tasks };
     let em = Chain::lower(lowered, l.rank, l.nranks, l.chunk, eng.single_stream_max)?;
     // Load every kernel now: loading a module can wait for the whole device, which must not
@@ -598,53 +601,112 @@ impl Queueing {
         }
     }
 
-    /// The group's small collective as one low-latency kernel, if it is one.
+    /// The group's small collective as one low-latency kernel (two for an all-reduce in two
+    /// shots), if it is one.
     fn launch_low_latency(&self, q: &mut Queued) -> Result<()> {
         let Some(ll) = &self.ll else {
             return Ok(());
         };
         let eng = &*self.eng;
         let first = &self.user[0];
-        q.ll_seq = q.ll_seq.wrapping_add(1);
         let l = &eng.layout;
         let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
-        // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
-        // areas (checked when choosing this path); every rank launches the same operation
-        // with the same sequence number.
-        unsafe {
-            match ll {
-                LowLatency::AllReduce(t)
-                | LowLatency::ReduceScatter(t)
-                | LowLatency::Reduce(t, _) => eng.kernels.ll_all_reduce(
-                    first,
-                    t.dtype,
-                    t.red.arithmetic(),
-                    t.recv as u64,
-                    t.send as u64,
-                    t.count,
-                    areas,
-                    n,
-                    me,
-                    q.ll_seq,
-                    eng.ll_max,
-                    matches!(ll, LowLatency::ReduceScatter(_)),
-                    match ll {
-                        LowLatency::Reduce(_, root) => Some(*root as u32),
-                        _ => None,
-                    },
-                    eng.ll_pack_max,
-                ),
-                LowLatency::Exchange(x) => eng.kernels.ll_exchange(
-                    first,
-                    x,
-                    areas,
-                    n,
-                    me,
-                    q.ll_seq,
-                    eng.ll_max,
-                    eng.ll_pack_max,
-                ),
+        let (t, root) = match ll {
+            LowLatency::AllReduceTwoShot(t) => return self.launch_two_shot(q, t),
+            LowLatency::Exchange(x) => {
+                q.ll_seq = q.ll_seq.wrapping_add(1);
+                // SAFETY: the buffers hold what the task says (validated at enqueue) and fit
+                // the areas (checked when choosing this path); every rank launches its side of
+                // the same exchange with the same sequence number.
+                return unsafe {
+                    eng.kernels.ll_exchange(
+                        first,
+                        x,
+                        areas,
+                        n,
+                        me,
+                        q.ll_seq,
+                        eng.ll_max,
+                        eng.ll_pack_max,
+                    )
+                }
+                .map_err(cuda_err);
             }
+            LowLatency::Reduce(t, root) => (t, Some(*root as u32)),
+            LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => (t, None),
+        };
+        q.ll_seq = q.ll_seq.wrapping_add(1);
+        // SAFETY: as above: the same operation with the same sequence number on every rank.
+        unsafe {
+            eng.kernels.ll_all_reduce(
+                first,
+                t.dtype,
+                t.red.arithmetic(),
+                t.recv as u64,
+                t.send as u64,
+                t.count,
+                areas,
+                n,
+                me,
+                q.ll_seq,
+                eng.ll_max,
+                matches!(ll, LowLatency::ReduceScatter(_)),
+                root,
+                eng.ll_pack_max,
+            )
+        }
+        .map_err(cuda_err)
+    }
+
+    /// An all-reduce in two shots: the low-latency reduce-scatter of the input into this
+    /// rank's part of the output, then the exchange gathering every rank's part in place
+    /// (two operations of the low-latency sequence).
+    fn launch_two_shot(&self, q: &mut Queued, t: &Task) -> Result<()> {
+        let eng = &*self.eng;
+        let first = &self.user[0];
+        let l = &eng.layout;
+        let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
+        let part = t.count / l.nranks;
+        let part_bytes = (part * t.dtype.size()) as u64;
+        let mine = t.recv as u64 + l.rank as u64 * part_bytes;
+        let x = gather_parts(t.recv as u64, part_bytes, l.rank, l.nranks);
+        q.ll_seq = q.ll_seq.wrapping_add(1);
+        // SAFETY: as for the one-shot kernel (the route checked that the parts are equal and
+        // fit the areas); the reduce-scatter writes only this rank's part of the output, which
+        // the exchange then sends from while writing the other parts.
+        unsafe {
+            eng.kernels.ll_all_reduce(
+                first,
+                t.dtype,
+                t.red.arithmetic(),
+                mine,
+                t.send as u64,
+                part,
+                areas,
+                n,
+                me,
+                q.ll_seq,
+                eng.ll_max,
+                true,
+                None,
+                eng.ll_pack_max,
+            )
+        }
+        .map_err(cuda_err)?;
+        q.ll_seq = q.ll_seq.wrapping_add(1);
+        // SAFETY: every range lies in the output (count elements); every rank launches its
+        // side of the same all-gather with the same sequence number.
+        unsafe {
+            eng.kernels.ll_exchange(
+                first,
+                &x,
+                areas,
+                n,
+                me,
+                q.ll_seq,
+                eng.ll_max,
+                eng.ll_pack_max,
+            )
         }
         .map_err(cuda_err)
     }

@@ -248,6 +248,11 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     } else {
         lowest(|o| o.ll_pack).min(LL_PACK_MAX)
     };
+    let ll_two_shot_min = if ll_reduce_max == 0 {
+        0
+    } else {
+        lowest(|o| o.ll_two_shot)
+    };
     let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
@@ -281,6 +286,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         ll_reduce_max,
         ll_exchange_max,
         ll_pack_max,
+        ll_two_shot_min,
         direct_reduce,
         relay,
     }

@@ -3,7 +3,7 @@
 # all-gather / all-to-all with no library (tests/gpu/ce_ceiling_n.c), NVIDIA's nccl-tests nine
 # ops beside NVIDIA NCCL (ratio table and plot by ccl-report when cargo is here, else the
 # logs), and NCCL's own copy-engine collectives (nccl-tests -R 2 -x 2) for all-gather and
-# all-to-all. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
+# all-to-all; then the low-latency all-reduce in one and two shots. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
 # with CCL_IPC_BATCH_COPIES=0 (a copy lane per peer instead of one driver batch per rank).
 # Everything under $OUT.
 set -uo pipefail
@@ -18,4 +18,11 @@ cat "$OUT/ab/nccltests.md"
 OUT=$OUT/ce OPS="all_gather alltoall" EXTRA="-R 2 -x 2 -b 64M -e 1G -f 4" LIBS="nccl" NGPU=$NGPU \
   bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
 grep -haE "^ +[0-9]{8,}" "$OUT"/ce/nccltests/*.log | head -20
-cd "$OUT" && tar czf x4-logs.tgz ab ce ceiling.txt && rm -rf ab/nccltests ce/nccltests
+# The low-latency all-reduce's crossovers on more than two GPUs: one shot (the default) against
+# two shots from 16 KiB, and the kernel taking all-reduces up to 2 MiB (CCL_IPC_LL_BYTES).
+OUT=$OUT/ll OPS="all_reduce" EXTRA="-b 8 -e 8M -f 2 -n 50 -w 10" LIBS="nccl one=$LIB two=$LIB two2m=$LIB" \
+  ENVS_two=CCL_IPC_LL_TWO_SHOT_BYTES=16384 \
+  ENVS_two2m="CCL_IPC_LL_TWO_SHOT_BYTES=16384 CCL_IPC_LL_BYTES=2097152" NGPU=$NGPU \
+  bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+cat "$OUT/ll/nccltests.md"
+cd "$OUT" && tar czf x4-logs.tgz ab ce ll ceiling.txt && rm -rf ab/nccltests ce/nccltests ll/nccltests

@@ -42,6 +42,9 @@ pub(super) struct Agreed {
     pub ll_exchange_max: usize,
     /// Low-latency operations of at most this many bytes per peer go in packed lines.
     pub ll_pack_max: usize,
+    /// Low-latency all-reduces of more than two ranks from this many bytes go in two shots
+    /// (0: never).
+    pub ll_two_shot_min: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub direct_reduce: usize,
     pub relay: Relay,
@@ -175,6 +178,7 @@ pub(super) fn build(
         ll_reduce_max: a.ll_reduce_max,
         ll_exchange_max: a.ll_exchange_max,
         ll_pack_max: a.ll_pack_max,
+        ll_two_shot_min: a.ll_two_shot_min,
         copies: std::sync::OnceLock::new(),
         relay: a.relay,
         takeover,
