@@ -311,29 +311,56 @@ fn attribute<T: Copy + Default>(drv: &Driver, attr: CUpointer_attribute, ptr: u6
     Ok(v)
 }
 
+/// The driver's memory type of `ptr`, `None` for memory it does not know.
+fn memory_type(drv: &Driver, ptr: u64) -> Result<Option<c_uint>> {
+    match attribute(drv, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) {
+        Ok(t) => Ok(Some(t)),
+        Err(CudaError::Driver { code, .. })
+            if code == CUDA_ERROR_INVALID_VALUE || code == CUDA_ERROR_INVALID_CONTEXT =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Device and array memory types; unified memory is managed.
+fn on_device(mem_type: c_uint) -> bool {
+    mem_type == CU_MEMORYTYPE_DEVICE || mem_type == CU_MEMORYTYPE_ARRAY
+}
+
+/// Whether `ptr` is device or managed memory ([`pointer_info`]'s `is_device`), in one driver
+/// query for device memory and two otherwise, where [`pointer_info`] makes five: every
+/// collective call asks this of its buffers.
+pub fn is_device_memory(ptr: u64) -> Result<bool> {
+    let drv = Driver::get()?;
+    let Some(mem_type) = memory_type(drv, ptr)? else {
+        return Ok(false);
+    };
+    if on_device(mem_type) || mem_type == CU_MEMORYTYPE_UNIFIED {
+        return Ok(true);
+    }
+    let managed: c_int = attribute(drv, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr).unwrap_or(0);
+    Ok(managed != 0)
+}
+
 /// What the driver knows about `ptr`: host or device, which device, and the bounds of the
 /// allocation it is in. Memory the driver does not know is [`MemoryKind::Unregistered`].
 pub fn pointer_info(ptr: u64) -> Result<PointerInfo> {
     let drv = Driver::get()?;
-    let mem_type: c_uint = match attribute(drv, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) {
-        Ok(t) => t,
-        Err(CudaError::Driver { code, .. })
-            if code == CUDA_ERROR_INVALID_VALUE || code == CUDA_ERROR_INVALID_CONTEXT =>
-        {
-            return Ok(PointerInfo {
-                kind: MemoryKind::Unregistered,
-                is_device: false,
-                device: None,
-                base: ptr,
-                size: 0,
-            })
-        }
-        Err(e) => return Err(e),
+    let Some(mem_type) = memory_type(drv, ptr)? else {
+        return Ok(PointerInfo {
+            kind: MemoryKind::Unregistered,
+            is_device: false,
+            device: None,
+            base: ptr,
+            size: 0,
+        });
     };
     let managed: c_int = attribute(drv, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr).unwrap_or(0);
     let kind = if managed != 0 || mem_type == CU_MEMORYTYPE_UNIFIED {
         MemoryKind::Managed
-    } else if mem_type == CU_MEMORYTYPE_DEVICE || mem_type == CU_MEMORYTYPE_ARRAY {
+    } else if on_device(mem_type) {
         MemoryKind::Device
     } else {
         MemoryKind::Host

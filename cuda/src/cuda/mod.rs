@@ -43,7 +43,8 @@ pub use flag::Flag;
 pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
 pub use kernels::{GraphWords, KernelStats, Kernels, LlP2p, LlTransfers, Preloaded};
 pub use memory::{
-    buffer_id, pointer_info, DeviceBuffer, HostRegistration, MemoryKind, PinnedBuffer, PointerInfo,
+    buffer_id, is_device_memory, pointer_info, DeviceBuffer, HostRegistration, MemoryKind,
+    PinnedBuffer, PointerInfo,
 };
 pub use nvml::ClockLimits;
 pub use nvrtc::{Image, ImageKind, Nvrtc, Target};

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ccl_cuda::cuda::{self, Context, MemoryKind, Stream};
+use ccl_cuda::cuda::{self, Context, Stream};
 
 use crate::core::Comm;
 use crate::error::{Error, ErrorKind, Result};
@@ -56,10 +56,7 @@ pub(crate) fn pci_bus_id(dev: i32) -> Option<String> {
 }
 
 pub(crate) fn is_device_ptr(p: usize) -> bool {
-    p != 0
-        && cuda::pointer_info(p as u64)
-            .map(|i| matches!(i.kind, MemoryKind::Device | MemoryKind::Managed))
-            .unwrap_or(false)
+    p != 0 && cuda::is_device_memory(p as u64).unwrap_or(false)
 }
 
 /// Does this group of operations touch device memory (and so take the GPU path)?
