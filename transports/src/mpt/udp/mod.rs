@@ -20,6 +20,7 @@
 //! batches are preallocated slabs of `MAX_DATAGRAM`-byte slots.
 
 mod batch;
+mod follow;
 mod frag;
 mod limits;
 mod paths;
@@ -30,6 +31,7 @@ mod send;
 mod tests;
 
 pub use batch::{RxBatch, TxBatch};
+pub use follow::{verdict, Verdict};
 pub use limits::{BATCH, DEFAULT_UDP_PATHS, MAX_DATAGRAM, TX_MAX};
 pub use paths::{UdpPaths, UdpStats};
 pub use poll::wait_readable;
