@@ -5,6 +5,7 @@ use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths};
 use crate::mpt::{Connection, Event, Instant, PathId};
 use crate::{Error, Result};
 
+use super::follow::{Follow, Step};
 use super::monitor::EngineMon;
 use super::parts::PART_HEADER;
 use super::slab::{Loan, Slab};
@@ -53,6 +54,10 @@ pub(super) struct Inner {
     pub(super) copy_job: Option<CopyJob>,
     /// What the throughput monitor is told (off unless [`crate::Link::attach_monitor`]).
     pub(super) mon: EngineMon,
+    /// Following renumbered NICs, this side's and the peer's.
+    pub(super) follow: Follow,
+    /// What the last look of `follow` said, kept so looks do not allocate.
+    pub(super) follow_steps: Vec<Step>,
 }
 
 /// One part of a split frame, handed to the engine thread that carries it
@@ -145,6 +150,18 @@ impl Inner {
         let ready = self.udp.readable(&mut self.ready);
         for &p in &self.ready[..ready] {
             let p = usize::from(p);
+            // A loose path (failed; its peer may come back from a new address) first sees
+            // who sends; healthy paths go straight on.
+            if self.udp.is_loose(p) {
+                match self.udp.admit(p, self.conn.local_flow_id()) {
+                    Ok(true) => self.follow.heard(p),
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::debug!("mpt link to {}: path {p}: {e}", self.peer);
+                        continue;
+                    }
+                }
+            }
             loop {
                 let n = match self.udp.recv_batch(p, &mut self.rx) {
                     Ok(n) => n,
@@ -228,6 +245,7 @@ impl Inner {
         if timed_out {
             self.conn.handle_timeout(now);
         }
+        self.follow_nics(now);
         moved |= self.transmit(now, send_slab);
         self.drain_events();
         // Chunks leave a path's flight only on what arrived or a timeout, and are posted only

@@ -289,6 +289,19 @@ impl UdpPaths {
         Ok(at)
     }
 
+    /// Cuts path `path` off as a NIC that lost its address would, for tests: its descriptor
+    /// now holds a socket bound to an address no interface has (TEST-NET-1, 192.0.2.1, by
+    /// `IP_FREEBIND`), which the kernel refuses to route from (`ENETUNREACH`, a loss) and
+    /// nothing can reach. Such a socket cannot connect, so the path is loose from then on.
+    #[cfg(test)]
+    pub(crate) fn cut(&mut self, path: usize) {
+        let s = unroutable_socket();
+        // SAFETY: as in `rebind`.
+        cvt(unsafe { libc::dup3(s.as_raw_fd(), self.socks[path].as_raw_fd(), libc::O_CLOEXEC) })
+            .unwrap();
+        self.loose[path] = true;
+    }
+
     /// Sends the datagrams `idx` of `batch` on the loose socket `fd` of one path, each
     /// addressed to the path's peer, whole (the kernel fragments a large one).
     pub(super) fn send_loose(&mut self, fd: RawFd, batch: &TxBatch, idx: &[u16]) -> io::Result<()> {
@@ -333,6 +346,39 @@ impl UdpPaths {
         }
         Ok(())
     }
+}
+
+/// A UDP socket bound to 192.0.2.1 (an address no interface holds) with `IP_FREEBIND`.
+#[cfg(test)]
+fn unroutable_socket() -> std::net::UdpSocket {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket() returns a new descriptor (checked), owned by the UdpSocket made of it.
+    let s = unsafe {
+        let fd = libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        std::net::UdpSocket::from_raw_fd(fd)
+    };
+    assert!(super::paths::set_int(
+        s.as_raw_fd(),
+        libc::IPPROTO_IP,
+        libc::IP_FREEBIND,
+        1
+    ));
+    let (ss, len) = to_c(SocketAddr::new(IpAddr::from([192, 0, 2, 1]), 0));
+    // SAFETY: `ss` holds a socket address of `len` bytes and outlives the call.
+    cvt(unsafe {
+        libc::bind(
+            s.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })
+    .unwrap();
+    s
 }
 
 #[cfg(test)]

@@ -1,0 +1,347 @@
+//! An engine's paths follow a renumbered NIC, on both ends ([`Follow`], looked at every
+//! [`LOOK_EVERY`] by the engine's progress).
+//!
+//! * A path failed at two looks in a row (lost chunks, none delivered since) is made loose
+//!   (see [`crate::mpt::udp::UdpPaths::loosen`]): the peer path may come back from another
+//!   address. A loose path that delivers again without having heard from its peer (its
+//!   chunks acknowledged on other paths) is connected back to its known peer.
+//! * A NIC one of whose paths failed, and none of whose paths had a chunk acknowledged since
+//!   the last look, is looked up by name (as the socket failover link looks up its primary):
+//!   when its address changed, every path of that NIC is rebound on the new address,
+//!   connected to the same peer paths, and their probes then reach the peer's loose paths,
+//!   which follow them.
+//!
+//! Healthy paths are never touched, and the look is one comparison per round of progress.
+
+use std::net::IpAddr;
+
+use crate::mpt::{Instant, PathId, PathView};
+use crate::socket_failover::{PrimaryNic, LOOK_EVERY};
+
+use super::progress::Inner;
+
+/// Looks in a row a path must be failed before it is made loose: a path that lost a chunk
+/// to congestion and is revived at once stays connected.
+const LOOSEN_AFTER: u8 = 2;
+
+/// What the engine is to do with its paths after a look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Make path `.0` loose.
+    Loosen(u16),
+    /// Connect loose path `.0` to its known peer again.
+    Tighten(u16),
+    /// Rebind the paths of NIC `nic` on `ip`; [`Follow::rebound`] confirms it.
+    Rebind { nic: usize, ip: IpAddr },
+}
+
+/// One of the engine's local NICs.
+struct Nic {
+    /// Where its address comes from (`None`: not looked up; no interface held it).
+    lookup: Option<PrimaryNic>,
+    /// The address its paths are bound to.
+    ip: IpAddr,
+    /// Chunks acknowledged on its paths, as of the last look.
+    acked: u64,
+}
+
+/// What the engine knows to follow renumbered NICs; path `i` is on NIC `i % nics`.
+pub(super) struct Follow {
+    nics: Vec<Nic>,
+    /// Per path, looks in a row at which it was failed.
+    failed_looks: Vec<u8>,
+    next: Instant,
+}
+
+impl Follow {
+    /// `nics`: each local NIC's address and where to look it up, in path order.
+    pub(super) fn new(paths: u16, nics: Vec<(IpAddr, Option<PrimaryNic>)>) -> Follow {
+        Follow {
+            nics: nics
+                .into_iter()
+                .map(|(ip, lookup)| Nic {
+                    lookup,
+                    ip,
+                    acked: 0,
+                })
+                .collect(),
+            failed_looks: vec![0; usize::from(paths)],
+            next: Instant::ZERO,
+        }
+    }
+
+    /// Whether a look is due at `now`.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        now >= self.next
+    }
+
+    /// The NIC of path `path`.
+    pub(super) fn nic_of(&self, path: usize) -> usize {
+        path % self.nics.len().max(1)
+    }
+
+    /// Looks at every path (`view(i)`: path `i`'s view, `loose(i)`: whether it is loose)
+    /// and writes what to do into `out` (which it does not clear).
+    pub(super) fn look(
+        &mut self,
+        now: Instant,
+        view: impl Fn(usize) -> PathView,
+        loose: impl Fn(usize) -> bool,
+        out: &mut Vec<Step>,
+    ) {
+        self.next = now + LOOK_EVERY;
+        let n = self.nics.len().max(1);
+        let paths = self.failed_looks.len();
+        for (i, looks) in self.failed_looks.iter_mut().enumerate() {
+            let failed = view(i).consecutive_losses > 0;
+            *looks = if failed { looks.saturating_add(1) } else { 0 };
+            let is_loose = loose(i);
+            if failed && !is_loose && *looks >= LOOSEN_AFTER {
+                out.push(Step::Loosen(i as u16));
+            } else if !failed && is_loose {
+                out.push(Step::Tighten(i as u16));
+            }
+        }
+        for (k, nic) in self.nics.iter_mut().enumerate() {
+            let mine = || (k..paths).step_by(n).map(&view);
+            let acked: u64 = mine().map(|v| v.chunks_acked).sum();
+            let silent = acked == nic.acked;
+            nic.acked = acked;
+            if !silent || !mine().any(|v| v.consecutive_losses > 0) {
+                continue;
+            }
+            let Some(lookup) = &nic.lookup else { continue };
+            if let Some(ip) = lookup.address().filter(|&ip| ip != nic.ip) {
+                out.push(Step::Rebind { nic: k, ip });
+            }
+        }
+    }
+
+    /// The paths of NIC `nic` were rebound on `ip`: they start counting their failures
+    /// afresh, so their probes get to reach the peer before they are made loose.
+    pub(super) fn rebound(&mut self, nic: usize, ip: IpAddr) {
+        let n = self.nics.len().max(1);
+        if let Some(x) = self.nics.get_mut(nic) {
+            x.ip = ip;
+        }
+        for looks in self.failed_looks.iter_mut().skip(nic).step_by(n) {
+            *looks = 0;
+        }
+    }
+
+    /// Path `path` connected again (it heard from its peer): it starts counting its failures
+    /// afresh.
+    pub(super) fn heard(&mut self, path: usize) {
+        if let Some(looks) = self.failed_looks.get_mut(path) {
+            *looks = 0;
+        }
+    }
+}
+
+impl Inner {
+    /// Every [`LOOK_EVERY`]: loosens, tightens and rebinds paths as [`Follow::look`] says.
+    pub(super) fn follow_nics(&mut self, now: Instant) {
+        if !self.follow.due(now) {
+            return;
+        }
+        let mut steps = std::mem::take(&mut self.follow_steps);
+        steps.clear();
+        let (conn, udp) = (&self.conn, &self.udp);
+        self.follow.look(
+            now,
+            |i| conn.path(PathId(i as u16)),
+            |i| udp.is_loose(i),
+            &mut steps,
+        );
+        for &step in &steps {
+            match step {
+                Step::Loosen(p) => match self.udp.loosen(usize::from(p)) {
+                    Ok(()) => tracing::debug!(
+                        "mpt link to {}: path {p} failed; it takes its peer from any address",
+                        self.peer
+                    ),
+                    Err(e) => tracing::debug!("mpt link to {}: loosen path {p}: {e}", self.peer),
+                },
+                Step::Tighten(p) => {
+                    let p = usize::from(p);
+                    if let Some(to) = self.udp.peer(p) {
+                        if let Err(e) = self.udp.connect_path(p, to) {
+                            tracing::debug!("mpt link to {}: reconnect path {p}: {e}", self.peer);
+                        }
+                    }
+                }
+                Step::Rebind { nic, ip } => self.rebind_nic(nic, ip),
+            }
+        }
+        self.follow_steps = steps;
+    }
+
+    /// Binds every path of NIC `nic` on its new address `ip`; confirmed to [`Follow`] only
+    /// when all were (otherwise the next look tries again).
+    fn rebind_nic(&mut self, nic: usize, ip: IpAddr) {
+        let mut done = true;
+        for p in (0..self.udp.len()).filter(|&p| self.follow.nic_of(p) == nic) {
+            match self.udp.rebind(p, ip) {
+                Ok(at) => tracing::debug!("mpt link to {}: path {p} now at {at}", self.peer),
+                Err(e) => {
+                    tracing::debug!("mpt link to {}: rebind path {p} on {ip}: {e}", self.peer);
+                    done = false;
+                }
+            }
+        }
+        if done {
+            tracing::info!(
+                "mpt link to {}: NIC {nic} renumbered, its paths rebound on {ip}",
+                self.peer
+            );
+            self.follow.rebound(nic, ip);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "follow_link_tests.rs"]
+mod link_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    fn view(i: u16, losses: u32, acked: u64) -> PathView {
+        PathView {
+            id: PathId(i),
+            srtt: None,
+            effective_rtt: Duration::ZERO,
+            inflight_chunks: 0,
+            consecutive_losses: losses,
+            chunks_sent: acked,
+            chunks_acked: acked,
+            chunks_lost: 0,
+        }
+    }
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_micros(ms * 1000)
+    }
+
+    /// Four paths over two NICs (0, 2 on NIC 0; 1, 3 on NIC 1). NIC 1 is renumbered while
+    /// its paths are healthy: nothing moves. Its paths fail: they are made loose at the
+    /// second look, and NIC 1 is rebound once it is silent (nothing acknowledged since the
+    /// last look); NIC 0, healthy all along, is never looked up nor touched.
+    #[test]
+    fn only_failed_paths_loosen_and_only_a_silent_failed_nic_is_rebound() {
+        let nic1 = Arc::new(Mutex::new(Some("10.0.1.1".parse::<IpAddr>().unwrap())));
+        let lookups0 = Arc::new(Mutex::new(0u32));
+        let l0 = Arc::clone(&lookups0);
+        let l1 = Arc::clone(&nic1);
+        let mut f = Follow::new(
+            4,
+            vec![
+                (
+                    "10.0.0.1".parse().unwrap(),
+                    Some(PrimaryNic::from_fn(move || {
+                        *l0.lock().unwrap() += 1;
+                        Some("10.0.0.9".parse().unwrap())
+                    })),
+                ),
+                (
+                    "10.0.1.1".parse().unwrap(),
+                    Some(PrimaryNic::from_fn(move || *l1.lock().unwrap())),
+                ),
+            ],
+        );
+        let mut out = Vec::new();
+        let mut look = |f: &mut Follow, t: u64, v: &[PathView], loose: &[bool]| {
+            out.clear();
+            assert!(f.due(at(t)));
+            f.look(at(t), |i| v[i], |i| loose[i], &mut out);
+            assert!(!f.due(at(t + 99)));
+            out.clone()
+        };
+        let healthy = [
+            view(0, 0, 10),
+            view(1, 0, 10),
+            view(2, 0, 10),
+            view(3, 0, 10),
+        ];
+        *nic1.lock().unwrap() = Some("10.0.1.7".parse().unwrap());
+        assert_eq!(look(&mut f, 0, &healthy, &[false; 4]), []);
+        // NIC 1's paths fail; path 3 still had a chunk acknowledged since the last look.
+        let failing = [
+            view(0, 0, 20),
+            view(1, 1, 10),
+            view(2, 0, 20),
+            view(3, 2, 11),
+        ];
+        assert_eq!(look(&mut f, 100, &failing, &[false; 4]), []);
+        let failed = [
+            view(0, 0, 30),
+            view(1, 3, 10),
+            view(2, 0, 30),
+            view(3, 4, 11),
+        ];
+        let ip7: IpAddr = "10.0.1.7".parse().unwrap();
+        assert_eq!(
+            look(&mut f, 200, &failed, &[false; 4]),
+            [
+                Step::Loosen(1),
+                Step::Loosen(3),
+                Step::Rebind { nic: 1, ip: ip7 }
+            ]
+        );
+        f.rebound(1, ip7);
+        // Rebound: loose again only after two more failed looks; no second rebind.
+        assert_eq!(look(&mut f, 300, &failed, &[false; 4]), []);
+        assert_eq!(
+            look(&mut f, 400, &failed, &[false; 4]),
+            [Step::Loosen(1), Step::Loosen(3)]
+        );
+        // Path 1 delivers again while loose: connected back to its known peer.
+        let back = [
+            view(0, 0, 40),
+            view(1, 0, 12),
+            view(2, 0, 40),
+            view(3, 4, 11),
+        ];
+        assert_eq!(
+            look(&mut f, 500, &back, &[false, true, false, true]),
+            [Step::Tighten(1)]
+        );
+        assert_eq!(
+            *lookups0.lock().unwrap(),
+            0,
+            "a healthy NIC is never looked up"
+        );
+        // A NIC that holds no address (down) is no move.
+        *nic1.lock().unwrap() = None;
+        let down = [
+            view(0, 0, 50),
+            view(1, 1, 12),
+            view(2, 0, 50),
+            view(3, 5, 11),
+        ];
+        assert_eq!(look(&mut f, 600, &down, &[false, false, false, true]), []);
+        assert_eq!(
+            look(&mut f, 700, &down, &[false, false, false, true]),
+            [Step::Loosen(1)]
+        );
+    }
+
+    /// A path heard from again counts its failures afresh.
+    #[test]
+    fn a_path_that_heard_from_its_peer_waits_two_looks_again() {
+        let mut f = Follow::new(1, vec![("10.0.0.1".parse().unwrap(), None)]);
+        let mut out = Vec::new();
+        let failed = [view(0, 1, 0)];
+        let (view, loose) = (|_| failed[0], |_| false);
+        f.look(at(0), view, loose, &mut out);
+        f.heard(0);
+        f.look(at(100), view, loose, &mut out);
+        assert_eq!(out, []);
+        f.look(at(200), view, loose, &mut out);
+        assert_eq!(out, [Step::Loosen(0)]);
+        assert_eq!(f.nic_of(0), 0);
+    }
+}
