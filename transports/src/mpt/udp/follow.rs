@@ -151,8 +151,11 @@ impl UdpPaths {
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
             )
         })?;
+        // Unconnected from here on: its datagrams must be addressed.
+        self.loose[path] = true;
         // The kernel lets go of a port it chose itself when a socket disconnects: take the
-        // same one back, so the peer's datagrams still find this path.
+        // same one back, so the peer's datagrams still find this path. (Where the address
+        // is gone, the socket takes another port when it next sends; the path failed anyway.)
         if s.local_addr()? != local {
             let (ss, len) = to_c(local);
             // SAFETY: `ss` holds a socket address of `len` bytes and outlives the call.
@@ -164,7 +167,6 @@ impl UdpPaths {
                 )
             })?;
         }
-        self.loose[path] = true;
         Ok(())
     }
 
@@ -175,7 +177,14 @@ impl UdpPaths {
             return Ok(());
         };
         s.connect(to)?;
-        if let Some((m, hdr)) = path_mtu(s, to.ip()) {
+        self.connected(path, to);
+        Ok(())
+    }
+
+    /// Path `path`'s socket is connected to `to`: the datagram size follows the new route's
+    /// MTU if that is smaller.
+    fn connected(&mut self, path: usize, to: SocketAddr) {
+        if let Some((m, hdr)) = path_mtu(&self.socks[path], to.ip()) {
             let m = m.saturating_sub(hdr);
             if self.mtu_payload == 0 || m < self.mtu_payload {
                 self.mtu_payload = m;
@@ -183,7 +192,6 @@ impl UdpPaths {
         }
         self.peers[path] = Some(to);
         self.loose[path] = false;
-        Ok(())
     }
 
     /// A loose path `path` that is readable: drops the datagrams at the head of its queue
@@ -268,7 +276,8 @@ impl UdpPaths {
     /// Moves path `path` onto local address `ip` (its NIC was renumbered): a new socket,
     /// on the old port if it is free there, connected to the same peer path, takes the old
     /// one's descriptor number, so whatever polls the paths needs no change. Returns the
-    /// new local address.
+    /// new local address. Nothing changes when the new socket cannot be bound or connected
+    /// (the address is not up yet, the NIC has no route yet): the caller tries again later.
     pub fn rebind(&mut self, path: usize, ip: IpAddr) -> io::Result<SocketAddr> {
         let Some(old) = self.socks.get(path) else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no such path"));
@@ -276,15 +285,20 @@ impl UdpPaths {
         let port = old.local_addr().map_or(0, |a| a.port());
         let s = open(SocketAddr::new(ip, port)).or_else(|_| open(SocketAddr::new(ip, 0)))?;
         let at = s.local_addr()?;
+        let to = self.peer(path);
+        if let Some(to) = to {
+            s.connect(to)?;
+        }
         // SAFETY: both descriptors are open sockets owned here; dup3 atomically makes the old
         // number refer to the new socket (closing the old one) and keeps it close-on-exec;
         // `s` then closes only its own, now spare, number.
         cvt(unsafe { libc::dup3(s.as_raw_fd(), old.as_raw_fd(), libc::O_CLOEXEC) })?;
         drop(s);
         self.partial[path].have = 0;
-        self.loose[path] = false;
-        if let Some(to) = self.peer(path) {
-            self.connect_path(path, to)?;
+        match to {
+            Some(to) => self.connected(path, to),
+            // Never connected: nowhere to send yet, as before.
+            None => self.loose[path] = false,
         }
         Ok(at)
     }

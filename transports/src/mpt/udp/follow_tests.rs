@@ -162,12 +162,17 @@ fn only_a_loose_path_follows_its_peer_to_a_new_address() {
 
 /// A path rebound on a new local address keeps its descriptor number and (when free) its
 /// port, and reaches the same peer path from there; the peer's loose path follows, from
-/// the known address back to the new one.
+/// the known address back to the new one. A rebind that cannot bind changes nothing.
 #[test]
 fn a_rebound_path_reaches_its_peer_from_the_new_address() {
     let (mut a, mut b) = pair();
     let fd = a.fds()[1];
     let old = a.local_addrs().unwrap()[1];
+    // An address no interface holds (the NIC's new one, not up yet): nothing changes.
+    assert!(a.rebind(1, "192.0.2.1".parse().unwrap()).is_err());
+    assert_eq!(a.local_addrs().unwrap()[1], old);
+    assert_eq!(a.peer(1), Some(b.local_addrs().unwrap()[1]));
+    assert!(!a.is_loose(1));
     let at = a.rebind(1, ip(3)).unwrap();
     assert_eq!(at, SocketAddr::new(ip(3), old.port()));
     assert_eq!(a.local_addrs().unwrap()[1], at);
