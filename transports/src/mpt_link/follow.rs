@@ -15,10 +15,8 @@
 
 use std::net::IpAddr;
 
-use crate::mpt::{Instant, PathId, PathView};
+use crate::mpt::{Instant, PathView};
 use crate::socket_failover::{PrimaryNic, LOOK_EVERY};
-
-use super::progress::Inner;
 
 /// Looks in a row a path must be failed before it is made loose: a path that lost a chunk
 /// to congestion and is revived at once stays connected.
@@ -138,67 +136,6 @@ impl Follow {
     }
 }
 
-impl Inner {
-    /// Every [`LOOK_EVERY`]: loosens, tightens and rebinds paths as [`Follow::look`] says.
-    pub(super) fn follow_nics(&mut self, now: Instant) {
-        if !self.follow.due(now) {
-            return;
-        }
-        let mut steps = std::mem::take(&mut self.follow_steps);
-        steps.clear();
-        let (conn, udp) = (&self.conn, &self.udp);
-        self.follow.look(
-            now,
-            |i| conn.path(PathId(i as u16)),
-            |i| udp.is_loose(i),
-            &mut steps,
-        );
-        for &step in &steps {
-            match step {
-                Step::Loosen(p) => match self.udp.loosen(usize::from(p)) {
-                    Ok(()) => tracing::debug!(
-                        "mpt link to {}: path {p} failed; it takes its peer from any address",
-                        self.peer
-                    ),
-                    Err(e) => tracing::debug!("mpt link to {}: loosen path {p}: {e}", self.peer),
-                },
-                Step::Tighten(p) => {
-                    let p = usize::from(p);
-                    if let Some(to) = self.udp.peer(p) {
-                        if let Err(e) = self.udp.connect_path(p, to) {
-                            tracing::debug!("mpt link to {}: reconnect path {p}: {e}", self.peer);
-                        }
-                    }
-                }
-                Step::Rebind { nic, ip } => self.rebind_nic(nic, ip),
-            }
-        }
-        self.follow_steps = steps;
-    }
-
-    /// Binds every path of NIC `nic` on its new address `ip`; confirmed to [`Follow`] only
-    /// when all were (otherwise the next look tries again).
-    fn rebind_nic(&mut self, nic: usize, ip: IpAddr) {
-        let mut done = true;
-        for p in (0..self.udp.len()).filter(|&p| self.follow.nic_of(p) == nic) {
-            match self.udp.rebind(p, ip) {
-                Ok(at) => tracing::debug!("mpt link to {}: path {p} now at {at}", self.peer),
-                Err(e) => {
-                    tracing::debug!("mpt link to {}: rebind path {p} on {ip}: {e}", self.peer);
-                    done = false;
-                }
-            }
-        }
-        if done {
-            tracing::info!(
-                "mpt link to {}: NIC {nic} renumbered, its paths rebound on {ip}",
-                self.peer
-            );
-            self.follow.rebound(nic, ip);
-        }
-    }
-}
-
 #[cfg(test)]
 #[path = "follow_link_tests.rs"]
 mod link_tests;
@@ -206,6 +143,7 @@ mod link_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mpt::PathId;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 

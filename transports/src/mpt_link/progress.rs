@@ -1,6 +1,8 @@
 //! One engine's state ([`Inner`], under its lock) and a round of its progress: receive
 //! datagrams and place their chunks, fire timers, transmit, and take the connection's events.
 
+use std::net::IpAddr;
+
 use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths};
 use crate::mpt::{Connection, Event, Instant, PathId};
 use crate::{Error, Result};
@@ -383,6 +385,67 @@ impl Inner {
                     self.fail(e.to_string());
                 }
             }
+        }
+    }
+}
+
+impl Inner {
+    /// Every 100 ms: loosens, tightens and rebinds paths as [`Follow::look`] says.
+    pub(super) fn follow_nics(&mut self, now: Instant) {
+        if !self.follow.due(now) {
+            return;
+        }
+        let mut steps = std::mem::take(&mut self.follow_steps);
+        steps.clear();
+        let (conn, udp) = (&self.conn, &self.udp);
+        self.follow.look(
+            now,
+            |i| conn.path(PathId(i as u16)),
+            |i| udp.is_loose(i),
+            &mut steps,
+        );
+        for &step in &steps {
+            match step {
+                Step::Loosen(p) => match self.udp.loosen(usize::from(p)) {
+                    Ok(()) => tracing::debug!(
+                        "mpt link to {}: path {p} failed; it takes its peer from any address",
+                        self.peer
+                    ),
+                    Err(e) => tracing::debug!("mpt link to {}: loosen path {p}: {e}", self.peer),
+                },
+                Step::Tighten(p) => {
+                    let p = usize::from(p);
+                    if let Some(to) = self.udp.peer(p) {
+                        if let Err(e) = self.udp.connect_path(p, to) {
+                            tracing::debug!("mpt link to {}: reconnect path {p}: {e}", self.peer);
+                        }
+                    }
+                }
+                Step::Rebind { nic, ip } => self.rebind_nic(nic, ip),
+            }
+        }
+        self.follow_steps = steps;
+    }
+
+    /// Binds every path of NIC `nic` on its new address `ip`; confirmed to [`Follow`] only
+    /// when all were (otherwise the next look tries again).
+    fn rebind_nic(&mut self, nic: usize, ip: IpAddr) {
+        let mut done = true;
+        for p in (0..self.udp.len()).filter(|&p| self.follow.nic_of(p) == nic) {
+            match self.udp.rebind(p, ip) {
+                Ok(at) => tracing::debug!("mpt link to {}: path {p} now at {at}", self.peer),
+                Err(e) => {
+                    tracing::debug!("mpt link to {}: rebind path {p} on {ip}: {e}", self.peer);
+                    done = false;
+                }
+            }
+        }
+        if done {
+            tracing::info!(
+                "mpt link to {}: NIC {nic} renumbered, its paths rebound on {ip}",
+                self.peer
+            );
+            self.follow.rebound(nic, ip);
         }
     }
 }
