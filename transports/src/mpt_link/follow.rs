@@ -1,25 +1,32 @@
 //! An engine's paths follow a renumbered NIC, on both ends ([`Follow`], looked at every
 //! [`LOOK_EVERY`] by the engine's progress).
 //!
-//! * A path failed at two looks in a row (lost chunks, none delivered since) is made loose
-//!   (see [`crate::mpt::udp::UdpPaths::loosen`]): the peer path may come back from another
-//!   address. A loose path that delivers again without having heard from its peer (its
-//!   chunks acknowledged on other paths) is connected back to its known peer.
-//! * A NIC one of whose paths failed, and none of whose paths had a chunk acknowledged since
-//!   the last look, is looked up by name (as the socket failover link looks up its primary):
-//!   when its address changed, every path of that NIC is rebound on the new address,
-//!   connected to the same peer paths, and their probes then reach the peer's loose paths,
-//!   which follow them.
+//! A path is *down* at a look when it lost chunks and delivered none since, or when it heard
+//! nothing since the last look while another path of the engine did: a side that only
+//! receives on a link loses nothing of its own, and its dead paths just go quiet.
 //!
-//! Healthy paths are never touched, and the look is one comparison per round of progress.
+//! * A path down at two looks in a row is made loose (see
+//!   [`crate::mpt::udp::UdpPaths::loosen`]): the peer path may come back from another
+//!   address. A loose path that is no longer down without having heard from its peer (its
+//!   chunks acknowledged on other paths, or the whole link idle) is connected back to its
+//!   known peer.
+//! * A NIC with a path down and none of whose paths had a chunk acknowledged since the last
+//!   look is looked up by name (as the socket failover link looks up its primary): when its
+//!   address changed, every path of that NIC is rebound on the new address, connected to
+//!   the same peer paths, and announced: a probe goes out on each at once and at every look
+//!   while it is down, so that the peer's loose path follows it even when this side has no
+//!   data of its own to send there (its answer, an acknowledgement, comes back on the path).
+//!
+//! Healthy paths are never touched, and between looks the cost is one comparison per round
+//! of progress and one store per batch received.
 
 use std::net::IpAddr;
 
 use crate::mpt::{Instant, PathView};
 use crate::socket_failover::{PrimaryNic, LOOK_EVERY};
 
-/// Looks in a row a path must be failed before it is made loose: a path that lost a chunk
-/// to congestion and is revived at once stays connected.
+/// Looks in a row a path must be down before it is made loose: a path that lost a chunk to
+/// congestion and is revived at once stays connected.
 const LOOSEN_AFTER: u8 = 2;
 
 /// What the engine is to do with its paths after a look.
@@ -31,6 +38,8 @@ pub(super) enum Step {
     Tighten(u16),
     /// Rebind the paths of NIC `nic` on `ip`; [`Follow::rebound`] confirms it.
     Rebind { nic: usize, ip: IpAddr },
+    /// Send a probe on rebound path `.0`, which is still down.
+    Announce(u16),
 }
 
 /// One of the engine's local NICs.
@@ -43,11 +52,23 @@ struct Nic {
     acked: u64,
 }
 
+/// One path, as the looks see it.
+#[derive(Clone, Copy, Debug, Default)]
+struct PathMark {
+    /// Looks in a row at which it was down.
+    down_looks: u8,
+    /// Whether it was down at the last look.
+    down: bool,
+    /// Whether it received anything since the last look.
+    heard: bool,
+    /// Rebound and not heard from since: announced while down.
+    announce: bool,
+}
+
 /// What the engine knows to follow renumbered NICs; path `i` is on NIC `i % nics`.
 pub(super) struct Follow {
     nics: Vec<Nic>,
-    /// Per path, looks in a row at which it was failed.
-    failed_looks: Vec<u8>,
+    paths: Vec<PathMark>,
     next: Instant,
 }
 
@@ -63,7 +84,7 @@ impl Follow {
                     acked: 0,
                 })
                 .collect(),
-            failed_looks: vec![0; usize::from(paths)],
+            paths: vec![PathMark::default(); usize::from(paths)],
             next: Instant::ZERO,
         }
     }
@@ -78,6 +99,13 @@ impl Follow {
         path % self.nics.len().max(1)
     }
 
+    /// Path `path` received datagrams.
+    pub(super) fn heard(&mut self, path: usize) {
+        if let Some(m) = self.paths.get_mut(path) {
+            m.heard = true;
+        }
+    }
+
     /// Looks at every path (`view(i)`: path `i`'s view, `loose(i)`: whether it is loose)
     /// and writes what to do into `out` (which it does not clear).
     pub(super) fn look(
@@ -88,24 +116,34 @@ impl Follow {
         out: &mut Vec<Step>,
     ) {
         self.next = now + LOOK_EVERY;
-        let n = self.nics.len().max(1);
-        let paths = self.failed_looks.len();
-        for (i, looks) in self.failed_looks.iter_mut().enumerate() {
-            let failed = view(i).consecutive_losses > 0;
-            *looks = if failed { looks.saturating_add(1) } else { 0 };
+        let any_heard = self.paths.iter().any(|m| m.heard);
+        for (i, m) in self.paths.iter_mut().enumerate() {
+            m.down = view(i).consecutive_losses > 0 || (any_heard && !m.heard);
+            m.down_looks = if m.down {
+                m.down_looks.saturating_add(1)
+            } else {
+                0
+            };
             let is_loose = loose(i);
-            if failed && !is_loose && *looks >= LOOSEN_AFTER {
+            if m.down && !is_loose && m.down_looks >= LOOSEN_AFTER {
                 out.push(Step::Loosen(i as u16));
-            } else if !failed && is_loose {
+            } else if !m.down && is_loose {
                 out.push(Step::Tighten(i as u16));
             }
+            if m.heard || !m.down {
+                m.announce = false;
+            } else if m.announce {
+                out.push(Step::Announce(i as u16));
+            }
+            m.heard = false;
         }
+        let n = self.nics.len().max(1);
+        let paths = self.paths.len();
         for (k, nic) in self.nics.iter_mut().enumerate() {
-            let mine = || (k..paths).step_by(n).map(&view);
-            let acked: u64 = mine().map(|v| v.chunks_acked).sum();
-            let silent = acked == nic.acked;
+            let acked: u64 = (k..paths).step_by(n).map(|i| view(i).chunks_acked).sum();
+            let quiet = acked == nic.acked;
             nic.acked = acked;
-            if !silent || !mine().any(|v| v.consecutive_losses > 0) {
+            if !quiet || !self.paths.iter().skip(k).step_by(n).any(|m| m.down) {
                 continue;
             }
             let Some(lookup) = &nic.lookup else { continue };
@@ -115,23 +153,25 @@ impl Follow {
         }
     }
 
-    /// The paths of NIC `nic` were rebound on `ip`: they start counting their failures
-    /// afresh, so their probes get to reach the peer before they are made loose.
+    /// The paths of NIC `nic` were rebound on `ip`: they are announced while down, and
+    /// start counting their looks down afresh, so their probes get to reach the peer before
+    /// they are made loose.
     pub(super) fn rebound(&mut self, nic: usize, ip: IpAddr) {
         let n = self.nics.len().max(1);
         if let Some(x) = self.nics.get_mut(nic) {
             x.ip = ip;
         }
-        for looks in self.failed_looks.iter_mut().skip(nic).step_by(n) {
-            *looks = 0;
+        for m in self.paths.iter_mut().skip(nic).step_by(n) {
+            m.down_looks = 0;
+            m.announce = true;
         }
     }
 
-    /// Path `path` connected again (it heard from its peer): it starts counting its failures
-    /// afresh.
-    pub(super) fn heard(&mut self, path: usize) {
-        if let Some(looks) = self.failed_looks.get_mut(path) {
-            *looks = 0;
+    /// Path `path` connected again (it heard from its peer): it starts counting its looks
+    /// down afresh.
+    pub(super) fn reconnected(&mut self, path: usize) {
+        if let Some(m) = self.paths.get_mut(path) {
+            m.down_looks = 0;
         }
     }
 }
@@ -230,13 +270,16 @@ mod tests {
             ]
         );
         f.rebound(1, ip7);
-        // Rebound: loose again only after two more failed looks; no second rebind.
-        assert_eq!(look(&mut f, 300, &failed, &[false; 4]), []);
+        // Rebound: announced while down, loose again only after two more looks down; no
+        // second rebind.
+        let (a1, a3) = (Step::Announce(1), Step::Announce(3));
+        assert_eq!(look(&mut f, 300, &failed, &[false; 4]), [a1, a3]);
         assert_eq!(
             look(&mut f, 400, &failed, &[false; 4]),
-            [Step::Loosen(1), Step::Loosen(3)]
+            [Step::Loosen(1), a1, Step::Loosen(3), a3]
         );
-        // Path 1 delivers again while loose: connected back to its known peer.
+        // Path 1 delivers again while loose: connected back to its known peer, and no
+        // longer announced.
         let back = [
             view(0, 0, 40),
             view(1, 0, 12),
@@ -245,14 +288,18 @@ mod tests {
         ];
         assert_eq!(
             look(&mut f, 500, &back, &[false, true, false, true]),
-            [Step::Tighten(1)]
+            [Step::Tighten(1), a3]
         );
+        // Path 3 hears from its peer: no longer announced either.
+        for p in [0, 2, 3] {
+            f.heard(p);
+        }
+        assert_eq!(look(&mut f, 600, &back, &[false, false, false, true]), []);
         assert_eq!(
             *lookups0.lock().unwrap(),
             0,
             "a healthy NIC is never looked up"
         );
-        // A NIC that holds no address (down) is no move.
         *nic1.lock().unwrap() = None;
         let down = [
             view(0, 0, 50),
@@ -260,11 +307,48 @@ mod tests {
             view(2, 0, 50),
             view(3, 5, 11),
         ];
-        assert_eq!(look(&mut f, 600, &down, &[false, false, false, true]), []);
+        // Path 1 was quiet at 600 while the others heard, and lost a chunk since: down at two
+        // looks, loose; NIC 1 holds no address to move to.
         assert_eq!(
             look(&mut f, 700, &down, &[false, false, false, true]),
             [Step::Loosen(1)]
         );
+        assert_eq!(look(&mut f, 800, &down, &[false, true, false, true]), []);
+    }
+
+    /// A side that only receives: NIC 1's paths go quiet while NIC 0's hear (no losses of
+    /// its own, nothing acknowledged ever): they are down, loose at the second look, and NIC
+    /// 1 is looked up at each. A link quiet on every path is not down anywhere.
+    #[test]
+    fn quiet_paths_are_down_while_others_hear() {
+        let nic1 = PrimaryNic::from_fn(|| Some("10.0.1.9".parse().unwrap()));
+        let mut f = Follow::new(
+            4,
+            vec![
+                ("10.0.0.1".parse().unwrap(), None),
+                ("10.0.1.1".parse().unwrap(), Some(nic1)),
+            ],
+        );
+        let mut out = Vec::new();
+        let idle = |i: usize| view(i as u16, 0, 0);
+        let connected = |_| false;
+        for t in [0, 100, 200] {
+            f.look(at(t), idle, connected, &mut out);
+        }
+        assert_eq!(out, [], "an idle link");
+        let rebind = Step::Rebind {
+            nic: 1,
+            ip: "10.0.1.9".parse().unwrap(),
+        };
+        f.heard(0);
+        f.heard(2);
+        f.look(at(300), idle, connected, &mut out);
+        assert_eq!(out, [rebind]);
+        out.clear();
+        // Path 2 goes quiet too.
+        f.heard(0);
+        f.look(at(400), idle, connected, &mut out);
+        assert_eq!(out, [Step::Loosen(1), Step::Loosen(3), rebind]);
     }
 
     /// A path heard from again counts its failures afresh.
@@ -275,7 +359,7 @@ mod tests {
         let failed = [view(0, 1, 0)];
         let (view, loose) = (|_| failed[0], |_| false);
         f.look(at(0), view, loose, &mut out);
-        f.heard(0);
+        f.reconnected(0);
         f.look(at(100), view, loose, &mut out);
         assert_eq!(out, []);
         f.look(at(200), view, loose, &mut out);

@@ -23,12 +23,14 @@ fn frame(tag: u64, i: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Sends `n` frames each way at once and checks every one on arrival, exactly and in order.
-fn swap(a: &mut MptLink, b: &mut MptLink, n: usize, tag: u64) {
+/// Sends `n` frames from `a` to `b`, and as many back when `back`, at once, and checks every
+/// one on arrival, exactly and in order.
+fn swap(a: &mut MptLink, b: &mut MptLink, n: usize, tag: u64, back: bool) {
     let (fa, fb): (Vec<_>, Vec<_>) = (0..n).map(|i| (frame(tag, i), frame(!tag, i))).unzip();
+    let nb = if back { n } else { 0 };
     let (mut sa, mut sb, mut ra, mut rb) = (0, 0, 0, 0);
     let t0 = Instant::now();
-    while ra < n || rb < n {
+    while ra < nb || rb < n {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "tag {tag}: a got {ra}, b got {rb} of {n}"
@@ -36,7 +38,7 @@ fn swap(a: &mut MptLink, b: &mut MptLink, n: usize, tag: u64) {
         if sa < n && a.try_send(&fa[sa]).unwrap() {
             sa += 1;
         }
-        if sb < n && b.try_send(&fb[sb]).unwrap() {
+        if sb < nb && b.try_send(&fb[sb]).unwrap() {
             sb += 1;
         }
         a.flush().unwrap();
@@ -73,13 +75,13 @@ fn path1(
     )
 }
 
-/// Two paths, path 0 on 127.0.0.1 and path 1 on 127.0.0.2 on both sides. a's second NIC
-/// "moves" to 127.0.0.3 while healthy: nothing happens. Then a's path 1 is cut: a finds its
-/// NIC at the new address and rebinds the path there, b's path 1 (failed, loose) takes a's
-/// probe from the new address, and the path carries exact frames again both ways, while
-/// path 0 never moved.
-#[test]
-fn a_path_follows_its_nic_renumbered_while_down_and_carries_data_again() {
+/// Two paths, path 0 on 127.0.0.1 and path 1 on 127.0.0.2 on both sides; frames go from a
+/// to b, and back when `back`. The mover's (a's when `a_moves`, else b's) second NIC "moves"
+/// to 127.0.0.3 while healthy: nothing happens. Then the mover's path 1 is cut: it finds its
+/// NIC at the new address and rebinds the path there, the other side's path 1 (failed or
+/// quiet, loose) takes the mover's probes from the new address, and the path carries exact
+/// frames again, while path 0 never moved.
+fn follows_a_renumbered_nic(a_moves: bool, back: bool) {
     let cfg = MptLinkConfig {
         paths: 2,
         max_frame: 64 * 1024,
@@ -89,19 +91,22 @@ fn a_path_follows_its_nic_renumbered_while_down_and_carries_data_again() {
         ..MptLinkConfig::default()
     };
     let nic1 = Arc::new(Mutex::new(ip(2)));
-    let mut ea = MptEndpoint::bind(ip(1), cfg.clone()).unwrap();
     let look = Arc::clone(&nic1);
-    ea.follow_nics(vec![
+    let lookups = vec![
         PrimaryNic::from_fn(|| Some(ip(1))),
         PrimaryNic::from_fn(move || Some(*look.lock().unwrap())),
-    ]);
-    let eb = MptEndpoint::bind(ip(1), cfg).unwrap();
+    ];
+    let mut ea = MptEndpoint::bind(ip(1), cfg.clone()).unwrap();
+    let mut eb = MptEndpoint::bind(ip(1), cfg).unwrap();
+    if a_moves { &mut ea } else { &mut eb }.follow_nics(lookups);
     let (ha, hb) = (ea.hello().unwrap(), eb.hello().unwrap());
     let mut a = ea.connect(ip(1), &hb, None).unwrap();
     let mut b = eb.connect(ip(1), &ha, None).unwrap();
-    swap(&mut a, &mut b, 40, 1);
-    let a1 = path1(&a).0;
-    assert_eq!((a1.ip(), path1(&b).1), (ip(2), Some(a1)));
+    let mover = |a: &MptLink, b: &MptLink| path1(if a_moves { a } else { b });
+    let other = |a: &MptLink, b: &MptLink| path1(if a_moves { b } else { a });
+    swap(&mut a, &mut b, 40, 1, back);
+    let m1 = mover(&a, &b).0;
+    assert_eq!((m1.ip(), other(&a, &b).1), (ip(2), Some(m1)));
     let b0 = b.engines[0].shared.lock().udp.peer(0);
 
     // Renumbered while healthy: looked at for 300 ms of traffic, nothing moves.
@@ -109,13 +114,18 @@ fn a_path_follows_its_nic_renumbered_while_down_and_carries_data_again() {
     let t0 = Instant::now();
     let mut tag = 10;
     while t0.elapsed() < Duration::from_millis(300) {
-        swap(&mut a, &mut b, 8, tag);
+        swap(&mut a, &mut b, 8, tag, back);
         tag += 1;
     }
-    assert_eq!(path1(&a).0, a1, "a healthy path stays where it is");
+    assert_eq!(mover(&a, &b).0, m1, "a healthy path stays where it is");
 
-    a.engines[0].shared.lock().udp.cut(1);
-    // Until a's path 1 is on the new address, b follows it there, and it delivers again.
+    if a_moves { &a } else { &b }.engines[0]
+        .shared
+        .lock()
+        .udp
+        .cut(1);
+    // Until the mover's path 1 is on the new address, the other side follows it there, and
+    // a's path 1 delivers again.
     let t0 = Instant::now();
     let acked = loop {
         assert!(
@@ -124,23 +134,48 @@ fn a_path_follows_its_nic_renumbered_while_down_and_carries_data_again() {
             path1(&a),
             path1(&b)
         );
-        swap(&mut a, &mut b, 4, tag);
+        swap(&mut a, &mut b, 4, tag, back);
         tag += 1;
-        let (la, _, acked, failed) = path1(&a);
-        let (_, bp, _, bfailed) = path1(&b);
-        if la.ip() == ip(3) && bp == Some(la) && !failed && !bfailed {
-            break acked;
+        let (at, ..) = mover(&a, &b);
+        let (_, followed, ..) = other(&a, &b);
+        if at.ip() == ip(3) && followed == Some(at) && !path1(&a).3 && !path1(&b).3 {
+            break (path1(&a).2, path1(&b).2);
         }
     };
-    // Data goes over the moved path, exact, both ways.
+    // Data goes over the moved path, exact.
     let t0 = Instant::now();
-    while path1(&a).2 < acked + 20 || path1(&b).2 < 20 {
+    while path1(&a).2 < acked.0 + 20 || (back && path1(&b).2 < acked.1 + 20) {
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", path1(&a));
-        swap(&mut a, &mut b, 8, tag);
+        swap(&mut a, &mut b, 8, tag, back);
         tag += 1;
     }
-    let gb = b.engines[0].shared.lock();
-    assert!(gb.udp.stats().peers_moved >= 1, "{:?}", gb.udp.stats());
-    assert_eq!(gb.udp.peer(0), b0, "path 0 never moved");
-    assert!(!gb.udp.is_loose(0) && !gb.udp.is_loose(1));
+    let o = if a_moves { &b } else { &a }.engines[0].shared.lock();
+    assert!(o.udp.stats().peers_moved >= 1, "{:?}", o.udp.stats());
+    assert!(!o.udp.is_loose(0) && !o.udp.is_loose(1));
+    drop(o);
+    assert_eq!(
+        b.engines[0].shared.lock().udp.peer(0),
+        b0,
+        "path 0 never moved"
+    );
+}
+
+/// Both ways; a moves.
+#[test]
+fn a_path_follows_its_nic_renumbered_while_down_and_carries_data_again() {
+    follows_a_renumbered_nic(true, true);
+}
+
+/// Frames one way, a to b: the sender moves, and the receiver's path, which loses nothing
+/// of its own, goes quiet, turns loose and follows.
+#[test]
+fn a_receiver_follows_a_sender_renumbered_while_down() {
+    follows_a_renumbered_nic(true, false);
+}
+
+/// Frames one way, a to b: the receiver moves (its path only goes quiet) and announces the
+/// rebound path with probes, which the sender's loose path follows.
+#[test]
+fn a_sender_follows_a_receiver_renumbered_while_down() {
+    follows_a_renumbered_nic(false, false);
 }

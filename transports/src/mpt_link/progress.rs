@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths};
-use crate::mpt::{Connection, Event, Instant, PathId};
+use crate::mpt::{Connection, Event, Frame, Instant, PathId, ProbeFrame};
 use crate::{Error, Result};
 
 use super::follow::{Follow, Step};
@@ -156,7 +156,7 @@ impl Inner {
             // who sends; healthy paths go straight on.
             if self.udp.is_loose(p) {
                 match self.udp.admit(p, self.conn.local_flow_id()) {
-                    Ok(true) => self.follow.heard(p),
+                    Ok(true) => self.follow.reconnected(p),
                     Ok(false) => continue,
                     Err(e) => {
                         tracing::debug!("mpt link to {}: path {p}: {e}", self.peer);
@@ -237,6 +237,7 @@ impl Inner {
                 }
                 if n > 0 {
                     moved = true;
+                    self.follow.heard(p);
                 }
                 if n < udp::BATCH {
                     break;
@@ -422,6 +423,7 @@ impl Inner {
                     }
                 }
                 Step::Rebind { nic, ip } => self.rebind_nic(nic, ip),
+                Step::Announce(p) => self.announce(p),
             }
         }
         self.follow_steps = steps;
@@ -446,6 +448,24 @@ impl Inner {
                 self.peer
             );
             self.follow.rebound(nic, ip);
+            for p in 0..self.udp.len() {
+                if self.follow.nic_of(p) == nic {
+                    self.announce(p as u16);
+                }
+            }
+        }
+    }
+
+    /// Queues a probe on path `p` (sent with this round's transmissions): the peer answers
+    /// it on the same path, and a loose peer path takes its source as the new address.
+    fn announce(&mut self, p: u16) {
+        let probe = Frame::Probe(ProbeFrame {
+            flow: self.conn.remote_flow_id(),
+        });
+        if let Some(out) = self.tx.slot() {
+            if let Ok(len) = probe.encode(out) {
+                self.tx.commit(p, len);
+            }
         }
     }
 }
