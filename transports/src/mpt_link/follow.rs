@@ -2,8 +2,12 @@
 //! [`LOOK_EVERY`] by the engine's progress).
 //!
 //! A path is *down* at a look when it lost chunks and delivered none since, or when it heard
-//! nothing since the last look while another path of the engine did: a side that only
-//! receives on a link loses nothing of its own, and its dead paths just go quiet.
+//! nothing since the last look while the engine's other paths heard at least [`WITNESS`]
+//! datagrams: a side that only receives on a link loses nothing of its own, and its dead
+//! paths just go quiet while the peer's chunks arrive on the others. (An idle link's
+//! keep-alive probes, one path at a time, are too few to make the rest look down; a run of
+//! small messages, which keep to one path, can, and then the idle paths are made loose until
+//! they hear again -- a few system calls per path, no change to what they carry.)
 //!
 //! * A path down at two looks in a row is made loose (see
 //!   [`crate::mpt::udp::UdpPaths::loosen`]): the peer path may come back from another
@@ -24,6 +28,10 @@ use std::net::IpAddr;
 
 use crate::mpt::{Instant, PathView};
 use crate::socket_failover::{PrimaryNic, LOOK_EVERY};
+
+/// Datagrams the other paths must have received since the last look for a quiet path to be
+/// down.
+const WITNESS: u32 = 32;
 
 /// Looks in a row a path must be down before it is made loose: a path that lost a chunk to
 /// congestion and is revived at once stays connected.
@@ -59,8 +67,8 @@ struct PathMark {
     down_looks: u8,
     /// Whether it was down at the last look.
     down: bool,
-    /// Whether it received anything since the last look.
-    heard: bool,
+    /// Datagrams it received since the last look.
+    heard: u32,
     /// Rebound and not heard from since: announced while down.
     announce: bool,
 }
@@ -99,10 +107,10 @@ impl Follow {
         path % self.nics.len().max(1)
     }
 
-    /// Path `path` received datagrams.
-    pub(super) fn heard(&mut self, path: usize) {
+    /// Path `path` received `n` datagrams.
+    pub(super) fn heard(&mut self, path: usize, n: usize) {
         if let Some(m) = self.paths.get_mut(path) {
-            m.heard = true;
+            m.heard = m.heard.saturating_add(n as u32);
         }
     }
 
@@ -116,9 +124,13 @@ impl Follow {
         out: &mut Vec<Step>,
     ) {
         self.next = now + LOOK_EVERY;
-        let any_heard = self.paths.iter().any(|m| m.heard);
+        let witnessed = self
+            .paths
+            .iter()
+            .fold(0u32, |t, m| t.saturating_add(m.heard))
+            >= WITNESS;
         for (i, m) in self.paths.iter_mut().enumerate() {
-            m.down = view(i).consecutive_losses > 0 || (any_heard && !m.heard);
+            m.down = view(i).consecutive_losses > 0 || (witnessed && m.heard == 0);
             m.down_looks = if m.down {
                 m.down_looks.saturating_add(1)
             } else {
@@ -130,12 +142,12 @@ impl Follow {
             } else if !m.down && is_loose {
                 out.push(Step::Tighten(i as u16));
             }
-            if m.heard || !m.down {
+            if m.heard > 0 || !m.down {
                 m.announce = false;
             } else if m.announce {
                 out.push(Step::Announce(i as u16));
             }
-            m.heard = false;
+            m.heard = 0;
         }
         let n = self.nics.len().max(1);
         let paths = self.paths.len();
@@ -292,7 +304,7 @@ mod tests {
         );
         // Path 3 hears from its peer: no longer announced either.
         for p in [0, 2, 3] {
-            f.heard(p);
+            f.heard(p, 20);
         }
         assert_eq!(look(&mut f, 600, &back, &[false, false, false, true]), []);
         assert_eq!(
@@ -318,7 +330,8 @@ mod tests {
 
     /// A side that only receives: NIC 1's paths go quiet while NIC 0's hear (no losses of
     /// its own, nothing acknowledged ever): they are down, loose at the second look, and NIC
-    /// 1 is looked up at each. A link quiet on every path is not down anywhere.
+    /// 1 is looked up at each. A link quiet on every path, or hearing only a probe or two,
+    /// is not down anywhere.
     #[test]
     fn quiet_paths_are_down_while_others_hear() {
         let nic1 = PrimaryNic::from_fn(|| Some("10.0.1.9".parse().unwrap()));
@@ -340,14 +353,19 @@ mod tests {
             nic: 1,
             ip: "10.0.1.9".parse().unwrap(),
         };
-        f.heard(0);
-        f.heard(2);
+        // Two keep-alive probes are no witness.
+        f.heard(0, 1);
+        f.heard(2, 1);
         f.look(at(300), idle, connected, &mut out);
+        assert_eq!(out, []);
+        f.heard(0, 16);
+        f.heard(2, 16);
+        f.look(at(400), idle, connected, &mut out);
         assert_eq!(out, [rebind]);
         out.clear();
         // Path 2 goes quiet too.
-        f.heard(0);
-        f.look(at(400), idle, connected, &mut out);
+        f.heard(0, 32);
+        f.look(at(500), idle, connected, &mut out);
         assert_eq!(out, [Step::Loosen(1), Step::Loosen(3), rebind]);
     }
 

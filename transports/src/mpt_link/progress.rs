@@ -237,7 +237,7 @@ impl Inner {
                 }
                 if n > 0 {
                     moved = true;
-                    self.follow.heard(p);
+                    self.follow.heard(p, self.rx.len());
                 }
                 if n < udp::BATCH {
                     break;

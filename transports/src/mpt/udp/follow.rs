@@ -153,6 +153,7 @@ impl UdpPaths {
         })?;
         // Unconnected from here on: its datagrams must be addressed.
         self.loose[path] = true;
+        self.stats.loosened += 1;
         // The kernel lets go of a port it chose itself when a socket disconnects: take the
         // same one back, so the peer's datagrams still find this path. (Where the address
         // is gone, the socket takes another port when it next sends; the path failed anyway.)

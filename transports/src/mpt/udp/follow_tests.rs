@@ -142,6 +142,7 @@ fn only_a_loose_path_follows_its_peer_to_a_new_address() {
     stranger.send_to(&probe(FID), b0).unwrap();
     assert_eq!(receive(&mut b, 0, Duration::from_secs(2)), [probe(FID)]);
     assert_eq!(b.stats().strangers, 1);
+    assert_eq!(b.stats().loosened, 1);
     assert_eq!(b.stats().peers_moved, 1);
     let moved = stranger.local_addr().unwrap();
     assert_eq!(b.peer(0), Some(moved));

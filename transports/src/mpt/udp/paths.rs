@@ -43,6 +43,8 @@ pub struct UdpStats {
     /// Datagrams a loose path dropped: from an address other than its peer's, and not for
     /// this connection.
     pub strangers: u64,
+    /// Times a failed path was made loose ([`UdpPaths::loosen`]).
+    pub loosened: u64,
     /// Loose paths that took a new peer address (the peer's NIC was renumbered).
     pub peers_moved: u64,
 }
