@@ -1,6 +1,7 @@
 //! The UDP datapath: a path is one UDP socket with its own source port, connected to the
 //! peer's socket of the same index, so the kernel's (and any ECMP fabric's) flow hashing sees
-//! N distinct 5-tuples.
+//! N distinct 5-tuples. A failed path's socket may be *loose* for a while (unconnected, so
+//! that a peer whose NIC was renumbered can come back from another address: `follow.rs`).
 //!
 //! Sockets are non-blocking. Datagrams go out in batches with `sendmmsg` (one syscall per
 //! path per batch) and come in with `recvmmsg`. Where the kernel supports it, runs of
