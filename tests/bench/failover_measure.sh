@@ -26,7 +26,9 @@
 #                 failover links' redials), and nic0 comes back with another address
 #                 (10.78.0.h+11 for 10.78.0.h+1; the bootstrap goes over nic1, whose address
 #                 stays): the link must find the new address (socket: the peer redials the
-#                 new listener); the old address is put back after the run;
+#                 new listener; mpt: the renumbered side rebinds nic0's paths on the new
+#                 address, and the other side's failed paths take their probes from there);
+#                 the old address is put back after the run;
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
 #                 seconds of the cut ("exact" then means: all did); the line gives the last

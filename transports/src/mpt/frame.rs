@@ -173,6 +173,20 @@ impl Frame {
         Ok(n)
     }
 
+    /// The destination flow of the frame `head` starts with, read from those first bytes
+    /// only (a data frame's prefix, or a whole control frame): what a datapath that peeks at
+    /// a datagram from an unknown sender needs to decide whether it belongs to this
+    /// connection. `None` if `head` starts no frame.
+    pub fn peek_flow(head: &[u8]) -> Option<u16> {
+        let len = match *head.first()? {
+            TYPE_ACK => ACK_LEN,
+            TYPE_PROBE => PROBE_LEN,
+            _ => DATA_HEADER_LEN,
+        };
+        let (frame, _) = Frame::decode(head.get(..len)?).ok()?;
+        Some(frame.destination_flow())
+    }
+
     /// Parses a datagram; returns the frame and, for data, its payload.
     pub fn decode(buf: &[u8]) -> Result<(Frame, &[u8]), MptError> {
         let ty = *buf.first().ok_or(MptError::Malformed("empty datagram"))?;

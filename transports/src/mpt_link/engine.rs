@@ -11,7 +11,10 @@ use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths, MAX_DATAGRAM};
 use crate::mpt::{frame::DATA_HEADER_LEN, Connection, Instant, MptConfig};
 use crate::{Error, Result};
 
+use crate::socket_failover::PrimaryNic;
+
 use super::config::MptLinkConfig;
+use super::follow::Follow;
 use super::monitor::EngineMon;
 use super::progress::Inner;
 use super::shared::{nanos_since, Shared, Wake};
@@ -27,6 +30,8 @@ pub(super) struct SubEndpoint {
     pub(super) udp: UdpPaths,
     pub(super) fid: u16,
     pub(super) seed: u64,
+    /// Its local NICs, in path order, and where to look their addresses up.
+    pub(super) nics: Vec<(std::net::IpAddr, Option<PrimaryNic>)>,
 }
 
 /// Connects one engine's paths and connection and starts its thread.
@@ -98,6 +103,8 @@ pub(super) fn start_engine(
         sleeping: false,
         copy_job: None,
         mon: EngineMon::off(cfg.local_ips.len(), &cfg.nic_ids),
+        follow_steps: Vec::with_capacity(usize::from(cfg.paths) + sub.nics.len()),
+        follow: Follow::new(cfg.paths, sub.nics),
     };
     let shared = Arc::new(Shared {
         inner: Mutex::new(inner),

@@ -47,6 +47,7 @@ use crate::{mpt::Connection, Link, PIECE_ALIGN};
 
 mod config;
 mod engine;
+mod follow;
 mod hello;
 mod link;
 mod monitor;

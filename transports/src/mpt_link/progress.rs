@@ -1,10 +1,13 @@
 //! One engine's state ([`Inner`], under its lock) and a round of its progress: receive
 //! datagrams and place their chunks, fire timers, transmit, and take the connection's events.
 
+use std::net::IpAddr;
+
 use crate::mpt::udp::{self, RxBatch, TxBatch, UdpPaths};
-use crate::mpt::{Connection, Event, Instant, PathId};
+use crate::mpt::{Connection, Event, Frame, Instant, PathId, ProbeFrame};
 use crate::{Error, Result};
 
+use super::follow::{Follow, Step};
 use super::monitor::EngineMon;
 use super::parts::PART_HEADER;
 use super::slab::{Loan, Slab};
@@ -53,6 +56,10 @@ pub(super) struct Inner {
     pub(super) copy_job: Option<CopyJob>,
     /// What the throughput monitor is told (off unless [`crate::Link::attach_monitor`]).
     pub(super) mon: EngineMon,
+    /// Following renumbered NICs, this side's and the peer's.
+    pub(super) follow: Follow,
+    /// What the last look of `follow` said, kept so looks do not allocate.
+    pub(super) follow_steps: Vec<Step>,
 }
 
 /// One part of a split frame, handed to the engine thread that carries it
@@ -145,6 +152,18 @@ impl Inner {
         let ready = self.udp.readable(&mut self.ready);
         for &p in &self.ready[..ready] {
             let p = usize::from(p);
+            // A loose path (failed; its peer may come back from a new address) first sees
+            // who sends; healthy paths go straight on.
+            if self.udp.is_loose(p) {
+                match self.udp.admit(p, self.conn.local_flow_id()) {
+                    Ok(true) => self.follow.reconnected(p),
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::debug!("mpt link to {}: path {p}: {e}", self.peer);
+                        continue;
+                    }
+                }
+            }
             loop {
                 let n = match self.udp.recv_batch(p, &mut self.rx) {
                     Ok(n) => n,
@@ -218,6 +237,7 @@ impl Inner {
                 }
                 if n > 0 {
                     moved = true;
+                    self.follow.heard(p, self.rx.len());
                 }
                 if n < udp::BATCH {
                     break;
@@ -228,6 +248,7 @@ impl Inner {
         if timed_out {
             self.conn.handle_timeout(now);
         }
+        self.follow_nics(now);
         moved |= self.transmit(now, send_slab);
         self.drain_events();
         // Chunks leave a path's flight only on what arrived or a timeout, and are posted only
@@ -364,6 +385,86 @@ impl Inner {
                     );
                     self.fail(e.to_string());
                 }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Every 100 ms: loosens, tightens and rebinds paths as [`Follow::look`] says.
+    pub(super) fn follow_nics(&mut self, now: Instant) {
+        if !self.follow.due(now) {
+            return;
+        }
+        let mut steps = std::mem::take(&mut self.follow_steps);
+        steps.clear();
+        let (conn, udp) = (&self.conn, &self.udp);
+        self.follow.look(
+            now,
+            |i| conn.path(PathId(i as u16)),
+            |i| udp.is_loose(i),
+            &mut steps,
+        );
+        for &step in &steps {
+            match step {
+                Step::Loosen(p) => match self.udp.loosen(usize::from(p)) {
+                    Ok(()) => tracing::debug!(
+                        "mpt link to {}: path {p} failed; it takes its peer from any address",
+                        self.peer
+                    ),
+                    Err(e) => tracing::debug!("mpt link to {}: loosen path {p}: {e}", self.peer),
+                },
+                Step::Tighten(p) => {
+                    let p = usize::from(p);
+                    if let Some(to) = self.udp.peer(p) {
+                        if let Err(e) = self.udp.connect_path(p, to) {
+                            tracing::debug!("mpt link to {}: reconnect path {p}: {e}", self.peer);
+                        }
+                    }
+                }
+                Step::Rebind { nic, ip } => self.rebind_nic(nic, ip),
+                Step::Announce(p) => self.announce(p),
+            }
+        }
+        self.follow_steps = steps;
+    }
+
+    /// Binds every path of NIC `nic` on its new address `ip`; confirmed to [`Follow`] only
+    /// when all were (otherwise the next look tries again).
+    fn rebind_nic(&mut self, nic: usize, ip: IpAddr) {
+        let mut done = true;
+        for p in (0..self.udp.len()).filter(|&p| self.follow.nic_of(p) == nic) {
+            match self.udp.rebind(p, ip) {
+                Ok(at) => tracing::debug!("mpt link to {}: path {p} now at {at}", self.peer),
+                Err(e) => {
+                    tracing::debug!("mpt link to {}: rebind path {p} on {ip}: {e}", self.peer);
+                    done = false;
+                }
+            }
+        }
+        if done {
+            tracing::info!(
+                "mpt link to {}: NIC {nic} renumbered, its paths rebound on {ip}",
+                self.peer
+            );
+            self.follow.rebound(nic, ip);
+            for p in 0..self.udp.len() {
+                if self.follow.nic_of(p) == nic {
+                    self.announce(p as u16);
+                }
+            }
+        }
+    }
+
+    /// Queues a probe on path `p` (sent with this round's transmissions): the peer answers
+    /// it on the same path, and a loose peer path takes its source as the new address.
+    fn announce(&mut self, p: u16) {
+        let probe = Frame::Probe(ProbeFrame {
+            flow: self.conn.remote_flow_id(),
+        });
+        if let Some(out) = self.tx.slot() {
+            if let Ok(len) = probe.encode(out) {
+                self.tx.commit(p, len);
             }
         }
     }

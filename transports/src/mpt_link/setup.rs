@@ -7,6 +7,7 @@ use std::net::{IpAddr, TcpStream};
 use std::time::Duration;
 
 use crate::mpt::udp::UdpPaths;
+use crate::socket_failover::PrimaryNic;
 use crate::{Error, Link, Result, PIECE_ALIGN};
 
 use super::config::{for_engines, layout, MptLinkConfig, MAX_ENGINES, MAX_NICS, MAX_SLOTS};
@@ -19,6 +20,14 @@ use super::parts::PART_HEADER;
 pub struct MptEndpoint {
     subs: Vec<SubEndpoint>,
     cfg: MptLinkConfig,
+}
+
+/// Each of `ips` (local NICs' addresses, in path order) and where its NIC's address is
+/// looked up again when its paths fail: by the name of the interface that holds it now.
+fn nics_of(ips: &[IpAddr]) -> Vec<(IpAddr, Option<PrimaryNic>)> {
+    ips.iter()
+        .map(|&ip| (ip, PrimaryNic::holding(ip)))
+        .collect()
 }
 
 /// Seed of engine `e`: engine 0 keeps the link's own, so a one-engine link draws the same
@@ -57,21 +66,39 @@ impl MptEndpoint {
             ));
         }
         let mut subs = Vec::with_capacity(cfg.engines);
+        let ips = if cfg.local_ips.is_empty() {
+            std::slice::from_ref(&ip)
+        } else {
+            &cfg.local_ips[..]
+        };
+        let nics = nics_of(ips);
         for e in 0..cfg.engines {
             let seed = engine_seed(cfg.seed, e);
-            let ips = if cfg.local_ips.is_empty() {
-                std::slice::from_ref(&ip)
-            } else {
-                &cfg.local_ips[..]
-            };
             let udp = UdpPaths::bind_on(ips, cfg.paths, cfg.drop_rate, seed)
                 .map_err(|e| Error::io(format!("bind mpt udp paths on {ips:?}"), e))?;
             // The flow id doubles as a connection id: datagrams of an older connection that
             // reach a reused port are rejected by the core.
             let fid = (mix(seed ^ u64::from(std::process::id()) ^ nanos_now()) & 0x7FF) as u16;
-            subs.push(SubEndpoint { udp, fid, seed });
+            subs.push(SubEndpoint {
+                udp,
+                fid,
+                seed,
+                nics: nics.clone(),
+            });
         }
         Ok(MptEndpoint { subs, cfg })
+    }
+
+    /// Where each local NIC's address (in the order of `local_ips`, or the one address the
+    /// endpoint was bound to) is looked up while its paths are failed, instead of by the
+    /// name of the interface that held it at bind: when it changes (the NIC was
+    /// renumbered), the NIC's paths move to the new address. Extra entries are ignored.
+    pub fn follow_nics(&mut self, lookups: Vec<PrimaryNic>) {
+        for sub in &mut self.subs {
+            for ((_, at), l) in sub.nics.iter_mut().zip(&lookups) {
+                *at = Some(l.clone());
+            }
+        }
     }
 
     /// The hello to send to the peer. One engine: magic `MPT1`, flow id, path count,

@@ -48,6 +48,7 @@ use bufs::RecvWindow;
 pub use monitor::{reason_name, state_name, FAILOVER_PATHS};
 pub use readdress::PrimaryNic;
 use readdress::Readdress;
+pub(crate) use readdress::LOOK_EVERY;
 pub use redial::Redial;
 use redial::Redialer;
 use ring::SendRing;

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::redial::Redialer;
 
-/// How often a failed primary's NIC is looked up again (and its new address told).
-const LOOK_EVERY: Duration = Duration::from_millis(100);
+/// How often a failed primary's NIC is looked up again (and its new address told); the
+/// multipath engine looks up a NIC whose paths failed as often.
+pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// Where this side's primary NIC's address comes from.
 #[derive(Clone)]
@@ -36,6 +37,11 @@ impl PrimaryNic {
     /// An address from `f` (tests move it at will).
     pub fn from_fn(f: impl Fn() -> Option<IpAddr> + Send + Sync + 'static) -> PrimaryNic {
         PrimaryNic(Arc::new(f))
+    }
+
+    /// The NIC's address now (`None`: it holds none of the kind it had).
+    pub fn address(&self) -> Option<IpAddr> {
+        (self.0)()
     }
 }
 
@@ -74,7 +80,7 @@ impl Readdress {
             return None;
         }
         self.next = now + LOOK_EVERY;
-        if let Some(ip) = (self.nic.0)().filter(|&ip| ip != self.ip) {
+        if let Some(ip) = self.nic.address().filter(|&ip| ip != self.ip) {
             match redial.moved_to(ip) {
                 Ok(at) => {
                     tracing::info!(

@@ -1,6 +1,7 @@
 //! The UDP datapath: a path is one UDP socket with its own source port, connected to the
 //! peer's socket of the same index, so the kernel's (and any ECMP fabric's) flow hashing sees
-//! N distinct 5-tuples.
+//! N distinct 5-tuples. A failed path's socket may be *loose* for a while (unconnected, so
+//! that a peer whose NIC was renumbered can come back from another address: `follow.rs`).
 //!
 //! Sockets are non-blocking. Datagrams go out in batches with `sendmmsg` (one syscall per
 //! path per batch) and come in with `recvmmsg`. Where the kernel supports it, runs of
@@ -20,6 +21,7 @@
 //! batches are preallocated slabs of `MAX_DATAGRAM`-byte slots.
 
 mod batch;
+mod follow;
 mod frag;
 mod limits;
 mod paths;
@@ -30,6 +32,7 @@ mod send;
 mod tests;
 
 pub use batch::{RxBatch, TxBatch};
+pub use follow::{verdict, Verdict};
 pub use limits::{BATCH, DEFAULT_UDP_PATHS, MAX_DATAGRAM, TX_MAX};
 pub use paths::{UdpPaths, UdpStats};
 pub use poll::wait_readable;

@@ -40,6 +40,13 @@ pub struct UdpStats {
     pub joined: u64,
     /// Incomplete fragmented datagrams given up (a fragment was lost or reordered).
     pub join_drops: u64,
+    /// Datagrams a loose path dropped: from an address other than its peer's, and not for
+    /// this connection.
+    pub strangers: u64,
+    /// Times a failed path was made loose ([`UdpPaths::loosen`]).
+    pub loosened: u64,
+    /// Loose paths that took a new peer address (the peer's NIC was renumbered).
+    pub peers_moved: u64,
 }
 
 /// The N path sockets of one connection endpoint.
@@ -60,6 +67,12 @@ pub struct UdpPaths {
     pub(super) tx_scratch: TxScratch,
     /// What `readable` polls.
     pub(super) polls: PollSet,
+    /// Per path, the peer path's address, once connected.
+    pub(super) peers: Vec<Option<SocketAddr>>,
+    /// Per path, whether its socket is unconnected so that the peer's path may come from a
+    /// new address ([`UdpPaths::loosen`]): it sends with an address and receives through
+    /// [`UdpPaths::admit`].
+    pub(super) loose: Vec<bool>,
 }
 
 fn set_buf(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
@@ -75,6 +88,18 @@ fn set_buf(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
             libc::setsockopt(fd, libc::SOL_SOCKET, plain, p, len);
         }
     }
+}
+
+/// A path socket bound to `at`: non-blocking, with large buffers and GRO.
+pub(super) fn open(at: SocketAddr) -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(at)?;
+    s.set_nonblocking(true)?;
+    set_buf(s.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+    set_buf(s.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+    // Coalesced receives are split in `recv_batch`; without GRO the kernel hands over a GSO
+    // buffer segment by segment, which is correct too.
+    set_int(s.as_raw_fd(), SOL_UDP, UDP_GRO, 1);
+    Ok(s)
 }
 
 impl UdpPaths {
@@ -103,14 +128,7 @@ impl UdpPaths {
         }
         let mut socks = Vec::with_capacity(usize::from(paths));
         for i in 0..usize::from(paths) {
-            let s = UdpSocket::bind(SocketAddr::new(ips[i % ips.len()], 0))?;
-            s.set_nonblocking(true)?;
-            set_buf(s.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
-            set_buf(s.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
-            // Coalesced receives are split in `recv_batch`; without GRO the kernel hands
-            // over a GSO buffer segment by segment, which is correct too.
-            set_int(s.as_raw_fd(), SOL_UDP, UDP_GRO, 1);
-            socks.push(s);
+            socks.push(open(SocketAddr::new(ips[i % ips.len()], 0))?);
         }
         let polls = PollSet::new(socks.iter().map(|s| s.as_raw_fd()));
         Ok(UdpPaths {
@@ -128,6 +146,8 @@ impl UdpPaths {
             partial: (0..paths).map(|_| Partial::default()).collect(),
             tx_scratch: TxScratch::new(),
             polls,
+            peers: vec![None; usize::from(paths)],
+            loose: vec![false; usize::from(paths)],
         })
     }
 
@@ -171,8 +191,9 @@ impl UdpPaths {
                 ),
             ));
         }
-        for (s, &p) in self.socks.iter().zip(peers) {
+        for ((s, &p), at) in self.socks.iter().zip(peers).zip(&mut self.peers) {
             s.connect(p)?;
+            *at = Some(p);
         }
         let mut routes: Vec<(IpAddr, IpAddr)> = Vec::new();
         let mut mtu: Option<usize> = None;
@@ -232,7 +253,7 @@ pub(super) fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc:
 
 /// The MTU of the route of a connected socket, and the IP plus UDP header bytes of its
 /// address family.
-fn path_mtu(s: &UdpSocket, peer: IpAddr) -> Option<(usize, usize)> {
+pub(super) fn path_mtu(s: &UdpSocket, peer: IpAddr) -> Option<(usize, usize)> {
     let (level, name, hdr) = match peer {
         IpAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_MTU, 28),
         IpAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48),
@@ -255,14 +276,22 @@ fn path_mtu(s: &UdpSocket, peer: IpAddr) -> Option<(usize, usize)> {
 
 /// Errors that mean "this datagram is lost for now", not "the endpoint is broken": a full
 /// buffer, an ICMP report that the peer or its network is unreachable, or a local NIC that
-/// went down (a link may come back, and the other NICs' paths carry on meanwhile; the
-/// connection's retransmission budget decides when to give up).
+/// went down or lost the address a path is bound to (a link may come back, renumbered or
+/// not, and the other NICs' paths carry on meanwhile; the connection's retransmission
+/// budget decides when to give up).
 pub(super) fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::ConnectionRefused
     ) || matches!(
         e.raw_os_error(),
-        Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENETDOWN | libc::ENOBUFS | libc::EPERM)
+        Some(
+            libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::ENETDOWN
+                | libc::ENOBUFS
+                | libc::EPERM
+                | libc::EADDRNOTAVAIL
+        )
     )
 }

@@ -40,6 +40,13 @@ impl UdpPaths {
                     io::Error::new(io::ErrorKind::InvalidInput, "transmit on unknown path")
                 })?
                 .as_raw_fd();
+            // A loose path (its peer may have moved) is unconnected: its few datagrams
+            // (probes, mostly) go one by one, addressed.
+            if self.loose[usize::from(path)] {
+                self.send_loose(fd, batch, &order[start..end])?;
+                start = end;
+                continue;
+            }
             let mut from = start;
             while from < end {
                 from = self
