@@ -1,7 +1,7 @@
-# Call 9 of 2026-11-24 (nvidia-h100-x1, carry .dev = HEAD 9e0281e release): four ranks as processes
+# 2026-11-24, nvidia-h100-x1 (carry .dev = HEAD 9e0281e release): four ranks as processes
 # on the one H100, two emulated hosts (ranks 0,1 and 2,3 unless said).
 # 1) checked, every type x reduction: all_reduce of 1-5 elements and uneven counts (the last
-#    elements on the host's communicator, grouped there with the reduce-scatter: call 6 had
+#    elements on the host's communicator, grouped there with the reduce-scatter: an earlier run had
 #    avg / premulsum wrong), reduce_scatter, reduce every root; sendrecv with the host's other
 #    rank (hosts a,b,a,b, -r 2)
 # 2) all_reduce / reduce_scatter / reduce 8-128 MiB hierarchical (defaults: the cross stage
