@@ -1,4 +1,4 @@
-# Call 5: the rest of the driver probe, the preload compiled one program per type (cold / warm,
+# the rest of the driver probe, the preload compiled one program per type (cold / warm,
 # one process and four), GPU unit tests, correctness of every op on the new build.
 export NCCL_NVLS_ENABLE=0
 nvcc -cubin -arch=sm_90 -o /tmp/probe_k.cubin tests/gpu/module_load_probe_k.cu && nvcc -O2 -arch=sm_90 -o /tmp/load_probe tests/gpu/module_load_probe.cu -lcuda -lpthread 2>&1 | grep -v warning | head

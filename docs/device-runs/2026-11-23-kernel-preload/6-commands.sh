@@ -1,4 +1,4 @@
-# Call 6: where the preload's time goes (one program per type, no fsync), one process and four;
+# where the preload's time goes (one program per type, no fsync), one process and four;
 # correctness of every op on this build (one GPU, -g N under mpirun -np 1); two_comms one GPU.
 export NCCL_NVLS_ENABLE=0
 M="mpirun --allow-run-as-root --bind-to none -x LD_LIBRARY_PATH -x NCCL_DEBUG -x CCL_KERNEL_CACHE"

@@ -1,4 +1,4 @@
-# Call 2 of 2026-11-24 (nvidia-h100-x1, carry .dev = the fold generalised: all-reduce, reduce-scatter
+# 2026-11-24 (nvidia-h100-x1, carry .dev = the fold generalised: all-reduce, reduce-scatter
 # and reduce, CCL_GPU_FOLD_BYTES default 8 MiB): two ranks as processes on the one H100 over the
 # network path (P2P and SHM off, mpt).
 # 1) correctness with CCL_GPU_FOLD_BYTES=1 (every size folded): reduce_scatter and reduce (every

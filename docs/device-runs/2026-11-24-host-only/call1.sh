@@ -1,4 +1,4 @@
-# Call 1: host-only cuda-ipc on by default where peer-to-peer is off (CCL_IPC_HOST_ONLY=auto).
+# host-only cuda-ipc on by default where peer-to-peer is off (CCL_IPC_HOST_ONLY=auto).
 # (a) the one-GPU regression round with only NCCL_P2P_DISABLE=1 exported (two ranks in one
 # process on the GPU stay staged by the shared-GPU guard; mpirun ranks take host-only);
 # (b) which path each setting takes, 128 MiB sendrecv / all_reduce, device memory.

@@ -1,4 +1,4 @@
-# Call 5: host-only reductions staged into a GPU mirror of the receive slots on a copy engine
+# host-only reductions staged into a GPU mirror of the receive slots on a copy engine
 # (CCL_IPC_HOST_ONLY_STAGE_IN=1, new) against kernels reading the host slots (0); P2P off, ranks
 # as processes on the one GPU, 128 MiB, GB/s out of place / in place, three alternations; then
 # every type x reduction checked with the mirror.

@@ -1,4 +1,4 @@
-# Call 3 of 2026-11-25 (nvidia-h100-x1, carry .dev = release build of the all-gather-over-any-hosts
+# 2026-11-25 (nvidia-h100-x1, carry .dev = release build of the all-gather-over-any-hosts
 # commit): ranks as processes on the one H100, emulated hosts by CCL_HOSTID = rank / 2.
 # 1) checked all_gather: 3 ranks (hosts of 2 and 1: each block across to one rank of the other
 #    host, on the communicator itself), 5 ranks (2, 2, 1), and 4 ranks (even: the cross stage
