@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ccl_collectives::task::{Task, TaskKind};
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::helpers::plain_event;
-use ccl_cuda::cuda::{KernelOp, Stream};
+use ccl_cuda::cuda::{KernelOp, LlTransfers, Stream};
 use ccl_cuda::DataType;
 
 use crate::calls::CallSig;
@@ -607,50 +607,65 @@ impl Queueing {
         let Some(ll) = &self.ll else {
             return Ok(());
         };
-        let eng = &*self.eng;
-        let first = &self.user[0];
-        let l = &eng.layout;
-        let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
-        let (t, root) = match ll {
-            LowLatency::AllReduceTwoShot(t) => return self.launch_two_shot(q, t),
-            LowLatency::Exchange(x) => {
-                q.ll_seq = q.ll_seq.wrapping_add(1);
-                // SAFETY: the buffers hold what the task says (validated at enqueue) and fit
-                // the areas (checked when choosing this path); every rank launches its side of
-                // the same exchange with the same sequence number.
-                return unsafe {
-                    eng.kernels.ll_exchange(
-                        first,
-                        x,
-                        areas,
-                        n,
-                        me,
-                        q.ll_seq,
-                        eng.ll_max,
-                        eng.ll_pack_max,
-                    )
-                }
-                .map_err(cuda_err);
+        match ll {
+            LowLatency::AllReduceTwoShot(t) => self.launch_two_shot(q, t),
+            LowLatency::Exchange(x) => self.ll_exchange(q, x),
+            LowLatency::Reduce(t, root) => {
+                self.ll_reduce(q, t, t.recv as u64, t.count, false, Some(*root as u32))
             }
-            LowLatency::Reduce(t, root) => (t, Some(*root as u32)),
-            LowLatency::AllReduce(t) | LowLatency::ReduceScatter(t) => (t, None),
-        };
+            LowLatency::AllReduce(t) => self.ll_reduce(q, t, t.recv as u64, t.count, false, None),
+            LowLatency::ReduceScatter(t) => {
+                self.ll_reduce(q, t, t.recv as u64, t.count, true, None)
+            }
+        }
+    }
+
+    /// An all-reduce in two shots: the low-latency reduce-scatter of the input into this
+    /// rank's part of the output, then the exchange gathering every rank's part in place
+    /// (two operations of the low-latency sequence).
+    fn launch_two_shot(&self, q: &mut Queued, t: &Task) -> Result<()> {
+        let l = &self.eng.layout;
+        let part = t.count / l.nranks;
+        let part_bytes = (part * t.dtype.size()) as u64;
+        let mine = t.recv as u64 + l.rank as u64 * part_bytes;
+        // The reduce-scatter writes only this rank's part of the output, which the exchange
+        // then sends from while writing the other parts.
+        self.ll_reduce(q, t, mine, part, true, None)?;
+        let x = gather_parts(t.recv as u64, part_bytes, l.rank, l.nranks);
+        self.ll_exchange(q, &x)
+    }
+
+    /// The next operation of the low-latency sequence: `t`'s reduction kernel into `dst`
+    /// over `count` elements (per part with `scatter`), to `root` only for a reduce.
+    fn ll_reduce(
+        &self,
+        q: &mut Queued,
+        t: &Task,
+        dst: u64,
+        count: usize,
+        scatter: bool,
+        root: Option<u32>,
+    ) -> Result<()> {
+        let eng = &*self.eng;
+        let l = &eng.layout;
         q.ll_seq = q.ll_seq.wrapping_add(1);
-        // SAFETY: as above: the same operation with the same sequence number on every rank.
+        // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
+        // areas (checked when choosing this path, the two-shot parts equal); every rank
+        // launches the same operation with the same sequence number.
         unsafe {
             eng.kernels.ll_all_reduce(
-                first,
+                &self.user[0],
                 t.dtype,
                 t.red.arithmetic(),
-                t.recv as u64,
+                dst,
                 t.send as u64,
-                t.count,
-                areas,
-                n,
-                me,
+                count,
+                eng.ll_areas.ptr(),
+                l.nranks as u32,
+                l.rank as u32,
                 q.ll_seq,
                 eng.ll_max,
-                matches!(ll, LowLatency::ReduceScatter(_)),
+                scatter,
                 root,
                 eng.ll_pack_max,
             )
@@ -658,51 +673,21 @@ impl Queueing {
         .map_err(cuda_err)
     }
 
-    /// An all-reduce in two shots: the low-latency reduce-scatter of the input into this
-    /// rank's part of the output, then the exchange gathering every rank's part in place
-    /// (two operations of the low-latency sequence).
-    fn launch_two_shot(&self, q: &mut Queued, t: &Task) -> Result<()> {
+    /// The next operation of the low-latency sequence: the exchange of `x`.
+    fn ll_exchange(&self, q: &mut Queued, x: &LlTransfers) -> Result<()> {
         let eng = &*self.eng;
-        let first = &self.user[0];
         let l = &eng.layout;
-        let (areas, n, me) = (eng.ll_areas.ptr(), l.nranks as u32, l.rank as u32);
-        let part = t.count / l.nranks;
-        let part_bytes = (part * t.dtype.size()) as u64;
-        let mine = t.recv as u64 + l.rank as u64 * part_bytes;
-        let x = gather_parts(t.recv as u64, part_bytes, l.rank, l.nranks);
         q.ll_seq = q.ll_seq.wrapping_add(1);
-        // SAFETY: as for the one-shot kernel (the route checked that the parts are equal and
-        // fit the areas); the reduce-scatter writes only this rank's part of the output, which
-        // the exchange then sends from while writing the other parts.
-        unsafe {
-            eng.kernels.ll_all_reduce(
-                first,
-                t.dtype,
-                t.red.arithmetic(),
-                mine,
-                t.send as u64,
-                part,
-                areas,
-                n,
-                me,
-                q.ll_seq,
-                eng.ll_max,
-                true,
-                None,
-                eng.ll_pack_max,
-            )
-        }
-        .map_err(cuda_err)?;
-        q.ll_seq = q.ll_seq.wrapping_add(1);
-        // SAFETY: every range lies in the output (count elements); every rank launches its
-        // side of the same all-gather with the same sequence number.
+        // SAFETY: every range in `x` lies in the task's buffers (validated at enqueue) and
+        // fits the areas; every rank launches its side of the same exchange with the same
+        // sequence number.
         unsafe {
             eng.kernels.ll_exchange(
-                first,
-                &x,
-                areas,
-                n,
-                me,
+                &self.user[0],
+                x,
+                eng.ll_areas.ptr(),
+                l.nranks as u32,
+                l.rank as u32,
                 q.ll_seq,
                 eng.ll_max,
                 eng.ll_pack_max,
