@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use ccl_cuda::cuda::source::{
-    kernel_name, kernel_source_with, ll_area_bytes, ll_data_offset, ll_pack_offset,
+    kernel_name, kernel_source_with, ll_area_bytes, ll_data_offset, ll_pack_offset, ll_seq_offset,
     ll_spin_words_bytes, KernelOp, ReduceKindKey, LL_EVERY_RANK, LL_PACK_MAX,
 };
 use ccl_cuda::cuda::LlTransfers;
@@ -22,7 +22,9 @@ use ccl_cuda::{DataType, ReduceKind};
 use host_cpp::{build_shared, gxx_here, Xs, HOST_INCLUDES, HOST_PRIMITIVES};
 
 /// Blocks and threads per block of the host runs (the GPU's 32 x 512 would be 16k threads a
-/// rank); the protocol only needs a thread per rank in a block.
+/// rank); the protocol only needs a thread per rank in a block. `BLOCKS` stands for the
+/// protocol's block indices (`LL_MAX_BLOCKS` on the GPU); an operation's grid is 1 to `BLOCKS`
+/// ([`grid`]).
 const BLOCKS: u32 = 4;
 const THREADS: u32 = 8;
 /// Bytes per sender of each area's flagged buffers.
@@ -31,7 +33,7 @@ const LL_MAX: usize = 4096;
 const PACK: usize = 1024;
 
 type ExchangeFn =
-    unsafe extern "C" fn(LlTransfers, *const u64, u32, u32, u32, u64, u64, u64, u64, u32);
+    unsafe extern "C" fn(LlTransfers, *const u64, u32, u32, *mut u32, u64, u64, u64, u64, u32, u32);
 type ReduceFn = unsafe extern "C" fn(
     *mut i32,
     *const i32,
@@ -39,7 +41,7 @@ type ReduceFn = unsafe extern "C" fn(
     *const u64,
     u32,
     u32,
-    u32,
+    *mut u32,
     u64,
     u64,
     u64,
@@ -47,9 +49,10 @@ type ReduceFn = unsafe extern "C" fn(
     u32,
     u64,
     u64,
+    u32,
     u32,
 );
-type BindFn = unsafe extern "C" fn(u32, u32, *mut std::ffi::c_void);
+type BindFn = unsafe extern "C" fn(u32, u32, u32, *mut std::ffi::c_void);
 type BarrierNewFn = unsafe extern "C" fn(u32) -> *mut std::ffi::c_void;
 
 /// The host stand-ins: per-thread block and thread indices, a barrier per block for
@@ -58,10 +61,10 @@ fn host_source(dt: DataType, op: KernelOp) -> String {
     let prims = HOST_PRIMITIVES.replace(
         "static const ccl_dim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};",
         &format!(
-            "static const ccl_dim3 gridDim = {{{BLOCKS}, 1, 1}}, blockDim = {{{THREADS}, 1, 1}};\n\
-             static thread_local ccl_dim3 threadIdx = {{0, 0, 0}}, blockIdx = {{0, 0, 0}};\n\
+            "static const ccl_dim3 blockDim = {{{THREADS}, 1, 1}};\n\
+             static thread_local ccl_dim3 threadIdx = {{0, 0, 0}}, blockIdx = {{0, 0, 0}}, gridDim = {{1, 1, 1}};\n\
              static thread_local pthread_barrier_t* ccl_host_bar = nullptr;\n\
-             extern \"C\" void ccl_host_bind(unsigned b, unsigned t, void* bar) {{ blockIdx.x = b; threadIdx.x = t; ccl_host_bar = (pthread_barrier_t*)bar; }}\n\
+             extern \"C\" void ccl_host_bind(unsigned b, unsigned g, unsigned t, void* bar) {{ blockIdx.x = b; gridDim.x = g; threadIdx.x = t; ccl_host_bar = (pthread_barrier_t*)bar; }}\n\
              extern \"C\" void* ccl_host_barrier_new(unsigned n) {{ auto* b = new pthread_barrier_t; pthread_barrier_init(b, nullptr, n); return b; }}\n"
         ),
     );
@@ -144,8 +147,16 @@ enum Launch {
     },
 }
 
-/// Runs every rank's launches in order (ranks side by side, each launch as `BLOCKS` x
-/// `THREADS` threads), numbering them from 1 as the engine does; panics if they do not all
+/// The grid and `opts` word of every rank's `i`-th launch: grids of 1 to `BLOCKS` blocks in
+/// turn (every index's words move on whatever the grid), every other launch acknowledging
+/// without the fence.
+fn grid(i: usize) -> (u32, u32) {
+    (1 + (i as u32 * 3) % BLOCKS, (i % 2) as u32)
+}
+
+/// Runs every rank's launches in order (ranks side by side, each launch as [`grid`] x
+/// `THREADS` threads), the kernels numbering them from 1 in each rank's area as on the GPU;
+/// panics if they do not all
 /// finish within a minute.
 fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
     let n = areas.len();
@@ -174,14 +185,22 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
     };
     let table_at = table.as_ptr() as usize;
     let (data_off, pk_off) = (ll_data_offset(n) as u64, ll_pack_offset(n) as u64);
+    let expected: Vec<Vec<u32>> = (0..n)
+        .map(|r| {
+            let ops = launches[r].len() as u32;
+            seq_words(&areas[r], n).iter().map(|w| w + ops).collect()
+        })
+        .collect();
     let (done_tx, done_rx) = mpsc::channel();
     for (r, mine) in launches.into_iter().enumerate() {
         let done = done_tx.clone();
+        // The rank's operation numbers, in its own area: the kernels count on from them.
+        let seqs = (table[r] + ll_seq_offset(n) as u64) as usize;
         std::thread::spawn(move || {
             for (i, l) in mine.into_iter().enumerate() {
-                let seq = i as u32 + 1;
+                let (g, opts) = grid(i);
                 std::thread::scope(|s| {
-                    for b in 0..BLOCKS {
+                    for b in 0..g {
                         // SAFETY: a barrier for THREADS threads, used only by this block's
                         // threads below and leaked (a few bytes a block).
                         let bar = unsafe { bar_new(THREADS) } as usize;
@@ -195,18 +214,19 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
                                 unsafe {
                                     match l {
                                         Launch::Exchange(x, packed) => {
-                                            bind_x(b, t, bar as *mut _);
+                                            bind_x(b, g, t, bar as *mut _);
                                             xf(
                                                 x,
                                                 table,
                                                 n as u32,
                                                 r as u32,
-                                                seq,
+                                                seqs as *mut u32,
                                                 LL_MAX as u64,
                                                 data_off,
                                                 pk_off,
                                                 LL_PACK_MAX as u64,
                                                 packed as u32,
+                                                opts,
                                             );
                                         }
                                         Launch::Reduce {
@@ -218,7 +238,7 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
                                             root,
                                             packed,
                                         } => {
-                                            bind_r(b, t, bar as *mut _);
+                                            bind_r(b, g, t, bar as *mut _);
                                             rf(
                                                 dst as *mut i32,
                                                 src as *const i32,
@@ -226,7 +246,7 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
                                                 table,
                                                 n as u32,
                                                 r as u32,
-                                                seq,
+                                                seqs as *mut u32,
                                                 LL_MAX as u64,
                                                 data_off,
                                                 push_stride,
@@ -235,6 +255,7 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
                                                 pk_off,
                                                 LL_PACK_MAX as u64,
                                                 packed as u32,
+                                                opts,
                                             );
                                         }
                                     }
@@ -253,6 +274,24 @@ fn run(k: &Kernels, areas: &[Vec<u64>], launches: Vec<Vec<Launch>>) {
             "a rank's launches did not finish (deadlock in the low-latency protocol?)"
         );
     }
+    // Every block index's number moved on by one per operation, whatever each one's grid.
+    for (r, want) in expected.iter().enumerate() {
+        assert_eq!(
+            &seq_words(&areas[r], n),
+            want,
+            "rank {r}'s operation numbers"
+        );
+    }
+}
+
+/// The operation number of every block index in an area laid out for `n` ranks.
+fn seq_words(area: &[u64], n: usize) -> Vec<u32> {
+    let at = area.as_ptr() as usize + ll_seq_offset(n);
+    (0..BLOCKS as usize)
+        // SAFETY: the words lie inside the area (before its data regions), 4-byte aligned; no
+        // kernel thread of this area runs any more.
+        .map(|i| unsafe { std::ptr::read_volatile((at as *const u32).add(i)) })
+        .collect()
 }
 
 fn areas(n: usize) -> Vec<Vec<u64>> {

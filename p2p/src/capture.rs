@@ -8,6 +8,7 @@ use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::cuda::{DeviceBuffer, KernelOp, Stream};
 use ccl_cuda::DataType;
 
+use crate::calls::CallSig;
 use crate::captured::agree::{self, Ends, Offer};
 use crate::captured::group::{self, Group};
 use crate::captured::host_only::{self, HostOnlyGroup};
@@ -17,16 +18,53 @@ use crate::cuda_device::CudaDevice;
 use crate::engine::{streams_of, IpcEngine};
 use crate::error::{cuda_err, Error, Result};
 use crate::layout::groups;
+use crate::ll_launch;
+use crate::paths::{kernels_needed, LowLatency};
 
 /// Captures `tasks` on the direct paths into the CUDA graph their stream is capturing, when
 /// every rank can (`captured`); `false`: every rank goes on to the staged captured
 /// path. Collective: every rank of a communicator with cuda-ipc calls it for the same group.
 pub fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     if eng.host_only {
-        capture_host_only(comm, eng, tasks)
-    } else {
-        capture_direct(comm, eng, tasks)
+        return capture_host_only(comm, eng, tasks);
     }
+    if eng.cfg.graph_ll {
+        if let Some(ll) = ll_launch::chosen(eng, tasks)? {
+            capture_low_latency(comm, eng, tasks, &ll)?;
+            return Ok(true);
+        }
+    }
+    capture_direct(comm, eng, tasks)
+}
+
+/// Captures a small collective as the low-latency kernel(s) an eager call launches. Every
+/// rank chooses alike from what it sees, so nothing is exchanged at capture; the kernels take
+/// their operation's number on the GPU at each replay. The call is compared with the peers'
+/// as an eager one is (a mismatch fails it here and on the peers through their async error).
+fn capture_low_latency(
+    comm: &CommCtx,
+    eng: &IpcEngine,
+    tasks: &[Task],
+    ll: &LowLatency,
+) -> Result<()> {
+    let streams = streams_of(&eng.ctx, tasks);
+    let [stream] = streams.as_slice() else {
+        return Err(Error::internal("a low-latency group on several streams"));
+    };
+    for (dtype, op) in kernels_needed(std::iter::empty(), Some(ll)) {
+        eng.kernels.prepare(dtype, op).map_err(cuda_err)?;
+    }
+    eng.ll_captured.store(true, Ordering::Relaxed);
+    let mut q = eng.queued.lock();
+    if let Some(sig) = CallSig::of(tasks) {
+        let seq = q.calls.push(sig);
+        eng.board.post(seq, sig);
+        if let Some(e) = eng.board.check(&q.calls.recent) {
+            comm.set_async_error(&e);
+            return Err(e);
+        }
+    }
+    ll_launch::launch(eng, stream, ll)
 }
 
 /// Captures `tasks` on the direct paths into the graph their stream is capturing, if every

@@ -53,6 +53,12 @@ pub struct P2pConfig {
     /// `CCL_IPC_LL_PACK_BYTES`: low-latency operations moving at most this many bytes per
     /// peer go in packed lines.
     pub ll_pack_bytes: i64,
+    /// `CCL_IPC_LL_BLOCK_BYTES` (0: always the most blocks), `CCL_IPC_LL_THREADS` (0: the
+    /// kernels' default), `CCL_IPC_LL_ACK_FENCE=0`: the low-latency kernels' grid and
+    /// acknowledgement fence.
+    pub ll_block_bytes: i64,
+    pub ll_threads: i64,
+    pub ll_ack_unfenced: bool,
     /// `CCL_IPC_LL_TWO_SHOT_BYTES` (0: never): low-latency all-reduces of more than two ranks
     /// from this many bytes go in two shots.
     pub ll_two_shot_bytes: i64,
@@ -91,8 +97,9 @@ pub struct P2pConfig {
     /// `CCL_IPC_HOST_ONLY_STAGE_IN`.
     pub host_only_stage_in: bool,
 
-    /// `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`,
+    /// `CCL_GRAPH_LL`, `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`,
     /// `CCL_GRAPH_HANDSHAKE_KERNEL`: captured groups.
+    pub graph_ll: bool,
     pub graph_direct: bool,
     pub graph_one_shot_bytes: i64,
     pub graph_fused: bool,
@@ -124,6 +131,15 @@ impl P2pConfig {
     pub fn ll_area_for(&self, n: usize) -> usize {
         let reduce = self.ll_bytes.max(0) as usize;
         reduce.max(self.ll_exchange_for(n)).min(LL_AREA_MAX) & !15
+    }
+
+    /// Threads per block of the low-latency kernels (`CCL_IPC_LL_THREADS`): a multiple of
+    /// 32 in 32 - 1024 (a block's protocol needs a thread per rank, at most 8 here).
+    pub fn ll_threads_per_block(&self) -> u32 {
+        if self.ll_threads <= 0 {
+            return ccl_cuda::cuda::source::LL_THREADS;
+        }
+        (self.ll_threads.clamp(32, 1024) as u32) & !31
     }
 }
 

@@ -39,8 +39,6 @@ pub(crate) struct Queued {
     /// The user stream of the last operation: one that follows on another stream waits for it
     /// (the counters assume operations of a communicator run in call order).
     pub(crate) last_stream: Option<usize>,
-    /// Low-latency operations so far.
-    pub(crate) ll_seq: u32,
     /// Small sends and receives so far, per pair (the point-to-point kernel's numbering).
     pub(crate) small: small_p2p::Seqs,
     /// Collectives called so far, for the mismatch check.
@@ -76,7 +74,6 @@ impl Queued {
         Queued {
             counters: Counters::new(n, rx_lanes),
             last_stream: None,
-            ll_seq: 0,
             small: small_p2p::Seqs::new(n),
             calls: History::default(),
             ops: 0,
@@ -140,9 +137,10 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     pub(crate) ll_exchange_max: usize,
-    /// Low-latency operations of at most this many bytes per peer go in packed lines
-    /// (`CCL_IPC_LL_PACK_BYTES`, agreed).
-    pub(crate) ll_pack_max: usize,
+    /// How the low-latency kernels launch: packed lines up to `CCL_IPC_LL_PACK_BYTES` per peer
+    /// and the grid by `CCL_IPC_LL_BLOCK_BYTES` (both agreed), threads and acknowledgement
+    /// fence this rank's own.
+    pub(crate) ll_launch: ccl_cuda::cuda::LlLaunch,
     /// Low-latency all-reduces of more than two ranks from this many bytes go in two shots
     /// (`CCL_IPC_LL_TWO_SHOT_BYTES`, agreed; 0: never).
     pub(crate) ll_two_shot_min: usize,
@@ -189,6 +187,9 @@ pub struct IpcEngine {
     /// Groups captured into CUDA graphs so far (each takes the next index of
     /// [`crate::layout::groups`], whichever path it ends up on).
     pub(crate) captured: std::sync::atomic::AtomicUsize,
+    /// Some low-latency kernel was captured into a CUDA graph: the graph keeps the areas'
+    /// addresses (ours and, mapped, the peers').
+    pub(crate) ll_captured: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: CUDA handles (streams, events, device pointers, module functions) are process-wide

@@ -197,8 +197,12 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
         release_waits(&eng);
     }
     // Graphs that captured groups on the direct paths keep the flag area's addresses (ours
-    // and, mapped, the peers'): it stays for as long as the process may replay them.
-    if aborted || eng.captured.load(Ordering::Relaxed) > 0 {
+    // and, mapped, the peers'), and captured low-latency kernels the areas': they stay for
+    // as long as the process may replay them.
+    if aborted
+        || eng.captured.load(Ordering::Relaxed) > 0
+        || eng.ll_captured.load(Ordering::Relaxed)
+    {
         std::mem::forget(eng);
     }
 }

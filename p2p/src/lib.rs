@@ -48,6 +48,7 @@ mod health;
 mod host_path;
 mod layout;
 mod limits;
+mod ll_launch;
 mod lower;
 mod mail;
 mod paths;

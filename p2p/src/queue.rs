@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ccl_collectives::task::{Task, TaskKind};
 use ccl_collectives::Collective;
 use ccl_cuda::cuda::helpers::plain_event;
-use ccl_cuda::cuda::{KernelOp, LlTransfers, Stream};
+use ccl_cuda::cuda::{KernelOp, Stream};
 use ccl_cuda::DataType;
 
 use crate::calls::CallSig;
@@ -18,11 +18,10 @@ use crate::device::Batched;
 use crate::direct::{plan, posting};
 use crate::engine::{streams_of, IpcEngine, Phases, Queued};
 use crate::error::{cuda_err, Error, Result};
+use crate::ll_launch;
 use crate::lower::{lower, Program};
 use crate::mail::MailJob;
-use crate::paths::{
-    gather_parts, kernels_needed, reduction_paths, small_exchange, two_shot, LowLatency,
-};
+use crate::paths::{kernels_needed, reduction_paths, small_exchange, two_shot, LowLatency};
 use crate::protocol::Chain;
 use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
 use crate::{direct, direct_reduce, rendezvous, small_p2p};
@@ -391,7 +390,7 @@ impl Queueing {
         if let Some((seq, o)) = self.sym_post.take() {
             self.settle_sym(seq, o, q, wait)?;
         }
-        self.launch_low_latency(q)?;
+        self.launch_low_latency()?;
         self.launch_small(q)?;
         let eng = &*self.eng;
         let mut cuda = CudaDevice::new(eng, &self.user[0]);
@@ -603,97 +602,11 @@ impl Queueing {
 
     /// The group's small collective as one low-latency kernel (two for an all-reduce in two
     /// shots), if it is one.
-    fn launch_low_latency(&self, q: &mut Queued) -> Result<()> {
-        let Some(ll) = &self.ll else {
-            return Ok(());
-        };
-        match ll {
-            LowLatency::AllReduceTwoShot(t) => self.launch_two_shot(q, t),
-            LowLatency::Exchange(x) => self.ll_exchange(q, x),
-            LowLatency::Reduce(t, root) => {
-                self.ll_reduce(q, t, t.recv as u64, t.count, false, Some(*root as u32))
-            }
-            LowLatency::AllReduce(t) => self.ll_reduce(q, t, t.recv as u64, t.count, false, None),
-            LowLatency::ReduceScatter(t) => {
-                self.ll_reduce(q, t, t.recv as u64, t.count, true, None)
-            }
+    fn launch_low_latency(&self) -> Result<()> {
+        match &self.ll {
+            Some(ll) => ll_launch::launch(&self.eng, &self.user[0], ll),
+            None => Ok(()),
         }
-    }
-
-    /// An all-reduce in two shots: the low-latency reduce-scatter of the input into this
-    /// rank's part of the output, then the exchange gathering every rank's part in place
-    /// (two operations of the low-latency sequence).
-    fn launch_two_shot(&self, q: &mut Queued, t: &Task) -> Result<()> {
-        let l = &self.eng.layout;
-        let part = t.count / l.nranks;
-        let part_bytes = (part * t.dtype.size()) as u64;
-        let mine = t.recv as u64 + l.rank as u64 * part_bytes;
-        // The reduce-scatter writes only this rank's part of the output, which the exchange
-        // then sends from while writing the other parts.
-        self.ll_reduce(q, t, mine, part, true, None)?;
-        let x = gather_parts(t.recv as u64, part_bytes, l.rank, l.nranks);
-        self.ll_exchange(q, &x)
-    }
-
-    /// The next operation of the low-latency sequence: `t`'s reduction kernel into `dst`
-    /// over `count` elements (per part with `scatter`), to `root` only for a reduce.
-    fn ll_reduce(
-        &self,
-        q: &mut Queued,
-        t: &Task,
-        dst: u64,
-        count: usize,
-        scatter: bool,
-        root: Option<u32>,
-    ) -> Result<()> {
-        let eng = &*self.eng;
-        let l = &eng.layout;
-        q.ll_seq = q.ll_seq.wrapping_add(1);
-        // SAFETY: the buffers hold what the task says (validated at enqueue) and fit the
-        // areas (checked when choosing this path, the two-shot parts equal); every rank
-        // launches the same operation with the same sequence number.
-        unsafe {
-            eng.kernels.ll_all_reduce(
-                &self.user[0],
-                t.dtype,
-                t.red.arithmetic(),
-                dst,
-                t.send as u64,
-                count,
-                eng.ll_areas.ptr(),
-                l.nranks as u32,
-                l.rank as u32,
-                q.ll_seq,
-                eng.ll_max,
-                scatter,
-                root,
-                eng.ll_pack_max,
-            )
-        }
-        .map_err(cuda_err)
-    }
-
-    /// The next operation of the low-latency sequence: the exchange of `x`.
-    fn ll_exchange(&self, q: &mut Queued, x: &LlTransfers) -> Result<()> {
-        let eng = &*self.eng;
-        let l = &eng.layout;
-        q.ll_seq = q.ll_seq.wrapping_add(1);
-        // SAFETY: every range in `x` lies in the task's buffers (validated at enqueue) and
-        // fits the areas; every rank launches its side of the same exchange with the same
-        // sequence number.
-        unsafe {
-            eng.kernels.ll_exchange(
-                &self.user[0],
-                x,
-                eng.ll_areas.ptr(),
-                l.nranks as u32,
-                l.rank as u32,
-                q.ll_seq,
-                eng.ll_max,
-                eng.ll_pack_max,
-            )
-        }
-        .map_err(cuda_err)
     }
 
     /// The group's small sends and receives as point-to-point kernels.

@@ -248,6 +248,8 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     } else {
         lowest(|o| o.ll_pack).min(LL_PACK_MAX)
     };
+    // A grid every rank computes alike from what an operation moves per peer.
+    let ll_block_bytes = lowest(|o| o.ll_block);
     let ll_two_shot_min = if ll_reduce_max == 0 {
         0
     } else {
@@ -286,6 +288,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         ll_reduce_max,
         ll_exchange_max,
         ll_pack_max,
+        ll_block_bytes,
         ll_two_shot_min,
         direct_reduce,
         relay,
@@ -456,15 +459,26 @@ mod tests {
         assert_eq!(agree(&packing(16384, 16384), &g, true, 2).ll_pack_max, 0);
     }
 
-    /// The packed limit travels in the offer (appended: the rest keeps its offsets).
+    /// The packed limit and the block size travel in the offer (appended: the rest keeps its
+    /// offsets); the smallest block size offered is agreed (0, the most blocks, wins).
     #[test]
-    fn the_offer_carries_the_packed_limit() {
+    fn the_offer_carries_the_packed_limit_and_block_size() {
         let mut o = offer(2 << 20, 1 << 20, 2 << 20);
-        o.ll_pack = 12345;
+        (o.ll_pack, o.ll_block) = (12345, 4096);
         let back = Offer::decode(&o.encode()).expect("an offer decodes");
         assert_eq!(
-            (back.ll_pack, back.ll_reduce, back.ll_area),
-            (12345, 1 << 20, 2 << 20)
+            (back.ll_pack, back.ll_block, back.ll_reduce, back.ll_area),
+            (12345, 4096, 1 << 20, 2 << 20)
         );
+        let g = Geometry::from_config(&P2pConfig::default());
+        let blocks = |a: u64, b: u64| {
+            let mut offers = [
+                offer(1 << 20, 1 << 20, 1 << 20),
+                offer(1 << 20, 1 << 20, 1 << 20),
+            ];
+            (offers[0].ll_block, offers[1].ll_block) = (a, b);
+            agree(&offers, &g, false, 2).ll_block_bytes
+        };
+        assert_eq!((blocks(8192, 4096), blocks(0, 4096)), (4096, 0));
     }
 }

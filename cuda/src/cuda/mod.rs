@@ -41,7 +41,7 @@ pub use driver::Driver;
 pub use error::{CudaError, Result};
 pub use flag::Flag;
 pub use ipc::{IpcHandle, IpcMapping, IPC_HANDLE_SIZE};
-pub use kernels::{GraphWords, KernelStats, Kernels, LlP2p, LlTransfers, Preloaded};
+pub use kernels::{GraphWords, KernelStats, Kernels, LlLaunch, LlP2p, LlTransfers, Preloaded};
 pub use memory::{
     buffer_id, is_device_memory, pointer_info, DeviceBuffer, HostRegistration, MemoryKind,
     PinnedBuffer, PointerInfo,

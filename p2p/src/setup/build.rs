@@ -42,6 +42,8 @@ pub(super) struct Agreed {
     pub ll_exchange_max: usize,
     /// Low-latency operations of at most this many bytes per peer go in packed lines.
     pub ll_pack_max: usize,
+    /// Payload bytes per peer a low-latency kernel's block takes (0: always the most blocks).
+    pub ll_block_bytes: usize,
     /// Low-latency all-reduces of more than two ranks from this many bytes go in two shots
     /// (0: never).
     pub ll_two_shot_min: usize,
@@ -177,7 +179,12 @@ pub(super) fn build(
         ll_max: a.ll_max,
         ll_reduce_max: a.ll_reduce_max,
         ll_exchange_max: a.ll_exchange_max,
-        ll_pack_max: a.ll_pack_max,
+        ll_launch: ccl_cuda::cuda::LlLaunch {
+            pack_max: a.ll_pack_max,
+            block_bytes: a.ll_block_bytes,
+            threads: cfg.ll_threads_per_block(),
+            ack_unfenced: cfg.ll_ack_unfenced,
+        },
         ll_two_shot_min: a.ll_two_shot_min,
         copies: std::sync::OnceLock::new(),
         relay: a.relay,
@@ -217,6 +224,7 @@ pub(super) fn build(
         watch: Mutex::new(Watch::default()),
         remote,
         captured: AtomicUsize::new(0),
+        ll_captured: AtomicBool::new(false),
     })
 }
 

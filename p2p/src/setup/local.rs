@@ -219,6 +219,7 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         ll_exchange_max: cfg.ll_exchange_for(nranks) as u64,
         ll_pack: cfg.ll_pack_bytes.max(0) as u64,
         ll_two_shot: cfg.ll_two_shot_bytes.max(0) as u64,
+        ll_block: cfg.ll_block_bytes.max(0) as u64,
         relay_min: cfg.bcast_relay_bytes.max(0) as u64,
         relay_chunk: cfg.bcast_relay_chunk_bytes.max(1 << 20) as u64,
         probe_fd: -1,

@@ -25,6 +25,9 @@ pub(crate) struct Offer {
     pub(crate) ll_pack: u64,
     /// `CCL_IPC_LL_TWO_SHOT_BYTES` (0: off): the smallest over the ranks is used.
     pub(crate) ll_two_shot: u64,
+    /// `CCL_IPC_LL_BLOCK_BYTES` (0: always the most blocks): the smallest over the ranks is
+    /// used.
+    pub(crate) ll_block: u64,
     /// `CCL_IPC_BCAST_RELAY_BYTES` (0: off, on any rank) and `_CHUNK_BYTES`.
     pub(crate) relay_min: u64,
     pub(crate) relay_chunk: u64,
@@ -64,6 +67,7 @@ impl Offer {
             ll_exchange_max: 0,
             ll_pack: 0,
             ll_two_shot: 0,
+            ll_block: 0,
             relay_min: 0,
             relay_chunk: 0,
             probe_fd: -1,
@@ -110,6 +114,7 @@ impl Offer {
         b.extend_from_slice(&self.ll_reduce.to_le_bytes());
         b.extend_from_slice(&self.ll_pack.to_le_bytes());
         b.extend_from_slice(&self.ll_two_shot.to_le_bytes());
+        b.extend_from_slice(&self.ll_block.to_le_bytes());
         b
     }
 
@@ -151,6 +156,7 @@ impl Offer {
         o.ll_reduce = u64::from_le_bytes(u64_at(at + 12)?);
         o.ll_pack = u64::from_le_bytes(u64_at(at + 20)?);
         o.ll_two_shot = u64::from_le_bytes(u64_at(at + 28)?);
+        o.ll_block = u64::from_le_bytes(u64_at(at + 36)?);
         Some(o)
     }
 }
@@ -173,6 +179,7 @@ const OFFER_BYTES: usize = 1
     + 16
     + BUS_ID_BYTES
     + 12
+    + 8
     + 8
     + 8
     + 8;

@@ -20,14 +20,15 @@ impl Kernels {
     /// wait for the peers' same part and write the reduction in rank order to `dst`. With
     /// `scatter`, a reduce-scatter: `src` holds `nranks * n` elements, part `q` goes to rank
     /// `q`, and `dst` gets the reduction of this rank's part. With `root`, a reduce: only rank
-    /// `root` writes `dst` (the others' `dst` is not touched). Inputs of at most `pack_max`
+    /// `root` writes `dst` (the others' `dst` is not touched). Inputs of at most `launch.pack_max`
     /// bytes go in packed lines (see [`crate::cuda::source::LL_PACK_MAX`]).
     ///
     /// # Safety
     /// `src`/`dst` hold `n` elements (`dst` equal to or disjoint from `src`); `areas` is a
     /// device array of `nranks` area addresses valid in this context, each area laid out for
-    /// `nranks` and `ll_max`, with `n * size <= ll_max`; every rank launches the same
-    /// operation with the same `seq` (one more than its previous one).
+    /// `nranks` and `ll_max`, with `n * size <= ll_max`; `seqs` is this rank's operation
+    /// numbers in its own area ([`crate::cuda::source::ll_seq_offset`]); every rank launches
+    /// the same low-latency operations in the same order, each after its previous one ended.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn ll_all_reduce(
         &self,
@@ -40,11 +41,11 @@ impl Kernels {
         areas: CUdeviceptr,
         nranks: u32,
         rank: u32,
-        seq: u32,
+        seqs: CUdeviceptr,
         ll_max: usize,
         scatter: bool,
         root: Option<u32>,
-        pack_max: usize,
+        launch: &LlLaunch,
     ) -> Result<()> {
         if n == 0 {
             return Ok(());
@@ -56,7 +57,7 @@ impl Kernels {
         }
         let func = self.function(dt, KernelOp::LlAllReduce(op.into()))?;
         let (mut dst, mut src, mut n64, mut areas) = (dst, src, n as u64, areas);
-        let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
+        let (mut nranks, mut rank, mut seqs) = (nranks, rank, seqs);
         let mut llmax = ll_max as u64;
         let mut data_off = ll_data_offset(nranks as usize) as u64;
         // Reduce-scatter: peer q's part of the input is at q * n elements, ours at rank * n.
@@ -64,15 +65,16 @@ impl Kernels {
         let mut push_stride = if scatter { part } else { 0 };
         let mut own_off = if scatter { rank as u64 * part } else { 0 };
         let mut root = root.unwrap_or(LL_EVERY_RANK);
-        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, part, pack_max);
-        let mut params: [*mut c_void; 15] = [
+        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, part, launch.pack_max);
+        let mut opts = launch.opts();
+        let mut params: [*mut c_void; 16] = [
             (&mut dst as *mut u64).cast(),
             (&mut src as *mut u64).cast(),
             (&mut n64 as *mut u64).cast(),
             (&mut areas as *mut u64).cast(),
             (&mut nranks as *mut u32).cast(),
             (&mut rank as *mut u32).cast(),
-            (&mut seq as *mut u32).cast(),
+            (&mut seqs as *mut u64).cast(),
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
             (&mut push_stride as *mut u64).cast(),
@@ -81,11 +83,58 @@ impl Kernels {
             (&mut pk_off as *mut u64).cast(),
             (&mut pk_max as *mut u64).cast(),
             (&mut packed as *mut u32).cast(),
+            (&mut opts as *mut u32).cast(),
         ];
-        let blocks = LL_MAX_BLOCKS as u32;
+        let blocks = launch.blocks(part);
         // SAFETY: the parameters match the kernel's signature in order and size; the memory
         // is the caller's contract.
-        unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }
+        unsafe { self.launch_raw(func, stream, blocks, launch.threads, &mut params) }
+    }
+}
+
+/// How a communicator launches its low-latency kernels: the same on every rank where it
+/// decides the protocol (the packed limit, the grid), this rank's own choice otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlLaunch {
+    /// Operations moving at most this many bytes per peer go in packed lines (agreed).
+    pub pack_max: usize,
+    /// Payload bytes per peer a block takes: an operation moving `b` bytes per peer runs
+    /// `ceil(b / block_bytes)` blocks, at least one and at most [`LL_MAX_BLOCKS`] (0: always
+    /// [`LL_MAX_BLOCKS`]). Agreed: the grid decides which block moves which bytes.
+    pub block_bytes: usize,
+    /// Threads per block (a multiple of 32, 32 - 1024).
+    pub threads: u32,
+    /// Acknowledge a peer's data without a system fence first: every value read was consumed
+    /// before the block's barrier, so the reads are complete (see the kernels' `ccl_ll_ack`).
+    pub ack_unfenced: bool,
+}
+
+impl Default for LlLaunch {
+    fn default() -> Self {
+        LlLaunch {
+            pack_max: 0,
+            block_bytes: 0,
+            threads: LL_THREADS,
+            ack_unfenced: false,
+        }
+    }
+}
+
+impl LlLaunch {
+    /// The grid of an operation moving `peer_bytes` to or from each peer (a value every rank
+    /// computes alike: what an operation moves per peer is the same on every rank).
+    pub fn blocks(&self, peer_bytes: u64) -> u32 {
+        if self.block_bytes == 0 {
+            return LL_MAX_BLOCKS as u32;
+        }
+        peer_bytes
+            .div_ceil(self.block_bytes as u64)
+            .clamp(1, LL_MAX_BLOCKS as u64) as u32
+    }
+
+    /// The kernels' `opts` word.
+    fn opts(&self) -> u32 {
+        self.ack_unfenced as u32
     }
 }
 
@@ -112,13 +161,13 @@ pub struct LlTransfers {
 
 impl Kernels {
     /// Queues the low-latency exchange of `xfer` (see [`LlTransfers`]), in packed lines when
-    /// no peer's part is over `pack_max` bytes.
+    /// no peer's part is over `launch.pack_max` bytes.
     ///
     /// # Safety
     /// Every range in `xfer` is device-accessible and valid until the stream has run the
-    /// kernel, each `sbytes`/`rbytes` at most `ll_max`; `areas` as for
-    /// [`Kernels::ll_all_reduce`]; every rank launches its side of the same exchange with
-    /// the same `seq`.
+    /// kernel, each `sbytes`/`rbytes` at most `ll_max`; `areas` and `seqs` as for
+    /// [`Kernels::ll_all_reduce`]; every rank launches its side of the same exchange at the
+    /// same place in its sequence of low-latency operations.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn ll_exchange(
         &self,
@@ -127,9 +176,9 @@ impl Kernels {
         areas: CUdeviceptr,
         nranks: u32,
         rank: u32,
-        seq: u32,
+        seqs: CUdeviceptr,
         ll_max: usize,
-        pack_max: usize,
+        launch: &LlLaunch,
     ) -> Result<()> {
         if nranks as usize > LL_EXCHANGE_MAX_RANKS
             || xfer
@@ -146,7 +195,7 @@ impl Kernels {
         let func = self.function(DataType::Uint8, KernelOp::LlExchange)?;
         let mut x = *xfer;
         let mut areas = areas;
-        let (mut nranks, mut rank, mut seq) = (nranks, rank, seq);
+        let (mut nranks, mut rank, mut seqs) = (nranks, rank, seqs);
         let mut llmax = ll_max as u64;
         let mut data_off = ll_data_offset(nranks as usize) as u64;
         let peer_bytes = (0..nranks as usize)
@@ -154,23 +203,25 @@ impl Kernels {
             .map(|q| xfer.sbytes[q].max(xfer.rbytes[q]))
             .max()
             .unwrap_or(0);
-        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, peer_bytes, pack_max);
-        let mut params: [*mut c_void; 10] = [
+        let (mut pk_off, mut pk_max, mut packed) = packing(nranks, peer_bytes, launch.pack_max);
+        let mut opts = launch.opts();
+        let mut params: [*mut c_void; 11] = [
             (&mut x as *mut LlTransfers).cast(),
             (&mut areas as *mut u64).cast(),
             (&mut nranks as *mut u32).cast(),
             (&mut rank as *mut u32).cast(),
-            (&mut seq as *mut u32).cast(),
+            (&mut seqs as *mut u64).cast(),
             (&mut llmax as *mut u64).cast(),
             (&mut data_off as *mut u64).cast(),
             (&mut pk_off as *mut u64).cast(),
             (&mut pk_max as *mut u64).cast(),
             (&mut packed as *mut u32).cast(),
+            (&mut opts as *mut u32).cast(),
         ];
-        let blocks = LL_MAX_BLOCKS as u32;
+        let blocks = launch.blocks(peer_bytes);
         // SAFETY: the parameters match the kernel's signature (`ccl_xfer` has this struct's
         // C layout); the memory is the caller's contract.
-        unsafe { self.launch_raw(func, stream, blocks, LL_THREADS, &mut params) }
+        unsafe { self.launch_raw(func, stream, blocks, launch.threads, &mut params) }
     }
 }
 
@@ -280,6 +331,22 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block per `block_bytes` per peer, at least one and at most the protocol's indices;
+    /// with 0 always the most.
+    #[test]
+    fn a_grid_takes_a_block_per_block_bytes() {
+        let l = LlLaunch {
+            block_bytes: 4096,
+            ..LlLaunch::default()
+        };
+        let grids: Vec<u32> = [0, 8, 4096, 4097, 65536, 1 << 30]
+            .iter()
+            .map(|&b| l.blocks(b))
+            .collect();
+        assert_eq!(grids, [1, 1, 1, 2, 16, LL_MAX_BLOCKS as u32]);
+        assert_eq!(LlLaunch::default().blocks(8), LL_MAX_BLOCKS as u32);
+    }
 
     /// Packed when every peer's part fits the agreed limit (and the packed buffers); never with
     /// the limit at 0; the buffers' place and size do not depend on the operation.

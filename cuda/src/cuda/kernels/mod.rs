@@ -10,6 +10,6 @@ mod reduce;
 mod wait;
 
 pub use graph::GraphWords;
-pub use ll::{LlP2p, LlTransfers};
+pub use ll::{LlLaunch, LlP2p, LlTransfers};
 pub use load::{KernelStats, Kernels};
 pub use preload::Preloaded;

@@ -44,16 +44,24 @@ pub fn ll_spin_words_bytes(nranks: usize) -> usize {
     ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
 }
 
+/// Byte offset of this rank's operation numbers in its low-latency area: a 32-bit word per
+/// block index, the number of the last low-latency operation this rank ran, after the
+/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)). The
+/// kernels count on from it themselves, so a launch captured into a CUDA graph takes the
+/// next number at every replay.
+pub fn ll_seq_offset(nranks: usize) -> usize {
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+}
+
 /// Most payload bytes per peer an operation in packed lines carries (the packed buffers'
 /// size: two lines' bytes per payload byte).
 pub const LL_PACK_MAX: usize = 64 << 10;
 
-/// Byte offset of the packed buffers in a low-latency area: after the words and the
-/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)); per
-/// sender, two buffers (by operation parity) of `2 * LL_PACK_MAX` bytes of lines. They start
-/// zeroed with the words (a line is read by the number in it).
+/// Byte offset of the packed buffers in a low-latency area: after the operation numbers
+/// ([`ll_seq_offset`]); per sender, two buffers (by operation parity) of `2 * LL_PACK_MAX`
+/// bytes of lines. They start zeroed with the words (a line is read by the number in it).
 pub fn ll_pack_offset(nranks: usize) -> usize {
-    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+    ll_seq_offset(nranks) + 256
 }
 
 /// Byte offset of the data regions in a low-latency area: after the packed buffers. What
@@ -71,11 +79,13 @@ pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
 /// Most ranks a low-latency exchange serves (its transfer table is a kernel parameter).
 pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
 
-/// The flag, acknowledgement and buffer discipline both low-latency kernels share (launched
-/// with [`LL_MAX_BLOCKS`] blocks every time, idle ones included: each block waits for the
-/// acknowledgement its own block index got two operations back, so every index must take part
-/// every time). Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes so
-/// vector copies and element boundaries line up.
+/// The flag, acknowledgement and buffer discipline both low-latency kernels share. The words
+/// are laid out for [`LL_MAX_BLOCKS`] block indices and every operation moves every index on
+/// (a kernel waits for the acknowledgements of every index two operations back, whatever its
+/// own grid): a grid of `G` blocks (at most [`LL_MAX_BLOCKS`], the same on every rank for a
+/// given operation) has block `blk` raise the flags and acknowledgements of indices `blk`,
+/// `blk + G`, ... Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes
+/// so vector copies and element boundaries line up.
 fn ll_protocol_code(out: &mut String) {
     let _ = write!(
         out,
@@ -83,7 +93,7 @@ fn ll_protocol_code(out: &mut String) {
 #define LL_MAXB {LL_MAX_BLOCKS}
 
 static __device__ inline void ccl_ll_range(u64 bytes, u32 blk, u64* b0, u64* b1) {{
-  u64 per = (bytes + LL_MAXB - 1) / LL_MAXB;
+  u64 per = (bytes + gridDim.x - 1) / gridDim.x;
   per = (per + 15) & ~15ull;
   *b0 = (u64)blk * per < bytes ? (u64)blk * per : bytes;
   *b1 = *b0 + per < bytes ? *b0 + per : bytes;
@@ -120,7 +130,7 @@ static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine,
   __threadfence_system();
   __syncthreads();
   if (tid < nranks && tid != rank) {{
-    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
+    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
     volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
     while ((int)(*flag - seq) < 0) ccl_spin();
   }}
@@ -167,7 +177,7 @@ static __device__ inline u64 ccl_pk_take(const u8* line, u32 seq, const volatile
 
 /* Lines [l0, l1) of `lines` that block `blk` owns. */
 static __device__ inline void ccl_pk_range(u64 lines, u32 blk, u64* l0, u64* l1) {{
-  const u64 per = (lines + LL_MAXB - 1) / LL_MAXB;
+  const u64 per = (lines + gridDim.x - 1) / gridDim.x;
   *l0 = (u64)blk * per < lines ? (u64)blk * per : lines;
   *l1 = *l0 + per < lines ? *l0 + per : lines;
 }}
@@ -181,15 +191,30 @@ static __device__ inline u8* ccl_pk_slot(u8* area, u64 pk_off, u64 pk_max, u32 f
    every peer on, so a flag never falls behind the sequence by half the u32 circle (a later
    flagged operation compares cyclically). */
 static __device__ inline void ccl_pk_flag(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
-  if (tid < nranks && tid != rank) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + blk)) = seq;
+  if (tid < nranks && tid != rank)
+    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
 }}
 
-/* After this block has read what the peers pushed: tell them their buffer is free. */
-static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+/* This block's operation number: one more than the last operation's (every index's word
+   holds it: the block covering an index writes it at the end, see ccl_ll_ack). */
+static __device__ inline u32 ccl_ll_seq(const u32* seqs) {{
+  return *(const volatile u32*)&seqs[blockIdx.x] + 1u;
+}}
+
+/* After this block has read what the peers pushed: tell them their buffer is free, and
+   record the operation's number for the indices this block covers (every thread read the
+   number before the barrier). Every value read was consumed before the barrier, so the
+   reads are complete; the system fence before the acknowledgement is kept unless `opts` has
+   CCL_LL_ACK_UNFENCED. */
+#define CCL_LL_ACK_UNFENCED 1u
+static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid, u32 opts, u32* seqs) {{
   __syncthreads();
+  if (tid == 0)
+    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) seqs[i] = seq;
   if (tid < nranks && tid != rank) {{
-    __threadfence_system();
-    *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + blk)) = seq;
+    if (!(opts & CCL_LL_ACK_UNFENCED)) __threadfence_system();
+    for (u32 i = blk; i < LL_MAXB; i += gridDim.x)
+      *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + i)) = seq;
   }}
 }}
 "#
@@ -241,7 +266,8 @@ static __device__ inline void ccl_pk_exchange(const ccl_xfer& x, const u64* area
   }}
 }}
 
-extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 pk_off, u64 pk_max, u32 packed) {{
+extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 rank, u32* seqs, u64 llmax, u64 data_off, u64 pk_off, u64 pk_max, u32 packed, u32 opts) {{
+  const u32 seq = ccl_ll_seq(seqs);
   const u32 par = seq & 1u;
   const u32 blk = blockIdx.x;
   const u32 tid = threadIdx.x;
@@ -249,7 +275,7 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
   ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
   if (packed) {{
     ccl_pk_exchange(x, areas, nranks, rank, seq, pk_off, pk_max);
-    ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+    ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
     return;
   }}
   for (u32 q = 0; q < nranks; ++q) {{
@@ -266,7 +292,7 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
     const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
     ccl_copy_part((u8*)x.dst[q], from, x.rbytes[q], blk, tid, blockDim.x);
   }}
-  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
 }}
 "#
     );
@@ -322,7 +348,8 @@ static __device__ inline void ccl_pk_reduce(T* dst, const T* src, u64 n, const u
   }}
 }}
 
-extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 llmax, u64 data_off, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max, u32 packed) {{
+extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32* seqs, u64 llmax, u64 data_off, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max, u32 packed, u32 opts) {{
+  const u32 seq = ccl_ll_seq(seqs);
   const P p = ccl_param(0);
   const u32 par = seq & 1u;
   const u32 blk = blockIdx.x;
@@ -333,7 +360,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
   ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
   if (packed) {{
     ccl_pk_reduce(dst, src, n, areas, nranks, rank, seq, push_stride, own_off, root, pk_off, pk_max);
-    ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+    ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
     return;
   }}
   const T* own = (const T*)((const u8*)src + own_off);
@@ -352,7 +379,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     }}
     dst[i] = acc;
   }}
-  ccl_ll_ack(areas, nranks, rank, seq, blk, tid);
+  ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
 }}
 "#
     );
