@@ -231,14 +231,30 @@ impl CallBoard {
         (board.word(base)?.load(Ordering::Acquire) == s1).then(|| CallSig::from_words(w))
     }
 
-    /// The first disagreement between `mine` (recent calls of this rank, by sequence number)
-    /// and what the peers posted for the same numbers.
-    pub fn check(&self, mine: &VecDeque<(u64, CallSig)>) -> Option<Error> {
+    /// The first disagreement between this rank's recent calls (`mine`, by sequence number)
+    /// and what the peers posted for the same numbers. Calls a peer was seen to agree on, up
+    /// to its first one not yet posted, are not read again (`mine.agreed`), so a call in step
+    /// with its peers reads one or two of their entries, not the whole window.
+    pub fn check(&self, mine: &mut History) -> Option<Error> {
+        let peers = self.boards.peers.len();
+        if mine.agreed.len() != peers {
+            mine.agreed = vec![0; peers];
+        }
+        // Calls that left the window can no longer be compared.
+        let floor = mine.recent.front().map_or(0, |&(seq, _)| seq - 1);
         for (j, b) in self.boards.peers.iter().enumerate() {
             let Some(b) = b else { continue };
-            for &(seq, sig) in mine {
+            let agreed = &mut mine.agreed[j];
+            *agreed = (*agreed).max(floor);
+            let from = *agreed;
+            for &(seq, sig) in mine.recent.iter().filter(|(seq, _)| *seq > from) {
                 match Self::read(b, seq) {
-                    Some(theirs) if theirs != sig => {
+                    Some(theirs) if theirs == sig => {
+                        if seq == *agreed + 1 {
+                            *agreed = seq;
+                        }
+                    }
+                    Some(theirs) => {
                         // Both start alike: one rank grouped collectives the other did not.
                         let hint = if theirs.ntasks != sig.ntasks
                             && (
@@ -263,7 +279,7 @@ impl CallBoard {
                             theirs.describe()
                         )));
                     }
-                    _ => {}
+                    None => {}
                 }
             }
         }
@@ -276,6 +292,8 @@ impl CallBoard {
 pub(crate) struct History {
     pub seq: u64,
     pub recent: VecDeque<(u64, CallSig)>,
+    /// Per peer of the board, the last call up to which every one was seen to agree.
+    pub agreed: Vec<u64>,
 }
 
 impl History {
@@ -333,15 +351,15 @@ mod tests {
             let s = CallSig::of(&[coll(Collective::AllReduce, i)]).unwrap();
             a.post(ha.push(s), s);
             b.post(hb.push(s), s);
-            assert!(a.check(&ha.recent).is_none() && b.check(&hb.recent).is_none());
+            assert!(a.check(&mut ha).is_none() && b.check(&mut hb).is_none());
         }
         let sa = CallSig::of(&[coll(Collective::AllReduce, 100)]).unwrap();
         let sb = CallSig::of(&[coll(Collective::Broadcast { root: 1 }, 200)]).unwrap();
         a.post(ha.push(sa), sa);
         // Rank 1 has not called yet: nothing to compare.
-        assert!(a.check(&ha.recent).is_none());
+        assert!(a.check(&mut ha).is_none());
         b.post(hb.push(sb), sb);
-        let e = b.check(&hb.recent).expect("rank 1 sees the mismatch");
+        let e = b.check(&mut hb).expect("rank 1 sees the mismatch");
         let msg = e.to_string();
         assert!(msg.contains("collective #101"), "{msg}");
         assert!(
@@ -352,8 +370,36 @@ mod tests {
             msg.contains("AllReduce(count=100, Float32, op 0) on rank 0"),
             "{msg}"
         );
-        assert!(a.check(&ha.recent).is_some(), "rank 0 sees it too");
+        assert!(a.check(&mut ha).is_some(), "rank 0 sees it too");
         assert!(!msg.contains("group its collectives alike"), "{msg}");
+    }
+
+    /// A peer behind by several calls: nothing to compare until it posts, then the calls it
+    /// agrees on are passed (and not read again) and its first different one is found.
+    #[test]
+    fn a_late_peer_s_mismatch_is_found_after_the_calls_it_agrees_on() {
+        let (a, b) = two_boards(0x5eed_2000);
+        let (mut ha, mut hb) = (History::default(), History::default());
+        let s = CallSig::of(&[coll(Collective::AllReduce, 64)]).unwrap();
+        let t = CallSig::of(&[coll(Collective::AllReduce, 65)]).unwrap();
+        for _ in 0..10 {
+            a.post(ha.push(s), s);
+        }
+        assert!(a.check(&mut ha).is_none());
+        assert_eq!(ha.agreed, [0, 0]);
+        for _ in 0..4 {
+            b.post(hb.push(s), s);
+        }
+        assert!(a.check(&mut ha).is_none());
+        assert_eq!(ha.agreed[1], 4);
+        b.post(hb.push(t), t);
+        let msg = a
+            .check(&mut ha)
+            .expect("rank 0 sees call 5 differ")
+            .to_string();
+        assert!(msg.contains("collective #5"), "{msg}");
+        assert_eq!(ha.agreed[1], 4);
+        assert!(a.check(&mut ha).is_some(), "and keeps seeing it");
     }
 
     #[test]
@@ -368,7 +414,7 @@ mod tests {
         let alone = CallSig::of(&[coll(Collective::AllReduce, 256)]).unwrap();
         a.post(ha.push(grouped), grouped);
         b.post(hb.push(alone), alone);
-        let msg = b.check(&hb.recent).expect("a mismatch").to_string();
+        let msg = b.check(&mut hb).expect("a mismatch").to_string();
         assert!(
             msg.contains("AllReduce(count=256, Float32, op 0) (first of 2 in a group) on rank 0"),
             "{msg}"

@@ -59,7 +59,7 @@ fn capture_low_latency(
     if let Some(sig) = CallSig::of(tasks) {
         let seq = q.calls.push(sig);
         eng.board.post(seq, sig);
-        if let Some(e) = eng.board.check(&q.calls.recent) {
+        if let Some(e) = eng.board.check(&mut q.calls) {
             comm.set_async_error(&e);
             return Err(e);
         }

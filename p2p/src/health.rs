@@ -21,7 +21,7 @@ pub fn check_health(comm: &CommCtx, eng: &IpcEngine) {
     // of nonblocking communicators between captured calls): the event query below would
     // break its capture.
     let _relaxed = cuda::RelaxedCapture::new();
-    let Some(q) = eng.queued.try_lock() else {
+    let Some(mut q) = eng.queued.try_lock() else {
         return;
     };
     let ops = q.ops;
@@ -30,7 +30,7 @@ pub fn check_health(comm: &CommCtx, eng: &IpcEngine) {
         comm.set_async_error(&e);
         return;
     }
-    if let Some(e) = eng.board.check(&q.calls.recent) {
+    if let Some(e) = eng.board.check(&mut q.calls) {
         drop(q);
         comm.set_async_error(&e);
         return;

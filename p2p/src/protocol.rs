@@ -447,6 +447,11 @@ impl Chain {
         chunk: usize,
         single_max: usize,
     ) -> Result<Chain> {
+        // A group that runs entirely on other paths (a low-latency kernel, say) would lower to
+        // an empty program that queues nothing: skip its allocations, paid on every small call.
+        if tasks.is_empty() {
+            return Ok(Chain::new(Vec::new()));
+        }
         let (p2p, colls): (Vec<Task>, Vec<Task>) = tasks
             .iter()
             .partition(|t| matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. }));

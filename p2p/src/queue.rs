@@ -95,7 +95,7 @@ fn submit_phase(groups: Vec<PhaseGroup>) -> Result<()> {
         if let Some(sig) = q.sig {
             let seq = g.calls.push(sig);
             q.eng.board.post(seq, sig);
-            mismatch = mismatch.or_else(|| q.eng.board.check(&g.calls.recent));
+            mismatch = mismatch.or_else(|| q.eng.board.check(&mut g.calls));
         }
     }
     if let Some(e) = mismatch {

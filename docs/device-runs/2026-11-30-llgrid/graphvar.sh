@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The low-latency kernels' settings measured on the GPU's time alone (nccl-tests -G 10, small
 # collectives captured as those kernels), 1 KiB - 1 MiB, two H200s, one call:
-#   ll = defaults; pk64 = CCL_IPC_LL_PACK_BYTES=65536; nf = CCL_IPC_LL_ACK_FENCE=0;
+#   ll = the build's defaults (measured: packed to 16 KiB, fenced; bd85b8b made pk64nf the defaults); pk64 = CCL_IPC_LL_PACK_BYTES=65536; nf = CCL_IPC_LL_ACK_FENCE=0;
 #   b8k = CCL_IPC_LL_BLOCK_BYTES=8192; pk64nf = pk64 + nf; t256 = CCL_IPC_LL_THREADS=256
 #   bash docs/device-runs/2026-11-30-llgrid/graphvar.sh   (carry .dev; logs in $OUT/graphvar.tgz)
 set -uo pipefail

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The low-latency kernels' grid and acknowledgement fence against NVIDIA NCCL, 8 B - 1 MiB,
 # eager and in CUDA graphs (-G 10: the GPU's time alone), two H200s, one call:
-#   base  = the defaults (32 blocks of 512 threads, fenced acknowledgements)
+#   base  = the build's defaults (measured with 32 blocks of 512 threads, fenced acknowledgements,
+#           packed lines to 16 KiB; since bd85b8b unfenced and packed to 64 KiB)
 #   b4k / b16k = CCL_IPC_LL_BLOCK_BYTES=4096 / 16384 (a block per that many bytes per peer)
 #   nf    = CCL_IPC_LL_ACK_FENCE=0;  b4knf = both;  t256 = b4knf with CCL_IPC_LL_THREADS=256
 #   bash docs/device-runs/2026-11-30-llgrid/llgrid.sh     (carry .dev; logs in $OUT/llgrid-*.tgz)
