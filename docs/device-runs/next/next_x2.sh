@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The next nvidia-h200-x2 calls, one MODE per call (carry .dev; .dev/new = the build measured,
-# .dev/old = 8269214; .whl too for MODE=megatron):
+# The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
+# measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests):
 #   MODE=hostcost  host time per call (nccl-tests -C 1) beside NCCL, with libccl's phase lines
-#                  (the small operations' gap is their host time: 4e964a1 asks one driver
-#                  query per buffer where five were asked)
-#   MODE=pack      packed lines against the flagged form, five interleaved runs, 8 B - 64 KiB,
-#                  200 iterations (one run's small-size times move by up to 30%)
+#                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
+#                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
+#                  7.1-10.3)
+#   MODE=pack      the packed-line limit on the GPU's time alone (nccl-tests -G 10): 64 KiB (the
+#                  default) against 128 and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL
+#   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sweep     nine ops 8 B - 1 GiB beside NCCL, the table and plot for PERFORMANCE.md
 #   MODE=megatron  Megatron-core tp2-sp at micro-batch 2 and 8 and pp2-1f1b beside NCCL
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
@@ -16,10 +18,17 @@ case ${MODE:-hostcost} in
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60 ;;
   pack)
-    OUT=$O/pack REPS=5 OPS="all_reduce all_gather broadcast reduce reduce_scatter gather" \
-      LIBS="nccl pk=.dev/new pk0=.dev/new" ENVS_pk0=CCL_IPC_LL_PACK_BYTES=0 NGPU=2 \
-      EXTRA="-b 8 -e 64K -f 4 -n 200 -w 20" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    cat "$O/pack/nccltests.md"; cd "$O" && tar czf pack-logs.tgz pack && rm -rf pack/nccltests ;;
+    OUT=$O/pack OPS="all_reduce broadcast reduce all_gather reduce_scatter alltoall" \
+      LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" ENVS_pk128=CCL_IPC_LL_PACK_BYTES=131072 \
+      ENVS_pk256=CCL_IPC_LL_PACK_BYTES=262144 NGPU=2 EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 -G 10" \
+      timeout ${LIMIT:-240} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in pk64 pk128 pk256; do .dev/ccl-report "$O/pack/nccltests" --base nccl --lib $n > "$O/pack-$n.md" 2>&1; done
+    cat "$O"/pack-pk*.md; cd "$O" && tar czf pack-logs.tgz pack && rm -rf pack ;;
+  graphs)
+    OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
+      timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    .dev/ccl-report "$O/graphs/nccltests" --base nccl --lib ccl > "$O/graphs.md" 2>&1
+    cat "$O/graphs.md"; cd "$O" && tar czf graphs-logs.tgz graphs && rm -rf graphs ;;
   sweep)
     OUT=$O/sweep LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5" \
       timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
@@ -31,5 +40,6 @@ case ${MODE:-hostcost} in
       MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=30 LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
-  round) NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
+  # The whole round takes more than 330 s on two H200s: give it a call of its own (timeout_s 600).
+  round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac

@@ -55,7 +55,7 @@ pub fn ll_seq_offset(nranks: usize) -> usize {
 
 /// Most payload bytes per peer an operation in packed lines carries (the packed buffers'
 /// size: two lines' bytes per payload byte).
-pub const LL_PACK_MAX: usize = 64 << 10;
+pub const LL_PACK_MAX: usize = 256 << 10;
 
 /// Byte offset of the packed buffers in a low-latency area: after the operation numbers
 /// ([`ll_seq_offset`]); per sender, two buffers (by operation parity) of `2 * LL_PACK_MAX`
