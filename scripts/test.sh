@@ -10,6 +10,14 @@ cargo test --workspace 2>&1 | tee target/cargo-test.log
 # The host reductions once more optimised: release builds reorder what debug builds keep
 # (an f64 NaN payload once depended on it), and the library ships optimised.
 cargo test --release -p ccl-cuda --test reduce --test reduce_prop 2>&1 | tee -a target/cargo-test.log
+# Every kernel source through NVIDIA's runtime compiler (fetched from PyPI where it can be):
+# kernels otherwise first compile on a GPU machine, at their first launch.
+nvrtc=$(scripts/nvrtc.sh)
+if [ -n "$nvrtc" ]; then
+  LD_LIBRARY_PATH=$nvrtc cargo test --release -p ccl-cuda --test nvrtc_compile 2>&1 | tee -a target/cargo-test.log
+else
+  echo "nvrtc: could not be fetched; the kernels were not compiled"
+fi
 if [ -x tests/abi/run.sh ]; then
   tests/abi/run.sh "$libdir"
   # Two ranks over the multipath transport with every all-reduce in one exchange (each rank

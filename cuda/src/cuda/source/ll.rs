@@ -100,11 +100,18 @@ static __device__ inline void ccl_ll_range(u64 bytes, u32 blk, u64* b0, u64* b1)
 }}
 
 /* Copies bytes [b0, b1) of `from` to the same offsets of `to`, 16 bytes at a time when both
-   are aligned. */
+   are aligned, four loads in flight per thread before their stores (one at a time, a thread
+   waits out a memory latency per 16 bytes). */
 static __device__ inline void ccl_ll_copy(u8* to, const u8* from, u64 b0, u64 b1, u32 tid, u32 nthreads) {{
   if (((((u64)to) | ((u64)from)) & 15) == 0) {{
     const u64 v0 = b0 / 16, v1 = b1 / 16;
-    for (u64 i = v0 + tid; i < v1; i += nthreads) ((ccl_u4*)to)[i] = ((const ccl_u4*)from)[i];
+    for (u64 i = v0 + tid; i < v1; i += 4ull * nthreads) {{
+      ccl_u4 a[4];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * nthreads < v1) a[k] = ((const ccl_u4*)from)[i + k * nthreads];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * nthreads < v1) ((ccl_u4*)to)[i + k * nthreads] = a[k];
+    }}
     for (u64 i = v1 * 16 + tid; i < b1; i += nthreads) to[i] = from[i];
   }} else {{
     for (u64 i = b0 + tid; i < b1; i += nthreads) to[i] = from[i];
@@ -317,6 +324,53 @@ static __device__ inline T ccl_ld_volatile(const T* p) {{ return *(const volatil
 #define CCL_LL_EVERY_RANK {LL_EVERY_RANK}u
 
 union ccl_pk_elems {{ u64 u; T t[8 / sizeof(T)]; }};
+union ccl_v16 {{ u32 w[4]; T t[16 / sizeof(T)]; }};
+
+/* Rank q's part of a flagged operation: this rank's input, or what q pushed into this area. */
+static __device__ inline const u8* ccl_ll_input(const T* own, const u8* data, u32 q, u32 rank, u32 par, u64 llmax) {{
+  return q == rank ? (const u8*)own : data + ((u64)q * 2 + par) * llmax;
+}}
+
+/* Reads 16 bytes of rank q's part (what a peer pushed is read past L1). */
+static __device__ inline void ccl_ll_ld(const u8* from, u32 q, u32 rank, u32* w) {{
+  if (q == rank) ccl_ld16(from, w);
+  else ccl_ld16_fresh(from, w);
+}}
+
+/* The flagged reduction of bytes [b0, b1) of every rank's part into dst, in rank order (the
+   same bits on every rank): 16 bytes at a time when dst and the input are aligned, two vectors
+   per thread at once so their loads overlap; the rest element by element. */
+static __device__ inline void ccl_ll_reduce_part(T* dst, const T* own, const u8* data, u32 par, u64 llmax, u32 nranks, u32 rank, u64 b0, u64 b1, const P p) {{
+  const u32 tid = threadIdx.x, nt = blockDim.x;
+  u64 head = b0;
+  if (((((u64)dst) | ((u64)own)) & 15) == 0) {{
+    const u64 v0 = b0 / 16, v1 = b1 / 16;
+    for (u64 v = v0 + tid; v < v1; v += 2ull * nt) {{
+      const bool two = v + nt < v1;
+      ccl_v16 acc[2], x[2];
+      for (u32 q = 0; q < nranks; ++q) {{
+        const u8* from = ccl_ll_input(own, data, q, rank, par, llmax);
+        ccl_ll_ld(from + 16 * v, q, rank, x[0].w);
+        if (two) ccl_ll_ld(from + 16 * (v + nt), q, rank, x[1].w);
+        for (u32 j = 0; j < 2; ++j) {{
+          if (q == 0) acc[j] = x[j];
+          else for (u32 k = 0; k < 16 / sizeof(T); ++k) acc[j].t[k] = ccl_apply(acc[j].t[k], x[j].t[k], p);
+        }}
+      }}
+      ccl_st16((u8*)dst + 16 * v, acc[0].w);
+      if (two) ccl_st16((u8*)dst + 16 * (v + nt), acc[1].w);
+    }}
+    head = v1 * 16 > b0 ? v1 * 16 : b0;
+  }}
+  for (u64 i = head / sizeof(T) + tid; i < b1 / sizeof(T); i += nt) {{
+    T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)ccl_ll_input(own, data, 0, rank, par, llmax) + i);
+    for (u32 q = 1; q < nranks; ++q) {{
+      const T x = q == rank ? own[i] : ccl_ld_volatile((const T*)ccl_ll_input(own, data, q, rank, par, llmax) + i);
+      acc = ccl_apply(acc, x, p);
+    }}
+    dst[i] = acc;
+  }}
+}}
 
 /* The reduction in packed lines: pushes, then per line the inputs in rank order as they
    arrive (the same order, so the same bits, as the flagged kernel). */
@@ -370,15 +424,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     ccl_ll_copy(to, (const u8*)src + (u64)q * push_stride, b0, b1, tid, blockDim.x);
   }}
   ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
-  const u64 e0 = b0 / sizeof(T), e1 = b1 / sizeof(T);
-  for (u64 i = e0 + tid; i < e1 && (root == CCL_LL_EVERY_RANK || root == rank); i += blockDim.x) {{
-    T acc = rank == 0 ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + (0ull * 2 + par) * llmax) + i);
-    for (u32 q = 1; q < nranks; ++q) {{
-      const T x = q == rank ? own[i] : ccl_ld_volatile((const T*)(mine + data_off + ((u64)q * 2 + par) * llmax) + i);
-      acc = ccl_apply(acc, x, p);
-    }}
-    dst[i] = acc;
-  }}
+  if (root == CCL_LL_EVERY_RANK || root == rank) ccl_ll_reduce_part(dst, own, mine + data_off, par, llmax, nranks, rank, b0, b1, p);
   ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
 }}
 "#
