@@ -8,6 +8,10 @@
 #   MODE=pack      the packed-line limit on the GPU's time alone (nccl-tests -G 10): 64 KiB (the
 #                  default) against 128 and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
+#   MODE=llbig     low-latency all-reduces, reduces and reduce-scatters up to 4 MiB
+#                  (CCL_IPC_LL_BYTES=4194304) with 32 blocks and with a block per 32 or 16 KiB
+#                  (CCL_IPC_LL_BLOCK_BYTES, up to 128 blocks) against the default path and NCCL,
+#                  64 KiB - 4 MiB, in graphs (-G 10) then eager
 #   MODE=sweep     nine ops 8 B - 1 GiB beside NCCL, the table and plot for PERFORMANCE.md
 #   MODE=megatron  Megatron-core tp2-sp at micro-batch 2 and 8 and pp2-1f1b beside NCCL
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
@@ -24,6 +28,19 @@ case ${MODE:-hostcost} in
       timeout ${LIMIT:-240} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     for n in pk64 pk128 pk256; do .dev/ccl-report "$O/pack/nccltests" --base nccl --lib $n > "$O/pack-$n.md" 2>&1; done
     cat "$O"/pack-pk*.md; cd "$O" && tar czf pack-logs.tgz pack && rm -rf pack ;;
+  llbig)
+    export ENVS_ll4m=CCL_IPC_LL_BYTES=4194304 ENVS_b32k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=32768" \
+      ENVS_b16k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=16384"
+    for g in "-G 10" ""; do
+      t=eager; [ -n "$g" ] && t=graph
+      OUT=$O/llbig-$t OPS="all_reduce reduce reduce_scatter" NGPU=2 EXTRA="-b 64K -e 4M -f 2 -n 50 -w 10 $g" \
+        LIBS="nccl def=.dev/new ll4m=.dev/new b32k=.dev/new b16k=.dev/new" timeout ${LIMIT:-150} \
+        bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+      for n in def ll4m b32k b16k; do
+        echo "## $t $n"; .dev/ccl-report "$O/llbig-$t/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\|"
+      done
+    done
+    cd "$O" && tar czf llbig-logs.tgz llbig-* && rm -rf llbig-graph llbig-eager ;;
   graphs)
     OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
       timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1

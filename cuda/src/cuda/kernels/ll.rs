@@ -5,8 +5,8 @@ use std::ffi::c_void;
 
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::source::{
-    ll_data_offset, ll_p2p_offset, ll_pack_offset, KernelOp, LL_EVERY_RANK, LL_EXCHANGE_MAX_RANKS,
-    LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_PACK_MAX, LL_THREADS,
+    ll_data_offset, ll_p2p_offset, ll_pack_offset, KernelOp, LL_DEFAULT_BLOCKS, LL_EVERY_RANK,
+    LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_PACK_MAX, LL_THREADS,
 };
 use crate::cuda::stream::Stream;
 use crate::cuda::sys::*;
@@ -100,7 +100,7 @@ pub struct LlLaunch {
     pub pack_max: usize,
     /// Payload bytes per peer a block takes: an operation moving `b` bytes per peer runs
     /// `ceil(b / block_bytes)` blocks, at least one and at most [`LL_MAX_BLOCKS`] (0: always
-    /// [`LL_MAX_BLOCKS`]). Agreed: the grid decides which block moves which bytes.
+    /// [`LL_DEFAULT_BLOCKS`]). Agreed: the grid decides which block moves which bytes.
     pub block_bytes: usize,
     /// Threads per block (a multiple of 32, 32 - 1024).
     pub threads: u32,
@@ -125,7 +125,7 @@ impl LlLaunch {
     /// computes alike: what an operation moves per peer is the same on every rank).
     pub fn blocks(&self, peer_bytes: u64) -> u32 {
         if self.block_bytes == 0 {
-            return LL_MAX_BLOCKS as u32;
+            return LL_DEFAULT_BLOCKS as u32;
         }
         peer_bytes
             .div_ceil(self.block_bytes as u64)
@@ -333,7 +333,7 @@ mod tests {
     use super::*;
 
     /// A block per `block_bytes` per peer, at least one and at most the protocol's indices;
-    /// with 0 always the most.
+    /// with 0 always the default grid.
     #[test]
     fn a_grid_takes_a_block_per_block_bytes() {
         let l = LlLaunch {
@@ -345,7 +345,11 @@ mod tests {
             .map(|&b| l.blocks(b))
             .collect();
         assert_eq!(grids, [1, 1, 1, 2, 16, LL_MAX_BLOCKS as u32]);
-        assert_eq!(LlLaunch::default().blocks(8), LL_MAX_BLOCKS as u32);
+        assert_eq!(LlLaunch::default().blocks(8), LL_DEFAULT_BLOCKS as u32);
+        assert_eq!(
+            LlLaunch::default().blocks(1 << 30),
+            LL_DEFAULT_BLOCKS as u32
+        );
     }
 
     /// Packed when every peer's part fits the agreed limit (and the packed buffers); never with

@@ -6,9 +6,13 @@ use std::fmt::Write as _;
 /// Threads per block of a low-latency kernel.
 pub const LL_THREADS: u32 = 512;
 
-/// Most blocks of a low-latency kernel; each block owns a contiguous part of the message and
-/// its own flag and acknowledgement words, so blocks never wait for each other.
-pub const LL_MAX_BLOCKS: usize = 32;
+/// Most blocks of a low-latency kernel (the block indices the areas' words are laid out for);
+/// each block owns a contiguous part of the message and its own flag and acknowledgement
+/// words, so blocks never wait for each other.
+pub const LL_MAX_BLOCKS: usize = 128;
+
+/// Blocks of a low-latency kernel unless `CCL_IPC_LL_BLOCK_BYTES` sizes the grid.
+pub const LL_DEFAULT_BLOCKS: usize = 32;
 
 /// Slots per (sender, receiver) pair of the point-to-point region: a sender runs at most this
 /// many small sends ahead of its receiver's receives.
