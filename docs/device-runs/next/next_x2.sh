@@ -8,6 +8,9 @@
 #   MODE=pack      the packed-line limit on the GPU's time alone (nccl-tests -G 10): 64 KiB (the
 #                  default) against 128 and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
+#   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
+#                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
+#                  copy and signal in one one-block kernel, one launch), eager, -C 1 and -G 10
 #   MODE=llbig     low-latency all-reduces, reduces and reduce-scatters up to 4 MiB
 #                  (CCL_IPC_LL_BYTES=4194304) with 32 blocks and with a block per 32 or 16 KiB
 #                  (CCL_IPC_LL_BLOCK_BYTES, up to 128 blocks) against the default path and NCCL,
@@ -41,6 +44,17 @@ case ${MODE:-hostcost} in
       done
     done
     cd "$O" && tar czf llbig-logs.tgz llbig-* && rm -rf llbig-graph llbig-eager ;;
+  sendrecv)
+    export ENVS_ck=CCL_IPC_COPY_KERNEL=1
+    for x in "" "-C 1" "-G 10"; do
+      t=eager; [ "$x" = "-C 1" ] && t=host; [ "$x" = "-G 10" ] && t=graph
+      OUT=$O/sr-$t OPS=sendrecv NGPU=2 EXTRA="-b 4K -e 4M -f 2 -n 100 -w 10 $x" \
+        LIBS="nccl def=.dev/new ck=.dev/new" timeout ${LIMIT:-100} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+      for n in def ck; do
+        echo "## $t $n"; .dev/ccl-report "$O/sr-$t/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\|"
+      done
+    done
+    cd "$O" && tar czf sendrecv-logs.tgz sr-* && rm -rf sr-eager sr-host sr-graph ;;
   graphs)
     OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
       timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
