@@ -583,29 +583,58 @@ fn mail_copy_kernel_copies_what_its_slot_names() {
 
 type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64, *mut u32, u32);
 
-/// The wait-copy-signal kernel's C++, run on the host as one thread (the flag already set):
-/// copies exactly the bytes asked for, aligned (16-byte vectors and a tail) or not, touches
-/// nothing around them, then writes the done word.
+/// The wait-copy-signal kernel's C++, run on the host with each block as one thread, one
+/// block after another (the flag already set), in grids of one block and of three: copies
+/// exactly the bytes asked for, aligned (16-byte vectors and a tail) or not, touches nothing
+/// around them; one block then writes the done word, a larger grid (given no word) does not.
 #[test]
 fn wait_copy_kernel_copies_then_signals() {
     if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
         return;
     }
     let name = kernel_name(DataType::Uint8, KernelOp::WaitCopy);
+    let one = "static const ccl_dim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};";
+    assert!(
+        HOST_PRIMITIVES.contains(one),
+        "the primitives' index line moved"
+    );
+    let prims = HOST_PRIMITIVES.replace(
+        one,
+        "static const ccl_dim3 blockDim = {1, 1, 1}, threadIdx = {0, 0, 0};\n\
+         static ccl_dim3 gridDim = {1, 1, 1}, blockIdx = {0, 0, 0};\n\
+         extern \"C\" void ccl_host_grid(unsigned b, unsigned g) { blockIdx.x = b; gridDim.x = g; }\n",
+    );
     let src = format!(
         "{HOST_INCLUDES}{}",
         kernel_source_with(
             DataType::Uint8,
             KernelOp::WaitCopy,
-            &format!("{HOST_PRIMITIVES}{BLOCK_STUBS}")
+            &format!("{prims}{BLOCK_STUBS}")
         )
         .replace("extern \"C\" __global__", "extern \"C\"")
     );
     let (dir, so) = build_shared("wait_copy", &src, "-O1");
     // SAFETY: the library was just built from the kernel source, with no initialisers.
     let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    // SAFETY: the symbol is the kernel, whose parameters are those of `WaitCopyFn`.
-    let f: libloading::Symbol<WaitCopyFn> = unsafe { lib.get(name.as_bytes()) }.unwrap();
+    // SAFETY: the symbols are the kernel, whose parameters are those of `WaitCopyFn`, and the
+    // grid setter.
+    let (f, grid): (
+        libloading::Symbol<WaitCopyFn>,
+        libloading::Symbol<unsafe extern "C" fn(u32, u32)>,
+    ) = unsafe {
+        (
+            lib.get(name.as_bytes()).unwrap(),
+            lib.get(b"ccl_host_grid").unwrap(),
+        )
+    };
+    for blocks in [1u32, 3] {
+        wait_copy_cases(&f, &grid, blocks);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`wait_copy_kernel_copies_then_signals`]'s cases in a grid of `blocks`.
+fn wait_copy_cases(f: &WaitCopyFn, grid: &unsafe extern "C" fn(u32, u32), blocks: u32) {
     for (src_off, dst_off, bytes) in [
         (0usize, 0usize, 4096usize),
         (0, 0, 4099),
@@ -623,20 +652,33 @@ fn wait_copy_kernel_copies_then_signals() {
         // Align the buffers' starts so the offsets decide the alignment.
         let sa = src.as_ptr().align_offset(16);
         let da = dst.as_ptr().align_offset(16);
-        // SAFETY: the ranges lie inside the vectors (offsets and sizes above are small); the
-        // flag is already at the value, so the call returns.
-        unsafe {
-            f(
-                &arrive,
-                5,
-                dst.as_mut_ptr().add(da + dst_off),
-                src.as_ptr().add(sa + src_off),
-                bytes as u64,
-                &mut done,
-                9,
-            )
+        let done_ptr: *mut u32 = if blocks == 1 {
+            &mut done
+        } else {
+            std::ptr::null_mut()
         };
-        assert_eq!(done, 9, "done word for {bytes} bytes");
+        for b in 0..blocks {
+            // SAFETY: the ranges lie inside the vectors (offsets and sizes above are small);
+            // the flag is already at the value, so the call returns; the grid setter only
+            // sets the kernel's indices.
+            unsafe {
+                grid(b, blocks);
+                f(
+                    &arrive,
+                    5,
+                    dst.as_mut_ptr().add(da + dst_off),
+                    src.as_ptr().add(sa + src_off),
+                    bytes as u64,
+                    done_ptr,
+                    9,
+                )
+            };
+        }
+        let want_done = if blocks == 1 { 9 } else { 0 };
+        assert_eq!(
+            done, want_done,
+            "done word for {bytes} bytes, {blocks} blocks"
+        );
         let d0 = da + dst_off;
         assert!(
             dst[..d0].iter().all(|&b| b == 0xEE),
@@ -651,5 +693,4 @@ fn wait_copy_kernel_copies_then_signals() {
             &src[sa + src_off..sa + src_off + bytes]
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

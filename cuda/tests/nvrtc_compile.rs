@@ -1,12 +1,13 @@
 //! Every kernel source compiles with NVRTC for an H100 / H200 (`sm_90`): the reduction kernels
 //! for every type and reduction, the low-latency all-reduce, exchange and point-to-point
-//! kernels. Needs only NVRTC (no GPU, no driver): a kernel that does not compile would
+//! kernels, the wait, copy and mail kernels, the captured groups' kernels, the one-pass
+//! reductions of 3 and most sources. Needs only NVRTC (no GPU, no driver): a kernel that does not compile would
 //! otherwise first fail on a GPU machine, at its first launch. Skipped, saying so, where NVRTC
 //! cannot be loaded (point `LD_LIBRARY_PATH` at a `libnvrtc.so.12` or `.13`, e.g. from the
 //! `nvidia-cuda-nvrtc-cu12` wheel, to run it).
 
 use ccl_cuda::cuda::nvrtc::Nvrtc;
-use ccl_cuda::cuda::source::{kernel_name, kernel_source, KernelOp, ReduceKindKey};
+use ccl_cuda::cuda::source::{kernel_name, kernel_source, KernelOp, ReduceKindKey, REDUCE_N_MAX};
 use ccl_cuda::DataType;
 
 #[test]
@@ -28,8 +29,24 @@ fn every_kernel_compiles_for_sm_90() {
                 .map(|&k| (dt, KernelOp::LlAllReduce(k))),
         );
     }
-    keys.push((DataType::Uint8, KernelOp::LlExchange));
-    keys.push((DataType::Uint8, KernelOp::LlP2p));
+    for dt in DataType::ALL {
+        let k = REDUCE_N_MAX as u8;
+        keys.push((dt, KernelOp::ReduceN(ReduceKindKey::Sum, 3)));
+        keys.push((dt, KernelOp::ReduceN(ReduceKindKey::Max, k)));
+        keys.push((dt, KernelOp::GraphAllReduce(ReduceKindKey::Sum, 2)));
+        keys.push((dt, KernelOp::GraphAllReduce(ReduceKindKey::Min, k)));
+    }
+    for op in [
+        KernelOp::LlExchange,
+        KernelOp::LlP2p,
+        KernelOp::WaitFlag,
+        KernelOp::WaitCopy,
+        KernelOp::MailCopy,
+        KernelOp::GraphCopies,
+        KernelOp::GraphHandshake,
+    ] {
+        keys.push((DataType::Uint8, op));
+    }
     let failed: Vec<String> = keys
         .iter()
         .filter_map(|&(dt, op)| {

@@ -32,10 +32,26 @@ impl Kernels {
     }
 }
 
+/// Bytes one block of the wait-copy kernel takes: a block moves 64 KiB in about a
+/// microsecond, so a send of up to that keeps the signal inside its one launch.
+pub const WAIT_COPY_BLOCK_BYTES: u64 = 64 << 10;
+
+/// Most blocks of the wait-copy kernel.
+pub const WAIT_COPY_MAX_BLOCKS: u32 = 32;
+
+/// The wait-copy kernel's grid for `bytes`.
+pub fn wait_copy_blocks(bytes: u64) -> u32 {
+    bytes
+        .div_ceil(WAIT_COPY_BLOCK_BYTES)
+        .clamp(1, WAIT_COPY_MAX_BLOCKS as u64) as u32
+}
+
 impl Kernels {
     /// Queues [`KernelOp::WaitCopy`] on `stream`: once the word at `arrive` reaches `value`
-    /// (cyclic `>=`), one block copies `bytes` from `src` to `dst` and then writes
-    /// `done_value` to the word at `done`, all inside the kernel.
+    /// (cyclic `>=`), the kernel copies `bytes` from `src` to `dst` and then `done_value` is
+    /// written to the word at `done`: inside the kernel when one block copies (up to
+    /// [`WAIT_COPY_BLOCK_BYTES`]), else by a stream write after it (a block per that many
+    /// bytes, at most [`WAIT_COPY_MAX_BLOCKS`]; the grid's blocks cannot tell which ends last).
     ///
     /// # Safety
     /// `arrive` and `done` are 4-byte aligned device-accessible words and `src` / `dst`
@@ -54,20 +70,29 @@ impl Kernels {
         done_value: u32,
     ) -> Result<()> {
         let func = self.function(DataType::Uint8, KernelOp::WaitCopy)?;
-        let (mut arrive, mut value, mut dst, mut src, mut bytes, mut done, mut done_value) =
-            (arrive, value, dst, src, bytes, done, done_value);
+        let blocks = wait_copy_blocks(bytes);
+        let signal_after = blocks > 1;
+        let in_kernel_done = if signal_after { 0 } else { done };
+        let (mut arrive, mut value, mut dst, mut src, mut bytes, mut done_ptr, mut done_value) =
+            (arrive, value, dst, src, bytes, in_kernel_done, done_value);
         let mut params: [*mut c_void; 7] = [
             (&mut arrive as *mut CUdeviceptr).cast(),
             (&mut value as *mut u32).cast(),
             (&mut dst as *mut CUdeviceptr).cast(),
             (&mut src as *mut CUdeviceptr).cast(),
             (&mut bytes as *mut u64).cast(),
-            (&mut done as *mut CUdeviceptr).cast(),
+            (&mut done_ptr as *mut CUdeviceptr).cast(),
             (&mut done_value as *mut u32).cast(),
         ];
         // SAFETY: the parameters match the kernel's signature; the ranges and words are the
         // caller's contract.
-        unsafe { self.launch_raw(func, stream, 1, 512, &mut params) }
+        unsafe { self.launch_raw(func, stream, blocks, 512, &mut params) }?;
+        if signal_after {
+            // SAFETY: `done` is the caller's word (see above); the write follows the kernel in
+            // stream order, after its fenced stores.
+            unsafe { stream.write_value32(done, done_value) }?;
+        }
+        Ok(())
     }
 }
 
@@ -103,5 +128,20 @@ impl Kernels {
         // SAFETY: the parameters match the kernel's signature; the slot, ranges and block
         // count are the caller's contract (the count clamped to the slot's "seen" words).
         unsafe { self.launch_raw(func, stream, blocks, threads, &mut params) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block per 64 KiB, at least one (the signal then stays in the kernel), at most 32.
+    #[test]
+    fn a_wait_copy_takes_a_block_per_64_kib() {
+        let grids: Vec<u32> = [0, 1, 64 << 10, (64 << 10) + 1, 1 << 20, 1 << 30]
+            .iter()
+            .map(|&b| wait_copy_blocks(b))
+            .collect();
+        assert_eq!(grids, [1, 1, 1, 2, 16, WAIT_COPY_MAX_BLOCKS]);
     }
 }

@@ -32,10 +32,12 @@ static __device__ inline void ccl_spin_until(const u32* flag, u32 value) {
 }
 "#;
 
-/// Wait, copy, signal in one block: thread 0 polls `arrive` as [`wait_flag_code`] does, the
-/// block copies `bytes` from `src` to `dst` (16 bytes a thread a step when both are 16-byte
-/// aligned, else byte by byte), every thread fences its stores system-wide, and after the
-/// barrier thread 0 writes `done_value` to `done` (a peer's stream waits on it).
+/// Wait, copy, signal: thread 0 of every block polls `arrive` as [`wait_flag_code`] does, each
+/// block copies its part of `bytes` from `src` to `dst` (16 bytes a thread a step, four steps
+/// in flight, when both are 16-byte aligned, else byte by byte), every thread fences its stores
+/// system-wide, and after the barrier thread 0 writes `done_value` to `done` (a peer's stream
+/// waits on it) -- in a grid of one block; a larger grid is given no `done` (null), and a
+/// stream write after the kernel signals instead.
 pub(super) fn wait_copy_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
@@ -47,19 +49,30 @@ extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u
   if (threadIdx.x == 0) ccl_spin_until(arrive, value);
   __syncthreads();
   const u64 tid = threadIdx.x, step = blockDim.x;
-  u64 head = 0;
+  // This block's part, whole 16-byte vectors but the message's end.
+  u64 per = (bytes + gridDim.x - 1) / gridDim.x;
+  per = (per + 15) & ~15ull;
+  const u64 b0 = (u64)blockIdx.x * per < bytes ? (u64)blockIdx.x * per : bytes;
+  const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
+  u64 head = b0;
   if ((((u64)dst | (u64)src) & 15) == 0) {{
-    const u64 nv = bytes / 16;
+    const u64 v0 = b0 / 16, v1 = b1 / 16;
     const ccl_v16* s16 = (const ccl_v16*)src;
     ccl_v16* d16 = (ccl_v16*)dst;
-    for (u64 i = tid; i < nv; i += step) d16[i] = s16[i];
-    head = nv * 16;
+    for (u64 i = v0 + tid; i < v1; i += 4 * step) {{
+      ccl_v16 a[4];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * step < v1) a[k] = s16[i + k * step];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * step < v1) d16[i + k * step] = a[k];
+    }}
+    head = v1 * 16 > b0 ? v1 * 16 : b0;
   }}
-  for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+  for (u64 i = head + tid; i < b1; i += step) dst[i] = src[i];
   // Every thread's stores reach the system before the flag that announces them.
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) {{
+  if (threadIdx.x == 0 && done) {{
     *(volatile u32*)done = done_value;
   }}
 }}
