@@ -4,6 +4,9 @@
 # graphs; libccl's release build keeps its symbol table), then reports the last 40% of the run
 # (the steady loop, after init): self time by shared object and symbol, and inclusive time.
 # CASES="op:bytes:iterations ..."; NCCL runs the same loop beside it for its time per call.
+# CYCLES=N runs N cycles of 200 calls, each cycle synchronised (nccl-tests -N): the stream's
+# queue never fills, so the host's own work is what is sampled (with one long loop of
+# ITERATIONS calls, the 2026-11-29 run, cuLaunchKernel waits for the GPU once the queue is full).
 #   bash docs/device-runs/2026-11-30-hostprof/hostprof.sh      (carry .dev; OUT=/tmp/out)
 set -uo pipefail
 O=${OUT:-/tmp/out}/hostprof; mkdir -p "$O"
@@ -15,13 +18,14 @@ rep() { LD_LIBRARY_PATH=$PL $PERF report -i "$1" --stdio --comms "$2" --time 60%
   | grep -v "^#" | grep -v "^$"; }
 for c in ${CASES:-all_reduce:8:500000 broadcast:8:500000 sendrecv:65536:300000 all_reduce:16777216:40000}; do
   IFS=: read -r op b n <<< "$c"
+  loop="-n $n -w 200"; [ -n "${CYCLES:-}" ] && loop="-n 200 -w 20 -N $CYCLES"
   for lib in nccl ccl; do
     dir=$NV/lib; [ $lib = ccl ] && dir=$PWD/${LIB:-.dev/new}
     f=$O/$op.$b.$lib; rec=""
     [ $lib = ccl ] && rec="LD_LIBRARY_PATH=$PL $PERF record -q -F 4000 --call-graph dwarf,16384 -o $f.data --"
     timeout -s KILL 150 mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE \
       sh -c "if [ \$OMPI_COMM_WORLD_RANK = 0 ]; then R=\"$rec\"; else R=; fi; eval \$R \
-        env LD_LIBRARY_PATH=$dir .dev/nccl-tests/build/${op}_perf -b $b -e $b -C 1 -c 0 -n $n -w 200" \
+        env LD_LIBRARY_PATH=$dir .dev/nccl-tests/build/${op}_perf -b $b -e $b -C 1 -c 0 $loop" \
       > "$f.log" 2>&1
     echo "== $op $b $lib exit $? : $(grep -E "^ +$b " "$f.log" | head -1)"
     [ -f "$f.data" ] || continue

@@ -5,6 +5,9 @@
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
 #                  7.1-10.3)
+#   MODE=hostprof  where the host time per call goes, sampled by perf in synchronised cycles of
+#                  200 calls (needs .dev/perf: /usr/bin/perf and the libraries ldd lists but
+#                  libc, libm, libstdc++, libgcc_s, ld-linux, copied into .dev/perf/lib)
 #   MODE=pack      the packed-line limit on the GPU's time alone (nccl-tests -G 10): 64 KiB (the
 #                  default) against 128 and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
@@ -24,6 +27,9 @@ case ${MODE:-hostcost} in
   hostcost)
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60 ;;
+  hostprof)
+    CYCLES=${CYCLES:-2000} CASES="all_reduce:8:0 broadcast:8:0 reduce_scatter:1024:0 sendrecv:65536:0" \
+      bash docs/device-runs/2026-11-30-hostprof/hostprof.sh 2>&1 | grep "^==" ;;
   pack)
     OUT=$O/pack OPS="all_reduce broadcast reduce all_gather reduce_scatter alltoall" \
       LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" ENVS_pk128=CCL_IPC_LL_PACK_BYTES=131072 \
