@@ -22,8 +22,9 @@ use ccl_cuda::{DataType, ReduceKind};
 use host_cpp::{build_shared, gxx_here, Xs, HOST_INCLUDES, HOST_PRIMITIVES};
 
 /// Blocks and threads per block of the host runs (the GPU's 32 x 512 would be 16k threads a
-/// rank); the protocol only needs a thread per rank in a block. `BLOCKS` stands for the
-/// protocol's block indices (`LL_MAX_BLOCKS` on the GPU); an operation's grid is 1 to `BLOCKS`
+/// rank); the protocol only needs a thread per rank in a block. The words are laid out for
+/// `2 * BLOCKS` block indices (`LL_MAX_BLOCKS` on the GPU), of which the communicator uses
+/// `BLOCKS` (the default grid's 32 of 128 on the GPU); an operation's grid is 1 to `BLOCKS`
 /// ([`grid`]).
 const BLOCKS: u32 = 4;
 const THREADS: u32 = 8;
@@ -82,7 +83,7 @@ fn host_source(dt: DataType, op: KernelOp) -> String {
     assert!(src.contains(&blocks), "the protocol's block count moved");
     format!(
         "{HOST_INCLUDES}#include <pthread.h>\n{}",
-        src.replace(&blocks, &format!("#define LL_MAXB {BLOCKS}"))
+        src.replace(&blocks, &format!("#define LL_MAXB {}", 2 * BLOCKS))
     )
 }
 
@@ -149,9 +150,9 @@ enum Launch {
 
 /// The grid and `opts` word of every rank's `i`-th launch: grids of 1 to `BLOCKS` blocks in
 /// turn (every index's words move on whatever the grid), every other launch acknowledging
-/// without the fence.
+/// without the fence, all `BLOCKS` indices in use.
 fn grid(i: usize) -> (u32, u32) {
-    (1 + (i as u32 * 3) % BLOCKS, (i % 2) as u32)
+    (1 + (i as u32 * 3) % BLOCKS, (i % 2) as u32 | BLOCKS << 8)
 }
 
 /// Runs every rank's launches in order (ranks side by side, each launch as [`grid`] x

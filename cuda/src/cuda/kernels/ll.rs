@@ -132,9 +132,19 @@ impl LlLaunch {
             .clamp(1, LL_MAX_BLOCKS as u64) as u32
     }
 
-    /// The kernels' `opts` word.
+    /// The block indices the communicator's operations use: its largest grid.
+    pub fn indices(&self) -> u32 {
+        if self.block_bytes == 0 {
+            LL_DEFAULT_BLOCKS as u32
+        } else {
+            LL_MAX_BLOCKS as u32
+        }
+    }
+
+    /// The kernels' `opts` word: the acknowledgement without a fence (bit 0), the block
+    /// indices in use (from bit 8).
     fn opts(&self) -> u32 {
-        self.ack_unfenced as u32
+        self.ack_unfenced as u32 | self.indices() << 8
     }
 }
 
@@ -345,6 +355,13 @@ mod tests {
             .map(|&b| l.blocks(b))
             .collect();
         assert_eq!(grids, [1, 1, 1, 2, 16, LL_MAX_BLOCKS as u32]);
+        // Sized grids use every index; the default grid only its own.
+        assert_eq!(l.opts(), (LL_MAX_BLOCKS as u32) << 8);
+        let unfenced = LlLaunch {
+            ack_unfenced: true,
+            ..LlLaunch::default()
+        };
+        assert_eq!(unfenced.opts(), 1 | (LL_DEFAULT_BLOCKS as u32) << 8);
         assert_eq!(LlLaunch::default().blocks(8), LL_DEFAULT_BLOCKS as u32);
         assert_eq!(
             LlLaunch::default().blocks(1 << 30),

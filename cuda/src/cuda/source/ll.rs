@@ -84,10 +84,11 @@ pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
 pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
 
 /// The flag, acknowledgement and buffer discipline both low-latency kernels share. The words
-/// are laid out for [`LL_MAX_BLOCKS`] block indices and every operation moves every index on
+/// are laid out for [`LL_MAX_BLOCKS`] block indices; a communicator uses the first `nidx` of
+/// them (its largest grid, in the kernels' `opts`) and every operation moves each of those on
 /// (a kernel waits for the acknowledgements of every index two operations back, whatever its
-/// own grid): a grid of `G` blocks (at most [`LL_MAX_BLOCKS`], the same on every rank for a
-/// given operation) has block `blk` raise the flags and acknowledgements of indices `blk`,
+/// own grid): a grid of `G` blocks (at most `nidx`, the same on every rank for a given
+/// operation) has block `blk` raise the flags and acknowledgements of indices `blk`,
 /// `blk + G`, ... Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes
 /// so vector copies and element boundaries line up.
 fn ll_protocol_code(out: &mut String) {
@@ -126,9 +127,9 @@ static __device__ inline void ccl_ll_copy(u8* to, const u8* from, u64 b0, u64 b1
    acknowledged the operation two back, which used the same buffers. Every block, not just
    this one: a block's part of a message depends on the message's size, and a packed
    operation waits for no flag, so nothing else says the peer has left that operation. */
-static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid, u32 nidx) {{
   for (u32 w = tid; w < nranks * LL_MAXB; w += blockDim.x) {{
-    if (w / LL_MAXB == rank) continue;
+    if (w / LL_MAXB == rank || w % LL_MAXB >= nidx) continue;
     volatile u32* ack = (volatile u32*)(mine + 64ull * ((u64)nranks * LL_MAXB + w));
     while ((int)(*ack - (seq - 2u)) < 0) ccl_spin();
   }}
@@ -137,11 +138,11 @@ static __device__ inline void ccl_ll_wait_acks(u8* mine, u32 nranks, u32 rank, u
 
 /* After this block's pushes: make them visible, raise its flag at every peer, wait for every
    peer's flag of the same block here. */
-static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid, u32 nidx) {{
   __threadfence_system();
   __syncthreads();
   if (tid < nranks && tid != rank) {{
-    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
+    for (u32 i = blk; i < nidx; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
     volatile u32* flag = (volatile u32*)(mine + 64ull * ((u64)tid * LL_MAXB + blk));
     while ((int)(*flag - seq) < 0) ccl_spin();
   }}
@@ -201,9 +202,9 @@ static __device__ inline u8* ccl_pk_slot(u8* area, u64 pk_off, u64 pk_max, u32 f
 /* A packed operation raises no flag anyone waits for, but still moves this block's flag at
    every peer on, so a flag never falls behind the sequence by half the u32 circle (a later
    flagged operation compares cyclically). */
-static __device__ inline void ccl_pk_flag(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid) {{
+static __device__ inline void ccl_pk_flag(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid, u32 nidx) {{
   if (tid < nranks && tid != rank)
-    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
+    for (u32 i = blk; i < nidx; i += gridDim.x) *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)rank * LL_MAXB + i)) = seq;
 }}
 
 /* This block's operation number: one more than the last operation's (every index's word
@@ -218,13 +219,16 @@ static __device__ inline u32 ccl_ll_seq(const u32* seqs) {{
    reads are complete; the system fence before the acknowledgement is kept unless `opts` has
    CCL_LL_ACK_UNFENCED. */
 #define CCL_LL_ACK_UNFENCED 1u
+/* The block indices a communicator's operations use (its largest grid), in `opts` above
+   bit 8: every operation moves exactly these on, so the words of the others never matter. */
+static __device__ inline u32 ccl_ll_nidx(u32 opts) {{ return opts >> 8; }}
 static __device__ inline void ccl_ll_ack(const u64* areas, u32 nranks, u32 rank, u32 seq, u32 blk, u32 tid, u32 opts, u32* seqs) {{
   __syncthreads();
   if (tid == 0)
-    for (u32 i = blk; i < LL_MAXB; i += gridDim.x) seqs[i] = seq;
+    for (u32 i = blk; i < ccl_ll_nidx(opts); i += gridDim.x) seqs[i] = seq;
   if (tid < nranks && tid != rank) {{
     if (!(opts & CCL_LL_ACK_UNFENCED)) __threadfence_system();
-    for (u32 i = blk; i < LL_MAXB; i += gridDim.x)
+    for (u32 i = blk; i < ccl_ll_nidx(opts); i += gridDim.x)
       *(volatile u32*)((u8*)areas[tid] + 64ull * ((u64)nranks * LL_MAXB + (u64)rank * LL_MAXB + i)) = seq;
   }}
 }}
@@ -251,7 +255,7 @@ static __device__ inline void ccl_copy_part(u8* to, const u8* from, u64 bytes, u
 }}
 
 /* The exchange in packed lines: pushes, then each peer's lines as they arrive. */
-static __device__ inline void ccl_pk_exchange(const ccl_xfer& x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 pk_off, u64 pk_max) {{
+static __device__ inline void ccl_pk_exchange(const ccl_xfer& x, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 pk_off, u64 pk_max, u32 nidx) {{
   const u32 par = seq & 1u, blk = blockIdx.x, tid = threadIdx.x;
   u8* mine = (u8*)areas[rank];
   for (u32 q = 0; q < nranks; ++q) {{
@@ -265,7 +269,7 @@ static __device__ inline void ccl_pk_exchange(const ccl_xfer& x, const u64* area
     ccl_pk_range((x.sbytes[q] + 7) / 8, blk, &l0, &l1);
     for (u64 i = l0 + tid; i < l1; i += blockDim.x) ccl_pk_put(to + 16 * i, ccl_pk_gather(from + 8 * i, x.sbytes[q] - 8 * i), seq);
   }}
-  ccl_pk_flag(areas, nranks, rank, seq, blk, tid);
+  ccl_pk_flag(areas, nranks, rank, seq, blk, tid, nidx);
   __syncthreads();
   for (u32 q = 0; q < nranks; ++q) {{
     if (q == rank || x.rbytes[q] == 0) continue;
@@ -283,9 +287,9 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
   const u32 blk = blockIdx.x;
   const u32 tid = threadIdx.x;
   u8* mine = (u8*)areas[rank];
-  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid, ccl_ll_nidx(opts));
   if (packed) {{
-    ccl_pk_exchange(x, areas, nranks, rank, seq, pk_off, pk_max);
+    ccl_pk_exchange(x, areas, nranks, rank, seq, pk_off, pk_max, ccl_ll_nidx(opts));
     ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
     return;
   }}
@@ -297,7 +301,7 @@ extern "C" __global__ void {name}(ccl_xfer x, const u64* areas, u32 nranks, u32 
       ccl_copy_part(to, (const u8*)x.src[q], x.sbytes[q], blk, tid, blockDim.x);
     }}
   }}
-  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid, ccl_ll_nidx(opts));
   for (u32 q = 0; q < nranks; ++q) {{
     if (q == rank || x.rbytes[q] == 0) continue;
     const u8* from = mine + data_off + ((u64)q * 2 + par) * llmax;
@@ -378,7 +382,7 @@ static __device__ inline void ccl_ll_reduce_part(T* dst, const T* own, const u8*
 
 /* The reduction in packed lines: pushes, then per line the inputs in rank order as they
    arrive (the same order, so the same bits, as the flagged kernel). */
-static __device__ inline void ccl_pk_reduce(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max) {{
+static __device__ inline void ccl_pk_reduce(T* dst, const T* src, u64 n, const u64* areas, u32 nranks, u32 rank, u32 seq, u64 push_stride, u64 own_off, u32 root, u64 pk_off, u64 pk_max, u32 nidx) {{
   const P p = ccl_param(0);
   const u32 par = seq & 1u, blk = blockIdx.x, tid = threadIdx.x;
   u8* mine = (u8*)areas[rank];
@@ -391,7 +395,7 @@ static __device__ inline void ccl_pk_reduce(T* dst, const T* src, u64 n, const u
     const u8* from = (const u8*)src + (u64)q * push_stride;
     for (u64 i = l0 + tid; i < l1; i += blockDim.x) ccl_pk_put(to + 16 * i, ccl_pk_gather(from + 8 * i, bytes - 8 * i), seq);
   }}
-  ccl_pk_flag(areas, nranks, rank, seq, blk, tid);
+  ccl_pk_flag(areas, nranks, rank, seq, blk, tid, nidx);
   if (root != CCL_LL_EVERY_RANK && root != rank) return;
   const u8* own = (const u8*)src + own_off;
   for (u64 i = l0 + tid; i < l1; i += blockDim.x) {{
@@ -415,9 +419,9 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
   u64 b0, b1;
   ccl_ll_range(n * sizeof(T), blk, &b0, &b1);
   u8* mine = (u8*)areas[rank];
-  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid);
+  ccl_ll_wait_acks(mine, nranks, rank, seq, blk, tid, ccl_ll_nidx(opts));
   if (packed) {{
-    ccl_pk_reduce(dst, src, n, areas, nranks, rank, seq, push_stride, own_off, root, pk_off, pk_max);
+    ccl_pk_reduce(dst, src, n, areas, nranks, rank, seq, push_stride, own_off, root, pk_off, pk_max, ccl_ll_nidx(opts));
     ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
     return;
   }}
@@ -427,7 +431,7 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     u8* to = (u8*)areas[q] + data_off + ((u64)rank * 2 + par) * llmax;
     ccl_ll_copy(to, (const u8*)src + (u64)q * push_stride, b0, b1, tid, blockDim.x);
   }}
-  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid);
+  ccl_ll_signal_and_wait(areas, mine, nranks, rank, seq, blk, tid, ccl_ll_nidx(opts));
   if (root == CCL_LL_EVERY_RANK || root == rank) ccl_ll_reduce_part(dst, own, mine + data_off, par, llmax, nranks, rank, b0, b1, p);
   ccl_ll_ack(areas, nranks, rank, seq, blk, tid, opts, seqs);
 }}
