@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds what the GPU machines run into .dev/NAME (ignored, carried with `run`): libnccl.so.2
+# (its symbol table kept, for perf), ccl-perf, and for the main build ccl-report and
+# ccl-monitor, with COMMIT naming the source. From the working tree, or from REV through a
+# temporary git worktree, built there and removed with it (an old build measured beside the
+# new one in one device call; a few minutes and a few GB of disk while it builds).
+#   scripts/dev-build.sh            -> .dev and .dev/new from the working tree
+#   scripts/dev-build.sh REV NAME   -> .dev/NAME from commit REV
+set -euo pipefail
+cd "$(dirname "$0")/.."
+put() {  # put TARGET_DIR DEST
+  mkdir -p "$2"
+  cp -L "$1/libnccl.so.2" "$2/libnccl.so.2" && strip --strip-debug "$2/libnccl.so.2"
+  cp "$1/ccl-perf" "$2/" && strip "$2/ccl-perf"
+}
+if [ $# -eq 0 ]; then
+  dir=$(scripts/build-lib.sh release)
+  for d in .dev .dev/new; do put "$dir" "$d"; git describe --always --dirty > "$d/COMMIT"; done
+  for t in ccl-report ccl-monitor; do cp "$dir/$t" .dev/ && strip ".dev/$t"; done
+else
+  rev=$1 name=$2 wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$rev"
+  trap 'git worktree remove --force "$wt"' EXIT
+  dir=$(cd "$wt" && scripts/build-lib.sh release)
+  put "$wt/$dir" ".dev/$name"
+  git rev-parse --short "$rev" > ".dev/$name/COMMIT"
+fi
+ls -l .dev/${2:-new}
