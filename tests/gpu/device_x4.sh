@@ -3,7 +3,7 @@
 # all-gather / all-to-all with no library (tests/gpu/ce_ceiling_n.c), NVIDIA's nccl-tests nine
 # ops beside NVIDIA NCCL (ratio table and plot by ccl-report when cargo is here, else the
 # logs), and NCCL's own copy-engine collectives (nccl-tests -R 2 -x 2) for all-gather and
-# all-to-all; then the low-latency all-reduce in one and two shots. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
+# all-to-all; then the low-latency all-reduce in one and two shots, eager and in CUDA graphs. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
 # with CCL_IPC_BATCH_COPIES=0 (a copy lane per peer instead of one driver batch per rank).
 # Everything under $OUT.
 set -uo pipefail
@@ -25,4 +25,10 @@ OUT=$OUT/ll OPS="all_reduce" EXTRA="-b 8 -e 8M -f 2 -n 50 -w 10" LIBS="nccl one=
   ENVS_two2m="CCL_IPC_LL_TWO_SHOT_BYTES=16384 CCL_IPC_LL_BYTES=2097152" NGPU=$NGPU \
   bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
 cat "$OUT/ll/nccltests.md"
-cd "$OUT" && tar czf x4-logs.tgz ab ce ll ceiling.txt && rm -rf ab/nccltests ce/nccltests ll/nccltests
+# The same in CUDA graphs (the GPU's time alone; small collectives captured as the
+# low-latency kernels), six ops 8 B - 4 MiB.
+OUT=$OUT/graph OPS="all_reduce all_gather reduce_scatter alltoall broadcast reduce" \
+  EXTRA="-b 8 -e 4M -f 4 -n 50 -w 10 -G 10" LIBS="nccl one=$LIB two=$LIB" \
+  ENVS_two=CCL_IPC_LL_TWO_SHOT_BYTES=16384 NGPU=$NGPU bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+cat "$OUT/graph/nccltests.md"
+cd "$OUT" && tar czf x4-logs.tgz ab ce ll graph ceiling.txt && rm -rf ab/nccltests ce/nccltests ll/nccltests graph/nccltests
