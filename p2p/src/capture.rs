@@ -21,9 +21,10 @@ use crate::layout::groups;
 use crate::ll_launch;
 use crate::paths::{kernels_needed, LowLatency};
 
-/// Captures `tasks` on the direct paths into the CUDA graph their stream is capturing, when
-/// every rank can (`captured`); `false`: every rank goes on to the staged captured
-/// path. Collective: every rank of a communicator with cuda-ipc calls it for the same group.
+/// Captures `tasks` into the CUDA graph their stream is capturing: a small collective as its
+/// low-latency kernel (`CCL_GRAPH_LL`), else on the direct paths when every rank can
+/// (`captured`); `false`: every rank goes on to the staged captured path. Collective: every
+/// rank of a communicator with cuda-ipc calls it for the same group.
 pub fn capture(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<bool> {
     if eng.host_only {
         return capture_host_only(comm, eng, tasks);
