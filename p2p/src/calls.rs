@@ -249,11 +249,8 @@ impl CallBoard {
             let from = *agreed;
             for &(seq, sig) in mine.recent.iter().filter(|(seq, _)| *seq > from) {
                 match Self::read(b, seq) {
-                    Some(theirs) if theirs == sig => {
-                        if seq == *agreed + 1 {
-                            *agreed = seq;
-                        }
-                    }
+                    Some(theirs) if theirs == sig && seq == *agreed + 1 => *agreed = seq,
+                    Some(theirs) if theirs == sig => {}
                     Some(theirs) => {
                         // Both start alike: one rank grouped collectives the other did not.
                         let hint = if theirs.ntasks != sig.ntasks
