@@ -298,7 +298,10 @@ impl MptLink {
         const PROBE: &[u8; 16] = b"libccl-mpt-probe";
         let deadline = std::time::Instant::now() + within;
         let (mut sent, mut got) = (false, false);
-        while !(sent && got) && std::time::Instant::now() < deadline {
+        // `sent` is only queued: the frame may still wait for a copy, room in the engine or
+        // the peer's receive announcement. Leaving before it is out would block this side on
+        // the outcome read below while its probe sits unsent, and fail the peer's wait.
+        while !(sent && got && !self.has_pending()) && std::time::Instant::now() < deadline {
             if !sent {
                 sent = self.try_send(PROBE)?;
             }
@@ -328,12 +331,21 @@ impl MptLink {
         if got && theirs[0] == 1 {
             return Ok(Ok(self));
         }
+
         let why = match (got, theirs[0] == 1) {
             (false, false) => "no probe datagram got through in either direction",
             (false, true) => "the peer's probe datagrams did not reach this side",
             _ => "this side's probe datagrams did not reach the peer",
         };
-        let why = format!("{why} within {} ms (UDP blocked?)", within.as_millis());
+        let left = match (sent, self.has_pending()) {
+            (false, _) => "; this side's probe was never queued",
+            (true, true) => "; this side's probe had not left yet",
+            (true, false) => "",
+        };
+        let why = format!(
+            "{why} within {} ms (UDP blocked?){left}",
+            within.as_millis()
+        );
         match self.tcp.take() {
             Some(tcp) => Ok(Err((tcp, why))),
             None => Err(Error::Protocol(why)),
