@@ -25,13 +25,26 @@
 //! ([`posting`]), and what that part queues ([`plan`]). The engine resolves buffers
 //! (`buffers`) and runs the plan on its streams (`queue`).
 
-use ccl_collectives::task::TaskKind;
+use ccl_collectives::task::{Task, TaskKind};
 use ccl_collectives::Collective;
 
 pub(crate) mod plan;
 pub(crate) mod posting;
 #[cfg(test)]
 mod tests;
+
+/// Which tasks of the group `tasks` go on the direct paths of `eng`: those [`goes_direct`]
+/// classifies so, unless direct transfers are off or the whole group is a small exchange (which
+/// the low-latency kernels take). The eager queue and graph capture both ask this, so a call
+/// takes the same path captured or not.
+pub(crate) fn takes_direct(
+    eng: &crate::engine::IpcEngine,
+    tasks: &[Task],
+) -> impl Fn(&Task) -> bool + use<> {
+    let on =
+        eng.direct && !crate::paths::small_exchange(tasks, eng.layout.nranks, eng.ll_exchange_max);
+    move |t: &Task| on && goes_direct(t.kind)
+}
 
 /// Moves data without arithmetic: goes straight between user buffers when direct transfers
 /// are on (every rank classifies alike).

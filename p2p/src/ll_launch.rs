@@ -10,14 +10,13 @@ use ccl_cuda::cuda::{LlTransfers, Stream};
 use crate::direct;
 use crate::engine::IpcEngine;
 use crate::error::{cuda_err, Result};
-use crate::paths::{gather_parts, reduction_paths, small_exchange, two_shot, LowLatency};
+use crate::paths::{gather_parts, reduction_paths, two_shot, LowLatency};
 
 /// The low-latency kernel(s) a group of `tasks` takes on `eng`, as the eager path chooses
 /// them (from what every rank sees alike), or `None`.
 pub(crate) fn chosen(eng: &IpcEngine, tasks: &[Task]) -> Result<Option<LowLatency>> {
     let l = &eng.layout;
-    let tiny = small_exchange(tasks, l.nranks, eng.ll_exchange_max);
-    if eng.direct && !tiny && tasks.iter().any(|t| direct::goes_direct(t.kind)) {
+    if tasks.iter().any(direct::takes_direct(eng, tasks)) {
         return Ok(None);
     }
     let (ll, _) = reduction_paths(tasks, l.rank, l.nranks, eng.ll_reduce_max, eng.ll_max, 0)?;

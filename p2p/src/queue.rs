@@ -21,7 +21,7 @@ use crate::error::{cuda_err, Error, Result};
 use crate::ll_launch;
 use crate::lower::{lower, Program};
 use crate::mail::MailJob;
-use crate::paths::{kernels_needed, reduction_paths, small_exchange, two_shot, LowLatency};
+use crate::paths::{kernels_needed, reduction_paths, two_shot, LowLatency};
 use crate::protocol::Chain;
 use crate::tuning::{Tuning, DIRECT_POST_TIMEOUT};
 use crate::{direct, direct_reduce, rendezvous, small_p2p};
@@ -180,13 +180,13 @@ fn prepare(
         return Err(Error::internal("cuda-ipc: a group without operations"));
     }
     let l = &eng.layout;
-    let tiny = small_exchange(tasks, l.nranks, eng.ll_exchange_max);
+    // Whether the whole group is a small exchange is judged before the small sends leave it.
+    let takes_direct = direct::takes_direct(&eng, tasks);
     let (small, tasks): (Vec<Task>, Vec<Task>) = tasks
         .iter()
         .partition(|t| small_p2p::is_small(t, l.rank, eng.ll_exchange_max));
-    let (direct_tasks, staged): (Vec<Task>, Vec<Task>) = tasks
-        .iter()
-        .partition(|t| eng.direct && !tiny && direct::goes_direct(t.kind));
+    let (direct_tasks, staged): (Vec<Task>, Vec<Task>) =
+        tasks.iter().partition(|t| takes_direct(t));
     let point_to_point = direct_tasks
         .iter()
         .all(|t| matches!(t.kind, TaskKind::Send { .. } | TaskKind::Recv { .. }));
