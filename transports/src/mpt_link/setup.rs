@@ -339,7 +339,7 @@ impl MptLink {
         };
         let left = match (sent, self.has_pending()) {
             (false, _) => "; this side's probe was never queued",
-            (true, true) => "; this side's probe had not left yet",
+            (true, true) => "; this side's probe was still queued or being resent",
             (true, false) => "",
         };
         let why = format!(
