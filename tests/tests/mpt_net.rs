@@ -22,16 +22,9 @@ struct Outcome {
     log: String,
 }
 
-/// One run of rank processes at a time: each rank runs an engine thread per path group and
-/// copy threads, and two three-rank runs at once on the 2-core CI machine left engine threads
-/// unscheduled for seconds, past the transport's liveness budget (what is tested here is the
-/// protocol, not overload).
-static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Runs `n` rank processes as different hosts (`CCL_NET=mpt` unless `env` says otherwise; an
 /// empty value unsets a variable) and collects how each ended.
 fn ranks(n: usize, env: &[(&str, &str)]) -> Vec<Outcome> {
-    let _one = ONE_RUN.lock().unwrap_or_else(|e| e.into_inner());
     let port = free_port();
     let dir = std::env::temp_dir();
     let mut children: Vec<_> = (0..n)
@@ -46,9 +39,6 @@ fn ranks(n: usize, env: &[(&str, &str)]) -> Vec<Outcome> {
                 .env("CCL_HOSTID", format!("mpt-test-host-{r}"))
                 .env("CCL_NET", "mpt")
                 .env("NCCL_DEBUG", "INFO")
-                // On a loaded 2-core machine a probe datagram was seen to take over 3 s (the
-                // default) to be read; tests about the probe itself set their own.
-                .env("CCL_MPT_PROBE_MS", "30000")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
             for (k, v) in env {
