@@ -410,6 +410,14 @@ mod tests {
         o
     }
 
+    /// Two ranks offering 1 MiB low-latency areas, reductions and exchanges.
+    fn two_capable() -> [Offer; 2] {
+        [
+            offer(1 << 20, 1 << 20, 1 << 20),
+            offer(1 << 20, 1 << 20, 1 << 20),
+        ]
+    }
+
     /// Every rank uses the smallest area any rank mapped, and no all-reduce or exchange
     /// larger than it; host-only ranks (no peer GPU memory) none at all.
     #[test]
@@ -443,10 +451,7 @@ mod tests {
     fn the_packed_limit_is_the_smallest_offered() {
         let g = Geometry::from_config(&P2pConfig::default());
         let packing = |a: u64, b: u64| {
-            let mut offers = [
-                offer(1 << 20, 1 << 20, 1 << 20),
-                offer(1 << 20, 1 << 20, 1 << 20),
-            ];
+            let mut offers = two_capable();
             (offers[0].ll_pack, offers[1].ll_pack) = (a, b);
             offers
         };
@@ -472,10 +477,7 @@ mod tests {
         );
         let g = Geometry::from_config(&P2pConfig::default());
         let blocks = |a: u64, b: u64| {
-            let mut offers = [
-                offer(1 << 20, 1 << 20, 1 << 20),
-                offer(1 << 20, 1 << 20, 1 << 20),
-            ];
+            let mut offers = two_capable();
             (offers[0].ll_block, offers[1].ll_block) = (a, b);
             agree(&offers, &g, false, 2).ll_block_bytes
         };

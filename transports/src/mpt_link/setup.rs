@@ -331,7 +331,6 @@ impl MptLink {
         if got && theirs[0] == 1 {
             return Ok(Ok(self));
         }
-
         let why = match (got, theirs[0] == 1) {
             (false, false) => "no probe datagram got through in either direction",
             (false, true) => "the peer's probe datagrams did not reach this side",
