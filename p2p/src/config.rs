@@ -84,6 +84,11 @@ pub struct P2pConfig {
     /// pushed by a kernel once the receiver posts, instead of waiting ([`crate::mail`]).
     pub mailed_push: bool,
     pub mail_blocks: i64,
+    /// `CCL_IPC_EAGER_SEND`, `CCL_IPC_EAGER_MIN_BYTES`: sends posted before their receives go
+    /// through the receiver's slots (or, smaller, are pulled) instead of waiting
+    /// (`rendezvous::go_eager`).
+    pub eager_send: bool,
+    pub eager_min_bytes: i64,
 
     /// `CCL_IPC_HOST_PATH_*`: the share of large transfers sent through pinned host memory
     /// beside NVLink.

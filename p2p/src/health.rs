@@ -164,14 +164,17 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
             t.phases.emit.as_secs_f64() * 1e3,
         );
         let w = &q.push_waits;
-        if w.pushed + w.left_to_pull + w.mailed > 0 {
+        let posted_first = w.pushed + w.left_to_pull + w.mailed + w.eager;
+        if posted_first > 0 {
             tracing::info!(
-                "rank {}: {} sends posted before their receives: {} mailed (pushed by a kernel \
-                 once the receiver posted, no wait), {} pushed after waiting, {} left to the \
-                 receiver to pull; the host waited {:.3} ms in all, {} us at most \
+                "rank {}: {} sends posted before their receives: {} sent eagerly through the \
+                 receiver's slots (no wait, CCL_IPC_EAGER_SEND), {} mailed (pushed by a kernel \
+                 once the receiver posted, no wait), {} pushed (the receiver had posted), {} \
+                 left to the receiver to pull; the host waited {:.3} ms in all, {} us at most \
                  (CCL_IPC_PUSH_WAIT_US, CCL_IPC_PUSH_WAIT_BUSY_US)",
                 eng.layout.rank,
-                w.pushed + w.left_to_pull + w.mailed,
+                posted_first,
+                w.eager,
                 w.mailed,
                 w.pushed,
                 w.left_to_pull,

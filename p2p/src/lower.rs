@@ -27,6 +27,11 @@ pub(crate) struct Program {
 }
 
 impl Program {
+    /// Bytes this rank sends.
+    pub fn sent_bytes(&self) -> usize {
+        self.tx.iter().flatten().map(|x| x.bytes).sum()
+    }
+
     pub fn bytes(&self) -> usize {
         let tx: usize = self.tx.iter().flatten().map(|x| x.bytes).sum();
         let rx: usize = self.rx.iter().flatten().map(|x| x.bytes).sum();

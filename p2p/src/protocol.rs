@@ -483,16 +483,19 @@ impl Chain {
         }
     }
 
+    /// Appends a part that starts once every earlier part's items are queued.
+    pub fn push(&mut self, part: Emission) {
+        self.starts.push(self.horizon());
+        self.parts.push(part);
+    }
+
     pub fn programs(&self) -> impl Iterator<Item = &Program> {
         self.parts.iter().map(|p| &p.program)
     }
 
     /// Bytes sent through receive slots.
     pub fn sent_bytes(&self) -> usize {
-        self.programs()
-            .flat_map(|p| p.tx.iter().flatten())
-            .map(|x| x.bytes)
-            .sum()
+        self.programs().map(Program::sent_bytes).sum()
     }
 
     pub fn horizon(&self) -> u64 {
@@ -536,9 +539,14 @@ impl Chain {
         Ok(())
     }
 
+    /// Queues every item left, the lanes of the last part still forked.
+    pub fn emit_all(&mut self, l: &Layout, dev: &mut dyn Device, c: &mut Counters) -> Result<()> {
+        self.emit_until(self.horizon(), l, c, dev)
+    }
+
     /// Queues what is left and joins the lanes back.
     pub fn end(&mut self, l: &Layout, dev: &mut dyn Device, c: &mut Counters) -> Result<()> {
-        self.emit_until(self.horizon(), l, c, dev)?;
+        self.emit_all(l, dev, c)?;
         match self.parts.get_mut(self.cur) {
             Some(p) => p.end(l, dev),
             None => Ok(()),

@@ -390,6 +390,11 @@ impl Queueing {
         if let Some((seq, o)) = self.sym_post.take() {
             self.settle_sym(seq, o, q, wait)?;
         }
+        let eng = &*self.eng;
+        if let Some(part) = self.plan.eager_part(&eng.layout, eng.single_stream_max)? {
+            self.staged_tx += part.program.sent_bytes();
+            self.em.push(part);
+        }
         self.launch_low_latency()?;
         self.launch_small(q)?;
         let eng = &*self.eng;
@@ -471,6 +476,7 @@ impl Queueing {
                     (h, &mut c.host_out, &mut c.host_in)
                 }),
                 mail: mail.as_ref().map(|m| m as _),
+                eager: eng.tuning.eager,
             },
             &stop,
         )?;
@@ -661,8 +667,8 @@ impl Queueing {
             });
         }
         let mut dev = Batched::new(&mut cuda);
-        self.em.end(&eng.layout, &mut dev, &mut q.counters)?;
-        self.plan.end(&eng.layout, &mut dev)?;
+        self.plan
+            .end_with(&mut self.em, &eng.layout, &mut dev, &mut q.counters)?;
         if let Some(p) = &self.sym_plan {
             p.end(&eng.layout, &mut dev)?;
         }

@@ -81,7 +81,10 @@ const SRC: u64 = 1;
 const DST: u64 = 2;
 /// The source stopped waiting for the destination's post: the destination copies (pulls).
 const FINAL: u64 = 4;
-const GEN_SHIFT: u32 = 3;
+/// The source sends eagerly, through the destination's receive slots ([`go_eager`]): the
+/// destination copies out of its slots.
+const EAGER: u64 = 8;
+const GEN_SHIFT: u32 = 4;
 
 /// What a post found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +94,12 @@ pub(crate) enum Outcome {
     /// This side copies, from or to the peer's posted buffer.
     Second(Post),
     /// A source posted before its destination: it waits (briefly, [`resolve`]) for the
-    /// destination's post so it can push, the faster way across processes.
+    /// destination's post so it can push, the faster way across processes, or sends eagerly
+    /// ([`go_eager`]).
     Pending,
+    /// The source sends through the destination's receive slots: for the destination, the
+    /// source's post (its size cuts the chunks); for the source, None.
+    Eager(Option<Post>),
 }
 
 /// One rendezvous entry: transfer `seq` from `src`, in the destination's inbox.
@@ -167,7 +174,7 @@ pub(crate) fn post(
     let mut spins = 0u32;
     loop {
         let w = state.load(Ordering::Acquire);
-        let (g, bits) = (w >> GEN_SHIFT, w & (SRC | DST | FINAL));
+        let (g, bits) = (w >> GEN_SHIFT, w & (SRC | DST | FINAL | EAGER));
         if g == e.gen {
             let mine_bit = if i_am_src { SRC } else { DST };
             if bits & mine_bit != 0 {
@@ -180,6 +187,9 @@ pub(crate) fn post(
             }
             if !i_am_src && bits & FINAL != 0 {
                 return Ok(Outcome::Second(e.take(true)?));
+            }
+            if !i_am_src && bits & EAGER != 0 {
+                return Ok(Outcome::Eager(Some(e.take(true)?)));
             }
             e.write(i_am_src, mine)?;
             if state
@@ -265,7 +275,7 @@ pub(crate) fn resolve(
     let mut spins = 0u32;
     loop {
         let w = state.load(Ordering::Acquire);
-        if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & FINAL != 0 {
+        if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & (FINAL | EAGER) != 0 {
             return Err(Error::internal(format!(
                 "cuda-ipc: transfer {seq} from rank {src} is not pending (entry {w:#x})"
             )));
@@ -286,13 +296,41 @@ pub(crate) fn resolve(
     }
 }
 
+/// Settles a source's [`Outcome::Pending`] post without waiting: `Second` (push) if the
+/// destination has posted, else `Eager(None)`: the source copies through the destination's
+/// receive slots, and the destination, posting later, copies out of them. Neither side's host
+/// waits for the other, and each GPU's engines move its own side (the source's push into the
+/// slots, the destination's copy out), where a pull by the destination would leave both to
+/// one GPU.
+pub(crate) fn go_eager(board: &dyn Words, src: usize, seq: u64) -> Result<Outcome> {
+    let e = Entry::new(board, src, seq);
+    let state = e.word(0)?;
+    loop {
+        let w = state.load(Ordering::Acquire);
+        if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & (FINAL | EAGER) != 0 {
+            return Err(Error::internal(format!(
+                "cuda-ipc: transfer {seq} from rank {src} is not pending (entry {w:#x})"
+            )));
+        }
+        if w & DST != 0 {
+            return Ok(Outcome::Second(e.take(false)?));
+        }
+        if state
+            .compare_exchange(w, w | EAGER, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return Ok(Outcome::Eager(None));
+        }
+    }
+}
+
 /// For a send this side posted and left pending (its copy mailed, [`crate::mail`]): the
 /// receiver's post once it has come (the entry is then free for the transfer `RING` later),
 /// or None while it has not.
 pub(crate) fn take_if_posted(board: &dyn Words, src: usize, seq: u64) -> Result<Option<Post>> {
     let e = Entry::new(board, src, seq);
     let w = e.word(0)?.load(Ordering::Acquire);
-    if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & FINAL != 0 {
+    if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & (FINAL | EAGER) != 0 {
         return Err(Error::internal(format!(
             "cuda-ipc: mailed transfer {seq} from rank {src} is not pending (entry {w:#x})"
         )));
@@ -310,7 +348,7 @@ pub(crate) fn peer_sends_first(inbox: &dyn Words, peer: usize, next_in: u64) -> 
     let e = Entry::new(inbox, peer, next_in);
     e.word(0).is_ok_and(|w| {
         let w = w.load(Ordering::Acquire);
-        w >> GEN_SHIFT == e.gen && w & SRC != 0 && w & DST == 0
+        w >> GEN_SHIFT == e.gen && w & SRC != 0 && w & (DST | EAGER) == 0
     })
 }
 

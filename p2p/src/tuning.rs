@@ -35,6 +35,8 @@ pub(crate) struct Tuning {
     pub(crate) push_wait_busy: Duration,
     /// `CCL_IPC_EXCHANGE_WAIT_US` (None: 0, off).
     pub(crate) exchange_wait: Option<Duration>,
+    /// `CCL_IPC_EAGER_SEND` and `CCL_IPC_EAGER_MIN_BYTES` (None: off).
+    pub(crate) eager: Option<usize>,
 }
 
 impl Tuning {
@@ -54,6 +56,9 @@ impl Tuning {
             push_wait: us(cfg.push_wait_us),
             push_wait_busy: us(cfg.push_wait_busy_us),
             exchange_wait: Some(us(cfg.exchange_wait_us)).filter(|d| !d.is_zero()),
+            eager: cfg
+                .eager_send
+                .then_some(cfg.eager_min_bytes.max(0) as usize),
         }
     }
 }

@@ -2,10 +2,15 @@
 //! "here" flags first, then the copies it does, the host path's chunks, the waits for the
 //! peers' copies and the bounce copies out.
 
+use ccl_collectives::task::{Reduction, Task, TaskKind};
+use ccl_cuda::{DataType, ReduceKind};
+
 use crate::device::{BatchCopy, Device, LongWait};
 use crate::error::Result;
 use crate::host_path::{HostPath, HostShare};
 use crate::layout::{DirectWord, HostWord, Lane, Layout};
+use crate::lower::lower;
+use crate::protocol::{Chain, Counters, Emission};
 
 /// What this rank does in one transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,10 +60,46 @@ impl Transfer {
     }
 }
 
+/// A transfer whose source posted first and sent eagerly
+/// ([`crate::rendezvous::go_eager`]): it goes through the destination's receive slots as the
+/// staged protocol's chunks, queued by both sides after the group's own staged program
+/// ([`Plan::eager_part`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Eager {
+    pub peer: usize,
+    pub outgoing: bool,
+    /// This rank's buffer: the data it sends, or where its copy out of the slots goes.
+    pub buf: u64,
+    /// The source's size, which cuts the chunks on both sides.
+    pub bytes: usize,
+}
+
+impl Eager {
+    /// The transfer as a byte-wise send or receive for the staged protocol's lowering.
+    fn task(&self) -> Task {
+        let kind = match self.outgoing {
+            true => TaskKind::Send { peer: self.peer },
+            false => TaskKind::Recv { peer: self.peer },
+        };
+        Task {
+            kind,
+            send: self.buf as usize,
+            recv: self.buf as usize,
+            count: self.bytes,
+            dtype: DataType::Uint8,
+            red: Reduction::Plain(ReduceKind::Sum),
+            stream: 0,
+            fold: false,
+        }
+    }
+}
+
 /// The direct part of one group on one rank, ready to queue.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Plan {
     pub transfers: Vec<Transfer>,
+    /// Transfers sent eagerly, in posting order (each peer's transfer order, on both sides).
+    pub eager: Vec<Eager>,
     /// Copies within this rank (dst, src, bytes) before the transfers: into the bounce
     /// buffer, or a self-transfer reading what a transfer overwrites.
     pub before: Vec<(u64, u64, usize)>,
@@ -78,6 +119,20 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// The eager transfers as one more part of the staged program, to queue after the group's
+    /// own: both sides lower the same sends and receives per peer in the same order (each
+    /// cut from the source's size), so their chunk counts agree, and as in any staged program
+    /// a chunk waits only for chunks of earlier logical times.
+    pub fn eager_part(&self, l: &Layout, single_max: usize) -> Result<Option<Emission>> {
+        if self.eager.is_empty() {
+            return Ok(None);
+        }
+        let tasks: Vec<Task> = self.eager.iter().map(Eager::task).collect();
+        let p = lower(&tasks, l.rank, l.nranks, l.chunk, single_max)?;
+        let single = p.bytes() <= single_max || p.aliases();
+        Ok(Some(Emission::new(p, l.chunk, single)))
+    }
+
     fn lane(&self, l: &Layout, t: &Transfer) -> Lane {
         match (self.single, t.outgoing) {
             (true, _) => Lane::User,
@@ -221,10 +276,43 @@ impl Plan {
         Ok(())
     }
 
+    /// Ends a group: the rest of its staged program `em`, this plan's copies, and
+    /// [`Plan::finish`]. With eager transfers the copies go beside their chunks
+    /// ([`Plan::copies`]); without, after the staged program's lanes joined, as they always did.
+    pub fn end_with(
+        &self,
+        em: &mut Chain,
+        l: &Layout,
+        dev: &mut dyn Device,
+        c: &mut Counters,
+    ) -> Result<()> {
+        if self.eager.is_empty() {
+            em.end(l, dev, c)?;
+            self.copies(l, dev)?;
+        } else {
+            em.emit_all(l, dev, c)?;
+            self.copies(l, dev)?;
+            em.end(l, dev, c)?;
+        }
+        self.finish(l, dev)
+    }
+
     /// The copies this rank does, then the waits for the peer's copies, then bounce copies out.
+    #[cfg(test)]
     pub fn end(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        self.copies(l, dev)?;
+        self.finish(l, dev)
+    }
+
+    /// The copies this rank does (then [`Plan::finish`]). Queued before the staged program's
+    /// lanes join the caller's stream, so they run beside the chunks still in flight there
+    /// (an eager transfer's copies out of the slots): after the join a receiver's own push
+    /// waited for the whole eager transfer the other way, an exchange taking twice as long.
+    /// No cycle: these copies wait only for the peers' "here" flags, queued in their
+    /// [`Plan::begin`].
+    pub fn copies(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         if self.batchable(dev) {
-            return self.end_batched(l, dev);
+            return self.copies_batched(l, dev);
         }
         let mut lanes: Vec<Lane> = Vec::new();
         for t in &self.transfers {
@@ -307,7 +395,7 @@ impl Plan {
         if !lanes.is_empty() {
             dev.join(&lanes)?;
         }
-        self.finish(l, dev)
+        Ok(())
     }
 
     /// Whether this rank's copies can go as one batch on the caller's stream: the device
@@ -325,14 +413,14 @@ impl Plan {
             && dev.batches_copies(Lane::User)
     }
 
-    /// [`Plan::end`] as one batch on the caller's stream: a wait for every peer whose buffer
+    /// [`Plan::copies`] as one batch on the caller's stream: a wait for every peer whose buffer
     /// this rank copies to or from, every such copy and every local copy in one batch, then
     /// every "done". A copy may so start only once the last of those peers arrived, but the
     /// driver runs the batch on several copy engines at once, where one stream per peer did
     /// not (see [`ccl_cuda::cuda::stream::Stream::memcpy_batch`]), with three calls instead of
     /// three per transfer and no lane fork. No cycle: a peer's arrival is queued in its
     /// [`Plan::begin`], ahead of anything it waits for in this group.
-    fn end_batched(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+    fn copies_batched(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         let mut copies = Vec::with_capacity(self.transfers.len() + self.beside.len());
         for t in &self.transfers {
             let Role::Second { peer_addr } = t.role else {
@@ -363,11 +451,11 @@ impl Plan {
             let done = l.direct_word(t.peer, l.rank, !t.outgoing, DirectWord::Done);
             dev.write(Lane::User, done, Self::flag(t))?;
         }
-        self.finish(l, dev)
+        Ok(())
     }
 
     /// The waits for the copies the peers do, then the bounce copies out.
-    fn finish(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+    pub fn finish(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         for t in self.transfers.iter().filter(|t| t.role == Role::First) {
             let at = l.direct_word(l.rank, t.peer, t.outgoing, DirectWord::Done);
             dev.wait_long(Lane::User, at, Self::flag(t), LongWait::Transfer)?;
@@ -423,6 +511,8 @@ pub(crate) struct PushWaits {
     pub left_to_pull: u64,
     /// Not waited for: mailed ([`crate::mail`]), this rank pushes once the receiver posts.
     pub mailed: u64,
+    /// Not waited for: sent eagerly through the receiver's slots ([`Eager`]).
+    pub eager: u64,
     /// Host time spent waiting, in total and the longest once.
     pub waited: std::time::Duration,
     pub longest: std::time::Duration,
@@ -433,6 +523,7 @@ impl PushWaits {
         self.pushed += o.pushed;
         self.left_to_pull += o.left_to_pull;
         self.mailed += o.mailed;
+        self.eager += o.eager;
         self.waited += o.waited;
         self.longest = self.longest.max(o.longest);
     }

@@ -4,13 +4,13 @@
 
 use std::time::Instant;
 
-use super::plan::{LocalSplit, Plan, PushWaits, Role, Transfer};
+use super::plan::{Eager, LocalSplit, Plan, PushWaits, Role, Transfer};
 use crate::error::{Error, Result};
 use crate::host_path::{HostPath, HostShare};
 use crate::lower::{overlap, Act, Program};
 use crate::protocol::Counters;
 use crate::rendezvous::{
-    is_vmm_id, peer_sends_first, post, resolve, Outcome, Post, PushWait, Reach, Words,
+    go_eager, is_vmm_id, peer_sends_first, post, resolve, Outcome, Post, PushWait, Reach, Words,
 };
 
 /// Posts every transfer of one lowered group (sends and receives per peer, in order).
@@ -68,6 +68,7 @@ pub(crate) fn post_group<'b>(
     };
     let mut posting = Posting {
         posted: Vec::with_capacity(wants.len()),
+        bounce_used: need,
         next_in: Vec::new(),
         locals: p.locals.clone(),
         sends,
@@ -144,6 +145,8 @@ struct Posted {
 #[derive(Debug, Default)]
 pub(crate) struct Posting {
     posted: Vec<Posted>,
+    /// Bytes of the bounce buffer this group's posts took (from its start).
+    bounce_used: usize,
     /// The next transfer number from each peer (past this group's receives).
     next_in: Vec<u64>,
     locals: Vec<(u64, u64, usize)>,
@@ -189,6 +192,11 @@ pub(crate) struct SettleHow<'a> {
     /// of waiting; it returns the mailbox slot and tag (None: no slot free, then it waits
     /// as without). None: off.
     pub mail: Option<&'a MailFn<'a>>,
+    /// A send posted before its receive (and neither mailed nor remote) waits for nothing: from
+    /// this many bytes on it goes eagerly through the receiver's slots ([`go_eager`],
+    /// `CCL_IPC_EAGER_SEND`, `CCL_IPC_EAGER_MIN_BYTES`); a smaller one is left to the receiver
+    /// to pull (one copy, where the slots cost two). None: off, such sends wait (`wait`).
+    pub eager: Option<usize>,
 }
 
 impl Posting {
@@ -221,6 +229,10 @@ impl Posting {
             plan.waits.mailed += u64::from(mailed.is_some());
             let outcome = match w.outcome {
                 _ if mailed.is_some() => Outcome::Pending,
+                Outcome::Pending if how.eager.is_some() && !remote => {
+                    let min = how.eager.unwrap_or(0);
+                    self.send_eagerly(w, rank, boards, w.bytes >= min, &mut plan.waits)?
+                }
                 Outcome::Pending => self.wait_for_receiver(
                     w,
                     rank,
@@ -232,6 +244,11 @@ impl Posting {
                 )?,
                 o => o,
             };
+            if let Outcome::Eager(theirs) = outcome {
+                let m = self.eager(w, theirs, bufs, &mut plan, rank)?;
+                mismatch = mismatch.or(m);
+                continue;
+            }
             // The first poster's size and share cut the transfer for the host path on both
             // sides.
             let (role, bytes, first, there) = match (outcome, mailed) {
@@ -331,6 +348,78 @@ impl Posting {
         waits.waited += took;
         waits.longest = waits.longest.max(took);
         Ok(o)
+    }
+
+    /// Settles a send posted before its receive without waiting: this rank pushes if the
+    /// receiver has posted by now, else sends eagerly through the receiver's slots (`slots`)
+    /// or leaves the copy to the receiver.
+    fn send_eagerly<'b>(
+        &self,
+        w: &Posted,
+        rank: usize,
+        boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
+        slots: bool,
+        waits: &mut PushWaits,
+    ) -> Result<Outcome> {
+        let (src, dst) = w.ends(rank);
+        let board = boards(dst)
+            .ok_or_else(|| Error::internal(format!("cuda-ipc: no inbox of rank {dst}")))?;
+        let o = if slots {
+            go_eager(board, src, w.seq)?
+        } else {
+            let now = Instant::now();
+            let at_once = PushWait {
+                soft: now,
+                hard: now,
+                busy: &|| false,
+                futile: &|| true,
+            };
+            resolve(board, src, w.seq, at_once, &|| false)?
+        };
+        match o {
+            Outcome::Second(_) => waits.pushed += 1,
+            Outcome::Eager(_) => waits.eager += 1,
+            _ => waits.left_to_pull += 1,
+        }
+        Ok(o)
+    }
+
+    /// Adds an eagerly sent transfer to `plan`: a send as it is; a receive cut from the
+    /// sender's size (`theirs`), into the bounce buffer where it overlaps a send of the group
+    /// (copied out after every transfer), and where the sender sends more than this rank
+    /// receives, wholly into spare bounce space (nothing of it reaches the user's buffer;
+    /// the size disagreement is returned).
+    fn eager(
+        &self,
+        w: &Posted,
+        theirs: Option<Post>,
+        bufs: &mut dyn Reach,
+        plan: &mut Plan,
+        rank: usize,
+    ) -> Result<Option<Error>> {
+        let mut e = Eager {
+            peer: w.peer,
+            outgoing: w.outgoing,
+            buf: w.ptr,
+            bytes: w.bytes,
+        };
+        let Some(t) = theirs.filter(|_| !w.outgoing) else {
+            plan.eager.push(e);
+            return Ok(None);
+        };
+        e.bytes = t.bytes as usize;
+        let mismatch = (e.bytes != w.bytes).then(|| w.size_mismatch(&t, rank));
+        if e.bytes > w.bytes {
+            let spare = self.bounce_used.next_multiple_of(256);
+            let (b, _) = bufs.bounce(spare + e.bytes)?;
+            e.buf = b + spare as u64;
+        } else if let (true, Some(b)) = (w.forced, w.bounce) {
+            e.buf = b;
+            plan.bounced += e.bytes;
+            plan.after.push((w.ptr, b, e.bytes));
+        }
+        plan.eager.push(e);
+        Ok(mismatch)
     }
 
     /// Copies within this rank run beside the transfers, unless they overwrite what a send
@@ -466,8 +555,10 @@ fn trace_roles(plan: &Plan, rank: usize, started: Instant) {
         })
         .collect();
     tracing::trace!(
-        "rank {rank}: direct transfers {} (settled in {} us, {} bounce copies)",
+        "rank {rank}: direct transfers {} and {} through slots, sent eagerly (settled in {} us, \
+         {} bounce copies)",
         roles.join(", "),
+        plan.eager.len(),
         started.elapsed().as_micros(),
         plan.before.len() + plan.after.len()
     );

@@ -233,6 +233,33 @@ mod loom_model {
         one_transfer(true);
     }
 
+    /// An eager source ([`go_eager`]) racing its destination's post: either the destination
+    /// posted first and the source pushes into its buffer, or the source went eager and the
+    /// destination learns so, with the source's post, when it posts. Never both, never
+    /// neither; the entry ends freed either way.
+    #[test]
+    fn an_eager_source_and_its_destination_agree_on_the_path() {
+        loom::model(|| {
+            let b = Arc::new(Sparse::new(&[entry_of(0)]));
+            let b2 = b.clone();
+            let src = loom::thread::spawn(move || {
+                match post(&*b2, 0, 0, true, &post_at(10), None, &|| false).unwrap() {
+                    Outcome::Pending => go_eager(&*b2, 0, 0).unwrap(),
+                    o => o,
+                }
+            });
+            let dst = post(&*b, 0, 0, false, &post_at(20), None, &|| false).unwrap();
+            let src = src.join().unwrap();
+            match (src, dst) {
+                (Outcome::Second(p), Outcome::First) => assert_eq!(p, post_at(20)),
+                (Outcome::Eager(None), Outcome::Eager(Some(p))) => assert_eq!(p, post_at(10)),
+                other => panic!("{other:?}"),
+            }
+            let w = b.word(0).unwrap().load(Ordering::Acquire);
+            assert_eq!(w, 1 << GEN_SHIFT);
+        });
+    }
+
     /// Two ranks each send before they receive: the crossing is seen, nobody waits for
     /// ever, and both end up pulling.
     #[test]

@@ -17,8 +17,9 @@ use ccl_collectives::relay::Relay;
 
 /// Random point-to-point groups: each rank's group holds its sends and receives in its own
 /// random order, several to the same peer (matched in order, as NCCL matches them), some to
-/// itself, sizes from a few bytes to several chunks, every third round with mailed sends.
-/// Every byte arrives where it should, under random lane orders and with merged queues.
+/// itself, sizes from a few bytes to several chunks, every third round with mailed sends and
+/// every third with eager ones (through the receivers' slots). Every byte arrives where it
+/// should, under random lane orders and with merged queues.
 #[test]
 fn random_point_to_point_groups_deliver_every_byte() {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
@@ -36,6 +37,8 @@ fn random_point_to_point_groups_deliver_every_byte() {
             single_max: if next(2) == 0 { 0 } else { 1 << 20 },
             direct: next(2) == 0,
             mailed: round % 3 == 2,
+            // From any size, or from 4000 bytes (smaller sends posted first are pulled).
+            eager: (round % 3 == 1).then_some([0, 4000][(round % 2) as usize]),
             ..Setup::new(n)
         };
         // (from, to, count) in the order the sender issues them.
@@ -650,6 +653,73 @@ fn a_mailed_send_never_waits_and_still_pushes_its_own_data() {
     assert_eq!(
         (w(MAIL_TAG), w(MAIL_DST), w(MAIL_BYTES)),
         (41, base(1) + 1024 * 1024, 1024)
+    );
+}
+
+/// `CCL_IPC_EAGER_SEND`: a send posted before its receive waits for nothing (the push and
+/// exchange windows here are a minute long): it goes through the receiver's slots. The
+/// receiver, posting later, pushes its own send and copies the eager one out of its slots,
+/// cut from the sender's size; a receive posted before the send it matches is pushed into
+/// by the sender as before. A receiver expecting less than the eager sender sends gets a size
+/// error and its chunks land in spare bounce space, not past its buffer.
+#[test]
+fn an_eager_send_never_waits_and_the_receiver_copies_it_out_of_its_slots() {
+    use std::time::{Duration, Instant};
+
+    let dx = DirectSim::new(2);
+    let mut counters: Vec<Counters> = (0..2).map(|_| Counters::new(2, 1)).collect();
+    let (c0, c1) = counters.split_at_mut(1);
+    let t = Instant::now();
+    let (plan0, err) = settle_eager(&dx.boards, post_exchange(&dx.boards, 0, 256, &mut c0[0]), 0);
+    assert!(t.elapsed() < Duration::from_secs(5), "rank 0 waited");
+    assert!(err.is_none());
+    let send = plan::Eager {
+        peer: 1,
+        outgoing: true,
+        buf: base(0),
+        bytes: 1024,
+    };
+    assert_eq!(plan0.eager, vec![send]);
+    assert_eq!(
+        (
+            plan0.waits.eager,
+            plan0.waits.pushed,
+            plan0.waits.left_to_pull
+        ),
+        (1, 0, 0)
+    );
+    // Its receive was posted before rank 1's send: rank 1 pushes into it.
+    assert_eq!(plan0.transfers.len(), 1);
+    assert_eq!(plan0.transfers[0].role, plan::Role::First);
+    let (plan1, err) = settle_eager(&dx.boards, post_exchange(&dx.boards, 1, 256, &mut c1[0]), 1);
+    assert!(err.is_none());
+    let recv = plan::Eager {
+        peer: 0,
+        outgoing: false,
+        buf: base(1) + 1024 * 1024,
+        bytes: 1024,
+    };
+    assert_eq!(plan1.eager, vec![recv]);
+    assert_eq!(plan1.transfers.len(), 1);
+    assert!(plan1.transfers[0].outgoing);
+    assert!(matches!(plan1.transfers[0].role, plan::Role::Second { .. }));
+    assert_eq!(
+        plan1.waits.eager, 0,
+        "rank 1's send found its receive posted"
+    );
+
+    // The next exchange: rank 1 sends 256 floats first, rank 0 expects 128.
+    let (plan1, _) = settle_eager(&dx.boards, post_exchange(&dx.boards, 1, 256, &mut c1[0]), 1);
+    assert_eq!(plan1.waits.eager, 1);
+    let (plan0, err) = settle_eager(&dx.boards, post_exchange(&dx.boards, 0, 128, &mut c0[0]), 0);
+    let err = err.expect("a size disagreement");
+    assert!(err.to_string().contains("receives"), "{err}");
+    let into = plan0.eager.iter().find(|e| !e.outgoing).unwrap();
+    assert_eq!(into.bytes, 1024);
+    assert!(
+        into.buf >= bounce_base(0),
+        "spare bounce space: {:#x}",
+        into.buf
     );
 }
 

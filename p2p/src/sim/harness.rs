@@ -42,6 +42,9 @@ pub(super) struct Setup {
     /// Sends posted before their receives are mailed (`CCL_IPC_MAILED_PUSH`): the mail thread
     /// fills their slots at random points of the run.
     pub(super) mailed: bool,
+    /// Sends posted before their receives go eagerly through the receivers' slots from this
+    /// size on, smaller ones are pulled (`CCL_IPC_EAGER_SEND`, `CCL_IPC_EAGER_MIN_BYTES`).
+    pub(super) eager: Option<usize>,
 }
 
 impl Setup {
@@ -60,6 +63,7 @@ impl Setup {
             host: None,
             mirror: false,
             mailed: false,
+            eager: None,
         }
     }
 
@@ -251,6 +255,7 @@ impl Setup {
                                 .as_ref()
                                 .map(|h| (h, &mut c.host_out, &mut c.host_in)),
                             mail: dx.mail.is_some().then_some(&hand as &posting::MailFn<'_>),
+                            eager: self.eager,
                         },
                         &|| false,
                     )
@@ -310,6 +315,9 @@ impl Setup {
         }
         let mut em =
             Chain::lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
+        if let Some(part) = plan.eager_part(l, self.single_max).map_err(e)? {
+            em.push(part);
+        }
         em.begin(l, &mut dev).map_err(e)?;
         dev.flush().map_err(e)?;
         // In steps, as `submit` interleaves communicators (parts end and begin in between).
@@ -319,8 +327,7 @@ impl Setup {
             em.emit_until(t, l, c, &mut dev).map_err(e)?;
             dev.flush().map_err(e)?;
         }
-        em.end(l, &mut dev, c).map_err(e)?;
-        plan.end(l, &mut dev).map_err(e)?;
+        plan.end_with(&mut em, l, &mut dev, c).map_err(e)?;
         if let Some(p) = sym_plan {
             p.end(l, &mut dev).map_err(e)?;
         }
@@ -620,11 +627,47 @@ pub(super) fn settle_mailed(
         remote_min: None,
         host: None,
         mail: Some(mail),
+        eager: None,
     };
     posting
         .settle(&mut reach, rank, &boards, how, &|| false)
         .unwrap()
         .0
+}
+
+/// Settles `posting` of `rank` with eager sends on and minute-long push and exchange windows
+/// (which an eager send must not wait out).
+pub(super) fn settle_eager(
+    boards: &[Vec<AtomicU64>],
+    posting: posting::Posting,
+    rank: usize,
+) -> (plan::Plan, Option<crate::error::Error>) {
+    let mut reach = SimReach {
+        rank,
+        unmappable: &[],
+    };
+    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let how = posting::SettleHow {
+        wait: rendezvous::PushWait {
+            soft: far,
+            hard: far,
+            busy: &|| true,
+            futile: &|| false,
+        },
+        single_max: 0,
+        late: None,
+        local_split: plan::LocalSplit::default(),
+        wait_min_bytes: 0,
+        exchange_until: Some(far),
+        remote_min: None,
+        host: None,
+        mail: None,
+        eager: Some(0),
+    };
+    posting
+        .settle(&mut reach, rank, &boards, how, &|| false)
+        .unwrap()
 }
 
 /// Settles `posting` of `rank` as the device path does, with the given waits.
@@ -657,6 +700,7 @@ pub(super) fn settle(
                 remote_min,
                 host: None,
                 mail: None,
+                eager: None,
             },
             &|| false,
         )

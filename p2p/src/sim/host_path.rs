@@ -197,6 +197,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                             .as_ref()
                             .map(|h| (h, &mut c.host_out, &mut c.host_in)),
                         mail: None,
+                        eager: None,
                     };
                     let (plan, err) = posting
                         .settle(&mut reach, r, &boards, how, &|| false)
