@@ -270,6 +270,30 @@ pub(crate) fn resolve(
     wait: PushWait<'_>,
     stop: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
+    settle_source(board, src, seq, || {
+        wait.over(stop).then_some((FINAL, Outcome::First))
+    })
+}
+
+/// Settles a source's [`Outcome::Pending`] post without waiting: `Second` (push) if the
+/// destination has posted, else `Eager(None)`: the source copies through the destination's
+/// receive slots, and the destination, posting later, copies out of them. Neither side's host
+/// waits for the other, and each GPU's engines move its own side (the source's push into the
+/// slots, the destination's copy out), where a pull by the destination would leave both to
+/// one GPU.
+pub(crate) fn go_eager(board: &dyn Words, src: usize, seq: u64) -> Result<Outcome> {
+    settle_source(board, src, seq, || Some((EAGER, Outcome::Eager(None))))
+}
+
+/// The source's side of a pending entry: `Second` as soon as the destination has posted; else
+/// `decide` may settle it (the state bit to set and what the source does then), the bit set
+/// by a compare-and-swap against the destination's post; `None` polls on.
+fn settle_source(
+    board: &dyn Words,
+    src: usize,
+    seq: u64,
+    mut decide: impl FnMut() -> Option<(u64, Outcome)>,
+) -> Result<Outcome> {
     let e = Entry::new(board, src, seq);
     let state = e.word(0)?;
     let mut spins = 0u32;
@@ -283,43 +307,16 @@ pub(crate) fn resolve(
         if w & DST != 0 {
             return Ok(Outcome::Second(e.take(false)?));
         }
-        if wait.over(stop) {
-            if state
-                .compare_exchange(w, w | FINAL, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return Ok(Outcome::First);
+        match decide() {
+            Some((bit, o)) => {
+                if state
+                    .compare_exchange(w, w | bit, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return Ok(o);
+                }
             }
-            continue;
-        }
-        state.pause(&mut spins);
-    }
-}
-
-/// Settles a source's [`Outcome::Pending`] post without waiting: `Second` (push) if the
-/// destination has posted, else `Eager(None)`: the source copies through the destination's
-/// receive slots, and the destination, posting later, copies out of them. Neither side's host
-/// waits for the other, and each GPU's engines move its own side (the source's push into the
-/// slots, the destination's copy out), where a pull by the destination would leave both to
-/// one GPU.
-pub(crate) fn go_eager(board: &dyn Words, src: usize, seq: u64) -> Result<Outcome> {
-    let e = Entry::new(board, src, seq);
-    let state = e.word(0)?;
-    loop {
-        let w = state.load(Ordering::Acquire);
-        if w >> GEN_SHIFT != e.gen || w & SRC == 0 || w & (FINAL | EAGER) != 0 {
-            return Err(Error::internal(format!(
-                "cuda-ipc: transfer {seq} from rank {src} is not pending (entry {w:#x})"
-            )));
-        }
-        if w & DST != 0 {
-            return Ok(Outcome::Second(e.take(false)?));
-        }
-        if state
-            .compare_exchange(w, w | EAGER, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            return Ok(Outcome::Eager(None));
+            None => state.pause(&mut spins),
         }
     }
 }

@@ -606,48 +606,34 @@ pub(super) fn settle_mailed(
     rank: usize,
     mail: &posting::MailFn<'_>,
 ) -> plan::Plan {
-    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut reach = SimReach {
-        rank,
-        unmappable: &[],
-    };
-    let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
-    let how = posting::SettleHow {
-        wait: rendezvous::PushWait {
-            soft: far,
-            hard: far,
-            busy: &|| true,
-            futile: &|| false,
-        },
-        single_max: 0,
-        late: None,
-        local_split: plan::LocalSplit::default(),
-        wait_min_bytes: 0,
-        exchange_until: Some(far),
-        remote_min: None,
-        host: None,
-        mail: Some(mail),
-        eager: None,
-    };
-    posting
-        .settle(&mut reach, rank, &boards, how, &|| false)
-        .unwrap()
-        .0
+    settle_patiently(boards, posting, rank, Some(mail), None).0
 }
 
-/// Settles `posting` of `rank` with eager sends on and minute-long push and exchange windows
-/// (which an eager send must not wait out).
+/// Settles `posting` of `rank` with eager sends from any size, and push and exchange windows
+/// of a minute (which an eager send must not wait out).
 pub(super) fn settle_eager(
     boards: &[Vec<AtomicU64>],
     posting: posting::Posting,
     rank: usize,
 ) -> (plan::Plan, Option<crate::error::Error>) {
+    settle_patiently(boards, posting, rank, None, Some(0))
+}
+
+/// Settles `posting` of `rank` with push and exchange windows of a minute, mailed or eager
+/// sends as given.
+fn settle_patiently(
+    boards: &[Vec<AtomicU64>],
+    posting: posting::Posting,
+    rank: usize,
+    mail: Option<&posting::MailFn<'_>>,
+    eager: Option<usize>,
+) -> (plan::Plan, Option<crate::error::Error>) {
+    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut reach = SimReach {
         rank,
         unmappable: &[],
     };
     let boards = |r: usize| boards.get(r).map(|b| b as &dyn Words);
-    let far = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let how = posting::SettleHow {
         wait: rendezvous::PushWait {
             soft: far,
@@ -662,8 +648,8 @@ pub(super) fn settle_eager(
         exchange_until: Some(far),
         remote_min: None,
         host: None,
-        mail: None,
-        eager: Some(0),
+        mail,
+        eager,
     };
     posting
         .settle(&mut reach, rank, &boards, how, &|| false)
