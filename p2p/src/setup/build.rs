@@ -154,20 +154,7 @@ pub(super) fn build(
     }
     // Host-only never pauses the host path at a power limit: it is the only way for the bytes.
     let host_limits = host_limits(cfg, &local.ctx, layout.host.is_some() && !host_only);
-    tracing::info!(
-        "rank {rank}: cuda-ipc{} with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
-        if host_only {
-            " host-only (no peer GPU memory: flags, slots and ring in shared host memory)"
-        } else {
-            ""
-        },
-        n - 1,
-        g.slots,
-        g.chunk >> 10,
-        TX_LANES,
-        lanes.direct_tx,
-        g.rx_lanes
-    );
+    log_engine(rank, n, g, lanes.direct_tx, host_only);
     Ok(IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -226,6 +213,24 @@ pub(super) fn build(
         captured: AtomicUsize::new(0),
         ll_captured: AtomicBool::new(false),
     })
+}
+
+/// What the engine of `rank` of `n` is made of (`NCCL_DEBUG=INFO`).
+fn log_engine(rank: usize, n: usize, g: &Geometry, direct_tx: usize, host_only: bool) {
+    tracing::info!(
+        "rank {rank}: cuda-ipc{} with {} peers, {} slots of {} KiB each, {} copy ({} for direct copies) and {} receive lanes",
+        if host_only {
+            " host-only (no peer GPU memory: flags, slots and ring in shared host memory)"
+        } else {
+            ""
+        },
+        n - 1,
+        g.slots,
+        g.chunk >> 10,
+        TX_LANES,
+        direct_tx,
+        g.rx_lanes
+    );
 }
 
 /// The engine's streams and the events that fork and join them.
