@@ -539,14 +539,9 @@ impl Chain {
         Ok(())
     }
 
-    /// Queues every item left, the lanes of the last part still forked.
-    pub fn emit_all(&mut self, l: &Layout, dev: &mut dyn Device, c: &mut Counters) -> Result<()> {
-        self.emit_until(self.horizon(), l, c, dev)
-    }
-
     /// Queues what is left and joins the lanes back.
     pub fn end(&mut self, l: &Layout, dev: &mut dyn Device, c: &mut Counters) -> Result<()> {
-        self.emit_all(l, dev, c)?;
+        self.emit_until(self.horizon(), l, c, dev)?;
         match self.parts.get_mut(self.cur) {
             Some(p) => p.end(l, dev),
             None => Ok(()),

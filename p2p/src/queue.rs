@@ -248,6 +248,7 @@ fn prepare(
         staged_tx,
         posting: None,
         plan: plan::Plan::default(),
+        early: None,
         direct_err: None,
         sym,
         sym_post: None,
@@ -279,6 +280,8 @@ struct Queueing {
     staged_tx: usize,
     posting: Option<posting::Posting>,
     plan: plan::Plan,
+    /// The lanes of the plan's copies queued early ([`plan::Plan::start_copies_early`]).
+    early: Option<Vec<crate::layout::Lane>>,
     /// A peer disagreed on a transfer's size (reported once everything is queued).
     direct_err: Option<Error>,
     /// An all-reduce or reduce-scatter that may run directly, its rendezvous, and the plan
@@ -397,10 +400,13 @@ impl Queueing {
         }
         self.launch_low_latency()?;
         self.launch_small(q)?;
-        let eng = &*self.eng;
-        let mut cuda = CudaDevice::new(eng, &self.user[0]);
+        let mut cuda = device(&self.eng, &self.user[0], self.op, q.ops);
         let mut dev = Batched::new(&mut cuda);
-        self.em.begin(&eng.layout, &mut dev)?;
+        self.early = self.plan.start_copies_early(&self.eng.layout, &mut dev)?;
+        dev.flush()?;
+        let mut cuda = CudaDevice::new(&self.eng, &self.user[0]);
+        let mut dev = Batched::new(&mut cuda);
+        self.em.begin(&self.eng.layout, &mut dev)?;
         dev.flush()
     }
 
@@ -658,17 +664,11 @@ impl Queueing {
     fn end(&mut self, q: &mut Queued) -> Result<()> {
         let eng = &*self.eng;
         let first = &self.user[0];
-        let mut cuda = CudaDevice::new(eng, first);
-        if let Some(m) = eng.copies.get() {
-            cuda = cuda.for_op(ccl_monitor::CollId {
-                comm: m.comm,
-                op: self.op,
-                seq: q.ops,
-            });
-        }
+        let mut cuda = device(eng, first, self.op, q.ops);
         let mut dev = Batched::new(&mut cuda);
+        let early = self.early.take();
         self.plan
-            .end_with(&mut self.em, &eng.layout, &mut dev, &mut q.counters)?;
+            .end_with(&mut self.em, early, &eng.layout, &mut dev, &mut q.counters)?;
         if let Some(p) = &self.sym_plan {
             p.end(&eng.layout, &mut dev)?;
         }
@@ -685,6 +685,25 @@ impl Queueing {
             }
         }
         Ok(())
+    }
+}
+
+/// The device view of a group's streams (`user` its first); with the monitor on, its copies
+/// recorded as operation `op`, the communicator's number `seq`.
+fn device<'a>(
+    eng: &'a IpcEngine,
+    user: &'a Stream,
+    op: ccl_monitor::Op,
+    seq: u64,
+) -> CudaDevice<'a> {
+    let cuda = CudaDevice::new(eng, user);
+    match eng.copies.get() {
+        Some(m) => cuda.for_op(ccl_monitor::CollId {
+            comm: m.comm,
+            op,
+            seq,
+        }),
+        None => cuda,
     }
 }
 

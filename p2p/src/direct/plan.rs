@@ -276,23 +276,22 @@ impl Plan {
         Ok(())
     }
 
-    /// Ends a group: the rest of its staged program `em`, this plan's copies, and
-    /// [`Plan::finish`]. With eager transfers the copies go beside their chunks
-    /// ([`Plan::copies`]); without, after the staged program's lanes joined, as they always did.
+    /// Ends a group: the rest of its staged program `em`, this plan's copies (or, queued
+    /// early, the join of their `early` lanes, [`Plan::start_copies_early`]), and
+    /// [`Plan::finish`].
     pub fn end_with(
         &self,
         em: &mut Chain,
+        early: Option<Vec<Lane>>,
         l: &Layout,
         dev: &mut dyn Device,
         c: &mut Counters,
     ) -> Result<()> {
-        if self.eager.is_empty() {
-            em.end(l, dev, c)?;
-            self.copies(l, dev)?;
-        } else {
-            em.emit_all(l, dev, c)?;
-            self.copies(l, dev)?;
-            em.end(l, dev, c)?;
+        em.end(l, dev, c)?;
+        match early {
+            Some(lanes) if !lanes.is_empty() => dev.join(&lanes)?,
+            Some(_) => {}
+            None => self.copies(l, dev)?,
         }
         self.finish(l, dev)
     }
@@ -314,6 +313,35 @@ impl Plan {
         if self.batchable(dev) {
             return self.copies_batched(l, dev);
         }
+        let lanes = self.fork_copies(l, dev)?;
+        if !lanes.is_empty() {
+            dev.join(&lanes)?;
+        }
+        Ok(())
+    }
+
+    /// With eager transfers, queues this rank's copies now (after [`Plan::begin`], before
+    /// the staged program forks its lanes) and returns the lanes they hold until
+    /// [`Plan::end_with`] joins them; None without (they go at the end, as always). The copies
+    /// go first because they wait for nothing later: queued behind the eager chunks' flag
+    /// waits, in one hardware queue (`CUDA_DEVICE_MAX_CONNECTIONS=1`, or two streams sharing
+    /// one), a receiver's own push would start only once the eager transfer the other way had
+    /// arrived. No cycle: the copies wait only for the peers' "here" flags, queued in their
+    /// [`Plan::begin`].
+    pub fn start_copies_early(
+        &self,
+        l: &Layout,
+        dev: &mut dyn Device,
+    ) -> Result<Option<Vec<Lane>>> {
+        if self.eager.is_empty() {
+            return Ok(None);
+        }
+        self.fork_copies(l, dev).map(Some)
+    }
+
+    /// Forks the lanes of this rank's copies and queues them (one lane per peer and
+    /// direction, local copies and host-path chunks beside); returns the lanes to join.
+    fn fork_copies(&self, l: &Layout, dev: &mut dyn Device) -> Result<Vec<Lane>> {
         let mut lanes: Vec<Lane> = Vec::new();
         for t in &self.transfers {
             let lane = self.lane(l, t);
@@ -392,10 +420,7 @@ impl Plan {
                 dev.copy(lane, dst + off as u64, src + off as u64, len)?;
             }
         }
-        if !lanes.is_empty() {
-            dev.join(&lanes)?;
-        }
-        Ok(())
+        Ok(lanes)
     }
 
     /// Whether this rank's copies can go as one batch on the caller's stream: the device

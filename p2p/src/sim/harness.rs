@@ -318,6 +318,7 @@ impl Setup {
         if let Some(part) = plan.eager_part(l, self.single_max).map_err(e)? {
             em.push(part);
         }
+        let early = plan.start_copies_early(l, &mut dev).map_err(e)?;
         em.begin(l, &mut dev).map_err(e)?;
         dev.flush().map_err(e)?;
         // In steps, as `submit` interleaves communicators (parts end and begin in between).
@@ -327,7 +328,7 @@ impl Setup {
             em.emit_until(t, l, c, &mut dev).map_err(e)?;
             dev.flush().map_err(e)?;
         }
-        plan.end_with(&mut em, l, &mut dev, c).map_err(e)?;
+        plan.end_with(&mut em, early, l, &mut dev, c).map_err(e)?;
         if let Some(p) = sym_plan {
             p.end(l, &mut dev).map_err(e)?;
         }
