@@ -21,6 +21,11 @@
 #   MODE=sweep     nine ops 8 B - 1 GiB beside NCCL, the table and plot for PERFORMANCE.md
 #   MODE=megatron  Megatron-core tp2-sp at micro-batch 2 and 8 and pp2-1f1b beside NCCL
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
+#   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
+#                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
+#                  first run of b2ed234, which queues a receiver's own copies before the eager
+#                  chunks' flag waits (exchanges were 0.47-0.87 of the push wait, one-way
+#                  transfers 0.95-1.01: docs/device-runs/2026-11-30-eager/)
 set -uo pipefail
 O=${OUT:-/tmp/out}
 case ${MODE:-hostcost} in
@@ -77,6 +82,7 @@ case ${MODE:-hostcost} in
       MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=30 LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
+  eager) MODE=both LIMIT=240 DEADLINE=300 bash docs/device-runs/2026-11-30-eager/eager_x2.sh ;;
   # The whole round takes more than 330 s on two H200s: give it a call of its own (timeout_s 600).
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
