@@ -33,9 +33,8 @@ impl Program {
     }
 
     pub fn bytes(&self) -> usize {
-        let tx: usize = self.tx.iter().flatten().map(|x| x.bytes).sum();
         let rx: usize = self.rx.iter().flatten().map(|x| x.bytes).sum();
-        tx + rx
+        self.sent_bytes() + rx
     }
 
     /// Whether a receive may overwrite memory a send still has to read. All-reduce's halves

@@ -400,10 +400,12 @@ impl Queueing {
         }
         self.launch_low_latency()?;
         self.launch_small(q)?;
-        let mut cuda = device(&self.eng, &self.user[0], self.op, q.ops);
-        let mut dev = Batched::new(&mut cuda);
-        self.early = self.plan.start_copies_early(&self.eng.layout, &mut dev)?;
-        dev.flush()?;
+        if !self.plan.eager.is_empty() {
+            let mut cuda = device(&self.eng, &self.user[0], self.op, q.ops);
+            let mut dev = Batched::new(&mut cuda);
+            self.early = self.plan.start_copies_early(&self.eng.layout, &mut dev)?;
+            dev.flush()?;
+        }
         let mut cuda = CudaDevice::new(&self.eng, &self.user[0]);
         let mut dev = Batched::new(&mut cuda);
         self.em.begin(&self.eng.layout, &mut dev)?;

@@ -303,12 +303,9 @@ impl Plan {
         self.finish(l, dev)
     }
 
-    /// The copies this rank does (then [`Plan::finish`]). Queued before the staged program's
-    /// lanes join the caller's stream, so they run beside the chunks still in flight there
-    /// (an eager transfer's copies out of the slots): after the join a receiver's own push
-    /// waited for the whole eager transfer the other way, an exchange taking twice as long.
-    /// No cycle: these copies wait only for the peers' "here" flags, queued in their
-    /// [`Plan::begin`].
+    /// The copies this rank does, their lanes joined back into the caller's stream (then
+    /// [`Plan::finish`]); a group with eager transfers queues them earlier instead
+    /// ([`Plan::start_copies_early`]).
     pub fn copies(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         if self.batchable(dev) {
             return self.copies_batched(l, dev);
