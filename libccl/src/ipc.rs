@@ -62,7 +62,7 @@ pub fn config() -> P2pConfig {
         exchange_wait_us: CCL_IPC_EXCHANGE_WAIT_US.get_i64(),
         mailed_push: CCL_IPC_MAILED_PUSH.get_bool(),
         mail_blocks: CCL_IPC_MAIL_BLOCKS.get_i64(),
-        eager_send: CCL_IPC_EAGER_SEND.get_bool(),
+        eager_send: CCL_IPC_EAGER_SEND.get_str(),
         eager_min_bytes: CCL_IPC_EAGER_MIN_BYTES.get_i64(),
         host_path_slot_bytes: CCL_IPC_HOST_PATH_SLOT_BYTES.get_i64(),
         host_path_slots: CCL_IPC_HOST_PATH_SLOTS.get_i64(),

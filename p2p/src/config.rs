@@ -86,8 +86,8 @@ pub struct P2pConfig {
     pub mail_blocks: i64,
     /// `CCL_IPC_EAGER_SEND`, `CCL_IPC_EAGER_MIN_BYTES`: sends posted before their receives go
     /// through the receiver's slots (or, smaller, are pulled) instead of waiting
-    /// (`rendezvous::go_eager`).
-    pub eager_send: bool,
+    /// (`rendezvous::go_eager`): `1`, `0`, or `auto` (on where `CUDA_DEVICE_MAX_CONNECTIONS=1`).
+    pub eager_send: String,
     pub eager_min_bytes: i64,
 
     /// `CCL_IPC_HOST_PATH_*`: the share of large transfers sent through pinned host memory

@@ -40,7 +40,9 @@ pub(crate) struct Tuning {
 }
 
 impl Tuning {
-    pub(crate) fn from_config(cfg: &P2pConfig) -> Tuning {
+    /// `max_connections`: `CUDA_DEVICE_MAX_CONNECTIONS` as this process has it (the `auto`
+    /// settings' condition).
+    pub(crate) fn from_config(cfg: &P2pConfig, max_connections: Option<&str>) -> Tuning {
         let us = |v: i64| Duration::from_micros(v.clamp(0, 10_000_000) as u64);
         Tuning {
             post_timeout: match cfg.timeout_s {
@@ -56,8 +58,7 @@ impl Tuning {
             push_wait: us(cfg.push_wait_us),
             push_wait_busy: us(cfg.push_wait_busy_us),
             exchange_wait: Some(us(cfg.exchange_wait_us)).filter(|d| !d.is_zero()),
-            eager: cfg
-                .eager_send
+            eager: eager_on(&cfg.eager_send, max_connections)
                 .then_some(cfg.eager_min_bytes.max(0) as usize),
         }
     }
@@ -101,6 +102,17 @@ pub(crate) fn takeover_wait(setting: &str, max_connections: Option<&str>) -> Opt
         None => s.parse::<i64>().ok()?,
     };
     (us >= 0).then(|| Duration::from_micros(us.min(10_000_000) as u64))
+}
+
+/// `CCL_IPC_EAGER_SEND`: "1" on, `auto` on only where every stream shares one hardware queue
+/// (`CUDA_DEVICE_MAX_CONNECTIONS=1`: host-bound training, where the push wait's host time
+/// costs more than the exchanges' second copy), anything else off.
+pub(crate) fn eager_on(setting: &str, max_connections: Option<&str>) -> bool {
+    match setting.trim() {
+        "1" => true,
+        "auto" => max_connections.is_some_and(|v| v.trim() == "1"),
+        _ => false,
+    }
 }
 
 /// `CCL_IPC_WAIT_KERNEL`: "1" both kinds of long wait, "transfers" only direct transfers';
@@ -147,6 +159,26 @@ mod tests {
         assert_eq!(takeover_wait("auto", None), None);
         assert_eq!(takeover_wait("auto-40", Some("1")), Some(us(40)));
         assert_eq!(takeover_wait("soon", Some("1")), None);
+    }
+
+    #[test]
+    fn eager_sends_follow_their_setting_and_the_hardware_queues() {
+        assert!(eager_on("1", None));
+        assert!(eager_on(" 1 ", Some("8")));
+        assert!(eager_on("auto", Some("1")));
+        assert!(!eager_on("auto", Some("8")));
+        assert!(!eager_on("auto", None));
+        assert!(!eager_on("0", Some("1")));
+        assert!(!eager_on("yes", Some("1")));
+        let mut cfg = P2pConfig {
+            eager_send: "auto".into(),
+            eager_min_bytes: 4096,
+            ..P2pConfig::default()
+        };
+        assert_eq!(Tuning::from_config(&cfg, Some("1")).eager, Some(4096));
+        assert_eq!(Tuning::from_config(&cfg, None).eager, None);
+        cfg.eager_send = "0".into();
+        assert_eq!(Tuning::from_config(&cfg, Some("1")).eager, None);
     }
 
     #[test]

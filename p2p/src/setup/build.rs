@@ -176,7 +176,7 @@ pub(super) fn build(
         copies: std::sync::OnceLock::new(),
         relay: a.relay,
         takeover,
-        tuning: Tuning::from_config(cfg),
+        tuning: Tuning::from_config(cfg, max_connections),
         cfg: cfg.clone(),
         small_mismatch,
         direct_reduce: a.direct_reduce,
