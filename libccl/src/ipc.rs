@@ -31,7 +31,7 @@ pub fn config() -> P2pConfig {
         chunk_bytes: CCL_IPC_CHUNK_BYTES.get_i64(),
         slots: CCL_IPC_SLOTS.get_i64(),
         single_stream_bytes: CCL_IPC_SINGLE_STREAM_BYTES.get_i64(),
-        ll_bytes: CCL_IPC_LL_BYTES.get_i64(),
+        ll_bytes: CCL_IPC_LL_BYTES.get_auto_i64(),
         rx_lanes: CCL_IPC_RX_LANES.get_i64(),
         lane_priority: CCL_IPC_LANE_PRIORITY.get_str(),
         wait_kernel: CCL_IPC_WAIT_KERNEL.get_str(),

@@ -30,7 +30,8 @@ pub struct P2pConfig {
     pub chunk_bytes: i64,
     pub slots: i64,
     pub single_stream_bytes: i64,
-    pub ll_bytes: i64,
+    /// None: `auto` ([`P2pConfig::ll_reduce_for`]).
+    pub ll_bytes: Option<i64>,
     pub rx_lanes: i64,
     /// `CCL_IPC_LANE_PRIORITY`.
     pub lane_priority: String,
@@ -130,12 +131,30 @@ impl P2pConfig {
         }
     }
 
+    /// The low-latency all-reduce threshold with `n` ranks (`CCL_IPC_LL_BYTES`, at most
+    /// [`LL_AREA_MAX`], whole 16-byte words; 0: never). `auto` is the crossover measured with
+    /// NVIDIA nccl-tests beside NCCL on two H200s (2026-11-30,
+    /// docs/device-runs/2026-11-30-llbig/): two ranks take the kernel up to 4 MiB (all-reduce
+    /// 2 / 4 MiB 1.66 / 1.27x NCCL on it against 0.74 / 0.86x on copy engines, reduce 1.29 /
+    /// 1.20x against 0.82 / 0.86x); more ranks keep 1 MiB until a machine with more GPUs
+    /// measures theirs.
+    pub fn ll_reduce_for(&self, n: usize) -> usize {
+        let b = match self.ll_bytes {
+            Some(b) => b.max(0) as usize,
+            None if n == 2 => 4 << 20,
+            None => 1 << 20,
+        };
+        b.min(LL_AREA_MAX) & !15
+    }
+
     /// Bytes per sender of this rank's low-latency area with `n` ranks: the largest
     /// low-latency all-reduce (`CCL_IPC_LL_BYTES`) or exchange it takes, at most
     /// [`LL_AREA_MAX`].
     pub fn ll_area_for(&self, n: usize) -> usize {
-        let reduce = self.ll_bytes.max(0) as usize;
-        reduce.max(self.ll_exchange_for(n)).min(LL_AREA_MAX) & !15
+        self.ll_reduce_for(n)
+            .max(self.ll_exchange_for(n))
+            .min(LL_AREA_MAX)
+            & !15
     }
 
     /// Threads per block of the low-latency kernels (`CCL_IPC_LL_THREADS`): a multiple of
@@ -158,7 +177,7 @@ mod tests {
     #[test]
     fn exchange_threshold_and_area_follow_the_rank_count_and_the_settings() {
         let mut c = P2pConfig {
-            ll_bytes: 1 << 20,
+            ll_bytes: Some(1 << 20),
             ..P2pConfig::default()
         };
         assert_eq!(
@@ -173,7 +192,22 @@ mod tests {
         c.ll_exchange_bytes = Some(64 << 20);
         assert_eq!(c.ll_area_for(3), LL_AREA_MAX);
         c.ll_exchange_bytes = Some((1 << 20) + 100);
-        c.ll_bytes = 0;
+        c.ll_bytes = Some(0);
         assert_eq!(c.ll_area_for(2), (1 << 20) + 96);
+    }
+
+    /// `auto` takes all-reduces up to 4 MiB with two ranks and 1 MiB with more; a number is
+    /// taken as it is, at most 4 MiB, in whole 16-byte words; the area holds it.
+    #[test]
+    fn the_all_reduce_threshold_follows_the_rank_count_and_the_setting() {
+        let mut c = P2pConfig::default();
+        assert_eq!((c.ll_reduce_for(2), c.ll_reduce_for(3)), (4 << 20, 1 << 20));
+        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (4 << 20, 1 << 20));
+        c.ll_bytes = Some(100);
+        assert_eq!(c.ll_reduce_for(2), 96);
+        c.ll_bytes = Some(-1);
+        assert_eq!(c.ll_reduce_for(4), 0);
+        c.ll_bytes = Some(64 << 20);
+        assert_eq!(c.ll_reduce_for(2), LL_AREA_MAX);
     }
 }

@@ -67,7 +67,7 @@ enum Attached {
 /// says whether every rank could, and each builds its engine.
 fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> Result<Attached> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    let g = Geometry::from_config(cfg);
+    let g = Geometry::from_config(cfg, n);
     // Host-only mode: ranks of one host whose GPUs need not reach each other's memory
     // (peer-to-peer off, or no peer access): their flag words and receive slots live in shared
     // host memory, and with two ranks every byte of a direct transfer goes through the host
@@ -422,7 +422,7 @@ mod tests {
     /// larger than it; host-only ranks (no peer GPU memory) none at all.
     #[test]
     fn low_latency_limits_are_the_smallest_offered_and_fit_the_smallest_area() {
-        let g = Geometry::from_config(&P2pConfig::default());
+        let g = Geometry::from_config(&P2pConfig::default(), 2);
         let offers = [
             offer(2 << 20, 1 << 20, 2 << 20),
             offer(4 << 20, 4 << 20, 4 << 20),
@@ -449,7 +449,7 @@ mod tests {
     /// and none without low-latency areas (host-only) or when one rank has them off.
     #[test]
     fn the_packed_limit_is_the_smallest_offered() {
-        let g = Geometry::from_config(&P2pConfig::default());
+        let g = Geometry::from_config(&P2pConfig::default(), 2);
         let packing = |a: u64, b: u64| {
             let mut offers = two_capable();
             (offers[0].ll_pack, offers[1].ll_pack) = (a, b);
@@ -475,7 +475,7 @@ mod tests {
             (back.ll_pack, back.ll_block, back.ll_reduce, back.ll_area),
             (12345, 4096, 1 << 20, 2 << 20)
         );
-        let g = Geometry::from_config(&P2pConfig::default());
+        let g = Geometry::from_config(&P2pConfig::default(), 2);
         let blocks = |a: u64, b: u64| {
             let mut offers = two_capable();
             (offers[0].ll_block, offers[1].ll_block) = (a, b);

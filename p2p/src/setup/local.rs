@@ -12,7 +12,7 @@ use ccl_cuda::DataType;
 
 use super::offer::{bus_id_bytes, HostRing, Offer};
 use crate::calls::{self, CallBoard, RankBoards};
-use crate::config::{P2pConfig, LL_AREA_MAX};
+use crate::config::P2pConfig;
 use crate::control::CommCtx;
 use crate::engine::{kernels_for, preload, Registered};
 use crate::error::{cuda_err, Error, Result};
@@ -37,12 +37,13 @@ pub(super) struct Geometry {
 }
 
 impl Geometry {
-    pub fn from_config(cfg: &P2pConfig) -> Geometry {
+    /// `n`: the communicator's ranks (the `auto` thresholds depend on them).
+    pub fn from_config(cfg: &P2pConfig, n: usize) -> Geometry {
         Geometry {
             chunk: (cfg.chunk_bytes.clamp(4096, 1 << 30) as usize) & !255,
             slots: cfg.slots.clamp(2, 64) as u32,
             single_max: cfg.single_stream_bytes.max(0) as usize,
-            ll_reduce: (cfg.ll_bytes.clamp(0, LL_AREA_MAX as i64) as usize) & !15,
+            ll_reduce: cfg.ll_reduce_for(n),
             rx_lanes: cfg.rx_lanes.clamp(1, MAX_RX_LANES as i64) as usize,
         }
     }
