@@ -174,7 +174,10 @@ mod tests {
     #[test]
     fn smallness_depends_on_size_and_peer_only() {
         assert!(is_small(&p2p(true, 1, 0, 4096), 0, 4096));
-        assert!(!is_small(&p2p(true, 1, 0, 4097), 0, 8192));
+        assert!(is_small(&p2p(true, 1, 0, 4097), 0, 8192));
+        assert!(!is_small(&p2p(true, 1, 0, 8193), 0, 8192));
+        assert!(is_small(&p2p(true, 1, 0, LL_P2P_BYTES), 0, 1 << 20));
+        assert!(!is_small(&p2p(true, 1, 0, LL_P2P_BYTES + 1), 0, 1 << 20));
         assert!(!is_small(&p2p(false, 1, 0, 1), 0, 0));
         assert!(!is_small(&p2p(false, 0, 0, 1), 0, 4096));
         assert!(is_small(&p2p(false, 1, 0, 0), 0, 4096));

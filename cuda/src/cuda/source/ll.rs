@@ -19,7 +19,7 @@ pub const LL_DEFAULT_BLOCKS: usize = 32;
 pub const LL_P2P_SLOTS: usize = 8;
 
 /// Largest send or receive the point-to-point kernel carries (one slot).
-pub const LL_P2P_BYTES: usize = 4096;
+pub const LL_P2P_BYTES: usize = 32 << 10;
 
 /// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
 pub const LL_P2P_MAX_OPS: usize = 32;
