@@ -31,8 +31,9 @@
 #                 the old address is put back after the run;
 #   both          nic0 and nic1 of host 0 down CUT_AT_S in, for good, with CCL_TIMEOUT_S=
 #                 BOTH_TIMEOUT_S (10): every rank must exit with an error within that many
-#                 seconds of the cut ("exact" then means: all did); the line gives the last
-#                 rank's exit after the cut;
+#                 seconds of the cut, each aborting its communicator (ccl-perf does on an
+#                 error) and the abort returning ("exact" then means: all did); the line gives
+#                 the last rank's exit after the cut and the slowest abort;
 #   plain, armed  no cut: one NIC (nic0) without failover, and both NICs with failover on (the
 #                 backup armed); give them several times in MODES, the end prints each one's
 #                 median busbw and armed / plain (alone and forever repeated likewise:
@@ -178,7 +179,11 @@ for net in $NETS; do
         ok=no; BUSBW=
         awk -v a="$LAST_EXIT" -v b="$T_DOWN" -v s="$BOTH_TIMEOUT_S" 'BEGIN { exit !(a - b <= s) }' &&
           [ "$FAILED" = $((2 * RPH)) ] && ok=yes
-        t="ranks failed $FAILED/$((2 * RPH)), last exit $(ms "$LAST_EXIT" "$T_DOWN") after the cut"
+        # Each failed rank aborts its communicator (ccl-perf on an error): it must return.
+        aborts=$(cat "$LOG/$name".rank*.log | grep -ao 'ncclCommAbort returned in [0-9.]* ms' | awk '{print $4}')
+        na=$(echo "$aborts" | grep -c .); amax=$(echo "$aborts" | sort -g | tail -n 1)
+        [ "$na" = $((2 * RPH)) ] || ok=no
+        t="ranks failed $FAILED/$((2 * RPH)), last exit $(ms "$LAST_EXIT" "$T_DOWN") after the cut, aborts returned $na/$((2 * RPH)) (slowest ${amax:-none} ms)"
         [ "$LATE" = 0 ] || t="$t (late: run ended before the cut/up, raise ITERS)"
       elif [ "$mode" = plain ] || [ "$mode" = armed ] || [ "$mode" = alone ]; then
         COST["$net $op $mode"]="${COST["$net $op $mode"]:-} $BUSBW"

@@ -733,6 +733,27 @@ impl<'a> Bench<'a> {
         self.printer()
     }
 
+    /// After a failed operation: aborts every communicator of this process (a failed one may
+    /// still have operations queued or waiting on peers that are gone), printing to stderr
+    /// how long each abort took, which the failover benchmark reads (`tests/bench`).
+    pub fn abort_all(&mut self) {
+        for r in self.ranks.drain(..) {
+            let t = std::time::Instant::now();
+            let res = self.nccl.abort(r.comm);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            match res {
+                Ok(()) => eprintln!(
+                    "ccl-perf: rank {}: ncclCommAbort returned in {ms:.1} ms",
+                    r.rank
+                ),
+                Err(e) => eprintln!(
+                    "ccl-perf: rank {}: ncclCommAbort failed after {ms:.1} ms: {e}",
+                    r.rank
+                ),
+            }
+        }
+    }
+
     /// Destroys the communicators (buffers and devices go when `self` drops).
     pub fn teardown(&mut self) -> Result<()> {
         self.sync_all()?;

@@ -35,7 +35,7 @@ const EXIT_ERROR: u8 = 2;
 fn run(cli: &cli::Cli, mpi: Option<&mpi::Mpi>, kind: bench::LaunchKind) -> Result<u64> {
     let settings = cli.settings()?;
     let mut b = bench::Bench::setup(cli, settings, kind, mpi)?;
-    let (doc, wrong) = b.run()?;
+    let (doc, wrong) = b.run().inspect_err(|_| b.abort_all())?;
     if let (Some(path), true) = (&cli.json, b.is_printer()) {
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| Error(format!("cannot encode JSON: {e}")))?;

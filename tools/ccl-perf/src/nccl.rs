@@ -34,6 +34,7 @@ pub struct Nccl {
     comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int,
     comm_finalize: Option<unsafe extern "C" fn(Comm) -> c_int>,
     comm_destroy: unsafe extern "C" fn(Comm) -> c_int,
+    comm_abort: Option<unsafe extern "C" fn(Comm) -> c_int>,
     comm_count: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
     comm_user_rank: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
     comm_get_async_error: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
@@ -137,6 +138,7 @@ impl Nccl {
                 comm_init_all: sym(&lib, "ncclCommInitAll")?,
                 comm_finalize: opt_sym(&lib, "ncclCommFinalize"),
                 comm_destroy: sym(&lib, "ncclCommDestroy")?,
+                comm_abort: opt_sym(&lib, "ncclCommAbort"),
                 comm_count: sym(&lib, "ncclCommCount")?,
                 comm_user_rank: sym(&lib, "ncclCommUserRank")?,
                 comm_get_async_error: sym(&lib, "ncclCommGetAsyncError")?,
@@ -221,6 +223,16 @@ impl Nccl {
         // SAFETY: as above; it is not used after this call.
         let rc = unsafe { (self.comm_destroy)(comm) };
         self.check("ncclCommDestroy", rc, std::ptr::null_mut())
+    }
+
+    /// Aborts a communicator (after a failed operation: nothing may wait on its peers).
+    pub fn abort(&self, comm: Comm) -> Result<()> {
+        let f = self
+            .comm_abort
+            .ok_or_else(|| Error("the library has no ncclCommAbort".into()))?;
+        // SAFETY: `comm` is a live communicator created by this library, not used after this.
+        let rc = unsafe { f(comm) };
+        self.check("ncclCommAbort", rc, std::ptr::null_mut())
     }
 
     pub fn count(&self, comm: Comm) -> Result<usize> {
