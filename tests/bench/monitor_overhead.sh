@@ -3,10 +3,12 @@
 #
 # The two namespace hosts of nic_failover.sh, two ranks over the multipath transport on both
 # NICs, host memory. For all_reduce and sendrecv at 1 MiB and 64 MiB, runs monitor off and
-# on alternately (REPS pairs) and prints busbw (out-of-place, rank 0) and the CPU time
-# (user + system, getrusage of each rank's process) of both ranks together, and the on/off
-# ratios of their medians, the median and quartiles of each on run's ratio to the off run
-# just before it, and each run's UDP datagrams dropped for a full receive buffer. Environment: LIBDIR (target/release), REPS (3), ITERS_SMALL (2000:
+# on alternately (REPS pairs, off first in odd pairs and on first in even ones) and prints
+# busbw (out-of-place, rank 0) and the CPU time (user + system, getrusage of each rank's
+# process) of both ranks together, and the on/off ratios of their medians, the median and
+# quartiles of each on run's ratio to the off run beside it, and each run's UDP datagrams
+# dropped for a full receive buffer. Environment: LIBDIR (target/release), REPS (3),
+# ITERS_SMALL (2000:
 # at 200 a 1 MiB run timed about 0.13 s and its busbw swung 10% from run to run),
 # ITERS_LARGE (10), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M),
 # ACCOUNT (0; 1: one more monitored run per case with NCCL_DEBUG=INFO, whose collectors log
@@ -66,9 +68,13 @@ for size in $SIZES; do
 done
 for case in "${cases[@]}"; do
   set -- $case
+  # Off first in odd pairs, on first in even ones: a drift over the run (the machine warming
+  # up, the monitor's files filling the page cache) weighs on both settings alike.
   for k in $(seq "$REPS"); do
-    one "$1" "$2" "$3" 0 "$1-$2-off-$k"
-    one "$1" "$2" "$3" 1 "$1-$2-on-$k"
+    order="0 1"; [ $((k % 2)) = 0 ] && order="1 0"
+    for m in $order; do
+      one "$1" "$2" "$3" "$m" "$1-$2-$([ "$m" = 1 ] && echo on || echo off)-$k"
+    done
   done
 done
 # The collectors' own CPU time (microseconds, both ranks) against the ranks' CPU seconds.
@@ -96,10 +102,10 @@ for (c, s), m in rows.items():
     bo, bn, co, cn = med("0", 0), med("1", 0), med("0", 1), med("1", 1)
     runs = lambda k: ",".join(f"{r[0]:.3f}/{r[1]:.2f}" for r in m.get(k, []))
     print(f"{c:<11}{s:>5}  {bo:>10.3f}{bn:>10.3f}{bn/bo if bo else 0:>7.3f}  {co:>10.2f}{cn:>10.2f}{cn/co if co else 0:>7.3f}   off {runs('0')}  on {runs('1')}")
-    # Each on run against the off run just before it: load that drifts over minutes cancels.
+    # Each on run against the off run beside it: load that drifts over minutes cancels.
     pairs = [(n[0] / o[0], n[1] / o[1]) for o, n in zip(m.get("0", []), m.get("1", [])) if o[0] and o[1]]
     paired.append((c, s, pairs))
-print("\npaired on/off ratios (each on run against the off run before it): median [quartiles]")
+print("\npaired on/off ratios (each on run against the off run beside it): median [quartiles]")
 for c, s, pairs in paired:
     def q(i):
         v = sorted(p[i] for p in pairs)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The throughput monitor on the GPU path, in one device call: NVIDIA's nccl-tests all_reduce and
-# sendrecv at 1 MiB and 64 MiB under mpirun, CCL_MONITOR off and on alternately (REPS pairs):
+# sendrecv at 1 MiB and 64 MiB under mpirun, CCL_MONITOR off and on alternately (REPS pairs, off first in odd ones, on first in even):
 # busbw (out of place, rank 0's line) and the CPU time of the whole run (getrusage of mpirun's
 # children), with on/off ratios of the medians; then, from the last "on" run's JSON lines,
 # `ccl-monitor summary` (the copy-engine transfers' records: engine copy_engine, per peer).
@@ -34,7 +34,9 @@ say "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for op in ${OPS:-all_reduce sendrecv}; do
   for size in ${SIZES:-1M 64M}; do
     for rep in $(seq 1 "$REPS"); do
-      for mon in 0 1; do run "$op" "$size" "$mon" "$op.$size.m$mon.$rep"; done
+      # Off first in odd pairs, on first in even ones (a drift weighs on both alike).
+      order="0 1"; [ $((rep % 2)) = 0 ] && order="1 0"
+      for mon in $order; do run "$op" "$size" "$mon" "$op.$size.m$mon.$rep"; done
     done
     bw() { for f in "$L"/$op.$size.m$1.*.log; do grep -aE '^ +[0-9]+ +[0-9]+ ' "$f" | awk '{print $8}' | head -1; done | median; }
     cpu() { cat "$L"/$op.$size.m$1.*.cpu | median; }
