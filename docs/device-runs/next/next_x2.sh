@@ -20,6 +20,8 @@
 #                  64 KiB - 4 MiB, in graphs (-G 10) then eager
 #   MODE=sweep     nine ops 8 B - 1 GiB beside NCCL, the table and plot for PERFORMANCE.md
 #   MODE=megatron  Megatron-core tp2-sp at micro-batch 2 and 8 and pp2-1f1b beside NCCL
+#   MODE=eagerprof an nsys GPU trace of a 64 MiB eager exchange against the push wait (if nsys
+#                  is there), to see where eager exchanges lose
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -82,6 +84,24 @@ case ${MODE:-hostcost} in
       MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=30 LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
+  eagerprof)
+    # Where an eager exchange loses (0.49-0.90 of the push wait from 8 MiB): a GPU trace of
+    # sendrecv at 64 MiB, eager (CCL_IPC_EAGER_SEND=1) and push wait, under nsys where the
+    # machine has it (every copy, kernel and stream wait with its stream and times).
+    NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
+    echo "nsys: ${NSYS:-none}; ncu: $(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null || echo none)"
+    [ -n "$NSYS" ] || exit 0
+    bash tests/gpu/nccl_tests_build.sh "$O" > /dev/null 2>&1
+    for e in 1 0; do
+      CCL_IPC_EAGER_SEND=$e LD_LIBRARY_PATH=$PWD/.dev/new timeout 120 mpirun --allow-run-as-root --bind-to none \
+        -np 2 -x LD_LIBRARY_PATH -x CCL_IPC_EAGER_SEND "$NSYS" profile -t cuda -o "$O/eager$e.%q{OMPI_COMM_WORLD_RANK}" \
+        .dev/nccl-tests/build/sendrecv_perf -b 64M -e 64M -n 5 -w 2 -c 0 > "$O/eager$e.log" 2>&1
+      for r in 0 1; do
+        "$NSYS" stats -q -r cuda_gpu_trace -f csv -o "$O/eager$e.r$r" "$O/eager$e.$r.nsys-rep" > /dev/null 2>&1
+      done
+      grep -E "^ +[0-9]" "$O/eager$e.log"
+    done
+    ls -la "$O" | head -n 20 ;;
   eager) MODE=both LIMIT=240 DEADLINE=300 bash docs/device-runs/2026-11-30-eager/eager_x2.sh ;;
   # The whole round takes more than 330 s on two H200s: give it a call of its own (timeout_s 600).
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
