@@ -64,6 +64,7 @@ pub fn config() -> P2pConfig {
         mail_blocks: CCL_IPC_MAIL_BLOCKS.get_i64(),
         eager_send: CCL_IPC_EAGER_SEND.get_str(),
         eager_min_bytes: CCL_IPC_EAGER_MIN_BYTES.get_i64(),
+        eager_copy_kernel: CCL_IPC_EAGER_COPY_KERNEL.get_bool(),
         host_path_slot_bytes: CCL_IPC_HOST_PATH_SLOT_BYTES.get_i64(),
         host_path_slots: CCL_IPC_HOST_PATH_SLOTS.get_i64(),
         host_path_when_limited: CCL_IPC_HOST_PATH_WHEN_LIMITED.get_bool(),

@@ -90,6 +90,8 @@ pub struct P2pConfig {
     /// (`rendezvous::go_eager`): `1`, `0`, or `auto` (on where `CUDA_DEVICE_MAX_CONNECTIONS=1`).
     pub eager_send: String,
     pub eager_min_bytes: i64,
+    /// `CCL_IPC_EAGER_COPY_KERNEL`: a receiver copies eager chunks out with the wait-copy kernel.
+    pub eager_copy_kernel: bool,
 
     /// `CCL_IPC_HOST_PATH_*`: the share of large transfers sent through pinned host memory
     /// beside NVLink.

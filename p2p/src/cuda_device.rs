@@ -78,6 +78,35 @@ impl<'a> CudaDevice<'a> {
         i.and_then(|i| self.eng.joins.get(i))
             .ok_or_else(|| Error::internal(format!("cuda-ipc: no join event for {lane:?}")))
     }
+
+    /// Wait, copy and signal as the wait-copy kernel (loaded at setup when a setting can ask
+    /// for it: `CCL_IPC_COPY_KERNEL`, `CCL_IPC_EAGER_COPY_KERNEL`).
+    fn wait_copy_kernel(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        (dst, src, bytes): (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        let s = self.stream(lane)?;
+        // SAFETY: both words are flags of the layout (a peer's stream writes `arrive`; `done`
+        // is a flag of ours or a peer's, mapped here), the ranges are a transfer's two buffers
+        // or a receive slot and the buffer it is copied to, disjoint, valid until the stream
+        // passes.
+        unsafe {
+            self.eng.kernels.wait_copy(
+                s,
+                arrive.0,
+                arrive.1,
+                dst,
+                src,
+                bytes as u64,
+                done.0,
+                done.1,
+            )
+        }
+        .map_err(cuda_err)
+    }
 }
 
 // SAFETY (for every method below): the addresses come from the protocol's `Layout` (flag words
@@ -106,29 +135,23 @@ impl Device for CudaDevice<'_> {
         &mut self,
         lane: Lane,
         arrive: (u64, u32),
-        (dst, src, bytes): (u64, u64, usize),
+        copy: (u64, u64, usize),
         done: (u64, u32),
     ) -> Result<()> {
         if !self.eng.copy_kernel {
-            return device::wait_copy_signal_in_three(self, lane, arrive, (dst, src, bytes), done);
+            return device::wait_copy_signal_in_three(self, lane, arrive, copy, done);
         }
-        let s = self.stream(lane)?;
-        // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes
-        // `arrive`; `done` is a peer's flag mapped here), the ranges are the transfer's two
-        // buffers (ours and the peer's, mapped), disjoint, valid until the stream passes.
-        unsafe {
-            self.eng.kernels.wait_copy(
-                s,
-                arrive.0,
-                arrive.1,
-                dst,
-                src,
-                bytes as u64,
-                done.0,
-                done.1,
-            )
-        }
-        .map_err(cuda_err)
+        self.wait_copy_kernel(lane, arrive, copy, done)
+    }
+
+    fn wait_copy_out(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        copy: (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        self.wait_copy_kernel(lane, arrive, copy, done)
     }
 
     fn mail_copy(
@@ -249,6 +272,10 @@ impl Device for CudaDevice<'_> {
 
     fn copy_signal_is_kernel(&self) -> bool {
         self.eng.copy_kernel
+    }
+
+    fn copy_out_is_kernel(&self) -> bool {
+        true
     }
 
     fn handshake_is_kernel(&self) -> bool {

@@ -159,6 +159,20 @@ pub(crate) trait Device {
     ) -> Result<()> {
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
+    /// A staged chunk's copy out of this rank's receive slot: wait until the chunk's "ready"
+    /// word reaches `arrive.1`, copy it to `dst`, then return the slot (`done`). A device
+    /// may run all three as one kernel (the eager transfers' copies with
+    /// `CCL_IPC_EAGER_COPY_KERNEL=1`): a kernel's spin holds no hardware queue, as a stream
+    /// wait does.
+    fn wait_copy_out(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        copy: (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        wait_copy_signal_in_three(self, lane, arrive, copy, done)
+    }
     /// [`Device::wait_copy_signal`] for a copy from a peer's buffer into ours whose two
     /// buffers the peer's GPU can reach as well: a device may have that GPU's copy engine run
     /// the copy ([`Device::pull`]), so that ours stays free for this rank's own pushes.
@@ -285,6 +299,10 @@ pub(crate) trait Device {
     fn copy_signal_is_kernel(&self) -> bool {
         false
     }
+    /// Whether [`Device::wait_copy_out`] is something other than a wait, a copy and a write.
+    fn copy_out_is_kernel(&self) -> bool {
+        false
+    }
 }
 
 /// A flag wait ([`Device::wait`]) or write ([`Device::write`]): (address, value).
@@ -376,6 +394,19 @@ impl Device for Batched<'_> {
         }
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
+    fn wait_copy_out(
+        &mut self,
+        lane: Lane,
+        arrive: (u64, u32),
+        copy: (u64, u64, usize),
+        done: (u64, u32),
+    ) -> Result<()> {
+        if self.inner.copy_out_is_kernel() {
+            self.flush()?;
+            return self.inner.wait_copy_out(lane, arrive, copy, done);
+        }
+        wait_copy_signal_in_three(self, lane, arrive, copy, done)
+    }
     // wait_pull_signal: the trait's, through the methods here (the kernel form goes through
     // wait_copy_signal above, which hands over what is held first).
     fn pull(&mut self, lane: Lane, dst: u64, src: (u64, u64), bytes: usize) -> Result<()> {
@@ -444,6 +475,9 @@ impl Device for Batched<'_> {
     }
     fn copy_signal_is_kernel(&self) -> bool {
         self.inner.copy_signal_is_kernel()
+    }
+    fn copy_out_is_kernel(&self) -> bool {
+        self.inner.copy_out_is_kernel()
     }
 }
 

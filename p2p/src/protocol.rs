@@ -180,6 +180,9 @@ pub(crate) struct Emission {
     pub program: Program,
     /// Everything on the caller's stream (small groups, aliasing buffers).
     pub single: bool,
+    /// Received chunks copied out of their slots as [`Device::wait_copy_out`] (eager
+    /// transfers with `CCL_IPC_EAGER_COPY_KERNEL=1`), not as a wait, a copy and a write.
+    pub copy_out_kernel: bool,
     contributions: HashMap<(usize, usize), usize>,
     /// (receive lane, value of its `local` word) once a chunk of a target is reduced.
     reduced: HashMap<(usize, usize), (usize, u32)>,
@@ -193,6 +196,7 @@ impl Emission {
             next: 0,
             program,
             single,
+            copy_out_kernel: false,
             contributions: HashMap::new(),
             reduced: HashMap::new(),
         }
@@ -306,6 +310,11 @@ impl Emission {
                 let slot = seq % l.slots;
                 let incoming = l.slot_addr(me, p, slot);
                 let (lane, idx) = self.rx_lane(l, seq, act, chunk);
+                if let (Act::Copy { dst }, true) = (act, self.copy_out_kernel) {
+                    let copy = (dst + off, incoming, bytes);
+                    let (ready, credit) = (l.ready(me, p, slot), l.credit(p, me, slot));
+                    return dev.wait_copy_out(lane, (ready, seq), copy, (credit, seq));
+                }
                 dev.wait(lane, l.ready(me, p, slot), seq)?;
                 match act {
                     Act::Copy { dst } => dev.copy(lane, dst + off, incoming, bytes)?,

@@ -394,7 +394,11 @@ impl Queueing {
             self.settle_sym(seq, o, q, wait)?;
         }
         let eng = &*self.eng;
-        if let Some(part) = self.plan.eager_part(&eng.layout, eng.single_stream_max)? {
+        if let Some(part) = self.plan.eager_part(
+            &eng.layout,
+            eng.single_stream_max,
+            eng.cfg.eager_copy_kernel,
+        )? {
             self.staged_tx += part.program.sent_bytes();
             self.em.push(part);
         }

@@ -20,6 +20,8 @@
 #                  64 KiB - 4 MiB, in graphs (-G 10) then eager
 #   MODE=sweep     nine ops 8 B - 1 GiB beside NCCL, the table and plot for PERFORMANCE.md
 #   MODE=megatron  Megatron-core tp2-sp at micro-batch 2 and 8 and pp2-1f1b beside NCCL
+#   MODE=eagerck   eager exchanges with the receiver's chunk copies as kernels
+#                  (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait
 #   MODE=eagerprof an nsys GPU trace of a 64 MiB eager exchange against the push wait (if nsys
 #                  is there), to see where eager exchanges lose
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
@@ -84,6 +86,18 @@ case ${MODE:-hostcost} in
       MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=30 LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
+  eagerck)
+    # Eager exchanges with the receiver's copies out of its slots as one kernel a chunk
+    # (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait, 8 KiB - 512 MiB.
+    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
+      ENVS_eck="CCL_IPC_EAGER_SEND=1 CCL_IPC_EAGER_COPY_KERNEL=1"
+    OUT=$O/eck OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 8K -e 512M -f 4 -n 20 -w 5" \
+      LIBS="nccl wait=.dev/new eager=.dev/new eck=.dev/new" timeout ${LIMIT:-240} \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in eager eck; do
+      echo "## $n / wait"; .dev/ccl-report "$O/eck/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf eck-logs.tgz eck && rm -rf eck ;;
   eagerprof)
     # Where an eager exchange loses (0.49-0.90 of the push wait from 8 MiB): a GPU trace of
     # sendrecv at 64 MiB, eager (CCL_IPC_EAGER_SEND=1) and push wait, under nsys where the

@@ -123,14 +123,23 @@ impl Plan {
     /// own: both sides lower the same sends and receives per peer in the same order (each
     /// cut from the source's size), so their chunk counts agree, and as in any staged program
     /// a chunk waits only for chunks of earlier logical times.
-    pub fn eager_part(&self, l: &Layout, single_max: usize) -> Result<Option<Emission>> {
+    /// `copy_out_kernel`: the chunks received copied out by [`Device::wait_copy_out`]
+    /// (`CCL_IPC_EAGER_COPY_KERNEL`).
+    pub fn eager_part(
+        &self,
+        l: &Layout,
+        single_max: usize,
+        copy_out_kernel: bool,
+    ) -> Result<Option<Emission>> {
         if self.eager.is_empty() {
             return Ok(None);
         }
         let tasks: Vec<Task> = self.eager.iter().map(Eager::task).collect();
         let p = lower(&tasks, l.rank, l.nranks, l.chunk, single_max)?;
         let single = p.bytes() <= single_max || p.aliases();
-        Ok(Some(Emission::new(p, l.chunk, single)))
+        let mut em = Emission::new(p, l.chunk, single);
+        em.copy_out_kernel = copy_out_kernel;
+        Ok(Some(em))
     }
 
     fn lane(&self, l: &Layout, t: &Transfer) -> Lane {

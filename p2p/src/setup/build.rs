@@ -143,7 +143,7 @@ pub(super) fn build(
     load_kernels(
         &local,
         rank,
-        copy_kernel,
+        copy_kernel || cfg.eager_copy_kernel,
         wait_kernel.any(),
         a.ll_exchange_max,
     )?;

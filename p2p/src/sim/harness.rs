@@ -315,7 +315,11 @@ impl Setup {
         }
         let mut em =
             Chain::lower(&staged, l.rank, self.n, self.chunk, self.single_max).map_err(e)?;
-        if let Some(part) = plan.eager_part(l, self.single_max).map_err(e)? {
+        // Even ranks copy eager chunks out as one device operation (a local setting).
+        if let Some(part) = plan
+            .eager_part(l, self.single_max, l.rank % 2 == 0)
+            .map_err(e)?
+        {
             em.push(part);
         }
         let early = plan.start_copies_early(l, &mut dev).map_err(e)?;
