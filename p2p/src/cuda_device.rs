@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use ccl_cuda::cuda::{self, Event, MemOp, Stream, WaitCond};
 
-use crate::device::{self, BatchCopy, Device, Kernel, LongWait};
+use crate::device::{self, BatchCopy, CopyOf, Device, Kernel, LongWait};
 use crate::engine::IpcEngine;
 use crate::error::{cuda_err, Error, Result};
 use crate::layout::Lane;
@@ -78,35 +78,6 @@ impl<'a> CudaDevice<'a> {
         i.and_then(|i| self.eng.joins.get(i))
             .ok_or_else(|| Error::internal(format!("cuda-ipc: no join event for {lane:?}")))
     }
-
-    /// Wait, copy and signal as the wait-copy kernel (loaded at setup when a setting can ask
-    /// for it: `CCL_IPC_COPY_KERNEL`, `CCL_IPC_EAGER_COPY_KERNEL`).
-    fn wait_copy_kernel(
-        &mut self,
-        lane: Lane,
-        arrive: (u64, u32),
-        (dst, src, bytes): (u64, u64, usize),
-        done: (u64, u32),
-    ) -> Result<()> {
-        let s = self.stream(lane)?;
-        // SAFETY: both words are flags of the layout (a peer's stream writes `arrive`; `done`
-        // is a flag of ours or a peer's, mapped here), the ranges are a transfer's two buffers
-        // or a receive slot and the buffer it is copied to, disjoint, valid until the stream
-        // passes.
-        unsafe {
-            self.eng.kernels.wait_copy(
-                s,
-                arrive.0,
-                arrive.1,
-                dst,
-                src,
-                bytes as u64,
-                done.0,
-                done.1,
-            )
-        }
-        .map_err(cuda_err)
-    }
 }
 
 // SAFETY (for every method below): the addresses come from the protocol's `Layout` (flag words
@@ -135,23 +106,32 @@ impl Device for CudaDevice<'_> {
         &mut self,
         lane: Lane,
         arrive: (u64, u32),
-        copy: (u64, u64, usize),
+        (dst, src, bytes): (u64, u64, usize),
         done: (u64, u32),
+        of: CopyOf,
     ) -> Result<()> {
-        if !self.eng.copy_kernel {
-            return device::wait_copy_signal_in_three(self, lane, arrive, copy, done);
+        if !self.copy_signal_is_kernel(of) {
+            return device::wait_copy_signal_in_three(self, lane, arrive, (dst, src, bytes), done);
         }
-        self.wait_copy_kernel(lane, arrive, copy, done)
-    }
-
-    fn wait_copy_out(
-        &mut self,
-        lane: Lane,
-        arrive: (u64, u32),
-        copy: (u64, u64, usize),
-        done: (u64, u32),
-    ) -> Result<()> {
-        self.wait_copy_kernel(lane, arrive, copy, done)
+        let s = self.stream(lane)?;
+        // SAFETY: see the impl: both words are flags of the layout (a peer's stream writes
+        // `arrive`; `done` is a flag of ours or a peer's, mapped here), the ranges are a
+        // transfer's two buffers (ours and the peer's, mapped) or a receive slot and the
+        // buffer it is copied to, disjoint, valid until the stream passes. The kernel is
+        // loaded at setup wherever a setting can ask for it.
+        unsafe {
+            self.eng.kernels.wait_copy(
+                s,
+                arrive.0,
+                arrive.1,
+                dst,
+                src,
+                bytes as u64,
+                done.0,
+                done.1,
+            )
+        }
+        .map_err(cuda_err)
     }
 
     fn mail_copy(
@@ -270,12 +250,12 @@ impl Device for CudaDevice<'_> {
         self.eng.wait_kernel.covers(of)
     }
 
-    fn copy_signal_is_kernel(&self) -> bool {
-        self.eng.copy_kernel
-    }
-
-    fn copy_out_is_kernel(&self) -> bool {
-        true
+    fn copy_signal_is_kernel(&self, of: CopyOf) -> bool {
+        match of {
+            CopyOf::Transfer => self.eng.copy_kernel,
+            // Asked for only where CCL_IPC_EAGER_COPY_KERNEL is on (the kernel is loaded then).
+            CopyOf::SlotChunk => true,
+        }
     }
 
     fn handshake_is_kernel(&self) -> bool {

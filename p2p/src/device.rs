@@ -104,6 +104,17 @@ pub(crate) enum LongWait {
     Reduction,
 }
 
+/// What a [`Device::wait_copy_signal`] copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyOf {
+    /// A direct transfer's second side, between the two ranks' buffers
+    /// (`CCL_IPC_COPY_KERNEL`).
+    Transfer,
+    /// A staged chunk out of this rank's receive slot, the slot returned after it (eager
+    /// transfers with `CCL_IPC_EAGER_COPY_KERNEL=1`).
+    SlotChunk,
+}
+
 /// A small captured all-reduce in one kernel ([`Device::fused_all_reduce`]).
 #[derive(Debug, Clone)]
 pub(crate) struct FusedAllReduce {
@@ -146,31 +157,20 @@ pub(crate) trait Device {
         let _ = of;
         self.wait(lane, addr, value)
     }
-    /// A direct transfer's second side: wait until the word at `arrive.0` reaches
-    /// `arrive.1`, copy `bytes` from `src` to `dst`, then write `done.1` to the word at
-    /// `done.0` (the copy visible first). A device may run all three as one kernel, so that
-    /// no command of ours waits queued behind the wait.
+    /// Wait until the word at `arrive.0` reaches `arrive.1`, copy `bytes` from `src` to
+    /// `dst`, then write `done.1` to the word at `done.0` (the copy visible first): a direct
+    /// transfer's second side, or a staged chunk out of its slot (`of`). A device may run all
+    /// three as one kernel, so that no command of ours waits queued behind the wait (a
+    /// kernel's spin holds no hardware queue, as a stream wait does).
     fn wait_copy_signal(
         &mut self,
         lane: Lane,
         arrive: (u64, u32),
         copy: (u64, u64, usize),
         done: (u64, u32),
+        of: CopyOf,
     ) -> Result<()> {
-        wait_copy_signal_in_three(self, lane, arrive, copy, done)
-    }
-    /// A staged chunk's copy out of this rank's receive slot: wait until the chunk's "ready"
-    /// word reaches `arrive.1`, copy it to `dst`, then return the slot (`done`). A device
-    /// may run all three as one kernel (the eager transfers' copies with
-    /// `CCL_IPC_EAGER_COPY_KERNEL=1`): a kernel's spin holds no hardware queue, as a stream
-    /// wait does.
-    fn wait_copy_out(
-        &mut self,
-        lane: Lane,
-        arrive: (u64, u32),
-        copy: (u64, u64, usize),
-        done: (u64, u32),
-    ) -> Result<()> {
+        let _ = of;
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
     /// [`Device::wait_copy_signal`] for a copy from a peer's buffer into ours whose two
@@ -185,8 +185,8 @@ pub(crate) trait Device {
         there: u64,
         done: (u64, u32),
     ) -> Result<()> {
-        if self.copy_signal_is_kernel() {
-            return self.wait_copy_signal(lane, arrive, (dst, src, bytes), done);
+        if self.copy_signal_is_kernel(CopyOf::Transfer) {
+            return self.wait_copy_signal(lane, arrive, (dst, src, bytes), done, CopyOf::Transfer);
         }
         self.wait(lane, arrive.0, arrive.1)?;
         self.pull(lane, dst, (src, there), bytes)?;
@@ -295,12 +295,10 @@ pub(crate) trait Device {
         let _ = of;
         false
     }
-    /// Whether [`Device::wait_copy_signal`] is something other than a wait, a copy and a write.
-    fn copy_signal_is_kernel(&self) -> bool {
-        false
-    }
-    /// Whether [`Device::wait_copy_out`] is something other than a wait, a copy and a write.
-    fn copy_out_is_kernel(&self) -> bool {
+    /// Whether [`Device::wait_copy_signal`] of `of` is something other than a wait, a copy
+    /// and a write.
+    fn copy_signal_is_kernel(&self, of: CopyOf) -> bool {
+        let _ = of;
         false
     }
 }
@@ -387,23 +385,11 @@ impl Device for Batched<'_> {
         arrive: (u64, u32),
         copy: (u64, u64, usize),
         done: (u64, u32),
+        of: CopyOf,
     ) -> Result<()> {
-        if self.inner.copy_signal_is_kernel() {
+        if self.inner.copy_signal_is_kernel(of) {
             self.flush()?;
-            return self.inner.wait_copy_signal(lane, arrive, copy, done);
-        }
-        wait_copy_signal_in_three(self, lane, arrive, copy, done)
-    }
-    fn wait_copy_out(
-        &mut self,
-        lane: Lane,
-        arrive: (u64, u32),
-        copy: (u64, u64, usize),
-        done: (u64, u32),
-    ) -> Result<()> {
-        if self.inner.copy_out_is_kernel() {
-            self.flush()?;
-            return self.inner.wait_copy_out(lane, arrive, copy, done);
+            return self.inner.wait_copy_signal(lane, arrive, copy, done, of);
         }
         wait_copy_signal_in_three(self, lane, arrive, copy, done)
     }
@@ -473,11 +459,8 @@ impl Device for Batched<'_> {
     fn long_wait_is_kernel(&self, of: LongWait) -> bool {
         self.inner.long_wait_is_kernel(of)
     }
-    fn copy_signal_is_kernel(&self) -> bool {
-        self.inner.copy_signal_is_kernel()
-    }
-    fn copy_out_is_kernel(&self) -> bool {
-        self.inner.copy_out_is_kernel()
+    fn copy_signal_is_kernel(&self, of: CopyOf) -> bool {
+        self.inner.copy_signal_is_kernel(of)
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use ccl_collectives::task::{Task, TaskKind};
 use ccl_cuda::ReduceKind;
 
-use crate::device::{Device, Kernel};
+use crate::device::{CopyOf, Device, Kernel};
 use crate::error::{Error, Result};
 use crate::layout::{Lane, Layout};
 use crate::lower::{lower, piece_chunk, Act, Program};
@@ -180,7 +180,7 @@ pub(crate) struct Emission {
     pub program: Program,
     /// Everything on the caller's stream (small groups, aliasing buffers).
     pub single: bool,
-    /// Received chunks copied out of their slots as [`Device::wait_copy_out`] (eager
+    /// Received chunks copied out of their slots as one [`Device::wait_copy_signal`] (eager
     /// transfers with `CCL_IPC_EAGER_COPY_KERNEL=1`), not as a wait, a copy and a write.
     pub copy_out_kernel: bool,
     contributions: HashMap<(usize, usize), usize>,
@@ -313,7 +313,8 @@ impl Emission {
                 if let (Act::Copy { dst }, true) = (act, self.copy_out_kernel) {
                     let copy = (dst + off, incoming, bytes);
                     let (ready, credit) = (l.ready(me, p, slot), l.credit(p, me, slot));
-                    return dev.wait_copy_out(lane, (ready, seq), copy, (credit, seq));
+                    let (arrive, done) = ((ready, seq), (credit, seq));
+                    return dev.wait_copy_signal(lane, arrive, copy, done, CopyOf::SlotChunk);
                 }
                 dev.wait(lane, l.ready(me, p, slot), seq)?;
                 match act {

@@ -26,6 +26,7 @@ impl Device for Calls {
         _: (u64, u32),
         (dst, _, _): (u64, u64, usize),
         _: (u64, u32),
+        _: CopyOf,
     ) -> Result<()> {
         self.log.push(format!("copy-kernel {lane:?} {dst}"));
         Ok(())
@@ -69,7 +70,7 @@ impl Device for Calls {
     fn long_wait_is_kernel(&self, _: LongWait) -> bool {
         self.kernels
     }
-    fn copy_signal_is_kernel(&self) -> bool {
+    fn copy_signal_is_kernel(&self, _: CopyOf) -> bool {
         self.kernels
     }
 }
@@ -88,7 +89,7 @@ fn batched_flag_operations_keep_their_place_among_the_other_calls() {
         dev.write(u, 2, 1).unwrap();
         dev.flush().unwrap();
         dev.flush().unwrap(); // nothing held: no call
-        dev.wait_copy_signal(u, (3, 1), (100, 200, 8), (4, 1))
+        dev.wait_copy_signal(u, (3, 1), (100, 200, 8), (4, 1), CopyOf::Transfer)
             .unwrap();
         dev.wait_long(u, 5, 1, LongWait::Transfer).unwrap();
         dev.write(t, 6, 1).unwrap();
@@ -318,7 +319,7 @@ fn batched_hands_kernel_waits_to_the_device_as_they_are() {
     };
     let mut dev = Batched::new(&mut calls);
     dev.write(u, 1, 1).unwrap();
-    dev.wait_copy_signal(u, (2, 1), (100, 200, 8), (3, 1))
+    dev.wait_copy_signal(u, (2, 1), (100, 200, 8), (3, 1), CopyOf::Transfer)
         .unwrap();
     dev.write(u, 4, 1).unwrap();
     dev.wait_long(u, 5, 1, LongWait::Transfer).unwrap();

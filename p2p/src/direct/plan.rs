@@ -5,7 +5,7 @@
 use ccl_collectives::task::{Reduction, Task, TaskKind};
 use ccl_cuda::{DataType, ReduceKind};
 
-use crate::device::{BatchCopy, Device, LongWait};
+use crate::device::{BatchCopy, CopyOf, Device, LongWait};
 use crate::error::Result;
 use crate::host_path::{HostPath, HostShare};
 use crate::layout::{DirectWord, HostWord, Lane, Layout};
@@ -123,7 +123,7 @@ impl Plan {
     /// own: both sides lower the same sends and receives per peer in the same order (each
     /// cut from the source's size), so their chunk counts agree, and as in any staged program
     /// a chunk waits only for chunks of earlier logical times.
-    /// `copy_out_kernel`: the chunks received copied out by [`Device::wait_copy_out`]
+    /// `copy_out_kernel`: the chunks received copied out by one [`Device::wait_copy_signal`]
     /// (`CCL_IPC_EAGER_COPY_KERNEL`).
     pub fn eager_part(
         &self,
@@ -410,7 +410,8 @@ impl Plan {
                 dev.wait_pull_signal(lane, arrive, (dst, src, bytes), there, done)?;
             } else {
                 dev.annotate(Some(t.peer));
-                let r = dev.wait_copy_signal(lane, arrive, (dst, src, bytes), done);
+                let copy = (dst, src, bytes);
+                let r = dev.wait_copy_signal(lane, arrive, copy, done, CopyOf::Transfer);
                 dev.annotate(None);
                 r?;
             }
@@ -440,7 +441,7 @@ impl Plan {
         };
         self.transfers.iter().any(|t| t.role.copies())
             && self.transfers.iter().all(plain)
-            && !dev.copy_signal_is_kernel()
+            && !dev.copy_signal_is_kernel(CopyOf::Transfer)
             && dev.batches_copies(Lane::User)
     }
 
