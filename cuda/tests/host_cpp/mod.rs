@@ -88,7 +88,12 @@ pub fn gxx(cmd: &mut Command) {
 /// Builds a kernel's host C++ as a shared library in a fresh temporary folder (returned, for
 /// the caller to remove) and returns the library's path.
 pub fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("ccl-{tag}-{}", std::process::id()));
+    // Tests of one binary run on parallel threads and may build the same tag at once: each
+    // build gets a folder of its own, or one test loads a library another is still writing
+    // (or has removed).
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ccl-{tag}-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (cpp, so) = (
         dir.join(format!("{tag}.cpp")),
