@@ -10,7 +10,7 @@
 # dropped for a full receive buffer. Environment: LIBDIR (target/release), REPS (3),
 # ITERS_SMALL (2000:
 # at 200 a 1 MiB run timed about 0.13 s and its busbw swung 10% from run to run),
-# ITERS_LARGE (10), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M),
+# ITERS_LARGE (10), OPS (all_reduce sendrecv), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M),
 # ACCOUNT (0; 1: one more monitored run per case with NCCL_DEBUG=INFO, whose collectors log
 # their own CPU time at exit: printed as a share of the ranks' CPU, a figure the load of other
 # processes on the machine moves far less than the busbw ratios). Needs root and iproute2.
@@ -20,7 +20,7 @@ LOG=$(realpath -m "$1"); mkdir -p "$LOG"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd); cd "$ROOT"
 LIBDIR=$(realpath "${LIBDIR:-target/release}")
 REPS=${REPS:-3} ITERS_SMALL=${ITERS_SMALL:-2000} ITERS_LARGE=${ITERS_LARGE:-10}
-FILE=${FILE:-1} SIZES=${SIZES:-1M 64M}
+FILE=${FILE:-1} SIZES=${SIZES:-1M 64M} OPS=${OPS:-all_reduce sendrecv}
 source tests/bench/two_hosts.sh
 two_hosts_up monitor_overhead "$LOG"
 
@@ -64,7 +64,7 @@ sys.exit(rc)' "$LOG/$tag.rank$r.cpu" timeout -s KILL 300 "$LIBDIR/ccl-perf" "$co
 cases=()
 for size in $SIZES; do
   iters=$ITERS_LARGE; [ "$size" = 1M ] && iters=$ITERS_SMALL
-  cases+=("all_reduce $size $iters" "sendrecv $size $iters")
+  for op in $OPS; do cases+=("$op $size $iters"); done
 done
 for case in "${cases[@]}"; do
   set -- $case

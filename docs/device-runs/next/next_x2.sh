@@ -24,6 +24,8 @@
 #                  (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait
 #   MODE=eagerprof an nsys GPU trace of a 64 MiB eager exchange against the push wait (if nsys
 #                  is there), to see where eager exchanges lose
+#   MODE=monitor   issue 43's overhead in one run: monitor on / off at 1 MiB and 64 MiB, all_reduce
+#                  and sendrecv, on two GPUs (nccl-tests) and on the host backend (carry .dev/net)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -118,5 +120,7 @@ case ${MODE:-hostcost} in
     ls -la "$O" | head -n 20 ;;
   eager) MODE=both LIMIT=240 DEADLINE=300 bash docs/device-runs/2026-11-30-eager/eager_x2.sh ;;
   # The whole round takes more than 330 s on two H200s: give it a call of its own (timeout_s 600).
+  monitor) SIZES="1M 64M" PART="gpumon hostmon" REPS=4 GPUMON_S=240 HREPS=10 HOSTMON_S=330 \
+    OUT=$O bash docs/device-runs/2026-11-30-quiet/run.sh ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
