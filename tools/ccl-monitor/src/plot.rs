@@ -1,6 +1,5 @@
 //! Throughput per path over time, anomalies (red), recoveries (green) and transitions
-//! (orange) as vertical lines. PNG output carries no text (drawing text would need a system
-//! font library); SVG output has the axis labels, caption and legend.
+//! (orange) as vertical lines, with axis labels, caption and legend in PNG and SVG alike.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -153,6 +152,21 @@ fn bucketed(pts: &[(f64, f64)], ms: f64) -> Vec<(f64, f64)> {
     out
 }
 
+/// plotters draws text with the font registered under the family a style names; DejaVu Sans,
+/// carried in the binary, is that font for "sans-serif" (the only family these plots use).
+fn use_embedded_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error here leaves text undrawable, which the drawing then reports: the embedded
+        // font is a well-formed TrueType file, so it does not happen.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+    });
+}
+
 fn draw_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
@@ -164,10 +178,11 @@ pub fn plot(lines: &[JsonLine], out: &Path) -> Result<(), Error> {
 
 /// [`plot`] of what `view` shows.
 pub fn plot_view(lines: &[JsonLine], view: &View, out: &Path) -> Result<(), Error> {
+    use_embedded_font();
     let data = PlotData::from_lines_in(lines, view);
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => {
-            draw(SVGBackend::new(out, SIZE).into_drawing_area(), &data, true)
+            draw(SVGBackend::new(out, SIZE).into_drawing_area(), &data)
         }
         Some(e) if e.eq_ignore_ascii_case("png") => write_png(&data, out),
         _ => Err(Error::Format(out.to_owned())),
@@ -180,7 +195,6 @@ fn write_png(data: &PlotData, out: &Path) -> Result<(), Error> {
     draw(
         BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
         data,
-        false,
     )?;
     encode_png(&rgb, SIZE, out)
 }
@@ -196,22 +210,20 @@ fn encode_png(rgb: &[u8], (w, h): (u32, u32), out: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-fn draw<DB: DrawingBackend>(
-    root: DrawingArea<DB, Shift>,
-    d: &PlotData,
-    text: bool,
-) -> Result<(), Error>
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, d: &PlotData) -> Result<(), Error>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(draw_err)?;
-    chart(&root, d, text, "throughput per path")?;
+    let scope = if d.scope.is_empty() { "path" } else { &d.scope };
+    chart(&root, d, &format!("throughput per {scope}"))?;
     root.present().map_err(draw_err)
 }
 
 /// Writes one panel per set of lines, side by side (the same run's analyses with different
-/// windows, say), each captioned with its label in SVG output.
+/// windows, say), each captioned with its label.
 pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], view: &View, out: &Path) -> Result<(), Error> {
+    use_embedded_font();
     let data: Vec<(String, PlotData)> = sets
         .iter()
         .map(|(l, lines)| (l.clone(), PlotData::from_lines_in(lines, view)))
@@ -219,14 +231,13 @@ pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], view: &View, out: &Path) ->
     let size = (PANEL_W * data.len().max(1) as u32, SIZE.1);
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => {
-            panels(SVGBackend::new(out, size).into_drawing_area(), &data, true)
+            panels(SVGBackend::new(out, size).into_drawing_area(), &data)
         }
         Some(e) if e.eq_ignore_ascii_case("png") => {
             let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
             panels(
                 BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(),
                 &data,
-                false,
             )?;
             encode_png(&rgb, size, out)
         }
@@ -240,7 +251,6 @@ const PANEL_W: u32 = 600;
 fn panels<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     data: &[(String, PlotData)],
-    text: bool,
 ) -> Result<(), Error>
 where
     DB::ErrorType: 'static,
@@ -248,7 +258,7 @@ where
     root.fill(&WHITE).map_err(draw_err)?;
     let areas = root.split_evenly((1, data.len().max(1)));
     for (area, (label, d)) in areas.iter().zip(data) {
-        chart(area, d, text, label)?;
+        chart(area, d, label)?;
     }
     root.present().map_err(draw_err)
 }
@@ -256,7 +266,6 @@ where
 fn chart<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     d: &PlotData,
-    text: bool,
     caption: &str,
 ) -> Result<(), Error>
 where
@@ -265,21 +274,18 @@ where
     let (xs, ys) = d.ranges();
     let ymax = ys.end;
     let mut builder = ChartBuilder::on(root);
-    builder.margin(20);
-    if text {
-        builder
-            .caption(caption, ("sans-serif", 22))
-            .x_label_area_size(40)
-            .y_label_area_size(60);
-    }
+    builder
+        .margin(20)
+        .caption(caption, ("sans-serif", 22))
+        .x_label_area_size(40)
+        .y_label_area_size(60);
     let mut chart = builder.build_cartesian_2d(xs, ys).map_err(draw_err)?;
-    let mut mesh = chart.configure_mesh();
-    if text {
-        mesh.x_desc("time (ms)").y_desc("GB/s");
-    } else {
-        mesh.disable_x_axis().disable_y_axis();
-    }
-    mesh.draw().map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("time (ms)")
+        .y_desc("GB/s")
+        .draw()
+        .map_err(draw_err)?;
     let scope = if d.scope.is_empty() { "path" } else { &d.scope };
     for (i, (path, pts)) in d.paths.iter().enumerate() {
         let color = PATH_COLORS[i % PATH_COLORS.len()];
@@ -287,7 +293,7 @@ where
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(draw_err)?
             .label(format!("{scope} {path}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
     let marks = [
         (&d.anomalies, RED),
@@ -300,7 +306,7 @@ where
             .map(|&t| PathElement::new([(t, 0.0), (t, ymax)], color.stroke_width(1)));
         chart.draw_series(lines).map_err(draw_err)?;
     }
-    if text && !d.paths.is_empty() {
+    if !d.paths.is_empty() {
         chart
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))

@@ -78,8 +78,17 @@ fn plot_writes_png_and_svg() {
     let bytes = std::fs::read(&png_path).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     let decoder = png::Decoder::new(std::io::Cursor::new(bytes));
-    let reader = decoder.read_info().unwrap();
+    let mut reader = decoder.read_info().unwrap();
     assert_eq!((reader.info().width, reader.info().height), (1200, 600));
+    // The caption is drawn in the top band, which holds nothing else: dark pixels there are
+    // its letters (a PNG without a font had none).
+    let mut rgb = vec![0u8; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut rgb).unwrap();
+    let dark = rgb[..40 * 1200 * 3]
+        .chunks(3)
+        .filter(|p| p.iter().all(|&c| c < 100))
+        .count();
+    assert!(dark > 100, "caption drawn in the PNG: {dark} dark pixels");
 
     let svg_path = dir.path().join("t.svg");
     let (ok, _, err) = run(&[

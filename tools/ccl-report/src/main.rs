@@ -21,7 +21,7 @@ struct Args {
     /// Plot files to write (.png, .svg); may be given more than once.
     #[arg(long)]
     plot: Vec<PathBuf>,
-    /// The plot's caption (SVG).
+    /// The plots' caption.
     #[arg(long, default_value = "libccl against NVIDIA NCCL")]
     caption: String,
 }

@@ -1,7 +1,6 @@
-//! The ratio against message size, one line per op, a grey line at 1 and a dashed one at the
-//! 0.95 noise floor. PNG output carries no text (drawing text needs a system font library):
-//! its colours are [`OP_COLORS`] in the ops' alphabetical order, which `ccl-report` prints;
-//! SVG output has the axes' labels, the caption and the legend.
+//! The ratio against message size, one line per op, a grey line at 1 and a faint one at the
+//! 0.95 noise floor, with the axes' labels, the caption and the legend in PNG and SVG alike
+//! (colours: [`OP_COLORS`] in the ops' alphabetical order).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -27,24 +26,38 @@ pub const OP_COLORS: [(&str, RGBColor); 9] = [
     ("cyan", RGBColor(0, 160, 170)),
 ];
 
+/// plotters draws text with the font registered under the family a style names; DejaVu Sans,
+/// carried in the binary, is that font for "sans-serif" (the only family the plot uses).
+fn use_embedded_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // An error here leaves text undrawable, which the drawing then reports: the embedded
+        // font is a well-formed TrueType file, so it does not happen.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+    });
+}
+
 fn draw_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
 
 /// Writes the plot of `r` to `out`, PNG or SVG by its extension.
 pub fn plot(r: &Ratios, caption: &str, out: &Path) -> Result<(), Error> {
+    use_embedded_font();
     match out.extension().and_then(|e| e.to_str()) {
-        Some(e) if e.eq_ignore_ascii_case("svg") => chart(
-            SVGBackend::new(out, SIZE).into_drawing_area(),
-            r,
-            Some(caption),
-        ),
+        Some(e) if e.eq_ignore_ascii_case("svg") => {
+            chart(SVGBackend::new(out, SIZE).into_drawing_area(), r, caption)
+        }
         Some(e) if e.eq_ignore_ascii_case("png") => {
             let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
             chart(
                 BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
                 r,
-                None,
+                caption,
             )?;
             encode_png(&rgb, out)
         }
@@ -67,7 +80,7 @@ fn encode_png(rgb: &[u8], out: &Path) -> Result<(), Error> {
 fn chart<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     r: &Ratios,
-    caption: Option<&str>,
+    caption: &str,
 ) -> Result<(), Error>
 where
     DB::ErrorType: 'static,
@@ -86,23 +99,20 @@ where
         .min(3.0);
     let x1 = all.iter().map(|p| p.0).fold(0.0, f64::max).max(x0 + 1.0);
     let y1 = all.iter().map(|p| p.1).fold(1.2, f64::max) * 1.05;
-    let mut b = ChartBuilder::on(&root);
-    b.margin(20);
-    if let Some(c) = caption {
-        b.caption(c, ("sans-serif", 22))
-            .x_label_area_size(40)
-            .y_label_area_size(60);
-    }
-    let mut chart = b.build_cartesian_2d(x0..x1, 0.0..y1).map_err(draw_err)?;
-    let mut mesh = chart.configure_mesh();
-    if caption.is_some() {
-        mesh.x_desc("message size")
-            .y_desc("time ratio")
-            .x_label_formatter(&|x| size_name(2f64.powf(x.round()) as u64));
-    } else {
-        mesh.disable_x_axis().disable_y_axis();
-    }
-    mesh.draw().map_err(draw_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(20)
+        .caption(caption, ("sans-serif", 22))
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0..x1, 0.0..y1)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size")
+        .y_desc("NCCL's time / libccl's (above 1: libccl faster)")
+        .x_label_formatter(&|x| size_name(2f64.powf(x.round()) as u64))
+        .draw()
+        .map_err(draw_err)?;
     for (y, style) in [
         (1.0, ShapeStyle::from(BLACK.mix(0.5)).stroke_width(2)),
         (0.95, ShapeStyle::from(BLACK.mix(0.3)).stroke_width(1)),
@@ -117,11 +127,13 @@ where
             .draw_series(LineSeries::new(pts(v), color.stroke_width(2)))
             .map_err(draw_err)?
             .label(op.as_str())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
-    if caption.is_some() && !r.is_empty() {
+    if !r.is_empty() {
         chart
             .configure_series_labels()
+            // Ratios sit around 1: the bottom right is where no line runs.
+            .position(SeriesLabelPosition::LowerRight)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()

@@ -62,6 +62,16 @@ fn rows_ratios_and_table_are_exact() {
     plot::plot(&r, "caption", &svg).unwrap();
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    // The caption's band (top 40 rows) holds nothing else: dark pixels there are its letters.
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().unwrap();
+    let width = reader.info().width as usize;
+    let mut rgb = vec![0u8; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut rgb).unwrap();
+    let dark = rgb[..40 * width * 3]
+        .chunks(3)
+        .filter(|p| p.iter().all(|&c| c < 100))
+        .count();
+    assert!(dark > 50, "caption drawn in the PNG: {dark} dark pixels");
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("all_reduce") && svg.contains("caption"));
     assert!(plot::plot(&r, "c", &dir.path().join("r.txt")).is_err());
