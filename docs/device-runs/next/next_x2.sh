@@ -84,8 +84,11 @@ case ${MODE:-hostcost} in
       --plot "$O/nccl-tests-x2.svg" > "$O/sweep.md" 2>&1
     cat "$O/sweep.md"; cd "$O" && tar czf sweep-logs.tgz sweep && rm -rf sweep ;;
   megatron)
-    for mb in 2 8; do
-      MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=30 LIBCCL=$PWD/.dev/new/libnccl.so.2 \
+    # MBS="2" ROUNDS=2 ITERS=20: one micro-batch, both libraries twice interleaved (single
+    # runs of one configuration moved 10-20% between calls, for both libraries).
+    for mb in ${MBS:-2 8}; do
+      MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=${ITERS:-30} ROUNDS=${ROUNDS:-1} \
+        LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
   eagerck)
