@@ -15,6 +15,9 @@ gcc -O2 tests/gpu/ce_ceiling_n.c -I/usr/local/cuda/include -L/usr/local/cuda/lib
 OUT=$OUT/ab LIBS="nccl ccl=$LIB lanes=$LIB" ENVS_lanes=CCL_IPC_BATCH_COPIES=0 NGPU=$NGPU \
   bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
 cat "$OUT/ab/nccltests.md"
+[ -x .dev/ccl-report ] && .dev/ccl-report "$OUT/ab/nccltests" --base nccl --lib ccl --verdict \
+  --plot "$OUT/nccl-tests-x4.png" --plot "$OUT/nccl-tests-x4.svg" \
+  --caption "libccl / NCCL, nccl-tests on $NGPU GPUs" > "$OUT/ab-report.md" 2>&1 && cat "$OUT/ab-report.md"
 OUT=$OUT/ce OPS="all_gather alltoall" EXTRA="-R 2 -x 2 -b 64M -e 1G -f 4" LIBS="nccl" NGPU=$NGPU \
   bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
 grep -haE "^ +[0-9]{8,}" "$OUT"/ce/nccltests/*.log | head -20

@@ -75,13 +75,13 @@ case ${MODE:-hostcost} in
   graphs)
     OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
       timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    .dev/ccl-report "$O/graphs/nccltests" --base nccl --lib ccl > "$O/graphs.md" 2>&1
+    .dev/ccl-report "$O/graphs/nccltests" --base nccl --lib ccl --verdict > "$O/graphs.md" 2>&1
     cat "$O/graphs.md"; cd "$O" && tar czf graphs-logs.tgz graphs && rm -rf graphs ;;
   sweep)
     OUT=$O/sweep LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5" \
       timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     .dev/ccl-report "$O/sweep/nccltests" --base nccl --lib ccl --plot "$O/nccl-tests-x2.png" \
-      --plot "$O/nccl-tests-x2.svg" > "$O/sweep.md" 2>&1
+      --plot "$O/nccl-tests-x2.svg" --verdict > "$O/sweep.md" 2>&1
     cat "$O/sweep.md"; cd "$O" && tar czf sweep-logs.tgz sweep && rm -rf sweep ;;
   megatron)
     # MBS="2" ROUNDS=2 ITERS=20: one micro-batch, both libraries twice interleaved (single

@@ -169,3 +169,91 @@ pub fn table(r: &Ratios, names: (&str, &str), wrong: (u64, u64)) -> String {
     ));
     s
 }
+
+/// The speed targets of nccl-tests against NCCL that the ratios are judged by: every size at
+/// least `floor` (run-to-run noise), the median over sizes at least `median`, and for the ops
+/// whose large transfers copy engines should win, at least `large` at each of `large_sizes`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Targets {
+    pub floor: f64,
+    pub median: f64,
+    pub large: f64,
+    pub large_sizes: Vec<u64>,
+    pub large_ops: Vec<String>,
+}
+
+impl Default for Targets {
+    /// The project's targets for nccl-tests' nine ops (`-b 8 -e 1G -f 2`).
+    fn default() -> Self {
+        Targets {
+            floor: 0.95,
+            median: 1.05,
+            large: 1.15,
+            large_sizes: vec![128 << 20, 1 << 30],
+            large_ops: [
+                "all_gather",
+                "alltoall",
+                "broadcast",
+                "sendrecv",
+                "gather",
+                "scatter",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+/// One line per op and target, `PASS` or `MISS` with what missed it (the sizes below the
+/// floor, the median, the large sizes' ratios; a large size the logs lack misses), then the
+/// count of misses.
+pub fn verdict(r: &Ratios, t: &Targets) -> String {
+    let mut lines = Vec::new();
+    for (op, v) in r {
+        let low: Vec<String> = v
+            .iter()
+            .filter(|&&(_, x)| x < t.floor)
+            .map(|&(s, x)| format!("{} {x:.3}", size_name(s)))
+            .collect();
+        lines.push(judged(op, &format!("every size >= {:.2}", t.floor), &low));
+        let mut xs: Vec<f64> = v.iter().map(|&(_, x)| x).collect();
+        let m = median(&mut xs);
+        let miss = (m < t.median).then(|| format!("{m:.3}"));
+        lines.push(judged(
+            op,
+            &format!("median >= {:.2}", t.median),
+            &Vec::from_iter(miss),
+        ));
+        if t.large_ops.iter().any(|o| o == op) {
+            let short: Vec<String> = t
+                .large_sizes
+                .iter()
+                .filter_map(|&s| match v.iter().find(|&&(x, _)| x == s) {
+                    Some(&(_, x)) if x >= t.large => None,
+                    Some(&(_, x)) => Some(format!("{} {x:.3}", size_name(s))),
+                    None => Some(format!("{} not measured", size_name(s))),
+                })
+                .collect();
+            let at: Vec<String> = t.large_sizes.iter().map(|&s| size_name(s)).collect();
+            lines.push(judged(
+                op,
+                &format!(">= {:.2} at {}", t.large, at.join(", ")),
+                &short,
+            ));
+        }
+    }
+    let misses = lines.iter().filter(|l| l.contains("MISS")).count();
+    format!(
+        "{}\n{misses} of {} targets missed\n",
+        lines.join("\n"),
+        lines.len()
+    )
+}
+
+fn judged(op: &str, target: &str, missed: &[String]) -> String {
+    if missed.is_empty() {
+        format!("PASS {op}: {target}")
+    } else {
+        format!("MISS {op}: {target}: {}", missed.join(", "))
+    }
+}

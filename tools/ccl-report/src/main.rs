@@ -1,10 +1,10 @@
-//! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg]`: the ratio table
-//! of nccl-tests logs (markdown on stdout) and its plot.
+//! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg] [--verdict]`: the
+//! ratio table of nccl-tests logs (markdown on stdout), its plot, and how it meets the targets.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ccl_report::{plot, ratios, read_lib, table, Error};
+use ccl_report::{plot, ratios, read_lib, table, verdict, Error, Targets};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -21,6 +21,10 @@ struct Args {
     /// Plot files to write (.png, .svg); may be given more than once.
     #[arg(long)]
     plot: Vec<PathBuf>,
+    /// Also judge the ratios by the speed targets (every size >= 0.95, median >= 1.05, >= 1.15
+    /// at 128 MiB and 1 GiB for the six data-movement ops): a PASS or MISS line per op and target.
+    #[arg(long)]
+    verdict: bool,
     /// The plots' caption.
     #[arg(long, default_value = "libccl against NVIDIA NCCL")]
     caption: String,
@@ -36,6 +40,9 @@ fn run(a: &Args) -> Result<(), Error> {
         .map(|(op, (c, _))| format!("{op} {c}"))
         .collect();
     println!("\nPlot colours: {}.", colours.join(", "));
+    if a.verdict {
+        print!("\n{}", verdict(&r, &Targets::default()));
+    }
     for out in &a.plot {
         plot::plot(&r, &a.caption, out)?;
     }

@@ -63,7 +63,9 @@ fn rows_ratios_and_table_are_exact() {
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     // The caption's band (top 40 rows) holds nothing else: dark pixels there are its letters.
-    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes)).read_info().unwrap();
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
     let width = reader.info().width as usize;
     let mut rgb = vec![0u8; reader.output_buffer_size().unwrap()];
     reader.next_frame(&mut rgb).unwrap();
@@ -75,4 +77,33 @@ fn rows_ratios_and_table_are_exact() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("all_reduce") && svg.contains("caption"));
     assert!(plot::plot(&r, "c", &dir.path().join("r.txt")).is_err());
+}
+
+/// Each target judged on exact ratios: a size under the floor, a median under its target, a
+/// large size under its target and one the logs lack all miss, naming what missed.
+#[test]
+fn verdict_names_what_misses_each_target() {
+    let mut r = ccl_report::Ratios::new();
+    r.insert(
+        "all_reduce".into(),
+        vec![(8, 1.2), (1 << 20, 1.1), (1 << 30, 1.0)],
+    );
+    r.insert(
+        "sendrecv".into(),
+        vec![(8, 0.5), (1 << 20, 1.0), (128 << 20, 1.2)],
+    );
+    let v = ccl_report::verdict(&r, &ccl_report::Targets::default());
+    let lines: Vec<&str> = v.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "PASS all_reduce: every size >= 0.95",
+            "PASS all_reduce: median >= 1.05",
+            "MISS sendrecv: every size >= 0.95: 8 B 0.500",
+            "MISS sendrecv: median >= 1.05: 1.000",
+            "MISS sendrecv: >= 1.15 at 128 MiB, 1 GiB: 1 GiB not measured",
+            "3 of 5 targets missed",
+        ],
+        "{v}"
+    );
 }
