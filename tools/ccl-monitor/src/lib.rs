@@ -4,7 +4,7 @@
 pub mod plot;
 pub mod summary;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ccl_monitor::export::json::read_lines;
 use ccl_monitor::export::JsonLine;
@@ -14,15 +14,10 @@ use ccl_monitor::export::JsonLine;
 pub enum Error {
     #[error(transparent)]
     Monitor(#[from] ccl_monitor::Error),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("drawing: {0}")]
     Plot(String),
-    #[error("PNG encoding: {0}")]
-    Png(#[from] png::EncodingError),
+    #[error(transparent)]
+    Png(#[from] ccl_plot::PngError),
     #[error("{}: the output must end in .png or .svg", .0.display())]
     Format(PathBuf),
 }
@@ -35,11 +30,4 @@ pub fn load(files: &[PathBuf]) -> Result<Vec<JsonLine>, Error> {
     }
     lines.sort_by_key(|l| l.ts_ns);
     Ok(lines)
-}
-
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    }
 }

@@ -2,15 +2,13 @@
 //! (orange) as vertical lines, with axis labels, caption and legend in PNG and SVG alike.
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
 use ccl_monitor::export::{JsonLine, LineKind};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::{io_err, Error};
+use crate::Error;
 
 const SIZE: (u32, u32) = (1200, 600);
 
@@ -152,21 +150,6 @@ fn bucketed(pts: &[(f64, f64)], ms: f64) -> Vec<(f64, f64)> {
     out
 }
 
-/// plotters draws text with the font registered under the family a style names; DejaVu Sans,
-/// carried in the binary, is that font for "sans-serif" (the only family these plots use).
-fn use_embedded_font() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An error here leaves text undrawable, which the drawing then reports: the embedded
-        // font is a well-formed TrueType file, so it does not happen.
-        let _ = plotters::style::register_font(
-            "sans-serif",
-            FontStyle::Normal,
-            dejavu::sans::regular(),
-        );
-    });
-}
-
 fn draw_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
@@ -178,7 +161,7 @@ pub fn plot(lines: &[JsonLine], out: &Path) -> Result<(), Error> {
 
 /// [`plot`] of what `view` shows.
 pub fn plot_view(lines: &[JsonLine], view: &View, out: &Path) -> Result<(), Error> {
-    use_embedded_font();
+    ccl_plot::use_embedded_font();
     let data = PlotData::from_lines_in(lines, view);
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => {
@@ -196,18 +179,7 @@ fn write_png(data: &PlotData, out: &Path) -> Result<(), Error> {
         BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
         data,
     )?;
-    encode_png(&rgb, SIZE, out)
-}
-
-fn encode_png(rgb: &[u8], (w, h): (u32, u32), out: &Path) -> Result<(), Error> {
-    let file = File::create(out).map_err(io_err(out))?;
-    let mut enc = png::Encoder::new(BufWriter::new(file), w, h);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut writer = enc.write_header()?;
-    writer.write_image_data(rgb)?;
-    writer.finish()?;
-    Ok(())
+    Ok(ccl_plot::write_png(&rgb, SIZE, out)?)
 }
 
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, d: &PlotData) -> Result<(), Error>
@@ -223,7 +195,7 @@ where
 /// Writes one panel per set of lines, side by side (the same run's analyses with different
 /// windows, say), each captioned with its label.
 pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], view: &View, out: &Path) -> Result<(), Error> {
-    use_embedded_font();
+    ccl_plot::use_embedded_font();
     let data: Vec<(String, PlotData)> = sets
         .iter()
         .map(|(l, lines)| (l.clone(), PlotData::from_lines_in(lines, view)))
@@ -239,7 +211,7 @@ pub fn plot_panels(sets: &[(String, Vec<JsonLine>)], view: &View, out: &Path) ->
                 BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area(),
                 &data,
             )?;
-            encode_png(&rgb, size, out)
+            Ok(ccl_plot::write_png(&rgb, size, out)?)
         }
         _ => Err(Error::Format(out.to_owned())),
     }

@@ -2,8 +2,6 @@
 //! 0.95 noise floor, with the axes' labels, the caption and the legend in PNG and SVG alike
 //! (colours: [`OP_COLORS`] in the ops' alphabetical order).
 
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::Path;
 
 use plotters::coord::Shift;
@@ -26,28 +24,13 @@ pub const OP_COLORS: [(&str, RGBColor); 9] = [
     ("cyan", RGBColor(0, 160, 170)),
 ];
 
-/// plotters draws text with the font registered under the family a style names; DejaVu Sans,
-/// carried in the binary, is that font for "sans-serif" (the only family the plot uses).
-fn use_embedded_font() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // An error here leaves text undrawable, which the drawing then reports: the embedded
-        // font is a well-formed TrueType file, so it does not happen.
-        let _ = plotters::style::register_font(
-            "sans-serif",
-            FontStyle::Normal,
-            dejavu::sans::regular(),
-        );
-    });
-}
-
 fn draw_err(e: impl std::fmt::Display) -> Error {
     Error::Plot(e.to_string())
 }
 
 /// Writes the plot of `r` to `out`, PNG or SVG by its extension.
 pub fn plot(r: &Ratios, caption: &str, out: &Path) -> Result<(), Error> {
-    use_embedded_font();
+    ccl_plot::use_embedded_font();
     match out.extension().and_then(|e| e.to_str()) {
         Some(e) if e.eq_ignore_ascii_case("svg") => {
             chart(SVGBackend::new(out, SIZE).into_drawing_area(), r, caption)
@@ -59,21 +42,10 @@ pub fn plot(r: &Ratios, caption: &str, out: &Path) -> Result<(), Error> {
                 r,
                 caption,
             )?;
-            encode_png(&rgb, out)
+            ccl_plot::write_png(&rgb, SIZE, out).map_err(draw_err)
         }
         _ => Err(Error::Format(out.to_owned())),
     }
-}
-
-fn encode_png(rgb: &[u8], out: &Path) -> Result<(), Error> {
-    let io = |e| Error::Io(out.to_owned(), e);
-    let file = File::create(out).map_err(io)?;
-    let mut enc = png::Encoder::new(BufWriter::new(file), SIZE.0, SIZE.1);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().map_err(draw_err)?;
-    w.write_image_data(rgb).map_err(draw_err)?;
-    w.finish().map_err(draw_err)
 }
 
 /// The chart: x is log2 of the size, y the ratio (0 to a bit over the highest).
