@@ -268,15 +268,21 @@ where
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
     }
     let marks = [
-        (&d.anomalies, RED),
-        (&d.recoveries, GREEN),
-        (&d.transitions, RGBColor(255, 140, 0)),
+        (&d.anomalies, RED, "anomaly"),
+        (&d.recoveries, GREEN, "recovery"),
+        (&d.transitions, RGBColor(255, 140, 0), "transition"),
     ];
-    for (times, color) in marks {
+    for (times, color, what) in marks {
         let lines = times
             .iter()
             .map(|&t| PathElement::new([(t, 0.0), (t, ymax)], color.stroke_width(1)));
-        chart.draw_series(lines).map_err(draw_err)?;
+        let drawn = chart.draw_series(lines).map_err(draw_err)?;
+        // The legend says what a vertical line means, for the kinds this plot has.
+        if !times.is_empty() {
+            drawn.label(what).legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3))
+            });
+        }
     }
     if !d.paths.is_empty() {
         chart

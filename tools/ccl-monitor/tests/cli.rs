@@ -105,6 +105,10 @@ fn plot_writes_png_and_svg() {
     );
     assert!(svg.contains("path 0") && svg.contains("path 1") && svg.contains("time (ms)"));
     assert!(svg.contains("<polyline"), "a throughput line is drawn");
+    assert!(
+        svg.contains("anomaly") && svg.contains("recovery") && svg.contains("transition"),
+        "the legend names the marker lines"
+    );
 }
 
 #[test]
