@@ -61,6 +61,15 @@ impl Default for View {
 }
 
 impl PlotData {
+    /// The scope the series are of, as the caption and legend name it.
+    fn scope_name(&self) -> &str {
+        if self.scope.is_empty() {
+            "path"
+        } else {
+            &self.scope
+        }
+    }
+
     pub fn from_lines(lines: &[JsonLine]) -> Self {
         Self::from_lines_in(lines, &View::default())
     }
@@ -187,8 +196,7 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(draw_err)?;
-    let scope = if d.scope.is_empty() { "path" } else { &d.scope };
-    chart(&root, d, &format!("throughput per {scope}"))?;
+    chart(&root, d, &format!("throughput per {}", d.scope_name()))?;
     root.present().map_err(draw_err)
 }
 
@@ -258,7 +266,7 @@ where
         .y_desc("GB/s")
         .draw()
         .map_err(draw_err)?;
-    let scope = if d.scope.is_empty() { "path" } else { &d.scope };
+    let scope = d.scope_name();
     for (i, (path, pts)) in d.paths.iter().enumerate() {
         let color = PATH_COLORS[i % PATH_COLORS.len()];
         chart
