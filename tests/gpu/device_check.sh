@@ -5,10 +5,11 @@
 # CHECK_MODES ("gN mpi": a mode starting with g is one process), CHECK_TIMEOUT (seconds per run),
 # CHECK_JOBS (runs at once, default 1: the 1 GiB sweep over every type and operator spends most
 # of its time checking on the host, so several runs share the GPUs well; correctness only),
-# CHECK_TAG (added to log names, for several calls of this script at once with other CHECK_ARGS).
+# CHECK_TAG (added to log names, for several calls of this script at once with other CHECK_ARGS),
+# LIBDIR (the libnccl.so.2 checked, default .dev).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
+CCL=$PWD/${LIBDIR:-.dev}; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"
 NGPU=${NGPU:-2}
 OPS=${*:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter}
 ARGS=${CHECK_ARGS:--b 8 -e 256M -f 32 -n 3 -w 1 -c 1}

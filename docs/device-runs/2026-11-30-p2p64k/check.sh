@@ -4,8 +4,10 @@
 # abort tests, two communicators in one group, nccl-tests-style checked sweeps of the affected
 # ops as one process and under mpirun, then PyTorch beside NVIDIA NCCL, bit for bit.
 set -uo pipefail
+# LIBDIR (.dev): the build checked. P2P=BYTES: every check with CCL_IPC_P2P_KERNEL_BYTES=BYTES.
+[ -n "${P2P:-}" ] && export CCL_IPC_P2P_KERNEL_BYTES=$P2P
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NGPU=2
-CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"; S=$OUT/summary.md; : > "$S"
+CCL=$PWD/${LIBDIR:-.dev}; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"; S=$OUT/summary.md; : > "$S"
 say() { echo "$*" | tee -a "$S"; }
 cc() { gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include "tests/gpu/$1.c" -L "$CCL" \
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \

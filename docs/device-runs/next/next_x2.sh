@@ -24,6 +24,8 @@
 #                  (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait
 #   MODE=eagerprof an nsys GPU trace of a 64 MiB eager exchange against the push wait (if nsys
 #                  is there), to see where eager exchanges lose
+#   MODE=p2pwide   branch p2p-wide's multi-block point-to-point kernel (.dev/pw) against main's
+#                  build and NCCL, sendrecv 4 KiB - 2 MiB
 #   MODE=monitor   issue 43's overhead in one run: monitor on / off at 1 MiB and 64 MiB, all_reduce
 #                  and sendrecv, on two GPUs (nccl-tests) and on the host backend (carry .dev/net)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
@@ -91,6 +93,24 @@ case ${MODE:-hostcost} in
         LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
     done ;;
+  p2pwide)
+    # Branch p2p-wide in .dev/pw: the point-to-point kernel on several blocks a side (one per
+    # 32 KiB), 1 MiB slots; CCL_IPC_P2P_KERNEL_BYTES 32 KiB (its default) against 128 KiB,
+    # 512 KiB and 1 MiB, and main's build (.dev/new), sendrecv 4 KiB - 2 MiB eager and -C 1,
+    # beside NCCL. Regression checks of the wide kernel first:
+    # `LIBDIR=.dev/pw P2P=1048576 bash docs/device-runs/2026-11-30-p2p64k/check.sh`.
+    export ENVS_k128=CCL_IPC_P2P_KERNEL_BYTES=131072 ENVS_k512=CCL_IPC_P2P_KERNEL_BYTES=524288 \
+      ENVS_k1m=CCL_IPC_P2P_KERNEL_BYTES=1048576
+    for x in "" "-C 1"; do
+      t=eager; [ -n "$x" ] && t=host
+      OUT=$O/pw-$t OPS=sendrecv NGPU=2 EXTRA="-b 4K -e 2M -f 2 -n 100 -w 10 $x" \
+        LIBS="nccl main=.dev/new k32=.dev/pw k128=.dev/pw k512=.dev/pw k1m=.dev/pw" timeout ${LIMIT:-150} \
+        bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+      for n in main k32 k128 k512 k1m; do
+        echo "## $t $n"; .dev/ccl-report "$O/pw-$t/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+      done
+    done
+    cd "$O" && tar czf pw-logs.tgz pw-* && rm -rf pw-eager pw-host ;;
   eagerck)
     # Eager exchanges with the receiver's copies out of its slots as one kernel a chunk
     # (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait, 8 KiB - 512 MiB.
