@@ -11,6 +11,10 @@
 # ITERS_SMALL (2000:
 # at 200 a 1 MiB run timed about 0.13 s and its busbw swung 10% from run to run),
 # ITERS_LARGE (10), OPS (all_reduce sendrecv), FILE (1: the monitor writes CCL_MONITOR_FILE; 0: no file), SIZES (1M 64M),
+# ON_ENV (more VAR=VALUE settings of the monitored runs, say "CCL_MONITOR_POLL_US=100000"),
+# PIN ("CPUS0 CPUS1": each rank's process kept on its CPU list, say "2-5 6-9"; on an idle
+# 32-core nvidia-h200-x2 host four cores a rank cut 64 MiB busbw from ~6 to ~1.4 GB/s and
+# left the on/off ratios no steadier: docs/device-runs/2026-11-30-x2-f83ccce/),
 # ACCOUNT (0; 1: one more monitored run per case with NCCL_DEBUG=INFO, whose collectors log
 # their own CPU time at exit: printed as a share of the ranks' CPU, a figure the load of other
 # processes on the machine moves far less than the busbw ratios). Needs root and iproute2.
@@ -41,7 +45,8 @@ one() {
   local port=$((20000 + RANDOM % 20000)) drops0
   drops0=$(udp_drops)
   for r in 1 0; do
-    ip netns exec "cclnic$r" env ${extra:+"$extra"} CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
+    local pin; pin=$(echo "${PIN:-}" | awk -v k=$((r + 1)) '{print $k}')
+    ip netns exec "cclnic$r" ${pin:+taskset -c "$pin"} env ${extra:+"$extra"} $([ "$mon" = 1 ] && echo "${ON_ENV:-}") CCL_RANK=$r CCL_NRANKS=2 NCCL_COMM_ID=10.78.0.1:$port \
       NCCL_SOCKET_IFNAME=nic0 CCL_NET=mpt CCL_MPT_IFNAMES=nic0,nic1 CCL_MONITOR="$mon" \
       CCL_MONITOR_FILE="$([ "$FILE" = 1 ] && echo "$LOG/$tag.%p.jsonl")" LD_LIBRARY_PATH="$LIBDIR" \
       python3 -c 'import resource, subprocess, sys

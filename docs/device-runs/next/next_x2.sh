@@ -28,6 +28,9 @@
 #                  build and NCCL, sendrecv 4 KiB - 2 MiB
 #   MODE=monitor   issue 43's overhead in one run: monitor on / off at 1 MiB and 64 MiB, all_reduce
 #                  and sendrecv, on two GPUs (nccl-tests) and on the host backend (carry .dev/net)
+#   MODE=oldnew    8 B - 1 MiB of .dev/old beside .dev/new and NCCL, interleaved (host-bound sizes)
+#   MODE=monab     the host monitor's sendrecv 1 MiB cost by default, without its file and with
+#                  100 ms passes
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -145,5 +148,29 @@ case ${MODE:-hostcost} in
   # The whole round takes more than 330 s on two H200s: give it a call of its own (timeout_s 600).
   monitor) SIZES="1M 64M" PART="gpumon hostmon" REPS=4 GPUMON_S=240 HREPS=10 HOSTMON_S=330 \
     OUT=$O bash docs/device-runs/2026-11-30-quiet/run.sh ;;
+  oldnew)
+    # The sizes up to 1 MiB, where a call's time is its host time, of the build in .dev/old
+    # (say bd00519) beside .dev/new and NCCL, interleaved REPS times: whether libccl's small
+    # ratios moved between two sweeps because of libccl or because NCCL's time per call did.
+    OUT=$O/on OPS="${OPS:-reduce sendrecv scatter gather all_gather broadcast all_reduce}" NGPU=2 \
+      REPS=${REPS:-2} EXTRA="-b 8 -e 1M -f 4 -n 50 -w 10" LIBS="nccl old=.dev/old new=.dev/new" \
+      timeout ${LIMIT:-240} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in old new; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/on/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    echo "## new / old"; .dev/ccl-report "$O/on/nccltests" --base old --lib new 2>&1 | grep -E "^\||wrong"
+    cd "$O" && tar czf oldnew-logs.tgz on && rm -rf on ;;
+  monab)
+    # What the host monitor's cost at sendrecv 1 MiB (0.974-0.983 busbw in four runs) comes
+    # from: the monitored runs as by default (JSON file, 10 ms passes), without the file, and
+    # with a pass every 100 ms, HREPS pairs each, on the idle cores (carry .dev/net).
+    export PATH=$PWD/.dev/net/bin:$PATH; mkdir -p "$O"
+    for v in "file:1:" "nofile:0:" "poll100ms:1:CCL_MONITOR_POLL_US=100000"; do
+      IFS=: read -r name file env <<< "$v"
+      echo "== $name"
+      FILE=$file ON_ENV=$env OPS=sendrecv SIZES=1M REPS=${HREPS:-12} LIBDIR=.dev timeout ${LIMIT:-150} \
+        bash tests/bench/monitor_overhead.sh "$O/mon-$name" > "$O/monab-$name.txt" 2>&1
+      grep -E "^sendrecv" "$O/monab-$name.txt"; rm -rf "$O/mon-$name"
+    done ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
