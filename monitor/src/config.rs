@@ -35,7 +35,9 @@ pub struct MonitorConfig {
     /// `CCL_MONITOR_POLL_US`: how often the collector drains the rings while records come
     /// (default 10 ms). Events carry the time they happened; they are reported up to this
     /// much later. Shorter costs more: each pass wakes a thread that competes with the
-    /// engines for the cores (docs/PERFORMANCE.md has 1 ms against 10 ms).
+    /// engines for the cores; longer did not show as cheaper (100 ms: host-backend sendrecv
+    /// busbw on / off 0.906 against 0.990 at 10 ms in one call, within the runs' spread:
+    /// docs/device-runs/2026-11-30-x2-f83ccce/monab/).
     pub poll: Duration,
     /// `CCL_MONITOR_EARLY`: a window of completions that reach back further than the span
     /// is also judged on its latest span (default on: a drop shows within about the span

@@ -29,6 +29,9 @@
 #   MODE=monitor   issue 43's overhead in one run: monitor on / off at 1 MiB and 64 MiB, all_reduce
 #                  and sendrecv, on two GPUs (nccl-tests) and on the host backend (carry .dev/net)
 #   MODE=oldnew    8 B - 1 MiB of .dev/old beside .dev/new and NCCL, interleaved (host-bound sizes)
+#   MODE=reorder   the small gathers, reduces, broadcasts of bd00519 / 5e889f9 / f4543a4 / .dev/new,
+#                  bd00519 last
+#   MODE=hostmon40 host-backend sendrecv 1 MiB, monitor on / off, 40 pairs
 #   MODE=monab     the host monitor's sendrecv 1 MiB cost by default, without its file and with
 #                  100 ms passes
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
@@ -160,6 +163,25 @@ case ${MODE:-hostcost} in
     done
     echo "## new / old"; .dev/ccl-report "$O/on/nccltests" --base old --lib new 2>&1 | grep -E "^\||wrong"
     cd "$O" && tar czf oldnew-logs.tgz on && rm -rf on ;;
+  reorder)
+    # The small gathers' 0.71-0.80 of bd00519 (docs/device-runs/2026-11-30-x2-f83ccce/bisect.md),
+    # with bd00519 run last instead of first and twice interleaved: the builds by
+    # `scripts/dev-build.sh bd00519 old`, `... 5e889f9 b1`, `... f4543a4 b2` (leave .dev/perf
+    # out of the carry: 64 MiB).
+    OUT=$O/ro OPS="gather reduce broadcast" NGPU=2 REPS=${REPS:-2} EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10" \
+      LIBS="nccl new=.dev/new b2=.dev/b2 b1=.dev/b1 old=.dev/old" timeout ${LIMIT:-240} \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in b1 b2 new; do
+      echo "## $n / old"; .dev/ccl-report "$O/ro/nccltests" --base old --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf reorder-logs.tgz ro && rm -rf ro ;;
+  hostmon40)
+    # Issue 43's open case alone with many pairs: host-backend sendrecv 1 MiB, monitor on / off,
+    # HREPS (40) pairs on the idle cores (a run's busbw moved 1.1-2.2 GB/s within one setting).
+    export PATH=$PWD/.dev/net/bin:$PATH; mkdir -p "$O"
+    OPS=sendrecv SIZES=1M REPS=${HREPS:-40} LIBDIR=.dev FILE=1 timeout ${LIMIT:-500} \
+      bash tests/bench/monitor_overhead.sh "$O/m40" > "$O/hostmon40.txt" 2>&1
+    grep -E "^sendrecv" "$O/hostmon40.txt"; rm -rf "$O/m40" ;;
   monab)
     # What the host monitor's cost at sendrecv 1 MiB (0.974-0.983 busbw in four runs) comes
     # from: the monitored runs as by default (JSON file, 10 ms passes), without the file, and
