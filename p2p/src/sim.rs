@@ -12,3 +12,4 @@ mod harness;
 mod host_path;
 mod mail;
 mod staged;
+mod traffic;

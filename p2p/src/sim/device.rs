@@ -210,10 +210,100 @@ impl Device for SimDevice {
     }
 }
 
-/// Byte-addressed memory made of disjoint regions.
+/// Byte-addressed memory made of disjoint regions, and the bytes a run moved between GPUs.
 #[derive(Default)]
 pub(super) struct Mem {
     pub(super) regions: Vec<(u64, Vec<u8>)>,
+    pub(super) traffic: Traffic,
+}
+
+/// Bytes that crossed from one GPU's memory to another's in a run (NVLink's load, where the
+/// speed of a large collective on several GPUs is decided): per (from, to) pair, and per GPU
+/// whose copy engines or kernels moved them. Rank `r` owns the addresses from
+/// [`super::cases::base`]`(r)` to the next rank's base.
+#[derive(Default, Debug, Clone, PartialEq)]
+pub(super) struct Traffic {
+    pub(super) link: HashMap<(usize, usize), u64>,
+    pub(super) moved_by: HashMap<usize, u64>,
+}
+
+impl Traffic {
+    /// The GPU that owns `addr` (every simulated address lies above rank 0's base).
+    fn owner(addr: u64) -> usize {
+        ((addr >> 32) as usize).saturating_sub(1)
+    }
+
+    /// `bytes` from `src` to `dst`, moved by GPU `by`.
+    fn add(&mut self, by: usize, src: u64, dst: u64, bytes: usize) {
+        let (from, to) = (Self::owner(src), Self::owner(dst));
+        if from != to && bytes > 0 {
+            *self.link.entry((from, to)).or_default() += bytes as u64;
+            *self.moved_by.entry(by).or_default() += bytes as u64;
+        }
+    }
+
+    /// What a kernel on GPU `by` reads and writes: reads of other GPUs' memory cross to `by`,
+    /// writes to other GPUs' memory cross from it.
+    fn kernel(&mut self, by: usize, k: &Kernel) {
+        let here = base_of(by);
+        let (reads, dst, bytes): (Vec<u64>, u64, usize) = match *k {
+            Kernel::Reduce {
+                dtype,
+                dst,
+                a,
+                b,
+                n,
+                ..
+            } => (vec![a, b], dst, n * dtype.size()),
+            Kernel::ReduceN {
+                dtype,
+                dst,
+                ref srcs,
+                k,
+                n,
+                ..
+            } => (srcs[..k].to_vec(), dst, n * dtype.size()),
+            Kernel::PreMul {
+                dtype, dst, src, n, ..
+            } => (vec![src], dst, n * dtype.size()),
+            Kernel::PreMulAdd {
+                dtype,
+                dst,
+                src,
+                acc,
+                n,
+                ..
+            } => (vec![src, acc], dst, n * dtype.size()),
+            Kernel::DivInt { .. } => return,
+        };
+        for src in reads {
+            self.add(by, src, here, bytes);
+        }
+        self.add(by, here, dst, bytes);
+    }
+
+    /// Bytes leaving GPU `r` for the others.
+    pub(super) fn egress(&self, r: usize) -> u64 {
+        self.link
+            .iter()
+            .filter(|((f, _), _)| *f == r)
+            .map(|(_, b)| b)
+            .sum()
+    }
+
+    /// Bytes reaching GPU `r` from the others.
+    pub(super) fn ingress(&self, r: usize) -> u64 {
+        self.link
+            .iter()
+            .filter(|((_, t), _)| *t == r)
+            .map(|(_, b)| b)
+            .sum()
+    }
+}
+
+/// An address in GPU `r`'s memory.
+fn base_of(r: usize) -> u64 {
+    super::cases::base(r)
 }
 
 impl Mem {
@@ -437,8 +527,12 @@ pub(super) fn run_mailed(
             Op::Copy(dst, src, n) => {
                 let b = mem.read(src, n);
                 mem.range(dst, n).copy_from_slice(&b);
+                mem.traffic.add(d, src, dst, n);
             }
-            Op::Kernel(k) => mem.kernel(k),
+            Op::Kernel(k) => {
+                mem.traffic.kernel(d, &k);
+                mem.kernel(k);
+            }
             Op::Record(id) => {
                 recorded.insert((d, id));
             }

@@ -45,6 +45,9 @@ pub(super) struct Setup {
     /// Sends posted before their receives go eagerly through the receivers' slots from this
     /// size on, smaller ones are pulled (`CCL_IPC_EAGER_SEND`, `CCL_IPC_EAGER_MIN_BYTES`).
     pub(super) eager: Option<usize>,
+    /// Direct reductions in one kernel over all inputs (`Some(true)`, as the engine does once
+    /// it has loaded that kernel), as the chain of two-input kernels, or (`None`) each in turn.
+    pub(super) reduce_n: Option<bool>,
 }
 
 impl Setup {
@@ -64,6 +67,7 @@ impl Setup {
             mirror: false,
             mailed: false,
             eager: None,
+            reduce_n: None,
         }
     }
 
@@ -302,7 +306,7 @@ impl Setup {
             // Every other reduction in one kernel over all inputs, the rest as the chain of
             // two-input kernels: both must give the reference's bits, in any mix of ranks.
             .map(|mut p| {
-                p.multi = (seq + l.rank as u64) % 2 == 1;
+                p.multi = self.reduce_n.unwrap_or((seq + l.rank as u64) % 2 == 1);
                 p
             });
             if let Some(p) = p {
@@ -469,6 +473,27 @@ pub(super) fn simulate_counts(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(usize, usize, usize), String> {
+    simulate_full(s, cases, merged, seed, tamper).map(|(d, a, m, _)| (d, a, m))
+}
+
+/// [`simulate`] of `cases`, every stream on its own queue, returning the bytes the run moved
+/// between GPUs.
+pub(super) fn simulate_traffic(
+    s: &Setup,
+    cases: &[Case],
+    seed: u64,
+) -> std::result::Result<Traffic, String> {
+    simulate_full(s, cases, false, seed, None).map(|(.., t)| t)
+}
+
+/// [`simulate_counts`] with the run's traffic.
+fn simulate_full(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+    tamper: Option<Tamper<'_>>,
+) -> std::result::Result<(usize, usize, usize, Traffic), String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
     if s.mailed {
@@ -567,7 +592,7 @@ pub(super) fn simulate_counts(
         }
     }
     let mailed = dx.mail.as_ref().map_or(0, |m| m.handed.get());
-    Ok((dx.sym_direct.get(), dx.sym_alone.get(), mailed))
+    Ok((dx.sym_direct.get(), dx.sym_alone.get(), mailed, mem.traffic))
 }
 
 /// Rank `rank` of two posts a group that sends `count` floats to the other rank and

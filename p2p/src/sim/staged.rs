@@ -46,6 +46,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         // Half the direct runs send eagerly (sends posted first go through
                         // the receive slots, after the staged program).
                         eager: (direct && rx_lanes == 2).then_some(0),
+                        reduce_n: None,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {
