@@ -1,10 +1,11 @@
-//! The ratio against message size, one line per op, a grey line at 1 and a faint one at the
+//! The ratio against message size, one line per op, a grey line at 1 and a dashed one at the
 //! 0.95 noise floor, with the axes' labels, the caption and the legend in PNG and SVG alike
 //! (colours: [`OP_COLORS`] in the ops' alphabetical order).
 
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use crate::{size_name, Error, Ratios};
@@ -85,14 +86,21 @@ where
         .x_label_formatter(&|x| size_name(2f64.powf(x.round()) as u64))
         .draw()
         .map_err(draw_err)?;
-    for (y, style) in [
-        (1.0, ShapeStyle::from(BLACK.mix(0.5)).stroke_width(2)),
-        (0.95, ShapeStyle::from(BLACK.mix(0.3)).stroke_width(1)),
-    ] {
-        chart
-            .draw_series(std::iter::once(PathElement::new([(x0, y), (x1, y)], style)))
-            .map_err(draw_err)?;
-    }
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            [(x0, 1.0), (x1, 1.0)],
+            ShapeStyle::from(BLACK.mix(0.5)).stroke_width(2),
+        )))
+        .map_err(draw_err)?;
+    // Dashed, so that the noise floor stands apart from the mesh's lines.
+    chart
+        .draw_series(std::iter::once(DashedPathElement::new(
+            [(x0, 0.95), (x1, 0.95)],
+            6,
+            4,
+            ShapeStyle::from(BLACK.mix(0.6)).stroke_width(1),
+        )))
+        .map_err(draw_err)?;
     for (i, (op, v)) in r.iter().enumerate() {
         let color = OP_COLORS[i % OP_COLORS.len()].1;
         chart
