@@ -162,6 +162,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
         one_shot: one_shot_max,
         fused,
+        fused_copy_max: eng.cfg.graph_fused_copy_bytes.max(0) as usize,
     };
     // The handshakes of a group that is not one kernel spin in a kernel of their own where
     // spinning is as safe as for the fused kernels: a batch of stream waits is re-polled by

@@ -196,6 +196,18 @@ impl Device for CudaDevice<'_> {
             done: f.done.clone(),
             halfway: f.halfway.clone(),
         };
+        if let Some((go, arrived)) = f.spread {
+            // SAFETY: as below; `go` and `arrived` are this rank's own words of the group in
+            // its flag area (zeroed at setup, no partner writes them), which the kernel sets
+            // back to 0 before it ends, and the group's launches follow one another on `s`.
+            unsafe {
+                self.eng
+                    .kernels
+                    .graph_copies_spread(s, &f.copies, &words, go, arrived)
+            }
+            .map_err(cuda_err)?;
+            return Ok(true);
+        }
         // SAFETY: see the impl: the copies are the captured group's, between user buffers
         // (peers' mapped at capture) and its scratch memory, disjoint; the words as in
         // `fused_all_reduce`.

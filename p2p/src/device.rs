@@ -142,6 +142,10 @@ pub(crate) struct FusedCopies {
     pub inputs: Vec<(u64, u64)>,
     pub halfway: Vec<(u64, u64)>,
     pub done: Vec<(u64, u64)>,
+    /// Spread over blocks (no `halfway`): two words of this rank, 0 between launches, that
+    /// the blocks meet on (block 0 lets the others go, the last one does the "done"
+    /// handshake); `None`: one block.
+    pub spread: Option<(u64, u64)>,
 }
 
 /// What the protocols queue. Each call appends to one lane; lanes run concurrently, in order

@@ -29,6 +29,8 @@
 #   MODE=monitor   issue 43's overhead in one run: monitor on / off at 1 MiB and 64 MiB, all_reduce
 #                  and sendrecv, on two GPUs (nccl-tests) and on the host backend (carry .dev/net)
 #   MODE=oldnew    8 B - 1 MiB of .dev/old beside .dev/new and NCCL, interleaved (host-bound sizes)
+#   MODE=spread    captured copy-only groups spread over blocks (CCL_GRAPH_FUSED_COPY_BYTES 1 and
+#                  4 MiB) against the default and NCCL, -G 10, 16 KiB - 8 MiB
 #   MODE=reorder   the small gathers, reduces, broadcasts of bd00519 / 5e889f9 / f4543a4 / .dev/new,
 #                  bd00519 last
 #   MODE=hostmon40 host-backend sendrecv 1 MiB, monitor on / off, 40 pairs
@@ -163,6 +165,18 @@ case ${MODE:-hostcost} in
     done
     echo "## new / old"; .dev/ccl-report "$O/on/nccltests" --base old --lib new 2>&1 | grep -E "^\||wrong"
     cd "$O" && tar czf oldnew-logs.tgz on && rm -rf on ;;
+  spread)
+    # Captured copy-only groups as one kernel spread over blocks (CCL_GRAPH_FUSED_COPY_BYTES)
+    # against the default (one block to 64 KiB, then copy engines between handshake kernels:
+    # sendrecv 128 KiB - 4 MiB 0.46-0.79 of NCCL, 2026-11-30), -G 10, 16 KiB - 8 MiB.
+    export ENVS_s1m=CCL_GRAPH_FUSED_COPY_BYTES=1048576 ENVS_s4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304
+    OUT=$O/sp OPS="sendrecv broadcast scatter gather all_gather alltoall" NGPU=2 \
+      EXTRA="-b 16K -e 8M -f 2 -n 50 -w 10 -G 10" LIBS="nccl def=.dev/new s1m=.dev/new s4m=.dev/new" \
+      timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in def s1m s4m; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/sp/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf spread-logs.tgz sp && rm -rf sp ;;
   reorder)
     # The small gathers' 0.71-0.80 of bd00519 (docs/device-runs/2026-11-30-x2-f83ccce/bisect.md),
     # with bd00519 run last instead of first and twice interleaved: the builds by

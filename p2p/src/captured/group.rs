@@ -28,6 +28,9 @@ pub(crate) struct Group<'a> {
     pub one_shot: usize,
     /// A small group may be one kernel ([`fused`], [`fused_copies`]; its kernel is loaded).
     pub fused: bool,
+    /// Most bytes a group that only copies moves as [`fused_copies`] with no halfway
+    /// handshake, spread over blocks above [`FUSED_MAX_BYTES`] (`CCL_GRAPH_FUSED_COPY_BYTES`).
+    pub fused_copy_max: usize,
 }
 
 /// Queues group `g` of `l.rank` on [`Lane::User`] (see the module's steps).
@@ -367,7 +370,8 @@ pub(crate) fn fusable_reduction(t: &Task, one_shot_max: usize) -> bool {
 
 /// Group `g` as one kernel that does its handshakes and copies itself, if it only copies (no
 /// reduction; receives [`parked`] in scratch memory move into place after a `HALFWAY`
-/// handshake, as in the parts), at most [`FUSED_MAX_BYTES`] in at most [`GRAPH_COPIES_MAX`]
+/// handshake, as in the parts), at most [`FUSED_MAX_BYTES`] (one block), or without a halfway
+/// handshake at most `g.fused_copy_max` (spread over blocks), in at most [`GRAPH_COPIES_MAX`]
 /// copies, with at most [`REDUCE_N_MAX`] partners; the same words in the same order as the
 /// parts, as [`fused`].
 fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
@@ -392,9 +396,17 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
         .filter_map(|(t, park)| park.map(|off| unpark(t, off, (rank, n), g.scratch)))
         .collect();
     let total: usize = copies.iter().chain(&second).map(|c| c.2).sum();
-    if total > FUSED_MAX_BYTES || copies.len() + second.len() > GRAPH_COPIES_MAX {
+    let spread = !halfway && total > FUSED_MAX_BYTES;
+    let most = match spread {
+        true => g.fused_copy_max,
+        false => FUSED_MAX_BYTES,
+    };
+    if total > most || copies.len() + second.len() > GRAPH_COPIES_MAX {
         return Ok(None);
     }
+    // This rank's own words of the group (no partner writes them: a rank is not its own
+    // partner) are where its blocks meet.
+    let own = |kind| l.captured_word(rank, g.index, kind, rank);
     Ok(Some(FusedCopies {
         copies,
         second,
@@ -405,6 +417,7 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
             Vec::new()
         },
         done: word_pairs(l, g.index, &partners, DONE),
+        spread: spread.then(|| (own(INPUTS), own(DONE))),
     }))
 }
 

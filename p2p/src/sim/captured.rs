@@ -70,6 +70,7 @@ fn simulate_captured(
                 scratch,
                 one_shot,
                 fused: seed % 2 == 1,
+                fused_copy_max: 1 << 20,
             });
         }
     }
@@ -498,6 +499,37 @@ fn captured_copies_in_one_kernel_meet_copies_on_copy_engines() {
         }
     }
     assert!(launched.get() > 0, "no group copied in one kernel");
+}
+
+/// Groups that only copy, above one block's 64 KiB, as one kernel spread over blocks on some
+/// ranks (odd seeds: the even ranks) and as parts on the others: exact over every replay, every
+/// word reset, and the spread kernel did run.
+#[test]
+fn captured_copies_spread_over_blocks_meet_the_parts() {
+    let spread = std::cell::Cell::new(0usize);
+    let count = |d: &mut SimDevice, _r: usize| spread.set(spread.get() + d.spread_kernels);
+    for n in [2, 3, 4] {
+        // 20000 four-byte elements: 80 KB a rank's block, above what one block takes.
+        let cases: Vec<Case> = captured_cases(n, 20_000, 3)
+            .into_iter()
+            .filter(|c| !reduces_case(c))
+            .collect();
+        for one_group in [false, true] {
+            for seed in [1u64, 3, 5] {
+                simulate_captured(n, &cases, one_group, 3, false, seed, Some(&count))
+                    .unwrap_or_else(|e| panic!("n {n} one group {one_group} seed {seed}: {e}"));
+            }
+        }
+    }
+    assert!(spread.get() > 0, "no group of copies spread over blocks");
+}
+
+/// Whether `c` reduces (such groups are never the copies kernel).
+fn reduces_case(c: &Case) -> bool {
+    matches!(
+        c.kind,
+        Kind::Coll(Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. })
+    )
 }
 
 /// Host-only captured collectives (every kind, type, reduction and root the cases hold, in and

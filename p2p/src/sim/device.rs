@@ -41,6 +41,8 @@ pub(super) struct SimDevice {
     /// kernel's copies run in no order), and how many such kernels were queued.
     pub(super) copy_kernel: bool,
     pub(super) copy_kernels: usize,
+    /// One-kernel groups of copies spread over blocks ([`crate::device::FusedCopies::spread`]).
+    pub(super) spread_kernels: usize,
 }
 
 impl SimDevice {
@@ -55,6 +57,7 @@ impl SimDevice {
             batches: 0,
             copy_kernel: false,
             copy_kernels: 0,
+            spread_kernels: 0,
         }
     }
 
@@ -146,6 +149,9 @@ impl Device for SimDevice {
         if self.fused_registers.is_none() {
             return Ok(false);
         }
+        // Spread or not, the kernel waits and writes the same words in the same order; its
+        // blocks' own two words never leave it.
+        self.spread_kernels += usize::from(f.spread.is_some());
         self.handshake(lane, &f.inputs);
         for &(dst, src, bytes) in &f.copies {
             self.push(lane, Op::Copy(dst, src, bytes));

@@ -83,17 +83,59 @@ impl Kernels {
         words: &GraphWords,
     ) -> Result<()> {
         // SAFETY: the caller's contract.
-        unsafe { self.graph_copies_form(stream, first, second, words, false) }
+        unsafe { self.graph_copies_form(stream, first, second, words, CopiesForm::OneBlock) }
     }
 
-    /// [`Self::graph_copies`], or with `wide` [`Self::graph_copies_wide`] (`first` only).
+    /// [`Self::graph_copies`] without a halfway handshake, spread over as many blocks as the
+    /// copies fill (one per 32 KiB, up to [`GRAPH_WIDE_BLOCKS`]): block 0 does the "inputs"
+    /// handshake and lets the others go through `go`; the last block to finish (counted in
+    /// `arrived`) does the "done" handshake and sets both words back to 0.
+    ///
+    /// # Safety
+    /// As [`Self::graph_copies`]; `go` and `arrived` are device-accessible words that are 0
+    /// and that nothing else touches while a launch of this group may run.
+    pub unsafe fn graph_copies_spread(
+        &self,
+        stream: &Stream,
+        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+        words: &GraphWords,
+        go: CUdeviceptr,
+        arrived: CUdeviceptr,
+    ) -> Result<()> {
+        if !words.halfway.is_empty() {
+            return Err(CudaError::InvalidArgument(
+                "graph_copies_spread: a halfway handshake".into(),
+            ));
+        }
+        let form = CopiesForm::Spread { go, arrived };
+        // SAFETY: the caller's contract.
+        unsafe { self.graph_copies_form(stream, copies, &[], words, form) }
+    }
+
+    /// `copies` (dst, src, bytes) as one kernel of as many blocks as they fill (up to
+    /// [`GRAPH_WIDE_BLOCKS`]), with no handshake: for a captured group's parts, between its
+    /// handshake kernels, where one node replaces a copy-engine node per copy.
+    ///
+    /// # Safety
+    /// As [`Self::graph_copies`]'s copies.
+    pub unsafe fn graph_copies_wide(
+        &self,
+        stream: &Stream,
+        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+    ) -> Result<()> {
+        let (w, form) = (GraphWords::default(), CopiesForm::Wide);
+        // SAFETY: the caller's contract; no words are touched.
+        unsafe { self.graph_copies_form(stream, copies, &[], &w, form) }
+    }
+
+    /// [`Self::graph_copies`] in `form`.
     unsafe fn graph_copies_form(
         &self,
         stream: &Stream,
         first: &[(CUdeviceptr, CUdeviceptr, usize)],
         second: &[(CUdeviceptr, CUdeviceptr, usize)],
         words: &GraphWords,
-        wide: bool,
+        form: CopiesForm,
     ) -> Result<()> {
         let np = words.inputs.len();
         let halfway = !words.halfway.is_empty();
@@ -127,8 +169,13 @@ impl Kernels {
         }
         .by_value();
         let (mut ncopies, mut nfirst) = ((first.len() + second.len()) as u32, first.len() as u32);
-        let (mut np32, mut half32, mut wide32) = (np as u32, u32::from(halfway), u32::from(wide));
-        let mut params: [*mut c_void; 8] = [
+        let (mut np32, mut half32) = (np as u32, u32::from(halfway));
+        let (mut wide32, mut go, mut arrived, blocks) = match form {
+            CopiesForm::OneBlock => (0u32, 0, 0, 1),
+            CopiesForm::Wide => (1, 0, 0, wide_blocks(first)),
+            CopiesForm::Spread { go, arrived } => (2, go, arrived, wide_blocks(first)),
+        };
+        let mut params: [*mut c_void; 10] = [
             (&mut c as *mut Copies).cast(),
             (&mut ncopies as *mut u32).cast(),
             (&mut nfirst as *mut u32).cast(),
@@ -137,29 +184,29 @@ impl Kernels {
             (&mut np32 as *mut u32).cast(),
             (&mut half32 as *mut u32).cast(),
             (&mut wide32 as *mut u32).cast(),
+            (&mut go as *mut CUdeviceptr).cast(),
+            (&mut arrived as *mut CUdeviceptr).cast(),
         ];
-        let blocks = if wide { wide_blocks(first) } else { 1 };
         // SAFETY: the parameters are exactly the kernel's (the copies and two word arrays by
-        // value, the counts, the halfway and wide flags) and live until the call returns;
-        // memory and words are the caller's contract. Only the wide form, which waits for
-        // nothing, has more than one block.
+        // value, the counts, the halfway flag, the form and its two words) and live until the
+        // call returns; memory and words are the caller's contract. The one-block form waits
+        // on its own; the others have blocks that wait only for block 0 (spread) or nothing.
         unsafe { self.launch_raw(func, stream, blocks, GRAPH_AR_THREADS, &mut params) }
     }
+}
 
-    /// `copies` (dst, src, bytes) as one kernel of as many blocks as they fill (up to
-    /// [`GRAPH_WIDE_BLOCKS`]), with no handshake: for a captured group's parts, between its
-    /// handshake kernels, where one node replaces a copy-engine node per copy.
-    ///
-    /// # Safety
-    /// As [`Self::graph_copies`]'s copies.
-    pub unsafe fn graph_copies_wide(
-        &self,
-        stream: &Stream,
-        copies: &[(CUdeviceptr, CUdeviceptr, usize)],
-    ) -> Result<()> {
-        // SAFETY: the caller's contract; no words are touched.
-        unsafe { self.graph_copies_form(stream, copies, &[], &GraphWords::default(), true) }
-    }
+/// How [`Kernels::graph_copies_form`] runs its copies.
+#[derive(Debug, Clone, Copy)]
+enum CopiesForm {
+    /// One block, with the handshakes.
+    OneBlock,
+    /// Many blocks, no handshake.
+    Wide,
+    /// Many blocks, with the handshakes, through these two words.
+    Spread {
+        go: CUdeviceptr,
+        arrived: CUdeviceptr,
+    },
 }
 
 /// Most blocks of [`Kernels::graph_copies_wide`]: the low-latency exchange's count, enough

@@ -119,10 +119,13 @@ pub const GRAPH_COPIES_MAX: usize = 16;
 /// the "inputs ready" words, the first `nfirst` copies in turn with the whole block (16-byte
 /// vectors when both ends are 16-byte aligned, else bytes), with `halfway` the handshake on the
 /// "halfway" words (`h`'s first two arrays) and the other copies (a receive parked in scratch
-/// memory moves into place there), then the handshake on the "done" words. With `wide`, no
+/// memory moves into place there), then the handshake on the "done" words. With `wide` 1, no
 /// handshake at all (the parts queue theirs as kernels around it) and any number of blocks,
-/// every thread of the grid striding over each copy: blocks cannot wait for one another, so
-/// only a kernel without handshakes may have more than one.
+/// every thread of the grid striding over each copy. With `wide` 2 (no halfway), any number of
+/// blocks and the handshakes too: block 0 does the "inputs" handshake and sets `go`, which the
+/// other blocks wait for; every block copies its stride; the last block to count itself in
+/// `arrived` does the "done" handshake. Blocks wait only for block 0 (the first dispatched),
+/// which waits for no other block.
 pub(super) fn graph_copies_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
@@ -151,9 +154,44 @@ static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u
   __syncthreads();
 }}
 
-extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, u32 nfirst, ccl_gwords w, ccl_gwords h, u32 np, u32 halfway, u32 wide) {{
-  if (wide) {{
-    ccl_copies(c, 0, ncopies, (u64)blockIdx.x * blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x);
+static __device__ inline void ccl_grid_copies(const ccl_gcopies& c, u32 ncopies) {{
+  ccl_copies(c, 0, ncopies, (u64)blockIdx.x * blockDim.x + threadIdx.x, (u64)gridDim.x * blockDim.x);
+}}
+
+// Every block's copies, then the "done" handshake by the block that finishes last, which
+// also resets `go` and `arrived` for the next replay (it starts after this kernel ends).
+static __device__ inline void ccl_spread_copies(const ccl_gcopies& c, u32 ncopies, const ccl_gwords& w, u32 np, u32* go, u32* arrived) {{
+  if (threadIdx.x == 0) {{
+    if (blockIdx.x == 0) {{
+      ccl_graph_handshake(w.rin, w.lin, np);
+      *(volatile u32*)go = 1u;
+    }} else {{
+      while (*(volatile u32*)go == 0u) {{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+        __nanosleep(32);
+#endif
+      }}
+      __threadfence();
+    }}
+  }}
+  __syncthreads();
+  ccl_grid_copies(c, ncopies);
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(arrived, 1u) == gridDim.x - 1) {{
+    *(volatile u32*)go = 0u;
+    *(volatile u32*)arrived = 0u;
+    ccl_graph_handshake(w.rdone, w.ldone, np);
+  }}
+}}
+
+extern "C" __global__ void {name}(ccl_gcopies c, u32 ncopies, u32 nfirst, ccl_gwords w, ccl_gwords h, u32 np, u32 halfway, u32 wide, u32* go, u32* arrived) {{
+  if (wide == 1) {{
+    ccl_grid_copies(c, ncopies);
+    return;
+  }}
+  if (wide == 2) {{
+    ccl_spread_copies(c, ncopies, w, np, go, arrived);
     return;
   }}
   if (threadIdx.x == 0) ccl_graph_handshake(w.rin, w.lin, np);
