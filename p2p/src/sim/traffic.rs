@@ -90,21 +90,25 @@ fn run(kind: Kind, n: usize, seed: u64) -> Traffic {
         .unwrap_or_else(|e| panic!("{kind:?} on {n} ranks, seed {seed}: {e}"))
 }
 
-/// Each GPU's load, promise against the run, as `r: out/in` pairs for a failure message.
-fn loads(kind: Kind, n: usize, t: &Traffic, staged: bool) -> Vec<((f64, f64), (f64, f64))> {
+/// Runs `kind` on `n` GPUs (`seed` 0: every rank posts first; 1: one after another) and
+/// checks each GPU's load against [`promised`] within 1% of a buffer (slices that split
+/// `COUNT` unevenly, a relayed broadcast's `n - 1` owners, move a few elements more or less).
+fn carries_the_promise(kind: Kind, n: usize, seed: u64) -> Traffic {
+    let t = run(kind, n, seed);
     let unit = (COUNT * 4) as f64;
-    (0..n)
+    let l: Vec<((f64, f64), (f64, f64))> = (0..n)
         .map(|r| {
             let got = (t.egress(r) as f64 / unit, t.ingress(r) as f64 / unit);
-            (promised(kind, n, r, staged), got)
+            (promised(kind, n, r, seed == 1), got)
         })
-        .collect()
-}
-
-/// Equal within 1% of a buffer: slices that split `COUNT` unevenly (a relayed broadcast's
-/// `n - 1` owners) move a few elements more or less.
-fn close(a: (f64, f64), b: (f64, f64)) -> bool {
-    (a.0 - b.0).abs() < 0.01 && (a.1 - b.1).abs() < 0.01
+        .collect();
+    let close =
+        |(a, b): ((f64, f64), (f64, f64))| (a.0 - b.0).abs() < 0.01 && (a.1 - b.1).abs() < 0.01;
+    assert!(
+        l.iter().copied().all(close),
+        "{kind:?} on {n} GPUs, seed {seed}, (promised, carried) out/in per GPU: {l:?}"
+    );
+    t
 }
 
 /// Every rank posts before any queues (seed 0, as one thread driving all GPUs does, or
@@ -115,12 +119,7 @@ fn close(a: (f64, f64), b: (f64, f64)) -> bool {
 fn every_gpu_carries_what_the_design_promises_when_all_have_posted() {
     for n in [4usize, 8] {
         for kind in ops(n) {
-            let t = run(kind, n, 0);
-            let l = loads(kind, n, &t, false);
-            assert!(
-                l.iter().all(|&(want, got)| close(want, got)),
-                "{kind:?} on {n} GPUs, (promised, carried) out/in per GPU: {l:?}"
-            );
+            let t = carries_the_promise(kind, n, 0);
             if !matches!(
                 kind,
                 Kind::Coll(
@@ -148,12 +147,7 @@ fn every_gpu_carries_what_the_design_promises_when_all_have_posted() {
 fn in_call_order_the_links_carry_the_same_but_a_reduce_goes_as_a_star() {
     for n in [4usize, 8] {
         for kind in ops(n) {
-            let t = run(kind, n, 1);
-            let l = loads(kind, n, &t, true);
-            assert!(
-                l.iter().all(|&(want, got)| close(want, got)),
-                "{kind:?} on {n} GPUs, (promised, carried) out/in per GPU: {l:?}"
-            );
+            carries_the_promise(kind, n, 1);
         }
         let t = run(Kind::Coll(Collective::AllGather), n, 1);
         let most = t.moved_by.values().copied().max().unwrap_or(0);
