@@ -225,8 +225,8 @@ pub(super) struct Mem {
 
 /// Bytes that crossed from one GPU's memory to another's in a run (NVLink's load, where the
 /// speed of a large collective on several GPUs is decided): per (from, to) pair, and per GPU
-/// whose copy engines or kernels moved them. Rank `r` owns the addresses from
-/// [`super::cases::base`]`(r)` to the next rank's base.
+/// whose copy engines or kernels moved them. Rank `r` owns the addresses from `(r + 1) << 32`
+/// to the next rank's (its base in the cases).
 #[derive(Default, Debug, Clone, PartialEq)]
 pub(super) struct Traffic {
     pub(super) link: HashMap<(usize, usize), u64>,
@@ -241,7 +241,11 @@ impl Traffic {
 
     /// `bytes` from `src` to `dst`, moved by GPU `by`.
     fn add(&mut self, by: usize, src: u64, dst: u64, bytes: usize) {
-        let (from, to) = (Self::owner(src), Self::owner(dst));
+        self.add_between(by, Self::owner(src), Self::owner(dst), bytes);
+    }
+
+    /// `bytes` from GPU `from`'s memory to GPU `to`'s, moved by GPU `by`.
+    fn add_between(&mut self, by: usize, from: usize, to: usize, bytes: usize) {
         if from != to && bytes > 0 {
             *self.link.entry((from, to)).or_default() += bytes as u64;
             *self.moved_by.entry(by).or_default() += bytes as u64;
@@ -251,7 +255,6 @@ impl Traffic {
     /// What a kernel on GPU `by` reads and writes: reads of other GPUs' memory cross to `by`,
     /// writes to other GPUs' memory cross from it.
     fn kernel(&mut self, by: usize, k: &Kernel) {
-        let here = base_of(by);
         let (reads, dst, bytes): (Vec<u64>, u64, usize) = match *k {
             Kernel::Reduce {
                 dtype,
@@ -283,9 +286,9 @@ impl Traffic {
             Kernel::DivInt { .. } => return,
         };
         for src in reads {
-            self.add(by, src, here, bytes);
+            self.add_between(by, Self::owner(src), by, bytes);
         }
-        self.add(by, here, dst, bytes);
+        self.add_between(by, by, Self::owner(dst), bytes);
     }
 
     /// Bytes leaving GPU `r` for the others.
@@ -305,11 +308,6 @@ impl Traffic {
             .map(|(_, b)| b)
             .sum()
     }
-}
-
-/// An address in GPU `r`'s memory.
-fn base_of(r: usize) -> u64 {
-    super::cases::base(r)
 }
 
 impl Mem {
