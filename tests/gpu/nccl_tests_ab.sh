@@ -7,7 +7,7 @@
 # Each LIBS entry is name=directory holding libnccl.so.2; "nccl" with no directory means
 # NVIDIA's NCCL of the PyTorch wheel. nccl-tests' source must lie in .dev/nccl-tests (fetched
 # from NVIDIA/nccl-tests); it is built here unless .dev/nccl-tests/build exists. REPS runs
-# every library that many times, interleaved (old, new, old, new...), to see run-to-run spread.
+# every library that many times, interleaved (old, new, new, old, ...), to see run-to-run spread.
 # Sizes: -b 8 -e 512M -f 4 (8 B, ..., 2 MiB, ..., 128 MiB, 512 MiB); EXTRA adds flags (-G 5).
 # On a machine with fewer GPUs than ranks, NCCL_TESTS_DEVICE=0 puts every rank on GPU 0 (libccl
 # allows that, NVIDIA's NCCL does not: leave "nccl" out of LIBS there); CUDA_DEVICE_MAX_CONNECTIONS
@@ -22,9 +22,14 @@ OPS=${OPS:-all_reduce all_gather broadcast reduce_scatter reduce alltoall gather
 LIBS=${LIBS:-nccl old=.dev/old new=.dev/new}
 
 bash tests/gpu/nccl_tests_build.sh "$L" || exit 1
+# Even repetitions run the libraries in reverse order: a call's host speed drifts (on
+# 2026-11-30 NCCL's 8 - 128 KiB gathers took 40% longer in the second repetition than in the
+# first, bd00519's 15-20%), which would otherwise favour whichever library runs first.
+reversed=$(for e in $LIBS; do echo "$e"; done | tac | tr '\n' ' ')
 for rep in $(seq 1 "$REPS"); do
+  order=$LIBS; [ $((rep % 2)) = 0 ] && order=$reversed
   for op in $OPS; do
-    for entry in $LIBS; do
+    for entry in $order; do
       name=${entry%%=*}; dir=${entry#*=}
       [ "$name" = "$entry" ] && dir=$NV/lib
       case $dir in /*) ;; *) dir=$PWD/$dir ;; esac
