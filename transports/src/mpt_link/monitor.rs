@@ -272,7 +272,9 @@ impl EngineMon {
             }
             self.round_open = false;
         }
-        let now = self.publisher.now_ns();
+        // Read once, at the first path with something to report (a round that moved chunks
+        // out but got nothing back reads no clock).
+        let mut now: Option<u64> = None;
         for (i, v) in conn.paths().enumerate() {
             let Some(m) = self.paths.get_mut(i) else {
                 break;
@@ -293,6 +295,10 @@ impl EngineMon {
             m.posted = 0;
             m.lossy = lossy;
             let path = i as u16;
+            if done == 0 && late == 0 && lossy == was_lossy {
+                continue;
+            }
+            let now = *now.get_or_insert_with(|| self.publisher.now_ns());
             if done > 0 {
                 self.complete(now, path, done - lost, lost);
             }

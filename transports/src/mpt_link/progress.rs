@@ -262,8 +262,9 @@ impl Inner {
 
     fn transmit(&mut self, now: Instant, send_slab: &Slab) -> bool {
         let mut moved = false;
-        // One clock reading per round stamps its chunks (0, unread, when the monitor is off).
-        let mon_ns = self.mon.now_ns();
+        // One clock reading per round stamps its chunks, taken at the first chunk: most rounds
+        // of a polling engine send nothing and read no clock (none at all with the monitor off).
+        let mut mon_ns: Option<u64> = None;
         loop {
             while !self.tx.is_full() {
                 let Some(t) = self.conn.poll_transmit(now) else {
@@ -323,7 +324,8 @@ impl Inner {
                 }
                 if self.mon.is_on() {
                     if let Some(p) = t.payload {
-                        self.mon.posted(mon_ns, t.path.0, p.len);
+                        let ts = *mon_ns.get_or_insert_with(|| self.mon.now_ns());
+                        self.mon.posted(ts, t.path.0, p.len);
                     }
                 }
                 if self.udp.inject_drop() {
