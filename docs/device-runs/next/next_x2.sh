@@ -49,7 +49,7 @@ case ${MODE:-hostcost} in
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60 ;;
   hostprof)
-    CYCLES=${CYCLES:-2000} CASES="all_reduce:8:0 broadcast:8:0 reduce_scatter:1024:0 sendrecv:65536:0" \
+    CYCLES=${CYCLES:-2000} CASES=${CASES:-"all_reduce:8:0 broadcast:8:0 reduce_scatter:1024:0 sendrecv:65536:0"} \
       bash docs/device-runs/2026-11-30-hostprof/hostprof.sh 2>&1 | grep "^==" ;;
   pack)
     OUT=$O/pack OPS="all_reduce broadcast reduce all_gather reduce_scatter alltoall" \
