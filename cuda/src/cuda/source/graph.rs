@@ -166,11 +166,7 @@ static __device__ inline void ccl_spread_copies(const ccl_gcopies& c, u32 ncopie
       ccl_graph_handshake(w.rin, w.lin, np);
       *(volatile u32*)go = 1u;
     }} else {{
-      while (*(volatile u32*)go == 0u) {{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-        __nanosleep(32);
-#endif
-      }}
+      while (*(volatile u32*)go == 0u) ccl_backoff();
       __threadfence();
     }}
   }}
