@@ -397,9 +397,10 @@ fn fused_copies(l: &Layout, g: &Group) -> Result<Option<FusedCopies>> {
         .collect();
     let total: usize = copies.iter().chain(&second).map(|c| c.2).sum();
     let spread = !halfway && total > FUSED_MAX_BYTES;
-    let most = match spread {
-        true => g.fused_copy_max,
-        false => FUSED_MAX_BYTES,
+    let most = if spread {
+        g.fused_copy_max
+    } else {
+        FUSED_MAX_BYTES
     };
     if total > most || copies.len() + second.len() > GRAPH_COPIES_MAX {
         return Ok(None);

@@ -293,18 +293,19 @@ impl Traffic {
 
     /// Bytes leaving GPU `r` for the others.
     pub(super) fn egress(&self, r: usize) -> u64 {
-        self.link
-            .iter()
-            .filter(|((f, _), _)| *f == r)
-            .map(|(_, b)| b)
-            .sum()
+        self.links_where(|from, _| from == r)
     }
 
     /// Bytes reaching GPU `r` from the others.
     pub(super) fn ingress(&self, r: usize) -> u64 {
+        self.links_where(|_, to| to == r)
+    }
+
+    /// Bytes over the (from, to) links `pick` takes.
+    fn links_where(&self, pick: impl Fn(usize, usize) -> bool) -> u64 {
         self.link
             .iter()
-            .filter(|((_, t), _)| *t == r)
+            .filter(|((from, to), _)| pick(*from, *to))
             .map(|(_, b)| b)
             .sum()
     }

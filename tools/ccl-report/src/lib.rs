@@ -17,6 +17,8 @@ pub enum Error {
     NoLogs { lib: String, dir: PathBuf },
     #[error("plot: {0}")]
     Plot(String),
+    #[error(transparent)]
+    Png(#[from] ccl_plot::PngError),
     #[error("{0}: not a .png or .svg file")]
     Format(PathBuf),
 }

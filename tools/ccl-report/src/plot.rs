@@ -43,7 +43,7 @@ pub fn plot(r: &Ratios, caption: &str, out: &Path) -> Result<(), Error> {
                 r,
                 caption,
             )?;
-            ccl_plot::write_png(&rgb, SIZE, out).map_err(draw_err)
+            Ok(ccl_plot::write_png(&rgb, SIZE, out)?)
         }
         _ => Err(Error::Format(out.to_owned())),
     }
