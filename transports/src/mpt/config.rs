@@ -156,6 +156,11 @@ pub struct MptConfig {
     /// [`header`](super::header)). Set it to the fabric's worst-case datagram lifetime.
     /// Zero (default) disables the guard: datagram datapaths carry 32 sequence bits.
     pub csn_reuse_guard: Duration,
+    /// A path that has carried no measured chunk for this long gets the next chunk, so its
+    /// round-trip time is measured again (default 100 ms; zero: never). Chunks go where the
+    /// measured time is short, and a path whose one sample came while the host was busy
+    /// (milliseconds, against tens of microseconds on the other) would carry nothing again.
+    pub rtt_refresh: Duration,
     /// Congestion control built for the connection.
     pub cc: CcKind,
     /// Congestion-control tunables.
@@ -183,6 +188,7 @@ impl Default for MptConfig {
             max_rto_retries: 50,
             fail_after: Duration::from_secs(6),
             csn_reuse_guard: Duration::ZERO,
+            rtt_refresh: Duration::from_millis(100),
             cc: CcKind::Cubic,
             cc_params: CcParams::default(),
             seed: 0x5EED,

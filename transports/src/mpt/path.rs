@@ -60,6 +60,11 @@ impl PathView {
 #[derive(Clone, Copy, Debug, Default)]
 struct PathStats {
     srtt: Option<Duration>,
+    /// When `srtt` last took a sample, or the path last got a chunk to refresh it.
+    sampled_at: Option<Instant>,
+    /// The path was stale when it got a chunk: its next sample replaces `srtt` (history that
+    /// old says nothing of the path now).
+    restart: bool,
     inflight: u32,
     sent: u64,
     acked: u64,
@@ -77,6 +82,8 @@ pub(crate) struct Paths {
     /// since: the first such delivery is logged, as the moment data flows on the path again
     /// (a revival by probe answers carries no data).
     awaiting_data: Vec<Option<Instant>>,
+    /// No path's round-trip time goes stale before this ([`Self::take_stale`]).
+    refresh_due: Option<Instant>,
 }
 
 /// How a path is named in the log: `path 3`, or `path 3 on NIC 1` when its NIC is known.
@@ -104,6 +111,7 @@ impl Paths {
             health: PathsHealth::new(n, rto),
             nics,
             awaiting_data: vec![None; usize::from(n)],
+            refresh_due: None,
         }
     }
 
@@ -264,13 +272,47 @@ impl Paths {
         probe
     }
 
-    pub(crate) fn on_rtt(&mut self, id: PathId, sample: Duration) {
+    pub(crate) fn on_rtt(&mut self, id: PathId, now: Instant, sample: Duration) {
         if let Some(s) = self.stats(id) {
             s.srtt = Some(match s.srtt {
-                None => sample,
-                Some(old) => (old * 7 + sample) / 8,
+                Some(old) if !s.restart => (old * 7 + sample) / 8,
+                _ => sample,
             });
+            s.sampled_at = Some(now);
+            s.restart = false;
         }
+    }
+
+    /// A measured path without losses and with nothing in flight whose round-trip time is
+    /// older than `refresh`: it should carry the next chunk, so that its time is measured
+    /// again. The chooser sends new chunks only where the time is short, so a path whose
+    /// time was once long (a sample taken while the host was busy) would otherwise never
+    /// carry a chunk again; with two paths it is never even outscored. One chunk per path
+    /// per `refresh` at most (taking it counts as a sample); none while `refresh` is zero.
+    pub(crate) fn take_stale(&mut self, now: Instant, refresh: Duration) -> Option<PathId> {
+        if refresh.is_zero() || self.refresh_due.is_some_and(|due| now < due) {
+            return None;
+        }
+        let mut due: Option<Instant> = None;
+        let mut stale = None;
+        for (i, s) in self.stats.iter_mut().enumerate() {
+            let Some(at) = s.sampled_at else { continue };
+            let penalised = self.health.is_penalised(i);
+            if stale.is_none() && !penalised && s.inflight == 0 && now >= at + refresh {
+                s.sampled_at = Some(now);
+                s.restart = true;
+                stale = Some(PathId(i as u16));
+            }
+            // A stale path that cannot take a chunk yet is looked at again soon, not at
+            // every chunk while it stays penalised or busy.
+            let next = match s.sampled_at {
+                Some(t) if now < t + refresh => t + refresh,
+                _ => now + refresh / 16,
+            };
+            due = Some(due.map_or(next, |d| d.min(next)));
+        }
+        self.refresh_due = due;
+        stale
     }
 
     /// Two distinct random paths (the same one twice only when fewer than two are
@@ -410,9 +452,9 @@ mod tests {
     #[test]
     fn losses_penalise_until_acked() {
         let mut paths = Paths::new(3, Duration::from_micros(500), &[]);
-        paths.on_rtt(PathId(0), Duration::from_micros(10));
-        paths.on_rtt(PathId(1), Duration::from_micros(20));
-        paths.on_rtt(PathId(2), Duration::from_micros(30));
+        paths.on_rtt(PathId(0), Instant::ZERO, Duration::from_micros(10));
+        paths.on_rtt(PathId(1), Instant::ZERO, Duration::from_micros(20));
+        paths.on_rtt(PathId(2), Instant::ZERO, Duration::from_micros(30));
         assert_eq!(paths.best(), PathId(0));
         paths.on_sent(PathId(0));
         paths.on_lost(PathId(0), Instant::ZERO, Instant::ZERO);
@@ -429,8 +471,43 @@ mod tests {
         paths.on_sent(PathId(0));
         paths.on_acked(PathId(0), Instant::from_micros(1), true, 1);
         assert_eq!(paths.best(), PathId(0));
-        paths.on_rtt(PathId(0), Duration::from_micros(18));
+        paths.on_rtt(PathId(0), Instant::ZERO, Duration::from_micros(18));
         assert_eq!(paths.view(PathId(0)).srtt, Some(Duration::from_micros(11)));
+    }
+
+    /// A path whose one sample was long (7 ms against 30 us) gets a chunk once per refresh
+    /// period while it is idle and healthy, and that chunk's sample replaces the old time;
+    /// busy, penalised or never-measured paths and a zero period take none.
+    #[test]
+    fn a_path_with_a_stale_long_round_trip_is_measured_again() {
+        let refresh = Duration::from_millis(100);
+        let ms = |m: u64| Instant::from_micros(m * 1000);
+        let mut paths = Paths::new(3, Duration::from_micros(500), &[]);
+        paths.on_rtt(PathId(0), ms(0), Duration::from_micros(30));
+        paths.on_rtt(PathId(1), ms(0), Duration::from_millis(7));
+        assert_eq!(paths.take_stale(ms(50), refresh), None);
+        paths.on_rtt(PathId(0), ms(99), Duration::from_micros(30));
+        assert_eq!(paths.take_stale(ms(100), refresh), Some(PathId(1)));
+        assert_eq!(paths.take_stale(ms(101), refresh), None, "one per period");
+        assert_eq!(paths.take_stale(ms(100), Duration::ZERO), None);
+        // Busy: path 1 waits for its chunk's answer; path 0 (stale by now) goes instead.
+        paths.on_sent(PathId(1));
+        assert_eq!(paths.take_stale(ms(200), refresh), Some(PathId(0)));
+        assert_eq!(paths.take_stale(ms(250), refresh), None);
+        // Penalised: only probes test it.
+        paths.on_lost(PathId(1), ms(250), ms(100));
+        assert_eq!(paths.take_stale(ms(400), refresh), Some(PathId(0)));
+        assert_eq!(paths.take_stale(ms(450), refresh), None);
+        paths.on_sent(PathId(1));
+        paths.on_acked(PathId(1), ms(460), true, 1);
+        assert!(!paths.is_penalised(PathId(1)));
+        assert_eq!(paths.take_stale(ms(460), refresh), Some(PathId(1)));
+        // The refreshed chunk's sample replaces the stale time; later ones average with it.
+        paths.on_rtt(PathId(1), ms(461), Duration::from_micros(40));
+        assert_eq!(paths.view(PathId(1)).srtt, Some(Duration::from_micros(40)));
+        paths.on_rtt(PathId(1), ms(462), Duration::from_micros(48));
+        assert_eq!(paths.view(PathId(1)).srtt, Some(Duration::from_micros(41)));
+        assert_eq!(paths.view(PathId(2)).srtt, None, "path 2 never measured");
     }
 
     #[test]

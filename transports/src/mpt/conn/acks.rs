@@ -66,7 +66,7 @@ impl Connection {
                     let sample = now
                         .saturating_duration_since(c.tx_time)
                         .saturating_sub(Duration::from_micros(u64::from(e.held_us)));
-                    self.paths.on_rtt(c.path, sample);
+                    self.paths.on_rtt(c.path, now, sample);
                     // RFC 6298 estimators (gains 1/8 and 1/4).
                     match self.srtt {
                         None => {

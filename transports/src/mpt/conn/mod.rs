@@ -19,8 +19,11 @@
 //! `on_select_path` says). A path that lost chunks gets no new chunks while a path without
 //! losses is left (and scores badly) until it delivers again: once per backoff period it is
 //! sent a probe frame, which the peer answers on the same path, and the answer puts it back
-//! in use (so a healed link returns, and a dead NIC's paths cost no data). Each [`Transmit`] names the path, the frame, and the slice of the caller's message to
-//! append ([`PayloadRef`]).
+//! in use (so a healed link returns, and a dead NIC's paths cost no data). A healthy idle
+//! path whose round-trip time is older than `rtt_refresh` takes the next chunk, and that
+//! chunk's sample replaces the old time (a path measured once while the host was busy would
+//! otherwise never be chosen again). Each [`Transmit`] names the path, the frame, and the
+//! slice of the caller's message to append ([`PayloadRef`]).
 //!
 //! # Reliability
 //!
