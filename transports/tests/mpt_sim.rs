@@ -673,3 +673,54 @@ fn data_returns_to_a_revived_nic_within_a_millisecond() {
         );
     }
 }
+
+/// A route that was slow for a while and is fast again carries chunks again: the round-trip
+/// time it measured while slow is measured afresh (`rtt_refresh`) instead of keeping every
+/// chunk on the other path for good. Two paths, a 64 KiB message every millisecond (a
+/// pipeline's activations: the paths never fill, so queueing never outscores the stale
+/// time); path 1 runs 3 ms slower one way for the first 20 ms (a receive thread without a
+/// core on a loaded host), the timeout above that so nothing counts as lost.
+#[test]
+fn a_path_slow_for_a_while_carries_chunks_again() {
+    let share_after_heal = |refresh: Duration| {
+        let c = MptConfig {
+            num_paths: 2,
+            rtt_refresh: refresh,
+            rto: Duration::from_millis(20),
+            ..cfg(CcKind::Cubic)
+        };
+        let mut sim = Sim::new(17, 2, c.num_paths, lossy(0.0)).unwrap();
+        let (a, b) = sim.connect(0, 1, &c).unwrap();
+        let slow = |extra| SimAction::SetPathDelay {
+            path: PathId(1),
+            extra,
+        };
+        sim.schedule(Instant::ZERO, slow(Duration::from_millis(3)));
+        sim.schedule(Instant::from_micros(20_000), slow(Duration::ZERO));
+        let acked = |sim: &Sim| {
+            let conn = sim.conn(a).unwrap();
+            [0, 1].map(|p| conn.path(PathId(p)).chunks_acked)
+        };
+        let mut before = [0; 2];
+        for ms in 0..800u64 {
+            sim.run_until(Instant::from_micros(ms * 1000)).unwrap();
+            if ms == 300 {
+                before = acked(&sim);
+            }
+            let data = pattern(64 * 1024, ms);
+            sim.post_recv(b, data.len() as u64, ms).unwrap();
+            sim.send(a, data, ms).unwrap();
+        }
+        sim.run(Instant::from_micros(60_000_000)).unwrap();
+        assert_eq!(sim.received(b).len(), 800);
+        let after = acked(&sim);
+        let (p0, p1) = (after[0] - before[0], after[1] - before[1]);
+        (p1 as f64 / (p0 + p1).max(1) as f64, p1)
+    };
+    let (fresh, chunks) = share_after_heal(MptConfig::default().rtt_refresh);
+    let (stale, _) = share_after_heal(Duration::ZERO);
+    // Both printed: never refreshed, path 1 carries nothing after the heal (0.000), which is
+    // the bug this guards; refreshed, half (0.500).
+    eprintln!("path 1's share from 280 ms after the heal: {fresh:.3} ({chunks} chunks); never refreshed: {stale:.3}");
+    assert!(fresh > 0.3, "{fresh} (never refreshed: {stale})");
+}

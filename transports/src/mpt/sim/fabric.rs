@@ -6,7 +6,7 @@
 //! extra delay. All randomness comes from one seeded generator consumed in a fixed order, so
 //! the same seed and the same sequence of `send` calls give the same deliveries.
 //!
-//! Delay plus jitter plus reorder delay is bounded, which is what the protocol's CSN
+//! Delay (with a path's extra delay) plus jitter plus reorder delay is bounded, which is what the protocol's CSN
 //! disambiguation needs (see [`header`](crate::mpt::header)).
 
 use std::cmp::Reverse;
@@ -101,6 +101,8 @@ pub struct Datagram {
 #[derive(Clone, Copy, Debug, Default)]
 struct Link {
     down: bool,
+    /// One-way delay on top of the fabric's `delay` (a slow or congested route).
+    extra_delay: Duration,
     busy_until: Instant,
 }
 
@@ -197,6 +199,22 @@ impl Fabric {
         Ok(())
     }
 
+    /// Adds `extra` one-way delay to `path` in both directions between every pair of nodes
+    /// (zero: back to the fabric's own delay). Datagrams already in flight keep their times.
+    pub fn set_path_delay(&mut self, path: PathId, extra: Duration) -> Result<(), MptError> {
+        if path.index() >= self.paths {
+            return Err(MptError::Sim("no such path"));
+        }
+        for src in 0..self.nodes {
+            for dst in 0..self.nodes {
+                if let Some(i) = self.link_index(src, dst, path) {
+                    self.links[i].extra_delay = extra;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sends `bytes` from `src` to `dst` on `path` at `now`.
     pub fn send(
         &mut self,
@@ -243,7 +261,8 @@ impl Fabric {
             1
         };
         for _ in 0..copies {
-            let mut at = depart + self.cfg.delay + self.uniform(self.cfg.jitter);
+            let delay = self.cfg.delay + self.links[li].extra_delay;
+            let mut at = depart + delay + self.uniform(self.cfg.jitter);
             if self.rng.chance(self.cfg.reorder) {
                 self.stats.reordered += 1;
                 at = at + self.uniform(self.cfg.reorder_delay);

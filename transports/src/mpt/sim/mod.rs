@@ -25,6 +25,7 @@ mod fabric;
 pub use fabric::{Datagram, Fabric, FabricConfig, FabricStats};
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::config::MptConfig;
 use super::conn::{Connection, Event, RecvId, SendId, Transmit};
@@ -66,6 +67,13 @@ pub enum SimAction {
         path: PathId,
         /// Down (`true`) or up.
         down: bool,
+    },
+    /// One path's extra one-way delay, both directions, all node pairs.
+    SetPathDelay {
+        /// The path.
+        path: PathId,
+        /// Delay on top of the fabric's (zero: none).
+        extra: Duration,
     },
     /// New knobs (loss, delay, ...) from then on.
     SetFabric(FabricConfig),
@@ -402,6 +410,9 @@ impl Sim {
                     path,
                     down,
                 } => self.fabric.set_link_down(src, dst, path, down)?,
+                SimAction::SetPathDelay { path, extra } => {
+                    self.fabric.set_path_delay(path, extra)?
+                }
                 SimAction::SetFabric(cfg) => self.fabric.set_config(cfg),
             }
         }
