@@ -628,6 +628,14 @@ mod tests {
         assert_eq!(mpt_slots(4 << 20, 16 << 20), 4);
         assert_eq!(mpt_slots(64 << 20, 16 << 20), 4);
         assert_eq!(mpt_slots(4 << 20, 64 << 20), 16);
+        // The default: one engine's 512 KiB frames 6 in flight, several engines' 16 MiB
+        // frames 4 (as with the earlier 16 MiB default).
+        let default: usize = crate::params::CCL_MPT_INFLIGHT_BYTES
+            .default
+            .parse()
+            .unwrap();
+        assert_eq!(mpt_slots(512 << 10, default), 6);
+        assert_eq!(mpt_slots(16 << 20, default), 4);
     }
 
     #[test]
