@@ -36,6 +36,8 @@
 #   MODE=hostmon40 host-backend sendrecv 1 MiB, monitor on / off, 40 pairs
 #   MODE=monab     the host monitor's sendrecv 1 MiB cost by default, without its file and with
 #                  100 ms passes
+#   MODE=mptinflight one-engine multipath links with the 3 MiB in-flight default against 16 MiB,
+#                  host memory, 1 / 8 / 64 MiB (carry .dev/net)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -196,6 +198,15 @@ case ${MODE:-hostcost} in
     OPS=sendrecv SIZES=1M REPS=${HREPS:-40} LIBDIR=.dev FILE=1 timeout ${LIMIT:-500} \
       bash tests/bench/monitor_overhead.sh "$O/m40" > "$O/hostmon40.txt" 2>&1
     grep -E "^sendrecv" "$O/hostmon40.txt"; rm -rf "$O/m40" ;;
+  mptinflight)
+    # The 3 MiB in-flight default on the idle cores: links of one engine (CCL_MPT_ENGINES=1,
+    # as ranks with many links to other hosts get) with 6 frames in flight against the earlier
+    # 16, host memory, 1 / 8 / 64 MiB (on the 2-core machine 6 won at 1 and 8 MiB).
+    export PATH=$PWD/.dev/net/bin:$PATH; mkdir -p "$O"
+    SETS="default:CCL_MPT_ENGINES=1 old16M:CCL_MPT_ENGINES=1,CCL_MPT_INFLIGHT_BYTES=16777216" \
+      PIN=0 SIZES="1M 8M 64M" ROUNDS=${ROUNDS:-4} LIBDIR=.dev timeout ${LIMIT:-400} \
+      bash tests/bench/mpt_settings_ab.sh "$O/inflight" > /dev/null 2>&1
+    cat "$O/inflight/summary.txt" ;;
   monab)
     # What the host monitor's cost at sendrecv 1 MiB (0.974-0.983 busbw in four runs) comes
     # from: the monitored runs as by default (JSON file, 10 ms passes), without the file, and
