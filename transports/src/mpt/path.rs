@@ -288,8 +288,14 @@ impl Paths {
     /// again. The chooser sends new chunks only where the time is short, so a path whose
     /// time was once long (a sample taken while the host was busy) would otherwise never
     /// carry a chunk again; with two paths it is never even outscored. One chunk per path
-    /// per `refresh` at most (taking it counts as a sample); none while `refresh` is zero.
-    pub(crate) fn take_stale(&mut self, now: Instant, refresh: Duration) -> Option<PathId> {
+    /// per `refresh` at most (taking it counts as a sample); none while `refresh` is zero,
+    /// and never `avoid` (a retransmission's first path).
+    pub(crate) fn take_stale(
+        &mut self,
+        now: Instant,
+        refresh: Duration,
+        avoid: Option<PathId>,
+    ) -> Option<PathId> {
         if refresh.is_zero() || self.refresh_due.is_some_and(|due| now < due) {
             return None;
         }
@@ -297,16 +303,19 @@ impl Paths {
         let mut stale = None;
         for (i, s) in self.stats.iter_mut().enumerate() {
             let Some(at) = s.sampled_at else { continue };
-            let penalised = self.health.is_penalised(i);
-            if stale.is_none() && !penalised && s.inflight == 0 && now >= at + refresh {
+            let avoided = avoid == Some(PathId(i as u16));
+            let usable = !self.health.is_penalised(i) && !avoided;
+            if stale.is_none() && usable && s.inflight == 0 && now >= at + refresh {
                 s.sampled_at = Some(now);
                 s.restart = true;
                 stale = Some(PathId(i as u16));
             }
             // A stale path that cannot take a chunk yet is looked at again soon, not at
-            // every chunk while it stays penalised or busy.
+            // every chunk while it stays penalised or busy; one avoided by this call only, at
+            // the next.
             let next = match s.sampled_at {
                 Some(t) if now < t + refresh => t + refresh,
+                _ if avoided => now,
                 _ => now + refresh / 16,
             };
             due = Some(due.map_or(next, |d| d.min(next)));
@@ -485,23 +494,30 @@ mod tests {
         let mut paths = Paths::new(3, Duration::from_micros(500), &[]);
         paths.on_rtt(PathId(0), ms(0), Duration::from_micros(30));
         paths.on_rtt(PathId(1), ms(0), Duration::from_millis(7));
-        assert_eq!(paths.take_stale(ms(50), refresh), None);
+        assert_eq!(paths.take_stale(ms(50), refresh, None), None);
         paths.on_rtt(PathId(0), ms(99), Duration::from_micros(30));
-        assert_eq!(paths.take_stale(ms(100), refresh), Some(PathId(1)));
-        assert_eq!(paths.take_stale(ms(101), refresh), None, "one per period");
-        assert_eq!(paths.take_stale(ms(100), Duration::ZERO), None);
+        assert_eq!(paths.take_stale(ms(100), refresh, None), Some(PathId(1)));
+        assert_eq!(
+            paths.take_stale(ms(101), refresh, None),
+            None,
+            "one per period"
+        );
+        assert_eq!(paths.take_stale(ms(100), Duration::ZERO, None), None);
         // Busy: path 1 waits for its chunk's answer; path 0 (stale by now) goes instead.
         paths.on_sent(PathId(1));
-        assert_eq!(paths.take_stale(ms(200), refresh), Some(PathId(0)));
-        assert_eq!(paths.take_stale(ms(250), refresh), None);
+        assert_eq!(paths.take_stale(ms(200), refresh, None), Some(PathId(0)));
+        assert_eq!(paths.take_stale(ms(250), refresh, None), None);
         // Penalised: only probes test it.
         paths.on_lost(PathId(1), ms(250), ms(100));
-        assert_eq!(paths.take_stale(ms(400), refresh), Some(PathId(0)));
-        assert_eq!(paths.take_stale(ms(450), refresh), None);
+        assert_eq!(paths.take_stale(ms(400), refresh, None), Some(PathId(0)));
+        assert_eq!(paths.take_stale(ms(450), refresh, None), None);
         paths.on_sent(PathId(1));
         paths.on_acked(PathId(1), ms(460), true, 1);
         assert!(!paths.is_penalised(PathId(1)));
-        assert_eq!(paths.take_stale(ms(460), refresh), Some(PathId(1)));
+        // A retransmission avoiding path 1 does not use up its turn.
+        let avoid = Some(PathId(1));
+        assert_eq!(paths.take_stale(ms(460), refresh, avoid), None);
+        assert_eq!(paths.take_stale(ms(460), refresh, None), Some(PathId(1)));
         // The refreshed chunk's sample replaces the stale time; later ones average with it.
         paths.on_rtt(PathId(1), ms(461), Duration::from_micros(40));
         assert_eq!(paths.view(PathId(1)).srtt, Some(Duration::from_micros(40)));

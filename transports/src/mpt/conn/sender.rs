@@ -46,10 +46,8 @@ impl Connection {
     }
 
     fn pick_path(&mut self, now: Instant, avoid: Option<PathId>) -> PathId {
-        if let Some(p) = self.paths.take_stale(now, self.cfg.rtt_refresh) {
-            if Some(p) != avoid {
-                return p;
-            }
+        if let Some(p) = self.paths.take_stale(now, self.cfg.rtt_refresh, avoid) {
+            return p;
         }
         let (a, b) = self.paths.sample_two(&mut self.rng, avoid);
         let (va, vb) = (self.paths.view(a), self.paths.view(b));
