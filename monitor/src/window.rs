@@ -9,7 +9,7 @@
 //! are one observation, judged once time has moved past it. The baseline is the median of
 //! recent healthy windows, so spikes do not drag it up.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::select::{median, partition_from_back};
 
@@ -520,11 +520,49 @@ impl KeyState {
     }
 }
 
+/// Every key's state, in key order: a handful of keys (a peer, its paths and NICs), looked
+/// up three times a record, where a B-tree's search of the enum keys was a sixth of the
+/// windows' instructions (`monitor/examples/window_cost.rs` under callgrind); each key is
+/// kept beside its order as one integer.
+#[derive(Debug, Default)]
+struct KeyMap(Vec<(u64, Key, KeyState)>);
+
+/// `key`'s place in `Key`'s order (kind, then number) as one integer.
+fn order(key: Key) -> u64 {
+    match key {
+        Key::Peer(p) => u64::from(p),
+        Key::Path(p) => 1 << 32 | u64::from(p),
+        Key::Nic(n) => 2 << 32 | u64::from(n),
+    }
+}
+
+impl KeyMap {
+    fn get_or_insert(&mut self, key: Key, w: &Work) -> &mut KeyState {
+        let o = order(key);
+        let i = match self.0.binary_search_by_key(&o, |e| e.0) {
+            Ok(i) => i,
+            Err(i) => {
+                self.0.insert(i, (o, key, KeyState::new(w)));
+                i
+            }
+        };
+        &mut self.0[i].2
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Key, &KeyState)> {
+        self.0.iter().map(|(_, k, st)| (k, st))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut KeyState)> {
+        self.0.iter_mut().map(|(_, k, st)| (&*k, st))
+    }
+}
+
 /// The windows of every key.
 #[derive(Debug)]
 pub struct Windows {
     cfg: WindowConfig,
-    keys: BTreeMap<Key, KeyState>,
+    keys: KeyMap,
     /// Every completion of every key: what NICs and paths are judged against.
     total: Option<KeyState>,
     /// NICs and paths now anomalous: while one is, the others' shares rise, and must not
@@ -544,7 +582,7 @@ impl Windows {
     pub fn new(cfg: WindowConfig) -> Self {
         Windows {
             cfg,
-            keys: BTreeMap::new(),
+            keys: KeyMap::default(),
             total: None,
             anomalous_shares: 0,
         }
@@ -559,7 +597,7 @@ impl Windows {
     }
 
     fn state(&mut self, key: Key, w: &Work) -> &mut KeyState {
-        self.keys.entry(key).or_insert_with(|| KeyState::new(w))
+        self.keys.get_or_insert(key, w)
     }
 
     /// A work request was posted on the keys it names.
@@ -595,7 +633,7 @@ impl Windows {
                 anomalous_shares,
                 ..
             } = self;
-            let st = keys.entry(key).or_insert_with(|| KeyState::new(w));
+            let st = keys.get_or_insert(key, w);
             let (was, learn) = (st.anomalous, !relative(key) || *anomalous_shares == 0);
             if st.pending.is_some() && w.ts_ns > st.pending_since.saturating_add(cfg.merge_ns) {
                 settle(&cfg, key, st, total.as_ref(), learn, out);
