@@ -980,11 +980,7 @@ mod tests {
             nic: 0,
             engine: crate::Engine::Mpt,
             unit: crate::Unit::Chunk,
-            coll: crate::CollId {
-                comm: 0,
-                op: crate::Op::Send,
-                seq: 0,
-            },
+            coll: NO_COLL,
         };
         let mut map = KeyMap::default();
         for (i, &k) in keys.iter().enumerate() {

@@ -22,9 +22,9 @@ read -r -a SETS <<< "${SETS:-base: inflight2M:CCL_MPT_INFLIGHT_BYTES=2097152}"
 source tests/bench/two_hosts.sh
 two_hosts_up mpt_settings_ab "$LOG"
 
-# run OP SIZE ITERS NAME ENVS TAG: both ranks; prints rank 0's out-of-place busbw.
+# run OP SIZE ITERS ENVS TAG: both ranks; prints rank 0's out-of-place busbw.
 run() {
-  local op=$1 size=$2 iters=$3 envs=$5 tag=$6 port=$((20000 + RANDOM % 20000)) r
+  local op=$1 size=$2 iters=$3 envs=$4 tag=$5 port=$((20000 + RANDOM % 20000)) r
   local -a extra=(); [ -n "$envs" ] && IFS=, read -r -a extra <<< "$envs"
   for r in 1 0; do
     ip netns exec "cclnic$r" $([ "$PIN" = 1 ] && echo "taskset -c $r") env "${extra[@]}" \
@@ -47,7 +47,7 @@ for op in $OPS; do
       for j in $(seq 0 $((n - 1))); do
         set_=${SETS[$(((j + k - 1) % n))]}
         name=${set_%%:*} envs=${set_#*:}
-        bw=$(run "$op" "$size" "$iters" "$name" "$envs" "$op-$size-$name-$k")
+        bw=$(run "$op" "$size" "$iters" "$envs" "$op-$size-$name-$k")
         echo "$op $size $name ${bw:-FAIL}" | tee -a "$LOG/raw.txt"
       done
     done

@@ -186,32 +186,25 @@ impl Fabric {
         Ok(())
     }
 
-    /// Takes `path` down (or up) in both directions between every pair of nodes.
-    pub fn set_path_down(&mut self, path: PathId, down: bool) -> Result<(), MptError> {
+    /// Every link of `path`: both directions between every pair of nodes.
+    fn path_links(&mut self, path: PathId) -> Result<impl Iterator<Item = &mut Link>, MptError> {
         if path.index() >= self.paths {
             return Err(MptError::Sim("no such path"));
         }
-        for src in 0..self.nodes {
-            for dst in 0..self.nodes {
-                self.set_link_down(src, dst, path, down)?;
-            }
-        }
+        let paths = self.paths;
+        Ok(self.links.iter_mut().skip(path.index()).step_by(paths))
+    }
+
+    /// Takes `path` down (or up) in both directions between every pair of nodes.
+    pub fn set_path_down(&mut self, path: PathId, down: bool) -> Result<(), MptError> {
+        self.path_links(path)?.for_each(|l| l.down = down);
         Ok(())
     }
 
     /// Adds `extra` one-way delay to `path` in both directions between every pair of nodes
     /// (zero: back to the fabric's own delay). Datagrams already in flight keep their times.
     pub fn set_path_delay(&mut self, path: PathId, extra: Duration) -> Result<(), MptError> {
-        if path.index() >= self.paths {
-            return Err(MptError::Sim("no such path"));
-        }
-        for src in 0..self.nodes {
-            for dst in 0..self.nodes {
-                if let Some(i) = self.link_index(src, dst, path) {
-                    self.links[i].extra_delay = extra;
-                }
-            }
-        }
+        self.path_links(path)?.for_each(|l| l.extra_delay = extra);
         Ok(())
     }
 
