@@ -78,6 +78,7 @@ pub fn config() -> P2pConfig {
         graph_one_shot_bytes: CCL_GRAPH_ONE_SHOT_BYTES.get_i64(),
         graph_fused: CCL_GRAPH_FUSED.get_bool(),
         graph_fused_copy_bytes: CCL_GRAPH_FUSED_COPY_BYTES.get_i64(),
+        graph_copy_blocks: CCL_GRAPH_COPY_BLOCKS.get_i64(),
         graph_handshake_kernel: CCL_GRAPH_HANDSHAKE_KERNEL.get_bool(),
     }
 }

@@ -106,12 +106,14 @@ pub struct P2pConfig {
     pub host_only_stage_in: bool,
 
     /// `CCL_GRAPH_LL`, `CCL_GRAPH_DIRECT`, `CCL_GRAPH_ONE_SHOT_BYTES`, `CCL_GRAPH_FUSED`,
-    /// `CCL_GRAPH_FUSED_COPY_BYTES`, `CCL_GRAPH_HANDSHAKE_KERNEL`: captured groups.
+    /// `CCL_GRAPH_FUSED_COPY_BYTES`, `CCL_GRAPH_COPY_BLOCKS`, `CCL_GRAPH_HANDSHAKE_KERNEL`:
+    /// captured groups.
     pub graph_ll: bool,
     pub graph_direct: bool,
     pub graph_one_shot_bytes: i64,
     pub graph_fused: bool,
     pub graph_fused_copy_bytes: i64,
+    pub graph_copy_blocks: i64,
     pub graph_handshake_kernel: bool,
 }
 

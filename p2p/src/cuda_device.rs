@@ -46,6 +46,11 @@ impl<'a> CudaDevice<'a> {
         self
     }
 
+    /// Most blocks of a kernel that copies a captured group's data (`CCL_GRAPH_COPY_BLOCKS`).
+    fn copy_blocks(&self) -> u32 {
+        self.eng.cfg.graph_copy_blocks.clamp(1, 1024) as u32
+    }
+
     /// Has captured groups' handshakes run as a spinning kernel (its program loaded).
     pub(crate) fn with_handshake_kernel(mut self, on: bool) -> CudaDevice<'a> {
         self.handshakes = on;
@@ -196,6 +201,7 @@ impl Device for CudaDevice<'_> {
             done: f.done.clone(),
             halfway: f.halfway.clone(),
         };
+        let blocks = self.copy_blocks();
         if let Some((go, arrived)) = f.spread {
             // SAFETY: as below; `go` and `arrived` are this rank's own words of the group in
             // its flag area (zeroed at setup, no partner writes them), which the kernel sets
@@ -203,7 +209,7 @@ impl Device for CudaDevice<'_> {
             unsafe {
                 self.eng
                     .kernels
-                    .graph_copies_spread(s, &f.copies, &words, go, arrived)
+                    .graph_copies_spread(s, &f.copies, &words, go, arrived, blocks)
             }
             .map_err(cuda_err)?;
             return Ok(true);
@@ -230,10 +236,10 @@ impl Device for CudaDevice<'_> {
         {
             return Ok(false);
         }
-        let s = self.stream(lane)?;
+        let (s, blocks) = (self.stream(lane)?, self.copy_blocks());
         // SAFETY: see the impl: the copies are the captured group's, from partners' buffers
         // (mapped at capture) into its own, disjoint, between its handshakes.
-        unsafe { self.eng.kernels.graph_copies_wide(s, copies) }.map_err(cuda_err)?;
+        unsafe { self.eng.kernels.graph_copies_wide(s, copies, blocks) }.map_err(cuda_err)?;
         Ok(true)
     }
 

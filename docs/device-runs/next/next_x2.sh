@@ -38,6 +38,17 @@
 #                  100 ms passes
 #   MODE=mptinflight one-engine multipath links with the 3 MiB in-flight default against 16 MiB,
 #                  host memory, 1 / 8 / 64 MiB (carry .dev/net)
+#   MODE=eagerslots eager exchanges with more receive slots (CCL_IPC_SLOTS 16) and smaller
+#                  chunks (CCL_IPC_CHUNK_BYTES 2 MiB, 16 slots) against plain eager (4 slots of
+#                  8 MiB) and the push wait: whether the slot handshake is what eager loses
+#   MODE=copyblocks captured copy-only groups on SMs: the four-in-flight copy loop (.dev/new)
+#                  against the one before it (.dev/old, same 4 MiB spread limit), 32 against 64
+#                  blocks, 16 MiB spread limits, -G 10, 16 KiB - 16 MiB
+#   MODE=eagerlanes eager exchanges with 2 and 4 receive streams (CCL_IPC_RX_LANES) against 1
+#                  and the push wait: whether the receiver's copies out of its slots (kernels on
+#                  SMs) queue behind its own pushes
+#   MODE=graphlanes captured copy-only groups above the spread limit with their copies on two
+#                  lanes (.dev/new) against one lane (.dev/old), -G 5, 16 MiB - 1 GiB
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -219,5 +230,49 @@ case ${MODE:-hostcost} in
         bash tests/bench/monitor_overhead.sh "$O/mon-$name" > "$O/monab-$name.txt" 2>&1
       grep -E "^sendrecv" "$O/monab-$name.txt"; rm -rf "$O/mon-$name"
     done ;;
+  eagerslots)
+    # Eager exchanges ran 0.49-0.90 of the push wait from 8 MiB with 4 slots of 8 MiB a peer:
+    # 16 slots (every chunk of a 64 MiB message in flight at once) and 16 slots of 2 MiB
+    # (the default's slot memory, shorter steps) against the default and the push wait.
+    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
+      ENVS_s16="CCL_IPC_EAGER_SEND=1 CCL_IPC_SLOTS=16" \
+      ENVS_s16c2m="CCL_IPC_EAGER_SEND=1 CCL_IPC_SLOTS=16 CCL_IPC_CHUNK_BYTES=2097152"
+    OUT=$O/es OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 1M -e 512M -f 4 -n 20 -w 5" \
+      LIBS="nccl wait=.dev/new eager=.dev/new s16=.dev/new s16c2m=.dev/new" timeout ${LIMIT:-270} \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in eager s16 s16c2m; do
+      echo "## $n / wait"; .dev/ccl-report "$O/es/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf es-logs.tgz es && rm -rf es ;;
+  copyblocks)
+    export ENVS_old4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304 ENVS_b64=CCL_GRAPH_COPY_BLOCKS=64 \
+      ENVS_s16b64="CCL_GRAPH_FUSED_COPY_BYTES=16777216 CCL_GRAPH_COPY_BLOCKS=64" \
+      ENVS_s16b128="CCL_GRAPH_FUSED_COPY_BYTES=16777216 CCL_GRAPH_COPY_BLOCKS=128"
+    OUT=$O/cb OPS="sendrecv broadcast scatter gather all_gather alltoall" NGPU=2 \
+      EXTRA="-b 16K -e 16M -f 2 -n 50 -w 10 -G 10" \
+      LIBS="nccl old4m=.dev/old new=.dev/new b64=.dev/new s16b64=.dev/new s16b128=.dev/new" \
+      timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in old4m new b64 s16b64 s16b128; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/cb/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf cb-logs.tgz cb && rm -rf cb ;;
+  eagerlanes)
+    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
+      ENVS_rx2="CCL_IPC_EAGER_SEND=1 CCL_IPC_RX_LANES=2" ENVS_rx4="CCL_IPC_EAGER_SEND=1 CCL_IPC_RX_LANES=4"
+    OUT=$O/el OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 4M -e 256M -f 4 -n 20 -w 5" \
+      LIBS="nccl wait=.dev/new eager=.dev/new rx2=.dev/new rx4=.dev/new" timeout ${LIMIT:-200} \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in eager rx2 rx4; do
+      echo "## $n / wait"; .dev/ccl-report "$O/el/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf el-logs.tgz el && rm -rf el ;;
+  graphlanes)
+    OUT=$O/gl OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
+      EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl old=.dev/old new=.dev/new" \
+      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in old new; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/gl/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf gl-logs.tgz gl && rm -rf gl ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac

@@ -51,17 +51,35 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
     let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
     // A group that only copies may copy in one kernel (one graph node instead of one
-    // copy-engine node per copy, which follow one another); the same words either way.
-    let recorded = match g.fused {
-        true => copies_of_first_phase(l, g, &parked)?,
-        false => None,
-    };
-    let halfway = match recorded {
-        Some((copies, halfway)) if b.copies_kernel(Lane::User, &copies)? => halfway,
+    // copy-engine node per copy, which follow one another), or on two lanes side by side;
+    // the same words either way.
+    let halfway = match copies_of_first_phase(l, g, &parked)? {
+        Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
+        Some((copies, halfway)) if copies.len() > 1 && l.direct_tx > 0 => {
+            copies_side_by_side(&mut b, &copies)?;
+            halfway
+        }
         _ => first_phase(&mut b, l, g, &parked)?,
     };
     second_and_last(&mut b, l, g, &partners, &parked, halfway)?;
     b.flush()
+}
+
+/// `copies` on [`Lane::User`] and a copy lane side by side, each copy on the lane with fewer
+/// bytes so far, largest first: a captured all-gather's or all-to-all's own block is a copy
+/// within the GPU (a driver kernel on SMs) that on one lane waited for the partner's block
+/// (a copy engine reading over NVLink) before it started.
+pub(super) fn copies_side_by_side(b: &mut dyn Device, copies: &[CopyOp]) -> Result<()> {
+    let mut order: Vec<&CopyOp> = copies.iter().collect();
+    order.sort_by_key(|c| std::cmp::Reverse(c.2));
+    let (lanes, mut load) = ([Lane::User, Lane::Tx(0)], [0usize; 2]);
+    b.fork(&lanes[1..])?;
+    for &&(dst, src, bytes) in &order {
+        let k = usize::from(load[1] < load[0]);
+        load[k] += bytes;
+        b.copy(lanes[k], dst, src, bytes)?;
+    }
+    b.join(&lanes[1..])
 }
 
 /// The first phase of group `g` (see the module's steps); whether it needs `HALFWAY`.

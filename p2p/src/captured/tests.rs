@@ -204,3 +204,52 @@ fn host_only_sources_pair_sends_and_collectives_across_layouts() {
     // A send to itself is not taken (staged).
     assert!(host_only_offsets(&[send(0, 4), recv(0, 4)], 0, 2, 1 << 20).is_none());
 }
+
+/// Records what a captured group queues, lane by lane, in order.
+#[derive(Default)]
+struct LaneLog(Vec<String>);
+
+impl crate::device::Device for LaneLog {
+    fn wait(&mut self, lane: crate::layout::Lane, addr: u64, value: u32) -> Result<()> {
+        self.0.push(format!("{lane:?} wait {addr} {value}"));
+        Ok(())
+    }
+    fn write(&mut self, lane: crate::layout::Lane, addr: u64, value: u32) -> Result<()> {
+        self.0.push(format!("{lane:?} write {addr} {value}"));
+        Ok(())
+    }
+    fn copy(&mut self, lane: crate::layout::Lane, dst: u64, _: u64, bytes: usize) -> Result<()> {
+        self.0.push(format!("{lane:?} copy {dst} {bytes}"));
+        Ok(())
+    }
+    fn kernel(&mut self, lane: crate::layout::Lane, _: crate::device::Kernel) -> Result<()> {
+        self.0.push(format!("{lane:?} kernel"));
+        Ok(())
+    }
+    fn fork(&mut self, lanes: &[crate::layout::Lane]) -> Result<()> {
+        self.0.push(format!("fork {lanes:?}"));
+        Ok(())
+    }
+    fn join(&mut self, lanes: &[crate::layout::Lane]) -> Result<()> {
+        self.0.push(format!("join {lanes:?}"));
+        Ok(())
+    }
+}
+
+#[test]
+fn copies_side_by_side_balance_bytes_largest_first_between_fork_and_join() {
+    let mut log = LaneLog::default();
+    let copies = [(1, 10, 100), (2, 20, 300), (3, 30, 200), (4, 40, 150)];
+    super::group::copies_side_by_side(&mut log, &copies).unwrap();
+    assert_eq!(
+        log.0,
+        [
+            "fork [Tx(0)]",
+            "User copy 2 300",
+            "Tx(0) copy 3 200",
+            "Tx(0) copy 4 150",
+            "User copy 1 100",
+            "join [Tx(0)]",
+        ]
+    );
+}

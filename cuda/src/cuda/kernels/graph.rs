@@ -87,7 +87,7 @@ impl Kernels {
     }
 
     /// [`Self::graph_copies`] without a halfway handshake, spread over as many blocks as the
-    /// copies fill (one per 32 KiB, up to [`GRAPH_WIDE_BLOCKS`]): block 0 does the "inputs"
+    /// copies fill (one per 32 KiB, up to `max_blocks`): block 0 does the "inputs"
     /// handshake and lets the others go through `go`; the last block to finish (counted in
     /// `arrived`) does the "done" handshake and sets both words back to 0.
     ///
@@ -101,19 +101,24 @@ impl Kernels {
         words: &GraphWords,
         go: CUdeviceptr,
         arrived: CUdeviceptr,
+        max_blocks: u32,
     ) -> Result<()> {
         if !words.halfway.is_empty() {
             return Err(CudaError::InvalidArgument(
                 "graph_copies_spread: a halfway handshake".into(),
             ));
         }
-        let form = CopiesForm::Spread { go, arrived };
+        let form = CopiesForm::Spread {
+            go,
+            arrived,
+            max_blocks,
+        };
         // SAFETY: the caller's contract.
         unsafe { self.graph_copies_form(stream, copies, &[], words, form) }
     }
 
-    /// `copies` (dst, src, bytes) as one kernel of as many blocks as they fill (up to
-    /// [`GRAPH_WIDE_BLOCKS`]), with no handshake: for a captured group's parts, between its
+    /// `copies` (dst, src, bytes) as one kernel of as many blocks as they fill (one per 32 KiB,
+    /// up to `max_blocks`), with no handshake: for a captured group's parts, between its
     /// handshake kernels, where one node replaces a copy-engine node per copy.
     ///
     /// # Safety
@@ -122,8 +127,9 @@ impl Kernels {
         &self,
         stream: &Stream,
         copies: &[(CUdeviceptr, CUdeviceptr, usize)],
+        max_blocks: u32,
     ) -> Result<()> {
-        let (w, form) = (GraphWords::default(), CopiesForm::Wide);
+        let (w, form) = (GraphWords::default(), CopiesForm::Wide { max_blocks });
         // SAFETY: the caller's contract; no words are touched.
         unsafe { self.graph_copies_form(stream, copies, &[], &w, form) }
     }
@@ -172,8 +178,12 @@ impl Kernels {
         let (mut np32, mut half32) = (np as u32, u32::from(halfway));
         let (mut wide32, mut go, mut arrived, blocks) = match form {
             CopiesForm::OneBlock => (0u32, 0, 0, 1),
-            CopiesForm::Wide => (1, 0, 0, wide_blocks(first)),
-            CopiesForm::Spread { go, arrived } => (2, go, arrived, wide_blocks(first)),
+            CopiesForm::Wide { max_blocks } => (1, 0, 0, wide_blocks(first, max_blocks)),
+            CopiesForm::Spread {
+                go,
+                arrived,
+                max_blocks,
+            } => (2, go, arrived, wide_blocks(first, max_blocks)),
         };
         let mut params: [*mut c_void; 10] = [
             (&mut c as *mut Copies).cast(),
@@ -201,24 +211,21 @@ enum CopiesForm {
     /// One block, with the handshakes.
     OneBlock,
     /// Many blocks, no handshake.
-    Wide,
+    Wide { max_blocks: u32 },
     /// Many blocks, with the handshakes, through these two words.
     Spread {
         go: CUdeviceptr,
         arrived: CUdeviceptr,
+        max_blocks: u32,
     },
 }
 
-/// Most blocks of [`Kernels::graph_copies_wide`]: the low-latency exchange's count, enough
-/// for NVLink from the GPU's SMs at these sizes.
-const GRAPH_WIDE_BLOCKS: u32 = 32;
-
-/// Blocks for `copies`: one per 32 KiB, at least one, at most [`GRAPH_WIDE_BLOCKS`].
-fn wide_blocks(copies: &[(CUdeviceptr, CUdeviceptr, usize)]) -> u32 {
+/// Blocks for `copies`: one per 32 KiB, at least one, at most `max_blocks`.
+fn wide_blocks(copies: &[(CUdeviceptr, CUdeviceptr, usize)], max_blocks: u32) -> u32 {
     let bytes: usize = copies.iter().map(|c| c.2).sum();
     u32::try_from(bytes.div_ceil(32 << 10))
         .unwrap_or(u32::MAX)
-        .clamp(1, GRAPH_WIDE_BLOCKS)
+        .clamp(1, max_blocks.max(1))
 }
 
 impl Kernels {

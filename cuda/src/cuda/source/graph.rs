@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 #[cfg(doc)]
 use super::op::KernelOp;
+use super::prelude::COPY_STRIDED;
 use super::reduce::REDUCE_N_MAX;
 
 /// Threads of the one block of a [`KernelOp::GraphAllReduce`] kernel.
@@ -131,22 +132,11 @@ pub(super) fn graph_copies_code(name: &str, out: &mut String) {
         out,
         r#"
 {GRAPH_HANDSHAKE}
-struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
+{COPY_STRIDED}
 struct ccl_gcopies {{ u64 dst[{max}]; u64 src[{max}]; u64 bytes[{max}]; }};
 
 static __device__ inline void ccl_copies(const ccl_gcopies& c, u32 from, u32 to, u64 tid, u64 step) {{
-  for (u32 m = from; m < to; ++m) {{
-    u8* dst = (u8*)c.dst[m];
-    const u8* src = (const u8*)c.src[m];
-    const u64 bytes = c.bytes[m];
-    u64 head = 0;
-    if ((((u64)dst | (u64)src) & 15) == 0) {{
-      const u64 nv = bytes / 16;
-      for (u64 i = tid; i < nv; i += step) ((ccl_v16*)dst)[i] = ((const ccl_v16*)src)[i];
-      head = nv * 16;
-    }}
-    for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
-  }}
+  for (u32 m = from; m < to; ++m) ccl_copy_strided((u8*)c.dst[m], (const u8*)c.src[m], c.bytes[m], tid, step);
 }}
 
 static __device__ inline void ccl_block_copies(const ccl_gcopies& c, u32 from, u32 to) {{

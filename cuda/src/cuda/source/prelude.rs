@@ -56,6 +56,33 @@ static __device__ inline void ccl_backoff() {
 }
 "#;
 
+/// A strided copy for the kernels that move bytes (graph copies, wait-copy): thread `tid` of
+/// `step` takes every `step`-th 16-byte vector when both ends are 16-byte aligned, four loads
+/// in flight before their stores (one at a time leaves a thread waiting a whole NVLink round
+/// trip per 16 bytes), then every `step`-th byte of what is left. Sources that include it
+/// must not define `ccl_v16` themselves.
+pub(super) const COPY_STRIDED: &str = r#"
+struct alignas(16) ccl_v16 { u32 x, y, z, w; };
+
+static __device__ inline void ccl_copy_strided(u8* dst, const u8* src, u64 bytes, u64 tid, u64 step) {
+  u64 head = 0;
+  if ((((u64)dst | (u64)src) & 15) == 0) {
+    const u64 nv = bytes / 16;
+    const ccl_v16* s16 = (const ccl_v16*)src;
+    ccl_v16* d16 = (ccl_v16*)dst;
+    for (u64 i = tid; i < nv; i += 4 * step) {
+      ccl_v16 a[4];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * step < nv) a[k] = s16[i + k * step];
+#pragma unroll
+      for (u32 k = 0; k < 4; ++k) if (i + k * step < nv) d16[i + k * step] = a[k];
+    }
+    head = nv * 16;
+  }
+  for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+}
+"#;
+
 /// Helpers built on the primitives (plain C++).
 pub(super) const COMMON: &str = r#"
 static __device__ inline bool nan_f(float x) { return (f2u(x) & 0x7fffffffu) > 0x7f800000u; }

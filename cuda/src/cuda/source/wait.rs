@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use super::prelude::COPY_STRIDED;
+
 /// The flag wait: one thread polls the word (volatile: it is written over NVLink by a peer's
 /// stream, or by the host) and sleeps between looks; a system-wide fence on the way out keeps
 /// this stream's later reads behind the writes the flag announces.
@@ -42,8 +44,7 @@ pub(super) fn wait_copy_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
         r#"
-struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
-
+{COPY_STRIDED}
 {SPIN}
 extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u8* src, u64 bytes, u32* done, u32 done_value) {{
   if (threadIdx.x == 0) ccl_spin_until(arrive, value);
@@ -54,21 +55,7 @@ extern "C" __global__ void {name}(const u32* arrive, u32 value, u8* dst, const u
   per = (per + 15) & ~15ull;
   const u64 b0 = (u64)blockIdx.x * per < bytes ? (u64)blockIdx.x * per : bytes;
   const u64 b1 = b0 + per < bytes ? b0 + per : bytes;
-  u64 head = b0;
-  if ((((u64)dst | (u64)src) & 15) == 0) {{
-    const u64 v0 = b0 / 16, v1 = b1 / 16;
-    const ccl_v16* s16 = (const ccl_v16*)src;
-    ccl_v16* d16 = (ccl_v16*)dst;
-    for (u64 i = v0 + tid; i < v1; i += 4 * step) {{
-      ccl_v16 a[4];
-#pragma unroll
-      for (u32 k = 0; k < 4; ++k) if (i + k * step < v1) a[k] = s16[i + k * step];
-#pragma unroll
-      for (u32 k = 0; k < 4; ++k) if (i + k * step < v1) d16[i + k * step] = a[k];
-    }}
-    head = v1 * 16 > b0 ? v1 * 16 : b0;
-  }}
-  for (u64 i = head + tid; i < b1; i += step) dst[i] = src[i];
+  ccl_copy_strided(dst + b0, src + b0, b1 - b0, tid, step);
   // Every thread's stores reach the system before the flag that announces them.
   __threadfence_system();
   __syncthreads();
@@ -103,8 +90,7 @@ pub(super) fn mail_copy_code(name: &str, out: &mut String) {
     let _ = write!(
         out,
         r#"
-struct alignas(16) ccl_v16 {{ u32 x, y, z, w; }};
-
+{COPY_STRIDED}
 extern "C" __global__ void {name}(u64* slot, u64 tag, const u8* src, u64 max_bytes) {{
   __shared__ u64 s_dst, s_bytes;
   if (threadIdx.x == 0) {{
@@ -124,20 +110,7 @@ extern "C" __global__ void {name}(u64* slot, u64 tag, const u8* src, u64 max_byt
   u8* dst = (u8*)s_dst;
   const u64 bytes = s_bytes;
   const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x, step = (u64)gridDim.x * blockDim.x;
-  u64 head = 0;
-  if ((((u64)dst | (u64)src) & 15) == 0) {{
-    const u64 nv = bytes / 16;
-    const ccl_v16* s16 = (const ccl_v16*)src;
-    ccl_v16* d16 = (ccl_v16*)dst;
-    u64 i = tid;
-    for (; i + 3 * step < nv; i += 4 * step) {{
-      const ccl_v16 a = s16[i], b = s16[i + step], c = s16[i + 2 * step], d = s16[i + 3 * step];
-      d16[i] = a; d16[i + step] = b; d16[i + 2 * step] = c; d16[i + 3 * step] = d;
-    }}
-    for (; i < nv; i += step) d16[i] = s16[i];
-    head = nv * 16;
-  }}
-  for (u64 i = head + tid; i < bytes; i += step) dst[i] = src[i];
+  ccl_copy_strided(dst, src, bytes, tid, step);
   __threadfence_system();
 }}
 "#
