@@ -49,6 +49,10 @@
 #                  SMs) queue behind its own pushes
 #   MODE=graphlanes captured copy-only groups above the spread limit with their copies on two
 #                  lanes (.dev/new) against one lane (.dev/old), -G 5, 16 MiB - 1 GiB
+#   MODE=graphpieces a captured group's copies from partners cut over two copy lanes, its own
+#                  copies on the user's stream (.dev/new) against one copy lane each (.dev/b1),
+#                  -G 5, 16 MiB - 1 GiB (run on 2026-11-30 with c6674a7 plus the cutting, which
+#                  gained nothing and was not merged: docs/device-runs/2026-11-30-graphs/pieces/)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -274,5 +278,14 @@ case ${MODE:-hostcost} in
       echo "## $n / nccl"; .dev/ccl-report "$O/gl/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
     done
     cd "$O" && tar czf gl-logs.tgz gl && rm -rf gl ;;
+  graphpieces)
+    OUT=$O/gp OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
+      EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl b1=.dev/b1 new=.dev/new" \
+      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in b1 new; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/gp/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    echo "## new / b1"; .dev/ccl-report "$O/gp/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
+    cd "$O" && tar czf gp-logs.tgz gp && rm -rf gp ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
