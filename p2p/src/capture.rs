@@ -77,9 +77,13 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     let index = eng.captured.fetch_add(1, Ordering::Relaxed);
     let able = eng.direct && eng.cfg.graph_direct;
     let one_shot_bytes = eng.cfg.graph_one_shot_bytes.max(0) as usize;
+    // Groups the spread kernel takes read their partners' buffers; larger ones push, as a copy
+    // engine writes over NVLink faster than it reads.
+    let push_above = eng.cfg.graph_fused_copy_bytes.max(0) as usize;
     let mut mine = {
         let mut q = eng.queued.lock();
-        agree::offer(index, tasks, (rank, n), (able, one_shot_bytes), &mut q.bufs)
+        let limits = (able, one_shot_bytes, push_above);
+        agree::offer(index, tasks, (rank, n), limits, &mut q.bufs)
     };
     mine.gpu = gpu_id(&eng.ctx);
     let offers = exchange(comm, &mine.encode())?
@@ -162,7 +166,8 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         scratch: scratch.as_ref().map_or(0, DeviceBuffer::ptr),
         one_shot: one_shot_max,
         fused,
-        fused_copy_max: eng.cfg.graph_fused_copy_bytes.max(0) as usize,
+        push: agree::agreed_push(&offers),
+        fused_copy_max: push_above,
     };
     // The handshakes of a group that is not one kernel spin in a kernel of their own where
     // spinning is as safe as for the fused kernels: a batch of stream waits is re-polled by

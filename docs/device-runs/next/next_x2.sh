@@ -53,6 +53,9 @@
 #                  copies on the user's stream (.dev/new) against one copy lane each (.dev/b1),
 #                  -G 5, 16 MiB - 1 GiB (run on 2026-11-30 with c6674a7 plus the cutting, which
 #                  gained nothing and was not merged: docs/device-runs/2026-11-30-graphs/pieces/)
+#   MODE=graphpush captured copy-only groups above the spread limit pushed (each rank writes
+#                  its partners' receive buffers, .dev/new) against pulled (.dev/b1), -G 5,
+#                  16 MiB - 1 GiB
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -287,5 +290,14 @@ case ${MODE:-hostcost} in
     done
     echo "## new / b1"; .dev/ccl-report "$O/gp/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
     cd "$O" && tar czf gp-logs.tgz gp && rm -rf gp ;;
+  graphpush)
+    OUT=$O/gh OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
+      EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl b1=.dev/b1 new=.dev/new" \
+      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in b1 new; do
+      echo "## $n / nccl"; .dev/ccl-report "$O/gh/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    echo "## new / b1"; .dev/ccl-report "$O/gh/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
+    cd "$O" && tar czf gh-logs.tgz gh && rm -rf gh ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac

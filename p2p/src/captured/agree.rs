@@ -23,6 +23,9 @@ pub(crate) struct Ends {
 pub(crate) struct Offer {
     pub(crate) index: u64,
     pub able: bool,
+    /// This rank may push: its group only copies, none of its receives is parked, and more
+    /// bytes land here than its one-kernel limit; its receive buffers are posted.
+    pub push: bool,
     /// This rank's limit of one-shot all-reduces (`CCL_GRAPH_ONE_SHOT_BYTES`).
     pub one_shot: u64,
     /// This rank's process and GPU (a hash of its PCI bus id): ranks of other processes on
@@ -53,7 +56,7 @@ impl Offer {
         let mut w = vec![
             MAGIC,
             self.index,
-            self.able as u64,
+            self.able as u64 | (self.push as u64) << 1,
             self.one_shot,
             self.pid,
             self.gpu,
@@ -102,7 +105,8 @@ impl Offer {
             .collect::<Option<Vec<_>>>()?;
         Some(Offer {
             index,
-            able: able != 0,
+            able: able & 1 != 0,
+            push: able & 2 != 0,
             one_shot,
             pid,
             gpu,
@@ -137,15 +141,17 @@ pub(crate) fn signature(t: &Task) -> [u64; 5] {
 }
 
 /// This rank's offer for `tasks` as group `index`; `able` false if it cannot take the direct
-/// path (then the posts are left out).
+/// path (then the posts are left out). It offers to push ([`Offer::push`]) a group that only
+/// copies, parks nothing and lands more than `push_above` bytes here.
 pub(crate) fn offer(
     index: usize,
     tasks: &[Task],
     (rank, n): (usize, usize),
-    (able, one_shot): (bool, usize),
+    (able, one_shot, push_above): (bool, usize, usize),
     reach: &mut dyn Reach,
 ) -> Offer {
     let mut able = able && index < groups(n) && tasks.iter().all(supported);
+    let push = able && pushes(tasks, (rank, n), push_above);
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         let [kind, other, count, dtype, red] = signature(t);
@@ -164,8 +170,9 @@ pub(crate) fn offer(
         };
         let counts = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count);
         let (send_read, recv_read) = read_by_partners(t, rank);
+        let recv_written = push && !matches!(t.kind, TaskKind::Send { .. });
         let send = post(send_read, t.send, counts.map(|c| c.0));
-        let recv = post(recv_read, t.recv, counts.map(|c| c.1));
+        let recv = post(recv_read || recv_written, t.recv, counts.map(|c| c.1));
         out.push(OfferedTask {
             kind,
             other,
@@ -179,6 +186,7 @@ pub(crate) fn offer(
     Offer {
         index: index as u64,
         able,
+        push: push && able,
         one_shot: one_shot as u64,
         pid: reach.pid(),
         gpu: 0,
@@ -186,9 +194,30 @@ pub(crate) fn offer(
     }
 }
 
+/// Whether `tasks` of `rank` may push: they only copy, none of their receives is parked (no
+/// partner reads what lands here), and more than `above` bytes land here.
+fn pushes(tasks: &[Task], (rank, n): (usize, usize), above: usize) -> bool {
+    let landing: usize = tasks
+        .iter()
+        .filter_map(|t| {
+            let recv = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count)?.1;
+            Some(recv.saturating_mul(t.dtype.size()))
+        })
+        .sum();
+    !tasks.iter().any(|t| reduces(t.kind) && t.count > 0)
+        && super::group::parked(tasks, rank, n, 0).1 == 0
+        && landing > above
+}
+
+/// Whether the ranks of `offers` push their group (every one offered to): each rank writes
+/// what its partners receive of it instead of reading what it receives.
+pub(crate) fn agreed_push(offers: &[Offer]) -> bool {
+    !offers.is_empty() && offers.iter().all(|o| o.push)
+}
+
 /// Checks that the ranks captured matching groups; for each of `rank`'s tasks, the index of
 /// its counterpart at every rank: the same collective, for a receive from `j` the matching
-/// send at `j` (`usize::MAX` elsewhere and for sends).
+/// send at `j`, for a send to `j` the matching receive at `j` (`usize::MAX` elsewhere).
 pub(crate) fn matching(
     offers: &[Offer],
     rank: usize,
@@ -239,7 +268,7 @@ pub(crate) fn matching(
         }
     }
     let mine = &offers[rank];
-    let mut recvs_seen = vec![0usize; n];
+    let (mut recvs_seen, mut sends_seen) = (vec![0usize; n], vec![0usize; n]);
     let mut coll_k = 0;
     let mut out = Vec::with_capacity(mine.tasks.len());
     for t in &mine.tasks {
@@ -254,6 +283,11 @@ pub(crate) fn matching(
             let k = recvs_seen[j];
             recvs_seen[j] += 1;
             row[j] = p2p(&offers[j], SEND, rank)[k];
+        } else {
+            let j = t.other as usize;
+            let k = sends_seen[j];
+            sends_seen[j] += 1;
+            row[j] = p2p(&offers[j], RECV, rank)[k];
         }
         out.push(row);
     }
@@ -274,6 +308,22 @@ fn read_by_partners(t: &Task, rank: usize) -> (bool, bool) {
         }
         _ => (true, false),
     }
+}
+
+/// Which of rank `k`'s buffers this rank's `t` writes when the group pushes (`rank` != `k`):
+/// the receive buffer of every partner its data lands at.
+fn writes_of(t: &Task, rank: usize, k: usize) -> (bool, bool) {
+    let writes = t.count > 0
+        && match t.kind {
+            TaskKind::Coll(Collective::AllGather | Collective::AlltoAll) => true,
+            TaskKind::Coll(Collective::Broadcast { root } | Collective::Scatter { root }) => {
+                rank == root
+            }
+            TaskKind::Coll(Collective::Gather { root }) => k == root,
+            TaskKind::Send { peer } => k == peer,
+            _ => false,
+        };
+    (false, writes)
 }
 
 /// Which of rank `k`'s buffers this rank's `t` reads (`rank` != `k`).
@@ -302,7 +352,7 @@ pub(crate) fn ends_of(
     rows: &[Vec<usize>],
     reach: &mut dyn Reach,
 ) -> Result<Vec<Vec<Ends>>> {
-    let n = offers.len();
+    let (n, push) = (offers.len(), agreed_push(offers));
     let mut out = Vec::with_capacity(tasks.len());
     for (t, row) in tasks.iter().zip(rows) {
         let mut e = vec![Ends::default(); n];
@@ -319,7 +369,10 @@ pub(crate) fn ends_of(
                 };
                 continue;
             }
-            let (send, recv) = reads_of(t, rank, k);
+            let (send, recv) = match push {
+                true => writes_of(t, rank, k),
+                false => reads_of(t, rank, k),
+            };
             let Some(theirs) = offers[k].tasks.get(at) else {
                 continue;
             };

@@ -28,6 +28,9 @@ pub(crate) struct Group<'a> {
     pub one_shot: usize,
     /// A small group may be one kernel ([`fused`], [`fused_copies`]; its kernel is loaded).
     pub fused: bool,
+    /// Every rank writes what its partners receive of it ([`push_copies`]; agreed, see
+    /// [`super::agree::agreed_push`]) instead of reading what it receives.
+    pub push: bool,
     /// Most bytes a group that only copies moves as [`fused_copies`] with no halfway
     /// handshake, spread over blocks above [`FUSED_MAX_BYTES`] (`CCL_GRAPH_FUSED_COPY_BYTES`).
     pub fused_copy_max: usize,
@@ -57,6 +60,12 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
         Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
         Some((copies, halfway)) if copies.len() > 1 && l.direct_tx > 0 => {
             copies_side_by_side(&mut b, &copies)?;
+            halfway
+        }
+        Some((copies, halfway)) if g.push => {
+            for &(dst, src, bytes) in &copies {
+                b.copy(Lane::User, dst, src, bytes)?;
+            }
             halfway
         }
         _ => first_phase(&mut b, l, g, &parked)?,
@@ -453,9 +462,55 @@ fn copies_of_first_phase(
     if g.tasks.iter().any(|t| reduces(t.kind) && t.count > 0) {
         return Ok(None);
     }
+    if g.push {
+        return Ok(Some((push_copies(l, g), false)));
+    }
     let mut rec = CopyRecorder::default();
     let halfway = first_phase(&mut rec, l, g, parked)?;
     Ok((!rec.other).then_some((rec.copies, halfway)))
+}
+
+/// The copies of a group that pushes: each of this rank's inputs into the receive buffer of
+/// every rank it lands at (its own included, where that is not the input itself). The same
+/// handshakes as pulling: `INPUTS` says a rank's inputs are ready and its receive buffers free
+/// (its stream reached the group), `DONE` that a rank's writes into its partners are done.
+fn push_copies(l: &Layout, g: &Group) -> Vec<CopyOp> {
+    let rank = l.rank;
+    let mut out = Vec::new();
+    for (t, e) in g.tasks.iter().zip(&g.ends).filter(|(t, _)| t.count > 0) {
+        let bytes = t.count * t.dtype.size();
+        let at = |p: u64, blocks: usize| p + (blocks * bytes) as u64;
+        let send = e[rank].send;
+        let mut put = |dst: u64, src: u64| {
+            if dst != src {
+                out.push((dst, src, bytes));
+            }
+        };
+        match t.kind {
+            TaskKind::Coll(Collective::AllGather) => {
+                e.iter().for_each(|x| put(at(x.recv, rank), send));
+            }
+            TaskKind::Coll(Collective::AlltoAll) => {
+                for (k, x) in e.iter().enumerate() {
+                    put(at(x.recv, rank), at(send, k));
+                }
+            }
+            TaskKind::Coll(Collective::Broadcast { root }) if rank == root => {
+                e.iter().for_each(|x| put(x.recv, send));
+            }
+            TaskKind::Coll(Collective::Scatter { root }) if rank == root => {
+                for (k, x) in e.iter().enumerate() {
+                    put(x.recv, at(send, k));
+                }
+            }
+            TaskKind::Coll(Collective::Gather { root }) => put(at(e[root].recv, rank), send),
+            TaskKind::Send { peer } if peer != rank => put(e[peer].recv, t.send as u64),
+            // A receive from this rank itself reads the matching send, within the GPU.
+            TaskKind::Recv { peer } if peer == rank => put(t.recv as u64, send),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Records a first phase's copies; anything else it would queue marks it `other`.

@@ -60,7 +60,7 @@ fn offers_round_trip() {
         float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
         float_sum(TaskKind::Recv { peer: 1 }, 0, 0x4000, 4),
     ];
-    let o = offer(5, &tasks, (0, 2), (true, 0), &mut reach());
+    let o = offer(5, &tasks, (0, 2), (true, 0, usize::MAX), &mut reach());
     assert!(o.able);
     assert!(o.tasks[0].send.is_some() && o.tasks[0].recv.is_some());
     assert!(o.tasks[1].send.is_some() && o.tasks[2].send.is_none());
@@ -78,25 +78,43 @@ fn offers_round_trip() {
         0x2000,
         6,
     )];
-    assert!(!offer(0, &host, (0, 2), (true, 0), &mut reach()).able);
-    assert!(!offer(groups(2), &tasks, (0, 2), (true, 0), &mut reach()).able);
-    assert!(offer(groups(2) - 1, &tasks, (0, 2), (true, 0), &mut reach()).able);
+    assert!(!offer(0, &host, (0, 2), (true, 0, usize::MAX), &mut reach()).able);
+    assert!(
+        !offer(
+            groups(2),
+            &tasks,
+            (0, 2),
+            (true, 0, usize::MAX),
+            &mut reach()
+        )
+        .able
+    );
+    assert!(
+        offer(
+            groups(2) - 1,
+            &tasks,
+            (0, 2),
+            (true, 0, usize::MAX),
+            &mut reach()
+        )
+        .able
+    );
     assert_eq!(
         (groups(2), groups(8), groups(72), groups(4096)),
         (65536, 65536, 19418, 1024)
     );
     let mut avg = tasks[0];
     avg.red = Reduction::Avg;
-    assert!(offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
+    assert!(offer(0, &[avg], (0, 2), (true, 0, usize::MAX), &mut reach()).able);
     avg.red = Reduction::PreMulSum(Scalar::Device(0x9000));
-    assert!(!offer(0, &[avg], (0, 2), (true, 0), &mut reach()).able);
+    assert!(!offer(0, &[avg], (0, 2), (true, 0, usize::MAX), &mut reach()).able);
     let ring = [
         float_sum(TaskKind::Send { peer: 1 }, 0x3000, 0, 4),
         float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3008, 4),
         float_sum(TaskKind::Recv { peer: 1 }, 0, 0x3010, 4),
         float_sum(TaskKind::Recv { peer: 1 }, 0, 0x5000, 4),
     ];
-    assert!(offer(0, &ring, (0, 2), (true, 0), &mut reach()).able);
+    assert!(offer(0, &ring, (0, 2), (true, 0, usize::MAX), &mut reach()).able);
     // The two receives onto the send's buffer go through scratch memory, 256-byte aligned.
     assert_eq!(
         parked(&ring, 0, 2, 0),
@@ -128,7 +146,7 @@ fn matching_pairs_receives_and_refuses_different_groups() {
         groups
             .iter()
             .enumerate()
-            .map(|(r, t)| offer(0, t, (r, groups.len()), (true, 0), &mut reach()))
+            .map(|(r, t)| offer(0, t, (r, groups.len()), (true, 0, usize::MAX), &mut reach()))
             .collect()
     };
     let ok = offers(&[
@@ -138,10 +156,10 @@ fn matching_pairs_receives_and_refuses_different_groups() {
     assert_eq!(
         matching(&ok, 0).unwrap(),
         vec![
-            vec![usize::MAX, usize::MAX],
+            vec![usize::MAX, 0],
             vec![1, 2],
             vec![usize::MAX, 3],
-            vec![usize::MAX, usize::MAX]
+            vec![usize::MAX, 1]
         ]
     );
     assert_eq!(matching(&ok, 1).unwrap()[1], vec![3, usize::MAX]);

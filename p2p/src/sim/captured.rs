@@ -42,7 +42,9 @@ fn simulate_captured(
                 rank: r,
                 unmappable: &[],
             };
-            let o = agree::offer(g, t, (r, n), (true, one_shot), &mut reach);
+            // Seeds 0 mod 3 push every group that may (more than 0 bytes landing).
+            let push_above = if seed % 3 == 0 { 0 } else { usize::MAX };
+            let o = agree::offer(g, t, (r, n), (true, one_shot, push_above), &mut reach);
             if !o.able {
                 return Err(format!("group {g}: rank {r} cannot capture it directly"));
             }
@@ -70,6 +72,7 @@ fn simulate_captured(
                 scratch,
                 one_shot,
                 fused: seed % 2 == 1,
+                push: agree::agreed_push(&offers),
                 fused_copy_max: 1 << 20,
             });
         }
