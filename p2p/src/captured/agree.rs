@@ -24,7 +24,8 @@ pub(crate) struct Offer {
     pub(crate) index: u64,
     pub able: bool,
     /// This rank may push: its group only copies, none of its receives is parked, and more
-    /// bytes land here than its one-kernel limit; its receive buffers are posted.
+    /// bytes land here or leave from here than its one-kernel limit; its receive buffers are
+    /// posted.
     pub push: bool,
     /// This rank's limit of one-shot all-reduces (`CCL_GRAPH_ONE_SHOT_BYTES`).
     pub one_shot: u64,
@@ -142,7 +143,7 @@ pub(crate) fn signature(t: &Task) -> [u64; 5] {
 
 /// This rank's offer for `tasks` as group `index`; `able` false if it cannot take the direct
 /// path (then the posts are left out). It offers to push ([`Offer::push`]) a group that only
-/// copies, parks nothing and lands more than `push_above` bytes here.
+/// copies, parks nothing and moves more than `push_above` bytes in or out here.
 pub(crate) fn offer(
     index: usize,
     tasks: &[Task],
@@ -195,18 +196,18 @@ pub(crate) fn offer(
 }
 
 /// Whether `tasks` of `rank` may push: they only copy, none of their receives is parked (no
-/// partner reads what lands here), and more than `above` bytes land here.
+/// partner reads what lands here), and more than `above` bytes land here or leave from here.
 fn pushes(tasks: &[Task], (rank, n): (usize, usize), above: usize) -> bool {
-    let landing: usize = tasks
-        .iter()
-        .filter_map(|t| {
-            let recv = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count)?.1;
-            Some(recv.saturating_mul(t.dtype.size()))
-        })
-        .sum();
+    let (mut leaving, mut landing) = (0usize, 0usize);
+    for t in tasks {
+        let (send, recv) =
+            ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count).unwrap_or((0, 0));
+        leaving = leaving.saturating_add(send.saturating_mul(t.dtype.size()));
+        landing = landing.saturating_add(recv.saturating_mul(t.dtype.size()));
+    }
     !tasks.iter().any(|t| reduces(t.kind) && t.count > 0)
         && super::group::parked(tasks, rank, n, 0).1 == 0
-        && landing > above
+        && leaving.max(landing) > above
 }
 
 /// Whether the ranks of `offers` push their group (every one offered to): each rank writes

@@ -1,7 +1,7 @@
 use ccl_collectives::task::{float_sum, Reduction, Scalar, Task, TaskKind};
 use ccl_collectives::Collective;
 
-use super::agree::{matching, offer, Offer};
+use super::agree::{agreed_push, ends_of, matching, offer, Offer};
 use super::group::{parked, share};
 use super::host_only::{host_only_offer, host_only_offsets, host_only_sources};
 use crate::error::{Error, Result};
@@ -133,6 +133,60 @@ fn offers_round_trip() {
     let ar = float_sum(TaskKind::Coll(Collective::AllReduce), 0x3000, 0x3000, 64);
     assert_eq!(parked(&[ar], 0, 2, 256), (vec![Some(0)], 256));
     assert_eq!(parked(&[ar], 0, 2, 255), (vec![None], 0));
+}
+
+/// Ranks push a group that only copies and parks nothing, with more than their limit landing
+/// at or leaving from them, when every rank offers to: the receive buffers are posted, and each rank maps the
+/// receive buffers it writes, not the inputs it no longer reads.
+#[test]
+fn offers_push_copies_only_unparked_large_groups_and_map_what_they_write() {
+    let a2a = |s, r| float_sum(TaskKind::Coll(Collective::AlltoAll), s, r, 1000);
+    let offers_of = |groups: &[Vec<Task>], above: usize| -> Vec<Offer> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(r, t)| offer(0, t, (r, groups.len()), (true, 0, above), &mut reach()))
+            .collect()
+    };
+    // 2 x 1000 floats land at each rank: 8000 bytes.
+    let apart = [vec![a2a(0x10_000, 0x20_000)], vec![a2a(0x30_000, 0x40_000)]];
+    let o = offers_of(&apart, 7999);
+    assert!(o.iter().all(|o| o.push && o.tasks[0].recv.is_some()));
+    assert!(agreed_push(&o));
+    assert_eq!(Offer::decode(&o[0].encode()), Some(o[0].clone()));
+    let rows = matching(&o, 0).unwrap();
+    let ends = ends_of(&o, 0, &apart[0], &rows, &mut reach()).unwrap();
+    assert_eq!((ends[0][1].send, ends[0][1].recv), (0, 0x40_000));
+    // Not above the limit; one rank in place (it parks its receive): every rank pulls.
+    assert!(!agreed_push(&offers_of(&apart, 8000)));
+    let one_in_place = [vec![a2a(0x10_000, 0x20_000)], vec![a2a(0x30_000, 0x30_000)]];
+    let o = offers_of(&one_in_place, 0);
+    assert!(o[0].push && !o[1].push && !agreed_push(&o));
+    let ends = ends_of(
+        &o,
+        0,
+        &one_in_place[0],
+        &matching(&o, 0).unwrap(),
+        &mut reach(),
+    );
+    assert_eq!((ends.unwrap()[0][1].send, 0), (0x30_000, 0));
+    // A reduction never pushes; a send maps the matching receive's buffer.
+    let ar = float_sum(
+        TaskKind::Coll(Collective::AllReduce),
+        0x10_000,
+        0x20_000,
+        4000,
+    );
+    assert!(!offers_of(&[vec![ar], vec![ar]], 0)[0].push);
+    let pair = [
+        vec![float_sum(TaskKind::Send { peer: 1 }, 0x10_000, 0, 4000)],
+        vec![float_sum(TaskKind::Recv { peer: 0 }, 0, 0x50_000, 4000)],
+    ];
+    let o = offers_of(&pair, 15_999);
+    assert!(agreed_push(&o) && o[1].tasks[0].recv.is_some());
+    let ends = ends_of(&o, 0, &pair[0], &matching(&o, 0).unwrap(), &mut reach()).unwrap();
+    assert_eq!(ends[0][1].recv, 0x50_000);
+    assert!(!agreed_push(&offers_of(&pair, 16_000)));
 }
 
 /// The agreement pairs every receive with the matching send and refuses groups that
