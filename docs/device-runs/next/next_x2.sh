@@ -291,7 +291,7 @@ case ${MODE:-hostcost} in
     echo "## new / b1"; .dev/ccl-report "$O/gp/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
     cd "$O" && tar czf gp-logs.tgz gp && rm -rf gp ;;
   graphpush)
-    OUT=$O/gh OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
+    OUT=$O/gh OPS="${OPS:-all_gather alltoall gather broadcast scatter sendrecv}" NGPU=2 \
       EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl b1=.dev/b1 new=.dev/new" \
       timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     for n in b1 new; do
