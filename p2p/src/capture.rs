@@ -115,7 +115,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
         for (dtype, op) in steps::kernels_needed(tasks, n, reduce_n) {
             eng.kernels.prepare(dtype, op).map_err(cuda_err)?;
         }
-        let scratch = match group::parked(tasks, rank, n, one_shot_max).1 {
+        let scratch = match steps::parked(tasks, rank, n, one_shot_max).1 {
             0 => None,
             bytes => Some(DeviceBuffer::new(&eng.ctx, bytes).map_err(cuda_err)?),
         };

@@ -17,7 +17,7 @@
 //!    slice (all-reduce: this rank's share of the elements; reduce-scatter: its block; reduce:
 //!    the root, all of it), copies of partners' inputs into own outputs (all-gather,
 //!    all-to-all, gather, scatter, broadcast, receives).
-//! 3. `HALFWAY` (groups with an all-reduce or a [`group::parked`] receive): as 1; then the
+//! 3. `HALFWAY` (groups with an all-reduce or a [`steps::parked`] receive): as 1; then the
 //!    all-reduce's second phase copies every partner's reduced share out of the partner's
 //!    output, and parked receives move from scratch memory into place.
 //! 4. `DONE`: as 1. Every partner has read all it needs from this rank's buffers, so the work

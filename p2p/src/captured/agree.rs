@@ -206,7 +206,7 @@ fn pushes(tasks: &[Task], (rank, n): (usize, usize), above: usize) -> bool {
         landing = landing.saturating_add(recv.saturating_mul(t.dtype.size()));
     }
     !tasks.iter().any(|t| reduces(t.kind) && t.count > 0)
-        && super::group::parked(tasks, rank, n, 0).1 == 0
+        && super::steps::parked(tasks, rank, n, 0).1 == 0
         && leaving.max(landing) > above
 }
 

@@ -7,7 +7,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::{GRAPH_COPIES_MAX, REDUCE_N_MAX};
 
 use super::agree::Ends;
-use super::steps::{handshake, reduce_into, reduces, word_pairs};
+use super::steps::{handshake, one_shot, parked, reduce_into, reduces, word_pairs};
 use crate::device::{Batched, Device, FusedAllReduce, FusedCopies, Kernel};
 use crate::error::Result;
 use crate::layout::{Lane, Layout, DONE, HALFWAY, INPUTS};
@@ -248,15 +248,6 @@ fn second_and_last(
     Ok(())
 }
 
-/// Whether `t` is an all-reduce small enough (at most `limit` bytes) that every rank reduces
-/// all of it, reading every input whole: one kernel between two handshakes, where the two
-/// phases (each rank's share, then the others' shares copied) cost a handshake and a copy more.
-fn one_shot(t: &Task, limit: usize) -> bool {
-    t.kind == TaskKind::Coll(Collective::AllReduce)
-        && t.count > 0
-        && t.count.saturating_mul(t.dtype.size()) <= limit
-}
-
 /// Elements `[lo, hi)` of `count` that rank `k` of `n` reduces in an all-reduce: even shares
 /// in units of 256 bytes, so that the kernels and copies start aligned.
 pub(crate) fn share(count: usize, size: usize, n: usize, k: usize) -> (usize, usize) {
@@ -278,53 +269,6 @@ fn partners(rank: usize, n: usize, tasks: &[Task]) -> Vec<usize> {
         }
     }
     (0..n).filter(|&j| p[j] && j != rank).collect()
-}
-
-/// Receives that land on a buffer partners read in the first phase -- one of the group's send
-/// buffers (an in-place ring exchange), an in-place all-to-all's own send buffer -- land in
-/// scratch memory of this rank instead and are copied into place after `HALFWAY`; an in-place
-/// [`one_shot`] all-reduce's sum, read by partners until the end, after `DONE`. Per task its
-/// offset in the scratch memory, and the bytes that needs.
-pub(crate) fn parked(
-    tasks: &[Task],
-    rank: usize,
-    n: usize,
-    one_shot_max: usize,
-) -> (Vec<Option<usize>>, usize) {
-    let bytes_of = |t: &Task, elems: usize| elems.saturating_mul(t.dtype.size());
-    let span = |p: usize, len: usize| (p, p.saturating_add(len));
-    let sends: Vec<(usize, usize)> = tasks
-        .iter()
-        .filter(|t| matches!(t.kind, TaskKind::Send { .. }) && t.count > 0)
-        .map(|t| span(t.send, bytes_of(t, t.count)))
-        .collect();
-    let overlap = |(a, b): (usize, usize), (c, d): (usize, usize)| a < d && c < b;
-    let mut bytes = 0usize;
-    let offsets = tasks
-        .iter()
-        .map(|t| {
-            let (send_elems, recv_elems) =
-                ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count)?;
-            let recv = span(t.recv, bytes_of(t, recv_elems));
-            let lands_on_a_read = match t.kind {
-                TaskKind::Recv { .. } => sends.iter().any(|&s| overlap(recv, s)),
-                TaskKind::Coll(Collective::AlltoAll) => {
-                    overlap(recv, span(t.send, bytes_of(t, send_elems)))
-                }
-                TaskKind::Coll(Collective::AllReduce) if one_shot(t, one_shot_max) => {
-                    overlap(recv, span(t.send, bytes_of(t, send_elems)))
-                }
-                _ => false,
-            };
-            if t.count == 0 || !lands_on_a_read {
-                return None;
-            }
-            let off = bytes;
-            bytes = bytes.saturating_add((recv.1 - recv.0).next_multiple_of(256));
-            Some(off)
-        })
-        .collect();
-    (offsets, bytes)
 }
 
 /// The copy that moves `t`'s receive, [`parked`] at `off` in `scratch`, into place: its whole

@@ -2,8 +2,9 @@ use ccl_collectives::task::{float_sum, Reduction, Scalar, Task, TaskKind};
 use ccl_collectives::Collective;
 
 use super::agree::{agreed_push, ends_of, matching, offer, Offer};
-use super::group::{parked, share};
+use super::group::share;
 use super::host_only::{host_only_offer, host_only_offsets, host_only_sources};
+use super::steps::parked;
 use crate::error::{Error, Result};
 use crate::layout::groups;
 use crate::rendezvous::{Export, Exported, Post, Reach};

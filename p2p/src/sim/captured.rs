@@ -27,6 +27,7 @@ fn simulate_captured(
 ) -> std::result::Result<(), String> {
     use crate::captured::agree::{self, Offer};
     use crate::captured::group::{self, Group};
+    use crate::captured::steps;
     // Every third seed: all-reduces of up to 2 KiB go one-shot (the cases' small counts).
     let one_shot = if seed % 3 == 1 { 2048 } else { 0 };
     let s = Setup::new(n);
@@ -60,7 +61,7 @@ fn simulate_captured(
                 agree::ends_of(&offers, r, t, &rows, &mut reach).map_err(|e| e.to_string())?;
             // Scratch memory for receives onto send buffers, one region per group.
             let scratch = base(r) + 0x8000_0000 + g as u64 * BUF;
-            let bytes = group::parked(t, r, n, one_shot).1;
+            let bytes = steps::parked(t, r, n, one_shot).1;
             if bytes > 0 {
                 mem.alloc(scratch, bytes);
             }
