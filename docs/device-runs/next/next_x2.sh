@@ -56,6 +56,9 @@
 #   MODE=graphpush captured copy-only groups above the spread limit pushed (each rank writes
 #                  its partners' receive buffers, .dev/new) against pulled (.dev/b1), -G 5,
 #                  16 MiB - 1 GiB
+#   MODE=eagerchunks eager sendrecv with larger chunks (CCL_IPC_CHUNK_BYTES 16 MiB x 2 slots, the
+#                  default's slot memory, and 32 MiB x 4) against the default (8 MiB x 4) and the
+#                  push wait: whether eager transfers pay a fixed cost per chunk
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -299,5 +302,16 @@ case ${MODE:-hostcost} in
     done
     echo "## new / b1"; .dev/ccl-report "$O/gh/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
     cd "$O" && tar czf gh-logs.tgz gh && rm -rf gh ;;
+  eagerchunks)
+    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
+      ENVS_c16s2="CCL_IPC_EAGER_SEND=1 CCL_IPC_CHUNK_BYTES=16777216 CCL_IPC_SLOTS=2" \
+      ENVS_c32s4="CCL_IPC_EAGER_SEND=1 CCL_IPC_CHUNK_BYTES=33554432 CCL_IPC_SLOTS=4"
+    OUT=$O/ec OPS="${OPS:-sendrecv}" NGPU=2 EXTRA="-b 16M -e 256M -f 4 -n 20 -w 5" \
+      LIBS="nccl wait=.dev/new eager=.dev/new c16s2=.dev/new c32s4=.dev/new" timeout ${LIMIT:-120} \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    for n in eager c16s2 c32s4; do
+      echo "## $n / wait"; .dev/ccl-report "$O/ec/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
+    done
+    cd "$O" && tar czf ec-logs.tgz ec && rm -rf ec ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
