@@ -67,6 +67,34 @@
 #                  transfers 0.95-1.01: docs/device-runs/2026-11-30-eager/)
 set -uo pipefail
 O=${OUT:-/tmp/out}
+# ab DIR BASE "NAMES": NVIDIA nccl-tests under every library of LIBS (OPS, EXTRA, ENVS_<name>
+# from the caller; two GPUs) into $O/DIR within LIMIT seconds, then each of NAMES against BASE,
+# or NAME/OTHER against OTHER (the ratio table and #wrong), then the logs packed as
+# $O/DIR-logs.tgz.
+ab() {
+  local dir=$1 base=$2 names=$3 pair n b
+  OUT=$O/$dir OPS="$OPS" EXTRA="$EXTRA" LIBS="$LIBS" NGPU=2 timeout "${LIMIT:-240}" \
+    bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+  for pair in $names; do
+    n=${pair%/*} b=$base
+    [ "$pair" = "$n" ] || b=${pair#*/}
+    echo "## $n / $b"
+    .dev/ccl-report "$O/$dir/nccltests" --base "$b" --lib "$n" 2>&1 | grep -E "^\||wrong"
+  done
+  if [ -d "$O/$dir" ]; then (cd "$O" && tar czf "$dir-logs.tgz" "$dir" && rm -rf "$dir"); fi
+}
+# eager_ab DIR "NAME:VAR=v,VAR=v ...": eager sends (CCL_IPC_EAGER_SEND=1) by default and with
+# each NAME's settings, against the push wait, the one build .dev/new, beside NCCL (OPS, EXTRA).
+eager_ab() {
+  local dir=$1 set name vars names="" libs="nccl wait=.dev/new eager=.dev/new"
+  export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1
+  for set in $2; do
+    name=${set%%:*} vars=${set#*:}
+    export "ENVS_$name=CCL_IPC_EAGER_SEND=1 ${vars//,/ }"
+    names="$names $name" libs="$libs $name=.dev/new"
+  done
+  LIBS=$libs ab "$dir" wait "eager$names"
+}
 case ${MODE:-hostcost} in
   hostcost)
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
@@ -145,15 +173,8 @@ case ${MODE:-hostcost} in
   eagerck)
     # Eager exchanges with the receiver's copies out of its slots as one kernel a chunk
     # (CCL_IPC_EAGER_COPY_KERNEL=1) against plain eager and the push wait, 8 KiB - 512 MiB.
-    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
-      ENVS_eck="CCL_IPC_EAGER_SEND=1 CCL_IPC_EAGER_COPY_KERNEL=1"
-    OUT=$O/eck OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 8K -e 512M -f 4 -n 20 -w 5" \
-      LIBS="nccl wait=.dev/new eager=.dev/new eck=.dev/new" timeout ${LIMIT:-240} \
-      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in eager eck; do
-      echo "## $n / wait"; .dev/ccl-report "$O/eck/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf eck-logs.tgz eck && rm -rf eck ;;
+    OPS="sendrecv all_gather alltoall" EXTRA="-b 8K -e 512M -f 4 -n 20 -w 5" \
+      eager_ab eck "eck:CCL_IPC_EAGER_COPY_KERNEL=1" ;;
   eagerprof)
     # Where an eager exchange loses (0.49-0.90 of the push wait from 8 MiB): a GPU trace of
     # sendrecv at 64 MiB, eager (CCL_IPC_EAGER_SEND=1) and push wait, under nsys where the
@@ -190,16 +211,11 @@ case ${MODE:-hostcost} in
     cd "$O" && tar czf oldnew-logs.tgz on && rm -rf on ;;
   spread)
     # Captured copy-only groups as one kernel spread over blocks (CCL_GRAPH_FUSED_COPY_BYTES)
-    # against the default (one block to 64 KiB, then copy engines between handshake kernels:
-    # sendrecv 128 KiB - 4 MiB 0.46-0.79 of NCCL, 2026-11-30), -G 10, 16 KiB - 8 MiB.
-    export ENVS_s1m=CCL_GRAPH_FUSED_COPY_BYTES=1048576 ENVS_s4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304
-    OUT=$O/sp OPS="sendrecv broadcast scatter gather all_gather alltoall" NGPU=2 \
-      EXTRA="-b 16K -e 8M -f 2 -n 50 -w 10 -G 10" LIBS="nccl def=.dev/new s1m=.dev/new s4m=.dev/new" \
-      timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in def s1m s4m; do
-      echo "## $n / nccl"; .dev/ccl-report "$O/sp/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf spread-logs.tgz sp && rm -rf sp ;;
+    # against the one-block limit, -G 10, 16 KiB - 8 MiB.
+    export ENVS_def=CCL_GRAPH_FUSED_COPY_BYTES=65536 ENVS_s1m=CCL_GRAPH_FUSED_COPY_BYTES=1048576 \
+      ENVS_s4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304
+    OPS="sendrecv broadcast scatter gather all_gather alltoall" EXTRA="-b 16K -e 8M -f 2 -n 50 -w 10 -G 10" \
+      LIBS="nccl def=.dev/new s1m=.dev/new s4m=.dev/new" LIMIT=${LIMIT:-300} ab sp nccl "def s1m s4m" ;;
   reorder)
     # The small gathers' 0.71-0.80 of bd00519 (docs/device-runs/2026-11-30-x2-f83ccce/bisect.md),
     # with bd00519 run last instead of first and twice interleaved: the builds by
@@ -241,77 +257,34 @@ case ${MODE:-hostcost} in
       grep -E "^sendrecv" "$O/monab-$name.txt"; rm -rf "$O/mon-$name"
     done ;;
   eagerslots)
-    # Eager exchanges ran 0.49-0.90 of the push wait from 8 MiB with 4 slots of 8 MiB a peer:
-    # 16 slots (every chunk of a 64 MiB message in flight at once) and 16 slots of 2 MiB
-    # (the default's slot memory, shorter steps) against the default and the push wait.
-    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
-      ENVS_s16="CCL_IPC_EAGER_SEND=1 CCL_IPC_SLOTS=16" \
-      ENVS_s16c2m="CCL_IPC_EAGER_SEND=1 CCL_IPC_SLOTS=16 CCL_IPC_CHUNK_BYTES=2097152"
-    OUT=$O/es OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 1M -e 512M -f 4 -n 20 -w 5" \
-      LIBS="nccl wait=.dev/new eager=.dev/new s16=.dev/new s16c2m=.dev/new" timeout ${LIMIT:-270} \
-      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in eager s16 s16c2m; do
-      echo "## $n / wait"; .dev/ccl-report "$O/es/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf es-logs.tgz es && rm -rf es ;;
+    # 16 slots (every chunk of a 64 MiB message in flight at once) and 16 slots of 2 MiB (the
+    # default's slot memory, shorter steps) against the default's 4 slots of 8 MiB.
+    OPS="sendrecv all_gather alltoall" EXTRA="-b 1M -e 512M -f 4 -n 20 -w 5" LIMIT=${LIMIT:-270} \
+      eager_ab es "s16:CCL_IPC_SLOTS=16 s16c2m:CCL_IPC_SLOTS=16,CCL_IPC_CHUNK_BYTES=2097152" ;;
   copyblocks)
-    export ENVS_old4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304 ENVS_b64=CCL_GRAPH_COPY_BLOCKS=64 \
+    export ENVS_old4m=CCL_GRAPH_FUSED_COPY_BYTES=4194304 \
+      ENVS_new="CCL_GRAPH_FUSED_COPY_BYTES=4194304 CCL_GRAPH_COPY_BLOCKS=32" \
+      ENVS_b64="CCL_GRAPH_FUSED_COPY_BYTES=4194304 CCL_GRAPH_COPY_BLOCKS=64" \
       ENVS_s16b64="CCL_GRAPH_FUSED_COPY_BYTES=16777216 CCL_GRAPH_COPY_BLOCKS=64" \
       ENVS_s16b128="CCL_GRAPH_FUSED_COPY_BYTES=16777216 CCL_GRAPH_COPY_BLOCKS=128"
-    OUT=$O/cb OPS="sendrecv broadcast scatter gather all_gather alltoall" NGPU=2 \
-      EXTRA="-b 16K -e 16M -f 2 -n 50 -w 10 -G 10" \
+    OPS="sendrecv broadcast scatter gather all_gather alltoall" EXTRA="-b 16K -e 16M -f 2 -n 50 -w 10 -G 10" \
       LIBS="nccl old4m=.dev/old new=.dev/new b64=.dev/new s16b64=.dev/new s16b128=.dev/new" \
-      timeout ${LIMIT:-300} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in old4m new b64 s16b64 s16b128; do
-      echo "## $n / nccl"; .dev/ccl-report "$O/cb/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf cb-logs.tgz cb && rm -rf cb ;;
+      LIMIT=${LIMIT:-300} ab cb nccl "old4m new b64 s16b64 s16b128" ;;
   eagerlanes)
-    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
-      ENVS_rx2="CCL_IPC_EAGER_SEND=1 CCL_IPC_RX_LANES=2" ENVS_rx4="CCL_IPC_EAGER_SEND=1 CCL_IPC_RX_LANES=4"
-    OUT=$O/el OPS="sendrecv all_gather alltoall" NGPU=2 EXTRA="-b 4M -e 256M -f 4 -n 20 -w 5" \
-      LIBS="nccl wait=.dev/new eager=.dev/new rx2=.dev/new rx4=.dev/new" timeout ${LIMIT:-200} \
-      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in eager rx2 rx4; do
-      echo "## $n / wait"; .dev/ccl-report "$O/el/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf el-logs.tgz el && rm -rf el ;;
+    OPS="sendrecv all_gather alltoall" EXTRA="-b 4M -e 256M -f 4 -n 20 -w 5" LIMIT=${LIMIT:-200} \
+      eager_ab el "rx2:CCL_IPC_RX_LANES=2 rx4:CCL_IPC_RX_LANES=4" ;;
   graphlanes)
-    OUT=$O/gl OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
-      EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl old=.dev/old new=.dev/new" \
-      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in old new; do
-      echo "## $n / nccl"; .dev/ccl-report "$O/gl/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf gl-logs.tgz gl && rm -rf gl ;;
+    OPS="all_gather alltoall gather broadcast scatter sendrecv" EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" \
+      LIBS="nccl old=.dev/old new=.dev/new" LIMIT=${LIMIT:-200} ab gl nccl "old new" ;;
   graphpieces)
-    OUT=$O/gp OPS="all_gather alltoall gather broadcast scatter sendrecv" NGPU=2 \
-      EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl b1=.dev/b1 new=.dev/new" \
-      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in b1 new; do
-      echo "## $n / nccl"; .dev/ccl-report "$O/gp/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    echo "## new / b1"; .dev/ccl-report "$O/gp/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
-    cd "$O" && tar czf gp-logs.tgz gp && rm -rf gp ;;
+    OPS="all_gather alltoall gather broadcast scatter sendrecv" EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" \
+      LIBS="nccl b1=.dev/b1 new=.dev/new" LIMIT=${LIMIT:-200} ab gp nccl "b1 new new/b1" ;;
   graphpush)
-    OUT=$O/gh OPS="${OPS:-all_gather alltoall gather broadcast scatter sendrecv}" NGPU=2 \
+    OPS="${OPS:-all_gather alltoall gather broadcast scatter sendrecv}" \
       EXTRA="-b 16M -e 1G -f 2 -n 20 -w 5 -G 5" LIBS="nccl b1=.dev/b1 new=.dev/new" \
-      timeout ${LIMIT:-200} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in b1 new; do
-      echo "## $n / nccl"; .dev/ccl-report "$O/gh/nccltests" --base nccl --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    echo "## new / b1"; .dev/ccl-report "$O/gh/nccltests" --base b1 --lib new 2>&1 | grep -E "^\||wrong"
-    cd "$O" && tar czf gh-logs.tgz gh && rm -rf gh ;;
+      LIMIT=${LIMIT:-200} ab gh nccl "b1 new new/b1" ;;
   eagerchunks)
-    export ENVS_wait=CCL_IPC_EAGER_SEND=0 ENVS_eager=CCL_IPC_EAGER_SEND=1 \
-      ENVS_c16s2="CCL_IPC_EAGER_SEND=1 CCL_IPC_CHUNK_BYTES=16777216 CCL_IPC_SLOTS=2" \
-      ENVS_c32s4="CCL_IPC_EAGER_SEND=1 CCL_IPC_CHUNK_BYTES=33554432 CCL_IPC_SLOTS=4"
-    OUT=$O/ec OPS="${OPS:-sendrecv}" NGPU=2 EXTRA="-b 16M -e 256M -f 4 -n 20 -w 5" \
-      LIBS="nccl wait=.dev/new eager=.dev/new c16s2=.dev/new c32s4=.dev/new" timeout ${LIMIT:-120} \
-      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in eager c16s2 c32s4; do
-      echo "## $n / wait"; .dev/ccl-report "$O/ec/nccltests" --base wait --lib $n 2>&1 | grep -E "^\||wrong"
-    done
-    cd "$O" && tar czf ec-logs.tgz ec && rm -rf ec ;;
+    OPS="${OPS:-sendrecv}" EXTRA="-b 16M -e 256M -f 4 -n 20 -w 5" LIMIT=${LIMIT:-120} eager_ab ec \
+      "c16s2:CCL_IPC_CHUNK_BYTES=16777216,CCL_IPC_SLOTS=2 c32s4:CCL_IPC_CHUNK_BYTES=33554432,CCL_IPC_SLOTS=4" ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
