@@ -152,28 +152,27 @@ pub(crate) fn offer(
     reach: &mut dyn Reach,
 ) -> Offer {
     let mut able = able && index < groups(n) && tasks.iter().all(supported);
-    let push = able && pushes(tasks, (rank, n), push_above);
+    let mut push = able && pushes(tasks, (rank, n), push_above);
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         let [kind, other, count, dtype, red] = signature(t);
-        let mut post = |wanted: bool, ptr: usize, elems: Option<usize>| -> Option<Post> {
-            let bytes = elems?.checked_mul(t.dtype.size())?;
-            if !wanted || !able || bytes == 0 {
-                return None;
-            }
-            match reach.export(ptr as u64) {
-                Ok(Some(ex)) => Some(ex.post(reach.pid(), ptr as u64, bytes)),
-                _ => {
-                    able = false;
-                    None
-                }
-            }
+        let (send_elems, recv_elems) =
+            ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count).unwrap_or((0, 0));
+        let bytes = |elems: usize, wanted: bool| match wanted && able {
+            true => elems.saturating_mul(t.dtype.size()),
+            false => 0,
         };
-        let counts = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count);
         let (send_read, recv_read) = read_by_partners(t, rank);
         let recv_written = push && !matches!(t.kind, TaskKind::Send { .. });
-        let send = post(send_read, t.send, counts.map(|c| c.0));
-        let recv = post(recv_read || recv_written, t.recv, counts.map(|c| c.1));
+        let send = post_buffer(reach, t.send, bytes(send_elems, send_read));
+        let recv = post_buffer(reach, t.recv, bytes(recv_elems, recv_read || recv_written));
+        // A receive buffer only pushed to that no peer can map: this rank reads instead.
+        if send.is_err() || (recv.is_err() && recv_read) {
+            able = false;
+        } else if recv.is_err() {
+            push = false;
+        }
+        let (send, recv) = (send.unwrap_or(None), recv.unwrap_or(None));
         out.push(OfferedTask {
             kind,
             other,
@@ -184,6 +183,11 @@ pub(crate) fn offer(
             recv,
         });
     }
+    if !able {
+        for t in &mut out {
+            (t.send, t.recv) = (None, None);
+        }
+    }
     Offer {
         index: index as u64,
         able,
@@ -192,6 +196,21 @@ pub(crate) fn offer(
         pid: reach.pid(),
         gpu: 0,
         tasks: out,
+    }
+}
+
+/// `ptr`'s post of `bytes` for the peers (None: nothing to post); Err where no peer can map it.
+fn post_buffer(
+    reach: &mut dyn Reach,
+    ptr: usize,
+    bytes: usize,
+) -> std::result::Result<Option<Post>, ()> {
+    if bytes == 0 {
+        return Ok(None);
+    }
+    match reach.export(ptr as u64) {
+        Ok(Some(ex)) => Ok(Some(ex.post(reach.pid(), ptr as u64, bytes))),
+        _ => Err(()),
     }
 }
 

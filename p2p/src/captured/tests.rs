@@ -171,6 +171,11 @@ fn offers_push_copies_only_unparked_large_groups_and_map_what_they_write() {
         &mut reach(),
     );
     assert_eq!((ends.unwrap()[0][1].send, 0), (0x30_000, 0));
+    // A receive buffer no peer can map: that rank reads, and so every rank.
+    let unmappable = [vec![a2a(0x10_000, 0x20_000)], vec![a2a(0x30_000, 0x10)]];
+    let o = offers_of(&unmappable, 0);
+    assert!(o[1].able && !o[1].push && o[1].tasks[0].send.is_some());
+    assert!(!agreed_push(&o));
     // A reduction never pushes; a send maps the matching receive's buffer.
     let ar = float_sum(
         TaskKind::Coll(Collective::AllReduce),
