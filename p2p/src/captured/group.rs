@@ -59,7 +59,7 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     let halfway = match copies_of_first_phase(l, g, &parked)? {
         Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
         Some((copies, halfway)) if copies.len() > 1 && l.direct_tx > 0 => {
-            copies_side_by_side(&mut b, &copies)?;
+            copies_side_by_side(&mut b, &copies, l.direct_tx)?;
             halfway
         }
         Some((copies, halfway)) if g.push => {
@@ -74,17 +74,23 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     b.flush()
 }
 
-/// `copies` on [`Lane::User`] and a copy lane side by side, each copy on the lane with fewer
-/// bytes so far, largest first: a captured all-gather's or all-to-all's own block is a copy
-/// within the GPU (a driver kernel on SMs) that on one lane waited for the partner's block
-/// (a copy engine reading over NVLink) before it started.
-pub(super) fn copies_side_by_side(b: &mut dyn Device, copies: &[CopyOp]) -> Result<()> {
+/// `copies` on [`Lane::User`] and up to `tx` copy lanes side by side, each copy on the lane
+/// with fewest bytes so far, largest first: a captured all-gather's or all-to-all's own block
+/// is a copy within the GPU (a driver kernel on SMs) that on one lane waited for the partners'
+/// blocks (copy engines over NVLink) before it started, and with more than two ranks each
+/// partner's block goes on a copy engine of its own.
+pub(super) fn copies_side_by_side(b: &mut dyn Device, copies: &[CopyOp], tx: usize) -> Result<()> {
     let mut order: Vec<&CopyOp> = copies.iter().collect();
     order.sort_by_key(|c| std::cmp::Reverse(c.2));
-    let (lanes, mut load) = ([Lane::User, Lane::Tx(0)], [0usize; 2]);
+    let lanes: Vec<Lane> = std::iter::once(Lane::User)
+        .chain((0..tx).map(Lane::Tx))
+        .take(copies.len())
+        .collect();
+    let mut load = vec![0usize; lanes.len()];
     b.fork(&lanes[1..])?;
     for &&(dst, src, bytes) in &order {
-        let k = usize::from(load[1] < load[0]);
+        // The first of the least loaded lanes.
+        let k = (0..load.len()).min_by_key(|&k| load[k]).unwrap_or(0);
         load[k] += bytes;
         b.copy(lanes[k], dst, src, bytes)?;
     }

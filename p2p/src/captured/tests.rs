@@ -318,7 +318,7 @@ impl crate::device::Device for LaneLog {
 fn copies_side_by_side_balance_bytes_largest_first_between_fork_and_join() {
     let mut log = LaneLog::default();
     let copies = [(1, 10, 100), (2, 20, 300), (3, 30, 200), (4, 40, 150)];
-    super::group::copies_side_by_side(&mut log, &copies).unwrap();
+    super::group::copies_side_by_side(&mut log, &copies, 1).unwrap();
     assert_eq!(
         log.0,
         [
@@ -328,6 +328,24 @@ fn copies_side_by_side_balance_bytes_largest_first_between_fork_and_join() {
             "Tx(0) copy 4 150",
             "User copy 1 100",
             "join [Tx(0)]",
+        ]
+    );
+}
+
+#[test]
+fn copies_side_by_side_give_each_partner_block_a_lane_of_its_own() {
+    let mut log = LaneLog::default();
+    let copies = [(1, 10, 64), (2, 20, 64), (3, 30, 64), (4, 40, 64)];
+    super::group::copies_side_by_side(&mut log, &copies, 7).unwrap();
+    assert_eq!(
+        log.0,
+        [
+            "fork [Tx(0), Tx(1), Tx(2)]",
+            "User copy 1 64",
+            "Tx(0) copy 2 64",
+            "Tx(1) copy 3 64",
+            "Tx(2) copy 4 64",
+            "join [Tx(0), Tx(1), Tx(2)]",
         ]
     );
 }
