@@ -5,10 +5,20 @@
 # logs), and NCCL's own copy-engine collectives (nccl-tests -R 2 -x 2) for all-gather and
 # all-to-all; then the low-latency all-reduce in one and two shots, eager and in CUDA graphs. LIB (default .dev/new) holds libccl's libnccl.so.2; "lanes" is the same library
 # with CCL_IPC_BATCH_COPIES=0 (a copy lane per peer instead of one driver batch per rank).
-# Everything under $OUT.
+# Everything under $OUT. PART=graphs instead runs the nine ops captured (-G 5, 8 B - 1 GiB)
+# beside NCCL with ccl-report's verdict (a call of its own: issue 41's graph criterion, and the
+# captured copies pushed on a copy lane per partner).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
+if [ "${PART:-all}" = graphs ]; then
+  OUT=$OUT/graphs LIBS="nccl ccl=$LIB" NGPU=$NGPU EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
+    timeout "${LIMIT:-500}" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+  .dev/ccl-report "$OUT/graphs/nccltests" --base nccl --lib ccl --verdict \
+    --plot "$OUT/graphs-x4.png" > "$OUT/graphs-x4.md" 2>&1
+  cat "$OUT/graphs-x4.md"; cd "$OUT" && tar czf graphs-x4-logs.tgz graphs && rm -rf graphs
+  exit 0
+fi
 gcc -O2 tests/gpu/ce_ceiling_n.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 \
   -Wl,-rpath,/usr/local/cuda/lib64 -lcudart -o /tmp/ce_ceiling_n \
   && timeout -s KILL 150 /tmp/ce_ceiling_n $((1 << 30)) ${CEIL_ITERS:-5} | tee "$OUT/ceiling.txt"
