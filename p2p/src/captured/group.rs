@@ -54,7 +54,7 @@ pub(crate) fn emit(dev: &mut dyn Device, l: &Layout, g: &Group) -> Result<()> {
     handshake(&mut b, l, g.index, &partners, INPUTS)?;
     let (parked, _) = parked(g.tasks, rank, n, g.one_shot);
     // A group that only copies may copy in one kernel (one graph node instead of one
-    // copy-engine node per copy, which follow one another), or on two lanes side by side;
+    // copy-engine node per copy, which follow one another), or on copy lanes side by side;
     // the same words either way.
     let halfway = match copies_of_first_phase(l, g, &parked)? {
         Some((copies, halfway)) if g.fused && b.copies_kernel(Lane::User, &copies)? => halfway,
