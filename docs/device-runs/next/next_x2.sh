@@ -59,6 +59,10 @@
 #   MODE=eagerchunks eager sendrecv with larger chunks (CCL_IPC_CHUNK_BYTES 16 MiB x 2 slots, the
 #                  default's slot memory, and 32 MiB x 4) against the default (8 MiB x 4) and the
 #                  push wait: whether eager transfers pay a fixed cost per chunk
+#   MODE=slotchunks what a chunk through receive slots costs with no library
+#                  (tests/gpu/slot_chunks.c): 256 MiB in chunks of 2, 8 and 32 MiB, 4 and 16
+#                  slots, 1 and 2 sender lanes, against one copy (eager exchanges: 0.68 of the
+#                  push wait with 4 x 8 MiB, 0.82-0.88 with 4 x 32 MiB)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -286,5 +290,12 @@ case ${MODE:-hostcost} in
   eagerchunks)
     OPS="${OPS:-sendrecv}" EXTRA="-b 16M -e 256M -f 4 -n 20 -w 5" LIMIT=${LIMIT:-120} eager_ab ec \
       "c16s2:CCL_IPC_CHUNK_BYTES=16777216,CCL_IPC_SLOTS=2 c32s4:CCL_IPC_CHUNK_BYTES=33554432,CCL_IPC_SLOTS=4" ;;
+  slotchunks)
+    gcc -O2 -I/usr/local/cuda/include tests/gpu/slot_chunks.c -L/usr/local/cuda/lib64 -lcuda \
+      -o /tmp/slot_chunks || exit 1
+    for cfg in 2097152:4:2 8388608:4:2 8388608:16:2 8388608:4:1 33554432:4:2; do
+      IFS=: read -r c sl ln <<< "$cfg"
+      BYTES=268435456 CHUNK=$c SLOTS=$sl LANES=$ln timeout 60 /tmp/slot_chunks
+    done 2>&1 | tee "$O/slotchunks.txt" ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
