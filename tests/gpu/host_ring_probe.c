@@ -23,16 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                        \
-  do {                                                               \
-    CUresult r_ = (x);                                               \
-    if (r_ != CUDA_SUCCESS) {                                        \
-      const char *s_ = "?";                                          \
-      cuGetErrorString(r_, &s_);                                     \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_); \
-      exit(1);                                                       \
-    }                                                                \
-  } while (0)
+#include "cu_check.h"
 
 static size_t env_or(const char *k, size_t d) {
   const char *v = getenv(k);

@@ -20,16 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    CUresult r_ = (x);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      const char *s_ = "?";                                                 \
-      cuGetErrorString(r_, &s_);                                            \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);        \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "cu_check.h"
 
 enum { MAX_SLOTS = 64, MAX_LANES = 8, LINE = 64 };
 

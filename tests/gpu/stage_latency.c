@@ -14,16 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define CK(x)                                                               \
-  do {                                                                      \
-    CUresult r_ = (x);                                                      \
-    if (r_ != CUDA_SUCCESS) {                                               \
-      const char *s_ = "?";                                                 \
-      cuGetErrorString(r_, &s_);                                            \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);        \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
+#include "cu_check.h"
 
 static volatile uint32_t *flags; /* [0]: start, written by the stream; [16]: done, by the host */
 static volatile int stop;
