@@ -14,7 +14,7 @@ LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
 if [ "${PART:-all}" = graphs ]; then
   OUT=$OUT/graphs LIBS="nccl ccl=$LIB" NGPU=$NGPU EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
     timeout "${LIMIT:-500}" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-  .dev/ccl-report "$OUT/graphs/nccltests" --base nccl --lib ccl --verdict \
+  .dev/ccl-report "$OUT/graphs/nccltests" --base nccl --lib ccl --verdict --graphs \
     --plot "$OUT/graphs-x4.png" > "$OUT/graphs-x4.md" 2>&1
   cat "$OUT/graphs-x4.md"; cd "$OUT" && tar czf graphs-x4-logs.tgz graphs && rm -rf graphs
   exit 0

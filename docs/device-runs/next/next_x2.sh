@@ -140,7 +140,7 @@ case ${MODE:-hostcost} in
   graphs)
     OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
       timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    .dev/ccl-report "$O/graphs/nccltests" --base nccl --lib ccl --verdict > "$O/graphs.md" 2>&1
+    .dev/ccl-report "$O/graphs/nccltests" --base nccl --lib ccl --verdict --graphs > "$O/graphs.md" 2>&1
     cat "$O/graphs.md"; cd "$O" && tar czf graphs-logs.tgz graphs && rm -rf graphs ;;
   sweep)
     OUT=$O/sweep LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5" \

@@ -1,5 +1,6 @@
-//! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg] [--verdict]`: the
-//! ratio table of nccl-tests logs (markdown on stdout), its plot, and how it meets the targets.
+//! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg] [--verdict
+//! [--graphs]]`: the ratio table of nccl-tests logs (markdown on stdout), its plot, and how it
+//! meets the targets.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +26,9 @@ struct Args {
     /// at 128 MiB and 1 GiB for the six data-movement ops): a PASS or MISS line per op and target.
     #[arg(long)]
     verdict: bool,
+    /// With --verdict: the logs are of CUDA graphs (-G 5), judged by every size >= 0.95 alone.
+    #[arg(long)]
+    graphs: bool,
     /// The plots' caption.
     #[arg(long, default_value = "libccl against NVIDIA NCCL")]
     caption: String,
@@ -41,7 +45,11 @@ fn run(a: &Args) -> Result<(), Error> {
         .collect();
     println!("\nPlot colours: {}.", colours.join(", "));
     if a.verdict {
-        print!("\n{}", verdict(&r, &Targets::default()));
+        let t = match a.graphs {
+            true => Targets::graphs(),
+            false => Targets::default(),
+        };
+        print!("\n{}", verdict(&r, &t));
     }
     for out in &a.plot {
         plot::plot(&r, &a.caption, out)?;

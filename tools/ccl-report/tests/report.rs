@@ -106,4 +106,14 @@ fn verdict_names_what_misses_each_target() {
         ],
         "{v}"
     );
+    let g = ccl_report::verdict(&r, &ccl_report::Targets::graphs());
+    assert_eq!(
+        g.lines().collect::<Vec<_>>(),
+        [
+            "PASS all_reduce: every size >= 0.95",
+            "MISS sendrecv: every size >= 0.95: 8 B 0.500",
+            "1 of 2 targets missed",
+        ],
+        "{g}"
+    );
 }
