@@ -454,7 +454,7 @@ fn push_copies(l: &Layout, g: &Group) -> Vec<CopyOp> {
                 }
             }
             TaskKind::Coll(Collective::Gather { root }) => put(at(e[root].recv, rank), send),
-            TaskKind::Send { peer } if peer != rank => put(e[peer].recv, t.send as u64),
+            TaskKind::Send { peer } if peer != rank => put(e[peer].recv, send),
             // A receive from this rank itself reads the matching send, within the GPU.
             TaskKind::Recv { peer } if peer == rank => put(t.recv as u64, send),
             _ => {}

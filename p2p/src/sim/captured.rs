@@ -43,7 +43,7 @@ fn simulate_captured(
                 rank: r,
                 unmappable: &[],
             };
-            // Seeds 0 mod 3 push every group that may (more than 0 bytes landing).
+            // Seeds 0 mod 3 push every group that may (any bytes landing or leaving).
             let push_above = if seed % 3 == 0 { 0 } else { usize::MAX };
             let o = agree::offer(g, t, (r, n), (true, one_shot, push_above), &mut reach);
             if !o.able {
