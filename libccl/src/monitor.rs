@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::params;
 
 /// The registry's monitor parameters.
-const PARAMS: [params::Param; 12] = [
+const PARAMS: [params::Param; 13] = [
     params::CCL_MONITOR,
     params::CCL_MONITOR_WINDOW,
     params::CCL_MONITOR_DROP,
@@ -30,6 +30,7 @@ const PARAMS: [params::Param; 12] = [
     params::CCL_MONITOR_FILE_KEEP,
     params::CCL_MONITOR_EARLY,
     params::CCL_MONITOR_SAMPLE_US,
+    params::CCL_MONITOR_SCHED,
 ];
 
 /// The monitor's settings, from the registry: the one place they are read.

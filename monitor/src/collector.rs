@@ -12,7 +12,7 @@ use crate::packed::Packed;
 use crate::ring::Consumer;
 use crate::subscriber::Subscriber;
 use crate::window::{Event, Windows};
-use crate::{Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
+use crate::{CollectorSched, Error, MonitorConfig, Options, Shared, Snapshot, TimeBase};
 
 /// One producing thread's ring.
 struct Source {
@@ -29,6 +29,7 @@ pub(crate) struct Collector {
     subscribers: Vec<Box<dyn Subscriber + Send>>,
     time_base: TimeBase,
     poll: Duration,
+    sched: CollectorSched,
     batch: Vec<Packed>,
     events: Vec<Event>,
     transitions: u64,
@@ -42,22 +43,36 @@ pub(crate) struct Collector {
 /// transfer (on a machine with few cores every pass took an engine's or executor's core).
 const COLLECTOR_NICE: libc::c_int = 10;
 
-/// Lowers this thread's scheduling priority to [`COLLECTOR_NICE`] (best effort).
-fn yield_to_data_threads() {
+/// Lowers this thread's scheduling priority as `how` says (best effort).
+fn yield_to_data_threads(how: CollectorSched) {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: gettid has no preconditions and returns this thread's id.
         let tid = unsafe { libc::gettid() };
+        let policy = match how {
+            CollectorSched::Nice => None,
+            CollectorSched::Batch => Some(libc::SCHED_BATCH),
+            CollectorSched::Idle => Some(libc::SCHED_IDLE),
+        };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` is a valid sched_param for the call's duration; moving this thread
+        // (by its id) to a batch or idle policy needs no privilege and touches no memory of
+        // ours.
+        let moved = policy.map_or(0, |p| unsafe { libc::sched_setscheduler(tid, p, &param) });
         // SAFETY: setpriority with PRIO_PROCESS and a thread id changes only that thread's
-        // nice value; lowering it needs no privilege and touches no memory of ours.
-        let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, COLLECTOR_NICE) };
-        if r != 0 {
+        // nice value; raising it needs no privilege and touches no memory of ours. (An idle
+        // thread's nice value is not used.)
+        let niced =
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, COLLECTOR_NICE) };
+        if moved != 0 || niced != 0 {
             tracing::debug!(
-                "monitor collector keeps its priority: {}",
+                "monitor collector keeps its priority ({how:?}): {}",
                 std::io::Error::last_os_error()
             );
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = how;
 }
 
 /// This thread's CPU time (user and system) in microseconds; 0 where it cannot be read.
@@ -91,6 +106,7 @@ impl Collector {
             subscribers: opts.subscribers,
             time_base: opts.time_base,
             poll: opts.poll.unwrap_or(cfg.poll),
+            sched: cfg.collector_sched,
             batch: Vec::with_capacity(4096),
             events: Vec::with_capacity(256),
             transitions: 0,
@@ -110,7 +126,7 @@ impl Collector {
     }
 
     fn run(mut self) -> Result<(), Error> {
-        yield_to_data_threads();
+        yield_to_data_threads(self.sched);
         let mut idle_passes = 0u32;
         let mut passes = 0u64;
         loop {
@@ -168,6 +184,8 @@ impl Collector {
         tracing::info!(
             cpu_us = thread_cpu_us(),
             records = self.records,
+            dropped =
+                self.retired_dropped + self.rings.iter().map(|s| s.ring.dropped()).sum::<u64>(),
             passes,
             "monitor collector done"
         );

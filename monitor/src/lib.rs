@@ -66,7 +66,7 @@ use parking_lot::{Condvar, Mutex};
 use serde::Serialize;
 
 pub use clock::Clock;
-pub use config::MonitorConfig;
+pub use config::{CollectorSched, MonitorConfig};
 pub use event::{CollId, Engine, Op, Record, Scope, Transition, Unit, Work};
 pub use publish::Publisher;
 pub use stats::{ExecStats, TIMED_BYTES};
