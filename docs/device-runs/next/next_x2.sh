@@ -34,6 +34,11 @@
 #   MODE=reorder   the small gathers, reduces, broadcasts of bd00519 / 5e889f9 / f4543a4 / .dev/new,
 #                  bd00519 last
 #   MODE=hostmon40 host-backend sendrecv 1 MiB, monitor on / off, 40 pairs
+#   MODE=monsched  host-backend sendrecv 1 MiB, monitor on / off, HREPS (20) pairs for each
+#                  CCL_MONITOR_SCHED of SCHEDS (nice batch idle: how the collector thread yields),
+#                  each with one accounting run (the collector's CPU time and dropped records)
+#   MODE=montbf    issue 43's drop experiment (tests/bench/monitor_tbf.sh, window 8): nic1 cut to a
+#                  quarter for 300 ms under host-backend sendrecv 4 MiB; its summary and SVG
 #   MODE=monab     the host monitor's sendrecv 1 MiB cost by default, without its file and with
 #                  100 ms passes
 #   MODE=mptinflight one-engine multipath links with the 3 MiB in-flight default against 16 MiB,
@@ -239,6 +244,22 @@ case ${MODE:-hostcost} in
     OPS=sendrecv SIZES=1M REPS=${HREPS:-40} LIBDIR=.dev FILE=1 timeout ${LIMIT:-500} \
       bash tests/bench/monitor_overhead.sh "$O/m40" > "$O/hostmon40.txt" 2>&1
     grep -E "^sendrecv" "$O/hostmon40.txt"; rm -rf "$O/m40" ;;
+  monsched)
+    export PATH=$PWD/.dev/net/bin:$PATH; mkdir -p "$O"
+    for name in ${SCHEDS:-nice batch idle}; do
+      echo "== $name"
+      ON_ENV=CCL_MONITOR_SCHED=$name ACCOUNT=1 OPS=sendrecv SIZES=1M REPS=${HREPS:-20} LIBDIR=.dev \
+        timeout ${LIMIT:-170} bash tests/bench/monitor_overhead.sh "$O/ms-$name" > "$O/monsched-$name.txt" 2>&1
+      grep -E "^sendrecv" "$O/monsched-$name.txt" | tail -2
+      sed 's/\x1b\[[0-9;]*m//g' "$O/ms-$name"/*account*.log | grep -o 'cpu_us=.*passes=[0-9]*'
+      rm -rf "$O/ms-$name"
+    done ;;
+  montbf)
+    export PATH=$PWD/.dev/net/bin:$PATH; mkdir -p "$O"
+    CCL_MONITOR_FILE_BYTES=2147483648 LIBDIR=.dev ITERS=2500 FIGS=tbf timeout ${LIMIT:-150} \
+      bash tests/bench/monitor_tbf.sh "$O/tbf" > "$O/monitor_tbf.out" 2>&1
+    cp "$O/tbf/summary.txt" "$O/monitor_tbf_summary.txt"; cp docs/monitor-tbf.svg "$O/" 2>/dev/null
+    rm -rf "$O/tbf"; cat "$O/monitor_tbf_summary.txt" ;;
   mptinflight)
     # The 3 MiB in-flight default on the idle cores: links of one engine (CCL_MPT_ENGINES=1,
     # as ranks with many links to other hosts get) with 6 frames in flight against the earlier
