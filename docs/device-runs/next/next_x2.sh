@@ -8,8 +8,12 @@
 #   MODE=hostprof  where the host time per call goes, sampled by perf in synchronised cycles of
 #                  200 calls (needs .dev/perf: /usr/bin/perf and the libraries ldd lists but
 #                  libc, libm, libstdc++, libgcc_s, ld-linux, copied into .dev/perf/lib)
-#   MODE=pack      the packed-line limit on the GPU's time alone (nccl-tests -G 10): 64 KiB (the
-#                  default) against 128 and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL
+#   MODE=pack      the packed-line limit (CCL_IPC_LL_PACK_BYTES): 64 KiB (the default) against 128
+#                  and 256 KiB, 16 KiB - 2 MiB, six ops beside NCCL, captured (-G 10: the GPU's
+#                  time alone) and eager. In the 2026-11-30 graph run (9a609d0) each op's time
+#                  stepped up ~3 us just above 64 KiB per peer, where the flagged form takes over:
+#                  reduce 3.6 -> 6.7 us at 128 KiB (NCCL 5.8), broadcast 3.6 -> 6.8 (6.2), scatter
+#                  3.8 -> 7.5 at 256 KiB (6.6): four of the seven captured sizes under 0.95
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
 #                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
@@ -112,12 +116,14 @@ case ${MODE:-hostcost} in
     CYCLES=${CYCLES:-2000} CASES=${CASES:-"all_reduce:8:0 broadcast:8:0 reduce_scatter:1024:0 sendrecv:65536:0"} \
       bash docs/device-runs/2026-11-30-hostprof/hostprof.sh 2>&1 | grep "^==" ;;
   pack)
-    OUT=$O/pack OPS="all_reduce broadcast reduce all_gather reduce_scatter alltoall" \
-      LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" ENVS_pk128=CCL_IPC_LL_PACK_BYTES=131072 \
-      ENVS_pk256=CCL_IPC_LL_PACK_BYTES=262144 NGPU=2 EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 -G 10" \
-      timeout ${LIMIT:-240} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    for n in pk64 pk128 pk256; do .dev/ccl-report "$O/pack/nccltests" --base nccl --lib $n > "$O/pack-$n.md" 2>&1; done
-    cat "$O"/pack-pk*.md; cd "$O" && tar czf pack-logs.tgz pack && rm -rf pack ;;
+    export ENVS_pk128=CCL_IPC_LL_PACK_BYTES=131072 ENVS_pk256=CCL_IPC_LL_PACK_BYTES=262144
+    for g in "-G 10" ""; do
+      t=graph; [ -z "$g" ] && t=eager
+      echo "### $t"
+      OPS=${OPS:-all_reduce broadcast reduce all_gather reduce_scatter alltoall scatter} \
+        EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 $g" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
+        ab "pack-$t" nccl "pk64 pk128 pk256"
+    done ;;
   llbig)
     export ENVS_ll4m=CCL_IPC_LL_BYTES=4194304 ENVS_b32k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=32768" \
       ENVS_b16k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=16384"
