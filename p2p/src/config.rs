@@ -117,9 +117,11 @@ pub struct P2pConfig {
     pub graph_handshake_kernel: bool,
 }
 
-/// The largest low-latency area per sender: the kernels' flags pair every 8 data bytes with 8
-/// flag bytes, so a rank's area is `2 x ranks x this`.
-pub const LL_AREA_MAX: usize = 4 << 20;
+/// The largest low-latency area per sender (two buffers of it per sender, by operation
+/// parity, so a rank's area is `2 x ranks x this`). The defaults stay at 4 MiB; up to 16 MiB
+/// a setting can try the kernels where copy engines take over by default (8 MiB all-reduces,
+/// reduces).
+pub const LL_AREA_MAX: usize = 16 << 20;
 
 impl P2pConfig {
     /// The exchange threshold with `n` ranks (`CCL_IPC_LL_EXCHANGE_BYTES`; 0: never). `auto`
@@ -178,7 +180,7 @@ mod tests {
 
     /// `auto` is 2 MiB with two ranks and 512 KiB with more; a number is taken as it is (a
     /// negative one as 0: never); the area holds the larger of the exchange and the
-    /// all-reduce limits, at most 4 MiB, in whole 16-byte words.
+    /// all-reduce limits, at most [`LL_AREA_MAX`], in whole 16-byte words.
     #[test]
     fn exchange_threshold_and_area_follow_the_rank_count_and_the_settings() {
         let mut c = P2pConfig {
@@ -202,7 +204,7 @@ mod tests {
     }
 
     /// `auto` takes all-reduces up to 4 MiB with two ranks and 1 MiB with more; a number is
-    /// taken as it is, at most 4 MiB, in whole 16-byte words; the area holds it.
+    /// taken as it is, at most 16 MiB, in whole 16-byte words; the area holds it.
     #[test]
     fn the_all_reduce_threshold_follows_the_rank_count_and_the_setting() {
         let mut c = P2pConfig::default();

@@ -14,6 +14,10 @@
 #                  stepped up ~3 us just above 64 KiB per peer, where the flagged form takes over:
 #                  reduce 3.6 -> 6.7 us at 128 KiB (NCCL 5.8), broadcast 3.6 -> 6.8 (6.2), scatter
 #                  3.8 -> 7.5 at 256 KiB (6.6): four of the seven captured sizes under 0.95
+#   MODE=llbig8    all-reduces, reduces and reduce-scatters of 2 - 32 MiB on the low-latency
+#                  kernel up to 8 and 16 MiB (CCL_IPC_LL_BYTES; the default 4 MiB leaves 8 MiB to
+#                  copy engines: captured all_reduce 8 MiB 0.936 of NCCL, eager reduce from 8 MiB
+#                  0.89-0.95), captured (-G 10) and eager, beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
 #                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
@@ -123,6 +127,14 @@ case ${MODE:-hostcost} in
       OPS=${OPS:-all_reduce broadcast reduce all_gather reduce_scatter alltoall scatter} \
         EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 $g" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
         ab "pack-$t" nccl "pk64 pk128 pk256"
+    done ;;
+  llbig8)
+    export ENVS_ll8m=CCL_IPC_LL_BYTES=8388608 ENVS_ll16m=CCL_IPC_LL_BYTES=16777216
+    for g in "-G 10" ""; do
+      t=graph; [ -z "$g" ] && t=eager
+      echo "### $t"
+      OPS="all_reduce reduce reduce_scatter" EXTRA="-b 2M -e 32M -f 2 -n 50 -w 10 $g" \
+        LIBS="nccl ll4m=.dev/new ll8m=.dev/new ll16m=.dev/new" ab "llbig8-$t" nccl "ll4m ll8m ll16m"
     done ;;
   llbig)
     export ENVS_ll4m=CCL_IPC_LL_BYTES=4194304 ENVS_b32k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=32768" \
