@@ -18,6 +18,9 @@
 #                  kernel up to 8 and 16 MiB (CCL_IPC_LL_BYTES; the default 4 MiB leaves 8 MiB to
 #                  copy engines: captured all_reduce 8 MiB 0.936 of NCCL, eager reduce from 8 MiB
 #                  0.89-0.95), captured (-G 10) and eager, beside NCCL
+#   MODE=graphbig  captured all-to-alls and all-gathers of 16 - 128 MiB (alltoall 32 / 64 MiB ran
+#                  0.934 / 0.943 of NCCL on copy engines) on the spread copy kernel up to 64 MiB
+#                  (CCL_GRAPH_FUSED_COPY_BYTES) with 64 and 128 blocks, against the default
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
 #                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
@@ -128,6 +131,11 @@ case ${MODE:-hostcost} in
         EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 $g" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
         ab "pack-$t" nccl "pk64 pk128 pk256"
     done ;;
+  graphbig)
+    export ENVS_f64m=CCL_GRAPH_FUSED_COPY_BYTES=67108864 \
+      ENVS_f64mb128="CCL_GRAPH_FUSED_COPY_BYTES=67108864 CCL_GRAPH_COPY_BLOCKS=128"
+    OPS="alltoall all_gather" EXTRA="-b 16M -e 128M -f 2 -n 20 -w 5 -G 10" \
+      LIBS="nccl dflt=.dev/new f64m=.dev/new f64mb128=.dev/new" ab graphbig nccl "dflt f64m f64mb128" ;;
   llbig8)
     export ENVS_ll8m=CCL_IPC_LL_BYTES=8388608 ENVS_ll16m=CCL_IPC_LL_BYTES=16777216
     for g in "-G 10" ""; do
