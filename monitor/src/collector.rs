@@ -184,8 +184,7 @@ impl Collector {
         tracing::info!(
             cpu_us = thread_cpu_us(),
             records = self.records,
-            dropped =
-                self.retired_dropped + self.rings.iter().map(|s| s.ring.dropped()).sum::<u64>(),
+            dropped = self.dropped(),
             passes,
             "monitor collector done"
         );
@@ -303,14 +302,17 @@ impl Collector {
         }
     }
 
+    /// Records dropped so far because a ring was full.
+    fn dropped(&self) -> u64 {
+        self.retired_dropped + self.rings.iter().map(|s| s.ring.dropped()).sum::<u64>()
+    }
+
     fn publish_snapshot(&mut self) {
-        let dropped =
-            self.retired_dropped + self.rings.iter().map(|s| s.ring.dropped()).sum::<u64>();
         let snap = Snapshot {
             keys: self.windows.snapshot(),
             transitions: self.transitions,
             records: self.records,
-            dropped,
+            dropped: self.dropped(),
         };
         *self.shared.snapshot.lock() = snap;
     }
