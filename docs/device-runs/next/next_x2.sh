@@ -5,6 +5,11 @@
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
 #                  7.1-10.3)
+#   MODE=hostbisect the exchange ops' host time per call rose from 6.5-7.4 us (2e8e94f,
+#                  2026-11-29) to 9.0-10.7 (b16f48c) while all_reduce fell from 9.1 to 7.4 (both
+#                  nccl-tests -C 1 beside NCCL): broadcast, all_gather, alltoall and all_reduce
+#                  8 B - 32 KiB under every build in .dev/hb-REV (2e8e94f 6a3c48f 245a99c 9743c6f
+#                  b16f48c, built by `scripts/dev-build.sh REV hb-REV`) and .dev/new
 #   MODE=hostprof  where the host time per call goes, sampled by perf in synchronised cycles of
 #                  200 calls (needs .dev/perf: /usr/bin/perf and the libraries ldd lists but
 #                  libc, libm, libstdc++, libgcc_s, ld-linux, copied into .dev/perf/lib)
@@ -116,6 +121,12 @@ eager_ab() {
   LIBS=$libs ab "$dir" wait "eager$names"
 }
 case ${MODE:-hostcost} in
+  hostbisect)
+    libs="nccl"
+    for d in .dev/hb-*; do libs="$libs h${d#.dev/hb-}=$d"; done
+    OUT=$O/hb OPS="broadcast all_gather alltoall all_reduce" LIBS="$libs new=.dev/new" NGPU=2 \
+      SIZES=${SIZES:-sweep} timeout ${LIMIT:-400} bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
+    grep -v "^  rank" "$O/hb/host_cost.md" | head -n 80 ;;
   hostcost)
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60 ;;
