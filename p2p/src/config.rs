@@ -118,9 +118,9 @@ pub struct P2pConfig {
 }
 
 /// The largest low-latency area per sender (two buffers of it per sender, by operation
-/// parity, so a rank's area is `2 x ranks x this`). The defaults stay at 4 MiB; up to 16 MiB
-/// a setting can try the kernels where copy engines take over by default (8 MiB all-reduces,
-/// reduces).
+/// parity, so a rank's area is `2 x ranks x this`): 8 MiB by default with two ranks (32 MiB
+/// of GPU memory per rank); up to 16 MiB a setting can try the kernels where copy engines take
+/// over by default.
 pub const LL_AREA_MAX: usize = 16 << 20;
 
 impl P2pConfig {
@@ -138,17 +138,31 @@ impl P2pConfig {
         }
     }
 
-    /// The low-latency all-reduce threshold with `n` ranks (`CCL_IPC_LL_BYTES`, at most
-    /// [`LL_AREA_MAX`], whole 16-byte words; 0: never). `auto` is the crossover measured with
-    /// NVIDIA nccl-tests beside NCCL on two H200s (2026-11-30,
-    /// docs/device-runs/2026-11-30-llbig/): two ranks take the kernel up to 4 MiB (all-reduce
-    /// 2 / 4 MiB 1.66 / 1.27x NCCL on it against 0.74 / 0.86x on copy engines, reduce 1.29 /
-    /// 1.20x against 0.82 / 0.86x); more ranks keep 1 MiB until a machine with more GPUs
-    /// measures theirs.
+    /// The low-latency all-reduce and reduce threshold with `n` ranks (`CCL_IPC_LL_BYTES`, at
+    /// most [`LL_AREA_MAX`], whole 16-byte words; 0: never). `auto` is the crossover measured
+    /// with NVIDIA nccl-tests beside NCCL on two H200s: two ranks take the kernel up to 8 MiB
+    /// (2026-11-30, docs/device-runs/2026-11-30-pack/, `MODE=llbig8`: all-reduce 8 MiB 1.13x
+    /// NCCL captured, 1.14x eager, on it against 0.94x / 0.97x on copy engines; reduce 1.17x /
+    /// 1.14x against 1.06x / 0.91x; 16 MiB loses, all-reduce 0.86-0.90x); more ranks keep 1 MiB
+    /// until a machine with more GPUs measures theirs.
     pub fn ll_reduce_for(&self, n: usize) -> usize {
+        self.ll_limit(n, 8 << 20)
+    }
+
+    /// The low-latency reduce-scatter threshold, bytes per rank, with `n` ranks: as
+    /// [`Self::ll_reduce_for`], but `auto` stops at 4 MiB per rank with two ranks: parts of 8
+    /// MiB ran 1.09-1.11x NCCL on the kernel against 1.25-1.55x on copy engines (same run),
+    /// parts of 4 MiB 1.23-1.28x on the kernel.
+    pub fn ll_scatter_for(&self, n: usize) -> usize {
+        self.ll_limit(n, 4 << 20)
+    }
+
+    /// `CCL_IPC_LL_BYTES` as set, or `auto`: `two` with two ranks, 1 MiB with more; at most
+    /// [`LL_AREA_MAX`], whole 16-byte words.
+    fn ll_limit(&self, n: usize, two: usize) -> usize {
         let b = match self.ll_bytes {
             Some(b) => b.max(0) as usize,
-            None if n == 2 => 4 << 20,
+            None if n == 2 => two,
             None => 1 << 20,
         };
         b.min(LL_AREA_MAX) & !15
@@ -203,15 +217,20 @@ mod tests {
         assert_eq!(c.ll_area_for(2), (1 << 20) + 96);
     }
 
-    /// `auto` takes all-reduces up to 4 MiB with two ranks and 1 MiB with more; a number is
-    /// taken as it is, at most 16 MiB, in whole 16-byte words; the area holds it.
+    /// `auto` takes all-reduces up to 8 MiB and reduce-scatters up to 4 MiB per rank with two
+    /// ranks, both 1 MiB with more; a number is taken as it is for both, at most 16 MiB, in
+    /// whole 16-byte words; the area holds it.
     #[test]
     fn the_all_reduce_threshold_follows_the_rank_count_and_the_setting() {
         let mut c = P2pConfig::default();
-        assert_eq!((c.ll_reduce_for(2), c.ll_reduce_for(3)), (4 << 20, 1 << 20));
-        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (4 << 20, 1 << 20));
+        assert_eq!((c.ll_reduce_for(2), c.ll_reduce_for(3)), (8 << 20, 1 << 20));
+        assert_eq!(
+            (c.ll_scatter_for(2), c.ll_scatter_for(3)),
+            (4 << 20, 1 << 20)
+        );
+        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (8 << 20, 1 << 20));
         c.ll_bytes = Some(100);
-        assert_eq!(c.ll_reduce_for(2), 96);
+        assert_eq!((c.ll_reduce_for(2), c.ll_scatter_for(2)), (96, 96));
         c.ll_bytes = Some(-1);
         assert_eq!(c.ll_reduce_for(4), 0);
         c.ll_bytes = Some(64 << 20);

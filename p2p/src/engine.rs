@@ -122,10 +122,11 @@ pub struct IpcEngine {
     /// groups ([`crate::captured::host_only`]).
     pub(crate) device_slots: DeviceBuffer,
     /// Bytes per sender of every rank's low-latency area (0: none; the kernels' stride), the
-    /// largest low-latency all-reduce or reduce-scatter in bytes, this rank's area, and the
-    /// device array of every rank's area address as mapped here.
+    /// largest low-latency all-reduce in bytes and reduce-scatter in bytes per rank, this
+    /// rank's area, and the device array of every rank's area address as mapped here.
     pub(crate) ll_max: usize,
     pub(crate) ll_reduce_max: usize,
+    pub(crate) ll_scatter_max: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub(crate) direct_reduce: usize,
     /// More than two ranks: a direct reduction reduces its slice in one kernel over every
@@ -198,6 +199,17 @@ unsafe impl Send for IpcEngine {}
 
 // SAFETY: as above.
 unsafe impl Sync for IpcEngine {}
+
+impl IpcEngine {
+    /// The low-latency limits every rank agreed on.
+    pub(crate) fn ll_limits(&self) -> crate::paths::LlLimits {
+        crate::paths::LlLimits {
+            reduce: self.ll_reduce_max,
+            scatter: self.ll_scatter_max,
+            area: self.ll_max,
+        }
+    }
+}
 
 impl std::fmt::Debug for IpcEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

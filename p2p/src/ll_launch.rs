@@ -19,7 +19,7 @@ pub(crate) fn chosen(eng: &IpcEngine, tasks: &[Task]) -> Result<Option<LowLatenc
     if tasks.iter().any(direct::takes_direct(eng, tasks)) {
         return Ok(None);
     }
-    let (ll, _) = reduction_paths(tasks, l.rank, l.nranks, eng.ll_reduce_max, eng.ll_max, 0)?;
+    let (ll, _) = reduction_paths(tasks, l.rank, l.nranks, eng.ll_limits(), 0)?;
     Ok(two_shot(ll, l.nranks, eng.ll_two_shot_min))
 }
 

@@ -35,29 +35,43 @@ pub(crate) enum LowLatency {
     Exchange(LlTransfers),
 }
 
+/// The low-latency limits every rank agreed on (bytes; 0: never): all-reduces and reduces
+/// (the whole buffer), reduce-scatters (per rank), and what the areas hold per sender, which
+/// also bounds the data collectives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LlLimits {
+    pub(crate) reduce: usize,
+    pub(crate) scatter: usize,
+    pub(crate) area: usize,
+}
+
+impl LlLimits {
+    /// The limit for a group of `tasks`: its reduction's own, or the area's for data.
+    fn for_tasks(&self, tasks: &[Task]) -> usize {
+        let limit = match tasks.iter().find_map(|t| match t.kind {
+            TaskKind::Coll(c) => Some(c),
+            _ => None,
+        }) {
+            Some(Collective::ReduceScatter) => self.scatter,
+            Some(Collective::AllReduce | Collective::Reduce { .. }) => self.reduce,
+            _ => self.area,
+        };
+        limit.min(self.area)
+    }
+}
+
 /// The low-latency kernel, or else a direct reduction (`direct_reduce` bytes and up, 0: never),
 /// for a staged group. Never both: the low-latency kernel writes the result itself, and a
-/// direct reduction over it would reduce an in-place result a second time. Reductions take
-/// the kernel up to `ll_reduce_max` bytes, data collectives up to `ll_area` (what the areas
-/// hold).
+/// direct reduction over it would reduce an in-place result a second time. Each kind takes
+/// the kernel up to its own limit in `lim`.
 pub(crate) fn reduction_paths(
     tasks: &[Task],
     rank: usize,
     n: usize,
-    ll_reduce_max: usize,
-    ll_area: usize,
+    lim: LlLimits,
     direct_reduce: usize,
 ) -> Result<(Option<LowLatency>, Option<Task>)> {
-    let reduces = tasks.iter().any(|t| {
-        matches!(
-            t.kind,
-            TaskKind::Coll(
-                Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce { .. }
-            )
-        )
-    });
-    let limit = if reduces { ll_reduce_max } else { ll_area };
-    let ll = low_latency(tasks, rank, n, limit.min(ll_area))?;
+    let ll = low_latency(tasks, rank, n, lim.for_tasks(tasks))?;
     let sym = if ll.is_none() && direct_reduce > 0 {
         direct_reduce::candidate(
             tasks,
@@ -225,6 +239,15 @@ mod tests {
     use super::*;
     use ccl_collectives::task::float_sum as task;
 
+    /// Limits with reduce-scatters at the all-reduces' limit.
+    fn lim(reduce: usize, area: usize) -> LlLimits {
+        LlLimits {
+            reduce,
+            scatter: reduce,
+            area,
+        }
+    }
+
     #[test]
     fn low_latency_exchange_tables_pair_up() {
         let colls = |n: usize| {
@@ -384,10 +407,10 @@ mod tests {
             )
         };
         for rank in 0..3 {
-            let (ll, sym) = reduction_paths(&[red(4)], rank, 3, 1024, 4096, 1 << 20).unwrap();
+            let (ll, sym) = reduction_paths(&[red(4)], rank, 3, lim(1024, 4096), 1 << 20).unwrap();
             assert!(matches!(ll, Some(LowLatency::Reduce(t, 1)) if t.count == 4) && sym.is_none());
         }
-        let (ll, _) = reduction_paths(&[red(257)], 0, 2, 1024, 4096, 1 << 20).unwrap();
+        let (ll, _) = reduction_paths(&[red(257)], 0, 2, lim(1024, 4096), 1 << 20).unwrap();
         assert!(ll.is_none(), "1028 bytes are over the reductions' 1024");
         let mut avg = red(4);
         avg.red = Reduction::Avg;
@@ -409,20 +432,22 @@ mod tests {
             )
         };
         // float slices of 1 MiB (just the kernel), then 1 MiB + 4 B (just direct).
-        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, ll_max, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[rs(1 << 18)], 0, 2, lim(ll_max, ll_max), dr).unwrap();
         assert!(matches!(ll, Some(LowLatency::ReduceScatter(_))) && sym.is_none());
-        let (ll, sym) = reduction_paths(&[rs((1 << 18) + 1)], 0, 2, ll_max, ll_max, dr).unwrap();
+        let (ll, sym) =
+            reduction_paths(&[rs((1 << 18) + 1)], 0, 2, lim(ll_max, ll_max), dr).unwrap();
         assert!(ll.is_none() && sym.is_some());
         // All-reduce: the kernel up to ll_max, direct from the threshold, staged between.
         let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
-        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, ll_max, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[ar(1 << 18)], 0, 2, lim(ll_max, ll_max), dr).unwrap();
         assert!(ll.is_some() && sym.is_none());
-        let (ll, sym) = reduction_paths(&[ar((1 << 18) + 1)], 0, 2, ll_max, ll_max, dr).unwrap();
+        let (ll, sym) =
+            reduction_paths(&[ar((1 << 18) + 1)], 0, 2, lim(ll_max, ll_max), dr).unwrap();
         assert!(ll.is_none() && sym.is_none());
-        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, ll_max, dr).unwrap();
+        let (ll, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, lim(ll_max, ll_max), dr).unwrap();
         assert!(ll.is_none() && sym.is_some());
         // Switched off.
-        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, ll_max, ll_max, 0).unwrap();
+        let (_, sym) = reduction_paths(&[ar(1 << 19)], 0, 2, lim(ll_max, ll_max), 0).unwrap();
         assert!(sym.is_none());
     }
 
@@ -458,16 +483,59 @@ mod tests {
         let ag = |count| task(TaskKind::Coll(Collective::AllGather), 0x1000, 0x9000, count);
         let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
         // Counts of floats: 4 bytes each.
-        let (ll, _) = reduction_paths(&[ag(area / 4)], 0, 2, reduce, area, 0).unwrap();
+        let (ll, _) = reduction_paths(&[ag(area / 4)], 0, 2, lim(reduce, area), 0).unwrap();
         assert!(matches!(ll, Some(LowLatency::Exchange(_))));
-        let (ll, _) = reduction_paths(&[ag(area / 4 + 1)], 0, 2, reduce, area, 0).unwrap();
+        let (ll, _) = reduction_paths(&[ag(area / 4 + 1)], 0, 2, lim(reduce, area), 0).unwrap();
         assert!(ll.is_none());
-        let (ll, _) = reduction_paths(&[ar(reduce / 4)], 0, 2, reduce, area, 0).unwrap();
+        let (ll, _) = reduction_paths(&[ar(reduce / 4)], 0, 2, lim(reduce, area), 0).unwrap();
         assert!(matches!(ll, Some(LowLatency::AllReduce(_))));
-        let (ll, _) = reduction_paths(&[ar(area / 4)], 0, 2, reduce, area, 0).unwrap();
+        let (ll, _) = reduction_paths(&[ar(area / 4)], 0, 2, lim(reduce, area), 0).unwrap();
         assert!(ll.is_none());
         // A reduction limit above the area is cut to it.
-        let (ll, _) = reduction_paths(&[ar(area / 4 + 1)], 0, 2, 4 << 20, area, 0).unwrap();
+        let (ll, _) = reduction_paths(&[ar(area / 4 + 1)], 0, 2, lim(4 << 20, area), 0).unwrap();
         assert!(ll.is_none());
+    }
+
+    /// Reduce-scatters stop at their own limit per rank while all-reduces and reduces go on to
+    /// theirs (8 MiB all-reduces, 4 MiB reduce-scatter parts with two ranks): boundary pairs
+    /// of each, and the area still bounds both.
+    #[test]
+    fn reduce_scatters_have_their_own_low_latency_limit() {
+        let l = LlLimits {
+            reduce: 8 << 20,
+            scatter: 4 << 20,
+            area: 8 << 20,
+        };
+        let rs = |count| {
+            task(
+                TaskKind::Coll(Collective::ReduceScatter),
+                0x1000,
+                0x9000,
+                count,
+            )
+        };
+        let ar = |count| task(TaskKind::Coll(Collective::AllReduce), 0x1000, 0x1000, count);
+        let rd = |count| {
+            task(
+                TaskKind::Coll(Collective::Reduce { root: 0 }),
+                0x1000,
+                0x9000,
+                count,
+            )
+        };
+        let path = |t| reduction_paths(&[t], 0, 2, l, 0).unwrap().0;
+        assert!(matches!(
+            path(rs(1 << 20)),
+            Some(LowLatency::ReduceScatter(_))
+        ));
+        assert!(path(rs((1 << 20) + 1)).is_none());
+        assert!(matches!(path(ar(2 << 20)), Some(LowLatency::AllReduce(_))));
+        assert!(path(ar((2 << 20) + 1)).is_none());
+        assert!(matches!(path(rd(2 << 20)), Some(LowLatency::Reduce(_, 0))));
+        assert!(path(rd((2 << 20) + 1)).is_none());
+        let small_area = LlLimits { area: 2 << 20, ..l };
+        let path = |t| reduction_paths(&[t], 0, 2, small_area, 0).unwrap().0;
+        assert!(path(rs((1 << 19) + 1)).is_none());
+        assert!(path(ar((1 << 19) + 1)).is_none());
     }
 }

@@ -200,8 +200,7 @@ fn prepare(
         tasks,
         l.rank,
         l.nranks,
-        eng.ll_reduce_max,
-        eng.ll_max,
+        eng.ll_limits(),
         if eng.direct && direct.is_none() {
             eng.direct_reduce
         } else {

@@ -241,6 +241,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     let lowest = |f: fn(&Offer) -> u64| offers.iter().map(|o| f(o) as usize).min().unwrap_or(0);
     let ll_max = if host_only { 0 } else { lowest(|o| o.ll_area) };
     let ll_reduce_max = lowest(|o| o.ll_reduce).min(ll_max);
+    let ll_scatter_max = lowest(|o| o.ll_scatter).min(ll_max);
     let ll_exchange_max = lowest(|o| o.ll_exchange_max).min(ll_max);
     // Packed lines live in buffers of their own, there whenever the areas are.
     let ll_pack_max = if ll_max == 0 {
@@ -286,6 +287,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         direct,
         ll_max,
         ll_reduce_max,
+        ll_scatter_max,
         ll_exchange_max,
         ll_pack_max,
         ll_block_bytes,

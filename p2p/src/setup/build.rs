@@ -36,9 +36,11 @@ pub(super) struct Agreed {
     /// Direct transfers (every rank asked for them).
     pub direct: bool,
     /// Bytes per sender of every rank's low-latency area, the largest low-latency all-reduce,
-    /// and data collective through the low-latency kernel (bytes; 0: none).
+    /// reduce-scatter (per rank) and data collective through the low-latency kernel (bytes;
+    /// 0: none).
     pub ll_max: usize,
     pub ll_reduce_max: usize,
+    pub ll_scatter_max: usize,
     pub ll_exchange_max: usize,
     /// Low-latency operations of at most this many bytes per peer go in packed lines.
     pub ll_pack_max: usize,
@@ -165,6 +167,7 @@ pub(super) fn build(
         batch_copies,
         ll_max: a.ll_max,
         ll_reduce_max: a.ll_reduce_max,
+        ll_scatter_max: a.ll_scatter_max,
         ll_exchange_max: a.ll_exchange_max,
         ll_launch: ccl_cuda::cuda::LlLaunch {
             pack_max: a.ll_pack_max,

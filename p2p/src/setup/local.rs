@@ -31,8 +31,10 @@ pub(super) struct Geometry {
     pub slots: u32,
     /// Groups of at most this many bytes stay on the caller's stream.
     pub single_max: usize,
-    /// Largest low-latency all-reduce (bytes) this rank takes.
+    /// Largest low-latency all-reduce (bytes) and reduce-scatter (bytes per rank) this rank
+    /// takes.
     pub ll_reduce: usize,
+    pub ll_scatter: usize,
     pub rx_lanes: usize,
 }
 
@@ -44,6 +46,7 @@ impl Geometry {
             slots: cfg.slots.clamp(2, 64) as u32,
             single_max: cfg.single_stream_bytes.max(0) as usize,
             ll_reduce: cfg.ll_reduce_for(n),
+            ll_scatter: cfg.ll_scatter_for(n),
             rx_lanes: cfg.rx_lanes.clamp(1, MAX_RX_LANES as i64) as usize,
         }
     }
@@ -216,6 +219,7 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         single_max: g.single_max as u64,
         ll_area: ll_area as u64,
         ll_reduce: g.ll_reduce as u64,
+        ll_scatter: g.ll_scatter as u64,
         direct_reduce: cfg.direct_reduce_bytes.max(0) as u64,
         ll_exchange_max: cfg.ll_exchange_for(nranks) as u64,
         ll_pack: cfg.ll_pack_bytes.max(0) as u64,

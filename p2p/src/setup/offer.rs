@@ -17,6 +17,9 @@ pub(crate) struct Offer {
     /// all-reduce (`CCL_IPC_LL_BYTES`): the smallest over the ranks of each is used.
     pub(crate) ll_area: u64,
     pub(crate) ll_reduce: u64,
+    /// Its largest low-latency reduce-scatter, bytes per rank: the smallest over the ranks
+    /// is used.
+    pub(crate) ll_scatter: u64,
     /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
     pub(crate) direct_reduce: u64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
@@ -63,6 +66,7 @@ impl Offer {
             single_max: 0,
             ll_area: 0,
             ll_reduce: 0,
+            ll_scatter: 0,
             direct_reduce: 0,
             ll_exchange_max: 0,
             ll_pack: 0,
@@ -115,6 +119,7 @@ impl Offer {
         b.extend_from_slice(&self.ll_pack.to_le_bytes());
         b.extend_from_slice(&self.ll_two_shot.to_le_bytes());
         b.extend_from_slice(&self.ll_block.to_le_bytes());
+        b.extend_from_slice(&self.ll_scatter.to_le_bytes());
         b
     }
 
@@ -157,6 +162,7 @@ impl Offer {
         o.ll_pack = u64::from_le_bytes(u64_at(at + 20)?);
         o.ll_two_shot = u64::from_le_bytes(u64_at(at + 28)?);
         o.ll_block = u64::from_le_bytes(u64_at(at + 36)?);
+        o.ll_scatter = u64::from_le_bytes(u64_at(at + 44)?);
         Some(o)
     }
 }
@@ -179,6 +185,7 @@ const OFFER_BYTES: usize = 1
     + 16
     + BUS_ID_BYTES
     + 12
+    + 8
     + 8
     + 8
     + 8
@@ -230,6 +237,7 @@ mod tests {
         o.single_max = 1 << 19;
         o.ll_area = 2 << 20;
         o.ll_reduce = 1 << 20;
+        o.ll_scatter = 1 << 19;
         o.direct_reduce = 2 << 20;
         o.probe_fd = 17;
         o.ll_exchange_max = 4096;
@@ -272,6 +280,7 @@ mod tests {
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
         assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
+        assert_eq!(d.ll_scatter, 1 << 19);
         assert_eq!(d.host, o.host);
         assert!(!d.host_only);
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());
