@@ -125,15 +125,20 @@ pub const LL_AREA_MAX: usize = 16 << 20;
 
 impl P2pConfig {
     /// The exchange threshold with `n` ranks (`CCL_IPC_LL_EXCHANGE_BYTES`; 0: never). `auto`
-    /// is the crossover measured with NVIDIA nccl-tests beside NCCL on two H200s (2026-11-29,
-    /// docs/device-runs/2026-11-29-x2/x2-midband.md): two ranks take the kernel up to 2 MiB per
-    /// rank (all-gather, all-to-all, broadcast, gather, scatter of 2 MiB ran 1.03-1.27x NCCL on
-    /// it against 0.65-0.86x on copy engines; from 8 MiB copy engines match it). More ranks
-    /// keep 512 KiB until a machine with more GPUs measures theirs.
+    /// is the crossover measured with NVIDIA nccl-tests beside NCCL on two H200s: two ranks
+    /// take the kernel up to 4 MiB per rank. At 2 MiB the kernel ran all-gather, all-to-all,
+    /// broadcast, gather, scatter 1.03-1.27x NCCL against 0.65-0.86x on copy engines
+    /// (2026-11-29, docs/device-runs/2026-11-29-x2/x2-midband.md); at 4 MiB per rank
+    /// (2026-11-30, docs/device-runs/2026-11-30-defaults/exbig/) it matched copy engines in
+    /// nccl-tests (8 MiB all-gathers 1.34-1.43x, gathers 1.08-1.32x) and took Megatron-core's
+    /// tensor-parallel all-gathers (4 MiB per rank at micro-batch 2) off the push wait: host
+    /// time in libccl's calls 994 -> 296 ms per 20 iterations. 8 and 16 MiB lost in CUDA graphs
+    /// (all-to-all 16 MiB 0.88x, 32 MiB 0.79x). More ranks keep 512 KiB until a machine with
+    /// more GPUs measures theirs.
     pub fn ll_exchange_for(&self, n: usize) -> usize {
         match self.ll_exchange_bytes {
             Some(b) => b.max(0) as usize,
-            None if n == 2 => 2 << 20,
+            None if n == 2 => 4 << 20,
             None => 512 << 10,
         }
     }
@@ -192,7 +197,7 @@ impl P2pConfig {
 mod tests {
     use super::*;
 
-    /// `auto` is 2 MiB with two ranks and 512 KiB with more; a number is taken as it is (a
+    /// `auto` is 4 MiB with two ranks and 512 KiB with more; a number is taken as it is (a
     /// negative one as 0: never); the area holds the larger of the exchange and the
     /// all-reduce limits, at most [`LL_AREA_MAX`], in whole 16-byte words.
     #[test]
@@ -203,9 +208,9 @@ mod tests {
         };
         assert_eq!(
             (c.ll_exchange_for(2), c.ll_exchange_for(4)),
-            (2 << 20, 512 << 10)
+            (4 << 20, 512 << 10)
         );
-        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (2 << 20, 1 << 20));
+        assert_eq!((c.ll_area_for(2), c.ll_area_for(8)), (4 << 20, 1 << 20));
         c.ll_exchange_bytes = Some(0);
         assert_eq!((c.ll_exchange_for(2), c.ll_area_for(2)), (0, 1 << 20));
         c.ll_exchange_bytes = Some(-5);

@@ -26,6 +26,11 @@
 #   MODE=graphbig  captured all-to-alls and all-gathers of 16 - 128 MiB (alltoall 32 / 64 MiB ran
 #                  0.934 / 0.943 of NCCL on copy engines) on the spread copy kernel up to 64 MiB
 #                  (CCL_GRAPH_FUSED_COPY_BYTES) with 64 and 128 blocks, against the default
+#   MODE=sendsmall captured sendrecv 8 B - 64 KiB, .dev/old beside .dev/new by default and with
+#                  the old low-latency defaults (4 MiB all-reduces, 64 KiB packed lines): the
+#                  731bbb6 graph run took 6.7 us at 256 B - 2 KiB against 6.3 on 4708556's
+#   MODE=exbig     the exchange kernel to 2 / 4 / 8 / 16 MiB per rank (CCL_IPC_LL_EXCHANGE_BYTES),
+#                  five data ops 2 - 64 MiB, captured (-G 10) and eager, beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
 #                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
@@ -179,6 +184,20 @@ case ${MODE:-hostcost} in
       done
     done
     cd "$O" && tar czf sendrecv-logs.tgz sr-* && rm -rf sr-eager sr-host sr-graph ;;
+  exbig)
+    export ENVS_x2m=CCL_IPC_LL_EXCHANGE_BYTES=2097152 ENVS_x4m=CCL_IPC_LL_EXCHANGE_BYTES=4194304 \
+      ENVS_x8m=CCL_IPC_LL_EXCHANGE_BYTES=8388608 ENVS_x16m=CCL_IPC_LL_EXCHANGE_BYTES=16777216
+    for g in "-G 10" ""; do
+      t=graph; [ -z "$g" ] && t=eager
+      echo "### $t"
+      OPS="all_gather alltoall broadcast gather scatter" EXTRA="-b 2M -e 64M -f 2 -n 30 -w 5 $g" \
+        LIBS="nccl x2m=.dev/new x4m=.dev/new x8m=.dev/new x16m=.dev/new" LIMIT=150 \
+        ab "exbig-$t" nccl "x2m x4m x8m x16m"
+    done ;;
+  sendsmall)
+    export ENVS_newold="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_PACK_BYTES=65536"
+    OPS=sendrecv EXTRA="-b 8 -e 64K -f 2 -n 50 -w 10 -G 5" REPS=2 \
+      LIBS="nccl old=.dev/old new=.dev/new newold=.dev/new" ab sendsmall nccl "old new newold new/old" ;;
   graphs)
     OUT=$O/graphs LIBS="nccl ccl=.dev/new" NGPU=2 EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5 -G 5" \
       timeout ${LIMIT:-420} bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
