@@ -322,3 +322,63 @@ fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Boundary pair of the two forms: sends of exactly [`LL_P2P_PACK_BYTES`] go in packed lines,
+/// one byte more through the data slot, each landing whole; a receive smaller than its send
+/// takes the first bytes of either form and names the sender, whichever form arrives (the
+/// receiver does not guess the form from its own size).
+#[test]
+fn packed_and_flagged_sends_meet_at_the_packed_limit() {
+    use ccl_cuda::cuda::source::LL_P2P_PACK_BYTES;
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let (dir, so) = ll_p2p_host_library();
+    let pk = LL_P2P_PACK_BYTES;
+    // (sent, expected): packed, flagged, flagged into a smaller receive, packed into a larger.
+    let pairs = [(pk, pk), (pk + 1, pk + 1), (pk + 40, 1000), (24, pk + 8)];
+    let areas: &'static mut [Vec<u64>] = Vec::leak(
+        (0..2)
+            .map(|_| vec![0u64; ll_data_offset(2) / 8 + 8])
+            .collect(),
+    );
+    let table: &'static [u64] = Vec::leak(areas.iter().map(|a| a.as_ptr() as u64).collect());
+    let src: &'static [u8] = Vec::leak((0..4 * 2 * pk).map(|i| (i * 13 + 5) as u8).collect());
+    let dst: &'static mut [u8] = Vec::leak(vec![0xEEu8; 4 * 2 * pk]);
+    let (mut x, mut y) = (LlP2p::default(), LlP2p::default());
+    for (i, &(s, r)) in pairs.iter().enumerate() {
+        let at = (i * 2 * pk) as u64;
+        (x.src[i], x.sbytes[i], x.speer[i], x.sseq[i]) =
+            (src.as_ptr() as u64 + at, s as u64, 1, i as u32 + 1);
+        (y.dst[i], y.rbytes[i], y.rpeer[i], y.rseq[i]) =
+            (dst.as_mut_ptr() as u64 + at, r as u64, 0, i as u32 + 1);
+    }
+    (x.nsend, y.nrecv) = (4, 4);
+    let err: &'static mut u32 = Box::leak(Box::new(0u32));
+    let err_at = err as *mut u32 as usize;
+    let sender = launch(&so, table, 0, x, Box::leak(Box::new(0u32)));
+    let receiver = launch(&so, table, 1, y, err);
+    for (who, done) in [("sender", sender), ("receiver", receiver)] {
+        assert!(
+            done.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "the {who} hung"
+        );
+    }
+    for (i, &(s, r)) in pairs.iter().enumerate() {
+        let at = i * 2 * pk;
+        let n = s.min(r);
+        assert_eq!(
+            &dst[at..at + n],
+            &src[at..at + n],
+            "pair {i}: the bytes that fit"
+        );
+        assert!(
+            dst[at + n..at + 2 * pk].iter().all(|&b| b == 0xEE),
+            "pair {i}: nothing past them"
+        );
+    }
+    // SAFETY: the leaked word above; both launches ended, so nothing writes it any more.
+    let named = unsafe { *(err_at as *const u32) };
+    assert_eq!(named, 1, "a mismatch names rank 0 (+1)");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -27,8 +27,10 @@
 #                  0.934 / 0.943 of NCCL on copy engines) on the spread copy kernel up to 64 MiB
 #                  (CCL_GRAPH_FUSED_COPY_BYTES) with 64 and 128 blocks, against the default
 #   MODE=sendsmall captured sendrecv 8 B - 64 KiB, .dev/old beside .dev/new by default and with
-#                  the old low-latency defaults (4 MiB all-reduces, 64 KiB packed lines): the
-#                  731bbb6 graph run took 6.7 us at 256 B - 2 KiB against 6.3 on 4708556's
+#                  the old low-latency defaults (4 MiB all-reduces, 64 KiB packed lines). On
+#                  2026-11-30 (.dev/old = 4708556, .dev/new = 731bbb6) both took 6.7 us at 256 B -
+#                  2 KiB against NCCL's 6.3; since, sends up to 16 KiB go in packed lines: build
+#                  .dev/old from 8cb0f37 (`scripts/dev-build.sh 8cb0f37 old`) to see that alone
 #   MODE=exbig     the exchange kernel to 2 / 4 / 8 / 16 MiB per rank (CCL_IPC_LL_EXCHANGE_BYTES),
 #                  five data ops 2 - 64 MiB, captured (-G 10) and eager, beside NCCL
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion

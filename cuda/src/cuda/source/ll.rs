@@ -24,6 +24,17 @@ pub const LL_P2P_BYTES: usize = 32 << 10;
 /// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
 pub const LL_P2P_MAX_OPS: usize = 32;
 
+/// Sends of at most this many bytes go in packed lines (a header line holding the byte count,
+/// then 8 payload bytes a line, each line carrying the send's sequence number twice), which
+/// the receiver takes as they land: no fence and no flag between data and reader, where a
+/// larger send writes its slot, fences, then raises the slot's line.
+pub const LL_P2P_PACK_BYTES: usize = 16 << 10;
+
+/// Bytes of one packed slot: the header line and the payload's lines, in whole 256 bytes.
+/// Packed slots are written only as lines (a stale line carries an older number), so they
+/// sit apart from the data slots, which hold raw bytes.
+pub const LL_P2P_PACK_SLOT: usize = (16 + 2 * LL_P2P_PACK_BYTES).next_multiple_of(256);
+
 /// Byte offset of the point-to-point region in a low-latency area: after a flag word per
 /// (sender, block) and an acknowledgement word per (peer, block), each on its own 64-byte
 /// line. The region is fixed-size, so every rank finds it at the same offset whatever its
@@ -48,13 +59,20 @@ pub fn ll_spin_words_bytes(nranks: usize) -> usize {
     ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
 }
 
+/// Byte offset of the point-to-point packed slots in a low-latency area: after the words and
+/// a data slot of [`LL_P2P_BYTES`] per (sender, slot); one packed slot of
+/// [`LL_P2P_PACK_SLOT`] bytes per (sender, slot) follows. Zeroed at setup with the words.
+pub fn ll_p2p_pack_offset(nranks: usize) -> usize {
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+}
+
 /// Byte offset of this rank's operation numbers in its low-latency area: a 32-bit word per
 /// block index, the number of the last low-latency operation this rank ran, after the
-/// point-to-point region (its words, then a slot of [`LL_P2P_BYTES`] per (sender, slot)). The
-/// kernels count on from it themselves, so a launch captured into a CUDA graph takes the
-/// next number at every replay.
+/// point-to-point region (its words, data slots and packed slots). The kernels count on from
+/// it themselves, so a launch captured into a CUDA graph takes the next number at every
+/// replay.
 pub fn ll_seq_offset(nranks: usize) -> usize {
-    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+    ll_p2p_pack_offset(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_PACK_SLOT
 }
 
 /// Most payload bytes per peer an operation in packed lines carries (the packed buffers'
@@ -83,6 +101,53 @@ pub fn ll_area_bytes(nranks: usize, ll_max: usize) -> usize {
 /// Most ranks a low-latency exchange serves (its transfer table is a kernel parameter).
 pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
 
+/// Packed lines, shared by the low-latency kernels and the point-to-point kernel: 16 bytes
+/// carry 8 payload bytes and a sequence number twice, so a reader needs no flag.
+fn ll_pack_code(out: &mut String) {
+    out.push_str(
+        r#"
+/* Packed lines (operations of at most the packed limit per peer): 16 bytes carry 8 payload
+   bytes, each 4-byte half followed by the operation's sequence number, written by one 16-byte
+   store of which each 8-byte half lands whole. A reader knows a line is complete when both
+   numbers match, so the writer needs no fence and no flag: one NVLink crossing instead of
+   data, fence, flag. Packed buffers and slots are used only this way, so a stale line
+   carries an older number. */
+static __device__ inline u64 ccl_pk_gather(const u8* p, u64 avail) {
+  if (avail >= 8 && (((u64)p) & 7) == 0) return *(const u64*)p;
+  u64 v = 0;
+  for (u32 k = 0; k < 8 && k < avail; ++k) v |= (u64)p[k] << (8 * k);
+  return v;
+}
+
+static __device__ inline void ccl_pk_scatter(u8* p, u64 v, u64 avail) {
+  if (avail >= 8 && (((u64)p) & 7) == 0) { *(u64*)p = v; return; }
+  for (u32 k = 0; k < 8 && k < avail; ++k) p[k] = (u8)(v >> (8 * k));
+}
+
+static __device__ inline void ccl_pk_put(u8* line, u64 v, u32 seq) {
+  u32 w[4] = { (u32)v, seq, (u32)(v >> 32), seq };
+  ccl_st16_volatile(line, w);
+}
+
+/* Waits for a packed line of operation `seq`. `ack` is a word of this rank's area that an
+   abort moves a quarter of the u32 circle on (otherwise never more than a few operations from
+   `seq`: a peer's acknowledgement, a slot's last number): then it gives up, and what it
+   returns is garbage. */
+static __device__ inline u64 ccl_pk_take(const u8* line, u32 seq, const volatile u32* ack) {
+  u32 w[4];
+  for (u32 n = 1;; ++n) {
+    ccl_ld16_fresh(line, w);
+    if (w[1] == seq && w[3] == seq) break;
+    if ((n & 1023u) == 0 && (int)(*ack - seq) > (1 << 29)) break;
+    ccl_spin();
+  }
+  return (u64)w[0] | ((u64)w[2] << 32);
+}
+
+"#,
+    );
+}
+
 /// The flag, acknowledgement and buffer discipline both low-latency kernels share. The words
 /// are laid out for [`LL_MAX_BLOCKS`] block indices; a communicator uses the first `nidx` of
 /// them (its largest grid, in the kernels' `opts`) and every operation moves each of those on
@@ -92,6 +157,7 @@ pub const LL_EXCHANGE_MAX_RANKS: usize = 8;
 /// `blk + G`, ... Block `blk` owns bytes `[b0, b1)` of each message, a multiple of 16 bytes
 /// so vector copies and element boundaries line up.
 fn ll_protocol_code(out: &mut String) {
+    ll_pack_code(out);
     let _ = write!(
         out,
         r#"
@@ -148,43 +214,6 @@ static __device__ inline void ccl_ll_signal_and_wait(const u64* areas, u8* mine,
   }}
   __syncthreads();
   __threadfence();
-}}
-
-/* Packed lines (operations of at most the packed limit per peer): 16 bytes carry 8 payload
-   bytes, each 4-byte half followed by the operation's sequence number, written by one 16-byte
-   store of which each 8-byte half lands whole. A reader knows a line is complete when both
-   numbers match, so the writer needs no fence and no flag: one NVLink crossing instead of
-   data, fence, flag. The packed buffers are used only this way, so a stale line carries an
-   older number. */
-static __device__ inline u64 ccl_pk_gather(const u8* p, u64 avail) {{
-  if (avail >= 8 && (((u64)p) & 7) == 0) return *(const u64*)p;
-  u64 v = 0;
-  for (u32 k = 0; k < 8 && k < avail; ++k) v |= (u64)p[k] << (8 * k);
-  return v;
-}}
-
-static __device__ inline void ccl_pk_scatter(u8* p, u64 v, u64 avail) {{
-  if (avail >= 8 && (((u64)p) & 7) == 0) {{ *(u64*)p = v; return; }}
-  for (u32 k = 0; k < 8 && k < avail; ++k) p[k] = (u8)(v >> (8 * k));
-}}
-
-static __device__ inline void ccl_pk_put(u8* line, u64 v, u32 seq) {{
-  u32 w[4] = {{ (u32)v, seq, (u32)(v >> 32), seq }};
-  ccl_st16_volatile(line, w);
-}}
-
-/* Waits for a packed line of operation `seq`. `ack` is a word of this rank's area that an
-   abort moves a quarter of the u32 circle on (a peer's acknowledgement, never more than two
-   operations from `seq` otherwise): then it gives up, and what it returns is garbage. */
-static __device__ inline u64 ccl_pk_take(const u8* line, u32 seq, const volatile u32* ack) {{
-  u32 w[4];
-  for (u32 n = 1;; ++n) {{
-    ccl_ld16_fresh(line, w);
-    if (w[1] == seq && w[3] == seq) break;
-    if ((n & 1023u) == 0 && (int)(*ack - seq) > (1 << 29)) break;
-    ccl_spin();
-  }}
-  return (u64)w[0] | ((u64)w[2] << 32);
 }}
 
 /* Lines [l0, l1) of `lines` that block `blk` owns. */
@@ -442,21 +471,27 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
 /// The point-to-point kernel: block 0 runs the sends in order, block 1 the receives in order,
 /// side by side so that neither waits behind the other (a send waits only for a credit, which
 /// the peer's receive block returns whatever its send block is doing). A send waits until its
-/// slot's previous use was consumed, copies into the receiver's slot, fences, writes the byte
-/// count and then the sequence number, and advances this rank's ticket. A receive waits for
-/// its slot's sequence number (and, where its buffer overlaps sends of the same launch, for
-/// the ticket of the last of them: an in-place exchange reads before it writes), copies out
-/// with loads that skip L1 (the peer wrote the slot over NVLink), and returns the credit.
-/// Bytes received are the sender's count clipped to the receive; a receive whose size differs
-/// from its send's also writes 1 + the sender's rank to `err` (host-mapped memory the host
-/// reports from) if nothing is there yet.
+/// slot's previous use was consumed; one of at most [`LL_P2P_PACK_BYTES`] writes the slot's
+/// packed lines (a header line with its byte count, then the payload), a larger one copies
+/// into the data slot, fences, writes the byte count and then the slot's sequence number;
+/// either advances this rank's ticket. A receive waits for whichever form lands (and, where
+/// its buffer overlaps sends of the same launch, for the ticket of the last of them: an
+/// in-place exchange reads before it writes), copies out with loads that skip L1 (the peer
+/// wrote over NVLink), marks the slot's line with its number (so the line always tracks the
+/// slot's last use, which is what an abort moves on) and returns the credit. Bytes received
+/// are the sender's count clipped to the receive; a receive whose size differs from its
+/// send's also writes 1 + the sender's rank to `err` (host-mapped memory the host reports
+/// from) if nothing is there yet.
 pub(super) fn ll_p2p_code(name: &str, out: &mut String) {
+    ll_pack_code(out);
     let _ = write!(
         out,
         r#"
 #define P2P_SLOTS {LL_P2P_SLOTS}u
 #define P2P_BYTES {LL_P2P_BYTES}ull
 #define P2P_OPS {LL_P2P_MAX_OPS}
+#define P2P_PK_BYTES {LL_P2P_PACK_BYTES}ull
+#define P2P_PK_SLOT {LL_P2P_PACK_SLOT}ull
 struct ccl_p2p {{
   u64 src[P2P_OPS]; u64 sbytes[P2P_OPS]; u64 dst[P2P_OPS]; u64 rbytes[P2P_OPS];
   u32 speer[P2P_OPS]; u32 sseq[P2P_OPS]; u32 rpeer[P2P_OPS]; u32 rseq[P2P_OPS]; u32 rafter[P2P_OPS];
@@ -484,44 +519,81 @@ static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bo
   for (u64 i = head + tid; i < bytes; i += step) to[i] = fresh ? ((const volatile u8*)from)[i] : from[i];
 }}
 
+/* The slot layout of `area` (`off`: the point-to-point region): sender `q`'s slot `slot` as
+   its line, its data and its packed lines. */
+struct ccl_p2p_slot {{ volatile u32* line; u8* data; u8* pk; }};
+static __device__ inline ccl_p2p_slot ccl_p2p_at(u8* area, u64 off, u32 nranks, u32 q, u32 slot) {{
+  const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
+  const u64 i = (u64)q * P2P_SLOTS + slot;
+  ccl_p2p_slot s;
+  s.line = (volatile u32*)(area + off + 64ull * i);
+  s.data = area + off + words + i * P2P_BYTES;
+  s.pk = area + off + words + (u64)nranks * P2P_SLOTS * P2P_BYTES + i * P2P_PK_SLOT;
+  return s;
+}}
+
+static __device__ inline void ccl_p2p_send(ccl_p2p_slot to, const u8* src, u64 bytes, u32 seq) {{
+  if (bytes <= P2P_PK_BYTES) {{
+    if (threadIdx.x == 0) ccl_pk_put(to.pk, bytes, seq);
+    for (u64 i = threadIdx.x; i < (bytes + 7) / 8; i += blockDim.x) ccl_pk_put(to.pk + 16 * (i + 1), ccl_pk_gather(src + 8 * i, bytes - 8 * i), seq);
+    __syncthreads();
+    return;
+  }}
+  ccl_p2p_copy(to.data, src, bytes, false);
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    to.line[1] = (u32)bytes;
+    __threadfence_system();
+    to.line[0] = seq;
+  }}
+}}
+
+/* Thread 0: waits for the slot's send of number `seq` in either form (or an abort, which moves
+   the line on); 1 when it came packed, with its byte count in `*got`. */
+static __device__ inline u32 ccl_p2p_arrival(ccl_p2p_slot from, u32 seq, u32* got) {{
+  u32 w[4];
+  for (;;) {{
+    if ((int)(*from.line - seq) >= 0) {{ __threadfence_system(); *got = from.line[1]; return 0; }}
+    ccl_ld16_fresh(from.pk, w);
+    if (w[1] == seq && w[3] == seq) {{ *got = w[0]; return 1; }}
+    ccl_backoff();
+  }}
+}}
+
 extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base, u32* err) {{
   u8* mine = (u8*)areas[rank];
-  const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
   volatile u32* ticket = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
-  __shared__ u32 got;
+  __shared__ u32 got, packed;
   if (blockIdx.x == 0) {{
     for (u32 i = 0; i < x.nsend; ++i) {{
-      const u32 q = x.speer[i], seq = x.sseq[i], slot = seq % P2P_SLOTS;
-      u8* peer = (u8*)areas[q];
+      const u32 q = x.speer[i], seq = x.sseq[i];
       if (threadIdx.x == 0) ccl_p2p_spin((const volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + q)), seq - P2P_SLOTS);
       __syncthreads();
-      ccl_p2p_copy(peer + off + words + ((u64)rank * P2P_SLOTS + slot) * P2P_BYTES, (const u8*)x.src[i], x.sbytes[i], false);
-      __threadfence_system();
-      __syncthreads();
-      if (threadIdx.x == 0) {{
-        volatile u32* line = (volatile u32*)(peer + off + 64ull * ((u64)rank * P2P_SLOTS + slot));
-        line[1] = (u32)x.sbytes[i];
-        __threadfence_system();
-        line[0] = seq;
-        *ticket = ticket_base + i + 1;
-      }}
+      ccl_p2p_send(ccl_p2p_at((u8*)areas[q], off, nranks, rank, seq % P2P_SLOTS), (const u8*)x.src[i], x.sbytes[i], seq);
+      if (threadIdx.x == 0) *ticket = ticket_base + i + 1;
     }}
   }} else {{
     for (u32 j = 0; j < x.nrecv; ++j) {{
-      const u32 q = x.rpeer[j], seq = x.rseq[j], slot = seq % P2P_SLOTS;
+      const u32 q = x.rpeer[j], seq = x.rseq[j];
+      const ccl_p2p_slot from = ccl_p2p_at(mine, off, nranks, q, seq % P2P_SLOTS);
       if (threadIdx.x == 0) {{
-        volatile u32* line = (volatile u32*)(mine + off + 64ull * ((u64)q * P2P_SLOTS + slot));
-        ccl_p2p_spin(line, seq);
+        u32 g;
+        packed = ccl_p2p_arrival(from, seq, &g);
+        got = g;
         if (x.rafter[j] > 0) ccl_p2p_spin(ticket, ticket_base + x.rafter[j]);
-        __threadfence_system();
-        got = line[1];
       }}
       __syncthreads();
       const u64 n = (u64)got < x.rbytes[j] ? (u64)got : x.rbytes[j];
       if (threadIdx.x == 0 && (u64)got != x.rbytes[j] && *(volatile u32*)err == 0) *(volatile u32*)err = q + 1;
-      ccl_p2p_copy((u8*)x.dst[j], mine + off + words + ((u64)q * P2P_SLOTS + slot) * P2P_BYTES, n, true);
+      if (packed) {{
+        for (u64 i = threadIdx.x; i < (n + 7) / 8; i += blockDim.x) ccl_pk_scatter((u8*)x.dst[j] + 8 * i, ccl_pk_take(from.pk + 16 * (i + 1), seq, from.line), n - 8 * i);
+      }} else {{
+        ccl_p2p_copy((u8*)x.dst[j], from.data, n, true);
+      }}
       __syncthreads();
       if (threadIdx.x == 0) {{
+        if (packed) from.line[0] = seq;
         __threadfence_system();
         *(volatile u32*)((u8*)areas[q] + off + 64ull * (nranks * P2P_SLOTS + rank)) = seq;
       }}
