@@ -23,16 +23,18 @@
 #                  kernel up to 8 and 16 MiB (CCL_IPC_LL_BYTES; the default 4 MiB leaves 8 MiB to
 #                  copy engines: captured all_reduce 8 MiB 0.936 of NCCL, eager reduce from 8 MiB
 #                  0.89-0.95), captured (-G 10) and eager, beside NCCL
-#   MODE=graphbig  captured all-to-alls and all-gathers of 16 - 128 MiB (alltoall 32 / 64 MiB ran
-#                  0.934 / 0.943 of NCCL on copy engines) on the spread copy kernel up to 64 MiB
-#                  (CCL_GRAPH_FUSED_COPY_BYTES) with 64 and 128 blocks, against the default
-#   MODE=sendsmall captured sendrecv 8 B - 64 KiB, .dev/old beside .dev/new by default and with
-#                  the old low-latency defaults (4 MiB all-reduces, 64 KiB packed lines). On
-#                  2026-11-30 (.dev/old = 4708556, .dev/new = 731bbb6) both took 6.7 us at 256 B -
-#                  2 KiB against NCCL's 6.3; since, sends up to 16 KiB go in packed lines: build
-#                  .dev/old from 8cb0f37 (`scripts/dev-build.sh 8cb0f37 old`) to see that alone
+#   MODE=graphbig  captured copy-only groups of 8 - 128 MiB (all_gather, alltoall, gather, scatter,
+#                  broadcast, sendrecv) on the spread copy kernel up to 32 MiB
+#                  (CCL_GRAPH_FUSED_COPY_BYTES) with 64 and 128 blocks, against the default (16
+#                  MiB). On 2026-11-30 (4708556, docs/device-runs/2026-11-30-pack/) the kernel to
+#                  64 MiB took alltoall 32 MiB from 0.92 to 0.99 (1.02 on 128 blocks) and 64 MiB
+#                  from 0.97 to 0.88: 32 MiB may be the limit, if the other ops hold there
 #   MODE=exbig     the exchange kernel to 2 / 4 / 8 / 16 MiB per rank (CCL_IPC_LL_EXCHANGE_BYTES),
 #                  five data ops 2 - 64 MiB, captured (-G 10) and eager, beside NCCL
+#   MODE=zerosm    issue 41's zero-SM check: the zero-SM setting (CCL_IPC_LL_EXCHANGE_BYTES=0),
+#                  a bf16 GEMM beside 256 MiB sendrecv / alltoall / all_gather loops
+#                  (tests/gpu/device_p2p.sh, overlap.py) beside NCCL, and ncu's list of the
+#                  kernels six copy ops launch (libccl's are named ccl_*)
 #   MODE=graphs    nine ops 8 B - 1 GiB captured (-G 5) beside NCCL: issue 41's graph criterion
 #   MODE=sendrecv  the 8 KiB - 1 MiB send/receive band (0.63-0.80 of NCCL, host-bound: a copy-engine
 #                  send costs driver calls): copy engines against CCL_IPC_COPY_KERNEL=1 (wait,
@@ -150,10 +152,10 @@ case ${MODE:-hostcost} in
         ab "pack-$t" nccl "pk64 pk128 pk256"
     done ;;
   graphbig)
-    export ENVS_f64m=CCL_GRAPH_FUSED_COPY_BYTES=67108864 \
-      ENVS_f64mb128="CCL_GRAPH_FUSED_COPY_BYTES=67108864 CCL_GRAPH_COPY_BLOCKS=128"
-    OPS="alltoall all_gather" EXTRA="-b 16M -e 128M -f 2 -n 20 -w 5 -G 10" \
-      LIBS="nccl dflt=.dev/new f64m=.dev/new f64mb128=.dev/new" ab graphbig nccl "dflt f64m f64mb128" ;;
+    export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
+      ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"
+    OPS="alltoall all_gather gather scatter broadcast sendrecv" EXTRA="-b 8M -e 128M -f 2 -n 20 -w 5 -G 10" \
+      LIBS="nccl dflt=.dev/new f32m=.dev/new f32mb128=.dev/new" ab graphbig nccl "dflt f32m f32mb128" ;;
   llbig8)
     export ENVS_ll8m=CCL_IPC_LL_BYTES=8388608 ENVS_ll16m=CCL_IPC_LL_BYTES=16777216
     for g in "-G 10" ""; do
@@ -196,6 +198,10 @@ case ${MODE:-hostcost} in
         LIBS="nccl x2m=.dev/new x4m=.dev/new x8m=.dev/new x16m=.dev/new" LIMIT=150 \
         ab "exbig-$t" nccl "x2m x4m x8m x16m"
     done ;;
+  zerosm)
+    CCL_IPC_LL_EXCHANGE_BYTES=0 SKIP_PP=1 NCU=1 OVERLAP_COLLS="sendrecv alltoall all_gather" OUT=$O/zsm \
+      timeout ${LIMIT:-500} bash tests/gpu/device_p2p.sh > /dev/null 2>&1
+    cat "$O/zsm/p2p_summary.md" ;;
   sendsmall)
     export ENVS_newold="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_PACK_BYTES=65536"
     OPS=sendrecv EXTRA="-b 8 -e 64K -f 2 -n 50 -w 10 -G 5" REPS=2 \
