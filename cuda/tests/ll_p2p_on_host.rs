@@ -12,7 +12,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use ccl_cuda::cuda::source::{
-    kernel_name, ll_data_offset, ll_p2p_offset, ll_spin_words_bytes, KernelOp, LL_P2P_SLOTS,
+    kernel_name, ll_data_offset, ll_p2p_offset, ll_p2p_pack_offset, ll_spin_words_bytes, KernelOp,
+    LL_P2P_PACK_SLOT, LL_P2P_SLOTS,
 };
 use ccl_cuda::cuda::LlP2p;
 use ccl_cuda::DataType;
@@ -273,17 +274,19 @@ fn launch(
     rx
 }
 
-/// A receive whose sender never sends, and a ninth send to a receiver that never receives (past
-/// the eight slots it waits for a credit): both spin on a peer that is gone until the words of
-/// their rank's low-latency area that kernels spin on ([`ll_spin_words_bytes`]) move a quarter
-/// of the u32 circle ahead, as an abort moves them; then the launch ends.
+/// A receive whose sender never sends, a ninth send to a receiver that never receives (past
+/// the eight slots it waits for a credit), and a receive whose sender died after the packed
+/// header landed, followed by a receive on the same slot (number 9): each spins on a peer
+/// that is gone until the words of its rank's low-latency area that kernels spin on
+/// ([`ll_spin_words_bytes`]) move a quarter of the u32 circle ahead, as an abort moves them;
+/// then the launch ends (the first receive must not move its slot's line back).
 #[test]
 fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
     if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
         return;
     }
     let (dir, so) = ll_p2p_host_library();
-    for receiving in [true, false] {
+    for case in ["receive", "send", "header only"] {
         // Leaked: a thread that never ends would still read them.
         let areas: &'static mut [Vec<u64>] = Vec::leak(
             (0..2)
@@ -293,9 +296,22 @@ fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
         let table: &'static [u64] = Vec::leak(areas.iter().map(|a| a.as_ptr() as u64).collect());
         let buf: &'static mut [u8] = Vec::leak(vec![7u8; 64 * LL_P2P_SLOTS]);
         let mut x = LlP2p::default();
-        let rank = if receiving {
+        let rank = if case != "send" {
             (x.nrecv, x.rpeer[0], x.rseq[0], x.rbytes[0]) = (1, 0, 1, 16);
             x.dst[0] = buf.as_mut_ptr() as u64;
+            if case == "header only" {
+                (x.nrecv, x.rpeer[1], x.rseq[1], x.rbytes[1]) = (2, 0, 1 + LL_P2P_SLOTS as u32, 16);
+                x.dst[1] = buf.as_mut_ptr() as u64 + 64;
+                // Sender 0's packed header of send 1 in slot 1 of rank 1's area: 16 bytes.
+                let at = ll_p2p_pack_offset(2) + LL_P2P_PACK_SLOT;
+                let header = [16u32, 1, 0, 1];
+                // SAFETY: the area holds ll_data_offset(2) bytes, past the packed slots; no
+                // kernel runs on it yet.
+                unsafe {
+                    let w = (areas[1].as_mut_ptr() as *mut u8).add(at) as *mut u32;
+                    std::ptr::copy_nonoverlapping(header.as_ptr(), w, 4);
+                }
+            }
             1
         } else {
             for i in 0..=LL_P2P_SLOTS {
@@ -308,7 +324,7 @@ fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
         let done = launch(&so, table, rank, x, Box::leak(Box::new(0u32)));
         assert!(
             done.recv_timeout(Duration::from_millis(300)).is_err(),
-            "receiving {receiving}: the launch ended with its peer gone"
+            "{case}: the launch ended with its peer gone"
         );
         let words = table[rank as usize] as *const AtomicU32;
         for i in 0..ll_spin_words_bytes(2) / 4 {
@@ -317,16 +333,17 @@ fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
         }
         assert!(
             done.recv_timeout(Duration::from_secs(10)).is_ok(),
-            "receiving {receiving}: still spinning after the words moved on"
+            "{case}: still spinning after the words moved on"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Boundary pair of the two forms: sends of exactly [`LL_P2P_PACK_BYTES`] go in packed lines,
-/// one byte more through the data slot, each landing whole; a receive smaller than its send
-/// takes the first bytes of either form and names the sender, whichever form arrives (the
-/// receiver does not guess the form from its own size).
+/// one byte more through the data slot (read back from the receiver's area: the packed
+/// header, or the slot line's byte count), each landing whole; a receive smaller or larger
+/// than its send takes the bytes both have, in either form, and names the sender, whichever
+/// form arrives (the receiver does not guess the form from its own size).
 #[test]
 fn packed_and_flagged_sends_meet_at_the_packed_limit() {
     use ccl_cuda::cuda::source::LL_P2P_PACK_BYTES;
@@ -335,16 +352,25 @@ fn packed_and_flagged_sends_meet_at_the_packed_limit() {
     }
     let (dir, so) = ll_p2p_host_library();
     let pk = LL_P2P_PACK_BYTES;
-    // (sent, expected): packed, flagged, flagged into a smaller receive, packed into a larger.
-    let pairs = [(pk, pk), (pk + 1, pk + 1), (pk + 40, 1000), (24, pk + 8)];
+    // (sent, expected): packed, flagged, then each form into a smaller and a larger receive
+    // (a tail of 13 bytes: not whole lines).
+    let pairs = [
+        (pk, pk),
+        (pk + 1, pk + 1),
+        (pk + 40, 1000),
+        (24, pk + 8),
+        (100, 13),
+        (pk + 8, pk + 64),
+    ];
+    let span = pairs.len() * 2 * pk;
     let areas: &'static mut [Vec<u64>] = Vec::leak(
         (0..2)
             .map(|_| vec![0u64; ll_data_offset(2) / 8 + 8])
             .collect(),
     );
     let table: &'static [u64] = Vec::leak(areas.iter().map(|a| a.as_ptr() as u64).collect());
-    let src: &'static [u8] = Vec::leak((0..4 * 2 * pk).map(|i| (i * 13 + 5) as u8).collect());
-    let dst: &'static mut [u8] = Vec::leak(vec![0xEEu8; 4 * 2 * pk]);
+    let src: &'static [u8] = Vec::leak((0..span).map(|i| (i * 13 + 5) as u8).collect());
+    let dst: &'static mut [u8] = Vec::leak(vec![0xEEu8; span]);
     let (mut x, mut y) = (LlP2p::default(), LlP2p::default());
     for (i, &(s, r)) in pairs.iter().enumerate() {
         let at = (i * 2 * pk) as u64;
@@ -353,7 +379,7 @@ fn packed_and_flagged_sends_meet_at_the_packed_limit() {
         (y.dst[i], y.rbytes[i], y.rpeer[i], y.rseq[i]) =
             (dst.as_mut_ptr() as u64 + at, r as u64, 0, i as u32 + 1);
     }
-    (x.nsend, y.nrecv) = (4, 4);
+    (x.nsend, y.nrecv) = (pairs.len() as u32, pairs.len() as u32);
     let err: &'static mut u32 = Box::leak(Box::new(0u32));
     let err_at = err as *mut u32 as usize;
     let sender = launch(&so, table, 0, x, Box::leak(Box::new(0u32)));
@@ -380,5 +406,31 @@ fn packed_and_flagged_sends_meet_at_the_packed_limit() {
     // SAFETY: the leaked word above; both launches ended, so nothing writes it any more.
     let named = unsafe { *(err_at as *const u32) };
     assert_eq!(named, 1, "a mismatch names rank 0 (+1)");
+    // The form each send took, from rank 1's area: sender 0's slot `seq` (seqs 1.. fit in the
+    // slots without wrapping) holds either a packed header {bytes, seq, 0, seq} or a line
+    // whose second word is the byte count.
+    let words = |at: usize| {
+        let a = &areas[1];
+        // SAFETY: reads u32s of a leaked area that no thread writes any more.
+        unsafe { std::slice::from_raw_parts((a.as_ptr() as *const u8).add(at) as *const u32, 4) }
+    };
+    for (i, &(s, _)) in pairs.iter().enumerate() {
+        let seq = i as u32 + 1;
+        let header = words(ll_p2p_pack_offset(2) + seq as usize * LL_P2P_PACK_SLOT);
+        let line = words(ll_p2p_offset(2) + 64 * seq as usize);
+        if s <= pk {
+            assert_eq!(
+                (header, line[1]),
+                (&[s as u32, seq, 0, seq][..], 0),
+                "pair {i}: packed"
+            );
+        } else {
+            assert_eq!(
+                (header, line[1]),
+                (&[0u32; 4][..], s as u32),
+                "pair {i}: flagged"
+            );
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

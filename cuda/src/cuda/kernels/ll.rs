@@ -283,7 +283,7 @@ impl Kernels {
     /// Every range in `x` is device-accessible and valid until the stream has run the kernel;
     /// `areas` is a device array of `nranks` low-latency area addresses as this device maps
     /// them, each laid out by [`crate::cuda::source::ll_data_offset`] with its point-to-point words
-    /// zeroed before first use; each pair's sequence numbers and this rank's ticket base count
+    /// and packed slots (everything before that offset) zeroed before first use; each pair's sequence numbers and this rank's ticket base count
     /// on from the previous launch on the same stream order; the peers launch the matching
     /// receives and sends, or the kernel never ends; `err` is a 4-byte-aligned word the device
     /// can write, valid until the kernel has run.

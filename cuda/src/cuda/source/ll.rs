@@ -477,8 +477,10 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
 /// either advances this rank's ticket. A receive waits for whichever form lands (and, where
 /// its buffer overlaps sends of the same launch, for the ticket of the last of them: an
 /// in-place exchange reads before it writes), copies out with loads that skip L1 (the peer
-/// wrote over NVLink), marks the slot's line with its number (so the line always tracks the
-/// slot's last use, which is what an abort moves on) and returns the credit. Bytes received
+/// wrote over NVLink), marks the slot's line with its number unless an abort moved it past
+/// (so the line tracks the slot's last use, which is what an abort moves on) and returns the
+/// credit. Numbers compare cyclically; a stale packed line could pass for a current one only
+/// if written exactly 2^32 sends of the pair before it. Bytes received
 /// are the sender's count clipped to the receive; a receive whose size differs from its
 /// send's also writes 1 + the sender's rank to `err` (host-mapped memory the host reports
 /// from) if nothing is there yet.
@@ -593,7 +595,9 @@ extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nra
       }}
       __syncthreads();
       if (threadIdx.x == 0) {{
-        if (packed) from.line[0] = seq;
+        /* Forward only: an abort that moved the line on while this receive waited must stay
+           moved, or a later receive on the slot would wait for good. */
+        if (packed && (int)(*from.line - seq) < 0) from.line[0] = seq;
         __threadfence_system();
         *(volatile u32*)((u8*)areas[q] + off + 64ull * (nranks * P2P_SLOTS + rank)) = seq;
       }}
