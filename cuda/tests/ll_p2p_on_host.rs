@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ccl_cuda::cuda::source::{
     kernel_name, ll_data_offset, ll_p2p_offset, ll_p2p_pack_offset, ll_spin_words_bytes, KernelOp,
-    LL_P2P_PACK_SLOT, LL_P2P_SLOTS,
+    LL_P2P_BLOCKS, LL_P2P_PACK_SLOT, LL_P2P_SLOTS,
 };
 use ccl_cuda::cuda::LlP2p;
 use ccl_cuda::DataType;
@@ -27,8 +27,10 @@ use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn, Xs};
 /// top to bottom, hence its length.
 #[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
 fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
-    use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS};
-    let slot = LL_P2P_BYTES;
+    use ccl_cuda::cuda::source::LL_P2P_MAX_OPS;
+    // Messages up to 40 KiB: runs of up to 5 KiB per block, every split and tail, in buffers
+    // that stay small (the slots take up to LL_P2P_BYTES; the boundary test sends that).
+    let slot = 40 << 10;
     let most = per_pair * (n - 1);
     assert!(most <= LL_P2P_MAX_OPS);
     let area = ll_data_offset(n);
@@ -148,7 +150,7 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
         std::thread::spawn(move || {
             for (x, base) in mine {
                 std::thread::scope(|s| {
-                    for b in 0..2u32 {
+                    for b in 0..2 * LL_P2P_BLOCKS as u32 {
                         s.spawn(move || {
                             // SAFETY: every address in `x` and the table points into buffers
                             // the caller keeps alive until every rank reports done (or leaks
@@ -258,7 +260,7 @@ fn launch(
         let err_at = err as *mut u32 as usize;
         let off = ll_p2p_offset(2) as u64;
         std::thread::scope(|s| {
-            for b in 0..2u32 {
+            for b in 0..2 * LL_P2P_BLOCKS as u32 {
                 s.spawn(move || {
                     // SAFETY: sets this thread's block index, a thread-local of the library.
                     unsafe { set_block(b) };
@@ -339,28 +341,27 @@ fn spins_on_a_dead_peer_end_once_the_spin_words_move_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Boundary pair of the two forms: sends of exactly [`LL_P2P_PACK_BYTES`] go in packed lines,
-/// one byte more through the data slot (read back from the receiver's area: the packed
-/// header, or the slot line's byte count), each landing whole; a receive smaller or larger
-/// than its send takes the bytes both have, in either form, and names the sender, whichever
-/// form arrives (the receiver does not guess the form from its own size).
+/// Sends at the slot's size and around the blocks' runs land whole, each slot's header line
+/// holding the send's byte count and number (read back from the receiver's area); a receive
+/// smaller or larger than its send takes the bytes both have and names the sender.
 #[test]
-fn packed_and_flagged_sends_meet_at_the_packed_limit() {
-    use ccl_cuda::cuda::source::LL_P2P_PACK_BYTES;
+fn sends_up_to_a_slot_land_whole_and_mismatches_name_the_sender() {
+    use ccl_cuda::cuda::source::LL_P2P_BYTES;
     if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
         return;
     }
     let (dir, so) = ll_p2p_host_library();
-    let pk = LL_P2P_PACK_BYTES;
-    // (sent, expected): packed, flagged, then each form into a smaller and a larger receive
-    // (a tail of 13 bytes: not whole lines).
+    let pk = LL_P2P_BYTES;
+    let run = 8 * LL_P2P_BLOCKS;
+    // (sent, expected): a whole slot, one line short of it, one byte past a run per block,
+    // into a smaller receive (a tail of 13 bytes: not whole lines) and into a larger one.
     let pairs = [
         (pk, pk),
-        (pk + 1, pk + 1),
-        (pk + 40, 1000),
-        (24, pk + 8),
+        (pk - 8, pk - 8),
+        (run + 1, run + 1),
+        (pk, 1000),
         (100, 13),
-        (pk + 8, pk + 64),
+        (24, pk),
     ];
     let span = pairs.len() * 2 * pk;
     let areas: &'static mut [Vec<u64>] = Vec::leak(
@@ -406,9 +407,8 @@ fn packed_and_flagged_sends_meet_at_the_packed_limit() {
     // SAFETY: the leaked word above; both launches ended, so nothing writes it any more.
     let named = unsafe { *(err_at as *const u32) };
     assert_eq!(named, 1, "a mismatch names rank 0 (+1)");
-    // The form each send took, from rank 1's area: sender 0's slot `seq` (seqs 1.. fit in the
-    // slots without wrapping) holds either a packed header {bytes, seq, 0, seq} or a line
-    // whose second word is the byte count.
+    // Each send's header line, from rank 1's area: sender 0's slot `seq` (numbers 1.. fit in
+    // the slots without wrapping) holds {bytes, seq, 0, seq}; the slot's line word the number.
     let words = |at: usize| {
         let a = &areas[1];
         // SAFETY: reads u32s of a leaked area that no thread writes any more.
@@ -418,19 +418,8 @@ fn packed_and_flagged_sends_meet_at_the_packed_limit() {
         let seq = i as u32 + 1;
         let header = words(ll_p2p_pack_offset(2) + seq as usize * LL_P2P_PACK_SLOT);
         let line = words(ll_p2p_offset(2) + 64 * seq as usize);
-        if s <= pk {
-            assert_eq!(
-                (header, line[1]),
-                (&[s as u32, seq, 0, seq][..], 0),
-                "pair {i}: packed"
-            );
-        } else {
-            assert_eq!(
-                (header, line[1]),
-                (&[0u32; 4][..], s as u32),
-                "pair {i}: flagged"
-            );
-        }
+        assert_eq!(header, &[s as u32, seq, 0, seq][..], "pair {i}: the header");
+        assert_eq!(line[0], seq, "pair {i}: the slot's line");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -45,6 +45,7 @@ pub fn config() -> P2pConfig {
         direct_reduce_takeover_max_bytes: CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES.get_i64(),
         ll_exchange_bytes: CCL_IPC_LL_EXCHANGE_BYTES.get_auto_i64(),
         ll_pack_bytes: CCL_IPC_LL_PACK_BYTES.get_i64(),
+        p2p_kernel_bytes: CCL_IPC_P2P_KERNEL_BYTES.get_i64(),
         ll_two_shot_bytes: CCL_IPC_LL_TWO_SHOT_BYTES.get_i64(),
         ll_block_bytes: CCL_IPC_LL_BLOCK_BYTES.get_i64(),
         ll_threads: CCL_IPC_LL_THREADS.get_i64(),

@@ -54,6 +54,9 @@ pub struct P2pConfig {
     /// `CCL_IPC_LL_PACK_BYTES`: low-latency operations moving at most this many bytes per
     /// peer go in packed lines.
     pub ll_pack_bytes: i64,
+    /// `CCL_IPC_P2P_KERNEL_BYTES`: sends and receives of at most this many bytes take the
+    /// point-to-point kernel (within the exchange limit; at most one slot).
+    pub p2p_kernel_bytes: i64,
     /// `CCL_IPC_LL_BLOCK_BYTES` (0: always the most blocks), `CCL_IPC_LL_THREADS` (0: the
     /// kernels' default), `CCL_IPC_LL_ACK_FENCE=0`: the low-latency kernels' grid and
     /// acknowledgement fence.

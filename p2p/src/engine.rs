@@ -138,6 +138,9 @@ pub struct IpcEngine {
     /// Data collectives (no arithmetic) of at most this many bytes take the low-latency
     /// kernel instead of the zero-SM direct transfers (0: never).
     pub(crate) ll_exchange_max: usize,
+    /// Sends and receives of at most this many bytes take the point-to-point kernel (agreed;
+    /// 0: none).
+    pub(crate) p2p_max: usize,
     /// How the low-latency kernels launch: packed lines up to `CCL_IPC_LL_PACK_BYTES` per peer
     /// and the grid by `CCL_IPC_LL_BLOCK_BYTES` (both agreed), threads and acknowledgement
     /// fence this rank's own.

@@ -47,7 +47,7 @@ fn small_mismatch(eng: &IpcEngine) -> Option<Error> {
             "rank {}: a receive of at most {} bytes from rank {} did not match the size of its \
              send (ncclSend and ncclRecv counts x type sizes must agree)",
             eng.layout.rank,
-            small_p2p::max_bytes(eng.ll_exchange_max),
+            small_p2p::max_bytes(eng.p2p_max),
             v - 1
         ))
     })

@@ -184,7 +184,7 @@ fn prepare(
     let takes_direct = direct::takes_direct(&eng, tasks);
     let (small, tasks): (Vec<Task>, Vec<Task>) = tasks
         .iter()
-        .partition(|t| small_p2p::is_small(t, l.rank, eng.ll_exchange_max));
+        .partition(|t| small_p2p::is_small(t, l.rank, eng.p2p_max));
     let (direct_tasks, staged): (Vec<Task>, Vec<Task>) =
         tasks.iter().partition(|t| takes_direct(t));
     let point_to_point = direct_tasks

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::host_path::HostPath;
 use build::{Agreed, Parts};
 use ccl_collectives::relay::Relay;
-use ccl_cuda::cuda::source::LL_PACK_MAX;
+use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_PACK_MAX};
 use local::{host_shares, Geometry, Mode, Prepared, Shares};
 use offer::{HostRing, Offer};
 use reach::{forced_host_only, p2p_disabled, PeerReach};
@@ -243,6 +243,9 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     let ll_reduce_max = lowest(|o| o.ll_reduce).min(ll_max);
     let ll_scatter_max = lowest(|o| o.ll_scatter).min(ll_max);
     let ll_exchange_max = lowest(|o| o.ll_exchange_max).min(ll_max);
+    // Sends on the point-to-point kernel only where the exchange's kernels run at all (0
+    // there is the zero-SM setting), at most a slot.
+    let p2p_max = lowest(|o| o.p2p_max).min(ll_exchange_max).min(LL_P2P_BYTES);
     // Packed lines live in buffers of their own, there whenever the areas are.
     let ll_pack_max = if ll_max == 0 {
         0
@@ -289,6 +292,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         ll_reduce_max,
         ll_scatter_max,
         ll_exchange_max,
+        p2p_max,
         ll_pack_max,
         ll_block_bytes,
         ll_two_shot_min,
@@ -464,6 +468,24 @@ mod tests {
         );
         assert_eq!(agree(&packing(0, 16384), &g, false, 2).ll_pack_max, 0);
         assert_eq!(agree(&packing(16384, 16384), &g, true, 2).ll_pack_max, 0);
+    }
+
+    /// Sends take the point-to-point kernel up to the smallest limit offered, never beyond
+    /// the exchange's limit (0 there: the zero-SM setting) or a slot.
+    #[test]
+    fn the_point_to_point_limit_is_the_smallest_offered_within_the_exchange() {
+        let g = Geometry::from_config(&P2pConfig::default(), 2);
+        let p2p = |a: u64, b: u64, exchange: u64| {
+            let mut offers = two_capable();
+            (offers[0].p2p_max, offers[1].p2p_max) = (a, b);
+            (offers[0].ll_exchange_max, offers[1].ll_exchange_max) = (exchange, exchange);
+            agree(&offers, &g, false, 2).p2p_max
+        };
+        assert_eq!(p2p(65536, 32768, 1 << 20), 32768);
+        assert_eq!(p2p(65536, 65536, 0), 0);
+        assert_eq!(p2p(65536, 65536, 40000), 40000);
+        assert_eq!(p2p(1 << 30, 1 << 30, 1 << 20), LL_P2P_BYTES.min(1 << 20));
+        assert_eq!(p2p(0, 32768, 1 << 20), 0);
     }
 
     /// The packed limit and the block size travel in the offer (appended: the rest keeps its

@@ -5,7 +5,7 @@
 //! receive to be called.
 //!
 //! Which transfers go this way depends only on the transfer's size, which sender and receiver
-//! agree on, and on the agreed `CCL_IPC_LL_EXCHANGE_BYTES`: never on how the ranks group
+//! agree on, and on the agreed `CCL_IPC_P2P_KERNEL_BYTES`: never on how the ranks group
 //! their calls. Each (sender, receiver) pair numbers its small transfers from 1 in call order
 //! on both sides, so a send and its receive meet in the same slot whatever else either rank
 //! queues.
@@ -15,7 +15,7 @@ use ccl_cuda::cuda::LlP2p;
 
 use ccl_collectives::task::{Task, TaskKind};
 
-/// The largest send or receive the kernel takes under `CCL_IPC_LL_EXCHANGE_BYTES` = `max`.
+/// The largest send or receive the kernel takes with the agreed limit `max`.
 pub(crate) fn max_bytes(max: usize) -> usize {
     max.min(LL_P2P_BYTES)
 }

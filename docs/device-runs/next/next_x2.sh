@@ -31,6 +31,11 @@
 #                  from 0.97 to 0.88: 32 MiB may be the limit, if the other ops hold there
 #   MODE=exbig     the exchange kernel to 2 / 4 / 8 / 16 MiB per rank (CCL_IPC_LL_EXCHANGE_BYTES),
 #                  five data ops 2 - 64 MiB, captured (-G 10) and eager, beside NCCL
+#   MODE=p2pbig    sends on the point-to-point kernel of packed lines (8 blocks a side) up to 32
+#                  (the default), 64, 128 and 256 KiB (CCL_IPC_P2P_KERNEL_BYTES), eager and
+#                  captured sendrecv 8 B - 1 MiB beside NCCL, and .dev/old (8cb0f37: one block a
+#                  side, flagged above 16 KiB) at its default: eager sendrecv ran 0.55-0.89 of
+#                  NCCL from 16 KiB to 2 MiB on 2026-11-30 (copy engines above 32 KiB)
 #   MODE=zerosm    issue 41's zero-SM check: the zero-SM setting (CCL_IPC_LL_EXCHANGE_BYTES=0),
 #                  a bf16 GEMM beside 256 MiB sendrecv / alltoall / all_gather loops
 #                  (tests/gpu/device_p2p.sh, overlap.py) beside NCCL, and ncu's list of the
@@ -197,6 +202,16 @@ case ${MODE:-hostcost} in
       OPS="all_gather alltoall broadcast gather scatter" EXTRA="-b 2M -e 64M -f 2 -n 30 -w 5 $g" \
         LIBS="nccl x2m=.dev/new x4m=.dev/new x8m=.dev/new x16m=.dev/new" LIMIT=150 \
         ab "exbig-$t" nccl "x2m x4m x8m x16m"
+    done ;;
+  p2pbig)
+    export ENVS_k64=CCL_IPC_P2P_KERNEL_BYTES=65536 ENVS_k128=CCL_IPC_P2P_KERNEL_BYTES=131072 \
+      ENVS_k256=CCL_IPC_P2P_KERNEL_BYTES=262144
+    for g in "" "-G 10"; do
+      t=eager; [ -n "$g" ] && t=graph
+      echo "### $t"
+      OPS=sendrecv EXTRA="-b 8 -e 1M -f 2 -n 50 -w 10 $g" REPS=2 \
+        LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
+        ab "p2pbig-$t" nccl "old k32 k64 k128 k256 k32/old"
     done ;;
   zerosm)
     CCL_IPC_LL_EXCHANGE_BYTES=0 SKIP_PP=1 NCU=1 OVERLAP_COLLS="sendrecv alltoall all_gather" OUT=$O/zsm \

@@ -42,6 +42,8 @@ pub(super) struct Agreed {
     pub ll_reduce_max: usize,
     pub ll_scatter_max: usize,
     pub ll_exchange_max: usize,
+    /// The largest send the point-to-point kernel takes (0: none).
+    pub p2p_max: usize,
     /// Low-latency operations of at most this many bytes per peer go in packed lines.
     pub ll_pack_max: usize,
     /// Payload bytes per peer a low-latency kernel's block takes (0: always the most blocks).
@@ -169,6 +171,7 @@ pub(super) fn build(
         ll_reduce_max: a.ll_reduce_max,
         ll_scatter_max: a.ll_scatter_max,
         ll_exchange_max: a.ll_exchange_max,
+        p2p_max: a.p2p_max,
         ll_launch: ccl_cuda::cuda::LlLaunch {
             pack_max: a.ll_pack_max,
             block_bytes: a.ll_block_bytes,

@@ -220,6 +220,7 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         ll_area: ll_area as u64,
         ll_reduce: g.ll_reduce as u64,
         ll_scatter: g.ll_scatter as u64,
+        p2p_max: cfg.p2p_kernel_bytes.max(0) as u64,
         direct_reduce: cfg.direct_reduce_bytes.max(0) as u64,
         ll_exchange_max: cfg.ll_exchange_for(nranks) as u64,
         ll_pack: cfg.ll_pack_bytes.max(0) as u64,

@@ -20,6 +20,8 @@ pub(crate) struct Offer {
     /// Its largest low-latency reduce-scatter, bytes per rank: the smallest over the ranks
     /// is used.
     pub(crate) ll_scatter: u64,
+    /// `CCL_IPC_P2P_KERNEL_BYTES` (0: off): the smallest over the ranks is used.
+    pub(crate) p2p_max: u64,
     /// `CCL_IPC_DIRECT_REDUCE_BYTES` (0: off): used only if every rank has it on.
     pub(crate) direct_reduce: u64,
     /// `CCL_IPC_LL_EXCHANGE_BYTES` (0: off): the smallest over the ranks is used.
@@ -67,6 +69,7 @@ impl Offer {
             ll_area: 0,
             ll_reduce: 0,
             ll_scatter: 0,
+            p2p_max: 0,
             direct_reduce: 0,
             ll_exchange_max: 0,
             ll_pack: 0,
@@ -120,6 +123,7 @@ impl Offer {
         b.extend_from_slice(&self.ll_two_shot.to_le_bytes());
         b.extend_from_slice(&self.ll_block.to_le_bytes());
         b.extend_from_slice(&self.ll_scatter.to_le_bytes());
+        b.extend_from_slice(&self.p2p_max.to_le_bytes());
         b
     }
 
@@ -163,6 +167,7 @@ impl Offer {
         o.ll_two_shot = u64::from_le_bytes(u64_at(at + 28)?);
         o.ll_block = u64::from_le_bytes(u64_at(at + 36)?);
         o.ll_scatter = u64::from_le_bytes(u64_at(at + 44)?);
+        o.p2p_max = u64::from_le_bytes(u64_at(at + 52)?);
         Some(o)
     }
 }
@@ -185,6 +190,7 @@ const OFFER_BYTES: usize = 1
     + 16
     + BUS_ID_BYTES
     + 12
+    + 8
     + 8
     + 8
     + 8
@@ -238,6 +244,7 @@ mod tests {
         o.ll_area = 2 << 20;
         o.ll_reduce = 1 << 20;
         o.ll_scatter = 1 << 19;
+        o.p2p_max = 65536;
         o.direct_reduce = 2 << 20;
         o.probe_fd = 17;
         o.ll_exchange_max = 4096;
@@ -280,7 +287,7 @@ mod tests {
         );
         assert_eq!(d.ll_handle, [7; IPC_HANDLE_SIZE]);
         assert_eq!((d.probe_fd, d.ll_exchange_max), (17, 4096));
-        assert_eq!(d.ll_scatter, 1 << 19);
+        assert_eq!((d.ll_scatter, d.p2p_max), (1 << 19, 65536));
         assert_eq!(d.host, o.host);
         assert!(!d.host_only);
         assert!(Offer::decode(&b[..b.len() - 1]).is_none());

@@ -6,7 +6,8 @@ use std::ffi::c_void;
 use crate::cuda::error::{CudaError, Result};
 use crate::cuda::source::{
     ll_data_offset, ll_p2p_offset, ll_pack_offset, KernelOp, LL_DEFAULT_BLOCKS, LL_EVERY_RANK,
-    LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_PACK_MAX, LL_THREADS,
+    LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_PACK_MAX,
+    LL_THREADS,
 };
 use crate::cuda::stream::Stream;
 use crate::cuda::sys::*;
@@ -331,10 +332,11 @@ impl Kernels {
             (&mut base as *mut u32).cast(),
             (&mut err as *mut CUdeviceptr).cast(),
         ];
-        // Two blocks: sends and receives side by side (see the kernel's source).
+        // The send blocks, then as many receive blocks, side by side (see the kernel's source).
+        let grid = 2 * LL_P2P_BLOCKS as u32;
         // SAFETY: the parameters match the kernel's signature (`ccl_p2p` has this struct's C
         // layout); the memory is the caller's contract.
-        unsafe { self.launch_raw(func, stream, 2, 256, &mut params) }
+        unsafe { self.launch_raw(func, stream, grid, 256, &mut params) }
     }
 }
 

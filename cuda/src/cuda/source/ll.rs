@@ -18,22 +18,24 @@ pub const LL_DEFAULT_BLOCKS: usize = 32;
 /// many small sends ahead of its receiver's receives.
 pub const LL_P2P_SLOTS: usize = 8;
 
-/// Largest send or receive the point-to-point kernel carries (one slot).
-pub const LL_P2P_BYTES: usize = 32 << 10;
+/// Largest send or receive the point-to-point kernel carries (one slot); which sends take the
+/// kernel is the agreed `CCL_IPC_P2P_KERNEL_BYTES`, at most this.
+pub const LL_P2P_BYTES: usize = 256 << 10;
+
+/// Blocks per side of a point-to-point launch (that many send blocks, then that many receive
+/// blocks): every send and receive is cut into that many runs of lines, one per block. Fixed,
+/// so a sender knows how many of its receiver's blocks return credits whatever the receiver
+/// launched; at most 16 (the words of a credit or ticket line).
+pub const LL_P2P_BLOCKS: usize = 8;
 
 /// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
 pub const LL_P2P_MAX_OPS: usize = 32;
 
-/// Sends of at most this many bytes go in packed lines (a header line holding the byte count,
+/// Bytes of one slot: a send goes in packed lines (a header line holding the byte count,
 /// then 8 payload bytes a line, each line carrying the send's sequence number twice), which
-/// the receiver takes as they land: no fence and no flag between data and reader, where a
-/// larger send writes its slot, fences, then raises the slot's line.
-pub const LL_P2P_PACK_BYTES: usize = 16 << 10;
-
-/// Bytes of one packed slot: the header line and the payload's lines, in whole 256 bytes.
-/// Packed slots are written only as lines (a stale line carries an older number), so they
-/// sit apart from the data slots, which hold raw bytes.
-pub const LL_P2P_PACK_SLOT: usize = (16 + 2 * LL_P2P_PACK_BYTES).next_multiple_of(256);
+/// the receiver takes as they land, with no fence and no flag between data and reader; in
+/// whole 256 bytes. Slots are written only as lines, so a stale line carries an older number.
+pub const LL_P2P_PACK_SLOT: usize = (16 + 2 * LL_P2P_BYTES).next_multiple_of(256);
 
 /// Byte offset of the point-to-point region in a low-latency area: after a flag word per
 /// (sender, block) and an acknowledgement word per (peer, block), each on its own 64-byte
@@ -44,9 +46,10 @@ pub fn ll_p2p_offset(nranks: usize) -> usize {
 }
 
 /// Bytes of the point-to-point region's words, from [`ll_p2p_offset`]: a line per (sender,
-/// slot) holding the slot's sequence number and byte count, a credit line per receiver (the
-/// last sequence number it consumed from this rank), and this rank's ticket line (how many
-/// of its sends have read their source, for in-place receives).
+/// slot) holding the number of the slot's last receive (what an abort moves on), a credit line
+/// per receiver (a word per receive block: the last sequence number that block consumed from
+/// this rank), and this rank's ticket line (a word per send block: how many of its sends that
+/// block has read, for in-place receives).
 pub fn ll_p2p_words_bytes(nranks: usize) -> usize {
     (64 * (nranks * LL_P2P_SLOTS + nranks + 1)).div_ceil(256) * 256
 }
@@ -59,16 +62,15 @@ pub fn ll_spin_words_bytes(nranks: usize) -> usize {
     ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
 }
 
-/// Byte offset of the point-to-point packed slots in a low-latency area: after the words and
-/// a data slot of [`LL_P2P_BYTES`] per (sender, slot); one packed slot of
-/// [`LL_P2P_PACK_SLOT`] bytes per (sender, slot) follows. Zeroed at setup with the words.
+/// Byte offset of the point-to-point slots in a low-latency area: after the words, a slot of
+/// [`LL_P2P_PACK_SLOT`] bytes per (sender, slot). Zeroed at setup with the words.
 pub fn ll_p2p_pack_offset(nranks: usize) -> usize {
-    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks) + nranks * LL_P2P_SLOTS * LL_P2P_BYTES
+    ll_p2p_offset(nranks) + ll_p2p_words_bytes(nranks)
 }
 
 /// Byte offset of this rank's operation numbers in its low-latency area: a 32-bit word per
 /// block index, the number of the last low-latency operation this rank ran, after the
-/// point-to-point region (its words, data slots and packed slots). The kernels count on from
+/// point-to-point region (its words and slots). The kernels count on from
 /// it themselves, so a launch captured into a CUDA graph takes the next number at every
 /// replay.
 pub fn ll_seq_offset(nranks: usize) -> usize {
@@ -468,138 +470,117 @@ extern "C" __global__ void {name}(T* dst, const T* src, u64 n, const u64* areas,
     );
 }
 
-/// The point-to-point kernel: block 0 runs the sends in order, block 1 the receives in order,
-/// side by side so that neither waits behind the other (a send waits only for a credit, which
-/// the peer's receive block returns whatever its send block is doing). A send waits until its
-/// slot's previous use was consumed; one of at most [`LL_P2P_PACK_BYTES`] writes the slot's
-/// packed lines (a header line with its byte count, then the payload), a larger one copies
-/// into the data slot, fences, writes the byte count and then the slot's sequence number;
-/// either advances this rank's ticket. A receive waits for whichever form lands (and, where
-/// its buffer overlaps sends of the same launch, for the ticket of the last of them: an
-/// in-place exchange reads before it writes), copies out with loads that skip L1 (the peer
-/// wrote over NVLink), marks the slot's line with its number unless an abort moved it past
-/// (so the line tracks the slot's last use, which is what an abort moves on) and returns the
-/// credit. Numbers compare cyclically; a stale packed line could pass for a current one only
-/// if written exactly 2^32 sends of the pair before it. Bytes received
-/// are the sender's count clipped to the receive; a receive whose size differs from its
-/// send's also writes 1 + the sender's rank to `err` (host-mapped memory the host reports
-/// from) if nothing is there yet.
+/// The point-to-point kernel: [`LL_P2P_BLOCKS`] send blocks run the sends in order and as many
+/// receive blocks the receives, side by side so that neither side waits behind the other (a
+/// send waits only for credits, which the peer's receive blocks return whatever its send
+/// blocks are doing). Every block takes its run of each message's lines. A send waits until
+/// every receive block consumed its slot's previous use, writes the slot's header line (send
+/// block 0: the byte count) and its run of payload lines, and moves its block's ticket word.
+/// A receive waits for the header (and, where its buffer overlaps sends of the same launch,
+/// for every send block's ticket of the last of them: an in-place exchange reads before it
+/// writes), takes its run of lines as they land, marks the slot's line with its number unless
+/// an abort moved it past (the line tracks the slot's last use, which is what an abort moves
+/// on) and returns its block's credit. Bytes received are the sender's count clipped to the
+/// receive; a receive whose size differs from its send's also writes 1 + the sender's rank
+/// to `err` (host-mapped memory the host reports from) if nothing is there yet. Numbers
+/// compare cyclically; a stale line could pass for a current one only if written exactly
+/// 2^32 sends of the pair before it.
 pub(super) fn ll_p2p_code(name: &str, out: &mut String) {
     ll_pack_code(out);
     let _ = write!(
         out,
         r#"
 #define P2P_SLOTS {LL_P2P_SLOTS}u
-#define P2P_BYTES {LL_P2P_BYTES}ull
 #define P2P_OPS {LL_P2P_MAX_OPS}
-#define P2P_PK_BYTES {LL_P2P_PACK_BYTES}ull
-#define P2P_PK_SLOT {LL_P2P_PACK_SLOT}ull
+#define P2P_G {LL_P2P_BLOCKS}u
+#define P2P_SLOT_BYTES {LL_P2P_PACK_SLOT}ull
 struct ccl_p2p {{
   u64 src[P2P_OPS]; u64 sbytes[P2P_OPS]; u64 dst[P2P_OPS]; u64 rbytes[P2P_OPS];
   u32 speer[P2P_OPS]; u32 sseq[P2P_OPS]; u32 rpeer[P2P_OPS]; u32 rseq[P2P_OPS]; u32 rafter[P2P_OPS];
   u32 nsend; u32 nrecv;
 }};
 
-static __device__ inline void ccl_p2p_spin(const volatile u32* w, u32 value) {{
-  while ((int)(*w - value) < 0) ccl_backoff();
+/* Thread 0: waits until each of the P2P_G words at `w` is at least `value` (cyclically). */
+static __device__ inline void ccl_p2p_spin_all(const volatile u32* w, u32 value) {{
+  for (u32 b = 0; b < P2P_G; ++b)
+    while ((int)(w[b] - value) < 0) ccl_backoff();
 }}
 
-/* Block-wide copy; loads bypass L1 when `fresh` (memory a peer wrote during this kernel). */
-static __device__ inline void ccl_p2p_copy(u8* to, const u8* from, u64 bytes, bool fresh) {{
-  const u64 tid = threadIdx.x, step = blockDim.x;
-  u64 head = 0;
-  if (((((u64)to) | ((u64)from)) & 15) == 0) {{
-    const u64 nv = bytes / 16;
-    for (u64 i = tid; i < nv; i += step) {{
-      u32 v[4];
-      if (fresh) ccl_ld16_fresh(from + 16 * i, v);
-      else ccl_ld16(from + 16 * i, v);
-      ccl_st16(to + 16 * i, v);
-    }}
-    head = nv * 16;
-  }}
-  for (u64 i = head + tid; i < bytes; i += step) to[i] = fresh ? ((const volatile u8*)from)[i] : from[i];
+/* Where the point-to-point region (`off`) of `area` keeps sender `q`'s slot `slot` (its
+   line word and its lines), the credit line of peer `q`, and the ticket line. */
+static __device__ inline volatile u32* ccl_p2p_line(u8* area, u64 off, u32 q, u32 slot) {{
+  return (volatile u32*)(area + off + 64ull * ((u64)q * P2P_SLOTS + slot));
 }}
-
-/* The slot layout of `area` (`off`: the point-to-point region): sender `q`'s slot `slot` as
-   its line, its data and its packed lines. */
-struct ccl_p2p_slot {{ volatile u32* line; u8* data; u8* pk; }};
-static __device__ inline ccl_p2p_slot ccl_p2p_at(u8* area, u64 off, u32 nranks, u32 q, u32 slot) {{
+static __device__ inline u8* ccl_p2p_slot(u8* area, u64 off, u32 nranks, u32 q, u32 slot) {{
   const u64 words = (64ull * (nranks * P2P_SLOTS + nranks + 1) + 255) / 256 * 256;
-  const u64 i = (u64)q * P2P_SLOTS + slot;
-  ccl_p2p_slot s;
-  s.line = (volatile u32*)(area + off + 64ull * i);
-  s.data = area + off + words + i * P2P_BYTES;
-  s.pk = area + off + words + (u64)nranks * P2P_SLOTS * P2P_BYTES + i * P2P_PK_SLOT;
-  return s;
+  return area + off + words + ((u64)q * P2P_SLOTS + slot) * P2P_SLOT_BYTES;
+}}
+static __device__ inline volatile u32* ccl_p2p_credits(u8* area, u64 off, u32 nranks, u32 q) {{
+  return (volatile u32*)(area + off + 64ull * ((u64)nranks * P2P_SLOTS + q));
 }}
 
-static __device__ inline void ccl_p2p_send(ccl_p2p_slot to, const u8* src, u64 bytes, u32 seq) {{
-  if (bytes <= P2P_PK_BYTES) {{
-    if (threadIdx.x == 0) ccl_pk_put(to.pk, bytes, seq);
-    for (u64 i = threadIdx.x; i < (bytes + 7) / 8; i += blockDim.x) ccl_pk_put(to.pk + 16 * (i + 1), ccl_pk_gather(src + 8 * i, bytes - 8 * i), seq);
-    __syncthreads();
-    return;
-  }}
-  ccl_p2p_copy(to.data, src, bytes, false);
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0) {{
-    to.line[1] = (u32)bytes;
-    __threadfence_system();
-    to.line[0] = seq;
-  }}
+/* Lines [l0, l1) of `lines` that block `b` of a side takes. */
+static __device__ inline void ccl_p2p_run(u64 lines, u32 b, u64* l0, u64* l1) {{
+  const u64 per = (lines + P2P_G - 1) / P2P_G;
+  *l0 = (u64)b * per < lines ? (u64)b * per : lines;
+  *l1 = *l0 + per < lines ? *l0 + per : lines;
 }}
 
-/* Thread 0: waits for the slot's send of number `seq` in either form (or an abort, which moves
-   the line on); 1 when it came packed, with its byte count in `*got`. */
-static __device__ inline u32 ccl_p2p_arrival(ccl_p2p_slot from, u32 seq, u32* got) {{
+static __device__ inline void ccl_p2p_send(u8* to, const u8* src, u64 bytes, u32 seq, u32 b) {{
+  if (b == 0 && threadIdx.x == 0) ccl_pk_put(to, bytes, seq);
+  u64 l0, l1;
+  ccl_p2p_run((bytes + 7) / 8, b, &l0, &l1);
+  for (u64 i = l0 + threadIdx.x; i < l1; i += blockDim.x) ccl_pk_put(to + 16 * (i + 1), ccl_pk_gather(src + 8 * i, bytes - 8 * i), seq);
+}}
+
+/* Thread 0: waits for the header of the slot's send number `seq`; its byte count, or garbage
+   once an abort moved the slot's line far on. */
+static __device__ inline u32 ccl_p2p_arrival(const u8* slot, const volatile u32* line, u32 seq) {{
   u32 w[4];
   for (;;) {{
-    if ((int)(*from.line - seq) >= 0) {{ __threadfence_system(); *got = from.line[1]; return 0; }}
-    ccl_ld16_fresh(from.pk, w);
-    if (w[1] == seq && w[3] == seq) {{ *got = w[0]; return 1; }}
+    ccl_ld16_fresh(slot, w);
+    if (w[1] == seq && w[3] == seq) return w[0];
+    if ((int)(*line - seq) > (1 << 29)) return w[0];
     ccl_backoff();
   }}
 }}
 
 extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nranks, u64 off, u32 ticket_base, u32* err) {{
   u8* mine = (u8*)areas[rank];
-  volatile u32* ticket = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
-  __shared__ u32 got, packed;
-  if (blockIdx.x == 0) {{
+  volatile u32* tickets = (volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + nranks));
+  const u32 b = blockIdx.x % P2P_G;
+  __shared__ u32 got;
+  if (blockIdx.x < P2P_G) {{
     for (u32 i = 0; i < x.nsend; ++i) {{
       const u32 q = x.speer[i], seq = x.sseq[i];
-      if (threadIdx.x == 0) ccl_p2p_spin((const volatile u32*)(mine + off + 64ull * (nranks * P2P_SLOTS + q)), seq - P2P_SLOTS);
+      if (threadIdx.x == 0) ccl_p2p_spin_all(ccl_p2p_credits(mine, off, nranks, q), seq - P2P_SLOTS);
       __syncthreads();
-      ccl_p2p_send(ccl_p2p_at((u8*)areas[q], off, nranks, rank, seq % P2P_SLOTS), (const u8*)x.src[i], x.sbytes[i], seq);
-      if (threadIdx.x == 0) *ticket = ticket_base + i + 1;
+      ccl_p2p_send(ccl_p2p_slot((u8*)areas[q], off, nranks, rank, seq % P2P_SLOTS), (const u8*)x.src[i], x.sbytes[i], seq, b);
+      __syncthreads();
+      if (threadIdx.x == 0) tickets[b] = ticket_base + i + 1;
     }}
   }} else {{
     for (u32 j = 0; j < x.nrecv; ++j) {{
       const u32 q = x.rpeer[j], seq = x.rseq[j];
-      const ccl_p2p_slot from = ccl_p2p_at(mine, off, nranks, q, seq % P2P_SLOTS);
+      volatile u32* line = ccl_p2p_line(mine, off, q, seq % P2P_SLOTS);
+      const u8* slot = ccl_p2p_slot(mine, off, nranks, q, seq % P2P_SLOTS);
       if (threadIdx.x == 0) {{
-        u32 g;
-        packed = ccl_p2p_arrival(from, seq, &g);
-        got = g;
-        if (x.rafter[j] > 0) ccl_p2p_spin(ticket, ticket_base + x.rafter[j]);
+        got = ccl_p2p_arrival(slot, line, seq);
+        if (x.rafter[j] > 0) ccl_p2p_spin_all(tickets, ticket_base + x.rafter[j]);
       }}
       __syncthreads();
       const u64 n = (u64)got < x.rbytes[j] ? (u64)got : x.rbytes[j];
-      if (threadIdx.x == 0 && (u64)got != x.rbytes[j] && *(volatile u32*)err == 0) *(volatile u32*)err = q + 1;
-      if (packed) {{
-        for (u64 i = threadIdx.x; i < (n + 7) / 8; i += blockDim.x) ccl_pk_scatter((u8*)x.dst[j] + 8 * i, ccl_pk_take(from.pk + 16 * (i + 1), seq, from.line), n - 8 * i);
-      }} else {{
-        ccl_p2p_copy((u8*)x.dst[j], from.data, n, true);
-      }}
+      if (b == 0 && threadIdx.x == 0 && (u64)got != x.rbytes[j] && *(volatile u32*)err == 0) *(volatile u32*)err = q + 1;
+      u64 l0, l1;
+      ccl_p2p_run((n + 7) / 8, b, &l0, &l1);
+      for (u64 i = l0 + threadIdx.x; i < l1; i += blockDim.x) ccl_pk_scatter((u8*)x.dst[j] + 8 * i, ccl_pk_take(slot + 16 * (i + 1), seq, line), n - 8 * i);
       __syncthreads();
       if (threadIdx.x == 0) {{
         /* Forward only: an abort that moved the line on while this receive waited must stay
            moved, or a later receive on the slot would wait for good. */
-        if (packed && (int)(*from.line - seq) < 0) from.line[0] = seq;
+        if ((int)(*line - seq) < 0) *line = seq;
         __threadfence_system();
-        *(volatile u32*)((u8*)areas[q] + off + 64ull * (nranks * P2P_SLOTS + rank)) = seq;
+        ccl_p2p_credits((u8*)areas[q], off, nranks, rank)[b] = seq;
       }}
     }}
   }}

@@ -32,7 +32,7 @@ pub use graph::{GRAPH_AR_HELD, GRAPH_AR_MAX_ELEMS, GRAPH_AR_THREADS, GRAPH_COPIE
 pub use ll::{
     ll_area_bytes, ll_data_offset, ll_p2p_offset, ll_p2p_pack_offset, ll_p2p_words_bytes,
     ll_pack_offset, ll_seq_offset, ll_spin_words_bytes, LL_DEFAULT_BLOCKS, LL_EVERY_RANK,
-    LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_P2P_PACK_BYTES,
+    LL_EXCHANGE_MAX_RANKS, LL_MAX_BLOCKS, LL_P2P_BLOCKS, LL_P2P_BYTES, LL_P2P_MAX_OPS,
     LL_P2P_PACK_SLOT, LL_P2P_SLOTS, LL_PACK_MAX, LL_THREADS,
 };
 pub use op::{dtype_tag, kernel_name, vec_elems, KernelOp, ReduceKindKey, BLOCK_THREADS, UNROLL};

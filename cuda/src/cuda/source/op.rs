@@ -77,9 +77,9 @@ pub enum KernelOp {
     ///
     /// [`mail_copy_code`]: super::wait::mail_copy_code
     MailCopy,
-    /// A group's small sends and receives as one kernel of two blocks over the ranks'
-    /// low-latency areas: per (sender, receiver) pair a ring of [`LL_P2P_SLOTS`] slots with a
-    /// flag each and a credit word back, so a send needs no rendezvous with its receive (see
+    /// A group's small sends and receives as one kernel over the ranks' low-latency areas (a
+    /// few blocks a side): per (sender, receiver) pair a ring of [`LL_P2P_SLOTS`] slots of
+    /// packed lines and credit words back, so a send needs no rendezvous with its receive (see
     /// [`ll_p2p_code`]; compiled under `Uint8`).
     ///
     /// [`LL_P2P_SLOTS`]: super::LL_P2P_SLOTS
