@@ -174,13 +174,19 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
             let _ = done.send(r);
         });
     }
-    for _ in 0..n {
+    let finished = (0..n).all(|_| {
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_ok()
+    });
+    if !finished {
+        // Threads still spin on the areas and buffers: they must outlive the failure.
+        std::mem::forget((sendbuf, recvbuf, areas));
         assert!(
-            done_rx
-                .recv_timeout(std::time::Duration::from_secs(120))
-                .is_ok(),
+            finished,
             "a rank's launches did not finish (deadlock in the kernel's protocol?)"
         );
+        return;
     }
     for k in 0..rounds {
         for r in 0..n {
@@ -218,10 +224,10 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
     drop((sendbuf.as_mut_ptr(), recvbuf.as_mut_ptr(), areas));
 }
 
-/// The point-to-point kernel's C++ run on the host by real threads: a thread per block (block
-/// 0 sends, block 1 receives, side by side as on the GPU), each rank's launches one after
-/// another as on its stream. Two ranks with up to 12 messages a round between them (past the 8
-/// slots, so sends wait for credits the peer's receive block returns meanwhile), and four
+/// The point-to-point kernel's C++ run on the host by real threads: a thread per block (the
+/// send blocks and the receive blocks side by side as on the GPU), each rank's launches one
+/// after another as on its stream. Two ranks with up to 12 messages a round between them (past
+/// the 8 slots, so sends wait for credits the peer's receive blocks return meanwhile), and four
 /// ranks with up to 4 messages per pair (every rank's slots and credits per peer); some
 /// receives in place; a size mismatch at the end names its sender.
 #[test]

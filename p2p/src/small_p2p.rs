@@ -80,7 +80,12 @@ fn range(t: &Task, ptr: usize) -> (usize, usize) {
 /// The launches for a group's small sends and receives (`small`, in call order), taking their
 /// sequence numbers from `seqs`. Sends and receives go `LL_P2P_MAX_OPS` to a launch, in order;
 /// a receive whose buffer overlaps a send of the group runs in that send's launch or later,
-/// after it (in place: the send reads before the receive writes).
+/// after it (in place: the send reads before the receive writes). Known limit: when both
+/// ranks of a pair send each other more than `LL_P2P_SLOTS` messages in one group and each
+/// receives an early one into the buffer of a send past the slots, each in-place receive waits
+/// for a send that waits for the other's receive's credit, for good; the health check reports
+/// it as the async error after `CCL_TIMEOUT_S` (found by review, 2026-11-30; such groups would
+/// need the overlapped sends on copy engines, a choice both ranks would have to make alike).
 pub(crate) fn plan(small: &[Task], seqs: &mut Seqs) -> Vec<Launch> {
     let sends: Vec<&Task> = small
         .iter()

@@ -19,7 +19,10 @@ pub const LL_DEFAULT_BLOCKS: usize = 32;
 pub const LL_P2P_SLOTS: usize = 8;
 
 /// Largest send or receive the point-to-point kernel carries (one slot); which sends take the
-/// kernel is the agreed `CCL_IPC_P2P_KERNEL_BYTES`, at most this.
+/// kernel is the agreed `CCL_IPC_P2P_KERNEL_BYTES`, at most this. The slots take `ranks x 8 x
+/// 512 KiB` of every rank's area (4 MiB with two ranks, 32 MiB with eight) while the default
+/// limit uses an eighth of each: sized for `MODE=p2pbig` of `docs/device-runs/next/next_x2.sh`
+/// to find the crossover, then to shrink to it.
 pub const LL_P2P_BYTES: usize = 256 << 10;
 
 /// Blocks per side of a point-to-point launch (that many send blocks, then that many receive
@@ -27,6 +30,10 @@ pub const LL_P2P_BYTES: usize = 256 << 10;
 /// so a sender knows how many of its receiver's blocks return credits whatever the receiver
 /// launched; at most 16 (the words of a credit or ticket line).
 pub const LL_P2P_BLOCKS: usize = 8;
+const _: () = assert!(
+    LL_P2P_BLOCKS <= 16,
+    "a credit or ticket line holds 16 words"
+);
 
 /// Most sends, and most receives, one point-to-point kernel launch carries (its parameter).
 pub const LL_P2P_MAX_OPS: usize = 32;
@@ -576,9 +583,9 @@ extern "C" __global__ void {name}(ccl_p2p x, const u64* areas, u32 rank, u32 nra
       for (u64 i = l0 + threadIdx.x; i < l1; i += blockDim.x) ccl_pk_scatter((u8*)x.dst[j] + 8 * i, ccl_pk_take(slot + 16 * (i + 1), seq, line), n - 8 * i);
       __syncthreads();
       if (threadIdx.x == 0) {{
-        /* Forward only: an abort that moved the line on while this receive waited must stay
-           moved, or a later receive on the slot would wait for good. */
-        if ((int)(*line - seq) < 0) *line = seq;
+        /* Forward only, and by one block: an abort that moved the line on while this receive
+           waited must stay moved, or a later receive on the slot would wait for good. */
+        if (b == 0 && (int)(*line - seq) < 0) *line = seq;
         __threadfence_system();
         ccl_p2p_credits((u8*)areas[q], off, nranks, rank)[b] = seq;
       }}
