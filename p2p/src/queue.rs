@@ -637,10 +637,9 @@ impl Queueing {
             let x = &launch.x;
             q.sent_small += x.sbytes[..x.nsend as usize].iter().sum::<u64>();
             // SAFETY: the buffers hold what the tasks say (validated at enqueue), each at
-            // most a slot; the areas' point-to-point words and packed slots were zeroed at
-            // setup; each
-            // pair's numbers and the ticket go on in this communicator's call order (under
-            // the queue lock), as the peers' do for the matching receives and sends.
+            // most a slot; the areas' point-to-point words and slots were zeroed at setup;
+            // each pair's numbers and the ticket go on in this communicator's call order
+            // (under the queue lock), as the peers' do for the matching receives and sends.
             unsafe {
                 eng.kernels.ll_p2p(
                     &self.user[0],
