@@ -36,6 +36,10 @@
 #                  captured sendrecv 8 B - 1 MiB beside NCCL, and .dev/old (8cb0f37: one block a
 #                  side, flagged above 16 KiB) at its default: eager sendrecv ran 0.55-0.89 of
 #                  NCCL from 16 KiB to 2 MiB on 2026-11-30 (copy engines above 32 KiB)
+#   MODE=reduceab  eager reduces of 8 MiB - 1 GiB (0.89-0.95 of NCCL from 16 MiB on 2026-11-30,
+#                  731bbb6) as direct reductions (the default: each rank reduces half reading
+#                  its peer over NVLink) against the staged protocol (CCL_IPC_DIRECT_REDUCE_BYTES=0:
+#                  the non-root pushes on copy engines, the root reduces), beside NCCL
 #   MODE=zerosm    issue 41's zero-SM check: the zero-SM setting (CCL_IPC_LL_EXCHANGE_BYTES=0),
 #                  a bf16 GEMM beside 256 MiB sendrecv / alltoall / all_gather loops
 #                  (tests/gpu/device_p2p.sh, overlap.py) beside NCCL, and ncu's list of the
@@ -213,6 +217,10 @@ case ${MODE:-hostcost} in
         LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
         ab "p2pbig-$t" nccl "old k32 k64 k128 k256 k32/old"
     done ;;
+  reduceab)
+    export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0
+    OPS=reduce EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 LIBS="nccl direct=.dev/new staged=.dev/new" \
+      ab reduceab nccl "direct staged" ;;
   zerosm)
     CCL_IPC_LL_EXCHANGE_BYTES=0 SKIP_PP=1 NCU=1 OVERLAP_COLLS="sendrecv alltoall all_gather" OUT=$O/zsm \
       timeout ${LIMIT:-500} bash tests/gpu/device_p2p.sh > /dev/null 2>&1
