@@ -126,6 +126,16 @@ ab() {
   done
   if [ -d "$O/$dir" ]; then (cd "$O" && tar czf "$dir-logs.tgz" "$dir" && rm -rf "$dir"); fi
 }
+# ab_both DIR BASE "NAMES": `ab` captured (EXTRA with -G 10, into DIR-graph) and then eager
+# (DIR-eager), each under a heading.
+ab_both() {
+  local t g
+  for t in graph eager; do
+    g=""; [ $t = graph ] && g="-G 10"
+    echo "### $t"
+    EXTRA="$EXTRA $g" ab "$1-$t" "$2" "$3"
+  done
+}
 # eager_ab DIR "NAME:VAR=v,VAR=v ...": eager sends (CCL_IPC_EAGER_SEND=1) by default and with
 # each NAME's settings, against the push wait, the one build .dev/new, beside NCCL (OPS, EXTRA).
 eager_ab() {
@@ -153,13 +163,9 @@ case ${MODE:-hostcost} in
       bash docs/device-runs/2026-11-30-hostprof/hostprof.sh 2>&1 | grep "^==" ;;
   pack)
     export ENVS_pk128=CCL_IPC_LL_PACK_BYTES=131072 ENVS_pk256=CCL_IPC_LL_PACK_BYTES=262144
-    for g in "-G 10" ""; do
-      t=graph; [ -z "$g" ] && t=eager
-      echo "### $t"
-      OPS=${OPS:-all_reduce broadcast reduce all_gather reduce_scatter alltoall scatter} \
-        EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10 $g" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
-        ab "pack-$t" nccl "pk64 pk128 pk256"
-    done ;;
+    OPS=${OPS:-all_reduce broadcast reduce all_gather reduce_scatter alltoall scatter} \
+      EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
+      ab_both pack nccl "pk64 pk128 pk256" ;;
   graphbig)
     export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
       ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"
@@ -167,12 +173,8 @@ case ${MODE:-hostcost} in
       LIBS="nccl dflt=.dev/new f32m=.dev/new f32mb128=.dev/new" ab graphbig nccl "dflt f32m f32mb128" ;;
   llbig8)
     export ENVS_ll8m=CCL_IPC_LL_BYTES=8388608 ENVS_ll16m=CCL_IPC_LL_BYTES=16777216
-    for g in "-G 10" ""; do
-      t=graph; [ -z "$g" ] && t=eager
-      echo "### $t"
-      OPS="all_reduce reduce reduce_scatter" EXTRA="-b 2M -e 32M -f 2 -n 50 -w 10 $g" \
-        LIBS="nccl ll4m=.dev/new ll8m=.dev/new ll16m=.dev/new" ab "llbig8-$t" nccl "ll4m ll8m ll16m"
-    done ;;
+    OPS="all_reduce reduce reduce_scatter" EXTRA="-b 2M -e 32M -f 2 -n 50 -w 10" \
+      LIBS="nccl ll4m=.dev/new ll8m=.dev/new ll16m=.dev/new" ab_both llbig8 nccl "ll4m ll8m ll16m" ;;
   llbig)
     export ENVS_ll4m=CCL_IPC_LL_BYTES=4194304 ENVS_b32k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=32768" \
       ENVS_b16k="CCL_IPC_LL_BYTES=4194304 CCL_IPC_LL_BLOCK_BYTES=16384"
@@ -200,23 +202,15 @@ case ${MODE:-hostcost} in
   exbig)
     export ENVS_x2m=CCL_IPC_LL_EXCHANGE_BYTES=2097152 ENVS_x4m=CCL_IPC_LL_EXCHANGE_BYTES=4194304 \
       ENVS_x8m=CCL_IPC_LL_EXCHANGE_BYTES=8388608 ENVS_x16m=CCL_IPC_LL_EXCHANGE_BYTES=16777216
-    for g in "-G 10" ""; do
-      t=graph; [ -z "$g" ] && t=eager
-      echo "### $t"
-      OPS="all_gather alltoall broadcast gather scatter" EXTRA="-b 2M -e 64M -f 2 -n 30 -w 5 $g" \
-        LIBS="nccl x2m=.dev/new x4m=.dev/new x8m=.dev/new x16m=.dev/new" LIMIT=150 \
-        ab "exbig-$t" nccl "x2m x4m x8m x16m"
-    done ;;
+    OPS="all_gather alltoall broadcast gather scatter" EXTRA="-b 2M -e 64M -f 2 -n 30 -w 5" \
+      LIBS="nccl x2m=.dev/new x4m=.dev/new x8m=.dev/new x16m=.dev/new" LIMIT=150 \
+      ab_both exbig nccl "x2m x4m x8m x16m" ;;
   p2pbig)
     export ENVS_k64=CCL_IPC_P2P_KERNEL_BYTES=65536 ENVS_k128=CCL_IPC_P2P_KERNEL_BYTES=131072 \
       ENVS_k256=CCL_IPC_P2P_KERNEL_BYTES=262144
-    for g in "" "-G 10"; do
-      t=eager; [ -n "$g" ] && t=graph
-      echo "### $t"
-      OPS=sendrecv EXTRA="-b 8 -e 1M -f 2 -n 50 -w 10 $g" REPS=2 \
-        LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
-        ab "p2pbig-$t" nccl "old k32 k64 k128 k256 k32/old"
-    done ;;
+    OPS=sendrecv EXTRA="-b 8 -e 1M -f 2 -n 50 -w 10" REPS=2 \
+      LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
+      ab_both p2pbig nccl "old k32 k64 k128 k256 k32/old" ;;
   reduceab)
     export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0
     OPS=reduce EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 LIBS="nccl direct=.dev/new staged=.dev/new" \
