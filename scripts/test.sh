@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# Line tables keep panics' file:line while the test build takes a fraction of the disk full
+# debug info does (a CI machine once ran out of space mid-build); incremental state is of no
+# use to a one-off build.
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 libdir=$(scripts/build-lib.sh debug)
 cargo test --workspace 2>&1 | tee target/cargo-test.log
 # The host reductions once more optimised: release builds reorder what debug builds keep
