@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 
-use ccl_p2p::{CommCtx, Control, IpcEngine, P2pConfig, PeerHealth};
+use ccl_p2p::{BatchCopies, CommCtx, Control, IpcEngine, P2pConfig, PeerHealth};
 
 use crate::bootstrap::Health;
 use crate::core::{Comm, CommCore};
@@ -53,7 +53,7 @@ pub fn config() -> P2pConfig {
         bcast_relay_bytes: CCL_IPC_BCAST_RELAY_BYTES.get_i64(),
         bcast_relay_chunk_bytes: CCL_IPC_BCAST_RELAY_CHUNK_BYTES.get_i64(),
         remote_copy: CCL_IPC_REMOTE_COPY.get_bool(),
-        batch_copies: CCL_IPC_BATCH_COPIES.get_bool(),
+        batch_copies: BatchCopies::from_setting(CCL_IPC_BATCH_COPIES.get_auto_i64()),
         remote_copy_min_bytes: CCL_IPC_REMOTE_COPY_MIN_BYTES.get_i64(),
         local_copy_lanes: CCL_IPC_LOCAL_COPY_LANES.get_i64(),
         push_wait_us: CCL_IPC_PUSH_WAIT_US.get_i64(),

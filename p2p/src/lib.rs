@@ -64,7 +64,7 @@ mod sync;
 mod tuning;
 
 pub use capture::capture;
-pub use config::P2pConfig;
+pub use config::{BatchCopies, P2pConfig};
 pub use control::{CommCtx, Control, PeerHealth};
 pub use engine::{kernels_for, IpcEngine};
 pub use error::{Error, ErrorKind, Result};

@@ -37,6 +37,8 @@ pub(super) struct SimDevice {
     /// order), and how many batches were queued.
     pub(super) batch_copies: bool,
     pub(super) batches: usize,
+    /// Copies queued inside those batches (each an operation here, not a driver call).
+    pub(super) batched: usize,
     /// [`Device::copies_kernel`] takes a captured group's copies (queued last first: the
     /// kernel's copies run in no order), and how many such kernels were queued.
     pub(super) copy_kernel: bool,
@@ -55,6 +57,7 @@ impl SimDevice {
             handshake_kernel: false,
             batch_copies: false,
             batches: 0,
+            batched: 0,
             copy_kernel: false,
             copy_kernels: 0,
             spread_kernels: 0,
@@ -73,6 +76,11 @@ impl SimDevice {
         }
     }
 
+    /// The driver calls this rank's queues took: one per operation, one per batch of copies.
+    pub(super) fn driver_calls(&self) -> usize {
+        self.order.len() - self.batched + self.batches
+    }
+
     pub(super) fn push(&mut self, lane: Lane, op: Op) {
         let q = self.lanes.entry(lane).or_default();
         q.push(op);
@@ -86,6 +94,7 @@ impl Device for SimDevice {
     }
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.batches += 1;
+        self.batched += copies.len();
         for c in copies.iter().rev() {
             self.copy(lane, c.dst, c.src, c.bytes)?;
         }

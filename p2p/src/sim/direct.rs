@@ -723,13 +723,13 @@ fn an_eager_send_never_waits_and_the_receiver_copies_it_out_of_its_slots() {
     );
 }
 
-/// `CCL_IPC_BATCH_COPIES`: with more than two ranks a rank's direct copies (its own block
-/// included) go as one batch on the caller's stream, queued in reverse (a batch has no
-/// order), beside ranks that still use a lane per peer; every collective stays exact under
-/// any lane order and with every queue merged into one, and batches were really queued.
+/// `CCL_IPC_BATCH_COPIES`: a rank's direct copies (its own block included) go as one batch
+/// on the caller's stream, queued in reverse (a batch has no order), beside ranks that still
+/// use a lane per peer; every collective stays exact under any lane order and with every
+/// queue merged into one, and batches were really queued. Two ranks as well (`1`).
 #[test]
 fn batched_copies_stay_exact_beside_per_lane_ranks() {
-    for n in [3, 4, 8] {
+    for n in [2, 3, 4, 8] {
         let s = Setup::new(n);
         let cases = every_case(n, 700);
         let batches = std::cell::Cell::new(0);
@@ -748,5 +748,35 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
                 .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
         }
         assert!(batches.get() > 0, "n {n}: no batch queued");
+    }
+}
+
+/// Two ranks, every rank posted before either queues (seeds 6 and 12 differ only in
+/// batching): an out-of-place all-gather and all-to-all take each rank 13 driver calls on a
+/// lane per direction (a fork and a join of two lanes, the push's arrival wait, copy and
+/// "done" on its lane, the own block's copy beside) and 5 as a batch (one wait, one batch
+/// and one write on the caller's stream), and stay exact.
+#[test]
+fn two_rank_batches_take_fewer_driver_calls() {
+    let s = Setup::new(2);
+    for coll in [Collective::AllGather, Collective::AlltoAll] {
+        let case = Case {
+            kind: Kind::Coll(coll),
+            count: 4096,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place: false,
+        };
+        let calls = |seed: u64| {
+            let got = std::cell::RefCell::new(Vec::new());
+            let count =
+                |d: &mut SimDevice, _r: usize| got.borrow_mut().push((d.batches, d.driver_calls()));
+            simulate(&s, &[case], false, seed, Some(&count))
+                .unwrap_or_else(|e| panic!("{coll:?} seed {seed}: {e}"));
+            got.into_inner()
+        };
+        let (lanes, batched) = (calls(6), calls(12));
+        assert_eq!(lanes, [(0, 13); 2], "{coll:?}");
+        assert_eq!(batched, [(1, 5); 2], "{coll:?}");
     }
 }
