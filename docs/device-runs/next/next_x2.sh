@@ -102,7 +102,7 @@
 #                  (tests/gpu/slot_chunks.c): 256 MiB in chunks of 2, 8 and 32 MiB, 4 and 16
 #                  slots, 1 and 2 sender lanes, against one copy (eager exchanges: 0.68 of the
 #                  push wait with 4 x 8 MiB, 0.82-0.88 with 4 x 32 MiB)
-#   MODE=batch2    two ranks' direct copies as one driver batch (CCL_IPC_BATCH_COPIES=1: 5 driver
+#   MODE=batch2    two ranks' direct copies as one driver batch (CCL_IPC_BATCH_COPIES=1: 3 driver
 #                  calls a rank for an all-gather where a lane per direction takes 13, in the
 #                  cuda-ipc simulation): host time per call (-C 1) at 256 KiB and 16 MiB, then six
 #                  copy ops 64 KiB - 1 GiB eager, each beside NCCL and the default

@@ -37,8 +37,9 @@ pub(super) struct SimDevice {
     /// order), and how many batches were queued.
     pub(super) batch_copies: bool,
     pub(super) batches: usize,
-    /// Copies queued inside those batches (each an operation here, not a driver call).
-    pub(super) batched: usize,
+    /// Where in `order` the copies queued inside those batches stand (each an operation
+    /// here, not a driver call).
+    pub(super) batched: HashSet<usize>,
     /// [`Device::copies_kernel`] takes a captured group's copies (queued last first: the
     /// kernel's copies run in no order), and how many such kernels were queued.
     pub(super) copy_kernel: bool,
@@ -57,7 +58,7 @@ impl SimDevice {
             handshake_kernel: false,
             batch_copies: false,
             batches: 0,
-            batched: 0,
+            batched: HashSet::new(),
             copy_kernel: false,
             copy_kernels: 0,
             spread_kernels: 0,
@@ -76,9 +77,24 @@ impl SimDevice {
         }
     }
 
-    /// The driver calls this rank's queues took: one per operation, one per batch of copies.
+    /// The driver calls this rank's queues would take on CUDA: one per operation, one per
+    /// batch of copies, and one per run of flag waits and writes on one lane with nothing
+    /// between (one `cuStreamBatchMemOp`, as [`crate::device::Batched`] hands them over).
     pub(super) fn driver_calls(&self) -> usize {
-        self.order.len() - self.batched + self.batches
+        let mut calls = self.batches;
+        let mut run: Option<Lane> = None;
+        for (i, &(lane, k)) in self.order.iter().enumerate() {
+            if self.batched.contains(&i) {
+                run = None;
+                continue;
+            }
+            let flag = matches!(self.lanes[&lane][k], Op::Wait(..) | Op::Write(..));
+            if !(flag && run == Some(lane)) {
+                calls += 1;
+            }
+            run = flag.then_some(lane);
+        }
+        calls
     }
 
     pub(super) fn push(&mut self, lane: Lane, op: Op) {
@@ -94,7 +110,8 @@ impl Device for SimDevice {
     }
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.batches += 1;
-        self.batched += copies.len();
+        let from = self.order.len();
+        self.batched.extend(from..from + copies.len());
         for c in copies.iter().rev() {
             self.copy(lane, c.dst, c.src, c.bytes)?;
         }

@@ -752,16 +752,23 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
 }
 
 /// Two ranks, every rank posted before either queues (seeds 6 and 12 differ only in
-/// batching): an out-of-place all-gather and all-to-all take each rank 13 driver calls on a
-/// lane per direction (a fork and a join of two lanes, the push's arrival wait, copy and
-/// "done" on its lane, the own block's copy beside) and 5 as a batch (one wait, one batch
-/// and one write on the caller's stream), and stay exact.
+/// batching), driver calls per rank on a lane per direction against one batch: an
+/// out-of-place all-gather or all-to-all 13 against 3 (its "here", a fork and a join of two
+/// lanes, the push's arrival wait, copy and "done" on its lane, the own block's copy beside,
+/// the wait for the peer's push; batched, the flag operations before and after the batch go
+/// as one call each); a send/receive pair 9 against 3; a gather 7 against 3 on either rank
+/// (the root's own block alone batches too). All exact.
 #[test]
 fn two_rank_batches_take_fewer_driver_calls() {
     let s = Setup::new(2);
-    for coll in [Collective::AllGather, Collective::AlltoAll] {
+    for (kind, lanes, batched) in [
+        (Kind::Coll(Collective::AllGather), 13, 3),
+        (Kind::Coll(Collective::AlltoAll), 13, 3),
+        (Kind::Ring, 9, 3),
+        (Kind::Coll(Collective::Gather { root: 0 }), 7, 3),
+    ] {
         let case = Case {
-            kind: Kind::Coll(coll),
+            kind,
             count: 4096,
             dtype: DataType::Int32,
             red: Reduction::Plain(ReduceKind::Sum),
@@ -769,14 +776,12 @@ fn two_rank_batches_take_fewer_driver_calls() {
         };
         let calls = |seed: u64| {
             let got = std::cell::RefCell::new(Vec::new());
-            let count =
-                |d: &mut SimDevice, _r: usize| got.borrow_mut().push((d.batches, d.driver_calls()));
+            let count = |d: &mut SimDevice, _r: usize| got.borrow_mut().push(d.driver_calls());
             simulate(&s, &[case], false, seed, Some(&count))
-                .unwrap_or_else(|e| panic!("{coll:?} seed {seed}: {e}"));
+                .unwrap_or_else(|e| panic!("{kind:?} seed {seed}: {e}"));
             got.into_inner()
         };
-        let (lanes, batched) = (calls(6), calls(12));
-        assert_eq!(lanes, [(0, 13); 2], "{coll:?}");
-        assert_eq!(batched, [(1, 5); 2], "{coll:?}");
+        assert_eq!(calls(6), [lanes; 2], "{kind:?} on lanes");
+        assert_eq!(calls(12), [batched; 2], "{kind:?} batched");
     }
 }
