@@ -104,8 +104,11 @@
 #                  push wait with 4 x 8 MiB, 0.82-0.88 with 4 x 32 MiB)
 #   MODE=batch2    two ranks' direct copies as one driver batch (CCL_IPC_BATCH_COPIES=1: 3 driver
 #                  calls a rank for an all-gather where a lane per direction takes 13, in the
-#                  cuda-ipc simulation): host time per call (-C 1) at 256 KiB and 16 MiB, then six
-#                  copy ops 64 KiB - 1 GiB eager, each beside NCCL and the default
+#                  cuda-ipc simulation), and whether a batch lets the later rank of the no-wait
+#                  mode move both directions at full speed (lanes halved busbw from 128 MiB): the
+#                  probe .dev/ce_both_ways (no library), host time per call (-C 1) at 16 MiB, then
+#                  six copy ops 64 KiB - 1 GiB eager beside NCCL: default, b1 (batched), nwb1
+#                  (batched, no push wait)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -216,12 +219,14 @@ case ${MODE:-hostcost} in
       LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
       ab_both p2pbig nccl "old k32 k64 k128 k256 k32/old" ;;
   batch2)
+    timeout 60 .dev/ce_both_ways 2>&1 | tee "$O/bothways.md"
     export ENVS_batch="NCCL_DEBUG=INFO CCL_IPC_BATCH_COPIES=1" ENVS_b1=CCL_IPC_BATCH_COPIES=1
-    OUT=$O/bhc LIBS="nccl default=.dev/new batch=.dev/new" NGPU=2 SIZES="256K 16M" \
-      timeout 200 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
-    grep -v "^  rank" "$O/bhc/host_cost.md" | head -n 70
+    export ENVS_nwb1="CCL_IPC_BATCH_COPIES=1 CCL_IPC_PUSH_WAIT_US=0 CCL_IPC_PUSH_WAIT_BUSY_US=0 CCL_IPC_EXCHANGE_WAIT_US=0 CCL_IPC_DIRECT_REDUCE_TAKEOVER_US=0"
+    OUT=$O/bhc LIBS="nccl default=.dev/new batch=.dev/new" NGPU=2 SIZES="16M" \
+      timeout 150 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
+    grep -v "^  rank" "$O/bhc/host_cost.md" | head -n 40
     OPS="sendrecv all_gather alltoall broadcast gather scatter" EXTRA="-b 64K -e 1G -f 4 -n 20 -w 5" \
-      REPS=2 LIBS="nccl new=.dev/new b1=.dev/new" LIMIT=300 ab batch2 nccl "new b1 b1/new" ;;
+      LIBS="nccl new=.dev/new b1=.dev/new nwb1=.dev/new" LIMIT=330 ab batch2 nccl "new b1 nwb1 b1/new nwb1/new" ;;
   reduceab)
     export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0
     OPS=reduce EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 LIBS="nccl direct=.dev/new staged=.dev/new" \
