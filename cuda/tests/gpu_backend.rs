@@ -3,7 +3,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use std::sync::Arc;
 use std::time::Duration;
+
+mod scenario;
 
 use ccl_cuda::cuda::source::{KernelOp, ReduceKindKey};
 use ccl_cuda::cuda::{
@@ -660,4 +663,116 @@ fn ll_p2p_kernel_exchanges_in_place_and_recycles_slots() {
     assert_eq!(&got[..8], &data[..8]);
     assert!(got[8..].iter().all(|&v| v == 0xEE));
     assert_eq!(err.load(), 1, "the mismatch names rank 0 (+1)");
+}
+
+/// The host-thread test's random traffic ([`scenario::P2pTraffic`]) on real GPUs: rank r on
+/// GPU r modulo the GPUs there are (with two or more, messages cross NVLink; with one, the
+/// ranks share it on streams of their own), each rank's launches queued on its stream, every
+/// message checked where it landed and around it. Two ranks with up to 12 messages a round
+/// between them (past the 8 slots), four with up to 4 per pair.
+#[test]
+fn ll_p2p_kernel_random_traffic_on_gpus() {
+    let _serial = serial();
+    let Some(first) = gpu() else { return };
+    let devices = Driver::get().unwrap().device_count().unwrap() as usize;
+    let ctxs: Vec<_> = (0..devices)
+        .map(|d| match d {
+            0 => first.clone(),
+            _ => Context::new(d as i32).unwrap(),
+        })
+        .collect();
+    for a in &ctxs {
+        for b in &ctxs {
+            if !Arc::ptr_eq(a, b) && a.can_access_peer(b).unwrap() {
+                a.enable_peer_access(b).unwrap();
+            }
+        }
+    }
+    let kernels: Vec<Kernels> = ctxs.iter().map(|c| Kernels::new(c).unwrap()).collect();
+    for (n, rounds, per_pair, seed) in [
+        (2, 300, 12, 0x9E37_79B9_7F4A_7C15u64),
+        (4, 150, 4, 0xD1B5_4A32_D192_ED03),
+    ] {
+        p2p_traffic_on_gpus(&ctxs, &kernels, n, rounds, per_pair, seed);
+    }
+}
+
+/// One run of [`ll_p2p_kernel_random_traffic_on_gpus`] with `n` ranks.
+fn p2p_traffic_on_gpus(
+    ctxs: &[Arc<Context>],
+    kernels: &[Kernels],
+    n: usize,
+    rounds: usize,
+    per_pair: usize,
+    seed: u64,
+) {
+    use ccl_cuda::cuda::source::ll_data_offset;
+    use scenario::P2pTraffic;
+    let t = P2pTraffic::random(n, rounds, per_pair, seed);
+    let dev = |r: usize| r % ctxs.len();
+    let ctx = |r: usize| &ctxs[dev(r)];
+    let area_bytes = ll_data_offset(n);
+    let areas: Vec<DeviceBuffer> = (0..n)
+        .map(|r| DeviceBuffer::new(ctx(r), area_bytes).unwrap())
+        .collect();
+    let table: Vec<u8> = areas.iter().flat_map(|a| a.ptr().to_le_bytes()).collect();
+    let tables: Vec<DeviceBuffer> = ctxs
+        .iter()
+        .map(|c| DeviceBuffer::new(c, table.len()).unwrap())
+        .collect();
+    for tb in &tables {
+        tb.write(0, &table).unwrap();
+    }
+    let fill = vec![P2pTraffic::FILL; t.buf_len()];
+    let (mut send, mut recv) = (Vec::new(), Vec::new());
+    for (r, a) in areas.iter().enumerate() {
+        a.write(0, &vec![0u8; area_bytes]).unwrap();
+        send.push(DeviceBuffer::new(ctx(r), t.buf_len()).unwrap());
+        send[r].write(0, &t.send_data(r)).unwrap();
+        recv.push(DeviceBuffer::new(ctx(r), t.buf_len()).unwrap());
+        recv[r].write(0, &fill).unwrap();
+    }
+    let probe = DeviceBuffer::new(ctx(1), 16).unwrap();
+    probe.write(0, &[P2pTraffic::FILL; 16]).unwrap();
+    let errs: Vec<Flag> = (0..n).map(|r| Flag::new(ctx(r)).unwrap()).collect();
+    let streams: Vec<Stream> = (0..n)
+        .map(|r| Stream::with_flags(ctx(r), true).unwrap())
+        .collect();
+    let ptrs = |v: &[DeviceBuffer]| v.iter().map(DeviceBuffer::ptr).collect::<Vec<_>>();
+    let launches = t.launches(&ptrs(&send), &ptrs(&recv), probe.ptr());
+    for (r, mine) in launches.iter().enumerate() {
+        for (x, base) in mine {
+            // SAFETY: every address in `x` and the table is a buffer above, alive until the
+            // streams finish (or the test fails, ending the process); the areas start zeroed.
+            unsafe {
+                kernels[dev(r)]
+                    .ll_p2p(
+                        &streams[r],
+                        x,
+                        tables[dev(r)].ptr(),
+                        r as u32,
+                        n as u32,
+                        *base,
+                        errs[r].device_ptr(),
+                    )
+                    .unwrap()
+            };
+        }
+    }
+    for (r, s) in streams.iter().enumerate() {
+        finish(s, &format!("n {n}: rank {r}'s launches"));
+    }
+    let read = |b: &DeviceBuffer| {
+        let mut v = vec![0u8; b.len()];
+        b.read(0, &mut v).unwrap();
+        v
+    };
+    let (send, recv): (Vec<_>, Vec<_>) = (
+        send.iter().map(read).collect(),
+        recv.iter().map(read).collect(),
+    );
+    for (r, e) in errs.iter().enumerate().filter(|(r, _)| *r != 1) {
+        assert_eq!(e.load(), 0, "n {n}: rank {r} reported a mismatch");
+    }
+    t.check(&send, &recv, &read(&probe), errs[1].load());
 }

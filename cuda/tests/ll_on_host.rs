@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod host_cpp;
+mod scenario;
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -19,7 +20,8 @@ use ccl_cuda::cuda::source::{
 };
 use ccl_cuda::cuda::LlTransfers;
 use ccl_cuda::{DataType, ReduceKind};
-use host_cpp::{build_shared, gxx_here, Xs, HOST_INCLUDES, HOST_PRIMITIVES};
+use host_cpp::{build_shared, gxx_here, HOST_INCLUDES, HOST_PRIMITIVES};
+use scenario::Xs;
 
 /// Blocks and threads per block of the host runs (the GPU's 32 x 512 would be 16k threads a
 /// rank); the protocol only needs a thread per rank in a block. The words are laid out for

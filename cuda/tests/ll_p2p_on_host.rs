@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod host_cpp;
+mod scenario;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,119 +18,35 @@ use ccl_cuda::cuda::source::{
 };
 use ccl_cuda::cuda::LlP2p;
 use ccl_cuda::DataType;
-use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn, Xs};
+use host_cpp::{gxx_here, ll_p2p_host_library, LlP2pFn};
+use scenario::P2pTraffic;
 
-/// One run of the host-built kernel: `n` ranks, `rounds` rounds; in each round every rank
-/// sends 0..`per_pair` messages of 0..4096 bytes to every other rank (one launch per rank and
-/// round: its sends, then its receives in source order), and with probability 1/4 its first
-/// receive lands in the buffer its first send reads (in place, held back by the ticket).
-/// Checks every byte where it was meant to land and nothing around it. One simulated run read
-/// top to bottom, hence its length.
-#[allow(clippy::needless_range_loop)] // ranks and rounds index several tables at once
+/// One run of the host-built kernel over [`P2pTraffic::random`]`(n, rounds, per_pair, seed)`:
+/// each rank's launches one after another on a thread of its own, each launch's blocks on
+/// threads side by side.
 fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed: u64) {
-    use ccl_cuda::cuda::source::LL_P2P_MAX_OPS;
-    // Messages up to 40 KiB: runs of up to 5 KiB per block, every split and tail, in buffers
-    // that stay small (the slots take up to LL_P2P_BYTES; the boundary test sends that).
-    let slot = 40 << 10;
-    let most = per_pair * (n - 1);
-    assert!(most <= LL_P2P_MAX_OPS);
-    let area = ll_data_offset(n);
-    let areas: Vec<Vec<u64>> = (0..n).map(|_| vec![0u64; area / 8 + 8]).collect();
+    let traffic = P2pTraffic::random(n, rounds, per_pair, seed);
+    let areas: Vec<Vec<u64>> = (0..n)
+        .map(|_| vec![0u64; ll_data_offset(n) / 8 + 8])
+        .collect();
     let table: Vec<u64> = areas.iter().map(|a| a.as_ptr() as u64).collect();
     let mut err = 0u32;
-    let mut rng = Xs(seed);
-    // sizes[k][r][p]: the messages r sends p in round k.
-    let sizes: Vec<Vec<Vec<Vec<usize>>>> = (0..rounds)
-        .map(|_| {
-            (0..n)
-                .map(|r| {
-                    (0..n)
-                        .map(|p| {
-                            let c = if p == r {
-                                0
-                            } else {
-                                rng.below(per_pair as u64 + 1)
-                            };
-                            (0..c)
-                                .map(|_| rng.below(slot as u64 + 1) as usize)
-                                .collect()
-                        })
-                        .collect()
-                })
-                .collect()
-        })
+    let mut sendbuf: Vec<Vec<u8>> = (0..n).map(|r| traffic.send_data(r)).collect();
+    let mut recvbuf: Vec<Vec<u8>> = (0..n)
+        .map(|_| vec![P2pTraffic::FILL; traffic.buf_len()])
         .collect();
-    let in_place: Vec<Vec<bool>> = (0..rounds)
-        .map(|_| (0..n).map(|_| rng.below(4) == 0).collect())
-        .collect();
-    let at = |k: usize, m: usize| (k * most + m) * slot;
-    let mut sendbuf: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            (0..rounds * most * slot)
-                .map(|i| (i * 31 + r * 7 + 1) as u8)
-                .collect()
-        })
-        .collect();
-    let want = sendbuf.clone();
-    let mut recvbuf: Vec<Vec<u8>> = (0..n).map(|_| vec![0xEEu8; rounds * most * slot]).collect();
-    // Where each receive lands: (in the send buffer?, offset).
-    let land = |k: usize, r: usize, j: usize| {
-        let sends_any = sizes[k][r].iter().any(|v| !v.is_empty());
-        if in_place[k][r] && j == 0 && sends_any {
-            (true, at(k, 0))
-        } else {
-            (false, at(k, j))
-        }
-    };
-    let mut launches: Vec<Vec<(LlP2p, u32)>> = vec![Vec::new(); n];
-    let mut sent = vec![vec![0u32; n]; n];
-    let mut received = vec![vec![0u32; n]; n];
-    let mut ticket = vec![0u32; n];
-    for k in 0..rounds {
-        for r in 0..n {
-            let mut x = LlP2p::default();
-            for p in 0..n {
-                for &b in &sizes[k][r][p] {
-                    let m = x.nsend as usize;
-                    sent[r][p] += 1;
-                    x.src[m] = sendbuf[r].as_ptr() as u64 + at(k, m) as u64;
-                    (x.sbytes[m], x.speer[m], x.sseq[m]) = (b as u64, p as u32, sent[r][p]);
-                    x.nsend += 1;
-                }
-            }
-            for p in 0..n {
-                for &b in &sizes[k][p][r] {
-                    let j = x.nrecv as usize;
-                    received[r][p] += 1;
-                    let (into_send, off) = land(k, r, j);
-                    x.dst[j] = if into_send {
-                        x.rafter[j] = 1;
-                        sendbuf[r].as_mut_ptr() as u64 + off as u64
-                    } else {
-                        recvbuf[r].as_mut_ptr() as u64 + off as u64
-                    };
-                    (x.rbytes[j], x.rpeer[j], x.rseq[j]) = (b as u64, p as u32, received[r][p]);
-                    x.nrecv += 1;
-                }
-            }
-            launches[r].push((x, ticket[r]));
-            ticket[r] += x.nsend;
-        }
-    }
-    // A last launch pair: rank 0 sends 8 bytes, rank 1 expects 16 (a mismatch).
-    let mut probe = [0xEEu8; 16];
-    {
-        let mut x = LlP2p::default();
-        sent[0][1] += 1;
-        (x.nsend, x.src[0], x.sbytes[0], x.speer[0], x.sseq[0]) =
-            (1, sendbuf[0].as_ptr() as u64, 8, 1, sent[0][1]);
-        launches[0].push((x, ticket[0]));
-        let mut y = LlP2p::default();
-        received[1][0] += 1;
-        (y.nrecv, y.dst[0], y.rbytes[0], y.rpeer[0], y.rseq[0]) =
-            (1, probe.as_mut_ptr() as u64, 16, 0, received[1][0]);
-        launches[1].push((y, ticket[1]));
-    }
+    let mut probe = [P2pTraffic::FILL; 16];
+    let launches = traffic.launches(
+        &sendbuf
+            .iter_mut()
+            .map(|b| b.as_mut_ptr() as u64)
+            .collect::<Vec<_>>(),
+        &recvbuf
+            .iter_mut()
+            .map(|b| b.as_mut_ptr() as u64)
+            .collect::<Vec<_>>(),
+        probe.as_mut_ptr() as u64,
+    );
 
     // SAFETY: the library was just built from the kernel source, with no initialisers.
     let lib = unsafe { libloading::Library::new(so) }.unwrap();
@@ -188,40 +105,9 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
         );
         return;
     }
-    for k in 0..rounds {
-        for r in 0..n {
-            let mut j = 0;
-            for p in 0..n {
-                // p's send index of its messages to r: after those to lower ranks.
-                let first: usize = sizes[k][p][..r].iter().map(Vec::len).sum();
-                for (i, &b) in sizes[k][p][r].iter().enumerate() {
-                    let from = &want[p][at(k, first + i)..at(k, first + i) + b];
-                    let (into_send, base) = land(k, r, j);
-                    let buf = if into_send { &sendbuf[r] } else { &recvbuf[r] };
-                    // (assert!, not assert_eq!: a failure names the message, not 4 KiB of it)
-                    assert!(
-                        &buf[base..base + b] == from,
-                        "n {n} round {k}: message {i} from {p} to {r} ({b} bytes) differs"
-                    );
-                    if into_send {
-                        assert!(
-                            buf[base + b..base + slot] == want[r][base + b..base + slot],
-                            "n {n} round {k}: {r}'s send buffer changed past the receive"
-                        );
-                    } else {
-                        assert!(buf[base + b..base + slot].iter().all(|&v| v == 0xEE));
-                    }
-                    j += 1;
-                }
-            }
-        }
-    }
-    // The mismatched send read rank 0's first send buffer as the rounds left it.
-    assert_eq!(&probe[..8], &sendbuf[0][..8]);
-    assert!(probe[8..].iter().all(|&v| v == 0xEE));
-    assert_eq!(err, 1, "the mismatch names rank 0 (+1)");
+    traffic.check(&sendbuf, &recvbuf, &probe, err);
     // The buffers the kernels wrote through raw addresses live to here.
-    drop((sendbuf.as_mut_ptr(), recvbuf.as_mut_ptr(), areas));
+    drop((sendbuf, recvbuf, areas));
 }
 
 /// The point-to-point kernel's C++ run on the host by real threads: a thread per block (the

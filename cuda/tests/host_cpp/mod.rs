@@ -111,18 +111,6 @@ pub fn build_shared(tag: &str, src: &str, opt: &str) -> (PathBuf, PathBuf) {
 pub type LlP2pFn =
     unsafe extern "C" fn(ccl_cuda::cuda::LlP2p, *const u64, u32, u32, u64, u32, *mut u32);
 
-/// A tiny deterministic generator (xorshift), so the schedule below is the same every run.
-pub struct Xs(pub u64);
-
-impl Xs {
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 /// Builds the point-to-point kernel's C++ for the host: a per-thread block index (set through
 /// `ccl_host_set_block`) and fences that order the host's stores as the GPU's do.
 pub fn ll_p2p_host_library() -> (PathBuf, PathBuf) {

@@ -102,6 +102,10 @@
 #                  (tests/gpu/slot_chunks.c): 256 MiB in chunks of 2, 8 and 32 MiB, 4 and 16
 #                  slots, 1 and 2 sender lanes, against one copy (eager exchanges: 0.68 of the
 #                  push wait with 4 x 8 MiB, 0.82-0.88 with 4 x 32 MiB)
+#   MODE=kernels   the CUDA backend's GPU tests (.dev/gpu_backend_test: the point-to-point kernel's
+#                  random traffic across both GPUs, in place, past the slots, a mismatch; every
+#                  kernel against the host), then MODE=p2pbig: first run of the kernel of packed
+#                  lines on GPUs
 #   MODE=batch2    two ranks' direct copies as one driver batch (CCL_IPC_BATCH_COPIES=1: 3 driver
 #                  calls a rank for an all-gather where a lane per direction takes 13, in the
 #                  cuda-ipc simulation), and whether a batch lets the later rank of the no-wait
@@ -218,6 +222,10 @@ case ${MODE:-hostcost} in
     OPS=sendrecv EXTRA="-b 8 -e 1M -f 2 -n 50 -w 10" REPS=2 \
       LIBS="nccl old=.dev/old k32=.dev/new k64=.dev/new k128=.dev/new k256=.dev/new" \
       ab_both p2pbig nccl "old k32 k64 k128 k256 k32/old" ;;
+  kernels)
+    timeout -s KILL 200 .dev/gpu_backend_test --test-threads=1 > "$O/gpu_backend_test.log" 2>&1
+    echo "gpu_backend_test: exit $?"; grep -E "^test |test result|panicked" "$O/gpu_backend_test.log"
+    MODE=p2pbig LIMIT=180 bash "$0" ;;
   batch2)
     timeout 60 .dev/ce_both_ways 2>&1 | tee "$O/bothways.md"
     export ENVS_batch="NCCL_DEBUG=INFO CCL_IPC_BATCH_COPIES=1" ENVS_b1=CCL_IPC_BATCH_COPIES=1
