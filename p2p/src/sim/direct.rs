@@ -751,37 +751,40 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
     }
 }
 
-/// Two ranks, every rank posted before either queues (seeds 6 and 12 differ only in
-/// batching), driver calls per rank on a lane per direction against one batch: an
-/// out-of-place all-gather or all-to-all 13 against 3 (its "here", a fork and a join of two
-/// lanes, the push's arrival wait, copy and "done" on its lane, the own block's copy beside,
-/// the wait for the peer's push; batched, the flag operations before and after the batch go
-/// as one call each); a send/receive pair 9 against 3; a gather 7 against 3 on either rank
-/// (the root's own block alone batches too). All exact.
+/// Every rank posted before any queues (seeds 6 and 12 differ only in batching): driver calls
+/// per rank on a lane per peer and direction against one batch. An out-of-place all-gather or
+/// all-to-all takes 13 against 3 with two ranks (its "here", a fork and a join of two lanes,
+/// the push's arrival wait, copy and "done" on its lane, the own block's copy beside, the wait
+/// for the peer's push; batched, the flag operations before and after the batch go as one
+/// call each), 25 and 49 with four and eight, and still 3 batched; a send/receive ring 9
+/// against 3; a gather 7 against 3 on every rank (the root's own block alone batches too).
+/// All exact.
 #[test]
-fn two_rank_batches_take_fewer_driver_calls() {
-    let s = Setup::new(2);
-    for (kind, lanes, batched) in [
-        (Kind::Coll(Collective::AllGather), 13, 3),
-        (Kind::Coll(Collective::AlltoAll), 13, 3),
-        (Kind::Ring, 9, 3),
-        (Kind::Coll(Collective::Gather { root: 0 }), 7, 3),
-    ] {
-        let case = Case {
-            kind,
-            count: 4096,
-            dtype: DataType::Int32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            in_place: false,
-        };
-        let calls = |seed: u64| {
-            let got = std::cell::RefCell::new(Vec::new());
-            let count = |d: &mut SimDevice, _r: usize| got.borrow_mut().push(d.driver_calls());
-            simulate(&s, &[case], false, seed, Some(&count))
-                .unwrap_or_else(|e| panic!("{kind:?} seed {seed}: {e}"));
-            got.into_inner()
-        };
-        assert_eq!(calls(6), [lanes; 2], "{kind:?} on lanes");
-        assert_eq!(calls(12), [batched; 2], "{kind:?} batched");
+fn batches_take_three_driver_calls_at_any_rank_count() {
+    for (n, exchange_on_lanes) in [(2, 13), (4, 25), (8, 49)] {
+        let s = Setup::new(n);
+        for (kind, lanes) in [
+            (Kind::Coll(Collective::AllGather), exchange_on_lanes),
+            (Kind::Coll(Collective::AlltoAll), exchange_on_lanes),
+            (Kind::Ring, 9),
+            (Kind::Coll(Collective::Gather { root: 0 }), 7),
+        ] {
+            let case = Case {
+                kind,
+                count: 4096,
+                dtype: DataType::Int32,
+                red: Reduction::Plain(ReduceKind::Sum),
+                in_place: false,
+            };
+            let calls = |seed: u64| {
+                let got = std::cell::RefCell::new(Vec::new());
+                let count = |d: &mut SimDevice, _r: usize| got.borrow_mut().push(d.driver_calls());
+                simulate(&s, &[case], false, seed, Some(&count))
+                    .unwrap_or_else(|e| panic!("n {n} {kind:?} seed {seed}: {e}"));
+                got.into_inner()
+            };
+            assert_eq!(calls(6), vec![lanes; n], "n {n} {kind:?} on lanes");
+            assert_eq!(calls(12), vec![3; n], "n {n} {kind:?} batched");
+        }
     }
 }
