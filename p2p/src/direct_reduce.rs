@@ -25,7 +25,7 @@ use ccl_collectives::Collective;
 use ccl_cuda::cuda::source::REDUCE_N_MAX;
 use ccl_cuda::{DataType, ReduceKind};
 
-use crate::device::{Device, Kernel, LongWait};
+use crate::device::{BatchCopy, Device, Kernel, LongWait};
 use crate::error::{Error, Result};
 use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
 use crate::rendezvous::{wait_for_ring, Post, PushWait, Words};
@@ -535,6 +535,11 @@ impl SymPlan {
                 .collect(),
             None => std::iter::once(me).chain(peers.iter().copied()).collect(),
         };
+        // One piece pushes as one batch on the caller's stream where the device batches
+        // (nothing to pipeline: a fork, a copy per peer and a join become one call); pieces
+        // push on the peers' lanes, the next piece reducing meanwhile.
+        let batched = self.push && self.pieces == 1 && dev.batches_copies(Lane::User);
+        let mut batch: Vec<BatchCopy> = Vec::new();
         for p in 0..self.pieces {
             let lo = self.count * p / self.pieces;
             let hi = self.count * (p + 1) / self.pieces;
@@ -542,54 +547,40 @@ impl SymPlan {
                 continue;
             }
             let dst = at(self.outputs[self.out_rank.unwrap_or(me)], self.out_off + lo);
-            if self.multi && (3..=REDUCE_N_MAX).contains(&n) {
-                let mut srcs = [0u64; REDUCE_N_MAX];
-                for (s, &q) in srcs.iter_mut().zip(&order) {
-                    *s = at(self.inputs[q], self.in_off + lo);
-                }
-                dev.kernel(
-                    Lane::User,
-                    Kernel::ReduceN {
-                        dtype: self.dtype,
-                        op: self.op,
-                        dst,
-                        srcs,
-                        k: n,
-                        n: hi - lo,
-                    },
-                )?;
-            } else {
-                let mut a = at(self.inputs[order[0]], self.in_off + lo);
-                for &q in &order[1..] {
-                    dev.kernel(
-                        Lane::User,
-                        self.two_input(dst, a, at(self.inputs[q], self.in_off + lo), hi - lo),
-                    )?;
-                    a = dst;
-                }
+            self.reduce_piece(dev, &order, dst, lo, hi)?;
+            if !self.push {
+                continue;
             }
-            if self.push {
-                dev.fork(&lanes)?;
-                for &q in &peers {
-                    let to = at(self.outputs[q], self.out_off + lo);
-                    dev.copy(l.push_lane(q), to, dst, (hi - lo) * sz)?;
-                }
+            let to = |q: usize| at(self.outputs[q], self.out_off + lo);
+            let bytes = (hi - lo) * sz;
+            if batched {
+                batch.extend(peers.iter().map(|&q| BatchCopy {
+                    dst: to(q),
+                    src: dst,
+                    bytes,
+                    peer: Some(q),
+                }));
+                continue;
+            }
+            dev.fork(&lanes)?;
+            for &q in &peers {
+                dev.copy(l.push_lane(q), to(q), dst, bytes)?;
             }
         }
-        if self.push && self.count == 0 {
+        if batched && !batch.is_empty() {
+            dev.copy_batch(Lane::User, &batch)?;
+        }
+        let on_lanes = self.push && !batched;
+        if on_lanes && self.count == 0 {
             dev.fork(&lanes)?;
         }
         // "Done" to a peer: its input is read (the kernels, before the fork) and everything
-        // for its output pushed (on its lane, before this write).
+        // for its output pushed (on its lane, or in the batch, before this write).
         for &q in &peers {
-            let lane = if self.push {
-                l.push_lane(q)
-            } else {
-                Lane::User
-            };
+            let lane = if on_lanes { l.push_lane(q) } else { Lane::User };
             dev.write(lane, l.sym_word(q, me, true), self.flag())?;
         }
-        if self.push {
+        if on_lanes {
             dev.join(&lanes)?;
         }
         for q in (0..n).filter(|&q| q != me) {
@@ -605,6 +596,45 @@ impl SymPlan {
 }
 
 impl SymPlan {
+    /// Reduces elements `lo..hi` of every input, folded in `order`, into `dst`: one kernel
+    /// over all inputs (`multi`, 3 to `REDUCE_N_MAX` ranks) or a chain of two-input kernels.
+    fn reduce_piece(
+        &self,
+        dev: &mut dyn Device,
+        order: &[usize],
+        dst: u64,
+        lo: usize,
+        hi: usize,
+    ) -> Result<()> {
+        let sz = self.dtype.size();
+        let at = |base: u64| base + ((self.in_off + lo) * sz) as u64;
+        let n = order.len();
+        if self.multi && (3..=REDUCE_N_MAX).contains(&n) {
+            let mut srcs = [0u64; REDUCE_N_MAX];
+            for (s, &q) in srcs.iter_mut().zip(order) {
+                *s = at(self.inputs[q]);
+            }
+            let k = Kernel::ReduceN {
+                dtype: self.dtype,
+                op: self.op,
+                dst,
+                srcs,
+                k: n,
+                n: hi - lo,
+            };
+            return dev.kernel(Lane::User, k);
+        }
+        let mut a = at(self.inputs[order[0]]);
+        for &q in &order[1..] {
+            dev.kernel(
+                Lane::User,
+                self.two_input(dst, a, at(self.inputs[q]), hi - lo),
+            )?;
+            a = dst;
+        }
+        Ok(())
+    }
+
     /// The active rank of a two-rank reduction: a reduce-scatter reduces both slices (the
     /// peer's straight into the peer's output); an all-reduce reduces everything into this
     /// rank's output, piece by piece, each piece copied into the peer's output behind it.

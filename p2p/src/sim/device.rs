@@ -46,6 +46,9 @@ pub(super) struct SimDevice {
     pub(super) copy_kernels: usize,
     /// One-kernel groups of copies spread over blocks ([`crate::device::FusedCopies::spread`]).
     pub(super) spread_kernels: usize,
+    /// (length of the caller's stream once case k was queued, k): once the stream has run
+    /// that far, case k must be complete on this rank ([`run_mailed`]'s `done`).
+    pub(super) done_at: Vec<(usize, usize)>,
 }
 
 impl SimDevice {
@@ -62,6 +65,7 @@ impl SimDevice {
             copy_kernel: false,
             copy_kernels: 0,
             spread_kernels: 0,
+            done_at: Vec::new(),
         }
     }
 
@@ -478,17 +482,24 @@ pub(super) fn run(
     merged: bool,
     seed: u64,
 ) -> std::result::Result<(), String> {
-    run_mailed(devs, mem, merged, seed, None)
+    run_mailed(devs, mem, merged, seed, None, None)
 }
 
+/// Checks case `k` of rank `r` (its outputs final) the moment that rank's stream has run past
+/// the case's last operation ([`SimDevice::done_at`]).
+pub(super) type DoneCheck<'a> =
+    &'a dyn Fn(usize, usize, &mut Mem) -> std::result::Result<(), String>;
+
 /// [`run`] with the mail thread of mailed sends (its slots and the ranks' inboxes): it fills a
-/// slot at random points, and whenever nothing else can go on.
+/// slot at random points, and whenever nothing else can go on; and with `done`, each case
+/// checked on each rank as soon as that rank's stream is past it, as a caller would use it.
 pub(super) fn run_mailed(
     devs: &[SimDevice],
     mem: &mut Mem,
     merged: bool,
     seed: u64,
     mail: Option<(&dyn MailThread, &[Vec<std::sync::atomic::AtomicU64>])>,
+    done: Option<DoneCheck<'_>>,
 ) -> std::result::Result<(), String> {
     let mut rng = seed | 1;
     let mut next = move || {
@@ -573,6 +584,11 @@ pub(super) fn run_mailed(
                 }
             }
             Op::Wait(..) | Op::WaitEvent(_) => {}
+        }
+        if let (Some(check), Lane::User) = (done, lane) {
+            for &(_, k) in devs[d].done_at.iter().filter(|&&(at, _)| at == i + 1) {
+                check(d, k, mem)?;
+            }
         }
     }
 }

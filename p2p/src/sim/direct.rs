@@ -75,7 +75,7 @@ fn random_point_to_point_groups_deliver_every_byte() {
                     .unwrap();
             }
             let mut mem = point_to_point_mem(&s, &transfers);
-            if let Err(e) = run_with_mail(&devs, &mut mem, merged, round * 31 + 7, &dx) {
+            if let Err(e) = run_with_mail(&devs, &mut mem, merged, round * 31 + 7, &dx, None) {
                 panic!(
                     "round {round} n {n} direct {} merged {merged}: {e}; transfers {transfers:?}",
                     s.direct

@@ -292,7 +292,9 @@ impl Setup {
             if matches!(o, direct_reduce::SymOutcome::Active(_)) {
                 dx.sym_alone.set(dx.sym_alone.get() + 1);
             }
-            // Small pieces, so the simulation pipelines several per slice.
+            // Small pieces, so the simulation pipelines several per slice; every third
+            // reduction in one piece (pushed as a batch where the device batches).
+            let piece_bytes = if seq % 3 == 2 { usize::MAX } else { 1024 };
             let p = direct_reduce::SymPlan::from_outcome(
                 o,
                 &t,
@@ -300,7 +302,7 @@ impl Setup {
                 self.n,
                 seq,
                 &mut |_, p| Ok(p.addr),
-                1024,
+                piece_bytes,
             )
             .map_err(e)?
             // Every other reduction in one kernel over all inputs, the rest as the chain of
@@ -541,7 +543,7 @@ fn simulate_full(
                 .collect::<Vec<_>>()
         })
         .collect();
-    for (k, _phase, group) in &groups {
+    for (g, (k, _phase, group)) in groups.iter().enumerate() {
         let (k, case) = (*k, &cases[*k]);
         // Ranks call in a random order: it decides which side of each transfer copies.
         let mut order: Vec<usize> = (0..n).filter(|&r| !group[r].is_empty()).collect();
@@ -571,24 +573,34 @@ fn simulate_full(
                     .map_err(|e| format!("case {k} {case:?} rank {r}: {e}"))?;
             }
         }
+        if groups.get(g + 1).is_none_or(|next| next.0 != k) {
+            mark_done(&mut devs, k);
+        }
     }
     if let Some(t) = tamper {
         for (r, d) in devs.iter_mut().enumerate() {
             t(d, r);
         }
     }
-    run_with_mail(&devs, &mut mem, merged, seed, &dx)?;
-    for (k, case) in cases.iter().enumerate() {
+    let check = |k: usize, r: usize, mem: &mut Mem| -> std::result::Result<(), String> {
+        let case = &cases[k];
+        let Some(want) = expected(case, r, n) else {
+            return Ok(());
+        };
+        let (_, recv, _, _) = buffers(case, k, r, n);
+        let want: Vec<u8> = want.iter().flat_map(|&v| encode(case.dtype, v)).collect();
+        match mem.read(recv, want.len()) == want {
+            true => Ok(()),
+            false => Err(format!("case {k} {case:?}: rank {r} wrong result")),
+        }
+    };
+    let early = |r: usize, k: usize, mem: &mut Mem| {
+        check(k, r, mem).map_err(|e| format!("{e} once its stream had run past it"))
+    };
+    run_with_mail(&devs, &mut mem, merged, seed, &dx, Some(&early))?;
+    for k in 0..cases.len() {
         for r in 0..n {
-            let Some(want) = expected(case, r, n) else {
-                continue;
-            };
-            let (_, recv, _, _) = buffers(case, k, r, n);
-            let want: Vec<u8> = want.iter().flat_map(|&v| encode(case.dtype, v)).collect();
-            let got = mem.read(recv, want.len());
-            if got != want {
-                return Err(format!("case {k} {case:?}: rank {r} wrong result"));
-            }
+            check(k, r, &mut mem)?;
         }
     }
     let mailed = dx.mail.as_ref().map_or(0, |m| m.handed.get());
@@ -724,17 +736,31 @@ pub(super) fn settle(
         .0
 }
 
-/// Runs the devices' queues with `dx`'s mail thread, if it mails.
+/// Marks case `k` complete on every rank at its caller's stream's current length, unless that
+/// rank queued nothing on the stream since the case before (a check there would run before
+/// any of this case's work).
+fn mark_done(devs: &mut [SimDevice], k: usize) {
+    for d in devs {
+        let at = d.lanes.get(&crate::layout::Lane::User).map_or(0, Vec::len);
+        if at > d.done_at.last().map_or(0, |&(a, _)| a) {
+            d.done_at.push((at, k));
+        }
+    }
+}
+
+/// Runs the devices' queues with `dx`'s mail thread, if it mails (and `done`, as
+/// [`super::device::run_mailed`]).
 pub(super) fn run_with_mail(
     devs: &[SimDevice],
     mem: &mut Mem,
     merged: bool,
     seed: u64,
     dx: &DirectSim,
+    done: Option<super::device::DoneCheck<'_>>,
 ) -> std::result::Result<(), String> {
     let mail = dx
         .mail
         .as_ref()
         .map(|m| (m as &dyn super::device::MailThread, &dx.boards[..]));
-    super::device::run_mailed(devs, mem, merged, seed, mail)
+    super::device::run_mailed(devs, mem, merged, seed, mail, done)
 }
