@@ -97,10 +97,13 @@ fn simulate_captured(
         // Seeds 4-7 mod 8: ranks 0 and 3 mod 4 copy a group's copies in one kernel.
         d.copy_kernel = seed % 8 >= 4 && r % 4 % 3 == 0;
     }
-    for _ in 0..replays {
+    for j in 0..replays {
         for r in 0..n {
             for g in &programs[r] {
                 group::emit(&mut devs[r], &layouts[r], g).map_err(|e| e.to_string())?;
+                if j + 1 == replays {
+                    mark_group_done(&mut devs[r], cases.len(), one_group, g.index);
+                }
             }
         }
     }
@@ -109,8 +112,18 @@ fn simulate_captured(
             t(d, r);
         }
     }
-    run(&devs, &mut mem, merged, seed)?;
+    let early = |r: usize, k: usize, mem: &mut Mem| {
+        check_captured_case(mem, &cases[k], k, r, n, replays)
+            .map_err(|e| format!("{e} once its stream had run past the last replay"))
+    };
+    run_mailed(&devs, &mut mem, merged, seed, None, Some(&early))?;
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
+}
+
+/// Marks the cases of captured group `g` complete at this point of the device's caller
+/// stream: every case when all are one group, else case `g`.
+fn mark_group_done(d: &mut SimDevice, ncases: usize, one_group: bool, g: usize) {
+    d.mark_done(if one_group { 0..ncases } else { g..g + 1 });
 }
 
 /// [`simulate_captured`] for host-only mode (`HostOnlyGroup`): the cases through every rank's
@@ -169,9 +182,9 @@ fn simulate_host_only_slots(
         }
     }
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
-    for _ in 0..replays {
+    for j in 0..replays {
         for (r, dev) in devs.iter_mut().enumerate() {
-            for (g, (round, offsets, sources)) in &plans[r] {
+            for (i, (g, (round, offsets, sources))) in plans[r].iter().enumerate() {
                 let hg = HostOnlyGroup {
                     index: *g,
                     tasks: round,
@@ -181,6 +194,11 @@ fn simulate_host_only_slots(
                     sources: sources.clone(),
                 };
                 host_only::emit_host_only(dev, &layouts[r], &hg).map_err(|e| e.to_string())?;
+                // A group's last round completes it (checked at the last replay: what an
+                // in-place case holds between replays depends on the operation).
+                if j + 1 == replays && plans[r].get(i + 1).is_none_or(|next| next.0 != *g) {
+                    mark_group_done(dev, cases.len(), one_group, *g);
+                }
             }
         }
     }
@@ -189,7 +207,11 @@ fn simulate_host_only_slots(
             t(d, r);
         }
     }
-    run(&devs, &mut mem, merged, seed)?;
+    let early = |r: usize, k: usize, mem: &mut Mem| {
+        check_captured_case(mem, &cases[k], k, r, n, replays)
+            .map_err(|e| format!("{e} once its stream had run past the last replay"))
+    };
+    run_mailed(&devs, &mut mem, merged, seed, None, Some(&early))?;
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
 }
 
@@ -312,6 +334,39 @@ fn captured_groups(cases: &[Case], n: usize, one_group: bool) -> Vec<Vec<Vec<Tas
     }
 }
 
+/// Case `k`'s result on rank `r` after `replays` replays.
+fn check_captured_case(
+    mem: &mut Mem,
+    case: &Case,
+    k: usize,
+    r: usize,
+    n: usize,
+    replays: usize,
+) -> std::result::Result<(), String> {
+    // An in-place sum reduces its last result again at every replay.
+    let again = case.in_place
+        && case.kind == Kind::Coll(Collective::AllReduce)
+        && case.red == Reduction::Plain(ReduceKind::Sum);
+    let factor = if again { n.pow(replays as u32 - 1) } else { 1 } as f64;
+    let Some(mut want) = expected(case, r, n) else {
+        return Ok(());
+    };
+    if case.kind == Kind::Ring && case.in_place {
+        // Every replay passes the buffers one rank further round the ring.
+        let from = (r + n * replays - replays) % n;
+        want = (0..case.count).map(|i| input(from, i) as f64).collect();
+    }
+    let (_, recv, _, _) = buffers(case, k, r, n);
+    let want: Vec<u8> = want
+        .iter()
+        .flat_map(|&v| encode(case.dtype, v * factor))
+        .collect();
+    match mem.read(recv, want.len()) == want {
+        true => Ok(()),
+        false => Err(format!("case {k} {case:?}: rank {r} wrong result")),
+    }
+}
+
 /// Every captured case's result after `replays` replays, and every captured word of `groups`
 /// groups back to 0.
 fn check_captured(
@@ -323,28 +378,8 @@ fn check_captured(
 ) -> std::result::Result<(), String> {
     let n = layouts.len();
     for (k, case) in cases.iter().enumerate() {
-        // An in-place sum reduces its last result again at every replay.
-        let again = case.in_place
-            && case.kind == Kind::Coll(Collective::AllReduce)
-            && case.red == Reduction::Plain(ReduceKind::Sum);
-        let factor = if again { n.pow(replays as u32 - 1) } else { 1 } as f64;
         for r in 0..n {
-            let Some(mut want) = expected(case, r, n) else {
-                continue;
-            };
-            if case.kind == Kind::Ring && case.in_place {
-                // Every replay passes the buffers one rank further round the ring.
-                let from = (r + n * replays - replays) % n;
-                want = (0..case.count).map(|i| input(from, i) as f64).collect();
-            }
-            let (_, recv, _, _) = buffers(case, k, r, n);
-            let want: Vec<u8> = want
-                .iter()
-                .flat_map(|&v| encode(case.dtype, v * factor))
-                .collect();
-            if mem.read(recv, want.len()) != want {
-                return Err(format!("case {k} {case:?}: rank {r} wrong result"));
-            }
+            check_captured_case(mem, case, k, r, n, replays)?;
         }
     }
     for g in 0..groups {

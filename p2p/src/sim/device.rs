@@ -101,6 +101,16 @@ impl SimDevice {
         calls
     }
 
+    /// Marks cases `ks` complete at the caller's stream's current length ([`Self::done_at`]),
+    /// unless nothing was queued on the stream since the last mark (a check there would run
+    /// before any of these cases' work).
+    pub(super) fn mark_done(&mut self, ks: impl IntoIterator<Item = usize>) {
+        let at = self.lanes.get(&Lane::User).map_or(0, Vec::len);
+        if at > self.done_at.last().map_or(0, |&(a, _)| a) {
+            self.done_at.extend(ks.into_iter().map(|k| (at, k)));
+        }
+    }
+
     pub(super) fn push(&mut self, lane: Lane, op: Op) {
         let q = self.lanes.entry(lane).or_default();
         q.push(op);

@@ -574,7 +574,7 @@ fn simulate_full(
             }
         }
         if groups.get(g + 1).is_none_or(|next| next.0 != k) {
-            mark_done(&mut devs, k);
+            devs.iter_mut().for_each(|d| d.mark_done([k]));
         }
     }
     if let Some(t) = tamper {
@@ -734,18 +734,6 @@ pub(super) fn settle(
         )
         .unwrap()
         .0
-}
-
-/// Marks case `k` complete on every rank at its caller's stream's current length, unless that
-/// rank queued nothing on the stream since the case before (a check there would run before
-/// any of this case's work).
-fn mark_done(devs: &mut [SimDevice], k: usize) {
-    for d in devs {
-        let at = d.lanes.get(&crate::layout::Lane::User).map_or(0, Vec::len);
-        if at > d.done_at.last().map_or(0, |&(a, _)| a) {
-            d.done_at.push((at, k));
-        }
-    }
 }
 
 /// Runs the devices' queues with `dx`'s mail thread, if it mails (and `done`, as
