@@ -111,8 +111,8 @@
 #                  cuda-ipc simulation), and whether a batch lets the later rank of the no-wait
 #                  mode move both directions at full speed (lanes halved busbw from 128 MiB): the
 #                  probe .dev/ce_both_ways (no library), host time per call (-C 1) at 16 MiB, then
-#                  six copy ops 64 KiB - 1 GiB eager beside NCCL: default, b1 (batched), nwb1
-#                  (batched, no push wait)
+#                  the nine ops 256 KiB - 1 GiB eager beside NCCL (direct reductions of one piece
+#                  push as a batch too): default, b1 (batched), nwb1 (batched, no push wait)
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -233,8 +233,9 @@ case ${MODE:-hostcost} in
     OUT=$O/bhc LIBS="nccl default=.dev/new batch=.dev/new" NGPU=2 SIZES="16M" \
       timeout 150 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/bhc/host_cost.md" | head -n 40
-    OPS="sendrecv all_gather alltoall broadcast gather scatter" EXTRA="-b 64K -e 1G -f 4 -n 20 -w 5" \
-      LIBS="nccl new=.dev/new b1=.dev/new nwb1=.dev/new" LIMIT=330 ab batch2 nccl "new b1 nwb1 b1/new nwb1/new" ;;
+    OPS="sendrecv all_gather alltoall broadcast gather scatter all_reduce reduce_scatter reduce" \
+      EXTRA="-b 256K -e 1G -f 4 -n 20 -w 5" LIBS="nccl new=.dev/new b1=.dev/new nwb1=.dev/new" \
+      LIMIT=330 ab batch2 nccl "new b1 nwb1 b1/new nwb1/new" ;;
   reduceab)
     export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0
     OPS=reduce EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 LIBS="nccl direct=.dev/new staged=.dev/new" \
