@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
-# measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests):
+# measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
+# Order for the next calls: kernels (the point-to-point kernel's first GPU run), batch2, round,
+# then sweep and graphs on the build that keeps the winners, megatron last.
 #   MODE=hostcost  host time per call (nccl-tests -C 1) beside NCCL, with libccl's phase lines
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
