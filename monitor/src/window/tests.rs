@@ -1,5 +1,3 @@
-//! The window module's own tests.
-
 use super::*;
 
 /// The integer order is `Key`'s own, so the map iterates keys as the B-tree did, and a
