@@ -161,6 +161,9 @@ typedef enum {
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 
+/* ncclCommRevoke flags. */
+#define NCCL_REVOKE_DEFAULT 0x00
+
 /* ---------------------------------------------------------------- ncclConfig_t ---------- */
 /* Field order is the ABI. x86-64 offsets: size 0, magic 8, version 12, blocking 16,
  * cgaClusterSize 20, minCTAs 24, maxCTAs 28, netName 32, splitShare 40, trafficClass 44,

@@ -769,8 +769,19 @@ fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *con
 }
 
 fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, flags: c_int) -> ncclResult_t {
-    let _ = (comm, flags);
-    unsupported("ncclCommRevoke")
+    // NCCL takes a NULL communicator as nothing to revoke.
+    if comm.is_null() {
+        return NCCL_SUCCESS;
+    }
+    guard(|| {
+        if flags != 0 {
+            return Err(Error::invalid_argument(format!(
+                "revoke flags {flags}: only NCCL_REVOKE_DEFAULT (0) is defined"
+            )));
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { comm_ref(comm) }?.revoke()
+    })
 }
 
 fn ncclCommSuspend / pncclCommSuspend(comm: ncclComm_t, flags: c_int) -> ncclResult_t {

@@ -180,12 +180,18 @@ impl Comm {
     }
 
     /// `ncclCommGetAsyncError`: `InProgress` while initializing, the first error otherwise.
+    /// A revoked communicator reports the revoke's own result (done, as NCCL does), whatever
+    /// failed before.
     pub fn async_error(&self) -> Result<()> {
-        if *self.0.life.lock() == Life::Initializing {
-            return Err(Error::new(
-                ErrorKind::InProgress,
-                "communicator is still initializing",
-            ));
+        match *self.0.life.lock() {
+            Life::Initializing => {
+                return Err(Error::new(
+                    ErrorKind::InProgress,
+                    "communicator is still initializing",
+                ))
+            }
+            Life::Revoked => return Ok(()),
+            _ => {}
         }
         self.0.ipc.check_health();
         // A hierarchical all-reduce's failure (a dead peer seen on a sub-communicator) is this
@@ -205,8 +211,11 @@ impl Comm {
 
     /// `ncclCommSplit`: ranks with the same color form a communicator, ordered by key then
     /// parent rank; `SPLIT_NOCOLOR` ranks get `None`.
+    /// A revoked communicator splits too (its ranks are all there to agree).
     pub fn split(&self, color: i32, key: i32, config: CommConfig) -> Result<Option<Comm>> {
-        self.check_usable()?;
+        if *self.0.life.lock() != Life::Revoked {
+            self.check_usable()?;
+        }
         let child = self.split_unchecked(color, key, config)?;
         if let Some(c) = child.as_ref().filter(|c| c.check_usable().is_ok()) {
             crate::profiler::attach(c);
@@ -408,8 +417,50 @@ impl Comm {
                 "finalize while the communicator is initializing",
             )),
             Life::Finalized => Err(Error::invalid_usage("communicator already finalized")),
+            Life::Revoked => Err(Error::invalid_usage(
+                "finalize after ncclCommRevoke is not supported: destroy, split or shrink it",
+            )),
             Life::Gone => Err(Error::invalid_usage("communicator was destroyed")),
         }
+    }
+
+    /// `ncclCommRevoke`: ends every operation in flight, from any thread (what they were
+    /// writing is garbage, as after an abort), and keeps the control connections, so the
+    /// communicator can still be shrunk (the usual next step: survivors drop a failed rank),
+    /// split or destroyed; later operations and finalize are refused. Done when it returns.
+    pub fn revoke(&self) -> Result<()> {
+        {
+            let mut life = self.0.life.lock();
+            match *life {
+                Life::Ready => *life = Life::Revoked,
+                Life::Initializing => {
+                    return Err(Error::invalid_argument(
+                        "revoke while the communicator is initializing",
+                    ))
+                }
+                Life::Revoked => {
+                    return Err(Error::invalid_argument("communicator already revoked"))
+                }
+                Life::Finalized => return Err(Error::invalid_argument("revoke after finalize")),
+                Life::Gone => return Err(Error::invalid_argument("communicator was destroyed")),
+            }
+        }
+        self.0.abort.store(true, Ordering::SeqCst);
+        if let Some(h) = self.0.hier.get::<crate::hier::Hierarchy>() {
+            // Their operations are this one's parts: ended the same way.
+            for sub in [&h.local, &h.cross] {
+                let _ = sub.revoke();
+            }
+        }
+        self.0.graph.shutdown(true);
+        self.0.gpu.shutdown(true);
+        self.0.ipc.shutdown(true);
+        // A host operation holds the state until it has seen the flag and given up; once it
+        // has, the flag comes down so that a shrink's or split's exchange can run.
+        drop(self.0.state.lock());
+        self.0.abort.store(false, Ordering::SeqCst);
+        tracing::info!("rank {}: communicator revoked", self.0.rank);
+        Ok(())
     }
 
     /// `ncclCommDestroy`: says goodbye to peers (so they do not mistake our exit for a crash)
@@ -437,8 +488,10 @@ impl Comm {
                     st.exec_stats.describe()
                 );
             }
-            // A failed communicator's peers may be gone: nothing to wait for.
-            if idle && self.0.async_error.lock().is_none() {
+            // A failed communicator's peers may be gone, a revoked one's last sends were cut:
+            // nothing to wait for.
+            let revoked = *self.0.life.lock() == Life::Revoked;
+            if idle && !revoked && self.0.async_error.lock().is_none() {
                 linger(&mut st.links, &mut st.ctrl);
             }
             st.ctrl.say_bye();

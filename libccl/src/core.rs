@@ -38,6 +38,8 @@ impl CommConfig {
 pub(crate) enum Life {
     Initializing,
     Ready,
+    /// `ncclCommRevoke`d: operations ended and refused; split, shrink and destroy still work.
+    Revoked,
     Finalized,
     Gone,
 }
@@ -198,6 +200,7 @@ impl Comm {
                 ))
             }
             Life::Finalized => return Err(Error::invalid_usage("communicator was finalized")),
+            Life::Revoked => return Err(Error::invalid_usage("communicator was revoked")),
             Life::Gone => {
                 return Err(Error::invalid_usage(
                     "communicator was destroyed or aborted",

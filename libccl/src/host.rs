@@ -472,7 +472,9 @@ fn drive(runs: &mut [CommRun<'_>]) {
             let waiting = r.plans[r.cur].waiting_on();
             let desc = r.plans[r.cur].desc();
             if r.comm.0.abort.load(std::sync::atomic::Ordering::Relaxed) {
-                r.failed = Some(Error::system(format!("communicator aborted during {desc}")));
+                r.failed = Some(Error::system(format!(
+                    "communicator aborted or revoked during {desc}"
+                )));
                 continue;
             }
             match r.state.ctrl.poll_health(&|j| waiting.contains(&j)) {

@@ -566,6 +566,33 @@ fn survivors_shrinking_a_host_to_one_rank_stay_hierarchical() {
     }
 }
 
+/// `ncclCommRevoke` from another thread ends an all-reduce that waits on a silent rank (long
+/// before `CCL_TIMEOUT_S`), leaves the communicator reporting success and refusing operations
+/// (`ncclInvalidUsage`, finalize too; a second revoke and unknown flags `ncclInvalidArgument`),
+/// and the survivors shrink the silent rank away with `NCCL_SHRINK_DEFAULT` and carry on exact.
+#[test]
+fn a_revoke_ends_the_work_in_flight_and_the_survivors_shrink() {
+    let outs = run_with(
+        "revoke",
+        3,
+        &[("CCL_TIMEOUT_S", "20")],
+        &|_| Vec::new(),
+        Duration::from_secs(60),
+    );
+    for o in &outs[..2] {
+        assert_eq!(code(o, "bad_flags"), INVALID_ARGUMENT, "{}", o.stdout);
+        assert_ne!(code(o, "failed"), SUCCESS, "{}", o.stdout);
+        assert!(code(o, "waited_ms") < 5_000, "{}", o.stdout);
+        assert_eq!(code(o, "revoked"), SUCCESS, "{}", o.stdout);
+        assert_eq!(code(o, "state"), SUCCESS, "{}", o.stdout);
+        assert_eq!(code(o, "again"), INVALID_ARGUMENT, "{}", o.stdout);
+        assert_eq!(code(o, "refused"), INVALID_USAGE, "{}", o.stdout);
+        assert_eq!(code(o, "finalized"), INVALID_USAGE, "{}", o.stdout);
+        assert_eq!(code(o, "shrink"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        assert_eq!(code(o, "after"), SUCCESS, "{}", o.stdout);
+    }
+}
+
 fn survivors_shrink(hosts: bool) {
     let outs = run_with(
         "shrink",

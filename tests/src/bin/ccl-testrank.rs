@@ -168,6 +168,53 @@ fn main() {
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
                 r
             }
+            // The last rank goes silent; another thread of each survivor revokes the
+            // communicator, which ends the all-reduce waiting on it, and the survivors shrink
+            // the silent rank away (NCCL_SHRINK_DEFAULT: the revoke already ended the work).
+            "revoke" => {
+                if rank == nranks - 1 {
+                    std::thread::sleep(std::time::Duration::from_secs(6));
+                    std::process::exit(0);
+                }
+                let bad_flags = ncclCommRevoke(comm, 1);
+                let c = comm as usize;
+                let t = std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                    ncclCommRevoke(c as ncclComm_t, 0)
+                });
+                let failed = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
+                let waited = start.elapsed().as_millis();
+                let revoked = t.join().unwrap();
+                let mut state = -1;
+                ncclCommGetAsyncError(comm, &mut state);
+                let again = ncclCommRevoke(comm, 0);
+                let refused = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
+                let finalized = ncclCommFinalize(comm);
+                let exclude = [(nranks - 1) as i32];
+                let mut small: ncclComm_t = std::ptr::null_mut();
+                let r = ncclCommShrink(
+                    comm,
+                    exclude.as_ptr() as *mut i32,
+                    1,
+                    &mut small,
+                    std::ptr::null_mut(),
+                    0,
+                );
+                let mut after = -1;
+                if r == 0 {
+                    after = ncclAllReduce(sp, rp, count, 7, 0, small, null);
+                    if after == 0 && recv.iter().any(|&x| x != (nranks - 1) as f32) {
+                        after = 99;
+                    }
+                    ncclCommDestroy(small);
+                }
+                println!(
+                    "bad_flags={bad_flags} failed={failed} waited_ms={waited} revoked={revoked} \
+                     state={state} again={again} refused={refused} finalized={finalized} \
+                     shrink={r} after={after}"
+                );
+                r
+            }
             // An all-gather, an all-reduce, a broadcast, a reduce-scatter, a reduce, an
             // all-to-all, a gather and a scatter: the first half of the ranks call them in one group, the others one by one (NCCL
             // allows both; a hierarchy must issue the same sequence on every sub-communicator
