@@ -593,6 +593,24 @@ fn a_revoke_ends_the_work_in_flight_and_the_survivors_shrink() {
     }
 }
 
+/// A revoked communicator still splits: every rank revokes, then splits, and the child's
+/// all-reduce is exact.
+#[test]
+fn a_revoked_communicator_still_splits() {
+    let outs = run_with(
+        "revoke-split",
+        3,
+        &[],
+        &|_| Vec::new(),
+        Duration::from_secs(60),
+    );
+    for o in &outs {
+        assert_eq!(code(o, "revoked"), SUCCESS, "{}", o.stdout);
+        assert_eq!(code(o, "split"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        assert_eq!(code(o, "after"), SUCCESS, "{}", o.stdout);
+    }
+}
+
 fn survivors_shrink(hosts: bool) {
     let outs = run_with(
         "shrink",

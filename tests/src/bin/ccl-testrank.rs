@@ -215,6 +215,22 @@ fn main() {
                 );
                 r
             }
+            // Every rank revokes a working communicator, then splits it: the child works.
+            "revoke-split" => {
+                let revoked = ncclCommRevoke(comm, 0);
+                let mut child: ncclComm_t = std::ptr::null_mut();
+                let r = ncclCommSplit(comm, 0, rank as i32, &mut child, std::ptr::null_mut());
+                let mut after = -1;
+                if r == 0 {
+                    after = ncclAllReduce(sp, rp, count, 7, 0, child, null);
+                    if after == 0 && recv.iter().any(|&x| x != nranks as f32) {
+                        after = 99;
+                    }
+                    ncclCommDestroy(child);
+                }
+                println!("revoked={revoked} split={r} after={after}");
+                r
+            }
             // An all-gather, an all-reduce, a broadcast, a reduce-scatter, a reduce, an
             // all-to-all, a gather and a scatter: the first half of the ranks call them in one group, the others one by one (NCCL
             // allows both; a hierarchy must issue the same sequence on every sub-communicator
