@@ -299,17 +299,7 @@ unsafe fn init_rank_config(
         let cfg = unsafe { config::read(config) }?;
         let blocking = cfg.blocking;
         let (comm, uid) = Comm::prepare(nranks, &to_id(id), rank, cfg)?;
-        if ccl::group::defer_init(&comm, uid) {
-            *slot = new_handle(comm);
-            return Ok(());
-        }
-        if blocking {
-            comm.run_init(uid)?;
-        } else {
-            comm.spawn_init(uid)?;
-            in_progress = true;
-        }
-        *slot = new_handle(comm);
+        in_progress = start_init(slot, comm, uid, blocking)?;
         Ok(())
     });
     if r == NCCL_SUCCESS && in_progress {
@@ -317,6 +307,27 @@ unsafe fn init_rank_config(
     } else {
         r
     }
+}
+
+/// Runs a prepared communicator's init (at the group's end inside a group, on a thread of its
+/// own when non-blocking) and hands it out through `slot`; true while it is still running.
+fn start_init(
+    slot: &mut ncclComm_t,
+    comm: Comm,
+    uid: ccl::UniqueId,
+    blocking: bool,
+) -> ccl::Result<bool> {
+    let mut in_progress = false;
+    if !ccl::group::defer_init(&comm, uid) {
+        if blocking {
+            comm.run_init(uid)?;
+        } else {
+            comm.spawn_init(uid)?;
+            in_progress = true;
+        }
+    }
+    *slot = new_handle(comm);
+    Ok(in_progress)
 }
 
 fn unsupported(what: &str) -> ncclResult_t {
@@ -726,8 +737,12 @@ fn ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: c_int, value: *m
 }
 
 fn ncclCommGetUniqueId / pncclCommGetUniqueId(comm: ncclComm_t, unique_id: *mut ncclUniqueId) -> ncclResult_t {
-    let _ = (comm, unique_id);
-    unsupported("ncclCommGetUniqueId (communicator growth)")
+    guard(|| {
+        let slot = out(unique_id, "uniqueId")?;
+        // SAFETY: forwarded caller contract.
+        *slot = from_id(&unsafe { comm_ref(comm) }?.grow_id()?);
+        Ok(())
+    })
 }
 
 fn ncclCommShrink / pncclCommShrink(comm: ncclComm_t, exclude: *mut c_int, n_exclude: c_int, newcomm: *mut ncclComm_t, config: *mut config::ncclConfig_t, flags: c_int) -> ncclResult_t {
@@ -764,8 +779,41 @@ fn ncclCommShrink / pncclCommShrink(comm: ncclComm_t, exclude: *mut c_int, n_exc
 }
 
 fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *const ncclUniqueId, rank: c_int, newcomm: *mut ncclComm_t, config: *mut config::ncclConfig_t) -> ncclResult_t {
-    let _ = (comm, nranks, unique_id, rank, newcomm, config);
-    unsupported("ncclCommGrow")
+    // A joining rank has no parent: it initialises with the coordinator's id, as at init.
+    if comm.is_null() {
+        if unique_id.is_null() {
+            return guard(|| Err(Error::invalid_argument("ncclCommGrow: a joining rank (comm NULL) needs the coordinator's uniqueId")));
+        }
+        // SAFETY: checked non-NULL; forwarded caller contract.
+        return unsafe { init_rank_config(newcomm, nranks, &*unique_id, rank, config) };
+    }
+    let mut in_progress = false;
+    let r = guard(|| {
+        let slot = out(newcomm, "newcomm")?;
+        *slot = std::ptr::null_mut();
+        if rank != -1 {
+            return Err(Error::invalid_argument(format!("ncclCommGrow: rank {rank} on an existing rank: it must be -1 (ranks keep theirs)")));
+        }
+        // SAFETY: forwarded caller contract.
+        let parent = unsafe { comm_ref(comm) }?;
+        let cfg = if config.is_null() {
+            parent.0.config.clone()
+        } else {
+            // SAFETY: forwarded caller contract on `config`.
+            unsafe { config::read(config) }?
+        };
+        // SAFETY: a non-NULL id is the caller's 128 bytes.
+        let id = (!unique_id.is_null()).then(|| to_id(unsafe { &*unique_id }));
+        let blocking = cfg.blocking;
+        let (child, uid) = parent.grow(nranks, id, cfg)?;
+        in_progress = start_init(slot, child, uid, blocking)?;
+        Ok(())
+    });
+    if r == NCCL_SUCCESS && in_progress {
+        NCCL_IN_PROGRESS
+    } else {
+        r
+    }
 }
 
 fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, flags: c_int) -> ncclResult_t {

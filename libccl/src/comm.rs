@@ -299,6 +299,60 @@ impl Comm {
             .map(Some)
     }
 
+    /// `ncclCommGetUniqueId`: the id a grow of this communicator meets at; its caller (the
+    /// coordinator) hands it to the joining ranks and passes it to its own `ncclCommGrow`.
+    pub fn grow_id(&self) -> Result<UniqueId> {
+        self.check_usable()?;
+        crate::fresh_unique_id()
+    }
+
+    /// `ncclCommGrow` on a rank of this communicator: the coordinator's id (exactly one rank
+    /// passes one) goes to every rank over the control connections, and each joins a
+    /// communicator of `nranks` (more than this one's) under its own rank, where the new ranks
+    /// join with that id. Returns the joined, not yet initialised, communicator and its id.
+    pub fn grow(
+        &self,
+        nranks: i32,
+        id: Option<UniqueId>,
+        config: CommConfig,
+    ) -> Result<(Comm, UniqueId)> {
+        self.check_usable()?;
+        if usize::try_from(nranks).map_or(true, |n| n <= self.0.nranks) {
+            return Err(Error::invalid_argument(format!(
+                "grow to {nranks} ranks: more than this communicator's {} are needed",
+                self.0.nranks
+            )));
+        }
+        crate::gpu::wait_idle(self)?;
+        let all = {
+            let mut guard = self.0.state.lock();
+            let state = guard
+                .as_mut()
+                .ok_or_else(|| Error::invalid_usage("communicator has no state"))?;
+            let mine = id.map_or(Vec::new(), |i| i.0.to_vec());
+            state.ctrl.allgather(&mine, &self.0.abort)?
+        };
+        let ids: Vec<&Vec<u8>> = all.iter().filter(|b| !b.is_empty()).collect();
+        let [one] = ids[..] else {
+            return Err(Error::invalid_usage(format!(
+                "ncclCommGrow: {} ranks passed an id; exactly one (the coordinator, from \
+                 ncclCommGetUniqueId) must",
+                ids.len()
+            )));
+        };
+        let bytes: [u8; 128] = one[..]
+            .try_into()
+            .map_err(|_| Error::remote("the coordinator's grow id is not 128 bytes"))?;
+        let rank = self.0.rank as i32;
+        Comm::prepare_on(
+            nranks,
+            &UniqueId(bytes),
+            rank,
+            config,
+            Some(self.0.cuda_dev),
+        )
+    }
+
     /// Whether every rank says `mine` (an allgather over the control connections): for
     /// decisions that must be the same on all ranks.
     pub(crate) fn agree_all(&self, mine: bool) -> Result<bool> {

@@ -47,6 +47,12 @@ pub fn get_unique_id() -> Result<UniqueId> {
         let addr = bootstrap::resolve(&spec)?;
         return Ok(UniqueId::encode(addr, bootstrap::fnv1a(spec.as_bytes())));
     }
+    fresh_unique_id()
+}
+
+/// An id of a root rendezvous started on this host now, whatever `NCCL_COMM_ID` says (a grow
+/// meets at a root of its own, not at the one the first communicator used).
+pub fn fresh_unique_id() -> Result<UniqueId> {
     let listener = bootstrap::listen()?;
     let addr = listener
         .local_addr()

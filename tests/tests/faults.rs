@@ -611,6 +611,25 @@ fn a_revoked_communicator_still_splits() {
     }
 }
 
+/// `ncclCommGrow`: two ranks grow their communicator to three, the new rank joining with the
+/// coordinator's `ncclCommGetUniqueId`; old ranks keep their ranks, the grown all-reduce
+/// counts all three; an old rank naming a rank, or a grow that does not grow, is
+/// `ncclInvalidArgument`.
+#[test]
+fn a_communicator_grows_by_a_rank() {
+    let outs = run_with("grow", 3, &[], &|_| Vec::new(), Duration::from_secs(60));
+    for (i, o) in outs.iter().enumerate() {
+        if i < 2 {
+            assert_eq!(code(o, "bad_rank"), INVALID_ARGUMENT, "{}", o.stdout);
+            assert_eq!(code(o, "no_growth"), INVALID_ARGUMENT, "{}", o.stdout);
+        }
+        assert_eq!(code(o, "grow"), SUCCESS, "{}\n{}", o.stdout, o.stderr);
+        assert_eq!(code(o, "newcount"), 3, "{}", o.stdout);
+        assert_eq!(code(o, "newrank"), i as i64, "{}", o.stdout);
+        assert_eq!(code(o, "after"), SUCCESS, "{}", o.stdout);
+    }
+}
+
 fn survivors_shrink(hosts: bool) {
     let outs = run_with(
         "shrink",

@@ -41,6 +41,10 @@ fn main() {
             );
             return;
         }
+        if scenario == "grow" {
+            grow(rank, nranks);
+            return;
+        }
         assert_eq!(ncclGetUniqueId(&mut id), 0);
         let mut comm: ncclComm_t = std::ptr::null_mut();
         let r = ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32);
@@ -429,4 +433,110 @@ fn main() {
             ncclCommAbort(comm);
         }
     }
+}
+
+/// All ranks but the last form a communicator; its rank 0 (the coordinator) takes a grow id
+/// (`ncclCommGetUniqueId`) and hands it to the last rank through a file (out of band, as an
+/// application would); every rank calls `ncclCommGrow` (the old ones with their parent and
+/// rank -1, the coordinator passing the id; the new one with no parent, the id and its rank)
+/// and the grown communicator's all-reduce must count every rank. Bad calls first: an old
+/// rank naming a rank, and a grow that does not grow, are refused before any exchange.
+fn grow(rank: usize, nranks: usize) {
+    let null: ncclComm_t = std::ptr::null_mut();
+    let port = std::env::var("NCCL_COMM_ID")
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let file = std::env::temp_dir().join(format!("ccl-grow-{port}.id"));
+    let count = 1 << 16;
+    let send = vec![1.0f32; count];
+    let mut recv = vec![0.0f32; count];
+    let (sp, rp) = (
+        send.as_ptr() as *const c_void,
+        recv.as_mut_ptr() as *mut c_void,
+    );
+    let mut grown: ncclComm_t = null;
+    let n = nranks as i32;
+    // SAFETY: plain C ABI calls with valid pointers.
+    let (bad_rank, no_growth, r) = unsafe {
+        if rank == nranks - 1 {
+            let deadline = Instant::now() + std::time::Duration::from_secs(30);
+            let bytes = loop {
+                if let Some(b) = std::fs::read(&file).ok().filter(|b| b.len() == 128) {
+                    break b;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no grow id in {}",
+                    file.display()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            let mut gid = ncclUniqueId { internal: [0; 128] };
+            for (d, s) in gid.internal.iter_mut().zip(&bytes) {
+                *d = *s as _;
+            }
+            (
+                0,
+                0,
+                ncclCommGrow(null, n, &gid, rank as i32, &mut grown, std::ptr::null_mut()),
+            )
+        } else {
+            let mut id = ncclUniqueId { internal: [0; 128] };
+            assert_eq!(ncclGetUniqueId(&mut id), 0);
+            let mut comm: ncclComm_t = null;
+            assert_eq!(
+                ncclCommInitRank(&mut comm, n - 1, id, rank as i32),
+                0,
+                "{}",
+                last(null)
+            );
+            let nocfg = std::ptr::null_mut();
+            let bad_rank = ncclCommGrow(comm, n, std::ptr::null(), 0, &mut grown, nocfg);
+            let no_growth = ncclCommGrow(comm, n - 1, std::ptr::null(), -1, &mut grown, nocfg);
+            let mut gid = ncclUniqueId { internal: [0; 128] };
+            let coordinator = rank == 0;
+            if coordinator {
+                assert_eq!(ncclCommGetUniqueId(comm, &mut gid), 0, "{}", last(comm));
+                let tmp = file.with_extension("tmp");
+                std::fs::write(
+                    &tmp,
+                    gid.internal.iter().map(|&c| c as u8).collect::<Vec<_>>(),
+                )
+                .unwrap();
+                std::fs::rename(&tmp, &file).unwrap();
+            }
+            let idp = if coordinator {
+                &gid as *const ncclUniqueId
+            } else {
+                std::ptr::null()
+            };
+            let r = ncclCommGrow(comm, n, idp, -1, &mut grown, std::ptr::null_mut());
+            ncclCommDestroy(comm);
+            (bad_rank, no_growth, r)
+        }
+    };
+    let (mut count_after, mut me, mut after) = (-1, -1, -1);
+    if r == 0 {
+        // SAFETY: as above.
+        unsafe {
+            ncclCommCount(grown, &mut count_after);
+            ncclCommUserRank(grown, &mut me);
+            after = ncclAllReduce(sp, rp, count, 7, 0, grown, std::ptr::null_mut());
+            ncclCommDestroy(grown);
+        }
+        if after == 0 && recv.iter().any(|&x| x != nranks as f32) {
+            after = 99;
+        }
+    }
+    if rank == 0 {
+        let _ = std::fs::remove_file(&file);
+    }
+    println!(
+        "bad_rank={bad_rank} no_growth={no_growth} grow={r} newcount={count_after} newrank={me} \
+         after={after} msg={}",
+        last(null)
+    );
 }
