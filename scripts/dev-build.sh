@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds what the GPU machines run into .dev/NAME (ignored, carried with `run`): libnccl.so.2
 # (its symbol table kept, for perf), ccl-perf, and for the main build ccl-report,
-# ccl-monitor, the ce_both_ways probe and gpu_backend_test, with COMMIT naming the source. From the working tree, or from REV through a
-# temporary git worktree, built there and removed with it (an old build measured beside the
-# new one in one device call; a few minutes and a few GB of disk while it builds).
+# ccl-monitor, the ce_both_ways probe and gpu_backend_test, with COMMIT naming the source.
+# From the working tree, or from REV through a temporary git worktree, built there and
+# removed with it (an old build measured beside the new one in one device call; a few minutes
+# and a few GB of disk while it builds).
 #   scripts/dev-build.sh            -> .dev and .dev/new from the working tree
 #   scripts/dev-build.sh REV NAME   -> .dev/NAME from commit REV
 set -euo pipefail

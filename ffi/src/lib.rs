@@ -782,7 +782,11 @@ fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *con
     // A joining rank has no parent: it initialises with the coordinator's id, as at init.
     if comm.is_null() {
         if unique_id.is_null() {
-            return guard(|| Err(Error::invalid_argument("ncclCommGrow: a joining rank (comm NULL) needs the coordinator's uniqueId")));
+            return guard(|| {
+                Err(Error::invalid_argument(
+                    "ncclCommGrow: a joining rank (comm NULL) needs the coordinator's uniqueId",
+                ))
+            });
         }
         // SAFETY: checked non-NULL; forwarded caller contract.
         return unsafe { init_rank_config(newcomm, nranks, &*unique_id, rank, config) };
@@ -792,7 +796,9 @@ fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *con
         let slot = out(newcomm, "newcomm")?;
         *slot = std::ptr::null_mut();
         if rank != -1 {
-            return Err(Error::invalid_argument(format!("ncclCommGrow: rank {rank} on an existing rank: it must be -1 (ranks keep theirs)")));
+            return Err(Error::invalid_argument(format!(
+                "ncclCommGrow: rank {rank} on an existing rank: it must be -1 (ranks keep theirs)"
+            )));
         }
         // SAFETY: forwarded caller contract.
         let parent = unsafe { comm_ref(comm) }?;

@@ -131,7 +131,8 @@ pub enum BatchCopies {
     #[default]
     MoreThanTwo,
     /// Any number of ranks: with two, a group's push and own block go as one driver call
-    /// instead of a fork, two copies and a join (3 driver calls where a lane per direction takes 13, in the cuda-ipc simulation).
+    /// instead of a fork, two copies and a join (3 driver calls where a lane per direction
+    /// takes 13, in the cuda-ipc simulation).
     Every,
 }
 

@@ -317,8 +317,9 @@ impl Device for CudaDevice<'_> {
         };
         let plain: Vec<(u64, u64, usize)> =
             copies.iter().map(|c| (c.dst, c.src, c.bytes)).collect();
-        // SAFETY: see the impl; the plan's batched copies write disjoint ranges that no other
-        // copy of the batch reads (a transfer's destination, a local copy's own block).
+        // SAFETY: see the impl; the plans' batched copies write disjoint ranges that no other
+        // copy of the batch reads (a transfer's destination, a local copy's own block, a
+        // reduced slice's place in each peer's output).
         unsafe { s.memcpy_batch(&plain) }.map_err(cuda_err)?;
         if let Some((m, st, coll)) = timed {
             let parts = copies.iter().filter_map(|c| c.peer.map(|p| (p, c.bytes)));

@@ -432,9 +432,9 @@ impl Plan {
 
     /// Whether this rank's copies can go as one batch on the caller's stream: the device
     /// batches there, and every copy is a plain one of ours (no host-path share either way,
-    /// no mailed send, no pull run on the peer's GPU, no wait-copy-signal kernel). A plan whose only
-    /// copy is the rank's own block (a gather's root whose peers push) batches too: one
-    /// call instead of a fork, the copy and a join.
+    /// no mailed send, no pull run on the peer's GPU, no wait-copy-signal kernel). A plan
+    /// whose only copy is the rank's own block (a gather's root whose peers push) batches
+    /// too: one call instead of a fork, the copy and a join.
     fn batchable(&self, dev: &dyn Device) -> bool {
         let plain = |t: &Transfer| match t.role {
             Role::First => t.host.is_none(),
