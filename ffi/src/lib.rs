@@ -726,12 +726,14 @@ fn ncclCommMemStats / pncclCommMemStats(comm: ncclComm_t, stat: c_int, value: *m
     guard(|| {
         let slot = out(value, "value")?;
         // SAFETY: forwarded caller contract.
-        unsafe { comm_ref(comm) }?;
-        if !(0..=3).contains(&stat) {
-            return Err(Error::invalid_argument(format!("invalid memory statistic {stat}")));
-        }
-        // The host backend holds no GPU memory.
-        *slot = 0;
+        let c = unsafe { comm_ref(comm) }?;
+        // Suspendable bytes and the suspended flag are 0: nothing is suspended
+        // (ncclCommSuspend is not supported); every byte persists.
+        *slot = match stat {
+            0 | 1 => 0,
+            2 | 3 => c.gpu_bytes(),
+            _ => return Err(Error::invalid_argument(format!("invalid memory statistic {stat}"))),
+        };
         Ok(())
     })
 }

@@ -299,6 +299,17 @@ impl Comm {
             .map(Some)
     }
 
+    /// `ncclCommMemStats`' total: the GPU memory its engines (and its hierarchy's
+    /// sub-communicators) hold; none of it can be suspended.
+    pub fn gpu_bytes(&self) -> u64 {
+        let subs = self
+            .0
+            .hier
+            .get::<crate::hier::Hierarchy>()
+            .map_or(0, |h| h.local.gpu_bytes() + h.cross.gpu_bytes());
+        self.0.ipc.gpu_bytes() + self.0.gpu.gpu_bytes() + self.0.graph.gpu_bytes() + subs
+    }
+
     /// `ncclCommGetUniqueId`: the id a grow of this communicator meets at; its caller (the
     /// coordinator) hands it to the joining ranks and passes it to its own `ncclCommGrow`.
     pub fn grow_id(&self) -> Result<UniqueId> {

@@ -25,6 +25,10 @@ pub trait Engine: Send + Sync + 'static {
     /// Stops its threads and releases what it holds. `aborted`: peers may be gone and may
     /// still write into its memory, so what they could reach is leaked rather than freed.
     fn shutdown(&self, aborted: bool);
+    /// Bytes of GPU memory it holds for the communicator (`ncclCommMemStats`).
+    fn gpu_bytes(&self) -> u64 {
+        0
+    }
     /// Itself as `Any`, for its own module to get its type back.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -85,6 +89,11 @@ impl EngineSlot {
             e.shutdown(aborted);
         }
     }
+
+    /// The GPU memory its engine holds (0 without one).
+    pub fn gpu_bytes(&self) -> u64 {
+        self.0.lock().as_ref().map_or(0, |e| e.gpu_bytes())
+    }
 }
 
 #[cfg(test)]
@@ -103,6 +112,10 @@ mod tests {
         fn shutdown(&self, aborted: bool) {
             self.0
                 .fetch_add(if aborted { 100 } else { 10 }, Ordering::Relaxed);
+        }
+        /// As many bytes as the counter reads, so a test sees the slot ask this engine.
+        fn gpu_bytes(&self) -> u64 {
+            self.0.load(Ordering::Relaxed) as u64
         }
         fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
             self
@@ -134,9 +147,11 @@ mod tests {
         assert!(Arc::ptr_eq(&made, &again));
         assert!(slot.get::<Other>().is_none());
         slot.wait_idle(&AtomicBool::new(false)).unwrap();
+        assert_eq!(slot.gpu_bytes(), 1, "the engine's own count");
         slot.shutdown(true);
         assert_eq!(made.0.load(Ordering::Relaxed), 101);
         assert!(!slot.is_some());
+        assert_eq!(slot.gpu_bytes(), 0, "no engine, no memory");
         slot.shutdown(false);
         assert_eq!(made.0.load(Ordering::Relaxed), 101);
     }

@@ -194,6 +194,10 @@ impl Engine for Held {
         ccl_p2p::shutdown(self.eng.clone(), aborted);
     }
 
+    fn gpu_bytes(&self) -> u64 {
+        self.eng.gpu_bytes()
+    }
+
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }

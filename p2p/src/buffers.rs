@@ -52,6 +52,11 @@ pub(crate) struct Buffers {
 }
 
 impl Buffers {
+    /// Bytes of the bounce buffers made so far.
+    pub fn bounce_bytes(&self) -> u64 {
+        self.bounce.iter().map(|b| b.len() as u64).sum()
+    }
+
     pub fn new(ctx: Arc<Context>, vmm: bool) -> Buffers {
         Buffers {
             ctx,

@@ -212,6 +212,14 @@ impl IpcEngine {
             area: self.ll_max,
         }
     }
+
+    /// Bytes of GPU memory the engine allocated: the flag words, the receive area, the
+    /// low-latency area and its address table, and the bounce buffers made so far.
+    pub fn gpu_bytes(&self) -> u64 {
+        let fixed = [&self._flags, &self.device_slots, &self._ll, &self.ll_areas];
+        let fixed: usize = fixed.iter().map(|b| b.len()).sum();
+        fixed as u64 + self.queued.lock().bufs.bounce_bytes()
+    }
 }
 
 impl std::fmt::Debug for IpcEngine {

@@ -182,6 +182,11 @@ impl crate::engine::Engine for GpuEngine {
         self.fold.lock().settle();
     }
 
+    /// The fold scratch (the staging chunks are host memory).
+    fn gpu_bytes(&self) -> u64 {
+        self.fold.lock().bytes()
+    }
+
     fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
         self
     }

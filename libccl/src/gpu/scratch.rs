@@ -64,6 +64,12 @@ impl StreamScratch {
         }
     }
 
+    /// Bytes of GPU memory it holds, retired buffers included.
+    pub(crate) fn bytes(&self) -> u64 {
+        let retired = self.retired.iter().map(|(b, _)| b.len());
+        (self.buf.iter().map(|b| b.len()).sum::<usize>() + retired.sum::<usize>()) as u64
+    }
+
     /// Marks the scratch as read by the work queued on `streams` so far.
     pub(crate) fn release(&mut self, ctx: &Arc<Context>, streams: &[Stream]) -> Result<()> {
         self.spare.append(&mut self.last_use);
