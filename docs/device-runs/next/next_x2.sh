@@ -41,7 +41,9 @@
 #   MODE=reduceab  eager reduces of 8 MiB - 1 GiB (0.89-0.95 of NCCL from 16 MiB on 2026-11-30,
 #                  731bbb6) as direct reductions (the default: each rank reduces half reading
 #                  its peer over NVLink) against the staged protocol (CCL_IPC_DIRECT_REDUCE_BYTES=0:
-#                  the non-root pushes on copy engines, the root reduces), beside NCCL
+#                  the non-root pushes on copy engines, the root reduces), and with 4 MiB pieces
+#                  (p4: a slice of 8 MiB, the default piece being 16 MiB, is reduced and pushed in
+#                  two pieces that overlap, not one after the other), all-reduces too, beside NCCL
 #   MODE=zerosm    issue 41's zero-SM check: the zero-SM setting (CCL_IPC_LL_EXCHANGE_BYTES=0),
 #                  a bf16 GEMM beside 256 MiB sendrecv / alltoall / all_gather loops
 #                  (tests/gpu/device_p2p.sh, overlap.py) beside NCCL, and ncu's list of the
@@ -239,9 +241,9 @@ case ${MODE:-hostcost} in
       EXTRA="-b 256K -e 1G -f 4 -n 20 -w 5" LIBS="nccl new=.dev/new b1=.dev/new nwb1=.dev/new" \
       LIMIT=330 ab batch2 nccl "new b1 nwb1 b1/new nwb1/new" ;;
   reduceab)
-    export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0
-    OPS=reduce EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 LIBS="nccl direct=.dev/new staged=.dev/new" \
-      ab reduceab nccl "direct staged" ;;
+    export ENVS_staged=CCL_IPC_DIRECT_REDUCE_BYTES=0 ENVS_p4=CCL_IPC_DIRECT_REDUCE_PIECE_BYTES=4194304
+    OPS="reduce all_reduce" EXTRA="-b 8M -e 1G -f 2 -n 20 -w 5" REPS=2 \
+      LIBS="nccl direct=.dev/new staged=.dev/new p4=.dev/new" ab reduceab nccl "direct staged p4 p4/direct" ;;
   zerosm)
     CCL_IPC_LL_EXCHANGE_BYTES=0 SKIP_PP=1 NCU=1 OVERLAP_COLLS="sendrecv alltoall all_gather" OUT=$O/zsm \
       timeout ${LIMIT:-500} bash tests/gpu/device_p2p.sh > /dev/null 2>&1
