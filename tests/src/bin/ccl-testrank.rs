@@ -148,25 +148,13 @@ fn main() {
                     std::process::exit(9);
                 }
                 let failed = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
-                let exclude = [(nranks - 1) as i32];
-                let mut small: ncclComm_t = std::ptr::null_mut();
-                let r = ncclCommShrink(
-                    comm,
-                    exclude.as_ptr() as *mut i32,
-                    1,
-                    &mut small,
-                    std::ptr::null_mut(),
-                    1,
-                );
+                let (r, small) = shrink_last(comm, nranks, 1);
                 let (mut n, mut me) = (-1, -1);
                 let mut r2 = -1;
                 if r == 0 {
                     ncclCommCount(small, &mut n);
                     ncclCommUserRank(small, &mut me);
-                    r2 = ncclAllReduce(sp, rp, count, 7, 0, small, null);
-                    if r2 == 0 && recv.iter().any(|&x| x != (nranks - 1) as f32) {
-                        r2 = 99;
-                    }
+                    r2 = sum_of_ones(small, count, (nranks - 1) as f32);
                     ncclCommDestroy(small);
                 }
                 println!("failed={failed} shrink={r} newcount={n} newrank={me} after={r2}");
@@ -175,50 +163,7 @@ fn main() {
             // The last rank goes silent; another thread of each survivor revokes the
             // communicator, which ends the all-reduce waiting on it, and the survivors shrink
             // the silent rank away (NCCL_SHRINK_DEFAULT: the revoke already ended the work).
-            "revoke" => {
-                if rank == nranks - 1 {
-                    std::thread::sleep(std::time::Duration::from_secs(6));
-                    std::process::exit(0);
-                }
-                let bad_flags = ncclCommRevoke(comm, 1);
-                let c = comm as usize;
-                let t = std::thread::spawn(move || {
-                    std::thread::sleep(std::time::Duration::from_millis(500));
-                    ncclCommRevoke(c as ncclComm_t, 0)
-                });
-                let failed = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
-                let waited = start.elapsed().as_millis();
-                let revoked = t.join().unwrap();
-                let mut state = -1;
-                ncclCommGetAsyncError(comm, &mut state);
-                let again = ncclCommRevoke(comm, 0);
-                let refused = ncclAllReduce(sp, rp, count, 7, 0, comm, null);
-                let finalized = ncclCommFinalize(comm);
-                let exclude = [(nranks - 1) as i32];
-                let mut small: ncclComm_t = std::ptr::null_mut();
-                let r = ncclCommShrink(
-                    comm,
-                    exclude.as_ptr() as *mut i32,
-                    1,
-                    &mut small,
-                    std::ptr::null_mut(),
-                    0,
-                );
-                let mut after = -1;
-                if r == 0 {
-                    after = ncclAllReduce(sp, rp, count, 7, 0, small, null);
-                    if after == 0 && recv.iter().any(|&x| x != (nranks - 1) as f32) {
-                        after = 99;
-                    }
-                    ncclCommDestroy(small);
-                }
-                println!(
-                    "bad_flags={bad_flags} failed={failed} waited_ms={waited} revoked={revoked} \
-                     state={state} again={again} refused={refused} finalized={finalized} \
-                     shrink={r} after={after}"
-                );
-                r
-            }
+            "revoke" => revoke(comm, rank, nranks, count),
             // Every rank revokes a working communicator, then splits it: the child works.
             "revoke-split" => {
                 let revoked = ncclCommRevoke(comm, 0);
@@ -226,10 +171,7 @@ fn main() {
                 let r = ncclCommSplit(comm, 0, rank as i32, &mut child, std::ptr::null_mut());
                 let mut after = -1;
                 if r == 0 {
-                    after = ncclAllReduce(sp, rp, count, 7, 0, child, null);
-                    if after == 0 && recv.iter().any(|&x| x != nranks as f32) {
-                        after = 99;
-                    }
+                    after = sum_of_ones(child, count, nranks as f32);
                     ncclCommDestroy(child);
                 }
                 println!("revoked={revoked} split={r} after={after}");
@@ -435,6 +377,91 @@ fn main() {
     }
 }
 
+/// The survivors' shrink of the last rank away (`flags`: `NCCL_SHRINK_DEFAULT` 0 or
+/// `NCCL_SHRINK_ABORT` 1): its result and the new communicator.
+///
+/// # Safety
+/// `comm` is a communicator of `nranks` ranks.
+unsafe fn shrink_last(comm: ncclComm_t, nranks: usize, flags: i32) -> (i32, ncclComm_t) {
+    let exclude = [(nranks - 1) as i32];
+    let mut small: ncclComm_t = std::ptr::null_mut();
+    let nocfg = std::ptr::null_mut();
+    // SAFETY: valid pointers; the caller's communicator.
+    let r = unsafe {
+        ncclCommShrink(
+            comm,
+            exclude.as_ptr() as *mut i32,
+            1,
+            &mut small,
+            nocfg,
+            flags,
+        )
+    };
+    (r, small)
+}
+
+/// An all-reduce of `count` ones on `comm`: its result, or 99 when a sum is not `want`.
+///
+/// # Safety
+/// `comm` is a communicator every rank of which calls this.
+unsafe fn sum_of_ones(comm: ncclComm_t, count: usize, want: f32) -> i32 {
+    let send = vec![1.0f32; count];
+    let mut recv = vec![0.0f32; count];
+    let (sp, rp) = (
+        send.as_ptr() as *const c_void,
+        recv.as_mut_ptr() as *mut c_void,
+    );
+    // SAFETY: buffers of `count` floats; the caller's communicator.
+    let r = unsafe { ncclAllReduce(sp, rp, count, 7, 0, comm, std::ptr::null_mut()) };
+    if r == 0 && recv.iter().any(|&x| x != want) {
+        return 99;
+    }
+    r
+}
+
+/// The "revoke" scenario on a survivor (the last rank goes silent): a bad flag first, then
+/// another thread's revoke ends the all-reduce waiting on the silent rank; what the revoked
+/// communicator answers next; the shrink with `NCCL_SHRINK_DEFAULT` and its all-reduce.
+///
+/// # Safety
+/// `comm` is a communicator of `nranks` ranks.
+unsafe fn revoke(comm: ncclComm_t, rank: usize, nranks: usize, count: usize) -> i32 {
+    if rank == nranks - 1 {
+        std::thread::sleep(std::time::Duration::from_secs(6));
+        std::process::exit(0);
+    }
+    let start = Instant::now();
+    // SAFETY: plain C ABI calls on the caller's communicator.
+    unsafe {
+        let bad_flags = ncclCommRevoke(comm, 1);
+        let c = comm as usize;
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            ncclCommRevoke(c as ncclComm_t, 0)
+        });
+        let failed = sum_of_ones(comm, count, nranks as f32);
+        let waited = start.elapsed().as_millis();
+        let revoked = t.join().unwrap();
+        let mut state = -1;
+        ncclCommGetAsyncError(comm, &mut state);
+        let again = ncclCommRevoke(comm, 0);
+        let refused = sum_of_ones(comm, count, nranks as f32);
+        let finalized = ncclCommFinalize(comm);
+        let (r, small) = shrink_last(comm, nranks, 0);
+        let mut after = -1;
+        if r == 0 {
+            after = sum_of_ones(small, count, (nranks - 1) as f32);
+            ncclCommDestroy(small);
+        }
+        println!(
+            "bad_flags={bad_flags} failed={failed} waited_ms={waited} revoked={revoked} \
+             state={state} again={again} refused={refused} finalized={finalized} \
+             shrink={r} after={after}"
+        );
+        r
+    }
+}
+
 /// All ranks but the last form a communicator; its rank 0 (the coordinator) takes a grow id
 /// (`ncclCommGetUniqueId`) and hands it to the last rank through a file (out of band, as an
 /// application would); every rank calls `ncclCommGrow` (the old ones with their parent and
@@ -450,13 +477,6 @@ fn grow(rank: usize, nranks: usize) {
         .unwrap()
         .to_string();
     let file = std::env::temp_dir().join(format!("ccl-grow-{port}.id"));
-    let count = 1 << 16;
-    let send = vec![1.0f32; count];
-    let mut recv = vec![0.0f32; count];
-    let (sp, rp) = (
-        send.as_ptr() as *const c_void,
-        recv.as_mut_ptr() as *mut c_void,
-    );
     let mut grown: ncclComm_t = null;
     let n = nranks as i32;
     // SAFETY: plain C ABI calls with valid pointers.
@@ -524,11 +544,8 @@ fn grow(rank: usize, nranks: usize) {
         unsafe {
             ncclCommCount(grown, &mut count_after);
             ncclCommUserRank(grown, &mut me);
-            after = ncclAllReduce(sp, rp, count, 7, 0, grown, std::ptr::null_mut());
+            after = sum_of_ones(grown, 1 << 16, nranks as f32);
             ncclCommDestroy(grown);
-        }
-        if after == 0 && recv.iter().any(|&x| x != nranks as f32) {
-            after = 99;
         }
     }
     if rank == 0 {
