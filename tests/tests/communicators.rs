@@ -263,3 +263,32 @@ fn premulsum_ops_scale_inputs_and_are_per_communicator() {
     });
     assert_eq!(out, vec![9.0, 9.0]);
 }
+
+/// `ncclCommMemStats` on host memory: no GPU memory held (0 for every statistic), nothing
+/// suspended; an unknown statistic is `ncclInvalidArgument`. `ncclCommRevoke` of a NULL
+/// communicator is nothing to do, as in NCCL.
+#[test]
+fn memory_statistics_on_the_host_backend_and_a_null_revoke() {
+    let outs = ranks(2, |r, id| {
+        let mut c = std::ptr::null_mut();
+        // SAFETY: valid pointers.
+        unsafe {
+            assert_eq!(ncclCommInitRank(&mut c, 2, id, r as i32), 0);
+            let stats: Vec<(i32, u64)> = (0..5)
+                .map(|s| {
+                    let mut v = u64::MAX;
+                    (ncclCommMemStats(c, s, &mut v), v)
+                })
+                .collect();
+            assert_eq!(allreduce_sum(c, 1.0), 2.0);
+            assert_eq!(ncclCommDestroy(c), 0);
+            stats
+        }
+    });
+    for stats in outs {
+        assert_eq!(stats[..4], [(0, 0); 4]);
+        assert_eq!(stats[4], (4, u64::MAX), "statistic 4 is not one");
+    }
+    // SAFETY: NULL is the case under test.
+    assert_eq!(unsafe { ncclCommRevoke(std::ptr::null_mut(), 0) }, 0);
+}
