@@ -5,8 +5,10 @@
  * operation on it drains (the GPU is usable again), then the survivors make a new
  * communicator of two in the same processes and run exact all-reduces, on the old stream and
  * on a new one. Three processes forked before any CUDA call, GPUs by rank (ONE_GPU=1: all on
- * GPU 0). ABORT_OP / ABORT_COUNT choose the operation left waiting (see pending_op). Prints
- * one line per survivor and PASS / FAIL. Build like two_comms.c.
+ * GPU 0). ABORT_OP / ABORT_COUNT choose the operation left waiting (see pending_op).
+ * REVOKE=1: NCCL 2.28's way instead of the abort and a new communicator: ncclCommRevoke (timed
+ * the same), then ncclCommShrink of the dead rank with NCCL_SHRINK_DEFAULT. Prints one line
+ * per survivor and PASS / FAIL. Build like two_comms.c.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -69,31 +71,41 @@ static int survivor(int rank, ncclComm_t comm, float *buf, size_t n, cudaStream_
     usleep(1000);
   }
   double detect = now() - t0;
+  int revoke = getenv("REVOKE") != NULL;
   double t1 = now();
-  ncclCommAbort(comm);
+  int ended = revoke ? ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) == ncclSuccess
+                     : (ncclCommAbort(comm), 1);
   double abort_s = now() - t1;
   double drained = drain(st, 5);
-  ncclUniqueId id;
-  if (rank == 0) {
-    ncclGetUniqueId(&id);
-    if (write(fd[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
-  } else if (read(fd[0], &id, sizeof id) != (ssize_t)sizeof id) {
-    return 1;
-  }
   ncclComm_t c2;
-  int init = ncclCommInitRank(&c2, 2, id, rank) == ncclSuccess;
+  int init;
+  if (revoke) {
+    int dead = 2;
+    init = ncclCommShrink(comm, &dead, 1, &c2, NULL, NCCL_SHRINK_DEFAULT) == ncclSuccess;
+  } else {
+    ncclUniqueId id;
+    if (rank == 0) {
+      ncclGetUniqueId(&id);
+      if (write(fd[1], &id, sizeof id) != (ssize_t)sizeof id) return 1;
+    } else if (read(fd[0], &id, sizeof id) != (ssize_t)sizeof id) {
+      return 1;
+    }
+    init = ncclCommInitRank(&c2, 2, id, rank) == ncclSuccess;
+  }
   cudaStream_t st2;
   cudaStreamCreate(&st2);
   int on_new = init && exact_all_reduce(c2, rank, buf, n, st2);
   int on_old = init && drained >= 0 && exact_all_reduce(c2, rank, buf, 1024, st);
-  int pass = a != ncclSuccess && abort_s <= 1.0 && on_new && on_old;
-  printf("%s abort_recovers rank %d: async error %d after %.2f s, abort returned in %.3f s, "
-         "old stream drained %s (%.3f s), new communicator %s, exact all-reduce on a new stream %s, "
+  int pass = a != ncclSuccess && ended && abort_s <= 1.0 && on_new && on_old;
+  printf("%s abort_recovers rank %d: async error %d after %.2f s, %s returned in %.3f s, "
+         "old stream drained %s (%.3f s), %s %s, exact all-reduce on a new stream %s, "
          "on the old stream %s\n",
-         pass ? "PASS" : "FAIL", rank, (int)a, detect, abort_s, drained >= 0 ? "yes" : "no",
-         drained, init ? "made" : "failed", on_new ? "yes" : "no", on_old ? "yes" : "no");
+         pass ? "PASS" : "FAIL", rank, (int)a, detect, revoke ? "revoke" : "abort", abort_s,
+         drained >= 0 ? "yes" : "no", drained, revoke ? "shrunk communicator" : "new communicator",
+         init ? "made" : "failed", on_new ? "yes" : "no", on_old ? "yes" : "no");
   fflush(stdout);
   if (init) ncclCommDestroy(c2);
+  if (revoke) ncclCommDestroy(comm);
   return pass ? 0 : 1;
 }
 

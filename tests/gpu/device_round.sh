@@ -27,8 +27,10 @@ gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/abort_rec
   -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
   -lcudart -o /tmp/abort_recovers >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"
 # The same with the pending operation on the low-latency kernels, which spin on the GPU: an
-# all-reduce of 64 KiB and an all-gather of 16 KiB per rank.
-for v in "ABORT_COUNT=16384" "ABORT_OP=all_gather ABORT_COUNT=4096"; do
+# all-reduce of 64 KiB and an all-gather of 16 KiB per rank; then ncclCommRevoke and a shrink
+# instead of the abort, on copy engines and on the kernel.
+for v in "ABORT_COUNT=16384" "ABORT_OP=all_gather ABORT_COUNT=4096" "REVOKE=1" \
+  "REVOKE=1 ABORT_COUNT=16384"; do
   echo "$v:" | tee -a "$S"; env $v timeout -s KILL 60 /tmp/abort_recovers 2>&1 | grep -a abort_recovers | tee -a "$S"
 done
 gcc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/mismatch.c -L "$CCL" \
