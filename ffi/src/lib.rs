@@ -302,6 +302,26 @@ unsafe fn init_rank_config(
         in_progress = start_init(slot, comm, uid, blocking)?;
         Ok(())
     });
+    still_running(r, in_progress)
+}
+
+/// A split's, shrink's or grow's configuration: the caller's, or its parent's when NULL.
+///
+/// # Safety
+/// `config` is NULL or points at a readable `ncclConfig_t` (as `config::read`).
+unsafe fn child_config(
+    parent: &Comm,
+    config: *const config::ncclConfig_t,
+) -> ccl::Result<ccl::CommConfig> {
+    if config.is_null() {
+        return Ok(parent.0.config.clone());
+    }
+    // SAFETY: the caller's contract.
+    unsafe { config::read(config) }
+}
+
+/// `ncclInProgress` for a call that succeeded while its init still runs, else its result.
+fn still_running(r: ncclResult_t, in_progress: bool) -> ncclResult_t {
     if r == NCCL_SUCCESS && in_progress {
         NCCL_IN_PROGRESS
     } else {
@@ -405,11 +425,7 @@ fn ncclCommSplit / pncclCommSplit(comm: ncclComm_t, color: c_int, key: c_int, ne
         // SAFETY: forwarded caller contract.
         let parent = unsafe { comm_ref(comm) }?;
         // SAFETY: forwarded caller contract on `config`.
-        let cfg = match unsafe { config::read(config) } {
-            Ok(c) => c,
-            Err(e) => return Err(e),
-        };
-        let cfg = if config.is_null() { parent.0.config.clone() } else { cfg };
+        let cfg = unsafe { child_config(parent, config) }?;
         if let Some(child) = parent.split(color, key, cfg)? {
             *slot = new_handle(child);
         }
@@ -769,12 +785,8 @@ fn ncclCommShrink / pncclCommShrink(comm: ncclComm_t, exclude: *mut c_int, n_exc
             1 => true,
             f => return Err(Error::invalid_argument(format!("invalid shrink flags {f}"))),
         };
-        let cfg = if config.is_null() {
-            parent.0.config.clone()
-        } else {
-            // SAFETY: forwarded caller contract on `config`.
-            unsafe { config::read(config) }?
-        };
+        // SAFETY: forwarded caller contract on `config`.
+        let cfg = unsafe { child_config(parent, config) }?;
         *slot = new_handle(parent.shrink(list, abort_first, cfg)?);
         Ok(())
     })
@@ -804,12 +816,8 @@ fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *con
         }
         // SAFETY: forwarded caller contract.
         let parent = unsafe { comm_ref(comm) }?;
-        let cfg = if config.is_null() {
-            parent.0.config.clone()
-        } else {
-            // SAFETY: forwarded caller contract on `config`.
-            unsafe { config::read(config) }?
-        };
+        // SAFETY: forwarded caller contract on `config`.
+        let cfg = unsafe { child_config(parent, config) }?;
         // SAFETY: a non-NULL id is the caller's 128 bytes.
         let id = (!unique_id.is_null()).then(|| to_id(unsafe { &*unique_id }));
         let blocking = cfg.blocking;
@@ -817,11 +825,7 @@ fn ncclCommGrow / pncclCommGrow(comm: ncclComm_t, nranks: c_int, unique_id: *con
         in_progress = start_init(slot, child, uid, blocking)?;
         Ok(())
     });
-    if r == NCCL_SUCCESS && in_progress {
-        NCCL_IN_PROGRESS
-    } else {
-        r
-    }
+    still_running(r, in_progress)
 }
 
 fn ncclCommRevoke / pncclCommRevoke(comm: ncclComm_t, flags: c_int) -> ncclResult_t {

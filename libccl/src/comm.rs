@@ -424,10 +424,7 @@ impl Comm {
         // The exchange below must not be stopped by the parent's own abort flag.
         let go_on = AtomicBool::new(false);
         let abort = if abort_first {
-            self.0.abort.store(true, Ordering::SeqCst);
-            self.0.graph.shutdown(true);
-            self.0.gpu.shutdown(true);
-            self.0.ipc.shutdown(true);
+            self.end_work();
             &go_on
         } else {
             crate::gpu::wait_idle(self)?;
@@ -489,6 +486,15 @@ impl Comm {
         }
     }
 
+    /// Raises the abort flag and stops every engine as after an abort (what peers could
+    /// still write into is leaked): the work in flight ends, from any thread.
+    fn end_work(&self) {
+        self.0.abort.store(true, Ordering::SeqCst);
+        self.0.graph.shutdown(true);
+        self.0.gpu.shutdown(true);
+        self.0.ipc.shutdown(true);
+    }
+
     /// `ncclCommRevoke`: ends every operation in flight, from any thread (what they were
     /// writing is garbage, as after an abort), and keeps the control connections, so the
     /// communicator can still be shrunk (the usual next step: survivors drop a failed rank),
@@ -517,9 +523,7 @@ impl Comm {
                 let _ = sub.revoke();
             }
         }
-        self.0.graph.shutdown(true);
-        self.0.gpu.shutdown(true);
-        self.0.ipc.shutdown(true);
+        self.end_work();
         // A host operation holds the state until it has seen the flag and given up; once it
         // has, the flag comes down so that a shrink's or split's exchange can run.
         drop(self.0.state.lock());
@@ -585,9 +589,7 @@ impl Comm {
             h.local.abort();
             h.cross.abort();
         }
-        self.0.graph.shutdown(true);
-        self.0.gpu.shutdown(true);
-        self.0.ipc.shutdown(true);
+        self.end_work();
         crate::profiler::detach(self, true);
         let mut guard = self.0.state.lock();
         guard.take();

@@ -112,12 +112,21 @@ fn simulate_captured(
             t(d, r);
         }
     }
-    let early = |r: usize, k: usize, mem: &mut Mem| {
-        check_captured_case(mem, &cases[k], k, r, n, replays)
-            .map_err(|e| format!("{e} once its stream had run past the last replay"))
-    };
+    let early = at_last_replay(cases, n, replays);
     run_mailed(&devs, &mut mem, merged, seed, None, Some(&early))?;
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
+}
+
+/// The check of a case on a rank whose stream has run past its last replay.
+fn at_last_replay(
+    cases: &[Case],
+    n: usize,
+    replays: usize,
+) -> impl Fn(usize, usize, &mut Mem) -> std::result::Result<(), String> + '_ {
+    move |r, k, mem| {
+        check_captured_case(mem, &cases[k], k, r, n, replays)
+            .map_err(|e| format!("{e} once its stream had run past the last replay"))
+    }
 }
 
 /// Marks the cases of captured group `g` complete at this point of the device's caller
@@ -207,10 +216,7 @@ fn simulate_host_only_slots(
             t(d, r);
         }
     }
-    let early = |r: usize, k: usize, mem: &mut Mem| {
-        check_captured_case(mem, &cases[k], k, r, n, replays)
-            .map_err(|e| format!("{e} once its stream had run past the last replay"))
-    };
+    let early = at_last_replay(cases, n, replays);
     run_mailed(&devs, &mut mem, merged, seed, None, Some(&early))?;
     check_captured(&mut mem, cases, &layouts, groups.len(), replays)
 }
