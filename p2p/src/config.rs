@@ -126,32 +126,41 @@ pub struct P2pConfig {
 pub enum BatchCopies {
     Off,
     /// `auto`: more than two ranks, where one batch per GPU moved 351-384 GB/s against 190-208
-    /// for a stream per peer (four H200s, a probe with no library, 2026-11-28). Two ranks keep
-    /// a lane per direction until measured.
+    /// for a stream per peer (four H200s, a probe with no library, 2026-11-28); two ranks too
+    /// unless a group's own-block copies exceed [`TWO_RANK_BATCH_LOCAL_MAX`].
     #[default]
-    MoreThanTwo,
-    /// Any number of ranks: with two, a group's push and own block go as one driver call
-    /// instead of a fork, two copies and a join (3 driver calls where a lane per direction
-    /// takes 13, in the cuda-ipc simulation).
+    Auto,
+    /// Any number of ranks, whatever the local copies.
     Every,
 }
+
+/// With two ranks, the most bytes of local copies (an all-gather's or all-to-all's own block,
+/// a gather's root's) a batch takes under `auto`. One batch ran its copies one after another
+/// on two H200s (`cuda/examples/ce_both_ways`, 2026-11-30: push and pull as one batch 0.51 of
+/// two streams), and a gather's root copying its own 8 MiB block as a batch of one took 7%
+/// longer than alone; batching everything ran all-gathers and all-to-alls of 16 and 64 MiB at
+/// 0.73-0.84 of a lane per direction, 4 MiB at 0.98-1.01. Batches cut host time per call
+/// (16 MiB all-gathers 19.6 -> 14.1 us, broadcasts 18.8 -> 12.3) and ran sends of 64 KiB -
+/// 16 MiB 1.07-1.23x (`MODE=batch2`, `MODE=batchgate`, docs/device-runs/2026-11-30-batch2/).
+pub const TWO_RANK_BATCH_LOCAL_MAX: usize = 2 << 20;
 
 impl BatchCopies {
     /// The setting's value: `auto` (None), 0 (off) or any other integer (every count).
     pub fn from_setting(v: Option<i64>) -> BatchCopies {
         match v {
-            None => BatchCopies::MoreThanTwo,
+            None => BatchCopies::Auto,
             Some(0) => BatchCopies::Off,
             Some(_) => BatchCopies::Every,
         }
     }
 
-    /// Whether a communicator of `n` ranks batches.
-    pub fn wants(self, n: usize) -> bool {
+    /// Whether a communicator of `n` ranks batches, and then the most bytes of local copies
+    /// a batch may hold beside transfers.
+    pub fn local_max(self, n: usize) -> Option<usize> {
         match self {
-            BatchCopies::Off => false,
-            BatchCopies::MoreThanTwo => n > 2,
-            BatchCopies::Every => true,
+            BatchCopies::Off => None,
+            BatchCopies::Auto if n == 2 => Some(TWO_RANK_BATCH_LOCAL_MAX),
+            BatchCopies::Auto | BatchCopies::Every => Some(usize::MAX),
         }
     }
 }
@@ -281,13 +290,18 @@ mod tests {
         assert_eq!(c.ll_reduce_for(2), LL_AREA_MAX);
     }
 
-    /// `auto` batches with more than two ranks, 0 never, any other number with two as well.
+    /// `auto` batches any group with more than two ranks and, with two, a group whose own
+    /// blocks beside its transfers stay small; 0 never; any other number everything.
     #[test]
     fn batch_copies_follow_the_setting_and_the_rank_count() {
-        let wants = |v, n| BatchCopies::from_setting(v).wants(n);
-        assert_eq!((wants(None, 2), wants(None, 3)), (false, true));
-        assert_eq!((wants(Some(0), 2), wants(Some(0), 8)), (false, false));
-        assert_eq!((wants(Some(1), 2), wants(Some(1), 8)), (true, true));
-        assert_eq!(P2pConfig::default().batch_copies, BatchCopies::MoreThanTwo);
+        let max = |v, n| BatchCopies::from_setting(v).local_max(n);
+        assert_eq!(max(None, 2), Some(TWO_RANK_BATCH_LOCAL_MAX));
+        assert_eq!(max(None, 3), Some(usize::MAX));
+        assert_eq!((max(Some(0), 2), max(Some(0), 8)), (None, None));
+        assert_eq!(
+            (max(Some(1), 2), max(Some(1), 8)),
+            (Some(usize::MAX), Some(usize::MAX))
+        );
+        assert_eq!(P2pConfig::default().batch_copies, BatchCopies::Auto);
     }
 }

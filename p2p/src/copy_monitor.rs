@@ -9,7 +9,7 @@
 //! A record therefore gives a copy's true rate, and the byte counts are the sampled copies'. The host sees an event pass only when it looks (at the communicator's
 //! next group, and at its end), so the completion is stamped then and the post that interval
 //! before it: windows see each copy's real rate, placed late by at most the gap between two
-//! groups. A batch of copies (`CCL_IPC_BATCH_COPIES`, more than two ranks) is timed as one,
+//! groups. A batch of copies (`CCL_IPC_BATCH_COPIES`) is timed as one,
 //! each peer's copy recorded with its own bytes over the batch's interval: the copies run side
 //! by side, so the records add up to the batch's rate. Local copies, copies inside kernels
 //! (`CCL_IPC_COPY_KERNEL`, mailed sends) and copies the peer's GPU makes for this rank are not

@@ -307,7 +307,7 @@ impl Device for CudaDevice<'_> {
     }
 
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
-        if !self.batches_copies(lane) {
+        if !self.batches_copies(lane, 0) {
             return device::copy_one_by_one(self, lane, copies);
         }
         let s = self.stream(lane)?;
@@ -328,8 +328,9 @@ impl Device for CudaDevice<'_> {
         Ok(())
     }
 
-    fn batches_copies(&self, lane: Lane) -> bool {
-        self.eng.batch_copies && self.stream(lane).is_ok_and(|s| s.batches_copies())
+    fn batches_copies(&self, lane: Lane, local_bytes: usize) -> bool {
+        self.eng.batch_copies.is_some_and(|max| local_bytes <= max)
+            && self.stream(lane).is_ok_and(|s| s.batches_copies())
     }
 
     fn annotate(&mut self, peer: Option<usize>) {

@@ -252,10 +252,12 @@ pub(crate) trait Device {
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         copy_one_by_one(self, lane, copies)
     }
-    /// Whether [`Device::copy_batch`] on `lane` is a real batch: the copies run side by side
-    /// (otherwise they would run one after another, where one lane per copy runs them at once).
-    fn batches_copies(&self, lane: Lane) -> bool {
-        let _ = lane;
+    /// Whether [`Device::copy_batch`] on `lane` is a real batch worth taking for copies of
+    /// which `local_bytes` stay within this GPU: the driver takes them in one call, but a
+    /// large local copy ran slower in a batch than alone (where the driver copies within a
+    /// GPU with a kernel) and no longer overlapped the transfers as on a lane of its own.
+    fn batches_copies(&self, lane: Lane, local_bytes: usize) -> bool {
+        let _ = (lane, local_bytes);
         false
     }
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()>;
@@ -429,8 +431,8 @@ impl Device for Batched<'_> {
         self.flush()?;
         self.inner.copies_kernel(lane, copies)
     }
-    fn batches_copies(&self, lane: Lane) -> bool {
-        self.inner.batches_copies(lane)
+    fn batches_copies(&self, lane: Lane, local_bytes: usize) -> bool {
+        self.inner.batches_copies(lane, local_bytes)
     }
     fn kernel(&mut self, lane: Lane, k: Kernel) -> Result<()> {
         self.flush()?;

@@ -538,7 +538,7 @@ impl SymPlan {
         // One piece pushes as one batch on the caller's stream where the device batches
         // (nothing to pipeline: a fork, a copy per peer and a join become one call); pieces
         // push on the peers' lanes, the next piece reducing meanwhile.
-        let batched = self.push && self.pieces == 1 && dev.batches_copies(Lane::User);
+        let batched = self.push && self.pieces == 1 && dev.batches_copies(Lane::User, 0);
         let mut batch: Vec<BatchCopy> = Vec::new();
         for p in 0..self.pieces {
             let lo = self.count * p / self.pieces;

@@ -113,9 +113,10 @@ pub struct IpcEngine {
     /// A direct transfer's second side as one wait-copy-signal kernel
     /// (`CCL_IPC_COPY_KERNEL`).
     pub(crate) copy_kernel: bool,
-    /// A group's direct copies as one `cuMemcpyBatchAsync` (`CCL_IPC_BATCH_COPIES`; more than
-    /// two ranks, see [`crate::direct::plan::Plan::end`]).
-    pub(crate) batch_copies: bool,
+    /// A group's direct copies as one `cuMemcpyBatchAsync` (`CCL_IPC_BATCH_COPIES`), and the
+    /// most bytes of local copies such a batch holds beside transfers
+    /// ([`crate::config::BatchCopies::local_max`]); None: a copy lane per peer.
+    pub(crate) batch_copies: Option<usize>,
     pub(crate) _flags: DeviceBuffer,
     /// This rank's receive area in its GPU memory: the staged protocol's slots, or in host-only
     /// mode (whose slots are in host memory) their mirror and the partners' inputs of captured

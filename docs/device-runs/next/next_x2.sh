@@ -117,6 +117,9 @@
 #                  probe .dev/ce_both_ways (no library), host time per call (-C 1) at 16 MiB, then
 #                  the nine ops 256 KiB - 1 GiB eager beside NCCL (direct reductions of one piece
 #                  push as a batch too): default, b1 (batched), nwb1 (batched, no push wait)
+#   MODE=batchgate two ranks' batches under auto (.dev/new: batched unless a group's own blocks
+#                  beside its transfers exceed 2 MiB) against .dev/base (a lane per direction):
+#                  host time per call at 16 MiB, then nine ops 64 KiB - 1 GiB eager, REPS=2
 #   MODE=round     the two-GPU regression round (tests/gpu/device_round.sh on .dev)
 #   MODE=eager     eager sends (CCL_IPC_EAGER_SEND=1) against the push wait, one build, beside
 #                  NCCL: six ops 8 B - 1 GiB, then Megatron tp2-sp and pp2-1f1b (needs .whl);
@@ -230,6 +233,13 @@ case ${MODE:-hostcost} in
     timeout -s KILL 200 .dev/gpu_backend_test --test-threads=1 > "$O/gpu_backend_test.log" 2>&1
     echo "gpu_backend_test: exit $?"; grep -E "^test |test result|panicked" "$O/gpu_backend_test.log"
     MODE=p2pbig LIMIT=180 bash "$0" ;;
+  batchgate)
+    OUT=$O/bhc LIBS="nccl base=.dev/base new=.dev/new" NGPU=2 SIZES="16M" \
+      timeout 150 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
+    grep -v "^  rank" "$O/bhc/host_cost.md" | grep -A30 "host us per call"
+    OPS="sendrecv all_gather alltoall broadcast gather scatter all_reduce reduce_scatter reduce" \
+      EXTRA="-b 64K -e 1G -f 4 -n 20 -w 5" LIBS="nccl base=.dev/base new=.dev/new" REPS=2 \
+      LIMIT=300 ab batchgate nccl "base new new/base" ;;
   batch2)
     timeout 60 .dev/ce_both_ways 2>&1 | tee "$O/bothways.md"
     export ENVS_batch="NCCL_DEBUG=INFO CCL_IPC_BATCH_COPIES=1" ENVS_b1=CCL_IPC_BATCH_COPIES=1

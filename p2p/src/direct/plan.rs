@@ -434,17 +434,19 @@ impl Plan {
     /// batches there, and every copy is a plain one of ours (no host-path share either way,
     /// no mailed send, no pull run on the peer's GPU, no wait-copy-signal kernel). A plan
     /// whose only copy is the rank's own block (a gather's root whose peers push) batches
-    /// too: one call instead of a fork, the copy and a join.
+    /// too: one call instead of a fork, the copy and a join; local copies only as far as the
+    /// device takes them ([`Device::batches_copies`]).
     fn batchable(&self, dev: &dyn Device) -> bool {
         let plain = |t: &Transfer| match t.role {
             Role::First => t.host.is_none(),
             Role::Second { .. } => t.host.is_none() && (t.outgoing || t.there.is_none()),
             Role::Mailed { .. } => false,
         };
+        let local = self.beside.iter().map(|&(_, _, bytes)| bytes).sum();
         (self.transfers.iter().any(|t| t.role.copies()) || !self.beside.is_empty())
             && self.transfers.iter().all(plain)
             && !dev.copy_signal_is_kernel(CopyOf::Transfer)
-            && dev.batches_copies(Lane::User)
+            && dev.batches_copies(Lane::User, local)
     }
 
     /// [`Plan::copies`] as one batch on the caller's stream: a wait for every peer whose buffer

@@ -152,9 +152,9 @@ pub(super) fn build(
         a.ll_exchange_max,
     )?;
     let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
-    let wants_batch = cfg.batch_copies.wants(n);
-    let batch_copies = wants_batch && local.ctx.driver().batch_copy().is_some();
-    if wants_batch && !batch_copies {
+    let wants_batch = cfg.batch_copies.local_max(n);
+    let batch_copies = wants_batch.filter(|_| local.ctx.driver().batch_copy().is_some());
+    if wants_batch.is_some() && batch_copies.is_none() {
         tracing::info!("rank {rank}: the driver has no cuMemcpyBatchAsync: a copy lane per peer");
     }
     // Host-only never pauses the host path at a power limit: it is the only way for the bytes.

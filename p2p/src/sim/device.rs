@@ -34,8 +34,9 @@ pub(super) struct SimDevice {
     /// ([`Device::handshake_kernel`]) rather than as flag waits and writes.
     pub(super) handshake_kernel: bool,
     /// [`Device::copy_batch`] is a batch (its copies queued last first: a batch has no
-    /// order), and how many batches were queued.
-    pub(super) batch_copies: bool,
+    /// order) for local copies of at most this many bytes beside transfers, and how many
+    /// batches were queued.
+    pub(super) batch_copies: Option<usize>,
     pub(super) batches: usize,
     /// Where in `order` the copies queued inside those batches stand (each an operation
     /// here, not a driver call).
@@ -59,7 +60,7 @@ impl SimDevice {
             events: 0,
             fused_registers: None,
             handshake_kernel: false,
-            batch_copies: false,
+            batch_copies: None,
             batches: 0,
             batched: HashSet::new(),
             copy_kernel: false,
@@ -119,8 +120,8 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
-    fn batches_copies(&self, _lane: Lane) -> bool {
-        self.batch_copies
+    fn batches_copies(&self, _lane: Lane, local_bytes: usize) -> bool {
+        self.batch_copies.is_some_and(|max| local_bytes <= max)
     }
     fn copy_batch(&mut self, lane: Lane, copies: &[BatchCopy]) -> Result<()> {
         self.batches += 1;

@@ -752,13 +752,14 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
 }
 
 /// Every rank posted before any queues (seeds 6 and 12 differ only in batching): driver calls
-/// per rank on a lane per peer and direction against one batch. An out-of-place all-gather or
+/// per rank on a lane per peer and direction against one batch (18 as 12, its batches limited). An out-of-place all-gather or
 /// all-to-all takes 13 against 3 with two ranks (its "here", a fork and a join of two lanes,
 /// the push's arrival wait, copy and "done" on its lane, the own block's copy beside, the wait
 /// for the peer's push; batched, the flag operations before and after the batch go as one
 /// call each), 25 and 49 with four and eight, and still 3 batched; a send/receive ring 9
 /// against 3; a gather 7 against 3 on every rank (the root's own block alone batches too).
-/// All exact.
+/// With a local-copy limit below the own block (seed 18, as `auto` has with two ranks) the
+/// exchanges and the gather's root keep their lanes and the rest still batches. All exact.
 #[test]
 fn batches_take_three_driver_calls_at_any_rank_count() {
     for (n, exchange_on_lanes) in [(2, 13), (4, 25), (8, 49)] {
@@ -785,6 +786,15 @@ fn batches_take_three_driver_calls_at_any_rank_count() {
             };
             assert_eq!(calls(6), vec![lanes; n], "n {n} {kind:?} on lanes");
             assert_eq!(calls(12), vec![3; n], "n {n} {kind:?} batched");
+            let own_block = 4096 * 4;
+            assert!(own_block > SIM_BATCH_LOCAL_MAX);
+            let limited = |r: usize| match kind {
+                Kind::Coll(Collective::AllGather | Collective::AlltoAll) => lanes,
+                Kind::Coll(Collective::Gather { root }) if r == root => lanes,
+                _ => 3,
+            };
+            let want: Vec<usize> = (0..n).map(limited).collect();
+            assert_eq!(calls(18), want, "n {n} {kind:?} limited");
         }
     }
 }

@@ -376,6 +376,10 @@ pub(super) fn bounce_base(rank: usize) -> u64 {
 
 pub(super) const BOUNCE: usize = 1 << 20;
 
+/// The local-copy limit of batches with seeds 3 mod 5 (as two ranks' `auto` has one): the
+/// cases' own blocks fall on both sides of it.
+pub(super) const SIM_BATCH_LOCAL_MAX: usize = 8 << 10;
+
 /// The host side of direct transfers in the simulation: every rank's rendezvous inbox, and
 /// address ranges a peer may not map (they go through the bounce buffer).
 pub(super) struct DirectSim {
@@ -515,10 +519,16 @@ fn simulate_full(
     let layouts = s.layouts();
     place_inputs(&mut mem, cases, n);
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
-    // Batched copies: with seeds 2, 3 mod 5 on every rank, 4 mod 5 on odd ranks (a batching
-    // rank and a per-lane one pair up through the same words).
+    // Batched copies: with seeds 2, 3 mod 5 on every rank (3: local copies of at most
+    // SIM_BATCH_LOCAL_MAX beside transfers), 4 mod 5 on odd ranks (a batching rank and a
+    // per-lane one pair up through the same words).
     for (r, d) in devs.iter_mut().enumerate() {
-        d.batch_copies = matches!(seed % 5, 2 | 3) || (seed % 5 == 4 && r % 2 == 1);
+        d.batch_copies = match seed % 5 {
+            2 => Some(usize::MAX),
+            3 => Some(SIM_BATCH_LOCAL_MAX),
+            4 if r % 2 == 1 => Some(usize::MAX),
+            _ => None,
+        };
     }
     let mut counters: Vec<Counters> = (0..n).map(|_| Counters::new(n, s.rx_lanes)).collect();
     // Each case's groups per rank: one, or a relayed broadcast's phases (queued by every rank
