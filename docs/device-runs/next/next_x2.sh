@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: kernels (the point-to-point kernel's first GPU run), batch2, round,
-# then sweep and graphs on the build that keeps the winners, megatron last.
+# Order for the next calls: bothipc, graphs (-G 5 on the build with two-rank batches), megatron
+# with ROUNDS=2 and NCCL beside (tp2-sp 1.32 in one run on 2026-12-01), reduceab, graphbig,
+# zerosm; on four GPUs tests/gpu/device_x4.sh first.
 #   MODE=hostcost  host time per call (nccl-tests -C 1) beside NCCL, with libccl's phase lines
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
@@ -117,6 +118,14 @@
 #                  probe .dev/ce_both_ways (no library), host time per call (-C 1) at 16 MiB, then
 #                  the nine ops 256 KiB - 1 GiB eager beside NCCL (direct reductions of one piece
 #                  push as a batch too): default, b1 (batched), nwb1 (batched, no push wait)
+#   MODE=bothipc   whether one process moves both directions at full speed through CUDA IPC
+#                  mappings (tests/gpu/ipc_bench.c under mpirun: "rank 0 pushes and pulls" on
+#                  two streams against "push, both ranks"): the probe with no library did in one
+#                  process (docs/device-runs/2026-11-30-batch2/batch2/bothways.md, later-lanes
+#                  0.99), while libccl's no-wait mode (the later rank pushes and pulls on two
+#                  lanes) ran sendrecv, all_gather, alltoall at 0.51-0.68 of the push wait from
+#                  16 MiB (nw/); then the no-wait mode again at 64 and 256 MiB, with its
+#                  NCCL_DEBUG=INFO phase lines (which rank copied what, on which lane)
 #   MODE=batchgate two ranks' batches under auto (.dev/new: batched unless a group's own blocks
 #                  beside its transfers exceed 2 MiB) against .dev/base (a lane per direction):
 #                  host time per call at 16 MiB, then nine ops 64 KiB - 1 GiB eager, REPS=2
@@ -233,6 +242,14 @@ case ${MODE:-hostcost} in
     timeout -s KILL 200 .dev/gpu_backend_test --test-threads=1 > "$O/gpu_backend_test.log" 2>&1
     echo "gpu_backend_test: exit $?"; grep -E "^test |test result|panicked" "$O/gpu_backend_test.log"
     MODE=p2pbig LIMIT=180 bash "$0" ;;
+  bothipc)
+    mpicc -O2 tests/gpu/ipc_bench.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart \
+      -o /tmp/ipc_bench && timeout 60 mpirun --allow-run-as-root --bind-to none -np 2 /tmp/ipc_bench \
+      2>&1 | tee "$O/ipc_bench.txt"
+    export ENVS_nw="CCL_IPC_PUSH_WAIT_US=0 CCL_IPC_PUSH_WAIT_BUSY_US=0 CCL_IPC_EXCHANGE_WAIT_US=0 CCL_IPC_DIRECT_REDUCE_TAKEOVER_US=0"
+    export ENVS_nwdbg="$ENVS_nw NCCL_DEBUG=INFO"
+    OPS="sendrecv all_gather" EXTRA="-b 64M -e 256M -f 4 -n 20 -w 5" \
+      LIBS="nccl new=.dev/new nw=.dev/new nwdbg=.dev/new" LIMIT=120 ab bothipc nccl "nw/new nwdbg/new" ;;
   batchgate)
     OUT=$O/bhc LIBS="nccl base=.dev/base new=.dev/new" NGPU=2 SIZES="16M" \
       timeout 150 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
