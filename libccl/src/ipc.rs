@@ -54,6 +54,7 @@ pub fn config() -> P2pConfig {
         bcast_relay_chunk_bytes: CCL_IPC_BCAST_RELAY_CHUNK_BYTES.get_i64(),
         remote_copy: CCL_IPC_REMOTE_COPY.get_bool(),
         batch_copies: BatchCopies::from_setting(CCL_IPC_BATCH_COPIES.get_auto_i64()),
+        batch_local_max: CCL_IPC_BATCH_LOCAL_MAX_BYTES.get_auto_i64(),
         remote_copy_min_bytes: CCL_IPC_REMOTE_COPY_MIN_BYTES.get_i64(),
         local_copy_lanes: CCL_IPC_LOCAL_COPY_LANES.get_i64(),
         push_wait_us: CCL_IPC_PUSH_WAIT_US.get_i64(),

@@ -75,6 +75,9 @@ pub struct P2pConfig {
     /// `CCL_IPC_BATCH_COPIES`: which communicators queue a group's direct copies as one
     /// driver batch.
     pub batch_copies: BatchCopies,
+    /// `CCL_IPC_BATCH_LOCAL_MAX_BYTES` (None: `auto`): the most bytes of local copies a batch
+    /// holds ([`BatchCopies::local_max`]).
+    pub batch_local_max: Option<i64>,
     /// `CCL_IPC_LOCAL_COPY_LANES`.
     pub local_copy_lanes: i64,
     /// `CCL_IPC_PUSH_WAIT_US`, `_BUSY_US`, `_MIN_BYTES`, `_ADAPT`, `CCL_IPC_EXCHANGE_WAIT_US`:
@@ -130,7 +133,8 @@ pub enum BatchCopies {
     /// unless a group's own-block copies exceed [`TWO_RANK_BATCH_LOCAL_MAX`].
     #[default]
     Auto,
-    /// Any number of ranks, whatever the local copies.
+    /// Any number of ranks, local copies of any size (unless `CCL_IPC_BATCH_LOCAL_MAX_BYTES`
+    /// says otherwise).
     Every,
 }
 
@@ -155,13 +159,16 @@ impl BatchCopies {
     }
 
     /// Whether a communicator of `n` ranks batches, and then the most bytes of local copies
-    /// a batch may hold beside transfers.
-    pub fn local_max(self, n: usize) -> Option<usize> {
-        match self {
-            BatchCopies::Off => None,
-            BatchCopies::Auto if n == 2 => Some(TWO_RANK_BATCH_LOCAL_MAX),
-            BatchCopies::Auto | BatchCopies::Every => Some(usize::MAX),
-        }
+    /// a batch may hold: `set` (`CCL_IPC_BATCH_LOCAL_MAX_BYTES`, negative as 0) or, left
+    /// `auto`, [`TWO_RANK_BATCH_LOCAL_MAX`] with two ranks under `auto` and no limit otherwise
+    /// (more than two ranks are not yet measured with a limit).
+    pub fn local_max(self, n: usize, set: Option<i64>) -> Option<usize> {
+        let auto = match self {
+            BatchCopies::Off => return None,
+            BatchCopies::Auto if n == 2 => TWO_RANK_BATCH_LOCAL_MAX,
+            BatchCopies::Auto | BatchCopies::Every => usize::MAX,
+        };
+        Some(set.map_or(auto, |v| usize::try_from(v).unwrap_or(0)))
     }
 }
 
@@ -294,7 +301,7 @@ mod tests {
     /// blocks beside its transfers stay small; 0 never; any other number everything.
     #[test]
     fn batch_copies_follow_the_setting_and_the_rank_count() {
-        let max = |v, n| BatchCopies::from_setting(v).local_max(n);
+        let max = |v, n| BatchCopies::from_setting(v).local_max(n, None);
         assert_eq!(max(None, 2), Some(TWO_RANK_BATCH_LOCAL_MAX));
         assert_eq!(max(None, 3), Some(usize::MAX));
         assert_eq!((max(Some(0), 2), max(Some(0), 8)), (None, None));
@@ -303,5 +310,15 @@ mod tests {
             (Some(usize::MAX), Some(usize::MAX))
         );
         assert_eq!(P2pConfig::default().batch_copies, BatchCopies::Auto);
+        // An explicit limit holds at any count, for either mode that batches.
+        let auto = BatchCopies::Auto;
+        assert_eq!(auto.local_max(4, Some(2 << 20)), Some(2 << 20));
+        assert_eq!(auto.local_max(2, Some(0)), Some(0));
+        assert_eq!(auto.local_max(2, Some(-5)), Some(0));
+        assert_eq!(
+            BatchCopies::Every.local_max(8, Some(1 << 20)),
+            Some(1 << 20)
+        );
+        assert_eq!(BatchCopies::Off.local_max(2, Some(1 << 20)), None);
     }
 }

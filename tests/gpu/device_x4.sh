@@ -6,7 +6,8 @@
 #                beside NVIDIA NCCL and beside "lanes" (the same library with
 #                CCL_IPC_BATCH_COPIES=0: a copy lane per peer instead of one driver batch per
 #                rank), ratio table, verdict and plot by ccl-report; NCCL's own copy-engine
-#                collectives (nccl-tests -R 2 -x 2) for all-gather and all-to-all
+#                collectives (nccl-tests -R 2 -x 2) for all-gather and all-to-all; batches
+#                without own blocks over 2 MiB (CCL_IPC_BATCH_LOCAL_MAX_BYTES) against the default
 #   PART=sweep   issue 41's criterion: nine ops 8 B - 1 GiB (x2) beside NCCL, verdict and plot
 #   PART=ll      the low-latency all-reduce in one and two shots and up to 2 MiB, eager, then
 #                six ops 8 B - 4 MiB in CUDA graphs (-G 10) in one and two shots
@@ -33,10 +34,16 @@ case ${PART:-main} in
     report ab nccl ccl --verdict --plot "$OUT/nccl-tests-x4.png" --plot "$OUT/nccl-tests-x4.svg" \
       --caption "libccl / NCCL, nccl-tests on $NGPU GPUs"
     report ab ccl lanes
+    # Own blocks over 2 MiB out of the batch, as two ranks do by default (a batch ran its
+    # copies one after another on two H200s, 2026-11-30).
+    OUT=$OUT/loc OPS="all_gather alltoall gather" EXTRA="-b 1M -e 512M -f 4" LIBS="ccl=$LIB local2=$LIB" \
+      ENVS_local2=CCL_IPC_BATCH_LOCAL_MAX_BYTES=2097152 NGPU=$NGPU timeout 100 \
+      bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report loc ccl local2
     OUT=$OUT/ce OPS="all_gather alltoall" EXTRA="-R 2 -x 2 -b 64M -e 1G -f 4" LIBS="nccl" NGPU=$NGPU \
       timeout 100 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     grep -haE "^ +[0-9]{8,}" "$OUT"/ce/nccltests/*.log | head -20
-    pack ab; pack ce ;;
+    pack ab; pack ce; pack loc ;;
   sweep)
     OUT=$OUT/sweep LIBS="nccl ccl=$LIB" NGPU=$NGPU EXTRA="-b 8 -e 1G -f 2 -n 20 -w 5" \
       timeout "${LIMIT:-540}" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1

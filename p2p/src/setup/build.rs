@@ -152,7 +152,7 @@ pub(super) fn build(
         a.ll_exchange_max,
     )?;
     let small_mismatch = Flag::new(&local.ctx).map_err(cuda_err)?;
-    let wants_batch = cfg.batch_copies.local_max(n);
+    let wants_batch = cfg.batch_copies.local_max(n, cfg.batch_local_max);
     let batch_copies = wants_batch.filter(|_| local.ctx.driver().batch_copy().is_some());
     if wants_batch.is_some() && batch_copies.is_none() {
         tracing::info!("rank {rank}: the driver has no cuMemcpyBatchAsync: a copy lane per peer");
