@@ -139,11 +139,10 @@ pub enum BatchCopies {
 }
 
 /// With two ranks, the most bytes of local copies (an all-gather's or all-to-all's own block,
-/// a gather's root's) a batch takes under `auto`. One batch ran its copies one after another
-/// on two H200s (`cuda/examples/ce_both_ways`, 2026-11-30: push and pull as one batch 0.51 of
-/// two streams), and a gather's root copying its own 8 MiB block as a batch of one took 7%
-/// longer than alone; batching everything ran all-gathers and all-to-alls of 16 and 64 MiB at
-/// 0.73-0.84 of a lane per direction, 4 MiB at 0.98-1.01. Batches cut host time per call
+/// a gather's root's) a batch takes under `auto`. On two H200s (2026-11-30) a gather's root
+/// copying its own 8 MiB block as a batch of one took 7% longer than alone, and batching
+/// everything ran all-gathers and all-to-alls of 16 and 64 MiB at 0.73-0.84 of a lane per
+/// direction (the own block no longer beside the push), 4 MiB at 0.98-1.01. Batches cut host time per call
 /// (16 MiB all-gathers 19.6 -> 14.1 us, broadcasts 18.8 -> 12.3) and ran sends of 64 KiB -
 /// 16 MiB 1.07-1.23x (`MODE=batch2`, `MODE=batchgate`, docs/device-runs/2026-11-30-batch2/).
 pub const TWO_RANK_BATCH_LOCAL_MAX: usize = 2 << 20;

@@ -34,8 +34,8 @@ case ${PART:-main} in
     report ab nccl ccl --verdict --plot "$OUT/nccl-tests-x4.png" --plot "$OUT/nccl-tests-x4.svg" \
       --caption "libccl / NCCL, nccl-tests on $NGPU GPUs"
     report ab ccl lanes
-    # Own blocks over 2 MiB out of the batch, as two ranks do by default (a batch ran its
-    # copies one after another on two H200s, 2026-11-30).
+    # Own blocks over 2 MiB out of the batch, as two ranks do by default (on two H200s an own
+    # block ran slower in a batch than beside the push on a lane of its own, 2026-11-30).
     OUT=$OUT/loc OPS="all_gather alltoall gather" EXTRA="-b 1M -e 512M -f 4" LIBS="ccl=$LIB local2=$LIB" \
       ENVS_local2=CCL_IPC_BATCH_LOCAL_MAX_BYTES=2097152 NGPU=$NGPU timeout 100 \
       bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1

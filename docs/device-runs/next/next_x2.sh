@@ -122,9 +122,11 @@
 #                  mappings (tests/gpu/ipc_bench.c under mpirun: "rank 0 pushes and pulls" on
 #                  two streams against "push, both ranks"): the probe with no library did in one
 #                  process (docs/device-runs/2026-11-30-batch2/batch2/bothways.md, later-lanes
-#                  0.99), while libccl's no-wait mode (the later rank pushes and pulls on two
-#                  lanes) ran sendrecv, all_gather, alltoall at 0.51-0.68 of the push wait from
-#                  16 MiB (nw/); then the no-wait mode again at 64 and 256 MiB, with its
+#                  0.99; but there the driver may run the "pull" on the other GPU's engine),
+#                  while libccl's no-wait mode (the later rank pushes and pulls on two lanes)
+#                  ran sendrecv, all_gather, alltoall at 0.51-0.68 of the push wait from 16 MiB
+#                  (nw/), as p2p/src/engine.rs's RemoteLanes say of a GPU pushing and pulling
+#                  (2026-11-23); then the no-wait mode again at 64 and 256 MiB, with its
 #                  NCCL_DEBUG=INFO phase lines (which rank copied what, on which lane)
 #   MODE=batchgate two ranks' batches under auto (.dev/new: batched unless a group's own blocks
 #                  beside its transfers exceed 2 MiB) against .dev/base (a lane per direction):
