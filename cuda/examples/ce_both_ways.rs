@@ -13,6 +13,12 @@
 //! * `each-batch`: each GPU's push as a one-copy batch (a batch's cost against a plain copy).
 //! * `push-only`, `pull-only`, `pull-batch`: one direction, GPU 0 pushing or GPU 1 pulling.
 //!
+//! One process holds both GPUs here, where libccl's ranks are two processes with IPC mappings:
+//! on two H200s (2026-11-30) `later-lanes` ran at 0.99 of `each-pushes` but libccl's no-wait
+//! mode at 0.51-0.68, so a copy between two GPUs of one process may run on either GPU's
+//! engines; `tests/gpu/ipc_bench.c` (`MODE=bothipc` of `docs/device-runs/next/next_x2.sh`)
+//! asks the same of two processes.
+//!
 //! `cargo build --release -p ccl-cuda --example ce_both_ways`, then on two GPUs with peer
 //! access: `BYTES=134217728 REPS=10 target/release/examples/ce_both_ways` (BYTES may list
 //! several sizes, comma-separated).
