@@ -298,7 +298,9 @@ case ${MODE:-hostcost} in
     for mb in ${MBS:-2 8}; do
       MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=${ITERS:-30} ROUNDS=${ROUNDS:-1} \
         LIBCCL=$PWD/.dev/new/libnccl.so.2 \
-        CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh 2>&1 | tail -n 12
+        CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh > "$O/mb$mb.out" 2>&1
+      # libccl's account (host time queueing, push waits) first: the logs may not come back.
+      grep -E "cuda-ipc queued|posted before" "$O/mb$mb.out" | head -n 8; tail -n 12 "$O/mb$mb.out"
     done ;;
   p2pwide)
     # Branch p2p-wide in .dev/pw: the point-to-point kernel on several blocks a side (one per
