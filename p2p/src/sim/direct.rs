@@ -726,7 +726,8 @@ fn an_eager_send_never_waits_and_the_receiver_copies_it_out_of_its_slots() {
 /// `CCL_IPC_BATCH_COPIES`: a rank's direct copies (its own block included) go as one batch
 /// on the caller's stream, queued in reverse (a batch has no order), beside ranks that still
 /// use a lane per peer; every collective stays exact under any lane order and with every
-/// queue merged into one, and batches were really queued. Two ranks as well (`1`).
+/// queue merged into one, and batches were really queued. Two ranks as well (`1`), and with
+/// a local-copy limit between the cases' own blocks.
 #[test]
 fn batched_copies_stay_exact_beside_per_lane_ranks() {
     for n in [2, 3, 4, 8] {
@@ -748,6 +749,15 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
                 .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
         }
         assert!(batches.get() > 0, "n {n}: no batch queued");
+        // Seeds 3 mod 5 batch only own blocks up to SIM_BATCH_LOCAL_MAX: blocks on both sides
+        // of it, so one rank's groups go batched and on lanes in turn.
+        let mut sized = every_case(n, 700);
+        sized.extend(every_case(n, 3000));
+        assert!(3000 * 4 > SIM_BATCH_LOCAL_MAX && 700 * 4 <= SIM_BATCH_LOCAL_MAX);
+        for (seed, merged) in [(8u64, false), (13, true), (18, false)] {
+            simulate(&s, &sized, merged, seed, None)
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged} sized: {e}"));
+        }
     }
 }
 
