@@ -66,6 +66,11 @@ pub(crate) struct Queued {
     pub(crate) queueing: QueueTimes,
     /// Peers whose receives came late (the push wait is skipped for a while).
     pub(crate) push_late: posting::Lateness,
+    /// Where small sends that a receive of their group overwrites are copied first
+    /// ([`small_p2p::SmallGroup::place_snapshots`]): the last one is in use, the ones before
+    /// it were outgrown and stay until the engine goes (a kernel queued earlier may still
+    /// read them).
+    pub(crate) snapshots: Vec<DeviceBuffer>,
 }
 
 impl Queued {
@@ -88,6 +93,21 @@ impl Queued {
             sent_staged: 0,
             sent_small: 0,
             queueing: QueueTimes::default(),
+            snapshots: Vec::new(),
+        }
+    }
+
+    /// The snapshot area, grown to at least `bytes` (doubling).
+    pub(crate) fn snapshot_area(&mut self, ctx: &Arc<Context>, bytes: usize) -> Result<u64> {
+        match self.snapshots.last() {
+            Some(b) if b.len() >= bytes => Ok(b.ptr()),
+            last => {
+                let len = bytes.max(last.map_or(0, |b| 2 * b.len()));
+                let b = DeviceBuffer::new(ctx, len).map_err(cuda_err)?;
+                let ptr = b.ptr();
+                self.snapshots.push(b);
+                Ok(ptr)
+            }
         }
     }
 }

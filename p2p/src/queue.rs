@@ -633,7 +633,18 @@ impl Queueing {
         }
         let eng = &*self.eng;
         let l = &eng.layout;
-        for launch in small_p2p::plan(&self.small, &mut q.small) {
+        let mut group = small_p2p::plan(&self.small, &mut q.small);
+        if !group.snapshots.is_empty() {
+            let base = q.snapshot_area(&eng.ctx, group.snapshot_bytes())?;
+            for (dst, src, bytes) in group.place_snapshots(base) {
+                // SAFETY: `src` is a send of this group (validated at enqueue), read here
+                // before any of the group's receives can write it; `dst` lies in the snapshot
+                // area, which no earlier group reads any more once this stream gets here
+                // (groups of this communicator run in call order).
+                unsafe { self.user[0].memcpy(dst, src, bytes) }.map_err(cuda_err)?;
+            }
+        }
+        for launch in group.launches {
             let x = &launch.x;
             q.sent_small += x.sbytes[..x.nsend as usize].iter().sum::<u64>();
             // SAFETY: the buffers hold what the tasks say (validated at enqueue), each at

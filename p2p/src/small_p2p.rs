@@ -10,7 +10,7 @@
 //! on both sides, so a send and its receive meet in the same slot whatever else either rank
 //! queues.
 
-use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS};
+use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_P2P_MAX_OPS, LL_P2P_SLOTS};
 use ccl_cuda::cuda::LlP2p;
 
 use ccl_collectives::task::{Task, TaskKind};
@@ -77,16 +77,57 @@ fn range(t: &Task, ptr: usize) -> (usize, usize) {
     )
 }
 
+/// A send whose source a receive of its group overwrites, read from a copy taken before the
+/// group's first launch: launch `launch`'s send `k`, `bytes` from `src`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    pub launch: usize,
+    pub k: usize,
+    pub src: u64,
+    pub bytes: usize,
+}
+
+/// A group's launches, and the sends they read from snapshots.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SmallGroup {
+    pub launches: Vec<Launch>,
+    pub snapshots: Vec<Snapshot>,
+}
+
+impl SmallGroup {
+    /// Bytes the snapshots take, each at an offset rounded up to 16.
+    pub fn snapshot_bytes(&self) -> usize {
+        self.snapshots
+            .iter()
+            .map(|s| s.bytes.next_multiple_of(16))
+            .sum()
+    }
+
+    /// Points the snapshotted sends at copies laid out from `base` and returns the copies to
+    /// make first, as (destination, source, bytes).
+    pub fn place_snapshots(&mut self, base: u64) -> Vec<(u64, u64, usize)> {
+        let mut at = base;
+        let mut copies = Vec::with_capacity(self.snapshots.len());
+        for s in &self.snapshots {
+            if let Some(l) = self.launches.get_mut(s.launch) {
+                l.x.src[s.k] = at;
+                copies.push((at, s.src, s.bytes));
+                at += s.bytes.next_multiple_of(16) as u64;
+            }
+        }
+        copies
+    }
+}
+
 /// The launches for a group's small sends and receives (`small`, in call order), taking their
-/// sequence numbers from `seqs`. Sends and receives go `LL_P2P_MAX_OPS` to a launch, in order;
-/// a receive whose buffer overlaps a send of the group runs in that send's launch or later,
-/// after it (in place: the send reads before the receive writes). Known limit: when both
-/// ranks of a pair send each other more than `LL_P2P_SLOTS` messages in one group and each
-/// receives an early one into the buffer of a send past the slots, each in-place receive waits
-/// for a send that waits for the other's receive's credit, for good; the health check reports
-/// it as the async error after `CCL_TIMEOUT_S` (found by review, 2026-11-30; such groups would
-/// need the overlapped sends on copy engines, a choice both ranks would have to make alike).
-pub(crate) fn plan(small: &[Task], seqs: &mut Seqs) -> Vec<Launch> {
+/// sequence numbers from `seqs`. Sends and receives go `LL_P2P_MAX_OPS` to a launch, in order.
+/// A receive whose buffer overlaps a send of the group (in place: the send reads before the
+/// receive writes) waits in its launch for that send when the send is one of the group's
+/// first `LL_P2P_SLOTS` (such a send needs no credit for a message of this group, so it ends
+/// whatever the peers' receives do); a later send in its launch or after is read from a
+/// snapshot instead. Held behind such a send, both ranks of a pair exchanging more than the
+/// slots in place could each wait for a send that waits for the other's held receive's credit.
+pub(crate) fn plan(small: &[Task], seqs: &mut Seqs) -> SmallGroup {
     let sends: Vec<&Task> = small
         .iter()
         .filter(|t| matches!(t.kind, TaskKind::Send { .. }))
@@ -96,33 +137,30 @@ pub(crate) fn plan(small: &[Task], seqs: &mut Seqs) -> Vec<Launch> {
         .filter(|t| matches!(t.kind, TaskKind::Recv { .. }))
         .collect();
     // Receives stay in call order (a pair's credit word says "consumed up to here"), filling
-    // launches from the first; one that overlaps a send starts no earlier than that send's
-    // launch and, there, waits for it.
+    // launches from the first.
     let mut recv_at: Vec<(usize, u32)> = Vec::with_capacity(recvs.len());
-    let mut filled: Vec<usize> = Vec::new();
-    let mut cur = 0;
-    for r in &recvs {
+    let mut snap = vec![false; sends.len()];
+    for (j, r) in recvs.iter().enumerate() {
+        let l = j / LL_P2P_MAX_OPS;
         let (d0, d1) = range(r, r.recv);
-        let last = sends.iter().rposition(|s| {
+        let mut after = 0;
+        for (i, s) in sends.iter().enumerate().skip(l * LL_P2P_MAX_OPS) {
             let (s0, s1) = range(s, s.send);
-            s0 < d1 && d0 < s1
-        });
-        let mut l = last.map_or(cur, |i| cur.max(i / LL_P2P_MAX_OPS));
-        while filled.get(l).is_some_and(|&c| c >= LL_P2P_MAX_OPS) {
-            l += 1;
+            if !(s0 < d1 && d0 < s1) {
+                continue;
+            }
+            if i < LL_P2P_SLOTS && i / LL_P2P_MAX_OPS == l {
+                after = after.max(i as u32 + 1);
+            } else {
+                snap[i] = true;
+            }
         }
-        if filled.len() <= l {
-            filled.resize(l + 1, 0);
-        }
-        filled[l] += 1;
-        cur = l;
-        let after = match last {
-            Some(i) if i / LL_P2P_MAX_OPS == l => (i % LL_P2P_MAX_OPS + 1) as u32,
-            _ => 0,
-        };
         recv_at.push((l, after));
     }
-    let n = sends.len().div_ceil(LL_P2P_MAX_OPS).max(filled.len());
+    let n = sends
+        .len()
+        .div_ceil(LL_P2P_MAX_OPS)
+        .max(recvs.len().div_ceil(LL_P2P_MAX_OPS));
     let mut out: Vec<Launch> = (0..n)
         .map(|_| Launch {
             x: LlP2p::default(),
@@ -157,7 +195,21 @@ pub(crate) fn plan(small: &[Task], seqs: &mut Seqs) -> Vec<Launch> {
         l.ticket_base = seqs.ticket;
         seqs.ticket = seqs.ticket.wrapping_add(l.x.nsend);
     }
-    out
+    let snapshots = sends
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| snap[i])
+        .map(|(i, s)| Snapshot {
+            launch: i / LL_P2P_MAX_OPS,
+            k: i % LL_P2P_MAX_OPS,
+            src: s.send as u64,
+            bytes: s.count * s.dtype.size(),
+        })
+        .collect();
+    SmallGroup {
+        launches: out,
+        snapshots,
+    }
 }
 
 #[cfg(test)]
@@ -195,7 +247,7 @@ mod tests {
     fn pairs_number_their_transfers_and_in_place_receives_follow_their_sends() {
         let mut s = Seqs::new(3);
         let g = [p2p(true, 1, 100, 8), p2p(false, 2, 100, 8)];
-        let l = plan(&g, &mut s);
+        let l = plan(&g, &mut s).launches;
         assert_eq!(l.len(), 1);
         assert_eq!((l[0].x.nsend, l[0].x.nrecv, l[0].ticket_base), (1, 1, 0));
         assert_eq!((l[0].x.speer[0], l[0].x.sseq[0]), (1, 1));
@@ -208,39 +260,84 @@ mod tests {
             p2p(true, 1, 200, 8),
             p2p(true, 2, 400, 8),
         ];
-        let l = plan(&g, &mut s);
+        let l = plan(&g, &mut s).launches;
         assert_eq!(l[0].ticket_base, 1);
         assert_eq!(&l[0].x.sseq[..2], &[2, 1]);
         assert_eq!((l[0].x.rseq[0], l[0].x.rafter[0]), (1, 0));
         assert_eq!(s.ticket, 3);
     }
 
-    /// More than a launch holds: sends fill launches in order; receives keep their order, a
-    /// receive overlapping a send of a later launch moves there behind it, and the receives
-    /// after it follow it there.
+    /// More than a launch holds: sends fill launches in order; receives keep their order and
+    /// their launch; a receive overlapping a send of a later launch leaves it to a snapshot.
     #[test]
-    fn big_groups_split_and_overlapping_receives_move_behind_their_sends() {
+    fn big_groups_split_and_overlapped_sends_of_later_launches_read_snapshots() {
         let m = LL_P2P_MAX_OPS;
         let mut s = Seqs::new(2);
         let mut g: Vec<Task> = (0..m + 3).map(|i| p2p(true, 1, 1000 + i * 16, 8)).collect();
         g.push(p2p(false, 1, 50_000, 8));
         g.push(p2p(false, 1, 1000 + (m + 2) * 16, 8)); // overlaps the last send
         g.push(p2p(false, 1, 60_000, 8));
-        let l = plan(&g, &mut s);
-        assert_eq!(l.len(), 2);
-        assert_eq!((l[0].x.nsend, l[1].x.nsend), (m as u32, 3));
-        assert_eq!((l[0].x.nrecv, l[1].x.nrecv), (1, 2));
-        assert_eq!((l[0].x.rseq[0], l[0].x.rafter[0]), (1, 0));
-        assert_eq!((l[1].x.rseq[0], l[1].x.rafter[0]), (2, 3));
-        assert_eq!((l[1].x.rseq[1], l[1].x.rafter[1]), (3, 0));
-        assert_eq!((l[0].ticket_base, l[1].ticket_base), (0, m as u32));
-        assert_eq!(l[1].x.sseq[2], m as u32 + 3);
+        let mut l = plan(&g, &mut s);
+        assert_eq!(l.launches.len(), 2);
+        let x = |l: &SmallGroup, i: usize| l.launches[i].x;
+        assert_eq!((x(&l, 0).nsend, x(&l, 1).nsend), (m as u32, 3));
+        assert_eq!((x(&l, 0).nrecv, x(&l, 1).nrecv), (3, 0));
+        assert_eq!(&x(&l, 0).rseq[..3], &[1, 2, 3]);
+        assert_eq!(&x(&l, 0).rafter[..3], &[0, 0, 0]);
+        let snap = Snapshot {
+            launch: 1,
+            k: 2,
+            src: 1000 + (m as u64 + 2) * 16,
+            bytes: 8,
+        };
+        assert_eq!(l.snapshots, vec![snap]);
+        assert_eq!(l.snapshot_bytes(), 16);
+        assert_eq!(l.place_snapshots(7 << 20), vec![(7 << 20, snap.src, 8)]);
+        assert_eq!(x(&l, 1).src[2], 7 << 20);
+        assert_eq!(
+            (l.launches[0].ticket_base, l.launches[1].ticket_base),
+            (0, m as u32)
+        );
+        assert_eq!(x(&l, 1).sseq[2], m as u32 + 3);
         // Receives beyond a launch's room spill into the next, in order.
         let g: Vec<Task> = (0..m + 1)
             .map(|i| p2p(false, 1, 90_000 + i * 8, 8))
             .collect();
         let l = plan(&g, &mut s);
-        assert_eq!((l.len(), l[0].x.nrecv, l[1].x.nrecv), (2, m as u32, 1));
-        assert_eq!(l[1].x.rseq[0], 3 + m as u32 + 1);
+        assert_eq!(l.launches.len(), 2);
+        assert_eq!((x(&l, 0).nrecv, x(&l, 1).nrecv), (m as u32, 1));
+        assert_eq!(x(&l, 1).rseq[0], 3 + m as u32 + 1);
+    }
+
+    /// Both ranks of a pair sending each other more than the slots in place (each receiving
+    /// early messages into the buffers of sends past the slots) could each hold a receive
+    /// behind a send that waits for the other's held receive's credit: a receive waits only
+    /// for one of the group's first `LL_P2P_SLOTS` sends and every later one it overlaps goes
+    /// from a snapshot. The same group on both ranks (a symmetric exchange).
+    #[test]
+    fn in_place_receives_wait_only_for_sends_that_need_no_credit() {
+        let k = LL_P2P_SLOTS + 4;
+        let mut s = Seqs::new(2);
+        let mut g: Vec<Task> = (0..k).map(|i| p2p(true, 1, 4096 * i, 64)).collect();
+        // The first receive lands in send 9's buffer, the second in send 2's, the third in
+        // sends 5 to 11's (a wide one).
+        g.push(p2p(false, 1, 4096 * (LL_P2P_SLOTS + 1), 64));
+        g.push(p2p(false, 1, 4096 * 2, 64));
+        g.push(p2p(false, 1, 4096 * 5, 4096 * 6 + 64));
+        let l = plan(&g, &mut s);
+        assert_eq!(l.launches.len(), 1);
+        let x = l.launches[0].x;
+        assert_eq!(&x.rafter[..3], &[0, 3, LL_P2P_SLOTS as u32]);
+        let snapped: Vec<usize> = l.snapshots.iter().map(|s| s.k).collect();
+        assert_eq!(
+            snapped,
+            vec![
+                LL_P2P_SLOTS,
+                LL_P2P_SLOTS + 1,
+                LL_P2P_SLOTS + 2,
+                LL_P2P_SLOTS + 3
+            ]
+        );
+        assert!(l.snapshots.iter().all(|s| s.launch == 0 && s.bytes == 64));
     }
 }

@@ -753,7 +753,7 @@ fn batched_copies_stay_exact_beside_per_lane_ranks() {
         // of it, so one rank's groups go batched and on lanes in turn.
         let mut sized = every_case(n, 700);
         sized.extend(every_case(n, 3000));
-        assert!(3000 * 4 > SIM_BATCH_LOCAL_MAX && 700 * 4 <= SIM_BATCH_LOCAL_MAX);
+        const { assert!(3000 * 4 > SIM_BATCH_LOCAL_MAX && 700 * 4 <= SIM_BATCH_LOCAL_MAX) };
         for (seed, merged) in [(8u64, false), (13, true), (18, false)] {
             simulate(&s, &sized, merged, seed, None)
                 .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged} sized: {e}"));
