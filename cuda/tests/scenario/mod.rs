@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses its own part
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use ccl_cuda::cuda::source::LL_P2P_MAX_OPS;
+use ccl_cuda::cuda::source::{LL_P2P_MAX_OPS, LL_P2P_SLOTS};
 use ccl_cuda::cuda::LlP2p;
 
 /// A tiny deterministic generator (xorshift), so a schedule is the same every run.
@@ -22,7 +22,9 @@ impl Xs {
 /// Random point-to-point traffic: `n` ranks, `rounds` rounds; in each round every rank sends
 /// 0..=`per_pair` messages of 0..=40 KiB to every other rank (one launch per rank and round:
 /// its sends, then its receives in source order), and with probability 1/4 its first receive
-/// lands in the buffer its first send reads (in place, held back by the ticket). A last
+/// lands in the buffer one of its first `LL_P2P_SLOTS` sends reads (in place, held back by the
+/// ticket until that send and every one before it have read: those need no credit from the
+/// round's receives, which is why the library holds receives for no later send). A last
 /// launch pair sends 8 bytes from rank 0 to a receive of 16 on rank 1 (a size mismatch) into
 /// the probe buffer. Each message has a `SLOT`-byte place in its rank's send or receive
 /// buffer, so what lands next to a message is checked too.
@@ -33,7 +35,8 @@ pub struct P2pTraffic {
     most: usize,
     /// sizes[k][r][p]: the messages r sends p in round k.
     sizes: Vec<Vec<Vec<Vec<usize>>>>,
-    in_place: Vec<Vec<bool>>,
+    /// in_place[k][r]: the send whose buffer r's first receive of round k lands in.
+    in_place: Vec<Vec<Option<usize>>>,
 }
 
 /// Bytes of a message's place: runs of up to 5 KiB per block, every split and tail, in
@@ -58,7 +61,7 @@ impl P2pTraffic {
                 .map(|_| rng.below(SLOT as u64 + 1) as usize)
                 .collect()
         };
-        let sizes = (0..rounds)
+        let sizes: Vec<Vec<Vec<Vec<usize>>>> = (0..rounds)
             .map(|_| {
                 (0..n)
                     .map(|r| (0..n).map(|p| pair(r, p)).collect())
@@ -66,7 +69,15 @@ impl P2pTraffic {
             })
             .collect();
         let in_place = (0..rounds)
-            .map(|_| (0..n).map(|_| rng.below(4) == 0).collect())
+            .map(|k| {
+                (0..n)
+                    .map(|r| {
+                        let sends: usize = sizes[k][r].iter().map(Vec::len).sum();
+                        let target = rng.below(LL_P2P_SLOTS as u64) as usize;
+                        (rng.below(4) == 0 && sends > 0).then(|| target.min(sends - 1))
+                    })
+                    .collect()
+            })
             .collect();
         P2pTraffic {
             n,
@@ -98,11 +109,9 @@ impl P2pTraffic {
 
     /// Where receive `j` of rank `r` in round `k` lands: (in the send buffer?, offset).
     fn land(&self, k: usize, r: usize, j: usize) -> (bool, usize) {
-        let sends_any = self.sizes[k][r].iter().any(|v| !v.is_empty());
-        if self.in_place[k][r] && j == 0 && sends_any {
-            (true, self.at(k, 0))
-        } else {
-            (false, self.at(k, j))
+        match self.in_place[k][r] {
+            Some(m) if j == 0 => (true, self.at(k, m)),
+            _ => (false, self.at(k, j)),
         }
     }
 
@@ -133,7 +142,11 @@ impl P2pTraffic {
                         received[r][p] += 1;
                         let (into_send, off) = self.land(k, r, j);
                         x.dst[j] = off as u64 + if into_send { send[r] } else { recv[r] };
-                        x.rafter[j] = into_send as u32;
+                        // In place: after the send of that buffer (and those before it).
+                        x.rafter[j] = match self.in_place[k][r] {
+                            Some(m) if into_send => m as u32 + 1,
+                            _ => 0,
+                        };
                         (x.rbytes[j], x.rpeer[j], x.rseq[j]) = (b as u64, p as u32, received[r][p]);
                         x.nrecv += 1;
                     }
