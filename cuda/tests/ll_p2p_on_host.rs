@@ -100,7 +100,12 @@ fn run_ll_p2p_on_host(so: &Path, n: usize, rounds: usize, per_pair: usize, seed:
         // Threads still spin on the areas, the buffers and the library's code: unwinding must
         // not free them under the threads (a crash instead of this message).
         std::mem::forget((sendbuf, recvbuf, areas, table, lib));
-        panic!("n {n} seed {seed:#x}: a rank's launches did not finish (deadlock in the kernel's protocol?)");
+        assert!(
+            finished,
+            "n {n} seed {seed:#x}: a rank's launches did not finish (deadlock in the kernel's \
+             protocol?)"
+        );
+        return;
     }
     traffic.check(&sendbuf, &recvbuf, &probe, err);
     // The buffers the kernels wrote through raw addresses live to here.
