@@ -134,7 +134,7 @@ pub struct IpcEngine {
     /// (`CCL_IPC_COPY_KERNEL`).
     pub(crate) copy_kernel: bool,
     /// A group's direct copies as one `cuMemcpyBatchAsync` (`CCL_IPC_BATCH_COPIES`), and the
-    /// most bytes of local copies such a batch holds beside transfers
+    /// most bytes of local copies such a batch holds
     /// ([`crate::config::BatchCopies::local_max`]); None: a copy lane per peer.
     pub(crate) batch_copies: Option<usize>,
     pub(crate) _flags: DeviceBuffer,
