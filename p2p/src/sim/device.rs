@@ -34,7 +34,7 @@ pub(super) struct SimDevice {
     /// ([`Device::handshake_kernel`]) rather than as flag waits and writes.
     pub(super) handshake_kernel: bool,
     /// [`Device::copy_batch`] is a batch (its copies queued last first: a batch has no
-    /// order) for local copies of at most this many bytes beside transfers, and how many
+    /// order) for local copies of at most this many bytes, and how many
     /// batches were queued.
     pub(super) batch_copies: Option<usize>,
     pub(super) batches: usize,

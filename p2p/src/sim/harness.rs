@@ -520,7 +520,7 @@ fn simulate_full(
     place_inputs(&mut mem, cases, n);
     let mut devs: Vec<SimDevice> = (0..n).map(|_| SimDevice::new()).collect();
     // Batched copies: with seeds 2, 3 mod 5 on every rank (3: local copies of at most
-    // SIM_BATCH_LOCAL_MAX beside transfers), 4 mod 5 on odd ranks (a batching rank and a
+    // SIM_BATCH_LOCAL_MAX), 4 mod 5 on odd ranks (a batching rank and a
     // per-lane one pair up through the same words).
     for (r, d) in devs.iter_mut().enumerate() {
         d.batch_copies = match seed % 5 {
