@@ -4,8 +4,9 @@
 # init compared with NVIDIA NCCL (bit for bit with 2 ranks; sums within tolerance with more,
 # see torch_compare.py), then busbw/latency beside NCCL. Everything under $OUT; summary.md at
 # the end (libccl measured with direct transfers on and off). Env: NGPU (N, default 2),
-# PERF_OPS, PERF_SIZES, MPI_PERF_OPS. two_comms.c, peer_dies.c, mismatch.c and reuse.c are
-# two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is; abort_recovers.c
+# PERF_OPS, PERF_SIZES, MPI_PERF_OPS. two_comms.c, peer_dies.c, mismatch.c, reuse.c and
+# inplace_small.c are two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is;
+# abort_recovers.c
 # runs three ranks over the GPUs there are.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -46,6 +47,13 @@ grep -E "PASS|FAIL" "$L/reuse.log" | tee -a "$S"; grep -h "straight between user
   -np 2 -x NCCL_DEBUG -x NCCL_CUMEM_ENABLE /tmp/reuse > "$L/reuse_vmm.log" 2>&1
 grep -E "PASS|FAIL" "$L/reuse_vmm.log" | sed 's/^/NCCL_CUMEM_ENABLE=1 /' | tee -a "$S"
 grep -h "straight between user buffers\|no CUDA VMM\|take file descriptor" "$L/reuse_vmm.log" | sed 's/.*rank/reuse vmm: rank/' | head -n 4 | tee -a "$S"
+# Small sends past the point-to-point kernel's slots received in place (snapshots, holds).
+mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/inplace_small.c -L "$CCL" \
+  -Wl,-rpath,"$CCL" -l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+  -lcudart -o /tmp/inplace_small >> "$L/two_comms.build.log" 2>&1 && timeout -s KILL 60 \
+  mpirun --allow-run-as-root --bind-to none -np 2 /tmp/inplace_small > "$L/inplace_small.log" 2>&1
+echo "inplace_small exit $?" >> "$L/inplace_small.log"
+grep -E "PASS|FAIL|exit" "$L/inplace_small.log" | tee -a "$S"
 # Two communicators in one group on one stream, their handles in opposite orders on the two
 # ranks, on cuda-ipc and staged; staged against a rank calling them one by one.
 mpicc -O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include tests/gpu/group_comm_order.c -L "$CCL" \
