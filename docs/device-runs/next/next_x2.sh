@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: bothipc, graphs (-G 5 on the build with two-rank batches), megatron
-# with ROUNDS=2 and NCCL beside (tp2-sp 1.32 in one run on 2026-12-01), reduceab, graphbig,
-# zerosm; on four GPUs tests/gpu/device_x4.sh first.
+# Order for the next calls: round (first GPU run of the in-place snapshots, inplace_small.c, and
+# of sends to 128 KiB on the kernel under PyTorch), bothipc, graphs (-G 5 on the build with
+# two-rank batches), megatron with ROUNDS=2 and NCCL beside (tp2-sp 1.32 in one run on
+# 2026-12-01), reduceab, graphbig, zerosm; on four GPUs tests/gpu/device_x4.sh first.
 #   MODE=hostcost  host time per call (nccl-tests -C 1) beside NCCL, with libccl's phase lines
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
