@@ -295,9 +295,11 @@ case ${MODE:-hostcost} in
     cat "$O/sweep.md"; cd "$O" && tar czf sweep-logs.tgz sweep && rm -rf sweep ;;
   megatron)
     # MBS="2" ROUNDS=2 ITERS=20: one micro-batch, both libraries twice interleaved (single
-    # runs of one configuration moved 10-20% between calls, for both libraries).
+    # runs of one configuration moved 10-20% between calls, for both libraries). MLIBS="nccl
+    # ccl ccl-b" with CCL_ENV_B (exported) adds a run of other settings; CONFIGS narrows.
     for mb in ${MBS:-2 8}; do
-      MICRO_BATCH=$mb LIBS="nccl ccl" CONFIGS="tp2-sp pp2-1f1b" ITERS=${ITERS:-30} ROUNDS=${ROUNDS:-1} \
+      MICRO_BATCH=$mb LIBS="${MLIBS:-nccl ccl}" CONFIGS="${CONFIGS:-tp2-sp pp2-1f1b}" \
+        ITERS=${ITERS:-30} ROUNDS=${ROUNDS:-1} \
         LIBCCL=$PWD/.dev/new/libnccl.so.2 \
         CCL_ENV=NCCL_DEBUG=INFO OUT=$O/mb$mb bash tests/megatron/run.sh > "$O/mb$mb.out" 2>&1
       # libccl's account (host time queueing, push waits) first: the logs may not come back.
