@@ -6,7 +6,8 @@ Run under torchrun with 2 ranks (the library under test is chosen outside, by LD
 
 For each collective (sendrecv, alltoall, all_gather; nccl-tests byte counts: sendrecv 256 MiB
 sent by every rank, alltoall 256 MiB in and out, all_gather 256 MiB of output; also
-all_gather_inplace, and raw_push -- copies with no library, see Coll -- on request) it measures
+all_gather_inplace, reduce_scatter (nccl-tests' size: the whole input), and raw_push --
+copies with no library, see Coll -- on request) it measures
   (a) the GEMM loop alone on a compute stream (ms per GEMM, TFLOP/s),
   (b) the collective loop alone on a comm stream (busbw GB/s, nccl-tests formulas),
   (c) both loops at once, each sized to run OVERLAP_SECONDS at its rate alone and enqueued
@@ -149,9 +150,20 @@ class Coll:
             def fn():
                 dist.all_gather_into_tensor(self.recv, self.send)
 
+        elif name == "reduce_scatter":
+            # nccl-tests' size is the whole input (every rank's part), as for all_gather's output.
+            per = n // world
+            self.send = torch.full((per * world,), float(rank + 1), dtype=dt, device=dev)
+            self.recv = torch.empty(per, dtype=dt, device=dev)
+            self.bytes, self.factor = per * world * 2, (world - 1) / world
+
+            def fn():
+                dist.reduce_scatter_tensor(self.recv, self.send)
+
         else:
             raise ValueError(
-                f"unknown collective {name!r} (sendrecv, alltoall, all_gather, all_gather_inplace, raw_push)"
+                f"unknown collective {name!r} (sendrecv, alltoall, all_gather, all_gather_inplace, "
+                "reduce_scatter, raw_push)"
             )
         self.fn = fn
 

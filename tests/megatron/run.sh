@@ -147,6 +147,36 @@ cfg_args() {
 }
 MODEL="--iters $ITERS --layers 8 --hidden 2048 --heads 16 --seq ${SEQ:-1024} --micro-batch ${MICRO_BATCH:-8} --num-micro 8 --vocab 32000"
 
+# The GPUs' clocks and power over a run, sampled every 250 ms in the background: runs of one
+# configuration moved 10-25% between calls and within one (NVIDIA NCCL 306.9 then 362.8 ms,
+# 2026-12-01), so each run's line says whether its GPUs ran slower.
+smi_start() { # file
+    nvidia-smi --query-gpu=index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,noheader,nounits -lms 250 >"$1" 2>/dev/null &
+    SMI_PID=$!
+}
+smi_stop() { # file -> "sm MHz mean (min), W mean, C max, share of samples held by a limit"
+    kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null
+    python3 - "$1" <<'PY'
+import sys
+rows = []
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        rows.append((float(f[1]), float(f[2]), float(f[3]), int(f[4], 16)))
+    except (IndexError, ValueError):
+        pass
+busy = [r for r in rows if r[1] > 150] or rows  # the training part, not start-up
+if busy:
+    sm = [r[0] for r in busy]
+    # Limits that slow the clock: power and thermal caps (software and hardware), not idle.
+    held = sum(1 for r in busy if r[3] & 0xEC)
+    print("gpus: sm %.0f MHz mean (min %.0f), %.0f W mean, %.0f C max, %d%% of samples at a limit"
+          % (sum(sm) / len(sm), min(sm), sum(r[1] for r in busy) / len(busy),
+             max(r[2] for r in busy), 100 * held // len(busy)))
+PY
+}
+
 run_one() { # config library
     local cfg=$1 lib=$2 log=$LOGDIR/$1.$2.log args rc t0 left t
     args=$(cfg_args "$cfg") || { log "unknown configuration $cfg (or not for NPROC=$NPROC)"; return; }
@@ -160,6 +190,7 @@ run_one() { # config library
     fi
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
+    smi_start "$log.smi"
     # timeout signals its whole process group: torchrun and every worker.
     local kind=${lib%.r[0-9]*}
     if [[ $kind == ccl || $kind == ccl-b || $kind == ccl-c ]]; then
@@ -183,6 +214,9 @@ run_one() { # config library
         rc=$?
     fi
     echo "{\"tag\": \"$cfg/$lib\", \"event\": \"exit\", \"rc\": $rc, \"wall_s\": $((SECONDS - t0))}" >>"$log"
+    local gpus
+    gpus=$(smi_stop "$log.smi")
+    [[ -n $gpus ]] && log "$cfg/$lib: $gpus"
     local summary
     summary=$(grep -o '{"tag": "[^"]*", "event": "summary"[^}]*}' "$log" | tail -1)
     if [[ -n $summary ]]; then

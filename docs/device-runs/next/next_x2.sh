@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: round (first GPU run of the in-place snapshots, inplace_small.c, and
-# of sends to 128 KiB on the kernel under PyTorch), bothipc, graphs (-G 5 on the build with
-# two-rank batches), megatron with ROUNDS=2 and NCCL beside (tp2-sp 1.32 in one run on
-# 2026-12-01), reduceab, graphbig, zerosm; on four GPUs tests/gpu/device_x4.sh first.
+# Order for the next calls: megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
+# itself moved 18% between two runs on 2026-12-01), graphbig (captured alltoall and gather at
+# 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep; then tests/gpu/ctx_push.cu's push2 on two
+# GPUs (nvcc it on the machine); on four GPUs tests/gpu/device_x4.sh first.
+#   MODE=quick     the regression round's checks and PyTorch only (QUICK=1 device_round.sh)
+#   MODE=doneword  a group's end as a stream write into pinned memory (.dev/new of such a
+#                  build) against the event record (.dev/prev) and no record (.dev/noev), beside
+#                  NCCL; MODE=doneone the same on one H200 under MPS (libccl only), with
+#                  two_comms.c and group_comm_order.c (docs/device-runs/2026-12-01-x2/doneword/)
+#   MODE=smallops  eager small all_reduce / scatter / gather: .dev/noev and one block per 64 KiB
+#   MODE=tpoverlap tp2-sp's 8 MiB all-gather and reduce-scatter beside a bf16 GEMM of 2048,
+#                  CUDA_DEVICE_MAX_CONNECTIONS=1: 32 blocks, 8 blocks, copy engines, NCCL
 #   MODE=hostcost  host time per call (nccl-tests -C 1) beside NCCL, with libccl's phase lines
 #                  (below 1 MiB a call's time is its host time: on b16f48c all-reduces took
 #                  6.8-7.4 us, broadcasts 10.0-10.7 and reduce-scatters 9.1-9.8 against NCCL's
@@ -253,6 +261,58 @@ case ${MODE:-hostcost} in
     export ENVS_nwdbg="$ENVS_nw NCCL_DEBUG=INFO"
     OPS="sendrecv all_gather" EXTRA="-b 64M -e 256M -f 4 -n 20 -w 5" \
       LIBS="nccl new=.dev/new nw=.dev/new nwdbg=.dev/new" LIMIT=120 ab bothipc nccl "nw/new nwdbg/new" ;;
+  doneword)
+    # A group's end as a stream write of its number into pinned memory (.dev/new) against the
+    # event record (.dev/prev) and against no record (.dev/noev, every 64th group): eager
+    # small operations and host time per call (-C 1) beside NCCL.
+    OPS="all_reduce scatter sendrecv" EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10" LIMIT=140 \
+      LIBS="nccl prev=.dev/prev new=.dev/new noev=.dev/noev" ab doneword nccl "prev new noev new/prev"
+    OPS="all_reduce scatter sendrecv" EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10 -C 1" LIMIT=120 \
+      LIBS="nccl prev=.dev/prev new=.dev/new noev=.dev/noev" ab donewordC nccl "prev new noev new/prev" ;;
+  doneone)
+    # MODE=doneword where only one H200 is lent: two ranks on GPU 0 under MPS (libccl only:
+    # NVIDIA NCCL refuses two ranks on one GPU), host time per call (-C 1) and eager, then the
+    # stream and communicator switches of two_comms.c and group_comm_order.c on that GPU.
+    MPS=1; source tests/gpu/mps.sh; export NCCL_TESTS_DEVICE=0
+    # NB=1: also .dev/nb (the write without its memory barrier).
+    libs="prev=.dev/prev new=.dev/new noev=.dev/noev${NB:+ nb=.dev/nb}"
+    OPS=${DONE_OPS:-all_reduce scatter sendrecv} EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10 -C 1" \
+      LIMIT=110 LIBS=$libs ab doneoneC prev "new noev new/noev${NB:+ nb nb/new}"
+    OPS=${DONE_OPS:-all_reduce scatter sendrecv} EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10" LIMIT=110 \
+      LIBS=$libs ab doneone prev "new noev new/noev${NB:+ nb nb/new}"
+    [ "${SKIP_CHECKS:-0}" = 1 ] && exit 0
+    inc="-O2 -std=gnu11 -I ffi/include -I /usr/local/cuda/include -L $PWD/.dev -Wl,-rpath,$PWD/.dev"
+    cuda="-l:libnccl.so.2 -L /usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 -lcudart"
+    gcc $inc tests/gpu/two_comms.c $cuda -lpthread -o /tmp/two_comms &&
+      TWO_COMMS_ONE_GPU=1 timeout -s KILL 90 /tmp/two_comms 5000 2>&1 | grep -E "PASS|FAIL|SKIP"
+    mpicc $inc tests/gpu/group_comm_order.c $cuda -o /tmp/group_comm_order &&
+      for x in CCL_IPC_DISABLE=0 CCL_IPC_DISABLE=1; do
+        timeout -s KILL 90 mpirun --allow-run-as-root --bind-to none -np 2 -x ONE_GPU=1 -x $x \
+          -x CUDA_MPS_PIPE_DIRECTORY /tmp/group_comm_order 2>&1 | grep -E "PASS|FAIL" | head -n 3
+      done ;;
+  smallops)
+    # Eager small operations (all_reduce 8 B - 128 KiB 0.64-0.92 of NCCL, scatter 0.78-0.94,
+    # where captured they run 1.5-1.7x): with the communicator's completion event recorded
+    # only every 64th group (.dev/noev, an experiment build), and with one block per 64 KiB
+    # (bb) against the default 32 blocks; eager, then host time per call (-C 1).
+    export ENVS_bb=CCL_IPC_LL_BLOCK_BYTES=65536
+    OPS="all_reduce scatter gather" EXTRA="-b 8 -e 256K -f 4 -n 50 -w 10" LIMIT=150 \
+      LIBS="nccl new=.dev/new noev=.dev/noev bb=.dev/new" ab smallops nccl "new noev bb noev/new bb/new"
+    OPS="all_reduce scatter" EXTRA="-b 8 -e 256K -f 4 -n 50 -w 10 -C 1" LIMIT=100 \
+      LIBS="nccl new=.dev/new noev=.dev/noev bb=.dev/new" ab smallopsC nccl "new noev bb" ;;
+  tpoverlap)
+    # Megatron tp2-sp's collectives (8 MiB all-gathers and reduce-scatters, on the kernels)
+    # beside a bf16 GEMM of 2048 (tests/gpu/overlap.py) under CUDA_DEVICE_MAX_CONNECTIONS=1:
+    # what each costs the GEMM with 32 blocks (the default), 8 (ccl8), copy engines (cce).
+    for v in nccl ccl "ccl8:CCL_IPC_LL_BLOCK_BYTES=524288" \
+      "cce:CCL_IPC_LL_EXCHANGE_BYTES=0 CCL_IPC_LL_BYTES=1048576"; do
+      name=${v%%:*} vars=""; [ "$name" = "$v" ] || vars=${v#*:}
+      pre=""; [ "$name" = nccl ] || pre=LD_PRELOAD=$PWD/.dev/new/libnccl.so.2
+      env CUDA_DEVICE_MAX_CONNECTIONS=1 OVERLAP_BYTES=${OVERLAP_BYTES:-8388608} OVERLAP_GEMM_N=2048 \
+        OVERLAP_SECONDS=1 OVERLAP_COLLS="all_gather reduce_scatter" $pre $vars timeout 150 \
+        python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/overlap.py "$name" 2>&1 |
+        grep -E "^OVERLAP|Error|error" | head -n 6 | tee -a "$O/tpoverlap.txt"
+    done ;;
   batchgate)
     OUT=$O/bhc LIBS="nccl base=.dev/base new=.dev/new" NGPU=2 SIZES="16M" \
       timeout 150 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
@@ -463,4 +523,5 @@ case ${MODE:-hostcost} in
       BYTES=268435456 CHUNK=$c SLOTS=$sl LANES=$ln timeout 60 /tmp/slot_chunks
     done 2>&1 | tee "$O/slotchunks.txt" ;;
   round) OUT=$O NGPU=2 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
+  quick) OUT=$O NGPU=2 QUICK=1 bash tests/gpu/device_round.sh > /dev/null 2>&1; cat "$O/summary.md" ;;
 esac
