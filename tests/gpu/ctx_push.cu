@@ -15,10 +15,13 @@
 //   bandwidth a 256 MiB copy within GPU 0 from each context, alone, and the second context's
 //             beside a kernel of the first filling every SM for 20 ms (a copy within one GPU
 //             is a driver kernel: two contexts' kernels take turns, so this shows the slices)
-//   push2     with two GPUs: GPU 0's second context pushes 0 -> 1 while GPU 1 pushes 1 -> 0
-//             (each GPU pushing its own data, as two ranks would), then the same beside a
-//             20 ms kernel of GPU 0's own context (a copy engine's copy: does it run meanwhile?)
+//   push2     with two GPUs: "late" with the destination on GPU 1 (the case of a send: a
+//             copy engine's push to a peer); then GPU 0's second context pushes 0 -> 1 while
+//             GPU 1 pushes 1 -> 0 (each GPU pushing its own data, as two ranks would), then
+//             the same beside a 20 ms kernel of GPU 0's own context (does the copy engine's
+//             copy run meanwhile?)
 //
+// SKIP_LOCAL=1 goes straight to push2 (on one H200 "late" within the GPU hung, 2026-12-01).
 // nvcc -O2 -arch=sm_90 -o ctx_push ctx_push.cu -lcuda && ./ctx_push [LATE_MS [same]]
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -71,16 +74,51 @@ static CUcontext second_context(int dev) {
   return c;
 }
 
-static double copy_ms(CUcontext ctx, CUstream s, void *dst, void *src, size_t bytes) {
+// One copy on `s` of context `ctx`, its time in ms.
+static double timed_copy(CUcontext ctx, CUstream s, void *dst, void *src, size_t bytes) {
   CU(cuCtxPushCurrent(ctx));
-  CU(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, s));
-  CU(cuStreamSynchronize(s));
   double t0 = now();
   CU(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, s));
   CU(cuStreamSynchronize(s));
   double ms = (now() - t0) * 1e3;
   CU(cuCtxPopCurrent(NULL));
   return ms;
+}
+
+// The second of two copies (the first warms up).
+static double copy_ms(CUcontext ctx, CUstream s, void *dst, void *src, size_t bytes) {
+  timed_copy(ctx, s, dst, src, bytes);
+  return timed_copy(ctx, s, dst, src, bytes);
+}
+
+// One late push: the caller's stream produces `src` (GPU 0), says "ready", waits for "done"
+// and checks `dst`; LATE_MS later the host queues on `lane` of context `lctx`: wait for
+// "ready", the copy to `dst`, "done".
+struct late { cudaStream_t user; unsigned *src, *wrong; size_t n; CUdeviceptr ready, done; int ms; };
+static void late_round(const struct late *l, unsigned round, const char *what, CUcontext lctx,
+                       CUstream lane, unsigned *dst) {
+  phase = "late";
+  alarm(20);
+  size_t bytes = l->n * 4;
+  CK(cudaMemsetAsync(dst, 0, bytes, l->user));
+  CK(cudaMemsetAsync(l->wrong, 0, 4, l->user));
+  double t0 = now();
+  fill<<<264, 512, 0, l->user>>>(l->src, l->n, round, 2000000);
+  CU(cuStreamWriteValue32((CUstream)l->user, l->ready, round, 0));
+  CU(cuStreamWaitValue32((CUstream)l->user, l->done, round, CU_STREAM_WAIT_VALUE_GEQ));
+  check<<<264, 512, 0, l->user>>>(dst, l->n, round, l->wrong);
+  double queued = (now() - t0) * 1e3;
+  usleep(l->ms * 1000);
+  CU(cuCtxPushCurrent(lctx));
+  CU(cuStreamWaitValue32(lane, l->ready, round, CU_STREAM_WAIT_VALUE_GEQ));
+  CU(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)l->src, bytes, lane));
+  CU(cuStreamWriteValue32(lane, l->done, round, 0));
+  CU(cuCtxPopCurrent(NULL));
+  CK(cudaStreamSynchronize(l->user));
+  unsigned w = 0;
+  CK(cudaMemcpy(&w, l->wrong, 4, cudaMemcpyDeviceToHost));
+  printf("late round %u%s: caller queued in %.3f ms, ended after %.1f ms, %u wrong words\n",
+         round, what, queued, (now() - t0) * 1e3, w);
 }
 
 int main(int argc, char **argv) {
@@ -125,52 +163,32 @@ int main(int argc, char **argv) {
     CU(cuStreamCreate(&late, CU_STREAM_NON_BLOCKING));
   }
 
-  for (unsigned round = 1; round <= 3; round++) {
-    phase = "late";
-    alarm(20);
-    CK(cudaMemsetAsync(dst, 0, bytes, user));
-    CK(cudaMemsetAsync(wrong, 0, 4, user));
-    double t0 = now();
-    fill<<<264, 512, 0, user>>>(src, n, round, 2000000);
-    CU(cuStreamWriteValue32((CUstream)user, ready, round, 0));
-    CU(cuStreamWaitValue32((CUstream)user, done, round, CU_STREAM_WAIT_VALUE_GEQ));
-    check<<<264, 512, 0, user>>>(dst, n, round, wrong);
-    double queued = (now() - t0) * 1e3;
-    usleep(late_ms * 1000);
-    CU(cuCtxPushCurrent(late_ctx));
-    CU(cuStreamWaitValue32(late, ready, round, CU_STREAM_WAIT_VALUE_GEQ));
-    CU(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, late));
-    CU(cuStreamWriteValue32(late, done, round, 0));
-    CU(cuCtxPopCurrent(NULL));
-    CK(cudaStreamSynchronize(user));
-    unsigned w = 0;
-    CK(cudaMemcpy(&w, wrong, 4, cudaMemcpyDeviceToHost));
-    printf("late round %u%s: caller queued in %.3f ms, ended after %.1f ms, %u wrong words\n",
-           round, same ? " (a stream of the caller's context)" : "", queued, (now() - t0) * 1e3, w);
-  }
+  struct late l = {user, src, wrong, n, ready, done, late_ms};
+  // SKIP_LOCAL=1: straight to push2 (a copy within GPU 0 from the second context never ran
+  // behind the caller's wait on one H200, 2026-12-01).
+  int local = !getenv("SKIP_LOCAL");
+  for (unsigned round = 1; local && round <= 3; round++)
+    late_round(&l, round, same ? " (a stream of the caller's context)" : "", late_ctx, late, dst);
   if (same) return 0;
 
   phase = "bandwidth";
   alarm(20);
   CUcontext prim;
   CU(cuCtxGetCurrent(&prim));
-  printf("bandwidth: 256 MiB on GPU 0 from the caller's context %.1f GB/s, from the second %.1f GB/s\n",
-         bytes / copy_ms(prim, (CUstream)user, dst, src, bytes) / 1e6,
-         bytes / copy_ms(second, lane, dst, src, bytes) / 1e6);
-  // Beside a kernel filling every SM for 20 ms (the fill's spin), the second context's copy.
-  CK(cudaStreamSynchronize(user));
-  double t0 = now();
-  fill<<<132 * 4, 512, 0, user>>>(src, 1024, 7, 20000000);
-  usleep(1000);
-  CU(cuCtxPushCurrent(second));
-  double c0 = now();
-  CU(cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, bytes, lane));
-  CU(cuStreamSynchronize(lane));
-  double copy = (now() - c0) * 1e3;
-  CU(cuCtxPopCurrent(NULL));
-  CK(cudaStreamSynchronize(user));
-  printf("beside a 20 ms kernel of the caller's context: the second context's 256 MiB copy took "
-         "%.2f ms (kernel and copy together %.1f ms)\n", copy, (now() - t0) * 1e3);
+  if (local) {
+    printf("bandwidth: 256 MiB on GPU 0 from the caller's context %.1f GB/s, from the second %.1f GB/s\n",
+           bytes / copy_ms(prim, (CUstream)user, dst, src, bytes) / 1e6,
+           bytes / copy_ms(second, lane, dst, src, bytes) / 1e6);
+    // Beside a kernel filling every SM for 20 ms (the fill's spin), the second context's copy.
+    CK(cudaStreamSynchronize(user));
+    double t0 = now();
+    fill<<<132 * 4, 512, 0, user>>>(src, 1024, 7, 20000000);
+    usleep(1000);
+    double copy = timed_copy(second, lane, dst, src, bytes);
+    CK(cudaStreamSynchronize(user));
+    printf("beside a 20 ms kernel of the caller's context: the second context's 256 MiB copy took "
+           "%.2f ms (kernel and copy together %.1f ms)\n", copy, (now() - t0) * 1e3);
+  }
 
   if (ngpu >= 2) {
     // Each GPU pushes its own: 0 -> 1 from GPU 0's second context, 1 -> 0 from GPU 1.
@@ -187,6 +205,9 @@ int main(int argc, char **argv) {
     CU(cuCtxPushCurrent(second));
     CU(cuCtxEnablePeerAccess(p1, 0));
     CU(cuCtxPopCurrent(NULL));
+    // The late push into GPU 1 (a copy engine's, as a send's would be).
+    for (unsigned round = 4; round <= 6; round++)
+      late_round(&l, round, " (into GPU 1)", second, lane, a1);
     phase = "push2";
     for (int rep = 0; rep < 3; rep++) {
       alarm(20);
