@@ -3,8 +3,12 @@
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
 # Order for the next calls: megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
 # itself moved 18% between two runs on 2026-12-01), graphbig (captured alltoall and gather at
-# 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep; then tests/gpu/ctx_push.cu's push2 on two
-# GPUs (nvcc it on the machine); on four GPUs tests/gpu/device_x4.sh first.
+# 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep, ctxpush; on four GPUs tests/gpu/device_x4.sh
+# first.
+#   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
+#                  the sender's GPU push late into the peer while the caller's stream waits
+#                  (no host wait, each GPU pushing its own), with and without
+#                  CUDA_DEVICE_MAX_CONNECTIONS=1; a second context costs 523.6 MiB
 #   MODE=quick     the regression round's checks and PyTorch only (QUICK=1 device_round.sh)
 #   MODE=doneword  a group's end as a stream write into pinned memory (.dev/new of such a
 #                  build) against the event record (.dev/prev) and no record (.dev/noev), beside
@@ -269,6 +273,10 @@ case ${MODE:-hostcost} in
       LIBS="nccl prev=.dev/prev new=.dev/new noev=.dev/noev" ab doneword nccl "prev new noev new/prev"
     OPS="all_reduce scatter sendrecv" EXTRA="-b 8 -e 128K -f 4 -n 50 -w 10 -C 1" LIMIT=120 \
       LIBS="nccl prev=.dev/prev new=.dev/new noev=.dev/noev" ab donewordC nccl "prev new noev new/prev" ;;
+  ctxpush)
+    nvcc -O2 -arch=sm_90 -o /tmp/ctx_push tests/gpu/ctx_push.cu -lcuda > "$O/ctx_push.build.log" 2>&1
+    SKIP_LOCAL=1 timeout 120 /tmp/ctx_push 5 2>&1 | tee "$O/ctx_push.txt"
+    CUDA_DEVICE_MAX_CONNECTIONS=1 SKIP_LOCAL=1 timeout 120 /tmp/ctx_push 5 2>&1 | tee -a "$O/ctx_push.txt" ;;
   doneone)
     # MODE=doneword where only one H200 is lent: two ranks on GPU 0 under MPS (libccl only:
     # NVIDIA NCCL refuses two ranks on one GPU), host time per call (-C 1) and eager, then the
