@@ -209,6 +209,17 @@ def library_of(lib):
     return (root, int(r)) if dot and r.isdigit() else (lib, 1)
 
 
+def paired_ratios(runs, base_runs):
+    """Each round's median over the baseline's in the same round: the machine drifts by tens
+    of percent between runs (NVIDIA NCCL 306.9 then 362.8 ms, 2026-12-01), so a library that
+    is slower in every round is told apart from one that drew the slow slot once."""
+    pairs = [r.median_ms() / b.median_ms() for r, b in zip(runs, base_runs)
+             if r.median_ms() and b.median_ms()]
+    if len(pairs) < 2:
+        return ""
+    return "; by round " + ", ".join(f"{p:.3f}" for p in pairs)
+
+
 def compare(base, other, pp_limit, tp_limit, mode="bitwise", rtol=1e-3, pooled=False):
     """Returns (row dict, list of failure strings)."""
     fails = []
@@ -368,6 +379,7 @@ def main():
                     ratio = m / b
                     ok = ratio <= limit
                     line += f", ratio {ratio:.3f} (limit <= {limit:.2f}) {'PASS' if ok else 'FAIL'}"
+                    line += paired_ratios(rs, rounds.get(a.baseline, []))
                     # NCCL's own repeats inform; only libccl's ratio decides.
                     if not lib.startswith("nccl"):
                         all_ok &= ok
