@@ -4,9 +4,10 @@
 # init compared with NVIDIA NCCL (bit for bit with 2 ranks; sums within tolerance with more,
 # see torch_compare.py), then busbw/latency beside NCCL. Everything under $OUT; summary.md at
 # the end (libccl measured with direct transfers on and off). Env: NGPU (N, default 2),
-# PERF_OPS, PERF_SIZES, MPI_PERF_OPS, QUICK=1 (the checks and PyTorch only). two_comms.c, peer_dies.c, mismatch.c, reuse.c and
-# inplace_small.c are two-GPU / two-rank tests by design and use GPUs 0 and 1 whatever NGPU is;
-# abort_recovers.c runs three ranks over the GPUs there are.
+# PERF_OPS, PERF_SIZES, MPI_PERF_OPS, QUICK=1 (the checks and PyTorch only). two_comms.c,
+# peer_dies.c, mismatch.c, reuse.c and inplace_small.c are two-GPU / two-rank tests by design
+# and use GPUs 0 and 1 whatever NGPU is; abort_recovers.c runs three ranks over the GPUs there
+# are.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CCL=$PWD/.dev; OUT=${OUT:-/tmp/out}; L=$OUT/logs; mkdir -p "$L"

@@ -190,7 +190,8 @@ run_one() { # config library
     fi
     log "$cfg/$lib: train_gpt.py $args (timeout ${t}s)"
     t0=$SECONDS
-    smi_start "$log.smi"
+    # (the samples stay out of $OUT: the device returns a limited number of files)
+    smi_start "/tmp/megatron-smi.$$"
     # timeout signals its whole process group: torchrun and every worker.
     local kind=${lib%.r[0-9]*}
     if [[ $kind == ccl || $kind == ccl-b || $kind == ccl-c ]]; then
@@ -215,7 +216,8 @@ run_one() { # config library
     fi
     echo "{\"tag\": \"$cfg/$lib\", \"event\": \"exit\", \"rc\": $rc, \"wall_s\": $((SECONDS - t0))}" >>"$log"
     local gpus
-    gpus=$(smi_stop "$log.smi")
+    gpus=$(smi_stop "/tmp/megatron-smi.$$")
+    rm -f "/tmp/megatron-smi.$$"
     [[ -n $gpus ]] && log "$cfg/$lib: $gpus"
     local summary
     summary=$(grep -o '{"tag": "[^"]*", "event": "summary"[^}]*}' "$log" | tail -1)
