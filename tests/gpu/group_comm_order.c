@@ -41,6 +41,18 @@ static void watchdog(int sig) {
     }                                                                                   \
   } while (0)
 
+/* A CUDA call that failed (under MPS on one GPU a client's allocation can), named as such
+ * rather than passed on as a NULL buffer. */
+#define CHECK_CUDA(x)                                                                   \
+  do {                                                                                  \
+    cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                            \
+      fprintf(stderr, "FAIL group_comm_order: rank %d: %s: %s\n", rank, #x,            \
+              cudaGetErrorString(e_));                                                  \
+      MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
+    }                                                                                   \
+  } while (0)
+
 /* Counts the elements of `d` that are not `want`, printing the first (which check, size,
  * round, index, value) and the span of the wrong ones. */
 static long count_wrong(const char *what, int k, const float *d, size_t n,
@@ -143,12 +155,12 @@ int main(int argc, char **argv) {
   for (int z = 0; z < 2; z++) {
     size_t n = sizes[z];
     float *ar[2], *ag_in, *ag_out, *tx, *rx;
-    cudaMalloc((void **)&ar[0], n * sizeof(float));
-    cudaMalloc((void **)&ar[1], n * sizeof(float));
-    cudaMalloc((void **)&ag_in, n * sizeof(float));
-    cudaMalloc((void **)&ag_out, nranks * n * sizeof(float));
-    cudaMalloc((void **)&tx, n * sizeof(float));
-    cudaMalloc((void **)&rx, n * sizeof(float));
+    CHECK_CUDA(cudaMalloc((void **)&ar[0], n * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&ar[1], n * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&ag_in, n * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&ag_out, nranks * n * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&tx, n * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&rx, n * sizeof(float)));
     for (int k = 0; k < rounds; k++) {
       for (int c = 0; c < 2; c++) {
         struct fill_in f = {c, rank, k};
