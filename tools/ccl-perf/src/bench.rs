@@ -127,10 +127,142 @@ pub struct Bench<'a> {
     prefixes: RefCell<gen::Prefixes>,
 }
 
+/// This process's rank among the processes, and their number.
+fn process_rank(kind: LaunchKind, mpi: Option<&Mpi>) -> Result<(usize, usize)> {
+    match kind {
+        LaunchKind::Single => Ok((0, 1)),
+        LaunchKind::Mpi => match mpi {
+            Some(m) => Ok((m.rank, m.size)),
+            None => Err(Error("MPI launch without MPI".into())),
+        },
+        LaunchKind::Manual => {
+            let r = env_usize(&["CCL_RANK"]).ok_or_else(|| Error("bad CCL_RANK".into()))?;
+            let n = env_usize(&["CCL_NRANKS"]).ok_or_else(|| Error("bad CCL_NRANKS".into()))?;
+            if n == 0 || r >= n {
+                return Err(Error(format!("CCL_RANK {r} outside CCL_NRANKS {n}")));
+            }
+            Ok((r, n))
+        }
+    }
+}
+
+/// The CUDA driver when buffers go to device memory: when a GPU is found, unless `--mem host`
+/// or libccl is told to read every buffer as host memory (GPU buffers would make it fault).
+fn cuda_for(cli: &Cli, s: &Settings) -> Result<Option<Rc<Cuda>>> {
+    let host_backend = std::env::var("CCL_DEVICE").is_ok_and(|v| v == "host");
+    if host_backend && cli.mem == "device" {
+        return Err(Error(
+            "--mem device with CCL_DEVICE=host: the library would read GPU buffers as host memory"
+                .into(),
+        ));
+    }
+    let cuda = if cli.mem == "host" || host_backend {
+        None
+    } else {
+        Cuda::load()?.map(Rc::new)
+    };
+    if s.graph > 0 && cuda.is_none() {
+        return Err(Error(
+            "-G captures CUDA graphs: it needs a usable GPU and device memory".into(),
+        ));
+    }
+    if cli.mem == "device" && cuda.is_none() {
+        return Err(Error(
+            "--mem device: no usable GPU (libcuda.so.1 / cuInit)".into(),
+        ));
+    }
+    Ok(cuda)
+}
+
+/// The `g` devices of this process: GPUs from its local rank on (round robin), or host memory.
+fn devices(cuda: Option<&Rc<Cuda>>, kind: LaunchKind, g: usize) -> Result<Vec<Device>> {
+    let local = match kind {
+        LaunchKind::Single => 0,
+        LaunchKind::Mpi => env_usize(&[
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "MPI_LOCALRANKID",
+            "PMI_LOCAL_RANK",
+            "SLURM_LOCALID",
+        ])
+        .unwrap_or(0),
+        LaunchKind::Manual => env_usize(&["CCL_LOCAL_RANK", "CCL_RANK"]).unwrap_or(0),
+    };
+    let mut devs = Vec::with_capacity(g);
+    for j in 0..g {
+        devs.push(match cuda {
+            Some(c) => {
+                if kind == LaunchKind::Single && g > c.count {
+                    return Err(Error(format!("-g {g} but only {} GPUs", c.count)));
+                }
+                Device::cuda(c.clone(), (local * g + j) % c.count)?
+            }
+            None => Device::Host,
+        });
+    }
+    Ok(devs)
+}
+
+/// One communicator per device: `ncclCommInitAll` in one process, else `ncclCommInitRank` with
+/// the id rank 0 made (broadcast over MPI, or built from `NCCL_COMM_ID` by every process).
+fn communicators(
+    nccl: &Nccl,
+    kind: LaunchKind,
+    mpi: Option<&Mpi>,
+    devs: &[Device],
+    nranks: usize,
+    proc_rank: usize,
+) -> Result<Vec<Comm>> {
+    let g = devs.len();
+    if kind == LaunchKind::Single {
+        return nccl.init_all(g);
+    }
+    let id = match (kind, mpi) {
+        (LaunchKind::Mpi, Some(m)) => {
+            let mut id = if m.rank == 0 {
+                nccl.unique_id()?
+            } else {
+                crate::nccl::UniqueId { internal: [0; 128] }
+            };
+            m.bcast(&mut id.internal, 0)?;
+            id
+        }
+        // With NCCL_COMM_ID set the id only carries that address: every process builds the
+        // same one.
+        _ => nccl.unique_id()?,
+    };
+    let mut comms = Vec::with_capacity(g);
+    if g > 1 {
+        nccl.group_start()?;
+    }
+    for (j, d) in devs.iter().enumerate() {
+        d.make_current()?;
+        comms.push(nccl.init_rank(nranks, id, proc_rank * g + j)?);
+    }
+    if g > 1 {
+        nccl.group_end()?;
+    }
+    Ok(comms)
+}
+
+/// nccl-tests' "#  Rank .. Group .. Pid .. on host device" lines for this process's ranks.
+fn device_lines(ranks: &[Rank]) -> Vec<String> {
+    let host = hostname();
+    let pid = std::process::id();
+    ranks
+        .iter()
+        .map(|r| {
+            format!(
+                "#  Rank {:2} Group  0 Pid {pid:6} on {host:>10} {}",
+                r.rank,
+                r.dev.describe()
+            )
+        })
+        .collect()
+}
+
 impl<'a> Bench<'a> {
     /// Loads the library, learns this process's ranks and devices, makes the communicators,
-    /// streams and buffers: the steps depend on each other's results in this order (as
-    /// nccl-tests' own setup does), so they read best as one function.
+    /// streams and buffers, in that order (as nccl-tests' own setup does).
     pub fn setup(
         cli: &Cli,
         s: Settings,
@@ -139,104 +271,12 @@ impl<'a> Bench<'a> {
     ) -> Result<Bench<'a>> {
         let nccl = Nccl::load(&cli.nccl_lib)?;
         let version = nccl.version()?;
-        let (proc_rank, nprocs) = match kind {
-            LaunchKind::Single => (0, 1),
-            LaunchKind::Mpi => match mpi {
-                Some(m) => (m.rank, m.size),
-                None => return Err(Error("MPI launch without MPI".into())),
-            },
-            LaunchKind::Manual => {
-                let r = env_usize(&["CCL_RANK"]).ok_or_else(|| Error("bad CCL_RANK".into()))?;
-                let n = env_usize(&["CCL_NRANKS"]).ok_or_else(|| Error("bad CCL_NRANKS".into()))?;
-                if n == 0 || r >= n {
-                    return Err(Error(format!("CCL_RANK {r} outside CCL_NRANKS {n}")));
-                }
-                (r, n)
-            }
-        };
+        let (proc_rank, nprocs) = process_rank(kind, mpi)?;
         let g = s.ngpus;
         let nranks = nprocs * g;
-
-        // Memory: device when a GPU is found (unless --mem host, or libccl is told to read
-        // every buffer as host memory: GPU buffers would make it fault).
-        let host_backend = std::env::var("CCL_DEVICE").is_ok_and(|v| v == "host");
-        if host_backend && cli.mem == "device" {
-            return Err(Error(
-                "--mem device with CCL_DEVICE=host: the library would read GPU buffers as host memory"
-                    .into(),
-            ));
-        }
-        let cuda = if cli.mem == "host" || host_backend {
-            None
-        } else {
-            Cuda::load()?.map(Rc::new)
-        };
-        if s.graph > 0 && cuda.is_none() {
-            return Err(Error(
-                "-G captures CUDA graphs: it needs a usable GPU and device memory".into(),
-            ));
-        }
-        if cli.mem == "device" && cuda.is_none() {
-            return Err(Error(
-                "--mem device: no usable GPU (libcuda.so.1 / cuInit)".into(),
-            ));
-        }
-        let local = match kind {
-            LaunchKind::Single => 0,
-            LaunchKind::Mpi => env_usize(&[
-                "OMPI_COMM_WORLD_LOCAL_RANK",
-                "MPI_LOCALRANKID",
-                "PMI_LOCAL_RANK",
-                "SLURM_LOCALID",
-            ])
-            .unwrap_or(0),
-            LaunchKind::Manual => env_usize(&["CCL_LOCAL_RANK", "CCL_RANK"]).unwrap_or(0),
-        };
-        let mut devs = Vec::with_capacity(g);
-        for j in 0..g {
-            devs.push(match &cuda {
-                Some(c) => {
-                    if kind == LaunchKind::Single && g > c.count {
-                        return Err(Error(format!("-g {g} but only {} GPUs", c.count)));
-                    }
-                    Device::cuda(c.clone(), (local * g + j) % c.count)?
-                }
-                None => Device::Host,
-            });
-        }
-
-        // Communicators.
-        let comms = match kind {
-            LaunchKind::Single => nccl.init_all(g)?,
-            LaunchKind::Mpi | LaunchKind::Manual => {
-                let id = match (kind, mpi) {
-                    (LaunchKind::Mpi, Some(m)) => {
-                        let mut id = if m.rank == 0 {
-                            nccl.unique_id()?
-                        } else {
-                            crate::nccl::UniqueId { internal: [0; 128] }
-                        };
-                        m.bcast(&mut id.internal, 0)?;
-                        id
-                    }
-                    // With NCCL_COMM_ID set the id only carries that address: every process
-                    // builds the same one.
-                    _ => nccl.unique_id()?,
-                };
-                let mut comms = Vec::with_capacity(g);
-                if g > 1 {
-                    nccl.group_start()?;
-                }
-                for (j, d) in devs.iter().enumerate() {
-                    d.make_current()?;
-                    comms.push(nccl.init_rank(nranks, id, proc_rank * g + j)?);
-                }
-                if g > 1 {
-                    nccl.group_end()?;
-                }
-                comms
-            }
-        };
+        let cuda = cuda_for(cli, &s)?;
+        let devs = devices(cuda.as_ref(), kind, g)?;
+        let comms = communicators(&nccl, kind, mpi, &devs, nranks, proc_rank)?;
         let bytes = s.max_bytes.max(64);
         let mut ranks = Vec::with_capacity(g);
         for (j, (dev, comm)) in devs.into_iter().zip(comms).enumerate() {
@@ -257,19 +297,7 @@ impl<'a> Bench<'a> {
                 rank: want,
             });
         }
-
-        let host = hostname();
-        let pid = std::process::id();
-        let device_lines = ranks
-            .iter()
-            .map(|r| {
-                format!(
-                    "#  Rank {:2} Group  0 Pid {pid:6} on {host:>10} {}",
-                    r.rank,
-                    r.dev.describe()
-                )
-            })
-            .collect();
+        let device_lines = device_lines(&ranks);
         Ok(Bench {
             nccl,
             mpi,
