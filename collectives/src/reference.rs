@@ -471,9 +471,10 @@ fn check_hazards(rank: usize, step: usize, ops: &[Res]) -> Result<Vec<Deps>, Sim
     Ok(deps)
 }
 
-/// Runs every rank's schedule together and returns every rank's receive buffer. One loop on
-/// purpose: it is the reference the executors are checked against, kept as a direct reading
-/// of the execution semantics in the crate documentation.
+/// Runs every rank's schedule together and returns every rank's receive buffer: the
+/// reference the executors are checked against, a direct reading of the execution semantics
+/// in the crate documentation (resolve every rank's operations, pair sends with receives in
+/// FIFO order, then run all ranks in lock step).
 pub fn simulate(
     coll: Collective,
     nranks: usize,
@@ -489,12 +490,70 @@ pub fn simulate(
             got: schedules.len(),
         });
     }
-    let mut mem: Vec<Vec<u64>> = Vec::with_capacity(nranks);
-    let mut layouts = Vec::with_capacity(nranks);
-    // Resolved operations, per rank, step, op.
-    // What each operation waits for inside its step, per rank, step, op.
-    let mut deps: Vec<Vec<Vec<Deps>>> = Vec::with_capacity(nranks);
-    let mut res: Vec<Vec<Vec<Res>>> = Vec::with_capacity(nranks);
+    let Prepared {
+        mut mem,
+        layouts,
+        res,
+        deps,
+    } = prepare(coll, nranks, count, schedules, inputs, opts)?;
+    let partner = partners(&res)?;
+    let mut report = SimReport {
+        recv: Vec::new(),
+        rounds: 0,
+        messages: 0,
+        sent: vec![0; nranks],
+    };
+    let mut cur = vec![0usize; nranks];
+    let mut done: Vec<Vec<bool>> = vec![Vec::new(); nranks];
+    // The data of each rank's sends in its current step, taken as the step began or, for a
+    // send forwarding what earlier receives of its step write, once they have landed.
+    let mut snaps: Vec<HashMap<usize, Vec<u64>>> = vec![HashMap::new(); nranks];
+    Sim {
+        res: &res,
+        deps: &deps,
+        cur: &mut cur,
+        done: &mut done,
+        mem: &mut mem,
+        snaps: &mut snaps,
+        op: opts.op,
+    }
+    .run(&partner, &mut report)?;
+    report.recv = mem
+        .iter()
+        .zip(&layouts)
+        .map(|(m, l)| {
+            m.get(l.recv.offset..l.recv.offset + l.recv.len)
+                .map(<[u64]>::to_vec)
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok(report)
+}
+
+/// Every rank's memory (its input in place, the rest filled with rank-specific noise), its
+/// layout, its resolved operations and what each waits for inside its step (per rank, step,
+/// operation).
+struct Prepared {
+    mem: Vec<Vec<u64>>,
+    layouts: Vec<Layout>,
+    res: Vec<Vec<Vec<Res>>>,
+    deps: Vec<Vec<Vec<Deps>>>,
+}
+
+fn prepare(
+    coll: Collective,
+    nranks: usize,
+    count: usize,
+    schedules: &[Schedule],
+    inputs: &[Vec<u64>],
+    opts: SimOptions,
+) -> Result<Prepared, SimError> {
+    let mut p = Prepared {
+        mem: Vec::with_capacity(nranks),
+        layouts: Vec::with_capacity(nranks),
+        res: Vec::with_capacity(nranks),
+        deps: Vec::with_capacity(nranks),
+    };
     for (rank, (sched, input)) in schedules.iter().zip(inputs).enumerate() {
         let lay = layout(coll, rank, nranks, count, sched.scratch, opts.in_place)?;
         let mut m: Vec<u64> = (0..lay.total)
@@ -511,28 +570,30 @@ pub fn simulate(
                 .iter()
                 .enumerate()
                 .map(|(oi, op)| {
-                    resolve(
-                        &lay,
-                        nranks,
-                        OpRef {
-                            rank,
-                            step: si,
-                            op: oi,
-                        },
-                        op,
-                    )
+                    let at = OpRef {
+                        rank,
+                        step: si,
+                        op: oi,
+                    };
+                    resolve(&lay, nranks, at, op)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             step_deps.push(check_hazards(rank, si, &ops)?);
             steps.push(ops);
         }
-        mem.push(m);
-        layouts.push(lay);
-        res.push(steps);
-        deps.push(step_deps);
+        p.mem.push(m);
+        p.layouts.push(lay);
+        p.res.push(steps);
+        p.deps.push(step_deps);
     }
+    Ok(p)
+}
 
-    // FIFO matching: the k-th send a->b pairs with the k-th receive on b from a.
+/// Each send's receive, (from rank, step, op) -> (step, op) on the receiving rank.
+type Partners = HashMap<(usize, usize, usize), (usize, usize)>;
+
+/// FIFO matching: the k-th send a->b pairs with the k-th receive on b from a, of equal size.
+fn partners(res: &[Vec<Vec<Res>>]) -> Result<Partners, SimError> {
     let mut sends: Ends = HashMap::new();
     let mut recvs: Ends = HashMap::new();
     for (rank, steps) in res.iter().enumerate() {
@@ -550,7 +611,7 @@ pub fn simulate(
             }
         }
     }
-    let mut partner: HashMap<(usize, usize, usize), (usize, usize)> = HashMap::new();
+    let mut partner = Partners::new();
     let mut pairs: Vec<(usize, usize)> = sends.keys().chain(recvs.keys()).copied().collect();
     pairs.sort_unstable();
     pairs.dedup();
@@ -578,136 +639,11 @@ pub fn simulate(
             partner.insert((from, ss, so), (rs, ro));
         }
     }
-
-    // Lock-step execution.
-    let nsteps = |r: usize| res.get(r).map(Vec::len).unwrap_or(0);
-    let mut cur = vec![0usize; nranks];
-    let mut done: Vec<Vec<bool>> = vec![Vec::new(); nranks];
-    let mut report = SimReport {
-        recv: Vec::new(),
-        rounds: 0,
-        messages: 0,
-        sent: vec![0; nranks],
-    };
-    // The data of each rank's sends in its current step, taken as the step began or, for a
-    // send forwarding what earlier receives of its step write, once they have landed.
-    let mut snaps: Vec<HashMap<usize, Vec<u64>>> = vec![HashMap::new(); nranks];
-    let settle_all = |cur: &mut [usize],
-                      done: &mut [Vec<bool>],
-                      mem: &mut [Vec<u64>],
-                      snaps: &mut [HashMap<usize, Vec<u64>>]| {
-        let mut sim = Sim {
-            res: &res,
-            deps: &deps,
-            cur,
-            done,
-            mem,
-            snaps,
-            op: opts.op,
-        };
-        for r in 0..nranks {
-            sim.settle(r);
-        }
-    };
-    settle_all(&mut cur, &mut done, &mut mem, &mut snaps);
-    loop {
-        if (0..nranks).all(|r| cur.get(r).copied().unwrap_or(0) >= nsteps(r)) {
-            break;
-        }
-        let mut matches = Vec::new();
-        for a in 0..nranks {
-            let sa = cur.get(a).copied().unwrap_or(0);
-            let Some(ops) = res.get(a).and_then(|s| s.get(sa)) else {
-                continue;
-            };
-            for (oi, op) in ops.iter().enumerate() {
-                let Res::Send { peer: b, src } = *op else {
-                    continue;
-                };
-                if done.get(a).and_then(|d| d.get(oi)).copied().unwrap_or(true) {
-                    continue;
-                }
-                let Some(&(sb, ob)) = partner.get(&(a, sa, oi)) else {
-                    continue;
-                };
-                let captured =
-                    |r: usize, i: usize| snaps.get(r).is_some_and(|m| m.contains_key(&i));
-                let landed = |r: usize, i: usize| done.get(r).and_then(|d| d.get(i)) == Some(&true);
-                let waits = deps.get(b).and_then(|s| s.get(sb)).and_then(|d| d.get(ob));
-                let ready = cur.get(b) == Some(&sb)
-                    && !done.get(b).and_then(|d| d.get(ob)).copied().unwrap_or(true)
-                    && captured(a, oi)
-                    && waits.is_some_and(|w| {
-                        w.captured.iter().all(|&i| captured(b, i))
-                            && w.done.iter().all(|&i| landed(b, i))
-                    });
-                if ready {
-                    matches.push((a, oi, src, b, ob));
-                }
-            }
-        }
-        if matches.is_empty() {
-            let stuck = (0..nranks)
-                .filter(|&r| cur.get(r).copied().unwrap_or(0) < nsteps(r))
-                .map(|r| (r, cur.get(r).copied().unwrap_or(0)))
-                .collect();
-            return Err(SimError::Deadlock { stuck });
-        }
-        for &(a, oi, src, b, ob) in &matches {
-            let data = snaps
-                .get(a)
-                .and_then(|m| m.get(&oi))
-                .cloned()
-                .unwrap_or_default();
-            let sb = cur.get(b).copied().unwrap_or(0);
-            match res.get(b).and_then(|s| s.get(sb)).and_then(|o| o.get(ob)) {
-                Some(Res::Recv { dst, .. }) => write(&mut mem, b, *dst, &data),
-                Some(Res::Reduce {
-                    local,
-                    dst,
-                    local_first,
-                    ..
-                }) => {
-                    let l = read(&mem, b, *local);
-                    let v: Vec<u64> = data
-                        .iter()
-                        .zip(&l)
-                        .map(|(&x, &y)| {
-                            if *local_first {
-                                opts.op.apply(y, x)
-                            } else {
-                                opts.op.apply(x, y)
-                            }
-                        })
-                        .collect();
-                    write(&mut mem, b, *dst, &v);
-                }
-                _ => {}
-            }
-            for (r, o) in [(a, oi), (b, ob)] {
-                if let Some(f) = done.get_mut(r).and_then(|d| d.get_mut(o)) {
-                    *f = true;
-                }
-            }
-            report.messages += 1;
-            if let Some(s) = report.sent.get_mut(a) {
-                *s += src.1;
-            }
-        }
-        report.rounds += 1;
-        settle_all(&mut cur, &mut done, &mut mem, &mut snaps);
-    }
-    report.recv = mem
-        .iter()
-        .zip(&layouts)
-        .map(|(m, l)| {
-            m.get(l.recv.offset..l.recv.offset + l.recv.len)
-                .map(<[u64]>::to_vec)
-                .unwrap_or_default()
-        })
-        .collect();
-    Ok(report)
+    Ok(partner)
 }
+
+/// A send ready to land: (sender, its op, its source, receiver, the receive's op).
+type Match = (usize, usize, Range, usize, usize);
 
 fn read(mem: &[Vec<u64>], rank: usize, (off, len): Range) -> Vec<u64> {
     mem.get(rank)
@@ -734,6 +670,151 @@ struct Sim<'a> {
 }
 
 impl Sim<'_> {
+    /// Lock-step execution: in each round every send whose receive is current on both sides
+    /// lands, then every rank settles; a round with nothing to deliver is a deadlock.
+    fn run(&mut self, partner: &Partners, report: &mut SimReport) -> Result<(), SimError> {
+        self.settle_all();
+        while !self.finished() {
+            let matches = self.ready(partner);
+            if matches.is_empty() {
+                return Err(SimError::Deadlock {
+                    stuck: self.stuck(),
+                });
+            }
+            for m in &matches {
+                self.deliver(m, report);
+            }
+            report.rounds += 1;
+            self.settle_all();
+        }
+        Ok(())
+    }
+
+    fn settle_all(&mut self) {
+        for r in 0..self.cur.len() {
+            self.settle(r);
+        }
+    }
+
+    fn nsteps(&self, r: usize) -> usize {
+        self.res.get(r).map(Vec::len).unwrap_or(0)
+    }
+
+    fn step_of(&self, r: usize) -> usize {
+        self.cur.get(r).copied().unwrap_or(0)
+    }
+
+    fn finished(&self) -> bool {
+        (0..self.cur.len()).all(|r| self.step_of(r) >= self.nsteps(r))
+    }
+
+    /// The ranks not finished, with the step each is in.
+    fn stuck(&self) -> Vec<(usize, usize)> {
+        (0..self.cur.len())
+            .filter(|&r| self.step_of(r) < self.nsteps(r))
+            .map(|r| (r, self.step_of(r)))
+            .collect()
+    }
+
+    /// Every send of a current step whose data is taken and whose receive is current, not yet
+    /// done, and free of its step's hazards.
+    fn ready(&self, partner: &Partners) -> Vec<Match> {
+        let captured = |r: usize, i: usize| self.snaps.get(r).is_some_and(|m| m.contains_key(&i));
+        let landed = |r: usize, i: usize| self.done.get(r).and_then(|d| d.get(i)) == Some(&true);
+        let pending = |r: usize, i: usize| {
+            !self
+                .done
+                .get(r)
+                .and_then(|d| d.get(i))
+                .copied()
+                .unwrap_or(true)
+        };
+        let mut matches = Vec::new();
+        for a in 0..self.cur.len() {
+            let sa = self.step_of(a);
+            let Some(ops) = self.res.get(a).and_then(|s| s.get(sa)) else {
+                continue;
+            };
+            for (oi, op) in ops.iter().enumerate() {
+                let Res::Send { peer: b, src } = *op else {
+                    continue;
+                };
+                if !pending(a, oi) {
+                    continue;
+                }
+                let Some(&(sb, ob)) = partner.get(&(a, sa, oi)) else {
+                    continue;
+                };
+                let waits = self
+                    .deps
+                    .get(b)
+                    .and_then(|s| s.get(sb))
+                    .and_then(|d| d.get(ob));
+                let ready = self.cur.get(b) == Some(&sb)
+                    && pending(b, ob)
+                    && captured(a, oi)
+                    && waits.is_some_and(|w| {
+                        w.captured.iter().all(|&i| captured(b, i))
+                            && w.done.iter().all(|&i| landed(b, i))
+                    });
+                if ready {
+                    matches.push((a, oi, src, b, ob));
+                }
+            }
+        }
+        matches
+    }
+
+    /// Lands one send: the receive writes (or reduces into) its destination, both ends are
+    /// done, and the report counts it.
+    fn deliver(&mut self, &(a, oi, src, b, ob): &Match, report: &mut SimReport) {
+        let data = self
+            .snaps
+            .get(a)
+            .and_then(|m| m.get(&oi))
+            .cloned()
+            .unwrap_or_default();
+        let sb = self.step_of(b);
+        match self
+            .res
+            .get(b)
+            .and_then(|s| s.get(sb))
+            .and_then(|o| o.get(ob))
+        {
+            Some(Res::Recv { dst, .. }) => write(self.mem, b, *dst, &data),
+            Some(Res::Reduce {
+                local,
+                dst,
+                local_first,
+                ..
+            }) => {
+                let l = read(self.mem, b, *local);
+                let v: Vec<u64> = data
+                    .iter()
+                    .zip(&l)
+                    .map(|(&x, &y)| {
+                        if *local_first {
+                            self.op.apply(y, x)
+                        } else {
+                            self.op.apply(x, y)
+                        }
+                    })
+                    .collect();
+                write(self.mem, b, *dst, &v);
+            }
+            _ => {}
+        }
+        for (r, o) in [(a, oi), (b, ob)] {
+            if let Some(f) = self.done.get_mut(r).and_then(|d| d.get_mut(o)) {
+                *f = true;
+            }
+        }
+        report.messages += 1;
+        if let Some(s) = report.sent.get_mut(a) {
+            *s += src.1;
+        }
+    }
+
     /// Enters `r`'s current step if needed (running its copies), takes the data of every send
     /// whose receives have landed, and leaves every finished step.
     fn settle(&mut self, r: usize) {
