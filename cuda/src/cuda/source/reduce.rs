@@ -21,168 +21,152 @@ fn is_signed_int(dt: DataType) -> bool {
     matches!(dt, DataType::Int8 | DataType::Int32 | DataType::Int64)
 }
 
-/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op). Long because it is the one table of
-/// generated CUDA per operation, read top to bottom as the code it emits.
+/// What `ccl_apply` computes for an operation (every kernel without a reduction of its own
+/// takes the premultiply, which it never calls).
+#[derive(Clone, Copy)]
+enum Apply {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    PreMul,
+    PreMulAdd,
+    DivInt,
+}
+
+fn apply_of(op: KernelOp) -> Apply {
+    match op {
+        KernelOp::Reduce(k) | KernelOp::LlAllReduce(k) => match k {
+            ReduceKindKey::Sum => Apply::Sum,
+            ReduceKindKey::Prod => Apply::Prod,
+            ReduceKindKey::Max => Apply::Max,
+            ReduceKindKey::Min => Apply::Min,
+        },
+        KernelOp::PreMul
+        | KernelOp::LlExchange
+        | KernelOp::WaitFlag
+        | KernelOp::WaitCopy
+        | KernelOp::MailCopy
+        | KernelOp::LlP2p
+        | KernelOp::ReduceN(..)
+        | KernelOp::GraphAllReduce(..)
+        | KernelOp::GraphCopies
+        | KernelOp::GraphHandshake => Apply::PreMul,
+        KernelOp::PreMulAdd => Apply::PreMulAdd,
+        KernelOp::DivInt => Apply::DivInt,
+    }
+}
+
+/// `typedef P`, `ccl_param` and `ccl_apply` for (dt, op).
 pub(super) fn op_code(dt: DataType, op: KernelOp, out: &mut String) {
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
+    let a = apply_of(op);
+    let (param_ty, param, body) = match (format_of(dt), dt) {
+        (Some(f), _) => minifloat_op(f.tag, dt, a),
+        (None, DataType::Float32) => float32_op(a),
+        (None, DataType::Float64) => float64_op(a),
+        (None, _) => integer_op(dt, a),
     };
-    let bin = op.is_binary();
-    let apply_sig = if bin {
+    let apply_sig = if op.is_binary() {
         "static __device__ inline T ccl_apply(T x, T y, P p)"
     } else {
         "static __device__ inline T ccl_apply(T x, P p)"
     };
-    if let Some(f) = format_of(dt) {
-        let t = f.tag;
-        let (param_ty, param) = match op {
-            KernelOp::DivInt => ("u64", "raw".to_string()),
-            _ => (
-                "float",
-                format!(
-                    "dec_{t}((u32)(raw & {:#x}ull))",
-                    (1u64 << (8 * dt.size())) - 1
-                ),
+    let _ = writeln!(out, "typedef {param_ty} P;");
+    let _ = writeln!(
+        out,
+        "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
+    );
+    let _ = writeln!(out, "{apply_sig} {{ {body} }}");
+}
+
+/// The parameter's type, its decoding from the raw 64 bits, and `ccl_apply`'s body: the
+/// 8- and 16-bit floats compute in float (an integer divisor stays raw).
+fn minifloat_op(t: &str, dt: DataType, a: Apply) -> (&'static str, String, String) {
+    let (param_ty, param) = match a {
+        Apply::DivInt => ("u64", "raw".to_string()),
+        _ => (
+            "float",
+            format!(
+                "dec_{t}((u32)(raw & {:#x}ull))",
+                (1u64 << (8 * dt.size())) - 1
             ),
-        };
-        line(format!("typedef {param_ty} P;"));
-        line(format!(
-            "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
-        ));
-        let body = match op {
-            KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
-                format!("enc_{t}(add_f(dec_{t}(x), dec_{t}(y)))")
-            }
-            KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
-                format!("enc_{t}(mul_f(dec_{t}(x), dec_{t}(y)))")
-            }
-            KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => {
-                format!("enc_{t}(fmax_f(dec_{t}(x), dec_{t}(y)))")
-            }
-            KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => {
-                format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))")
-            }
-            KernelOp::PreMul
-            | KernelOp::LlExchange
-            | KernelOp::WaitFlag
-            | KernelOp::WaitCopy
-            | KernelOp::MailCopy
-            | KernelOp::LlP2p
-            | KernelOp::ReduceN(..)
-            | KernelOp::GraphAllReduce(..)
-            | KernelOp::GraphCopies
-            | KernelOp::GraphHandshake => {
-                format!("enc_{t}(mul_f(dec_{t}(x), p))")
-            }
-            KernelOp::PreMulAdd => format!(
-                "enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))"
-            ),
-            KernelOp::DivInt => format!("enc_{t}(d2f_odd(div_d(f2d(dec_{t}(x)), u64_to_d(p))))"),
-        };
-        line(format!("{apply_sig} {{ return (T){body}; }}"));
-        return;
-    }
-    match dt {
-        DataType::Float32 => {
-            let (param_ty, param) = match op {
-                KernelOp::DivInt => ("u64", "raw"),
-                _ => ("float", "u2f((u32)raw)"),
-            };
-            line(format!("typedef {param_ty} P;"));
-            line(format!(
-                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
-            ));
-            let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return canon_f(add_f(x, y));",
-                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return canon_f(mul_f(x, y));",
-                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_f(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_f(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies
-            | KernelOp::GraphHandshake => "return canon_f(mul_f(x, p));",
-                KernelOp::PreMulAdd => "return canon_f(fma_f(x, p, y));",
-                // The host converts to double and back: a NaN comes out quieted, payload kept.
-                KernelOp::DivInt => {
-                    "if (nan_f(x)) return u2f(f2u(x) | 0x400000u); return d2f(div_d(f2d(x), u64_to_d(p)));"
-                }
-            };
-            line(format!("{apply_sig} {{ {body} }}"));
+        ),
+    };
+    let e = match a {
+        Apply::Sum => format!("enc_{t}(add_f(dec_{t}(x), dec_{t}(y)))"),
+        Apply::Prod => format!("enc_{t}(mul_f(dec_{t}(x), dec_{t}(y)))"),
+        Apply::Max => format!("enc_{t}(fmax_f(dec_{t}(x), dec_{t}(y)))"),
+        Apply::Min => format!("enc_{t}(fmin_f(dec_{t}(x), dec_{t}(y)))"),
+        Apply::PreMul => format!("enc_{t}(mul_f(dec_{t}(x), p))"),
+        Apply::PreMulAdd => {
+            format!("enc_{t}(d2f_odd(add_odd_d(mul_d(f2d(dec_{t}(x)), f2d(p)), f2d(dec_{t}(y)))))")
         }
-        DataType::Float64 => {
-            let (param_ty, param) = match op {
-                KernelOp::DivInt => ("u64", "raw"),
-                _ => ("double", "u2d(raw)"),
-            };
-            line(format!("typedef {param_ty} P;"));
-            line(format!(
-                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
-            ));
-            let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum) | KernelOp::LlAllReduce(ReduceKindKey::Sum) => "return add_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Prod) | KernelOp::LlAllReduce(ReduceKindKey::Prod) => "return mul_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Max) | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return fmax_d(x, y);",
-                KernelOp::Reduce(ReduceKindKey::Min) | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return fmin_d(x, y);",
-                KernelOp::PreMul | KernelOp::LlExchange | KernelOp::WaitFlag | KernelOp::WaitCopy | KernelOp::MailCopy | KernelOp::LlP2p | KernelOp::ReduceN(..) | KernelOp::GraphAllReduce(..) | KernelOp::GraphCopies
-            | KernelOp::GraphHandshake => "return mul_d(x, p);",
-                KernelOp::PreMulAdd => "return fma_d(x, p, y);",
-                KernelOp::DivInt => {
-                    "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
-                }
-            };
-            line(format!("{apply_sig} {{ {body} }}"));
+        Apply::DivInt => format!("enc_{t}(d2f_odd(div_d(f2d(dec_{t}(x)), u64_to_d(p))))"),
+    };
+    (param_ty, param, format!("return (T){e};"))
+}
+
+fn float32_op(a: Apply) -> (&'static str, String, String) {
+    let (param_ty, param) = match a {
+        Apply::DivInt => ("u64", "raw"),
+        _ => ("float", "u2f((u32)raw)"),
+    };
+    let body = match a {
+        Apply::Sum => "return canon_f(add_f(x, y));",
+        Apply::Prod => "return canon_f(mul_f(x, y));",
+        Apply::Max => "return fmax_f(x, y);",
+        Apply::Min => "return fmin_f(x, y);",
+        Apply::PreMul => "return canon_f(mul_f(x, p));",
+        Apply::PreMulAdd => "return canon_f(fma_f(x, p, y));",
+        // The host converts to double and back: a NaN comes out quieted, payload kept.
+        Apply::DivInt => {
+            "if (nan_f(x)) return u2f(f2u(x) | 0x400000u); return d2f(div_d(f2d(x), u64_to_d(p)));"
         }
-        _ => {
-            // Integers.
-            let u = unsigned_of(dt);
-            let (param_ty, param) = match op {
-                KernelOp::DivInt => ("u64", "raw".to_string()),
-                _ => ("T", "(T)raw".to_string()),
-            };
-            line(format!("typedef {param_ty} P;"));
-            line(format!(
-                "static __device__ inline P ccl_param(u64 raw) {{ return {param}; }}"
-            ));
-            let body = match op {
-                KernelOp::Reduce(ReduceKindKey::Sum)
-                | KernelOp::LlAllReduce(ReduceKindKey::Sum) => {
-                    format!("return (T)({u})((u64)({u})x + (u64)({u})y);")
-                }
-                KernelOp::Reduce(ReduceKindKey::Prod)
-                | KernelOp::LlAllReduce(ReduceKindKey::Prod) => {
-                    format!("return (T)({u})((u64)({u})x * (u64)({u})y);")
-                }
-                KernelOp::Reduce(ReduceKindKey::Max)
-                | KernelOp::LlAllReduce(ReduceKindKey::Max) => "return x > y ? x : y;".to_string(),
-                KernelOp::Reduce(ReduceKindKey::Min)
-                | KernelOp::LlAllReduce(ReduceKindKey::Min) => "return x < y ? x : y;".to_string(),
-                KernelOp::PreMul
-                | KernelOp::LlExchange
-                | KernelOp::WaitFlag
-                | KernelOp::WaitCopy
-                | KernelOp::MailCopy
-                | KernelOp::LlP2p
-                | KernelOp::ReduceN(..)
-                | KernelOp::GraphAllReduce(..)
-                | KernelOp::GraphCopies
-                | KernelOp::GraphHandshake => {
-                    format!("return (T)({u})((u64)({u})x * (u64)({u})p);")
-                }
-                KernelOp::PreMulAdd => {
-                    format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);")
-                }
-                KernelOp::DivInt => {
-                    if is_signed_int(dt) {
-                        "if (p <= 0x7fffffffffffffffull) return (T)((i64)x / (i64)p); \
-                         return (T)(((i64)x == (-0x7fffffffffffffffll - 1) && p == 0x8000000000000000ull) ? -1 : 0);"
-                            .to_string()
-                    } else {
-                        "return (T)((u64)x / p);".to_string()
-                    }
-                }
-            };
-            line(format!("{apply_sig} {{ {body} }}"));
+    };
+    (param_ty, param.to_string(), body.to_string())
+}
+
+fn float64_op(a: Apply) -> (&'static str, String, String) {
+    let (param_ty, param) = match a {
+        Apply::DivInt => ("u64", "raw"),
+        _ => ("double", "u2d(raw)"),
+    };
+    let body = match a {
+        Apply::Sum => "return add_d(x, y);",
+        Apply::Prod => "return mul_d(x, y);",
+        Apply::Max => "return fmax_d(x, y);",
+        Apply::Min => "return fmin_d(x, y);",
+        Apply::PreMul => "return mul_d(x, p);",
+        Apply::PreMulAdd => "return fma_d(x, p, y);",
+        Apply::DivInt => {
+            "if (nan_d(x)) return u2d(d2u(x) | 0x8000000000000ull); return div_d(x, u64_to_d(p));"
         }
-    }
+    };
+    (param_ty, param.to_string(), body.to_string())
+}
+
+/// Integers wrap as their unsigned type of the same width.
+fn integer_op(dt: DataType, a: Apply) -> (&'static str, String, String) {
+    let u = unsigned_of(dt);
+    let (param_ty, param) = match a {
+        Apply::DivInt => ("u64", "raw"),
+        _ => ("T", "(T)raw"),
+    };
+    let body = match a {
+        Apply::Sum => format!("return (T)({u})((u64)({u})x + (u64)({u})y);"),
+        Apply::Prod => format!("return (T)({u})((u64)({u})x * (u64)({u})y);"),
+        Apply::Max => "return x > y ? x : y;".to_string(),
+        Apply::Min => "return x < y ? x : y;".to_string(),
+        Apply::PreMul => format!("return (T)({u})((u64)({u})x * (u64)({u})p);"),
+        Apply::PreMulAdd => format!("return (T)({u})((u64)({u})x * (u64)({u})p + (u64)({u})y);"),
+        Apply::DivInt if is_signed_int(dt) => {
+            "if (p <= 0x7fffffffffffffffull) return (T)((i64)x / (i64)p); \
+             return (T)(((i64)x == (-0x7fffffffffffffffll - 1) && p == 0x8000000000000000ull) ? -1 : 0);"
+                .to_string()
+        }
+        Apply::DivInt => "return (T)((u64)x / p);".to_string(),
+    };
+    (param_ty, param.to_string(), body)
 }
 
 /// The grid-stride kernel body around `ccl_apply`: a scalar head up to 16-byte alignment,
