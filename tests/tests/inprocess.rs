@@ -52,8 +52,7 @@ fn group(comms: &[ncclComm_t], mut f: impl FnMut(usize, ncclComm_t) -> ncclResul
     }
 }
 
-/// Every collective, type and reduction, one thread driving all ranks; one table of checks
-/// read top to bottom, hence the length.
+/// Every collective, one thread driving all ranks, counts from 0 to 70,001, checked exactly.
 #[test]
 fn every_collective_with_one_thread_driving_all_ranks() {
     // 8 ranks too: more ranks expose ring order, tree depth and many-peer all-to-all bugs
@@ -66,171 +65,187 @@ fn every_collective_with_one_thread_driving_all_ranks() {
             &[0, 1, 5, 1000, 70_001]
         };
         for &count in counts {
-            let null = std::ptr::null_mut();
-            let sends: Vec<Vec<f32>> = (0..n)
-                .map(|r| (0..count * n).map(|i| input(r, i)).collect())
-                .collect();
-            let mut recvs: Vec<Vec<f32>> = (0..n).map(|_| vec![-1.0; count * n]).collect();
-
-            // AllReduce, out of place.
-            group(&cs, |r, c| unsafe {
-                ncclAllReduce(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    SUM,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                for i in 0..count {
-                    let want: f32 = (0..n).map(|q| input(q, i)).sum();
-                    assert_eq!(
-                        recvs[r][i], want,
-                        "allreduce n={n} count={count} rank={r} i={i}"
-                    );
-                }
-            }
-            // AllGather, in place.
-            for (r, buf) in recvs.iter_mut().enumerate() {
-                for i in 0..count {
-                    buf[r * count + i] = input(r, i);
-                }
-            }
-            group(&cs, |r, c| unsafe {
-                let base = recvs[r].as_mut_ptr();
-                ncclAllGather(
-                    base.add(r * count) as *const c_void,
-                    base as *mut c_void,
-                    count,
-                    FLOAT,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                for q in 0..n {
-                    for i in 0..count {
-                        assert_eq!(
-                            recvs[r][q * count + i],
-                            input(q, i),
-                            "allgather n={n} count={count}"
-                        );
-                    }
-                }
-            }
-            // ReduceScatter, out of place, with Max.
-            group(&cs, |r, c| unsafe {
-                ncclReduceScatter(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    MAX,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                for i in 0..count {
-                    let want = (0..n)
-                        .map(|q| sends[q][r * count + i])
-                        .fold(f32::MIN, f32::max);
-                    assert_eq!(recvs[r][i], want, "reducescatter n={n} count={count}");
-                }
-            }
-            // Broadcast and Reduce from the last rank, AlltoAll, Gather, Scatter.
-            let root = n - 1;
-            group(&cs, |r, c| unsafe {
-                ncclBroadcast(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    root as i32,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                assert_eq!(&recvs[r][..count], &sends[root][..count], "broadcast n={n}");
-            }
-            group(&cs, |r, c| unsafe {
-                ncclAlltoAll(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                for q in 0..n {
-                    assert_eq!(
-                        &recvs[r][q * count..(q + 1) * count],
-                        &sends[q][r * count..(r + 1) * count],
-                        "alltoall n={n}"
-                    );
-                }
-            }
-            group(&cs, |r, c| unsafe {
-                ncclGather(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    root as i32,
-                    c,
-                    null,
-                )
-            });
-            for q in 0..n {
-                assert_eq!(
-                    &recvs[root][q * count..(q + 1) * count],
-                    &sends[q][..count],
-                    "gather n={n}"
-                );
-            }
-            group(&cs, |r, c| unsafe {
-                ncclScatter(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    root as i32,
-                    c,
-                    null,
-                )
-            });
-            for r in 0..n {
-                assert_eq!(
-                    &recvs[r][..count],
-                    &sends[root][r * count..(r + 1) * count],
-                    "scatter n={n}"
-                );
-            }
-            group(&cs, |r, c| unsafe {
-                ncclReduce(
-                    sends[r].as_ptr() as *const c_void,
-                    recvs[r].as_mut_ptr() as *mut c_void,
-                    count,
-                    FLOAT,
-                    SUM,
-                    root as i32,
-                    c,
-                    null,
-                )
-            });
-            for i in 0..count {
-                let want: f32 = (0..n).map(|q| input(q, i)).sum();
-                assert_eq!(recvs[root][i], want, "reduce n={n}");
-            }
+            let mut c = Case::new(&cs, count);
+            c.all_reduce();
+            c.all_gather_in_place();
+            c.reduce_scatter_max();
+            c.broadcast();
+            c.all_to_all();
+            c.gather();
+            c.scatter();
+            c.reduce();
         }
         destroy(cs);
     }
+}
+
+/// One count's buffers on every rank: inputs of `count * n` elements (`input(rank, i)`), and
+/// outputs as large.
+struct Case<'a> {
+    cs: &'a [ncclComm_t],
+    n: usize,
+    count: usize,
+    root: usize,
+    sends: Vec<Vec<f32>>,
+    recvs: Vec<Vec<f32>>,
+}
+
+impl<'a> Case<'a> {
+    fn new(cs: &'a [ncclComm_t], count: usize) -> Case<'a> {
+        let n = cs.len();
+        Case {
+            cs,
+            n,
+            count,
+            root: n - 1,
+            sends: (0..n)
+                .map(|r| (0..count * n).map(|i| input(r, i)).collect())
+                .collect(),
+            recvs: (0..n).map(|_| vec![-1.0; count * n]).collect(),
+        }
+    }
+
+    /// Runs `f(send, recv, comm)` for every rank inside one group.
+    fn each(&mut self, mut f: impl FnMut(*const c_void, *mut c_void, ncclComm_t) -> ncclResult_t) {
+        let (sends, recvs) = (&self.sends, &mut self.recvs);
+        group(self.cs, |r, c| {
+            f(
+                sends[r].as_ptr() as *const c_void,
+                recvs[r].as_mut_ptr() as *mut c_void,
+                c,
+            )
+        });
+    }
+
+    /// Out of place, summed.
+    fn all_reduce(&mut self) {
+        let (n, count) = (self.n, self.count);
+        self.each(|s, d, c| unsafe { ncclAllReduce(s, d, count, FLOAT, SUM, c, null()) });
+        for r in 0..n {
+            for i in 0..count {
+                let want: f32 = (0..n).map(|q| input(q, i)).sum();
+                assert_eq!(
+                    self.recvs[r][i], want,
+                    "allreduce n={n} count={count} rank={r} i={i}"
+                );
+            }
+        }
+    }
+
+    /// In place: each rank's block already in its output.
+    fn all_gather_in_place(&mut self) {
+        let (n, count) = (self.n, self.count);
+        for (r, buf) in self.recvs.iter_mut().enumerate() {
+            for i in 0..count {
+                buf[r * count + i] = input(r, i);
+            }
+        }
+        let recvs = &mut self.recvs;
+        group(self.cs, |r, c| unsafe {
+            let base = recvs[r].as_mut_ptr();
+            ncclAllGather(
+                base.add(r * count) as *const c_void,
+                base as *mut c_void,
+                count,
+                FLOAT,
+                c,
+                null(),
+            )
+        });
+        for r in 0..n {
+            for q in 0..n {
+                for i in 0..count {
+                    assert_eq!(
+                        self.recvs[r][q * count + i],
+                        input(q, i),
+                        "allgather n={n} count={count}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Out of place, with Max.
+    fn reduce_scatter_max(&mut self) {
+        let (n, count) = (self.n, self.count);
+        self.each(|s, d, c| unsafe { ncclReduceScatter(s, d, count, FLOAT, MAX, c, null()) });
+        for r in 0..n {
+            for i in 0..count {
+                let want = (0..n)
+                    .map(|q| self.sends[q][r * count + i])
+                    .fold(f32::MIN, f32::max);
+                assert_eq!(self.recvs[r][i], want, "reducescatter n={n} count={count}");
+            }
+        }
+    }
+
+    /// From the last rank.
+    fn broadcast(&mut self) {
+        let (n, count, root) = (self.n, self.count, self.root as i32);
+        self.each(|s, d, c| unsafe { ncclBroadcast(s, d, count, FLOAT, root, c, null()) });
+        for r in 0..n {
+            assert_eq!(
+                &self.recvs[r][..count],
+                &self.sends[self.root][..count],
+                "broadcast n={n}"
+            );
+        }
+    }
+
+    fn all_to_all(&mut self) {
+        let (n, count) = (self.n, self.count);
+        self.each(|s, d, c| unsafe { ncclAlltoAll(s, d, count, FLOAT, c, null()) });
+        for r in 0..n {
+            for q in 0..n {
+                assert_eq!(
+                    &self.recvs[r][q * count..(q + 1) * count],
+                    &self.sends[q][r * count..(r + 1) * count],
+                    "alltoall n={n}"
+                );
+            }
+        }
+    }
+
+    /// To the last rank.
+    fn gather(&mut self) {
+        let (n, count, root) = (self.n, self.count, self.root as i32);
+        self.each(|s, d, c| unsafe { ncclGather(s, d, count, FLOAT, root, c, null()) });
+        for q in 0..n {
+            assert_eq!(
+                &self.recvs[self.root][q * count..(q + 1) * count],
+                &self.sends[q][..count],
+                "gather n={n}"
+            );
+        }
+    }
+
+    /// From the last rank.
+    fn scatter(&mut self) {
+        let (n, count, root) = (self.n, self.count, self.root as i32);
+        self.each(|s, d, c| unsafe { ncclScatter(s, d, count, FLOAT, root, c, null()) });
+        for r in 0..n {
+            assert_eq!(
+                &self.recvs[r][..count],
+                &self.sends[self.root][r * count..(r + 1) * count],
+                "scatter n={n}"
+            );
+        }
+    }
+
+    /// Summed at the last rank.
+    fn reduce(&mut self) {
+        let (n, count, root) = (self.n, self.count, self.root as i32);
+        self.each(|s, d, c| unsafe { ncclReduce(s, d, count, FLOAT, SUM, root, c, null()) });
+        for i in 0..count {
+            let want: f32 = (0..n).map(|q| input(q, i)).sum();
+            assert_eq!(self.recvs[self.root][i], want, "reduce n={n}");
+        }
+    }
+}
+
+/// The default stream.
+fn null() -> *mut c_void {
+    std::ptr::null_mut()
 }
 
 #[test]
