@@ -495,7 +495,7 @@ pub fn simulate(
         layouts,
         res,
         deps,
-    } = prepare(coll, nranks, count, schedules, inputs, opts)?;
+    } = prepare(coll, count, opts, (schedules, inputs))?;
     let partner = partners(&res)?;
     let mut report = SimReport {
         recv: Vec::new(),
@@ -540,14 +540,14 @@ struct Prepared {
     deps: Vec<Vec<Vec<Deps>>>,
 }
 
+/// [`Prepared`] for every rank of `schedules` (one per rank, with its input).
 fn prepare(
     coll: Collective,
-    nranks: usize,
     count: usize,
-    schedules: &[Schedule],
-    inputs: &[Vec<u64>],
     opts: SimOptions,
+    (schedules, inputs): (&[Schedule], &[Vec<u64>]),
 ) -> Result<Prepared, SimError> {
+    let nranks = schedules.len();
     let mut p = Prepared {
         mem: Vec::with_capacity(nranks),
         layouts: Vec::with_capacity(nranks),
