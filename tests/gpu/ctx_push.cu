@@ -171,11 +171,11 @@ int main(int argc, char **argv) {
     late_round(&l, round, same ? " (a stream of the caller's context)" : "", late_ctx, late, dst);
   if (same) return 0;
 
-  phase = "bandwidth";
-  alarm(20);
-  CUcontext prim;
-  CU(cuCtxGetCurrent(&prim));
   if (local) {
+    phase = "bandwidth";
+    alarm(20);
+    CUcontext prim;
+    CU(cuCtxGetCurrent(&prim));
     printf("bandwidth: 256 MiB on GPU 0 from the caller's context %.1f GB/s, from the second %.1f GB/s\n",
            bytes / copy_ms(prim, (CUstream)user, dst, src, bytes) / 1e6,
            bytes / copy_ms(second, lane, dst, src, bytes) / 1e6);
