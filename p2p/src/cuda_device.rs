@@ -48,7 +48,7 @@ impl<'a> CudaDevice<'a> {
 
     /// Most blocks of a kernel that copies a captured group's data (`CCL_GRAPH_COPY_BLOCKS`).
     fn copy_blocks(&self) -> u32 {
-        self.eng.cfg.graph_copy_blocks.clamp(1, 1024) as u32
+        self.eng.graph_copy_blocks
     }
 
     /// Has captured groups' handshakes run as a spinning kernel (its program loaded).

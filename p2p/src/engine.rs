@@ -179,6 +179,8 @@ pub struct IpcEngine {
     pub(crate) takeover: Option<Duration>,
     /// Settings of the per-operation path, read once.
     pub(crate) tuning: Tuning,
+    /// Most blocks of a captured group's copy kernels ([`crate::tuning::graph_copy_blocks`]).
+    pub(crate) graph_copy_blocks: u32,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     pub(crate) small_mismatch: Flag,

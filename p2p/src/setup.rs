@@ -202,6 +202,10 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
         remote,
         vmm_ok: all_ok(1),
         max_connections,
+        gpu_sharers: offers
+            .iter()
+            .filter(|o| o.bus_id == offers[rank].bus_id)
+            .count(),
     };
     let engine = build::build(comm, cfg, &g, agreed, host_only, parts)?;
     Ok(Attached::On(Arc::new(engine)))

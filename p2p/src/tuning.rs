@@ -64,6 +64,21 @@ impl Tuning {
     }
 }
 
+/// Most blocks of a kernel that copies a captured group's data (`CCL_GRAPH_COPY_BLOCKS`, 1-1024),
+/// given the GPU's `sms` and how many ranks of the communicator run on this GPU (`sharers`).
+/// The spread kernel's blocks spin until block 0 has met the partners' block 0, so every
+/// sharer's block 0 must find room beside the others' spinning blocks: one 1024-thread block
+/// per SM per sharer (an SM holds two) leaves room for all of them. Eight ranks on one H200
+/// under MPS hung in a captured 8 MiB all-gather at 64 blocks and passed at 16 and 32
+/// (2026-12-01, `docs/device-runs/next/g8_probe.sh`).
+pub(crate) fn graph_copy_blocks(configured: i64, sms: u32, sharers: usize) -> u32 {
+    let set = configured.clamp(1, 1024) as u32;
+    match u32::try_from(sharers) {
+        Ok(k) if k > 1 => set.min((sms / k).max(1)),
+        _ => set,
+    }
+}
+
 /// Which long waits run as the wait kernel (`CCL_IPC_WAIT_KERNEL`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct WaitKernel {
@@ -147,6 +162,18 @@ pub(crate) fn wants_wait_kernel(setting: &str, max_connections: Option<&str>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_sharing_a_gpu_split_its_sms_among_their_copy_kernels() {
+        assert_eq!(graph_copy_blocks(64, 132, 1), 64);
+        assert_eq!(graph_copy_blocks(64, 132, 0), 64);
+        assert_eq!(graph_copy_blocks(64, 132, 8), 16);
+        assert_eq!(graph_copy_blocks(64, 132, 4), 33);
+        assert_eq!(graph_copy_blocks(16, 132, 4), 16);
+        assert_eq!(graph_copy_blocks(64, 4, 8), 1);
+        assert_eq!(graph_copy_blocks(0, 132, 1), 1);
+        assert_eq!(graph_copy_blocks(5000, 132, 1), 1024);
+    }
 
     #[test]
     fn the_takeover_wait_follows_its_setting_and_the_hardware_queues() {

@@ -2,7 +2,8 @@
 // host-bound: one rank's main thread is 100% busy at 8 B), each alone and batched. The stream
 // is held by a wait on a host flag while N calls are queued, so only the calls' host time is
 // counted (no back-pressure from the GPU), then released.
-// nvcc -O2 -arch=sm_90 -o host_costs host_costs.cu -lcuda && ./host_costs
+// BYTES sets the copies' size (default 8); with one GPU the "peer" buffer is on that GPU too.
+// nvcc -O2 -arch=sm_90 -o host_costs host_costs.cu -lcuda && BYTES=16777216 ./host_costs
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static char *buf0, *buf1;
 static unsigned *flags, *gate_host;
 static CUdeviceptr gate_dev;
 static unsigned seq = 0;
+static size_t bytes = 8;
 static CUevent ev;
 
 typedef void (*fn)(void);
@@ -55,12 +57,12 @@ static void batch(int k) {
 }
 static void batch2(void) { batch(2); }
 static void batch4(void) { batch(4); }
-static void copy_peer(void) { CU(cuMemcpyAsync((CUdeviceptr)buf1, (CUdeviceptr)buf0 + 64, 8, st)); }
-static void copy_local(void) { CU(cuMemcpyAsync((CUdeviceptr)buf0 + 128, (CUdeviceptr)buf0 + 64, 8, st)); }
-static void copy_dtod_peer(void) { CU(cuMemcpyDtoDAsync((CUdeviceptr)buf1, (CUdeviceptr)buf0 + 64, 8, st)); }
+static void copy_peer(void) { CU(cuMemcpyAsync((CUdeviceptr)buf1, (CUdeviceptr)buf0, bytes, st)); }
+static void copy_local(void) { CU(cuMemcpyAsync((CUdeviceptr)buf0 + bytes, (CUdeviceptr)buf0, bytes, st)); }
+static void copy_dtod_peer(void) { CU(cuMemcpyDtoDAsync((CUdeviceptr)buf1, (CUdeviceptr)buf0, bytes, st)); }
 static void copy_batch(int k) {
-  CUdeviceptr d[2] = {(CUdeviceptr)buf1, (CUdeviceptr)buf0 + 128}, s[2] = {(CUdeviceptr)buf0 + 64, (CUdeviceptr)buf0 + 64};
-  size_t sz[2] = {8, 8}, idx = 0;
+  CUdeviceptr d[2] = {(CUdeviceptr)buf1, (CUdeviceptr)buf0 + bytes}, s[2] = {(CUdeviceptr)buf0, (CUdeviceptr)buf0};
+  size_t sz[2] = {bytes, bytes}, idx = 0;
   CUmemcpyAttributes a; memset(&a, 0, sizeof a); a.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
   CU(cuMemcpyBatchAsync(d, s, sz, k, &a, &idx, 1, st));
 }
@@ -77,9 +79,17 @@ static void zsm_alltoall_batched(void) { batch2(); copy_batch2(); batch2(); }
 
 int main(void) {
   CU(cuInit(0));
-  CK(cudaSetDevice(1)); CK(cudaMalloc(&buf1, 4096)); CK(cudaDeviceEnablePeerAccess(0, 0));
-  CK(cudaSetDevice(0)); CK(cudaDeviceEnablePeerAccess(1, 0));
-  CK(cudaMalloc(&buf0, 4096)); CK(cudaMalloc(&flags, 256)); CK(cudaMemset(flags, 0, 256));
+  if (getenv("BYTES")) bytes = strtoull(getenv("BYTES"), 0, 0);
+  int ngpu = 0;
+  CK(cudaGetDeviceCount(&ngpu));
+  if (ngpu > 1) {
+    CK(cudaSetDevice(1)); CK(cudaMalloc(&buf1, bytes)); CK(cudaDeviceEnablePeerAccess(0, 0));
+    CK(cudaSetDevice(0)); CK(cudaDeviceEnablePeerAccess(1, 0));
+  } else {
+    CK(cudaSetDevice(0)); CK(cudaMalloc(&buf1, bytes));
+  }
+  printf("%d GPU(s), copies of %zu bytes\n", ngpu, bytes);
+  CK(cudaMalloc(&buf0, 2 * bytes)); CK(cudaMalloc(&flags, 256)); CK(cudaMemset(flags, 0, 256));
   CK(cudaHostAlloc(&gate_host, 64, cudaHostAllocMapped));
   CU(cuMemHostGetDevicePointer(&gate_dev, gate_host, 0));
   CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));

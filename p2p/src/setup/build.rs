@@ -73,6 +73,8 @@ pub(super) struct Parts {
     pub vmm_ok: bool,
     /// `CUDA_DEVICE_MAX_CONNECTIONS`, which some settings' `auto` follows.
     pub max_connections: Option<String>,
+    /// Ranks of the communicator on this rank's GPU, this one included.
+    pub gpu_sharers: usize,
 }
 
 /// The engine of `comm` from its `parts`, as `g`, `a` and the settings say.
@@ -108,6 +110,7 @@ pub(super) fn build(
         remote,
         vmm_ok,
         max_connections,
+        gpu_sharers,
     } = p;
     let lanes = Lanes::new(&local.ctx, cfg, n, g.rx_lanes, host_path.is_some())?;
     // Every rank's flags, receive area and low-latency area as this device reaches them
@@ -160,6 +163,7 @@ pub(super) fn build(
     // Host-only never pauses the host path at a power limit: it is the only way for the bytes.
     let host_limits = host_limits(cfg, &local.ctx, layout.host.is_some() && !host_only);
     log_engine(rank, n, g, lanes.direct_tx, host_only);
+    let graph_copy_blocks = copy_blocks(cfg, &local.ctx, rank, gpu_sharers);
     Ok(IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -184,6 +188,7 @@ pub(super) fn build(
         relay: a.relay,
         takeover,
         tuning: Tuning::from_config(cfg, max_connections),
+        graph_copy_blocks,
         cfg: cfg.clone(),
         small_mismatch,
         direct_reduce: a.direct_reduce,
@@ -354,4 +359,18 @@ fn host_limits(
     );
     let watch = limits::LimitWatch::new(Duration::from_millis(5), Duration::from_millis(100));
     Some((clocks, watch))
+}
+
+/// [`crate::tuning::graph_copy_blocks`] for this GPU, said when sharing it lowers the setting.
+fn copy_blocks(cfg: &P2pConfig, ctx: &Context, rank: usize, sharers: usize) -> u32 {
+    let sms = ctx.sm_count().map_or(u32::MAX, |s| s.max(1) as u32);
+    let blocks = crate::tuning::graph_copy_blocks(cfg.graph_copy_blocks, sms, sharers);
+    if i64::from(blocks) < cfg.graph_copy_blocks {
+        tracing::info!(
+            "rank {rank}: {sharers} ranks share this GPU: captured copy kernels take at most \
+             {blocks} blocks (CCL_GRAPH_COPY_BLOCKS={})",
+            cfg.graph_copy_blocks
+        );
+    }
+    blocks
 }
