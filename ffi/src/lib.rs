@@ -35,6 +35,9 @@ pub const NCCL_INVALID_USAGE: ncclResult_t = 5;
 pub const NCCL_REMOTE_ERROR: ncclResult_t = 6;
 pub const NCCL_IN_PROGRESS: ncclResult_t = 7;
 pub const NCCL_TIMEOUT: ncclResult_t = 8;
+/// `ncclCommWindowRegister`'s flag: every rank registers a window of this size in the same
+/// order, and collectives use buffers at one offset of it (nccl.h).
+pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 1;
 const NUM_RESULTS: ncclResult_t = 9;
 
 /// `ncclUniqueId`, passed by value.
@@ -707,7 +710,6 @@ fn ncclCommDeregister / pncclCommDeregister(comm: ncclComm_t, handle: *mut c_voi
 }
 
 fn ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut c_void, size: usize, win: *mut *mut c_void, win_flags: c_int) -> ncclResult_t {
-    let _ = win_flags;
     guard(|| {
         let slot = out(win, "win")?;
         // SAFETY: forwarded caller contract.
@@ -715,13 +717,25 @@ fn ncclCommWindowRegister / pncclCommWindowRegister(comm: ncclComm_t, buff: *mut
         if buff.is_null() {
             return Err(Error::invalid_argument("buff is NULL"));
         }
-        c.register(buff as usize, size)?;
+        c.register_window(buff as usize, size, win_flags & NCCL_WIN_COLL_SYMMETRIC != 0)?;
         *slot = Box::into_raw(Box::new(Registration { base: buff as usize, size })).cast();
         Ok(())
     })
 }
 
 fn ncclCommWindowDeregister / pncclCommWindowDeregister(comm: ncclComm_t, win: *mut c_void) -> ncclResult_t {
+    let forget = || {
+        // SAFETY: forwarded caller contract; windows come from ncclCommWindowRegister's Box.
+        let (c, w) = unsafe { (comm_ref(comm)?, win.cast::<Registration>().as_ref()) };
+        if let Some(w) = w {
+            c.deregister_window(w.base);
+        }
+        Ok(())
+    };
+    let r = guard(forget);
+    if r != NCCL_SUCCESS {
+        return r;
+    }
     // SAFETY: forwarded caller contract.
     unsafe { ncclCommDeregister(comm, win) }
 }

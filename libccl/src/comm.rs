@@ -159,6 +159,30 @@ impl Comm {
         Ok(())
     }
 
+    /// `ncclCommWindowRegister`: a registration that, with `symmetric`
+    /// (`NCCL_WIN_COLL_SYMMETRIC`: every rank registers a window of this size in the same
+    /// order, and calls collectives with buffers at one offset of it), is also agreed with
+    /// every rank, so collectives on the window push without waiting for their receivers.
+    pub fn register_window(&self, ptr: usize, size: usize, symmetric: bool) -> Result<()> {
+        self.check_usable()?;
+        if !symmetric {
+            return self.register(ptr, size);
+        }
+        crate::ipc::register(self, ptr, size)?;
+        let agreed = crate::ipc::register_window(self, ptr, size)?;
+        tracing::debug!(
+            "rank {}: window of {size} bytes at {ptr:#x}{}",
+            self.0.rank,
+            if agreed { ", symmetric" } else { "" }
+        );
+        Ok(())
+    }
+
+    /// `ncclCommWindowDeregister` of the window at `ptr`.
+    pub fn deregister_window(&self, ptr: usize) {
+        crate::ipc::deregister_window(self, ptr);
+    }
+
     /// `ncclCommInitRank` in one call (blocking).
     pub fn init_rank(nranks: i32, id: &UniqueId, rank: i32, config: CommConfig) -> Result<Comm> {
         let (c, id) = Comm::prepare(nranks, id, rank, config)?;

@@ -82,6 +82,7 @@ pub fn config() -> P2pConfig {
         graph_fused_copy_bytes: CCL_GRAPH_FUSED_COPY_BYTES.get_i64(),
         graph_copy_blocks: CCL_GRAPH_COPY_BLOCKS.get_i64(),
         graph_handshake_kernel: CCL_GRAPH_HANDSHAKE_KERNEL.get_bool(),
+        symmetric_windows: CCL_IPC_SYMMETRIC_WINDOWS.get_bool(),
     }
 }
 
@@ -231,6 +232,23 @@ pub fn register(comm: &Comm, ptr: usize, size: usize) -> Result<bool> {
             Ok(true)
         }
         _ => Ok(false),
+    }
+}
+
+/// `ncclCommWindowRegister` with `NCCL_WIN_COLL_SYMMETRIC` (every rank calls it, in the same
+/// order): the window is agreed with every rank, so collectives on it push without waiting
+/// for their receivers. `true`: it is symmetric; `false`: a plain registration only.
+pub fn register_window(comm: &Comm, ptr: usize, size: usize) -> Result<bool> {
+    match held(comm) {
+        Some(h) => Ok(ccl_p2p::register_window(&h.ctx, &h.eng, ptr, size)?),
+        None => Ok(false),
+    }
+}
+
+/// `ncclCommWindowDeregister`: the window at `ptr` is no longer symmetric.
+pub fn deregister_window(comm: &Comm, ptr: usize) {
+    if let Some(h) = held(comm) {
+        ccl_p2p::deregister_window(&h.eng, ptr);
     }
 }
 

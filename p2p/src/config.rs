@@ -121,6 +121,8 @@ pub struct P2pConfig {
     pub graph_fused_copy_bytes: i64,
     pub graph_copy_blocks: i64,
     pub graph_handshake_kernel: bool,
+    /// `CCL_IPC_SYMMETRIC_WINDOWS`: symmetric windows agreed at registration (module `windows`).
+    pub symmetric_windows: bool,
 }
 
 /// Which communicators queue a group's direct copies as one `cuMemcpyBatchAsync`

@@ -181,6 +181,8 @@ pub struct IpcEngine {
     pub(crate) tuning: Tuning,
     /// Most blocks of a captured group's copy kernels ([`crate::tuning::graph_copy_blocks`]).
     pub(crate) graph_copy_blocks: u32,
+    /// The symmetric windows registered so far ([`crate::registration::register_window`]).
+    pub(crate) windows: Mutex<crate::windows::Windows>,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
     /// send's (1 + the sender's rank; host-mapped, so checking it needs no CUDA call).
     pub(crate) small_mismatch: Flag,

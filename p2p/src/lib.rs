@@ -28,7 +28,8 @@
 //! graphs. On CUDA: `buffers` maps user buffers, `engine` is one communicator's state,
 //! `cuda_device` the protocols' device on its streams; `setup` makes it ([`attach`]),
 //! `paths` and `queue` run operations ([`takes`], [`submit`]), `capture` captures them
-//! into graphs, `registration` learns registered buffers ahead ([`register`]), `health`
+//! into graphs, `registration` learns registered buffers ahead ([`register`]) and agrees symmetric windows
+//! ([`register_window`]; `windows` finds where a group's sends land in them), `health`
 //! watches and ends it ([`check_health`], [`wait_idle`], [`shutdown`]).
 
 mod buffers;
@@ -62,6 +63,7 @@ mod sim;
 mod small_p2p;
 mod sync;
 mod tuning;
+mod windows;
 
 pub use capture::capture;
 pub use config::{BatchCopies, P2pConfig};
@@ -71,7 +73,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use health::{check_health, shutdown, wait_idle};
 pub use paths::takes;
 pub use queue::submit;
-pub use registration::register;
+pub use registration::{deregister_window, register, register_window};
 pub use setup::attach;
 
 /// Has the engine time its copy-engine transfers for the throughput monitor whose handle is

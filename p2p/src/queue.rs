@@ -195,6 +195,13 @@ fn prepare(
     } else {
         Some(lower(&direct_tasks, l.rank, l.nranks, usize::MAX, 0)?)
     };
+    let targets = match &direct {
+        Some(_) => eng
+            .windows
+            .lock()
+            .targets(&direct_tasks, l.rank, l.nranks)?,
+        None => None,
+    };
     let tasks = &staged[..];
     let (ll, sym) = reduction_paths(
         tasks,
@@ -243,6 +250,7 @@ fn prepare(
         small,
         sig,
         direct,
+        targets,
         point_to_point,
         staged_tx,
         posting: None,
@@ -269,6 +277,8 @@ struct Queueing {
     sig: Option<CallSig>,
     /// The group's direct transfers, lowered, and once posted, this rank's plan for them.
     direct: Option<Program>,
+    /// Where its sends land, per peer, when symmetric windows say ([`crate::windows`]).
+    targets: Option<Vec<Vec<crate::rendezvous::Post>>>,
     /// The direct transfers are all sends and receives (no collective's blocks): only then
     /// does a send to a peer the group also receives from wait `CCL_IPC_EXCHANGE_WAIT_US`
     /// (a 2-rank all-gather or all-to-all also sends to and receives from its peer, but in a
@@ -353,6 +363,7 @@ impl Queueing {
         self.posting = Some(posting::post_group(
             &mut q.bufs,
             &p,
+            self.targets.as_deref(),
             eng.layout.rank,
             &mut q.counters,
             &|r| eng.inbox.of(r).map(|b| b as &dyn rendezvous::Words),

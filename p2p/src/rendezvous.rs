@@ -84,7 +84,11 @@ const FINAL: u64 = 4;
 /// The source sends eagerly, through the destination's receive slots ([`go_eager`]): the
 /// destination copies out of its slots.
 const EAGER: u64 = 8;
-const GEN_SHIFT: u32 = 4;
+/// The source pushes without waiting for the destination's post: a symmetric window told it
+/// where the destination's buffer is ([`post_pushed`]); its post's `addr` names that place in
+/// the destination's process.
+const PUSH: u64 = 16;
+const GEN_SHIFT: u32 = 5;
 
 /// What a post found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +104,10 @@ pub(crate) enum Outcome {
     /// The source sends through the destination's receive slots: for the destination, the
     /// source's post (its size cuts the chunks); for the source, None.
     Eager(Option<Post>),
+    /// For the destination: the source pushes, without having waited for this post, into the
+    /// place its post's `addr` names ([`post_pushed`]); this side flags "here" and waits for
+    /// "done", as for [`Outcome::First`].
+    Pushed(Post),
 }
 
 /// One rendezvous entry: transfer `seq` from `src`, in the destination's inbox.
@@ -169,12 +177,64 @@ pub(crate) fn post(
     deadline: Option<Instant>,
     stop: &dyn Fn() -> bool,
 ) -> Result<Outcome> {
+    let side = if i_am_src {
+        Side::Source
+    } else {
+        Side::Destination
+    };
+    post_as(board, (src, seq), side, mine, deadline, stop)
+}
+
+/// Posts the source side of transfer `seq` whose destination buffer this side already knows
+/// (`target`, as the destination's process names it, through a symmetric window): the
+/// destination's post if it came first (then it is pushed to as any), else `target`
+/// without waiting. Either way this side pushes, whenever the destination calls: the path no
+/// longer depends on which rank called first. Waits only as [`post`] does, for ring room.
+pub(crate) fn post_pushed(
+    board: &dyn Words,
+    src: usize,
+    seq: u64,
+    mine: &Post,
+    target: &Post,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<Outcome> {
+    post_as(
+        board,
+        (src, seq),
+        Side::Pushing(target),
+        mine,
+        deadline,
+        stop,
+    )
+}
+
+/// Which side posts, and how.
+#[derive(Clone, Copy)]
+enum Side<'a> {
+    Source,
+    Destination,
+    /// A source that pushes to this place unless the destination posted first.
+    Pushing(&'a Post),
+}
+
+/// [`post`] and [`post_pushed`]: the other side's post when it settles this one, else this
+/// side's post set on the entry by a compare-and-swap.
+fn post_as(
+    board: &dyn Words,
+    (src, seq): (usize, u64),
+    side: Side<'_>,
+    mine: &Post,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<Outcome> {
     let e = Entry::new(board, src, seq);
     let state = e.word(0)?;
+    let i_am_src = !matches!(side, Side::Destination);
     let mut spins = 0u32;
     loop {
         let w = state.load(Ordering::Acquire);
-        let (g, bits) = (w >> GEN_SHIFT, w & (SRC | DST | FINAL | EAGER));
+        let (g, bits) = (w >> GEN_SHIFT, w & (SRC | DST | FINAL | EAGER | PUSH));
         if g == e.gen {
             let mine_bit = if i_am_src { SRC } else { DST };
             if bits & mine_bit != 0 {
@@ -182,25 +242,27 @@ pub(crate) fn post(
                     "cuda-ipc: transfer {seq} from rank {src} posted twice by one side"
                 )));
             }
-            if i_am_src && bits & DST != 0 {
-                return Ok(Outcome::Second(e.take(false)?));
+            if let Some(o) = settled_by_other(&e, bits, i_am_src)? {
+                return Ok(o);
             }
-            if !i_am_src && bits & FINAL != 0 {
-                return Ok(Outcome::Second(e.take(true)?));
-            }
-            if !i_am_src && bits & EAGER != 0 {
-                return Ok(Outcome::Eager(Some(e.take(true)?)));
-            }
-            e.write(i_am_src, mine)?;
+            let (post, set, o) = match side {
+                Side::Source => (*mine, SRC, Outcome::Pending),
+                Side::Destination => (*mine, DST, Outcome::First),
+                Side::Pushing(t) => (
+                    Post {
+                        addr: t.addr,
+                        ..*mine
+                    },
+                    SRC | PUSH,
+                    Outcome::Second(*t),
+                ),
+            };
+            e.write(i_am_src, &post)?;
             if state
-                .compare_exchange(w, w | mine_bit, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(w, w | set, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                return Ok(if i_am_src {
-                    Outcome::Pending
-                } else {
-                    Outcome::First
-                });
+                return Ok(o);
             }
             continue;
         }
@@ -214,6 +276,17 @@ pub(crate) fn post(
             format!("{RING} transfers behind rank {src}")
         })?;
     }
+}
+
+/// What the other side's post, already on the entry (`bits`), makes of this side's.
+fn settled_by_other(e: &Entry<'_>, bits: u64, i_am_src: bool) -> Result<Option<Outcome>> {
+    Ok(Some(match i_am_src {
+        true if bits & DST != 0 => Outcome::Second(e.take(false)?),
+        false if bits & FINAL != 0 => Outcome::Second(e.take(true)?),
+        false if bits & EAGER != 0 => Outcome::Eager(Some(e.take(true)?)),
+        false if bits & PUSH != 0 => Outcome::Pushed(e.take(true)?),
+        _ => return Ok(None),
+    }))
 }
 
 /// One poll of a rendezvous entry that still serves an earlier round (a peer that far
@@ -345,7 +418,7 @@ pub(crate) fn peer_sends_first(inbox: &dyn Words, peer: usize, next_in: u64) -> 
     let e = Entry::new(inbox, peer, next_in);
     e.word(0).is_ok_and(|w| {
         let w = w.load(Ordering::Acquire);
-        w >> GEN_SHIFT == e.gen && w & SRC != 0 && w & (DST | EAGER) == 0
+        w >> GEN_SHIFT == e.gen && w & SRC != 0 && w & (DST | EAGER | PUSH) == 0
     })
 }
 

@@ -252,6 +252,14 @@ static void check_registration(ncclComm_t comm, int32_t* buf, size_t bytes) {
   CHECK(ncclWinGetUserPtr(comm, win, &user) == ncclSuccess && user == (void*)buf,
         "ncclWinGetUserPtr gives %p for %p", user, (void*)buf);
   CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, "ncclCommWindowDeregister");
+  /* A symmetric window (NCCL_WIN_COLL_SYMMETRIC, 1): registered, usable, deregistered. */
+  r = ncclCommWindowRegister(comm, buf, bytes, &win, 1);
+  CHECK(r == ncclSuccess && win != NULL, "symmetric ncclCommWindowRegister -> %d (%s)", (int)r,
+        ncclGetLastError(NULL));
+  memset(out, 0, sizeof out);
+  r = ncclAllGather(buf, out, 5, ncclInt32, comm, NULL);
+  CHECK(r == ncclSuccess && memcmp(buf, out, sizeof out) == 0, "allgather on a symmetric window");
+  CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, "symmetric ncclCommWindowDeregister");
 }
 
 static void check_one_rank_comm(void) {

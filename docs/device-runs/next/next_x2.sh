@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
+# Order for the next calls: windows (symmetric windows, first on two GPUs), megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
 # itself moved 18% between two runs on 2026-12-01), graphbig (captured alltoall and gather at
 # 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep, ctxpush; on four GPUs tests/gpu/device_x4.sh
 # first.
+#   MODE=windows   nccl-tests -R 2 -x 2 (symmetric windows, NCCL_WIN_COLL_SYMMETRIC; NVIDIA's
+#                  copy-engine collectives), nine ops 8 B - 1 GiB: libccl pushing through the
+#                  windows (CCL_IPC_SYMMETRIC_WINDOWS=1, the default) against plain
+#                  registrations (=0) and NCCL; then -C 1 (host time per call) the same way
 #   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
 #                  the sender's GPU push late into the peer while the caller's stream waits
 #                  (no host wait, each GPU pushing its own), with and without
@@ -208,6 +212,12 @@ case ${MODE:-hostcost} in
     OPS=${OPS:-all_reduce broadcast reduce all_gather reduce_scatter alltoall scatter} \
       EXTRA="-b 16K -e 2M -f 2 -n 50 -w 10" LIBS="nccl pk64=.dev/new pk128=.dev/new pk256=.dev/new" \
       ab_both pack nccl "pk64 pk128 pk256" ;;
+  windows)
+    export ENVS_nowin=CCL_IPC_SYMMETRIC_WINDOWS=0
+    OPS="all_gather alltoall broadcast gather scatter sendrecv" EXTRA="-R 2 -x 2 -b 8 -e 1G -f 4 -n 20 -w 5" \
+      LIBS="nccl win=.dev/new nowin=.dev/new" ab windows nccl "win nowin win/nowin"
+    OPS="all_gather alltoall broadcast" EXTRA="-R 2 -x 2 -C 1 -b 64K -e 64M -f 8 -n 200 -w 20" \
+      LIBS="nccl win=.dev/new nowin=.dev/new" ab windows-host nccl "win nowin" ;;
   graphbig)
     export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
       ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"

@@ -10,16 +10,20 @@ use crate::host_path::{HostPath, HostShare};
 use crate::lower::{overlap, Act, Program};
 use crate::protocol::Counters;
 use crate::rendezvous::{
-    go_eager, is_vmm_id, peer_sends_first, post, resolve, Outcome, Post, PushWait, Reach, Words,
+    go_eager, is_vmm_id, peer_sends_first, post, post_pushed, resolve, Outcome, Post, PushWait,
+    Reach, Words,
 };
 
 /// Posts every transfer of one lowered group (sends and receives per peer, in order).
 /// `boards(r)` is rank `r`'s inbox. Nothing here waits for a peer's call. `host_paused()` is
 /// asked only about a transfer the host path would take; true: it posts no host share.
+/// `targets`: where each send lands, per peer in send order, when symmetric windows say
+/// ([`crate::windows::Windows::targets`]): those sends push whenever their receivers call.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn post_group<'b>(
     bufs: &mut dyn Reach,
     p: &Program,
+    targets: Option<&[Vec<Post>]>,
     rank: usize,
     c: &mut Counters,
     boards: &dyn Fn(usize) -> Option<&'b dyn Words>,
@@ -74,13 +78,21 @@ pub(crate) fn post_group<'b>(
         sends,
         bytes: p.bytes(),
     };
+    let mut sent = vec![0usize; n];
     for (&(peer, outgoing, ptr, bytes, forced), (ex, off)) in wants.iter().zip(exports) {
+        let target = match (outgoing, targets) {
+            (true, Some(t)) => {
+                sent[peer] += 1;
+                t.get(peer).and_then(|v| v.get(sent[peer] - 1))
+            }
+            _ => None,
+        };
         let ptr_legacy = ex.is_some_and(|e| !is_vmm_id(e.buffer_id));
         let exchange = wants
             .iter()
             .any(|&(q, out, ..)| q == peer && out != outgoing);
         let wanted = host.map_or(0, |h| h.permille(bytes, exchange));
-        let host_permille = if wanted > 0 && host_paused() {
+        let host_permille = if target.is_some() || (wanted > 0 && host_paused()) {
             0
         } else {
             wanted
@@ -104,7 +116,10 @@ pub(crate) fn post_group<'b>(
         *counter += 1;
         let board = boards(dst)
             .ok_or_else(|| Error::internal(format!("cuda-ipc: no inbox of rank {dst}")))?;
-        let outcome = post(board, src, seq, outgoing, &mine, ring_deadline, stop)?;
+        let outcome = match target {
+            Some(t) => post_pushed(board, src, seq, &mine, t, ring_deadline, stop)?,
+            None => post(board, src, seq, outgoing, &mine, ring_deadline, stop)?,
+        };
         posting.posted.push(Posted {
             peer,
             outgoing,
@@ -258,6 +273,14 @@ impl Posting {
                     (w.bytes, w.host_permille),
                     None,
                 ),
+                (Outcome::Pushed(t), None) => {
+                    let here = w.bounce.unwrap_or(w.ptr);
+                    if (t.addr != here || t.bytes != w.bytes as u64) && mismatch.is_none() {
+                        mismatch = Some(w.not_symmetric(&t, here, rank));
+                    }
+                    let first = (t.bytes as usize, t.host_permille);
+                    (Role::First, w.bytes.min(t.bytes as usize), first, None)
+                }
                 (Outcome::Second(t), None) => {
                     if t.bytes != w.bytes as u64 && mismatch.is_none() {
                         mismatch = Some(w.size_mismatch(&t, rank));
@@ -451,6 +474,19 @@ impl Posted {
         } else {
             (self.peer, rank)
         }
+    }
+
+    /// The error of a receive that its sender pushed, through a symmetric window, somewhere
+    /// else than this rank's buffer (`here`): the buffers were not at one offset of every
+    /// rank's window, or this rank received into its bounce buffer.
+    fn not_symmetric(&self, theirs: &Post, here: u64, rank: usize) -> Error {
+        Error::invalid_usage(format!(
+            "rank {} pushed {} bytes to {:#x} of rank {rank}'s window, where rank {rank} \
+             receives {} bytes at {here:#x} (transfer {}): a collective on symmetric windows \
+             (NCCL_WIN_COLL_SYMMETRIC) needs its buffers at the same offset of every rank's \
+             window",
+            self.peer, theirs.bytes, theirs.addr, self.bytes, self.seq
+        ))
     }
 
     /// The error of a transfer whose other side posted `theirs` of another size.

@@ -260,6 +260,33 @@ mod loom_model {
         });
     }
 
+    /// A source that knows its target (a symmetric window, [`post_pushed`]) racing its
+    /// destination's post: the source pushes either way (to the destination's post when it
+    /// came first, else to its target, which the destination then learns); never both
+    /// waiting, never the destination copying; the entry ends freed.
+    #[test]
+    fn a_pushing_source_and_its_destination_agree() {
+        loom::model(|| {
+            let b = Arc::new(Sparse::new(&[entry_of(0)]));
+            let b2 = b.clone();
+            let target = post_at(30);
+            let src = loom::thread::spawn(move || {
+                post_pushed(&*b2, 0, 0, &post_at(10), &target, None, &|| false).unwrap()
+            });
+            let dst = post(&*b, 0, 0, false, &post_at(20), None, &|| false).unwrap();
+            match (src.join().unwrap(), dst) {
+                (Outcome::Second(p), Outcome::First) => assert_eq!(p, post_at(20)),
+                (Outcome::Second(p), Outcome::Pushed(q)) => {
+                    assert_eq!(p, target);
+                    assert_eq!(q.addr, 30, "the destination learns the target");
+                }
+                other => panic!("{other:?}"),
+            }
+            let w = b.word(0).unwrap().load(Ordering::Acquire);
+            assert_eq!(w, 1 << GEN_SHIFT);
+        });
+    }
+
     /// Two ranks each send before they receive: the crossing is seen, nobody waits for
     /// ever, and both end up pulling.
     #[test]
@@ -303,4 +330,33 @@ mod loom_model {
             }
         });
     }
+}
+
+#[test]
+fn a_source_that_knows_its_target_pushes_whoever_posts_first() {
+    let b = board(2);
+    let target = post_at(0x9000);
+    let pushed = |seq: u64| post_pushed(&b, 1, seq, &post_at(200), &target, None, &|| false);
+    // Source first: it pushes to the target at once; the destination, posting later, learns
+    // where (the source's post names the target) and waits for "done".
+    assert_eq!(pushed(5).unwrap(), Outcome::Second(target));
+    assert!(
+        !peer_sends_first(&b, 1, 5),
+        "a pushed send waits for nobody"
+    );
+    let theirs = Post {
+        addr: 0x9000,
+        ..post_at(200)
+    };
+    assert_eq!(first(&b, 5, false, 100), Outcome::Pushed(theirs));
+    // Destination first: the source takes its post as any source would.
+    let seq = 5 + RING as u64;
+    assert_eq!(first(&b, seq, false, 300), Outcome::First);
+    assert_eq!(pushed(seq).unwrap(), Outcome::Second(post_at(300)));
+    // Either way the entry is free for the next round; a second source post is refused.
+    let seq = 5 + 2 * RING as u64;
+    assert_eq!(pushed(seq).unwrap(), Outcome::Second(target));
+    assert!(pushed(seq).is_err());
+    assert_eq!(first(&b, seq, false, 400), Outcome::Pushed(theirs));
+    assert_eq!(first(&b, 5 + 3 * RING as u64, false, 500), Outcome::First);
 }

@@ -189,6 +189,7 @@ pub(super) fn build(
         takeover,
         tuning: Tuning::from_config(cfg, max_connections),
         graph_copy_blocks,
+        windows: Mutex::default(),
         cfg: cfg.clone(),
         small_mismatch,
         direct_reduce: a.direct_reduce,

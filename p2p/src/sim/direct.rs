@@ -808,3 +808,61 @@ fn batches_take_three_driver_calls_at_any_rank_count() {
         }
     }
 }
+
+/// Collectives on symmetric windows, two to eight ranks calling in random orders: every send
+/// is pushed by its sender (none left to its receiver, who posted later or earlier), with every
+/// byte where it belongs, on separate queues and on one merged queue. The same runs without
+/// windows leave sends to their receivers. An in-place all-to-all (its receivers take their
+/// blocks through their bounce buffers, which only their posts name) and a scatter whose
+/// output may be in place (the peers' outputs could be at either of two places) meet as any,
+/// exact.
+#[test]
+fn symmetric_windows_push_every_send_whoever_calls_first() {
+    let case = |kind, in_place| Case {
+        kind: Kind::Coll(kind),
+        count: 1500,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place,
+    };
+    for n in [2usize, 3, 4, 8] {
+        let mut cases = Vec::new();
+        for in_place in [false, true] {
+            for kind in [
+                Collective::AllGather,
+                Collective::Broadcast { root: n - 1 },
+                Collective::Gather { root: 1 },
+            ] {
+                cases.push(case(kind, in_place));
+            }
+        }
+        cases.push(case(Collective::Scatter { root: 0 }, false));
+        cases.push(case(Collective::AlltoAll, false));
+        let windows = Setup {
+            windows: true,
+            ..Setup::new(n)
+        };
+        let mut plain = 0;
+        for seed in 0..8u64 {
+            for merged in [false, true] {
+                let pulled = simulate_pulls(&windows, &cases, merged, seed)
+                    .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+                assert_eq!(
+                    pulled, 0,
+                    "n {n} seed {seed} merged {merged}: sends left to pull"
+                );
+            }
+            plain += simulate_pulls(&Setup::new(n), &cases, false, seed)
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} without windows: {e}"));
+        }
+        assert!(plain > 0, "n {n}: without windows some send is pulled");
+        let in_place = [
+            case(Collective::AlltoAll, true),
+            case(Collective::Scatter { root: n / 2 }, true),
+        ];
+        for seed in 0..4u64 {
+            simulate_pulls(&windows, &in_place, seed % 2 == 0, seed)
+                .unwrap_or_else(|e| panic!("n {n} in-place all-to-all seed {seed}: {e}"));
+        }
+    }
+}

@@ -47,6 +47,9 @@ pub(super) struct Setup {
     pub(super) eager: Option<usize>,
     /// Direct reductions in one kernel over all inputs (`Some(true)`, as the engine does once
     /// it has loaded that kernel), as the chain of two-input kernels, or (`None`) each in turn.
+    /// Every rank's user buffers in one symmetric window (`ncclCommWindowRegister` with
+    /// `NCCL_WIN_COLL_SYMMETRIC`): collectives push whoever calls first.
+    pub(super) windows: bool,
     pub(super) reduce_n: Option<bool>,
 }
 
@@ -68,6 +71,7 @@ impl Setup {
             mailed: false,
             eager: None,
             reduce_n: None,
+            windows: false,
         }
     }
 
@@ -148,10 +152,15 @@ impl Setup {
             None
         } else {
             let p = lower(&direct_tasks, l.rank, self.n, usize::MAX, 0).map_err(e)?;
+            let targets = match dx.windows.get(l.rank) {
+                Some(w) => w.targets(&direct_tasks, l.rank, self.n).map_err(e)?,
+                None => None,
+            };
             Some(
                 posting::post_group(
                     &mut reach,
                     &p,
+                    targets.as_deref(),
                     l.rank,
                     c,
                     &boards,
@@ -267,6 +276,8 @@ impl Setup {
                 if let Some(m) = mismatch {
                     return Err(m.to_string());
                 }
+                dx.left_to_pull
+                    .set(dx.left_to_pull.get() + plan.waits.left_to_pull as usize);
                 plan
             }
         };
@@ -391,6 +402,10 @@ pub(super) struct DirectSim {
     pub(super) sym_alone: std::cell::Cell<usize>,
     /// Mailed sends, when the setup mails them.
     pub(super) mail: Option<super::mail::SimMail>,
+    /// Each rank's symmetric windows, when the setup registers them (else none).
+    pub(super) windows: Vec<crate::windows::Windows>,
+    /// Sends whose receivers copied them (pulled): the sender posted first and did not push.
+    pub(super) left_to_pull: std::cell::Cell<usize>,
 }
 
 impl DirectSim {
@@ -407,6 +422,8 @@ impl DirectSim {
             sym_direct: std::cell::Cell::new(0),
             sym_alone: std::cell::Cell::new(0),
             mail: None,
+            windows: Vec::new(),
+            left_to_pull: std::cell::Cell::new(0),
         }
     }
 }
@@ -479,7 +496,7 @@ pub(super) fn simulate_counts(
     seed: u64,
     tamper: Option<Tamper<'_>>,
 ) -> std::result::Result<(usize, usize, usize), String> {
-    simulate_full(s, cases, merged, seed, tamper).map(|(d, a, m, _)| (d, a, m))
+    simulate_full(s, cases, merged, seed, tamper).map(|(d, a, m, ..)| (d, a, m))
 }
 
 /// [`simulate`] of `cases`, every stream on its own queue, returning the bytes the run moved
@@ -492,22 +509,67 @@ pub(super) fn simulate_traffic(
     simulate_full(s, cases, false, seed, None).map(|(.., t)| t)
 }
 
-/// [`simulate_counts`] with the run's traffic.
+/// [`simulate`], returning how many sends their receivers copied (pulled) rather than their
+/// senders pushed.
+pub(super) fn simulate_pulls(
+    s: &Setup,
+    cases: &[Case],
+    merged: bool,
+    seed: u64,
+) -> std::result::Result<usize, String> {
+    simulate_full(s, cases, merged, seed, None).map(|(.., pulled, _)| pulled)
+}
+
+/// Each rank's window over its user buffers (every case's, [`buffers`]), as every rank sees
+/// them: the same offsets on every rank.
+fn sim_windows(n: usize) -> Vec<crate::windows::Windows> {
+    let at = |r: usize| base(r) + 0x1000_0000;
+    let size = 0x4000_0000;
+    (0..n)
+        .map(|r| {
+            let peers = (0..n)
+                .map(|q| {
+                    (q != r).then(|| Post {
+                        pid: 1,
+                        addr: at(q),
+                        bytes: size,
+                        buffer_id: q as u64 + 1,
+                        offset: 0,
+                        handle: [0; 64],
+                        host_permille: 0,
+                    })
+                })
+                .collect();
+            let mut w = crate::windows::Windows::default();
+            w.add(crate::windows::Window {
+                base: at(r),
+                size,
+                peers,
+            });
+            w
+        })
+        .collect()
+}
+
+/// [`simulate_counts`] with the sends left to pull and the run's traffic.
 fn simulate_full(
     s: &Setup,
     cases: &[Case],
     merged: bool,
     seed: u64,
     tamper: Option<Tamper<'_>>,
-) -> std::result::Result<(usize, usize, usize, Traffic), String> {
+) -> std::result::Result<(usize, usize, usize, usize, Traffic), String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
     if s.mailed {
         dx.mail = Some(super::mail::SimMail::new());
     }
+    if s.windows {
+        dx.windows = sim_windows(n);
+    }
     // With direct transfers, every third seed makes one rank's buffers unmappable per case
-    // (they go through its bounce buffer).
-    if s.direct && seed % 3 == 2 {
+    // (they go through its bounce buffer); memory in a window is mappable by every rank.
+    if s.direct && !s.windows && seed % 3 == 2 {
         for (k, _) in cases.iter().enumerate() {
             let r = k % n;
             let b = base(r) + 0x1000_0000 + k as u64 * BUF * 2;
@@ -614,7 +676,14 @@ fn simulate_full(
         }
     }
     let mailed = dx.mail.as_ref().map_or(0, |m| m.handed.get());
-    Ok((dx.sym_direct.get(), dx.sym_alone.get(), mailed, mem.traffic))
+    let pulled = dx.left_to_pull.get();
+    Ok((
+        dx.sym_direct.get(),
+        dx.sym_alone.get(),
+        mailed,
+        pulled,
+        mem.traffic,
+    ))
 }
 
 /// Rank `rank` of two posts a group that sends `count` floats to the other rank and
@@ -639,6 +708,7 @@ pub(super) fn post_exchange(
     posting::post_group(
         &mut reach,
         &group,
+        None,
         rank,
         c,
         &boards,

@@ -169,6 +169,7 @@ fn a_size_mismatch_on_the_host_path_still_finishes() {
                     let posting = posting::post_group(
                         &mut reach,
                         &p,
+                        None,
                         r,
                         c,
                         &boards,
