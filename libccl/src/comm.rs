@@ -169,6 +169,14 @@ impl Comm {
             return self.register(ptr, size);
         }
         crate::ipc::register(self, ptr, size)?;
+        if crate::group::defer_window(self, ptr, size) {
+            return Ok(());
+        }
+        self.agree_window(ptr, size)
+    }
+
+    /// Agrees the symmetric window at `ptr` with every rank (all of them call it in order).
+    pub(crate) fn agree_window(&self, ptr: usize, size: usize) -> Result<()> {
         let agreed = crate::ipc::register_window(self, ptr, size)?;
         tracing::debug!(
             "rank {}: window of {size} bytes at {ptr:#x}{}",

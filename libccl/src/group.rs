@@ -11,6 +11,7 @@
 //! returns: user "streams" are host threads, and there is nothing else to synchronise with.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use crate::bootstrap::UniqueId;
 use crate::core::Comm;
@@ -23,6 +24,8 @@ struct GroupState {
     depth: usize,
     tasks: Vec<(Comm, Task)>,
     inits: Vec<(Comm, UniqueId)>,
+    /// Symmetric windows to agree at the group's end: (communicator, base, bytes).
+    windows: Vec<(Comm, usize, usize)>,
     error: Option<Error>,
 }
 
@@ -54,10 +57,11 @@ pub fn end() -> Result<()> {
         Ok(Some((
             std::mem::take(&mut g.tasks),
             std::mem::take(&mut g.inits),
+            std::mem::take(&mut g.windows),
             g.error.take(),
         )))
     })?;
-    let Some((tasks, inits, error)) = outer else {
+    let Some((tasks, inits, windows, error)) = outer else {
         return Ok(());
     };
     let api = crate::profiler::take_api();
@@ -67,6 +71,7 @@ pub fn end() -> Result<()> {
             return Err(e.context("an earlier call in this group failed; the group was not run"));
         }
         run_inits(inits)?;
+        agree_windows(windows)?;
         if tasks.is_empty() {
             return Ok(());
         }
@@ -93,6 +98,7 @@ pub fn simulate_end() -> Result<f64> {
         }
         g.error = None;
         g.inits.clear();
+        g.windows.clear();
         // The group ends here, unrun: its API events end with it.
         crate::profiler::take_api().finish();
         Ok(std::mem::take(&mut g.tasks))
@@ -163,6 +169,68 @@ pub fn defer_init(comm: &Comm, id: UniqueId) -> bool {
         } else {
             false
         }
+    })
+}
+
+/// Defers agreeing a symmetric window with the communicator's other ranks to the group's end
+/// (ranks registered by one thread must meet concurrently). Returns false outside a group.
+pub fn defer_window(comm: &Comm, ptr: usize, size: usize) -> bool {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.windows.push((comm.clone(), ptr, size));
+            true
+        } else {
+            false
+        }
+    })
+}
+
+/// Agrees deferred windows: each communicator's in call order, the communicators at once on
+/// threads of their own (one after the other, the first would wait for ranks the same thread
+/// registers later).
+fn agree_windows(windows: Vec<(Comm, usize, usize)>) -> Result<()> {
+    let mut per_comm: Vec<(Comm, Vec<(usize, usize)>)> = Vec::new();
+    for (c, ptr, size) in windows {
+        match per_comm.iter_mut().find(|(d, _)| Arc::ptr_eq(&c.0, &d.0)) {
+            Some((_, v)) => v.push((ptr, size)),
+            None => per_comm.push((c, vec![(ptr, size)])),
+        }
+    }
+    let agree = |c: &Comm, list: &[(usize, usize)]| -> Result<()> {
+        for &(ptr, size) in list {
+            c.agree_window(ptr, size)?;
+        }
+        Ok(())
+    };
+    if per_comm.len() <= 1 {
+        return per_comm.iter().try_for_each(|(c, v)| agree(c, v));
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = per_comm
+            .iter()
+            .map(|(c, v)| {
+                s.spawn(move || {
+                    // A GPU communicator's exports ask the driver about its device's memory.
+                    let ctx = match c.0.cuda_dev {
+                        d if d >= 0 => Some(crate::gpu::device_context(d)?),
+                        _ => None,
+                    };
+                    let _current = match &ctx {
+                        Some(ctx) => Some(ctx.scope().map_err(crate::gpu::cuda_err)?),
+                        None => None,
+                    };
+                    agree(c, v)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("a window thread panicked")))
+            })
+            .collect()
     })
 }
 

@@ -260,6 +260,13 @@ static void check_registration(ncclComm_t comm, int32_t* buf, size_t bytes) {
   r = ncclAllGather(buf, out, 5, ncclInt32, comm, NULL);
   CHECK(r == ncclSuccess && memcmp(buf, out, sizeof out) == 0, "allgather on a symmetric window");
   CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, "symmetric ncclCommWindowDeregister");
+  /* Inside a group (as nccl-tests registers) the window is agreed at ncclGroupEnd. */
+  CHECK(ncclGroupStart() == ncclSuccess, "ncclGroupStart");
+  r = ncclCommWindowRegister(comm, buf, bytes, &win, 1);
+  CHECK(r == ncclSuccess && win != NULL, "symmetric ncclCommWindowRegister in a group -> %d", (int)r);
+  CHECK(ncclGroupEnd() == ncclSuccess, "ncclGroupEnd after a window registration (%s)",
+        ncclGetLastError(NULL));
+  CHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess, "ncclCommWindowDeregister");
 }
 
 static void check_one_rank_comm(void) {

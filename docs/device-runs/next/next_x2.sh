@@ -8,7 +8,8 @@
 #   MODE=windows   nccl-tests -R 2 -x 2 (symmetric windows, NCCL_WIN_COLL_SYMMETRIC; NVIDIA's
 #                  copy-engine collectives), nine ops 8 B - 1 GiB: libccl pushing through the
 #                  windows (CCL_IPC_SYMMETRIC_WINDOWS=1, the default) against plain
-#                  registrations (=0) and NCCL; then -C 1 (host time per call) the same way
+#                  registrations (=0) and NCCL; then -C 1 (host time per call) the same way,
+#                  and -g 2 (one thread registering both GPUs' windows in one group)
 #   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
 #                  the sender's GPU push late into the peer while the caller's stream waits
 #                  (no host wait, each GPU pushing its own), with and without
@@ -217,7 +218,13 @@ case ${MODE:-hostcost} in
     OPS="all_gather alltoall broadcast gather scatter sendrecv" EXTRA="-R 2 -x 2 -b 8 -e 1G -f 4 -n 20 -w 5" \
       LIBS="nccl win=.dev/new nowin=.dev/new" ab windows nccl "win nowin win/nowin"
     OPS="all_gather alltoall broadcast" EXTRA="-R 2 -x 2 -C 1 -b 64K -e 64M -f 8 -n 200 -w 20" \
-      LIBS="nccl win=.dev/new nowin=.dev/new" ab windows-host nccl "win nowin" ;;
+      LIBS="nccl win=.dev/new nowin=.dev/new" ab windows-host nccl "win nowin"
+    # One thread registering both GPUs' windows in one group (agreed at ncclGroupEnd).
+    for op in all_gather alltoall scatter; do
+      LD_LIBRARY_PATH=$PWD/.dev/new timeout 120 .dev/nccl-tests/build/${op}_perf -g 2 -R 2 \
+        -b 8 -e 64M -f 8 -c 1 > "$O/windows-g2-$op.log" 2>&1
+      echo "-g 2 -R 2 $op exit $?: $(grep -aE 'Out of bounds|wrong' "$O/windows-g2-$op.log" | tail -1)"
+    done ;;
   graphbig)
     export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
       ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"
