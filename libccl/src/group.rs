@@ -224,13 +224,10 @@ fn agree_windows(windows: Vec<(Comm, usize, usize)>) -> Result<()> {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal("a window thread panicked")))
-            })
-            .collect()
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(Error::internal("a window thread panicked")))
+        })
     })
 }
 
