@@ -13,6 +13,9 @@
 #                six ops 8 B - 4 MiB in CUDA graphs (-G 10) in one and two shots
 #   PART=graphs  nine ops captured (-G 5, 8 B - 1 GiB) beside NCCL, ccl-report's graph verdict
 #                (the captured copies pushed on a copy lane per partner)
+#   PART=windows symmetric windows (nccl-tests -R 2 -x 2): the six data-moving ops 8 B - 1 GiB,
+#                libccl pushing through the windows against plain registrations
+#                (CCL_IPC_SYMMETRIC_WINDOWS=0) and NVIDIA's copy-engine collectives
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
@@ -70,5 +73,12 @@ case ${PART:-main} in
       timeout "${LIMIT:-500}" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     report graphs nccl ccl --verdict --graphs --plot "$OUT/graphs-x4.png"
     pack graphs ;;
-  *) echo "PART: main, sweep, ll or graphs" >&2; exit 2 ;;
+  windows)
+    OUT=$OUT/win OPS="all_gather alltoall broadcast gather scatter sendrecv" LIBS="nccl ccl=$LIB nowin=$LIB" \
+      ENVS_nowin=CCL_IPC_SYMMETRIC_WINDOWS=0 EXTRA="-R 2 -x 2 -b 8 -e 1G -f 4 -n 20 -w 5" NGPU=$NGPU \
+      timeout "${LIMIT:-500}" bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report win nccl ccl --verdict
+    report win nowin ccl
+    pack win ;;
+  *) echo "PART: main, sweep, ll, graphs or windows" >&2; exit 2 ;;
 esac
