@@ -133,10 +133,11 @@ fn landing_places(
 
 /// Rank `q`'s group as this rank (`me`) may read it through the windows: the same buffers at
 /// the same offsets, except where this rank's task is in place by NCCL's conventions. An
-/// all-gather's or gather's input is then each rank's own block of its output (at the same
-/// offset it would sit in a block where `q` receives); a scatter's output each rank's own
-/// block of its input, or, as a scatter's unused input may sit anywhere, the same offset:
-/// both readings are given, and a send goes to its place only where they agree.
+/// all-gather's or gather's input is then each rank's own block of its output (at this rank's
+/// offset it would lie over the block where `q` receives this rank's, which no caller means);
+/// a scatter's output is each rank's own block of its input, or, as a scatter's input is unused
+/// off the root and may lie anywhere, at this rank's offset: both readings are given, and a
+/// send goes to its place only where they agree.
 fn readings(tasks: &[Task], me: usize, q: usize) -> Vec<Vec<Task>> {
     let mut ambiguous = false;
     let read: Vec<Task> = tasks
