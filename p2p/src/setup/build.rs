@@ -366,7 +366,7 @@ fn host_limits(
 fn copy_blocks(cfg: &P2pConfig, ctx: &Context, rank: usize, sharers: usize) -> u32 {
     let sms = ctx.sm_count().map_or(u32::MAX, |s| s.max(1) as u32);
     let blocks = crate::tuning::graph_copy_blocks(cfg.graph_copy_blocks, sms, sharers);
-    if i64::from(blocks) < cfg.graph_copy_blocks {
+    if sharers > 1 && i64::from(blocks) < cfg.graph_copy_blocks.min(1024) {
         tracing::info!(
             "rank {rank}: {sharers} ranks share this GPU: captured copy kernels take at most \
              {blocks} blocks (CCL_GRAPH_COPY_BLOCKS={})",
