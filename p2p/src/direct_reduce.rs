@@ -294,6 +294,56 @@ pub(crate) fn sym_settle(
     }
 }
 
+/// What a rank whose buffers lie in symmetric windows makes of its post: it never waits for
+/// its peers, since the windows already name their buffers (`mirrored`, from
+/// [`crate::windows::Windows::reduction_posts`]). Posted before the others, it leaves the entry
+/// at once and reduces from the mirrored buffers; posting last, it checks the others' posts
+/// against the mirrors, so a rank whose buffers are not where the windows say is reported
+/// (`ncclInvalidUsage`) rather than read at the wrong place unnoticed. A peer that went staged
+/// (its buffers outside its window, so it waited and gave up) is reported the same way.
+pub(crate) fn on_windows(
+    board: &dyn Words,
+    n: usize,
+    rank: usize,
+    seq: u64,
+    o: SymOutcome,
+    mirrored: Vec<(Post, Post)>,
+) -> Result<SymOutcome> {
+    match o {
+        SymOutcome::Pending => {
+            SymEntry::new(board, n, seq).leave()?;
+            Ok(SymOutcome::Direct(mirrored))
+        }
+        SymOutcome::Direct(actual) => {
+            for (q, (a, m)) in actual.iter().zip(&mirrored).enumerate() {
+                let what = [("input", &a.0, &m.0), ("output", &a.1, &m.1)];
+                for (what, a, m) in what.into_iter().filter(|_| q != rank) {
+                    if (a.addr, a.bytes) != (m.addr, m.bytes) {
+                        return Err(not_mirrored(seq, q, rank, what, a, m));
+                    }
+                }
+            }
+            Ok(SymOutcome::Direct(actual))
+        }
+        SymOutcome::Staged => Err(Error::invalid_usage(format!(
+            "direct reduction {seq}: rank {rank}'s buffers lie in a symmetric window, a peer's \
+             could not be used directly (outside its window, or not mappable): a collective on \
+             symmetric windows (NCCL_WIN_COLL_SYMMETRIC) needs its buffers at the same offset of \
+             every rank's window"
+        ))),
+        o => Ok(o),
+    }
+}
+
+fn not_mirrored(seq: u64, q: usize, rank: usize, what: &str, a: &Post, m: &Post) -> Error {
+    Error::invalid_usage(format!(
+        "direct reduction {seq}: rank {q}'s {what} is {} bytes at {:#x}, where rank {rank}'s \
+         symmetric window puts it at {:#x} ({} bytes): a collective on symmetric windows \
+         (NCCL_WIN_COLL_SYMMETRIC) needs its buffers at the same offset of every rank's window",
+        a.bytes, a.addr, m.addr, m.bytes
+    ))
+}
+
 /// One direct all-reduce or reduce-scatter on this rank, with every rank's buffers as this
 /// device sees them.
 #[derive(Debug, Clone)]

@@ -61,6 +61,8 @@ pub(crate) struct Queued {
     /// rendezvous), and the host time spent waiting for the other ranks' posts.
     pub(crate) sym_outcomes: [u64; 4],
     pub(crate) sym_waited: Duration,
+    /// Of those, the ones on symmetric windows (no wait for the others' posts).
+    pub(crate) sym_windowed: u64,
     /// Host time spent queueing groups (logged when the communicator goes): a host-bound
     /// training loop pays it directly, as it cannot launch its next kernels meanwhile.
     pub(crate) queueing: QueueTimes,
@@ -89,6 +91,7 @@ impl Queued {
             push_waits: plan::PushWaits::default(),
             sym_outcomes: [0; 4],
             sym_waited: Duration::ZERO,
+            sym_windowed: 0,
             push_late: posting::Lateness::default(),
             sent_staged: 0,
             sent_small: 0,

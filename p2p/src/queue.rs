@@ -334,6 +334,10 @@ impl Queueing {
         } else {
             None
         };
+        // Buffers in symmetric windows name the peers' too: no wait for their posts.
+        let mirrored = mine
+            .as_ref()
+            .and_then(|_| eng.windows.lock().reduction_posts(&t, l.rank, l.nranks));
         let seq = q.counters.sym;
         q.counters.sym += 1;
         let abort = self.comm.abort.clone();
@@ -346,6 +350,13 @@ impl Queueing {
             Some(std::time::Instant::now() + DIRECT_POST_TIMEOUT),
             &|| abort.load(std::sync::atomic::Ordering::Relaxed),
         )?;
+        let o = match mirrored {
+            Some(m) => {
+                q.sym_windowed += 1;
+                direct_reduce::on_windows(board, l.nranks, l.rank, seq, o, m)?
+            }
+            None => o,
+        };
         self.sym_post = Some((seq, o));
         Ok(())
     }

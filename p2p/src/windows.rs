@@ -9,6 +9,7 @@
 use ccl_collectives::task::{Task, TaskKind};
 use ccl_collectives::Collective;
 
+use crate::direct_reduce::NO_POST;
 use crate::error::Result;
 use crate::lower::{lower, overlap, Act};
 use crate::rendezvous::Post;
@@ -100,6 +101,43 @@ impl Windows {
             }
         }
         Ok(Some(all))
+    }
+}
+
+impl Windows {
+    /// Every rank's (input, output) of a direct all-reduce or reduce-scatter whose buffers lie
+    /// in this rank's windows, as the owners' posts would name them (this rank's entry is
+    /// [`NO_POST`]: its own buffers are used as they are); None for other collectives (a
+    /// reduce's output exists on its root only, so the others cannot mirror it) or buffers
+    /// outside the windows. An in-place reduce-scatter's output is each rank's own block of
+    /// its input, so a peer's is mirrored at the peer's block, not at this rank's.
+    pub(crate) fn reduction_posts(
+        &self,
+        t: &Task,
+        rank: usize,
+        n: usize,
+    ) -> Option<Vec<(Post, Post)>> {
+        if self.list.is_empty()
+            || !matches!(
+                t.kind,
+                TaskKind::Coll(Collective::AllReduce | Collective::ReduceScatter)
+            )
+        {
+            return None;
+        }
+        let size = t.dtype.size();
+        let (sb, rb) = ccl_collectives::task::buffer_counts(t.kind, rank, n, t.count)?;
+        let (sb, rb) = (sb.checked_mul(size)?, rb.checked_mul(size)?);
+        let (send, recv) = (t.send as u64, t.recv as u64);
+        let block = |r: usize| send + (r * rb) as u64;
+        let in_place_rs =
+            matches!(t.kind, TaskKind::Coll(Collective::ReduceScatter)) && recv == block(rank);
+        let mut posts = vec![(NO_POST, NO_POST); n];
+        for (q, p) in posts.iter_mut().enumerate().filter(|&(q, _)| q != rank) {
+            let out = if in_place_rs { block(q) } else { recv };
+            *p = (self.mirror(q, send, sb)?, self.mirror(q, out, rb)?);
+        }
+        Some(posts)
     }
 }
 
@@ -292,6 +330,48 @@ mod tests {
     fn got_addr(t: &[Vec<Post>], q: usize) -> u64 {
         assert_eq!(t[q].len(), 1);
         t[q][0].addr
+    }
+
+    #[test]
+    fn a_reduction_mirrors_every_peers_buffers() {
+        let w = windows(1);
+        let coll = |kind, send, recv| task(TaskKind::Coll(kind), send, recv, 16);
+        let ar = coll(Collective::AllReduce, BASE[1] + 0x100, BASE[1] + 0x1000);
+        let got = w.reduction_posts(&ar, 1, 3).unwrap();
+        assert_eq!(got[1], (NO_POST, NO_POST));
+        for q in [0, 2] {
+            let (i, o) = got[q];
+            assert_eq!(
+                (i.addr, i.bytes, i.offset),
+                (BASE[q] + 0x100, 64, 64 + 0x100)
+            );
+            assert_eq!(
+                (o.addr, o.bytes, o.buffer_id),
+                (BASE[q] + 0x1000, 64, 40 + q as u64)
+            );
+        }
+        // In place, a reduce-scatter's output is each rank's own block of its input (16
+        // floats of 48).
+        let input = BASE[1] + 0x2000;
+        let rs = coll(Collective::ReduceScatter, input, input + 64);
+        let got = w.reduction_posts(&rs, 1, 3).unwrap();
+        for q in [0, 2] {
+            let (i, o) = got[q];
+            assert_eq!((i.addr, i.bytes), (BASE[q] + 0x2000, 3 * 64));
+            assert_eq!((o.addr, o.bytes), (BASE[q] + 0x2000 + q as u64 * 64, 64));
+        }
+        // Out of place, every rank's output at this rank's offset.
+        let rs = coll(Collective::ReduceScatter, input, input + 0x1000);
+        assert_eq!(
+            w.reduction_posts(&rs, 1, 3).unwrap()[2].1.addr,
+            BASE[2] + 0x3000
+        );
+        // A reduce's output is its root's only; buffers outside the window; no windows.
+        let reduce = coll(Collective::Reduce { root: 0 }, BASE[1], BASE[1] + 0x1000);
+        assert!(w.reduction_posts(&reduce, 1, 3).is_none());
+        let outside = coll(Collective::AllReduce, BASE[1], BASE[1] + (1 << 20) - 32);
+        assert!(w.reduction_posts(&outside, 1, 3).is_none());
+        assert!(Windows::default().reduction_posts(&ar, 1, 3).is_none());
     }
 
     #[test]

@@ -286,3 +286,49 @@ mod loom_model {
         two_ranks(false, true);
     }
 }
+
+#[test]
+fn on_windows_nobody_waits_and_a_rank_off_its_window_is_reported() {
+    let (n, b) = (3, board(3));
+    let never = || false;
+    let mine = |r: u64| Some((post(100 * r), post(100 * r + 1)));
+    let mirrors = |wrong: Option<usize>| -> Vec<(Post, Post)> {
+        (0..n as u64)
+            .map(|q| match wrong == Some(q as usize) {
+                true => (post(100 * q), post(7)),
+                false => (post(100 * q), post(100 * q + 1)),
+            })
+            .collect()
+    };
+    for seq in [0u64, SYM_RING as u64, 2 * SYM_RING as u64] {
+        // The first two go at once on the mirrors; the last checks every post against them.
+        for r in 0..2 {
+            let o = sym_post(&b, n, r, seq, mine(r as u64), None, &never).unwrap();
+            let o = on_windows(&b, n, r, seq, o, mirrors(None)).unwrap();
+            assert_eq!(o, SymOutcome::Direct(mirrors(None)), "rank {r} seq {seq}");
+        }
+        let o = sym_post(&b, n, 2, seq, mine(2), None, &never).unwrap();
+        let o = on_windows(&b, n, 2, seq, o, mirrors(None)).unwrap();
+        assert_eq!(o, SymOutcome::Direct(mirrors(None)));
+        // Every rank left: the entry serves seq + SYM_RING (the next round proves it).
+    }
+    // Rank 1's output is not where rank 2's window says: rank 2, posting last, reports it.
+    let seq = 1;
+    for r in 0..2 {
+        let o = sym_post(&b, n, r, seq, mine(r as u64), None, &never).unwrap();
+        on_windows(&b, n, r, seq, o, mirrors(None)).unwrap();
+    }
+    let o = sym_post(&b, n, 2, seq, mine(2), None, &never).unwrap();
+    let e = on_windows(&b, n, 2, seq, o, mirrors(Some(1))).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::InvalidUsage);
+    assert!(
+        e.to_string().contains("rank 1's output is 8 bytes at 0x65"),
+        "{e}"
+    );
+    // A peer whose buffers lie outside its window cannot export... or waited and gave up.
+    let o = sym_post(&b, n, 0, 2, None, None, &never).unwrap();
+    assert_eq!(o, SymOutcome::Staged);
+    let o = sym_post(&b, n, 1, 2, mine(1), None, &never).unwrap();
+    let e = on_windows(&b, n, 1, 2, o, mirrors(None)).unwrap_err();
+    assert_eq!(e.kind, crate::error::ErrorKind::InvalidUsage);
+}

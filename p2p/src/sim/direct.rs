@@ -259,6 +259,47 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
     }
 }
 
+/// Direct reductions on symmetric windows, two to eight ranks: every all-reduce and
+/// reduce-scatter runs directly whoever calls first, even where each rank queues before its
+/// peers post (without windows those go staged, as nobody waits here), with every byte exact,
+/// in place or not, on separate and merged queues. A reduce (only its root has an output to
+/// mirror) meets as without windows.
+#[test]
+fn symmetric_windows_reduce_directly_whoever_calls_first() {
+    let case = |kind, in_place| Case {
+        kind: Kind::Coll(kind),
+        count: 3001,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(ReduceKind::Sum),
+        in_place,
+    };
+    for n in [2usize, 3, 4, 8] {
+        let mut cases = Vec::new();
+        for in_place in [false, true] {
+            cases.push(case(Collective::AllReduce, in_place));
+            cases.push(case(Collective::ReduceScatter, in_place));
+        }
+        cases.push(case(Collective::Reduce { root: n - 1 }, false));
+        let windows = Setup {
+            windows: true,
+            ..Setup::new(n)
+        };
+        for seed in 0..6u64 {
+            for merged in [false, true] {
+                let direct = simulate(&windows, &cases, merged, seed, None)
+                    .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+                // Even seeds post every rank first (the reduce finds its peers too), odd
+                // ones queue rank by rank.
+                let reduce = if seed % 2 == 0 { n } else { 0 };
+                assert_eq!(direct, 4 * n + reduce, "n {n} seed {seed} merged {merged}");
+            }
+            let plain = simulate(&Setup::new(n), &cases[..4], false, seed | 1, None)
+                .unwrap_or_else(|e| panic!("n {n} seed {seed} without windows: {e}"));
+            assert_eq!(plain, 0, "n {n} seed {seed}: without windows, staged");
+        }
+    }
+}
+
 /// Two ranks with takeover: a reduction whose first poster gives up waiting is done entirely
 /// by the second (both slices of a reduce-scatter, the whole all-reduce and the copy into the
 /// peer's output, a whole reduce into the root's output, whichever rank is root), with no host wait on either side. Exact under every stream order and call

@@ -194,6 +194,11 @@ impl Setup {
                 let mine = es
                     .zip(ro)
                     .map(|(a, ro)| (a.post(1, t.send as u64, sb * sz), ro));
+                let mirrored = dx
+                    .windows
+                    .get(l.rank)
+                    .filter(|_| mine.is_some())
+                    .and_then(|w| w.reduction_posts(&t, l.rank, self.n));
                 let seq = c.sym;
                 c.sym += 1;
                 let o = direct_reduce::sym_post(
@@ -206,6 +211,11 @@ impl Setup {
                     &|| false,
                 )
                 .map_err(e)?;
+                let o = match mirrored {
+                    Some(m) => direct_reduce::on_windows(&dx.boards[0], self.n, l.rank, seq, o, m)
+                        .map_err(e)?,
+                    None => o,
+                };
                 Some((t, seq, o))
             }
             None => None,
