@@ -249,6 +249,75 @@ fn reduce_n_matches_a_chain_of_reduces() {
     }
 }
 
+/// The many-source kernel writing its result to several destinations (a direct all-reduce's
+/// slice into every rank's output): two and four sources, the result in every destination,
+/// one of them the first source (in place), one misaligned against the others (the scalar
+/// path).
+#[test]
+fn reduce_n_to_writes_every_destination() {
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let dt = DataType::Float32;
+    for k in [2usize, 4] {
+        for shift in [0usize, 4] {
+            let n = 100_003;
+            let bytes = n * dt.size();
+            let srcs: Vec<Vec<u8>> = (0..k)
+                .map(|m| {
+                    (0..n)
+                        .flat_map(|i| ((i % 1000 + m) as f32).to_le_bytes())
+                        .collect()
+                })
+                .collect();
+            let bufs: Vec<DeviceBuffer> = (0..k)
+                .map(|_| DeviceBuffer::new(&ctx, bytes).unwrap())
+                .collect();
+            for (b, s) in bufs.iter().zip(&srcs) {
+                b.write(0, s).unwrap();
+            }
+            let outs: Vec<DeviceBuffer> = (0..2)
+                .map(|_| DeviceBuffer::new(&ctx, bytes + 16).unwrap())
+                .collect();
+            let mut want = srcs[0].clone();
+            for s in &srcs[1..] {
+                let prev = want.clone();
+                // SAFETY: host buffers of n elements.
+                unsafe {
+                    host::reduce(
+                        dt,
+                        ReduceKind::Sum,
+                        want.as_mut_ptr(),
+                        prev.as_ptr(),
+                        s.as_ptr(),
+                        n,
+                    )
+                };
+            }
+            let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
+            let dsts = [ptrs[0], outs[0].ptr(), outs[1].ptr() + shift as u64];
+            // SAFETY: k sources and two outputs of n elements (the second at `shift` bytes
+            // into n + 4 elements), synchronised before they are read or dropped; the first
+            // destination is the first source.
+            unsafe {
+                kernels
+                    .reduce_n_to(&stream, dt, ReduceKind::Sum, &dsts, &ptrs, n)
+                    .unwrap()
+            };
+            stream.synchronize().unwrap();
+            for (d, (b, off)) in [(&bufs[0], 0), (&outs[0], 0), (&outs[1], shift)]
+                .into_iter()
+                .enumerate()
+            {
+                let mut got = vec![0u8; bytes];
+                b.read(off, &mut got).unwrap();
+                assert_eq!(got, want, "k {k} shift {shift} destination {d}");
+            }
+        }
+    }
+}
+
 #[test]
 fn flag_round_trip() {
     let _serial = serial();

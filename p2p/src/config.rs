@@ -42,10 +42,11 @@ pub struct P2pConfig {
     /// `CCL_IPC_DIRECT`, `CCL_IPC_DIRECT_SINGLE_BYTES`: transfers between user buffers.
     pub direct: bool,
     pub direct_single_bytes: i64,
-    /// `CCL_IPC_DIRECT_REDUCE_BYTES`, `_MULTI`, `_PIECE_BYTES`, `_TAKEOVER_US`,
+    /// `CCL_IPC_DIRECT_REDUCE_BYTES`, `_MULTI`, `_WRITE_ALL`, `_PIECE_BYTES`, `_TAKEOVER_US`,
     /// `_TAKEOVER_MAX_BYTES`: reductions reading peers' inputs.
     pub direct_reduce_bytes: i64,
     pub direct_reduce_multi: bool,
+    pub direct_reduce_write_all: bool,
     pub direct_reduce_piece_bytes: i64,
     pub direct_reduce_takeover_us: String,
     pub direct_reduce_takeover_max_bytes: i64,
@@ -180,6 +181,17 @@ impl BatchCopies {
 pub const LL_AREA_MAX: usize = 16 << 20;
 
 impl P2pConfig {
+    /// Whether direct reductions over `n` ranks use the many-source kernel
+    /// ([`ccl_cuda::cuda::source::KernelOp::ReduceN`]): to read every input at once
+    /// (`CCL_IPC_DIRECT_REDUCE_MULTI`, three ranks or more) or to write an all-reduce's slice
+    /// into every output (`CCL_IPC_DIRECT_REDUCE_WRITE_ALL`, two ranks or more); up to its
+    /// most sources either way.
+    pub fn reduce_n_for(&self, n: usize) -> bool {
+        let max = ccl_cuda::cuda::source::REDUCE_N_MAX;
+        (self.direct_reduce_multi && (3..=max).contains(&n))
+            || (self.direct_reduce_write_all && (2..=max).contains(&n))
+    }
+
     /// The exchange threshold with `n` ranks (`CCL_IPC_LL_EXCHANGE_BYTES`; 0: never). `auto`
     /// is the crossover measured with NVIDIA nccl-tests beside NCCL on two H200s: two ranks
     /// take the kernel up to 4 MiB per rank. At 2 MiB the kernel ran all-gather, all-to-all,

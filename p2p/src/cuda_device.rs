@@ -390,7 +390,13 @@ impl Device for CudaDevice<'_> {
                     srcs,
                     k,
                     n,
-                } => kn.reduce_n(s, dtype, op, dst, srcs.get(..k).unwrap_or(&[]), n),
+                    also,
+                    nalso,
+                } => {
+                    let mut dsts = vec![dst];
+                    dsts.extend_from_slice(also.get(..nalso).unwrap_or(&[]));
+                    kn.reduce_n_to(s, dtype, op, &dsts, srcs.get(..k).unwrap_or(&[]), n)
+                }
                 Kernel::PreMul {
                     dtype,
                     dst,

@@ -21,8 +21,9 @@ pub(crate) enum Kernel {
         b: u64,
         n: usize,
     },
-    /// `dst = ((srcs[0] (op) srcs[1]) (op) srcs[2]) ...` over the first `k` sources (3..=8),
-    /// in one kernel; bit for bit a chain of [`Kernel::Reduce`] in source order.
+    /// `dst = ((srcs[0] (op) srcs[1]) (op) srcs[2]) ...` over the first `k` sources (3..=8;
+    /// 2..=8 with further destinations), in one kernel; bit for bit a chain of
+    /// [`Kernel::Reduce`] in source order. The result also goes to the first `nalso` of `also`.
     ReduceN {
         dtype: DataType,
         op: ReduceKind,
@@ -30,6 +31,8 @@ pub(crate) enum Kernel {
         srcs: [u64; ccl_cuda::cuda::source::REDUCE_N_MAX],
         k: usize,
         n: usize,
+        also: [u64; ccl_cuda::cuda::source::REDUCE_N_MAX],
+        nalso: usize,
     },
     /// `dst = src * scalar`.
     PreMul {

@@ -374,6 +374,10 @@ pub(crate) struct SymPlan {
     /// chain of two-input kernels. Bit for bit the same result, so each rank chooses alone
     /// (`CCL_IPC_DIRECT_REDUCE_MULTI`).
     pub multi: bool,
+    /// All-reduce, up to `REDUCE_N_MAX` ranks: that one kernel also writes the slice into
+    /// every peer's output, so no copy engine pushes it (`CCL_IPC_DIRECT_REDUCE_WRITE_ALL`; the
+    /// same bits, a local choice).
+    pub write_all: bool,
 }
 
 /// How the work of a direct reduction is shared.
@@ -456,6 +460,7 @@ impl SymPlan {
             role: SymRole::Shared,
             total: t.count,
             multi: false,
+            write_all: false,
         })
     }
 
@@ -585,6 +590,9 @@ impl SymPlan {
                 .collect(),
             None => std::iter::once(me).chain(peers.iter().copied()).collect(),
         };
+        if self.push && self.write_all && n <= REDUCE_N_MAX {
+            return self.end_written(l, &peers, &order, dev);
+        }
         // One piece pushes as one batch on the caller's stream where the device batches
         // (nothing to pipeline: a fork, a copy per peer and a join become one call); pieces
         // push on the peers' lanes, the next piece reducing meanwhile.
@@ -633,15 +641,59 @@ impl SymPlan {
         if on_lanes {
             dev.join(&lanes)?;
         }
-        for q in (0..n).filter(|&q| q != me) {
+        self.wait_done(l, dev)
+    }
+
+    /// Every peer's "done" on the caller's stream.
+    fn wait_done(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        for q in (0..l.nranks).filter(|&q| q != l.rank) {
             dev.wait_long(
                 Lane::User,
-                l.sym_word(me, q, true),
+                l.sym_word(l.rank, q, true),
                 self.flag(),
                 LongWait::Reduction,
             )?;
         }
         Ok(())
+    }
+
+    /// An all-reduce's slice reduced from every input (folded in `order`) and written into
+    /// every rank's output by one kernel; then "done" to every peer (its input read, its
+    /// output written: both by that kernel, before the write on the same stream).
+    fn end_written(
+        &self,
+        l: &Layout,
+        peers: &[usize],
+        order: &[usize],
+        dev: &mut dyn Device,
+    ) -> Result<()> {
+        let sz = self.dtype.size() as u64;
+        let (src_at, dst_at) = (self.in_off as u64 * sz, self.out_off as u64 * sz);
+        let mut srcs = [0u64; REDUCE_N_MAX];
+        for (s, &q) in srcs.iter_mut().zip(order) {
+            *s = self.inputs[q] + src_at;
+        }
+        let mut also = [0u64; REDUCE_N_MAX];
+        for (a, &q) in also.iter_mut().zip(peers) {
+            *a = self.outputs[q] + dst_at;
+        }
+        if self.count > 0 {
+            let k = Kernel::ReduceN {
+                dtype: self.dtype,
+                op: self.op,
+                dst: self.outputs[l.rank] + dst_at,
+                srcs,
+                k: order.len(),
+                n: self.count,
+                also,
+                nalso: peers.len(),
+            };
+            dev.kernel(Lane::User, k)?;
+        }
+        for &q in peers {
+            dev.write(Lane::User, l.sym_word(q, l.rank, true), self.flag())?;
+        }
+        self.wait_done(l, dev)
     }
 }
 
@@ -671,6 +723,8 @@ impl SymPlan {
                 srcs,
                 k: n,
                 n: hi - lo,
+                also: [0; REDUCE_N_MAX],
+                nalso: 0,
             };
             return dev.kernel(Lane::User, k);
         }

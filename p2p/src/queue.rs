@@ -578,7 +578,9 @@ impl Queueing {
             None => None,
         }
         .map(|mut p| {
-            p.multi = eng.reduce_n.load(Ordering::Relaxed);
+            let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+            p.multi = reduce_n && eng.cfg.direct_reduce_multi;
+            p.write_all = reduce_n && eng.cfg.direct_reduce_write_all;
             p
         });
         let (Some(plan), Some(t)) = (plan, self.sym) else {

@@ -16,6 +16,9 @@
 #   PART=windows symmetric windows (nccl-tests -R 2 -x 2): the six data-moving ops 8 B - 1 GiB,
 #                libccl pushing through the windows against plain registrations
 #                (CCL_IPC_SYMMETRIC_WINDOWS=0) and NVIDIA's copy-engine collectives
+#   PART=writeall direct all-reduces whose kernel writes the slice into every output
+#                (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes and NCCL,
+#                2 MiB - 1 GiB, then host time per call (-C 1) at 16 and 128 MiB
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
@@ -80,5 +83,16 @@ case ${PART:-main} in
     report win nccl ccl --verdict
     report win nowin ccl
     pack win ;;
-  *) echo "PART: main, sweep, ll, graphs or windows" >&2; exit 2 ;;
+  writeall)
+    OUT=$OUT/wa OPS="all_reduce" LIBS="nccl wa=$LIB push=$LIB" ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1 \
+      EXTRA="-b 2M -e 1G -f 2 -n 20 -w 5" NGPU=$NGPU timeout 300 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report wa nccl wa
+    report wa nccl push
+    report wa push wa
+    OUT=$OUT/wah OPS="all_reduce" LIBS="nccl wa=$LIB push=$LIB" ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1 \
+      EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" NGPU=$NGPU timeout 200 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report wah nccl wa
+    report wah nccl push
+    pack wa; pack wah ;;
+  *) echo "PART: main, sweep, ll, graphs, windows or writeall" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: windows (symmetric windows, first on two GPUs), megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
+# Order for the next calls: windows (symmetric windows, first on two GPUs), writeall, megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
 # itself moved 18% between two runs on 2026-12-01), graphbig (captured alltoall and gather at
 # 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep, ctxpush; on four GPUs tests/gpu/device_x4.sh
 # first.
@@ -10,6 +10,9 @@
 #                  windows (CCL_IPC_SYMMETRIC_WINDOWS=1, the default) against plain
 #                  registrations (=0) and NCCL; then -C 1 (host time per call) the same way,
 #                  and -g 2 (one thread registering both GPUs' windows in one group)
+#   MODE=writeall  direct all-reduces whose kernel writes the slice into
+#                  every output (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes
+#                  (the default) and NCCL, 4 MiB - 1 GiB eager, then -C 1 at 16 and 128 MiB
 #   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
 #                  the sender's GPU push late into the peer while the caller's stream waits
 #                  (no host wait, each GPU pushing its own), with and without
@@ -225,6 +228,12 @@ case ${MODE:-hostcost} in
         -b 8 -e 64M -f 8 -c 1 > "$O/windows-g2-$op.log" 2>&1
       echo "-g 2 -R 2 $op exit $?: $(grep -aE 'Out of bounds|wrong' "$O/windows-g2-$op.log" | tail -1)"
     done ;;
+  writeall)
+    export ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1
+    OPS="all_reduce" EXTRA="-b 4M -e 1G -f 2 -n 20 -w 5" \
+      LIBS="nccl wa=.dev/new push=.dev/new" ab writeall nccl "wa push wa/push"
+    OPS="all_reduce" EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" \
+      LIBS="nccl wa=.dev/new push=.dev/new" ab writeall-host nccl "wa push" ;;
   graphbig)
     export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
       ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"

@@ -140,6 +140,8 @@ pub(crate) fn reduce_into(
                     srcs: s,
                     k,
                     n: elems,
+                    also: [0; REDUCE_N_MAX],
+                    nalso: 0,
                 },
             )?
         }

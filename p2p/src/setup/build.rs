@@ -193,9 +193,7 @@ pub(super) fn build(
         cfg: cfg.clone(),
         small_mismatch,
         direct_reduce: a.direct_reduce,
-        reduce_n: AtomicBool::new(
-            cfg.direct_reduce_multi && (3..=ccl_cuda::cuda::source::REDUCE_N_MAX).contains(&n),
-        ),
+        reduce_n: AtomicBool::new(cfg.reduce_n_for(n)),
         _ll: local.ll,
         ll_areas,
         _flags: local.flags,

@@ -178,10 +178,7 @@ pub(super) fn prepare(
 fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Result<(Local, Offer)> {
     let ctx = device_context(dev)?;
     let kernels = kernels_for(&ctx, cfg.kernel_preload)?;
-    if cfg.kernel_preload
-        && cfg.direct_reduce_multi
-        && (3..=ccl_cuda::cuda::source::REDUCE_N_MAX).contains(&nranks)
-    {
+    if cfg.kernel_preload && cfg.reduce_n_for(nranks) {
         let k = nranks as u8;
         let keys: Vec<_> = DataType::ALL
             .into_iter()

@@ -311,8 +311,15 @@ impl Traffic {
                 ref srcs,
                 k,
                 n,
+                ref also,
+                nalso,
                 ..
-            } => (srcs[..k].to_vec(), dst, n * dtype.size()),
+            } => {
+                for &d in &also[..nalso] {
+                    self.add_between(by, by, Self::owner(d), n * dtype.size());
+                }
+                (srcs[..k].to_vec(), dst, n * dtype.size())
+            }
             Kernel::PreMul {
                 dtype, dst, src, n, ..
             } => (vec![src], dst, n * dtype.size()),
@@ -405,8 +412,14 @@ impl Mem {
                 srcs,
                 k,
                 n,
+                also,
+                nalso,
             } => {
-                assert!((3..=srcs.len()).contains(&k), "a reduction of {k} sources");
+                let least = if nalso > 0 { 2 } else { 3 };
+                assert!(
+                    (least..=srcs.len()).contains(&k),
+                    "a reduction of {k} sources"
+                );
                 let bytes = n * dtype.size();
                 let mut acc = self.read(srcs[0], bytes);
                 for &s in &srcs[1..k] {
@@ -418,6 +431,9 @@ impl Mem {
                     };
                 }
                 self.range(dst, bytes).copy_from_slice(&acc);
+                for &d in &also[..nalso] {
+                    self.range(d, bytes).copy_from_slice(&acc);
+                }
             }
             Kernel::PreMul {
                 dtype,

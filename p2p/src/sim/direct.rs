@@ -300,6 +300,46 @@ fn symmetric_windows_reduce_directly_whoever_calls_first() {
     }
 }
 
+/// Direct all-reduces whose kernel writes the slice into every rank's output
+/// (`CCL_IPC_DIRECT_REDUCE_WRITE_ALL`): exact with two to eight ranks, in place or not, under
+/// any stream order, with no copy queued anywhere; ranks mixing both ways are exact too.
+#[test]
+fn all_reduces_written_by_their_kernels_are_exact_and_copy_nothing() {
+    let case = |in_place, red| Case {
+        kind: Kind::Coll(Collective::AllReduce),
+        count: 3001,
+        dtype: DataType::Int32,
+        red: Reduction::Plain(red),
+        in_place,
+    };
+    let cases = [
+        case(false, ReduceKind::Sum),
+        case(true, ReduceKind::Sum),
+        case(true, ReduceKind::Max),
+    ];
+    for n in [2usize, 3, 4, 8] {
+        for (write_all, seed) in [(Some(true), 0u64), (Some(true), 4), (None, 6), (None, 10)] {
+            for merged in [false, true] {
+                let s = Setup {
+                    write_all,
+                    ..Setup::new(n)
+                };
+                let copies = std::cell::Cell::new(0usize);
+                let count = |d: &mut SimDevice, _r: usize| {
+                    let c = d.lanes.values().flatten();
+                    copies.set(copies.get() + c.filter(|o| matches!(o, Op::Copy(..))).count());
+                };
+                let direct = simulate(&s, &cases, merged, seed, Some(&count))
+                    .unwrap_or_else(|e| panic!("n {n} {write_all:?} seed {seed}: {e}"));
+                assert_eq!(direct, cases.len() * n, "n {n} seed {seed}");
+                if write_all.is_some() {
+                    assert_eq!(copies.get(), 0, "n {n} seed {seed}: copies queued");
+                }
+            }
+        }
+    }
+}
+
 /// Two ranks with takeover: a reduction whose first poster gives up waiting is done entirely
 /// by the second (both slices of a reduce-scatter, the whole all-reduce and the copy into the
 /// peer's output, a whole reduce into the root's output, whichever rank is root), with no host wait on either side. Exact under every stream order and call

@@ -51,6 +51,10 @@ pub(super) struct Setup {
     /// `NCCL_WIN_COLL_SYMMETRIC`): collectives push whoever calls first.
     pub(super) windows: bool,
     pub(super) reduce_n: Option<bool>,
+    /// Direct all-reduces writing their slices into every output from the kernel
+    /// (`Some(true)`), pushing them on copy engines, or (`None`) a mix over ranks and
+    /// operations: each rank chooses alone.
+    pub(super) write_all: Option<bool>,
 }
 
 impl Setup {
@@ -71,6 +75,7 @@ impl Setup {
             mailed: false,
             eager: None,
             reduce_n: None,
+            write_all: None,
             windows: false,
         }
     }
@@ -330,6 +335,7 @@ impl Setup {
             // two-input kernels: both must give the reference's bits, in any mix of ranks.
             .map(|mut p| {
                 p.multi = self.reduce_n.unwrap_or((seq + l.rank as u64) % 2 == 1);
+                p.write_all = self.write_all.unwrap_or((seq + l.rank as u64) % 3 == 0);
                 p
             });
             if let Some(p) = p {

@@ -47,6 +47,7 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         // the receive slots, after the staged program).
                         eager: (direct && rx_lanes == 2).then_some(0),
                         reduce_n: None,
+                        write_all: None,
                         // A third of the direct runs on symmetric windows: their collectives
                         // push whoever calls first.
                         windows: direct && count == 1000,

@@ -75,32 +75,72 @@ impl Kernels {
         srcs: &[CUdeviceptr],
         n: usize,
     ) -> Result<()> {
-        let k = srcs.len();
-        if !(3..=REDUCE_N_MAX).contains(&k) {
+        if srcs.len() < 3 {
             return Err(CudaError::InvalidArgument(format!(
-                "reduce_n takes 3 to {REDUCE_N_MAX} sources, not {k}"
+                "reduce_n takes 3 to {REDUCE_N_MAX} sources, not {}",
+                srcs.len()
+            )));
+        }
+        // SAFETY: the caller's contract, with no further destination.
+        unsafe { self.reduce_n_to(stream, dt, op, &[dst], srcs, n) }
+    }
+
+    /// [`Kernels::reduce_n`] over two to [`REDUCE_N_MAX`] sources, the result written to every
+    /// one of `dsts` (one to [`REDUCE_N_MAX`]): a direct all-reduce's slice into every rank's
+    /// output at once.
+    ///
+    /// # Safety
+    /// Every source (readable) and every destination (writable) is a device-accessible range
+    /// of `n` elements valid until the stream has run the kernel; each destination is disjoint
+    /// from every source or equal to one, and the destinations are disjoint.
+    pub unsafe fn reduce_n_to(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        dsts: &[CUdeviceptr],
+        srcs: &[CUdeviceptr],
+        n: usize,
+    ) -> Result<()> {
+        let k = srcs.len();
+        let Some((&first, also)) = dsts.split_first() else {
+            return Err(CudaError::InvalidArgument(
+                "reduce_n_to without a destination".into(),
+            ));
+        };
+        if !(2..=REDUCE_N_MAX).contains(&k) || dsts.len() > REDUCE_N_MAX {
+            return Err(CudaError::InvalidArgument(format!(
+                "reduce_n_to takes 2 to {REDUCE_N_MAX} sources and at most as many destinations, \
+                 not {k} and {}",
+                dsts.len()
             )));
         }
         if n == 0 {
             return Ok(());
         }
-        self.check_sources(stream, dt, dst, srcs)?;
+        self.check_sources(stream, dt, first, srcs)?;
+        self.check_args(stream, dt, also.iter().map(|&p| ("destination", p)))?;
         let func = self.function(dt, KernelOp::ReduceN(op.into(), k as u8))?;
         let mut arr = SourceArray::new(srcs);
+        let mut also_arr = SourceArray::new(also);
         let unroll = (2 * UNROLL / k).max(1);
         let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * unroll;
         let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
-        let mut dst = dst;
+        let mut dst = first;
         let mut n64 = n as u64;
         let mut raw = 0u64;
+        let mut nalso = also.len() as u64;
         let mut params: Vec<*mut c_void> = vec![
             (&mut dst as *mut u64).cast(),
             (&mut arr as *mut SourceArray).cast(),
             (&mut n64 as *mut u64).cast(),
             (&mut raw as *mut u64).cast(),
+            (&mut also_arr as *mut SourceArray).cast(),
+            (&mut nalso as *mut u64).cast(),
         ];
-        // SAFETY: the parameters are exactly the kernel's (dst, the pointer array by value, n,
-        // raw) and live until the call returns; the memory is the caller's contract.
+        // SAFETY: the parameters are exactly the kernel's (dst, the source array by value, n,
+        // raw, the further destinations by value and their count) and live until the call
+        // returns; the memory is the caller's contract.
         unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
     }
 

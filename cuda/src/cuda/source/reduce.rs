@@ -246,7 +246,10 @@ pub const REDUCE_N_MAX: usize = 8;
 /// The body of a [`KernelOp::ReduceN`] kernel over `k` sources: the grid-stride loop of
 /// [`body_code`], but each thread first loads its vectors of every source (so reads from all
 /// of them are in flight together), then folds them in source order. Fewer vectors per source
-/// are kept in flight as `k` grows, so registers stay near the binary kernel's.
+/// are kept in flight as `k` grows, so registers stay near the binary kernel's. The result
+/// goes to `dst` and to the first `nalso` of `also` (a direct all-reduce's slice written into
+/// every peer's output over NVLink); each thread reads its elements of every source before it
+/// writes them anywhere, so a destination may be one of the sources (in place).
 pub(super) fn reduce_n_body_code(name: &str, k: u8, out: &mut String) {
     let unroll = (2 * UNROLL / k as usize).max(1);
     let _ = write!(
@@ -257,16 +260,19 @@ pub(super) fn reduce_n_body_code(name: &str, k: u8, out: &mut String) {
 #define VN (16 / sizeof(T))
 union ccl_vec {{ ccl_u4 u; T e[VN]; }};
 struct ccl_srcs {{ const T* p[{max}]; }};
+struct ccl_dsts {{ T* p[{max}]; }};
 
-extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
+extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts also, u64 nalso) {{
   const P p = ccl_param(raw);
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const int na = (int)nalso;
   u64 start = 0;
   const u64 mis = (u64)dst & 15;
   bool same = true;
 #pragma unroll
   for (int m = 0; m < K; ++m) same = same && (((u64)s.p[m] & 15) == mis);
+  for (int a = 0; a < na; ++a) same = same && (((u64)also.p[a] & 15) == mis);
   if (same) {{
     u64 head = ((16 - mis) & 15) / sizeof(T);
     if (head > n) head = n;
@@ -275,6 +281,7 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
 #pragma unroll
       for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
       dst[i] = r;
+      for (int a = 0; a < na; ++a) also.p[a][i] = r;
     }}
     const u64 nv = (n - head) / VN;
     ccl_u4* vd = (ccl_u4*)(dst + head);
@@ -300,6 +307,7 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
             for (int j = 0; j < (int)VN; ++j) r.e[j] = ccl_apply(r.e[j], x[m][u].e[j], p);
           }}
           vd[i] = r.u;
+          for (int a = 0; a < na; ++a) ((ccl_u4*)(also.p[a] + head))[i] = r.u;
         }}
       }}
     }}
@@ -310,6 +318,7 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw) {{
 #pragma unroll
     for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
     dst[i] = r;
+    for (int a = 0; a < na; ++a) also.p[a][i] = r;
   }}
 }}
 "#,
