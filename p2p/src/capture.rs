@@ -80,12 +80,11 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     // Groups the spread kernel takes read their partners' buffers; larger ones push, as a copy
     // engine writes over NVLink faster than it reads.
     let push_above = eng.cfg.graph_fused_copy_bytes.max(0) as usize;
-    let mut mine = {
+    let mine = {
         let mut q = eng.queued.lock();
         let limits = (able, one_shot_bytes, push_above);
         agree::offer(index, tasks, (rank, n), limits, &mut q.bufs)
     };
-    mine.gpu = gpu_id(&eng.ctx);
     let offers = exchange(comm, &mine.encode())?
         .iter()
         .enumerate()
@@ -108,7 +107,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     let rows = agree::matching(&offers, rank).map_err(|e| {
         Error::invalid_usage(format!("operations captured into a CUDA graph differ: {e}"))
     })?;
-    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    let reduce_n = eng.reduce_n_uses().0;
     // Loading a module or mapping a buffer may fail here and not on a peer: a second round
     // says whether every rank is ready, so that they still fall back together.
     let ready = (|| -> Result<(Vec<Vec<Ends>>, Option<DeviceBuffer>)> {
@@ -137,10 +136,7 @@ fn capture_direct(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<boo
     // Not while a rank of another process shares this GPU in time slices: the kernel would
     // spin through its whole slice (two processes on one H100, measured 2026-11-23: 4.5 ms per
     // operation); under MPS they run side by side.
-    let shared = !eng.ctx.mps_enabled()
-        && offers
-            .iter()
-            .any(|o| o.gpu == mine.gpu && o.pid != mine.pid);
+    let shared = !eng.ctx.mps_enabled() && eng.gpu_sharing.other_processes();
     let copies_only = !tasks.iter().any(|t| steps::reduces(t.kind) && t.count > 0);
     // The zero-SM setting (`CCL_IPC_LL_EXCHANGE_BYTES=0`) keeps a group that only copies off
     // the SMs captured too: copies on copy engines, handshakes as stream waits and writes.
@@ -222,7 +218,7 @@ fn capture_host_only(comm: &CommCtx, eng: &IpcEngine, tasks: &[Task]) -> Result<
             "operations captured into a CUDA graph differ (group {index}): {e}"
         ))
     })?;
-    let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
+    let reduce_n = eng.reduce_n_uses().0;
     let ready = steps::kernels_needed(tasks, n, reduce_n)
         .into_iter()
         .try_for_each(|(dtype, op)| eng.kernels.prepare(dtype, op))
@@ -264,17 +260,6 @@ fn exchange(comm: &CommCtx, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     // plane this exchange holds, and a peer's may be waiting for ours (as for a split).
     comm.control.settle_others()?;
     comm.control.allgather(mine)
-}
-
-/// A hash of the PCI bus id of `ctx`'s GPU (0 if unknown), the same in every process.
-fn gpu_id(ctx: &ccl_cuda::cuda::Context) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let Ok(bus) = ctx.driver().pci_bus_id(ctx.device()) else {
-        return 0;
-    };
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bus.to_ascii_lowercase().hash(&mut h);
-    h.finish() | 1
 }
 
 /// Whether the captured group's kernel `op` is loaded (a warning and `false` if it cannot be).

@@ -184,6 +184,8 @@ pub struct IpcEngine {
     pub(crate) tuning: Tuning,
     /// Most blocks of a captured group's copy kernels ([`crate::tuning::graph_copy_blocks`]).
     pub(crate) graph_copy_blocks: u32,
+    /// The ranks of this communicator on this rank's GPU.
+    pub(crate) gpu_sharing: crate::setup::GpuSharing,
     /// The symmetric windows registered so far ([`crate::registration::register_window`]).
     pub(crate) windows: Mutex<crate::windows::Windows>,
     /// Where the point-to-point kernel reports a small receive whose size differed from its
@@ -232,6 +234,17 @@ unsafe impl Send for IpcEngine {}
 unsafe impl Sync for IpcEngine {}
 
 impl IpcEngine {
+    /// Whether direct reductions read every input in one kernel (`CCL_IPC_DIRECT_REDUCE_MULTI`)
+    /// and, for all-reduces, write every output from it (`CCL_IPC_DIRECT_REDUCE_WRITE_ALL`):
+    /// each as set, while the kernel is loaded.
+    pub(crate) fn reduce_n_uses(&self) -> (bool, bool) {
+        let loaded = self.reduce_n.load(std::sync::atomic::Ordering::Relaxed);
+        (
+            loaded && self.cfg.direct_reduce_multi,
+            loaded && self.cfg.direct_reduce_write_all,
+        )
+    }
+
     /// The low-latency limits every rank agreed on.
     pub(crate) fn ll_limits(&self) -> crate::paths::LlLimits {
         crate::paths::LlLimits {

@@ -578,9 +578,7 @@ impl Queueing {
             None => None,
         }
         .map(|mut p| {
-            let reduce_n = eng.reduce_n.load(Ordering::Relaxed);
-            p.multi = reduce_n && eng.cfg.direct_reduce_multi;
-            p.write_all = reduce_n && eng.cfg.direct_reduce_write_all;
+            (p.multi, p.write_all) = eng.reduce_n_uses();
             p
         });
         let (Some(plan), Some(t)) = (plan, self.sym) else {

@@ -6,6 +6,7 @@ mod local;
 mod offer;
 mod peers;
 mod reach;
+mod sharing;
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_PACK_MAX};
 use local::{host_shares, Geometry, Mode, Prepared, Shares};
 use offer::{HostRing, Offer};
 use reach::{forced_host_only, p2p_disabled, PeerReach};
+pub(crate) use sharing::GpuSharing;
 
 /// Sets up cuda-ipc for a freshly connected communicator. Collective: every rank calls it,
 /// GPU or not, and all reach the same decision (an engine on every rank or on none).
@@ -109,7 +111,9 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
         return Ok(Attached::Off);
     };
     let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok();
-    if !gpu_sharing_allows(comm, &offers, host_only, max_connections.as_deref()) {
+    let bus_ids: Vec<_> = offers.iter().map(|o| o.bus_id).collect();
+    let gpu_sharing = GpuSharing::of(rank, &comm.pids, &bus_ids);
+    if !gpu_sharing.allows(rank, host_only, max_connections.as_deref()) {
         return Ok(Attached::Off);
     }
     let peers::Mapped {
@@ -202,10 +206,7 @@ fn attach_as(comm: &CommCtx, cfg: &P2pConfig, reach: PeerReach, nonce: u64) -> R
         remote,
         vmm_ok: all_ok(1),
         max_connections,
-        gpu_sharers: offers
-            .iter()
-            .filter(|o| o.bus_id == offers[rank].bus_id)
-            .count(),
+        gpu_sharing,
     };
     let engine = build::build(comm, cfg, &g, agreed, host_only, parts)?;
     Ok(Attached::On(Arc::new(engine)))
@@ -305,34 +306,6 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     }
 }
 
-/// Whether the ranks of this communicator that share this process's GPU may run the engine
-/// (warning where they share its hardware queues).
-fn gpu_sharing_allows(
-    comm: &CommCtx,
-    offers: &[Offer],
-    host_only: bool,
-    max_connections: Option<&str>,
-) -> bool {
-    let (rank, my_pid) = (comm.rank(), comm.pids[comm.rank()]);
-    // Host-only keeps two more streams per rank waiting on host words; ranks that share a GPU
-    // in one process share its hardware queues, where such a wait can hold up the very work of
-    // the other rank that would release it (tests/gpu/two_comms.c, two communicators of two
-    // ranks on one GPU in one process: hung within 3000 iterations). Those stay staged; both
-    // ranks see the same table, so both decide alike.
-    let sharing: Vec<usize> = (0..comm.nranks())
-        .filter(|&j| comm.pids[j] == my_pid && offers[j].bus_id == offers[rank].bus_id)
-        .collect();
-    if host_only && sharing.len() > 1 {
-        tracing::info!(
-            "rank {rank}: cuda-ipc host-only off: another rank of this communicator shares this \
-             process's GPU (the staged path carries the communicator)"
-        );
-        return false;
-    }
-    warn_of_shared_queues(rank, sharing, max_connections);
-    true
-}
-
 /// Can this rank take file descriptors from every peer in another process (VMM buffers
 /// travel so)? Each offered a descriptor to try.
 fn takes_fds(comm: &CommCtx, offers: &[Offer]) -> bool {
@@ -370,49 +343,9 @@ fn host_path(rank: usize, rings: &HostRings, settings: &HostRing, shares: Shares
     h
 }
 
-/// Hardware queues a device gives a process's streams when `CUDA_DEVICE_MAX_CONNECTIONS`
-/// does not say.
-const DEFAULT_MAX_CONNECTIONS: u32 = 8;
-
-/// Warns (from the lowest of them) when several ranks of this communicator share one GPU in
-/// this process (`sharing`, this rank's included) with fewer than 32 hardware queues: their
-/// streams then share queues, and a stream waiting for a peer at the head of a queue holds up
-/// whatever is queued behind it there, which may be the very work that would release it (four
-/// ranks on one H100, an 8 MiB average all-reduce through the slots: hung at the default 8,
-/// done in 2 s at 32; measured 2026-11-23). NCCL refuses two ranks on one GPU; libccl allows
-/// it for machines with fewer GPUs than ranks. Returns whether it warned.
-fn warn_of_shared_queues(rank: usize, sharing: Vec<usize>, max_connections: Option<&str>) -> bool {
-    let queues = max_connections
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(DEFAULT_MAX_CONNECTIONS);
-    let warn = sharing.len() > 1 && sharing.first() == Some(&rank) && queues < 32;
-    if warn {
-        tracing::warn!(
-            "ranks {sharing:?} of this communicator share one GPU in this process, whose \
-             streams then share {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS): a \
-             stream waiting for a peer can hold up the work that would release it, and the \
-             communicator can hang; set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process \
-             starts CUDA"
-        );
-    }
-    warn
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Only the lowest of several ranks sharing a GPU warns, and only below 32 queues (8 when
-    /// unset or unreadable).
-    #[test]
-    fn ranks_sharing_a_gpu_are_warned_of_shared_queues() {
-        assert!(warn_of_shared_queues(0, vec![0, 2], None));
-        assert!(warn_of_shared_queues(0, vec![0, 1], Some("31")));
-        assert!(warn_of_shared_queues(1, vec![1, 3], Some("junk")));
-        assert!(!warn_of_shared_queues(2, vec![0, 2], None));
-        assert!(!warn_of_shared_queues(0, vec![0, 1], Some("32")));
-        assert!(!warn_of_shared_queues(0, vec![0], None));
-    }
 
     fn offer(area: u64, reduce: u64, exchange: u64) -> Offer {
         let mut o = Offer::none();

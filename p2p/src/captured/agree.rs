@@ -29,10 +29,6 @@ pub(crate) struct Offer {
     pub push: bool,
     /// This rank's limit of one-shot all-reduces (`CCL_GRAPH_ONE_SHOT_BYTES`).
     pub one_shot: u64,
-    /// This rank's process and GPU (a hash of its PCI bus id): ranks of other processes on
-    /// the same GPU time-slice it, and a kernel spinning for one of them holds its slice.
-    pub pid: u64,
-    pub gpu: u64,
     pub(crate) tasks: Vec<OfferedTask>,
 }
 
@@ -59,8 +55,6 @@ impl Offer {
             self.index,
             self.able as u64 | (self.push as u64) << 1,
             self.one_shot,
-            self.pid,
-            self.gpu,
             self.tasks.len() as u64,
         ];
         for t in &self.tasks {
@@ -81,8 +75,7 @@ impl Offer {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        let (&[magic, index, able, one_shot, pid, gpu, ntasks], rest) =
-            w.split_first_chunk::<7>()?;
+        let (&[magic, index, able, one_shot, ntasks], rest) = w.split_first_chunk::<5>()?;
         if magic != MAGIC || rest.len() != (ntasks as usize).checked_mul(TASK_WORDS)? {
             return None;
         }
@@ -109,8 +102,6 @@ impl Offer {
             able: able & 1 != 0,
             push: able & 2 != 0,
             one_shot,
-            pid,
-            gpu,
             tasks,
         })
     }
@@ -193,8 +184,6 @@ pub(crate) fn offer(
         able,
         push: push && able,
         one_shot: one_shot as u64,
-        pid: reach.pid(),
-        gpu: 0,
         tasks: out,
     }
 }

@@ -73,8 +73,8 @@ pub(super) struct Parts {
     pub vmm_ok: bool,
     /// `CUDA_DEVICE_MAX_CONNECTIONS`, which some settings' `auto` follows.
     pub max_connections: Option<String>,
-    /// Ranks of the communicator on this rank's GPU, this one included.
-    pub gpu_sharers: usize,
+    /// Ranks of the communicator on this rank's GPU.
+    pub gpu_sharing: super::GpuSharing,
 }
 
 /// The engine of `comm` from its `parts`, as `g`, `a` and the settings say.
@@ -110,7 +110,7 @@ pub(super) fn build(
         remote,
         vmm_ok,
         max_connections,
-        gpu_sharers,
+        gpu_sharing,
     } = p;
     let lanes = Lanes::new(&local.ctx, cfg, n, g.rx_lanes, host_path.is_some())?;
     // Every rank's flags, receive area and low-latency area as this device reaches them
@@ -163,7 +163,7 @@ pub(super) fn build(
     // Host-only never pauses the host path at a power limit: it is the only way for the bytes.
     let host_limits = host_limits(cfg, &local.ctx, layout.host.is_some() && !host_only);
     log_engine(rank, n, g, lanes.direct_tx, host_only);
-    let graph_copy_blocks = copy_blocks(cfg, &local.ctx, rank, gpu_sharers);
+    let graph_copy_blocks = copy_blocks(cfg, &local.ctx, rank, gpu_sharing.count());
     Ok(IpcEngine {
         ctx: local.ctx,
         kernels: local.kernels,
@@ -189,6 +189,7 @@ pub(super) fn build(
         takeover,
         tuning: Tuning::from_config(cfg, max_connections),
         graph_copy_blocks,
+        gpu_sharing,
         windows: Mutex::default(),
         cfg: cfg.clone(),
         small_mismatch,
