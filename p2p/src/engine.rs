@@ -185,7 +185,7 @@ pub struct IpcEngine {
     /// Most blocks of a captured group's copy kernels ([`crate::tuning::graph_copy_blocks`]).
     pub(crate) graph_copy_blocks: u32,
     /// The ranks of this communicator on this rank's GPU.
-    pub(crate) gpu_sharing: crate::setup::GpuSharing,
+    pub(crate) gpu_sharing: crate::sharing::GpuSharing,
     /// The symmetric windows registered so far ([`crate::registration::register_window`]).
     pub(crate) windows: Mutex<crate::windows::Windows>,
     /// Where the point-to-point kernel reports a small receive whose size differed from its

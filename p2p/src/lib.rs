@@ -58,6 +58,7 @@ mod queue;
 mod registration;
 mod rendezvous;
 mod setup;
+mod sharing;
 #[cfg(test)]
 mod sim;
 mod small_p2p;

@@ -6,7 +6,6 @@ mod local;
 mod offer;
 mod peers;
 mod reach;
-mod sharing;
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -17,13 +16,13 @@ use crate::control::CommCtx;
 use crate::engine::{HostRings, IpcEngine};
 use crate::error::{Error, Result};
 use crate::host_path::HostPath;
+use crate::sharing::GpuSharing;
 use build::{Agreed, Parts};
 use ccl_collectives::relay::Relay;
 use ccl_cuda::cuda::source::{LL_P2P_BYTES, LL_PACK_MAX};
 use local::{host_shares, Geometry, Mode, Prepared, Shares};
 use offer::{HostRing, Offer};
 use reach::{forced_host_only, p2p_disabled, PeerReach};
-pub(crate) use sharing::GpuSharing;
 
 /// Sets up cuda-ipc for a freshly connected communicator. Collective: every rank calls it,
 /// GPU or not, and all reach the same decision (an engine on every rank or on none).

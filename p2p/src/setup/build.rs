@@ -74,7 +74,7 @@ pub(super) struct Parts {
     /// `CUDA_DEVICE_MAX_CONNECTIONS`, which some settings' `auto` follows.
     pub max_connections: Option<String>,
     /// Ranks of the communicator on this rank's GPU.
-    pub gpu_sharing: super::GpuSharing,
+    pub gpu_sharing: crate::sharing::GpuSharing,
 }
 
 /// The engine of `comm` from its `parts`, as `g`, `a` and the settings say.

@@ -6,8 +6,6 @@
 //! captured handshake may spin in a kernel (another process's rank runs in time slices
 //! without MPS).
 
-use super::offer::BUS_ID_BYTES;
-
 /// The ranks on this rank's GPU (this rank included), all and those of this process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct GpuSharing {
@@ -16,8 +14,8 @@ pub(crate) struct GpuSharing {
 }
 
 impl GpuSharing {
-    /// Rank `rank`'s view, from every rank's process id and its GPU's bus id.
-    pub(crate) fn of(rank: usize, pids: &[u32], bus_ids: &[[u8; BUS_ID_BYTES]]) -> GpuSharing {
+    /// Rank `rank`'s view, from every rank's process id and its GPU's PCI bus id.
+    pub(crate) fn of<B: PartialEq>(rank: usize, pids: &[u32], bus_ids: &[B]) -> GpuSharing {
         let ranks: Vec<usize> = (0..bus_ids.len())
             .filter(|&j| bus_ids[j] == bus_ids[rank])
             .collect();
@@ -108,8 +106,8 @@ mod tests {
         assert!(!warn_of_shared_queues(0, &[0], None));
     }
 
-    fn bus(b: u8) -> [u8; BUS_ID_BYTES] {
-        [b; BUS_ID_BYTES]
+    fn bus(b: u8) -> [u8; 16] {
+        [b; 16]
     }
 
     /// Four ranks in three processes on two GPUs: ranks 0 and 1 in one process and rank 3 in
