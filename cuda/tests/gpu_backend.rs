@@ -206,28 +206,8 @@ fn reduce_n_matches_a_chain_of_reduces() {
             let srcs: Vec<Vec<u8>> = (0..k)
                 .map(|m| (0..bytes).map(|i| (i * (7 + 2 * m) + m) as u8).collect())
                 .collect();
-            let bufs: Vec<DeviceBuffer> = (0..k)
-                .map(|_| DeviceBuffer::new(&ctx, bytes).unwrap())
-                .collect();
+            let (bufs, want) = on_device_and_summed(&ctx, dt, &srcs);
             let dd = DeviceBuffer::new(&ctx, bytes).unwrap();
-            for (b, s) in bufs.iter().zip(&srcs) {
-                b.write(0, s).unwrap();
-            }
-            let mut want = srcs[0].clone();
-            for s in &srcs[1..] {
-                let prev = want.clone();
-                // SAFETY: host buffers of n elements.
-                unsafe {
-                    host::reduce(
-                        dt,
-                        ReduceKind::Sum,
-                        want.as_mut_ptr(),
-                        prev.as_ptr(),
-                        s.as_ptr(),
-                        n,
-                    )
-                };
-            }
             let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
             for in_place in [false, true] {
                 let dst = if in_place { ptrs[0] } else { dd.ptr() };
@@ -271,30 +251,10 @@ fn reduce_n_to_writes_every_destination() {
                         .collect()
                 })
                 .collect();
-            let bufs: Vec<DeviceBuffer> = (0..k)
-                .map(|_| DeviceBuffer::new(&ctx, bytes).unwrap())
-                .collect();
-            for (b, s) in bufs.iter().zip(&srcs) {
-                b.write(0, s).unwrap();
-            }
+            let (bufs, want) = on_device_and_summed(&ctx, dt, &srcs);
             let outs: Vec<DeviceBuffer> = (0..2)
                 .map(|_| DeviceBuffer::new(&ctx, bytes + 16).unwrap())
                 .collect();
-            let mut want = srcs[0].clone();
-            for s in &srcs[1..] {
-                let prev = want.clone();
-                // SAFETY: host buffers of n elements.
-                unsafe {
-                    host::reduce(
-                        dt,
-                        ReduceKind::Sum,
-                        want.as_mut_ptr(),
-                        prev.as_ptr(),
-                        s.as_ptr(),
-                        n,
-                    )
-                };
-            }
             let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr()).collect();
             let dsts = [ptrs[0], outs[0].ptr(), outs[1].ptr() + shift as u64];
             // SAFETY: k sources and two outputs of n elements (the second at `shift` bytes
@@ -316,6 +276,39 @@ fn reduce_n_to_writes_every_destination() {
             }
         }
     }
+}
+
+/// `srcs` in device buffers of their own, and their sum folded in order on the host.
+fn on_device_and_summed(
+    ctx: &Arc<Context>,
+    dt: DataType,
+    srcs: &[Vec<u8>],
+) -> (Vec<DeviceBuffer>, Vec<u8>) {
+    let bufs: Vec<DeviceBuffer> = srcs
+        .iter()
+        .map(|s| {
+            let b = DeviceBuffer::new(ctx, s.len()).unwrap();
+            b.write(0, s).unwrap();
+            b
+        })
+        .collect();
+    let n = srcs[0].len() / dt.size();
+    let mut want = srcs[0].clone();
+    for s in &srcs[1..] {
+        let prev = want.clone();
+        // SAFETY: host buffers of n elements.
+        unsafe {
+            host::reduce(
+                dt,
+                ReduceKind::Sum,
+                want.as_mut_ptr(),
+                prev.as_ptr(),
+                s.as_ptr(),
+                n,
+            )
+        };
+    }
+    (bufs, want)
 }
 
 #[test]

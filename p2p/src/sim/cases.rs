@@ -17,6 +17,19 @@ pub(super) struct Case {
     pub(super) in_place: bool,
 }
 
+impl Case {
+    /// `count` 32-bit integers summed (exact in any order), in place or not.
+    pub(super) fn int_sum(kind: Kind, count: usize, in_place: bool) -> Case {
+        Case {
+            kind,
+            count,
+            dtype: DataType::Int32,
+            red: Reduction::Plain(ReduceKind::Sum),
+            in_place,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Kind {
     Coll(Collective),
@@ -25,13 +38,7 @@ pub(super) enum Kind {
 }
 
 pub(super) fn every_case(n: usize, count: usize) -> Vec<Case> {
-    let plain = |kind, in_place| Case {
-        kind,
-        count,
-        dtype: DataType::Int32,
-        red: Reduction::Plain(ReduceKind::Sum),
-        in_place,
-    };
+    let plain = |kind, in_place| Case::int_sum(kind, count, in_place);
     let mut v = vec![
         plain(Kind::Coll(Collective::AllReduce), false),
         plain(Kind::Coll(Collective::AllReduce), true),

@@ -228,13 +228,7 @@ fn check_all_reduce_beside(mem: &mut Mem, n: usize, what: &str) {
 fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
     for n in [2usize, 3, 4, 8] {
         let s = Setup::new(n);
-        let plain = |kind, in_place| Case {
-            kind,
-            count: 3001,
-            dtype: DataType::Int32,
-            red: Reduction::Plain(ReduceKind::Sum),
-            in_place,
-        };
+        let plain = |kind, in_place| Case::int_sum(kind, 3001, in_place);
         let cases = [
             plain(Kind::Coll(Collective::AllReduce), false),
             plain(Kind::Coll(Collective::AllReduce), true),
@@ -266,13 +260,7 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
 /// mirror) meets as without windows.
 #[test]
 fn symmetric_windows_reduce_directly_whoever_calls_first() {
-    let case = |kind, in_place| Case {
-        kind: Kind::Coll(kind),
-        count: 3001,
-        dtype: DataType::Int32,
-        red: Reduction::Plain(ReduceKind::Sum),
-        in_place,
-    };
+    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 3001, in_place);
     for n in [2usize, 3, 4, 8] {
         let mut cases = Vec::new();
         for in_place in [false, true] {
@@ -899,13 +887,7 @@ fn batches_take_three_driver_calls_at_any_rank_count() {
 /// exact.
 #[test]
 fn symmetric_windows_push_every_send_whoever_calls_first() {
-    let case = |kind, in_place| Case {
-        kind: Kind::Coll(kind),
-        count: 1500,
-        dtype: DataType::Int32,
-        red: Reduction::Plain(ReduceKind::Sum),
-        in_place,
-    };
+    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 1500, in_place);
     for n in [2usize, 3, 4, 8] {
         let mut cases = Vec::new();
         for in_place in [false, true] {
