@@ -285,6 +285,32 @@ mod loom_model {
     fn two_ranks_agree_when_one_leaves_it_to_the_other() {
         two_ranks(false, true);
     }
+
+    /// Two ranks on symmetric windows, in every interleaving: neither waits, both reduce
+    /// directly from the mirrored buffers (or the posts, for the later one, equal to them),
+    /// and the entry ends free for the collective `SYM_RING` later.
+    #[test]
+    fn two_ranks_on_windows_go_direct_and_free_the_entry() {
+        loom::model(|| {
+            let n = 2;
+            let b = Arc::new(LoomWords::new(&[(sym_ring_base(n), sym_entry_words(n))]));
+            let mirrors = vec![(post(0), post(1)), (post(10), post(11))];
+            let rank = move |b: &LoomWords, r: usize, mirrors: Vec<(Post, Post)>| {
+                let mine = Some(mirrors[r]);
+                let o = sym_post(b, n, r, 0, mine, None, &|| false).unwrap();
+                on_windows(b, n, r, 0, o, mirrors).unwrap()
+            };
+            let (b2, m2) = (b.clone(), mirrors.clone());
+            let other = loom::thread::spawn(move || rank(&b2, 1, m2));
+            let mine = rank(&b, 0, mirrors.clone());
+            let theirs = other.join().unwrap();
+            assert_eq!(mine, SymOutcome::Direct(mirrors.clone()));
+            assert_eq!(theirs, SymOutcome::Direct(mirrors));
+            let e = SymEntry::new(&*b, n, 0);
+            assert_eq!(e.word(0).unwrap().load(Ordering::Acquire), 1 << GEN_SHIFT);
+            assert_eq!(e.word(1).unwrap().load(Ordering::Acquire), 0);
+        });
+    }
 }
 
 #[test]
