@@ -19,6 +19,13 @@
 #   PART=writeall direct all-reduces whose kernel writes the slice into every output
 #                (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes and NCCL,
 #                2 MiB - 1 GiB, then host time per call (-C 1) at 16 and 128 MiB
+#   PART=knobs   the thresholds that rest on one-GPU or two-GPU runs, each against the default
+#                on the ops it moves, 64 KiB - 64 MiB beside NCCL: the exchange kernel to 2 MiB
+#                per rank (CCL_IPC_LL_EXCHANGE_BYTES; 512 KiB by default with more than two
+#                ranks) for all_gather, alltoall, broadcast; broadcasts relayed from 1 MiB
+#                (CCL_IPC_BCAST_RELAY_BYTES; 8 MiB by default); reductions on the kernel to
+#                4 MiB (CCL_IPC_LL_BYTES; 1 MiB by default) for all_reduce, reduce_scatter
+# Order when the machine is lent: main, sweep, then windows, writeall, knobs, ll, graphs.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
@@ -94,5 +101,19 @@ case ${PART:-main} in
     report wah nccl wa
     report wah nccl push
     pack wa; pack wah ;;
-  *) echo "PART: main, sweep, ll, graphs, windows or writeall" >&2; exit 2 ;;
+  knobs)
+    OUT=$OUT/kx OPS="all_gather alltoall broadcast" LIBS="nccl ccl=$LIB ex2m=$LIB" \
+      ENVS_ex2m=CCL_IPC_LL_EXCHANGE_BYTES=2097152 EXTRA="-b 64K -e 64M -f 2 -n 20 -w 5" NGPU=$NGPU \
+      timeout 200 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report kx ccl ex2m
+    report kx nccl ccl
+    OUT=$OUT/kb OPS="broadcast" LIBS="nccl ccl=$LIB relay1m=$LIB" ENVS_relay1m=CCL_IPC_BCAST_RELAY_BYTES=1048576 \
+      EXTRA="-b 256K -e 64M -f 2 -n 20 -w 5" NGPU=$NGPU timeout 120 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report kb ccl relay1m
+    OUT=$OUT/kr OPS="all_reduce reduce_scatter" LIBS="nccl ccl=$LIB ll4m=$LIB" ENVS_ll4m=CCL_IPC_LL_BYTES=4194304 \
+      EXTRA="-b 256K -e 16M -f 2 -n 20 -w 5" NGPU=$NGPU timeout 150 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report kr ccl ll4m
+    report kr nccl ccl
+    pack kx; pack kb; pack kr ;;
+  *) echo "PART: main, sweep, ll, graphs, windows, writeall or knobs" >&2; exit 2 ;;
 esac
