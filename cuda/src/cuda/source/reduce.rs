@@ -272,7 +272,8 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts a
   bool same = true;
 #pragma unroll
   for (int m = 0; m < K; ++m) same = same && (((u64)s.p[m] & 15) == mis);
-  for (int a = 0; a < na; ++a) same = same && (((u64)also.p[a] & 15) == mis);
+#pragma unroll
+  for (int a = 0; a < {max}; ++a) same = same && (a >= na || ((u64)also.p[a] & 15) == mis);
   if (same) {{
     u64 head = ((16 - mis) & 15) / sizeof(T);
     if (head > n) head = n;
@@ -281,7 +282,8 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts a
 #pragma unroll
       for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
       dst[i] = r;
-      for (int a = 0; a < na; ++a) also.p[a][i] = r;
+#pragma unroll
+      for (int a = 0; a < {max}; ++a) if (a < na) also.p[a][i] = r;
     }}
     const u64 nv = (n - head) / VN;
     ccl_u4* vd = (ccl_u4*)(dst + head);
@@ -307,7 +309,8 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts a
             for (int j = 0; j < (int)VN; ++j) r.e[j] = ccl_apply(r.e[j], x[m][u].e[j], p);
           }}
           vd[i] = r.u;
-          for (int a = 0; a < na; ++a) ((ccl_u4*)(also.p[a] + head))[i] = r.u;
+#pragma unroll
+          for (int a = 0; a < {max}; ++a) if (a < na) ((ccl_u4*)(also.p[a] + head))[i] = r.u;
         }}
       }}
     }}
@@ -318,7 +321,8 @@ extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts a
 #pragma unroll
     for (int m = 1; m < K; ++m) r = ccl_apply(r, s.p[m][i], p);
     dst[i] = r;
-    for (int a = 0; a < na; ++a) also.p[a][i] = r;
+#pragma unroll
+    for (int a = 0; a < {max}; ++a) if (a < na) also.p[a][i] = r;
   }}
 }}
 "#,
