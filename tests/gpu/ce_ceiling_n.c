@@ -19,9 +19,9 @@
 
 #define CK(x)                                                                              \
   do {                                                                                     \
-    cudaError_t e = (x);                                                                   \
-    if (e != cudaSuccess) {                                                                \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));            \
+    cudaError_t ck_e = (x);                                                                \
+    if (ck_e != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(ck_e));         \
       exit(1);                                                                             \
     }                                                                                      \
   } while (0)

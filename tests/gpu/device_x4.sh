@@ -16,8 +16,10 @@
 #   PART=windows symmetric windows (nccl-tests -R 2 -x 2): the six data-moving ops 8 B - 1 GiB,
 #                libccl pushing through the windows against plain registrations
 #                (CCL_IPC_SYMMETRIC_WINDOWS=0) and NVIDIA's copy-engine collectives
-#   PART=writeall direct all-reduces whose kernel writes the slice into every output
-#                (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes and NCCL,
+#   PART=writeall SM stores over NVLink against copy engines with no library
+#                (tests/gpu/store_vs_ce.cu), then direct all-reduces whose kernel writes the
+#                slice into every output (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine
+#                pushes and NCCL,
 #                2 MiB - 1 GiB, then host time per call (-C 1) at 16 and 128 MiB
 #   PART=knobs   the thresholds that rest on one-GPU or two-GPU runs, each against the default
 #                on the ops it moves, 64 KiB - 64 MiB beside NCCL: the exchange kernel to 2 MiB
@@ -91,6 +93,8 @@ case ${PART:-main} in
     report win nowin ccl
     pack win ;;
   writeall)
+    nvcc -O2 -arch=sm_90 -o /tmp/store_vs_ce tests/gpu/store_vs_ce.cu \
+      && timeout -s KILL 120 /tmp/store_vs_ce $((1 << 30)) 5 | tee "$OUT/store_vs_ce.txt"
     OUT=$OUT/wa OPS="all_reduce" LIBS="nccl wa=$LIB push=$LIB" ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1 \
       EXTRA="-b 2M -e 1G -f 2 -n 20 -w 5" NGPU=$NGPU timeout 300 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
     report wa nccl wa

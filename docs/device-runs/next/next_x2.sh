@@ -10,7 +10,8 @@
 #                  windows (CCL_IPC_SYMMETRIC_WINDOWS=1, the default) against plain
 #                  registrations (=0) and NCCL; then -C 1 (host time per call) the same way,
 #                  and -g 2 (one thread registering both GPUs' windows in one group)
-#   MODE=writeall  direct all-reduces whose kernel writes the slice into
+#   MODE=writeall  SM stores over NVLink against copy engines, no library
+#                  (tests/gpu/store_vs_ce.cu); then direct all-reduces whose kernel writes the slice into
 #                  every output (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes
 #                  (the default) and NCCL, 4 MiB - 1 GiB eager, then -C 1 at 16 and 128 MiB
 #   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
@@ -229,6 +230,8 @@ case ${MODE:-hostcost} in
       echo "-g 2 -R 2 $op exit $?: $(grep -aE 'Out of bounds|wrong' "$O/windows-g2-$op.log" | tail -1)"
     done ;;
   writeall)
+    nvcc -O2 -arch=sm_90 -o /tmp/store_vs_ce tests/gpu/store_vs_ce.cu \
+      && timeout -s KILL 100 /tmp/store_vs_ce $((1 << 30)) 5 | tee "$O/store_vs_ce.txt"
     export ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1
     OPS="all_reduce" EXTRA="-b 4M -e 1G -f 2 -n 20 -w 5" \
       LIBS="nccl wa=.dev/new push=.dev/new" ab writeall nccl "wa push wa/push"
