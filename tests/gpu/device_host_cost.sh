@@ -12,6 +12,8 @@
 # end): ranks sharing one GPU then run side by side instead of in time slices, so the GPU keeps
 # up with the host and a full stream queue does not pass for host time. SIZES="64K 4M" measures
 # each size on its own (the phase lines are then per size); default: one sweep 8 B - 16 MiB.
+# CYCLES=N runs N synchronised cycles of the 200 calls (nccl-tests -N): the stream's queue then
+# never fills, so a call's time is the host's even where the GPU takes longer per operation.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; S=$OUT/host_cost.md; : > "$S"
 LIB=${LIB:-.dev}; NGPU=${NGPU:-2}
@@ -29,7 +31,7 @@ echo "tools: $(for t in nsys perf nvidia-cuda-mps-control; do command -v $t >/de
 for size in ${SIZES:-sweep}; do
   range="-b 8 -e 16M -f 8"; [ "$size" = sweep ] || range="-b $size -e $size"
   D=$OUT/ab-$size
-  OUT=$D LIBS="$LIBS" EXTRA="-C 1 $range -n 200 -w 20" OPS="$OPS" NGPU=$NGPU \
+  OUT=$D LIBS="$LIBS" EXTRA="-C 1 $range -n 200 -w 20 ${CYCLES:+-N $CYCLES}" OPS="$OPS" NGPU=$NGPU \
     bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
   echo "## $size: host time per call, nccl-tests -C 1 (a 'busbw' ratio above 1 is less host time than the first library)" | tee -a "$S"
   cat "$D/nccltests.md" >> "$S"

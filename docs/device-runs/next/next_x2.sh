@@ -208,7 +208,13 @@ case ${MODE:-hostcost} in
     grep -v "^  rank" "$O/hb/host_cost.md" | head -n 80 ;;
   hostcost)
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
-    grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60 ;;
+    grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60
+    # Synchronised cycles: host time alone (on 2026-11-30 the exchange kernel's calls took
+    # 10.5 us against the reduction kernel's 6.2 on two H200s, both 7 us on one H200 in
+    # cycles: the GPU's time per exchange may be what paced that loop).
+    OUT=$O/hcn CYCLES=50 OPS="all_gather all_reduce alltoall" SIZES="64 65536" LIB=.dev/new \
+      LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
+    grep -v "^  rank" "$O/hcn/host_cost.md" | head -n 40 ;;
   hostprof)
     CYCLES=${CYCLES:-2000} CASES=${CASES:-"all_reduce:8:0 broadcast:8:0 reduce_scatter:1024:0 sendrecv:65536:0"} \
       bash docs/device-runs/2026-11-30-hostprof/hostprof.sh 2>&1 | grep "^==" ;;
