@@ -102,8 +102,8 @@ case ${PART:-main} in
     report wa push wa
     OUT=$OUT/wah OPS="all_reduce" LIBS="nccl wa=$LIB push=$LIB" ENVS_wa=CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1 \
       EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" NGPU=$NGPU timeout 200 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
-    report wah nccl wa
-    report wah nccl push
+    report wah nccl wa --verdict --host
+    report wah nccl push --verdict --host
     pack wa; pack wah ;;
   knobs)
     OUT=$OUT/kx OPS="all_gather alltoall broadcast" LIBS="nccl ccl=$LIB ex2m=$LIB" \

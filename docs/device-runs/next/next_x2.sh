@@ -209,6 +209,7 @@ case ${MODE:-hostcost} in
   hostcost)
     OUT=$O/hc LIB=.dev/new LIBS="nccl new=.dev/new" NGPU=2 bash tests/gpu/device_host_cost.sh > /dev/null 2>&1
     grep -v "^  rank" "$O/hc/host_cost.md" | head -n 60
+    .dev/ccl-report "$O/hc/ab-sweep/nccltests" --base nccl --lib new --verdict --host 2>&1 | grep -E "PASS|MISS|missed"
     # Synchronised cycles: host time alone (on 2026-11-30 the exchange kernel's calls took
     # 10.5 us against the reduction kernel's 6.2 on two H200s, both 7 us on one H200 in
     # cycles: the GPU's time per exchange may be what paced that loop).

@@ -217,6 +217,15 @@ impl Targets {
             ..Targets::default()
         }
     }
+
+    /// The target of host time per call (`-C 1`, where nccl-tests' time is the time to issue
+    /// one operation): at most the baseline's at every size, a ratio of at least 1.
+    pub fn host() -> Self {
+        Targets {
+            floor: 1.0,
+            ..Targets::graphs()
+        }
+    }
 }
 
 /// One line per op and target, `PASS` or `MISS` with what missed it (the sizes below the

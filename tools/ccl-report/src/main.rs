@@ -1,5 +1,5 @@
 //! `ccl-report DIR --base nccl --lib new [--plot ratio.png] [--plot ratio.svg] [--verdict
-//! [--graphs]]`: the ratio table of nccl-tests logs (markdown on stdout), its plot, and how it
+//! [--graphs | --host]]`: the ratio table of nccl-tests logs (markdown on stdout), its plot, and how it
 //! meets the targets.
 
 use std::path::PathBuf;
@@ -29,6 +29,10 @@ struct Args {
     /// With --verdict: the logs are of CUDA graphs (-G 5), judged by every size >= 0.95 alone.
     #[arg(long)]
     graphs: bool,
+    /// With --verdict: the logs are of host time per call (-C 1), judged by every size >= 1
+    /// (no more host time than the baseline's).
+    #[arg(long, conflicts_with = "graphs")]
+    host: bool,
     /// The plots' caption.
     #[arg(long, default_value = "libccl against NVIDIA NCCL")]
     caption: String,
@@ -45,9 +49,10 @@ fn run(a: &Args) -> Result<(), Error> {
         .collect();
     println!("\nPlot colours: {}.", colours.join(", "));
     if a.verdict {
-        let t = match a.graphs {
-            true => Targets::graphs(),
-            false => Targets::default(),
+        let t = match (a.graphs, a.host) {
+            (true, _) => Targets::graphs(),
+            (_, true) => Targets::host(),
+            _ => Targets::default(),
         };
         print!("\n{}", verdict(&r, &t));
     }

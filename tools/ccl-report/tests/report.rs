@@ -116,4 +116,14 @@ fn verdict_names_what_misses_each_target() {
         ],
         "{g}"
     );
+    let h = ccl_report::verdict(&r, &ccl_report::Targets::host());
+    assert_eq!(
+        h.lines().collect::<Vec<_>>(),
+        [
+            "PASS all_reduce: every size >= 1.00",
+            "MISS sendrecv: every size >= 1.00: 8 B 0.500",
+            "1 of 2 targets missed",
+        ],
+        "{h}"
+    );
 }
