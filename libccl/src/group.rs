@@ -186,9 +186,8 @@ pub fn defer_window(comm: &Comm, ptr: usize, size: usize) -> bool {
     })
 }
 
-/// Agrees deferred windows: each communicator's in call order, the communicators at once on
-/// threads of their own (one after the other, the first would wait for ranks the same thread
-/// registers later).
+/// Agrees deferred windows: each communicator's in call order, the communicators at once
+/// ([`on_own_threads`]).
 fn agree_windows(windows: Vec<(Comm, usize, usize)>) -> Result<()> {
     let mut per_comm: Vec<(Comm, Vec<(usize, usize)>)> = Vec::new();
     for (c, ptr, size) in windows {
@@ -197,21 +196,31 @@ fn agree_windows(windows: Vec<(Comm, usize, usize)>) -> Result<()> {
             None => per_comm.push((c, vec![(ptr, size)])),
         }
     }
-    let agree = |c: &Comm, list: &[(usize, usize)]| -> Result<()> {
-        for &(ptr, size) in list {
-            c.agree_window(ptr, size)?;
-        }
-        Ok(())
-    };
-    if per_comm.len() <= 1 {
-        return per_comm.iter().try_for_each(|(c, v)| agree(c, v));
+    on_own_threads(per_comm, "window", |c, list| {
+        list.into_iter()
+            .try_for_each(|(ptr, size)| c.agree_window(ptr, size))
+    })
+}
+
+/// Runs `f` on each communicator's part, the communicators at once on threads of their own,
+/// each with its GPU current (its exports and captures ask the driver about that device): each
+/// part meets the communicator's other ranks, so one thread driving several GPUs (nccl-tests'
+/// `-g`) doing them one after the other would wait in the first for ranks it reaches later. A
+/// single part runs on this thread. The first error, in part order, is returned.
+fn on_own_threads<T: Send>(
+    parts: Vec<(Comm, T)>,
+    what: &str,
+    f: impl Fn(&Comm, T) -> Result<()> + Sync,
+) -> Result<()> {
+    if parts.len() <= 1 {
+        return parts.into_iter().try_for_each(|(c, t)| f(&c, t));
     }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = per_comm
-            .iter()
-            .map(|(c, v)| {
+    let f = &f;
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = parts
+            .into_iter()
+            .map(|(c, t)| {
                 s.spawn(move || {
-                    // A GPU communicator's exports ask the driver about its device's memory.
                     let ctx = match c.0.cuda_dev {
                         d if d >= 0 => Some(crate::gpu::device_context(d)?),
                         _ => None,
@@ -220,15 +229,19 @@ fn agree_windows(windows: Vec<(Comm, usize, usize)>) -> Result<()> {
                         Some(ctx) => Some(ctx.scope().map_err(crate::gpu::cuda_err)?),
                         None => None,
                     };
-                    agree(c, v)
+                    f(&c, t)
                 })
             })
             .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(Error::internal("a window thread panicked")))
-        })
-    })
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal(format!("a {what} thread panicked"))))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 /// Runs inits concurrently, one thread each, and waits for all of them.
@@ -460,36 +473,12 @@ impl Submit for OnHost {
 }
 
 /// Captures each communicator's part of a group into the graphs its streams capture. Capturing
-/// on the direct paths meets the communicator's other ranks, so one thread driving several
-/// GPUs (nccl-tests' `-g`) captures its communicators on threads of their own, at once: one
-/// after the other, the first would wait for ranks the same thread captures later.
+/// on the direct paths meets the communicator's other ranks, so the communicators capture at
+/// once ([`on_own_threads`]).
 fn capture_all(captured: Vec<(Comm, Vec<Task>)>) -> Result<()> {
-    if captured.len() <= 1 {
-        return match captured.into_iter().next() {
-            Some((comm, tasks)) => crate::graph::capture(&comm, tasks),
-            None => Ok(()),
-        };
-    }
-    let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = captured
-            .into_iter()
-            .map(|(comm, tasks)| {
-                s.spawn(move || {
-                    let ctx = crate::gpu::device_context(comm.0.cuda_dev)?;
-                    let _current = ctx.scope().map_err(crate::gpu::cuda_err)?;
-                    crate::graph::capture(&comm, tasks)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::internal("a capture thread panicked")))
-            })
-            .collect()
-    });
-    results.into_iter().collect()
+    on_own_threads(captured, "capture", |comm, tasks| {
+        crate::graph::capture(comm, tasks)
+    })
 }
 
 #[cfg(test)]
