@@ -295,6 +295,7 @@ fn run_case(
             KernelOp::DivInt => host::div_int(dt, dp, n, param),
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
+            | KernelOp::ReduceNMail(..)
             | KernelOp::GraphAllReduce(..)
             | KernelOp::GraphCopies
             | KernelOp::GraphHandshake
@@ -321,6 +322,7 @@ fn run_case(
             }
             KernelOp::LlAllReduce(_)
             | KernelOp::ReduceN(..)
+            | KernelOp::ReduceNMail(..)
             | KernelOp::GraphAllReduce(..)
             | KernelOp::GraphCopies
             | KernelOp::GraphHandshake

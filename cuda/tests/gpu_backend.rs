@@ -484,6 +484,100 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
     }
 }
 
+/// The mailed reduction kernel reduces nothing before its slot holds its tag (the host fills
+/// it while the kernel spins, as the mail thread does), then reduces the sources the slot names
+/// into every destination it names; the slot is mirrored in device memory, the last block
+/// marks the slot seen and leaves the arrival count at 0, so the slot and mirror serve the next
+/// round (two and four sources; a large grid and a one-block one).
+#[test]
+fn mailed_reduce_n_kernel_waits_for_its_slot_then_reduces() {
+    use ccl_cuda::cuda::source::MAIL_TAG;
+    use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_SRCS};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _serial = serial();
+    let Some(ctx) = gpu() else { return };
+    let kernels = Kernels::new(&ctx).unwrap();
+    let stream = Stream::with_flags(&ctx, true).unwrap();
+    let slot = PinnedBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
+    // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words and outlives `word`'s
+    // uses; host and kernel touch them only as whole 8-byte words.
+    let word = |i: usize| unsafe { AtomicU64::from_ptr(slot.as_ptr().cast::<u64>().add(i)) };
+    for i in 0..MAIL_SLOT_WORDS {
+        word(i).store(0, Ordering::Relaxed);
+    }
+    let mirror = DeviceBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
+    mirror.write(0, &[0u8; MAIL_SLOT_WORDS * 8]).unwrap();
+    let dt = DataType::Float32;
+    for (round, (k, n)) in [(2usize, 3_000_017usize), (4, 1000)]
+        .into_iter()
+        .enumerate()
+    {
+        let tag = 11 + round as u64;
+        let bytes = n * dt.size();
+        let srcs: Vec<Vec<u8>> = (0..k)
+            .map(|m| {
+                (0..n)
+                    .flat_map(|i| ((i % 997 + m) as f32).to_le_bytes())
+                    .collect()
+            })
+            .collect();
+        let (bufs, want) = on_device_and_summed(&ctx, dt, &srcs);
+        let outs: Vec<DeviceBuffer> = (0..k)
+            .map(|_| DeviceBuffer::new(&ctx, bytes).unwrap())
+            .collect();
+        for o in &outs {
+            o.write(0, &vec![0xEE; bytes]).unwrap();
+        }
+        let nalso = k - 1;
+        // SAFETY: the slot is pinned and device-mapped, filled below with k sources and k
+        // destinations of n elements each, which outlive the work (finished below).
+        unsafe {
+            kernels
+                .reduce_n_mail(
+                    &stream,
+                    dt,
+                    ReduceKind::Sum,
+                    k,
+                    nalso,
+                    (slot.device_ptr(), tag, mirror.ptr()),
+                    n,
+                )
+                .unwrap()
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!stream.query().unwrap(), "ran before its slot was filled");
+        for (m, b) in bufs.iter().enumerate() {
+            word(MAIL_SRCS + m).store(b.ptr(), Ordering::Relaxed);
+        }
+        for (a, o) in outs[1..].iter().enumerate() {
+            word(MAIL_ALSO + a).store(o.ptr(), Ordering::Relaxed);
+        }
+        word(MAIL_DST).store(outs[0].ptr(), Ordering::Relaxed);
+        word(MAIL_TAG).store(tag, Ordering::Release);
+        finish(&stream, "mailed reduction");
+        assert_eq!(
+            word(MAIL_SEEN).load(Ordering::Acquire),
+            tag,
+            "round {round}: seen"
+        );
+        let mut count = [0u8; 4];
+        mirror.read(MAIL_SEEN * 8, &mut count).unwrap();
+        assert_eq!(count, [0; 4], "round {round}: arrival count");
+        let mut copied = [0u8; 8];
+        mirror.read(MAIL_TAG * 8, &mut copied).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(copied),
+            tag,
+            "round {round}: slot not mirrored"
+        );
+        for (d, o) in outs.iter().enumerate() {
+            let mut got = vec![0u8; bytes];
+            o.read(0, &mut got).unwrap();
+            assert_eq!(got, want, "round {round} destination {d}");
+        }
+    }
+}
+
 /// A stream stuck on a device-memory word that nobody will write (a dead peer's "done") is
 /// released by this process writing the word from another stream, as an abort would, with
 /// a stream memory write (`by_copy` false) or a copy from host memory (true). Run alone

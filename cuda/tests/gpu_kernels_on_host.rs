@@ -348,6 +348,7 @@ fn check_against_host(dir: &Path, lib_path: &Path) {
                         }
                         KernelOp::LlAllReduce(_)
                         | KernelOp::ReduceN(..)
+                        | KernelOp::ReduceNMail(..)
                         | KernelOp::GraphAllReduce(..)
                         | KernelOp::GraphCopies
                         | KernelOp::GraphHandshake
@@ -378,7 +379,7 @@ fn reduce_n_kernels_match_a_chain_of_binary_reductions() {
     use ccl_cuda::cuda::source::REDUCE_N_MAX;
     #[repr(C)]
     struct Srcs([*const u8; REDUCE_N_MAX]);
-    type ReduceN = unsafe extern "C" fn(*mut u8, Srcs, u64, u64);
+    type ReduceN = unsafe extern "C" fn(*mut u8, Srcs, u64, u64, Srcs, u64);
     let kinds = [
         ReduceKind::Sum,
         ReduceKind::Prod,
@@ -446,7 +447,15 @@ fn reduce_n_kernels_match_a_chain_of_binary_reductions() {
             // the kernel of this signature.
             unsafe {
                 let f: libloading::Symbol<ReduceN> = lib.get(name.as_bytes()).unwrap();
-                f(db[od * size..].as_mut_ptr(), Srcs(ptrs), n as u64, 0);
+                let none = Srcs([std::ptr::null(); REDUCE_N_MAX]);
+                f(
+                    db[od * size..].as_mut_ptr(),
+                    Srcs(ptrs),
+                    n as u64,
+                    0,
+                    none,
+                    0,
+                );
             }
             if let Err(e) = same(dt, &db[od * size..(od + n) * size], &want) {
                 failures.push(format!("{name} offsets ({os},{o1},{od}): {e}"));
@@ -579,6 +588,101 @@ fn mail_copy_kernel_copies_what_its_slot_names() {
     }
     drop(lib);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+type ReduceNMailFn = unsafe extern "C" fn(*mut u64, u64, *mut u64, u64, u64, u64);
+
+/// The mailed reduction kernel's C++, run on the host as one thread of one block (the slot
+/// already filled): reduces the sources the slot names in their order into its destination
+/// and every further destination it names, bit for bit a chain of binary reductions; marks the
+/// slot seen and leaves its arrival count at 0; writes nothing when the slot names no
+/// destination.
+#[test]
+fn mailed_reduce_n_kernel_reduces_what_its_slot_names() {
+    use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_SRCS};
+    use ccl_cuda::cuda::source::{MAIL_TAG, REDUCE_N_MAX};
+    if !gxx_here("skipping: no g++ to compile the kernel source for the host") {
+        return;
+    }
+    let atomics = "static inline unsigned atomicAdd(unsigned* p, unsigned v) { unsigned o = *p; *p = o + v; return o; }\n\
+                   static inline unsigned atomicExch(unsigned* p, unsigned v) { unsigned o = *p; *p = v; return o; }\n";
+    let dt = DataType::Float32;
+    let n = 1001;
+    for (k, nalso, named) in [
+        (2usize, 1usize, true),
+        (3, 2, true),
+        (8, 7, true),
+        (3, 2, false),
+    ] {
+        let op = KernelOp::ReduceNMail(ReduceKind::Sum.into(), k as u8);
+        let name = kernel_name(dt, op);
+        let src = format!(
+            "{HOST_INCLUDES}{}",
+            kernel_source_with(dt, op, &format!("{HOST_PRIMITIVES}{BLOCK_STUBS}{atomics}"))
+                .replace("extern \"C\" __global__", "extern \"C\"")
+        );
+        let (dir, so) = build_shared(&format!("reduce_n_mail{k}"), &src, "-O1");
+        // SAFETY: the library was just built from the kernel source, with no initialisers.
+        let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+        // SAFETY: the symbol is the kernel, whose parameters are those of `ReduceNMailFn`.
+        let f: libloading::Symbol<ReduceNMailFn> = unsafe { lib.get(name.as_bytes()) }.unwrap();
+        let srcs: Vec<Vec<f32>> = (0..k)
+            .map(|m| {
+                (0..n)
+                    .map(|i| ((i * 7 + m * 13) % 101) as f32 * 0.37)
+                    .collect()
+            })
+            .collect();
+        let mut want = srcs[0].clone();
+        for s in &srcs[1..] {
+            for (w, x) in want.iter_mut().zip(s) {
+                *w += x;
+            }
+        }
+        let mut outs = vec![vec![-1.0f32; n + 1]; 1 + nalso];
+        let mut slot = [0u64; MAIL_SLOT_WORDS];
+        let tag = 0x0bad_cafe_0042;
+        slot[MAIL_TAG] = tag;
+        slot[MAIL_DST] = if named {
+            outs[0].as_mut_ptr() as u64
+        } else {
+            0
+        };
+        for (m, s) in srcs.iter().enumerate() {
+            slot[MAIL_SRCS + m] = s.as_ptr() as u64;
+        }
+        for a in 0..nalso {
+            slot[MAIL_ALSO + a] = outs[1 + a].as_mut_ptr() as u64;
+        }
+        const { assert!(MAIL_ALSO + REDUCE_N_MAX <= MAIL_SLOT_WORDS) };
+        let mut mirror = [0u64; MAIL_SLOT_WORDS];
+        // SAFETY: the slot holds the tag (the call returns) and names k sources and 1 + nalso
+        // destinations of n elements (the destinations one longer, to see overruns).
+        unsafe {
+            f(
+                slot.as_mut_ptr(),
+                tag,
+                mirror.as_mut_ptr(),
+                n as u64,
+                0,
+                nalso as u64,
+            )
+        };
+        assert_eq!(slot[MAIL_SEEN], tag, "k {k}: slot not marked seen");
+        assert_eq!(mirror[MAIL_SEEN], 0, "k {k}: arrival count not reset");
+        assert_eq!(mirror[MAIL_TAG], tag, "k {k}: slot not mirrored");
+        assert_eq!(
+            mirror[MAIL_DST], slot[MAIL_DST],
+            "k {k}: destination not mirrored"
+        );
+        for (i, o) in outs.iter().enumerate() {
+            let expect: Vec<f32> = if named { want.clone() } else { vec![-1.0; n] };
+            assert_eq!(&o[..n], &expect[..], "k {k} destination {i}");
+            assert_eq!(o[n], -1.0, "k {k} destination {i}: written past its end");
+        }
+        drop(lib);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 type WaitCopyFn = unsafe extern "C" fn(*const u32, u32, *mut u8, *const u8, u64, *mut u32, u32);

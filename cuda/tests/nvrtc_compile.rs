@@ -33,6 +33,8 @@ fn every_kernel_compiles_for_sm_90() {
         let k = REDUCE_N_MAX as u8;
         keys.push((dt, KernelOp::ReduceN(ReduceKindKey::Sum, 3)));
         keys.push((dt, KernelOp::ReduceN(ReduceKindKey::Max, k)));
+        keys.push((dt, KernelOp::ReduceNMail(ReduceKindKey::Sum, 2)));
+        keys.push((dt, KernelOp::ReduceNMail(ReduceKindKey::Min, k)));
         keys.push((dt, KernelOp::GraphAllReduce(ReduceKindKey::Sum, 2)));
         keys.push((dt, KernelOp::GraphAllReduce(ReduceKindKey::Min, k)));
     }

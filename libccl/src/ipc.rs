@@ -41,6 +41,7 @@ pub fn config() -> P2pConfig {
         direct_reduce_bytes: CCL_IPC_DIRECT_REDUCE_BYTES.get_i64(),
         direct_reduce_multi: CCL_IPC_DIRECT_REDUCE_MULTI.get_bool(),
         direct_reduce_write_all: CCL_IPC_DIRECT_REDUCE_WRITE_ALL.get_bool(),
+        direct_reduce_mailed: CCL_IPC_DIRECT_REDUCE_MAILED.get_bool(),
         direct_reduce_piece_bytes: CCL_IPC_DIRECT_REDUCE_PIECE_BYTES.get_i64(),
         direct_reduce_takeover_us: CCL_IPC_DIRECT_REDUCE_TAKEOVER_US.get_str(),
         direct_reduce_takeover_max_bytes: CCL_IPC_DIRECT_REDUCE_TAKEOVER_MAX_BYTES.get_i64(),

@@ -47,6 +47,9 @@ pub struct P2pConfig {
     pub direct_reduce_bytes: i64,
     pub direct_reduce_multi: bool,
     pub direct_reduce_write_all: bool,
+    /// `CCL_IPC_DIRECT_REDUCE_MAILED`: a rank whose peers have not all posted queues a
+    /// reduction kernel that learns their buffers from a mailbox slot ([`crate::mail`]).
+    pub direct_reduce_mailed: bool,
     pub direct_reduce_piece_bytes: i64,
     pub direct_reduce_takeover_us: String,
     pub direct_reduce_takeover_max_bytes: i64,

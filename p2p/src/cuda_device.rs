@@ -397,6 +397,18 @@ impl Device for CudaDevice<'_> {
                     dsts.extend_from_slice(also.get(..nalso).unwrap_or(&[]));
                     kn.reduce_n_to(s, dtype, op, &dsts, srcs.get(..k).unwrap_or(&[]), n)
                 }
+                // The slot is one of the engine's mailboxes, claimed for this reduction; the
+                // mail thread fills it with the ranks' buffers as mapped here (or with nothing).
+                Kernel::ReduceNMail {
+                    dtype,
+                    op,
+                    k,
+                    nalso,
+                    n,
+                    slot,
+                    tag,
+                    mirror,
+                } => kn.reduce_n_mail(s, dtype, op, k, nalso, (slot, tag, mirror), n),
                 Kernel::PreMul {
                     dtype,
                     dst,

@@ -21,8 +21,8 @@ pub(crate) enum Kernel {
         b: u64,
         n: usize,
     },
-    /// `dst = ((srcs[0] (op) srcs[1]) (op) srcs[2]) ...` over the first `k` sources (3..=8;
-    /// 2..=8 with further destinations), in one kernel; bit for bit a chain of
+    /// `dst = ((srcs[0] (op) srcs[1]) (op) srcs[2]) ...` over the first `k` sources (2..=8),
+    /// in one kernel; bit for bit a chain of
     /// [`Kernel::Reduce`] in source order. The result also goes to the first `nalso` of `also`.
     ReduceN {
         dtype: DataType,
@@ -33,6 +33,19 @@ pub(crate) enum Kernel {
         n: usize,
         also: [u64; ccl_cuda::cuda::source::REDUCE_N_MAX],
         nalso: usize,
+    },
+    /// [`Kernel::ReduceN`] over `k` sources and `nalso` further destinations whose addresses
+    /// come later: the kernel waits until the mailbox slot at `slot` holds `tag` and takes them
+    /// from it ([`crate::mail::ReduceJob`]); `mirror` is the slot's copy in device memory.
+    ReduceNMail {
+        dtype: DataType,
+        op: ReduceKind,
+        k: usize,
+        nalso: usize,
+        n: usize,
+        slot: u64,
+        tag: u64,
+        mirror: u64,
     },
     /// `dst = src * scalar`.
     PreMul {

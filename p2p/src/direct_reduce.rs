@@ -28,6 +28,7 @@ use ccl_cuda::{DataType, ReduceKind};
 use crate::device::{BatchCopy, Device, Kernel, LongWait};
 use crate::error::{Error, Result};
 use crate::layout::{sym_entry_words, sym_ring_base, Lane, Layout, POST_WORDS, SYM_RING};
+use crate::mail::Part;
 use crate::rendezvous::{wait_for_ring, Post, PushWait, Words};
 use crate::sync::{Atomic64, Ordering};
 use ccl_collectives::task::{Reduction, Task, TaskKind};
@@ -246,6 +247,57 @@ pub(crate) fn sym_post(
     }
 }
 
+/// One look, without waiting or marking anything, at a [`SymOutcome::Pending`] post: `Direct`
+/// if every rank has posted since, `Staged` if one marked it failed, else still `Pending`
+/// (then a rank that mails its reductions does so, while one posting first in a `-g N` group,
+/// where one thread posts for every communicator before settling any, finds the others there).
+pub(crate) fn sym_peek(board: &dyn Words, n: usize, seq: u64) -> Result<SymOutcome> {
+    let e = SymEntry::new(board, n, seq);
+    let w = e.word(0)?.load(Ordering::Acquire);
+    if w >> GEN_SHIFT != e.gen {
+        return Err(Error::internal(format!(
+            "cuda-ipc: collective rendezvous {seq} moved on while pending"
+        )));
+    }
+    e.finish(w)
+}
+
+/// What the mail thread finds at a mailed reduction's entry ([`sym_poll`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SymPoll {
+    /// Not every rank has posted yet.
+    Waiting,
+    /// Every rank posted (the entry is left): (input, output) of every rank.
+    Posted(Vec<(Post, Post)>),
+    /// Some rank marked the entry failed or left it to its peer, which a rank that mailed its
+    /// reduction cannot follow (the setting must be agreed; the entry is left).
+    Abandoned,
+}
+
+/// The mail thread's look at the entry of reduction `seq`, which this rank posted to and found
+/// pending: it never waits and never marks the entry (the rank's kernel is already queued).
+pub(crate) fn sym_poll(board: &dyn Words, n: usize, seq: u64) -> Result<SymPoll> {
+    let e = SymEntry::new(board, n, seq);
+    let w = e.word(0)?.load(Ordering::Acquire);
+    if w >> GEN_SHIFT != e.gen {
+        return Err(Error::internal(format!(
+            "cuda-ipc: mailed reduction {seq}'s rendezvous moved on before every rank posted"
+        )));
+    }
+    if w & FAILED != 0 {
+        e.leave()?;
+        return Ok(SymPoll::Abandoned);
+    }
+    if w & PASSIVE != 0 {
+        // The rank that set it has left already.
+        return Ok(SymPoll::Abandoned);
+    }
+    match e.finish(w)? {
+        SymOutcome::Direct(posts) => Ok(SymPoll::Posted(posts)),
+        _ => Ok(SymPoll::Waiting),
+    }
+}
+
 /// Settles a [`SymOutcome::Pending`] post: `Direct` once everybody has posted, `Staged` if
 /// someone marked it failed or `wait` ran out first (then this rank marks it) -- or, with
 /// `takeover` on two ranks, `Passive` when the wait runs out: the peer does all of it.
@@ -378,6 +430,53 @@ pub(crate) struct SymPlan {
     /// every peer's output, so no copy engine pushes it (`CCL_IPC_DIRECT_REDUCE_WRITE_ALL`; the
     /// same bits, a local choice).
     pub write_all: bool,
+    /// Queued before every rank posted: the kernel takes every address from this mailbox slot
+    /// ([`crate::mail::ReduceJob`], `CCL_IPC_DIRECT_REDUCE_MAILED`).
+    pub mailed: Option<Mailed>,
+    /// This rank's buffers could not be mapped by its peers: they read and write its bounce
+    /// buffer, copied in before "here" and out after "done".
+    pub bounce: Option<SymBounce>,
+}
+
+/// The mailbox slot a mailed reduction's kernel waits on: its device address, the tag, and
+/// the slot's mirror in device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mailed {
+    pub slot: u64,
+    pub tag: u64,
+    pub mirror: u64,
+}
+
+/// Where a rank's direct reduction goes through its bounce buffer: its own input and output
+/// (`send`, `recv`), their stand-ins in the bounce buffer, and their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SymBounce {
+    pub send: u64,
+    pub recv: u64,
+    pub b_in: u64,
+    pub b_out: u64,
+    pub in_bytes: usize,
+    pub out_bytes: usize,
+}
+
+impl SymBounce {
+    /// The stand-ins in a bounce buffer at `base`: the input first, the output 256-byte
+    /// aligned after it (as kernels like their buffers).
+    pub fn at(base: u64, send: u64, recv: u64, in_bytes: usize, out_bytes: usize) -> SymBounce {
+        SymBounce {
+            send,
+            recv,
+            b_in: base,
+            b_out: base + in_bytes.next_multiple_of(256) as u64,
+            in_bytes,
+            out_bytes,
+        }
+    }
+
+    /// Bytes of bounce buffer the stand-ins of `in_bytes` and `out_bytes` take.
+    pub fn bytes(in_bytes: usize, out_bytes: usize) -> usize {
+        in_bytes.next_multiple_of(256) + out_bytes
+    }
 }
 
 /// How the work of a direct reduction is shared.
@@ -461,7 +560,77 @@ impl SymPlan {
             total: t.count,
             multi: false,
             write_all: false,
+            mailed: None,
+            bounce: None,
         })
+    }
+
+    /// The plan of a rank whose peers have not all posted: every peer's buffer is left for
+    /// the mail thread to name, an all-reduce writes every output from its kernel.
+    pub fn mailed(
+        t: &Task,
+        rank: usize,
+        n: usize,
+        seq: u64,
+        piece_bytes: usize,
+        mailed: Mailed,
+    ) -> Result<SymPlan> {
+        let posts = vec![(NO_POST, NO_POST); n];
+        let mut p = SymPlan::new(t, rank, n, seq, &posts, &mut |_, _| Ok(0), piece_bytes)?;
+        p.write_all = p.push;
+        p.mailed = Some(mailed);
+        Ok(p)
+    }
+
+    /// This rank's buffers are stood in for by its bounce buffer.
+    pub fn through(&mut self, rank: usize, b: SymBounce) {
+        self.inputs[rank] = b.b_in;
+        self.outputs[rank] = b.b_out;
+        self.bounce = Some(b);
+    }
+
+    /// What the mail thread writes into a mailed reduction's slot, as parts of the ranks'
+    /// posted buffers: this rank's destination, the sources in fold order, the further
+    /// destinations (an all-reduce's peers' outputs).
+    pub fn mail_parts(&self, me: usize, n: usize) -> (Part, Vec<Part>, Vec<Part>) {
+        let sz = self.dtype.size() as u64;
+        let (in_at, out_at) = (self.in_off as u64 * sz, self.out_off as u64 * sz);
+        let (peers, order) = self.order(me, n);
+        let part = |rank, output, offset| Part {
+            rank,
+            output,
+            offset,
+        };
+        let srcs = order.iter().map(|&q| part(q, false, in_at)).collect();
+        let also = if self.push {
+            peers.iter().map(|&q| part(q, true, out_at)).collect()
+        } else {
+            Vec::new()
+        };
+        (part(me, true, out_at), srcs, also)
+    }
+
+    /// The peers in rotated order (me+1, me+2, ...), and the inputs in the order they are
+    /// folded: this rank's first, then the peers; a reduce's from the root's.
+    fn order(&self, me: usize, n: usize) -> (Vec<usize>, Vec<usize>) {
+        // Rotated: at every step the ranks read from, and push to, a permutation of each
+        // other, so no rank's NVLink ports serve several readers at once while others idle
+        // (in plain order every rank first reads rank 0: 0.51x NCCL's reduce-scatter on 4
+        // GPUs, measured 2026-11-22).
+        let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
+        // A reduce starts from the root's input, since in place the root's input is the
+        // destination, which the chain of two-input kernels overwrites after its first step.
+        let order = match self.out_rank {
+            Some(root) => std::iter::once(root)
+                .chain(
+                    std::iter::once(me)
+                        .chain(peers.iter().copied())
+                        .filter(|&q| q != root),
+                )
+                .collect(),
+            None => std::iter::once(me).chain(peers.iter().copied()).collect(),
+        };
+        (peers, order)
     }
 
     /// The plan a settled rendezvous calls for on this rank: shared (`Direct`), or on two
@@ -527,6 +696,9 @@ impl SymPlan {
     /// "Here" to every peer, then wait for theirs (alone: the passive rank flags, the active
     /// one waits).
     pub fn begin(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
+        if let Some(b) = self.bounce {
+            dev.copy(Lane::User, b.b_in, b.send, b.in_bytes)?;
+        }
         match self.role {
             SymRole::Shared => {}
             SymRole::Passive { peer } => {
@@ -563,11 +735,10 @@ impl SymPlan {
         }
         let (me, n, sz) = (l.rank, l.nranks, self.dtype.size());
         let at = |base: u64, elems: usize| base + (elems * sz) as u64;
-        // Peers in rotated order (me+1, me+2, ...): at every step the ranks read from, and
-        // push to, a permutation of each other, so no rank's NVLink ports serve several
-        // readers at once while others idle (in plain order every rank first reads rank 0:
-        // 0.51x NCCL's reduce-scatter on 4 GPUs, measured 2026-11-22).
-        let peers: Vec<usize> = (1..n).map(|k| (me + k) % n).collect();
+        let (peers, order) = self.order(me, n);
+        if let Some(m) = self.mailed {
+            return self.end_mailed(l, &peers, m, dev);
+        }
         // Each peer's pushes (and then its "done") on that peer's copy lane, so pushes to
         // several peers run on several copy engines at once.
         let mut lanes: Vec<Lane> = Vec::new();
@@ -577,19 +748,6 @@ impl SymPlan {
                 lanes.push(lane);
             }
         }
-        // Inputs in the order they are folded: this rank's first, then the peers; a reduce
-        // starts from the root's, since in place the root's input is the destination, which
-        // the chain of two-input kernels overwrites after its first step.
-        let order: Vec<usize> = match self.out_rank {
-            Some(root) => std::iter::once(root)
-                .chain(
-                    std::iter::once(me)
-                        .chain(peers.iter().copied())
-                        .filter(|&q| q != root),
-                )
-                .collect(),
-            None => std::iter::once(me).chain(peers.iter().copied()).collect(),
-        };
         if self.push && self.write_all && n <= REDUCE_N_MAX {
             return self.end_written(l, &peers, &order, dev);
         }
@@ -644,7 +802,8 @@ impl SymPlan {
         self.wait_done(l, dev)
     }
 
-    /// Every peer's "done" on the caller's stream.
+    /// Every peer's "done" on the caller's stream, then this rank's output out of its bounce
+    /// buffer.
     fn wait_done(&self, l: &Layout, dev: &mut dyn Device) -> Result<()> {
         for q in (0..l.nranks).filter(|&q| q != l.rank) {
             dev.wait_long(
@@ -654,7 +813,37 @@ impl SymPlan {
                 LongWait::Reduction,
             )?;
         }
-        Ok(())
+        match self.bounce {
+            Some(b) => dev.copy(Lane::User, b.recv, b.b_out, b.out_bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// A mailed reduction's kernel (every address from its slot, the slice written into every
+    /// output for an all-reduce), then "done" to every peer as [`SymPlan::end_written`].
+    fn end_mailed(
+        &self,
+        l: &Layout,
+        peers: &[usize],
+        m: Mailed,
+        dev: &mut dyn Device,
+    ) -> Result<()> {
+        // Even an empty slice runs the kernel: it marks the slot seen.
+        let k = Kernel::ReduceNMail {
+            dtype: self.dtype,
+            op: self.op,
+            k: l.nranks,
+            nalso: if self.push { peers.len() } else { 0 },
+            n: self.count,
+            slot: m.slot,
+            tag: m.tag,
+            mirror: m.mirror,
+        };
+        dev.kernel(Lane::User, k)?;
+        for &q in peers {
+            dev.write(Lane::User, l.sym_word(q, l.rank, true), self.flag())?;
+        }
+        self.wait_done(l, dev)
     }
 
     /// An all-reduce's slice reduced from every input (folded in `order`) and written into

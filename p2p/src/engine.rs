@@ -63,6 +63,9 @@ pub(crate) struct Queued {
     pub(crate) sym_waited: Duration,
     /// Of those, the ones on symmetric windows (no wait for the others' posts).
     pub(crate) sym_windowed: u64,
+    /// Of the direct reductions, those queued before every rank posted, their kernel waiting
+    /// on a mailbox slot (`CCL_IPC_DIRECT_REDUCE_MAILED`).
+    pub(crate) sym_mailed: u64,
     /// Host time spent queueing groups (logged when the communicator goes): a host-bound
     /// training loop pays it directly, as it cannot launch its next kernels meanwhile.
     pub(crate) queueing: QueueTimes,
@@ -92,6 +95,7 @@ impl Queued {
             sym_outcomes: [0; 4],
             sym_waited: Duration::ZERO,
             sym_windowed: 0,
+            sym_mailed: 0,
             push_late: posting::Lateness::default(),
             sent_staged: 0,
             sent_small: 0,
@@ -215,6 +219,9 @@ pub struct IpcEngine {
     pub(crate) inbox: Arc<RankBoards>,
     /// Sends posted before their receives go without waiting (`CCL_IPC_MAILED_PUSH`).
     pub(crate) mail: Option<crate::mail::Mail>,
+    /// Direct all-reduces and reduce-scatters whose peers have not all posted are mailed
+    /// (`CCL_IPC_DIRECT_REDUCE_MAILED`, agreed; the mail thread is there).
+    pub(crate) mailed_reduce: bool,
     pub(crate) watch: Mutex<Watch>,
     /// Copies pulled from the peer run on the peer GPU's engine (`CCL_IPC_REMOTE_COPY`).
     pub(crate) remote: Option<RemoteLanes>,

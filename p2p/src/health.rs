@@ -183,14 +183,16 @@ pub fn shutdown(eng: Arc<IpcEngine>, aborted: bool) {
             );
         }
         let [shared, alone, passive, staged] = q.sym_outcomes;
-        if shared + alone + passive + staged > 0 {
+        if shared + alone + passive + staged + q.sym_mailed > 0 {
             tracing::info!(
                 "rank {}: direct reductions: {shared} shared, {alone} done alone, {passive} left \
                  to the peer, {staged} staged after the rendezvous, {} of all on symmetric \
-                 windows (no wait); the host waited {:.3} ms for the other ranks' posts \
+                 windows (no wait), {} mailed (queued before the others posted, no wait); the \
+                 host waited {:.3} ms for the other ranks' posts \
                  (CCL_IPC_DIRECT_REDUCE_TAKEOVER_US)",
                 eng.layout.rank,
                 q.sym_windowed,
+                q.sym_mailed,
                 q.sym_waited.as_secs_f64() * 1e3
             );
         }

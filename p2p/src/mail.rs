@@ -11,8 +11,13 @@
 //! pushes its own data; the price is a few SMs for the copy itself. The receiver's side is
 //! unchanged: it finds the send pending, posts, and waits on its stream for "done".
 //!
-//! [`MailState`] is the protocol without threads or CUDA (tested here); [`Mail`] runs it on
-//! a thread against pinned memory.
+//! Direct all-reduces and reduce-scatters go the same way (`CCL_IPC_DIRECT_REDUCE_MAILED`): a
+//! rank whose peers have not all posted queues the many-source reduction kernel on a slot
+//! ([`ReduceJob`]); once every rank has posted, the thread maps the peers' buffers and writes
+//! every source and destination of this rank's slice there.
+//!
+//! [`step`] is the protocol without threads or CUDA (tested here); [`Mail`] runs it on a
+//! thread against pinned memory.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -20,8 +25,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
-use ccl_cuda::cuda::{Context, PinnedBuffer};
+use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS};
+use ccl_cuda::cuda::source::{MAIL_SRCS, MAIL_TAG, REDUCE_N_MAX};
+use ccl_cuda::cuda::{Context, DeviceBuffer, PinnedBuffer};
 use parking_lot::Mutex;
 
 use crate::calls::RankBoards;
@@ -40,6 +46,74 @@ pub(crate) struct MailJob {
     pub bytes: u64,
     /// The communicator's abort flag: set, the slot is filled with "copy nothing".
     pub abort: Arc<AtomicBool>,
+}
+
+/// One buffer of a mailed reduction, as its kernel will use it: rank `rank`'s input or
+/// output, `offset` bytes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub rank: usize,
+    pub output: bool,
+    pub offset: u64,
+}
+
+/// One mailed reduction: the rendezvous entry of direct reduction `seq` over `n` ranks (in
+/// rank 0's inbox) and what to write into the slot once every rank has posted: the kernel's
+/// destination, its sources in fold order and its further destinations.
+#[derive(Debug, Clone)]
+pub(crate) struct ReduceJob {
+    pub slot: usize,
+    pub tag: u64,
+    pub seq: u64,
+    pub n: usize,
+    pub dst: Part,
+    pub srcs: Vec<Part>,
+    pub also: Vec<Part>,
+    /// The communicator's abort flag: set, the slot is filled with "reduce nothing".
+    pub abort: Arc<AtomicBool>,
+}
+
+/// What the mail thread serves: a mailed send's copy or a mailed reduction.
+#[derive(Debug, Clone)]
+pub(crate) enum Job {
+    Copy(MailJob),
+    Reduce(ReduceJob),
+}
+
+impl Job {
+    fn slot_tag(&self) -> (usize, u64) {
+        match self {
+            Job::Copy(j) => (j.slot, j.tag),
+            Job::Reduce(j) => (j.slot, j.tag),
+        }
+    }
+
+    /// The rank whose inbox holds the job's rendezvous entry.
+    fn board_rank(&self) -> usize {
+        match self {
+            Job::Copy(j) => j.dst,
+            Job::Reduce(_) => 0,
+        }
+    }
+
+    /// One look: `step` for a copy, [`step_reduce`] for a reduction.
+    pub(crate) fn step(
+        &self,
+        board: &dyn Words,
+        words: &dyn SlotWords,
+        map: &mut dyn FnMut(&Post) -> Result<u64>,
+    ) -> Result<Step> {
+        match self {
+            Job::Copy(j) => step(j, board, words, map),
+            Job::Reduce(j) => step_reduce(j, board, words, map),
+        }
+    }
+
+    /// Fills the slot with "do nothing" (the communicator is going away).
+    pub(crate) fn fill_nothing(&self, words: &dyn SlotWords) {
+        let (slot, tag) = self.slot_tag();
+        fill(words, slot, tag, 0, 0);
+    }
 }
 
 /// Words the slots live in: pinned memory in production, a vector in tests.
@@ -121,6 +195,80 @@ pub(crate) fn fill(words: &dyn SlotWords, slot: usize, tag: u64, dst: u64, bytes
     words.word(base + MAIL_TAG).store(tag, Ordering::Release);
 }
 
+/// Writes a mailed reduction's slot: every source and further destination, the destination,
+/// then the tag (release). `dst` 0: the kernel reduces nothing.
+pub(crate) fn fill_reduce(
+    words: &dyn SlotWords,
+    (slot, tag): (usize, u64),
+    dst: u64,
+    srcs: &[u64],
+    also: &[u64],
+) {
+    let base = slot * MAIL_SLOT_WORDS;
+    for m in 0..REDUCE_N_MAX {
+        let (s, a) = (srcs.get(m), also.get(m));
+        words
+            .word(base + MAIL_SRCS + m)
+            .store(s.copied().unwrap_or(0), Ordering::Relaxed);
+        words
+            .word(base + MAIL_ALSO + m)
+            .store(a.copied().unwrap_or(0), Ordering::Relaxed);
+    }
+    words.word(base + MAIL_DST).store(dst, Ordering::Relaxed);
+    words.word(base + MAIL_TAG).store(tag, Ordering::Release);
+}
+
+/// The mail thread's look at a mailed reduction: once every rank has posted, each buffer of
+/// the job is mapped here (`map`) and the slot filled. An entry some rank abandoned (went
+/// staged) is an error and reduces nothing: the ranks disagree on the setting.
+pub(crate) fn step_reduce(
+    job: &ReduceJob,
+    board: &dyn Words,
+    words: &dyn SlotWords,
+    map: &mut dyn FnMut(&Post) -> Result<u64>,
+) -> Result<Step> {
+    let at = (job.slot, job.tag);
+    if job.abort.load(Ordering::Relaxed) {
+        fill_reduce(words, at, 0, &[], &[]);
+        return Ok(Step::Filled);
+    }
+    let posts = match crate::direct_reduce::sym_poll(board, job.n, job.seq)? {
+        crate::direct_reduce::SymPoll::Waiting => return Ok(Step::Waiting),
+        crate::direct_reduce::SymPoll::Posted(p) => p,
+        crate::direct_reduce::SymPoll::Abandoned => {
+            fill_reduce(words, at, 0, &[], &[]);
+            return Err(Error::internal(format!(
+                "cuda-ipc: mailed direct reduction {} was abandoned by a peer (went staged); \
+                 CCL_IPC_DIRECT_REDUCE_MAILED must be agreed by every rank",
+                job.seq
+            )));
+        }
+    };
+    let mut addr = |p: &Part| -> Result<u64> {
+        let (input, output) = posts
+            .get(p.rank)
+            .ok_or_else(|| Error::internal(format!("cuda-ipc: no post of rank {}", p.rank)))?;
+        Ok(map(if p.output { output } else { input })? + p.offset)
+    };
+    let resolved = (|| -> Result<(u64, Vec<u64>, Vec<u64>)> {
+        let srcs = job.srcs.iter().map(&mut addr).collect::<Result<_>>()?;
+        let also = job.also.iter().map(&mut addr).collect::<Result<_>>()?;
+        Ok((addr(&job.dst)?, srcs, also))
+    })();
+    match resolved {
+        Ok((dst, srcs, also)) => {
+            fill_reduce(words, at, dst, &srcs, &also);
+            Ok(Step::Filled)
+        }
+        Err(e) => {
+            // The peers still get this rank's "done" (after a reduction of nothing): the
+            // error is the communicator's from here on.
+            fill_reduce(words, at, 0, &[], &[]);
+            Err(e)
+        }
+    }
+}
+
 /// What one look at a mailed send found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -173,7 +321,10 @@ pub(crate) struct Mail {
     claims: Mutex<Claims>,
     /// Blocks and threads per block of the copy kernel (`CCL_IPC_MAIL_BLOCKS`).
     pub(crate) grid: (u32, u32),
-    jobs: Mutex<Option<Sender<MailJob>>>,
+    /// Each slot's mirror in device memory for mailed reductions (zeroed), which their kernels
+    /// read instead of host memory ([`ccl_cuda::cuda::Kernels::reduce_n_mail`]).
+    mirrors: DeviceBuffer,
+    jobs: Mutex<Option<Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The first error the thread met (a size mismatch, a mapping that failed): the next
     /// operation returns it.
@@ -198,6 +349,9 @@ impl Mail {
         for i in 0..words.words {
             words.word(i).store(0, Ordering::Relaxed);
         }
+        let bytes = MAIL_SLOT_WORDS * Self::SLOTS * 8;
+        let mirrors = DeviceBuffer::new(ctx, bytes).map_err(cuda_err)?;
+        mirrors.write(0, &vec![0u8; bytes]).map_err(cuda_err)?;
         let (tx, rx) = mpsc::channel();
         let error = Arc::new(Mutex::new(None));
         let thread = {
@@ -209,6 +363,7 @@ impl Mail {
         };
         Ok(Mail {
             words,
+            mirrors,
             claims: Mutex::new(Claims::new(Self::SLOTS)),
             grid: (
                 blocks.clamp(1, ccl_cuda::cuda::source::MAIL_MAX_BLOCKS as u32),
@@ -225,9 +380,27 @@ impl Mail {
     pub(crate) fn send(&self, job: impl FnOnce(usize, u64) -> MailJob) -> Option<(u64, u64)> {
         let (slot, tag) = self.claims.lock().claim(&*self.words, self.grid.0)?;
         let jobs = self.jobs.lock();
-        jobs.as_ref()?.send(job(slot, tag)).ok()?;
-        let at = self.words.buf.device_ptr() + (slot * MAIL_SLOT_WORDS * 8) as u64;
-        Some((at, tag))
+        jobs.as_ref()?.send(Job::Copy(job(slot, tag))).ok()?;
+        Some((self.slot_ptr(slot), tag))
+    }
+
+    /// Claims a slot for a mailed reduction and hands it to the mail thread: the slot's device
+    /// address, the tag its kernel waits for and the slot's mirror in device memory (None: no
+    /// slot free, or the thread is gone).
+    pub(crate) fn reduce(
+        &self,
+        job: impl FnOnce(usize, u64) -> ReduceJob,
+    ) -> Option<(u64, u64, u64)> {
+        // The reduction kernel marks one "seen" word, whatever its grid.
+        let (slot, tag) = self.claims.lock().claim(&*self.words, 1)?;
+        let jobs = self.jobs.lock();
+        jobs.as_ref()?.send(Job::Reduce(job(slot, tag))).ok()?;
+        let mirror = self.mirrors.ptr() + (slot * MAIL_SLOT_WORDS * 8) as u64;
+        Some((self.slot_ptr(slot), tag, mirror))
+    }
+
+    fn slot_ptr(&self, slot: usize) -> u64 {
+        self.words.buf.device_ptr() + (slot * MAIL_SLOT_WORDS * 8) as u64
     }
 
     /// The thread's first error, once.
@@ -257,14 +430,14 @@ impl Drop for Mail {
 /// moves. When the queue closes, pending sends get "copy nothing" (their communicator is
 /// going away, and a kernel must not spin forever).
 fn run(
-    rx: Receiver<MailJob>,
+    rx: Receiver<Job>,
     words: &dyn SlotWords,
     inbox: &RankBoards,
     ctx: &Arc<Context>,
     pid: u64,
     error: &Mutex<Option<Error>>,
 ) {
-    let mut pending: Vec<MailJob> = Vec::new();
+    let mut pending: Vec<Job> = Vec::new();
     let mut spins = 0u32;
     let bound = ctx.bind().is_ok();
     let mut map = |p: &Post| -> Result<u64> {
@@ -296,21 +469,21 @@ fn run(
         }
         if closed {
             for j in pending.drain(..) {
-                fill(words, j.slot, j.tag, 0, 0);
+                j.fill_nothing(words);
             }
             return;
         }
         let before = pending.len();
         pending.retain(|j| {
-            let Some(board) = inbox.of(j.dst) else {
+            let Some(board) = inbox.of(j.board_rank()) else {
                 record(
                     error,
-                    Error::internal(format!("cuda-ipc: no inbox of rank {}", j.dst)),
+                    Error::internal(format!("cuda-ipc: no inbox of rank {}", j.board_rank())),
                 );
-                fill(words, j.slot, j.tag, 0, 0);
+                j.fill_nothing(words);
                 return false;
             };
-            match step(j, board, words, &mut map) {
+            match j.step(board, words, &mut map) {
                 Ok(Step::Waiting) => true,
                 Ok(Step::Filled) => false,
                 Err(e) => {

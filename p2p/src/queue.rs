@@ -234,6 +234,10 @@ fn prepare(
             );
         }
     }
+    if let Some(t) = sym.filter(|t| mails(&eng, t)) {
+        let op = KernelOp::ReduceNMail(t.red.arithmetic().into(), l.nranks as u8);
+        eng.kernels.prepare(t.dtype, op).map_err(cuda_err)?;
+    }
     if !small.is_empty() {
         eng.kernels
             .prepare(DataType::Uint8, KernelOp::LlP2p)
@@ -260,7 +264,20 @@ fn prepare(
         sym,
         sym_post: None,
         sym_plan: None,
+        sym_bounce: None,
     })
+}
+
+/// Whether direct reduction `t` is mailed when its peers have not all posted
+/// (`CCL_IPC_DIRECT_REDUCE_MAILED`): all-reduces and reduce-scatters (a reduce's ranks but
+/// the root have no output to post, so it still meets).
+fn mails(eng: &IpcEngine, t: &Task) -> bool {
+    eng.mailed_reduce
+        && eng.mail.is_some()
+        && matches!(
+            t.kind,
+            TaskKind::Coll(Collective::AllReduce | Collective::ReduceScatter)
+        )
 }
 
 /// A group being queued on one communicator's streams.
@@ -298,6 +315,8 @@ struct Queueing {
     sym: Option<Task>,
     sym_post: Option<(u64, direct_reduce::SymOutcome)>,
     sym_plan: Option<direct_reduce::SymPlan>,
+    /// This rank's buffers of the direct reduction go through its bounce buffer.
+    sym_bounce: Option<direct_reduce::SymBounce>,
 }
 
 impl Queueing {
@@ -338,6 +357,20 @@ impl Queueing {
         let mirrored = mine
             .as_ref()
             .and_then(|_| eng.windows.lock().reduction_posts(&t, l.rank, l.nranks));
+        // A rank that may mail its reduction cannot let the others go staged: buffers its
+        // peers cannot map go through its bounce buffer instead.
+        let mine = match mine {
+            None if mails(eng, &t) => {
+                let bytes = direct_reduce::SymBounce::bytes(sb, rb);
+                let (base, ex) = rendezvous::Reach::bounce(&mut q.bufs, bytes)?;
+                let b = direct_reduce::SymBounce::at(base, s, r, sb, rb);
+                let pid = rendezvous::Reach::pid(&q.bufs);
+                q.sent_bounced += sb as u64;
+                self.sym_bounce = Some(b);
+                Some((ex.post(pid, b.b_in, sb), ex.post(pid, b.b_out, rb)))
+            }
+            m => m,
+        };
         let seq = q.counters.sym;
         q.counters.sym += 1;
         let abort = self.comm.abort.clone();
@@ -546,6 +579,19 @@ impl Queueing {
         let abort = &self.comm.abort;
         let stop = || abort.load(Ordering::Relaxed);
         let now = std::time::Instant::now();
+        let o = match (o, self.sym) {
+            (direct_reduce::SymOutcome::Pending, Some(t)) if mails(eng, &t) => {
+                let board = eng
+                    .inbox
+                    .of(0)
+                    .ok_or_else(|| Error::internal("cuda-ipc: no inbox"))?;
+                match direct_reduce::sym_peek(board, l.nranks, seq)? {
+                    direct_reduce::SymOutcome::Pending => return self.mail_sym(seq, t, q),
+                    o => o,
+                }
+            }
+            (o, _) => o,
+        };
         let o = match o {
             direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
                 eng.inbox
@@ -579,11 +625,75 @@ impl Queueing {
         }
         .map(|mut p| {
             (p.multi, p.write_all) = eng.reduce_n_uses();
+            if let Some(b) = self.sym_bounce {
+                p.through(l.rank, b);
+            }
             p
         });
         let (Some(plan), Some(t)) = (plan, self.sym) else {
             return Ok(());
         };
+        self.start_sym(plan, t, q)
+    }
+
+    /// A direct reduction whose peers have not all posted, queued without waiting for them: a
+    /// mailbox slot for its kernel (waiting, if every slot is taken, for this GPU to finish
+    /// older ones), the job for the mail thread, the plan's start.
+    fn mail_sym(&mut self, seq: u64, t: Task, q: &mut Queued) -> Result<()> {
+        let eng = &*self.eng;
+        let (l, abort) = (&eng.layout, &self.comm.abort);
+        let mail = eng
+            .mail
+            .as_ref()
+            .ok_or_else(|| Error::internal("cuda-ipc: a mailed reduction without mailboxes"))?;
+        let placeholder = direct_reduce::Mailed {
+            slot: 0,
+            tag: 0,
+            mirror: 0,
+        };
+        let piece = eng.tuning.reduce_piece;
+        let mut plan =
+            direct_reduce::SymPlan::mailed(&t, l.rank, l.nranks, seq, piece, placeholder)?;
+        if let Some(b) = self.sym_bounce {
+            plan.through(l.rank, b);
+        }
+        let (dst, srcs, also) = plan.mail_parts(l.rank, l.nranks);
+        let mut spins = 0u32;
+        let (slot, tag, mirror) = loop {
+            let job = |slot, tag| crate::mail::ReduceJob {
+                slot,
+                tag,
+                seq,
+                n: l.nranks,
+                dst,
+                srcs: srcs.clone(),
+                also: also.clone(),
+                abort: abort.clone(),
+            };
+            if let Some(m) = mail.reduce(job) {
+                break m;
+            }
+            if abort.load(Ordering::Relaxed) {
+                return Err(Error::system("communicator aborted"));
+            }
+            // Slots free as this GPU runs older mailed kernels.
+            spins += 1;
+            if spins < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
+        };
+        plan.mailed = Some(direct_reduce::Mailed { slot, tag, mirror });
+        q.sym_mailed += 1;
+        self.start_sym(plan, t, q)
+    }
+
+    /// Counts what a direct reduction sends, drops the staged program and queues the
+    /// reduction's start.
+    fn start_sym(&mut self, plan: direct_reduce::SymPlan, t: Task, q: &mut Queued) -> Result<()> {
+        let eng = &*self.eng;
+        let l = &eng.layout;
         q.sent_direct += match plan.role {
             direct_reduce::SymRole::Shared => plan.count * (l.nranks - 1),
             direct_reduce::SymRole::Active { .. } => plan.total,

@@ -263,6 +263,8 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
     } else {
         lowest(|o| o.ll_two_shot)
     };
+    // Mailed reductions: a rank that queued one cannot go staged, so all or none.
+    let mailed_reduce = !host_only && offers.iter().all(|o| o.mailed_reduce);
     let direct_reduce = if host_only || offers.iter().any(|o| o.direct_reduce == 0) {
         0
     } else {
@@ -301,6 +303,7 @@ fn agree(offers: &[Offer], g: &Geometry, host_only: bool, n: usize) -> Agreed {
         ll_block_bytes,
         ll_two_shot_min,
         direct_reduce,
+        mailed_reduce,
         relay,
     }
 }

@@ -15,6 +15,7 @@ pub const HOST_INCLUDES: &str = "#include <cstring>\n#include <cmath>\n#include 
 pub const HOST_PRIMITIVES: &str = r#"
 #define __device__
 #define __global__
+#define __forceinline__ inline
 struct ccl_dim3 { unsigned x, y, z; };
 static const ccl_dim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, threadIdx = {0, 0, 0}, blockIdx = {0, 0, 0};
 typedef unsigned char u8;

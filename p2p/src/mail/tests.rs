@@ -138,3 +138,111 @@ fn a_pulled_or_unknown_transfer_is_not_mistaken_for_a_mailed_one() {
     assert!(step(&job(0, 1, 0, 8, &no), &b, &w, &mut map_shifted).is_err());
     assert_eq!(slot_of(&w, 0), (0, 0, 0));
 }
+
+fn reduce_slot(w: &[AtomicU64], slot: usize) -> (u64, u64, Vec<u64>, Vec<u64>) {
+    use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_SRCS};
+    let at = |i: usize| w[slot * MAIL_SLOT_WORDS + i].load(Ordering::Acquire);
+    (
+        at(MAIL_TAG),
+        at(MAIL_DST),
+        (0..3).map(|m| at(MAIL_SRCS + m)).collect(),
+        (0..2).map(|a| at(MAIL_ALSO + a)).collect(),
+    )
+}
+
+/// Rank 0 of three mails its all-reduce's slice: sources in fold order (its own input, then
+/// ranks 1 and 2), its own output slice, the peers' output slices.
+fn reduce_job(slot: usize, tag: u64, seq: u64, abort: &Arc<AtomicBool>) -> ReduceJob {
+    let part = |rank, output| Part {
+        rank,
+        output,
+        offset: 0x40,
+    };
+    ReduceJob {
+        slot,
+        tag,
+        seq,
+        n: 3,
+        dst: part(0, true),
+        srcs: vec![part(0, false), part(1, false), part(2, false)],
+        also: vec![part(1, true), part(2, true)],
+        abort: abort.clone(),
+    }
+}
+
+/// (input, output) of rank r: 0x10000 * (r + 1) and that plus 0x1000.
+fn sym_posts(r: u64) -> (Post, Post) {
+    (
+        post_of(4096, 0x10000 * (r + 1)),
+        post_of(4096, 0x10000 * (r + 1) + 0x1000),
+    )
+}
+
+#[test]
+fn a_mailed_reduction_is_filled_once_every_rank_posted_with_every_buffer_mapped() {
+    use crate::direct_reduce::{sym_post, SymOutcome};
+    let (b, w) = (
+        (0..inbox_words(3))
+            .map(|_| AtomicU64::new(0))
+            .collect::<Vec<_>>(),
+        words(2),
+    );
+    let no = Arc::new(AtomicBool::new(false));
+    let never = || false;
+    let o = sym_post(&b, 3, 0, 0, Some(sym_posts(0)), None, &never).unwrap();
+    assert_eq!(o, SymOutcome::Pending);
+    let j = Job::Reduce(reduce_job(1, 9, 0, &no));
+    assert_eq!(j.step(&b, &w, &mut map_shifted).unwrap(), Step::Waiting);
+    let o = sym_post(&b, 3, 2, 0, Some(sym_posts(2)), None, &never).unwrap();
+    assert_eq!(o, SymOutcome::Pending);
+    assert_eq!(j.step(&b, &w, &mut map_shifted).unwrap(), Step::Waiting);
+    assert_eq!(
+        reduce_slot(&w, 1).0,
+        0,
+        "slot written before every rank posted"
+    );
+    // The last rank finds every post and reduces directly itself.
+    let o = sym_post(&b, 3, 1, 0, Some(sym_posts(1)), None, &never).unwrap();
+    assert!(matches!(o, SymOutcome::Direct(_)), "{o:?}");
+    assert_eq!(j.step(&b, &w, &mut map_shifted).unwrap(), Step::Filled);
+    // Every address is the post's, mapped (+0x1000), at the part's offset (+0x40).
+    let m = |a: u64| a + 0x1040;
+    assert_eq!(
+        reduce_slot(&w, 1),
+        (
+            9,
+            m(0x11000),
+            vec![m(0x10000), m(0x20000), m(0x30000)],
+            vec![m(0x21000), m(0x31000)]
+        )
+    );
+}
+
+#[test]
+fn a_mailed_reduction_abandoned_or_aborted_reduces_nothing() {
+    use crate::direct_reduce::sym_post;
+    let b: Vec<AtomicU64> = (0..inbox_words(3)).map(|_| AtomicU64::new(0)).collect();
+    let w = words(2);
+    let never = || false;
+    let no = Arc::new(AtomicBool::new(false));
+    sym_post(&b, 3, 0, 0, Some(sym_posts(0)), None, &never).unwrap();
+    // A rank that cannot export (a disagreeing setting) marks the entry failed.
+    sym_post(&b, 3, 1, 0, None, None, &never).unwrap();
+    let e = Job::Reduce(reduce_job(0, 4, 0, &no))
+        .step(&b, &w, &mut map_shifted)
+        .unwrap_err();
+    assert!(e.to_string().contains("abandoned"), "{e}");
+    assert_eq!(reduce_slot(&w, 0).0, 4);
+    assert_eq!(
+        reduce_slot(&w, 0).1,
+        0,
+        "a destination after an abandoned rendezvous"
+    );
+    // Aborted before the peers came: released at once, reducing nothing.
+    sym_post(&b, 3, 0, 1, Some(sym_posts(0)), None, &never).unwrap();
+    let aborted = Arc::new(AtomicBool::new(true));
+    let j = Job::Reduce(reduce_job(1, 5, 1, &aborted));
+    assert_eq!(j.step(&b, &w, &mut map_shifted).unwrap(), Step::Filled);
+    assert_eq!(reduce_slot(&w, 1).0, 5);
+    assert_eq!(reduce_slot(&w, 1).1, 0);
+}

@@ -53,6 +53,9 @@ pub(super) struct Agreed {
     pub ll_two_shot_min: usize,
     /// Smallest all-reduce / reduce-scatter that runs as a direct reduction (0: none).
     pub direct_reduce: usize,
+    /// Direct all-reduces and reduce-scatters whose peers have not all posted are mailed
+    /// (every rank asked for it).
+    pub mailed_reduce: bool,
     pub relay: Relay,
 }
 
@@ -87,7 +90,11 @@ pub(super) fn build(
     p: Parts,
 ) -> Result<IpcEngine> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    let mail = if cfg.mailed_push && a.direct && !host_only {
+    let mailed_reduce = a.mailed_reduce
+        && a.direct
+        && a.direct_reduce > 0
+        && n <= ccl_cuda::cuda::source::REDUCE_N_MAX;
+    let mail = if (cfg.mailed_push || mailed_reduce) && a.direct && !host_only {
         Some(crate::mail::Mail::new(
             &p.local.ctx,
             p.inbox.clone(),
@@ -220,6 +227,7 @@ pub(super) fn build(
         direct: a.direct,
         inbox,
         mail,
+        mailed_reduce,
         watch: Mutex::new(Watch::default()),
         remote,
         captured: AtomicUsize::new(0),

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ccl_cuda::cuda::helpers::device_context;
-use ccl_cuda::cuda::source::ReduceKindKey;
+use ccl_cuda::cuda::source::{ReduceKindKey, REDUCE_N_MAX};
 use ccl_cuda::cuda::{self, Context, DeviceBuffer, IpcHandle, KernelOp, Kernels, IPC_HANDLE_SIZE};
 use ccl_cuda::DataType;
 
@@ -186,6 +186,14 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
             .collect();
         preload(&kernels, &keys);
     }
+    if cfg.kernel_preload && cfg.direct_reduce_mailed && (2..=REDUCE_N_MAX).contains(&nranks) {
+        let k = nranks as u8;
+        let keys: Vec<_> = DataType::ALL
+            .into_iter()
+            .flat_map(|dt| ReduceKindKey::ALL.map(move |r| (dt, KernelOp::ReduceNMail(r, k))))
+            .collect();
+        preload(&kernels, &keys);
+    }
     let flags = DeviceBuffer::new(&ctx, Layout::flag_bytes(nranks, g.slots, g.rx_lanes))
         .map_err(cuda_err)?;
     flags.write(0, &vec![0u8; flags.len()]).map_err(cuda_err)?;
@@ -233,6 +241,7 @@ fn prepare_local(cfg: &P2pConfig, dev: i32, nranks: usize, g: &Geometry) -> Resu
         scratch_handle,
         ll_handle,
         remote: cfg.remote_copy,
+        mailed_reduce: cfg.direct_reduce_mailed,
         // Set by `prepare`.
         host_only: false,
         bus_id: bus_id_bytes(&ctx.driver().pci_bus_id(ctx.device()).map_err(cuda_err)?),

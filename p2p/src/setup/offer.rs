@@ -47,6 +47,9 @@ pub(crate) struct Offer {
     pub(crate) ll_handle: [u8; IPC_HANDLE_SIZE],
     /// Wants remote copies (`CCL_IPC_REMOTE_COPY`): used only if every rank does.
     pub(crate) remote: bool,
+    /// Wants mailed direct reductions (`CCL_IPC_DIRECT_REDUCE_MAILED`): used only if every
+    /// rank does.
+    pub(crate) mailed_reduce: bool,
     /// Host-only mode (`CCL_IPC_HOST_ONLY`): every rank must offer it alike.
     pub(crate) host_only: bool,
     /// The GPU's PCI bus id, NUL-padded: a peer in another process finds our GPU by it (device
@@ -85,6 +88,7 @@ impl Offer {
             scratch_handle: [0; IPC_HANDLE_SIZE],
             ll_handle: [0; IPC_HANDLE_SIZE],
             remote: false,
+            mailed_reduce: false,
             host_only: false,
             bus_id: [0; BUS_ID_BYTES],
             host: HostRing::default(),
@@ -97,7 +101,8 @@ impl Offer {
             self.capable as u8
                 | (self.direct as u8) << 1
                 | (self.remote as u8) << 2
-                | (self.host_only as u8) << 3,
+                | (self.host_only as u8) << 3
+                | (self.mailed_reduce as u8) << 4,
         );
         b.extend_from_slice(&self.dev.to_le_bytes());
         b.extend_from_slice(&self.chunk.to_le_bytes());
@@ -138,6 +143,7 @@ impl Offer {
         o.direct = b[0] & 2 == 2;
         o.remote = b[0] & 4 == 4;
         o.host_only = b[0] & 8 == 8;
+        o.mailed_reduce = b[0] & 16 == 16;
         o.dev = i32::from_le_bytes(u32_at(1)?);
         o.chunk = u64::from_le_bytes(u64_at(5)?);
         o.slots = u32::from_le_bytes(u32_at(13)?);

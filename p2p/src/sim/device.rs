@@ -320,6 +320,9 @@ impl Traffic {
                 }
                 (srcs[..k].to_vec(), dst, n * dtype.size())
             }
+            Kernel::ReduceNMail { .. } => {
+                unreachable!("a mailed kernel runs as the kernel its slot names")
+            }
             Kernel::PreMul {
                 dtype, dst, src, n, ..
             } => (vec![src], dst, n * dtype.size()),
@@ -415,11 +418,7 @@ impl Mem {
                 also,
                 nalso,
             } => {
-                let least = if nalso > 0 { 2 } else { 3 };
-                assert!(
-                    (least..=srcs.len()).contains(&k),
-                    "a reduction of {k} sources"
-                );
+                assert!((2..=srcs.len()).contains(&k), "a reduction of {k} sources");
                 let bytes = n * dtype.size();
                 let mut acc = self.read(srcs[0], bytes);
                 for &s in &srcs[1..k] {
@@ -434,6 +433,9 @@ impl Mem {
                 for &d in &also[..nalso] {
                     self.range(d, bytes).copy_from_slice(&acc);
                 }
+            }
+            Kernel::ReduceNMail { .. } => {
+                unreachable!("a mailed kernel runs as the kernel its slot names")
             }
             Kernel::PreMul {
                 dtype,
@@ -500,6 +502,9 @@ pub(super) trait MailThread {
     ) -> std::result::Result<(), String>;
     /// The copy kernel: what the slot names, at most `max` bytes from `src`.
     fn copy(&self, mem: &mut Mem, slot: u64, tag: u64, src: u64, max: usize);
+    /// A mailed reduction kernel ([`Kernel::ReduceNMail`]) as the kernel its filled slot names
+    /// (None: it names nothing); the slot is marked seen.
+    fn resolve(&self, k: &Kernel) -> Option<Kernel>;
 }
 
 /// Runs every device's queues to the end; `Err` names the stuck heads on a deadlock.
@@ -559,7 +564,9 @@ pub(super) fn run_mailed(
                 let ok = match op {
                     Op::Wait(a, v) => (mem.word(a).wrapping_sub(v) as i32) >= 0,
                     Op::WaitEvent(id) => recorded.contains(&(d, id)),
-                    Op::Mail(slot, tag, ..) => mail.is_some_and(|(m, _)| m.filled(slot, tag)),
+                    Op::Mail(slot, tag, ..) | Op::Kernel(Kernel::ReduceNMail { slot, tag, .. }) => {
+                        mail.is_some_and(|(m, _)| m.filled(slot, tag))
+                    }
                     _ => true,
                 };
                 if ok {
@@ -599,8 +606,14 @@ pub(super) fn run_mailed(
                 mem.traffic.add(d, src, dst, n);
             }
             Op::Kernel(k) => {
-                mem.traffic.kernel(d, &k);
-                mem.kernel(k);
+                let k = match k {
+                    Kernel::ReduceNMail { .. } => mail.and_then(|(m, _)| m.resolve(&k)),
+                    k => Some(k),
+                };
+                if let Some(k) = k {
+                    mem.traffic.kernel(d, &k);
+                    mem.kernel(k);
+                }
             }
             Op::Record(id) => {
                 recorded.insert((d, id));

@@ -9,6 +9,7 @@ use ccl_cuda::{DataType, ReduceKind};
 use super::cases::*;
 use super::device::*;
 use super::harness::*;
+use crate::device::Kernel;
 use crate::direct::{plan, posting};
 use crate::layout::Lane;
 use crate::protocol::Counters;
@@ -284,6 +285,51 @@ fn symmetric_windows_reduce_directly_whoever_calls_first() {
             let plain = simulate(&Setup::new(n), &cases[..4], false, seed | 1, None)
                 .unwrap_or_else(|e| panic!("n {n} seed {seed} without windows: {e}"));
             assert_eq!(plain, 0, "n {n} seed {seed}: without windows, staged");
+        }
+    }
+}
+
+/// Mailed direct reductions (`CCL_IPC_DIRECT_REDUCE_MAILED`): ranks that queue before their
+/// peers post wait for nobody and still reduce directly, their kernels taking every address
+/// from the slots the mail thread fills at random points. Exact with two to eight ranks, in
+/// place or not, under any stream order, with one rank's buffers unmappable per case (every
+/// third seed: they go through its bounce buffer); nothing goes staged but the reduces (only
+/// their roots have an output to post, so they still meet).
+#[test]
+fn mailed_reductions_wait_for_nobody_and_are_exact() {
+    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 3001, in_place);
+    for n in [2usize, 3, 4, 8] {
+        let mut cases = Vec::new();
+        for in_place in [false, true] {
+            cases.push(case(Collective::AllReduce, in_place));
+            cases.push(case(Collective::ReduceScatter, in_place));
+        }
+        cases.push(case(Collective::Reduce { root: n - 1 }, false));
+        let s = Setup {
+            mailed_reduce: true,
+            ..Setup::new(n)
+        };
+        for seed in 0..6u64 {
+            for merged in [false, true] {
+                let mailed = std::cell::Cell::new(0usize);
+                let count = |d: &mut SimDevice, _r: usize| {
+                    let k = d.lanes.values().flatten();
+                    let m = k.filter(|o| matches!(o, Op::Kernel(Kernel::ReduceNMail { .. })));
+                    mailed.set(mailed.get() + m.count());
+                };
+                let direct = simulate(&s, &cases, merged, seed, Some(&count))
+                    .unwrap_or_else(|e| panic!("n {n} seed {seed} merged {merged}: {e}"));
+                // Even seeds post every rank first (nothing to mail; the reduce finds its
+                // peers too unless a rank cannot map its buffers), odd ones queue rank by rank.
+                let reduce = if seed % 2 == 0 && seed % 3 != 2 { n } else { 0 };
+                assert_eq!(direct, 4 * n + reduce, "n {n} seed {seed} merged {merged}");
+                let want = if seed % 2 == 1 { 4 * (n - 1) } else { 0 };
+                assert_eq!(
+                    mailed.get(),
+                    want,
+                    "n {n} seed {seed} merged {merged}: mailed"
+                );
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::atomic::AtomicU64;
 
 use ccl_collectives::task::{Task, TaskKind};
+use ccl_collectives::Collective;
 
 use super::cases::*;
 use super::device::*;
@@ -55,6 +56,10 @@ pub(super) struct Setup {
     /// (`Some(true)`), pushing them on copy engines, or (`None`) a mix over ranks and
     /// operations: each rank chooses alone.
     pub(super) write_all: Option<bool>,
+    /// Direct all-reduces and reduce-scatters whose peers have not all posted are mailed
+    /// (`CCL_IPC_DIRECT_REDUCE_MAILED`): the mail thread fills their kernels' slots at random
+    /// points of the run; a rank whose buffers cannot be mapped bounces them.
+    pub(super) mailed_reduce: bool,
 }
 
 impl Setup {
@@ -77,6 +82,7 @@ impl Setup {
             reduce_n: None,
             write_all: None,
             windows: false,
+            mailed_reduce: false,
         }
     }
 
@@ -204,6 +210,20 @@ impl Setup {
                     .get(l.rank)
                     .filter(|_| mine.is_some())
                     .and_then(|w| w.reduction_posts(&t, l.rank, self.n));
+                // As the engine does: a rank that may mail cannot let the others go staged.
+                let mut bounce = None;
+                let mine = match mine {
+                    None if self.mails(&t) => {
+                        let (sb, rb) = (sb * sz, rb * sz);
+                        let bytes = direct_reduce::SymBounce::bytes(sb, rb);
+                        let (b, ex) = reach.bounce(bytes).map_err(e)?;
+                        let b =
+                            direct_reduce::SymBounce::at(b, t.send as u64, t.recv as u64, sb, rb);
+                        bounce = Some(b);
+                        Some((ex.post(1, b.b_in, sb), ex.post(1, b.b_out, rb)))
+                    }
+                    m => m,
+                };
                 let seq = c.sym;
                 c.sym += 1;
                 let o = direct_reduce::sym_post(
@@ -221,7 +241,7 @@ impl Setup {
                         .map_err(e)?,
                     None => o,
                 };
-                Some((t, seq, o))
+                Some((t, seq, o, bounce))
             }
             None => None,
         };
@@ -302,42 +322,18 @@ impl Setup {
         dev.flush().map_err(e)?;
         let mut staged = posted.staged;
         let mut sym_plan = None;
-        if let Some((t, seq, o)) = posted.sym {
+        if let Some((t, seq, o, bounce)) = posted.sym {
             let o = match o {
-                direct_reduce::SymOutcome::Pending => direct_reduce::sym_settle(
-                    &dx.boards[0],
-                    self.n,
-                    seq,
-                    wait,
-                    self.takeover,
-                    &|| false,
-                )
-                .map_err(e)?,
+                direct_reduce::SymOutcome::Pending if self.mails(&t) => {
+                    direct_reduce::sym_peek(&dx.boards[0], self.n, seq).map_err(e)?
+                }
                 o => o,
             };
-            if matches!(o, direct_reduce::SymOutcome::Active(_)) {
-                dx.sym_alone.set(dx.sym_alone.get() + 1);
-            }
-            // Small pieces, so the simulation pipelines several per slice; every third
-            // reduction in one piece (pushed as a batch where the device batches).
-            let piece_bytes = if seq % 3 == 2 { usize::MAX } else { 1024 };
-            let p = direct_reduce::SymPlan::from_outcome(
-                o,
-                &t,
-                l.rank,
-                self.n,
-                seq,
-                &mut |_, p| Ok(p.addr),
-                piece_bytes,
-            )
-            .map_err(e)?
-            // Every other reduction in one kernel over all inputs, the rest as the chain of
-            // two-input kernels: both must give the reference's bits, in any mix of ranks.
-            .map(|mut p| {
-                p.multi = self.reduce_n.unwrap_or((seq + l.rank as u64) % 2 == 1);
-                p.write_all = self.write_all.unwrap_or((seq + l.rank as u64) % 3 == 0);
-                p
-            });
+            let p = if matches!(o, direct_reduce::SymOutcome::Pending) && self.mails(&t) {
+                Some(self.mail_sym(l, &t, seq, bounce, dx)?)
+            } else {
+                self.settle_sym(l, (t, seq, o, bounce), wait, dx)?
+            };
             if let Some(p) = p {
                 p.begin(l, &mut dev).map_err(e)?;
                 dev.flush().map_err(e)?;
@@ -370,6 +366,105 @@ impl Setup {
             p.end(l, &mut dev).map_err(e)?;
         }
         dev.flush().map_err(e)
+    }
+
+    /// Whether direct reduction `t` is mailed when its peers have not all posted.
+    fn mails(&self, t: &Task) -> bool {
+        self.mailed_reduce
+            && matches!(
+                t.kind,
+                TaskKind::Coll(Collective::AllReduce | Collective::ReduceScatter)
+            )
+    }
+
+    /// A direct reduction whose peers have not all posted: its slot and job handed to the
+    /// simulated mail thread, its plan.
+    fn mail_sym(
+        &self,
+        l: &Layout,
+        t: &Task,
+        seq: u64,
+        bounce: Option<direct_reduce::SymBounce>,
+        dx: &DirectSim,
+    ) -> std::result::Result<direct_reduce::SymPlan, String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let mail = dx
+            .mail
+            .as_ref()
+            .ok_or("mailed reductions without a mail thread")?;
+        let blank = direct_reduce::Mailed {
+            slot: 0,
+            tag: 0,
+            mirror: 0,
+        };
+        let piece = if seq % 3 == 2 { usize::MAX } else { 1024 };
+        let mut p =
+            direct_reduce::SymPlan::mailed(t, l.rank, self.n, seq, piece, blank).map_err(e)?;
+        if let Some(b) = bounce {
+            p.through(l.rank, b);
+        }
+        let (dst, srcs, also) = p.mail_parts(l.rank, self.n);
+        let (slot, tag, mirror) = mail
+            .hand_reduce(|slot, tag| crate::mail::ReduceJob {
+                slot,
+                tag,
+                seq,
+                n: self.n,
+                dst,
+                srcs,
+                also,
+                abort: Default::default(),
+            })
+            .ok_or("no mailbox slot free")?;
+        p.mailed = Some(direct_reduce::Mailed { slot, tag, mirror });
+        Ok(p)
+    }
+
+    /// A direct reduction's rendezvous settled without waiting, and the plan it calls for
+    /// (None: staged).
+    fn settle_sym(
+        &self,
+        l: &Layout,
+        (t, seq, o, bounce): Sym,
+        wait: rendezvous::PushWait<'_>,
+        dx: &DirectSim,
+    ) -> std::result::Result<Option<direct_reduce::SymPlan>, String> {
+        let e = |e: crate::error::Error| e.to_string();
+        let o = match o {
+            direct_reduce::SymOutcome::Pending => {
+                direct_reduce::sym_settle(&dx.boards[0], self.n, seq, wait, self.takeover, &|| {
+                    false
+                })
+                .map_err(e)?
+            }
+            o => o,
+        };
+        if matches!(o, direct_reduce::SymOutcome::Active(_)) {
+            dx.sym_alone.set(dx.sym_alone.get() + 1);
+        }
+        // Small pieces, so the simulation pipelines several per slice; every third reduction
+        // in one piece (pushed as a batch where the device batches).
+        let piece_bytes = if seq % 3 == 2 { usize::MAX } else { 1024 };
+        let p = direct_reduce::SymPlan::from_outcome(
+            o,
+            &t,
+            l.rank,
+            self.n,
+            seq,
+            &mut |_, p| Ok(p.addr),
+            piece_bytes,
+        )
+        .map_err(e)?;
+        // Every other reduction in one kernel over all inputs, the rest as the chain of
+        // two-input kernels: both must give the reference's bits, in any mix of ranks.
+        Ok(p.map(|mut p| {
+            p.multi = self.reduce_n.unwrap_or((seq + l.rank as u64) % 2 == 1);
+            p.write_all = self.write_all.unwrap_or((seq + l.rank as u64) % 3 == 0);
+            if let Some(b) = bounce {
+                p.through(l.rank, b);
+            }
+            p
+        }))
     }
 
     /// `post` then `emit` for one rank alone (peers that call later find it settled).
@@ -483,9 +578,18 @@ impl Reach for SimReach<'_> {
 }
 
 /// One rank's group between posting and queueing.
+/// A direct reduction as posted: its task, number, rendezvous outcome, and this rank's
+/// bounce buffer standing in for its own.
+pub(super) type Sym = (
+    Task,
+    u64,
+    direct_reduce::SymOutcome,
+    Option<direct_reduce::SymBounce>,
+);
+
 pub(super) struct Posted {
     pub(super) posting: Option<posting::Posting>,
-    pub(super) sym: Option<(Task, u64, direct_reduce::SymOutcome)>,
+    pub(super) sym: Option<Sym>,
     pub(super) staged: Vec<Task>,
 }
 
@@ -577,7 +681,7 @@ fn simulate_full(
 ) -> std::result::Result<(usize, usize, usize, usize, Traffic), String> {
     let n = s.n;
     let mut dx = DirectSim::new(n);
-    if s.mailed {
+    if s.mailed || s.mailed_reduce {
         dx.mail = Some(super::mail::SimMail::new());
     }
     if s.windows {

@@ -6,10 +6,12 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS};
+use ccl_cuda::cuda::source::{MAIL_SRCS, MAIL_TAG, REDUCE_N_MAX};
 
 use super::device::{MailThread, Mem};
-use crate::mail::{step, Claims, MailJob, Step};
+use crate::device::Kernel;
+use crate::mail::{Claims, Job, MailJob, ReduceJob, Step};
 
 /// Slots the simulated engines share (as many as one engine has: a run's sends all fit).
 const SLOTS: usize = crate::mail::Mail::SLOTS;
@@ -17,7 +19,7 @@ const SLOTS: usize = crate::mail::Mail::SLOTS;
 pub(super) struct SimMail {
     words: Vec<AtomicU64>,
     claims: RefCell<Claims>,
-    jobs: RefCell<Vec<MailJob>>,
+    jobs: RefCell<Vec<Job>>,
     /// Sends mailed so far.
     pub(super) handed: std::cell::Cell<usize>,
 }
@@ -45,7 +47,7 @@ impl SimMail {
     ) -> Option<(u64, u64)> {
         let (slot, tag) = self.claims.borrow_mut().claim(&self.words, 1)?;
         self.handed.set(self.handed.get() + 1);
-        self.jobs.borrow_mut().push(MailJob {
+        self.jobs.borrow_mut().push(Job::Copy(MailJob {
             slot,
             tag,
             src,
@@ -53,8 +55,20 @@ impl SimMail {
             seq,
             bytes: bytes as u64,
             abort: Arc::new(AtomicBool::new(false)),
-        });
+        }));
         Some((slot as u64, tag))
+    }
+
+    /// Claims a slot for a mailed reduction and queues the job (built from the slot and its
+    /// tag); the slot index stands for its address, and for its arrival count's.
+    pub(super) fn hand_reduce(
+        &self,
+        job: impl FnOnce(usize, u64) -> ReduceJob,
+    ) -> Option<(u64, u64, u64)> {
+        let (slot, tag) = self.claims.borrow_mut().claim(&self.words, 1)?;
+        self.handed.set(self.handed.get() + 1);
+        self.jobs.borrow_mut().push(Job::Reduce(job(slot, tag)));
+        Some((slot as u64, tag, slot as u64))
     }
 
     fn word(&self, slot: u64, i: usize) -> &AtomicU64 {
@@ -76,7 +90,12 @@ impl MailThread for SimMail {
         let mut jobs = self.jobs.borrow_mut();
         let i = (pick % jobs.len() as u64) as usize;
         let j = &jobs[i];
-        match step(j, &boards[j.dst], &self.words, &mut |p| Ok(p.addr))
+        let board = match j {
+            Job::Copy(c) => &boards[c.dst],
+            Job::Reduce(_) => &boards[0],
+        };
+        match j
+            .step(board, &self.words, &mut |p| Ok(p.addr))
             .map_err(|e| e.to_string())?
         {
             Step::Filled => {
@@ -96,5 +115,38 @@ impl MailThread for SimMail {
             mem.range(dst, bytes).copy_from_slice(&b);
         }
         self.word(slot, MAIL_SEEN).store(tag, Ordering::Release);
+    }
+
+    fn resolve(&self, k: &Kernel) -> Option<Kernel> {
+        let Kernel::ReduceNMail {
+            dtype,
+            op,
+            k,
+            nalso,
+            n,
+            slot,
+            tag,
+            ..
+        } = *k
+        else {
+            return Some(*k);
+        };
+        let at = |i: usize| self.word(slot, i).load(Ordering::Acquire);
+        let (mut srcs, mut also) = ([0u64; REDUCE_N_MAX], [0u64; REDUCE_N_MAX]);
+        for m in 0..REDUCE_N_MAX {
+            (srcs[m], also[m]) = (at(MAIL_SRCS + m), at(MAIL_ALSO + m));
+        }
+        let dst = at(MAIL_DST);
+        self.word(slot, MAIL_SEEN).store(tag, Ordering::Release);
+        (dst != 0 && n > 0).then_some(Kernel::ReduceN {
+            dtype,
+            op,
+            dst,
+            srcs,
+            k,
+            n,
+            also,
+            nalso,
+        })
     }
 }

@@ -51,6 +51,9 @@ fn every_collective_finishes_exact_under_any_stream_order() {
                         // A third of the direct runs on symmetric windows: their collectives
                         // push whoever calls first.
                         windows: direct && count == 1000,
+                        // A third of the direct runs mail the reductions a rank queues
+                        // before its peers post.
+                        mailed_reduce: direct && lanes == 4,
                     };
                     let cases = every_case(n, count);
                     for (merged, seeds) in [(true, 0..2u64), (false, 0..3u64)] {

@@ -144,6 +144,58 @@ impl Kernels {
         unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
     }
 
+    /// [`Kernels::reduce_n_to`] over `k` sources (2..=[`REDUCE_N_MAX`]) and `nalso` further
+    /// destinations whose addresses are not known yet: the kernel waits until the mailbox slot
+    /// at `slot` holds `tag`, then takes the destination, sources and further destinations
+    /// from it ([`crate::cuda::source::MAIL_SRCS`]) or from its copy at `mirror`, which the
+    /// first block to read the slot writes; the blocks count themselves in the mirror, and the
+    /// last marks the slot seen.
+    ///
+    /// # Safety
+    /// `slot` is a device-accessible, 8-byte aligned mailbox slot valid until the kernel has
+    /// run, into which the host will write `tag` (or the kernel never ends) after addresses
+    /// meeting [`Kernels::reduce_n_to`]'s contract for `n` elements (or a destination of 0);
+    /// `mirror` is a slot of [`crate::cuda::source::MAIL_SLOT_WORDS`] words of device memory,
+    /// zeroed before its first use, used by no other kernel while this one runs and not
+    /// holding `tag` yet.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn reduce_n_mail(
+        &self,
+        stream: &Stream,
+        dt: DataType,
+        op: ReduceKind,
+        k: usize,
+        nalso: usize,
+        (slot, tag, mirror): (CUdeviceptr, u64, CUdeviceptr),
+        n: usize,
+    ) -> Result<()> {
+        if !(2..=REDUCE_N_MAX).contains(&k) || nalso >= REDUCE_N_MAX {
+            return Err(CudaError::InvalidArgument(format!(
+                "reduce_n_mail takes 2 to {REDUCE_N_MAX} sources and fewer further \
+                 destinations, not {k} and {nalso}"
+            )));
+        }
+        self.check_args(stream, dt, std::iter::empty())?;
+        let func = self.function(dt, KernelOp::ReduceNMail(op.into(), k as u8))?;
+        let unroll = (2 * UNROLL / k).max(1);
+        let per_block = (BLOCK_THREADS as usize) * vec_elems(dt) * unroll;
+        // Even with nothing to reduce the kernel runs: its slot must be marked seen.
+        let blocks = n.div_ceil(per_block).clamp(1, self.max_blocks as usize) as u32;
+        let (mut slot, mut tag, mut mirror) = (slot, tag, mirror);
+        let (mut n64, mut raw, mut nalso) = (n as u64, 0u64, nalso as u64);
+        let mut params: [*mut c_void; 6] = [
+            (&mut slot as *mut u64).cast(),
+            (&mut tag as *mut u64).cast(),
+            (&mut mirror as *mut u64).cast(),
+            (&mut n64 as *mut u64).cast(),
+            (&mut raw as *mut u64).cast(),
+            (&mut nalso as *mut u64).cast(),
+        ];
+        // SAFETY: the parameters are exactly the kernel's (slot, tag, mirror, n, raw, nalso)
+        // and live until the call returns; the memory is the caller's contract.
+        unsafe { self.launch_raw(func, stream, blocks, BLOCK_THREADS, &mut params) }
+    }
+
     /// `dst[i] = a[i] (op) b[i]` for `n` elements of `dt`, queued on `stream`. Numerics are
     /// those of [`crate::host::reduce::reduce`], bit for bit.
     ///

@@ -39,4 +39,7 @@ pub use op::{dtype_tag, kernel_name, vec_elems, KernelOp, ReduceKindKey, BLOCK_T
 pub use prelude::DEVICE_PRIMITIVES;
 pub use program::{batch_source, batch_source_with, batchable, kernel_source, kernel_source_with};
 pub use reduce::REDUCE_N_MAX;
-pub use wait::{MAIL_BYTES, MAIL_DST, MAIL_MAX_BLOCKS, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
+pub use wait::{
+    MAIL_ALSO, MAIL_BYTES, MAIL_DST, MAIL_MAX_BLOCKS, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_SRCS,
+    MAIL_TAG,
+};

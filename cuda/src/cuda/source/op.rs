@@ -16,6 +16,13 @@ pub enum KernelOp {
     /// [`REDUCE_N_MAX`]: super::REDUCE_N_MAX
     /// [`reduce_n_body_code`]: super::reduce::reduce_n_body_code
     ReduceN(ReduceKindKey, u8),
+    /// [`KernelOp::ReduceN`] queued before the peers' buffers are known: every address comes
+    /// from a mailbox slot an engine thread fills once every rank has posted (see
+    /// [`reduce_n_mail_code`]; 2..=[`REDUCE_N_MAX`] sources). Not in [`KernelOp::ALL`].
+    ///
+    /// [`REDUCE_N_MAX`]: super::REDUCE_N_MAX
+    /// [`reduce_n_mail_code`]: super::reduce::reduce_n_mail_code
+    ReduceNMail(ReduceKindKey, u8),
     /// A small all-reduce captured into a CUDA graph, whole in one block of
     /// [`GRAPH_AR_THREADS`] threads over `k` ranks' inputs (2..=[`REDUCE_N_MAX`]): it sets its
     /// "inputs ready" word at every peer and waits for theirs, reduces every element reading
@@ -156,6 +163,10 @@ impl KernelOp {
             KernelOp::ReduceN(ReduceKindKey::Prod, _) => "reduce_n_prod",
             KernelOp::ReduceN(ReduceKindKey::Max, _) => "reduce_n_max",
             KernelOp::ReduceN(ReduceKindKey::Min, _) => "reduce_n_min",
+            KernelOp::ReduceNMail(ReduceKindKey::Sum, _) => "reduce_n_mail_sum",
+            KernelOp::ReduceNMail(ReduceKindKey::Prod, _) => "reduce_n_mail_prod",
+            KernelOp::ReduceNMail(ReduceKindKey::Max, _) => "reduce_n_mail_max",
+            KernelOp::ReduceNMail(ReduceKindKey::Min, _) => "reduce_n_mail_min",
             KernelOp::GraphAllReduce(ReduceKindKey::Sum, _) => "graph_allreduce_sum",
             KernelOp::GraphAllReduce(ReduceKindKey::Prod, _) => "graph_allreduce_prod",
             KernelOp::GraphAllReduce(ReduceKindKey::Max, _) => "graph_allreduce_max",
@@ -168,9 +179,10 @@ impl KernelOp {
     /// The element-wise operation the kernel applies.
     pub(super) fn element_op(self) -> KernelOp {
         match self {
-            KernelOp::LlAllReduce(k) | KernelOp::ReduceN(k, _) | KernelOp::GraphAllReduce(k, _) => {
-                KernelOp::Reduce(k)
-            }
+            KernelOp::LlAllReduce(k)
+            | KernelOp::ReduceN(k, _)
+            | KernelOp::ReduceNMail(k, _)
+            | KernelOp::GraphAllReduce(k, _) => KernelOp::Reduce(k),
             op => op,
         }
     }
@@ -202,7 +214,7 @@ pub fn dtype_tag(dt: DataType) -> &'static str {
 /// The `extern "C"` name of a kernel, e.g. `ccl_reduce_sum_bf16`.
 pub fn kernel_name(dt: DataType, op: KernelOp) -> String {
     match op {
-        KernelOp::ReduceN(_, k) | KernelOp::GraphAllReduce(_, k) => {
+        KernelOp::ReduceN(_, k) | KernelOp::ReduceNMail(_, k) | KernelOp::GraphAllReduce(_, k) => {
             format!("ccl_{}{k}_{}", op.tag(), dtype_tag(dt))
         }
         _ => format!("ccl_{}_{}", op.tag(), dtype_tag(dt)),

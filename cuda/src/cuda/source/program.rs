@@ -9,7 +9,7 @@ use super::graph::{graph_all_reduce_code, graph_copies_code, graph_handshake_cod
 use super::ll::{ll_body_code, ll_exchange_code, ll_p2p_code};
 use super::op::{kernel_name, KernelOp};
 use super::prelude::{typed_prelude, COMMON, DEVICE_PRIMITIVES, HEADER};
-use super::reduce::{body_code, op_code, reduce_n_body_code};
+use super::reduce::{body_code, op_code, reduce_n_body_code, reduce_n_mail_code};
 use super::wait::{mail_copy_code, wait_copy_code, wait_flag_code};
 
 /// The complete source of one kernel (one NVRTC program).
@@ -64,6 +64,7 @@ fn typed_kernel(dt: DataType, op: KernelOp, out: &mut String) {
     match op {
         KernelOp::LlAllReduce(_) => ll_body_code(&kernel_name(dt, op), out),
         KernelOp::ReduceN(_, k) => reduce_n_body_code(&kernel_name(dt, op), k, out),
+        KernelOp::ReduceNMail(_, k) => reduce_n_mail_code(&kernel_name(dt, op), k, out),
         KernelOp::GraphAllReduce(_, k) => graph_all_reduce_code(&kernel_name(dt, op), k, out),
         _ => body_code(&kernel_name(dt, op), op.is_binary(), out),
     }

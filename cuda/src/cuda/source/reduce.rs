@@ -7,6 +7,7 @@ use crate::dtype::DataType;
 
 use super::format::format_of;
 use super::op::{KernelOp, ReduceKindKey, UNROLL};
+use super::wait::{MAIL_ALSO, MAIL_DST, MAIL_SEEN, MAIL_SRCS, MAIL_TAG};
 
 /// Unsigned type of the same width (wrapping arithmetic).
 fn unsigned_of(dt: DataType) -> &'static str {
@@ -49,6 +50,7 @@ fn apply_of(op: KernelOp) -> Apply {
         | KernelOp::MailCopy
         | KernelOp::LlP2p
         | KernelOp::ReduceN(..)
+        | KernelOp::ReduceNMail(..)
         | KernelOp::GraphAllReduce(..)
         | KernelOp::GraphCopies
         | KernelOp::GraphHandshake => Apply::PreMul,
@@ -251,6 +253,94 @@ pub const REDUCE_N_MAX: usize = 8;
 /// every peer's output over NVLink); each thread reads its elements of every source before it
 /// writes them anywhere, so a destination may be one of the sources (in place).
 pub(super) fn reduce_n_body_code(name: &str, k: u8, out: &mut String) {
+    reduce_n_run_code(k, out);
+    let _ = write!(
+        out,
+        r#"
+extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts also, u64 nalso) {{
+  ccl_reduce_n_run(dst, s, n, ccl_param(raw), also, (int)nalso);
+}}
+"#
+    );
+}
+
+/// The mailed form of [`reduce_n_body_code`] ([`KernelOp::ReduceNMail`]): queued before the
+/// peers' buffers are known, it learns every address from a mailbox slot in host-mapped
+/// memory that the engine's mail thread fills once every rank has posted. Reads of host
+/// memory from the GPU are slow and queue behind each other (a grid of 512 blocks each
+/// reading the slot's 18 words took 4 ms, 32 blocks 0.3 ms; one H200, 2026-12-01), so the
+/// first block to find the slot filled copies it into the slot's mirror in device memory
+/// (`mirror`, the same word layout) and the others read the mirror: thread 0 of each block
+/// polls the mirror's tag, block 0 also the slot's (and every block now and then, so that no
+/// block depends on another being resident). The blocks count themselves in the mirror's
+/// [`MAIL_SEEN`] word; the last resets the count and marks the host slot seen, so the slot may
+/// serve another reduction. A destination of 0 means "reduce nothing" (the communicator is
+/// going away). The peers learn of the kernel's stores from a stream write after it, as for
+/// [`reduce_n_body_code`].
+pub(super) fn reduce_n_mail_code(name: &str, k: u8, out: &mut String) {
+    reduce_n_run_code(k, out);
+    let _ = write!(
+        out,
+        r#"
+extern "C" __global__ void {name}(u64* slot, u64 tag, u64* mirror, u64 n, u64 raw, u64 nalso) {{
+  __shared__ T* s_dst;
+  __shared__ ccl_srcs s_srcs;
+  __shared__ ccl_dsts s_also;
+  if (threadIdx.x == 0) {{
+    volatile u64* v = (volatile u64*)slot;
+    volatile u64* m = (volatile u64*)mirror;
+    volatile u64* from = m;
+    for (unsigned spin = 0;; ++spin) {{
+      if (m[{tag_at}] == tag) {{
+        __threadfence();
+        break;
+      }}
+      if ((blockIdx.x == 0 || (spin & 63) == 63) && v[{tag_at}] == tag) {{
+        __threadfence_system();
+        from = v;
+        break;
+      }}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(128);
+#endif
+    }}
+    s_dst = (T*)from[{dst_at}];
+    for (int i = 0; i < {max}; ++i) s_srcs.p[i] = (const T*)from[{srcs_at} + i];
+    for (int a = 0; a < {max}; ++a) s_also.p[a] = (T*)from[{also_at} + a];
+    if (from == v) {{
+      m[{dst_at}] = (u64)s_dst;
+      for (int i = 0; i < {max}; ++i) m[{srcs_at} + i] = (u64)s_srcs.p[i];
+      for (int a = 0; a < {max}; ++a) m[{also_at} + a] = (u64)s_also.p[a];
+      __threadfence();
+      m[{tag_at}] = tag;
+    }}
+    __threadfence();
+    unsigned int* arrived = (unsigned int*)(mirror + {seen_at});
+    if (atomicAdd(arrived, 1u) + 1u == gridDim.x) {{
+      atomicExch(arrived, 0u);
+      __threadfence_system();
+      v[{seen_at}] = tag;
+    }}
+  }}
+  __syncthreads();
+  T* dst = s_dst;
+  if (dst == 0) return;
+  const ccl_srcs s = s_srcs;
+  const ccl_dsts also = s_also;
+  ccl_reduce_n_run(dst, s, n, ccl_param(raw), also, (int)nalso);
+}}
+"#,
+        max = REDUCE_N_MAX,
+        tag_at = MAIL_TAG,
+        dst_at = MAIL_DST,
+        seen_at = MAIL_SEEN,
+        srcs_at = MAIL_SRCS,
+        also_at = MAIL_ALSO,
+    );
+}
+
+/// The grid-stride reduction both [`reduce_n_body_code`] and [`reduce_n_mail_code`] run.
+fn reduce_n_run_code(k: u8, out: &mut String) {
     let unroll = (2 * UNROLL / k as usize).max(1);
     let _ = write!(
         out,
@@ -262,11 +352,9 @@ union ccl_vec {{ ccl_u4 u; T e[VN]; }};
 struct ccl_srcs {{ const T* p[{max}]; }};
 struct ccl_dsts {{ T* p[{max}]; }};
 
-extern "C" __global__ void {name}(T* dst, ccl_srcs s, u64 n, u64 raw, ccl_dsts also, u64 nalso) {{
-  const P p = ccl_param(raw);
+static __device__ __forceinline__ void ccl_reduce_n_run(T* dst, const ccl_srcs& s, u64 n, const P p, const ccl_dsts& also, int na) {{
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const int na = (int)nalso;
   u64 start = 0;
   const u64 mis = (u64)dst & 15;
   bool same = true;

@@ -78,6 +78,15 @@ pub const MAIL_TAG: usize = 0;
 pub const MAIL_DST: usize = 1;
 pub const MAIL_BYTES: usize = 2;
 pub const MAIL_SEEN: usize = 8;
+/// A mailed reduction's slot ([`KernelOp::ReduceNMail`]: 64 words as a copy's): its tag at
+/// [`MAIL_TAG`], its destination at [`MAIL_DST`], the sources in fold order from
+/// [`MAIL_SRCS`] and the further destinations from [`MAIL_ALSO`] (up to
+/// [`super::REDUCE_N_MAX`] each), and one "seen" word at [`MAIL_SEEN`], written by the last of
+/// the kernel's blocks to read the slot.
+///
+/// [`KernelOp::ReduceNMail`]: super::KernelOp::ReduceNMail
+pub const MAIL_SRCS: usize = 16;
+pub const MAIL_ALSO: usize = MAIL_SRCS + super::REDUCE_N_MAX;
 /// Most blocks a mail copy runs with (one "seen" word each).
 pub const MAIL_MAX_BLOCKS: usize = MAIL_SLOT_WORDS - MAIL_SEEN;
 
