@@ -500,7 +500,8 @@ impl Queueing {
         let abort = &self.comm.abort;
         let stop = || abort.load(Ordering::Relaxed);
         let rank = eng.layout.rank;
-        let mail = eng.mail.as_ref().map(|m| {
+        // The mail thread may be there for mailed reductions only.
+        let mail = eng.mail.as_ref().filter(|_| eng.cfg.mailed_push).map(|m| {
             move |peer: usize, seq: u64, bytes: usize| {
                 m.send(|slot, tag| MailJob {
                     slot,
