@@ -31,6 +31,7 @@ use ccl_cuda::cuda::{Context, DeviceBuffer, PinnedBuffer};
 use parking_lot::Mutex;
 
 use crate::calls::RankBoards;
+use crate::direct_reduce::Part;
 use crate::error::{cuda_err, Error, Result};
 use crate::rendezvous::{self, Post, Words};
 
@@ -46,15 +47,6 @@ pub(crate) struct MailJob {
     pub bytes: u64,
     /// The communicator's abort flag: set, the slot is filled with "copy nothing".
     pub abort: Arc<AtomicBool>,
-}
-
-/// One buffer of a mailed reduction, as its kernel will use it: rank `rank`'s input or
-/// output, `offset` bytes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Part {
-    pub rank: usize,
-    pub output: bool,
-    pub offset: u64,
 }
 
 /// One mailed reduction: the rendezvous entry of direct reduction `seq` over `n` ranks (in

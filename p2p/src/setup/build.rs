@@ -90,20 +90,7 @@ pub(super) fn build(
     p: Parts,
 ) -> Result<IpcEngine> {
     let (rank, n) = (comm.rank(), comm.nranks());
-    let mailed_reduce = a.mailed_reduce
-        && a.direct
-        && a.direct_reduce > 0
-        && n <= ccl_cuda::cuda::source::REDUCE_N_MAX;
-    let mail = if (cfg.mailed_push || mailed_reduce) && a.direct && !host_only {
-        Some(crate::mail::Mail::new(
-            &p.local.ctx,
-            p.inbox.clone(),
-            std::process::id() as u64,
-            cfg.mail_blocks.clamp(1, 1024) as u32,
-        )?)
-    } else {
-        None
-    };
+    let (mail, mailed_reduce) = mail_for(cfg, &a, n, host_only, &p)?;
     let Parts {
         local,
         board,
@@ -233,6 +220,32 @@ pub(super) fn build(
         captured: AtomicUsize::new(0),
         ll_captured: AtomicBool::new(false),
     })
+}
+
+/// The mail thread and its slots, where sends (`CCL_IPC_MAILED_PUSH`) or direct reductions
+/// (`CCL_IPC_DIRECT_REDUCE_MAILED`, agreed, up to the many-source kernel's ranks) are mailed;
+/// and whether reductions are.
+fn mail_for(
+    cfg: &P2pConfig,
+    a: &Agreed,
+    n: usize,
+    host_only: bool,
+    p: &Parts,
+) -> Result<(Option<crate::mail::Mail>, bool)> {
+    let reduce = a.mailed_reduce
+        && a.direct
+        && a.direct_reduce > 0
+        && n <= ccl_cuda::cuda::source::REDUCE_N_MAX;
+    if !(cfg.mailed_push || reduce) || !a.direct || host_only {
+        return Ok((None, false));
+    }
+    let mail = crate::mail::Mail::new(
+        &p.local.ctx,
+        p.inbox.clone(),
+        std::process::id() as u64,
+        cfg.mail_blocks.clamp(1, 1024) as u32,
+    )?;
+    Ok((Some(mail), reduce))
 }
 
 /// What the engine of `rank` of `n` is made of (`NCCL_DEBUG=INFO`).
