@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS};
 use ccl_cuda::cuda::source::{MAIL_SRCS, MAIL_TAG, REDUCE_N_MAX};
@@ -321,6 +321,7 @@ pub(crate) struct Mail {
     /// The first error the thread met (a size mismatch, a mapping that failed): the next
     /// operation returns it.
     error: Arc<Mutex<Option<Error>>>,
+    fills: Arc<Mutex<Fills>>,
 }
 
 impl Mail {
@@ -346,11 +347,13 @@ impl Mail {
         mirrors.write(0, &vec![0u8; bytes]).map_err(cuda_err)?;
         let (tx, rx) = mpsc::channel();
         let error = Arc::new(Mutex::new(None));
+        let fills = Arc::new(Mutex::new(Fills::default()));
         let thread = {
             let (words, error, ctx) = (words.clone(), error.clone(), ctx.clone());
+            let fills = fills.clone();
             std::thread::Builder::new()
                 .name("ccl-mail".into())
-                .spawn(move || run(rx, &*words, &inbox, &ctx, pid, &error))
+                .spawn(move || run(rx, &*words, &inbox, &ctx, pid, &error, &fills))
                 .map_err(|e| Error::system(format!("cuda-ipc: no mail thread: {e}")))?
         };
         Ok(Mail {
@@ -364,6 +367,7 @@ impl Mail {
             jobs: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             error,
+            fills,
         })
     }
 
@@ -393,6 +397,11 @@ impl Mail {
 
     fn slot_ptr(&self, slot: usize) -> u64 {
         self.words.buf.device_ptr() + (slot * MAIL_SLOT_WORDS * 8) as u64
+    }
+
+    /// The mailed reductions the thread has filled so far.
+    pub(crate) fn fills(&self) -> Fills {
+        *self.fills.lock()
     }
 
     /// The thread's first error, once.
@@ -428,9 +437,10 @@ fn run(
     ctx: &Arc<Context>,
     pid: u64,
     error: &Mutex<Option<Error>>,
+    fills: &Mutex<Fills>,
 ) {
-    let mut pending: Vec<Job> = Vec::new();
-    let mut spins = 0u32;
+    let mut pending: Vec<(Job, Instant)> = Vec::new();
+    let mut last_progress = Instant::now();
     let bound = ctx.bind().is_ok();
     let mut map = |p: &Post| -> Result<u64> {
         if !bound {
@@ -441,32 +451,15 @@ fn run(
         crate::buffers::resolve_post(ctx, pid, p)
     };
     loop {
-        let mut closed = false;
-        if pending.is_empty() {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(j) => pending.push(j),
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => closed = true,
-            }
-        }
-        loop {
-            match rx.try_recv() {
-                Ok(j) => pending.push(j),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        let closed = take_jobs(&rx, &mut pending);
         if closed {
-            for j in pending.drain(..) {
+            for (j, _) in pending.drain(..) {
                 j.fill_nothing(words);
             }
             return;
         }
         let before = pending.len();
-        pending.retain(|j| {
+        pending.retain(|(j, since)| {
             let Some(board) = inbox.of(j.board_rank()) else {
                 record(
                     error,
@@ -477,18 +470,26 @@ fn run(
             };
             match j.step(board, words, &mut map) {
                 Ok(Step::Waiting) => true,
-                Ok(Step::Filled) => false,
+                Ok(Step::Filled) => {
+                    if let Job::Reduce(_) = j {
+                        fills.lock().add(since.elapsed());
+                    }
+                    false
+                }
                 Err(e) => {
                     record(error, e);
                     false
                 }
             }
         });
+        let newest = pending.iter().map(|(_, t)| *t).max();
         if pending.len() < before {
-            spins = 0;
-        } else if spins < LOOK_AGAIN_YIELDS {
-            // A kernel may be spinning on one of these slots: look again soon.
-            spins += 1;
+            last_progress = Instant::now();
+        }
+        // A kernel may be spinning on one of these slots: look again at once for a while
+        // after the last job came or was filled, then every 20 us.
+        let from = newest.map_or(last_progress, |t| t.max(last_progress));
+        if from.elapsed() < LOOK_AGAIN_FOR {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(20));
@@ -496,9 +497,46 @@ fn run(
     }
 }
 
-/// Looks the mail thread takes, yielding in between, before it sleeps between looks (a
-/// receiver that is late by more than a few milliseconds can wait 20 us more).
-const LOOK_AGAIN_YIELDS: u32 = 4096;
+/// Moves the queued jobs into `pending` (blocking while there is nothing to do), each with the
+/// time it was taken; true once the queue is closed.
+fn take_jobs(rx: &Receiver<Job>, pending: &mut Vec<(Job, Instant)>) -> bool {
+    if pending.is_empty() {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(j) => pending.push((j, Instant::now())),
+            Err(RecvTimeoutError::Timeout) => return false,
+            Err(RecvTimeoutError::Disconnected) => return true,
+        }
+    }
+    loop {
+        match rx.try_recv() {
+            Ok(j) => pending.push((j, Instant::now())),
+            Err(mpsc::TryRecvError::Empty) => return false,
+            Err(mpsc::TryRecvError::Disconnected) => return true,
+        }
+    }
+}
+
+/// How long the mail thread keeps looking without sleeping after a job came or was filled (a
+/// peer later than that may wait 20 us more; meanwhile the thread takes a core).
+const LOOK_AGAIN_FOR: Duration = Duration::from_millis(20);
+
+/// The mailed reductions filled so far: how many, and the time from the call to the fill (in
+/// all, and the longest), which is how late the last peer called plus the mail thread's own
+/// delay.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Fills {
+    pub count: u64,
+    pub total: Duration,
+    pub longest: Duration,
+}
+
+impl Fills {
+    fn add(&mut self, d: Duration) {
+        self.count += 1;
+        self.total += d;
+        self.longest = self.longest.max(d);
+    }
+}
 
 fn record(slot: &Mutex<Option<Error>>, e: Error) {
     tracing::warn!("{e}");

@@ -21,13 +21,16 @@
 #                slice into every output (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine
 #                pushes and NCCL,
 #                2 MiB - 1 GiB, then host time per call (-C 1) at 16 and 128 MiB
+#   PART=mailed  direct all-reduces and reduce-scatters that wait for nobody
+#                (CCL_IPC_DIRECT_REDUCE_MAILED=1) against the default and NCCL, 2 MiB - 1 GiB,
+#                then host time per call (-C 1) at 16 and 128 MiB
 #   PART=knobs   the thresholds that rest on one-GPU or two-GPU runs, each against the default
 #                on the ops it moves, 64 KiB - 64 MiB beside NCCL: the exchange kernel to 2 MiB
 #                per rank (CCL_IPC_LL_EXCHANGE_BYTES; 512 KiB by default with more than two
 #                ranks) for all_gather, alltoall, broadcast; broadcasts relayed from 1 MiB
 #                (CCL_IPC_BCAST_RELAY_BYTES; 8 MiB by default); reductions on the kernel to
 #                4 MiB (CCL_IPC_LL_BYTES; 1 MiB by default) for all_reduce, reduce_scatter
-# Order when the machine is lent: main, sweep, then windows, writeall, knobs, ll, graphs.
+# Order when the machine is lent: main, sweep, then windows, writeall, mailed, knobs, ll, graphs.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LIB=${LIB:-.dev/new}; NGPU=${NGPU:-4}
@@ -105,6 +108,16 @@ case ${PART:-main} in
     report wah nccl wa --verdict --host
     report wah nccl push --verdict --host
     pack wa; pack wah ;;
+  mailed)
+    OUT=$OUT/ml OPS="all_reduce reduce_scatter" LIBS="nccl mail=$LIB plain=$LIB" ENVS_mail=CCL_IPC_DIRECT_REDUCE_MAILED=1 \
+      EXTRA="-b 2M -e 1G -f 2 -n 20 -w 5" NGPU=$NGPU timeout 300 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report ml nccl mail
+    report ml plain mail
+    OUT=$OUT/mlh OPS="all_reduce reduce_scatter" LIBS="nccl mail=$LIB plain=$LIB" ENVS_mail=CCL_IPC_DIRECT_REDUCE_MAILED=1 \
+      EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" NGPU=$NGPU timeout 200 bash tests/gpu/nccl_tests_ab.sh > /dev/null 2>&1
+    report mlh nccl mail --verdict --host
+    report mlh plain mail --verdict --host
+    pack ml; pack mlh ;;
   knobs)
     OUT=$OUT/kx OPS="all_gather alltoall broadcast" LIBS="nccl ccl=$LIB ex2m=$LIB" \
       ENVS_ex2m=CCL_IPC_LL_EXCHANGE_BYTES=2097152 EXTRA="-b 64K -e 64M -f 2 -n 20 -w 5" NGPU=$NGPU \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The next nvidia-h200-x2 calls, one MODE per call (carry .dev: .dev = .dev/new = the build
 # measured, with ccl-report; .whl too for MODE=megatron; .dev/nccl-tests = NVIDIA/nccl-tests).
-# Order for the next calls: windows (symmetric windows, first on two GPUs), writeall, megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
+# Order for the next calls: windows (symmetric windows, first on two GPUs), writeall, mailed, megatron with ROUNDS=3 (the runs' clocks are logged now: NCCL
 # itself moved 18% between two runs on 2026-12-01), graphbig (captured alltoall and gather at
 # 32 MiB, 0.92 / 0.94), reduceab, zerosm, sweep, ctxpush; on four GPUs tests/gpu/device_x4.sh
 # first.
@@ -14,6 +14,10 @@
 #                  (tests/gpu/store_vs_ce.cu); then direct all-reduces whose kernel writes the slice into
 #                  every output (CCL_IPC_DIRECT_REDUCE_WRITE_ALL=1) against copy-engine pushes
 #                  (the default) and NCCL, 4 MiB - 1 GiB eager, then -C 1 at 16 and 128 MiB
+#   MODE=mailed    direct all-reduces and reduce-scatters that wait for nobody
+#                  (CCL_IPC_DIRECT_REDUCE_MAILED=1: the first rank's kernel learns the peer's
+#                  buffers from a mailbox slot) against the default and NCCL, 4 MiB - 1 GiB, then
+#                  -C 1 at 16 and 128 MiB with the host-time verdict
 #   MODE=ctxpush   tests/gpu/ctx_push.cu on two GPUs (SKIP_LOCAL=1): can a second context of
 #                  the sender's GPU push late into the peer while the caller's stream waits
 #                  (no host wait, each GPU pushing its own), with and without
@@ -244,6 +248,12 @@ case ${MODE:-hostcost} in
       LIBS="nccl wa=.dev/new push=.dev/new" ab writeall nccl "wa push wa/push"
     OPS="all_reduce" EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" \
       LIBS="nccl wa=.dev/new push=.dev/new" ab writeall-host nccl "wa push" ;;
+  mailed)
+    export ENVS_mail=CCL_IPC_DIRECT_REDUCE_MAILED=1
+    OPS="all_reduce reduce_scatter" EXTRA="-b 4M -e 1G -f 2 -n 20 -w 5" \
+      LIBS="nccl mail=.dev/new plain=.dev/new" ab mailed nccl "mail plain mail/plain"
+    OPS="all_reduce reduce_scatter" EXTRA="-C 1 -b 16M -e 128M -f 8 -n 200 -w 20" \
+      LIBS="nccl mail=.dev/new plain=.dev/new" ab mailed-host nccl "mail plain" ;;
   graphbig)
     export ENVS_f32m=CCL_GRAPH_FUSED_COPY_BYTES=33554432 \
       ENVS_f32mb128="CCL_GRAPH_FUSED_COPY_BYTES=33554432 CCL_GRAPH_COPY_BLOCKS=128"
