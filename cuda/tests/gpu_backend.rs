@@ -426,20 +426,43 @@ fn wait_copy_kernel_copies_after_its_flag_then_signals() {
     }
 }
 
+/// A mailbox slot in pinned, device-mapped memory, zeroed, as the engine's mail thread keeps them.
+struct PinnedSlot(PinnedBuffer);
+
+impl PinnedSlot {
+    fn new(ctx: &Arc<Context>) -> PinnedSlot {
+        use ccl_cuda::cuda::source::MAIL_SLOT_WORDS;
+        let s = PinnedSlot(PinnedBuffer::new(ctx, MAIL_SLOT_WORDS * 8).unwrap());
+        for i in 0..MAIL_SLOT_WORDS {
+            s.word(i).store(0, std::sync::atomic::Ordering::Relaxed);
+        }
+        s
+    }
+
+    fn word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(i < ccl_cuda::cuda::source::MAIL_SLOT_WORDS);
+        // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words (checked index) and
+        // lives as long as `self`; host and kernel touch them only as whole 8-byte words.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.0.as_ptr().cast::<u64>().add(i)) }
+    }
+
+    fn device_ptr(&self) -> u64 {
+        self.0.device_ptr()
+    }
+}
+
 /// The mail-copy kernel copies nothing before its slot holds its tag, then every block marks
 /// the slot seen and the grid copies exactly the bytes the slot names (capped at the send's).
 #[test]
 fn mail_copy_kernel_waits_for_its_slot_then_copies() {
-    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_TAG};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use ccl_cuda::cuda::source::{MAIL_BYTES, MAIL_DST, MAIL_SEEN, MAIL_TAG};
+    use std::sync::atomic::Ordering;
     let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let kernels = Kernels::new(&ctx).unwrap();
     let stream = Stream::with_flags(&ctx, true).unwrap();
-    let slot = PinnedBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
-    // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words and outlives `word`'s
-    // uses; host and kernel touch them only as whole 8-byte words.
-    let word = |i: usize| unsafe { AtomicU64::from_ptr(slot.as_ptr().cast::<u64>().add(i)) };
+    let slot = PinnedSlot::new(&ctx);
+    let word = |i: usize| slot.word(i);
     let bytes = (8 << 20) + 3;
     let src: Vec<u8> = (0..bytes).map(|i| (i * 7 + 3) as u8).collect();
     let (ds, dd) = (
@@ -493,18 +516,13 @@ fn mail_copy_kernel_waits_for_its_slot_then_copies() {
 fn mailed_reduce_n_kernel_waits_for_its_slot_then_reduces() {
     use ccl_cuda::cuda::source::MAIL_TAG;
     use ccl_cuda::cuda::source::{MAIL_ALSO, MAIL_DST, MAIL_SEEN, MAIL_SLOT_WORDS, MAIL_SRCS};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
     let _serial = serial();
     let Some(ctx) = gpu() else { return };
     let kernels = Kernels::new(&ctx).unwrap();
     let stream = Stream::with_flags(&ctx, true).unwrap();
-    let slot = PinnedBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
-    // SAFETY: the pinned buffer holds MAIL_SLOT_WORDS aligned words and outlives `word`'s
-    // uses; host and kernel touch them only as whole 8-byte words.
-    let word = |i: usize| unsafe { AtomicU64::from_ptr(slot.as_ptr().cast::<u64>().add(i)) };
-    for i in 0..MAIL_SLOT_WORDS {
-        word(i).store(0, Ordering::Relaxed);
-    }
+    let slot = PinnedSlot::new(&ctx);
+    let word = |i: usize| slot.word(i);
     let mirror = DeviceBuffer::new(&ctx, MAIL_SLOT_WORDS * 8).unwrap();
     mirror.write(0, &[0u8; MAIL_SLOT_WORDS * 8]).unwrap();
     let dt = DataType::Float32;

@@ -261,14 +261,8 @@ fn direct_reductions_run_when_every_rank_posts_and_fall_back_together() {
 /// mirror) meets as without windows.
 #[test]
 fn symmetric_windows_reduce_directly_whoever_calls_first() {
-    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 3001, in_place);
     for n in [2usize, 3, 4, 8] {
-        let mut cases = Vec::new();
-        for in_place in [false, true] {
-            cases.push(case(Collective::AllReduce, in_place));
-            cases.push(case(Collective::ReduceScatter, in_place));
-        }
-        cases.push(case(Collective::Reduce { root: n - 1 }, false));
+        let cases = reductions(n);
         let windows = Setup {
             windows: true,
             ..Setup::new(n)
@@ -289,6 +283,19 @@ fn symmetric_windows_reduce_directly_whoever_calls_first() {
     }
 }
 
+/// Int32 sums of 3001 elements: all-reduce and reduce-scatter out of place and in place (the
+/// four that may run directly whoever calls first), then a reduce to the last of `n` ranks.
+fn reductions(n: usize) -> Vec<Case> {
+    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 3001, in_place);
+    let mut cases = Vec::new();
+    for in_place in [false, true] {
+        cases.push(case(Collective::AllReduce, in_place));
+        cases.push(case(Collective::ReduceScatter, in_place));
+    }
+    cases.push(case(Collective::Reduce { root: n - 1 }, false));
+    cases
+}
+
 /// Mailed direct reductions (`CCL_IPC_DIRECT_REDUCE_MAILED`): ranks that queue before their
 /// peers post wait for nobody and still reduce directly, their kernels taking every address
 /// from the slots the mail thread fills at random points. Exact with two to eight ranks, in
@@ -297,14 +304,8 @@ fn symmetric_windows_reduce_directly_whoever_calls_first() {
 /// their roots have an output to post, so they still meet).
 #[test]
 fn mailed_reductions_wait_for_nobody_and_are_exact() {
-    let case = |kind, in_place| Case::int_sum(Kind::Coll(kind), 3001, in_place);
     for n in [2usize, 3, 4, 8] {
-        let mut cases = Vec::new();
-        for in_place in [false, true] {
-            cases.push(case(Collective::AllReduce, in_place));
-            cases.push(case(Collective::ReduceScatter, in_place));
-        }
-        cases.push(case(Collective::Reduce { root: n - 1 }, false));
+        let cases = reductions(n);
         let s = Setup {
             mailed_reduce: true,
             ..Setup::new(n)
