@@ -311,6 +311,47 @@ mod loom_model {
             assert_eq!(e.word(1).unwrap().load(Ordering::Acquire), 0);
         });
     }
+
+    /// Two ranks mailing their reductions (`CCL_IPC_DIRECT_REDUCE_MAILED`), in every
+    /// interleaving: a rank posting first peeks once and hands the entry to its mail thread,
+    /// which polls until it finds every post; nobody marks the entry, both sides see both
+    /// posts intact (the later rank directly, the earlier through its mail thread), and the
+    /// entry ends free.
+    #[test]
+    fn two_mailing_ranks_both_see_both_posts_and_free_the_entry() {
+        loom::model(|| {
+            let n = 2;
+            let b = Arc::new(LoomWords::new(&[(sym_ring_base(n), sym_entry_words(n))]));
+            let all = vec![(post(0), post(1)), (post(10), post(11))];
+            let rank = move |b: &LoomWords, r: usize, mine: (Post, Post)| {
+                let o = sym_post(b, n, r, 0, Some(mine), None, &|| false).unwrap();
+                let o = match o {
+                    SymOutcome::Pending => sym_peek(b, n, 0).unwrap(),
+                    o => o,
+                };
+                match o {
+                    SymOutcome::Direct(p) => p,
+                    SymOutcome::Pending => loop {
+                        // The mail thread's looks.
+                        match sym_poll(b, n, 0).unwrap() {
+                            SymPoll::Posted(p) => break p,
+                            SymPoll::Waiting => loom::thread::yield_now(),
+                            SymPoll::Abandoned => panic!("rank {r}: abandoned"),
+                        }
+                    },
+                    o => panic!("rank {r}: {o:?}"),
+                }
+            };
+            let (b2, theirs) = (b.clone(), all[1]);
+            let other = loom::thread::spawn(move || rank(&b2, 1, theirs));
+            let mine = rank(&b, 0, all[0]);
+            assert_eq!(mine, all);
+            assert_eq!(other.join().unwrap(), all);
+            let e = SymEntry::new(&*b, n, 0);
+            assert_eq!(e.word(0).unwrap().load(Ordering::Acquire), 1 << GEN_SHIFT);
+            assert_eq!(e.word(1).unwrap().load(Ordering::Acquire), 0);
+        });
+    }
 }
 
 #[test]
