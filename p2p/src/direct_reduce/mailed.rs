@@ -13,19 +13,26 @@ pub(crate) struct Part {
     pub output: bool,
     pub offset: u64,
 }
+
 /// One look, without waiting or marking anything, at a [`SymOutcome::Pending`] post: `Direct`
 /// if every rank has posted since, `Staged` if one marked it failed, else still `Pending`
 /// (then a rank that mails its reductions does so, while one posting first in a `-g N` group,
 /// where one thread posts for every communicator before settling any, finds the others there).
 pub(crate) fn sym_peek(board: &dyn Words, n: usize, seq: u64) -> Result<SymOutcome> {
+    let (e, w) = pending_entry(board, n, seq)?;
+    e.finish(w)
+}
+
+/// Entry `seq`, which this rank posted to and found pending, and its state word.
+fn pending_entry(board: &dyn Words, n: usize, seq: u64) -> Result<(SymEntry<'_>, u64)> {
     let e = SymEntry::new(board, n, seq);
     let w = e.word(0)?.load(Ordering::Acquire);
     if w >> GEN_SHIFT != e.gen {
         return Err(Error::internal(format!(
-            "cuda-ipc: collective rendezvous {seq} moved on while pending"
+            "cuda-ipc: direct reduction {seq}'s rendezvous moved on before every rank posted"
         )));
     }
-    e.finish(w)
+    Ok((e, w))
 }
 
 /// What the mail thread finds at a mailed reduction's entry ([`sym_poll`]).
@@ -43,13 +50,7 @@ pub(crate) enum SymPoll {
 /// The mail thread's look at the entry of reduction `seq`, which this rank posted to and found
 /// pending: it never waits and never marks the entry (the rank's kernel is already queued).
 pub(crate) fn sym_poll(board: &dyn Words, n: usize, seq: u64) -> Result<SymPoll> {
-    let e = SymEntry::new(board, n, seq);
-    let w = e.word(0)?.load(Ordering::Acquire);
-    if w >> GEN_SHIFT != e.gen {
-        return Err(Error::internal(format!(
-            "cuda-ipc: mailed reduction {seq}'s rendezvous moved on before every rank posted"
-        )));
-    }
+    let (e, w) = pending_entry(board, n, seq)?;
     if w & FAILED != 0 {
         e.leave()?;
         return Ok(SymPoll::Abandoned);
